@@ -1,0 +1,1 @@
+//! Reading sysfs attribute files (owned by the sources work).
