@@ -1,1 +1,41 @@
-//! commwatch-sim
+//! commwatch-sim: a simulated GPU cluster for commwatch's agents and tests.
+//!
+//! It writes a fake sysfs tree per node (`<root>/node-00/class/{infiniband,net}/...`, the
+//! layout of a real `/sys`, see [`tree`]) and keeps its counters at the values a model of a
+//! data-parallel training job gives them ([`model`]). Real agents read those trees with
+//! `--sysfs-root <root>/<node>`; tests compute the exact values the agents should see.
+//!
+//! Module map:
+//! - [`spec`]: [`ClusterSpec`], the cluster's shape, job and fault, with defaults.
+//! - [`scenario`]: [`Scenario`], the faults by CLI name.
+//! - [`model`]: the pure model — step timeline, bytes per link, every counter as a function of time.
+//! - [`counters`]: the counter files' names and PMA widths.
+//! - [`tree`]: the on-disk layout and the in-place writer.
+//! - [`cluster`]: [`Cluster`] (create, `advance_to`, expectations) and its updater thread.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use commwatch_sim::{Cluster, ClusterSpec};
+//! let cluster = Cluster::create("/tmp/sim".as_ref(), ClusterSpec::demo())?;
+//! println!("{}", cluster.describe());
+//! for (node, root) in cluster.node_roots() { println!("{node}: --sysfs-root {}", root.display()); }
+//! let updater = cluster.spawn_updater(Duration::from_millis(10));
+//! // ... run agents ...
+//! drop(updater);
+//! # Ok::<(), commwatch_sim::SimError>(())
+//! ```
+
+pub mod cluster;
+pub mod counters;
+mod error;
+pub mod model;
+pub mod scenario;
+pub mod spec;
+pub mod tree;
+
+pub use cluster::{AdvanceStats, Cluster, UpdaterHandle};
+pub use counters::{HwCounter, NetStat, PortCounter};
+pub use error::SimError;
+pub use model::{JobModel, Link, LinkBytes, LinkModel, LinkStep, StepTimeline};
+pub use scenario::Scenario;
+pub use spec::ClusterSpec;
