@@ -1,1 +1,6 @@
 //! commwatch-diagnose
+pub mod analysis;
+pub mod kineto;
+pub mod nccl_tests;
+pub mod progress;
+pub mod timeline;
