@@ -10,7 +10,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::fs::File;
 use std::io;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use super::{ReadReport, SeriesSpec, SourceError, Tier, Value};
@@ -319,6 +319,15 @@ impl AttrFile {
         &self.path
     }
 
+    /// Whether the path still names the open file (same device and inode). False when the path is gone or
+    /// was replaced (a device re-created its attributes, or a writer renamed a new file over it).
+    pub fn is_current(&self) -> bool {
+        match (std::fs::metadata(&self.path), self.file.metadata()) {
+            (Ok(p), Ok(f)) => p.dev() == f.dev() && p.ino() == f.ino(),
+            _ => false,
+        }
+    }
+
     /// Reads the whole file from offset 0 and returns its text (untrimmed).
     pub fn read(&mut self) -> Result<&str, SourceError> {
         let len = match read_all_at(&self.file, &mut self.buf) {
@@ -502,8 +511,9 @@ impl FileSeries {
         }
     }
 
-    /// Records that `spec` is read from `path` with `how`. Returns its index in `series`, or `None` when the
-    /// file cannot be opened (then the series is not in the inventory, or, if it was, it stops producing).
+    /// Records that `spec` is read from `path` with `how`. A known series keeps its open file when `path` is
+    /// unchanged and still names the same inode; otherwise the file is (re)opened. Returns the index in
+    /// `series`, or `None` when the file cannot be opened (then the series is not in the inventory, or, if it was, it stops producing).
     /// `series` is the source's `Inventory::series`; a new series is appended to it, a known one updated in
     /// place; `changed` is set when either happens.
     pub fn upsert(
@@ -517,7 +527,7 @@ impl FileSeries {
         let identity = spec.identity();
         if let Some(&idx) = self.by_identity.get(&identity) {
             let slot = &mut self.slots[idx];
-            let keep = matches!(&slot.file, Some(f) if f.path() == path) && path.exists();
+            let keep = matches!(&slot.file, Some(f) if f.path() == path && f.is_current());
             if !keep {
                 slot.file = AttrFile::open(path).ok();
             }
@@ -807,6 +817,13 @@ mod tests {
         let path = dir.path().join("a");
         std::fs::write(&path, "1\n").unwrap();
         let mut f = AttrFile::open(path.clone()).unwrap();
+        assert_eq!(f.read().unwrap(), "1\n");
+        assert!(f.is_current());
+        // Renamed over: the path names another inode.
+        let tmp = dir.path().join("b");
+        std::fs::write(&tmp, "2\n").unwrap();
+        std::fs::rename(&tmp, &path).unwrap();
+        assert!(!f.is_current());
         assert_eq!(f.read().unwrap(), "1\n");
         // A regular file keeps its inode readable after unlink (unlike a sysfs attribute of a removed device,
         // which fails with ENODEV and is reopened); opening the missing path is an I/O error, not a panic.
