@@ -1,5 +1,224 @@
 //! commwatch agent: samples the node's links and ships the samples to a collector.
 //!
 //! Module map:
-//! - [`source`]: one file per hardware source behind the [`source::Source`] trait.
+//! - [`source`]: one file per hardware source behind the [`source::Source`] trait, and the explicit list.
+//! - [`sampler`]: the two sampling tiers, agent-local ids, columnar batches (its own thread).
+//! - [`shipper`]: the gRPC stream, the bounded resend buffer, backoff.
+//! - [`telemetry`] and [`http`]: the agent's own `/metrics`.
+//! - [`once`]: `--once`, one JSON document describing what the node shows.
+//! - [`config`]: defaults, the TOML file, validation.
+
+pub mod config;
+pub mod http;
+pub mod once;
+pub mod sampler;
+pub mod shipper;
 pub mod source;
+pub mod steps;
+pub mod telemetry;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use config::AgentConfig;
+
+/// Errors that stop the agent from starting.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error(transparent)]
+    Config(#[from] config::ConfigError),
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot start the sampling thread: {0}")]
+    Thread(#[source] std::io::Error),
+}
+
+/// A running agent. Stop it with [`AgentHandle::shutdown`].
+pub struct AgentHandle {
+    /// Where the agent's `/metrics` listens.
+    pub http_addr: SocketAddr,
+    pub metrics: Arc<telemetry::AgentMetrics>,
+    /// Where the step-marker listeners are bound.
+    pub step_listeners: steps::BoundListeners,
+    shutdown: tokio::sync::watch::Sender<bool>,
+    sampler: Option<sampler::SamplerHandle>,
+    shipper: Option<tokio::task::JoinHandle<()>>,
+    http: tokio::task::JoinHandle<()>,
+}
+
+impl AgentHandle {
+    /// Stops sampling, hands the last batch to the shipper, gives the collector up to two seconds to
+    /// acknowledge what is in flight, and stops the HTTP server.
+    pub async fn shutdown(mut self) {
+        if let Some(s) = self.sampler.take() {
+            let _ = tokio::task::spawn_blocking(move || s.stop()).await;
+        }
+        let _ = self.shutdown.send(true);
+        if let Some(s) = self.shipper.take() {
+            let _ = s.await;
+        }
+        let _ = (&mut self.http).await;
+    }
+}
+
+/// Warnings about the roots: a missing or empty sysfs root is said clearly (the host source still works).
+pub fn check_roots(config: &AgentConfig) -> Vec<String> {
+    let mut w = Vec::new();
+    let root = &config.sysfs_root;
+    if !root.is_dir() {
+        w.push(format!(
+            "sysfs root {} does not exist or is not a directory: the infiniband and netdev sources will find nothing",
+            root.display()
+        ));
+    } else if !root.join("class").is_dir() {
+        w.push(format!(
+            "sysfs root {} has no class/ directory: the infiniband and netdev sources will find nothing",
+            root.display()
+        ));
+    }
+    w
+}
+
+/// The host's boot id from `<procfs-root>/sys/kernel/random/boot_id`, empty when unreadable.
+pub fn boot_id(procfs_root: &Path) -> String {
+    std::fs::read_to_string(procfs_root.join("sys/kernel/random/boot_id"))
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// Resend buffer size that holds `span` of batches at the given series counts and periods.
+///
+/// A sample costs about 10 bytes on the wire (a 1–2 byte varint id and an 8-byte value), a tick 12 more
+/// (timestamp and length), a batch ~32 more. The result is at least 1 MiB.
+pub fn buffer_bytes_for(
+    fast_series: usize,
+    slow_series: usize,
+    fast: Duration,
+    slow: Duration,
+    batch: Duration,
+    span: Duration,
+) -> usize {
+    let per_s = |n: usize, p: Duration| (n as f64 * 10.0 + 12.0) / p.as_secs_f64().max(1e-3);
+    let bytes_per_s =
+        per_s(fast_series, fast) + per_s(slow_series, slow) + 32.0 / batch.as_secs_f64().max(1e-3);
+    ((bytes_per_s * span.as_secs_f64()) as usize).max(1 << 20)
+}
+
+/// Starts an agent: sources, sampling thread, shipper (when a collector is configured) and `/metrics`.
+pub async fn start(config: AgentConfig) -> Result<AgentHandle, AgentError> {
+    config.validate()?;
+    for w in check_roots(&config) {
+        tracing::warn!(node = %config.node, "{w}");
+    }
+    let metrics = Arc::new(telemetry::AgentMetrics::new());
+    let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
+    let (http_addr, http) = http::serve(config.http_listen, metrics.clone(), shutdown_rx.clone())
+        .await
+        .map_err(|source| AgentError::Listen {
+            addr: config.http_listen,
+            source,
+        })?;
+
+    let sources = source::build_sources(&config);
+    let mut smp = sampler::Sampler::new(sources, metrics.clone());
+    let smp = tokio::task::spawn_blocking(move || {
+        smp.discover();
+        smp
+    })
+    .await
+    .map_err(|e| AgentError::Thread(std::io::Error::other(e.to_string())))?;
+    let inv = smp.full_inventory();
+    let fast_n = inv.series.iter().filter(|s| s.tier == 1).count();
+    let slow_n = inv.series.len() - fast_n;
+    let buffer_bytes = config.buffer_bytes.unwrap_or_else(|| {
+        buffer_bytes_for(
+            fast_n,
+            slow_n,
+            config.fast_period,
+            config.slow_period,
+            config.batch_period,
+            config::DEFAULT_BUFFER_SPAN,
+        )
+    });
+    tracing::info!(
+        node = %config.node,
+        links = inv.links.len(),
+        series = inv.series.len(),
+        sources = ?smp.source_names(),
+        buffer_bytes,
+        "agent started"
+    );
+
+    let markers = steps::MarkerQueue::new(65_536);
+    if let Some(parent) = config.steps_socket.as_ref().and_then(|p| p.parent()) {
+        let _ = std::fs::create_dir_all(parent);
+    }
+    let step_listeners = steps::spawn_listeners(
+        &steps::ListenerSettings {
+            udp: config.steps_udp,
+            unix: config.steps_socket.clone(),
+            rate: config.steps_rate,
+        },
+        markers.clone(),
+        steps::MarkerMetrics {
+            received: metrics.markers_received.clone(),
+            dropped: metrics.markers_dropped.clone(),
+        },
+        shutdown_rx.clone(),
+    )
+    .await;
+    let periods = sampler::Periods::new(config.fast_period, config.slow_period);
+    // Room for a minute of batches at the default batch period while the shipper is busy.
+    let (ev_tx, ev_rx) = tokio::sync::mpsc::channel(256);
+    let shipper = match &config.collector {
+        Some(url) => {
+            let settings = shipper::ShipperSettings {
+                collector: url.clone(),
+                node: config.node.clone(),
+                boot_id: boot_id(&config.procfs_root),
+                instance_id: rand::random::<u64>() | 1,
+                buffer_bytes,
+                ack_timeout: config.ack_timeout,
+                backoff_min: config.backoff_min,
+                backoff_max: config.backoff_max,
+                connect_timeout: Duration::from_secs(5),
+            };
+            let sh = shipper::Shipper::new(settings, metrics.clone(), periods.clone());
+            Some(tokio::spawn(sh.run(ev_rx, shutdown_rx.clone())))
+        }
+        None => {
+            // No collector: drain the queue so the sampler never counts hand-off drops.
+            let mut rx = ev_rx;
+            Some(tokio::spawn(
+                async move { while rx.recv().await.is_some() {} },
+            ))
+        }
+    };
+    let sampler = sampler::spawn(
+        smp,
+        periods,
+        sampler::LoopSettings {
+            batch_period: config.batch_period,
+            discover_period: config.discover_period,
+            markers: Some(markers),
+        },
+        ev_tx,
+        metrics.clone(),
+    )
+    .map_err(AgentError::Thread)?;
+    Ok(AgentHandle {
+        http_addr,
+        step_listeners,
+        metrics,
+        shutdown: shutdown_tx,
+        sampler: Some(sampler),
+        shipper,
+        http,
+    })
+}

@@ -104,15 +104,21 @@ pub struct Link {
 #[serde(rename_all = "lowercase")]
 pub enum SeriesKind {
     /// Monotonic counter; saturates at `max_value` (all ones of its width).
-    Counter { max_value: u64 },
+    Counter {
+        max_value: u64,
+    },
     Gauge,
 }
 
 impl SeriesKind {
     /// A 64-bit counter (saturates at `u64::MAX`).
-    pub const COUNTER64: SeriesKind = SeriesKind::Counter { max_value: u64::MAX };
+    pub const COUNTER64: SeriesKind = SeriesKind::Counter {
+        max_value: u64::MAX,
+    };
     /// A 32-bit PMA counter (saturates at `u32::MAX`).
-    pub const COUNTER32: SeriesKind = SeriesKind::Counter { max_value: u32::MAX as u64 };
+    pub const COUNTER32: SeriesKind = SeriesKind::Counter {
+        max_value: u32::MAX as u64,
+    };
 }
 
 /// One series a source produces.
@@ -223,4 +229,40 @@ pub trait Source: Send {
     fn inventory(&self) -> &Inventory;
     /// Reads every series of `tier`, calling `sink(series_index, value)` for each value read.
     fn sample(&mut self, tier: Tier, sink: &mut dyn FnMut(usize, Value)) -> ReadReport;
+}
+
+/// Names of the sources, in the order they are built and sampled.
+pub const SOURCE_NAMES: &[&str] = &["infiniband", "netdev", "host"];
+
+/// The explicit list of sources: builds the enabled ones from the configuration. A new source is one new file
+/// plus one arm here.
+pub fn build_sources(config: &crate::config::AgentConfig) -> Vec<Box<dyn Source>> {
+    let mut out: Vec<Box<dyn Source>> = Vec::new();
+    for name in SOURCE_NAMES {
+        if !config.sources.iter().any(|s| s == name) {
+            continue;
+        }
+        match *name {
+            "infiniband" => out.push(Box::new(infiniband::InfinibandSource::new(
+                config.sysfs_root.clone(),
+            ))),
+            "netdev" => {
+                let mut opts = netdev::NetdevOptions {
+                    fabric: config.netdev.fabric.clone(),
+                    management: config.netdev.management.clone(),
+                    ..netdev::NetdevOptions::default()
+                };
+                if let Some(ex) = &config.netdev.exclude {
+                    opts.exclude = ex.clone();
+                }
+                out.push(Box::new(netdev::NetdevSource::new(
+                    config.sysfs_root.clone(),
+                    opts,
+                )))
+            }
+            "host" => out.push(Box::new(host::HostSource::new())),
+            _ => {}
+        }
+    }
+    out
 }

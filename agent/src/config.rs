@@ -1,0 +1,289 @@
+//! Agent configuration: defaults in one place, a TOML file (`--config FILE`), command-line overrides, and
+//! `validate()` naming the bad field.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// Default fast-tier period: data byte counters at 20 Hz.
+pub const DEFAULT_FAST_PERIOD: Duration = Duration::from_millis(50);
+/// Default slow-tier period: errors, state, rate, host at 1 Hz.
+pub const DEFAULT_SLOW_PERIOD: Duration = Duration::from_secs(1);
+/// Default span the resend buffer covers at the default rates.
+pub const DEFAULT_BUFFER_SPAN: Duration = Duration::from_secs(600);
+/// Default loopback UDP address for step markers.
+pub const DEFAULT_STEPS_UDP: &str = "127.0.0.1:9473";
+/// Default unix datagram socket for step markers.
+pub const DEFAULT_STEPS_SOCKET: &str = "/run/commwatch/steps.sock";
+/// Default address of the agent's own `/metrics`.
+pub const DEFAULT_HTTP_LISTEN: &str = "127.0.0.1:9471";
+
+/// Errors of loading or validating the configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("config file {path}: {source}")]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: toml::de::Error,
+    },
+    #[error("invalid configuration: `{field}`: {reason}")]
+    Invalid { field: &'static str, reason: String },
+}
+
+fn invalid(field: &'static str, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        field,
+        reason: reason.into(),
+    }
+}
+
+/// Netdev classification overrides (interface names; a trailing `*` matches a prefix).
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct NetdevConfig {
+    /// Interfaces to treat as fabric even if they look like management Ethernet.
+    pub fabric: Vec<String>,
+    /// Interfaces to treat as management even if they look like fabric.
+    pub management: Vec<String>,
+    /// Interfaces to ignore; `None` keeps the built-in list (`lo`, `veth*`, `docker*`, ...).
+    pub exclude: Option<Vec<String>>,
+}
+
+/// The whole agent configuration.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct AgentConfig {
+    /// Node name reported to the collector; defaults to the host name.
+    pub node: String,
+    /// Collector URL (`http://HOST:PORT`); `None` runs without shipping (only `/metrics` and `--once`).
+    pub collector: Option<String>,
+    /// Root of sysfs (`/sys`); every sysfs path is built from it.
+    pub sysfs_root: PathBuf,
+    /// Root of procfs (`/proc`).
+    pub procfs_root: PathBuf,
+    /// Address of the agent's own `/metrics` and `/healthz`. Localhost unless configured.
+    pub http_listen: SocketAddr,
+    /// Fast-tier period (byte counters).
+    #[serde(with = "humantime_serde_compat")]
+    pub fast_period: Duration,
+    /// Slow-tier period (errors, state, rate, host).
+    #[serde(with = "humantime_serde_compat")]
+    pub slow_period: Duration,
+    /// How often the hardware is rescanned for new or changed devices.
+    #[serde(with = "humantime_serde_compat")]
+    pub discover_period: Duration,
+    /// How many samples are gathered into one batch before it is shipped.
+    #[serde(with = "humantime_serde_compat")]
+    pub batch_period: Duration,
+    /// Resend buffer size in bytes; `None` sizes it for 10 minutes at the configured rates.
+    pub buffer_bytes: Option<usize>,
+    /// A connection with unacknowledged batches and no ack for this long is considered stalled and reopened.
+    #[serde(with = "humantime_serde_compat")]
+    pub ack_timeout: Duration,
+    /// Backoff bounds for reconnecting.
+    #[serde(with = "humantime_serde_compat")]
+    pub backoff_min: Duration,
+    #[serde(with = "humantime_serde_compat")]
+    pub backoff_max: Duration,
+    pub netdev: NetdevConfig,
+    /// Loopback UDP address for step markers; `None` disables UDP markers.
+    pub steps_udp: Option<SocketAddr>,
+    /// Unix datagram socket for step markers; `None` disables it.
+    pub steps_socket: Option<PathBuf>,
+    /// Step markers accepted per second and transport; more are dropped and counted.
+    pub steps_rate: f64,
+    /// Sources to run; default all (`infiniband`, `netdev`, `host`).
+    pub sources: Vec<String>,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        AgentConfig {
+            node: default_node_name(),
+            collector: None,
+            sysfs_root: PathBuf::from("/sys"),
+            procfs_root: PathBuf::from("/proc"),
+            http_listen: DEFAULT_HTTP_LISTEN.parse().expect("valid default address"),
+            fast_period: DEFAULT_FAST_PERIOD,
+            slow_period: DEFAULT_SLOW_PERIOD,
+            discover_period: Duration::from_secs(10),
+            batch_period: Duration::from_millis(250),
+            buffer_bytes: None,
+            ack_timeout: Duration::from_secs(15),
+            backoff_min: Duration::from_millis(200),
+            backoff_max: Duration::from_secs(10),
+            netdev: NetdevConfig::default(),
+            steps_udp: Some(DEFAULT_STEPS_UDP.parse().expect("valid default address")),
+            steps_socket: Some(PathBuf::from(DEFAULT_STEPS_SOCKET)),
+            steps_rate: 2000.0,
+            sources: crate::source::SOURCE_NAMES
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+        }
+    }
+}
+
+/// The host name from `/proc/sys/kernel/hostname`, or `unknown-node`.
+pub fn default_node_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "unknown-node".to_string())
+}
+
+impl AgentConfig {
+    /// Reads a TOML file; missing keys keep their defaults.
+    pub fn from_file(path: &Path) -> Result<AgentConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        toml::from_str(&text).map_err(|source| ConfigError::Parse {
+            path: path.to_path_buf(),
+            source,
+        })
+    }
+
+    /// Checks every field; the error names the first bad one.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.node.is_empty() || self.node.len() > 253 {
+            return Err(invalid("node", "must be 1 to 253 bytes"));
+        }
+        if self
+            .node
+            .chars()
+            .any(|c| c.is_control() || c.is_whitespace())
+        {
+            return Err(invalid(
+                "node",
+                "must not contain whitespace or control characters",
+            ));
+        }
+        if let Some(url) = &self.collector {
+            if !url.starts_with("http://") {
+                return Err(invalid(
+                    "collector",
+                    format!(
+                        "{url:?} is not an http:// URL (TLS settings come with the hardening work)"
+                    ),
+                ));
+            }
+        }
+        if self.fast_period < Duration::from_millis(5) || self.fast_period > Duration::from_secs(60)
+        {
+            return Err(invalid("fast_period", "must be between 5ms and 60s"));
+        }
+        if self.slow_period < self.fast_period || self.slow_period > Duration::from_secs(600) {
+            return Err(invalid(
+                "slow_period",
+                "must be at least fast_period and at most 10m",
+            ));
+        }
+        if self.batch_period < self.fast_period || self.batch_period > Duration::from_secs(60) {
+            return Err(invalid(
+                "batch_period",
+                "must be at least fast_period and at most 60s",
+            ));
+        }
+        if self.discover_period < self.slow_period {
+            return Err(invalid("discover_period", "must be at least slow_period"));
+        }
+        if let Some(b) = self.buffer_bytes {
+            if b < 64 * 1024 {
+                return Err(invalid("buffer_bytes", "must be at least 64 KiB"));
+            }
+        }
+        if self.backoff_min.is_zero() || self.backoff_max < self.backoff_min {
+            return Err(invalid(
+                "backoff_max",
+                "backoff_min must be > 0 and backoff_max >= backoff_min",
+            ));
+        }
+        if self.ack_timeout < Duration::from_secs(1) {
+            return Err(invalid("ack_timeout", "must be at least 1s"));
+        }
+        if let Some(a) = self.steps_udp {
+            if !a.ip().is_loopback() {
+                return Err(invalid(
+                    "steps_udp",
+                    "must be a loopback address (markers come from this node)",
+                ));
+            }
+        }
+        if !(self.steps_rate > 0.0 && self.steps_rate <= 1e6) {
+            return Err(invalid("steps_rate", "must be in (0, 1e6]"));
+        }
+        for s in &self.sources {
+            if !crate::source::SOURCE_NAMES.contains(&s.as_str()) {
+                return Err(invalid(
+                    "sources",
+                    format!(
+                        "unknown source {s:?}; known: {}",
+                        crate::source::SOURCE_NAMES.join(", ")
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Durations in the config file are humantime strings (`"50ms"`, `"1s"`, `"10m"`).
+mod humantime_serde_compat {
+    use serde::{Deserialize, Deserializer};
+    use std::time::Duration;
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let s = String::deserialize(d)?;
+        humantime::parse_duration(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_validate() {
+        let c = AgentConfig {
+            node: "n1".into(),
+            ..Default::default()
+        };
+        c.validate().unwrap();
+        assert_eq!(c.fast_period, Duration::from_millis(50));
+        assert_eq!(c.http_listen.ip().to_string(), "127.0.0.1");
+    }
+
+    #[test]
+    fn file_overrides_and_validation_names_field() {
+        let c: AgentConfig = toml::from_str(
+            r#"node = "gpu-1"
+fast_period = "100ms"
+[netdev]
+fabric = ["eth1"]
+"#,
+        )
+        .unwrap();
+        assert_eq!(c.fast_period, Duration::from_millis(100));
+        assert_eq!(c.netdev.fabric, vec!["eth1".to_string()]);
+        let bad = AgentConfig {
+            slow_period: Duration::from_millis(10),
+            ..c
+        };
+        let err = bad.validate().unwrap_err().to_string();
+        assert!(err.contains("`slow_period`"), "{err}");
+        let bad: Result<AgentConfig, _> = toml::from_str("nod = \"x\"");
+        assert!(bad.is_err());
+    }
+}

@@ -1,0 +1,175 @@
+//! `commwatch agent --once`: samples every source once (two fast ticks, so rates exist, and one slow tick)
+//! and describes the node as one JSON document. This is how an operator checks a node and how tests check a
+//! source. The document's top-level keys are a contract: `node`, `agent_version`, `sysfs_root`,
+//! `procfs_root`, `warnings`, `sources`, `links`, `samples`, `jobs`, `errors`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use commwatch_proto::v1 as pb;
+use serde_json::{json, Value as Json};
+
+use crate::config::AgentConfig;
+use crate::sampler::{unix_now_ns, BatchBuilder, Sampler};
+use crate::source::{self, Tier};
+use crate::telemetry::AgentMetrics;
+
+fn class_name(c: i32) -> &'static str {
+    match pb::LinkClass::try_from(c) {
+        Ok(pb::LinkClass::Infiniband) => "infiniband",
+        Ok(pb::LinkClass::Roce) => "roce",
+        Ok(pb::LinkClass::Ethernet) => "ethernet",
+        Ok(pb::LinkClass::Nvlink) => "nvlink",
+        _ => "unknown",
+    }
+}
+
+fn role_name(r: i32) -> &'static str {
+    match pb::LinkRole::try_from(r) {
+        Ok(pb::LinkRole::Fabric) => "fabric",
+        Ok(pb::LinkRole::Management) => "management",
+        _ => "unknown",
+    }
+}
+
+fn value_json(d: &pb::SeriesDescriptor, bits: u64) -> Json {
+    if d.kind == pb::SeriesKind::Gauge as i32 {
+        let v = f64::from_bits(bits);
+        if v.is_finite() {
+            json!(v)
+        } else {
+            Json::Null
+        }
+    } else {
+        json!(bits)
+    }
+}
+
+/// Samples once and returns the document. Blocking (reads files; sleeps one fast period between the two
+/// fast ticks): call it from a blocking context.
+pub fn run_once(config: &AgentConfig) -> Json {
+    let metrics = Arc::new(AgentMetrics::new());
+    let mut sampler = Sampler::new(source::build_sources(config), metrics);
+    sampler.discover();
+
+    let mut first = BatchBuilder::default();
+    let t0 = Instant::now();
+    first.begin_tick(unix_now_ns());
+    sampler.sample(Tier::Fast, &mut first);
+    first.end_tick();
+    let wait = config.fast_period.saturating_sub(t0.elapsed());
+    std::thread::sleep(wait.max(Duration::from_millis(1)));
+    let mut second = BatchBuilder::default();
+    let t1 = Instant::now();
+    second.begin_tick(unix_now_ns());
+    sampler.sample(Tier::Fast, &mut second);
+    sampler.sample(Tier::Slow, &mut second);
+    second.end_tick();
+    let dt = t1.duration_since(t0).as_secs_f64();
+
+    let collect = |b: &mut BatchBuilder| -> BTreeMap<u32, u64> {
+        b.take()
+            .map(|b| b.series_ids.into_iter().zip(b.values).collect())
+            .unwrap_or_default()
+    };
+    let v0 = collect(&mut first);
+    let v1 = collect(&mut second);
+
+    // Per link: byte totals and rates between the two fast ticks.
+    let inv = sampler.full_inventory();
+    let mut per_link: BTreeMap<u32, serde_json::Map<String, Json>> = BTreeMap::new();
+    for d in &inv.series {
+        if d.link_id == 0 || !(d.metric == "tx_bytes" || d.metric == "rx_bytes") {
+            continue;
+        }
+        let (Some(a), Some(b)) = (v0.get(&d.id), v1.get(&d.id)) else {
+            continue;
+        };
+        let entry = per_link.entry(d.link_id).or_default();
+        entry.insert(format!("{}_total", d.metric), json!(b));
+        let rate = if b >= a && dt > 0.0 {
+            json!((b - a) as f64 / dt)
+        } else {
+            Json::Null
+        };
+        entry.insert(format!("{}_per_second", d.metric), rate);
+    }
+    let links: Vec<Json> = inv
+        .links
+        .iter()
+        .map(|l| {
+            let mut o = json!({
+                "class": class_name(l.class),
+                "device": l.device,
+                "port": l.port,
+                "role": role_name(l.role),
+                "capacity_bytes_per_second": if l.capacity_bytes_per_second > 0.0 { json!(l.capacity_bytes_per_second) } else { Json::Null },
+                "state": l.state,
+                "attributes": l.attributes.iter().collect::<BTreeMap<_, _>>(),
+                "tx_bytes_total": Json::Null,
+                "rx_bytes_total": Json::Null,
+                "tx_bytes_per_second": Json::Null,
+                "rx_bytes_per_second": Json::Null,
+            });
+            if !l.gpu.is_empty() {
+                o["gpu"] = json!(l.gpu);
+                o["link"] = json!(l.link);
+            }
+            if let Some(extra) = per_link.get(&l.id) {
+                for (k, v) in extra {
+                    o[k.as_str()] = v.clone();
+                }
+            }
+            o
+        })
+        .collect();
+
+    let mut samples = Vec::new();
+    for d in &inv.series {
+        let Some(bits) = v1.get(&d.id).or_else(|| v0.get(&d.id)) else {
+            continue;
+        };
+        let link = sampler.link(d.link_id);
+        samples.push(json!({
+            "metric": d.metric,
+            "kind": if d.kind == pb::SeriesKind::Gauge as i32 { "gauge" } else { "counter" },
+            "tier": if d.tier == 1 { "fast" } else { "slow" },
+            "class": link.map(|l| class_name(l.class)),
+            "device": link.map(|l| l.device.as_str()),
+            "port": link.map(|l| l.port.as_str()),
+            "labels": d.labels.iter().collect::<BTreeMap<_, _>>(),
+            "value": value_json(d, *bits),
+            "saturated": d.kind == pb::SeriesKind::Counter as i32 && *bits == if d.max_value == 0 { u64::MAX } else { d.max_value },
+        }));
+    }
+
+    let sources: Vec<Json> = sampler
+        .source_names()
+        .into_iter()
+        .map(|name| {
+            json!({
+                "name": name,
+                "errors": sampler.recent_errors().iter().filter(|(s, _)| *s == name).count(),
+            })
+        })
+        .collect();
+    let errors: Vec<Json> = sampler
+        .recent_errors()
+        .iter()
+        .map(|(s, m)| json!({"source": s, "error": m}))
+        .collect();
+
+    json!({
+        "node": config.node,
+        "agent_version": env!("CARGO_PKG_VERSION"),
+        "sysfs_root": config.sysfs_root,
+        "procfs_root": config.procfs_root,
+        "warnings": crate::check_roots(config),
+        "sources": sources,
+        "links": links,
+        "samples": samples,
+        "jobs": [],
+        "errors": errors,
+    })
+}
