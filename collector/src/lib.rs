@@ -1,1 +1,391 @@
-//! commwatch-collector
+//! commwatch collector: receives agents' streams, keeps per-series windows, derives link rates, and exports them.
+//!
+//! Module map:
+//! - [`config`]: [`CollectorConfig`] (defaults, TOML, `validate()`).
+//! - [`ingest`]: the gRPC `Ingest` service; [`ingest::domain`] validates wire messages into domain types.
+//! - [`store`]: per node, per series bounded windows; counter rates with reset/saturation handling
+//!   ([`store::rate`]); read by the exporters (and, later, steps and analysis) through [`Store`].
+//! - [`export`]: `/metrics` ([`export::prometheus`], names in [`export::names`]), `/api/v1/nodes` and
+//!   `/healthz` ([`export::api`]), the collector's own health ([`export::health`]).
+//! - [`persist`]: SQLite persistence and replay at start.
+//!
+//! Lifecycle: [`start`] binds both listeners and spawns the servers; [`CollectorHandle::shutdown`] stops them
+//! gracefully (streams end with `UNAVAILABLE`, pending batches are committed); it is safe to call with nothing
+//! connected.
+
+pub mod config;
+pub mod export;
+pub mod ingest;
+pub mod persist;
+pub mod store;
+
+use std::net::SocketAddr;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::Duration;
+
+use prost::Message;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::TcpListenerStream;
+use tracing::{error, info, warn};
+
+pub use config::{CollectorConfig, ConfigError, Limits};
+pub use export::health::IngestStats;
+pub use store::{LinkView, NodeView, Store, StoreMemory};
+
+use commwatch_proto::v1 as pb;
+use export::health::Health;
+use ingest::domain::{Batch, Hello};
+use ingest::{IngestService, Shared};
+use persist::{PersistError, Replay};
+
+/// How long [`CollectorHandle::shutdown`] waits for streams and the final commit.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// Errors starting the collector.
+#[derive(Debug, thiserror::Error)]
+pub enum CollectorError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("cannot listen on {addr} ({what}): {source}")]
+    Bind {
+        what: &'static str,
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Persist(#[from] PersistError),
+    #[error("metrics registry: {0}")]
+    Metrics(#[from] prometheus::Error),
+}
+
+/// A running collector. Dropping it leaves the servers running until the runtime ends; call
+/// [`CollectorHandle::shutdown`] to stop them.
+pub struct CollectorHandle {
+    /// Where agents connect (the bound address: the real port when 0 was asked).
+    pub grpc_addr: SocketAddr,
+    /// Where `/metrics`, `/api/v1/nodes` and `/healthz` are served.
+    pub http_addr: SocketAddr,
+    store: Arc<Store>,
+    health: Health,
+    shutdown_tx: watch::Sender<bool>,
+    grpc: JoinHandle<()>,
+    http: JoinHandle<()>,
+    expiry: JoinHandle<()>,
+    writer: Option<JoinHandle<()>>,
+}
+
+/// Asks a running collector to stop (for signal handlers while [`CollectorHandle::wait`] runs elsewhere).
+#[derive(Clone)]
+pub struct ShutdownTrigger(watch::Sender<bool>);
+
+impl ShutdownTrigger {
+    pub fn shutdown(&self) {
+        self.0.send_replace(true);
+    }
+}
+
+impl CollectorHandle {
+    /// The store (read-only use: analysis, tests, demo).
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    /// Same data as `GET /api/v1/nodes`.
+    pub fn snapshot_nodes(&self) -> Vec<NodeView> {
+        export::api::node_views(&self.store)
+    }
+
+    /// Ingest counters since start.
+    pub fn ingest_stats(&self) -> IngestStats {
+        self.health.ingest_stats()
+    }
+
+    /// The `/metrics` text, rendered now.
+    pub fn render_metrics(&self) -> String {
+        export::prometheus::render(&self.health).unwrap_or_default()
+    }
+
+    /// A trigger that makes [`CollectorHandle::wait`] return after a graceful stop.
+    pub fn shutdown_trigger(&self) -> ShutdownTrigger {
+        ShutdownTrigger(self.shutdown_tx.clone())
+    }
+
+    /// Stops gracefully: no new connections, open streams end with `UNAVAILABLE`, queued batches are committed.
+    /// Safe with nothing connected.
+    pub async fn shutdown(self) {
+        self.shutdown_tx.send_replace(true);
+        self.wait().await;
+    }
+
+    /// Waits until the collector stops (after [`ShutdownTrigger::shutdown`], or a server failure), then
+    /// finishes the persistence writer.
+    pub async fn wait(self) {
+        let CollectorHandle {
+            shutdown_tx,
+            mut grpc,
+            mut http,
+            expiry,
+            writer,
+            ..
+        } = self;
+        // Either server ending (error) stops the other too.
+        let mut rx = shutdown_tx.subscribe();
+        tokio::select! {
+            _ = rx.wait_for(|s| *s) => {}
+            _ = &mut grpc => { shutdown_tx.send_replace(true); }
+            _ = &mut http => { shutdown_tx.send_replace(true); }
+        }
+        for (name, task) in [("grpc", grpc), ("http", http)] {
+            let abort = task.abort_handle();
+            if tokio::time::timeout(SHUTDOWN_GRACE, task).await.is_err() {
+                warn!(
+                    server = name,
+                    "server did not stop within the grace period; aborted"
+                );
+                abort.abort();
+            }
+        }
+        expiry.abort();
+        if let Some(w) = writer {
+            let abort = w.abort_handle();
+            if tokio::time::timeout(SHUTDOWN_GRACE, w).await.is_err() {
+                warn!("persistence writer did not finish within the grace period; aborted");
+                abort.abort();
+            }
+        }
+        info!("collector stopped");
+    }
+
+    /// Stops at once without flushing anything: what a kill does (tests use it to check recovery). Batches
+    /// not yet committed are lost (they were not acked either).
+    pub fn abort(self) {
+        if let Some(w) = &self.writer {
+            w.abort();
+        }
+        self.grpc.abort();
+        self.http.abort();
+        self.expiry.abort();
+        self.shutdown_tx.send_replace(true);
+    }
+}
+
+async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, CollectorError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| CollectorError::Bind { what, addr, source })
+}
+
+/// Replays persisted Hellos and batches into the store (receive order) and restores dedup state.
+fn replay(
+    store: &Store,
+    items: Vec<Replay>,
+    seqs: Vec<(String, u64, u64)>,
+    health: &Health,
+) -> (usize, usize) {
+    let mut hellos: std::collections::HashMap<(String, u64), Hello> = Default::default();
+    let (mut n_batches, mut n_hellos) = (0usize, 0usize);
+    let mut scratch = Vec::new();
+    for item in items {
+        match item {
+            Replay::Hello {
+                node,
+                instance_id,
+                received_unix_ns,
+                payload,
+            } => {
+                let h = match pb::Hello::decode(payload.as_slice())
+                    .map_err(|e| e.to_string())
+                    .and_then(|h| Hello::try_from(h).map_err(|e| e.to_string()))
+                {
+                    Ok(h) => h,
+                    Err(e) => {
+                        health.persist_errors.inc();
+                        warn!(node, instance_id, error = %e, "skipping unreadable persisted hello");
+                        continue;
+                    }
+                };
+                if let Err(e) = store.hello(&h, received_unix_ns, None) {
+                    warn!(node, instance_id, error = %e, "skipping persisted hello");
+                    continue;
+                }
+                n_hellos += 1;
+                hellos.insert((node, instance_id), h);
+            }
+            Replay::Batch {
+                node,
+                instance_id,
+                received_unix_ns,
+                payload,
+            } => {
+                let b = match pb::SampleBatch::decode(payload.as_slice())
+                    .map_err(|e| e.to_string())
+                    .and_then(|b| Batch::try_from(b).map_err(|e| e.to_string()))
+                {
+                    Ok(b) => b,
+                    Err(e) => {
+                        health.persist_errors.inc();
+                        warn!(node, instance_id, error = %e, "skipping unreadable persisted batch");
+                        continue;
+                    }
+                };
+                let Some(n) = store.node(&node) else { continue };
+                if n.lock().instance_id() != instance_id {
+                    // Two instances' streams interleaved: make this one's inventory current again.
+                    let Some(h) = hellos.get(&(node.clone(), instance_id)) else {
+                        continue;
+                    };
+                    if store.hello(h, received_unix_ns, None).is_err() {
+                        continue;
+                    }
+                }
+                let mut n = n.lock();
+                match n.apply_batch(&b, received_unix_ns, &mut scratch) {
+                    Ok(_) => {
+                        n.mark_durable(instance_id, b.seq);
+                        n_batches += 1;
+                    }
+                    Err(e) => {
+                        warn!(node, instance_id, seq = b.seq, error = %e, "skipping persisted batch")
+                    }
+                }
+            }
+        }
+    }
+    for (node, instance_id, seq) in seqs {
+        if let Some(n) = store.node(&node) {
+            n.lock().raise_highest(instance_id, seq);
+        }
+    }
+    (n_hellos, n_batches)
+}
+
+/// Starts the collector: opens and replays the state directory (if any), binds both listeners (port 0
+/// allowed), and spawns the gRPC and HTTP servers and the node-expiry sweep.
+pub async fn start(config: CollectorConfig) -> Result<CollectorHandle, CollectorError> {
+    config.validate()?;
+    let health = Health::new()?;
+    let store = Arc::new(Store::new(
+        config.retention,
+        config.node_expiry,
+        config.limits.clone(),
+    ));
+    health
+        .registry
+        .register(Box::new(export::prometheus::StoreCollector::new(
+            store.clone(),
+        )?))?;
+
+    let mut persist = None;
+    let mut writer = None;
+    if let Some(dir) = &config.state_dir {
+        let dir = dir.clone();
+        let retention = config.retention;
+        let loaded = tokio::task::spawn_blocking(move || {
+            let (conn, path) = persist::open(&dir)?;
+            let (items, seqs) = persist::load(&conn, &path, retention)?;
+            Ok::<_, PersistError>((conn, path, items, seqs))
+        })
+        .await
+        .map_err(|e| {
+            CollectorError::Persist(PersistError::CreateDir {
+                path: config.state_dir.clone().unwrap_or_default(),
+                source: std::io::Error::other(e.to_string()),
+            })
+        })??;
+        let (conn, path, items, seqs) = loaded;
+        let (h, b) = replay(&store, items, seqs, &health);
+        info!(path = %path.display(), hellos = h, batches = b, "replayed persisted state");
+        let (handle, task) = persist::spawn_writer(conn, path, config.retention, health.clone());
+        persist = Some(handle);
+        writer = Some(task);
+    }
+
+    let grpc_listener = bind("grpc", config.grpc_listen).await?;
+    let http_listener = bind("http", config.http_listen).await?;
+    let grpc_addr = grpc_listener
+        .local_addr()
+        .map_err(|source| CollectorError::Bind {
+            what: "grpc",
+            addr: config.grpc_listen,
+            source,
+        })?;
+    let http_addr = http_listener
+        .local_addr()
+        .map_err(|source| CollectorError::Bind {
+            what: "http",
+            addr: config.http_listen,
+            source,
+        })?;
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+
+    let shared = Arc::new(Shared {
+        store: store.clone(),
+        health: health.clone(),
+        persist,
+        config: config.clone(),
+        next_conn: AtomicU64::new(1),
+        shutdown: shutdown_rx.clone(),
+    });
+    let service = pb::ingest_server::IngestServer::new(IngestService::new(shared))
+        .max_decoding_message_size(config.limits.max_batch_bytes);
+    let mut stop = shutdown_rx.clone();
+    let grpc = tokio::spawn(async move {
+        let result = tonic::transport::Server::builder()
+            .http2_keepalive_interval(Some(Duration::from_secs(30)))
+            .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+            .add_service(service)
+            .serve_with_incoming_shutdown(TcpListenerStream::new(grpc_listener), async move {
+                let _ = stop.wait_for(|s| *s).await;
+            })
+            .await;
+        if let Err(e) = result {
+            error!(error = %e, "gRPC server failed");
+        }
+    });
+    let mut stop = shutdown_rx.clone();
+    let router = export::api::router(export::api::HttpState {
+        store: store.clone(),
+        health: health.clone(),
+    });
+    let http = tokio::spawn(async move {
+        let result = axum::serve(http_listener, router)
+            .with_graceful_shutdown(async move {
+                let _ = stop.wait_for(|s| *s).await;
+            })
+            .await;
+        if let Err(e) = result {
+            error!(error = %e, "HTTP server failed");
+        }
+    });
+    let sweep_store = store.clone();
+    let sweep_health = health.clone();
+    let every = (config.node_expiry / 4).clamp(Duration::from_millis(25), Duration::from_secs(1));
+    let expiry = tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let n = sweep_store.expire(store::now_unix_ns());
+            if n > 0 {
+                sweep_health.expired_nodes.inc_by(n as u64);
+                info!(nodes = n, "expired stale nodes");
+            }
+        }
+    });
+    info!(%grpc_addr, %http_addr, state_dir = ?config.state_dir, "collector listening");
+    Ok(CollectorHandle {
+        grpc_addr,
+        http_addr,
+        store,
+        health,
+        shutdown_tx,
+        grpc,
+        http,
+        expiry,
+        writer,
+    })
+}

@@ -1,0 +1,224 @@
+//! Collector configuration: defaults in one place, TOML (`--config FILE`) with humantime durations
+//! (`retention = "10m"`), and [`CollectorConfig::validate`] naming the bad field.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// Errors reading or validating a configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot parse config file {path}: {source}")]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: Box<toml::de::Error>,
+    },
+    /// A field holds a value the collector cannot run with; `field` is its dotted TOML path.
+    #[error("invalid config field `{field}`: {reason}")]
+    Invalid { field: &'static str, reason: String },
+}
+
+/// Per-agent limits. Exceeding one fails that agent's stream with `RESOURCE_EXHAUSTED` and is counted in
+/// `commwatch_collector_rejected_streams_total{reason}`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Limits {
+    /// Most series one agent instance may describe.
+    pub max_series: usize,
+    /// Largest encoded message accepted, in bytes (also tonic's `max_decoding_message_size`).
+    pub max_batch_bytes: usize,
+    /// Longest metric name, label key or value, device, port, state or attribute, in bytes.
+    pub max_label_len: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_series: 100_000,
+            max_batch_bytes: 4 * 1024 * 1024,
+            max_label_len: 256,
+        }
+    }
+}
+
+/// Everything `commwatch collector` runs with.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CollectorConfig {
+    /// gRPC ingest listener (agents connect here). Port 0 picks a free port.
+    pub grpc_listen: SocketAddr,
+    /// HTTP listener for `/metrics`, `/api/v1/*`, `/healthz`. Port 0 picks a free port.
+    pub http_listen: SocketAddr,
+    /// SQLite persistence directory; `None` keeps everything in memory only.
+    pub state_dir: Option<PathBuf>,
+    /// How long raw samples (and persisted batches) are kept.
+    #[serde(with = "humantime_serde_compat")]
+    pub retention: Duration,
+    /// A node with no message for this long is removed from `/metrics` and `/api`.
+    #[serde(with = "humantime_serde_compat")]
+    pub node_expiry: Duration,
+    pub limits: Limits,
+    /// Fast-tier sampling period sent to agents in `Config`, ms; 0 = leave agents alone.
+    pub fast_period_ms: u32,
+    /// Slow-tier sampling period sent to agents in `Config`, ms; 0 = leave agents alone.
+    pub slow_period_ms: u32,
+}
+
+impl Default for CollectorConfig {
+    fn default() -> Self {
+        CollectorConfig {
+            grpc_listen: SocketAddr::from(([127, 0, 0, 1], 7070)),
+            http_listen: SocketAddr::from(([127, 0, 0, 1], 9470)),
+            state_dir: None,
+            retention: Duration::from_secs(600),
+            node_expiry: Duration::from_secs(300),
+            limits: Limits::default(),
+            fast_period_ms: 0,
+            slow_period_ms: 0,
+        }
+    }
+}
+
+impl CollectorConfig {
+    /// Reads a TOML file; absent fields take their defaults. The result is validated.
+    pub fn from_file(path: &Path) -> Result<CollectorConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let cfg = Self::from_toml_str(&text).map_err(|e| match e {
+            ConfigError::Parse { source, .. } => ConfigError::Parse {
+                path: path.to_owned(),
+                source,
+            },
+            other => other,
+        })?;
+        Ok(cfg)
+    }
+
+    /// Parses TOML text; absent fields take their defaults. The result is validated.
+    pub fn from_toml_str(text: &str) -> Result<CollectorConfig, ConfigError> {
+        let cfg: CollectorConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: PathBuf::from("<string>"),
+            source: Box::new(e),
+        })?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Checks every field; the error names the first bad one.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        fn bad(field: &'static str, reason: impl Into<String>) -> Result<(), ConfigError> {
+            Err(ConfigError::Invalid {
+                field,
+                reason: reason.into(),
+            })
+        }
+        if self.retention < Duration::from_secs(1) {
+            return bad("retention", "must be at least 1s");
+        }
+        if self.retention > Duration::from_secs(7 * 24 * 3600) {
+            return bad("retention", "must be at most 7 days");
+        }
+        if self.node_expiry < Duration::from_millis(100) {
+            return bad("node_expiry", "must be at least 100ms");
+        }
+        if self.limits.max_series == 0 {
+            return bad("limits.max_series", "must be > 0");
+        }
+        if self.limits.max_batch_bytes < 1024 {
+            return bad("limits.max_batch_bytes", "must be at least 1024");
+        }
+        if self.limits.max_batch_bytes > 1 << 30 {
+            return bad("limits.max_batch_bytes", "must be at most 1 GiB");
+        }
+        if self.limits.max_label_len < 16 {
+            return bad("limits.max_label_len", "must be at least 16");
+        }
+        if self.fast_period_ms != 0 && self.fast_period_ms < 10 {
+            return bad(
+                "fast_period_ms",
+                "must be 0 (leave agents alone) or at least 10",
+            );
+        }
+        if self.slow_period_ms != 0 && self.slow_period_ms < 10 {
+            return bad(
+                "slow_period_ms",
+                "must be 0 (leave agents alone) or at least 10",
+            );
+        }
+        if let Some(dir) = &self.state_dir {
+            if dir.as_os_str().is_empty() {
+                return bad("state_dir", "must not be empty");
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `Duration` as a humantime string (`"10m"`, `"1h 30m"`, `"500ms"`).
+mod humantime_serde_compat {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer};
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let s = String::deserialize(d)?;
+        humantime::parse_duration(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid() {
+        let c = CollectorConfig::default();
+        c.validate().expect("defaults valid");
+        assert_eq!(c.retention, Duration::from_secs(600));
+        assert_eq!(c.node_expiry, Duration::from_secs(300));
+        assert_eq!(c.limits.max_batch_bytes, 4 << 20);
+    }
+
+    #[test]
+    fn toml_with_humantime() {
+        let c = CollectorConfig::from_toml_str(
+            r#"
+            grpc_listen = "0.0.0.0:7000"
+            retention = "2m"
+            node_expiry = "30s"
+            fast_period_ms = 100
+            [limits]
+            max_series = 10
+            "#,
+        )
+        .expect("parses");
+        assert_eq!(c.grpc_listen.port(), 7000);
+        assert_eq!(c.retention, Duration::from_secs(120));
+        assert_eq!(c.node_expiry, Duration::from_secs(30));
+        assert_eq!(c.limits.max_series, 10);
+        assert_eq!(c.limits.max_label_len, Limits::default().max_label_len);
+        assert_eq!(c.fast_period_ms, 100);
+    }
+
+    #[test]
+    fn validate_names_field() {
+        let err = CollectorConfig::from_toml_str("[limits]\nmax_series = 0\n").unwrap_err();
+        assert!(err.to_string().contains("limits.max_series"), "{err}");
+        let err = CollectorConfig::from_toml_str("retention = \"10ms\"\n").unwrap_err();
+        assert!(err.to_string().contains("`retention`"), "{err}");
+        let err = CollectorConfig::from_toml_str("retention = \"ten\"\n").unwrap_err();
+        assert!(err.to_string().contains("retention"), "{err}");
+        assert!(CollectorConfig::from_toml_str("bogus = 1\n").is_err());
+    }
+}

@@ -1,0 +1,6 @@
+//! Export: Prometheus text (`/metrics`), the JSON API and health endpoints.
+
+pub mod api;
+pub mod health;
+pub mod names;
+pub mod prometheus;

@@ -1,0 +1,191 @@
+//! Every metric name the collector exports, in one place (dashboards and alert rules are checked against this
+//! file). Prometheus conventions: `commwatch_` prefix, base units (bytes, seconds), `_total` for counters.
+//!
+//! Link metrics carry `node`, `class` (`infiniband`|`roce`|`ethernet`|`nvlink`|`unknown`), `device`, `port`,
+//! `role` (`fabric`|`management`|`unknown`), plus `gpu` and `link` on NVLink links. Node metrics carry `node`
+//! (and the agent's own labels, e.g. `cpu`).
+
+/// Raw transmit byte counter of a link as the agent read it (counter, bytes).
+pub const LINK_TRANSMIT_BYTES_TOTAL: &str = "commwatch_link_transmit_bytes_total";
+/// Raw receive byte counter of a link (counter, bytes).
+pub const LINK_RECEIVE_BYTES_TOTAL: &str = "commwatch_link_receive_bytes_total";
+/// Transmit rate over the last second of samples (gauge, bytes/s); absent while unknown.
+pub const LINK_TRANSMIT_BYTES_PER_SECOND: &str = "commwatch_link_transmit_bytes_per_second";
+/// Receive rate over the last second of samples (gauge, bytes/s); absent while unknown.
+pub const LINK_RECEIVE_BYTES_PER_SECOND: &str = "commwatch_link_receive_bytes_per_second";
+/// Capacity per direction (gauge, bytes/s); absent when unknown.
+pub const LINK_CAPACITY_BYTES_PER_SECOND: &str = "commwatch_link_capacity_bytes_per_second";
+/// 1 when the link's state is up (`ACTIVE`, `up`, `LinkUp`), else 0; the state text is the `state` label.
+pub const LINK_UP: &str = "commwatch_link_up";
+/// Transmitted / received packets (counter).
+pub const LINK_TRANSMIT_PACKETS_TOTAL: &str = "commwatch_link_transmit_packets_total";
+pub const LINK_RECEIVE_PACKETS_TOTAL: &str = "commwatch_link_receive_packets_total";
+/// Error counters of a link, one series per agent counter name (`counter` label: `symbol_errors`,
+/// `link_downed`, `port_rcv_errors`, `tx_errors`, `rx_dropped`, ...). Bounded by the agent's series limit.
+pub const LINK_ERRORS_TOTAL: &str = "commwatch_link_errors_total";
+/// Congestion counters (`counter` label: `np_cnp_sent`, `rp_cnp_handled`, `np_ecn_marked_roce_packets`,
+/// `out_of_sequence`, ...).
+pub const LINK_CONGESTION_TOTAL: &str = "commwatch_link_congestion_total";
+/// Ticks the port had data to send but no flow-control credits (`port_xmit_wait`; counter, ticks).
+pub const LINK_XMIT_WAIT_TICKS_TOTAL: &str = "commwatch_link_xmit_wait_ticks_total";
+/// Any other link counter (`counter` label: the agent's metric name).
+pub const LINK_COUNTER_TOTAL: &str = "commwatch_link_counter_total";
+
+/// 1 while the node's agent stream is open, 0 while the node is held but not connected.
+pub const NODE_UP: &str = "commwatch_node_up";
+/// Time of the last message from the node's agent (gauge, seconds since the Unix epoch).
+pub const NODE_LAST_SEEN_TIMESTAMP_SECONDS: &str = "commwatch_node_last_seen_timestamp_seconds";
+/// CPU utilisation, 0..1 (gauge; `cpu` label per core, absent for the total).
+pub const NODE_CPU_UTILIZATION_RATIO: &str = "commwatch_node_cpu_utilization_ratio";
+/// Memory used / total (gauge, bytes).
+pub const NODE_MEMORY_USED_BYTES: &str = "commwatch_node_memory_used_bytes";
+pub const NODE_MEMORY_TOTAL_BYTES: &str = "commwatch_node_memory_total_bytes";
+/// Batches the agent dropped because its resend buffer overflowed (counter, per agent instance).
+pub const NODE_AGENT_DROPPED_BATCHES_TOTAL: &str = "commwatch_node_agent_dropped_batches_total";
+
+pub const COLLECTOR_BATCHES_TOTAL: &str = "commwatch_collector_batches_total";
+pub const COLLECTOR_SAMPLES_TOTAL: &str = "commwatch_collector_samples_total";
+pub const COLLECTOR_STREAMS: &str = "commwatch_collector_streams";
+pub const COLLECTOR_REJECTED_STREAMS_TOTAL: &str = "commwatch_collector_rejected_streams_total";
+pub const COLLECTOR_SUPERSEDED_STREAMS_TOTAL: &str = "commwatch_collector_superseded_streams_total";
+pub const COLLECTOR_GAP_BATCHES_TOTAL: &str = "commwatch_collector_gap_batches_total";
+pub const COLLECTOR_IMPLAUSIBLE_RATES_TOTAL: &str = "commwatch_collector_implausible_rates_total";
+pub const COLLECTOR_COUNTER_RESETS_TOTAL: &str = "commwatch_collector_counter_resets_total";
+pub const COLLECTOR_REFUSED_SAMPLES_TOTAL: &str = "commwatch_collector_refused_samples_total";
+pub const COLLECTOR_OUT_OF_ORDER_SAMPLES_TOTAL: &str =
+    "commwatch_collector_out_of_order_samples_total";
+pub const COLLECTOR_INGEST_SECONDS: &str = "commwatch_collector_ingest_seconds";
+pub const COLLECTOR_SCRAPE_SECONDS: &str = "commwatch_collector_scrape_seconds";
+pub const COLLECTOR_PERSIST_ERRORS_TOTAL: &str = "commwatch_collector_persist_errors_total";
+pub const COLLECTOR_PERSIST_COMMITS_TOTAL: &str = "commwatch_collector_persist_commits_total";
+pub const COLLECTOR_EXPIRED_NODES_TOTAL: &str = "commwatch_collector_expired_nodes_total";
+/// Nodes, series and samples held, and the store's own estimate of its memory (gauges).
+pub const COLLECTOR_NODES: &str = "commwatch_collector_nodes";
+pub const COLLECTOR_SERIES: &str = "commwatch_collector_series";
+pub const COLLECTOR_STORE_SAMPLES: &str = "commwatch_collector_store_samples";
+pub const COLLECTOR_STORE_BYTES: &str = "commwatch_collector_store_bytes";
+
+/// Every exported name (for checks against dashboards and alert rules).
+pub const ALL: &[&str] = &[
+    LINK_TRANSMIT_BYTES_TOTAL,
+    LINK_RECEIVE_BYTES_TOTAL,
+    LINK_TRANSMIT_BYTES_PER_SECOND,
+    LINK_RECEIVE_BYTES_PER_SECOND,
+    LINK_CAPACITY_BYTES_PER_SECOND,
+    LINK_UP,
+    LINK_TRANSMIT_PACKETS_TOTAL,
+    LINK_RECEIVE_PACKETS_TOTAL,
+    LINK_ERRORS_TOTAL,
+    LINK_CONGESTION_TOTAL,
+    LINK_XMIT_WAIT_TICKS_TOTAL,
+    LINK_COUNTER_TOTAL,
+    NODE_UP,
+    NODE_LAST_SEEN_TIMESTAMP_SECONDS,
+    NODE_CPU_UTILIZATION_RATIO,
+    NODE_MEMORY_USED_BYTES,
+    NODE_MEMORY_TOTAL_BYTES,
+    NODE_AGENT_DROPPED_BATCHES_TOTAL,
+    COLLECTOR_BATCHES_TOTAL,
+    COLLECTOR_SAMPLES_TOTAL,
+    COLLECTOR_STREAMS,
+    COLLECTOR_REJECTED_STREAMS_TOTAL,
+    COLLECTOR_SUPERSEDED_STREAMS_TOTAL,
+    COLLECTOR_GAP_BATCHES_TOTAL,
+    COLLECTOR_IMPLAUSIBLE_RATES_TOTAL,
+    COLLECTOR_COUNTER_RESETS_TOTAL,
+    COLLECTOR_REFUSED_SAMPLES_TOTAL,
+    COLLECTOR_OUT_OF_ORDER_SAMPLES_TOTAL,
+    COLLECTOR_INGEST_SECONDS,
+    COLLECTOR_SCRAPE_SECONDS,
+    COLLECTOR_PERSIST_ERRORS_TOTAL,
+    COLLECTOR_PERSIST_COMMITS_TOTAL,
+    COLLECTOR_EXPIRED_NODES_TOTAL,
+    COLLECTOR_NODES,
+    COLLECTOR_SERIES,
+    COLLECTOR_STORE_SAMPLES,
+    COLLECTOR_STORE_BYTES,
+];
+
+/// Which exported family a link counter of agent metric name `metric` belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkCounterFamily {
+    TransmitBytes,
+    ReceiveBytes,
+    TransmitPackets,
+    ReceivePackets,
+    XmitWait,
+    Errors,
+    Congestion,
+    Other,
+}
+
+/// Maps an agent's link counter name to its family. Names are the agent's (`SeriesDescriptor.metric`).
+pub fn link_counter_family(metric: &str) -> LinkCounterFamily {
+    match metric {
+        "tx_bytes" => LinkCounterFamily::TransmitBytes,
+        "rx_bytes" => LinkCounterFamily::ReceiveBytes,
+        "tx_packets" | "port_xmit_packets" => LinkCounterFamily::TransmitPackets,
+        "rx_packets" | "port_rcv_packets" => LinkCounterFamily::ReceivePackets,
+        "xmit_wait_ticks" | "port_xmit_wait" | "xmit_wait" => LinkCounterFamily::XmitWait,
+        m if m.contains("cnp")
+            || m.contains("ecn")
+            || m == "out_of_sequence"
+            || m.contains("congest") =>
+        {
+            LinkCounterFamily::Congestion
+        }
+        m if m.contains("error")
+            || m.contains("discard")
+            || m.contains("drop")
+            || m.contains("downed")
+            || m.contains("overrun")
+            || m.contains("integrity")
+            || m.contains("recovery") =>
+        {
+            LinkCounterFamily::Errors
+        }
+        _ => LinkCounterFamily::Other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_conventions() {
+        for n in ALL {
+            assert!(n.starts_with("commwatch_"), "{n}");
+            assert!(n.chars().all(|c| c.is_ascii_lowercase() || c == '_'), "{n}");
+        }
+        let mut v = ALL.to_vec();
+        v.sort();
+        v.dedup();
+        assert_eq!(v.len(), ALL.len(), "duplicate names");
+    }
+
+    #[test]
+    fn families() {
+        assert_eq!(
+            link_counter_family("symbol_errors"),
+            LinkCounterFamily::Errors
+        );
+        assert_eq!(
+            link_counter_family("link_downed"),
+            LinkCounterFamily::Errors
+        );
+        assert_eq!(link_counter_family("rx_dropped"), LinkCounterFamily::Errors);
+        assert_eq!(
+            link_counter_family("np_cnp_sent"),
+            LinkCounterFamily::Congestion
+        );
+        assert_eq!(
+            link_counter_family("port_xmit_wait"),
+            LinkCounterFamily::XmitWait
+        );
+        assert_eq!(
+            link_counter_family("multicast_xmit_packets"),
+            LinkCounterFamily::Other
+        );
+    }
+}

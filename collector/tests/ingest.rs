@@ -1,0 +1,428 @@
+//! Ingest through the real gRPC server on loopback: values, dedup, validation, limits, restarts, expiry.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use commwatch_proto::v1 as pb;
+use tonic::Code;
+
+#[tokio::test]
+async fn known_counters_give_exact_totals_and_rates() {
+    let h = collector(config()).await;
+    let (mut a, first) = Agent::connect(h.grpc_addr, hello("n1", 11)).await;
+    assert_eq!(first, 0);
+    // 21 ticks at 20 Hz: tx +5 MB per tick (100 MB/s), rx +2.5 MB per tick (50 MB/s).
+    let mut ticks = traffic(0, 21, 5_000_000, 2_500_000);
+    ticks[20].1.push((3, 7));
+    ticks[20].1.push((4, 1234));
+    ticks[20].1.push((5, 0.25f64.to_bits()));
+    a.send_batch(batch(1, &ticks)).await;
+    assert_eq!(a.ack_at_least(1).await, 1);
+
+    let v = nodes_json(&h).await;
+    let n = &v[0];
+    assert_eq!(n["name"], "n1");
+    assert!(n["last_seen_unix_s"].as_f64().unwrap() > 1.6e9);
+    let l = &n["links"][0];
+    assert_eq!(l["class"], "infiniband");
+    assert_eq!(l["device"], "mlx5_0");
+    assert_eq!(l["port"], "1");
+    assert_eq!(l["role"], "fabric");
+    assert_eq!(l["state"], "ACTIVE");
+    assert_eq!(l["capacity_bytes_per_second"], 25e9);
+    assert_eq!(l["tx_bytes_total"], 100_000_000u64);
+    assert_eq!(l["rx_bytes_total"], 50_000_000u64);
+    assert_eq!(l["tx_bytes_per_second"], 100_000_000.0);
+    assert_eq!(l["rx_bytes_per_second"], 50_000_000.0);
+    assert!(l.get("gpu").is_none());
+    assert_eq!(
+        h.snapshot_nodes()[0].links[0].tx_bytes_total,
+        Some(100_000_000)
+    );
+
+    let m = metrics(&h).await;
+    let labels = r#"node="n1",class="infiniband",device="mlx5_0",port="1",role="fabric""#;
+    for line in [
+        format!("commwatch_link_transmit_bytes_total{{{labels}}} 100000000"),
+        format!("commwatch_link_receive_bytes_total{{{labels}}} 50000000"),
+        format!("commwatch_link_transmit_bytes_per_second{{{labels}}} 100000000"),
+        format!("commwatch_link_receive_bytes_per_second{{{labels}}} 50000000"),
+        format!("commwatch_link_capacity_bytes_per_second{{{labels}}} 25000000000"),
+        format!("commwatch_link_errors_total{{{labels},counter=\"symbol_errors\"}} 7"),
+        format!("commwatch_link_xmit_wait_ticks_total{{{labels}}} 1234"),
+        "commwatch_node_cpu_utilization_ratio{node=\"n1\"} 0.25".to_string(),
+        "commwatch_node_up{node=\"n1\"} 1".to_string(),
+        "commwatch_collector_batches_total{result=\"accepted\"} 1".to_string(),
+        "commwatch_collector_samples_total 45".to_string(),
+        "commwatch_collector_streams 1".to_string(),
+    ] {
+        assert!(m.lines().any(|l| l == line), "missing {line:?} in\n{m}");
+    }
+    h.shutdown().await;
+}
+
+#[tokio::test]
+async fn resend_is_acked_not_applied_twice() {
+    let h = collector(config()).await;
+    let (mut a, _) = Agent::connect(h.grpc_addr, hello("n1", 5)).await;
+    a.send_batch(batch(1, &traffic(0, 10, 1000, 1000))).await;
+    a.send_batch(batch(2, &traffic(10, 10, 1000, 1000))).await;
+    assert_eq!(a.ack_at_least(2).await, 2);
+    // Resend both (as after a reconnect): acked, not applied.
+    a.send_batch(batch(1, &traffic(0, 10, 1000, 1000))).await;
+    a.send_batch(batch(2, &traffic(10, 10, 1000, 1000))).await;
+    assert_eq!(a.next_ack().await.unwrap(), 2);
+    let s = h.ingest_stats();
+    assert_eq!((s.batches_accepted, s.batches_duplicate), (2, 2));
+    assert_eq!(s.samples, 40);
+    assert_eq!(h.snapshot_nodes()[0].links[0].tx_bytes_total, Some(19_000));
+    drop(a);
+    // Reconnect with the same instance: the first Ack says what is held.
+    let (mut a, first) = Agent::connect(h.grpc_addr, hello("n1", 5)).await;
+    assert_eq!(first, 2);
+    // A gap (seq 5 after 2): accepted, 2 batches counted lost.
+    a.send_batch(batch(5, &traffic(20, 1, 1000, 1000))).await;
+    assert_eq!(a.ack_at_least(5).await, 5);
+    assert_eq!(h.ingest_stats().gap_batches, 2);
+    assert_eq!(h.snapshot_nodes()[0].links[0].tx_bytes_total, Some(20_000));
+    h.shutdown().await;
+}
+
+/// Sends `msgs` on a fresh stream and returns the error status.
+async fn rejected(addr: std::net::SocketAddr, msgs: Vec<pb::AgentMessage>) -> tonic::Status {
+    let mut a = Agent::open(addr).await;
+    for m in msgs {
+        a.send(m).await;
+    }
+    a.error().await
+}
+
+#[tokio::test]
+async fn malformed_messages_fail_only_their_stream() {
+    let h = collector(config()).await;
+    let (mut good, _) = Agent::connect(h.grpc_addr, hello("good", 1)).await;
+    let mut seq = 0;
+    let mut check_good = async |good: &mut Agent| {
+        seq += 1;
+        good.send_batch(batch(seq, &traffic(seq as i64 * 10, 10, 1, 1)))
+            .await;
+        assert_eq!(good.ack_at_least(seq).await, seq);
+    };
+    check_good(&mut good).await;
+
+    // No Hello first.
+    let s = rejected(h.grpc_addr, vec![msg_batch(batch(1, &traffic(0, 1, 1, 1)))]).await;
+    assert_eq!(s.code(), Code::InvalidArgument);
+    assert!(s.message().contains("Hello"), "{}", s.message());
+    check_good(&mut good).await;
+
+    // Empty node name.
+    let s = rejected(h.grpc_addr, vec![msg_hello(hello("", 1))]).await;
+    assert_eq!(s.code(), Code::InvalidArgument);
+    assert!(s.message().contains("hello.node"), "{}", s.message());
+
+    // Length mismatch.
+    let mut b = batch(1, &traffic(0, 2, 1, 1));
+    b.values.pop();
+    let s = rejected(h.grpc_addr, vec![msg_hello(hello("bad1", 1)), msg_batch(b)]).await;
+    assert_eq!(s.code(), Code::InvalidArgument);
+    assert!(s.message().contains("batch.values"), "{}", s.message());
+
+    // Unknown series id.
+    let b = batch(1, &[(T0, vec![(1, 1), (99, 1)])]);
+    let s = rejected(h.grpc_addr, vec![msg_hello(hello("bad2", 1)), msg_batch(b)]).await;
+    assert_eq!(s.code(), Code::InvalidArgument);
+    assert!(
+        s.message().contains("batch.series_ids[1]"),
+        "{}",
+        s.message()
+    );
+
+    // Series pointing at an undescribed link.
+    let mut hl = hello("bad3", 1);
+    hl.inventory.as_mut().unwrap().series[0].link_id = 42;
+    let s = rejected(h.grpc_addr, vec![msg_hello(hl)]).await;
+    assert_eq!(s.code(), Code::InvalidArgument);
+    assert!(s.message().contains("link_id"), "{}", s.message());
+
+    // A second Hello on the same stream.
+    let s = rejected(
+        h.grpc_addr,
+        vec![msg_hello(hello("bad4", 1)), msg_hello(hello("bad4", 1))],
+    )
+    .await;
+    assert_eq!(s.code(), Code::InvalidArgument);
+
+    check_good(&mut good).await;
+    let stats = h.ingest_stats();
+    assert_eq!(stats.rejected_streams, 6);
+    assert!(!h
+        .snapshot_nodes()
+        .iter()
+        .any(|n| n.name == "bad1" && n.links[0].tx_bytes_total.is_some()));
+    let m = metrics(&h).await;
+    assert!(
+        m.contains("commwatch_collector_rejected_streams_total{reason=\"invalid_argument\"} 6"),
+        "{m}"
+    );
+    h.shutdown().await;
+}
+
+#[tokio::test]
+async fn unknown_enums_follow_compatibility_rules() {
+    let h = collector(config()).await;
+    let mut hl = hello("n1", 1);
+    let inv = hl.inventory.as_mut().unwrap();
+    inv.links[0].class = 77;
+    inv.series[2].kind = 9; // symbol_errors of a kind we do not know: refused, samples skipped
+    let (mut a, _) = Agent::connect(h.grpc_addr, hl).await;
+    // An empty AgentMessage (a member this collector does not know) is ignored.
+    a.send(pb::AgentMessage { msg: None }).await;
+    a.send_batch(batch(
+        1,
+        &[
+            (T0, vec![(1, 10), (3, 5)]),
+            (T0 + 50 * MS, vec![(1, 20), (3, 6)]),
+        ],
+    ))
+    .await;
+    assert_eq!(a.ack_at_least(1).await, 1);
+    let n = h.snapshot_nodes();
+    assert_eq!(n[0].links[0].class, "unknown");
+    assert_eq!(n[0].links[0].tx_bytes_total, Some(20));
+    let m = metrics(&h).await;
+    assert!(
+        m.contains("commwatch_collector_refused_samples_total 2"),
+        "{m}"
+    );
+    assert!(!m.contains("symbol_errors"));
+    h.shutdown().await;
+}
+
+#[tokio::test]
+async fn limits_give_resource_exhausted() {
+    let mut cfg = config();
+    cfg.limits.max_series = 3;
+    cfg.limits.max_label_len = 24;
+    cfg.limits.max_batch_bytes = 4096;
+    let h = collector(cfg).await;
+    let s = rejected(h.grpc_addr, vec![msg_hello(hello("n1", 1))]).await;
+    assert_eq!(s.code(), Code::ResourceExhausted);
+    assert!(s.message().contains("series"), "{}", s.message());
+
+    let mut hl = hello("n2", 1);
+    let inv = hl.inventory.as_mut().unwrap();
+    inv.series.truncate(2);
+    inv.links[0].device = "x".repeat(25);
+    let s = rejected(h.grpc_addr, vec![msg_hello(hl)]).await;
+    assert_eq!(s.code(), Code::ResourceExhausted);
+    assert!(s.message().contains("device"), "{}", s.message());
+
+    let mut hl = hello("n3", 1);
+    hl.inventory.as_mut().unwrap().series.truncate(2);
+    let big = traffic(0, 400, 1, 1); // ~ 400 * 2 * 9 bytes + timestamps > 4 KiB
+    let s = rejected(h.grpc_addr, vec![msg_hello(hl), msg_batch(batch(1, &big))]).await;
+    assert_eq!(s.code(), Code::ResourceExhausted, "{s:?}");
+    let m = metrics(&h).await;
+    assert!(
+        m.contains("commwatch_collector_rejected_streams_total{reason=\"max_series\"} 1"),
+        "{m}"
+    );
+    assert!(
+        m.contains("commwatch_collector_rejected_streams_total{reason=\"label_len\"} 1"),
+        "{m}"
+    );
+    assert!(
+        m.contains("commwatch_collector_rejected_streams_total{reason=\"max_batch_bytes\"} 1"),
+        "{m}"
+    );
+    h.shutdown().await;
+}
+
+#[tokio::test]
+async fn counter_reset_and_saturation_never_give_negative_or_absurd_rates() {
+    let h = collector(config()).await;
+    let mut hl = hello("n1", 1);
+    // rx is a 32-bit PMA counter here.
+    hl.inventory.as_mut().unwrap().series[1].max_value = u32::MAX as u64;
+    let (mut a, _) = Agent::connect(h.grpc_addr, hl).await;
+    // tx: 1 MB per tick, then a reset to 1000 (driver reload), then 1 MB per tick again.
+    let mut ticks = Vec::new();
+    for i in 0..40i64 {
+        let tx = if i < 20 {
+            i as u64 * 1_000_000
+        } else {
+            1000 + (i - 20) as u64 * 1_000_000
+        };
+        let rx = (i as u64 * 400_000_000).min(u32::MAX as u64);
+        ticks.push((T0 + i * 50 * MS, vec![(1, tx), (2, rx)]));
+    }
+    a.send_batch(batch(1, &ticks)).await;
+    a.ack_at_least(1).await;
+    let l = &h.snapshot_nodes()[0].links[0];
+    // The last second (ticks 19..39): the 1000 counted since the reset plus 19 deltas of 1 MB.
+    let tx_rate = l.tx_bytes_per_second.expect("tx rate");
+    assert!((tx_rate - 19_001_000.0).abs() < 1.0, "{tx_rate}");
+    assert_eq!(l.tx_bytes_total, Some(1000 + 19_000_000));
+    // rx sits at saturation: rate unknown (null), never a jump.
+    assert_eq!(l.rx_bytes_per_second, None);
+    assert_eq!(l.rx_bytes_total, Some(u32::MAX as u64));
+    // An absurd jump (100 TB in 50 ms) is dropped and counted.
+    a.send_batch(batch(
+        2,
+        &[(T0 + 40 * 50 * MS, vec![(1, 100_000_000_000_000)])],
+    ))
+    .await;
+    a.ack_at_least(2).await;
+    let l = &h.snapshot_nodes()[0].links[0];
+    assert!(
+        l.tx_bytes_per_second.unwrap() < 100e9,
+        "{:?}",
+        l.tx_bytes_per_second
+    );
+    assert!(l.tx_bytes_per_second.unwrap() >= 0.0);
+    let s = h.ingest_stats();
+    assert_eq!(s.implausible_rates, 1);
+    assert_eq!(s.counter_resets, 1);
+    let m = metrics(&h).await;
+    assert!(
+        !m.contains("commwatch_link_receive_bytes_per_second"),
+        "{m}"
+    );
+    assert!(m.contains("commwatch_collector_implausible_rates_total 1"));
+    h.shutdown().await;
+}
+
+#[tokio::test]
+async fn agent_restart_gives_no_spike() {
+    let h = collector(config()).await;
+    let (mut a, _) = Agent::connect(h.grpc_addr, hello("n1", 1)).await;
+    a.send_batch(batch(1, &traffic(1000, 40, 2_000_000, 1_000_000)))
+        .await;
+    a.ack_at_least(1).await;
+    drop(a);
+    // New instance after a 2 s pause; ids renumbered, counters continue from the hardware's values.
+    let mut hl = hello("n1", 2);
+    for s in &mut hl.inventory.as_mut().unwrap().series {
+        s.id += 100;
+    }
+    let (mut a, first) = Agent::connect(h.grpc_addr, hl).await;
+    assert_eq!(first, 0, "a new instance starts with nothing held");
+    let ticks: Vec<_> = traffic(1080, 30, 2_000_000, 1_000_000)
+        .into_iter()
+        .map(|(t, s)| (t, s.into_iter().map(|(id, v)| (id + 100, v)).collect()))
+        .collect();
+    a.send_batch(batch(1, &ticks[..1])).await;
+    a.ack_at_least(1).await;
+    let l = &h.snapshot_nodes()[0].links[0];
+    // Across the restart: (1080 - 1039) ticks of 2 MB over 2.05 s = 40 MB/s, the steady rate.
+    assert_eq!(l.tx_bytes_per_second, Some(40_000_000.0));
+    a.send_batch(batch(2, &ticks[1..])).await;
+    a.ack_at_least(2).await;
+    let l = &h.snapshot_nodes()[0].links[0];
+    assert_eq!(l.tx_bytes_per_second, Some(40_000_000.0));
+    assert_eq!(l.rx_bytes_per_second, Some(20_000_000.0));
+    assert_eq!(h.ingest_stats().counter_resets, 0);
+    h.shutdown().await;
+}
+
+#[tokio::test]
+async fn newer_stream_for_a_node_wins() {
+    let h = collector(config()).await;
+    let (mut old, _) = Agent::connect(h.grpc_addr, hello("n1", 1)).await;
+    let (mut new, first) = Agent::connect(h.grpc_addr, hello("n1", 2)).await;
+    assert_eq!(first, 0);
+    let s = old.error().await;
+    assert_eq!(s.code(), Code::Aborted);
+    assert!(s.message().contains("superseded"));
+    new.send_batch(batch(1, &traffic(0, 2, 10, 10))).await;
+    assert_eq!(new.ack_at_least(1).await, 1);
+    assert_eq!(h.ingest_stats().superseded_streams, 1);
+    h.shutdown().await;
+}
+
+#[tokio::test]
+async fn stale_nodes_expire_from_api_and_metrics() {
+    let mut cfg = config();
+    cfg.node_expiry = Duration::from_millis(300);
+    let h = collector(cfg).await;
+    let (mut a, _) = Agent::connect(h.grpc_addr, hello("gone", 1)).await;
+    a.send_batch(batch(1, &traffic(0, 2, 10, 10))).await;
+    a.ack_at_least(1).await;
+    let (b, _) = Agent::connect(h.grpc_addr, hello("alive", 1)).await;
+    drop(a);
+    for i in 0..8 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        b.send(pb::AgentMessage {
+            msg: Some(pb::agent_message::Msg::Heartbeat(pb::Heartbeat {
+                unix_ns: i,
+            })),
+        })
+        .await;
+    }
+    let v = nodes_json(&h).await;
+    let names: Vec<&str> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, vec!["alive"]);
+    let m = metrics(&h).await;
+    assert!(node_lines(&m, "gone").is_empty(), "{m}");
+    assert!(!node_lines(&m, "alive").is_empty());
+    drop(b);
+    h.shutdown().await;
+}
+
+#[tokio::test]
+async fn config_is_sent_after_the_first_ack() {
+    let mut cfg = config();
+    cfg.fast_period_ms = 100;
+    let h = collector(cfg).await;
+    let mut a = Agent::open(h.grpc_addr).await;
+    a.send(msg_hello(hello("n1", 1))).await;
+    assert!(matches!(
+        a.next().await,
+        Ok(Some(pb::collector_message::Msg::Ack(pb::Ack { seq: 0 })))
+    ));
+    match a.next().await {
+        Ok(Some(pb::collector_message::Msg::Config(c))) => {
+            assert_eq!((c.fast_period_ms, c.slow_period_ms), (100, 0))
+        }
+        other => panic!("expected Config, got {other:?}"),
+    }
+    h.shutdown().await;
+}
+
+#[tokio::test]
+async fn shutdown_with_nothing_connected() {
+    let h = collector(config()).await;
+    let (code, body) = get(format!("http://{}/healthz", h.http_addr)).await;
+    assert_eq!((code, body.as_str()), (200, "ok"));
+    let r = reqwest::Client::new()
+        .post(format!("http://{}/api/v1/nodes", h.http_addr))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 405);
+    assert_eq!(nodes_json(&h).await, serde_json::json!([]));
+    tokio::time::timeout(Duration::from_secs(3), h.shutdown())
+        .await
+        .expect("prompt shutdown");
+}
+
+#[tokio::test]
+async fn shutdown_ends_open_streams() {
+    let h = collector(config()).await;
+    let (mut a, _) = Agent::connect(h.grpc_addr, hello("n1", 1)).await;
+    let stop = tokio::spawn(h.shutdown());
+    let s = a.error().await;
+    assert_eq!(s.code(), Code::Unavailable);
+    tokio::time::timeout(Duration::from_secs(6), stop)
+        .await
+        .expect("stops")
+        .unwrap();
+}
