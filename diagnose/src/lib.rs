@@ -1,7 +1,146 @@
-//! commwatch-diagnose
+//! `commwatch diagnose`: offline analysis of nccl-tests results, NCCL debug logs, PyTorch profiler (Kineto)
+//! traces and Nsight Systems exports, organised by the four steps of the method in DESIGN.md, ending in the key
+//! judgment (the link, or overlap/synchronisation/contention).
+//!
+//! Module map:
+//! - parsers, one per input kind: [`nccl_tests`], [`nccl_log`], [`kineto`] (streaming), [`nsys`]; the two trace
+//!   readers produce a [`timeline::Timeline`];
+//! - [`analysis`]: bandwidth curves, overlap per step, stragglers (pure functions);
+//! - [`findings`]: one rule per file;
+//! - [`report`]: the report, the conclusion, text and JSON; [`html`]: the self-contained HTML page;
+//! - [`collector`]: the link rate from a collector's inventory; [`baseline`]: a nccl-tests result as a baseline
+//!   for `commwatch baseline import`;
+//! - [`progress`]: the progress bar for long inputs.
+
 pub mod analysis;
+pub mod baseline;
+pub mod collector;
+pub mod findings;
+pub mod html;
 pub mod kineto;
 pub mod nccl_log;
 pub mod nccl_tests;
+pub mod nsys;
 pub mod progress;
+pub mod report;
 pub mod timeline;
+
+use std::io::Write;
+use std::path::PathBuf;
+
+pub use baseline::{parse_baseline, Baseline};
+pub use report::{render_json, render_text, Inputs, Report};
+
+/// Output format of the report.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Format {
+    #[default]
+    Text,
+    Json,
+    Html,
+}
+
+/// `commwatch diagnose` flags (CONTRACTS.md).
+#[derive(clap::Args, Debug, Clone)]
+pub struct DiagnoseArgs {
+    /// nccl-tests output (text of any generation, or the JSON of `-J`); repeatable.
+    #[arg(long = "nccl-tests", value_name = "F")]
+    pub nccl_tests: Vec<PathBuf>,
+    /// NCCL debug log (NCCL_DEBUG=INFO); repeatable.
+    #[arg(long = "nccl-log", value_name = "F")]
+    pub nccl_log: Vec<PathBuf>,
+    /// PyTorch profiler trace (.json, .json.gz) or a directory of them, one per rank; repeatable.
+    #[arg(long = "trace", value_name = "F|DIR")]
+    pub trace: Vec<PathBuf>,
+    /// Nsight Systems export (`nsys export --type sqlite`); repeatable.
+    #[arg(long = "nsys", value_name = "F")]
+    pub nsys: Vec<PathBuf>,
+    /// A running collector: its inventory gives the fabric link rate when --link-rate is absent.
+    #[arg(long = "collector", value_name = "URL")]
+    pub collector: Option<String>,
+    /// Theoretical rate of one fabric link in GB/s (1e9 bytes/s), e.g. 25 for 200 Gb/s HDR InfiniBand.
+    #[arg(long = "link-rate", value_name = "GBPS")]
+    pub link_rate: Option<f64>,
+    /// Report format.
+    #[arg(long = "format", value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+    /// Write the report here instead of stdout.
+    #[arg(long = "output", value_name = "FILE")]
+    pub output: Option<PathBuf>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DiagnoseError {
+    #[error("nothing to diagnose: give at least one of --nccl-tests, --nccl-log, --trace, --nsys")]
+    NoInputs,
+    #[error("--link-rate must be a positive number of GB/s, got {0}")]
+    InvalidLinkRate(f64),
+    #[error("cannot write the report to {path}: {source}")]
+    Output {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Exit code when the report was written and every input was read.
+pub const EXIT_OK: i32 = 0;
+/// Exit code when the report was written but some input could not be read at all (see its `inputs`).
+pub const EXIT_INPUT_ERRORS: i32 = 2;
+
+/// Runs `commwatch diagnose`: reads the inputs, writes the report, returns the exit code.
+pub fn run(args: &DiagnoseArgs) -> Result<i32, DiagnoseError> {
+    if args.nccl_tests.is_empty()
+        && args.nccl_log.is_empty()
+        && args.trace.is_empty()
+        && args.nsys.is_empty()
+    {
+        return Err(DiagnoseError::NoInputs);
+    }
+    if let Some(rate) = args.link_rate {
+        if !(rate.is_finite() && rate > 0.0) {
+            return Err(DiagnoseError::InvalidLinkRate(rate));
+        }
+    }
+    // The inventory is fetched even with --link-rate: it also tells which interfaces are management.
+    let inventory = args
+        .collector
+        .as_deref()
+        .map(|url| collector::fetch_inventory(url).map_err(|e| e.to_string()));
+    let inputs = Inputs {
+        nccl_tests: args.nccl_tests.clone(),
+        nccl_logs: args.nccl_log.clone(),
+        traces: args.trace.clone(),
+        nsys: args.nsys.clone(),
+        link_rate_gbps: args.link_rate,
+        inventory,
+    };
+    let report = Report::build(&inputs, &progress::Progress::auto());
+    let body = match args.format {
+        Format::Text => render_text(&report),
+        Format::Json => {
+            let mut s = serde_json::to_string_pretty(&render_json(&report)).unwrap_or_default();
+            s.push('\n');
+            s
+        }
+        Format::Html => html::render_html(&report),
+    };
+    let write = |path: &str, res: std::io::Result<()>| {
+        res.map_err(|source| DiagnoseError::Output {
+            path: path.to_string(),
+            source,
+        })
+    };
+    match &args.output {
+        Some(path) => write(&path.display().to_string(), std::fs::write(path, body))?,
+        None => write(
+            "stdout",
+            std::io::stdout().lock().write_all(body.as_bytes()),
+        )?,
+    }
+    Ok(if report.has_input_errors() {
+        EXIT_INPUT_ERRORS
+    } else {
+        EXIT_OK
+    })
+}

@@ -1,0 +1,119 @@
+//! Findings: one rule per file, each a pure function of the analysed inputs, registered in [`RULES`].
+//!
+//! A finding has the shape the collector's `/api/v1/findings` uses (`kind`, `severity`, `subject`, `summary`,
+//! `evidence`, `action`), with the kinds of CONTRACTS.md.
+
+mod baseline_below_link;
+mod cpu_bound;
+mod exposed_communication;
+mod few_channels;
+mod gdr_disabled;
+mod management_nic;
+mod nccl_warnings;
+mod socket_fallback;
+mod straggler;
+mod wrong_results;
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::analysis::straggler::StragglerAnalysis;
+use crate::report::{LinkInfo, LogReport, TestReport, TraceReport};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Severity {
+    Info,
+    Warning,
+    Critical,
+}
+
+impl Severity {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Info => "info",
+            Severity::Warning => "warning",
+            Severity::Critical => "critical",
+        }
+    }
+}
+
+/// One finding.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Finding {
+    /// One of the finding kinds of CONTRACTS.md.
+    pub kind: &'static str,
+    pub severity: Severity,
+    /// What it is about: `file`, `interface`, `rank`, `collective`, … as they apply.
+    pub subject: BTreeMap<String, String>,
+    pub summary: String,
+    /// The numbers behind it.
+    pub evidence: BTreeMap<String, serde_json::Value>,
+    pub action: String,
+}
+
+impl Finding {
+    pub(crate) fn new(
+        kind: &'static str,
+        severity: Severity,
+        summary: String,
+        action: &str,
+    ) -> Finding {
+        Finding {
+            kind,
+            severity,
+            subject: BTreeMap::new(),
+            summary,
+            evidence: BTreeMap::new(),
+            action: action.to_string(),
+        }
+    }
+
+    pub(crate) fn subject(mut self, key: &str, value: impl ToString) -> Finding {
+        self.subject.insert(key.to_string(), value.to_string());
+        self
+    }
+
+    pub(crate) fn evidence(mut self, key: &str, value: impl Into<serde_json::Value>) -> Finding {
+        self.evidence.insert(key.to_string(), value.into());
+        self
+    }
+}
+
+/// What the rules look at.
+pub struct Context<'a> {
+    pub tests: &'a [TestReport],
+    pub logs: &'a [LogReport],
+    pub traces: &'a [TraceReport],
+    pub straggler: Option<&'a StragglerAnalysis>,
+    pub link: &'a LinkInfo,
+}
+
+type Rule = fn(&Context) -> Vec<Finding>;
+
+/// Every rule, in report order.
+pub const RULES: &[Rule] = &[
+    socket_fallback::check,
+    management_nic::check,
+    gdr_disabled::check,
+    few_channels::check,
+    nccl_warnings::check,
+    wrong_results::check,
+    baseline_below_link::check,
+    exposed_communication::check,
+    cpu_bound::check,
+    straggler::check,
+];
+
+/// Runs every rule; the most severe findings first, rule order otherwise.
+pub fn evaluate(ctx: &Context) -> Vec<Finding> {
+    let mut out: Vec<Finding> = RULES.iter().flat_map(|rule| rule(ctx)).collect();
+    out.sort_by_key(|f| std::cmp::Reverse(f.severity));
+    out
+}
+
+/// Rounds for evidence: two decimals.
+pub(crate) fn r2(v: f64) -> f64 {
+    (v * 100.0).round() / 100.0
+}

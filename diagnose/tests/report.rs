@@ -1,0 +1,260 @@
+//! The four-step report: golden text, JSON contract keys, findings and the key judgment.
+
+use std::path::{Path, PathBuf};
+
+use commwatch_diagnose::progress::Progress;
+use commwatch_diagnose::report::{render_json, render_text, Inputs, Report};
+use commwatch_diagnose::{html, run, DiagnoseArgs, DiagnoseError, Format, EXIT_INPUT_ERRORS};
+
+fn rel(p: &str) -> PathBuf {
+    // Relative to the crate root (cargo runs tests there) so the golden report does not depend on the checkout.
+    PathBuf::from("tests/data").join(p)
+}
+
+fn fixed_inputs() -> Inputs {
+    Inputs {
+        nccl_tests: vec![
+            rel("nccl/gke-a3-allreduce-8gpu-nvlink.txt"),
+            rel("nccl/nccl-tests-cluster-N10G1-allreduce.txt"),
+        ],
+        nccl_logs: vec![rel("nccl/gke-a3-socket-fallback-rank0.txt")],
+        traces: vec![
+            rel("kineto/sampled_rank-0.json.gz"),
+            rel("kineto/sampled_rank-1.json.gz"),
+        ],
+        nsys: vec![],
+        link_rate_gbps: Some(50.0),
+        inventory: None,
+    }
+}
+
+#[test]
+fn golden_text_report() {
+    let report = Report::build(&fixed_inputs(), &Progress::hidden());
+    let text = render_text(&report);
+    let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/report.txt");
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::create_dir_all(golden.parent().unwrap()).unwrap();
+        std::fs::write(&golden, &text).unwrap();
+    }
+    let expected =
+        std::fs::read_to_string(&golden).expect("golden file (UPDATE_GOLDEN=1 writes it)");
+    assert_eq!(text, expected);
+}
+
+#[test]
+fn socket_fallback_findings_and_judgment() {
+    let report = Report::build(&fixed_inputs(), &Progress::hidden());
+    let kinds: Vec<&str> = report.findings.iter().map(|f| f.kind).collect();
+    assert!(kinds.contains(&"nccl_misconfiguration"), "{kinds:?}");
+    assert!(kinds.contains(&"management_network_traffic"), "{kinds:?}");
+    let mgmt = report
+        .findings
+        .iter()
+        .find(|f| f.kind == "management_network_traffic")
+        .unwrap();
+    assert_eq!(
+        mgmt.subject.get("interface").map(String::as_str),
+        Some("eth0")
+    );
+    assert_eq!(
+        mgmt.evidence.get("NCCL_SOCKET_IFNAME"),
+        Some(&serde_json::json!("eth0"))
+    );
+    let fallback = report
+        .findings
+        .iter()
+        .find(|f| f.kind == "nccl_misconfiguration")
+        .unwrap();
+    assert_eq!(
+        fallback.evidence.get("socket_connections"),
+        Some(&serde_json::json!(7))
+    );
+    assert_eq!(
+        fallback.evidence.get("ib_no_device"),
+        Some(&serde_json::json!(true))
+    );
+    // The 10-node baseline peaks at 48.89 GB/s against a 50 GB/s link: it meets the link (98 %), yet the log
+    // shows the socket fallback; the baseline alone does not condemn the link.
+    assert!(!kinds.contains(&"link_underutilized"));
+    assert_eq!(report.conclusion.verdict, "not_the_link");
+    assert!(!report.conclusion.confident);
+}
+
+#[test]
+fn baseline_below_the_link_blames_the_link_or_binding() {
+    let mut inputs = fixed_inputs();
+    inputs.link_rate_gbps = Some(100.0);
+    inputs.traces.clear();
+    let report = Report::build(&inputs, &Progress::hidden());
+    let under = report
+        .findings
+        .iter()
+        .find(|f| f.kind == "link_underutilized")
+        .expect("finding");
+    assert_eq!(
+        under.evidence.get("peak_busbw_gbps"),
+        Some(&serde_json::json!(48.89))
+    );
+    assert_eq!(report.conclusion.verdict, "link_or_binding");
+    assert!(report
+        .conclusion
+        .summary
+        .contains("the link, the NIC binding or the algorithm"));
+}
+
+#[test]
+fn json_contract_keys() {
+    let report = Report::build(&fixed_inputs(), &Progress::hidden());
+    let v = render_json(&report);
+    for key in [
+        "inputs",
+        "nccl_tests",
+        "nccl_logs",
+        "traces",
+        "findings",
+        "conclusion",
+    ] {
+        assert!(v.get(key).is_some(), "missing {key}");
+    }
+    let t = &v["nccl_tests"][0];
+    assert_eq!(t["collective"], "all_reduce_perf");
+    assert_eq!(t["avg_busbw_gbps"], 145.47);
+    assert_eq!(t["peak_busbw_gbps"], 479.93);
+    assert_eq!(t["rows"].as_array().unwrap().len(), 62);
+    for key in [
+        "size_bytes",
+        "time_us",
+        "algbw_gbps",
+        "busbw_gbps",
+        "in_place",
+    ] {
+        assert!(t["rows"][0].get(key).is_some(), "row key {key}");
+    }
+    assert_eq!(t["rows"][1]["in_place"], true);
+    let l = &v["nccl_logs"][0];
+    for key in [
+        "version",
+        "nranks",
+        "nnodes",
+        "network",
+        "interfaces",
+        "transports",
+        "channels",
+        "gdr",
+    ] {
+        assert!(l.get(key).is_some(), "log key {key}");
+    }
+    assert_eq!(l["transports"]["NET/Socket"], 7);
+    assert_eq!(l["gdr"], false);
+    let tr = &v["traces"][0];
+    for key in [
+        "rank",
+        "comm_time_us",
+        "compute_time_us",
+        "idle_time_us",
+        "overlap_ratio",
+        "steps",
+        "top_collectives",
+    ] {
+        assert!(tr.get(key).is_some(), "trace key {key}");
+    }
+    for key in [
+        "step",
+        "step_time_us",
+        "comm_time_us",
+        "compute_time_us",
+        "overlap_ratio",
+        "exposed_comm_us",
+    ] {
+        assert!(tr["steps"][0].get(key).is_some(), "step key {key}");
+    }
+    for key in ["kind", "severity", "summary", "evidence", "action"] {
+        assert!(v["findings"][0].get(key).is_some(), "finding key {key}");
+    }
+    assert_eq!(v["inputs"][0]["kind"], "nccl_tests");
+    assert_eq!(v["inputs"][0]["status"], "ok");
+    assert!(v["conclusion"]["verdict"].is_string());
+}
+
+#[test]
+fn bad_inputs_are_reported_and_the_rest_analysed() {
+    let dir = tempfile::tempdir().unwrap();
+    let garbage = dir.path().join("garbage.txt");
+    std::fs::write(&garbage, "not a result\n").unwrap();
+    let cut = dir.path().join("cut.json");
+    std::fs::write(&cut, "{\"traceEvents\": [{\"ph\": \"X\", \"cat\": \"kernel\", \"name\": \"k\", \"ts\": 1, \"dur\": 2},").unwrap();
+    let mut inputs = fixed_inputs();
+    inputs.nccl_tests.push(garbage.clone());
+    inputs.nccl_logs.push(dir.path().join("missing.log"));
+    inputs.traces = vec![cut.clone()];
+    let report = Report::build(&inputs, &Progress::hidden());
+    let rec = |p: &Path| {
+        report
+            .inputs
+            .iter()
+            .find(|i| i.path == p.display().to_string())
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(rec(&garbage).status, "error");
+    assert!(rec(&garbage).warnings[0].contains("no nccl-tests result table"));
+    assert_eq!(rec(&dir.path().join("missing.log")).status, "error");
+    let c = rec(&cut);
+    assert_eq!(c.status, "partial");
+    assert!(c.warnings[0].contains("line 1 column"), "{:?}", c.warnings);
+    assert_eq!(report.nccl_tests.len(), 2);
+    assert_eq!(report.traces.len(), 1);
+    assert!(report.has_input_errors());
+}
+
+#[test]
+fn html_is_self_contained() {
+    let report = Report::build(&fixed_inputs(), &Progress::hidden());
+    let page = html::render_html(&report);
+    assert!(page.starts_with("<!DOCTYPE html>"));
+    assert_eq!(page.matches("<svg").count(), 2);
+    assert!(page.contains("link 50.0 GB/s"));
+    assert!(!page.contains("<script") && !page.contains("src=\"http"));
+}
+
+#[test]
+fn run_writes_the_report_and_returns_the_exit_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.json");
+    let args = DiagnoseArgs {
+        nccl_tests: vec![rel("nccl/synth-allreduce-J.json")],
+        nccl_log: vec![dir.path().join("absent.log")],
+        trace: vec![],
+        nsys: vec![],
+        collector: Some("http://127.0.0.1:9".to_string()),
+        link_rate: None,
+        format: Format::Json,
+        output: Some(out.clone()),
+    };
+    assert_eq!(run(&args).unwrap(), EXIT_INPUT_ERRORS);
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert_eq!(v["nccl_tests"][0]["nranks"], 16);
+    // The unreachable collector is a warning in the report, not a failure.
+    assert!(v["link"]["warning"]
+        .as_str()
+        .unwrap()
+        .contains("127.0.0.1:9"));
+    assert_eq!(v["conclusion"]["verdict"], "insufficient_evidence");
+
+    let none = DiagnoseArgs {
+        nccl_tests: vec![],
+        nccl_log: vec![],
+        ..args.clone()
+    };
+    assert!(matches!(run(&none), Err(DiagnoseError::NoInputs)));
+    let bad_rate = DiagnoseArgs {
+        link_rate: Some(-1.0),
+        ..args
+    };
+    assert!(matches!(
+        run(&bad_rate),
+        Err(DiagnoseError::InvalidLinkRate(_))
+    ));
+}
