@@ -127,12 +127,14 @@ pub async fn start(config: AgentConfig) -> Result<AgentHandle, AgentError> {
 
     let sources = source::build_sources(&config);
     let mut smp = sampler::Sampler::new(sources, metrics.clone());
-    let smp = tokio::task::spawn_blocking(move || {
+    let mut smp = tokio::task::spawn_blocking(move || {
         smp.discover();
         smp
     })
     .await
     .map_err(|e| AgentError::Thread(std::io::Error::other(e.to_string())))?;
+    // The first Hello carries everything discovered at start; later changes travel as updates.
+    let _ = smp.take_update();
     let inv = smp.full_inventory();
     let fast_n = inv.series.iter().filter(|s| s.tier == 1).count();
     let slow_n = inv.series.len() - fast_n;
@@ -189,7 +191,7 @@ pub async fn start(config: AgentConfig) -> Result<AgentHandle, AgentError> {
                 backoff_max: config.backoff_max,
                 connect_timeout: Duration::from_secs(5),
             };
-            let sh = shipper::Shipper::new(settings, metrics.clone(), periods.clone());
+            let sh = shipper::Shipper::new(settings, metrics.clone(), periods.clone(), inv.clone());
             Some(tokio::spawn(sh.run(ev_rx, shutdown_rx.clone())))
         }
         None => {

@@ -174,10 +174,12 @@ pub struct Shipper {
 }
 
 impl Shipper {
+    /// `inventory` is what the sampler discovered at start (the first `Hello` carries it).
     pub fn new(
         settings: ShipperSettings,
         metrics: Arc<AgentMetrics>,
         periods: Arc<Periods>,
+        inventory: pb::Inventory,
     ) -> Shipper {
         metrics
             .buffer_capacity_bytes
@@ -187,7 +189,7 @@ impl Shipper {
             settings,
             metrics,
             periods,
-            inventory: pb::Inventory::default(),
+            inventory,
             next_seq: 1,
             acked: 0,
             events_closed: false,
@@ -201,7 +203,12 @@ impl Shipper {
                 None => self.inventory.links.push(l.clone()),
             }
         }
-        self.inventory.series.extend(inv.series.iter().cloned());
+        for d in &inv.series {
+            match self.inventory.series.iter_mut().find(|x| x.id == d.id) {
+                Some(x) => *x = d.clone(),
+                None => self.inventory.series.push(d.clone()),
+            }
+        }
     }
 
     fn absorb_batch(&mut self, mut batch: pb::SampleBatch) -> u64 {

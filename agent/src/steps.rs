@@ -272,11 +272,24 @@ pub async fn spawn_listeners(
         }
     }
     if let Some(path) = &settings.unix {
-        // A stale socket file from an earlier run would make bind fail.
-        if path.exists() {
+        // A stale socket file from an earlier run would make bind fail; a live one belongs to another agent
+        // and is left alone.
+        let live = path.exists()
+            && std::os::unix::net::UnixDatagram::unbound()
+                .and_then(|s| s.connect(path))
+                .is_ok();
+        if path.exists() && !live {
             let _ = std::fs::remove_file(path);
         }
-        match tokio::net::UnixDatagram::bind(path) {
+        let bind = if live {
+            Err(std::io::Error::new(
+                std::io::ErrorKind::AddrInUse,
+                "another process is listening on this socket",
+            ))
+        } else {
+            tokio::net::UnixDatagram::bind(path)
+        };
+        match bind {
             Ok(sock) => {
                 bound.unix = Some(path.clone());
                 let (q, m, mut sd, rate, p) =

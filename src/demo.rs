@@ -1,0 +1,192 @@
+//! `commwatch demo`: a collector, a simulated cluster (fake sysfs trees driven by a model of a data-parallel
+//! training job), and one real agent per simulated node reading its tree — the same code that reads `/sys`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+
+#[derive(Args, Debug, Clone)]
+pub struct DemoArgs {
+    /// Simulated nodes.
+    #[arg(long, default_value_t = 8)]
+    pub nodes: usize,
+    /// GPUs (and InfiniBand HCAs) per node.
+    #[arg(long, default_value_t = 8)]
+    pub gpus_per_node: usize,
+    /// Fault to inject: healthy, management-nic, degraded-link, link-errors, straggler, no-overlap, cpu-bound.
+    #[arg(long, default_value = "management-nic")]
+    pub scenario: String,
+    /// gRPC address of the collector the simulated agents stream to.
+    #[arg(long, default_value = "127.0.0.1:7070")]
+    pub grpc_listen: SocketAddr,
+    /// HTTP address of the collector's /metrics and /api/v1.
+    #[arg(long, default_value = "127.0.0.1:9470")]
+    pub http_listen: SocketAddr,
+    /// Stop after this long (e.g. 60s); default: until Ctrl-C.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub duration: Option<Duration>,
+    /// Where to write the simulated sysfs trees (default: a temporary directory removed at exit).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// How often the live summary is printed.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "5s")]
+    pub summary_every: Duration,
+}
+
+fn gbps(v: f64) -> String {
+    format!("{:.2} GB/s", v / 1e9)
+}
+
+/// Prints one summary block from the collector's current view.
+fn print_summary(nodes: &[commwatch_collector::NodeView], elapsed: Duration) {
+    println!(
+        "--- t+{:>4}s  {} node(s) reporting",
+        elapsed.as_secs(),
+        nodes.len()
+    );
+    println!(
+        "    {:<10} {:>14} {:>14} {:>16} {:>8}",
+        "node", "fabric tx", "fabric rx", "management tx", "links"
+    );
+    for n in nodes {
+        let sum = |role: &str, f: fn(&commwatch_collector::LinkView) -> Option<f64>| -> f64 {
+            n.links
+                .iter()
+                .filter(|l| l.role == role && l.class != "nvlink")
+                .filter_map(f)
+                .sum()
+        };
+        let fab_tx = sum("fabric", |l| l.tx_bytes_per_second);
+        let fab_rx = sum("fabric", |l| l.rx_bytes_per_second);
+        let mgmt_tx = sum("management", |l| l.tx_bytes_per_second);
+        let flag = if mgmt_tx > 200e6 {
+            "  <- training traffic on the management NIC?"
+        } else {
+            ""
+        };
+        println!(
+            "    {:<10} {:>14} {:>14} {:>16} {:>8}{}",
+            n.name,
+            gbps(fab_tx),
+            gbps(fab_rx),
+            gbps(mgmt_tx),
+            n.links.len(),
+            flag
+        );
+    }
+}
+
+pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
+    let scenario: commwatch_sim::Scenario = args.scenario.parse().with_context(|| {
+        format!(
+            "--scenario {:?} (known: {})",
+            args.scenario,
+            commwatch_sim::Scenario::NAMES.join(", ")
+        )
+    })?;
+    let spec = commwatch_sim::ClusterSpec {
+        nodes: args.nodes,
+        gpus_per_node: args.gpus_per_node,
+        ..commwatch_sim::ClusterSpec::with_scenario(scenario)
+    };
+    spec.validate().context("invalid demo size")?;
+
+    let tmp;
+    let root = match &args.dir {
+        Some(d) => {
+            std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
+            d.clone()
+        }
+        None => {
+            tmp = tempfile::Builder::new()
+                .prefix("commwatch-demo-")
+                .tempdir()?;
+            tmp.path().to_path_buf()
+        }
+    };
+    let cluster =
+        commwatch_sim::Cluster::create(&root, spec).context("writing the simulated sysfs trees")?;
+    let description = cluster.describe();
+    let node_roots = cluster.node_roots();
+    let updater = cluster.spawn_updater(Duration::from_millis(10));
+
+    let collector = commwatch_collector::start(commwatch_collector::CollectorConfig {
+        grpc_listen: args.grpc_listen,
+        http_listen: args.http_listen,
+        ..Default::default()
+    })
+    .await
+    .context("starting the collector")?;
+
+    let mut agents = Vec::new();
+    for (node, sysfs_root) in &node_roots {
+        let config = commwatch_agent::AgentConfig {
+            node: node.clone(),
+            collector: Some(format!("http://{}", collector.grpc_addr)),
+            sysfs_root: sysfs_root.clone(),
+            procfs_root: PathBuf::from("/proc"),
+            http_listen: "127.0.0.1:0".parse().context("address")?,
+            // The simulated nodes share this machine: its CPU is not theirs, and markers have no sender here.
+            sources: vec!["infiniband".into(), "netdev".into()],
+            steps_udp: None,
+            steps_socket: None,
+            ..Default::default()
+        };
+        agents.push(
+            commwatch_agent::start(config)
+                .await
+                .with_context(|| format!("starting the agent of {node}"))?,
+        );
+    }
+
+    println!(
+        "commwatch demo: {} nodes × {} GPUs, scenario {}",
+        args.nodes, args.gpus_per_node, args.scenario
+    );
+    println!("{description}");
+    println!("simulated sysfs trees: {}", root.display());
+    println!("collector gRPC:  {}", collector.grpc_addr);
+    println!("metrics:         http://{}/metrics", collector.http_addr);
+    println!(
+        "nodes:           http://{}/api/v1/nodes",
+        collector.http_addr
+    );
+    println!("health:          http://{}/healthz", collector.http_addr);
+    match args.duration {
+        Some(d) => println!("running for {}s (Ctrl-C stops earlier)", d.as_secs()),
+        None => println!("running until Ctrl-C"),
+    }
+
+    let started = tokio::time::Instant::now();
+    let stop = async {
+        match args.duration {
+            Some(d) => tokio::select! {
+                _ = tokio::time::sleep(d) => {},
+                _ = crate::shutdown_signal() => {},
+            },
+            None => crate::shutdown_signal().await,
+        }
+    };
+    tokio::pin!(stop);
+    let mut every = tokio::time::interval(args.summary_every);
+    every.tick().await;
+    loop {
+        tokio::select! {
+            _ = &mut stop => break,
+            _ = every.tick() => print_summary(&collector.snapshot_nodes(), started.elapsed()),
+        }
+    }
+    print_summary(&collector.snapshot_nodes(), started.elapsed());
+    println!("stopping");
+    for a in agents {
+        a.shutdown().await;
+    }
+    collector.shutdown().await;
+    if let Some(c) = updater.stop() {
+        drop(c);
+    }
+    Ok(())
+}

@@ -1,0 +1,116 @@
+//! `commwatch agent --once` as an operator runs it: on a fixture tree, on a missing root, on an empty root.
+
+mod common;
+
+use std::process::Command;
+
+use common::BIN;
+
+fn once(sysfs_root: &std::path::Path) -> (serde_json::Value, String) {
+    let out = Command::new(BIN)
+        .args([
+            "agent",
+            "--once",
+            "--node",
+            "t1",
+            "--fast-period",
+            "20ms",
+            "--sysfs-root",
+        ])
+        .arg(sysfs_root)
+        .output()
+        .expect("run agent --once");
+    assert!(
+        out.status.success(),
+        "exit {:?}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc = serde_json::from_slice(&out.stdout).expect("one JSON document on stdout");
+    (doc, String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+fn fixture(rel: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("agent/tests/fixtures")
+        .join(rel)
+}
+
+fn read_u64(p: std::path::PathBuf) -> u64 {
+    std::fs::read_to_string(&p).unwrap().trim().parse().unwrap()
+}
+
+#[test]
+fn once_on_the_h100_tree_reports_every_port_with_values_from_the_files() {
+    let root = fixture("gpud_h100/sys");
+    let (doc, _) = once(&root);
+    assert_eq!(doc["node"], "t1");
+    assert!(doc["warnings"].as_array().unwrap().is_empty());
+    let links = doc["links"].as_array().unwrap();
+    let ib: Vec<_> = links
+        .iter()
+        .filter(|l| l["class"] == "infiniband" && l["port"] == "1")
+        .collect();
+    assert_eq!(ib.len(), 8, "8 ConnectX-7 InfiniBand ports");
+    let mlx5_0 = ib.iter().find(|l| l["device"] == "mlx5_0").unwrap();
+    assert_eq!(mlx5_0["capacity_bytes_per_second"].as_f64(), Some(50e9));
+    assert_eq!(mlx5_0["state"], "ACTIVE");
+    assert_eq!(mlx5_0["role"], "fabric");
+    let counters = root.join("class/infiniband/mlx5_0/ports/1/counters");
+    assert_eq!(
+        mlx5_0["tx_bytes_total"].as_u64(),
+        Some(4 * read_u64(counters.join("port_xmit_data")))
+    );
+    assert_eq!(
+        mlx5_0["rx_bytes_total"].as_u64(),
+        Some(4 * read_u64(counters.join("port_rcv_data")))
+    );
+    // A static tree: the counters did not move between the two fast ticks.
+    assert_eq!(mlx5_0["tx_bytes_per_second"].as_f64(), Some(0.0));
+    let bond = links.iter().find(|l| l["device"] == "mlx5_bond_0").unwrap();
+    assert_eq!(bond["class"], "roce");
+    assert_eq!(bond["capacity_bytes_per_second"].as_f64(), Some(25e9));
+    let samples = doc["samples"].as_array().unwrap();
+    let downed = samples
+        .iter()
+        .find(|s| s["device"] == "mlx5_1" && s["metric"] == "link_downed")
+        .expect("link_downed of mlx5_1");
+    assert_eq!(downed["value"].as_u64(), Some(255));
+    assert_eq!(
+        downed["saturated"], true,
+        "link_downed is an 8-bit PMA counter"
+    );
+    assert!(samples
+        .iter()
+        .any(|s| s["metric"] == "cpu_utilization_ratio"));
+    assert_eq!(doc["jobs"].as_array().map(|j| j.len()), Some(0));
+}
+
+#[test]
+fn a_missing_sysfs_root_is_said_clearly_and_the_host_source_still_works() {
+    let (doc, stderr) = once(std::path::Path::new("/nonexistent/commwatch-sysfs"));
+    let w = doc["warnings"].as_array().unwrap();
+    assert_eq!(w.len(), 1);
+    assert!(w[0]
+        .as_str()
+        .unwrap()
+        .contains("/nonexistent/commwatch-sysfs does not exist"));
+    assert!(stderr.contains("does not exist"), "{stderr}");
+    assert!(doc["links"].as_array().unwrap().is_empty());
+    let samples = doc["samples"].as_array().unwrap();
+    assert!(samples
+        .iter()
+        .any(|s| s["metric"] == "memory_total_bytes" && s["value"].as_f64().unwrap() > 0.0));
+}
+
+#[test]
+fn an_empty_sysfs_root_is_said_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let (doc, _) = once(dir.path());
+    let w = doc["warnings"].as_array().unwrap();
+    assert!(
+        w[0].as_str().unwrap().contains("has no class/ directory"),
+        "{w:?}"
+    );
+    assert!(doc["links"].as_array().unwrap().is_empty());
+}
