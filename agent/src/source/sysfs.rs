@@ -435,7 +435,7 @@ pub fn list_files(dir: &Path) -> Result<Vec<String>, SourceError> {
 }
 
 /// Names of the netdevs that belong to RDMA devices under `<sysfs_root>/class/infiniband`: the content of
-/// `<dev>/ports/<n>/gid_attrs/ndevs/*` (RoCE GID table entries) and the entries of `<dev>/device/net/`.
+/// `<dev>/ports/<n>/gid_attrs/ndevs/*` of RoCE ports (GID table entries) and the entries of `<dev>/device/net/`.
 /// Unreadable entries are skipped (the kernel refuses reads of unused GID slots).
 pub fn rdma_netdevs(sysfs_root: &Path) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
@@ -443,7 +443,13 @@ pub fn rdma_netdevs(sysfs_root: &Path) -> BTreeSet<String> {
     for dev in list_subdirs(&class).unwrap_or_default() {
         let dev_dir = class.join(&dev);
         for port in list_subdirs(&dev_dir.join("ports")).unwrap_or_default() {
-            let ndevs = dev_dir.join("ports").join(&port).join("gid_attrs/ndevs");
+            let port_dir = dev_dir.join("ports").join(&port);
+            // GID netdevs exist only on RoCE ports; an InfiniBand port has a table of slots that all refuse
+            // to be read, so it is not walked.
+            if read_trimmed(&port_dir.join("link_layer")).as_deref() == Some("InfiniBand") {
+                continue;
+            }
+            let ndevs = port_dir.join("gid_attrs/ndevs");
             for slot in list_files(&ndevs).unwrap_or_default() {
                 if let Some(name) = read_trimmed(&ndevs.join(slot)) {
                     out.insert(name);
