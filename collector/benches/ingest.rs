@@ -1,1 +1,289 @@
-fn main() {}
+//! Ingest throughput and memory per series, through the real gRPC stream on loopback.
+//!
+//! `cargo bench -p commwatch-collector --bench ingest` (env: `AGENTS` (default 100), `SERIES` per agent (1000),
+//! `TICKS` per batch (5), `SECS` measured (10), `MEM_SERIES` for the memory phase (2000)).
+//!
+//! The collector runs on a *current-thread* tokio runtime in its own OS thread, so it uses at most one core;
+//! the fake agents run on a separate multi-thread runtime (they compete for the remaining cores).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use commwatch_collector::{start, CollectorConfig};
+use commwatch_proto::v1 as pb;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+
+const METRICS: [&str; 10] = [
+    "tx_bytes",
+    "rx_bytes",
+    "tx_packets",
+    "rx_packets",
+    "symbol_errors",
+    "link_downed",
+    "port_xmit_wait",
+    "port_rcv_errors",
+    "np_cnp_sent",
+    "rx_dropped",
+];
+
+fn env(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
+}
+
+fn hello(node: String, series: u32) -> pb::Hello {
+    let links = series.div_ceil(10);
+    pb::Hello {
+        node,
+        agent_version: "bench".into(),
+        boot_id: "b".into(),
+        instance_id: 1,
+        inventory: Some(pb::Inventory {
+            links: (1..=links)
+                .map(|id| pb::Link {
+                    id,
+                    class: pb::LinkClass::Infiniband as i32,
+                    role: pb::LinkRole::Fabric as i32,
+                    device: format!("mlx5_{id}"),
+                    port: "1".into(),
+                    capacity_bytes_per_second: 50e9,
+                    state: "ACTIVE".into(),
+                    ..Default::default()
+                })
+                .collect(),
+            series: (1..=series)
+                .map(|id| pb::SeriesDescriptor {
+                    id,
+                    metric: METRICS[(id as usize - 1) % 10].into(),
+                    kind: pb::SeriesKind::Counter as i32,
+                    link_id: (id - 1) / 10 + 1,
+                    tier: 1,
+                    ..Default::default()
+                })
+                .collect(),
+        }),
+        fast_period_ms: 50,
+        slow_period_ms: 1000,
+    }
+}
+
+fn batch(seq: u64, first_tick: u64, ticks: u64, series: u32) -> pb::SampleBatch {
+    let n = ticks as usize * series as usize;
+    let mut b = pb::SampleBatch {
+        seq,
+        timestamps_unix_ns: Vec::with_capacity(ticks as usize),
+        tick_lengths: Vec::with_capacity(ticks as usize),
+        series_ids: Vec::with_capacity(n),
+        values: Vec::with_capacity(n),
+        ..Default::default()
+    };
+    for t in first_tick..first_tick + ticks {
+        b.timestamps_unix_ns
+            .push(1_700_000_000_000_000_000 + t as i64 * 50_000_000);
+        b.tick_lengths.push(series);
+        for id in 1..=series {
+            b.series_ids.push(id);
+            b.values.push(t * 1_000_000 + u64::from(id));
+        }
+    }
+    b
+}
+
+/// Streams batches as fast as the collector takes them until `stop`; returns batches sent.
+async fn agent(
+    addr: std::net::SocketAddr,
+    node: String,
+    series: u32,
+    ticks: u64,
+    stop: Arc<AtomicBool>,
+) -> u64 {
+    let mut client = pb::ingest_client::IngestClient::connect(format!("http://{addr}"))
+        .await
+        .expect("connect")
+        .max_decoding_message_size(64 << 20);
+    let (tx, rx) = mpsc::channel(4);
+    tx.send(pb::AgentMessage {
+        msg: Some(pb::agent_message::Msg::Hello(hello(node, series))),
+    })
+    .await
+    .unwrap();
+    let mut replies = client
+        .stream(ReceiverStream::new(rx))
+        .await
+        .expect("stream")
+        .into_inner();
+    tokio::spawn(async move { while let Ok(Some(_)) = replies.message().await {} });
+    let mut seq = 0;
+    while !stop.load(Ordering::Relaxed) {
+        seq += 1;
+        let b = batch(seq, (seq - 1) * ticks, ticks, series);
+        if tx
+            .send(pb::AgentMessage {
+                msg: Some(pb::agent_message::Msg::Batch(b)),
+            })
+            .await
+            .is_err()
+        {
+            break;
+        }
+    }
+    seq
+}
+
+fn main() {
+    let agents = env("AGENTS", 100);
+    let series = env("SERIES", 1000) as u32;
+    let ticks = env("TICKS", 5);
+    let secs = env("SECS", 10);
+    let mem_series = env("MEM_SERIES", 2000) as u32;
+
+    // Collector: one current-thread runtime in its own thread.
+    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+    let samples = Arc::new(AtomicU64::new(0));
+    let store_bytes = Arc::new(AtomicU64::new(0));
+    let quit = Arc::new(AtomicBool::new(false));
+    let (s2, b2, q2) = (samples.clone(), store_bytes.clone(), quit.clone());
+    let collector = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let cfg = CollectorConfig {
+                grpc_listen: "127.0.0.1:0".parse().unwrap(),
+                http_listen: "127.0.0.1:0".parse().unwrap(),
+                ..CollectorConfig::default()
+            };
+            let h = start(cfg).await.expect("collector");
+            addr_tx.send(h.grpc_addr).unwrap();
+            while !q2.load(Ordering::Relaxed) {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                s2.store(h.ingest_stats().samples, Ordering::Relaxed);
+                b2.store(h.store().memory().bytes as u64, Ordering::Relaxed);
+            }
+            let m = h.store().memory();
+            println!(
+                "store accounting: {} series, {} samples, {:.1} MiB ({:.1} B/sample incl. overhead)",
+                m.series,
+                m.samples,
+                m.bytes as f64 / (1 << 20) as f64,
+                m.bytes as f64 / m.samples.max(1) as f64
+            );
+            h.shutdown().await;
+        });
+    });
+    let addr = addr_rx.recv().unwrap();
+    let agents_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+
+    // Phase 1: throughput.
+    let stop = Arc::new(AtomicBool::new(false));
+    let tasks: Vec<_> = (0..agents)
+        .map(|i| {
+            agents_rt.spawn(agent(
+                addr,
+                format!("node-{i:04}"),
+                series,
+                ticks,
+                stop.clone(),
+            ))
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(2)); // warm-up: connects, hellos, ring growth
+    let (s0, t0) = (samples.load(Ordering::Relaxed), Instant::now());
+    std::thread::sleep(Duration::from_secs(secs));
+    let (s1, dt) = (samples.load(Ordering::Relaxed), t0.elapsed());
+    stop.store(true, Ordering::Relaxed);
+    let sent: u64 = agents_rt.block_on(async {
+        let mut n = 0;
+        for t in tasks {
+            n += t.await.unwrap_or(0);
+        }
+        n
+    });
+    let rate = (s1 - s0) as f64 / dt.as_secs_f64();
+    println!(
+        "throughput: {agents} agents x {series} series, {ticks} ticks/batch: {:.2} M samples/s \
+         ({:.0} batches/s, {sent} batches sent) over {:.1} s",
+        rate / 1e6,
+        rate / (series as f64 * ticks as f64),
+        dt.as_secs_f64()
+    );
+
+    // Phase 2: memory per series at the default retention (10 min at 20 Hz = 12000 samples per series).
+    let rss0 = rss_bytes();
+    let bytes0 = store_bytes.load(Ordering::Relaxed);
+    let samples_before = samples.load(Ordering::Relaxed);
+    agents_rt.block_on(async {
+        let mut client = pb::ingest_client::IngestClient::connect(format!("http://{addr}"))
+            .await
+            .unwrap();
+        let (tx, rx) = mpsc::channel(2);
+        tx.send(pb::AgentMessage {
+            msg: Some(pb::agent_message::Msg::Hello(hello(
+                "mem".into(),
+                mem_series,
+            ))),
+        })
+        .await
+        .unwrap();
+        let mut replies = client
+            .stream(ReceiverStream::new(rx))
+            .await
+            .unwrap()
+            .into_inner();
+        let total_ticks = 12_000u64;
+        let per_batch = (3_000_000 / (mem_series as u64 * 13)).max(1);
+        let mut seq = 0;
+        let mut t = 0;
+        while t < total_ticks {
+            seq += 1;
+            let n = per_batch.min(total_ticks - t);
+            tx.send(pb::AgentMessage {
+                msg: Some(pb::agent_message::Msg::Batch(batch(seq, t, n, mem_series))),
+            })
+            .await
+            .unwrap();
+            t += n;
+        }
+        while let Ok(Some(m)) = replies.message().await {
+            if let Some(pb::collector_message::Msg::Ack(a)) = m.msg {
+                if a.seq == seq {
+                    break;
+                }
+            }
+        }
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let rss1 = rss_bytes();
+    let bytes1 = store_bytes.load(Ordering::Relaxed);
+    let filled = samples.load(Ordering::Relaxed) - samples_before;
+    println!(
+        "memory: {mem_series} series x 12000 samples ({filled} ingested): RSS +{:.1} MiB = {:.0} KiB/series; \
+         store accounting +{:.0} KiB/series",
+        (rss1.saturating_sub(rss0)) as f64 / (1 << 20) as f64,
+        rss1.saturating_sub(rss0) as f64 / mem_series as f64 / 1024.0,
+        bytes1.saturating_sub(bytes0) as f64 / mem_series as f64 / 1024.0
+    );
+    quit.store(true, Ordering::Relaxed);
+    collector.join().unwrap();
+}

@@ -102,7 +102,7 @@ impl Health {
                 names::COLLECTOR_IMPLAUSIBLE_RATES_TOTAL,
                 "Counter deltas dropped as faster than 4x the link capacity (10 TB/s when unknown).",
             )?,
-            counter_resets: counter(names::COLLECTOR_COUNTER_RESETS_TOTAL, "Counter resets seen.")?,
+            counter_resets: counter(names::COLLECTOR_SERIES_RESETS_TOTAL, "Counter resets seen.")?,
             refused_samples: counter(
                 names::COLLECTOR_REFUSED_SAMPLES_TOTAL,
                 "Samples of series of a kind this collector does not know, skipped.",

@@ -29,7 +29,7 @@ pub const LINK_CONGESTION_TOTAL: &str = "commwatch_link_congestion_total";
 /// Ticks the port had data to send but no flow-control credits (`port_xmit_wait`; counter, ticks).
 pub const LINK_XMIT_WAIT_TICKS_TOTAL: &str = "commwatch_link_xmit_wait_ticks_total";
 /// Any other link counter (`counter` label: the agent's metric name).
-pub const LINK_COUNTER_TOTAL: &str = "commwatch_link_counter_total";
+pub const LINK_EVENTS_TOTAL: &str = "commwatch_link_events_total";
 
 /// 1 while the node's agent stream is open, 0 while the node is held but not connected.
 pub const NODE_UP: &str = "commwatch_node_up";
@@ -50,7 +50,7 @@ pub const COLLECTOR_REJECTED_STREAMS_TOTAL: &str = "commwatch_collector_rejected
 pub const COLLECTOR_SUPERSEDED_STREAMS_TOTAL: &str = "commwatch_collector_superseded_streams_total";
 pub const COLLECTOR_GAP_BATCHES_TOTAL: &str = "commwatch_collector_gap_batches_total";
 pub const COLLECTOR_IMPLAUSIBLE_RATES_TOTAL: &str = "commwatch_collector_implausible_rates_total";
-pub const COLLECTOR_COUNTER_RESETS_TOTAL: &str = "commwatch_collector_counter_resets_total";
+pub const COLLECTOR_SERIES_RESETS_TOTAL: &str = "commwatch_collector_series_resets_total";
 pub const COLLECTOR_REFUSED_SAMPLES_TOTAL: &str = "commwatch_collector_refused_samples_total";
 pub const COLLECTOR_OUT_OF_ORDER_SAMPLES_TOTAL: &str =
     "commwatch_collector_out_of_order_samples_total";
@@ -78,7 +78,7 @@ pub const ALL: &[&str] = &[
     LINK_ERRORS_TOTAL,
     LINK_CONGESTION_TOTAL,
     LINK_XMIT_WAIT_TICKS_TOTAL,
-    LINK_COUNTER_TOTAL,
+    LINK_EVENTS_TOTAL,
     NODE_UP,
     NODE_LAST_SEEN_TIMESTAMP_SECONDS,
     NODE_CPU_UTILIZATION_RATIO,
@@ -92,7 +92,7 @@ pub const ALL: &[&str] = &[
     COLLECTOR_SUPERSEDED_STREAMS_TOTAL,
     COLLECTOR_GAP_BATCHES_TOTAL,
     COLLECTOR_IMPLAUSIBLE_RATES_TOTAL,
-    COLLECTOR_COUNTER_RESETS_TOTAL,
+    COLLECTOR_SERIES_RESETS_TOTAL,
     COLLECTOR_REFUSED_SAMPLES_TOTAL,
     COLLECTOR_OUT_OF_ORDER_SAMPLES_TOTAL,
     COLLECTOR_INGEST_SECONDS,

@@ -81,7 +81,7 @@ const FAMILIES: &[Family] = &[
         kind: MetricType::COUNTER,
     },
     Family {
-        name: names::LINK_COUNTER_TOTAL,
+        name: names::LINK_EVENTS_TOTAL,
         help: "Other counters of the link, by agent counter name.",
         kind: MetricType::COUNTER,
     },
@@ -303,7 +303,7 @@ fn add_node(b: &mut Builder, n: &NodeSnapshot) {
                 LinkCounterFamily::Congestion => (names::LINK_CONGESTION_TOTAL, true),
                 LinkCounterFamily::TransmitBytes
                 | LinkCounterFamily::ReceiveBytes
-                | LinkCounterFamily::Other => (names::LINK_COUNTER_TOTAL, true),
+                | LinkCounterFamily::Other => (names::LINK_EVENTS_TOTAL, true),
             };
             // Two agent names mapping to one family and label set: the first wins (no duplicate samples).
             if !seen.insert((fam, if with_counter { metric } else { "" }, &s.key.labels)) {

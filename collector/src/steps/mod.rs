@@ -1,0 +1,83 @@
+//! Steps: the training step as the unit of analysis. From step markers where the job sends them; otherwise
+//! inferred from the periodicity of link traffic (the communication burst every step). For each step, node and
+//! link: bytes moved, active time, achieved and average bandwidth, utilisation.
+//!
+//! This file holds the types the rest of the collector reads (the analysis rules, the API, the exporter);
+//! the engine that produces them lives beside it (`markers.rs`, `inferred.rs`, `bandwidth.rs`, `engine.rs`).
+//!
+//! Clocks: a node's step edges are on that node's agent clock (the same clock as its samples), so per-step
+//! byte counts never mix clocks. Ranks and nodes are aligned by step number, never by wall-clock time.
+
+use serde::Serialize;
+
+use crate::ingest::domain::{LinkClass, LinkRole};
+
+/// How the edges of a step were found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StepSource {
+    /// From the training loop's step markers.
+    Markers,
+    /// From the periodicity of the node's link traffic.
+    Inferred,
+}
+
+impl StepSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StepSource::Markers => "markers",
+            StepSource::Inferred => "inferred",
+        }
+    }
+}
+
+/// One link's figures over one step.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StepLink {
+    pub class: LinkClass,
+    pub device: String,
+    pub port: String,
+    pub role: LinkRole,
+    /// NVLink only.
+    pub gpu: Option<String>,
+    pub link: Option<String>,
+    /// Bytes sent / received during the step (exact: counter differences at the step's edges).
+    pub tx_bytes: u64,
+    pub rx_bytes: u64,
+    /// Seconds the link carried traffic during the step, at the sampling resolution.
+    pub active_s: f64,
+    /// max(tx, rx) bytes ÷ active time; `None` when the link was idle.
+    pub achieved_bytes_per_second: Option<f64>,
+    /// max(tx, rx) bytes ÷ step duration.
+    pub average_bytes_per_second: f64,
+    pub capacity_bytes_per_second: Option<f64>,
+    /// achieved ÷ capacity; `None` when either is unknown.
+    pub utilization: Option<f64>,
+    /// False when the burst was shorter than a few samples: `achieved` is then a lower bound, not a
+    /// measurement, and rules must not call the link slow from it.
+    pub confident: bool,
+}
+
+/// One step of one node.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NodeStep {
+    pub node: String,
+    /// Job id when known (markers, or the node's single training job).
+    pub job: Option<String>,
+    /// Step number from the markers, or the inferred step's sequence number on this node.
+    pub index: u64,
+    pub start_unix_ns: i64,
+    pub end_unix_ns: i64,
+    pub source: StepSource,
+    /// 0..1: markers 1.0 (less when ranks disagree); inferred: strength of the periodicity.
+    pub confidence: f64,
+    /// Samples processed in the step (sum over the node's ranks), from markers.
+    pub samples: Option<u64>,
+    pub links: Vec<StepLink>,
+}
+
+impl NodeStep {
+    pub fn duration_s(&self) -> f64 {
+        (self.end_unix_ns - self.start_unix_ns) as f64 / 1e9
+    }
+}

@@ -1,0 +1,306 @@
+//! Garbage on the wire, persistence across an abrupt stop, and the exposition format.
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use common::*;
+use commwatch_proto::v1 as pb;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+#[tokio::test]
+async fn junk_bytes_on_the_grpc_port_leave_other_streams_alone() {
+    let h = collector(config()).await;
+    let (mut good, _) = Agent::connect(h.grpc_addr, hello("good", 1)).await;
+    let mut tcp = tokio::net::TcpStream::connect(h.grpc_addr).await.unwrap();
+    tcp.write_all(b"\x16\x03\x01 this is not http/2 at all \x00\xff\xfe")
+        .await
+        .unwrap();
+    let mut buf = vec![0u8; 1024];
+    // The server closes the connection (possibly after a GOAWAY); it does not hang or crash.
+    let closed = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            match tcp.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => continue,
+            }
+        }
+    })
+    .await;
+    assert!(closed.is_ok(), "connection with junk was not closed");
+    good.send_batch(batch(1, &traffic(0, 2, 1, 1))).await;
+    assert_eq!(good.ack_at_least(1).await, 1);
+    h.shutdown().await;
+}
+
+#[tokio::test]
+async fn invalid_protobuf_in_a_grpc_frame_is_invalid_argument() {
+    let h = collector(config()).await;
+    let (mut good, _) = Agent::connect(h.grpc_addr, hello("good", 1)).await;
+    let tcp = tokio::net::TcpStream::connect(h.grpc_addr).await.unwrap();
+    let (client, conn) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(conn);
+    let mut client = client.ready().await.unwrap();
+    let req = http::Request::builder()
+        .method("POST")
+        .uri(format!("http://{}/commwatch.v1.Ingest/Stream", h.grpc_addr))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .unwrap();
+    let (resp, mut send) = client.send_request(req, false).unwrap();
+    // A well-formed gRPC frame (uncompressed, 16 bytes) whose body is not a protobuf message.
+    let mut frame = vec![0u8];
+    frame.extend(16u32.to_be_bytes());
+    frame.extend([0xffu8; 16]);
+    send.send_data(bytes::Bytes::from(frame), false).unwrap();
+    let resp = tokio::time::timeout(Duration::from_secs(5), resp)
+        .await
+        .unwrap()
+        .unwrap();
+    let (parts, mut body) = resp.into_parts();
+    let mut status = parts.headers.get("grpc-status").cloned();
+    let mut message = parts.headers.get("grpc-message").cloned();
+    if status.is_none() {
+        while let Some(chunk) = body.data().await {
+            let _ = chunk;
+        }
+        let trailers = body.trailers().await.unwrap().expect("trailers");
+        status = trailers.get("grpc-status").cloned();
+        message = trailers.get("grpc-message").cloned();
+    }
+    assert_eq!(
+        status.unwrap(),
+        "3",
+        "INVALID_ARGUMENT; message {message:?}"
+    );
+    good.send_batch(batch(1, &traffic(0, 2, 1, 1))).await;
+    assert_eq!(good.ack_at_least(1).await, 1);
+    let m = metrics(&h).await;
+    assert!(
+        m.contains("commwatch_collector_rejected_streams_total{reason=\"decode\"} 1"),
+        "{m}"
+    );
+    h.shutdown().await;
+}
+
+#[tokio::test]
+async fn persisted_batches_survive_an_abrupt_stop_exactly_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config();
+    cfg.state_dir = Some(dir.path().to_path_buf());
+    let h = collector(cfg.clone()).await;
+    let (mut a, first) = Agent::connect(h.grpc_addr, hello("n1", 9)).await;
+    assert_eq!(first, 0);
+    for seq in 1..=5u64 {
+        a.send_batch(batch(seq, &traffic((seq as i64 - 1) * 10, 10, 1000, 500)))
+            .await;
+    }
+    // Acks come only after the commit.
+    assert_eq!(a.ack_at_least(5).await, 5);
+    // Batch 6 may or may not be committed when the collector dies: either way it must end up counted once.
+    a.send_batch(batch(6, &traffic(50, 10, 1000, 500))).await;
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    h.abort();
+    drop(a);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let h = collector(cfg.clone()).await;
+    let l = &h.snapshot_nodes()[0].links[0];
+    let held = l.tx_bytes_total.unwrap();
+    assert!(held == 49_000 || held == 59_000, "{held}");
+    let (mut a, first) = Agent::connect(h.grpc_addr, hello("n1", 9)).await;
+    assert!(first == 5 || first == 6, "{first}");
+    assert_eq!(held, (first * 10 - 1) * 1000);
+    // The agent resends what was not acked (and a stale one): each applied at most once.
+    a.send_batch(batch(3, &traffic(20, 10, 1000, 500))).await;
+    a.send_batch(batch(6, &traffic(50, 10, 1000, 500))).await;
+    a.send_batch(batch(7, &traffic(60, 10, 1000, 500))).await;
+    assert_eq!(a.ack_at_least(7).await, 7);
+    let l = &h.snapshot_nodes()[0].links[0];
+    assert_eq!(l.tx_bytes_total, Some(69_000));
+    assert_eq!(l.rx_bytes_total, Some(34_500));
+    assert_eq!(l.tx_bytes_per_second, Some(20_000.0));
+    assert_eq!(l.capacity_bytes_per_second, Some(25e9));
+    let s = h.ingest_stats();
+    assert_eq!(s.batches_duplicate, if first == 6 { 2 } else { 1 });
+    assert_eq!(s.gap_batches, 0);
+    h.shutdown().await;
+
+    // A graceful stop and a third start: everything still there once.
+    let h = collector(cfg).await;
+    let l = &h.snapshot_nodes()[0].links[0];
+    assert_eq!(l.tx_bytes_total, Some(69_000));
+    assert_eq!(l.tx_bytes_per_second, Some(20_000.0));
+    let (_a, first) = Agent::connect(h.grpc_addr, hello("n1", 9)).await;
+    assert_eq!(first, 7);
+    h.shutdown().await;
+}
+
+fn golden_hello() -> pb::Hello {
+    let mut h = hello("node-a", 1);
+    let inv = h.inventory.as_mut().unwrap();
+    inv.links.push(pb::Link {
+        id: 2,
+        class: pb::LinkClass::Ethernet as i32,
+        role: pb::LinkRole::Management as i32,
+        device: "eth0".into(),
+        port: "eth0".into(),
+        capacity_bytes_per_second: 0.0,
+        state: "up".into(),
+        attributes: HashMap::new(),
+        gpu: String::new(),
+        link: String::new(),
+    });
+    inv.links.push(pb::Link {
+        id: 3,
+        class: pb::LinkClass::Nvlink as i32,
+        role: pb::LinkRole::Fabric as i32,
+        device: "gpu0".into(),
+        port: "3".into(),
+        capacity_bytes_per_second: 26.562e9,
+        state: "up".into(),
+        attributes: HashMap::new(),
+        gpu: "0".into(),
+        link: "3".into(),
+    });
+    let c = |id, metric: &str, link_id| pb::SeriesDescriptor {
+        id,
+        metric: metric.into(),
+        kind: pb::SeriesKind::Counter as i32,
+        link_id,
+        tier: 1,
+        ..Default::default()
+    };
+    inv.series.push(c(10, "tx_bytes", 2));
+    inv.series.push(c(11, "rx_bytes", 2));
+    inv.series.push(c(12, "tx_bytes", 3));
+    inv.series.push(c(13, "rx_bytes", 3));
+    inv.series.push(c(14, "np_cnp_sent", 1));
+    inv.series.push(c(15, "tx_packets", 1));
+    inv.series.push(c(16, "multicast_xmit_packets", 1));
+    h
+}
+
+#[tokio::test]
+async fn golden_exposition_for_one_node() {
+    let h = collector(config()).await;
+    let (mut a, _) = Agent::connect(h.grpc_addr, golden_hello()).await;
+    let ticks: Vec<_> = (0..21i64)
+        .map(|i| {
+            let u = i as u64;
+            (
+                T0 + i * 50 * MS,
+                vec![
+                    (1, u * 1_000_000),
+                    (2, u * 2_000_000),
+                    (10, 5_000 + u * 100),
+                    (11, 7_000 + u * 50),
+                    (12, u * 10_000_000),
+                    (13, u * 10_000_000),
+                    (5, 0.5f64.to_bits()),
+                    (3, 2),
+                    (4, 0),
+                    (14, 3),
+                    (15, u * 10),
+                    (16, 5),
+                ],
+            )
+        })
+        .collect();
+    a.send_batch(batch(1, &ticks)).await;
+    a.ack_at_least(1).await;
+    let m = metrics(&h).await;
+    let ib = r#"node="node-a",class="infiniband",device="mlx5_0",port="1",role="fabric""#;
+    let eth = r#"node="node-a",class="ethernet",device="eth0",port="eth0",role="management""#;
+    let nv =
+        r#"node="node-a",class="nvlink",device="gpu0",port="3",role="fabric",gpu="0",link="3""#;
+    let mut expected: Vec<String> = vec![
+        format!("commwatch_link_capacity_bytes_per_second{{{ib}}} 25000000000"),
+        format!("commwatch_link_capacity_bytes_per_second{{{nv}}} 26562000000"),
+        format!("commwatch_link_congestion_total{{{ib},counter=\"np_cnp_sent\"}} 3"),
+        format!("commwatch_link_errors_total{{{ib},counter=\"symbol_errors\"}} 2"),
+        format!("commwatch_link_events_total{{{ib},counter=\"multicast_xmit_packets\"}} 5"),
+        format!("commwatch_link_receive_bytes_per_second{{{eth}}} 1000"),
+        format!("commwatch_link_receive_bytes_per_second{{{ib}}} 40000000"),
+        format!("commwatch_link_receive_bytes_per_second{{{nv}}} 200000000"),
+        format!("commwatch_link_receive_bytes_total{{{eth}}} 8000"),
+        format!("commwatch_link_receive_bytes_total{{{ib}}} 40000000"),
+        format!("commwatch_link_receive_bytes_total{{{nv}}} 200000000"),
+        format!("commwatch_link_transmit_bytes_per_second{{{eth}}} 2000"),
+        format!("commwatch_link_transmit_bytes_per_second{{{ib}}} 20000000"),
+        format!("commwatch_link_transmit_bytes_per_second{{{nv}}} 200000000"),
+        format!("commwatch_link_transmit_bytes_total{{{eth}}} 7000"),
+        format!("commwatch_link_transmit_bytes_total{{{ib}}} 20000000"),
+        format!("commwatch_link_transmit_bytes_total{{{nv}}} 200000000"),
+        format!("commwatch_link_transmit_packets_total{{{ib}}} 200"),
+        format!("commwatch_link_up{{{eth},state=\"up\"}} 1"),
+        format!("commwatch_link_up{{{ib},state=\"ACTIVE\"}} 1"),
+        format!("commwatch_link_up{{{nv},state=\"up\"}} 1"),
+        format!("commwatch_link_xmit_wait_ticks_total{{{ib}}} 0"),
+        "commwatch_node_agent_dropped_batches_total{node=\"node-a\"} 0".into(),
+        "commwatch_node_cpu_utilization_ratio{node=\"node-a\"} 0.5".into(),
+        "commwatch_node_last_seen_timestamp_seconds{node=\"node-a\"} <now>".into(),
+        "commwatch_node_up{node=\"node-a\"} 1".into(),
+    ];
+    expected.sort();
+    let got: Vec<String> = node_lines(&m, "node-a")
+        .into_iter()
+        .map(|l| {
+            if l.starts_with("commwatch_node_last_seen_timestamp_seconds") {
+                let (k, v) = l.rsplit_once(' ').unwrap();
+                let v: f64 = v.parse().unwrap();
+                assert!(
+                    (v - std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .unwrap()
+                        .as_secs_f64())
+                    .abs()
+                        < 30.0
+                );
+                format!("{k} <now>")
+            } else {
+                l
+            }
+        })
+        .collect();
+    assert_eq!(got, expected, "\n{m}");
+    // The JSON view of the same node: NVLink adds gpu and link; unknown capacity is null.
+    let v = nodes_json(&h).await;
+    let links = v[0]["links"].as_array().unwrap();
+    let eth = links.iter().find(|l| l["device"] == "eth0").unwrap();
+    assert!(eth["capacity_bytes_per_second"].is_null());
+    assert_eq!(eth["role"], "management");
+    assert!(eth.get("gpu").is_none());
+    let nv = links.iter().find(|l| l["class"] == "nvlink").unwrap();
+    assert_eq!(
+        (nv["gpu"].as_str(), nv["link"].as_str()),
+        (Some("0"), Some("3"))
+    );
+
+    // promtool, where installed (Debian package `prometheus`), lints the whole exposition.
+    if let Ok(mut child) = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+    {
+        use std::io::Write;
+        child.stdin.take().unwrap().write_all(m.as_bytes()).unwrap();
+        let out = child.wait_with_output().unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            out.status.success() && text.trim().is_empty(),
+            "promtool: {text}"
+        );
+    } else {
+        eprintln!("promtool not installed; skipping the lint");
+    }
+    h.shutdown().await;
+}
