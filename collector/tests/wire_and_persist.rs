@@ -304,3 +304,70 @@ async fn golden_exposition_for_one_node() {
     }
     h.shutdown().await;
 }
+
+#[tokio::test]
+async fn inventory_update_adds_links_and_survives_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config();
+    cfg.state_dir = Some(dir.path().to_path_buf());
+    let h = collector(cfg.clone()).await;
+    let (mut a, _) = Agent::connect(h.grpc_addr, hello("n1", 3)).await;
+    a.send(pb::AgentMessage {
+        msg: Some(pb::agent_message::Msg::InventoryUpdate(
+            pb::InventoryUpdate {
+                inventory: Some(pb::Inventory {
+                    links: vec![pb::Link {
+                        id: 2,
+                        class: pb::LinkClass::Ethernet as i32,
+                        role: pb::LinkRole::Management as i32,
+                        device: "eth0".into(),
+                        port: "eth0".into(),
+                        capacity_bytes_per_second: 1.25e9,
+                        state: "up".into(),
+                        ..Default::default()
+                    }],
+                    series: vec![pb::SeriesDescriptor {
+                        id: 20,
+                        metric: "tx_bytes".into(),
+                        kind: pb::SeriesKind::Counter as i32,
+                        link_id: 2,
+                        tier: 1,
+                        ..Default::default()
+                    }],
+                }),
+                ..Default::default()
+            },
+        )),
+    })
+    .await;
+    a.send_batch(batch(
+        1,
+        &[(T0, vec![(20, 100)]), (T0 + 50 * MS, vec![(20, 600)])],
+    ))
+    .await;
+    assert_eq!(a.ack_at_least(1).await, 1);
+    let eth = |h: &commwatch_collector::CollectorHandle| {
+        h.snapshot_nodes()[0]
+            .links
+            .iter()
+            .find(|l| l.device == "eth0")
+            .cloned()
+            .expect("eth0 link")
+    };
+    let l = eth(&h);
+    assert_eq!(
+        (l.tx_bytes_total, l.tx_bytes_per_second),
+        (Some(600), Some(10_000.0))
+    );
+    assert_eq!(l.capacity_bytes_per_second, Some(1.25e9));
+    h.abort();
+    drop(a);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let h = collector(cfg).await;
+    let l = eth(&h);
+    assert_eq!(
+        (l.tx_bytes_total, l.tx_bytes_per_second),
+        (Some(600), Some(10_000.0))
+    );
+    h.shutdown().await;
+}
