@@ -81,7 +81,6 @@ pub fn hello(node: &str, instance_id: u64) -> pb::Hello {
         }),
         fast_period_ms: 50,
         slow_period_ms: 1000,
-        ..Default::default()
     }
 }
 
