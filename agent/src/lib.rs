@@ -10,6 +10,7 @@
 
 pub mod config;
 pub mod http;
+pub mod nccl;
 pub mod once;
 pub mod sampler;
 pub mod shipper;
@@ -23,6 +24,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use config::AgentConfig;
+
+/// Backends injected instead of the node's own hardware (the simulated cluster's GPUs and host CPU); see
+/// [`start_with`].
+pub type AgentExtras = source::SourceExtras;
 
 /// Errors that stop the agent from starting.
 #[derive(Debug, thiserror::Error)]
@@ -112,6 +117,15 @@ pub fn buffer_bytes_for(
 
 /// Starts an agent: sources, sampling thread, shipper (when a collector is configured) and `/metrics`.
 pub async fn start(config: AgentConfig) -> Result<AgentHandle, AgentError> {
+    start_with(config, AgentExtras::default()).await
+}
+
+/// [`start`] with injected backends: a GPU backend for the `nvml` and `processes` sources and a host backend
+/// for the `host` source, used instead of NVML and this machine's CPUs.
+pub async fn start_with(
+    config: AgentConfig,
+    extras: AgentExtras,
+) -> Result<AgentHandle, AgentError> {
     config.validate()?;
     for w in check_roots(&config) {
         tracing::warn!(node = %config.node, "{w}");
@@ -125,7 +139,7 @@ pub async fn start(config: AgentConfig) -> Result<AgentHandle, AgentError> {
             source,
         })?;
 
-    let sources = source::build_sources(&config);
+    let sources = source::build_sources_with(&config, extras);
     let mut smp = sampler::Sampler::new(sources, metrics.clone());
     let mut smp = tokio::task::spawn_blocking(move || {
         smp.discover();

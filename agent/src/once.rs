@@ -49,8 +49,13 @@ fn value_json(d: &pb::SeriesDescriptor, bits: u64) -> Json {
 /// Samples once and returns the document. Blocking (reads files; sleeps one fast period between the two
 /// fast ticks): call it from a blocking context.
 pub fn run_once(config: &AgentConfig) -> Json {
+    run_once_with(config, crate::AgentExtras::default())
+}
+
+/// [`run_once`] with injected backends.
+pub fn run_once_with(config: &AgentConfig, extras: crate::AgentExtras) -> Json {
     let metrics = Arc::new(AgentMetrics::new());
-    let mut sampler = Sampler::new(source::build_sources(config), metrics);
+    let mut sampler = Sampler::new(source::build_sources_with(config, extras), metrics);
     sampler.discover();
 
     let mut first = BatchBuilder::default();
@@ -169,7 +174,7 @@ pub fn run_once(config: &AgentConfig) -> Json {
         "sources": sources,
         "links": links,
         "samples": samples,
-        "jobs": [],
+        "jobs": serde_json::to_value(sampler.jobs()).unwrap_or_else(|_| json!([])),
         "errors": errors,
     })
 }

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use commwatch_proto::v1 as pb;
 
+use crate::source::processes::JobInfo;
 use crate::source::{Link, LinkClass, LinkKey, LinkRole, SeriesKind, Source, Tier, Value};
 use crate::telemetry::AgentMetrics;
 
@@ -22,6 +23,8 @@ pub enum SamplerEvent {
     Inventory(pb::Inventory),
     /// A batch of samples; `seq` is 0 (the shipper numbers batches).
     Batch(pb::SampleBatch),
+    /// The node's complete job list changed (sent as an `InventoryUpdate` with `jobs`).
+    Jobs(pb::JobInventory),
 }
 
 /// Columnar batch under construction.
@@ -105,6 +108,9 @@ pub struct Sampler {
     metrics: Arc<AgentMetrics>,
     /// The most recent read and discovery errors, `(source, message)`, at most [`RECENT_ERRORS`].
     recent_errors: Vec<(&'static str, String)>,
+    /// Jobs of the sources that look for them, and whether the list changed since the last hand-off.
+    jobs: Vec<JobInfo>,
+    jobs_pending: bool,
 }
 
 /// How many recent errors the sampler keeps for `--once` and logs.
@@ -146,8 +152,11 @@ impl Sampler {
         Sampler {
             slots: sources
                 .into_iter()
-                .map(|source| Slot {
-                    source,
+                .map(|mut source| Slot {
+                    source: {
+                        source.bind_metrics(&metrics);
+                        source
+                    },
                     ids: Vec::new(),
                     discovered: false,
                 })
@@ -159,6 +168,8 @@ impl Sampler {
             pending: pb::Inventory::default(),
             metrics,
             recent_errors: Vec::new(),
+            jobs: Vec::new(),
+            jobs_pending: false,
         }
     }
 
@@ -171,9 +182,20 @@ impl Sampler {
     /// [`take_update`](Self::take_update). Returns whether anything changed.
     pub fn discover(&mut self) -> bool {
         let mut changed = false;
+        let mut any_jobs = false;
+        let mut jobs: Vec<JobInfo> = Vec::new();
         for i in 0..self.slots.len() {
             let name = self.slots[i].source.name();
+            let before: Vec<Link> = self.slots[..i]
+                .iter()
+                .flat_map(|s| s.source.inventory().links.iter().cloned())
+                .collect();
+            self.slots[i].source.node_links(&before);
             let result = self.slots[i].source.discover();
+            if let Some(j) = self.slots[i].source.jobs() {
+                any_jobs = true;
+                jobs.extend(j.iter().cloned());
+            }
             let source_changed = match result {
                 Ok(c) => c || !self.slots[i].discovered,
                 Err(e) => {
@@ -191,7 +213,29 @@ impl Sampler {
                 changed |= self.absorb_inventory(i);
             }
         }
+        if any_jobs {
+            self.metrics.jobs.set(jobs.len() as i64);
+            if jobs != self.jobs {
+                self.jobs = jobs;
+                self.jobs_pending = true;
+                changed = true;
+            }
+        }
         changed
+    }
+
+    /// Jobs found by the last discovery (empty without a `processes` source).
+    pub fn jobs(&self) -> &[JobInfo] {
+        &self.jobs
+    }
+
+    /// The complete job list when it changed since the last call, or `None`.
+    pub fn take_jobs_update(&mut self) -> Option<pb::JobInventory> {
+        if !self.jobs_pending {
+            return None;
+        }
+        self.jobs_pending = false;
+        Some(jobs_to_pb(&self.jobs))
     }
 
     fn absorb_inventory(&mut self, slot: usize) -> bool {
@@ -340,6 +384,43 @@ impl Sampler {
     }
 }
 
+/// The wire form of a node's jobs.
+pub fn jobs_to_pb(jobs: &[JobInfo]) -> pb::JobInventory {
+    pb::JobInventory {
+        jobs: jobs
+            .iter()
+            .map(|j| pb::Job {
+                id: j.id.clone(),
+                ranks: j
+                    .ranks
+                    .iter()
+                    .map(|r| pb::Rank {
+                        pid: r.pid,
+                        rank: r.rank,
+                        local_rank: r.local_rank,
+                        world_size: r.world_size,
+                        gpus: r.gpus.clone(),
+                        pod_uid: r.pod_uid.clone().unwrap_or_default(),
+                        container_id: r.container_id.clone().unwrap_or_default(),
+                        nccl: r.nccl.clone().into_iter().collect(),
+                        found_by: r.found_by.to_string(),
+                    })
+                    .collect(),
+                conflicts: j
+                    .conflicts
+                    .iter()
+                    .map(|c| pb::NcclConflict {
+                        setting: c.setting.clone(),
+                        value: c.value.clone(),
+                        kind: c.kind.clone(),
+                        reason: c.reason.clone(),
+                    })
+                    .collect(),
+            })
+            .collect(),
+    }
+}
+
 fn note_error(errors: &mut Vec<(&'static str, String)>, source: &'static str, message: String) {
     if errors.len() >= RECENT_ERRORS {
         errors.remove(0);
@@ -450,6 +531,9 @@ pub fn spawn(
             if let Some(inv) = sampler.take_update() {
                 send(SamplerEvent::Inventory(inv));
             }
+            if let Some(jobs) = sampler.take_jobs_update() {
+                send(SamplerEvent::Jobs(jobs));
+            }
             let mut builder = BatchBuilder::default();
             let start = Instant::now();
             let mut next_fast = start;
@@ -503,6 +587,9 @@ pub fn spawn(
                         }
                         if let Some(inv) = sampler.take_update() {
                             send(SamplerEvent::Inventory(inv));
+                        }
+                        if let Some(jobs) = sampler.take_jobs_update() {
+                            send(SamplerEvent::Jobs(jobs));
                         }
                     }
                 }

@@ -168,6 +168,10 @@ pub struct Shipper {
     periods: Arc<Periods>,
     buffer: ResendBuffer,
     inventory: pb::Inventory,
+    /// The node's complete job list, sent after every Hello and on change.
+    jobs: Option<pb::JobInventory>,
+    /// Whether `jobs` still has to go out on the current stream.
+    jobs_unsent: bool,
     next_seq: u64,
     acked: u64,
     events_closed: bool,
@@ -190,6 +194,8 @@ impl Shipper {
             metrics,
             periods,
             inventory,
+            jobs: None,
+            jobs_unsent: false,
             next_seq: 1,
             acked: 0,
             events_closed: false,
@@ -319,6 +325,30 @@ impl Shipper {
             SamplerEvent::Batch(b) => {
                 self.absorb_batch(b);
             }
+            SamplerEvent::Jobs(j) => {
+                self.jobs = Some(j);
+                self.jobs_unsent = true;
+            }
+        }
+    }
+
+    /// Queues the job list if it has not gone out on this stream yet.
+    fn send_jobs(&mut self, tx: &mpsc::Sender<pb::AgentMessage>) {
+        if !self.jobs_unsent {
+            return;
+        }
+        let Some(jobs) = self.jobs.clone() else {
+            self.jobs_unsent = false;
+            return;
+        };
+        let msg = pb::AgentMessage {
+            msg: Some(AgentMsg::InventoryUpdate(pb::InventoryUpdate {
+                inventory: None,
+                jobs: Some(jobs),
+            })),
+        };
+        if tx.try_send(msg).is_ok() {
+            self.jobs_unsent = false;
         }
     }
 
@@ -352,6 +382,9 @@ impl Shipper {
         if tx.try_send(self.hello()).is_err() {
             return Ended::Lost("queue");
         }
+        // A new stream knows no jobs: send them right after the Hello.
+        self.jobs_unsent = self.jobs.is_some();
+        self.send_jobs(&tx);
         let response = tokio::select! {
             r = client.stream(tokio_stream::wrappers::ReceiverStream::new(rx)) => r,
             _ = tokio::time::sleep(HELLO_ACK_TIMEOUT) => return Ended::Lost("open timeout"),
@@ -396,6 +429,7 @@ impl Shipper {
         loop {
             // Send as much as the outbound queue takes, in order.
             sent_upto = self.pump(&tx, sent_upto, &mut pending_inv, &mut last_sent);
+            self.send_jobs(&tx);
             tokio::select! {
                 ev = events.recv(), if !self.events_closed => match ev {
                     Some(SamplerEvent::Inventory(inv)) => {
@@ -403,6 +437,7 @@ impl Shipper {
                         pending_inv.push_back((self.next_seq, inv));
                     }
                     Some(SamplerEvent::Batch(b)) => { self.absorb_batch(b); }
+                    Some(ev @ SamplerEvent::Jobs(_)) => self.absorb_event(ev),
                     None => self.events_closed = true,
                 },
                 m = inbound.message() => match m {
@@ -485,6 +520,7 @@ impl Shipper {
                         permit.send(pb::AgentMessage {
                             msg: Some(AgentMsg::InventoryUpdate(pb::InventoryUpdate {
                                 inventory: Some(inv),
+                                jobs: None,
                             })),
                         });
                         *last_sent = Instant::now();

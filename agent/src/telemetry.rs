@@ -47,6 +47,12 @@ pub struct AgentMetrics {
     pub markers_received: IntCounterVec,
     /// Step-marker datagrams dropped, by reason.
     pub markers_dropped: IntCounterVec,
+    /// Wall time of one NVML call made by the agent, by call (`field_values`, `utilization`, `pcie`, `gpm`, ...).
+    pub nvml_call_seconds: HistogramVec,
+    /// NVML's own latency of each field read (`latencyUsec` of `nvmlDeviceGetFieldValues`).
+    pub nvml_field_latency_seconds: Histogram,
+    /// Training jobs the processes source sees on the node.
+    pub jobs: IntGauge,
 }
 
 impl AgentMetrics {
@@ -205,6 +211,28 @@ impl AgentMetrics {
                 &["reason"],
             )
             .expect("valid metric"),
+            nvml_call_seconds: HistogramVec::new(
+                HistogramOpts::new(
+                    "commwatch_agent_nvml_call_duration_seconds",
+                    "Wall time of one NVML call made by the agent, by call.",
+                )
+                .buckets(dur_buckets_nvml()),
+                &["call"],
+            )
+            .expect("valid metric"),
+            nvml_field_latency_seconds: Histogram::with_opts(
+                HistogramOpts::new(
+                    "commwatch_agent_nvml_field_latency_seconds",
+                    "NVML's reported latency of each field read (latencyUsec).",
+                )
+                .buckets(dur_buckets_nvml()),
+            )
+            .expect("valid metric"),
+            jobs: IntGauge::new(
+                "commwatch_agent_jobs",
+                "Training jobs the processes source sees on the node.",
+            )
+            .expect("valid metric"),
             registry,
         };
         let r = &m.registry;
@@ -231,6 +259,9 @@ impl AgentMetrics {
             Box::new(m.batch_bytes.clone()),
             Box::new(m.markers_received.clone()),
             Box::new(m.markers_dropped.clone()),
+            Box::new(m.nvml_call_seconds.clone()),
+            Box::new(m.nvml_field_latency_seconds.clone()),
+            Box::new(m.jobs.clone()),
         ];
         for c in all {
             r.register(c).expect("metric names are unique");
@@ -247,6 +278,14 @@ impl AgentMetrics {
         }
         String::from_utf8(buf).unwrap_or_default()
     }
+}
+
+/// Buckets for NVML calls: 1 µs to 50 ms (a PCIe throughput sample takes 20 ms).
+fn dur_buckets_nvml() -> Vec<f64> {
+    vec![
+        0.000_001, 0.000_005, 0.000_01, 0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001,
+        0.002_5, 0.005, 0.01, 0.025, 0.05,
+    ]
 }
 
 impl Default for AgentMetrics {

@@ -6,6 +6,9 @@
 //!
 //! Utilisation is measured between two reads: the first `sample` after `discover` covers the time since
 //! `discover`.
+//!
+//! The readings come from a [`HostBackend`]: this machine through sysinfo by default, or an injected one (the
+//! simulated cluster's nodes, whose CPUs are a model, not this machine's).
 
 use std::collections::BTreeMap;
 
@@ -13,9 +16,68 @@ use sysinfo::{CpuRefreshKind, MemoryRefreshKind, System};
 
 use super::{Inventory, ReadReport, SeriesKind, SeriesSpec, Source, SourceError, Tier, Value};
 
+/// One reading of the host.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostReading {
+    /// Utilisation over all CPUs since the previous reading, percent (0..100).
+    pub cpu_percent: f32,
+    /// Per CPU, percent, by CPU index.
+    pub per_cpu_percent: Vec<f32>,
+    /// Memory in bytes; 0 when unknown.
+    pub memory_used_bytes: u64,
+    pub memory_total_bytes: u64,
+}
+
+/// Where the host source reads from.
+pub trait HostBackend: Send {
+    /// Number of CPUs now; also the baseline the next reading's utilisation is measured from.
+    fn start(&mut self) -> Result<usize, SourceError>;
+    /// A reading since the previous call (or `start`).
+    fn read(&mut self) -> HostReading;
+}
+
+/// This machine, through sysinfo.
+pub struct SysinfoHost {
+    system: Option<System>,
+}
+
+impl HostBackend for SysinfoHost {
+    fn start(&mut self) -> Result<usize, SourceError> {
+        let system = match &mut self.system {
+            Some(s) => s,
+            None => {
+                let s = System::new()
+                    .map_err(|e| SourceError::Other(format!("sysinfo: cannot start: {e}")))?;
+                self.system.insert(s)
+            }
+        };
+        refresh(system);
+        Ok(system.cpus().len())
+    }
+
+    fn read(&mut self) -> HostReading {
+        let Some(system) = self.system.as_mut() else {
+            return HostReading {
+                cpu_percent: 0.0,
+                per_cpu_percent: Vec::new(),
+                memory_used_bytes: 0,
+                memory_total_bytes: 0,
+            };
+        };
+        refresh(system);
+        HostReading {
+            cpu_percent: system.global_cpu_usage(),
+            per_cpu_percent: system.cpus().iter().map(|c| c.usage()).collect(),
+            memory_used_bytes: system.used_memory(),
+            memory_total_bytes: system.total_memory(),
+        }
+    }
+}
+
 /// Reads CPU utilisation and memory of the host.
 pub struct HostSource {
-    system: Option<System>,
+    backend: Box<dyn HostBackend>,
+    started: bool,
     inventory: Inventory,
     total_cpu: Option<usize>,
     /// Series index of each CPU's utilisation, by CPU index.
@@ -33,8 +95,14 @@ impl Default for HostSource {
 impl HostSource {
     /// A host source. Nothing is read until [`Source::discover`].
     pub fn new() -> Self {
+        Self::with_backend(Box::new(SysinfoHost { system: None }))
+    }
+
+    /// A host source reading from `backend`.
+    pub fn with_backend(backend: Box<dyn HostBackend>) -> Self {
         HostSource {
-            system: None,
+            backend,
+            started: false,
             inventory: Inventory::default(),
             total_cpu: None,
             per_cpu: Vec::new(),
@@ -66,17 +134,9 @@ impl Source for HostSource {
     }
 
     fn discover(&mut self) -> Result<bool, SourceError> {
-        let system = match &mut self.system {
-            Some(s) => s,
-            None => {
-                let s = System::new()
-                    .map_err(|e| SourceError::Other(format!("sysinfo: cannot start: {e}")))?;
-                self.system.insert(s)
-            }
-        };
         // Also the baseline the first sample's utilisation is measured from.
-        refresh(system);
-        let cpus = system.cpus().len();
+        let cpus = self.backend.start()?;
+        self.started = true;
 
         let mut changed = false;
         if self.total_cpu.is_none() {
@@ -108,25 +168,25 @@ impl Source for HostSource {
         if tier != Tier::Slow {
             return report;
         }
-        let Some(system) = self.system.as_mut() else {
+        if !self.started {
             return report;
-        };
-        refresh(system);
+        }
+        let r = self.backend.read();
         let mut push = |idx: usize, v: f64| {
             sink(idx, Value::Gauge(v));
             report.read += 1;
         };
         if let Some(idx) = self.total_cpu {
-            push(idx, percent_to_ratio(system.global_cpu_usage()));
+            push(idx, percent_to_ratio(r.cpu_percent));
         }
-        for (cpu, &idx) in system.cpus().iter().zip(&self.per_cpu) {
-            push(idx, percent_to_ratio(cpu.usage()));
+        for (cpu, &idx) in r.per_cpu_percent.iter().zip(&self.per_cpu) {
+            push(idx, percent_to_ratio(*cpu));
         }
-        let total = system.total_memory();
+        let total = r.memory_total_bytes;
         if let (Some(used_idx), Some(total_idx)) = (self.memory_used, self.memory_total) {
             // sysinfo reports 0 when it could not read the memory figures.
             if total > 0 {
-                push(used_idx, system.used_memory() as f64);
+                push(used_idx, r.memory_used_bytes as f64);
                 push(total_idx, total as f64);
             } else {
                 report.fail(SourceError::Other(

@@ -15,9 +15,14 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+pub mod gpu;
+pub mod gpu_recorded;
 pub mod host;
 pub mod infiniband;
 pub mod netdev;
+pub mod nvml;
+pub mod nvml_lib;
+pub mod processes;
 pub mod sysfs;
 
 /// How often a series is read.
@@ -229,14 +234,67 @@ pub trait Source: Send {
     fn inventory(&self) -> &Inventory;
     /// Reads every series of `tier`, calling `sink(series_index, value)` for each value read.
     fn sample(&mut self, tier: Tier, sink: &mut dyn FnMut(usize, Value)) -> ReadReport;
+    /// Called once by the sampler before the first `discover()`: sources that report their own cost (NVML call
+    /// latencies) keep the handle.
+    fn bind_metrics(&mut self, _metrics: &std::sync::Arc<crate::telemetry::AgentMetrics>) {}
+    /// Called by the sampler before each `discover()` with the links the sources before this one found (the
+    /// `processes` source checks NCCL settings against them).
+    fn node_links(&mut self, _links: &[Link]) {}
+    /// Training jobs found by the last `discover()`, for sources that look for them (`processes`); `None` for
+    /// the others. A change of the list makes `discover()` return `true`.
+    fn jobs(&self) -> Option<&[processes::JobInfo]> {
+        None
+    }
 }
 
-/// Names of the sources, in the order they are built and sampled.
-pub const SOURCE_NAMES: &[&str] = &["infiniband", "netdev", "host"];
+/// Names of the sources, in the order they are built and sampled (`processes` last: it checks NCCL settings
+/// against the links the others found).
+pub const SOURCE_NAMES: &[&str] = &["infiniband", "netdev", "host", "nvml", "processes"];
 
-/// The explicit list of sources: builds the enabled ones from the configuration. A new source is one new file
-/// plus one arm here.
+/// Backends injected instead of the real hardware (the simulated cluster's GPUs and host).
+#[derive(Default)]
+pub struct SourceExtras {
+    /// GPUs for the `nvml` and `processes` sources; `None` loads NVML.
+    pub gpu: Option<Box<dyn gpu::GpuBackend>>,
+    /// Host CPU and memory for the `host` source; `None` reads this machine through sysinfo.
+    pub host: Option<Box<dyn host::HostBackend>>,
+}
+
+impl std::fmt::Debug for SourceExtras {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SourceExtras")
+            .field("gpu", &self.gpu.as_ref().map(|g| g.kind()))
+            .field("host", &self.host.is_some())
+            .finish()
+    }
+}
+
+/// The explicit list of sources: builds the enabled ones from the configuration, on the real hardware.
 pub fn build_sources(config: &crate::config::AgentConfig) -> Vec<Box<dyn Source>> {
+    build_sources_with(config, SourceExtras::default())
+}
+
+/// [`build_sources`] with injected backends. A new source is one new file plus one arm here.
+pub fn build_sources_with(
+    config: &crate::config::AgentConfig,
+    extras: SourceExtras,
+) -> Vec<Box<dyn Source>> {
+    let SourceExtras {
+        gpu: gpu_backend,
+        host: mut host_backend,
+    } = extras;
+    let wants = |n: &str| config.sources.iter().any(|s| s == n);
+    // One GPU backend shared by `nvml` and `processes`; NVML is loaded only when one of them runs.
+    let gpu: Option<Result<gpu::SharedGpu, gpu::GpuError>> = if wants("nvml") || wants("processes")
+    {
+        Some(match gpu_backend {
+            Some(b) => Ok(gpu::shared(b)),
+            None => nvml_lib::NvmlBackend::init()
+                .map(|b| gpu::shared(Box::new(b) as Box<dyn gpu::GpuBackend>)),
+        })
+    } else {
+        None
+    };
     let mut out: Vec<Box<dyn Source>> = Vec::new();
     for name in SOURCE_NAMES {
         if !config.sources.iter().any(|s| s == name) {
@@ -260,7 +318,19 @@ pub fn build_sources(config: &crate::config::AgentConfig) -> Vec<Box<dyn Source>
                     opts,
                 )))
             }
-            "host" => out.push(Box::new(host::HostSource::new())),
+            "host" => out.push(Box::new(match host_backend.take() {
+                Some(b) => host::HostSource::with_backend(b),
+                None => host::HostSource::new(),
+            })),
+            "nvml" => {
+                if let Some(g) = &gpu {
+                    out.push(Box::new(nvml::NvmlSource::new(g.clone())));
+                }
+            }
+            "processes" => out.push(Box::new(processes::ProcessesSource::new(
+                config.procfs_root.clone(),
+                gpu.as_ref().and_then(|g| g.as_ref().ok()).cloned(),
+            ))),
             _ => {}
         }
     }

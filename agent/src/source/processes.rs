@@ -1,0 +1,537 @@
+//! The `processes` source: training processes under `--procfs-root`, grouped into jobs with their ranks, GPUs,
+//! Kubernetes pod and NCCL settings. No series; the jobs travel in the inventory ([`Source::jobs`]).
+//!
+//! Found by: NVML's compute process list (where a GPU backend answers), and environment markers (`RANK`,
+//! `LOCAL_RANK`, `OMPI_COMM_WORLD_RANK`, `SLURM_PROCID`). From a process environment **only the keys of
+//! [`is_allowed`] are kept**, and they are kept at the moment `environ` is split: every other entry is dropped
+//! unread (its bytes are never copied, logged, stored or sent). Processes that vanish or deny access are
+//! skipped quietly (a debug count, no content).
+//!
+//! Job id, in order: `SLURM_JOB_ID`, `TORCHELASTIC_RUN_ID`, `MASTER_ADDR:MASTER_PORT`, the Kubernetes pod UID,
+//! else `session-<sid>` (the session of the launcher). Processes forked by a rank (data-loader workers) inherit
+//! its environment: of several processes with the same job and rank, the one on a GPU is kept, else the
+//! oldest.
+//!
+//! Cost: each discovery lists `/proc` and reads `stat` of every process; `environ` and `cgroup` are read once
+//! per process (keyed by pid and start time).
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use super::gpu::{GpuProcess, SharedGpu};
+use super::{Inventory, Link, ReadReport, Source, SourceError, Tier, Value};
+use crate::nccl::NcclConflict;
+
+/// Environment keys read besides `NCCL_*`.
+pub const ALLOWED_KEYS: &[&str] = &[
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "SLURM_JOB_ID",
+    "SLURM_PROCID",
+    "SLURM_LOCALID",
+    "SLURM_NTASKS",
+    "TORCHELASTIC_RUN_ID",
+    "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_SIZE",
+    "OMPI_COMM_WORLD_LOCAL_RANK",
+    "CUDA_VISIBLE_DEVICES",
+];
+
+/// Longest value kept; longer ones are cut (NCCL settings are short).
+pub const MAX_VALUE_BYTES: usize = 256;
+
+/// NCCL keys that can never hold a secret are all `NCCL_*` except these, which may carry credentials or
+/// addresses of other systems and are not read.
+const NCCL_DENY: &[&str] = &["NCCL_COMM_ID"];
+
+/// Whether an environment key is read at all: the fixed list, and `NCCL_*` settings.
+pub fn is_allowed(key: &str) -> bool {
+    if ALLOWED_KEYS.contains(&key) {
+        return true;
+    }
+    key.starts_with("NCCL_")
+        && !NCCL_DENY.contains(&key)
+        && key.len() <= 64
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+}
+
+/// Splits `/proc/<pid>/environ` and keeps only allowed keys; everything else is dropped on the spot.
+pub fn parse_environ(raw: &[u8]) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for entry in raw.split(|b| *b == 0) {
+        let Some(eq) = entry.iter().position(|b| *b == b'=') else {
+            continue;
+        };
+        let Ok(key) = std::str::from_utf8(&entry[..eq]) else {
+            continue;
+        };
+        if !is_allowed(key) {
+            continue;
+        }
+        let mut value = &entry[eq + 1..];
+        if value.len() > MAX_VALUE_BYTES {
+            value = &value[..MAX_VALUE_BYTES];
+        }
+        if let Ok(v) = std::str::from_utf8(value) {
+            out.insert(key.to_string(), v.to_string());
+        }
+    }
+    out
+}
+
+/// Kubernetes identity of a process from `/proc/<pid>/cgroup`: `(pod UID, container id)`.
+///
+/// Handles cgroup v1 (`.../kubepods/burstable/pod<uid>/<container>`), cgroup v2 with the systemd driver
+/// (`.../kubepods-burstable-pod<uid_with_underscores>.slice/cri-containerd-<id>.scope`, also `docker-` and
+/// `crio-`).
+pub fn parse_cgroup(text: &str) -> (Option<String>, Option<String>) {
+    let mut pod = None;
+    let mut container = None;
+    for line in text.lines() {
+        let path = line.splitn(3, ':').nth(2).unwrap_or(line);
+        if !path.contains("kubepods") {
+            continue;
+        }
+        for part in path.split('/') {
+            let part = part.trim();
+            if let Some(i) = part.rfind("pod") {
+                let rest = &part[i + 3..];
+                let rest = rest.strip_suffix(".slice").unwrap_or(rest);
+                let uid = rest.replace('_', "-");
+                if is_uid(&uid) {
+                    pod = Some(uid);
+                    continue;
+                }
+            }
+            let id = part
+                .strip_suffix(".scope")
+                .map(|p| p.rsplit('-').next().unwrap_or(p))
+                .unwrap_or(part);
+            if id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit()) {
+                container = Some(id.to_string());
+            }
+        }
+        if pod.is_some() {
+            break;
+        }
+    }
+    (pod, container)
+}
+
+fn is_uid(s: &str) -> bool {
+    s.len() == 36
+        && s.bytes().enumerate().all(|(i, b)| {
+            if [8, 13, 18, 23].contains(&i) {
+                b == b'-'
+            } else {
+                b.is_ascii_hexdigit()
+            }
+        })
+}
+
+/// `(session id, start time in clock ticks)` from `/proc/<pid>/stat`.
+pub fn parse_stat(text: &str) -> Option<(u32, u64)> {
+    // The command name (field 2) may hold spaces and parentheses: fields resume after the last ')'.
+    let rest = &text[text.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // After ')': state(3) ppid(4) pgrp(5) session(6) ... starttime(22).
+    let session = f.get(3)?.parse().ok()?;
+    let start = f.get(19)?.parse().ok()?;
+    Some((session, start))
+}
+
+/// One process of a job on this node.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct RankInfo {
+    pub pid: u32,
+    pub rank: Option<u32>,
+    pub local_rank: Option<u32>,
+    pub world_size: Option<u32>,
+    pub gpus: Vec<String>,
+    pub pod_uid: Option<String>,
+    pub container_id: Option<String>,
+    /// `NCCL_*` settings.
+    pub nccl: BTreeMap<String, String>,
+    /// `nvml` or `environment`.
+    pub found_by: &'static str,
+    #[serde(skip)]
+    start_ticks: u64,
+}
+
+/// A training job as seen on this node.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct JobInfo {
+    pub id: String,
+    pub ranks: Vec<RankInfo>,
+    pub conflicts: Vec<NcclConflict>,
+}
+
+/// What was learnt about a process, cached by `(pid, start time)`.
+#[derive(Debug, Clone)]
+struct Seen {
+    start: u64,
+    env: Option<BTreeMap<String, String>>,
+    pod: Option<String>,
+    container: Option<String>,
+    session: u32,
+}
+
+/// Finds training processes. See the module documentation.
+pub struct ProcessesSource {
+    procfs_root: PathBuf,
+    gpu: Option<SharedGpu>,
+    node_links: Vec<Link>,
+    inventory: Inventory,
+    jobs: Vec<JobInfo>,
+    cache: HashMap<u32, Seen>,
+    /// Only these pids are looked at (tests); `None`: every process.
+    only: Option<Vec<u32>>,
+}
+
+fn first_u32(env: &BTreeMap<String, String>, keys: &[&str]) -> Option<u32> {
+    keys.iter()
+        .find_map(|k| env.get(*k).and_then(|v| v.trim().parse().ok()))
+}
+
+impl ProcessesSource {
+    /// Looks under `procfs_root`; `gpu` gives NVML's compute process list where present.
+    pub fn new(procfs_root: PathBuf, gpu: Option<SharedGpu>) -> ProcessesSource {
+        ProcessesSource {
+            procfs_root,
+            gpu,
+            node_links: Vec::new(),
+            inventory: Inventory::default(),
+            jobs: Vec::new(),
+            cache: HashMap::new(),
+            only: None,
+        }
+    }
+
+    /// Restricts the scan to these pids (for tests on a live `/proc`).
+    pub fn only_pids(mut self, pids: Vec<u32>) -> ProcessesSource {
+        self.only = Some(pids);
+        self
+    }
+
+    fn pids(&self) -> Vec<u32> {
+        if let Some(o) = &self.only {
+            return o.clone();
+        }
+        let Ok(dir) = std::fs::read_dir(&self.procfs_root) else {
+            return Vec::new();
+        };
+        dir.filter_map(|e| e.ok())
+            .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok()))
+            .collect()
+    }
+
+    /// Reads (or recalls) what a process is; `None` when it vanished or cannot be read.
+    fn look(&mut self, pid: u32) -> Option<Seen> {
+        let dir = self.procfs_root.join(pid.to_string());
+        let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
+        let (session, start) = parse_stat(&stat)?;
+        if let Some(s) = self.cache.get(&pid) {
+            if s.start == start {
+                return Some(s.clone());
+            }
+        }
+        let env = read_environ(&dir);
+        let (pod, container) = std::fs::read_to_string(dir.join("cgroup"))
+            .map(|t| parse_cgroup(&t))
+            .unwrap_or((None, None));
+        let seen = Seen {
+            start,
+            env,
+            pod,
+            container,
+            session,
+        };
+        self.cache.insert(pid, seen.clone());
+        Some(seen)
+    }
+
+    fn gpu_processes(&self) -> Vec<GpuProcess> {
+        let Some(g) = &self.gpu else {
+            return Vec::new();
+        };
+        let mut b = match g.lock() {
+            Ok(b) => b,
+            Err(p) => p.into_inner(),
+        };
+        b.compute_processes().unwrap_or_default()
+    }
+
+    /// Scans the processes now; returns the jobs found.
+    pub fn scan(&mut self) -> Vec<JobInfo> {
+        let on_gpu = self.gpu_processes();
+        let mut gpus_of: BTreeMap<u32, Vec<String>> = BTreeMap::new();
+        for p in &on_gpu {
+            gpus_of.entry(p.pid).or_default().push(p.gpu.to_string());
+        }
+        let pids = self.pids();
+        let mut unreadable = 0usize;
+        let mut ranks: BTreeMap<(String, i64), RankInfo> = BTreeMap::new();
+        let mut live = Vec::with_capacity(pids.len());
+        for pid in pids {
+            let Some(seen) = self.look(pid) else {
+                unreadable += 1;
+                continue;
+            };
+            live.push(pid);
+            let on_gpu = gpus_of.get(&pid);
+            let env = seen.env.clone().unwrap_or_default();
+            let marked = ["RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"]
+                .iter()
+                .any(|k| env.contains_key(*k));
+            if !marked && on_gpu.is_none() {
+                continue;
+            }
+            let id = job_id(&env, seen.pod.as_deref(), seen.session, pid, marked);
+            let gpus = match on_gpu {
+                Some(g) => g.clone(),
+                None => env
+                    .get("CUDA_VISIBLE_DEVICES")
+                    .map(|v| {
+                        v.split(',')
+                            .map(str::trim)
+                            .filter(|s| !s.is_empty())
+                            .map(String::from)
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+            };
+            let rank = RankInfo {
+                pid,
+                rank: first_u32(&env, &["RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"]),
+                local_rank: first_u32(
+                    &env,
+                    &["LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"],
+                ),
+                world_size: first_u32(
+                    &env,
+                    &["WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS"],
+                ),
+                gpus,
+                pod_uid: seen.pod.clone(),
+                container_id: seen.container.clone(),
+                nccl: env
+                    .iter()
+                    .filter(|(k, _)| k.starts_with("NCCL_"))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
+                found_by: if on_gpu.is_some() {
+                    "nvml"
+                } else {
+                    "environment"
+                },
+                start_ticks: seen.start,
+            };
+            // A process without a rank number is keyed by its pid (never merged with another).
+            let key = (id, rank.rank.map(i64::from).unwrap_or(-i64::from(pid)));
+            match ranks.get(&key) {
+                Some(prev) if !better(&rank, prev) => {}
+                _ => {
+                    ranks.insert(key, rank);
+                }
+            }
+        }
+        self.cache.retain(|pid, _| live.contains(pid));
+        if unreadable > 0 {
+            tracing::debug!(
+                unreadable,
+                "processes source: some processes vanished or could not be read"
+            );
+        }
+        let mut jobs: BTreeMap<String, Vec<RankInfo>> = BTreeMap::new();
+        for ((id, _), r) in ranks {
+            jobs.entry(id).or_default().push(r);
+        }
+        jobs.into_iter()
+            .map(|(id, mut ranks)| {
+                ranks.sort_by_key(|r| (r.rank, r.pid));
+                let mut conflicts: Vec<NcclConflict> = Vec::new();
+                for r in &ranks {
+                    for c in crate::nccl::conflicts(&r.nccl, &self.node_links) {
+                        if !conflicts.contains(&c) {
+                            conflicts.push(c);
+                        }
+                    }
+                }
+                JobInfo {
+                    id,
+                    ranks,
+                    conflicts,
+                }
+            })
+            .collect()
+    }
+}
+
+/// Of two processes claiming the same rank: the one on a GPU, else the older one.
+fn better(a: &RankInfo, b: &RankInfo) -> bool {
+    match (a.found_by == "nvml", b.found_by == "nvml") {
+        (true, false) => true,
+        (false, true) => false,
+        _ => (a.start_ticks, a.pid) < (b.start_ticks, b.pid),
+    }
+}
+
+fn job_id(
+    env: &BTreeMap<String, String>,
+    pod: Option<&str>,
+    session: u32,
+    pid: u32,
+    marked: bool,
+) -> String {
+    let id = if let Some(v) = env.get("SLURM_JOB_ID") {
+        v.clone()
+    } else if let Some(v) = env.get("TORCHELASTIC_RUN_ID") {
+        v.clone()
+    } else if let (Some(a), Some(p)) = (env.get("MASTER_ADDR"), env.get("MASTER_PORT")) {
+        format!("{a}:{p}")
+    } else if let Some(p) = pod {
+        format!("pod-{p}")
+    } else if marked {
+        format!("session-{session}")
+    } else {
+        format!("pid-{pid}")
+    };
+    let mut id: String = id.chars().filter(|c| !c.is_control()).collect();
+    if id.len() > 128 {
+        let mut cut = 128;
+        while !id.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        id.truncate(cut);
+    }
+    if id.is_empty() {
+        format!("pid-{pid}")
+    } else {
+        id
+    }
+}
+
+/// Reads and filters `environ`; `None` when it cannot be read (vanished, denied). The raw bytes are dropped
+/// before this returns.
+fn read_environ(dir: &Path) -> Option<BTreeMap<String, String>> {
+    let raw = std::fs::read(dir.join("environ")).ok()?;
+    Some(parse_environ(&raw))
+}
+
+impl Source for ProcessesSource {
+    fn name(&self) -> &'static str {
+        "processes"
+    }
+
+    fn node_links(&mut self, links: &[Link]) {
+        self.node_links = links
+            .iter()
+            .filter(|l| l.key.class != super::LinkClass::Nvlink)
+            .cloned()
+            .collect();
+    }
+
+    fn discover(&mut self) -> Result<bool, SourceError> {
+        let jobs = self.scan();
+        let changed = jobs != self.jobs;
+        self.jobs = jobs;
+        Ok(changed)
+    }
+
+    fn inventory(&self) -> &Inventory {
+        &self.inventory
+    }
+
+    fn sample(&mut self, _tier: Tier, _sink: &mut dyn FnMut(usize, Value)) -> ReadReport {
+        ReadReport::default()
+    }
+
+    fn jobs(&self) -> Option<&[JobInfo]> {
+        Some(&self.jobs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn environ_keeps_only_the_allowlist() {
+        let raw = b"PATH=/usr/bin\0RANK=3\0AWS_SECRET_ACCESS_KEY=hunter2\0NCCL_SOCKET_IFNAME=eth0\0NCCL_COMM_ID=10.0.0.1:1234\0WORLD_SIZE=16\0garbage\0=x\0\xff\xfe=1\0";
+        let env = parse_environ(raw);
+        let keys: Vec<&str> = env.keys().map(String::as_str).collect();
+        assert_eq!(keys, vec!["NCCL_SOCKET_IFNAME", "RANK", "WORLD_SIZE"]);
+        assert_eq!(env["RANK"], "3");
+        assert!(!format!("{env:?}").contains("hunter2"));
+        assert!(!is_allowed("NCCL_secret") && !is_allowed("nccl_x") && is_allowed("NCCL_IB_HCA"));
+    }
+
+    #[test]
+    fn cgroup_patterns() {
+        let v1 = "12:memory:/kubepods/burstable/pod0f5d6a43-1b2c-4d5e-8f90-123456789abc/3f4e5d6c7b8a99887766554433221100ffeeddccbbaa99887766554433221100\n";
+        assert_eq!(
+            parse_cgroup(v1),
+            (
+                Some("0f5d6a43-1b2c-4d5e-8f90-123456789abc".into()),
+                Some("3f4e5d6c7b8a99887766554433221100ffeeddccbbaa99887766554433221100".into())
+            )
+        );
+        let v2 = "0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod0f5d6a43_1b2c_4d5e_8f90_123456789abc.slice/cri-containerd-3f4e5d6c7b8a99887766554433221100ffeeddccbbaa99887766554433221100.scope\n";
+        assert_eq!(
+            parse_cgroup(v2),
+            (
+                Some("0f5d6a43-1b2c-4d5e-8f90-123456789abc".into()),
+                Some("3f4e5d6c7b8a99887766554433221100ffeeddccbbaa99887766554433221100".into())
+            )
+        );
+        assert_eq!(
+            parse_cgroup("0::/user.slice/user-1000.slice/session-3.scope\n"),
+            (None, None)
+        );
+    }
+
+    #[test]
+    fn stat_fields() {
+        let s = "1234 (python3 (x) y) S 1 1234 1200 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 987654 1000 100";
+        assert_eq!(parse_stat(s), Some((1200, 987654)));
+        assert_eq!(parse_stat("garbage"), None);
+    }
+
+    #[test]
+    fn job_ids_in_order() {
+        let env = |p: &[(&str, &str)]| -> BTreeMap<String, String> {
+            p.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        assert_eq!(
+            job_id(
+                &env(&[("SLURM_JOB_ID", "42"), ("TORCHELASTIC_RUN_ID", "x")]),
+                None,
+                1,
+                2,
+                true
+            ),
+            "42"
+        );
+        assert_eq!(
+            job_id(
+                &env(&[("MASTER_ADDR", "10.0.0.1"), ("MASTER_PORT", "29500")]),
+                None,
+                1,
+                2,
+                true
+            ),
+            "10.0.0.1:29500"
+        );
+        assert_eq!(job_id(&env(&[]), Some("u"), 7, 2, true), "pod-u");
+        assert_eq!(job_id(&env(&[]), None, 7, 2, true), "session-7");
+        assert_eq!(job_id(&env(&[]), None, 7, 2, false), "pid-2");
+    }
+}
