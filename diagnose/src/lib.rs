@@ -103,6 +103,7 @@ pub fn run(args: &DiagnoseArgs) -> Result<i32, DiagnoseError> {
         }
     }
     // The inventory is fetched even with --link-rate: it also tells which interfaces are management.
+    // Fetched even with --link-rate: the inventory also tells which interfaces are management NICs.
     let inventory = args
         .collector
         .as_deref()
