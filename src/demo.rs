@@ -111,6 +111,8 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         commwatch_sim::Cluster::create(&root, spec).context("writing the simulated sysfs trees")?;
     let description = cluster.describe();
     let node_roots = cluster.node_roots();
+    // The simulated GPUs and host CPUs follow the same model and clock as the sysfs trees.
+    let (model, epoch) = (cluster.model().clone(), cluster.epoch());
     let updater = cluster.spawn_updater(Duration::from_millis(10));
 
     let collector = commwatch_collector::start(commwatch_collector::CollectorConfig {
@@ -122,21 +124,31 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     .context("starting the collector")?;
 
     let mut agents = Vec::new();
-    for (node, sysfs_root) in &node_roots {
+    for (i, (node, sysfs_root)) in node_roots.iter().enumerate() {
         let config = commwatch_agent::AgentConfig {
             node: node.clone(),
             collector: Some(format!("http://{}", collector.grpc_addr)),
             sysfs_root: sysfs_root.clone(),
             procfs_root: PathBuf::from("/proc"),
             http_listen: "127.0.0.1:0".parse().context("address")?,
-            // The simulated nodes share this machine: its CPU is not theirs, and markers have no sender here.
-            sources: vec!["infiniband".into(), "netdev".into()],
+            // The simulated nodes share this machine: their GPUs and host CPUs come from the simulator, and
+            // markers have no sender here.
+            sources: vec![
+                "infiniband".into(),
+                "netdev".into(),
+                "host".into(),
+                "nvml".into(),
+            ],
             steps_udp: None,
             steps_socket: None,
             ..Default::default()
         };
+        let extras = commwatch_agent::AgentExtras {
+            gpu: Some(Box::new(commwatch_sim::SimGpus::new(&model, i, epoch))),
+            host: Some(Box::new(commwatch_sim::SimHost::new(&model, i, epoch))),
+        };
         agents.push(
-            commwatch_agent::start(config)
+            commwatch_agent::start_with(config, extras)
                 .await
                 .with_context(|| format!("starting the agent of {node}"))?,
         );

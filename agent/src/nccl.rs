@@ -91,10 +91,17 @@ fn ignored_interface(name: &str) -> bool {
     name == "lo" || name.starts_with("docker") || name.starts_with("veth")
 }
 
+/// A network interface (netdev source: device and port are the interface name; IPoIB has class
+/// `infiniband`, other interfaces `ethernet`).
+fn is_interface(l: &Link) -> bool {
+    matches!(l.key.class, LinkClass::Ethernet | LinkClass::Infiniband) && l.key.device == l.key.port
+}
+
 fn active_ib(links: &[Link]) -> Vec<&Link> {
     links
         .iter()
         .filter(|l| matches!(l.key.class, LinkClass::Infiniband | LinkClass::Roce))
+        .filter(|l| !is_interface(l))
         .filter(|l| l.state.eq_ignore_ascii_case("active") || l.state.ends_with("ACTIVE"))
         .collect()
 }
@@ -113,10 +120,7 @@ pub fn conflicts(settings: &BTreeMap<String, String>, links: &[Link]) -> Vec<Ncc
 
     if let Some(v) = settings.get("NCCL_SOCKET_IFNAME") {
         let list = parse_list(v);
-        let ifaces: Vec<&Link> = links
-            .iter()
-            .filter(|l| l.key.class == LinkClass::Ethernet)
-            .collect();
+        let ifaces: Vec<&Link> = links.iter().filter(|l| is_interface(l)).collect();
         let selected: Vec<&Link> = ifaces
             .iter()
             .copied()
@@ -250,7 +254,7 @@ mod tests {
                 LinkRole::Management,
                 "up",
             ),
-            link(LinkClass::Ethernet, "ib0", "ib0", LinkRole::Fabric, "up"),
+            link(LinkClass::Infiniband, "ib0", "ib0", LinkRole::Fabric, "up"),
             link(
                 LinkClass::Ethernet,
                 "lo",
@@ -371,7 +375,7 @@ mod tests {
         .is_empty());
         let no_ib: Vec<Link> = node()
             .into_iter()
-            .filter(|l| l.key.class == LinkClass::Ethernet)
+            .filter(|l| l.key.device == l.key.port)
             .collect();
         assert!(conflicts(&set(&[("NCCL_IB_DISABLE", "1")]), &no_ib).is_empty());
     }

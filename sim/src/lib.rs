@@ -12,6 +12,8 @@
 //! - [`counters`]: the counter files' names and PMA widths.
 //! - [`tree`]: the on-disk layout and the in-place writer.
 //! - [`cluster`]: [`Cluster`] (create, `advance_to`, expectations) and its updater thread.
+//! - [`gpu`]: the simulated GPUs and host CPUs behind the agent's backend traits ([`SimGpus`],
+//!   [`SimHost`]).
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -28,6 +30,7 @@
 pub mod cluster;
 pub mod counters;
 mod error;
+pub mod gpu;
 pub mod model;
 pub mod scenario;
 pub mod spec;
@@ -36,6 +39,7 @@ pub mod tree;
 pub use cluster::{AdvanceStats, Cluster, UpdaterHandle};
 pub use counters::{HwCounter, NetStat, PortCounter};
 pub use error::SimError;
+pub use gpu::{SimGpus, SimHost};
 pub use model::{JobModel, Link, LinkBytes, LinkModel, LinkStep, StepTimeline};
 pub use scenario::Scenario;
 pub use spec::ClusterSpec;

@@ -1,0 +1,200 @@
+//! The `processes` source on real processes (children of this test, under the real `/proc`) and on a procfs
+//! tree built here: jobs and ranks found, NCCL settings reported and checked against the node's links, only
+//! allowlisted environment kept, Kubernetes pods from cgroups, vanished and unreadable processes skipped.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+
+use commwatch_agent::source::infiniband::InfinibandSource;
+use commwatch_agent::source::netdev::{NetdevOptions, NetdevSource};
+use commwatch_agent::source::processes::ProcessesSource;
+use commwatch_agent::source::{Link, Source};
+
+const SECRET: &str = "hunter2-secret-value";
+
+/// A child killed on drop.
+struct Sleeper(Child);
+
+impl Drop for Sleeper {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn sleeper(env: &[(&str, &str)]) -> Sleeper {
+    let mut c = Command::new("sleep");
+    c.arg("30");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    Sleeper(c.spawn().expect("spawn sleep"))
+}
+
+/// The links of the gpud H100 fixture: eth0 management, ib0/ib1 IPoIB (fabric), active ConnectX-7 ports.
+fn h100_links() -> Vec<Link> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gpud_h100/sys");
+    let mut ib = InfinibandSource::new(root.clone());
+    ib.discover().unwrap();
+    let mut nd = NetdevSource::new(root, NetdevOptions::default());
+    nd.discover().unwrap();
+    let mut links = ib.inventory().links.clone();
+    links.extend(nd.inventory().links.iter().cloned());
+    links
+}
+
+fn scan(pids: Vec<u32>, root: PathBuf) -> ProcessesSource {
+    let mut src = ProcessesSource::new(root, None).only_pids(pids);
+    src.node_links(&h100_links());
+    src.discover().unwrap();
+    src
+}
+
+#[test]
+fn a_real_rank_is_found_with_its_nccl_setting_and_the_secret_is_dropped() {
+    let child = sleeper(&[
+        ("RANK", "3"),
+        ("WORLD_SIZE", "16"),
+        ("LOCAL_RANK", "3"),
+        ("NCCL_SOCKET_IFNAME", "eth0"),
+        ("AWS_SECRET_ACCESS_KEY", SECRET),
+    ]);
+    let pid = child.0.id();
+    let src = scan(vec![pid], PathBuf::from("/proc"));
+    let jobs = src.jobs().unwrap();
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    let job = &jobs[0];
+    // No SLURM/torchelastic/master id: the launcher's session.
+    assert!(job.id.starts_with("session-"), "{}", job.id);
+    assert_eq!(job.ranks.len(), 1);
+    let r = &job.ranks[0];
+    assert_eq!(r.pid, pid);
+    assert_eq!(
+        (r.rank, r.local_rank, r.world_size),
+        (Some(3), Some(3), Some(16))
+    );
+    assert_eq!(r.found_by, "environment");
+    assert_eq!(
+        r.nccl,
+        BTreeMap::from([("NCCL_SOCKET_IFNAME".to_string(), "eth0".to_string())])
+    );
+    // eth0 is the management NIC of this node and its InfiniBand is active.
+    assert_eq!(job.conflicts.len(), 1, "{:?}", job.conflicts);
+    assert_eq!(job.conflicts[0].kind, "management_interface");
+    assert!(
+        job.conflicts[0].reason.contains("ib0"),
+        "{}",
+        job.conflicts[0].reason
+    );
+    // Nothing else of the environment survives, in any form.
+    let dump = format!("{jobs:?}{}", serde_json::to_string(jobs).unwrap());
+    assert!(
+        !dump.contains(SECRET) && !dump.contains("AWS_SECRET"),
+        "{dump}"
+    );
+}
+
+#[test]
+fn naming_the_ipoib_interface_is_no_conflict() {
+    let child = sleeper(&[
+        ("RANK", "0"),
+        ("WORLD_SIZE", "2"),
+        ("NCCL_SOCKET_IFNAME", "ib0"),
+    ]);
+    let src = scan(vec![child.0.id()], PathBuf::from("/proc"));
+    let jobs = src.jobs().unwrap();
+    assert_eq!(jobs.len(), 1);
+    assert!(jobs[0].conflicts.is_empty(), "{:?}", jobs[0].conflicts);
+}
+
+#[test]
+fn processes_without_markers_are_not_jobs_and_vanished_ones_are_skipped() {
+    let plain = sleeper(&[("AWS_SECRET_ACCESS_KEY", SECRET)]);
+    let mut gone = sleeper(&[("RANK", "1")]);
+    let gone_pid = gone.0.id();
+    let _ = gone.0.kill();
+    let _ = gone.0.wait();
+    let src = scan(
+        vec![plain.0.id(), gone_pid, u32::MAX - 1],
+        PathBuf::from("/proc"),
+    );
+    assert_eq!(src.jobs().unwrap().len(), 0);
+}
+
+fn write(dir: &Path, name: &str, content: &[u8]) {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join(name), content).unwrap();
+}
+
+fn stat(pid: u32, session: u32, start: u64) -> Vec<u8> {
+    format!(
+        "{pid} (python3) S 1 {pid} {session} 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 8 0 {start} 1000 100\n"
+    )
+    .into_bytes()
+}
+
+#[test]
+fn procfs_tree_pods_slurm_jobs_dataloader_workers_and_unreadable_entries() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let pod = "0f5d6a43-1b2c-4d5e-8f90-123456789abc";
+    let cid = "3f4e5d6c7b8a99887766554433221100ffeeddccbbaa99887766554433221100";
+    let cgroup = format!(
+        "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/cri-containerd-{cid}.scope\n",
+        pod.replace('-', "_")
+    );
+    // Rank 0 and 1 of a Slurm job in a pod; pid 101 is rank 0's data-loader worker (same env, started later).
+    for (pid, rank, start) in [(100u32, 0u32, 5000u64), (101, 0, 6000), (102, 1, 5001)] {
+        let d = root.join(pid.to_string());
+        write(&d, "stat", &stat(pid, 90, start));
+        write(
+            &d,
+            "environ",
+            format!(
+                "SLURM_JOB_ID=4711\0SLURM_PROCID={rank}\0SLURM_LOCALID={rank}\0SLURM_NTASKS=64\0CUDA_VISIBLE_DEVICES={rank}\0NCCL_IB_HCA=mlx5_0\0NCCL_DEBUG=INFO\0HF_TOKEN={SECRET}\0"
+            )
+            .as_bytes(),
+        );
+        write(&d, "cgroup", cgroup.as_bytes());
+    }
+    // A process whose environ cannot be read (a directory stands in for EACCES) and one with garbage stat.
+    let d = root.join("200");
+    write(&d, "stat", &stat(200, 1, 1));
+    std::fs::create_dir_all(d.join("environ")).unwrap();
+    write(&root.join("201"), "stat", b"garbage");
+    write(&root.join("self"), "stat", b"not a pid dir");
+
+    let mut src = ProcessesSource::new(root.to_path_buf(), None);
+    src.node_links(&h100_links());
+    assert!(src.discover().unwrap());
+    let jobs = src.jobs().unwrap();
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    let j = &jobs[0];
+    assert_eq!(j.id, "4711");
+    let pids: Vec<u32> = j.ranks.iter().map(|r| r.pid).collect();
+    assert_eq!(
+        pids,
+        vec![100, 102],
+        "the worker (101) is folded into its rank"
+    );
+    let r0 = &j.ranks[0];
+    assert_eq!(
+        (r0.rank, r0.local_rank, r0.world_size),
+        (Some(0), Some(0), Some(64))
+    );
+    assert_eq!(r0.gpus, vec!["0".to_string()]);
+    assert_eq!(r0.pod_uid.as_deref(), Some(pod));
+    assert_eq!(r0.container_id.as_deref(), Some(cid));
+    assert_eq!(r0.nccl.len(), 2);
+    // NCCL_IB_HCA=mlx5_0 leaves the other seven active ConnectX-7 ports unused.
+    assert_eq!(j.conflicts.len(), 1);
+    assert_eq!(j.conflicts[0].kind, "hca_excluded");
+    assert!(!format!("{jobs:?}").contains(SECRET));
+    // Nothing changed: no change reported.
+    assert!(!src.discover().unwrap());
+    // A rank ends: the job list changes.
+    std::fs::remove_dir_all(root.join("102")).unwrap();
+    assert!(src.discover().unwrap());
+    assert_eq!(src.jobs().unwrap()[0].ranks.len(), 1);
+}
