@@ -64,6 +64,27 @@ pub const COLLECTOR_NODES: &str = "commwatch_collector_nodes";
 pub const COLLECTOR_SERIES: &str = "commwatch_collector_series";
 pub const COLLECTOR_STORE_SAMPLES: &str = "commwatch_collector_store_samples";
 pub const COLLECTOR_STORE_BYTES: &str = "commwatch_collector_store_bytes";
+/// Step markers received in applied batches, by `result` (`accepted`, `invalid`: failed validation, dropped).
+pub const COLLECTOR_STEP_MARKERS_TOTAL: &str = "commwatch_collector_step_markers_total";
+
+/// GPU series (labels `node`, `gpu`), from the agent's `nvml` source; see [`gpu_family`].
+pub const GPU_UTILIZATION_RATIO: &str = "commwatch_gpu_utilization_ratio";
+pub const GPU_MEMORY_UTILIZATION_RATIO: &str = "commwatch_gpu_memory_utilization_ratio";
+pub const GPU_SM_ACTIVITY_RATIO: &str = "commwatch_gpu_sm_activity_ratio";
+pub const GPU_MEMORY_USED_BYTES: &str = "commwatch_gpu_memory_used_bytes";
+pub const GPU_PCIE_TRANSMIT_BYTES_PER_SECOND: &str = "commwatch_gpu_pcie_transmit_bytes_per_second";
+pub const GPU_PCIE_RECEIVE_BYTES_PER_SECOND: &str = "commwatch_gpu_pcie_receive_bytes_per_second";
+pub const GPU_NVLINK_TRANSMIT_BYTES_PER_SECOND: &str = "commwatch_gpu_nvlink_transmit_bytes_per_second";
+pub const GPU_NVLINK_RECEIVE_BYTES_PER_SECOND: &str = "commwatch_gpu_nvlink_receive_bytes_per_second";
+pub const GPU_PCIE_LINK_GENERATION: &str = "commwatch_gpu_pcie_link_generation";
+pub const GPU_PCIE_LINK_GENERATION_MAX: &str = "commwatch_gpu_pcie_link_generation_max";
+pub const GPU_PCIE_LINK_WIDTH: &str = "commwatch_gpu_pcie_link_width";
+pub const GPU_PCIE_LINK_WIDTH_MAX: &str = "commwatch_gpu_pcie_link_width_max";
+pub const GPU_PCIE_REPLAY_ERRORS_TOTAL: &str = "commwatch_gpu_pcie_replay_errors_total";
+pub const GPU_POWER_WATTS: &str = "commwatch_gpu_power_watts";
+pub const GPU_SM_CLOCK_HERTZ: &str = "commwatch_gpu_sm_clock_hertz";
+/// NCCL settings of a job that contradict a node's hardware: 1 per `(node, job, setting)` (and `kind`).
+pub const NCCL_SETTING_CONFLICT: &str = "commwatch_nccl_setting_conflict";
 
 /// Every exported name (for checks against dashboards and alert rules).
 pub const ALL: &[&str] = &[
@@ -104,7 +125,46 @@ pub const ALL: &[&str] = &[
     COLLECTOR_SERIES,
     COLLECTOR_STORE_SAMPLES,
     COLLECTOR_STORE_BYTES,
+    COLLECTOR_STEP_MARKERS_TOTAL,
+    GPU_UTILIZATION_RATIO,
+    GPU_MEMORY_UTILIZATION_RATIO,
+    GPU_SM_ACTIVITY_RATIO,
+    GPU_MEMORY_USED_BYTES,
+    GPU_PCIE_TRANSMIT_BYTES_PER_SECOND,
+    GPU_PCIE_RECEIVE_BYTES_PER_SECOND,
+    GPU_NVLINK_TRANSMIT_BYTES_PER_SECOND,
+    GPU_NVLINK_RECEIVE_BYTES_PER_SECOND,
+    GPU_PCIE_LINK_GENERATION,
+    GPU_PCIE_LINK_GENERATION_MAX,
+    GPU_PCIE_LINK_WIDTH,
+    GPU_PCIE_LINK_WIDTH_MAX,
+    GPU_PCIE_REPLAY_ERRORS_TOTAL,
+    GPU_POWER_WATTS,
+    GPU_SM_CLOCK_HERTZ,
+    NCCL_SETTING_CONFLICT,
 ];
+
+/// The exported family of an agent's node-level GPU series (`SeriesDescriptor.metric`), if it is one.
+pub fn gpu_family(metric: &str) -> Option<&'static str> {
+    Some(match metric {
+        "gpu_utilization_ratio" => GPU_UTILIZATION_RATIO,
+        "gpu_memory_utilization_ratio" => GPU_MEMORY_UTILIZATION_RATIO,
+        "gpu_sm_activity_ratio" => GPU_SM_ACTIVITY_RATIO,
+        "gpu_memory_used_bytes" => GPU_MEMORY_USED_BYTES,
+        "gpu_pcie_tx_bytes_per_second" => GPU_PCIE_TRANSMIT_BYTES_PER_SECOND,
+        "gpu_pcie_rx_bytes_per_second" => GPU_PCIE_RECEIVE_BYTES_PER_SECOND,
+        "gpu_nvlink_tx_bytes_per_second" => GPU_NVLINK_TRANSMIT_BYTES_PER_SECOND,
+        "gpu_nvlink_rx_bytes_per_second" => GPU_NVLINK_RECEIVE_BYTES_PER_SECOND,
+        "gpu_pcie_link_gen" => GPU_PCIE_LINK_GENERATION,
+        "gpu_pcie_link_gen_max" => GPU_PCIE_LINK_GENERATION_MAX,
+        "gpu_pcie_link_width" => GPU_PCIE_LINK_WIDTH,
+        "gpu_pcie_link_width_max" => GPU_PCIE_LINK_WIDTH_MAX,
+        "gpu_pcie_replay_errors" => GPU_PCIE_REPLAY_ERRORS_TOTAL,
+        "gpu_power_watts" => GPU_POWER_WATTS,
+        "gpu_sm_clock_hz" => GPU_SM_CLOCK_HERTZ,
+        _ => return None,
+    })
+}
 
 /// Which exported family a link counter of agent metric name `metric` belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -258,8 +258,11 @@ fn add_node(b: &mut Builder, n: &NodeSnapshot) {
             ("cpu_utilization_ratio", SeriesKind::Gauge) => names::NODE_CPU_UTILIZATION_RATIO,
             ("memory_used_bytes", SeriesKind::Gauge) => names::NODE_MEMORY_USED_BYTES,
             ("memory_total_bytes", SeriesKind::Gauge) => names::NODE_MEMORY_TOTAL_BYTES,
-            // Other node series are kept in the store for the analysis but not exported.
-            _ => continue,
+            // GPU series; other node series are kept in the store for the analysis but not exported.
+            (m, _) => match names::gpu_family(m) {
+                Some(f) => f,
+                None => continue,
+            },
         };
         if !seen.insert((fam, s.key.labels.clone())) {
             continue;

@@ -293,7 +293,9 @@ impl TryFrom<pb::SeriesDescriptor> for SeriesDesc {
                     format!("{k:?} is not a label name"),
                 ));
             }
-            if RESERVED_LABELS.contains(&k.as_str()) {
+            // Node-level GPU series (`gpu_*`) name their GPU with `gpu`; on link series it comes from the link.
+            let node_gpu = k == "gpu" && s.link_id == 0;
+            if RESERVED_LABELS.contains(&k.as_str()) && !node_gpu {
                 return Err(IngestError::invalid(
                     f("labels"),
                     format!("{k:?} is reserved"),
