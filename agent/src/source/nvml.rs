@@ -484,7 +484,8 @@ impl Source for NvmlSource {
         if tier == Tier::Slow {
             self.slow_ticks += 1;
         }
-        let read_errors = tier == Tier::Slow && (self.slow_ticks - 1) % ERROR_COUNTER_EVERY == 0;
+        let read_errors =
+            tier == Tier::Slow && (self.slow_ticks - 1).is_multiple_of(ERROR_COUNTER_EVERY);
         let mut gpus = std::mem::take(&mut self.gpus);
         for g in gpus.iter_mut().filter(|g| !g.lost) {
             let lost = match tier {

@@ -66,6 +66,8 @@ fn from_return(code: sys::nvmlReturn_t) -> Result<(), GpuError> {
 }
 
 /// Decodes one raw field answer into an unsigned integer.
+// `c_ulong` is 64-bit here but 32-bit on other targets: the conversion is not useless everywhere.
+#[allow(clippy::useless_conversion)]
 fn field_value(raw: &sys::nvmlFieldValue_t) -> Result<u64, GpuError> {
     from_return(raw.nvmlReturn)?;
     // SAFETY: NVML sets `valueType` to the member of the union it wrote.
@@ -80,7 +82,7 @@ fn field_value(raw: &sys::nvmlFieldValue_t) -> Result<u64, GpuError> {
                 }
             }
             sys::nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_INT => Ok(u64::from(raw.value.uiVal)),
-            sys::nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_LONG => Ok(raw.value.ulVal as u64),
+            sys::nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_LONG => Ok(u64::from(raw.value.ulVal)),
             sys::nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_LONG_LONG => Ok(raw.value.ullVal),
             sys::nvmlValueType_enum_NVML_VALUE_TYPE_SIGNED_LONG_LONG => {
                 u64::try_from(raw.value.sllVal)
