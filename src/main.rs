@@ -75,6 +75,18 @@ struct AgentArgs {
     /// Unix datagram socket for step markers (default /run/commwatch/steps.sock), or `off`.
     #[arg(long)]
     steps_socket: Option<String>,
+    /// PEM CA that signed the collector's certificate (with an https:// collector URL).
+    #[arg(long)]
+    tls_ca: Option<PathBuf>,
+    /// PEM client certificate for mutual TLS (names this node).
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// PEM key of the client certificate.
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// File holding the bearer token to present to the collector.
+    #[arg(long)]
+    token_file: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -94,6 +106,18 @@ struct CollectorArgs {
     /// How long raw samples are kept, e.g. 10m.
     #[arg(long, value_parser = humantime::parse_duration)]
     retention: Option<Duration>,
+    /// PEM certificate of the collector: serve gRPC over TLS.
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// PEM key of the collector's certificate.
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// PEM CA for mutual TLS: only agents with a certificate it signed are accepted, as the node it names.
+    #[arg(long, requires = "tls_cert")]
+    tls_client_ca: Option<PathBuf>,
+    /// File holding the bearer token agents must present.
+    #[arg(long)]
+    token_file: Option<PathBuf>,
 }
 
 fn init_logging(filter: &str) {
@@ -145,6 +169,16 @@ fn agent_config(a: &AgentArgs) -> anyhow::Result<commwatch_agent::AgentConfig> {
         Some("off") => c.steps_socket = None,
         Some(v) => c.steps_socket = Some(PathBuf::from(v)),
     }
+    if let Some(v) = &a.tls_ca {
+        c.tls.ca_file = Some(v.clone());
+    }
+    if let (Some(cert), Some(key)) = (&a.tls_cert, &a.tls_key) {
+        c.tls.cert_file = Some(cert.clone());
+        c.tls.key_file = Some(key.clone());
+    }
+    if let Some(v) = &a.token_file {
+        c.token_file = Some(v.clone());
+    }
     c.validate()?;
     Ok(c)
 }
@@ -165,6 +199,16 @@ fn collector_config(a: &CollectorArgs) -> anyhow::Result<commwatch_collector::Co
     }
     if let Some(v) = a.retention {
         c.retention = v;
+    }
+    if let (Some(cert), Some(key)) = (&a.tls_cert, &a.tls_key) {
+        c.tls = Some(commwatch_collector::TlsConfig {
+            cert_file: cert.clone(),
+            key_file: key.clone(),
+            client_ca_file: a.tls_client_ca.clone(),
+        });
+    }
+    if let Some(v) = &a.token_file {
+        c.token_file = Some(v.clone());
     }
     c.validate()?;
     Ok(c)

@@ -58,6 +58,20 @@ pub struct NetdevConfig {
     pub exclude: Option<Vec<String>>,
 }
 
+/// TLS towards the collector. With an `https://` URL the collector's certificate is always verified: against
+/// `ca_file` when set, else against the system's roots.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct AgentTlsConfig {
+    /// PEM CA bundle that signed the collector's certificate.
+    pub ca_file: Option<PathBuf>,
+    /// PEM client certificate and key, for mutual TLS (the certificate names this node).
+    pub cert_file: Option<PathBuf>,
+    pub key_file: Option<PathBuf>,
+    /// Name to verify the collector's certificate against, when it differs from the URL's host.
+    pub server_name: Option<String>,
+}
+
 /// The whole agent configuration.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -95,6 +109,10 @@ pub struct AgentConfig {
     #[serde(with = "humantime_serde_compat")]
     pub backoff_max: Duration,
     pub netdev: NetdevConfig,
+    /// TLS towards the collector (used with an `https://` collector URL).
+    pub tls: AgentTlsConfig,
+    /// File holding the bearer token sent to the collector (`authorization: Bearer …`).
+    pub token_file: Option<PathBuf>,
     /// Loopback UDP address for step markers; `None` disables UDP markers.
     pub steps_udp: Option<SocketAddr>,
     /// Unix datagram socket for step markers; `None` disables it.
@@ -122,6 +140,8 @@ impl Default for AgentConfig {
             backoff_min: Duration::from_millis(200),
             backoff_max: Duration::from_secs(10),
             netdev: NetdevConfig::default(),
+            tls: AgentTlsConfig::default(),
+            token_file: None,
             steps_udp: Some(DEFAULT_STEPS_UDP.parse().expect("valid default address")),
             steps_socket: Some(PathBuf::from(DEFAULT_STEPS_SOCKET)),
             steps_rate: 2000.0,
@@ -171,14 +191,25 @@ impl AgentConfig {
             ));
         }
         if let Some(url) = &self.collector {
-            if !url.starts_with("http://") {
+            let tls = url.starts_with("https://");
+            if !(tls || url.starts_with("http://")) {
                 return Err(invalid(
                     "collector",
-                    format!(
-                        "{url:?} is not an http:// URL (TLS settings come with the hardening work)"
-                    ),
+                    format!("{url:?} is not an http:// or https:// URL"),
                 ));
             }
+            if !tls && (self.tls.ca_file.is_some() || self.tls.cert_file.is_some()) {
+                return Err(invalid(
+                    "collector",
+                    "TLS files are configured but the URL is http://; use https://",
+                ));
+            }
+        }
+        if self.tls.cert_file.is_some() != self.tls.key_file.is_some() {
+            return Err(invalid(
+                "tls",
+                "cert_file and key_file go together (the client certificate for mutual TLS)",
+            ));
         }
         if self.fast_period < Duration::from_millis(5) || self.fast_period > Duration::from_secs(60)
         {

@@ -40,6 +40,15 @@ pub enum AgentError {
         #[source]
         source: std::io::Error,
     },
+    #[error("cannot read {what} {path}: {source}")]
+    ReadFile {
+        what: &'static str,
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("token file {0} is empty")]
+    EmptyToken(std::path::PathBuf),
     #[error("cannot start the sampling thread: {0}")]
     Thread(#[source] std::io::Error),
 }
@@ -70,6 +79,55 @@ impl AgentHandle {
         }
         let _ = (&mut self.http).await;
     }
+}
+
+fn read_file(what: &'static str, path: &Path) -> Result<Vec<u8>, AgentError> {
+    std::fs::read(path).map_err(|source| AgentError::ReadFile {
+        what,
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Reads the bearer token (trailing whitespace trimmed).
+fn read_token(path: &Path) -> Result<Arc<str>, AgentError> {
+    let t = String::from_utf8_lossy(&read_file("token file", path)?)
+        .trim()
+        .to_string();
+    if t.is_empty() {
+        return Err(AgentError::EmptyToken(path.to_path_buf()));
+    }
+    Ok(Arc::from(t))
+}
+
+/// TLS towards the collector for an `https://` URL: the collector's certificate is verified against the
+/// configured CA (else the bundled web PKI roots); a client certificate is presented for mutual TLS.
+fn client_tls(
+    config: &AgentConfig,
+) -> Result<Option<tonic::transport::ClientTlsConfig>, AgentError> {
+    let Some(url) = &config.collector else {
+        return Ok(None);
+    };
+    if !url.starts_with("https://") {
+        return Ok(None);
+    }
+    let mut tls = tonic::transport::ClientTlsConfig::new();
+    tls = match &config.tls.ca_file {
+        Some(ca) => tls.ca_certificate(tonic::transport::Certificate::from_pem(read_file(
+            "TLS CA", ca,
+        )?)),
+        None => tls.with_enabled_roots(),
+    };
+    if let (Some(cert), Some(key)) = (&config.tls.cert_file, &config.tls.key_file) {
+        tls = tls.identity(tonic::transport::Identity::from_pem(
+            read_file("TLS client certificate", cert)?,
+            read_file("TLS client key", key)?,
+        ));
+    }
+    if let Some(name) = &config.tls.server_name {
+        tls = tls.domain_name(name.clone());
+    }
+    Ok(Some(tls))
 }
 
 /// Warnings about the roots: a missing or empty sysfs root is said clearly (the host source still works).
@@ -127,6 +185,14 @@ pub async fn start_with(
     extras: AgentExtras,
 ) -> Result<AgentHandle, AgentError> {
     config.validate()?;
+    if let Some(url) = &config.collector {
+        let loopback = ["http://127.", "http://localhost", "http://[::1]"]
+            .iter()
+            .any(|p| url.starts_with(p));
+        if url.starts_with("http://") && !loopback {
+            tracing::warn!(collector = %url, "streaming to the collector in plain text: use https:// with [tls] (and a token or client certificate)");
+        }
+    }
     for w in check_roots(&config) {
         tracing::warn!(node = %config.node, "{w}");
     }
@@ -204,6 +270,11 @@ pub async fn start_with(
                 backoff_min: config.backoff_min,
                 backoff_max: config.backoff_max,
                 connect_timeout: Duration::from_secs(5),
+                tls: client_tls(&config)?,
+                token: match &config.token_file {
+                    Some(p) => Some(read_token(p)?),
+                    None => None,
+                },
             };
             let sh = shipper::Shipper::new(settings, metrics.clone(), periods.clone(), inv.clone());
             Some(tokio::spawn(sh.run(ev_rx, shutdown_rx.clone())))

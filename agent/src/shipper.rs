@@ -44,6 +44,10 @@ pub struct ShipperSettings {
     pub backoff_min: Duration,
     pub backoff_max: Duration,
     pub connect_timeout: Duration,
+    /// TLS towards the collector (`https://` URLs), built once at start.
+    pub tls: Option<tonic::transport::ClientTlsConfig>,
+    /// Bearer token sent with every stream.
+    pub token: Option<std::sync::Arc<str>>,
 }
 
 struct Entry {
@@ -265,6 +269,7 @@ impl Shipper {
             let connect = connect(
                 self.settings.collector.clone(),
                 self.settings.connect_timeout,
+                self.settings.tls.clone(),
             );
             tokio::pin!(connect);
             let client = loop {
@@ -352,6 +357,25 @@ impl Shipper {
         }
     }
 
+    /// The stream request, with the bearer token when one is configured.
+    fn stream_request(
+        &self,
+        rx: mpsc::Receiver<pb::AgentMessage>,
+    ) -> tonic::Request<tokio_stream::wrappers::ReceiverStream<pb::AgentMessage>> {
+        let mut req = tonic::Request::new(tokio_stream::wrappers::ReceiverStream::new(rx));
+        if let Some(t) = &self.settings.token {
+            match format!("Bearer {t}").parse() {
+                Ok(v) => {
+                    req.metadata_mut().insert("authorization", v);
+                }
+                Err(_) => tracing::warn!(
+                    "the token contains characters not allowed in a header; not sent"
+                ),
+            }
+        }
+        req
+    }
+
     fn hello(&self) -> pb::AgentMessage {
         pb::AgentMessage {
             msg: Some(AgentMsg::Hello(pb::Hello {
@@ -386,7 +410,7 @@ impl Shipper {
         self.jobs_unsent = self.jobs.is_some();
         self.send_jobs(&tx);
         let response = tokio::select! {
-            r = client.stream(tokio_stream::wrappers::ReceiverStream::new(rx)) => r,
+            r = client.stream(self.stream_request(rx)) => r,
             _ = tokio::time::sleep(HELLO_ACK_TIMEOUT) => return Ended::Lost("open timeout"),
             _ = shutdown.changed() => return Ended::Shutdown,
         };
@@ -564,8 +588,13 @@ impl Shipper {
 async fn connect(
     url: String,
     timeout: Duration,
+    tls: Option<tonic::transport::ClientTlsConfig>,
 ) -> Result<pb::ingest_client::IngestClient<tonic::transport::Channel>, tonic::transport::Error> {
-    let endpoint = tonic::transport::Endpoint::from_shared(url)?
+    let mut endpoint = tonic::transport::Endpoint::from_shared(url)?;
+    if let Some(tls) = tls {
+        endpoint = endpoint.tls_config(tls)?;
+    }
+    let endpoint = endpoint
         .connect_timeout(timeout)
         .tcp_nodelay(true)
         .http2_keep_alive_interval(Duration::from_secs(10))
