@@ -71,6 +71,9 @@ pub struct CollectorConfig {
     pub fast_period_ms: u32,
     /// Slow-tier sampling period sent to agents in `Config`, ms; 0 = leave agents alone.
     pub slow_period_ms: u32,
+    /// How often the step engine extends every node's step history (`"500ms"`); `"0s"` turns steps off.
+    #[serde(with = "humantime_serde_compat")]
+    pub steps_interval: Duration,
 }
 
 impl Default for CollectorConfig {
@@ -84,6 +87,7 @@ impl Default for CollectorConfig {
             limits: Limits::default(),
             fast_period_ms: 0,
             slow_period_ms: 0,
+            steps_interval: Duration::from_millis(500),
         }
     }
 }
@@ -128,6 +132,9 @@ impl CollectorConfig {
         }
         if self.retention > Duration::from_secs(7 * 24 * 3600) {
             return bad("retention", "must be at most 7 days");
+        }
+        if !self.steps_interval.is_zero() && self.steps_interval < Duration::from_millis(50) {
+            return bad("steps_interval", "must be 0s (off) or at least 50ms");
         }
         if self.node_expiry < Duration::from_millis(100) {
             return bad("node_expiry", "must be at least 100ms");

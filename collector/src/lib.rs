@@ -17,6 +17,7 @@ pub mod config;
 pub mod export;
 pub mod ingest;
 pub mod persist;
+pub mod steps;
 pub mod store;
 
 use std::net::SocketAddr;
@@ -76,6 +77,9 @@ pub struct CollectorHandle {
     http: JoinHandle<()>,
     expiry: JoinHandle<()>,
     writer: Option<JoinHandle<()>>,
+    steps: Arc<steps::StepStore>,
+    /// The step engine (`None` when `steps_interval` is 0).
+    step_engine: Option<JoinHandle<()>>,
 }
 
 /// Asks a running collector to stop (for signal handlers while [`CollectorHandle::wait`] runs elsewhere).
@@ -92,6 +96,11 @@ impl CollectorHandle {
     /// The store (read-only use: analysis, tests, demo).
     pub fn store(&self) -> &Arc<Store> {
         &self.store
+    }
+
+    /// Every node's step history (see [`steps`] for the read API).
+    pub fn steps(&self) -> &Arc<steps::StepStore> {
+        &self.steps
     }
 
     /// Same data as `GET /api/v1/nodes`.
@@ -130,8 +139,12 @@ impl CollectorHandle {
             mut http,
             expiry,
             writer,
+            step_engine,
             ..
         } = self;
+        if let Some(e) = step_engine {
+            e.abort();
+        }
         // Either server ending (error) stops the other too.
         let mut rx = shutdown_tx.subscribe();
         tokio::select! {
@@ -169,6 +182,9 @@ impl CollectorHandle {
         self.grpc.abort();
         self.http.abort();
         self.expiry.abort();
+        if let Some(e) = &self.step_engine {
+            e.abort();
+        }
         self.shutdown_tx.send_replace(true);
     }
 }
@@ -278,6 +294,12 @@ pub async fn start(config: CollectorConfig) -> Result<CollectorHandle, Collector
         .register(Box::new(export::prometheus::StoreCollector::new(
             store.clone(),
         )?))?;
+    let step_store = Arc::new(steps::StepStore::new());
+    health
+        .registry
+        .register(Box::new(export::steps::StepCollector::new(
+            step_store.clone(),
+        )?))?;
 
     let mut persist = None;
     let mut writer = None;
@@ -350,6 +372,7 @@ pub async fn start(config: CollectorConfig) -> Result<CollectorHandle, Collector
     let router = export::api::router(export::api::HttpState {
         store: store.clone(),
         health: health.clone(),
+        steps: step_store.clone(),
     });
     let http = tokio::spawn(async move {
         let result = axum::serve(http_listener, router)
@@ -376,6 +399,9 @@ pub async fn start(config: CollectorConfig) -> Result<CollectorHandle, Collector
             }
         }
     });
+    let step_engine = (!config.steps_interval.is_zero()).then(|| {
+        steps::engine::spawn(store.clone(), step_store.clone(), config.steps_interval)
+    });
     info!(%grpc_addr, %http_addr, state_dir = ?config.state_dir, "collector listening");
     Ok(CollectorHandle {
         grpc_addr,
@@ -387,5 +413,7 @@ pub async fn start(config: CollectorConfig) -> Result<CollectorHandle, Collector
         http,
         expiry,
         writer,
+        steps: step_store,
+        step_engine,
     })
 }

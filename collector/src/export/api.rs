@@ -17,6 +17,7 @@ use crate::store::{now_unix_ns, NodeView, Store};
 pub(crate) struct HttpState {
     pub store: Arc<Store>,
     pub health: Health,
+    pub steps: Arc<crate::steps::StepStore>,
 }
 
 pub(crate) fn router(state: HttpState) -> Router {
@@ -24,6 +25,7 @@ pub(crate) fn router(state: HttpState) -> Router {
         .route("/healthz", get(|| async { "ok" }))
         .route("/metrics", get(metrics))
         .route("/api/v1/nodes", get(nodes))
+        .route("/api/v1/steps", get(super::steps::steps))
         .with_state(state)
 }
 

@@ -26,6 +26,8 @@ pub struct Health {
     pub persist_errors: IntCounter,
     pub persist_commits: IntCounter,
     pub expired_nodes: IntCounter,
+    /// Step markers in accepted batches, `result` = `accepted` | `invalid` (failed validation, dropped).
+    pub step_markers: IntCounterVec,
 }
 
 /// Bounded values of the `reason` label of `commwatch_collector_rejected_streams_total`.
@@ -85,7 +87,17 @@ impl Health {
             .buckets(vec![1e-4, 1e-3, 1e-2, 0.05, 0.1, 0.5, 1.0, 5.0]),
         )?;
         registry.register(Box::new(scrape_seconds.clone()))?;
+        // Label values appear with the first marker, so a collector without markers exports nothing here.
+        let step_markers = IntCounterVec::new(
+            Opts::new(
+                names::COLLECTOR_STEP_MARKERS_TOTAL,
+                "Step markers received in batches, by result (invalid ones are dropped).",
+            ),
+            &["result"],
+        )?;
+        registry.register(Box::new(step_markers.clone()))?;
         Ok(Health {
+            step_markers,
             batches,
             samples: counter(names::COLLECTOR_SAMPLES_TOTAL, "Samples applied to the store.")?,
             streams,

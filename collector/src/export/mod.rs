@@ -4,3 +4,4 @@ pub mod api;
 pub mod health;
 pub mod names;
 pub mod prometheus;
+pub mod steps;

@@ -64,6 +64,18 @@ pub const COLLECTOR_NODES: &str = "commwatch_collector_nodes";
 pub const COLLECTOR_SERIES: &str = "commwatch_collector_series";
 pub const COLLECTOR_STORE_SAMPLES: &str = "commwatch_collector_store_samples";
 pub const COLLECTOR_STORE_BYTES: &str = "commwatch_collector_store_bytes";
+/// Duration of the node's latest training step (gauge, seconds; `node`, `job` — empty when inferred).
+pub const STEP_DURATION_SECONDS: &str = "commwatch_step_duration_seconds";
+/// Achieved bandwidth of a link — bytes ÷ active time — in its latest step with a confident figure (gauge,
+/// bytes/s; link labels).
+pub const STEP_LINK_BANDWIDTH_BYTES_PER_SECOND: &str =
+    "commwatch_step_link_bandwidth_bytes_per_second";
+/// Achieved bandwidth ÷ capacity of a link in that same step (gauge, ratio; link labels).
+pub const LINK_UTILIZATION_RATIO: &str = "commwatch_link_utilization_ratio";
+/// Steps found for a node since the collector started (counter; `node`, `source` = `markers`|`inferred`).
+pub const STEPS_TOTAL: &str = "commwatch_steps_total";
+/// Training throughput of a job from markers with samples (gauge, samples/s; `job`).
+pub const STEP_SAMPLES_PER_SECOND: &str = "commwatch_step_samples_per_second";
 /// Step markers received in applied batches, by `result` (`accepted`, `invalid`: failed validation, dropped).
 pub const COLLECTOR_STEP_MARKERS_TOTAL: &str = "commwatch_collector_step_markers_total";
 
@@ -126,6 +138,11 @@ pub const ALL: &[&str] = &[
     COLLECTOR_STORE_SAMPLES,
     COLLECTOR_STORE_BYTES,
     COLLECTOR_STEP_MARKERS_TOTAL,
+    STEP_DURATION_SECONDS,
+    STEP_LINK_BANDWIDTH_BYTES_PER_SECOND,
+    LINK_UTILIZATION_RATIO,
+    STEPS_TOTAL,
+    STEP_SAMPLES_PER_SECOND,
     GPU_UTILIZATION_RATIO,
     GPU_MEMORY_UTILIZATION_RATIO,
     GPU_SM_ACTIVITY_RATIO,

@@ -96,6 +96,20 @@ impl LinkClass {
     }
 }
 
+/// Serialised as its label value (`"infiniband"`, ...), as in the API.
+impl serde::Serialize for LinkClass {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+/// Serialised as its label value (`"fabric"`, ...), as in the API.
+impl serde::Serialize for LinkRole {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
 /// Link role as exported in the `role` label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum LinkRole {
@@ -433,6 +447,80 @@ pub struct Batch {
     pub series_ids: Vec<u32>,
     pub values: Vec<u64>,
     pub dropped_batches_total: u64,
+    /// The batch's valid step markers, in arrival order.
+    pub markers: Vec<Marker>,
+    /// Markers of the batch that failed validation ([`Marker::try_from`]): dropped and counted, the batch
+    /// and the stream go on (a training loop's bad marker must not cost the node its samples).
+    pub invalid_markers: u64,
+}
+
+/// Step phase of a marker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StepPhase {
+    Begin,
+    End,
+}
+
+/// A validated step marker. `received_unix_ns` is the agent's clock (the clock of the node's samples);
+/// `sent_unix_ns` is the sender's clock (0 when absent) and is informational only.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Marker {
+    /// Non-empty, at most [`MAX_MARKER_JOB_LEN`] bytes, no control characters.
+    pub job: String,
+    pub rank: u32,
+    pub step: u64,
+    pub phase: StepPhase,
+    pub sent_unix_ns: i64,
+    /// > 0.
+    pub received_unix_ns: i64,
+    pub samples: Option<u64>,
+}
+
+/// Longest job id of a marker, in bytes (as the agent's listener enforces).
+pub const MAX_MARKER_JOB_LEN: usize = 128;
+
+impl TryFrom<pb::StepMarker> for Marker {
+    type Error = IngestError;
+
+    fn try_from(m: pb::StepMarker) -> Result<Self, Self::Error> {
+        if m.job.is_empty() || m.job.len() > MAX_MARKER_JOB_LEN {
+            return Err(IngestError::invalid(
+                "marker.job",
+                format!("{} bytes, 1..={MAX_MARKER_JOB_LEN} allowed", m.job.len()),
+            ));
+        }
+        if m.job.chars().any(|c| c.is_control()) {
+            return Err(IngestError::invalid(
+                "marker.job",
+                "contains control characters",
+            ));
+        }
+        let phase = match pb::StepPhase::try_from(m.phase) {
+            Ok(pb::StepPhase::Begin) => StepPhase::Begin,
+            Ok(pb::StepPhase::End) => StepPhase::End,
+            Ok(pb::StepPhase::Unspecified) | Err(_) => {
+                return Err(IngestError::invalid(
+                    "marker.phase",
+                    format!("{} is not begin or end", m.phase),
+                ))
+            }
+        };
+        if m.received_unix_ns <= 0 {
+            return Err(IngestError::invalid(
+                "marker.received_unix_ns",
+                format!("{} is not after the Unix epoch", m.received_unix_ns),
+            ));
+        }
+        Ok(Marker {
+            job: m.job,
+            rank: m.rank,
+            step: m.step,
+            phase,
+            sent_unix_ns: m.sent_unix_ns.max(0),
+            received_unix_ns: m.received_unix_ns,
+            samples: m.samples,
+        })
+    }
 }
 
 impl Batch {
@@ -489,6 +577,14 @@ impl TryFrom<pb::SampleBatch> for Batch {
                 format!("{t} is not after the Unix epoch"),
             ));
         }
+        let mut markers = Vec::with_capacity(b.markers.len());
+        let mut invalid_markers = 0u64;
+        for m in b.markers {
+            match Marker::try_from(m) {
+                Ok(m) => markers.push(m),
+                Err(_) => invalid_markers += 1,
+            }
+        }
         Ok(Batch {
             seq: b.seq,
             timestamps_unix_ns: b.timestamps_unix_ns,
@@ -496,6 +592,8 @@ impl TryFrom<pb::SampleBatch> for Batch {
             series_ids: b.series_ids,
             values: b.values,
             dropped_batches_total: b.dropped_batches_total,
+            markers,
+            invalid_markers,
         })
     }
 }
@@ -543,6 +641,47 @@ mod tests {
         let mut b = batch();
         b.tick_lengths = vec![u32::MAX, u32::MAX];
         assert!(Batch::try_from(b).is_err());
+    }
+
+    #[test]
+    fn markers_validated_not_fatal() {
+        let m = |job: &str, phase: i32, received: i64| pb::StepMarker {
+            job: job.into(),
+            rank: 3,
+            step: 7,
+            phase,
+            sent_unix_ns: -5,
+            received_unix_ns: received,
+            samples: Some(64),
+        };
+        let mut b = batch();
+        b.markers = vec![
+            m("j1", pb::StepPhase::End as i32, 10),
+            m("", pb::StepPhase::End as i32, 10),
+            m("j1", 0, 10),
+            m("j1", 9, 10),
+            m("j1", pb::StepPhase::Begin as i32, 0),
+            m(&"x".repeat(129), pb::StepPhase::Begin as i32, 10),
+            m("a\u{7}b", pb::StepPhase::Begin as i32, 10),
+            m("j2", pb::StepPhase::Begin as i32, 11),
+        ];
+        let b = Batch::try_from(b).expect("bad markers do not fail the batch");
+        assert_eq!(b.invalid_markers, 6);
+        assert_eq!(b.markers.len(), 2);
+        assert_eq!(
+            b.markers[0],
+            Marker {
+                job: "j1".into(),
+                rank: 3,
+                step: 7,
+                phase: StepPhase::End,
+                sent_unix_ns: 0,
+                received_unix_ns: 10,
+                samples: Some(64),
+            }
+        );
+        assert_eq!(b.markers[1].phase, StepPhase::Begin);
+        assert_eq!(b.markers[1].job, "j2");
     }
 
     #[test]

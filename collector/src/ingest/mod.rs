@@ -365,6 +365,11 @@ impl StreamTask<'_> {
                                     if counts.resets > 0 { h.counter_resets.inc_by(counts.resets); }
                                     if counts.refused > 0 { h.refused_samples.inc_by(counts.refused); }
                                     if counts.out_of_order > 0 { h.out_of_order_samples.inc_by(counts.out_of_order); }
+                                    if counts.markers > 0 { h.step_markers.with_label_values(&["accepted"]).inc_by(counts.markers); }
+                                    if batch.invalid_markers > 0 {
+                                        h.step_markers.with_label_values(&["invalid"]).inc_by(batch.invalid_markers);
+                                        debug!(node = %hello.node, seq = batch.seq, invalid = batch.invalid_markers, "invalid step markers dropped");
+                                    }
                                     h.ingest_seconds.observe(started.elapsed().as_secs_f64());
                                     match (&self.shared.persist, payload) {
                                         (Some(p), Some(payload)) => {

@@ -7,8 +7,36 @@
 //!
 //! Clocks: a node's step edges are on that node's agent clock (the same clock as its samples), so per-step
 //! byte counts never mix clocks. Ranks and nodes are aligned by step number, never by wall-clock time.
+//!
+//! # Reading steps (for the analysis, the API, the exporter)
+//!
+//! The collector's [`StepStore`] (`CollectorHandle::steps()`) holds every node's last
+//! [`history::STEPS_PER_NODE`] steps, extended every [`engine::DEFAULT_INTERVAL`] by the [`engine`]:
+//! - [`StepStore::node_steps`]`(node, limit)` → the newest `limit` [`NodeStep`]s of the node, oldest first, all
+//!   from the source of its newest step (`None`: unknown node; empty: no step yet);
+//! - [`StepStore::job_steps`]`(job, limit)` → the newest `limit` [`JobStep`]s of a job: marker-sourced steps
+//!   of every node aligned by step index, with per-class min / median / max across nodes
+//!   ([`ClassAggregate`]);
+//! - [`StepStore::latest_steps`]`()` → the newest step of every node;
+//! - [`StepStore::recent_steps`]`(per_node)`, [`StepStore::node_source`], [`StepStore::jobs`],
+//!   [`StepStore::inferred_period`] (the node's traffic period, also while markers are used),
+//!   [`StepStore::steps_total`].
+//!
+//! A step appears once complete and once the node's samples cover its end, so the newest step is typically
+//! 0.5–1 s behind the traffic. Link figures are computed once per step ([`bandwidth`]); a link figure with
+//! `confident == false` is a lower bound (burst shorter than a few samples) and must not be called slow.
+//! Inferred steps have no job and per-node indices (not aligned across nodes); job views come from markers.
+
+pub mod bandwidth;
+pub mod engine;
+pub mod history;
+pub mod inferred;
+pub mod markers;
 
 use serde::Serialize;
+
+pub use history::{ClassAggregate, JobStep, Spread, StepStore};
+pub use inferred::PeriodEstimate;
 
 use crate::ingest::domain::{LinkClass, LinkRole};
 
@@ -79,5 +107,10 @@ pub struct NodeStep {
 impl NodeStep {
     pub fn duration_s(&self) -> f64 {
         (self.end_unix_ns - self.start_unix_ns) as f64 / 1e9
+    }
+
+    /// Whether every active link's figure is confident (an idle link counts as confident).
+    pub fn confident(&self) -> bool {
+        self.links.iter().all(|l| l.confident)
     }
 }

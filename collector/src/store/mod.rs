@@ -15,7 +15,7 @@ pub mod rate;
 pub mod ring;
 pub mod view;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
@@ -23,12 +23,14 @@ use tokio::sync::{oneshot, watch};
 
 use crate::config::Limits;
 use crate::ingest::domain::{
-    Batch, Hello, IngestError, Inventory, LinkInfo, LinkKey, SeriesDesc, SeriesKind,
+    Batch, Hello, IngestError, Inventory, LinkInfo, LinkKey, Marker, SeriesDesc, SeriesKind,
 };
 use rate::{counter_step, plausibility_cap, window_rate, Step, RATE_WINDOW_NS};
 use ring::Ring;
 pub use view::{LinkSnapshot, LinkView, NodeSnapshot, NodeView, SeriesSnapshot};
 
+/// Most step markers one node keeps (at 2 markers per step and rank, 8 ranks and 3 steps/s: ~6 minutes).
+pub const MAX_MARKERS_PER_NODE: usize = 16_384;
 /// Most samples one series keeps, whatever the retention and period (1 MiB of samples).
 pub const HARD_CAP_SAMPLES: usize = 65_536;
 /// Period assumed for a tier the agent did not state: fast 50 ms (20 Hz), slow 1 s.
@@ -62,6 +64,62 @@ pub struct ApplyCounts {
     pub out_of_order: u64,
     pub resets: u64,
     pub implausible: u64,
+    /// Step markers appended to the node's marker log.
+    pub markers: u64,
+}
+
+/// A node's step markers in the order they were applied (batch order, then arrival order within a batch),
+/// bounded by [`MAX_MARKERS_PER_NODE`] and by the retention. Every marker gets a sequence number (0, 1, 2, ...
+/// per node, never reused), so a reader can take only what is new since its last read ([`MarkerLog::since`]).
+/// Markers come only from applied batches: a resent batch is a duplicate and adds nothing.
+#[derive(Debug, Default)]
+pub struct MarkerLog {
+    buf: VecDeque<Marker>,
+    /// Sequence number the next marker will get.
+    next_seq: u64,
+}
+
+impl MarkerLog {
+    fn push(&mut self, m: Marker, retention_ns: i64) {
+        let horizon = m.received_unix_ns.saturating_sub(retention_ns);
+        while let Some(front) = self.buf.front() {
+            if self.buf.len() >= MAX_MARKERS_PER_NODE || front.received_unix_ns < horizon {
+                self.buf.pop_front();
+            } else {
+                break;
+            }
+        }
+        self.buf.push_back(m);
+        self.next_seq += 1;
+    }
+
+    /// Markers held.
+    pub fn len(&self) -> usize {
+        self.buf.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+
+    /// Sequence number the next marker will get (= markers ever appended).
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+
+    /// Copies of the markers with sequence number ≥ `from`, oldest first, and how many of those were already
+    /// evicted (lost to the reader).
+    pub fn since(&self, from: u64) -> (Vec<Marker>, u64) {
+        let first = self.next_seq - self.buf.len() as u64;
+        let lost = first.saturating_sub(from);
+        let skip = from.saturating_sub(first) as usize;
+        (self.buf.iter().skip(skip).cloned().collect(), lost)
+    }
+
+    fn heap_bytes(&self) -> usize {
+        self.buf.capacity() * std::mem::size_of::<Marker>()
+            + self.buf.iter().map(|m| m.job.capacity()).sum::<usize>()
+    }
 }
 
 /// Result of offering a batch to a node.
@@ -272,6 +330,7 @@ pub struct NodeState {
     conn: Option<Conn>,
     dropped_batches_total: u64,
     retention_ns: i64,
+    markers: MarkerLog,
 }
 
 impl NodeState {
@@ -294,7 +353,32 @@ impl NodeState {
             conn: None,
             dropped_batches_total: 0,
             retention_ns,
+            markers: MarkerLog::default(),
         }
+    }
+
+    /// The node's step markers.
+    pub fn markers(&self) -> &MarkerLog {
+        &self.markers
+    }
+
+    /// Fast-tier sampling period the agent stated, in ms (the default 50 when it stated none).
+    pub fn fast_period_ms(&self) -> u32 {
+        if self.fast_period_ms > 0 {
+            self.fast_period_ms
+        } else {
+            DEFAULT_FAST_MS
+        }
+    }
+
+    /// The transmit and receive byte-counter series of link `i` (index into [`NodeState::links`]), when the
+    /// agent described them. Their rings hold reset-corrected cumulative bytes.
+    pub fn link_byte_series(&self, i: usize) -> (Option<&Series>, Option<&Series>) {
+        let Some(l) = self.links.get(i) else {
+            return (None, None);
+        };
+        let get = |slot: Option<usize>| slot.and_then(|s| self.series.get(s));
+        (get(l.tx), get(l.rx))
     }
 
     pub fn name(&self) -> &str {
@@ -667,6 +751,10 @@ impl NodeState {
             i = end;
         }
         self.dropped_batches_total = batch.dropped_batches_total;
+        for m in &batch.markers {
+            self.markers.push(m.clone(), retention_ns);
+            counts.markers += 1;
+        }
         let entry = self.seq_entry(instance);
         let gap = batch.seq - entry.highest - 1;
         entry.highest = batch.seq;
@@ -766,8 +854,9 @@ impl NodeState {
                 // by_key entry
                 + 32;
         }
-        m.bytes +=
-            self.series_ids.heap_bytes() + self.links.len() * std::mem::size_of::<LinkState>();
+        m.bytes += self.series_ids.heap_bytes()
+            + self.links.len() * std::mem::size_of::<LinkState>()
+            + self.markers.heap_bytes();
         m
     }
 }
@@ -1048,6 +1137,8 @@ mod tests {
             series_ids: vec![1; ticks.len()],
             values: ticks.iter().map(|t| t.1).collect(),
             dropped_batches_total: 0,
+            markers: vec![],
+            invalid_markers: 0,
         }
     }
 
@@ -1119,6 +1210,69 @@ mod tests {
         assert_eq!(snap.links[0].tx_bytes_per_second, Some(1_000_000.0));
         assert_eq!(n.highest_seq(1), 1);
         assert_eq!(n.highest_seq(2), 1);
+    }
+
+    fn marker(step: u64, t: i64) -> Marker {
+        Marker {
+            job: "j".into(),
+            rank: 0,
+            step,
+            phase: crate::ingest::domain::StepPhase::End,
+            sent_unix_ns: 0,
+            received_unix_ns: t,
+            samples: None,
+        }
+    }
+
+    #[test]
+    fn markers_logged_once_and_read_incrementally() {
+        let store = Store::new(
+            std::time::Duration::from_secs(600),
+            std::time::Duration::from_secs(60),
+            Limits::default(),
+        );
+        let out = store.hello(&hello(7, false), S, None).expect("hello");
+        let mut scratch = Vec::new();
+        let mut n = out.node.lock();
+        let mut b1 = batch(1, &[(S, 0)]);
+        b1.markers = vec![marker(1, S), marker(2, 2 * S)];
+        let r = n.apply_batch(&b1, S, &mut scratch).expect("apply");
+        assert!(matches!(r, BatchOutcome::Accepted { counts, .. } if counts.markers == 2));
+        // A resend of the same batch: duplicate, no marker added.
+        assert_eq!(
+            n.apply_batch(&b1, S, &mut scratch),
+            Ok(BatchOutcome::Duplicate)
+        );
+        assert_eq!(n.markers().len(), 2);
+        let mut b2 = batch(2, &[(2 * S, 0)]);
+        b2.markers = vec![marker(3, 3 * S)];
+        n.apply_batch(&b2, S, &mut scratch).expect("apply");
+        let (all, lost) = n.markers().since(0);
+        assert_eq!(
+            all.iter().map(|m| m.step).collect::<Vec<_>>(),
+            vec![1, 2, 3]
+        );
+        assert_eq!(lost, 0);
+        let (new, lost) = n.markers().since(2);
+        assert_eq!(new.iter().map(|m| m.step).collect::<Vec<_>>(), vec![3]);
+        assert_eq!(lost, 0);
+        assert_eq!(n.markers().next_seq(), 3);
+        assert!(n.markers().since(3).0.is_empty());
+    }
+
+    #[test]
+    fn marker_log_is_bounded() {
+        let mut log = MarkerLog::default();
+        for i in 0..(MAX_MARKERS_PER_NODE as u64 + 10) {
+            log.push(marker(i, S + i as i64), 600 * S);
+        }
+        assert_eq!(log.len(), MAX_MARKERS_PER_NODE);
+        let (v, lost) = log.since(0);
+        assert_eq!(lost, 10);
+        assert_eq!(v[0].step, 10);
+        // Older than the retention behind the newest: evicted.
+        log.push(marker(99_999, 1_000 * S), 600 * S);
+        assert_eq!(log.len(), 1);
     }
 
     #[test]

@@ -1,0 +1,378 @@
+//! Steps in the API and in `/metrics`.
+//!
+//! `GET /api/v1/steps?node=NAME[&limit=N]` → `{"node", "source": "markers"|"inferred", "steps": [...]}` and
+//! `GET /api/v1/steps?job=ID[&limit=N]` → `{"job", "source": "markers", "steps": [...]}` (CONTRACTS.md). A step:
+//! `index`, `start_unix_s`, `end_unix_s`, `duration_s`, `confidence`, `confident`, `samples`, `job`, and
+//! `links` [`class`, `device`, `port`, `role`, (`gpu`, `link` on NVLink), `tx_bytes`, `rx_bytes`, `active_s`,
+//! `achieved_bytes_per_second` (null when idle), `average_bytes_per_second`, `capacity_bytes_per_second`,
+//! `utilization`, `confident`]. Job steps add `nodes`, a `node` key on each link, and `aggregates` per link
+//! class (`achieved_bytes_per_second` / `utilization`: `min`, `median`, `max`, `min_node`, `max_node`).
+//! `limit` defaults to [`DEFAULT_LIMIT`], at most [`history::STEPS_PER_NODE`](crate::steps::history::STEPS_PER_NODE).
+//! A bad query is a 400 with `{"error": "..."}`; an unknown node or job a 404 with the same shape.
+//!
+//! `/metrics` (rendered from the [`StepStore`] at scrape time; names in [`names`]):
+//! `commwatch_step_duration_seconds{node,job}`, `commwatch_step_link_bandwidth_bytes_per_second{link labels}`,
+//! `commwatch_link_utilization_ratio{link labels}`, `commwatch_steps_total{node,source}`,
+//! `commwatch_step_samples_per_second{job}`. Labels are bounded: one job per node for the duration, and at most
+//! [`MAX_JOBS_EXPORTED`] jobs for the throughput.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use axum::extract::{Query, State};
+use axum::http::{StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use prometheus::core::{Collector, Desc};
+use prometheus::proto::{Counter, Gauge, LabelPair, Metric, MetricFamily, MetricType};
+use serde_json::{json, Value};
+
+use super::api::HttpState;
+use super::names;
+use crate::ingest::domain::LinkClass;
+use crate::steps::history::STEPS_PER_NODE;
+use crate::steps::{JobStep, NodeStep, StepLink, StepSource, StepStore};
+
+/// Steps returned when the query names no `limit`.
+pub const DEFAULT_LIMIT: usize = 100;
+/// Most jobs exported in `commwatch_step_samples_per_second`.
+pub const MAX_JOBS_EXPORTED: usize = 100;
+/// How far back (steps per node) `/metrics` looks for a link's latest confident figure.
+const LINK_LOOKBACK: usize = 20;
+
+fn error(status: StatusCode, msg: impl Into<String>) -> Response {
+    (status, Json(json!({ "error": msg.into() }))).into_response()
+}
+
+fn secs(ns: i64) -> f64 {
+    ns as f64 / 1e9
+}
+
+/// JSON of one link of a step; `node` set in job views.
+pub fn link_json(l: &StepLink, node: Option<&str>) -> Value {
+    let mut v = json!({
+        "class": l.class.as_str(),
+        "device": l.device,
+        "port": l.port,
+        "role": l.role.as_str(),
+        "tx_bytes": l.tx_bytes,
+        "rx_bytes": l.rx_bytes,
+        "active_s": l.active_s,
+        "achieved_bytes_per_second": l.achieved_bytes_per_second,
+        "average_bytes_per_second": l.average_bytes_per_second,
+        "capacity_bytes_per_second": l.capacity_bytes_per_second,
+        "utilization": l.utilization,
+        "confident": l.confident,
+    });
+    if let Some(m) = v.as_object_mut() {
+        if let Some(g) = &l.gpu {
+            m.insert("gpu".into(), json!(g));
+        }
+        if let Some(k) = &l.link {
+            m.insert("link".into(), json!(k));
+        }
+        if let Some(n) = node {
+            m.insert("node".into(), json!(n));
+        }
+    }
+    v
+}
+
+/// JSON of one node step.
+pub fn node_step_json(s: &NodeStep) -> Value {
+    json!({
+        "index": s.index,
+        "job": s.job,
+        "start_unix_s": secs(s.start_unix_ns),
+        "end_unix_s": secs(s.end_unix_ns),
+        "duration_s": s.duration_s(),
+        "confidence": s.confidence,
+        "confident": s.confident(),
+        "samples": s.samples,
+        "links": s.links.iter().map(|l| link_json(l, None)).collect::<Vec<_>>(),
+    })
+}
+
+/// JSON of one job step (node edges are on each node's agent clock: start is the earliest, end the latest).
+pub fn job_step_json(s: &JobStep) -> Value {
+    let start = s.nodes.iter().map(|n| n.start_unix_ns).min().unwrap_or(0);
+    let end = s.nodes.iter().map(|n| n.end_unix_ns).max().unwrap_or(0);
+    json!({
+        "index": s.index,
+        "job": s.job,
+        "start_unix_s": secs(start),
+        "end_unix_s": secs(end),
+        "duration_s": s.duration_s(),
+        "confidence": s.confidence(),
+        "confident": s.nodes.iter().all(NodeStep::confident),
+        "samples": s.samples(),
+        "nodes": s.nodes.iter().map(|n| n.node.as_str()).collect::<Vec<_>>(),
+        "links": s.nodes.iter()
+            .flat_map(|n| n.links.iter().map(|l| link_json(l, Some(&n.node))))
+            .collect::<Vec<_>>(),
+        "aggregates": s.classes,
+    })
+}
+
+/// `GET /api/v1/steps`.
+pub(crate) async fn steps(State(s): State<HttpState>, uri: Uri) -> Response {
+    let params = match Query::<Vec<(String, String)>>::try_from_uri(&uri) {
+        Ok(Query(p)) => p,
+        Err(e) => return error(StatusCode::BAD_REQUEST, format!("bad query: {e}")),
+    };
+    let mut node = None;
+    let mut job = None;
+    let mut limit = DEFAULT_LIMIT;
+    for (k, v) in params {
+        match k.as_str() {
+            "node" if node.is_none() => node = Some(v),
+            "job" if job.is_none() => job = Some(v),
+            "limit" => match v.parse::<usize>() {
+                Ok(n) if (1..=STEPS_PER_NODE).contains(&n) => limit = n,
+                _ => {
+                    return error(
+                        StatusCode::BAD_REQUEST,
+                        format!("limit must be an integer from 1 to {STEPS_PER_NODE}, got {v:?}"),
+                    )
+                }
+            },
+            "node" | "job" => {
+                return error(StatusCode::BAD_REQUEST, format!("{k} given more than once"))
+            }
+            other => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    format!("unknown parameter {other:?} (expected node or job, and limit)"),
+                )
+            }
+        }
+    }
+    match (node, job) {
+        (Some(n), None) if !n.is_empty() => node_response(&s.steps, &n, limit),
+        (None, Some(j)) if !j.is_empty() => job_response(&s.steps, &j, limit),
+        (Some(_), Some(_)) => error(StatusCode::BAD_REQUEST, "give node or job, not both"),
+        _ => error(
+            StatusCode::BAD_REQUEST,
+            "give node=NAME or job=ID (non-empty), and optionally limit=N",
+        ),
+    }
+}
+
+fn node_response(steps: &StepStore, node: &str, limit: usize) -> Response {
+    let Some(v) = steps.node_steps(node, limit) else {
+        return error(StatusCode::NOT_FOUND, format!("no node {node:?}"));
+    };
+    let source = v.last().map_or(StepSource::Inferred, |s| s.source);
+    Json(json!({
+        "node": node,
+        "source": source.as_str(),
+        "steps": v.iter().map(node_step_json).collect::<Vec<_>>(),
+    }))
+    .into_response()
+}
+
+fn job_response(steps: &StepStore, job: &str, limit: usize) -> Response {
+    let Some(v) = steps.job_steps(job, limit) else {
+        return error(StatusCode::NOT_FOUND, format!("no steps of job {job:?}"));
+    };
+    Json(json!({
+        "job": job,
+        "source": StepSource::Markers.as_str(),
+        "steps": v.iter().map(job_step_json).collect::<Vec<_>>(),
+    }))
+    .into_response()
+}
+
+/// Samples per second of a job: the newest of its last few steps that every node reported, samples summed over
+/// nodes ÷ median duration. `None` without samples.
+pub fn job_throughput(steps: &[JobStep]) -> Option<f64> {
+    let most = steps.iter().map(|s| s.nodes.len()).max()?;
+    let s = steps.iter().rev().find(|s| s.nodes.len() == most)?;
+    let d = s.duration_s();
+    (d > 0.0).then_some(s.samples()? as f64 / d)
+}
+
+struct Fam {
+    name: &'static str,
+    help: &'static str,
+    kind: MetricType,
+}
+
+const FAMILIES: &[Fam] = &[
+    Fam {
+        name: names::STEP_DURATION_SECONDS,
+        help: "Duration of the node's latest training step.",
+        kind: MetricType::GAUGE,
+    },
+    Fam {
+        name: names::STEP_LINK_BANDWIDTH_BYTES_PER_SECOND,
+        help: "Achieved bandwidth of the link (bytes / active time) in its latest step with a confident figure.",
+        kind: MetricType::GAUGE,
+    },
+    Fam {
+        name: names::LINK_UTILIZATION_RATIO,
+        help: "Achieved bandwidth / capacity of the link in its latest step with a confident figure.",
+        kind: MetricType::GAUGE,
+    },
+    Fam {
+        name: names::STEPS_TOTAL,
+        help: "Training steps found for the node since the collector started, by source.",
+        kind: MetricType::COUNTER,
+    },
+    Fam {
+        name: names::STEP_SAMPLES_PER_SECOND,
+        help: "Training throughput of the job (samples per step over all nodes / step duration), from markers.",
+        kind: MetricType::GAUGE,
+    },
+];
+
+fn label(name: &str, value: &str) -> LabelPair {
+    let mut l = LabelPair::default();
+    l.set_name(name.to_string());
+    l.set_value(value.to_string());
+    l
+}
+
+fn link_labels(node: &str, l: &StepLink) -> Vec<LabelPair> {
+    let mut v = vec![
+        label("node", node),
+        label("class", l.class.as_str()),
+        label("device", &l.device),
+        label("port", &l.port),
+        label("role", l.role.as_str()),
+    ];
+    if l.class == LinkClass::Nvlink {
+        v.push(label("gpu", l.gpu.as_deref().unwrap_or("")));
+        v.push(label("link", l.link.as_deref().unwrap_or("")));
+    }
+    v
+}
+
+/// Renders the step families from the [`StepStore`] at scrape time.
+pub struct StepCollector {
+    steps: Arc<StepStore>,
+    descs: Vec<Desc>,
+}
+
+impl StepCollector {
+    pub fn new(steps: Arc<StepStore>) -> Result<StepCollector, prometheus::Error> {
+        let descs = FAMILIES
+            .iter()
+            .map(|f| Desc::new(f.name.into(), f.help.into(), vec![], HashMap::new()))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(StepCollector { steps, descs })
+    }
+}
+
+/// Metric families of the given recent steps per node and job throughputs (pure; used by the collector and
+/// by tests).
+pub fn step_families(
+    recent: &[(String, Vec<NodeStep>)],
+    totals: &[(String, u64, u64)],
+    throughput: &[(String, f64)],
+) -> Vec<MetricFamily> {
+    let mut fams: BTreeMap<&'static str, MetricFamily> = BTreeMap::new();
+    let mut add = |name: &'static str, labels: Vec<LabelPair>, value: f64| {
+        let Some(f) = FAMILIES.iter().find(|f| f.name == name) else {
+            return;
+        };
+        let mf = fams.entry(name).or_insert_with(|| {
+            let mut mf = MetricFamily::default();
+            mf.set_name(name.to_string());
+            mf.set_help(f.help.to_string());
+            mf.set_field_type(f.kind);
+            mf
+        });
+        let mut m = Metric::default();
+        m.set_label(labels);
+        if f.kind == MetricType::COUNTER {
+            let mut c = Counter::default();
+            c.set_value(value);
+            m.set_counter(c);
+        } else {
+            let mut g = Gauge::default();
+            g.set_value(value);
+            m.set_gauge(g);
+        }
+        mf.mut_metric().push(m);
+    };
+    for (node, steps) in recent {
+        if let Some(last) = steps.last() {
+            add(
+                names::STEP_DURATION_SECONDS,
+                vec![
+                    label("node", node),
+                    label("job", last.job.as_deref().unwrap_or("")),
+                ],
+                last.duration_s(),
+            );
+        }
+        // Per link: the newest confident, active figure.
+        let mut done: Vec<(LinkClass, &str, &str)> = Vec::new();
+        for s in steps.iter().rev().take(LINK_LOOKBACK) {
+            for l in &s.links {
+                let key = (l.class, l.device.as_str(), l.port.as_str());
+                if done.contains(&key) || !l.confident {
+                    continue;
+                }
+                let Some(a) = l.achieved_bytes_per_second else {
+                    continue;
+                };
+                done.push(key);
+                add(
+                    names::STEP_LINK_BANDWIDTH_BYTES_PER_SECOND,
+                    link_labels(node, l),
+                    a,
+                );
+                if let Some(u) = l.utilization {
+                    add(names::LINK_UTILIZATION_RATIO, link_labels(node, l), u);
+                }
+            }
+        }
+    }
+    for (node, markers, inferred) in totals {
+        for (source, n) in [
+            (StepSource::Markers, markers),
+            (StepSource::Inferred, inferred),
+        ] {
+            if *n > 0 {
+                add(
+                    names::STEPS_TOTAL,
+                    vec![label("node", node), label("source", source.as_str())],
+                    *n as f64,
+                );
+            }
+        }
+    }
+    for (job, v) in throughput {
+        add(names::STEP_SAMPLES_PER_SECOND, vec![label("job", job)], *v);
+    }
+    fams.into_values().collect()
+}
+
+impl Collector for StepCollector {
+    fn desc(&self) -> Vec<&Desc> {
+        self.descs.iter().collect()
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        let recent = self.steps.recent_steps(LINK_LOOKBACK);
+        let totals: Vec<(String, u64, u64)> = recent
+            .iter()
+            .filter_map(|(n, _)| {
+                let (m, i) = self.steps.steps_total(n)?;
+                Some((n.clone(), m, i))
+            })
+            .collect();
+        let mut jobs = self.steps.jobs();
+        jobs.truncate(MAX_JOBS_EXPORTED);
+        let throughput: Vec<(String, f64)> = jobs
+            .into_iter()
+            .filter_map(|j| {
+                let v = job_throughput(&self.steps.job_steps(&j, 4)?)?;
+                Some((j, v))
+            })
+            .collect();
+        step_families(&recent, &totals, &throughput)
+    }
+}

@@ -1,0 +1,306 @@
+//! Per-step link figures, pure: from a link's cumulative byte samples and a step's edges to bytes, active time,
+//! achieved and average bandwidth and utilisation.
+//!
+//! Input samples are `(timestamp_ns, acc)` oldest first, where `acc` is the store's reset-corrected cumulative
+//! byte count (see `store::rate`): a byte count over any interval is a difference of two `acc`, never negative,
+//! and a counter reset inside a step costs nothing but the bytes the agent could not see.
+//!
+//! **Bytes** are `acc(end) − acc(start)`, `acc` interpolated linearly between the samples around an edge (exact
+//! when an edge falls on a sample, as inferred edges do).
+//!
+//! **Active time.** The step is cut into sampling intervals (the samples inside it, plus its two edges). An
+//! interval's rate is `max(tx, rx)` bytes ÷ its length. With `peak` the highest interval rate in the step:
+//! - the link is *idle* when `peak` is below the activity floor — the larger of [`ACTIVE_FLOOR_BYTES_PER_SECOND`]
+//!   and [`ACTIVE_FLOOR_CAPACITY_FRACTION`] × capacity — (active time 0, no achieved bandwidth);
+//! - an interval at or above [`FULL_RATE_FRACTION`] × `peak` is *fully* active (its whole length counts);
+//! - an interval between the floor and that is *partly* active: the link carried its bytes at the burst's rate
+//!   (the median rate of the fully active intervals) for part of it, so it counts `rate ÷ burst rate` of its
+//!   length. This is what the edges of a burst look like when the burst does not start or end on a sample;
+//! - an interval below the floor counts nothing (background traffic).
+//!
+//! **Confidence.** A burst shorter than [`CONFIDENT_MIN_INTERVALS`] sampling periods is smeared over the
+//! intervals around it: its achieved bandwidth is then a lower bound, not a measurement, and `confident` is
+//! false. An idle link is confidently idle.
+
+use crate::ingest::domain::{LinkClass, LinkRole};
+use crate::steps::StepLink;
+
+/// Below this rate (bytes/s) no interval counts as active, whatever the link: background and control traffic.
+pub const ACTIVE_FLOOR_BYTES_PER_SECOND: f64 = 10e6;
+/// The activity floor is at least this share of the link's capacity (0.2%: 50 MB/s on a 25 GB/s port).
+pub const ACTIVE_FLOOR_CAPACITY_FRACTION: f64 = 0.002;
+/// An interval at or above this share of the step's peak interval rate is fully active.
+pub const FULL_RATE_FRACTION: f64 = 0.75;
+/// Active time, in sampling periods, below which the achieved bandwidth is not confident.
+pub const CONFIDENT_MIN_INTERVALS: f64 = 3.0;
+
+/// What the figures of one link need to know about it (copied from the inventory).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LinkMeta {
+    pub class: LinkClass,
+    pub device: String,
+    pub port: String,
+    pub role: LinkRole,
+    pub gpu: Option<String>,
+    pub link: Option<String>,
+    /// Bytes per second per direction, when known.
+    pub capacity_bytes_per_second: Option<f64>,
+}
+
+/// A cumulative counter value at `t`: the integer part of the sample at or before `t` and the interpolated
+/// fraction towards the next one. `None` when `t` is outside the samples.
+fn acc_at(samples: &[(i64, u64)], t: i64) -> Option<(u64, f64)> {
+    let (first, last) = (samples.first()?, samples.last()?);
+    if t < first.0 || t > last.0 {
+        return None;
+    }
+    // First sample with ts > t.
+    let i = samples.partition_point(|s| s.0 <= t);
+    let (t0, a0) = samples[i - 1];
+    if t0 == t || i == samples.len() {
+        return Some((a0, 0.0));
+    }
+    let (t1, a1) = samples[i];
+    let frac = (t - t0) as f64 / (t1 - t0) as f64;
+    Some((a0, a1.saturating_sub(a0) as f64 * frac))
+}
+
+/// Interpolated cumulative value at `t` (f64), `None` outside the samples.
+pub fn interpolate(samples: &[(i64, u64)], t: i64) -> Option<f64> {
+    acc_at(samples, t).map(|(a, f)| a as f64 + f)
+}
+
+/// Bytes between `start` and `end` (`start < end`), `None` when the samples do not cover both edges.
+pub fn bytes_between(samples: &[(i64, u64)], start: i64, end: i64) -> Option<u64> {
+    let (a0, f0) = acc_at(samples, start)?;
+    let (a1, f1) = acc_at(samples, end)?;
+    let whole = a1.saturating_sub(a0) as f64;
+    Some((whole + f1 - f0).max(0.0).round() as u64)
+}
+
+/// The activity floor of a link, bytes per second.
+pub fn active_floor(capacity_bytes_per_second: Option<f64>) -> f64 {
+    capacity_bytes_per_second
+        .map_or(0.0, |c| c * ACTIVE_FLOOR_CAPACITY_FRACTION)
+        .max(ACTIVE_FLOOR_BYTES_PER_SECOND)
+}
+
+fn median(v: &mut [f64]) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
+}
+
+/// Active seconds of a link over `[start, end]` given the interval rates `(length_s, rate)`.
+pub fn active_seconds(intervals: &[(f64, f64)], floor: f64) -> f64 {
+    let peak = intervals.iter().map(|i| i.1).fold(0.0, f64::max);
+    if peak < floor {
+        return 0.0;
+    }
+    let full_at = (FULL_RATE_FRACTION * peak).max(floor);
+    let mut full: Vec<f64> = intervals
+        .iter()
+        .filter(|i| i.1 >= full_at)
+        .map(|i| i.1)
+        .collect();
+    let burst_rate = median(&mut full).unwrap_or(peak).max(f64::MIN_POSITIVE);
+    intervals
+        .iter()
+        .map(|&(len, rate)| {
+            if rate >= full_at {
+                len
+            } else if rate >= floor {
+                len * (rate / burst_rate).min(1.0)
+            } else {
+                0.0
+            }
+        })
+        .sum()
+}
+
+/// The figures of one link over the step `[start_ns, end_ns]`. `tx` / `rx` are the link's cumulative byte
+/// samples (either may be empty when the agent does not count that direction); `sample_period_s` is the node's
+/// fast sampling period. `None` when neither direction's samples cover both edges, or the step is empty.
+pub fn step_link(
+    meta: &LinkMeta,
+    tx: &[(i64, u64)],
+    rx: &[(i64, u64)],
+    start_ns: i64,
+    end_ns: i64,
+    sample_period_s: f64,
+) -> Option<StepLink> {
+    if end_ns <= start_ns {
+        return None;
+    }
+    let tx_bytes = bytes_between(tx, start_ns, end_ns);
+    let rx_bytes = bytes_between(rx, start_ns, end_ns);
+    if tx_bytes.is_none() && rx_bytes.is_none() {
+        return None;
+    }
+    let (tx_bytes, rx_bytes) = (tx_bytes.unwrap_or(0), rx_bytes.unwrap_or(0));
+    // Interval grid: the edges and the samples strictly inside (of whichever direction covers the step).
+    let grid_src = if bytes_between(tx, start_ns, end_ns).is_some() {
+        tx
+    } else {
+        rx
+    };
+    let mut points: Vec<i64> = Vec::with_capacity(16);
+    points.push(start_ns);
+    let from = grid_src.partition_point(|s| s.0 <= start_ns);
+    points.extend(
+        grid_src[from..]
+            .iter()
+            .map(|s| s.0)
+            .take_while(|&t| t < end_ns),
+    );
+    points.push(end_ns);
+    let mut intervals: Vec<(f64, f64)> = Vec::with_capacity(points.len());
+    for w in points.windows(2) {
+        let len = (w[1] - w[0]) as f64 / 1e9;
+        if len <= 0.0 {
+            continue;
+        }
+        let d = |s: &[(i64, u64)]| match (interpolate(s, w[0]), interpolate(s, w[1])) {
+            (Some(a), Some(b)) => (b - a).max(0.0),
+            _ => 0.0,
+        };
+        intervals.push((len, d(tx).max(d(rx)) / len));
+    }
+    let floor = active_floor(meta.capacity_bytes_per_second);
+    let active_s = active_seconds(&intervals, floor);
+    let moved = tx_bytes.max(rx_bytes) as f64;
+    let duration_s = (end_ns - start_ns) as f64 / 1e9;
+    let achieved = (active_s > 0.0).then(|| moved / active_s);
+    let utilization = match (achieved, meta.capacity_bytes_per_second) {
+        (Some(a), Some(c)) if c > 0.0 => Some(a / c),
+        _ => None,
+    };
+    let confident = active_s == 0.0 || active_s >= CONFIDENT_MIN_INTERVALS * sample_period_s;
+    Some(StepLink {
+        class: meta.class,
+        device: meta.device.clone(),
+        port: meta.port.clone(),
+        role: meta.role,
+        gpu: meta.gpu.clone(),
+        link: meta.link.clone(),
+        tx_bytes,
+        rx_bytes,
+        active_s,
+        achieved_bytes_per_second: achieved,
+        average_bytes_per_second: moved / duration_s,
+        capacity_bytes_per_second: meta.capacity_bytes_per_second,
+        utilization,
+        confident,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: i64 = 1_000_000;
+    const S: i64 = 1_000_000_000;
+
+    fn meta(capacity: Option<f64>) -> LinkMeta {
+        LinkMeta {
+            class: LinkClass::Infiniband,
+            device: "mlx5_0".into(),
+            port: "1".into(),
+            role: LinkRole::Fabric,
+            gpu: None,
+            link: None,
+            capacity_bytes_per_second: capacity,
+        }
+    }
+
+    /// 50 ms samples from t = 0 over `n` ticks; `per_tick(i)` bytes in the interval ending at tick i.
+    fn ring(n: i64, per_tick: impl Fn(i64) -> u64) -> Vec<(i64, u64)> {
+        let mut acc = 0u64;
+        let mut v = vec![(0, 0)];
+        for i in 1..n {
+            acc += per_tick(i);
+            v.push((i * 50 * MS, acc));
+        }
+        v
+    }
+
+    #[test]
+    fn exact_bytes_at_sample_edges_and_interpolated_between() {
+        let s = ring(21, |_| 1_000_000);
+        assert_eq!(bytes_between(&s, 0, S), Some(20_000_000));
+        assert_eq!(bytes_between(&s, 100 * MS, 300 * MS), Some(4_000_000));
+        // Halfway into intervals: linear interpolation.
+        assert_eq!(bytes_between(&s, 25 * MS, 125 * MS), Some(2_000_000));
+        assert_eq!(bytes_between(&s, 10 * MS, 20 * MS), Some(200_000));
+        assert_eq!(bytes_between(&s, -1, 100 * MS), None);
+        assert_eq!(bytes_between(&s, 0, S + 1), None);
+    }
+
+    #[test]
+    fn long_burst_active_time_and_achieved_bandwidth() {
+        // 1 s step at 20 Hz; a burst of 10 GB/s from 200 ms to 575 ms (375 ms: 7.5 intervals), background
+        // 1 MB/s. Interval i covers [(i-1)·50, i·50) ms.
+        let burst = |i: i64| -> u64 {
+            let (a, b) = ((i - 1) * 50, i * 50);
+            let overlap = (b.min(575) - a.max(200)).max(0) as u64;
+            overlap * 10_000_000 + 50_000
+        };
+        let tx = ring(21, burst);
+        let rx = ring(21, |_| 50_000);
+        let l = step_link(&meta(Some(25e9)), &tx, &rx, 0, S, 0.05).expect("covered");
+        assert_eq!(l.tx_bytes, 3_750_000_000 + 20 * 50_000);
+        assert_eq!(l.rx_bytes, 1_000_000);
+        assert!((l.active_s - 0.375).abs() < 1e-3, "{}", l.active_s);
+        let achieved = l.achieved_bytes_per_second.expect("active");
+        // 3.751 GB over the 375 ms of the burst (+ background inside it).
+        assert!((achieved / 10.0e9 - 1.0).abs() < 0.005, "{achieved}");
+        assert!((l.average_bytes_per_second - 3.751e9).abs() < 1.0);
+        assert!((l.utilization.expect("capacity known") - achieved / 25e9).abs() < 1e-12);
+        assert!(l.confident);
+    }
+
+    #[test]
+    fn short_burst_is_not_confident() {
+        // 20 ms at 22 GB/s inside one 50 ms interval: the interval rate is 8.8 GB/s, a lower bound.
+        let tx = ring(11, |i| if i == 4 { 440_000_000 } else { 0 });
+        let l = step_link(&meta(Some(25e9)), &tx, &[], 0, 500 * MS, 0.05).expect("covered");
+        assert_eq!(l.tx_bytes, 440_000_000);
+        assert_eq!(l.rx_bytes, 0);
+        assert!((l.active_s - 0.05).abs() < 1e-9);
+        assert_eq!(l.achieved_bytes_per_second, Some(8.8e9));
+        assert!(!l.confident);
+    }
+
+    #[test]
+    fn idle_link_has_no_achieved_bandwidth() {
+        let tx = ring(21, |_| 50_000); // 1 MB/s
+        let l = step_link(&meta(None), &tx, &tx, 0, S, 0.05).expect("covered");
+        assert_eq!(l.active_s, 0.0);
+        assert_eq!(l.achieved_bytes_per_second, None);
+        assert_eq!(l.utilization, None);
+        assert_eq!(l.average_bytes_per_second, 1e6);
+        assert!(l.confident);
+    }
+
+    #[test]
+    fn uncovered_step_is_none() {
+        let tx = ring(5, |_| 1);
+        assert!(step_link(&meta(None), &tx, &[], 0, S, 0.05).is_none());
+        assert!(step_link(&meta(None), &tx, &[], 100 * MS, 100 * MS, 0.05).is_none());
+        assert!(step_link(&meta(None), &[], &[], 0, 1, 0.05).is_none());
+    }
+
+    #[test]
+    fn floor_follows_capacity() {
+        assert_eq!(active_floor(None), 10e6);
+        assert_eq!(active_floor(Some(25e9)), 50e6);
+        assert_eq!(active_floor(Some(1e9)), 10e6);
+    }
+}

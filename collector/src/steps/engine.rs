@@ -1,0 +1,379 @@
+//! The step engine: a periodic pass (every [`DEFAULT_INTERVAL`] by default) that extends each node's step
+//! history in the [`StepStore`] with the steps completed since the previous pass.
+//!
+//! Incremental: per node it keeps a marker cursor (only markers new since the last pass are read), the
+//! inference tracker's traffic window (only samples newer than its newest point are read), and the edges of
+//! steps found but not yet covered by samples. A step's link figures are computed once, when the node's
+//! samples reach its end. Nothing is recomputed over the whole history.
+//!
+//! Locking: per node, two short critical sections under the node's lock — one copying new markers and the new
+//! traffic samples, one copying the byte samples inside the newly completed steps — and all computation
+//! outside it, so ingest of that node waits at most for a copy of a few dozen samples per link.
+//!
+//! Source: a node whose markers were seen within [`MARKERS_FRESH_NS`] (agent clock, against its newest sample)
+//! gets marker steps; otherwise inferred steps. Inference keeps following the traffic while markers are used,
+//! so the switch back is immediate.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+use tracing::debug;
+
+use super::bandwidth::{step_link, LinkMeta};
+use super::history::StepStore;
+use super::inferred::InferenceTracker;
+use super::markers::MarkerTracker;
+use super::{NodeStep, StepSource};
+use crate::ingest::domain::LinkClass;
+use crate::store::ring::Ring;
+use crate::store::{now_unix_ns, NodeState, Store};
+
+/// How often the engine runs by default.
+pub const DEFAULT_INTERVAL: Duration = Duration::from_millis(500);
+/// Markers this recent (relative to the node's newest sample) make the node's steps marker-sourced.
+pub const MARKERS_FRESH_NS: i64 = 30_000_000_000;
+/// Steps waiting for samples to cover them, per node; beyond it the oldest is completed with the links whose
+/// samples cover it.
+pub const MAX_AWAITING: usize = 64;
+
+/// Edges of a step whose link figures are not computed yet.
+#[derive(Debug, Clone)]
+struct Edges {
+    job: Option<String>,
+    index: u64,
+    start: i64,
+    end: i64,
+    source: StepSource,
+    confidence: f64,
+    samples: Option<u64>,
+}
+
+#[derive(Debug, Default)]
+struct NodeEngine {
+    marker_cursor: u64,
+    markers: MarkerTracker,
+    inference: InferenceTracker,
+    next_inferred: u64,
+    awaiting: VecDeque<Edges>,
+    /// Markers lost to the log's bound before the engine read them.
+    lost_markers: u64,
+}
+
+/// New data of one node, copied under its lock.
+struct Fresh {
+    markers: Vec<crate::ingest::domain::Marker>,
+    lost: u64,
+    next_cursor: u64,
+    /// Traffic total at each new sample time.
+    traffic: Vec<(i64, f64)>,
+    newest_sample: i64,
+    has_byte_series: bool,
+}
+
+/// Samples of `ring` from the last one at or before `from` to the end (oldest first). Walks from the newest,
+/// so the cost is the number of samples copied.
+fn tail_from(ring: &Ring, from: i64) -> Vec<(i64, u64)> {
+    let mut v: Vec<(i64, u64)> = Vec::new();
+    for s in ring.iter().rev() {
+        v.push(s);
+        if s.0 <= from {
+            break;
+        }
+    }
+    v.reverse();
+    v
+}
+
+/// Samples of `ring` covering `[start, end]`: the last at or before `start` to the first at or after `end`.
+fn covering(ring: &Ring, start: i64, end: i64) -> Vec<(i64, u64)> {
+    let mut v: Vec<(i64, u64)> = Vec::new();
+    let mut after: Option<(i64, u64)> = None;
+    for s in ring.iter().rev() {
+        if s.0 > end {
+            // Walking back: ends as the oldest sample after `end`.
+            after = Some(s);
+            continue;
+        }
+        v.push(s);
+        if s.0 <= start {
+            break;
+        }
+    }
+    v.reverse();
+    if let Some(a) = after {
+        if v.last().is_none_or(|l| l.0 < end) {
+            v.push(a);
+        }
+    }
+    v
+}
+
+/// Clamped interpolation: before the first sample its value, after the last the last value.
+fn clamped(samples: &[(i64, u64)], t: i64) -> f64 {
+    match (samples.first(), samples.last()) {
+        (Some(f), _) if t <= f.0 => f.1 as f64,
+        (_, Some(l)) if t >= l.0 => l.1 as f64,
+        (Some(_), Some(_)) => super::bandwidth::interpolate(samples, t).unwrap_or(0.0),
+        _ => 0.0,
+    }
+}
+
+fn copy_fresh(n: &NodeState, cursor: u64, traffic_from: i64) -> Fresh {
+    let (markers, lost) = n.markers().since(cursor);
+    let next_cursor = n.markers().next_seq();
+    let mut newest_sample = 0i64;
+    let mut has_byte_series = false;
+    // Per traffic link and direction: samples from the last one at or before `traffic_from`.
+    let mut series: Vec<Vec<(i64, u64)>> = Vec::new();
+    for (i, l) in n.links().iter().enumerate() {
+        let (tx, rx) = n.link_byte_series(i);
+        for s in [tx, rx].into_iter().flatten() {
+            has_byte_series = true;
+            if let Some((t, _)) = s.ring().last() {
+                newest_sample = newest_sample.max(t);
+            }
+            if l.info.key.class != LinkClass::Nvlink {
+                series.push(tail_from(s.ring(), traffic_from));
+            }
+        }
+    }
+    // Sample times: those of the first traffic series newer than `traffic_from`, up to the oldest "newest
+    // sample" across series (all series of a tick share its timestamp; a lagging one must not read as a drop).
+    let upto = series
+        .iter()
+        .filter_map(|s| s.last().map(|x| x.0))
+        .min()
+        .unwrap_or(0);
+    let times: Vec<i64> = series
+        .first()
+        .map(|s| {
+            s.iter()
+                .map(|x| x.0)
+                .filter(|&t| t > traffic_from && t <= upto)
+                .collect()
+        })
+        .unwrap_or_default();
+    let traffic = times
+        .into_iter()
+        .map(|t| (t, series.iter().map(|s| clamped(s, t)).sum::<f64>()))
+        .collect();
+    Fresh {
+        markers,
+        lost,
+        next_cursor,
+        traffic,
+        newest_sample,
+        has_byte_series,
+    }
+}
+
+/// Link metadata and covering samples of every link with byte counters, for the span `[start, end]`.
+type Covered = (Vec<(LinkMeta, Vec<(i64, u64)>, Vec<(i64, u64)>)>, f64);
+
+fn copy_covering(n: &NodeState, start: i64, end: i64) -> Covered {
+    let mut out = Vec::new();
+    for (i, l) in n.links().iter().enumerate() {
+        let (tx, rx) = n.link_byte_series(i);
+        if tx.is_none() && rx.is_none() {
+            continue;
+        }
+        let c = |s: Option<&crate::store::Series>| {
+            s.map(|s| covering(s.ring(), start, end))
+                .unwrap_or_default()
+        };
+        let meta = LinkMeta {
+            class: l.info.key.class,
+            device: l.info.key.device.clone(),
+            port: l.info.key.port.clone(),
+            role: l.info.role,
+            gpu: l.info.gpu.clone(),
+            link: l.info.link.clone(),
+            capacity_bytes_per_second: l.info.capacity_bytes_per_second,
+        };
+        out.push((meta, c(tx), c(rx)));
+    }
+    (out, f64::from(n.fast_period_ms()) / 1e3)
+}
+
+/// The engine's state over all nodes. [`Engine::tick`] does one pass; [`spawn`] runs it periodically.
+pub struct Engine {
+    store: Arc<Store>,
+    steps: Arc<StepStore>,
+    nodes: HashMap<String, NodeEngine>,
+}
+
+impl Engine {
+    pub fn new(store: Arc<Store>, steps: Arc<StepStore>) -> Engine {
+        Engine {
+            store,
+            steps,
+            nodes: HashMap::new(),
+        }
+    }
+
+    /// One pass over every node the store holds as fresh at `now_unix_ns`: new steps are appended to the
+    /// [`StepStore`]. Returns how many steps were added.
+    pub fn tick(&mut self, now_unix_ns: i64) -> usize {
+        let names = self.store.node_names(now_unix_ns);
+        self.nodes.retain(|n, _| names.binary_search(n).is_ok());
+        self.steps.retain(&names);
+        let mut added = 0;
+        for name in &names {
+            added += self.tick_node(name);
+        }
+        added
+    }
+
+    fn tick_node(&mut self, name: &str) -> usize {
+        let st = self.nodes.entry(name.to_string()).or_default();
+        let cursor = st.marker_cursor;
+        let traffic_from = st.inference.newest_ns();
+        let Some(fresh) = self
+            .store
+            .with_node(name, |n| copy_fresh(n, cursor, traffic_from))
+        else {
+            return 0;
+        };
+        st.marker_cursor = fresh.next_cursor;
+        if fresh.lost > 0 {
+            st.lost_markers += fresh.lost;
+            debug!(
+                node = name,
+                lost = fresh.lost,
+                "step markers evicted before the engine read them"
+            );
+        }
+        for m in &fresh.markers {
+            st.markers.add(m);
+        }
+        for s in st.markers.complete() {
+            st.awaiting.push_back(Edges {
+                job: Some(s.job),
+                index: s.index,
+                start: s.start_unix_ns,
+                end: s.end_unix_ns,
+                source: StepSource::Markers,
+                confidence: s.confidence,
+                samples: s.samples,
+            });
+        }
+        let agent_now = fresh.newest_sample.max(st.markers.newest_unix_ns());
+        st.markers.forget_idle(agent_now);
+        st.inference.extend(fresh.traffic);
+        let inferred = st.inference.steps();
+        let markers_fresh = st.markers.newest_unix_ns() > 0
+            && agent_now - st.markers.newest_unix_ns() <= MARKERS_FRESH_NS;
+        if !markers_fresh {
+            for s in inferred {
+                st.awaiting.push_back(Edges {
+                    job: None,
+                    index: st.next_inferred,
+                    start: s.start_unix_ns,
+                    end: s.end_unix_ns,
+                    source: StepSource::Inferred,
+                    confidence: s.confidence,
+                    samples: None,
+                });
+                st.next_inferred += 1;
+            }
+        }
+        self.steps.set_period(name, st.inference.period());
+
+        // Steps whose end the samples reach (or every step when the node has no byte counters, or too many wait).
+        let mut ready: Vec<Edges> = Vec::new();
+        while let Some(e) = st.awaiting.front() {
+            let covered = !fresh.has_byte_series || e.end <= fresh.newest_sample;
+            if covered || st.awaiting.len() > MAX_AWAITING {
+                if let Some(e) = st.awaiting.pop_front() {
+                    ready.push(e);
+                }
+            } else {
+                break;
+            }
+        }
+        if ready.is_empty() {
+            return 0;
+        }
+        let span_start = ready.iter().map(|e| e.start).min().unwrap_or(0);
+        let span_end = ready.iter().map(|e| e.end).max().unwrap_or(0);
+        let (links, period_s) = self
+            .store
+            .with_node(name, |n| copy_covering(n, span_start, span_end))
+            .unwrap_or_default();
+        let period_s = if period_s > 0.0 { period_s } else { 0.05 };
+        let steps: Vec<NodeStep> = ready
+            .into_iter()
+            .map(|e| NodeStep {
+                node: name.to_string(),
+                job: e.job,
+                index: e.index,
+                start_unix_ns: e.start,
+                end_unix_ns: e.end,
+                source: e.source,
+                confidence: e.confidence,
+                samples: e.samples,
+                links: links
+                    .iter()
+                    .filter_map(|(meta, tx, rx)| step_link(meta, tx, rx, e.start, e.end, period_s))
+                    .collect(),
+            })
+            .collect();
+        let n = steps.len();
+        self.steps.push(name, steps);
+        n
+    }
+}
+
+/// Runs [`Engine::tick`] every `every` (on the blocking pool, so the async workers that serve ingest never wait
+/// for it) until the task is aborted.
+pub fn spawn(store: Arc<Store>, steps: Arc<StepStore>, every: Duration) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut engine = Some(Engine::new(store, steps));
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let Some(mut e) = engine.take() else { return };
+            match tokio::task::spawn_blocking(move || {
+                e.tick(now_unix_ns());
+                e
+            })
+            .await
+            {
+                Ok(e) => engine = Some(e),
+                Err(err) => {
+                    tracing::error!(error = %err, "step engine pass failed; the engine stops");
+                    return;
+                }
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ring(samples: &[(i64, u64)]) -> Ring {
+        let mut r = Ring::new(100);
+        for &(t, v) in samples {
+            r.push(t, v, i64::MAX);
+        }
+        r
+    }
+
+    #[test]
+    fn covering_and_tail_copy_only_what_is_needed() {
+        let r = ring(&[(10, 1), (20, 2), (30, 3), (40, 4), (50, 5)]);
+        assert_eq!(covering(&r, 20, 35), vec![(20, 2), (30, 3), (40, 4)]);
+        assert_eq!(covering(&r, 25, 30), vec![(20, 2), (30, 3)]);
+        assert_eq!(covering(&r, 5, 60), r.iter().collect::<Vec<_>>());
+        assert_eq!(tail_from(&r, 35), vec![(30, 3), (40, 4), (50, 5)]);
+        assert_eq!(tail_from(&r, 50), vec![(50, 5)]);
+        assert_eq!(clamped(&[(10, 5), (20, 15)], 15), 10.0);
+        assert_eq!(clamped(&[(10, 5), (20, 15)], 0), 5.0);
+        assert_eq!(clamped(&[(10, 5), (20, 15)], 99), 15.0);
+    }
+}

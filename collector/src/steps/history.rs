@@ -1,0 +1,414 @@
+//! [`StepStore`]: every node's bounded step history, written by the engine, read by the analysis, the API and
+//! the exporter. Readers get copies; the lock is held only while copying.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+use parking_lot::RwLock;
+use serde::Serialize;
+
+use super::inferred::PeriodEstimate;
+use super::{NodeStep, StepSource};
+use crate::ingest::domain::LinkClass;
+
+/// Steps kept per node (newest last).
+pub const STEPS_PER_NODE: usize = 1000;
+
+#[derive(Debug, Default)]
+struct NodeHistory {
+    steps: VecDeque<NodeStep>,
+    markers_total: u64,
+    inferred_total: u64,
+    period: Option<PeriodEstimate>,
+}
+
+/// Spread of one figure across the nodes of a job for one step.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Spread {
+    pub min: f64,
+    pub median: f64,
+    pub max: f64,
+    /// The node with the lowest / highest value.
+    pub min_node: String,
+    pub max_node: String,
+}
+
+/// One link class's figures across the nodes of a job for one step. A node's value is the median over its
+/// links of that class that were active with a confident figure; nodes without one are left out (`nodes`
+/// says how many were counted).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ClassAggregate {
+    pub class: LinkClass,
+    pub nodes: usize,
+    pub achieved_bytes_per_second: Spread,
+    /// `None` when no counted link knows its capacity.
+    pub utilization: Option<Spread>,
+}
+
+/// One step of a job: the marker-sourced steps of the same index on every node of the job.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct JobStep {
+    pub job: String,
+    pub index: u64,
+    /// Per node, sorted by node name.
+    pub nodes: Vec<NodeStep>,
+    /// Per link class, in class order.
+    pub classes: Vec<ClassAggregate>,
+}
+
+impl JobStep {
+    /// Median over nodes of their step duration, seconds.
+    pub fn duration_s(&self) -> f64 {
+        let mut d: Vec<f64> = self.nodes.iter().map(NodeStep::duration_s).collect();
+        median(&mut d).unwrap_or(0.0)
+    }
+
+    /// Lowest confidence over the nodes.
+    pub fn confidence(&self) -> f64 {
+        self.nodes.iter().map(|n| n.confidence).fold(1.0, f64::min)
+    }
+
+    /// Samples of the step summed over nodes; `None` when no node's markers carried samples.
+    pub fn samples(&self) -> Option<u64> {
+        self.nodes
+            .iter()
+            .filter_map(|n| n.samples)
+            .reduce(|a, b| a.saturating_add(b))
+    }
+}
+
+fn median(v: &mut [f64]) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
+}
+
+fn spread(values: &mut [(f64, &str)]) -> Option<Spread> {
+    if values.is_empty() {
+        return None;
+    }
+    values.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(b.1)));
+    let mut v: Vec<f64> = values.iter().map(|x| x.0).collect();
+    Some(Spread {
+        min: values[0].0,
+        median: median(&mut v).unwrap_or(0.0),
+        max: values[values.len() - 1].0,
+        min_node: values[0].1.to_string(),
+        max_node: values[values.len() - 1].1.to_string(),
+    })
+}
+
+/// Aggregates per link class across the nodes of one job step.
+pub fn aggregate(job: &str, index: u64, mut nodes: Vec<NodeStep>) -> JobStep {
+    nodes.sort_by(|a, b| a.node.cmp(&b.node));
+    let mut per_class: BTreeMap<LinkClass, Vec<(f64, Option<f64>, &str)>> = BTreeMap::new();
+    for n in &nodes {
+        let mut by_class: BTreeMap<LinkClass, (Vec<f64>, Vec<f64>)> = BTreeMap::new();
+        for l in n.links.iter().filter(|l| l.confident) {
+            if let Some(a) = l.achieved_bytes_per_second {
+                let e = by_class.entry(l.class).or_default();
+                e.0.push(a);
+                if let Some(u) = l.utilization {
+                    e.1.push(u);
+                }
+            }
+        }
+        for (class, (mut a, mut u)) in by_class {
+            if let Some(a) = median(&mut a) {
+                per_class
+                    .entry(class)
+                    .or_default()
+                    .push((a, median(&mut u), n.node.as_str()));
+            }
+        }
+    }
+    let classes = per_class
+        .into_iter()
+        .filter_map(|(class, v)| {
+            let mut a: Vec<(f64, &str)> = v.iter().map(|x| (x.0, x.2)).collect();
+            let mut u: Vec<(f64, &str)> = v.iter().filter_map(|x| Some((x.1?, x.2))).collect();
+            Some(ClassAggregate {
+                class,
+                nodes: v.len(),
+                achieved_bytes_per_second: spread(&mut a)?,
+                utilization: spread(&mut u),
+            })
+        })
+        .collect();
+    JobStep {
+        job: job.to_string(),
+        index,
+        nodes,
+        classes,
+    }
+}
+
+/// Every node's step history. Cheap to share (`Arc<StepStore>`).
+#[derive(Debug, Default)]
+pub struct StepStore {
+    nodes: RwLock<HashMap<String, NodeHistory>>,
+}
+
+impl StepStore {
+    pub fn new() -> StepStore {
+        StepStore::default()
+    }
+
+    /// Appends completed steps of `node` (oldest first), keeping the newest [`STEPS_PER_NODE`].
+    pub(crate) fn push(&self, node: &str, steps: Vec<NodeStep>) {
+        if steps.is_empty() {
+            return;
+        }
+        let mut map = self.nodes.write();
+        let h = map.entry(node.to_string()).or_default();
+        for s in steps {
+            match s.source {
+                StepSource::Markers => h.markers_total += 1,
+                StepSource::Inferred => h.inferred_total += 1,
+            }
+            if h.steps.len() >= STEPS_PER_NODE {
+                h.steps.pop_front();
+            }
+            h.steps.push_back(s);
+        }
+    }
+
+    /// Records a node (so the API knows it before its first step) and its current period estimate.
+    pub(crate) fn set_period(&self, node: &str, period: Option<PeriodEstimate>) {
+        let mut map = self.nodes.write();
+        map.entry(node.to_string()).or_default().period = period;
+    }
+
+    /// Forgets nodes not in `keep` (expired from the store).
+    pub(crate) fn retain(&self, keep: &[String]) {
+        let mut map = self.nodes.write();
+        map.retain(|n, _| keep.binary_search(n).is_ok());
+    }
+
+    /// Whether `node` is known (held by the store when the engine last ran).
+    pub fn has_node(&self, node: &str) -> bool {
+        self.nodes.read().contains_key(node)
+    }
+
+    /// Names of the nodes held, sorted.
+    pub fn node_names(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.nodes.read().keys().cloned().collect();
+        v.sort();
+        v
+    }
+
+    /// The source of `node`'s newest step (`None`: unknown node or no step yet).
+    pub fn node_source(&self, node: &str) -> Option<StepSource> {
+        self.nodes.read().get(node)?.steps.back().map(|s| s.source)
+    }
+
+    /// Up to `limit` newest steps of `node` from the source of its newest step, oldest first. `None` when the
+    /// node is unknown; empty when it has no step yet.
+    pub fn node_steps(&self, node: &str, limit: usize) -> Option<Vec<NodeStep>> {
+        let map = self.nodes.read();
+        let h = map.get(node)?;
+        let Some(source) = h.steps.back().map(|s| s.source) else {
+            return Some(Vec::new());
+        };
+        let mut v: Vec<NodeStep> = h
+            .steps
+            .iter()
+            .rev()
+            .filter(|s| s.source == source)
+            .take(limit)
+            .cloned()
+            .collect();
+        v.reverse();
+        Some(v)
+    }
+
+    /// Steps (by source) found for `node` since the collector started: `(markers, inferred)`.
+    pub fn steps_total(&self, node: &str) -> Option<(u64, u64)> {
+        let map = self.nodes.read();
+        let h = map.get(node)?;
+        Some((h.markers_total, h.inferred_total))
+    }
+
+    /// The node's traffic period as inferred (refreshed by the engine, also while markers are used).
+    pub fn inferred_period(&self, node: &str) -> Option<PeriodEstimate> {
+        self.nodes.read().get(node)?.period
+    }
+
+    /// The newest step of every node that has one, sorted by node.
+    pub fn latest_steps(&self) -> Vec<NodeStep> {
+        let map = self.nodes.read();
+        let mut v: Vec<NodeStep> = map
+            .values()
+            .filter_map(|h| h.steps.back().cloned())
+            .collect();
+        v.sort_by(|a, b| a.node.cmp(&b.node));
+        v
+    }
+
+    /// Copies of the newest `per_node` steps of every node, sorted by node (for exporters that need more than
+    /// the newest, e.g. the latest confident figure of each link).
+    pub fn recent_steps(&self, per_node: usize) -> Vec<(String, Vec<NodeStep>)> {
+        let map = self.nodes.read();
+        let mut v: Vec<(String, Vec<NodeStep>)> = map
+            .iter()
+            .map(|(n, h)| {
+                let k = h.steps.len().saturating_sub(per_node);
+                (n.clone(), h.steps.iter().skip(k).cloned().collect())
+            })
+            .collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
+    }
+
+    /// Job ids with marker-sourced steps held, sorted.
+    pub fn jobs(&self) -> Vec<String> {
+        let map = self.nodes.read();
+        let mut v: Vec<String> = map
+            .values()
+            .flat_map(|h| h.steps.iter().filter_map(|s| s.job.clone()))
+            .collect();
+        v.sort();
+        v.dedup();
+        v
+    }
+
+    /// Up to `limit` newest steps of job `job`, oldest first: the marker-sourced steps of every node aligned by
+    /// step index, with per-class aggregates. `None` when no node holds a step of the job.
+    pub fn job_steps(&self, job: &str, limit: usize) -> Option<Vec<JobStep>> {
+        let mut by_index: BTreeMap<u64, Vec<NodeStep>> = BTreeMap::new();
+        {
+            let map = self.nodes.read();
+            for h in map.values() {
+                for s in
+                    h.steps.iter().rev().filter(|s| {
+                        s.source == StepSource::Markers && s.job.as_deref() == Some(job)
+                    })
+                {
+                    by_index.entry(s.index).or_default().push(s.clone());
+                }
+            }
+        }
+        if by_index.is_empty() {
+            return None;
+        }
+        let k = by_index.len().saturating_sub(limit);
+        Some(
+            by_index
+                .into_iter()
+                .skip(k)
+                .map(|(index, nodes)| aggregate(job, index, nodes))
+                .collect(),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ingest::domain::LinkRole;
+    use crate::steps::StepLink;
+
+    fn link(class: LinkClass, device: &str, achieved: Option<f64>, confident: bool) -> StepLink {
+        StepLink {
+            class,
+            device: device.into(),
+            port: "1".into(),
+            role: LinkRole::Fabric,
+            gpu: None,
+            link: None,
+            tx_bytes: 1,
+            rx_bytes: 1,
+            active_s: 0.1,
+            achieved_bytes_per_second: achieved,
+            average_bytes_per_second: 1.0,
+            capacity_bytes_per_second: Some(25e9),
+            utilization: achieved.map(|a| a / 25e9),
+            confident,
+        }
+    }
+
+    fn step(node: &str, index: u64, links: Vec<StepLink>) -> NodeStep {
+        NodeStep {
+            node: node.into(),
+            job: Some("j".into()),
+            index,
+            start_unix_ns: 0,
+            end_unix_ns: 1_000_000_000,
+            source: StepSource::Markers,
+            confidence: 1.0,
+            samples: Some(10),
+            links,
+        }
+    }
+
+    #[test]
+    fn job_aggregates_across_nodes() {
+        let st = StepStore::new();
+        let ib = LinkClass::Infiniband;
+        st.push(
+            "n1",
+            vec![step(
+                "n1",
+                4,
+                vec![
+                    link(ib, "a", Some(20e9), true),
+                    link(ib, "b", Some(10e9), true),
+                ],
+            )],
+        );
+        st.push(
+            "n2",
+            vec![step("n2", 4, vec![link(ib, "a", Some(5e9), true)])],
+        );
+        // Not confident: left out.
+        st.push(
+            "n3",
+            vec![step("n3", 4, vec![link(ib, "a", Some(1e9), false)])],
+        );
+        let js = st.job_steps("j", 10).expect("job");
+        assert_eq!(js.len(), 1);
+        let s = &js[0];
+        assert_eq!(s.nodes.len(), 3);
+        assert_eq!(s.samples(), Some(30));
+        assert_eq!(s.classes.len(), 1);
+        let c = &s.classes[0];
+        assert_eq!(c.nodes, 2);
+        assert_eq!(c.achieved_bytes_per_second.min, 5e9);
+        assert_eq!(c.achieved_bytes_per_second.min_node, "n2");
+        assert_eq!(c.achieved_bytes_per_second.max, 15e9);
+        assert_eq!(c.achieved_bytes_per_second.median, 10e9);
+        let u = c.utilization.as_ref().expect("capacity known");
+        assert!((u.max - 0.6).abs() < 1e-12 && u.min == 0.2, "{u:?}");
+        assert!(st.job_steps("other", 10).is_none());
+    }
+
+    #[test]
+    fn history_is_bounded_and_read_newest_last() {
+        let st = StepStore::new();
+        st.push(
+            "n1",
+            (0..(STEPS_PER_NODE as u64 + 5))
+                .map(|i| step("n1", i, vec![]))
+                .collect(),
+        );
+        let v = st.node_steps("n1", 3).expect("node");
+        assert_eq!(
+            v.iter().map(|s| s.index).collect::<Vec<_>>(),
+            vec![1002, 1003, 1004]
+        );
+        assert_eq!(
+            st.node_steps("n1", 5000).map(|v| v.len()),
+            Some(STEPS_PER_NODE)
+        );
+        assert_eq!(st.steps_total("n1"), Some((1005, 0)));
+        assert!(st.node_steps("nope", 3).is_none());
+        st.retain(&[]);
+        assert!(!st.has_node("n1"));
+    }
+}
