@@ -13,6 +13,7 @@
 //! gracefully (streams end with `UNAVAILABLE`, pending batches are committed); it is safe to call with nothing
 //! connected.
 
+pub mod analysis;
 pub mod config;
 pub mod export;
 pub mod ingest;
@@ -61,6 +62,8 @@ pub enum CollectorError {
     Persist(#[from] PersistError),
     #[error("metrics registry: {0}")]
     Metrics(#[from] prometheus::Error),
+    #[error(transparent)]
+    Analysis(#[from] analysis::history::HistoryError),
 }
 
 /// A running collector. Dropping it leaves the servers running until the runtime ends; call
@@ -76,6 +79,8 @@ pub struct CollectorHandle {
     grpc: JoinHandle<()>,
     http: JoinHandle<()>,
     expiry: JoinHandle<()>,
+    analysis: analysis::AnalysisHandle,
+    analysis_task: JoinHandle<()>,
     writer: Option<JoinHandle<()>>,
     steps: Arc<steps::StepStore>,
     /// The step engine (`None` when `steps_interval` is 0).
@@ -93,6 +98,11 @@ impl ShutdownTrigger {
 }
 
 impl CollectorHandle {
+    /// The analysis engine: findings, their events, job figures, baselines.
+    pub fn analysis(&self) -> &analysis::AnalysisHandle {
+        &self.analysis
+    }
+
     /// The store (read-only use: analysis, tests, demo).
     pub fn store(&self) -> &Arc<Store> {
         &self.store
@@ -138,6 +148,7 @@ impl CollectorHandle {
             mut grpc,
             mut http,
             expiry,
+            analysis_task,
             writer,
             step_engine,
             ..
@@ -163,6 +174,7 @@ impl CollectorHandle {
             }
         }
         expiry.abort();
+        analysis_task.abort();
         if let Some(w) = writer {
             let abort = w.abort_handle();
             if tokio::time::timeout(SHUTDOWN_GRACE, w).await.is_err() {
@@ -182,6 +194,7 @@ impl CollectorHandle {
         self.grpc.abort();
         self.http.abort();
         self.expiry.abort();
+        self.analysis_task.abort();
         if let Some(e) = &self.step_engine {
             e.abort();
         }
@@ -374,6 +387,25 @@ pub async fn start(config: CollectorConfig) -> Result<CollectorHandle, Collector
         health: health.clone(),
         steps: step_store.clone(),
     });
+    let (analysis, analysis_task) = analysis::AnalysisHandle::start(
+        store.clone(),
+        analysis::AnalysisConfig {
+            state_dir: config.state_dir.clone(),
+            ..Default::default()
+        },
+    )
+    .await?;
+    health
+        .registry
+        .register(Box::new(export::findings::FindingsCollector::new(
+            analysis.clone(),
+        )?))?;
+    let router = router.merge(export::findings::router(analysis.clone()));
+    // The rules read each node's recent steps (up to the 64 newest) from the step engine.
+    let provider_steps = step_store.clone();
+    analysis.set_steps_provider(Arc::new(move |node: &str| {
+        provider_steps.node_steps(node, 64).unwrap_or_default()
+    }));
     let http = tokio::spawn(async move {
         let result = axum::serve(http_listener, router)
             .with_graceful_shutdown(async move {
@@ -412,6 +444,8 @@ pub async fn start(config: CollectorConfig) -> Result<CollectorHandle, Collector
         grpc,
         http,
         expiry,
+        analysis,
+        analysis_task,
         writer,
         steps: step_store,
         step_engine,

@@ -1,6 +1,7 @@
 //! Export: Prometheus text (`/metrics`), the JSON API and health endpoints.
 
 pub mod api;
+pub mod findings;
 pub mod health;
 pub mod names;
 pub mod prometheus;

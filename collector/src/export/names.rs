@@ -98,8 +98,19 @@ pub const GPU_SM_CLOCK_HERTZ: &str = "commwatch_gpu_sm_clock_hertz";
 /// NCCL settings of a job that contradict a node's hardware: 1 per `(node, job, setting)` (and `kind`).
 pub const NCCL_SETTING_CONFLICT: &str = "commwatch_nccl_setting_conflict";
 
+/// 1 while a finding is active, absent once cleared (gauge; labels `kind`, `severity`, `node`, and the
+/// subject's `device`, `port`, `gpu`, `link`, `job` where set).
+pub const FINDING_ACTIVE: &str = "commwatch_finding_active";
+/// Findings raised since the collector started (counter; label `kind`, every kind present).
+pub const FINDINGS_RAISED_TOTAL: &str = "commwatch_findings_raised_total";
+/// Scaling efficiency of a job, 0..1 (gauge; label `job`; the method is in `/api/v1/jobs`).
+pub const SCALING_EFFICIENCY_RATIO: &str = "commwatch_scaling_efficiency_ratio";
+
 /// Every exported name (for checks against dashboards and alert rules).
 pub const ALL: &[&str] = &[
+    FINDING_ACTIVE,
+    FINDINGS_RAISED_TOTAL,
+    SCALING_EFFICIENCY_RATIO,
     LINK_TRANSMIT_BYTES_TOTAL,
     LINK_RECEIVE_BYTES_TOTAL,
     LINK_TRANSMIT_BYTES_PER_SECOND,

@@ -1,0 +1,106 @@
+//! `congestion`: a fabric port that waits for credits while it communicates, or a RoCE port with high CNP /
+//! out-of-sequence rates.
+//!
+//! - InfiniBand `xmit_wait_ticks` (`port_xmit_wait`): ticks the port had data but no credits. Share of the
+//!   port's busy time spent waiting = ticks ÷ (busy seconds × [`XMIT_WAIT_TICKS_PER_SECOND`]). Warning above
+//!   [`WAIT_SHARE_ABOVE`]. The tick length is adapter-specific; 4 ns (250 M ticks/s, HDR/NDR ConnectX) is
+//!   assumed.
+//! - RoCE: congestion notification packets handled (`hw_rp_cnp_handled`) or sent (`hw_np_cnp_sent`) per busy
+//!   second above [`CNP_PER_BUSY_SECOND_ABOVE`], or `hw_out_of_sequence` above [`OOS_PER_SECOND_ABOVE`].
+//!
+//! Only while the port communicates (busy time > 0): an idle port cannot be congested.
+
+use super::input::AnalysisInput;
+use super::{r4, Candidate, Evidence, Kind, Severity, Subject};
+use crate::ingest::domain::{LinkClass, LinkRole};
+
+/// `port_xmit_wait` ticks per second of a port that waits all the time (4 ns ticks).
+pub const XMIT_WAIT_TICKS_PER_SECOND: f64 = 250e6;
+/// Share of busy time spent waiting above which the port is congested.
+pub const WAIT_SHARE_ABOVE: f64 = 0.10;
+/// RoCE CNPs per busy second above which the port is congested.
+pub const CNP_PER_BUSY_SECOND_ABOVE: f64 = 5_000.0;
+/// RoCE out-of-sequence packets per second above which it is reported.
+pub const OOS_PER_SECOND_ABOVE: f64 = 100.0;
+
+pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
+    let mut out = Vec::new();
+    for n in &input.nodes {
+        for l in n.links.iter().filter(|l| {
+            l.role == LinkRole::Fabric && matches!(l.class, LinkClass::Infiniband | LinkClass::Roce)
+        }) {
+            let Some(a) = &l.activity else { continue };
+            if a.busy_s <= 0.0 {
+                continue;
+            }
+            let mut reasons: Vec<String> = Vec::new();
+            let mut e = Evidence::new(0.0, "ratio").seconds(r4(a.window_s));
+            let mut measured = None;
+            if let Some(w) = l
+                .counter("xmit_wait_ticks")
+                .filter(|c| !c.saturated && c.window_s > 0.0)
+            {
+                let share = w.increase as f64 / (a.busy_s * XMIT_WAIT_TICKS_PER_SECOND);
+                if share > WAIT_SHARE_ABOVE {
+                    reasons.push(format!(
+                        "it waited for credits {:.0}% of its {:.2} s of communication (port_xmit_wait +{})",
+                        share.min(1.0) * 100.0,
+                        a.busy_s,
+                        w.increase
+                    ));
+                    measured = Some((share.min(1.0), WAIT_SHARE_ABOVE, "ratio"));
+                }
+                e = e.detail("xmit_wait_share", r4(share.min(1.0)));
+            }
+            if l.class == LinkClass::Roce {
+                for m in ["hw_rp_cnp_handled", "hw_np_cnp_sent"] {
+                    if let Some(c) = l.counter(m).filter(|c| c.window_s > 0.0) {
+                        let per_busy = c.increase as f64 / a.busy_s;
+                        e = e.detail(&format!("{m}_per_busy_second"), r4(per_busy));
+                        if per_busy > CNP_PER_BUSY_SECOND_ABOVE {
+                            reasons.push(format!("{m} {per_busy:.0} per second of communication"));
+                            measured.get_or_insert((
+                                per_busy,
+                                CNP_PER_BUSY_SECOND_ABOVE,
+                                "packets_per_second",
+                            ));
+                        }
+                    }
+                }
+                if let Some(rate) = l.counter("hw_out_of_sequence").and_then(|c| c.rate()) {
+                    e = e.detail("out_of_sequence_per_second", r4(rate));
+                    if rate > OOS_PER_SECOND_ABOVE {
+                        reasons.push(format!("out-of-sequence packets {rate:.0}/s"));
+                        measured.get_or_insert((rate, OOS_PER_SECOND_ABOVE, "packets_per_second"));
+                    }
+                }
+            }
+            let Some((m, x, unit)) = measured else {
+                continue;
+            };
+            e.measured = r4(m);
+            e.expected = Some(x);
+            e.unit = unit.to_string();
+            e = e.detail("busy_s", r4(a.busy_s));
+            let mut c = Candidate::new(
+                Kind::Congestion,
+                Severity::Warning,
+                Subject::link(&n.name, l),
+            );
+            c.summary = format!(
+                "{} {} port {} is congested: {}.",
+                n.name,
+                l.device,
+                l.port,
+                reasons.join("; ")
+            );
+            c.evidence = e;
+            c.action = "Find the hot spot: a slower link in the ring (see link_degraded), an oversubscribed switch \
+                        uplink, or other jobs sharing the path (adaptive routing, QoS/SL separation); for RoCE check \
+                        ECN/PFC settings."
+                .into();
+            out.push(c);
+        }
+    }
+    out
+}

@@ -1,0 +1,198 @@
+//! `link_degraded`: a link running below what it should.
+//!
+//! - InfiniBand/RoCE fabric port not up (`state` not ACTIVE, or `phys_state` not LinkUp): critical.
+//! - Its capacity (from `rate`: lanes × lane speed) below [`CAPACITY_SHARE_BELOW`] of its peers' (the median of
+//!   the same class's fabric ports on the node when it has at least three, else across all nodes): critical —
+//!   a ring runs at its slowest link.
+//! - NVLink link down: critical.
+//! - A GPU's PCIe link width below its maximum, or its generation below maximum *while the GPU is busy*
+//!   (GPUs lower the generation when idle to save power, which is not a fault): warning.
+
+use super::input::{AnalysisInput, LinkInput};
+use super::{gbs, median, r4, Candidate, Evidence, Kind, Severity, Subject};
+use crate::ingest::domain::{LinkClass, LinkRole};
+
+/// A port below this share of its peers' capacity is degraded.
+pub const CAPACITY_SHARE_BELOW: f64 = 0.75;
+/// A GPU counts as busy (for the PCIe generation check) above this utilisation.
+pub const BUSY_FOR_PCIE_GEN: f64 = 0.5;
+
+fn fabric_port(l: &LinkInput) -> bool {
+    l.role == LinkRole::Fabric && matches!(l.class, LinkClass::Infiniband | LinkClass::Roce)
+}
+
+/// Lanes from a `rate` text such as `100 Gb/sec (2X HDR)`.
+pub fn lanes_from_rate(rate: &str) -> Option<u32> {
+    let open = rate.find('(')?;
+    let x = rate[open + 1..].find(['X', 'x'])?;
+    rate[open + 1..open + 1 + x].trim().parse().ok()
+}
+
+pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
+    let mut out = Vec::new();
+    let fleet = |class: LinkClass| -> Option<f64> {
+        let mut v: Vec<f64> = input
+            .nodes
+            .iter()
+            .flat_map(|n| n.links.iter())
+            .filter(|l| fabric_port(l) && l.class == class)
+            .filter_map(|l| l.capacity_bytes_per_second)
+            .collect();
+        median(&mut v)
+    };
+    for n in &input.nodes {
+        for l in &n.links {
+            if l.class == LinkClass::Nvlink {
+                if !l.is_up() {
+                    let mut c = Candidate::new(
+                        Kind::LinkDegraded,
+                        Severity::Critical,
+                        Subject::link(&n.name, l),
+                    );
+                    c.summary = format!(
+                        "{} NVLink {} of GPU {} is {}: intra-node traffic of that GPU takes fewer links.",
+                        n.name,
+                        l.link.as_deref().unwrap_or(&l.port),
+                        l.gpu.as_deref().unwrap_or(&l.device),
+                        l.state
+                    );
+                    c.evidence = Evidence::new(0.0, "up")
+                        .expected(1.0)
+                        .detail("state", l.state.clone());
+                    c.action = "Drain the node and check the GPU/NVSwitch (nvidia-smi nvlink -s, field diagnostics); \
+                                an NVLink that does not train needs a reset or a hardware replacement."
+                        .into();
+                    out.push(c);
+                }
+                continue;
+            }
+            if !fabric_port(l) {
+                continue;
+            }
+            let phys_down = l
+                .attributes
+                .get("phys_state")
+                .is_some_and(|p| !p.to_ascii_lowercase().contains("linkup"));
+            if !l.is_up() || phys_down {
+                let mut c = Candidate::new(
+                    Kind::LinkDegraded,
+                    Severity::Critical,
+                    Subject::link(&n.name, l),
+                );
+                c.summary = format!(
+                    "{} {} port {} is {} (not ACTIVE/LinkUp): its traffic moves to other ports or stops.",
+                    n.name, l.device, l.port, l.state
+                );
+                c.evidence = Evidence::new(0.0, "up")
+                    .expected(1.0)
+                    .detail("state", l.state.clone());
+                c.action = "Check the cable and the switch port (ibstat, iblinkinfo); reseat or replace the cable/transceiver."
+                    .into();
+                out.push(c);
+                continue;
+            }
+            let Some(cap) = l.capacity_bytes_per_second.filter(|c| *c > 0.0) else {
+                continue;
+            };
+            let mut local: Vec<f64> = n
+                .links
+                .iter()
+                .filter(|x| fabric_port(x) && x.class == l.class)
+                .filter_map(|x| x.capacity_bytes_per_second)
+                .collect();
+            let reference = if local.len() >= 3 {
+                median(&mut local)
+            } else {
+                fleet(l.class)
+            };
+            let Some(reference) = reference else { continue };
+            if cap >= CAPACITY_SHARE_BELOW * reference {
+                continue;
+            }
+            let lanes = l.attributes.get("rate").and_then(|r| lanes_from_rate(r));
+            let mut c = Candidate::new(
+                Kind::LinkDegraded,
+                Severity::Critical,
+                Subject::link(&n.name, l),
+            );
+            c.summary = format!(
+                "{} {} port {} runs at {} per direction, {:.0}% of its peers' {}{}: the job's ring runs at this port's pace.",
+                n.name,
+                l.device,
+                l.port,
+                gbs(cap),
+                cap / reference * 100.0,
+                gbs(reference),
+                lanes.map(|x| format!(" ({x}X link width)")).unwrap_or_default()
+            );
+            let mut e = Evidence::new(cap, "bytes_per_second")
+                .expected(reference)
+                .detail("capacity_share", r4(cap / reference));
+            if let Some(x) = lanes {
+                e = e.detail("lanes", u64::from(x));
+            }
+            c.evidence = e;
+            c.action = "The port trained at reduced width or speed: check the cable/transceiver and switch port \
+                        (ibstat, mlxlink), reseat or replace, then reset the port; drain the node meanwhile."
+                .into();
+            out.push(c);
+        }
+        for g in &n.gpus {
+            let width_low = matches!((g.pcie_width, g.pcie_width_max), (Some(w), Some(m)) if w < m);
+            let busy = g.busy_share.is_some_and(|b| b > BUSY_FOR_PCIE_GEN);
+            let gen_low =
+                busy && matches!((g.pcie_gen, g.pcie_gen_max), (Some(x), Some(m)) if x < m);
+            if !width_low && !gen_low {
+                continue;
+            }
+            let mut subject = Subject::node(&n.name);
+            subject.gpu = Some(g.index.clone());
+            subject.device = Some("pcie".into());
+            let mut c = Candidate::new(Kind::LinkDegraded, Severity::Warning, subject);
+            c.summary = format!(
+                "{} GPU {} PCIe link runs at gen {} x{} of gen {} x{}{}.",
+                n.name,
+                g.index,
+                g.pcie_gen.unwrap_or(0.0),
+                g.pcie_width.unwrap_or(0.0),
+                g.pcie_gen_max.unwrap_or(0.0),
+                g.pcie_width_max.unwrap_or(0.0),
+                if gen_low {
+                    " while the GPU is busy"
+                } else {
+                    ""
+                }
+            );
+            let (m, x, unit) = if width_low {
+                (
+                    g.pcie_width.unwrap_or(0.0),
+                    g.pcie_width_max.unwrap_or(0.0),
+                    "lanes",
+                )
+            } else {
+                (
+                    g.pcie_gen.unwrap_or(0.0),
+                    g.pcie_gen_max.unwrap_or(0.0),
+                    "generation",
+                )
+            };
+            c.evidence = Evidence::new(m, unit).expected(x);
+            c.action = "Check the GPU's seating and riser/retimer; a PCIe link below its width slows GPU-NIC transfers (GPUDirect RDMA)."
+                .into();
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lanes() {
+        assert_eq!(lanes_from_rate("100 Gb/sec (2X HDR)"), Some(2));
+        assert_eq!(lanes_from_rate("200 Gb/sec (4X HDR)"), Some(4));
+        assert_eq!(lanes_from_rate("25 Gb/sec"), None);
+    }
+}

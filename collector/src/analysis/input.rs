@@ -1,0 +1,473 @@
+//! [`AnalysisInput`]: everything the rules look at, copied out of the store in one short pass per node (each
+//! node's lock is held only while its windows are copied), or built by tests from synthetic values.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::activity::{self, Activity};
+use crate::ingest::domain::{LinkClass, LinkRole, SeriesKind};
+use crate::steps::NodeStep;
+use crate::store::{NodeState, Store};
+
+/// How much history one evaluation reads from the store, nanoseconds (20 s: ~30 steps of the classic case,
+/// 20 slow-tier samples).
+pub const WINDOW_NS: i64 = 20_000_000_000;
+
+/// A counter's increase over the window.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CounterWindow {
+    /// The agent's metric name (`symbol_errors`, `xmit_wait_ticks`, `hw_np_cnp_sent`, `crc_flit_errors`, ...).
+    pub metric: String,
+    pub labels: Vec<(String, String)>,
+    /// Reset-corrected increase between the window's first and last samples.
+    pub increase: u64,
+    /// Seconds between those samples (0 with fewer than two).
+    pub window_s: f64,
+    /// Whether the last reading sits at the counter's saturation value (PMA counters stop there): the
+    /// increase since is unknown.
+    pub saturated: bool,
+    /// The last raw reading.
+    pub raw: u64,
+}
+
+impl CounterWindow {
+    /// Increase per second over the window; `None` when the window is empty.
+    pub fn rate(&self) -> Option<f64> {
+        (self.window_s > 0.0).then(|| self.increase as f64 / self.window_s)
+    }
+}
+
+/// One link of a node.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LinkInput {
+    pub class: LinkClass,
+    pub device: String,
+    pub port: String,
+    pub role: LinkRole,
+    pub gpu: Option<String>,
+    pub link: Option<String>,
+    /// Bytes per second per direction.
+    pub capacity_bytes_per_second: Option<f64>,
+    pub state: String,
+    /// Inventory facts where the collector has them (`rate`, `width`, `phys_state`, ...).
+    pub attributes: BTreeMap<String, String>,
+    /// What the byte counters did over the window.
+    pub activity: Option<Activity>,
+    /// Every other counter of the link.
+    pub counters: Vec<CounterWindow>,
+    /// Latest gauges of the link (`state_code`, `phys_state_code`, ...).
+    pub gauges: BTreeMap<String, f64>,
+}
+
+impl LinkInput {
+    /// A link with no traffic and no counters (tests fill in what they need).
+    pub fn new(class: LinkClass, device: &str, port: &str, role: LinkRole) -> LinkInput {
+        LinkInput {
+            class,
+            device: device.to_string(),
+            port: port.to_string(),
+            role,
+            gpu: None,
+            link: None,
+            capacity_bytes_per_second: None,
+            state: "ACTIVE".into(),
+            attributes: BTreeMap::new(),
+            activity: None,
+            counters: Vec::new(),
+            gauges: BTreeMap::new(),
+        }
+    }
+
+    pub fn counter(&self, metric: &str) -> Option<&CounterWindow> {
+        self.counters.iter().find(|c| c.metric == metric)
+    }
+
+    /// Whether the state text says the link is up (`ACTIVE`, `up`, `LinkUp`).
+    pub fn is_up(&self) -> bool {
+        let s = self.state.to_ascii_lowercase();
+        (s.contains("active") && !s.contains("inactive")) || s == "up" || s.contains("linkup")
+    }
+}
+
+/// One GPU of a node: window means of its gauges.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct GpuInput {
+    pub index: String,
+    /// Share of time a kernel ran (`gpu_utilization_ratio`), 0..1, mean over the window.
+    pub busy_share: Option<f64>,
+    /// Mean SM activity (`gpu_sm_activity_ratio`), 0..1.
+    pub sm_activity: Option<f64>,
+    pub pcie_gen: Option<f64>,
+    pub pcie_gen_max: Option<f64>,
+    pub pcie_width: Option<f64>,
+    pub pcie_width_max: Option<f64>,
+    /// GPU counters (`gpu_pcie_replay_errors`).
+    pub counters: Vec<CounterWindow>,
+}
+
+/// One node.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct NodeInput {
+    pub name: String,
+    pub links: Vec<LinkInput>,
+    /// Recent steps of the node, oldest first (from the steps engine).
+    pub steps: Vec<NodeStep>,
+    pub gpus: Vec<GpuInput>,
+    /// Mean host CPU utilisation over the window, 0..1.
+    pub cpu_utilization: Option<f64>,
+}
+
+/// A rank of a job.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RankInput {
+    pub node: String,
+    pub rank: Option<u32>,
+    pub world_size: Option<u32>,
+    pub gpus: Vec<String>,
+    /// Allowlisted `NCCL_*` settings.
+    pub nccl: BTreeMap<String, String>,
+}
+
+/// An NCCL setting that contradicts a node's hardware, as the agent reported it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ConflictInput {
+    pub node: String,
+    pub setting: String,
+    pub value: String,
+    /// `management_interface`, `missing_interface`, `ib_disabled`, `hca_excluded`.
+    pub kind: String,
+    pub reason: String,
+}
+
+/// A training job across nodes.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct JobInput {
+    pub id: String,
+    pub ranks: Vec<RankInput>,
+    pub conflicts: Vec<ConflictInput>,
+}
+
+impl JobInput {
+    /// Its nodes (each once, in rank order).
+    pub fn nodes(&self) -> impl Iterator<Item = &str> {
+        let mut seen: Vec<&str> = Vec::new();
+        for r in &self.ranks {
+            if !seen.contains(&r.node.as_str()) {
+                seen.push(&r.node);
+            }
+        }
+        seen.into_iter()
+    }
+
+    /// GPUs of the job: its ranks (one GPU per rank).
+    pub fn gpus(&self) -> usize {
+        self.ranks.len()
+    }
+
+    /// The NCCL setting `key` as the ranks on `node` have it (the first rank's).
+    pub fn nccl_on(&self, node: &str, key: &str) -> Option<&str> {
+        self.ranks
+            .iter()
+            .filter(|r| r.node == node)
+            .find_map(|r| r.nccl.get(key).map(String::as_str))
+    }
+}
+
+/// A bare-communication baseline (nccl-tests bus bandwidth), job-specific or fleet-wide.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BareBaseline {
+    /// `None`: applies to every job.
+    pub job: Option<String>,
+    pub collective: String,
+    /// Bus bandwidth at large messages, bytes/s per rank (what one rail link should reach).
+    pub busbw_bytes_per_second: f64,
+    pub nranks: Option<u32>,
+    pub source: String,
+}
+
+/// Throughput per GPU of a job at a scale: from history, or set by an operator.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ThroughputBaseline {
+    pub job: String,
+    pub gpus: u32,
+    pub samples_per_second_per_gpu: f64,
+    /// `operator` or `history`.
+    pub source: String,
+}
+
+/// Everything one evaluation reads.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct AnalysisInput {
+    pub now_unix_ns: i64,
+    pub nodes: Vec<NodeInput>,
+    pub jobs: Vec<JobInput>,
+    pub bare_baselines: Vec<BareBaseline>,
+    pub throughput_baselines: Vec<ThroughputBaseline>,
+}
+
+impl AnalysisInput {
+    pub fn node(&self, name: &str) -> Option<&NodeInput> {
+        self.nodes.iter().find(|n| n.name == name)
+    }
+
+    /// The job `node` runs (the first that lists it).
+    pub fn job_of(&self, node: &str) -> Option<&JobInput> {
+        self.jobs.iter().find(|j| j.nodes().any(|n| n == node))
+    }
+
+    /// The bare baseline for `job` (a job-specific one first, else a fleet-wide one; AllReduce preferred).
+    pub fn bare_baseline(&self, job: Option<&str>) -> Option<&BareBaseline> {
+        let pick = |want_job: Option<&str>| {
+            let mut c: Vec<&BareBaseline> = self
+                .bare_baselines
+                .iter()
+                .filter(|b| b.job.as_deref() == want_job)
+                .collect();
+            c.sort_by_key(|b| !b.collective.to_ascii_lowercase().contains("all_reduce"));
+            c.first().copied()
+        };
+        job.and_then(|j| pick(Some(j))).or_else(|| pick(None))
+    }
+}
+
+/// Recent steps of a node, oldest first (the steps engine's read API).
+pub type StepsProvider = dyn Fn(&str) -> Vec<NodeStep> + Send + Sync;
+
+/// Jobs and baselines the engine holds (not in the store's windows).
+#[derive(Debug, Clone, Default)]
+pub struct Extras {
+    pub jobs: Vec<JobInput>,
+    pub bare_baselines: Vec<BareBaseline>,
+    pub throughput_baselines: Vec<ThroughputBaseline>,
+}
+
+/// `(ts, value)` of a ring from `since_ns` on.
+fn window(ring: &crate::store::ring::Ring, since_ns: i64) -> Vec<(i64, u64)> {
+    let mut v: Vec<(i64, u64)> = ring
+        .iter()
+        .rev()
+        .take_while(|(t, _)| *t >= since_ns)
+        .collect();
+    v.reverse();
+    v
+}
+
+fn counter_window(
+    s: &crate::store::Series,
+    max_value: u64,
+    since_ns: i64,
+) -> Option<CounterWindow> {
+    let w = window(s.ring(), since_ns);
+    let (first, last) = (w.first()?, w.last()?);
+    let raw = s.last_raw().map_or(0, |r| r.1);
+    Some(CounterWindow {
+        metric: s.key().metric.clone(),
+        labels: s.key().labels.clone(),
+        increase: last.1.saturating_sub(first.1),
+        window_s: (last.0 - first.0) as f64 / 1e9,
+        saturated: raw >= max_value,
+        raw,
+    })
+}
+
+fn gauge_mean(s: &crate::store::Series, since_ns: i64) -> Option<f64> {
+    let w = window(s.ring(), since_ns);
+    let vals: Vec<f64> = w
+        .iter()
+        .map(|(_, b)| f64::from_bits(*b))
+        .filter(|v| v.is_finite())
+        .collect();
+    (!vals.is_empty()).then(|| vals.iter().sum::<f64>() / vals.len() as f64)
+}
+
+/// Copies one node's windows (under its lock; the caller holds it only for this call).
+pub fn node_input(n: &NodeState, since_ns: i64) -> NodeInput {
+    let mut links: Vec<LinkInput> = n
+        .links()
+        .iter()
+        .map(|l| LinkInput {
+            class: l.info.key.class,
+            device: l.info.key.device.clone(),
+            port: l.info.key.port.clone(),
+            role: l.info.role,
+            gpu: l.info.gpu.clone(),
+            link: l.info.link.clone(),
+            capacity_bytes_per_second: l.info.capacity_bytes_per_second,
+            state: l.info.state.clone(),
+            attributes: BTreeMap::new(),
+            activity: None,
+            counters: Vec::new(),
+            gauges: BTreeMap::new(),
+        })
+        .collect();
+    let mut bytes: Vec<(Vec<(i64, u64)>, Vec<(i64, u64)>)> = vec![Default::default(); links.len()];
+    let mut gpus: BTreeMap<String, GpuInput> = BTreeMap::new();
+    let mut cpu = None;
+    for s in n.series() {
+        let key = s.key();
+        match &key.link {
+            Some(lk) => {
+                let Some(i) = n.links().iter().position(|l| &l.info.key == lk) else {
+                    continue;
+                };
+                match (key.metric.as_str(), s.kind()) {
+                    ("tx_bytes", SeriesKind::Counter { .. }) => {
+                        bytes[i].0 = window(s.ring(), since_ns)
+                    }
+                    ("rx_bytes", SeriesKind::Counter { .. }) => {
+                        bytes[i].1 = window(s.ring(), since_ns)
+                    }
+                    (_, SeriesKind::Counter { max_value }) => {
+                        if let Some(c) = counter_window(s, max_value, since_ns) {
+                            links[i].counters.push(c);
+                        }
+                    }
+                    (m, SeriesKind::Gauge) => {
+                        if let Some((_, raw)) = s.last_raw() {
+                            links[i].gauges.insert(m.to_string(), f64::from_bits(raw));
+                        }
+                    }
+                }
+            }
+            None => {
+                let gpu = key
+                    .labels
+                    .iter()
+                    .find(|(k, _)| k == "gpu")
+                    .map(|(_, v)| v.clone());
+                match (gpu, s.kind()) {
+                    (None, SeriesKind::Gauge) => {
+                        if key.metric == "cpu_utilization_ratio" && key.labels.is_empty() {
+                            cpu = gauge_mean(s, since_ns);
+                        }
+                    }
+                    (Some(g), kind) => {
+                        let e = gpus.entry(g.clone()).or_insert_with(|| GpuInput {
+                            index: g,
+                            ..Default::default()
+                        });
+                        match (key.metric.as_str(), kind) {
+                            (_, SeriesKind::Counter { max_value }) => {
+                                if let Some(c) = counter_window(s, max_value, since_ns) {
+                                    e.counters.push(c);
+                                }
+                            }
+                            ("gpu_utilization_ratio", _) => e.busy_share = gauge_mean(s, since_ns),
+                            ("gpu_sm_activity_ratio", _) => e.sm_activity = gauge_mean(s, since_ns),
+                            ("gpu_pcie_link_gen", _) => e.pcie_gen = gauge_mean(s, since_ns),
+                            ("gpu_pcie_link_gen_max", _) => {
+                                e.pcie_gen_max = gauge_mean(s, since_ns)
+                            }
+                            ("gpu_pcie_link_width", _) => e.pcie_width = gauge_mean(s, since_ns),
+                            ("gpu_pcie_link_width_max", _) => {
+                                e.pcie_width_max = gauge_mean(s, since_ns)
+                            }
+                            _ => {}
+                        }
+                    }
+                    (None, SeriesKind::Counter { .. }) => {}
+                }
+            }
+        }
+    }
+    for (l, (tx, rx)) in links.iter_mut().zip(bytes) {
+        l.activity = activity::analyse(&tx, &rx, l.capacity_bytes_per_second);
+    }
+    NodeInput {
+        name: n.name().to_string(),
+        links,
+        steps: Vec::new(),
+        gpus: gpus.into_values().collect(),
+        cpu_utilization: cpu,
+    }
+}
+
+/// Builds the input from the store: every node seen within its expiry, windows of [`WINDOW_NS`] before
+/// `now_unix_ns`, plus the engine's jobs and baselines.
+pub fn build(
+    store: &Store,
+    now_unix_ns: i64,
+    extras: &Extras,
+    steps: Option<&StepsProvider>,
+) -> AnalysisInput {
+    let since = now_unix_ns - WINDOW_NS;
+    let nodes = store
+        .node_names(now_unix_ns)
+        .iter()
+        .filter_map(|name| {
+            let mut n = store.with_node(name, |n| node_input(n, since))?;
+            if let Some(p) = steps {
+                n.steps = p(name)
+                    .into_iter()
+                    .filter(|s| s.end_unix_ns >= since)
+                    .collect();
+            }
+            Some(n)
+        })
+        .collect();
+    AnalysisInput {
+        now_unix_ns,
+        nodes,
+        jobs: extras.jobs.clone(),
+        bare_baselines: extras.bare_baselines.clone(),
+        throughput_baselines: extras.throughput_baselines.clone(),
+    }
+}
+
+impl NodeInput {
+    /// Mean over the node's GPUs of the kernel-running share (`gpu_utilization_ratio`).
+    pub fn gpu_busy_share(&self) -> Option<f64> {
+        let v: Vec<f64> = self.gpus.iter().filter_map(|g| g.busy_share).collect();
+        (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+    }
+
+    /// Mean over the node's GPUs of SM activity.
+    pub fn gpu_sm_activity(&self) -> Option<f64> {
+        let v: Vec<f64> = self.gpus.iter().filter_map(|g| g.sm_activity).collect();
+        (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+    }
+
+    /// The busiest fabric port's busy share over the window (0 when none moved traffic; `None` without data).
+    pub fn fabric_busy_share(&self) -> Option<f64> {
+        self.links
+            .iter()
+            .filter(|l| {
+                l.role == LinkRole::Fabric
+                    && matches!(l.class, LinkClass::Infiniband | LinkClass::Roce)
+            })
+            .filter_map(|l| l.activity.as_ref().map(|a| a.busy_share()))
+            .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))))
+    }
+
+    /// Median achieved burst rate over the node's fabric ports, bytes/s (resolved bursts or confident steps).
+    pub fn fabric_burst_rate(&self) -> Option<f64> {
+        let mut v: Vec<f64> = if self.steps.is_empty() {
+            self.links
+                .iter()
+                .filter(|l| {
+                    l.role == LinkRole::Fabric
+                        && matches!(l.class, LinkClass::Infiniband | LinkClass::Roce)
+                })
+                .filter_map(|l| {
+                    let a = l.activity.as_ref()?;
+                    a.resolved
+                        .then_some(a.burst_rate_bytes_per_second)
+                        .flatten()
+                })
+                .collect()
+        } else {
+            self.steps
+                .iter()
+                .flat_map(|s| s.links.iter())
+                .filter(|l| {
+                    l.confident
+                        && l.role == LinkRole::Fabric
+                        && matches!(l.class, LinkClass::Infiniband | LinkClass::Roce)
+                })
+                .filter_map(|l| l.achieved_bytes_per_second)
+                .collect()
+        };
+        super::median(&mut v)
+    }
+}

@@ -1,0 +1,459 @@
+//! Analysis: turns the store's windows and the steps into findings — which link, on which node, slows which
+//! job, why, and what to do.
+//!
+//! Shape (pure functions first, a thin task around them):
+//! - [`input`]: [`AnalysisInput`], everything a rule may look at (node inventories, link activity and counter
+//!   windows, steps, GPU and host figures, jobs and their NCCL conflicts, baselines), built from the store in
+//!   one short pass ([`input::build`]) or by tests from synthetic values.
+//! - One rule per file, each `fn evaluate(&AnalysisInput) -> Vec<Candidate>` and registered in [`RULES`]:
+//!   [`management_nic`], [`underutilized`], [`degraded`], [`link_errors`], [`congestion`], [`straggler`],
+//!   [`exposed_comm`], [`cpu_bound`], [`scaling`], [`nccl`].
+//! - [`evaluate`] runs every rule and then links consequences to their root cause ([`link_causes`]).
+//! - [`tracker`]: hysteresis — a candidate becomes an active finding only after it was seen in
+//!   [`tracker::RAISE_AFTER`] consecutive evaluations, and clears after [`tracker::CLEAR_AFTER`] consecutive
+//!   evaluations without it.
+//! - [`engine`]: the periodic task (every [`engine::DEFAULT_INTERVAL`]); reads the store briefly per node, never
+//!   blocks ingest; keeps the findings, the raised counters and the scaling figures; persists through
+//!   [`history`].
+//! - [`history`]: SQLite tables for finding history, baselines and per-scale throughput (beside `persist.rs`'s).
+//!
+//! A finding's `id` is stable: `kind:node[:device[:port]]` (or `kind:job:<job>` for job findings), so the same
+//! problem keeps its id across evaluations and restarts.
+
+pub mod activity;
+pub mod congestion;
+pub mod cpu_bound;
+pub mod degraded;
+pub mod engine;
+pub mod exposed_comm;
+pub mod history;
+pub mod input;
+pub mod link_errors;
+pub mod management_nic;
+pub mod nccl;
+pub mod scaling;
+pub mod straggler;
+pub mod tracker;
+pub mod underutilized;
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+pub use engine::{AnalysisConfig, AnalysisHandle, FindingEvent};
+pub use input::AnalysisInput;
+
+/// How bad a finding is. `Critical`: the job is measurably slowed now; `Warning`: it will be or partly is;
+/// `Info`: context (e.g. a consequence of another finding's root cause).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    Info,
+    Warning,
+    Critical,
+}
+
+impl Severity {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Info => "info",
+            Severity::Warning => "warning",
+            Severity::Critical => "critical",
+        }
+    }
+}
+
+/// The finding kinds (CONTRACTS.md: the names are a contract).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    ManagementNetworkTraffic,
+    LinkUnderutilized,
+    LinkDegraded,
+    LinkErrors,
+    Congestion,
+    Straggler,
+    ExposedCommunication,
+    CpuBound,
+    ScalingEfficiencyDrop,
+    NcclMisconfiguration,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 10] = [
+        Kind::ManagementNetworkTraffic,
+        Kind::LinkUnderutilized,
+        Kind::LinkDegraded,
+        Kind::LinkErrors,
+        Kind::Congestion,
+        Kind::Straggler,
+        Kind::ExposedCommunication,
+        Kind::CpuBound,
+        Kind::ScalingEfficiencyDrop,
+        Kind::NcclMisconfiguration,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::ManagementNetworkTraffic => "management_network_traffic",
+            Kind::LinkUnderutilized => "link_underutilized",
+            Kind::LinkDegraded => "link_degraded",
+            Kind::LinkErrors => "link_errors",
+            Kind::Congestion => "congestion",
+            Kind::Straggler => "straggler",
+            Kind::ExposedCommunication => "exposed_communication",
+            Kind::CpuBound => "cpu_bound",
+            Kind::ScalingEfficiencyDrop => "scaling_efficiency_drop",
+            Kind::NcclMisconfiguration => "nccl_misconfiguration",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+}
+
+/// What a finding is about. `node` is empty only for job-wide findings (then `job` is set).
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Subject {
+    pub node: String,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub device: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub port: Option<String>,
+    /// Network interface name (netdev), when the subject is one.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub interface: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub gpu: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub link: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub job: Option<String>,
+}
+
+impl Subject {
+    pub fn node(node: &str) -> Subject {
+        Subject {
+            node: node.to_string(),
+            ..Default::default()
+        }
+    }
+
+    pub fn job(job: &str) -> Subject {
+        Subject {
+            job: Some(job.to_string()),
+            ..Default::default()
+        }
+    }
+
+    /// A link of a node: `device`/`port`, plus `interface` for netdevs and `gpu`/`link` for NVLink.
+    pub fn link(node: &str, l: &input::LinkInput) -> Subject {
+        let netdev = matches!(
+            l.class,
+            crate::ingest::domain::LinkClass::Ethernet | crate::ingest::domain::LinkClass::Roce
+        ) && l.device == l.port;
+        Subject {
+            node: node.to_string(),
+            device: Some(l.device.clone()),
+            port: Some(l.port.clone()),
+            interface: netdev.then(|| l.device.clone()),
+            gpu: l.gpu.clone(),
+            link: l.link.clone(),
+            job: None,
+        }
+    }
+
+    /// The stable part of a finding id: `node[:device[:port]]`, `gpu<N>`/link for NVLink, or `job:<id>`.
+    pub fn key(&self) -> String {
+        let mut parts: Vec<&str> = Vec::new();
+        if !self.node.is_empty() {
+            parts.push(&self.node);
+        }
+        for p in [&self.device, &self.port, &self.gpu, &self.link]
+            .into_iter()
+            .flatten()
+        {
+            parts.push(p);
+        }
+        let mut k = parts.join(":");
+        if let Some(j) = &self.job {
+            if !k.is_empty() {
+                k.push(':');
+            }
+            k.push_str("job=");
+            k.push_str(j);
+        }
+        k
+    }
+}
+
+/// The numbers behind a finding. `measured` and `expected` are in `unit`; `over_steps` / `over_seconds` say
+/// how much data it rests on; `details` holds the rule's other numbers (and the method used, where a rule has
+/// several).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Evidence {
+    pub measured: f64,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub expected: Option<f64>,
+    /// `bytes_per_second`, `ratio`, `errors_per_second`, `seconds`, `lanes`, ...
+    pub unit: String,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub over_steps: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub over_seconds: Option<f64>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty", default)]
+    pub details: BTreeMap<String, serde_json::Value>,
+}
+
+impl Evidence {
+    pub fn new(measured: f64, unit: &str) -> Evidence {
+        Evidence {
+            measured,
+            unit: unit.to_string(),
+            ..Default::default()
+        }
+    }
+
+    pub fn expected(mut self, v: f64) -> Evidence {
+        self.expected = Some(v);
+        self
+    }
+
+    pub fn steps(mut self, n: usize) -> Evidence {
+        self.over_steps = Some(u32::try_from(n).unwrap_or(u32::MAX));
+        self
+    }
+
+    pub fn seconds(mut self, s: f64) -> Evidence {
+        self.over_seconds = Some(s);
+        self
+    }
+
+    pub fn detail(mut self, k: &str, v: impl Into<serde_json::Value>) -> Evidence {
+        self.details.insert(k.to_string(), v.into());
+        self
+    }
+}
+
+/// What one rule concluded in one evaluation. The tracker turns repeated candidates into [`Finding`]s.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Candidate {
+    pub kind: Kind,
+    pub severity: Severity,
+    pub subject: Subject,
+    /// One sentence with the numbers.
+    pub summary: String,
+    pub evidence: Evidence,
+    /// What to do.
+    pub action: String,
+    /// Id of the finding that explains this one (set by [`link_causes`], or by a rule that knows).
+    pub caused_by: Option<String>,
+    /// Ids of findings this one explains (set by [`link_causes`]).
+    pub consequences: Vec<String>,
+}
+
+impl Candidate {
+    pub fn new(kind: Kind, severity: Severity, subject: Subject) -> Candidate {
+        Candidate {
+            kind,
+            severity,
+            subject,
+            summary: String::new(),
+            evidence: Evidence::default(),
+            action: String::new(),
+            caused_by: None,
+            consequences: Vec::new(),
+        }
+    }
+
+    pub fn id(&self) -> String {
+        finding_id(self.kind, &self.subject)
+    }
+}
+
+/// The stable id of a finding: `kind:subject-key`.
+pub fn finding_id(kind: Kind, subject: &Subject) -> String {
+    format!("{}:{}", kind.as_str(), subject.key())
+}
+
+/// One finding as `GET /api/v1/findings` returns it (CONTRACTS.md keys, plus `caused_by` and
+/// `consequences`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Finding {
+    pub id: String,
+    pub kind: Kind,
+    pub severity: Severity,
+    pub subject: Subject,
+    pub summary: String,
+    pub evidence: Evidence,
+    pub action: String,
+    /// Seconds since the Unix epoch (fractional) when it was raised first / last seen active.
+    pub first_seen_unix_s: f64,
+    pub last_seen_unix_s: f64,
+    pub active: bool,
+    /// Id of the root-cause finding, when another finding explains this one.
+    #[serde(default)]
+    pub caused_by: Option<String>,
+    /// Ids of the findings this one explains.
+    #[serde(default)]
+    pub consequences: Vec<String>,
+}
+
+/// A rule: a pure function of the input.
+pub type Rule = fn(&AnalysisInput) -> Vec<Candidate>;
+
+/// Every rule, in evaluation order. A new finding is one new file plus one line here.
+pub const RULES: &[(&str, Rule)] = &[
+    ("management_nic", management_nic::evaluate),
+    ("underutilized", underutilized::evaluate),
+    ("degraded", degraded::evaluate),
+    ("link_errors", link_errors::evaluate),
+    ("congestion", congestion::evaluate),
+    ("straggler", straggler::evaluate),
+    ("exposed_comm", exposed_comm::evaluate),
+    ("cpu_bound", cpu_bound::evaluate),
+    ("scaling", scaling::evaluate),
+    ("nccl", nccl::evaluate),
+];
+
+/// Runs every rule on `input` and links consequences to root causes. Deterministic: sorted by id.
+pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
+    let mut out: Vec<Candidate> = RULES.iter().flat_map(|(_, r)| r(input)).collect();
+    // One candidate per id (a rule that found the same subject twice keeps the worse one).
+    out.sort_by(|a, b| a.id().cmp(&b.id()).then(b.severity.cmp(&a.severity)));
+    out.dedup_by_key(|c| c.id());
+    link_causes(input, &mut out);
+    out
+}
+
+/// Whether two nodes belong to the same job as far as the input knows: both in one job's ranks, or, when no
+/// job lists either node, assumed (one collector watching one job's nodes is the common case).
+fn same_job(input: &AnalysisInput, a: &str, b: &str) -> bool {
+    let jobs_of = |n: &str| -> Vec<&str> {
+        input
+            .jobs
+            .iter()
+            .filter(|j| j.nodes().any(|x| x == n))
+            .map(|j| j.id.as_str())
+            .collect()
+    };
+    let (ja, jb) = (jobs_of(a), jobs_of(b));
+    if ja.is_empty() && jb.is_empty() {
+        return true;
+    }
+    ja.iter().any(|j| jb.contains(j))
+}
+
+/// Root-cause linking. A root cause explains symptoms in the same job:
+/// - `nccl_misconfiguration` on node X explains `management_network_traffic` on X;
+/// - `management_network_traffic` or `link_degraded` (of a fabric port) on node X explains
+///   `link_underutilized`, `exposed_communication` and `scaling_efficiency_drop` on every node of the job
+///   (the ring runs at its slowest link), and `congestion` on X;
+/// - `straggler` on X explains `exposed_communication` and `scaling_efficiency_drop` in the job.
+///
+/// A consequence gets `caused_by` (the first root cause by severity then id) and its severity drops to `info`
+/// (the operator acts on the root cause); the root cause lists its consequences.
+pub fn link_causes(input: &AnalysisInput, cands: &mut [Candidate]) {
+    let roots: Vec<(usize, Kind, String, Severity, String)> = cands
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| {
+            matches!(
+                c.kind,
+                Kind::NcclMisconfiguration
+                    | Kind::ManagementNetworkTraffic
+                    | Kind::LinkDegraded
+                    | Kind::Straggler
+            )
+        })
+        .map(|(i, c)| (i, c.kind, c.subject.node.clone(), c.severity, c.id()))
+        .collect();
+    let explains = |root: Kind, root_node: &str, c: &Candidate| -> bool {
+        let job_wide = c.subject.node.is_empty();
+        let related = |n: &str| job_wide || same_job(input, root_node, n);
+        match (root, c.kind) {
+            (Kind::NcclMisconfiguration, Kind::ManagementNetworkTraffic) => {
+                c.subject.node == root_node
+            }
+            (
+                Kind::ManagementNetworkTraffic | Kind::LinkDegraded,
+                Kind::LinkUnderutilized | Kind::ExposedCommunication | Kind::ScalingEfficiencyDrop,
+            ) => related(&c.subject.node),
+            (Kind::ManagementNetworkTraffic | Kind::LinkDegraded, Kind::Congestion) => {
+                c.subject.node == root_node
+            }
+            (Kind::Straggler, Kind::ExposedCommunication | Kind::ScalingEfficiencyDrop) => {
+                related(&c.subject.node)
+            }
+            _ => false,
+        }
+    };
+    // Order roots: by kind precedence (a configuration cause before its symptom), then severity, then id.
+    let mut roots = roots;
+    roots.sort_by(|a, b| {
+        let rank = |k: Kind| match k {
+            Kind::NcclMisconfiguration => 0,
+            Kind::ManagementNetworkTraffic => 1,
+            Kind::LinkDegraded => 2,
+            _ => 3,
+        };
+        rank(a.1)
+            .cmp(&rank(b.1))
+            .then(b.3.cmp(&a.3))
+            .then(a.4.cmp(&b.4))
+    });
+    let mut links: Vec<(usize, usize)> = Vec::new();
+    for i in 0..cands.len() {
+        if cands[i].caused_by.is_some() {
+            continue;
+        }
+        if let Some(&(ri, ..)) = roots
+            .iter()
+            .find(|(ri, k, node, _, _)| *ri != i && explains(*k, node, &cands[i]))
+        {
+            links.push((ri, i));
+        }
+    }
+    for (ri, i) in links {
+        let root_id = cands[ri].id();
+        let cid = cands[i].id();
+        let c = &mut cands[i];
+        c.caused_by = Some(root_id.clone());
+        // A symptom that is itself a root of others (management traffic caused by a setting) keeps its
+        // severity: it is what the operator sees on the wire.
+        if !matches!(c.kind, Kind::ManagementNetworkTraffic) {
+            c.severity = Severity::Info;
+            c.summary = format!("{} (consequence of {root_id})", c.summary);
+        }
+        cands[ri].consequences.push(cid);
+    }
+    for c in cands.iter_mut() {
+        c.consequences.sort();
+        c.consequences.dedup();
+    }
+}
+
+/// `v` bytes/s as `x.xx GB/s`.
+pub(crate) fn gbs(v: f64) -> String {
+    format!("{:.2} GB/s", v / 1e9)
+}
+
+/// The median of `v` (`None` when empty). NaNs sort last.
+pub(crate) fn median(v: &mut [f64]) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Greater));
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
+}
+
+/// Rounds to 4 significant decimals for evidence (keeps JSON readable, values exact enough to assert).
+pub(crate) fn r4(v: f64) -> f64 {
+    (v * 1e4).round() / 1e4
+}

@@ -1,0 +1,98 @@
+//! `straggler`: a node the rest of the job waits for, consistently.
+//!
+//! Two signals, each over the window and against the job's median (at least [`MIN_NODES`] nodes):
+//! - compute: its GPUs run kernels (`gpu_utilization_ratio`) a larger share of the time than the job's median
+//!   by more than [`BUSY_EXCESS_ABOVE`] (absolute share) — in synchronous data-parallel training every other
+//!   rank idles while it finishes, so it is the one that is late at every step's collective;
+//! - network: its fabric ports' achieved rate during communication below [`RATE_LAG_BELOW`] × the job's
+//!   median (when no `link_degraded` explains it, root-cause linking happens in `mod.rs`).
+//!
+//! The window (20 s, tens of steps) and the tracker's hysteresis make it "consistent". Severity warning.
+
+use super::input::AnalysisInput;
+use super::{gbs, median, r4, Candidate, Evidence, Kind, Severity, Subject};
+
+/// Fewest nodes a median means something for.
+pub const MIN_NODES: usize = 3;
+/// GPU busy share above the job median by more than this: the node computes longer.
+pub const BUSY_EXCESS_ABOVE: f64 = 0.05;
+/// Fabric rate below this share of the job's median: the node's links lag.
+pub const RATE_LAG_BELOW: f64 = 0.7;
+
+/// The groups of nodes to compare: each job's nodes, or all nodes when no job is known.
+pub(crate) fn groups(
+    input: &AnalysisInput,
+) -> Vec<(Option<String>, Vec<&super::input::NodeInput>)> {
+    if input.jobs.is_empty() {
+        return vec![(None, input.nodes.iter().collect())];
+    }
+    input
+        .jobs
+        .iter()
+        .map(|j| {
+            let nodes = j.nodes().filter_map(|n| input.node(n)).collect();
+            (Some(j.id.clone()), nodes)
+        })
+        .collect()
+}
+
+pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
+    let mut out = Vec::new();
+    for (job, nodes) in groups(input) {
+        if nodes.len() < MIN_NODES {
+            continue;
+        }
+        let mut busy: Vec<f64> = nodes.iter().filter_map(|n| n.gpu_busy_share()).collect();
+        let busy_median = median(&mut busy);
+        let mut rates: Vec<f64> = nodes.iter().filter_map(|n| n.fabric_burst_rate()).collect();
+        let rate_median = median(&mut rates);
+        for n in &nodes {
+            let mut subject = Subject::node(&n.name);
+            subject.job = job.clone();
+            if let (Some(b), Some(m)) = (n.gpu_busy_share(), busy_median) {
+                if b - m > BUSY_EXCESS_ABOVE {
+                    let mut c = Candidate::new(Kind::Straggler, Severity::Warning, subject.clone());
+                    c.summary = format!(
+                        "{} computes {:.0}% of the time against the job's median {:.0}%: the other {} nodes wait for it every step.",
+                        n.name,
+                        b * 100.0,
+                        m * 100.0,
+                        nodes.len() - 1
+                    );
+                    c.evidence = Evidence::new(r4(b), "ratio")
+                        .expected(r4(m))
+                        .detail("signal", "gpu_busy_share")
+                        .detail("nodes", nodes.len() as u64);
+                    c.action = format!(
+                        "Look at {} itself: GPU clocks/thermals/power capping (nvidia-smi -q -d PERFORMANCE), a slower \
+                         GPU model, other processes on its GPUs or CPUs, or an uneven data shard.",
+                        n.name
+                    );
+                    out.push(c);
+                    continue;
+                }
+            }
+            if let (Some(r), Some(m)) = (n.fabric_burst_rate(), rate_median) {
+                if r < RATE_LAG_BELOW * m {
+                    let mut c = Candidate::new(Kind::Straggler, Severity::Warning, subject);
+                    c.summary = format!(
+                        "{}'s fabric ports achieve {} during communication against the job's median {}.",
+                        n.name,
+                        gbs(r),
+                        gbs(m)
+                    );
+                    c.evidence = Evidence::new(r4(r), "bytes_per_second")
+                        .expected(r4(m))
+                        .detail("signal", "fabric_rate")
+                        .detail("nodes", nodes.len() as u64);
+                    c.action = format!(
+                        "Check {}'s ports (rate, errors), its PCIe/NUMA affinity between GPUs and HCAs, and competing traffic.",
+                        n.name
+                    );
+                    out.push(c);
+                }
+            }
+        }
+    }
+    out
+}

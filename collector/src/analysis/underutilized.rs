@@ -1,0 +1,131 @@
+//! `link_underutilized`: a fabric link whose achieved bandwidth during communication stays far below its
+//! capacity — and below the bare-communication baseline, when one is known — sustained.
+//!
+//! Data: the node's confident steps (achieved bandwidth = bytes ÷ active time, only where the burst spans
+//! enough samples; see `steps`). Fires when at least [`MIN_STEPS`] confident steps with traffic exist and at
+//! least [`SUSTAINED_SHARE`] of them have utilisation below [`UTILIZATION_BELOW`] (and achieved below
+//! [`BASELINE_SHARE_BELOW`] × the baseline's bus bandwidth when a baseline is known). Without steps for the
+//! node, the link's resolved bursts stand in for steps (same confidence rule: a burst spanning at least three
+//! samples); the evidence says which was used. Severity warning (info when another finding explains it).
+
+use super::input::{AnalysisInput, LinkInput};
+use super::{gbs, median, r4, Candidate, Evidence, Kind, Severity, Subject};
+use crate::ingest::domain::{LinkClass, LinkRole};
+
+/// Confident steps (or resolved bursts) needed.
+pub const MIN_STEPS: usize = 5;
+/// Utilisation (achieved ÷ capacity) below which a step counts as underutilised.
+pub const UTILIZATION_BELOW: f64 = 0.5;
+/// With a baseline: achieved below this share of the baseline's bus bandwidth.
+pub const BASELINE_SHARE_BELOW: f64 = 0.7;
+/// Share of the steps that must be underutilised.
+pub const SUSTAINED_SHARE: f64 = 0.8;
+
+fn is_fabric_port(l: &LinkInput) -> bool {
+    l.role == LinkRole::Fabric && matches!(l.class, LinkClass::Infiniband | LinkClass::Roce)
+}
+
+pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
+    let mut out = Vec::new();
+    for n in &input.nodes {
+        let job = input
+            .job_of(&n.name)
+            .map(|j| j.id.clone())
+            .or_else(|| n.steps.iter().rev().find_map(|s| s.job.clone()));
+        let baseline = input.bare_baseline(job.as_deref());
+        for l in n.links.iter().filter(|l| is_fabric_port(l)) {
+            let Some(cap) = l.capacity_bytes_per_second.filter(|c| *c > 0.0) else {
+                continue;
+            };
+            // Achieved rates per step (confident only) or per resolved burst.
+            let (mut rates, source): (Vec<f64>, &str) = if !n.steps.is_empty() {
+                let v = n
+                    .steps
+                    .iter()
+                    .filter_map(|s| {
+                        s.links.iter().find(|x| {
+                            x.class == l.class && x.device == l.device && x.port == l.port
+                        })
+                    })
+                    .filter(|x| x.confident)
+                    .filter_map(|x| x.achieved_bytes_per_second)
+                    .collect();
+                (v, "steps")
+            } else {
+                match &l.activity {
+                    Some(a) if a.resolved && a.burst_rate_bytes_per_second.is_some() => {
+                        // Per complete burst: bytes over its interior-corrected length is not available
+                        // per burst; use the window's median interior rate for each complete burst.
+                        let r = a.burst_rate_bytes_per_second.unwrap_or(0.0);
+                        (vec![r; a.complete_bursts()], "link_activity")
+                    }
+                    _ => (Vec::new(), "link_activity"),
+                }
+            };
+            if rates.len() < MIN_STEPS {
+                continue;
+            }
+            let limit = match baseline {
+                Some(b) => {
+                    (UTILIZATION_BELOW * cap).min(BASELINE_SHARE_BELOW * b.busbw_bytes_per_second)
+                }
+                None => UTILIZATION_BELOW * cap,
+            };
+            let low = rates.iter().filter(|r| **r < limit).count();
+            if (low as f64) < SUSTAINED_SHARE * rates.len() as f64 {
+                continue;
+            }
+            let steps = rates.len();
+            let achieved = median(&mut rates).unwrap_or(0.0);
+            let mut c = Candidate::new(
+                Kind::LinkUnderutilized,
+                Severity::Warning,
+                Subject::link(&n.name, l),
+            );
+            let mut s = format!(
+                "{} {} port {} achieves {} during communication, {:.0}% of its {} capacity ({} of {} steps below {:.0}%)",
+                n.name,
+                l.device,
+                l.port,
+                gbs(achieved),
+                achieved / cap * 100.0,
+                gbs(cap),
+                low,
+                steps,
+                UTILIZATION_BELOW * 100.0
+            );
+            let mut e = Evidence::new(r4(achieved), "bytes_per_second")
+                .expected(cap)
+                .steps(steps)
+                .detail("utilization", r4(achieved / cap))
+                .detail("source", source);
+            if let Some(b) = baseline {
+                s.push_str(&format!(
+                    " and below the bare baseline of {} ({})",
+                    gbs(b.busbw_bytes_per_second),
+                    b.source
+                ));
+                e = e
+                    .detail("baseline_bytes_per_second", r4(b.busbw_bytes_per_second))
+                    .detail("baseline_share", r4(achieved / b.busbw_bytes_per_second));
+            }
+            s.push('.');
+            c.summary = s;
+            c.evidence = e;
+            c.action = if baseline
+                .is_some_and(|b| b.busbw_bytes_per_second >= UTILIZATION_BELOW * cap)
+            {
+                "The bare baseline reaches the link's rate but training does not: look for overlap, synchronisation \
+                 or contention (stragglers, other traffic, NCCL channels/algorithm), not the link itself."
+                    .into()
+            } else {
+                "Compare with a bare nccl-tests all_reduce_perf run on these nodes (commwatch baseline import); if it \
+                 is also low, check the port's rate/width, NCCL_IB_HCA and GPU-NIC affinity; if not, the job's \
+                 overlap or another node slows the ring."
+                    .into()
+            };
+            out.push(c);
+        }
+    }
+    out
+}

@@ -1,0 +1,184 @@
+//! Findings export: `GET /api/v1/findings` (`?active=true|false`, `?node=NAME`, `?kind=KIND`),
+//! `GET|POST /api/v1/baselines` (the POST is what `commwatch baseline import` calls; it is served only on the
+//! collector's HTTP listener), and the `/metrics` families `commwatch_finding_active`,
+//! `commwatch_findings_raised_total`, `commwatch_scaling_efficiency_ratio`.
+
+use std::collections::HashMap;
+
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use prometheus::core::{Collector, Desc};
+use prometheus::proto::{Counter, Gauge, LabelPair, Metric, MetricFamily, MetricType};
+
+use super::names;
+use crate::analysis::engine::{BaselineRequest, FindingFilter};
+use crate::analysis::{AnalysisHandle, Finding};
+
+/// Routes of the findings API (merged into the collector's HTTP router).
+pub fn router(analysis: AnalysisHandle) -> Router {
+    Router::new()
+        .route("/api/v1/findings", get(list))
+        .route("/api/v1/baselines", get(baselines).post(post_baseline))
+        .with_state(analysis)
+}
+
+async fn list(
+    State(a): State<AnalysisHandle>,
+    Query(f): Query<FindingFilter>,
+) -> Json<Vec<Finding>> {
+    Json(a.findings(&f))
+}
+
+async fn baselines(State(a): State<AnalysisHandle>) -> Response {
+    Json(a.baselines()).into_response()
+}
+
+async fn post_baseline(State(a): State<AnalysisHandle>, body: axum::body::Bytes) -> Response {
+    let req: BaselineRequest = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => {
+            return (
+                StatusCode::BAD_REQUEST,
+                Json(serde_json::json!({"error": format!("not a baseline: {e}")})),
+            )
+                .into_response()
+        }
+    };
+    match req.into_records() {
+        Ok(stored) => {
+            a.add_baselines(&stored);
+            (StatusCode::OK, Json(stored)).into_response()
+        }
+        Err(e) => (
+            StatusCode::BAD_REQUEST,
+            Json(serde_json::json!({"error": e.to_string()})),
+        )
+            .into_response(),
+    }
+}
+
+fn label(name: &str, value: &str) -> LabelPair {
+    let mut l = LabelPair::default();
+    l.set_name(name.to_string());
+    l.set_value(value.to_string());
+    l
+}
+
+fn family(name: &str, help: &str, kind: MetricType) -> MetricFamily {
+    let mut mf = MetricFamily::default();
+    mf.set_name(name.to_string());
+    mf.set_help(help.to_string());
+    mf.set_field_type(kind);
+    mf
+}
+
+/// The labels of `commwatch_finding_active`: `kind`, `severity`, `node`, and the subject's `device`, `port`,
+/// `gpu`, `link`, `job` where set (bounded: one series per active finding).
+pub fn finding_labels(f: &Finding) -> Vec<LabelPair> {
+    let mut v = vec![
+        label("kind", f.kind.as_str()),
+        label("severity", f.severity.as_str()),
+        label("node", &f.subject.node),
+    ];
+    for (k, val) in [
+        ("device", &f.subject.device),
+        ("port", &f.subject.port),
+        ("gpu", &f.subject.gpu),
+        ("link", &f.subject.link),
+        ("job", &f.subject.job),
+    ] {
+        if let Some(x) = val {
+            v.push(label(k, x));
+        }
+    }
+    v
+}
+
+/// Renders the findings families at scrape time.
+pub struct FindingsCollector {
+    analysis: AnalysisHandle,
+    descs: Vec<Desc>,
+}
+
+impl FindingsCollector {
+    pub fn new(analysis: AnalysisHandle) -> Result<FindingsCollector, prometheus::Error> {
+        let descs = [
+            (
+                names::FINDING_ACTIVE,
+                "1 while the finding is active; absent once cleared.",
+            ),
+            (
+                names::FINDINGS_RAISED_TOTAL,
+                "Findings raised since the collector started, by kind.",
+            ),
+            (
+                names::SCALING_EFFICIENCY_RATIO,
+                "Scaling efficiency of the job (0..1); see /api/v1/jobs for the method.",
+            ),
+        ]
+        .iter()
+        .map(|(n, h)| Desc::new(n.to_string(), h.to_string(), vec![], HashMap::new()))
+        .collect::<Result<Vec<_>, _>>()?;
+        Ok(FindingsCollector { analysis, descs })
+    }
+}
+
+impl Collector for FindingsCollector {
+    fn desc(&self) -> Vec<&Desc> {
+        self.descs.iter().collect()
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        let mut active = family(
+            names::FINDING_ACTIVE,
+            "1 while the finding is active; absent once cleared.",
+            MetricType::GAUGE,
+        );
+        for f in self.analysis.findings(&FindingFilter {
+            active: Some(true),
+            ..Default::default()
+        }) {
+            let mut m = Metric::default();
+            m.set_label(finding_labels(&f));
+            let mut g = Gauge::default();
+            g.set_value(1.0);
+            m.set_gauge(g);
+            active.mut_metric().push(m);
+        }
+        let mut raised = family(
+            names::FINDINGS_RAISED_TOTAL,
+            "Findings raised since the collector started, by kind.",
+            MetricType::COUNTER,
+        );
+        for (k, n) in self.analysis.raised_total() {
+            let mut m = Metric::default();
+            m.set_label(vec![label("kind", k.as_str())]);
+            let mut c = Counter::default();
+            c.set_value(n as f64);
+            m.set_counter(c);
+            raised.mut_metric().push(m);
+        }
+        let mut eff = family(
+            names::SCALING_EFFICIENCY_RATIO,
+            "Scaling efficiency of the job (0..1); see /api/v1/jobs for the method.",
+            MetricType::GAUGE,
+        );
+        for j in self.analysis.job_figures() {
+            if let Some(e) = j.scaling_efficiency {
+                let mut m = Metric::default();
+                m.set_label(vec![label("job", &j.job)]);
+                let mut g = Gauge::default();
+                g.set_value(e);
+                m.set_gauge(g);
+                eff.mut_metric().push(m);
+            }
+        }
+        [active, raised, eff]
+            .into_iter()
+            .filter(|f| !f.get_metric().is_empty())
+            .collect()
+    }
+}
