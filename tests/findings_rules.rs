@@ -269,12 +269,11 @@ impl Feed {
     }
 }
 
+/// Findings with the simulated second they changed at.
+type Timed = Vec<(u64, Finding)>;
+
 /// Runs `secs` simulated seconds through rules and tracker; returns (second of each raise, finding).
-fn run(
-    feed: &mut Feed,
-    tracker: &mut Tracker,
-    secs: u64,
-) -> (Vec<(u64, Finding)>, Vec<(u64, Finding)>) {
+fn run(feed: &mut Feed, tracker: &mut Tracker, secs: u64) -> (Timed, Timed) {
     let (mut raised, mut cleared) = (Vec::new(), Vec::new());
     for _ in 0..secs {
         let input = feed.advance();

@@ -10,7 +10,7 @@
 
 use super::input::{AnalysisInput, LinkInput};
 use super::{gbs, median, r4, Candidate, Evidence, Kind, Severity, Subject};
-use crate::ingest::domain::{LinkClass, LinkRole};
+use crate::ingest::domain::LinkClass;
 
 /// A port below this share of its peers' capacity is degraded.
 pub const CAPACITY_SHARE_BELOW: f64 = 0.75;
@@ -18,7 +18,7 @@ pub const CAPACITY_SHARE_BELOW: f64 = 0.75;
 pub const BUSY_FOR_PCIE_GEN: f64 = 0.5;
 
 fn fabric_port(l: &LinkInput) -> bool {
-    l.role == LinkRole::Fabric && matches!(l.class, LinkClass::Infiniband | LinkClass::Roce)
+    l.is_rdma_port()
 }
 
 /// Lanes from a `rate` text such as `100 Gb/sec (2X HDR)`.

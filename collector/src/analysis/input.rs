@@ -79,6 +79,14 @@ impl LinkInput {
         }
     }
 
+    /// An RDMA fabric port (InfiniBand or RoCE HCA port), not a netdev on top of one (IPoIB `ib0` has
+    /// `device == port`).
+    pub fn is_rdma_port(&self) -> bool {
+        self.role == LinkRole::Fabric
+            && matches!(self.class, LinkClass::Infiniband | LinkClass::Roce)
+            && self.device != self.port
+    }
+
     pub fn counter(&self, metric: &str) -> Option<&CounterWindow> {
         self.counters.iter().find(|c| c.metric == metric)
     }
@@ -242,6 +250,9 @@ pub struct Extras {
     pub throughput_baselines: Vec<ThroughputBaseline>,
 }
 
+/// `(timestamp_ns, value)` samples, oldest first.
+type Samples = Vec<(i64, u64)>;
+
 /// `(ts, value)` of a ring from `since_ns` on.
 fn window(ring: &crate::store::ring::Ring, since_ns: i64) -> Vec<(i64, u64)> {
     let mut v: Vec<(i64, u64)> = ring
@@ -301,7 +312,7 @@ pub fn node_input(n: &NodeState, since_ns: i64) -> NodeInput {
             gauges: BTreeMap::new(),
         })
         .collect();
-    let mut bytes: Vec<(Vec<(i64, u64)>, Vec<(i64, u64)>)> = vec![Default::default(); links.len()];
+    let mut bytes: Vec<(Samples, Samples)> = vec![Default::default(); links.len()];
     let mut gpus: BTreeMap<String, GpuInput> = BTreeMap::new();
     let mut cpu = None;
     for s in n.series() {

@@ -110,10 +110,7 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
             let mut caps: Vec<f64> = n
                 .links
                 .iter()
-                .filter(|x| {
-                    x.role == LinkRole::Fabric
-                        && matches!(x.class, LinkClass::Infiniband | LinkClass::Roce)
-                })
+                .filter(|x| x.is_rdma_port())
                 .filter_map(|x| x.capacity_bytes_per_second)
                 .collect();
             let fabric_ports = caps.len();
@@ -123,10 +120,7 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
                 .iter()
                 .filter(|m| m.name != n.name)
                 .flat_map(|m| m.links.iter())
-                .filter(|x| {
-                    x.role == LinkRole::Fabric
-                        && matches!(x.class, LinkClass::Infiniband | LinkClass::Roce)
-                })
+                .filter(|x| x.is_rdma_port())
                 .filter_map(|x| x.activity.as_ref()?.burst_rate_bytes_per_second)
                 .collect();
             let peer_rate = median(&mut peers);

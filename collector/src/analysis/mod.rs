@@ -404,13 +404,13 @@ pub fn link_causes(input: &AnalysisInput, cands: &mut [Candidate]) {
             .then(a.4.cmp(&b.4))
     });
     let mut links: Vec<(usize, usize)> = Vec::new();
-    for i in 0..cands.len() {
-        if cands[i].caused_by.is_some() {
+    for (i, c) in cands.iter().enumerate() {
+        if c.caused_by.is_some() {
             continue;
         }
         if let Some(&(ri, ..)) = roots
             .iter()
-            .find(|(ri, k, node, _, _)| *ri != i && explains(*k, node, &cands[i]))
+            .find(|(ri, k, node, _, _)| *ri != i && explains(*k, node, c))
         {
             links.push((ri, i));
         }

@@ -10,7 +10,6 @@
 
 use super::input::{AnalysisInput, LinkInput};
 use super::{gbs, median, r4, Candidate, Evidence, Kind, Severity, Subject};
-use crate::ingest::domain::{LinkClass, LinkRole};
 
 /// Confident steps (or resolved bursts) needed.
 pub const MIN_STEPS: usize = 5;
@@ -22,7 +21,7 @@ pub const BASELINE_SHARE_BELOW: f64 = 0.7;
 pub const SUSTAINED_SHARE: f64 = 0.8;
 
 fn is_fabric_port(l: &LinkInput) -> bool {
-    l.role == LinkRole::Fabric && matches!(l.class, LinkClass::Infiniband | LinkClass::Roce)
+    l.is_rdma_port()
 }
 
 pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
