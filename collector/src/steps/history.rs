@@ -104,10 +104,13 @@ fn spread(values: &mut [(f64, &str)]) -> Option<Spread> {
     })
 }
 
+/// Per node: (median achieved, median utilisation, node name) of one link class.
+type NodeFigure<'a> = (f64, Option<f64>, &'a str);
+
 /// Aggregates per link class across the nodes of one job step.
 pub fn aggregate(job: &str, index: u64, mut nodes: Vec<NodeStep>) -> JobStep {
     nodes.sort_by(|a, b| a.node.cmp(&b.node));
-    let mut per_class: BTreeMap<LinkClass, Vec<(f64, Option<f64>, &str)>> = BTreeMap::new();
+    let mut per_class: BTreeMap<LinkClass, Vec<NodeFigure<'_>>> = BTreeMap::new();
     for n in &nodes {
         let mut by_class: BTreeMap<LinkClass, (Vec<f64>, Vec<f64>)> = BTreeMap::new();
         for l in n.links.iter().filter(|l| l.confident) {

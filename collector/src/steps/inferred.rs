@@ -12,8 +12,9 @@
 //!   spacing (sub-sample precision over many steps). **Strength** is the autocorrelation at the peak (0..1).
 //! - **Bursts**: intervals whose rate is above `low + BURST_LEVEL × (high − low)` (`low` the
 //!   [`LOW_PERCENTILE`]th percentile rate, `high` the highest), with gaps shorter than a quarter period
-//!   filled. A burst *ends* at the first sample after its last busy interval, once a quarter period of quiet
-//!   has followed. Edges are on samples, so per-step byte counts are exact counter differences.
+//!   filled. A burst *ends* at the first sample after its last busy interval — or after the interval that
+//!   follows, when that one still carries the burst's tail (above [`TAIL_LEVEL`]) — once a quarter period of
+//!   quiet has followed. Edges are on samples, so per-step byte counts are exact counter differences.
 //! - **Steps**: from one burst end to the next. Confidence = strength × how close the step's duration is to
 //!   the period (1 at the period, 0 at ±100%).
 //!
@@ -37,6 +38,9 @@ pub const MIN_STRENGTH: f64 = 0.3;
 pub const MIN_SWING_BYTES_PER_SECOND: f64 = 20e6;
 /// Burst threshold, as a share of the swing above the low rate.
 pub const BURST_LEVEL: f64 = 0.3;
+/// A burst's last partly busy interval (its tail: the burst ended just after a sample) belongs to the burst
+/// when its rate is above `low + TAIL_LEVEL × (high − low)`, so the edge falls after all of the burst's bytes.
+pub const TAIL_LEVEL: f64 = 0.02;
 /// Percentile of the interval rates taken as the quiet ("low") level.
 pub const LOW_PERCENTILE: f64 = 20.0;
 /// The period is re-estimated at most this often (ns of sample time).
@@ -206,9 +210,11 @@ impl InferenceTracker {
         let threshold = low + BURST_LEVEL * (high - low);
         let busy: Vec<bool> = rates.iter().map(|&r| r > threshold).collect();
         let quiet = ((0.25 * est.period_s / dt).floor() as usize).max(1);
-        // Edge of a burst ending at interval i: the sample closing it (pts[i + 1]).
+        // Edge of a burst ending at interval i: the sample closing it (pts[i + 1]), or the one closing its tail.
+        let tail = low + TAIL_LEVEL * (high - low);
         let edges: Vec<i64> = burst_ends(&busy, quiet)
             .into_iter()
+            .map(|i| if rates[i + 1] > tail { i + 1 } else { i })
             .map(|i| pts[i + 1].0)
             .collect();
         // Refine the period by the mean spacing of regular burst ends.
