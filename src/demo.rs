@@ -159,6 +159,11 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         commwatch_sim::Cluster::create(&root, spec).context("writing the simulated sysfs trees")?;
     let description = cluster.describe();
     let node_roots = cluster.node_roots();
+    // The job's ranks, as each node's agent would find them in /proc (in management-nic, the faulty node's
+    // ranks set NCCL_SOCKET_IFNAME=eth0).
+    let procfs_roots = cluster
+        .write_procfs_trees()
+        .context("writing the simulated procfs trees")?;
     // The simulated GPUs and host CPUs follow the same model and clock as the sysfs trees.
     let (model, epoch) = (cluster.model().clone(), cluster.epoch());
     let updater = cluster.spawn_updater(Duration::from_millis(10));
@@ -172,12 +177,14 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     .context("starting the collector")?;
 
     let mut agents = Vec::new();
-    for (i, (node, sysfs_root)) in node_roots.iter().enumerate() {
+    for (i, ((node, sysfs_root), (_, procfs_root))) in
+        node_roots.iter().zip(&procfs_roots).enumerate()
+    {
         let config = commwatch_agent::AgentConfig {
             node: node.clone(),
             collector: Some(format!("http://{}", collector.grpc_addr)),
             sysfs_root: sysfs_root.clone(),
-            procfs_root: PathBuf::from("/proc"),
+            procfs_root: procfs_root.clone(),
             http_listen: "127.0.0.1:0".parse().context("address")?,
             // The simulated nodes share this machine: their GPUs and host CPUs come from the simulator, and
             // markers have no sender here.
@@ -186,6 +193,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
                 "netdev".into(),
                 "host".into(),
                 "nvml".into(),
+                "processes".into(),
             ],
             steps_udp: None,
             steps_socket: None,
@@ -212,6 +220,10 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     println!("metrics:         http://{}/metrics", collector.http_addr);
     println!(
         "nodes:           http://{}/api/v1/nodes",
+        collector.http_addr
+    );
+    println!(
+        "jobs:            http://{}/api/v1/jobs",
         collector.http_addr
     );
     println!("health:          http://{}/healthz", collector.http_addr);

@@ -35,6 +35,24 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Offline diagnosis of nccl-tests results, NCCL debug logs, PyTorch profiler traces, Nsight exports.
     Diagnose(commwatch_diagnose::DiagnoseArgs),
+    /// Bare-communication baselines kept by a collector.
+    #[command(subcommand)]
+    Baseline(BaselineCommand),
+}
+
+#[derive(Subcommand, Debug)]
+enum BaselineCommand {
+    /// Send a nccl-tests result to a running collector; live findings compare in-training bandwidth with it.
+    Import {
+        /// nccl-tests output (any format generation, or the JSON of -J).
+        file: PathBuf,
+        /// The collector's HTTP address, e.g. http://127.0.0.1:9470.
+        #[arg(long)]
+        collector: String,
+        /// The job the baseline is for (default: the fabric's, for every job).
+        #[arg(long)]
+        job: Option<String>,
+    },
 }
 
 #[derive(Args, Debug)]
@@ -278,6 +296,20 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(&cli.log);
     let result = match cli.command {
+        Command::Baseline(BaselineCommand::Import {
+            file,
+            collector,
+            job,
+        }) => match commwatch_diagnose::baseline::import(&file, &collector, job.as_deref()) {
+            Ok(stored) => {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&stored).unwrap_or_default()
+                );
+                return ExitCode::SUCCESS;
+            }
+            Err(e) => Err(anyhow::Error::new(e)),
+        },
         Command::Diagnose(args) => match commwatch_diagnose::run(&args) {
             Ok(code) => return ExitCode::from(code.clamp(0, 255) as u8),
             Err(e) => Err(anyhow::Error::new(e)),
@@ -298,7 +330,7 @@ fn main() -> ExitCode {
                     Command::Agent(a) => run_agent(a).await,
                     Command::Collector(a) => run_collector(a).await,
                     Command::Demo(a) => demo::run(a).await,
-                    Command::Diagnose(_) => Ok(()),
+                    Command::Diagnose(_) | Command::Baseline(_) => Ok(()),
                 }
             })
         }

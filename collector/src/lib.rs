@@ -83,6 +83,8 @@ pub struct CollectorHandle {
     analysis_task: JoinHandle<()>,
     writer: Option<JoinHandle<()>>,
     steps: Arc<steps::StepStore>,
+    /// Feeds the merged job lists to the analysis.
+    jobs_feed: JoinHandle<()>,
     /// The step engine (`None` when `steps_interval` is 0).
     step_engine: Option<JoinHandle<()>>,
 }
@@ -115,6 +117,11 @@ impl CollectorHandle {
 
     /// Same data as `GET /api/v1/nodes`.
     pub fn snapshot_nodes(&self) -> Vec<NodeView> {
+    /// Same data as `GET /api/v1/jobs`.
+    pub fn snapshot_jobs(&self) -> Vec<export::jobs::JobView> {
+        export::jobs::job_views(&self.store, Some(&self.analysis))
+    }
+
         export::api::node_views(&self.store)
     }
 
@@ -151,6 +158,7 @@ impl CollectorHandle {
             analysis_task,
             writer,
             step_engine,
+            jobs_feed,
             ..
         } = self;
         if let Some(e) = step_engine {
@@ -177,6 +185,7 @@ impl CollectorHandle {
         analysis_task.abort();
         if let Some(w) = writer {
             let abort = w.abort_handle();
+        jobs_feed.abort();
             if tokio::time::timeout(SHUTDOWN_GRACE, w).await.is_err() {
                 warn!("persistence writer did not finish within the grace period; aborted");
                 abort.abort();
@@ -197,6 +206,7 @@ impl CollectorHandle {
         self.analysis_task.abort();
         if let Some(e) = &self.step_engine {
             e.abort();
+        self.jobs_feed.abort();
         }
         self.shutdown_tx.send_replace(true);
     }
@@ -294,6 +304,39 @@ fn replay(
 
 /// Starts the collector: opens and replays the state directory (if any), binds both listeners (port 0
 /// allowed), and spawns the gRPC and HTTP servers and the node-expiry sweep.
+/// Restores each node's persisted job list when the node's current instance (after [`replay`]) is the one
+/// that sent it. Returns how many were restored.
+fn replay_jobs(store: &Store, rows: Vec<persist::PersistedJobs>, health: &Health) -> usize {
+    let mut n = 0;
+    for row in rows {
+        let Some(node) = store.node(&row.node) else {
+            continue;
+        };
+        if node.lock().instance_id() != row.instance_id {
+            continue;
+        }
+        let list = pb::JobInventory::decode(row.payload.as_slice())
+            .map_err(|e| e.to_string())
+            .and_then(|j| ingest::domain::JobList::try_from(j).map_err(|e| e.to_string()))
+            .and_then(|l| {
+                l.check_limits(store.limits())
+                    .map(|()| l)
+                    .map_err(|e| e.to_string())
+            });
+        match list {
+            Ok(l) => {
+                store.set_jobs(&node, l);
+                n += 1;
+            }
+            Err(e) => {
+                health.persist_errors.inc();
+                warn!(node = row.node, instance_id = row.instance_id, error = %e, "skipping unreadable persisted job list");
+            }
+        }
+    }
+    n
+}
+
 pub async fn start(config: CollectorConfig) -> Result<CollectorHandle, CollectorError> {
     config.validate()?;
     let health = Health::new()?;
@@ -322,7 +365,8 @@ pub async fn start(config: CollectorConfig) -> Result<CollectorHandle, Collector
         let loaded = tokio::task::spawn_blocking(move || {
             let (conn, path) = persist::open(&dir)?;
             let (items, seqs) = persist::load(&conn, &path, retention)?;
-            Ok::<_, PersistError>((conn, path, items, seqs))
+            let jobs = persist::load_jobs(&conn, &path)?;
+            Ok::<_, PersistError>((conn, path, items, seqs, jobs))
         })
         .await
         .map_err(|e| {
@@ -331,9 +375,10 @@ pub async fn start(config: CollectorConfig) -> Result<CollectorHandle, Collector
                 source: std::io::Error::other(e.to_string()),
             })
         })??;
-        let (conn, path, items, seqs) = loaded;
+        let (conn, path, items, seqs, jobs) = loaded;
         let (h, b) = replay(&store, items, seqs, &health);
-        info!(path = %path.display(), hellos = h, batches = b, "replayed persisted state");
+        let j = replay_jobs(&store, jobs, &health);
+        info!(path = %path.display(), hellos = h, batches = b, job_lists = j, "replayed persisted state");
         let (handle, task) = persist::spawn_writer(conn, path, config.retention, health.clone());
         persist = Some(handle);
         writer = Some(task);
@@ -430,10 +475,29 @@ pub async fn start(config: CollectorConfig) -> Result<CollectorHandle, Collector
                 info!(nodes = n, "expired stale nodes");
             }
         }
+    health
+        .registry
+        .register(Box::new(export::jobs::JobsCollector::new(store.clone())?))?;
+    let router = router.merge(export::jobs::router(store.clone(), analysis.clone()));
+    // The analysis rules see the merged job lists: again on every change, and every second so that the jobs
+    // of expired nodes drop out.
+    let jobs_store = store.clone();
+    let jobs_analysis = analysis.clone();
+    let jobs_feed = tokio::spawn(async move {
+        let mut changed = jobs_store.jobs_changed();
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            jobs_analysis.set_jobs(export::jobs::job_inputs(&jobs_store));
+            tokio::select! {
+                r = changed.changed() => if r.is_err() { break },
+                _ = tick.tick() => {}
+            }
+        }
     });
-    let step_engine = (!config.steps_interval.is_zero()).then(|| {
-        steps::engine::spawn(store.clone(), step_store.clone(), config.steps_interval)
     });
+    let step_engine = (!config.steps_interval.is_zero())
+        .then(|| steps::engine::spawn(store.clone(), step_store.clone(), config.steps_interval));
     info!(%grpc_addr, %http_addr, state_dir = ?config.state_dir, "collector listening");
     Ok(CollectorHandle {
         grpc_addr,
@@ -451,3 +515,4 @@ pub async fn start(config: CollectorConfig) -> Result<CollectorHandle, Collector
         step_engine,
     })
 }
+        jobs_feed,

@@ -7,7 +7,11 @@
 //! - WAL mode, `synchronous = FULL`: a committed transaction survives a process kill and a power loss.
 //! - Tables: `hellos(node, instance_id, received_unix_ns, payload)` (an `InventoryUpdate` is stored as a new Hello
 //!   row carrying the merged inventory), `batches(node, instance_id, seq, received_unix_ns, payload)`, and
-//!   `seqs(node, instance_id, highest_seq, updated_unix_ns)` so dedup survives the pruning of old batches.
+//!   `seqs(node, instance_id, highest_seq, updated_unix_ns)` so dedup survives the pruning of old batches, and
+//!   `jobs(node PRIMARY KEY, instance_id, received_unix_ns, payload)`: each node's latest job list (an encoded
+//!   `JobInventory`, already validated, so only allowlisted `NCCL_*` settings), replayed onto the node when its
+//!   current instance is the one that sent it. Older state directories get the table on open; older collectors
+//!   ignore it.
 //! - Rows older than `retention` are pruned every [`PRUNE_INTERVAL`] (a Hello stays while its instance has
 //!   batches, and the newest Hello of each instance stays for `retention`).
 //! - Disk errors after start are logged and counted (`commwatch_collector_persist_errors_total`); the collector
@@ -66,6 +70,23 @@ pub(crate) enum Item {
         payload: Vec<u8>,
         durable: Arc<watch::Sender<u64>>,
     },
+    /// A node's complete job list (replaces the stored one).
+    Jobs {
+        node: String,
+        instance_id: u64,
+        received_unix_ns: i64,
+        payload: Vec<u8>,
+    },
+}
+
+/// A node's persisted job list, for replay at start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PersistedJobs {
+    pub node: String,
+    pub instance_id: u64,
+    pub received_unix_ns: i64,
+    /// Encoded `commwatch.v1.JobInventory`.
+    pub payload: Vec<u8>,
 }
 
 /// Ingest's side of the writer.
@@ -84,6 +105,25 @@ impl PersistHandle {
         payload: Vec<u8>,
     ) {
         let item = Item::Hello {
+            node: node.to_string(),
+            instance_id,
+            received_unix_ns,
+            payload,
+        };
+        if self.tx.send(item).await.is_err() {
+            self.health.persist_errors.inc();
+        }
+    }
+
+    /// Queues a node's complete job list (encoded `JobInventory`); it replaces the stored one.
+    pub async fn jobs(
+        &self,
+        node: &str,
+        instance_id: u64,
+        received_unix_ns: i64,
+        payload: Vec<u8>,
+    ) {
+        let item = Item::Jobs {
             node: node.to_string(),
             instance_id,
             received_unix_ns,
@@ -168,7 +208,10 @@ pub(crate) fn open(dir: &Path) -> Result<(Connection, PathBuf), PersistError> {
          CREATE INDEX IF NOT EXISTS batches_instance ON batches(node, instance_id);
          CREATE TABLE IF NOT EXISTS seqs(
              node TEXT NOT NULL, instance_id INTEGER NOT NULL, highest_seq INTEGER NOT NULL,
-             updated_unix_ns INTEGER NOT NULL, PRIMARY KEY(node, instance_id));",
+             updated_unix_ns INTEGER NOT NULL, PRIMARY KEY(node, instance_id));
+         CREATE TABLE IF NOT EXISTS jobs(
+             node TEXT NOT NULL PRIMARY KEY, instance_id INTEGER NOT NULL, received_unix_ns INTEGER NOT NULL,
+             payload BLOB NOT NULL);",
     )
     .map_err(sql)?;
     Ok((conn, path))
@@ -273,6 +316,31 @@ pub(crate) fn load(
     Ok((merged, seqs))
 }
 
+/// Every node's persisted job list (one row per node: the latest).
+pub(crate) fn load_jobs(
+    conn: &Connection,
+    path: &Path,
+) -> Result<Vec<PersistedJobs>, PersistError> {
+    let sql = |source| PersistError::Sqlite {
+        path: path.to_owned(),
+        source,
+    };
+    let mut st = conn
+        .prepare("SELECT node, instance_id, received_unix_ns, payload FROM jobs ORDER BY node")
+        .map_err(sql)?;
+    let rows = st
+        .query_map([], |r| {
+            Ok(PersistedJobs {
+                node: r.get(0)?,
+                instance_id: r.get::<_, i64>(1)? as u64,
+                received_unix_ns: r.get(2)?,
+                payload: r.get(3)?,
+            })
+        })
+        .map_err(sql)?;
+    rows.collect::<Result<Vec<_>, _>>().map_err(sql)
+}
+
 fn commit(conn: &mut Connection, items: &[Item]) -> Result<(), rusqlite::Error> {
     let tx = conn.transaction()?;
     {
@@ -286,6 +354,9 @@ fn commit(conn: &mut Connection, items: &[Item]) -> Result<(), rusqlite::Error> 
             "INSERT INTO seqs(node, instance_id, highest_seq, updated_unix_ns) VALUES (?1, ?2, ?3, ?4)
              ON CONFLICT(node, instance_id) DO UPDATE SET
                highest_seq = max(highest_seq, excluded.highest_seq), updated_unix_ns = excluded.updated_unix_ns",
+        )?;
+        let mut jobs = tx.prepare_cached(
+            "INSERT OR REPLACE INTO jobs(node, instance_id, received_unix_ns, payload) VALUES (?1, ?2, ?3, ?4)",
         )?;
         for it in items {
             match it {
@@ -324,6 +395,19 @@ fn commit(conn: &mut Connection, items: &[Item]) -> Result<(), rusqlite::Error> 
                         received_unix_ns
                     ])?;
                 }
+                Item::Jobs {
+                    node,
+                    instance_id,
+                    received_unix_ns,
+                    payload,
+                } => {
+                    jobs.execute(params![
+                        node,
+                        *instance_id as i64,
+                        received_unix_ns,
+                        payload
+                    ])?;
+                }
             }
         }
     }
@@ -344,6 +428,11 @@ fn prune(conn: &Connection, retention: Duration) -> Result<usize, rusqlite::Erro
     // Dedup state outlives the batches by a day: late resends of a long-gone instance are still recognised.
     let seq_cutoff = cutoff.saturating_sub(86_400 * 1_000_000_000);
     n += conn.execute("DELETE FROM seqs WHERE updated_unix_ns < ?1", [seq_cutoff])?;
+    // A job list lives as long as some Hello of its node (without one the node is not replayed).
+    n += conn.execute(
+        "DELETE FROM jobs WHERE NOT EXISTS (SELECT 1 FROM hellos h WHERE h.node = jobs.node)",
+        [],
+    )?;
     Ok(n)
 }
 

@@ -79,3 +79,63 @@ pub fn parse_baseline(path: &Path) -> Result<Baseline, NcclTestsError> {
         tests,
     })
 }
+
+/// Why an import failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ImportError {
+    #[error(transparent)]
+    Parse(#[from] NcclTestsError),
+    #[error("{0} holds no nccl-tests result")]
+    Empty(String),
+    #[error("cannot send the baseline to {url}: {message}")]
+    Send { url: String, message: String },
+}
+
+/// The JSON body of `POST /api/v1/baselines` for a bare baseline: the parsed file plus the job it is for
+/// (`None`: the fabric's baseline, used for every job).
+pub fn import_body(baseline: &Baseline, job: Option<&str>) -> serde_json::Value {
+    let mut v = serde_json::to_value(baseline).unwrap_or(serde_json::Value::Null);
+    if let (Some(obj), Some(job)) = (v.as_object_mut(), job) {
+        obj.insert("job".into(), serde_json::Value::String(job.to_string()));
+    }
+    v
+}
+
+/// `commwatch baseline import FILE --collector URL [--job ID]`: parses the nccl-tests result and sends it to
+/// the collector, which keeps it so live findings compare in-training bandwidth with the bare baseline.
+/// Returns what the collector stored (its JSON answer).
+pub fn import(
+    path: &Path,
+    collector: &str,
+    job: Option<&str>,
+) -> Result<serde_json::Value, ImportError> {
+    let baseline = parse_baseline(path)?;
+    if baseline.tests.is_empty() {
+        return Err(ImportError::Empty(path.display().to_string()));
+    }
+    let url = format!("{}/api/v1/baselines", collector.trim_end_matches('/'));
+    let agent = ureq::Agent::config_builder()
+        .timeout_global(Some(std::time::Duration::from_secs(10)))
+        .http_status_as_error(false)
+        .build()
+        .new_agent();
+    let body = import_body(&baseline, job).to_string();
+    let send_err = |message: String| ImportError::Send {
+        url: url.clone(),
+        message,
+    };
+    let mut resp = agent
+        .post(&url)
+        .header("content-type", "application/json")
+        .send(body.as_bytes())
+        .map_err(|e| send_err(e.to_string()))?;
+    let status = resp.status().as_u16();
+    let text = resp
+        .body_mut()
+        .read_to_string()
+        .map_err(|e| send_err(e.to_string()))?;
+    if !(200..300).contains(&status) {
+        return Err(send_err(format!("HTTP {status}: {text}")));
+    }
+    serde_json::from_str(&text).map_err(|e| send_err(format!("unreadable answer: {e}")))
+}

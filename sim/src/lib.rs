@@ -14,6 +14,8 @@
 //! - [`cluster`]: [`Cluster`] (create, `advance_to`, expectations) and its updater thread.
 //! - [`gpu`]: the simulated GPUs and host CPUs behind the agent's backend traits ([`SimGpus`],
 //!   [`SimHost`]).
+//! - [`procfs`]: a procfs tree per node holding the job's ranks (environment markers, NCCL settings) for an
+//!   agent's `processes` source ([`Cluster::write_procfs_trees`]).
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -32,6 +34,7 @@ pub mod counters;
 mod error;
 pub mod gpu;
 pub mod model;
+pub mod procfs;
 pub mod scenario;
 pub mod spec;
 pub mod tree;

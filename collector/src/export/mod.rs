@@ -3,6 +3,7 @@
 pub mod api;
 pub mod findings;
 pub mod health;
+pub mod jobs;
 pub mod names;
 pub mod prometheus;
 pub mod steps;

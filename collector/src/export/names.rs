@@ -86,8 +86,10 @@ pub const GPU_SM_ACTIVITY_RATIO: &str = "commwatch_gpu_sm_activity_ratio";
 pub const GPU_MEMORY_USED_BYTES: &str = "commwatch_gpu_memory_used_bytes";
 pub const GPU_PCIE_TRANSMIT_BYTES_PER_SECOND: &str = "commwatch_gpu_pcie_transmit_bytes_per_second";
 pub const GPU_PCIE_RECEIVE_BYTES_PER_SECOND: &str = "commwatch_gpu_pcie_receive_bytes_per_second";
-pub const GPU_NVLINK_TRANSMIT_BYTES_PER_SECOND: &str = "commwatch_gpu_nvlink_transmit_bytes_per_second";
-pub const GPU_NVLINK_RECEIVE_BYTES_PER_SECOND: &str = "commwatch_gpu_nvlink_receive_bytes_per_second";
+pub const GPU_NVLINK_TRANSMIT_BYTES_PER_SECOND: &str =
+    "commwatch_gpu_nvlink_transmit_bytes_per_second";
+pub const GPU_NVLINK_RECEIVE_BYTES_PER_SECOND: &str =
+    "commwatch_gpu_nvlink_receive_bytes_per_second";
 pub const GPU_PCIE_LINK_GENERATION: &str = "commwatch_gpu_pcie_link_generation";
 pub const GPU_PCIE_LINK_GENERATION_MAX: &str = "commwatch_gpu_pcie_link_generation_max";
 pub const GPU_PCIE_LINK_WIDTH: &str = "commwatch_gpu_pcie_link_width";
@@ -97,6 +99,8 @@ pub const GPU_POWER_WATTS: &str = "commwatch_gpu_power_watts";
 pub const GPU_SM_CLOCK_HERTZ: &str = "commwatch_gpu_sm_clock_hertz";
 /// NCCL settings of a job that contradict a node's hardware: 1 per `(node, job, setting)` (and `kind`).
 pub const NCCL_SETTING_CONFLICT: &str = "commwatch_nccl_setting_conflict";
+/// Ranks (processes) of a job the node's agent found (gauge; labels `job`, `node`).
+pub const JOB_RANKS: &str = "commwatch_job_ranks";
 
 /// 1 while a finding is active, absent once cleared (gauge; labels `kind`, `severity`, `node`, and the
 /// subject's `device`, `port`, `gpu`, `link`, `job` where set).
@@ -170,6 +174,7 @@ pub const ALL: &[&str] = &[
     GPU_POWER_WATTS,
     GPU_SM_CLOCK_HERTZ,
     NCCL_SETTING_CONFLICT,
+    JOB_RANKS,
 ];
 
 /// The exported family of an agent's node-level GPU series (`SeriesDescriptor.metric`), if it is one.

@@ -26,7 +26,7 @@ use crate::config::CollectorConfig;
 use crate::export::health::Health;
 use crate::persist::PersistHandle;
 use crate::store::{now_unix_ns, BatchOutcome, NodeRef, Store};
-use domain::{Batch, Hello, IngestError, Inventory};
+use domain::{Batch, Hello, IngestError, Inventory, JobList};
 
 /// Shortest interval between two acks on one stream.
 pub const ACK_INTERVAL: Duration = Duration::from_millis(20);
@@ -325,17 +325,43 @@ impl StreamTask<'_> {
                             let batch = match Batch::try_from(b) {
                                 Ok(b) => b,
                                 Err(e) => {
+                            // The job list is validated whole before anything is applied.
+                            let jobs_payload = match (&self.shared.persist, &u.jobs) {
+                                (Some(_), Some(j)) => Some(j.encode_to_vec()),
+                                _ => None,
+                            };
+                            let jobs = match u.jobs {
+                                Some(j) => {
+                                    let l = JobList::try_from(j)?;
+                                    l.check_limits(&cfg.limits)?;
+                                    Some(l)
+                                }
+                                None => None,
+                            };
+                            let job_counts = jobs.as_ref().map(|l| (l.jobs.len(), l.rank_count()));
                                     self.shared.health.batches.with_label_values(&["rejected"]).inc();
                                     return Err(e.into());
                                 }
                             };
                             let (outcome, was_stale) = {
                                 let mut n = node.lock();
+                                if let Some(l) = jobs {
+                                    n.set_jobs(l);
+                                }
                                 if !n.is_current(self.conn_id) {
                                     return Err(superseded(&hello.node));
+                            if job_counts.is_some() {
+                                self.shared.store.note_jobs_changed();
+                            }
                                 }
                                 let was_stale = now - n.last_seen_unix_ns() > expiry_ns;
                                 (n.apply_batch(&batch, now, &mut scratch), was_stale)
+                            if let (Some(p), Some(payload)) = (&self.shared.persist, jobs_payload) {
+                                p.jobs(&hello.node, hello.instance_id, now, payload).await;
+                            }
+                            if let Some((jobs, ranks)) = job_counts {
+                                debug!(node = %hello.node, jobs, ranks, "job list replaced");
+                            }
                             };
                             if was_stale {
                                 self.shared.store.ensure_present(&node);

@@ -23,11 +23,12 @@ use tokio::sync::{oneshot, watch};
 
 use crate::config::Limits;
 use crate::ingest::domain::{
-    Batch, Hello, IngestError, Inventory, LinkInfo, LinkKey, Marker, SeriesDesc, SeriesKind,
+    Batch, Hello, IngestError, Inventory, JobList, LinkInfo, LinkKey, Marker, SeriesDesc,
+    SeriesKind,
 };
 use rate::{counter_step, plausibility_cap, window_rate, Step, RATE_WINDOW_NS};
 use ring::Ring;
-pub use view::{LinkSnapshot, LinkView, NodeSnapshot, NodeView, SeriesSnapshot};
+pub use view::{ConflictView, LinkSnapshot, LinkView, NodeSnapshot, NodeView, SeriesSnapshot};
 
 /// Most step markers one node keeps (at 2 markers per step and rank, 8 ranks and 3 steps/s: ~6 minutes).
 pub const MAX_MARKERS_PER_NODE: usize = 16_384;
@@ -331,6 +332,8 @@ pub struct NodeState {
     dropped_batches_total: u64,
     retention_ns: i64,
     markers: MarkerLog,
+    /// The latest complete job list of the current agent instance (empty until one arrives).
+    jobs: Arc<JobList>,
 }
 
 impl NodeState {
@@ -354,7 +357,18 @@ impl NodeState {
             dropped_batches_total: 0,
             retention_ns,
             markers: MarkerLog::default(),
+            jobs: Arc::default(),
         }
+    }
+
+    /// The node's latest job list (empty when the agent sent none since its instance started).
+    pub fn jobs(&self) -> &Arc<JobList> {
+        &self.jobs
+    }
+
+    /// Replaces the node's job list (an `InventoryUpdate` carrying jobs, or replay).
+    pub(crate) fn set_jobs(&mut self, jobs: JobList) {
+        self.jobs = Arc::new(jobs);
     }
 
     /// The node's step markers.
@@ -525,6 +539,10 @@ impl NodeState {
         }
         self.agent_version = hello.agent_version.clone();
         self.boot_id = hello.boot_id.clone();
+        if self.instance_id != hello.instance_id {
+            // A new agent instance knows its own jobs and sends them after its Hello; the old list is gone.
+            self.jobs = Arc::default();
+        }
         self.instance_id = hello.instance_id;
         self.fast_period_ms = hello.fast_period_ms;
         self.slow_period_ms = hello.slow_period_ms;
@@ -834,6 +852,7 @@ impl NodeState {
             agent_dropped_batches_total: self.dropped_batches_total,
             links,
             series: node_series,
+            jobs: self.jobs.clone(),
         }
     }
 
@@ -895,6 +914,8 @@ pub struct Store {
     retention_ns: i64,
     node_expiry_ns: i64,
     limits: Limits,
+    /// Bumped whenever a node's job list is replaced (readers: [`Store::jobs_changed`]).
+    jobs_version: watch::Sender<u64>,
 }
 
 impl Store {
@@ -908,7 +929,38 @@ impl Store {
             retention_ns: i64::try_from(retention.as_nanos()).unwrap_or(i64::MAX),
             node_expiry_ns: i64::try_from(node_expiry.as_nanos()).unwrap_or(i64::MAX),
             limits,
+            jobs_version: watch::channel(0).0,
         }
+    }
+
+    /// Replaces `node`'s job list and tells [`Store::jobs_changed`] subscribers.
+    pub(crate) fn set_jobs(&self, node: &NodeRef, jobs: JobList) {
+        node.lock().set_jobs(jobs);
+        self.note_jobs_changed();
+    }
+
+    /// Tells [`Store::jobs_changed`] subscribers that a job list was replaced (after [`NodeState::set_jobs`]).
+    pub(crate) fn note_jobs_changed(&self) {
+        self.jobs_version.send_modify(|v| *v += 1);
+    }
+
+    /// Changes whenever a node's job list is replaced (the value counts replacements).
+    pub fn jobs_changed(&self) -> watch::Receiver<u64> {
+        self.jobs_version.subscribe()
+    }
+
+    /// Every node seen within `node_expiry` that has jobs, with its job list, sorted by node name.
+    pub fn node_jobs(&self, now_unix_ns: i64) -> Vec<(String, Arc<JobList>)> {
+        let mut v: Vec<(String, Arc<JobList>)> = self
+            .fresh_nodes(now_unix_ns)
+            .iter()
+            .filter_map(|n| {
+                let n = n.lock();
+                (!n.jobs.jobs.is_empty()).then(|| (n.name.clone(), n.jobs.clone()))
+            })
+            .collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
     }
 
     pub fn limits(&self) -> &Limits {

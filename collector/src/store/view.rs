@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::ingest::domain::{LinkClass, LinkRole, SeriesKind};
+use crate::ingest::domain::{JobList, LinkClass, LinkRole, SeriesKind};
 
 use super::SeriesKey;
 
@@ -55,6 +55,8 @@ pub struct NodeSnapshot {
     pub links: Vec<LinkSnapshot>,
     /// Node-level series (CPU, memory, ...).
     pub series: Vec<SeriesSnapshot>,
+    /// The node's latest job list.
+    pub jobs: Arc<JobList>,
 }
 
 /// `/api/v1/nodes` element.
@@ -66,6 +68,24 @@ pub struct NodeView {
     /// Whether an agent stream is open now (addition to the contract).
     pub connected: bool,
     pub links: Vec<LinkView>,
+    /// Ids of the training jobs the node's agent found, sorted (addition to the contract).
+    #[serde(default)]
+    pub jobs: Vec<String>,
+    /// NCCL settings of those jobs that contradict the node's hardware (addition to the contract).
+    #[serde(default)]
+    pub nccl_conflicts: Vec<ConflictView>,
+}
+
+/// `/api/v1/nodes` `nccl_conflicts` element: one NCCL setting of one job that contradicts the node's hardware.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct ConflictView {
+    pub job: String,
+    /// `NCCL_SOCKET_IFNAME`, `NCCL_IB_DISABLE`, `NCCL_NET`, `NCCL_IB_HCA`, ...
+    pub setting: String,
+    pub value: String,
+    /// `management_interface`, `missing_interface`, `ib_disabled`, `hca_excluded`.
+    pub kind: String,
+    pub reason: String,
 }
 
 /// `/api/v1/nodes` link. Unknown numbers are `null`, never 0.
@@ -98,6 +118,25 @@ impl From<&NodeSnapshot> for NodeView {
             name: n.name.clone(),
             last_seen_unix_s: n.last_seen_unix_ns as f64 / 1e9,
             connected: n.connected,
+            jobs: {
+                let mut ids: Vec<String> = n.jobs.jobs.iter().map(|j| j.id.clone()).collect();
+                ids.sort();
+                ids
+            },
+            nccl_conflicts: n
+                .jobs
+                .jobs
+                .iter()
+                .flat_map(|j| {
+                    j.conflicts.iter().map(|c| ConflictView {
+                        job: j.id.clone(),
+                        setting: c.setting.clone(),
+                        value: c.value.clone(),
+                        kind: c.kind.clone(),
+                        reason: c.reason.clone(),
+                    })
+                })
+                .collect(),
             links: n
                 .links
                 .iter()

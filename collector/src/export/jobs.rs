@@ -1,0 +1,293 @@
+//! Jobs export: `GET /api/v1/jobs` (`?job=ID`) and the `/metrics` families `commwatch_nccl_setting_conflict`
+//! and `commwatch_job_ranks`.
+//!
+//! Each agent sends its node's complete job list; here the lists of every node seen within `node_expiry` are
+//! merged by job id, so a job spanning nodes is one element with the ranks of all of them. Step time,
+//! throughput and scaling efficiency come from the analysis engine's last evaluation (`null` until it has
+//! figures for the job). Only what the agent's allowlist let through is held: the `NCCL_*` settings of each
+//! rank, never any other environment variable (the ingest edge refuses other keys).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use axum::extract::{Query, State};
+use axum::routing::get;
+use axum::{Json, Router};
+use prometheus::core::{Collector, Desc};
+use prometheus::proto::{Gauge, LabelPair, Metric, MetricFamily, MetricType};
+use serde::{Deserialize, Serialize};
+
+use super::names;
+use crate::analysis::AnalysisHandle;
+use crate::store::{now_unix_ns, Store};
+
+/// `/api/v1/jobs` rank: one process of the job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RankView {
+    pub node: String,
+    pub pid: u32,
+    /// Global rank; `null` when the process carried no rank marker (a lone GPU process).
+    pub rank: Option<u32>,
+    pub local_rank: Option<u32>,
+    pub world_size: Option<u32>,
+    /// GPU indexes (NVML) or `CUDA_VISIBLE_DEVICES` entries of the process.
+    pub gpu: Vec<String>,
+    /// Kubernetes pod UID; `null` outside Kubernetes.
+    pub pod: Option<String>,
+    pub container: Option<String>,
+    /// The rank's `NCCL_*` settings (only allowlisted keys are ever read from a process).
+    pub nccl: BTreeMap<String, String>,
+    /// `nvml` (on a GPU) or `environment` (rank markers).
+    pub found_by: String,
+}
+
+/// `/api/v1/jobs` conflict: an NCCL setting of the job that contradicts a node's hardware.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobConflictView {
+    pub node: String,
+    pub setting: String,
+    pub value: String,
+    /// `management_interface`, `missing_interface`, `ib_disabled`, `hca_excluded`.
+    pub kind: String,
+    pub reason: String,
+}
+
+/// `/api/v1/jobs` element.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobView {
+    pub id: String,
+    /// Nodes the job runs on, sorted.
+    pub nodes: Vec<String>,
+    /// Ranks sorted by global rank (ranks without one last), then node and pid.
+    pub ranks: Vec<RankView>,
+    pub conflicts: Vec<JobConflictView>,
+    /// Median step duration, seconds; `null` until the analysis has steps of the job.
+    pub step_time_s: Option<f64>,
+    /// Samples per second of the whole job; `null` without step markers carrying samples.
+    pub throughput_samples_per_second: Option<f64>,
+    /// Scaling efficiency, 0..1 (above 1 possible against a super-linear baseline); `null` when unknown.
+    pub scaling_efficiency: Option<f64>,
+    /// How the efficiency was computed (`throughput_per_gpu`, `exposed_communication`,
+    /// `communication_share`); `null` with no efficiency.
+    pub scaling_efficiency_method: Option<String>,
+}
+
+/// Every job of the nodes seen within `node_expiry`, merged by id and sorted by id. `analysis` (when given)
+/// fills the figures.
+pub fn job_views(store: &Store, analysis: Option<&AnalysisHandle>) -> Vec<JobView> {
+    let mut by_id: BTreeMap<String, JobView> = BTreeMap::new();
+    for (node, list) in store.node_jobs(now_unix_ns()) {
+        for j in &list.jobs {
+            let v = by_id.entry(j.id.clone()).or_insert_with(|| JobView {
+                id: j.id.clone(),
+                nodes: Vec::new(),
+                ranks: Vec::new(),
+                conflicts: Vec::new(),
+                step_time_s: None,
+                throughput_samples_per_second: None,
+                scaling_efficiency: None,
+                scaling_efficiency_method: None,
+            });
+            if !v.nodes.contains(&node) {
+                v.nodes.push(node.clone());
+            }
+            v.ranks.extend(j.ranks.iter().map(|r| RankView {
+                node: node.clone(),
+                pid: r.pid,
+                rank: r.rank,
+                local_rank: r.local_rank,
+                world_size: r.world_size,
+                gpu: r.gpus.clone(),
+                pod: r.pod_uid.clone(),
+                container: r.container_id.clone(),
+                nccl: r.nccl.clone(),
+                found_by: r.found_by.clone(),
+            }));
+            v.conflicts
+                .extend(j.conflicts.iter().map(|c| JobConflictView {
+                    node: node.clone(),
+                    setting: c.setting.clone(),
+                    value: c.value.clone(),
+                    kind: c.kind.clone(),
+                    reason: c.reason.clone(),
+                }));
+        }
+    }
+    let figures: HashMap<String, _> = analysis
+        .map(|a| a.job_figures())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|f| (f.job.clone(), f))
+        .collect();
+    by_id
+        .into_values()
+        .map(|mut v| {
+            v.nodes.sort();
+            v.ranks.sort_by(|a, b| {
+                (a.rank.is_none(), a.rank, &a.node, a.pid).cmp(&(
+                    b.rank.is_none(),
+                    b.rank,
+                    &b.node,
+                    b.pid,
+                ))
+            });
+            if let Some(f) = figures.get(&v.id) {
+                v.step_time_s = f.step_time_s;
+                v.throughput_samples_per_second = f.throughput_samples_per_second;
+                v.scaling_efficiency = f.scaling_efficiency;
+                v.scaling_efficiency_method = f.scaling_efficiency.and(f.method.clone());
+            }
+            v
+        })
+        .collect()
+}
+
+/// The jobs the analysis rules see, from the same merged lists.
+pub fn job_inputs(store: &Store) -> Vec<crate::analysis::input::JobInput> {
+    use crate::analysis::input::{ConflictInput, JobInput, RankInput};
+    job_views(store, None)
+        .into_iter()
+        .map(|v| JobInput {
+            id: v.id,
+            ranks: v
+                .ranks
+                .into_iter()
+                .map(|r| RankInput {
+                    node: r.node,
+                    rank: r.rank,
+                    world_size: r.world_size,
+                    gpus: r.gpu,
+                    nccl: r.nccl,
+                })
+                .collect(),
+            conflicts: v
+                .conflicts
+                .into_iter()
+                .map(|c| ConflictInput {
+                    node: c.node,
+                    setting: c.setting,
+                    value: c.value,
+                    kind: c.kind,
+                    reason: c.reason,
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+#[derive(Clone)]
+struct JobsState {
+    store: Arc<Store>,
+    analysis: AnalysisHandle,
+}
+
+/// `?job=ID`: only that job (an empty list when no node runs it).
+#[derive(Debug, Default, Deserialize)]
+struct JobsQuery {
+    job: Option<String>,
+}
+
+/// Routes of the jobs API (merged into the collector's HTTP router).
+pub fn router(store: Arc<Store>, analysis: AnalysisHandle) -> Router {
+    Router::new()
+        .route("/api/v1/jobs", get(list))
+        .with_state(JobsState { store, analysis })
+}
+
+async fn list(State(s): State<JobsState>, Query(q): Query<JobsQuery>) -> Json<Vec<JobView>> {
+    let mut v = job_views(&s.store, Some(&s.analysis));
+    if let Some(id) = &q.job {
+        v.retain(|j| &j.id == id);
+    }
+    Json(v)
+}
+
+const CONFLICT_HELP: &str =
+    "1 per NCCL setting of a job that contradicts the node's hardware (kind: management_interface, missing_interface, ib_disabled, hca_excluded).";
+const RANKS_HELP: &str = "Processes (ranks) of the job the node's agent found.";
+
+fn label(name: &str, value: &str) -> LabelPair {
+    let mut l = LabelPair::default();
+    l.set_name(name.to_string());
+    l.set_value(value.to_string());
+    l
+}
+
+fn gauge(labels: Vec<LabelPair>, value: f64) -> Metric {
+    let mut m = Metric::default();
+    m.set_label(labels);
+    let mut g = Gauge::default();
+    g.set_value(value);
+    m.set_gauge(g);
+    m
+}
+
+fn family(name: &str, help: &str) -> MetricFamily {
+    let mut mf = MetricFamily::default();
+    mf.set_name(name.to_string());
+    mf.set_help(help.to_string());
+    mf.set_field_type(MetricType::GAUGE);
+    mf
+}
+
+/// Renders `commwatch_nccl_setting_conflict{node,job,setting,kind}` (1 per conflict) and
+/// `commwatch_job_ranks{job,node}` at scrape time. Label values are bounded by the ingest limits (at most
+/// [`crate::ingest::domain::MAX_JOBS_PER_NODE`] jobs per node, lengths within `max_label_len`); the prometheus
+/// crate escapes them.
+pub struct JobsCollector {
+    store: Arc<Store>,
+    descs: Vec<Desc>,
+}
+
+impl JobsCollector {
+    pub fn new(store: Arc<Store>) -> Result<JobsCollector, prometheus::Error> {
+        let descs = [
+            (names::NCCL_SETTING_CONFLICT, CONFLICT_HELP),
+            (names::JOB_RANKS, RANKS_HELP),
+        ]
+        .iter()
+        .map(|(n, h)| Desc::new(n.to_string(), h.to_string(), vec![], HashMap::new()))
+        .collect::<Result<Vec<_>, _>>()?;
+        Ok(JobsCollector { store, descs })
+    }
+}
+
+impl Collector for JobsCollector {
+    fn desc(&self) -> Vec<&Desc> {
+        self.descs.iter().collect()
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        let mut conflicts = family(names::NCCL_SETTING_CONFLICT, CONFLICT_HELP);
+        let mut ranks = family(names::JOB_RANKS, RANKS_HELP);
+        for (node, list) in self.store.node_jobs(now_unix_ns()) {
+            for j in &list.jobs {
+                ranks.mut_metric().push(gauge(
+                    vec![label("job", &j.id), label("node", &node)],
+                    j.ranks.len() as f64,
+                ));
+                // One series per (setting, kind): the agent reports each setting once per job.
+                let mut seen: Vec<(&str, &str)> = Vec::new();
+                for c in &j.conflicts {
+                    if seen.contains(&(c.setting.as_str(), c.kind.as_str())) {
+                        continue;
+                    }
+                    seen.push((&c.setting, &c.kind));
+                    conflicts.mut_metric().push(gauge(
+                        vec![
+                            label("job", &j.id),
+                            label("kind", &c.kind),
+                            label("node", &node),
+                            label("setting", &c.setting),
+                        ],
+                        1.0,
+                    ));
+                }
+            }
+        }
+        [conflicts, ranks]
+            .into_iter()
+            .filter(|f| !f.get_metric().is_empty())
+            .collect()
+    }
+}
