@@ -81,10 +81,10 @@ pub struct CollectorHandle {
     expiry: JoinHandle<()>,
     analysis: analysis::AnalysisHandle,
     analysis_task: JoinHandle<()>,
-    writer: Option<JoinHandle<()>>,
-    steps: Arc<steps::StepStore>,
     /// Feeds the merged job lists to the analysis.
     jobs_feed: JoinHandle<()>,
+    writer: Option<JoinHandle<()>>,
+    steps: Arc<steps::StepStore>,
     /// The step engine (`None` when `steps_interval` is 0).
     step_engine: Option<JoinHandle<()>>,
 }
@@ -115,13 +115,13 @@ impl CollectorHandle {
         &self.steps
     }
 
-    /// Same data as `GET /api/v1/nodes`.
-    pub fn snapshot_nodes(&self) -> Vec<NodeView> {
     /// Same data as `GET /api/v1/jobs`.
     pub fn snapshot_jobs(&self) -> Vec<export::jobs::JobView> {
         export::jobs::job_views(&self.store, Some(&self.analysis))
     }
 
+    /// Same data as `GET /api/v1/nodes`.
+    pub fn snapshot_nodes(&self) -> Vec<NodeView> {
         export::api::node_views(&self.store)
     }
 
@@ -156,9 +156,9 @@ impl CollectorHandle {
             mut http,
             expiry,
             analysis_task,
+            jobs_feed,
             writer,
             step_engine,
-            jobs_feed,
             ..
         } = self;
         if let Some(e) = step_engine {
@@ -183,9 +183,9 @@ impl CollectorHandle {
         }
         expiry.abort();
         analysis_task.abort();
+        jobs_feed.abort();
         if let Some(w) = writer {
             let abort = w.abort_handle();
-        jobs_feed.abort();
             if tokio::time::timeout(SHUTDOWN_GRACE, w).await.is_err() {
                 warn!("persistence writer did not finish within the grace period; aborted");
                 abort.abort();
@@ -204,9 +204,9 @@ impl CollectorHandle {
         self.http.abort();
         self.expiry.abort();
         self.analysis_task.abort();
+        self.jobs_feed.abort();
         if let Some(e) = &self.step_engine {
             e.abort();
-        self.jobs_feed.abort();
         }
         self.shutdown_tx.send_replace(true);
     }
@@ -302,8 +302,6 @@ fn replay(
     (n_hellos, n_batches)
 }
 
-/// Starts the collector: opens and replays the state directory (if any), binds both listeners (port 0
-/// allowed), and spawns the gRPC and HTTP servers and the node-expiry sweep.
 /// Restores each node's persisted job list when the node's current instance (after [`replay`]) is the one
 /// that sent it. Returns how many were restored.
 fn replay_jobs(store: &Store, rows: Vec<persist::PersistedJobs>, health: &Health) -> usize {
@@ -337,6 +335,8 @@ fn replay_jobs(store: &Store, rows: Vec<persist::PersistedJobs>, health: &Health
     n
 }
 
+/// Starts the collector: opens and replays the state directory (if any), binds both listeners (port 0
+/// allowed), and spawns the gRPC and HTTP servers and the node-expiry sweep.
 pub async fn start(config: CollectorConfig) -> Result<CollectorHandle, CollectorError> {
     config.validate()?;
     let health = Health::new()?;
@@ -446,6 +446,26 @@ pub async fn start(config: CollectorConfig) -> Result<CollectorHandle, Collector
             analysis.clone(),
         )?))?;
     let router = router.merge(export::findings::router(analysis.clone()));
+    health
+        .registry
+        .register(Box::new(export::jobs::JobsCollector::new(store.clone())?))?;
+    let router = router.merge(export::jobs::router(store.clone(), analysis.clone()));
+    // The analysis rules see the merged job lists: again on every change, and every second so that the jobs
+    // of expired nodes drop out.
+    let jobs_store = store.clone();
+    let jobs_analysis = analysis.clone();
+    let jobs_feed = tokio::spawn(async move {
+        let mut changed = jobs_store.jobs_changed();
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            jobs_analysis.set_jobs(export::jobs::job_inputs(&jobs_store));
+            tokio::select! {
+                r = changed.changed() => if r.is_err() { break },
+                _ = tick.tick() => {}
+            }
+        }
+    });
     // The rules read each node's recent steps (up to the 64 newest) from the step engine.
     let provider_steps = step_store.clone();
     analysis.set_steps_provider(Arc::new(move |node: &str| {
@@ -475,26 +495,6 @@ pub async fn start(config: CollectorConfig) -> Result<CollectorHandle, Collector
                 info!(nodes = n, "expired stale nodes");
             }
         }
-    health
-        .registry
-        .register(Box::new(export::jobs::JobsCollector::new(store.clone())?))?;
-    let router = router.merge(export::jobs::router(store.clone(), analysis.clone()));
-    // The analysis rules see the merged job lists: again on every change, and every second so that the jobs
-    // of expired nodes drop out.
-    let jobs_store = store.clone();
-    let jobs_analysis = analysis.clone();
-    let jobs_feed = tokio::spawn(async move {
-        let mut changed = jobs_store.jobs_changed();
-        let mut tick = tokio::time::interval(Duration::from_secs(1));
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            jobs_analysis.set_jobs(export::jobs::job_inputs(&jobs_store));
-            tokio::select! {
-                r = changed.changed() => if r.is_err() { break },
-                _ = tick.tick() => {}
-            }
-        }
-    });
     });
     let step_engine = (!config.steps_interval.is_zero())
         .then(|| steps::engine::spawn(store.clone(), step_store.clone(), config.steps_interval));
@@ -510,9 +510,9 @@ pub async fn start(config: CollectorConfig) -> Result<CollectorHandle, Collector
         expiry,
         analysis,
         analysis_task,
+        jobs_feed,
         writer,
         steps: step_store,
         step_engine,
     })
 }
-        jobs_feed,

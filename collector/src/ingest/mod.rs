@@ -306,25 +306,6 @@ impl StreamTask<'_> {
                             }
                             let inv = Inventory::try_from(pb_inv)?;
                             inv.check_limits(&cfg.limits)?;
-                            {
-                                let mut n = node.lock();
-                                if !n.is_current(self.conn_id) {
-                                    return Err(superseded(&hello.node));
-                                }
-                                n.apply_inventory(&inv, &cfg.limits)?;
-                                n.touch(now);
-                            }
-                            if let (Some(p), Some(h)) = (&self.shared.persist, &current_hello) {
-                                p.hello(&hello.node, hello.instance_id, now, h.encode_to_vec()).await;
-                            }
-                            debug!(node = %hello.node, links = inv.links.len(), series = inv.series.len(), "inventory update");
-                        }
-                        Some(Msg::Batch(b)) => {
-                            let started = Instant::now();
-                            let payload = self.shared.persist.as_ref().map(|_| b.encode_to_vec());
-                            let batch = match Batch::try_from(b) {
-                                Ok(b) => b,
-                                Err(e) => {
                             // The job list is validated whole before anything is applied.
                             let jobs_payload = match (&self.shared.persist, &u.jobs) {
                                 (Some(_), Some(j)) => Some(j.encode_to_vec()),
@@ -339,29 +320,48 @@ impl StreamTask<'_> {
                                 None => None,
                             };
                             let job_counts = jobs.as_ref().map(|l| (l.jobs.len(), l.rank_count()));
-                                    self.shared.health.batches.with_label_values(&["rejected"]).inc();
-                                    return Err(e.into());
-                                }
-                            };
-                            let (outcome, was_stale) = {
+                            {
                                 let mut n = node.lock();
+                                if !n.is_current(self.conn_id) {
+                                    return Err(superseded(&hello.node));
+                                }
+                                n.apply_inventory(&inv, &cfg.limits)?;
                                 if let Some(l) = jobs {
                                     n.set_jobs(l);
                                 }
-                                if !n.is_current(self.conn_id) {
-                                    return Err(superseded(&hello.node));
+                                n.touch(now);
+                            }
                             if job_counts.is_some() {
                                 self.shared.store.note_jobs_changed();
                             }
-                                }
-                                let was_stale = now - n.last_seen_unix_ns() > expiry_ns;
-                                (n.apply_batch(&batch, now, &mut scratch), was_stale)
+                            if let (Some(p), Some(h)) = (&self.shared.persist, &current_hello) {
+                                p.hello(&hello.node, hello.instance_id, now, h.encode_to_vec()).await;
+                            }
                             if let (Some(p), Some(payload)) = (&self.shared.persist, jobs_payload) {
                                 p.jobs(&hello.node, hello.instance_id, now, payload).await;
                             }
                             if let Some((jobs, ranks)) = job_counts {
                                 debug!(node = %hello.node, jobs, ranks, "job list replaced");
                             }
+                            debug!(node = %hello.node, links = inv.links.len(), series = inv.series.len(), "inventory update");
+                        }
+                        Some(Msg::Batch(b)) => {
+                            let started = Instant::now();
+                            let payload = self.shared.persist.as_ref().map(|_| b.encode_to_vec());
+                            let batch = match Batch::try_from(b) {
+                                Ok(b) => b,
+                                Err(e) => {
+                                    self.shared.health.batches.with_label_values(&["rejected"]).inc();
+                                    return Err(e.into());
+                                }
+                            };
+                            let (outcome, was_stale) = {
+                                let mut n = node.lock();
+                                if !n.is_current(self.conn_id) {
+                                    return Err(superseded(&hello.node));
+                                }
+                                let was_stale = now - n.last_seen_unix_ns() > expiry_ns;
+                                (n.apply_batch(&batch, now, &mut scratch), was_stale)
                             };
                             if was_stale {
                                 self.shared.store.ensure_present(&node);
