@@ -3,6 +3,11 @@
 //! `cargo bench -p commwatch-collector --bench ingest` (env: `AGENTS` (default 100), `SERIES` per agent (1000),
 //! `TICKS` per batch (5), `SECS` measured (10), `MEM_SERIES` for the memory phase (2000)).
 //!
+//! The throughput phase runs twice in one run: with the step engine off (`steps_interval = 0`) and with it on
+//! (the default 500 ms), so the engine's cost on ingest is read from one run. The byte counters carry a
+//! step-periodic burst (7 of every 14 ticks), so the engine infers steps and computes per-step figures for
+//! every link while ingest runs.
+//!
 //! The collector runs on a *current-thread* tokio runtime in its own OS thread, so it uses at most one core;
 //! the fake agents run on a separate multi-thread runtime (they compete for the remaining cores).
 
@@ -99,7 +104,15 @@ fn batch(seq: u64, first_tick: u64, ticks: u64, series: u32) -> pb::SampleBatch 
         b.tick_lengths.push(series);
         for id in 1..=series {
             b.series_ids.push(id);
-            b.values.push(t * 1_000_000 + u64::from(id));
+            b.values.push(match (id - 1) % 10 {
+                // tx_bytes / rx_bytes: 100 MB per tick in 7 of every 14 ticks, 50 kB per tick always.
+                0 | 1 => {
+                    (t / 14) * 7 * 100_000_000
+                        + (t % 14).saturating_sub(7) * 100_000_000
+                        + t * 50_000
+                }
+                _ => t * 1_000_000 + u64::from(id),
+            });
         }
     }
     b
@@ -146,20 +159,29 @@ async fn agent(
     seq
 }
 
-fn main() {
-    let agents = env("AGENTS", 100);
-    let series = env("SERIES", 1000) as u32;
-    let ticks = env("TICKS", 5);
-    let secs = env("SECS", 10);
-    let mem_series = env("MEM_SERIES", 2000) as u32;
+/// A collector on a current-thread runtime in its own OS thread.
+struct Running {
+    addr: std::net::SocketAddr,
+    samples: Arc<AtomicU64>,
+    store_bytes: Arc<AtomicU64>,
+    steps: Arc<AtomicU64>,
+    quit: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
+}
 
-    // Collector: one current-thread runtime in its own thread.
+fn start_collector(steps_interval: Duration) -> Running {
     let (addr_tx, addr_rx) = std::sync::mpsc::channel();
     let samples = Arc::new(AtomicU64::new(0));
     let store_bytes = Arc::new(AtomicU64::new(0));
+    let steps = Arc::new(AtomicU64::new(0));
     let quit = Arc::new(AtomicBool::new(false));
-    let (s2, b2, q2) = (samples.clone(), store_bytes.clone(), quit.clone());
-    let collector = std::thread::spawn(move || {
+    let (s2, b2, st2, q2) = (
+        samples.clone(),
+        store_bytes.clone(),
+        steps.clone(),
+        quit.clone(),
+    );
+    let thread = std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -168,6 +190,7 @@ fn main() {
             let cfg = CollectorConfig {
                 grpc_listen: "127.0.0.1:0".parse().unwrap(),
                 http_listen: "127.0.0.1:0".parse().unwrap(),
+                steps_interval,
                 ..CollectorConfig::default()
             };
             let h = start(cfg).await.expect("collector");
@@ -176,6 +199,14 @@ fn main() {
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 s2.store(h.ingest_stats().samples, Ordering::Relaxed);
                 b2.store(h.store().memory().bytes as u64, Ordering::Relaxed);
+                let n: u64 = h
+                    .steps()
+                    .node_names()
+                    .iter()
+                    .filter_map(|n| h.steps().steps_total(n))
+                    .map(|(m, i)| m + i)
+                    .sum();
+                st2.store(n, Ordering::Relaxed);
             }
             let m = h.store().memory();
             println!(
@@ -189,13 +220,27 @@ fn main() {
         });
     });
     let addr = addr_rx.recv().unwrap();
-    let agents_rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    Running {
+        addr,
+        samples,
+        store_bytes,
+        steps,
+        quit,
+        thread,
+    }
+}
 
-    // Phase 1: throughput.
+/// Throughput phase against `c`: samples/s over `secs` after a 2 s warm-up.
+fn throughput(
+    c: &Running,
+    agents_rt: &tokio::runtime::Runtime,
+    agents: u64,
+    series: u32,
+    ticks: u64,
+    secs: u64,
+    label: &str,
+) -> f64 {
+    let addr = c.addr;
     let stop = Arc::new(AtomicBool::new(false));
     let tasks: Vec<_> = (0..agents)
         .map(|i| {
@@ -209,9 +254,17 @@ fn main() {
         })
         .collect();
     std::thread::sleep(Duration::from_secs(2)); // warm-up: connects, hellos, ring growth
-    let (s0, t0) = (samples.load(Ordering::Relaxed), Instant::now());
+    let (s0, st0, t0) = (
+        c.samples.load(Ordering::Relaxed),
+        c.steps.load(Ordering::Relaxed),
+        Instant::now(),
+    );
     std::thread::sleep(Duration::from_secs(secs));
-    let (s1, dt) = (samples.load(Ordering::Relaxed), t0.elapsed());
+    let (s1, st1, dt) = (
+        c.samples.load(Ordering::Relaxed),
+        c.steps.load(Ordering::Relaxed),
+        t0.elapsed(),
+    );
     stop.store(true, Ordering::Relaxed);
     let sent: u64 = agents_rt.block_on(async {
         let mut n = 0;
@@ -222,12 +275,59 @@ fn main() {
     });
     let rate = (s1 - s0) as f64 / dt.as_secs_f64();
     println!(
-        "throughput: {agents} agents x {series} series, {ticks} ticks/batch: {:.2} M samples/s \
-         ({:.0} batches/s, {sent} batches sent) over {:.1} s",
+        "throughput ({label}): {agents} agents x {series} series, {ticks} ticks/batch: {:.2} M samples/s \
+         ({:.0} batches/s, {sent} batches sent, {} steps found) over {:.1} s",
         rate / 1e6,
         rate / (series as f64 * ticks as f64),
+        st1 - st0,
         dt.as_secs_f64()
     );
+    rate
+}
+
+fn main() {
+    let agents = env("AGENTS", 100);
+    let series = env("SERIES", 1000) as u32;
+    let ticks = env("TICKS", 5);
+    let secs = env("SECS", 10);
+    let mem_series = env("MEM_SERIES", 2000) as u32;
+    let agents_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+
+    // Phase 1: throughput, step engine off, then on (fresh collectors).
+    let off = start_collector(Duration::ZERO);
+    let rate_off = throughput(
+        &off,
+        &agents_rt,
+        agents,
+        series,
+        ticks,
+        secs,
+        "step engine off",
+    );
+    off.quit.store(true, Ordering::Relaxed);
+    off.thread.join().unwrap();
+    let c = start_collector(Duration::from_millis(500));
+    let rate_on = throughput(
+        &c,
+        &agents_rt,
+        agents,
+        series,
+        ticks,
+        secs,
+        "step engine on",
+    );
+    println!(
+        "step engine cost on ingest: {:+.1}% ({:.2} vs {:.2} M samples/s)",
+        (rate_on / rate_off - 1.0) * 100.0,
+        rate_on / 1e6,
+        rate_off / 1e6
+    );
+    let (addr, samples, store_bytes, quit, collector) =
+        (c.addr, c.samples, c.store_bytes, c.quit, c.thread);
 
     // Phase 2: memory per series at the default retention (10 min at 20 Hz = 12000 samples per series).
     let rss0 = rss_bytes();
