@@ -50,6 +50,19 @@ impl Default for Limits {
     }
 }
 
+/// TLS of the gRPC ingest listener.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// PEM certificate chain of the collector.
+    pub cert_file: PathBuf,
+    /// PEM private key of the collector.
+    pub key_file: PathBuf,
+    /// PEM CA bundle: when set, mutual TLS — only agents whose client certificate chains to it are accepted,
+    /// and an agent may only report as a node named in its certificate (common name or DNS name).
+    pub client_ca_file: Option<PathBuf>,
+}
+
 /// Everything `commwatch collector` runs with.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -74,6 +87,10 @@ pub struct CollectorConfig {
     /// How often the step engine extends every node's step history (`"500ms"`); `"0s"` turns steps off.
     #[serde(with = "humantime_serde_compat")]
     pub steps_interval: Duration,
+    /// TLS (and optionally mutual TLS) on the gRPC listener; `None` is plain text.
+    pub tls: Option<TlsConfig>,
+    /// File holding the bearer token agents must present (`authorization: Bearer …`); `None` = no token.
+    pub token_file: Option<PathBuf>,
 }
 
 impl Default for CollectorConfig {
@@ -88,6 +105,8 @@ impl Default for CollectorConfig {
             fast_period_ms: 0,
             slow_period_ms: 0,
             steps_interval: Duration::from_millis(500),
+            tls: None,
+            token_file: None,
         }
     }
 }
@@ -166,6 +185,11 @@ impl CollectorConfig {
         if let Some(dir) = &self.state_dir {
             if dir.as_os_str().is_empty() {
                 return bad("state_dir", "must not be empty");
+            }
+        }
+        if let Some(t) = &self.tls {
+            if t.cert_file.as_os_str().is_empty() || t.key_file.as_os_str().is_empty() {
+                return bad("tls", "cert_file and key_file are required");
             }
         }
         Ok(())

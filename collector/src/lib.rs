@@ -33,7 +33,7 @@ use tokio::task::JoinHandle;
 use tokio_stream::wrappers::TcpListenerStream;
 use tracing::{error, info, warn};
 
-pub use config::{CollectorConfig, ConfigError, Limits};
+pub use config::{CollectorConfig, ConfigError, Limits, TlsConfig};
 pub use export::health::IngestStats;
 pub use store::{LinkView, NodeView, Store, StoreMemory};
 
@@ -64,6 +64,8 @@ pub enum CollectorError {
     Metrics(#[from] prometheus::Error),
     #[error(transparent)]
     Analysis(#[from] analysis::history::HistoryError),
+    #[error(transparent)]
+    Auth(ingest::auth::AuthError),
 }
 
 /// A running collector. Dropping it leaves the servers running until the runtime ends; call
@@ -172,6 +174,10 @@ impl CollectorHandle {
             _ = &mut http => { shutdown_tx.send_replace(true); }
         }
         for (name, task) in [("grpc", grpc), ("http", http)] {
+            // A server that ended in the select above has been polled to completion: polling it again panics.
+            if task.is_finished() {
+                continue;
+            }
             let abort = task.abort_handle();
             if tokio::time::timeout(SHUTDOWN_GRACE, task).await.is_err() {
                 warn!(
@@ -338,6 +344,15 @@ fn replay_jobs(store: &Store, rows: Vec<persist::PersistedJobs>, health: &Health
 /// Starts the collector: opens and replays the state directory (if any), binds both listeners (port 0
 /// allowed), and spawns the gRPC and HTTP servers and the node-expiry sweep.
 pub async fn start(config: CollectorConfig) -> Result<CollectorHandle, CollectorError> {
+    // Authentication material first: a bad file fails the start before anything listens.
+    let token = match &config.token_file {
+        Some(p) => Some(ingest::auth::load_token(p).map_err(CollectorError::Auth)?),
+        None => None,
+    };
+    let server_tls = match &config.tls {
+        Some(tls) => Some(ingest::auth::server_tls(tls).map_err(CollectorError::Auth)?),
+        None => None,
+    };
     config.validate()?;
     let health = Health::new()?;
     let store = Arc::new(Store::new(
@@ -410,11 +425,29 @@ pub async fn start(config: CollectorConfig) -> Result<CollectorHandle, Collector
         next_conn: AtomicU64::new(1),
         shutdown: shutdown_rx.clone(),
     });
-    let service = pb::ingest_server::IngestServer::new(IngestService::new(shared))
-        .max_decoding_message_size(config.limits.max_batch_bytes);
+    let service = tonic::service::interceptor::InterceptedService::new(
+        pb::ingest_server::IngestServer::new(IngestService::new(shared))
+            .max_decoding_message_size(config.limits.max_batch_bytes),
+        move |req: tonic::Request<()>| match &token {
+            Some(t) => ingest::auth::check_token(t, &req).map(|()| req),
+            None => Ok(req),
+        },
+    );
+    let mut builder = tonic::transport::Server::builder();
+    match server_tls {
+        Some(tls) => {
+            builder = builder
+                .tls_config(tls)
+                .map_err(|e| CollectorError::Auth(ingest::auth::AuthError::Tls(e.to_string())))?;
+        }
+        None if !config.grpc_listen.ip().is_loopback() => {
+            warn!(grpc_listen = %config.grpc_listen, "gRPC ingest is plain text on a non-loopback address: configure [tls] (and client_ca_file for mutual TLS) or token_file");
+        }
+        None => {}
+    }
     let mut stop = shutdown_rx.clone();
     let grpc = tokio::spawn(async move {
-        let result = tonic::transport::Server::builder()
+        let result = builder
             .http2_keepalive_interval(Some(Duration::from_secs(30)))
             .http2_keepalive_timeout(Some(Duration::from_secs(10)))
             .add_service(service)

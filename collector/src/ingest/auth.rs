@@ -38,7 +38,10 @@ fn read(what: &'static str, path: &Path) -> Result<Vec<u8>, AuthError> {
 
 /// Builds tonic's server TLS configuration from the config's files.
 pub fn server_tls(cfg: &crate::config::TlsConfig) -> Result<ServerTlsConfig, AuthError> {
-    let identity = Identity::from_pem(read("TLS certificate", &cfg.cert_file)?, read("TLS key", &cfg.key_file)?);
+    let identity = Identity::from_pem(
+        read("TLS certificate", &cfg.cert_file)?,
+        read("TLS key", &cfg.key_file)?,
+    );
     let mut tls = ServerTlsConfig::new().identity(identity);
     if let Some(ca) = &cfg.client_ca_file {
         tls = tls.client_ca_root(Certificate::from_pem(read("client CA", ca)?));
@@ -48,7 +51,9 @@ pub fn server_tls(cfg: &crate::config::TlsConfig) -> Result<ServerTlsConfig, Aut
 
 /// Reads the token file (trailing whitespace trimmed).
 pub fn load_token(path: &Path) -> Result<Arc<str>, AuthError> {
-    let text = String::from_utf8_lossy(&read("token file", path)?).trim().to_string();
+    let text = String::from_utf8_lossy(&read("token file", path)?)
+        .trim()
+        .to_string();
     if text.is_empty() {
         return Err(AuthError::EmptyToken(path.to_path_buf()));
     }
@@ -104,11 +109,16 @@ mod tests {
     fn token_comparison() {
         let mut r = Request::new(());
         assert!(check_token("s3cret", &r).is_err());
-        r.metadata_mut().insert("authorization", "Bearer s3cret".parse().unwrap());
+        r.metadata_mut()
+            .insert("authorization", "Bearer s3cret".parse().unwrap());
         assert!(check_token("s3cret", &r).is_ok());
         assert!(check_token("s3creT", &r).is_err());
         assert!(check_token("s3cret-longer", &r).is_err());
-        r.metadata_mut().insert("authorization", "Basic s3cret".parse().unwrap());
-        assert_eq!(check_token("s3cret", &r).unwrap_err().code(), tonic::Code::Unauthenticated);
+        r.metadata_mut()
+            .insert("authorization", "Basic s3cret".parse().unwrap());
+        assert_eq!(
+            check_token("s3cret", &r).unwrap_err().code(),
+            tonic::Code::Unauthenticated
+        );
     }
 }

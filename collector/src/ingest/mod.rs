@@ -8,6 +8,7 @@
 //! coalesced: at most one per [`ACK_INTERVAL`] per stream, sent within that interval of the batch becoming
 //! durable. A malformed message fails that stream only; a newer stream claiming the same node closes the older.
 
+pub mod auth;
 pub mod domain;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -64,6 +65,7 @@ impl pb::ingest_server::Ingest for IngestService {
         request: Request<Streaming<pb::AgentMessage>>,
     ) -> Result<Response<Self::StreamStream>, Status> {
         let peer = request.remote_addr();
+        let identities = auth::identities(&request);
         let inbound = request.into_inner();
         let (tx, rx) = mpsc::channel(16);
         let shared = self.shared.clone();
@@ -76,6 +78,7 @@ impl pb::ingest_server::Ingest for IngestService {
                 conn_id,
                 node: None,
                 node_name: String::new(),
+                identities,
             };
             let end = s.run(inbound).await;
             if let Some(node) = &s.node {
@@ -123,6 +126,8 @@ struct StreamTask<'a> {
     conn_id: u64,
     node: Option<NodeRef>,
     node_name: String,
+    /// Names the agent's client certificate vouches for (mutual TLS); `None` without a client certificate.
+    identities: Option<Vec<String>>,
 }
 
 fn ack(seq: u64) -> pb::CollectorMessage {
@@ -199,6 +204,20 @@ impl StreamTask<'_> {
         let mut current_hello = self.shared.persist.as_ref().map(|_| hello_pb.clone());
         let hello = Hello::try_from(hello_pb)?;
         self.node_name = hello.node.clone();
+        if let Some(ids) = &self.identities {
+            if !ids.iter().any(|n| n == &hello.node) {
+                self.shared
+                    .health
+                    .rejected_streams
+                    .with_label_values(&["identity"])
+                    .inc();
+                warn!(node = %hello.node, certificate = ?ids, "agent reported as a node its certificate does not name");
+                return Err(End::Status(Status::permission_denied(format!(
+                    "the client certificate does not name node {:?}",
+                    hello.node
+                ))));
+            }
+        }
         hello.inventory.check_limits(&self.shared.config.limits)?;
         let (close_tx, mut close_rx) = oneshot::channel();
         let out = self
