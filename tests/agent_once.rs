@@ -83,7 +83,17 @@ fn once_on_the_h100_tree_reports_every_port_with_values_from_the_files() {
     assert!(samples
         .iter()
         .any(|s| s["metric"] == "cpu_utilization_ratio"));
-    assert_eq!(doc["jobs"].as_array().map(|j| j.len()), Some(0));
+    // The inventory as the collector receives it: the same links (without byte figures) and every series.
+    let inv_links = doc["inventory"]["links"].as_array().unwrap();
+    assert_eq!(inv_links.len(), links.len());
+    assert!(inv_links.iter().all(|l| l.get("tx_bytes_total").is_none()));
+    let series = doc["inventory"]["series"].as_array().unwrap();
+    assert!(series.len() >= samples.len());
+    assert!(series.iter().any(|s| s["metric"] == "tx_bytes"
+        && s["device"] == "mlx5_0"
+        && s["tier"] == "fast"
+        && s["kind"] == "counter"));
+    assert!(doc["jobs"].is_array());
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! `commwatch agent --once`: samples every source once (two fast ticks, so rates exist, and one slow tick)
 //! and describes the node as one JSON document. This is how an operator checks a node and how tests check a
 //! source. The document's top-level keys are a contract: `node`, `agent_version`, `sysfs_root`,
-//! `procfs_root`, `warnings`, `sources`, `links`, `samples`, `jobs`, `errors`.
+//! `procfs_root`, `warnings`, `sources`, `inventory` (`links`, `series`), `links` (with byte totals and
+//! rates), `samples`, `jobs`, `errors`.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -172,6 +173,29 @@ pub fn run_once_with(config: &AgentConfig, extras: crate::AgentExtras) -> Json {
         "procfs_root": config.procfs_root,
         "warnings": crate::check_roots(config),
         "sources": sources,
+        // The inventory as the collector receives it: every link with its facts, and every series.
+        "inventory": {
+            "links": links.iter().map(|l| {
+                let mut l = l.clone();
+                if let Some(o) = l.as_object_mut() {
+                    o.retain(|k, _| !k.starts_with("tx_bytes") && !k.starts_with("rx_bytes"));
+                }
+                l
+            }).collect::<Vec<_>>(),
+            "series": inv.series.iter().map(|d| {
+                let link = sampler.link(d.link_id);
+                json!({
+                    "id": d.id,
+                    "metric": d.metric,
+                    "kind": if d.kind == pb::SeriesKind::Gauge as i32 { "gauge" } else { "counter" },
+                    "tier": if d.tier == 1 { "fast" } else { "slow" },
+                    "class": link.map(|l| class_name(l.class)),
+                    "device": link.map(|l| l.device.as_str()),
+                    "port": link.map(|l| l.port.as_str()),
+                    "labels": d.labels.iter().collect::<BTreeMap<_, _>>(),
+                })
+            }).collect::<Vec<_>>(),
+        },
         "links": links,
         "samples": samples,
         "jobs": serde_json::to_value(sampler.jobs()).unwrap_or_else(|_| json!([])),
