@@ -115,6 +115,82 @@ const FAMILIES: &[Family] = &[
         help: "Batches the agent dropped because its resend buffer overflowed.",
         kind: MetricType::COUNTER,
     },
+    // GPU series of the agent's nvml source (`names::gpu_family`); labels `node`, `gpu`.
+    Family {
+        name: names::GPU_UTILIZATION_RATIO,
+        help: "GPU utilisation: share of time a kernel was running (0..1).",
+        kind: MetricType::GAUGE,
+    },
+    Family {
+        name: names::GPU_MEMORY_UTILIZATION_RATIO,
+        help: "GPU memory controller utilisation (0..1).",
+        kind: MetricType::GAUGE,
+    },
+    Family {
+        name: names::GPU_SM_ACTIVITY_RATIO,
+        help: "Share of SMs active (0..1).",
+        kind: MetricType::GAUGE,
+    },
+    Family {
+        name: names::GPU_MEMORY_USED_BYTES,
+        help: "GPU memory in use.",
+        kind: MetricType::GAUGE,
+    },
+    Family {
+        name: names::GPU_PCIE_TRANSMIT_BYTES_PER_SECOND,
+        help: "PCIe transmit rate of the GPU.",
+        kind: MetricType::GAUGE,
+    },
+    Family {
+        name: names::GPU_PCIE_RECEIVE_BYTES_PER_SECOND,
+        help: "PCIe receive rate of the GPU.",
+        kind: MetricType::GAUGE,
+    },
+    Family {
+        name: names::GPU_NVLINK_TRANSMIT_BYTES_PER_SECOND,
+        help: "NVLink transmit rate of the GPU, all links.",
+        kind: MetricType::GAUGE,
+    },
+    Family {
+        name: names::GPU_NVLINK_RECEIVE_BYTES_PER_SECOND,
+        help: "NVLink receive rate of the GPU, all links.",
+        kind: MetricType::GAUGE,
+    },
+    Family {
+        name: names::GPU_PCIE_LINK_GENERATION,
+        help: "Current PCIe link generation of the GPU.",
+        kind: MetricType::GAUGE,
+    },
+    Family {
+        name: names::GPU_PCIE_LINK_GENERATION_MAX,
+        help: "Maximum PCIe link generation of the GPU.",
+        kind: MetricType::GAUGE,
+    },
+    Family {
+        name: names::GPU_PCIE_LINK_WIDTH,
+        help: "Current PCIe link width of the GPU (lanes).",
+        kind: MetricType::GAUGE,
+    },
+    Family {
+        name: names::GPU_PCIE_LINK_WIDTH_MAX,
+        help: "Maximum PCIe link width of the GPU (lanes).",
+        kind: MetricType::GAUGE,
+    },
+    Family {
+        name: names::GPU_PCIE_REPLAY_ERRORS_TOTAL,
+        help: "PCIe replay errors of the GPU.",
+        kind: MetricType::COUNTER,
+    },
+    Family {
+        name: names::GPU_POWER_WATTS,
+        help: "GPU power draw.",
+        kind: MetricType::GAUGE,
+    },
+    Family {
+        name: names::GPU_SM_CLOCK_HERTZ,
+        help: "GPU SM clock.",
+        kind: MetricType::GAUGE,
+    },
     Family {
         name: names::COLLECTOR_NODES,
         help: "Nodes held by the store.",
@@ -372,6 +448,14 @@ pub fn content_type() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_gpu_family_is_registered() {
+        // An unregistered family is dropped silently by `Builder::add`.
+        for n in names::ALL.iter().filter(|n| n.starts_with("commwatch_gpu_")) {
+            assert!(FAMILIES.iter().any(|f| f.name == *n), "{n} not in FAMILIES");
+        }
+    }
 
     #[test]
     fn link_up_states() {
