@@ -452,7 +452,10 @@ mod tests {
     #[test]
     fn every_gpu_family_is_registered() {
         // An unregistered family is dropped silently by `Builder::add`.
-        for n in names::ALL.iter().filter(|n| n.starts_with("commwatch_gpu_")) {
+        for n in names::ALL
+            .iter()
+            .filter(|n| n.starts_with("commwatch_gpu_"))
+        {
             assert!(FAMILIES.iter().any(|f| f.name == *n), "{n} not in FAMILIES");
         }
     }
