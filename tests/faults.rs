@@ -1,0 +1,707 @@
+//! Faults with real processes on loopback: an agent killed and restarted, a connection that stalls, a full disk
+//! under the collector's SQLite state, clock skew between agents, and HTTP clients that never read. Each test
+//! waits for conditions (never for the machine to be fast) and is bounded well under a minute.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream, UdpSocket};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// True rates of the simulated links, bytes/s.
+const TX: u64 = 2_000_000_000;
+const RX: u64 = 1_000_000_000;
+
+fn agent_metric(port: u16, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    metric(
+        &get_text(&format!("http://127.0.0.1:{port}/metrics"))?,
+        name,
+        labels,
+    )
+}
+
+fn collector_metric(http: u16, name: &str) -> Option<f64> {
+    metric(
+        &get_text(&format!("http://127.0.0.1:{http}/metrics"))?,
+        name,
+        &[],
+    )
+}
+
+/// `(tx rate, tx counter)` of the node's first HCA port as `/api/v1/nodes` shows it.
+fn hca(http: u16, node_name: &str) -> Option<(Option<f64>, Option<f64>)> {
+    let nodes = get_json(&format!("http://127.0.0.1:{http}/api/v1/nodes"))?;
+    let l = link(node(&nodes, node_name)?, "infiniband", "mlx5_0", "1")?;
+    Some((
+        l["tx_bytes_per_second"].as_f64(),
+        l["tx_bytes_total"].as_f64(),
+    ))
+}
+
+fn free_udp_port() -> u16 {
+    UdpSocket::bind("127.0.0.1:0")
+        .and_then(|s| s.local_addr())
+        .map(|a| a.port())
+        .expect("free udp port")
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Agent killed and restarted.
+
+#[test]
+fn sigkilled_agent_restarts_without_a_rate_spike() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster =
+        commwatch_sim::Cluster::constant(&dir.path().join("trees"), 1, 1, TX, RX).unwrap();
+    let roots = cluster.node_roots();
+    let _updater = cluster.spawn_updater(Duration::from_millis(5));
+    let (grpc, http) = (free_port(), free_port());
+    let collector = collector(dir.path(), "collector", grpc, http, &[]);
+    let (name, root) = &roots[0];
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut first = agent(dir.path(), name, root, grpc, &["--http-listen", &listen]);
+    let up = wait_for(Duration::from_secs(30), || hca(http, name)?.0.map(|_| ()));
+    assert!(up.is_some(), "no rate\n{}", first.log_text());
+
+    // Sample the API at ~5 Hz from before the kill until well after the restart.
+    let stop = Arc::new(AtomicBool::new(false));
+    let sampler = {
+        let stop = stop.clone();
+        let name = name.clone();
+        std::thread::spawn(move || {
+            let mut seen = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                if let Some(v) = hca(http, &name) {
+                    seen.push(v);
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            seen
+        })
+    };
+    std::thread::sleep(Duration::from_secs(2));
+    first.kill();
+    std::thread::sleep(Duration::from_secs(1));
+    let port2 = free_port();
+    let listen2 = format!("127.0.0.1:{port2}");
+    let second = agent(dir.path(), name, root, grpc, &["--http-listen", &listen2]);
+    let streaming = wait_for(Duration::from_secs(30), || {
+        (agent_metric(port2, "commwatch_agent_acked_sequence", &[])? >= 12.0).then_some(())
+    });
+    assert!(
+        streaming.is_some(),
+        "restarted agent not acked\n{}\n{}",
+        second.log_text(),
+        collector.log_text()
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    stop.store(true, Ordering::Relaxed);
+    let seen = sampler.join().unwrap();
+
+    let rates: Vec<f64> = seen.iter().filter_map(|(r, _)| *r).collect();
+    eprintln!(
+        "{} readings, {} with a rate; min {:.4e} max {:.4e}",
+        seen.len(),
+        rates.len(),
+        rates.iter().cloned().fold(f64::MAX, f64::min),
+        rates.iter().cloned().fold(f64::MIN, f64::max)
+    );
+    assert!(seen.len() >= 15, "too few readings: {seen:?}");
+    for (rate, _) in &seen {
+        if let Some(r) = rate {
+            assert!(
+                (r / TX as f64 - 1.0).abs() < 0.05,
+                "rate {r} across the restart (true {TX}); all: {seen:?}"
+            );
+        }
+    }
+    // The counter as exported continues: never backwards.
+    let totals: Vec<f64> = seen.iter().filter_map(|(_, t)| *t).collect();
+    assert!(
+        totals.windows(2).all(|w| w[1] >= w[0]),
+        "counter went backwards: {totals:?}"
+    );
+    // And rates came back after the restart (the last readings are the new instance's).
+    assert!(
+        seen.iter().rev().take(3).all(|(r, _)| r.is_some()),
+        "no rate after restart: {seen:?}"
+    );
+    let text = get_text(&format!("http://127.0.0.1:{http}/metrics")).unwrap();
+    assert_eq!(
+        metric(&text, "commwatch_collector_gap_batches_total", &[]).unwrap_or(0.0),
+        0.0
+    );
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// A connection that stalls.
+
+/// A TCP proxy that forwards while `forward` is true and otherwise holds every byte (sockets stay open).
+struct StallProxy {
+    port: u16,
+    forward: Arc<AtomicBool>,
+}
+
+impl StallProxy {
+    fn start(upstream: u16) -> StallProxy {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind proxy");
+        let port = listener.local_addr().unwrap().port();
+        let forward = Arc::new(AtomicBool::new(true));
+        let fwd = forward.clone();
+        std::thread::spawn(move || {
+            for down in listener.incoming().flatten() {
+                let Ok(up) = TcpStream::connect(("127.0.0.1", upstream)) else {
+                    continue;
+                };
+                let _ = up.set_nodelay(true);
+                let _ = down.set_nodelay(true);
+                for (from, to) in [
+                    (down.try_clone(), up.try_clone()),
+                    (up.try_clone(), down.try_clone()),
+                ] {
+                    let (Ok(from), Ok(to)) = (from, to) else {
+                        continue;
+                    };
+                    let fwd = fwd.clone();
+                    std::thread::spawn(move || pump(from, to, &fwd));
+                }
+            }
+        });
+        StallProxy { port, forward }
+    }
+}
+
+fn pump(mut from: TcpStream, mut to: TcpStream, forward: &AtomicBool) {
+    let hold = || {
+        while !forward.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        hold();
+        let n = match from.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        hold();
+        if to.write_all(&buf[..n]).is_err() {
+            break;
+        }
+    }
+    let _ = to.shutdown(std::net::Shutdown::Write);
+}
+
+#[test]
+fn stalled_connection_is_detected_and_every_batch_arrives() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster =
+        commwatch_sim::Cluster::constant(&dir.path().join("trees"), 1, 1, TX, RX).unwrap();
+    let roots = cluster.node_roots();
+    let _updater = cluster.spawn_updater(Duration::from_millis(5));
+    let (grpc, http) = (free_port(), free_port());
+    let collector = collector(dir.path(), "collector", grpc, http, &[]);
+    let proxy = StallProxy::start(grpc);
+    let config = dir.path().join("agent.toml");
+    std::fs::write(&config, "ack_timeout = \"1s\"\nbackoff_max = \"1s\"\n").unwrap();
+    let (name, root) = &roots[0];
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let cfg = config.display().to_string();
+    let agent = agent(
+        dir.path(),
+        name,
+        root,
+        proxy.port,
+        &["--http-listen", &listen, "--config", &cfg],
+    );
+    let m = |name: &str| agent_metric(port, name, &[]);
+    let acked = wait_for(Duration::from_secs(30), || {
+        m("commwatch_agent_acked_sequence").filter(|s| *s >= 8.0)
+    })
+    .unwrap_or_else(|| panic!("no acks through the proxy\n{}", agent.log_text()));
+
+    proxy.forward.store(false, Ordering::Relaxed);
+    // The agent buffers and notices the stall (no ack within ack_timeout).
+    let stalled = wait_for(Duration::from_secs(20), || {
+        let buffered = m("commwatch_agent_buffer_batches")?;
+        let stalls = agent_metric(
+            port,
+            "commwatch_agent_disconnects_total",
+            &[("cause", "stalled")],
+        )?;
+        (buffered >= 8.0 && stalls >= 1.0).then_some(buffered)
+    });
+    assert!(
+        stalled.is_some(),
+        "no stall detected or nothing buffered\n{}",
+        agent.log_text()
+    );
+    let acked_in_stall = m("commwatch_agent_acked_sequence").unwrap();
+
+    proxy.forward.store(true, Ordering::Relaxed);
+    // It reconnects, resends, and the buffer drains.
+    let recovered = wait_for(Duration::from_secs(30), || {
+        let a = m("commwatch_agent_acked_sequence")?;
+        let b = m("commwatch_agent_buffer_batches")?;
+        (a >= acked_in_stall + 8.0 && b <= 4.0).then_some(a)
+    });
+    assert!(
+        recovered.is_some(),
+        "did not recover after the stall\n{}\n{}",
+        agent.log_text(),
+        collector.log_text()
+    );
+    assert!(acked_in_stall >= acked);
+    assert!(m("commwatch_agent_resent_batches_total").unwrap() >= 1.0);
+    assert_eq!(m("commwatch_agent_dropped_batches_total"), Some(0.0));
+    let text = get_text(&format!("http://127.0.0.1:{http}/metrics")).unwrap();
+    assert_eq!(
+        metric(&text, "commwatch_collector_gap_batches_total", &[]).unwrap_or(0.0),
+        0.0,
+        "{text}"
+    );
+    let (rate, _) = hca(http, name).unwrap();
+    let rate = rate.expect("rate after recovery");
+    assert!((rate / TX as f64 - 1.0).abs() < 0.15, "rate {rate}");
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Disk full under the collector's state directory.
+//
+// `RLIMIT_FSIZE` lowered on the running collector with `prlimit --pid` makes every further write to its SQLite
+// files fail with EFBIG, as a full disk fails them with ENOSPC: SQLite returns SQLITE_FULL / SQLITE_IOERR and the
+// collector's error path runs. No mount (not allowed in CI containers) is needed. The collector is started with
+// SIGXFSZ ignored (an ignored disposition survives exec) so the write fails instead of the signal killing it,
+// and its stderr goes to a pipe (pipes are not subject to the limit) so its log lines survive.
+
+#[test]
+fn full_disk_keeps_the_collector_serving_and_is_reported() {
+    if Command::new("prlimit").arg("--version").output().is_err() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "prlimit (util-linux) is required in CI"
+        );
+        eprintln!("SKIPPED: prlimit not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cluster =
+        commwatch_sim::Cluster::constant(&dir.path().join("trees"), 1, 1, TX, RX).unwrap();
+    let roots = cluster.node_roots();
+    let _updater = cluster.spawn_updater(Duration::from_millis(5));
+    let (grpc, http) = (free_port(), free_port());
+    let state = dir.path().join("state");
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg("trap '' XFSZ; exec \"$0\" \"$@\"")
+        .arg(BIN)
+        .args(["collector", "--grpc-listen"])
+        .arg(format!("127.0.0.1:{grpc}"))
+        .arg("--http-listen")
+        .arg(format!("127.0.0.1:{http}"))
+        .arg("--state-dir")
+        .arg(&state)
+        .env("COMMWATCH_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn collector");
+    let pid = child.id();
+    let log = Arc::new(Mutex::new(String::new()));
+    {
+        let log = log.clone();
+        let mut err = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = err.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                log.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+    }
+    let guard = KillOnDrop(child);
+    let log_text = || log.lock().unwrap().clone();
+    assert!(
+        wait_for(Duration::from_secs(20), || get_text(&format!(
+            "http://127.0.0.1:{http}/healthz"
+        )))
+        .is_some(),
+        "collector did not start\n{}",
+        log_text()
+    );
+    let (name, root) = &roots[0];
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let agent = agent(dir.path(), name, root, grpc, &["--http-listen", &listen]);
+    let committed = wait_for(Duration::from_secs(30), || {
+        collector_metric(http, "commwatch_collector_persist_commits_total").filter(|c| *c >= 5.0)
+    });
+    assert!(
+        committed.is_some(),
+        "nothing persisted\n{}\n{}",
+        log_text(),
+        agent.log_text()
+    );
+
+    // The disk is full from now on.
+    let st = Command::new("prlimit")
+        .arg(format!("--pid={pid}"))
+        .arg("--fsize=0:unlimited")
+        .status()
+        .expect("prlimit");
+    assert!(st.success(), "prlimit failed");
+    let errors = wait_for(Duration::from_secs(20), || {
+        collector_metric(http, "commwatch_collector_persist_errors_total").filter(|e| *e >= 3.0)
+    });
+    assert!(errors.is_some(), "no persist errors\n{}", log_text());
+    assert!(
+        log_text().contains("sqlite commit failed"),
+        "no log line\n{}",
+        log_text()
+    );
+    // Still serving fresh data: the counter moves, the rate is right, acks keep flowing.
+    let (_, before) = hca(http, name).expect("nodes while the disk is full");
+    let acked_before = agent_metric(port, "commwatch_agent_acked_sequence", &[]).unwrap();
+    let fresh = wait_for(Duration::from_secs(10), || {
+        let (rate, total) = hca(http, name)?;
+        let acked = agent_metric(port, "commwatch_agent_acked_sequence", &[])?;
+        (total? > before? && acked >= acked_before + 4.0).then_some(rate?)
+    })
+    .unwrap_or_else(|| panic!("no fresh data with the disk full\n{}", log_text()));
+    assert!((fresh / TX as f64 - 1.0).abs() < 0.15, "rate {fresh}");
+    let text =
+        get_text(&format!("http://127.0.0.1:{http}/metrics")).expect("metrics with the disk full");
+    assert!(text.contains("commwatch_link_"), "{text}");
+
+    // Space again: commits resume.
+    let commits = collector_metric(http, "commwatch_collector_persist_commits_total").unwrap();
+    let st = Command::new("prlimit")
+        .arg(format!("--pid={pid}"))
+        .arg("--fsize=unlimited:unlimited")
+        .status()
+        .expect("prlimit");
+    assert!(st.success());
+    let resumed = wait_for(Duration::from_secs(20), || {
+        collector_metric(http, "commwatch_collector_persist_commits_total").filter(|c| *c > commits)
+    });
+    assert!(resumed.is_some(), "commits did not resume\n{}", log_text());
+    drop(agent);
+    drop(guard);
+}
+
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Clock skew of ±30 s between agents.
+
+/// Seconds each step sleeps in the marker script.
+const SLEEPS: [f64; 5] = [0.10, 0.30, 0.20, 0.45, 0.15];
+
+fn faketime_available() -> bool {
+    let ok = Command::new("faketime")
+        .args(["-f", "+30s", "true"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "faketime is required in CI (apt-get install faketime)"
+        );
+        eprintln!("SKIPPED: faketime not installed (apt-get install faketime)");
+    }
+    ok
+}
+
+fn skewed_agent(
+    dir: &Path,
+    skew: &str,
+    name: &str,
+    root: &Path,
+    grpc: u16,
+    http: u16,
+    udp: u16,
+) -> Proc {
+    let log = dir.join(format!("agent-{name}.log"));
+    let child = Command::new("faketime")
+        .args(["-f", skew, BIN, "agent", "--collector"])
+        .arg(format!("http://127.0.0.1:{grpc}"))
+        .args(["--node", name, "--sysfs-root"])
+        .arg(root)
+        .arg("--steps-udp")
+        .arg(format!("127.0.0.1:{udp}"))
+        .args(["--steps-socket", "off", "--http-listen"])
+        .arg(format!("127.0.0.1:{http}"))
+        .env("COMMWATCH_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("spawn faketime agent");
+    Proc { child, log }
+}
+
+#[test]
+fn clock_skew_between_agents_keeps_steps_aligned() {
+    if !faketime_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cluster =
+        commwatch_sim::Cluster::constant(&dir.path().join("trees"), 2, 1, TX, RX).unwrap();
+    let roots = cluster.node_roots();
+    let _updater = cluster.spawn_updater(Duration::from_millis(5));
+    let (grpc, http) = (free_port(), free_port());
+    let collector = collector(dir.path(), "collector", grpc, http, &[]);
+    let skews = ["+30s", "-30s"];
+    let mut agents = Vec::new();
+    let mut udp = Vec::new();
+    for ((name, root), skew) in roots.iter().zip(skews) {
+        let u = free_udp_port();
+        agents.push(skewed_agent(
+            dir.path(),
+            skew,
+            name,
+            root,
+            grpc,
+            free_port(),
+            u,
+        ));
+        udp.push(u);
+    }
+    for (name, _) in &roots {
+        let up = wait_for(Duration::from_secs(30), || {
+            get_json(&format!("http://127.0.0.1:{http}/api/v1/steps?node={name}"))
+        });
+        assert!(
+            up.is_some(),
+            "{name} never known\n{}\n{}",
+            agents[0].log_text(),
+            agents[1].log_text()
+        );
+    }
+
+    // One rank per node, each sender under its agent's clock, both at once.
+    let senders: Vec<_> = udp
+        .iter()
+        .zip(skews)
+        .enumerate()
+        .map(|(rank, (port, skew))| {
+            let script = format!(
+                r#"
+import time
+import commwatch_steps
+m = commwatch_steps.StepMarker(job="skew-job", rank={rank}, socket_path="/nonexistent", udp="127.0.0.1:{port}")
+for i, d in enumerate({SLEEPS:?}):
+    with m.step(i, samples=8):
+        time.sleep(d)
+    time.sleep(0.05)
+print(commwatch_steps.stats())
+"#
+            );
+            Command::new("faketime")
+                .args(["-f", skew, "python3", "-c", &script])
+                .env(
+                    "PYTHONPATH",
+                    concat!(env!("CARGO_MANIFEST_DIR"), "/clients/python"),
+                )
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("python3 under faketime")
+        })
+        .collect();
+    for s in senders {
+        let out = s.wait_with_output().expect("python3 under faketime");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    let api = format!("http://127.0.0.1:{http}/api/v1/steps?job=skew-job");
+    let v = wait_for(Duration::from_secs(20), || {
+        let v = get_json(&api)?;
+        let steps = v["steps"].as_array()?;
+        (steps.len() >= SLEEPS.len()
+            && steps
+                .iter()
+                .all(|s| s["nodes"].as_array().is_some_and(|n| n.len() == 2)))
+        .then_some(v)
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "job steps never complete: {:#}\n{}",
+            get_json(&api).unwrap_or_default(),
+            collector.log_text()
+        )
+    });
+    let steps = v["steps"].as_array().unwrap();
+    let idx: Vec<u64> = steps.iter().map(|s| s["index"].as_u64().unwrap()).collect();
+    assert_eq!(idx, vec![0, 1, 2, 3, 4], "{v:#}");
+    for (s, want) in steps.iter().zip(SLEEPS) {
+        let d = s["duration_s"].as_f64().unwrap();
+        assert!(
+            d >= 0.0 && (d - want).abs() < 0.030,
+            "step {}: {d} s vs {want}",
+            s["index"]
+        );
+        assert_eq!(s["nodes"].as_array().map(Vec::len), Some(2), "{s:#}");
+        assert!(
+            s["end_unix_s"].as_f64().unwrap() >= s["start_unix_s"].as_f64().unwrap(),
+            "{s:#}"
+        );
+    }
+    // Per node: the same step numbers with the slept durations, each on its own clock, 60 s apart.
+    let per_node: Vec<Vec<(u64, f64, f64)>> = roots
+        .iter()
+        .map(|(name, _)| {
+            let v = get_json(&format!("http://127.0.0.1:{http}/api/v1/steps?node={name}")).unwrap();
+            v["steps"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|s| s["job"] == "skew-job")
+                .map(|s| {
+                    (
+                        s["index"].as_u64().unwrap(),
+                        s["start_unix_s"].as_f64().unwrap(),
+                        s["duration_s"].as_f64().unwrap(),
+                    )
+                })
+                .collect()
+        })
+        .collect();
+    for (i, want) in SLEEPS.iter().enumerate() {
+        let at: Vec<&(u64, f64, f64)> = per_node
+            .iter()
+            .filter_map(|steps| steps.iter().find(|s| s.0 == i as u64))
+            .collect();
+        assert_eq!(at.len(), 2, "step {i} missing on a node: {per_node:?}");
+        for (_, _, d) in &at {
+            assert!(
+                *d >= 0.0 && (d - want).abs() < 0.030,
+                "step {i}: {d} vs {want}"
+            );
+        }
+        // The skew is real: the +30 s node's step starts ~60 s after the -30 s node's (the two senders start
+        // within a few seconds of each other).
+        let apart = at[0].1 - at[1].1;
+        assert!(
+            (apart - 60.0).abs() < 5.0,
+            "step {i}: clocks {apart} s apart"
+        );
+    }
+    // No negative duration anywhere in the per-node views either, and rates stay right on both clocks.
+    for (name, _) in &roots {
+        let v = get_json(&format!("http://127.0.0.1:{http}/api/v1/steps?node={name}")).unwrap();
+        for s in v["steps"].as_array().unwrap() {
+            assert!(s["duration_s"].as_f64().unwrap() >= 0.0, "{s:#}");
+            for l in s["links"].as_array().unwrap() {
+                for k in ["active_s", "tx_bytes", "rx_bytes"] {
+                    assert!(l[k].as_f64().unwrap_or(0.0) >= 0.0, "{l:#}");
+                }
+            }
+        }
+        let (rate, _) = hca(http, name).expect("node");
+        let rate = rate.expect("rate");
+        assert!((rate / TX as f64 - 1.0).abs() < 0.15, "{name}: rate {rate}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// HTTP clients that never read.
+
+#[test]
+fn clients_that_never_read_do_not_block_ingest() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster =
+        commwatch_sim::Cluster::constant(&dir.path().join("trees"), 3, 2, TX, RX).unwrap();
+    let roots = cluster.node_roots();
+    let _updater = cluster.spawn_updater(Duration::from_millis(5));
+    let (grpc, http) = (free_port(), free_port());
+    let collector = collector(dir.path(), "collector", grpc, http, &[]);
+    let ports: Vec<u16> = roots.iter().map(|_| free_port()).collect();
+    let _agents: Vec<Proc> = roots
+        .iter()
+        .zip(&ports)
+        .map(|((name, root), port)| {
+            let listen = format!("127.0.0.1:{port}");
+            agent(dir.path(), name, root, grpc, &["--http-listen", &listen])
+        })
+        .collect();
+    let acked = |p: u16| agent_metric(p, "commwatch_agent_acked_sequence", &[]);
+    let streaming = wait_for(Duration::from_secs(30), || {
+        ports
+            .iter()
+            .all(|p| acked(*p).is_some_and(|a| a >= 4.0))
+            .then_some(())
+    });
+    assert!(
+        streaming.is_some(),
+        "agents not streaming\n{}",
+        collector.log_text()
+    );
+
+    // Clients that send a request and never read the answer, and clients that never finish their request.
+    let mut held = Vec::new();
+    for i in 0..120 {
+        let Ok(mut s) = TcpStream::connect(("127.0.0.1", http)) else {
+            continue;
+        };
+        let req = match i % 3 {
+            0 => "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n".repeat(8),
+            1 => "GET /api/v1/nodes HTTP/1.1\r\nHost: x\r\n\r\n".repeat(8),
+            _ => "GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: ".to_string(),
+        };
+        let _ = s.write_all(req.as_bytes());
+        held.push(s);
+    }
+    assert!(held.len() >= 100, "could not open the slow clients");
+    let start: Vec<f64> = ports.iter().map(|p| acked(*p).unwrap()).collect();
+    let (_, total0) = hca(http, &roots[0].0).expect("api with slow clients held");
+    let t0 = Instant::now();
+    // Acks keep rising on every agent and the counters at the collector keep moving.
+    let flowing = wait_for(Duration::from_secs(20), || {
+        let all = ports
+            .iter()
+            .zip(&start)
+            .all(|(p, s)| acked(*p).is_some_and(|a| a >= s + 8.0));
+        let (_, total) = hca(http, &roots[0].0)?;
+        (all && total? > total0?).then_some(())
+    });
+    assert!(
+        flowing.is_some(),
+        "ingest stalled behind slow HTTP clients\n{}",
+        collector.log_text()
+    );
+    // A normal scrape still works while the slow clients are held.
+    let text = get_text(&format!("http://127.0.0.1:{http}/metrics")).expect("scrape");
+    assert!(text.contains("commwatch_link_"));
+    eprintln!(
+        "{} slow clients held; acks advanced within {:?}",
+        held.len(),
+        t0.elapsed()
+    );
+    drop(held);
+}
