@@ -151,3 +151,41 @@ fn agent_metrics_pass_promtool_check_metrics() {
         "promtool check metrics:\n{msg}"
     );
 }
+
+/// `true` when `cmd` runs successfully; otherwise skips loudly with `hint`, or fails in CI.
+fn available(what: &str, cmd: &mut Command, hint: &str) -> bool {
+    let ok = cmd.output().is_ok_and(|o| o.status.success());
+    if !ok {
+        let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+        assert!(!ci, "{what} is required in CI ({hint})");
+        eprintln!("\n*** SKIPPED: {what} is not available ({hint}) ***\n");
+    }
+    ok
+}
+
+#[test]
+fn kubernetes_manifests_and_helm_chart_validate() {
+    // helm from COMMWATCH_HELM or PATH (validate.sh reads the same variable); kubectl likewise, optional.
+    let helm = std::env::var("COMMWATCH_HELM").unwrap_or_else(|_| "helm".into());
+    let hint =
+        "pip install kubernetes-validate; helm 3 on PATH or COMMWATCH_HELM; .ci/run installs both";
+    if !available(
+        "kubernetes-validate",
+        Command::new("python3").args(["-c", "import kubernetes_validate"]),
+        hint,
+    ) || !available("helm", Command::new(&helm).arg("version"), hint)
+    {
+        return;
+    }
+    let out = run(Command::new("bash")
+        .arg(root().join("deploy/kubernetes/validate.sh"))
+        .arg(BIN));
+    assert!(out.contains("validate.sh: all manifests valid"), "{out}");
+    for set in ["plain", "helm-default", "helm-mtls-token", "helm-tls-off"] {
+        assert!(
+            out.contains(&format!("== {set}\n")),
+            "{set} not checked:\n{out}"
+        );
+    }
+    assert!(!out.contains("FAIL"), "{out}");
+}

@@ -58,11 +58,15 @@ check_configs() {
     fi
   fi
   if [ -f "$d/collector.toml" ]; then
-    local rc=0
-    timeout 3 "$bin" collector --config "$d/collector.toml" --grpc-listen 127.0.0.1:0 --http-listen 127.0.0.1:0 \
+    # The same file was already run (the collector runs until the timeout when its config is good).
+    local sum rc=0
+    sum=$(sha256sum <"$d/collector.toml" | cut -c1-16)
+    if [ -e "$work/collector-ok-$sum" ]; then echo "ok   collector.toml parses (as before)"; return 0; fi
+    timeout 2 "$bin" collector --config "$d/collector.toml" --grpc-listen 127.0.0.1:0 --http-listen 127.0.0.1:0 \
       >/dev/null 2>"$d/collector.err" || rc=$?
     if [ "$rc" -eq 124 ]; then
       echo "ok   collector.toml parses (the collector ran)"
+      touch "$work/collector-ok-$sum"
     else
       cat "$d/collector.err"; fail "$1: collector.toml (exit $rc)"
     fi
