@@ -7,6 +7,36 @@ use prometheus::{
     IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
+/// Every metric name the agent exports on its `/metrics` (dashboards and alert rules are checked against this
+/// list; a test checks it against the registered metrics).
+pub const METRIC_NAMES: &[&str] = &[
+    "commwatch_agent_source_read_duration_seconds",
+    "commwatch_agent_source_read_errors_total",
+    "commwatch_agent_source_samples_total",
+    "commwatch_agent_source_series",
+    "commwatch_agent_source_links",
+    "commwatch_agent_source_discover_errors_total",
+    "commwatch_agent_tick_overruns_total",
+    "commwatch_agent_tick_duration_seconds",
+    "commwatch_agent_handoff_dropped_batches_total",
+    "commwatch_agent_buffer_bytes",
+    "commwatch_agent_buffer_capacity_bytes",
+    "commwatch_agent_buffer_batches",
+    "commwatch_agent_dropped_batches_total",
+    "commwatch_agent_resent_batches_total",
+    "commwatch_agent_sent_batches_total",
+    "commwatch_agent_acked_sequence",
+    "commwatch_agent_connected",
+    "commwatch_agent_connects_total",
+    "commwatch_agent_disconnects_total",
+    "commwatch_agent_batch_size_bytes",
+    "commwatch_agent_step_markers_total",
+    "commwatch_agent_step_markers_dropped_total",
+    "commwatch_agent_nvml_call_duration_seconds",
+    "commwatch_agent_nvml_field_latency_seconds",
+    "commwatch_agent_jobs",
+];
+
 /// Every metric of the agent. Cheap to clone handles are taken from it by the sampler and the shipper.
 pub struct AgentMetrics {
     pub registry: Registry,
@@ -291,5 +321,51 @@ fn dur_buckets_nvml() -> Vec<f64> {
 impl Default for AgentMetrics {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prometheus::core::Collector;
+
+    #[test]
+    fn metric_names_are_the_registered_metrics() {
+        let m = AgentMetrics::new();
+        let all: [&dyn Collector; 25] = [
+            &m.read_seconds,
+            &m.read_errors,
+            &m.samples,
+            &m.series,
+            &m.links,
+            &m.discover_errors,
+            &m.tick_overruns,
+            &m.tick_seconds,
+            &m.handoff_drops,
+            &m.buffer_bytes,
+            &m.buffer_capacity_bytes,
+            &m.buffer_batches,
+            &m.dropped_batches,
+            &m.resent_batches,
+            &m.sent_batches,
+            &m.acked_seq,
+            &m.connected,
+            &m.connects,
+            &m.disconnects,
+            &m.batch_bytes,
+            &m.markers_received,
+            &m.markers_dropped,
+            &m.nvml_call_seconds,
+            &m.nvml_field_latency_seconds,
+            &m.jobs,
+        ];
+        let mut registered: Vec<String> = all
+            .iter()
+            .flat_map(|c| c.desc().into_iter().map(|d| d.fq_name.clone()))
+            .collect();
+        registered.sort();
+        let mut listed: Vec<String> = METRIC_NAMES.iter().map(|n| n.to_string()).collect();
+        listed.sort();
+        assert_eq!(registered, listed);
     }
 }
