@@ -291,6 +291,14 @@ pub async fn spawn_listeners(
         };
         match bind {
             Ok(sock) => {
+                // Training jobs of any user send markers here: markers are rate-limited, validated and carry
+                // nothing secret, so the socket is world-writable (the directory's permissions still apply).
+                use std::os::unix::fs::PermissionsExt;
+                if let Err(e) =
+                    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))
+                {
+                    tracing::warn!(path = %path.display(), error = %e, "cannot make the step-marker socket writable by other users");
+                }
                 bound.unix = Some(path.clone());
                 let (q, m, mut sd, rate, p) =
                     (queue, metrics, shutdown, settings.rate, path.clone());
@@ -404,5 +412,64 @@ mod tests {
         assert!(!q.push(m));
         assert_eq!(q.drain().len(), 2);
         assert!(q.drain().is_empty());
+    }
+
+    #[tokio::test]
+    async fn unix_socket_is_writable_by_any_user_and_delivers_markers() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("steps.sock");
+        let registry_metrics = MarkerMetrics {
+            received: IntCounterVec::new(prometheus::Opts::new("r", "r"), &["transport"]).unwrap(),
+            dropped: IntCounterVec::new(prometheus::Opts::new("d", "d"), &["reason"]).unwrap(),
+        };
+        let queue = MarkerQueue::new(16);
+        let (_tx, rx) = tokio::sync::watch::channel(false);
+        let bound = spawn_listeners(
+            &ListenerSettings {
+                udp: None,
+                unix: Some(path.clone()),
+                rate: 100.0,
+            },
+            queue.clone(),
+            registry_metrics.clone(),
+            rx,
+        )
+        .await;
+        assert_eq!(bound.unix.as_deref(), Some(path.as_path()));
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o666);
+        let client = std::os::unix::net::UnixDatagram::unbound().unwrap();
+        client
+            .send_to(br#"{"job":"j","rank":2,"step":5,"phase":"end"}"#, &path)
+            .unwrap();
+        client.send_to(b"garbage", &path).unwrap();
+        let mut got = Vec::new();
+        for _ in 0..100 {
+            got.extend(queue.drain());
+            if !got.is_empty()
+                && registry_metrics
+                    .dropped
+                    .with_label_values(&["malformed"])
+                    .get()
+                    == 1
+            {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert_eq!(got.len(), 1);
+        assert_eq!((got[0].rank, got[0].step), (2, 5));
+        assert_eq!(
+            registry_metrics.received.with_label_values(&["unix"]).get(),
+            1
+        );
+        assert_eq!(
+            registry_metrics
+                .dropped
+                .with_label_values(&["malformed"])
+                .get(),
+            1
+        );
     }
 }
