@@ -38,6 +38,10 @@ pub struct Limits {
     pub max_batch_bytes: usize,
     /// Longest metric name, label key or value, device, port, state or attribute, in bytes.
     pub max_label_len: usize,
+    /// Samples per second one agent stream may send (one second of burst); 0 = no limit. The excess is not
+    /// refused: the stream is read no faster than this (backpressure into the agent's resend buffer) and the
+    /// throttling is counted (`ingest::rate` says why).
+    pub max_samples_per_second: u64,
 }
 
 impl Default for Limits {
@@ -46,6 +50,8 @@ impl Default for Limits {
             max_series: 100_000,
             max_batch_bytes: 4 * 1024 * 1024,
             max_label_len: 256,
+            // A full node is ~10^3 series at 20 Hz (2*10^4 samples/s): 25x headroom to catch up a backlog.
+            max_samples_per_second: 500_000,
         }
     }
 }
@@ -231,6 +237,7 @@ mod tests {
             fast_period_ms = 100
             [limits]
             max_series = 10
+            max_samples_per_second = 1000
             "#,
         )
         .expect("parses");
@@ -238,6 +245,7 @@ mod tests {
         assert_eq!(c.retention, Duration::from_secs(120));
         assert_eq!(c.node_expiry, Duration::from_secs(30));
         assert_eq!(c.limits.max_series, 10);
+        assert_eq!(c.limits.max_samples_per_second, 1000);
         assert_eq!(c.limits.max_label_len, Limits::default().max_label_len);
         assert_eq!(c.fast_period_ms, 100);
     }

@@ -1,7 +1,9 @@
 //! The collector's own health metrics (registered in one `Registry`, updated once per batch or stream, never
 //! per sample).
 
-use prometheus::{Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
+use prometheus::{
+    Counter, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
+};
 
 use super::names;
 
@@ -26,6 +28,9 @@ pub struct Health {
     pub persist_errors: IntCounter,
     pub persist_commits: IntCounter,
     pub expired_nodes: IntCounter,
+    /// Rate limit (`limits.max_samples_per_second`): batches after which a stream paused, and seconds paused.
+    pub throttled_batches: IntCounter,
+    pub throttled_seconds: Counter,
     /// Step markers in accepted batches, `result` = `accepted` | `invalid` (failed validation, dropped).
     pub step_markers: IntCounterVec,
 }
@@ -96,7 +101,17 @@ impl Health {
             &["result"],
         )?;
         registry.register(Box::new(step_markers.clone()))?;
+        let throttled_seconds = Counter::new(
+            names::COLLECTOR_THROTTLED_SECONDS_TOTAL,
+            "Seconds agent streams were not read because they exceeded limits.max_samples_per_second.",
+        )?;
+        registry.register(Box::new(throttled_seconds.clone()))?;
         Ok(Health {
+            throttled_batches: counter(
+                names::COLLECTOR_THROTTLED_BATCHES_TOTAL,
+                "Batches after which an agent stream was paused by limits.max_samples_per_second.",
+            )?,
+            throttled_seconds,
             step_markers,
             batches,
             samples: counter(names::COLLECTOR_SAMPLES_TOTAL, "Samples applied to the store.")?,

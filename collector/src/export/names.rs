@@ -59,6 +59,9 @@ pub const COLLECTOR_SCRAPE_SECONDS: &str = "commwatch_collector_scrape_seconds";
 pub const COLLECTOR_PERSIST_ERRORS_TOTAL: &str = "commwatch_collector_persist_errors_total";
 pub const COLLECTOR_PERSIST_COMMITS_TOTAL: &str = "commwatch_collector_persist_commits_total";
 pub const COLLECTOR_EXPIRED_NODES_TOTAL: &str = "commwatch_collector_expired_nodes_total";
+/// Batches after which an agent stream was paused by `limits.max_samples_per_second`, and the time paused.
+pub const COLLECTOR_THROTTLED_BATCHES_TOTAL: &str = "commwatch_collector_throttled_batches_total";
+pub const COLLECTOR_THROTTLED_SECONDS_TOTAL: &str = "commwatch_collector_throttled_seconds_total";
 /// Nodes, series and samples held, and the store's own estimate of its memory (gauges).
 pub const COLLECTOR_NODES: &str = "commwatch_collector_nodes";
 pub const COLLECTOR_SERIES: &str = "commwatch_collector_series";
@@ -148,6 +151,8 @@ pub const ALL: &[&str] = &[
     COLLECTOR_PERSIST_ERRORS_TOTAL,
     COLLECTOR_PERSIST_COMMITS_TOTAL,
     COLLECTOR_EXPIRED_NODES_TOTAL,
+    COLLECTOR_THROTTLED_BATCHES_TOTAL,
+    COLLECTOR_THROTTLED_SECONDS_TOTAL,
     COLLECTOR_NODES,
     COLLECTOR_SERIES,
     COLLECTOR_STORE_SAMPLES,

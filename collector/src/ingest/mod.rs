@@ -10,6 +10,7 @@
 
 pub mod auth;
 pub mod domain;
+pub mod rate;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -265,6 +266,11 @@ impl StreamTask<'_> {
         let ack_sleep = tokio::time::sleep(Duration::ZERO);
         tokio::pin!(ack_sleep);
         let mut durable_open = true;
+        // Rate limit: while throttled the stream is not read (acks still go out).
+        let mut bucket = rate::SampleBucket::new(cfg.limits.max_samples_per_second, Instant::now());
+        let throttle_sleep = tokio::time::sleep(Duration::ZERO);
+        tokio::pin!(throttle_sleep);
+        let mut throttled = false;
         loop {
             tokio::select! {
                 biased;
@@ -298,7 +304,8 @@ impl StreamTask<'_> {
                         ack_sleep.as_mut().reset((last_ack_at + ACK_INTERVAL).into());
                     }
                 }
-                msg = inbound.message() => {
+                _ = &mut throttle_sleep, if throttled => throttled = false,
+                msg = inbound.message(), if !throttled => {
                     let msg = match msg {
                         Ok(Some(m)) => m,
                         Ok(None) => return Ok(()),
@@ -401,6 +408,13 @@ impl StreamTask<'_> {
                                 }
                                 Ok(BatchOutcome::Accepted { gap, counts }) => {
                                     h.batches.with_label_values(&["accepted"]).inc();
+                                    let wait = bucket.take(counts.samples, Instant::now());
+                                    if !wait.is_zero() {
+                                        h.throttled_batches.inc();
+                                        h.throttled_seconds.inc_by(wait.as_secs_f64());
+                                        throttle_sleep.as_mut().reset(tokio::time::Instant::now() + wait);
+                                        throttled = true;
+                                    }
                                     h.samples.inc_by(counts.samples);
                                     if gap > 0 {
                                         h.gap_batches.inc_by(gap);

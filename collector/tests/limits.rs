@@ -1,0 +1,256 @@
+//! Per-agent rate limit (backpressure, counted) and label values from the wire that try to inject lines into
+//! `/metrics`: the exposition stays valid (checked line by line here, and by `promtool check metrics` when
+//! installed — required in CI).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use commwatch_proto::v1 as pb;
+
+fn value(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| {
+            let (n, v) = l.split_once(' ')?;
+            (n == name).then(|| v.parse().ok())?
+        })
+        .unwrap_or(0.0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_over_the_sample_rate_is_throttled_and_loses_nothing() {
+    const LIMIT: u64 = 2_000;
+    let mut cfg = config();
+    cfg.limits.max_samples_per_second = LIMIT;
+    let h = collector(cfg).await;
+    let (mut a, _) = Agent::connect(h.grpc_addr, hello("node-a", 1)).await;
+    // 40 batches of 20 ticks × 2 series = 1,600 samples in all, sent at once: 4x the limit's one-second burst.
+    let started = Instant::now();
+    for seq in 1..=40u64 {
+        let first = (seq as i64 - 1) * 20;
+        a.send_batch(batch(seq, &traffic(first, 20, 1_000_000, 500_000)))
+            .await;
+    }
+    // Fill the budget well past the burst: 5 more batches of 1,000 samples each.
+    for seq in 41..=45u64 {
+        let first = 800 + (seq as i64 - 41) * 500;
+        a.send_batch(batch(seq, &traffic(first, 500, 1_000_000, 500_000)))
+            .await;
+    }
+    let acked = tokio::time::timeout(Duration::from_secs(30), a.ack_at_least(45))
+        .await
+        .expect("every batch acked in the end");
+    let elapsed = started.elapsed().as_secs_f64();
+    assert_eq!(acked, 45);
+    let m = metrics(&h).await;
+    // 6,600 samples at 2,000/s with 2,000 of burst: 2.3 s of pushing back, of which the 1.8 s before the last
+    // batch was read delay its ack (the wait after the last batch does not).
+    let samples = value(&m, "commwatch_collector_samples_total");
+    assert_eq!(samples, 6_600.0, "{m}");
+    assert!(elapsed >= 1.7, "not throttled: all acked in {elapsed} s");
+    assert!(
+        value(&m, "commwatch_collector_throttled_batches_total") >= 1.0,
+        "{m}"
+    );
+    assert!(
+        value(&m, "commwatch_collector_throttled_seconds_total") >= 2.0,
+        "{m}"
+    );
+    // Nothing refused, nothing lost.
+    assert!(
+        m.lines()
+            .filter(|l| l.starts_with("commwatch_collector_rejected_streams_total{"))
+            .all(|l| l.ends_with(" 0")),
+        "{m}"
+    );
+    assert_eq!(value(&m, "commwatch_collector_gap_batches_total"), 0.0);
+    assert!(
+        m.contains("commwatch_collector_batches_total{result=\"accepted\"} 45"),
+        "{m}"
+    );
+}
+
+/// Hostile strings in every wire field that becomes a label value.
+const HOSTILE: &[&str] = &[
+    r#"a"b"#,
+    r"back\slash",
+    "x\"} 1\ncommwatch_injected_total 1\n#",
+    "brace}",
+    "q\\\"}\n",
+    "tab\tand\r",
+    "ünï\u{2028}cödé",
+];
+
+fn hostile_hello(node: &str, device: &str, state: &str) -> pb::Hello {
+    let mut h = hello(node, 1);
+    let inv = h.inventory.as_mut().unwrap();
+    inv.links[0].device = device.into();
+    inv.links[0].port = device.into();
+    inv.links[0].state = state.into();
+    h
+}
+
+/// A sample line: `name{k="v",...} value [ts]` with every label value escaped as the text format requires.
+fn valid_sample_line(line: &str) -> bool {
+    let bytes: Vec<char> = line.chars().collect();
+    let mut i = 0;
+    while i < bytes.len()
+        && (bytes[i].is_ascii_alphanumeric() || bytes[i] == '_' || bytes[i] == ':')
+    {
+        i += 1;
+    }
+    if i == 0 {
+        return false;
+    }
+    if i < bytes.len() && bytes[i] == '{' {
+        i += 1;
+        loop {
+            if i < bytes.len() && bytes[i] == '}' {
+                i += 1;
+                break;
+            }
+            let start = i;
+            while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == '_') {
+                i += 1;
+            }
+            if i == start || i + 1 >= bytes.len() || bytes[i] != '=' || bytes[i + 1] != '"' {
+                return false;
+            }
+            i += 2;
+            loop {
+                match bytes.get(i) {
+                    None | Some('\n') => return false,
+                    Some('\\') => match bytes.get(i + 1) {
+                        Some('\\') | Some('"') | Some('n') => i += 2,
+                        _ => return false,
+                    },
+                    Some('"') => {
+                        i += 1;
+                        break;
+                    }
+                    Some(_) => i += 1,
+                }
+            }
+            match bytes.get(i) {
+                Some(',') => i += 1,
+                Some('}') => {}
+                _ => return false,
+            }
+        }
+    }
+    if bytes.get(i) != Some(&' ') {
+        return false;
+    }
+    let rest: String = bytes[i + 1..].iter().collect();
+    let mut parts = rest.split(' ');
+    let v = parts.next().unwrap_or("");
+    v.parse::<f64>().is_ok() || ["NaN", "+Inf", "-Inf"].contains(&v)
+}
+
+#[tokio::test]
+async fn label_values_from_the_wire_cannot_inject_exposition_lines() {
+    // The checker itself rejects what an injection would produce.
+    assert!(valid_sample_line(r#"m{a="x\"y",b="\\"} 1"#));
+    assert!(!valid_sample_line(r#"m{a="x"y"} 1"#));
+    assert!(!valid_sample_line(r#"m{a="x\q"} 1"#));
+    assert!(!valid_sample_line("m{a=\"x"));
+    assert!(!valid_sample_line("injected"));
+    let mut cfg = config();
+    cfg.steps_interval = Duration::from_millis(100);
+    let h = collector(cfg).await;
+    let mut accepted = 0;
+    for (i, s) in HOSTILE.iter().enumerate() {
+        let node = format!("node-{i}-{s}");
+        let (mut a, _) = {
+            let mut a = Agent::open(h.grpc_addr).await;
+            a.send(msg_hello(hostile_hello(&node, s, s))).await;
+            match a.next_ack().await {
+                Ok(seq) => (a, seq),
+                Err(status) => {
+                    // Refused at the edge (control characters): fine, as long as it is a clean refusal.
+                    assert_eq!(
+                        status.code(),
+                        tonic::Code::InvalidArgument,
+                        "{node:?}: {status}"
+                    );
+                    continue;
+                }
+            }
+        };
+        let mut b = batch(1, &traffic(0, 20, 1_000_000, 500_000));
+        for (k, phase) in [(0i64, pb::StepPhase::Begin), (15, pb::StepPhase::End)] {
+            b.markers.push(pb::StepMarker {
+                job: s.to_string(),
+                rank: 0,
+                step: 1,
+                phase: phase as i32,
+                sent_unix_ns: T0 + k * 50 * MS,
+                received_unix_ns: T0 + k * 50 * MS,
+                samples: Some(8),
+            });
+        }
+        a.send_batch(b).await;
+        match tokio::time::timeout(Duration::from_secs(10), a.next_ack()).await {
+            Ok(Ok(_)) => accepted += 1,
+            Ok(Err(status)) => assert_eq!(
+                status.code(),
+                tonic::Code::InvalidArgument,
+                "{node:?}: {status}"
+            ),
+            Err(_) => panic!("{node:?}: no answer"),
+        }
+    }
+    eprintln!("{accepted} of {} hostile values accepted", HOSTILE.len());
+    assert!(
+        accepted >= 3,
+        "too few hostile values accepted to test escaping"
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let m = metrics(&h).await;
+    for line in m.lines() {
+        if line.is_empty() || line.starts_with("# HELP ") || line.starts_with("# TYPE ") {
+            continue;
+        }
+        assert!(valid_sample_line(line), "invalid exposition line {line:?}");
+        assert!(!line.starts_with("commwatch_injected"), "{line:?}");
+    }
+    // The hostile values are there, escaped.
+    assert!(m.contains(r#"node="node-0-a\"b""#), "{m}");
+    assert!(m.contains(r#"device="back\\slash""#), "{m}");
+    assert!(m.contains(r#"job="brace}""#), "{m}");
+    assert!(m.contains(r#"job="brace}""#), "{m}");
+    promtool_check(&m);
+}
+
+fn promtool_check(text: &str) {
+    use std::io::Write;
+    let child = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn();
+    let Ok(mut child) = child else {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "promtool is required in CI"
+        );
+        eprintln!("SKIPPED promtool check: promtool not installed");
+        return;
+    };
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let report =
+        String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
+    // promtool exits 3 on lint findings (naming advice) and 1 on a parse error; only parse errors matter here.
+    assert!(
+        !report.contains("error while linting") && out.status.code() != Some(1),
+        "promtool: {report}"
+    );
+}
