@@ -1,0 +1,499 @@
+//! Load: one collector, N concurrent agent streams at the default rates, for a fixed time.
+//!
+//! `cargo bench -p commwatch-collector --bench load` (env: `AGENTS` (default 1000), `SECS` (60), `FAST` series
+//! per agent (250, at 20 Hz), `SLOW` (250, at 1 Hz), `BATCH_MS` (250), `COLLECTOR_THREADS` (2)).
+//!
+//! - The collector runs as in production (multi-thread runtime, step engine and analysis on) on its own named
+//!   threads; its CPU is the sum of those threads' utime + stime (`/proc/self/task/*/stat`), so the in-process
+//!   agents' cost is not counted.
+//! - Each agent is a real tonic client streaming batches every `BATCH_MS` in real time: five fast ticks and, once
+//!   a second, the slow series. Every agent also carries one gauge (`cpu_utilization_ratio`) whose value encodes
+//!   the batch's send time; a scraper reads `/metrics` in a loop and, for each new value, takes the time it first
+//!   appeared: an upper bound of the delay from sample to `/metrics` (lower by at most one scrape's duration).
+//!   The CPU and RSS figures come from a first window of `SECS` without scrapes; the delay from a second window
+//!   of `DELAY_SECS` (15) with `/metrics` scraped back to back, whose extra CPU is reported per scrape.
+//! - At the end the agents stop, wait for their last acks, and the batches each sent are compared with what it
+//!   got acked and with the collector's `batches_total{result="accepted"}`: every batch acknowledged and counted
+//!   once.
+//! - "Keeps up" = every agent's ack lag stays under 2 s (an acked sample is in the store, so visible to the next
+//!   scrape) and every batch is acked. The delay's upper bound also holds the scrape's own duration, which grows
+//!   with the fleet (tens of MiB of exposition), so it is reported, not judged.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use commwatch_collector::{start, CollectorConfig};
+use commwatch_proto::v1 as pb;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+
+const METRICS: [&str; 10] = [
+    "tx_bytes",
+    "rx_bytes",
+    "tx_packets",
+    "rx_packets",
+    "symbol_errors",
+    "link_downed",
+    "port_xmit_wait",
+    "port_rcv_errors",
+    "np_cnp_sent",
+    "rx_dropped",
+];
+/// Series id of the send-time marker gauge.
+const MARKER_ID: u32 = 1_000_000;
+
+fn env(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn unix_ns() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i64)
+}
+
+/// Seconds since `epoch_ns`, the marker's value (small, so a ratio gauge holds it with ms precision).
+fn marker_value(epoch_ns: i64, now_ns: i64) -> f64 {
+    (now_ns - epoch_ns) as f64 / 1e9 / 10_000.0
+}
+
+fn rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// CPU seconds (user + system) of this process's threads whose name starts with `prefix`.
+fn threads_cpu(prefix: &str) -> f64 {
+    let mut ticks = 0u64;
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
+        return 0.0;
+    };
+    for t in dir.flatten() {
+        let Ok(stat) = std::fs::read_to_string(t.path().join("stat")) else {
+            continue;
+        };
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        if !stat[open + 1..close].starts_with(prefix) {
+            continue;
+        }
+        let mut f = stat[close + 1..].split_whitespace().skip(11);
+        let u: u64 = f.next().and_then(|v| v.parse().ok()).unwrap_or(0);
+        let s: u64 = f.next().and_then(|v| v.parse().ok()).unwrap_or(0);
+        ticks += u + s;
+    }
+    ticks as f64 / 100.0
+}
+
+fn hello(node: String, fast: u32, slow: u32) -> pb::Hello {
+    let series = fast + slow;
+    let links = series.div_ceil(10);
+    let mut descriptors: Vec<pb::SeriesDescriptor> = (1..=series)
+        .map(|id| pb::SeriesDescriptor {
+            id,
+            metric: METRICS[(id as usize - 1) % 10].into(),
+            kind: pb::SeriesKind::Counter as i32,
+            link_id: (id - 1) / 10 + 1,
+            tier: if id <= fast { 1 } else { 2 },
+            ..Default::default()
+        })
+        .collect();
+    descriptors.push(pb::SeriesDescriptor {
+        id: MARKER_ID,
+        metric: "cpu_utilization_ratio".into(),
+        kind: pb::SeriesKind::Gauge as i32,
+        link_id: 0,
+        tier: 1,
+        ..Default::default()
+    });
+    pb::Hello {
+        node,
+        agent_version: "load".into(),
+        boot_id: "b".into(),
+        instance_id: 1,
+        inventory: Some(pb::Inventory {
+            links: (1..=links)
+                .map(|id| pb::Link {
+                    id,
+                    class: pb::LinkClass::Infiniband as i32,
+                    role: pb::LinkRole::Fabric as i32,
+                    device: format!("mlx5_{id}"),
+                    port: "1".into(),
+                    capacity_bytes_per_second: 50e9,
+                    state: "ACTIVE".into(),
+                    ..Default::default()
+                })
+                .collect(),
+            series: descriptors,
+        }),
+        fast_period_ms: 50,
+        slow_period_ms: 1000,
+    }
+}
+
+struct Shape {
+    fast: u32,
+    slow: u32,
+    batch: Duration,
+    epoch_ns: i64,
+}
+
+/// One batch: the fast ticks of the last `batch` period, the slow series on the first tick when `with_slow`,
+/// the marker on the last tick.
+fn batch(seq: u64, now_ns: i64, tick0: u64, with_slow: bool, s: &Shape) -> pb::SampleBatch {
+    let ticks = (s.batch.as_millis() / 50).max(1) as u64;
+    let mut b = pb::SampleBatch {
+        seq,
+        ..Default::default()
+    };
+    for k in 0..ticks {
+        let t = tick0 + k;
+        let ts = now_ns - (ticks - 1 - k) as i64 * 50_000_000;
+        b.timestamps_unix_ns.push(ts);
+        let mut n = 0;
+        for id in 1..=s.fast {
+            b.series_ids.push(id);
+            b.values.push(t * 1_000_000 + u64::from(id));
+            n += 1;
+        }
+        if with_slow && k == 0 {
+            for id in s.fast + 1..=s.fast + s.slow {
+                b.series_ids.push(id);
+                b.values.push(t / 20 + u64::from(id));
+                n += 1;
+            }
+        }
+        if k == ticks - 1 {
+            b.series_ids.push(MARKER_ID);
+            b.values.push(marker_value(s.epoch_ns, now_ns).to_bits());
+            n += 1;
+        }
+        b.tick_lengths.push(n);
+    }
+    b
+}
+
+#[derive(Default)]
+struct AgentResult {
+    sent: u64,
+    acked: u64,
+    /// Largest ack lag seen, in batches.
+    max_lag: u64,
+    failed: bool,
+}
+
+async fn agent(
+    addr: std::net::SocketAddr,
+    node: String,
+    shape: Arc<Shape>,
+    stop: Arc<AtomicBool>,
+    phase: Duration,
+) -> AgentResult {
+    let mut r = AgentResult::default();
+    let Ok(client) = pb::ingest_client::IngestClient::connect(format!("http://{addr}")).await
+    else {
+        r.failed = true;
+        return r;
+    };
+    let mut client = client.max_decoding_message_size(64 << 20);
+    let (tx, rx) = mpsc::channel(64);
+    let _ = tx
+        .send(pb::AgentMessage {
+            msg: Some(pb::agent_message::Msg::Hello(hello(
+                node, shape.fast, shape.slow,
+            ))),
+        })
+        .await;
+    let Ok(resp) = client.stream(ReceiverStream::new(rx)).await else {
+        r.failed = true;
+        return r;
+    };
+    let mut replies = resp.into_inner();
+    let acked = Arc::new(AtomicU64::new(0));
+    let acked2 = acked.clone();
+    let reader = tokio::spawn(async move {
+        while let Ok(Some(m)) = replies.message().await {
+            if let Some(pb::collector_message::Msg::Ack(a)) = m.msg {
+                acked2.fetch_max(a.seq, Ordering::Relaxed);
+            }
+        }
+    });
+    // Spread the agents over the batch period.
+    tokio::time::sleep(phase).await;
+    let mut tick = tokio::time::interval(shape.batch);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let per_second = (1000 / shape.batch.as_millis().max(1)) as u64;
+    let ticks_per_batch = (shape.batch.as_millis() / 50).max(1) as u64;
+    let mut seq = 0u64;
+    // Batches since the last one that carried the slow series (once a second).
+    let mut since_slow = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        tick.tick().await;
+        seq += 1;
+        let b = batch(
+            seq,
+            unix_ns(),
+            (seq - 1) * ticks_per_batch,
+            since_slow == 0,
+            &shape,
+        );
+        since_slow += 1;
+        if since_slow >= per_second {
+            since_slow = 0;
+        }
+        if tx
+            .send(pb::AgentMessage {
+                msg: Some(pb::agent_message::Msg::Batch(b)),
+            })
+            .await
+            .is_err()
+        {
+            r.failed = true;
+            break;
+        }
+        r.max_lag = r
+            .max_lag
+            .max(seq.saturating_sub(acked.load(Ordering::Relaxed)));
+    }
+    r.sent = seq;
+    // The last acks.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while acked.load(Ordering::Relaxed) < seq && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    r.acked = acked.load(Ordering::Relaxed);
+    drop(tx);
+    reader.abort();
+    r
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+fn main() {
+    let agents = env("AGENTS", 1000);
+    let secs = env("SECS", 60);
+    let shape = Arc::new(Shape {
+        fast: env("FAST", 250) as u32,
+        slow: env("SLOW", 250) as u32,
+        batch: Duration::from_millis(env("BATCH_MS", 250)),
+        epoch_ns: unix_ns(),
+    });
+    let collector_threads = env("COLLECTOR_THREADS", 2) as usize;
+    let delay_secs = env("DELAY_SECS", 15);
+
+    // The collector, on its own named threads.
+    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+    let quit = Arc::new(AtomicBool::new(false));
+    let stats = Arc::new(Mutex::new(None));
+    let (q2, stats2) = (quit.clone(), stats.clone());
+    let collector = std::thread::Builder::new()
+        .name("collector-main".into())
+        .spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(collector_threads)
+                .thread_name("collector")
+                .enable_all()
+                .build()
+                .expect("runtime");
+            rt.block_on(async move {
+                let cfg = CollectorConfig {
+                    grpc_listen: "127.0.0.1:0".parse().unwrap(),
+                    http_listen: "127.0.0.1:0".parse().unwrap(),
+                    ..CollectorConfig::default()
+                };
+                let h = start(cfg).await.expect("collector");
+                addr_tx.send((h.grpc_addr, h.http_addr)).unwrap();
+                while !q2.load(Ordering::Relaxed) {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                let m = h.store().memory();
+                *stats2.lock().unwrap() = Some((h.ingest_stats(), m.series, m.bytes));
+                h.shutdown().await;
+            });
+        })
+        .expect("collector thread");
+    let (grpc, http) = addr_rx.recv().unwrap();
+
+    let agents_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("agents")
+        .enable_all()
+        .build()
+        .unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..agents)
+        .map(|i| {
+            let phase = shape.batch * (i as u32) / (agents.max(1) as u32);
+            agents_rt.spawn(agent(
+                grpc,
+                format!("node-{i:05}"),
+                shape.clone(),
+                stop.clone(),
+                phase,
+            ))
+        })
+        .collect();
+
+    // The scraper: first appearance of each marker value in /metrics.
+    let scrape_stop = Arc::new(AtomicBool::new(false));
+    let scrape_go = Arc::new(AtomicBool::new(false));
+    let scraper = {
+        let stop = scrape_stop.clone();
+        let go = scrape_go.clone();
+        let epoch_ns = shape.epoch_ns;
+        std::thread::spawn(move || {
+            let client = reqwest::blocking::Client::builder()
+                .timeout(Duration::from_secs(60))
+                .build()
+                .unwrap();
+            let url = format!("http://{http}/metrics");
+            let mut last: HashMap<String, f64> = HashMap::new();
+            let mut delays = Vec::new();
+            let mut scrapes = Vec::new();
+            while !go.load(Ordering::Relaxed) && !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            while !stop.load(Ordering::Relaxed) {
+                let t0 = Instant::now();
+                let Ok(text) = client.get(&url).send().and_then(|r| r.text()) else {
+                    std::thread::sleep(Duration::from_millis(100));
+                    continue;
+                };
+                let seen_ns = unix_ns();
+                scrapes.push((t0.elapsed().as_secs_f64(), text.len()));
+                for line in text.lines() {
+                    let Some(rest) = line.strip_prefix("commwatch_node_cpu_utilization_ratio{")
+                    else {
+                        continue;
+                    };
+                    let Some((labels, v)) = rest.rsplit_once(' ') else {
+                        continue;
+                    };
+                    let Ok(v) = v.parse::<f64>() else { continue };
+                    if last.get(labels) != Some(&v) {
+                        if last.contains_key(labels) {
+                            let sent_ns = epoch_ns + (v * 10_000.0 * 1e9) as i64;
+                            delays.push((seen_ns - sent_ns) as f64 / 1e9);
+                        }
+                        last.insert(labels.to_string(), v);
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            (delays, scrapes, last.len())
+        })
+    };
+
+    // Warm-up (connects, hellos), then the measured window.
+    std::thread::sleep(Duration::from_secs(5));
+    let (cpu0, t0) = (threads_cpu("collector"), Instant::now());
+    let mut rss_max = 0;
+    while t0.elapsed() < Duration::from_secs(secs) {
+        std::thread::sleep(Duration::from_secs(1));
+        rss_max = rss_max.max(rss_bytes());
+    }
+    let (cpu1, window) = (threads_cpu("collector"), t0.elapsed().as_secs_f64());
+    // Delay phase: /metrics scraped back to back (this costs the collector CPU too, reported per scrape).
+    scrape_go.store(true, Ordering::Relaxed);
+    let (cpu2, t2) = (threads_cpu("collector"), Instant::now());
+    std::thread::sleep(Duration::from_secs(delay_secs));
+    let (cpu3, window2) = (threads_cpu("collector"), t2.elapsed().as_secs_f64());
+    scrape_stop.store(true, Ordering::Relaxed);
+    stop.store(true, Ordering::Relaxed);
+    let results: Vec<AgentResult> = agents_rt.block_on(async {
+        let mut v = Vec::new();
+        for t in tasks {
+            v.push(t.await.unwrap_or(AgentResult {
+                failed: true,
+                ..Default::default()
+            }));
+        }
+        v
+    });
+    let (mut delays, scrapes, markers) = scraper.join().unwrap();
+    quit.store(true, Ordering::Relaxed);
+    collector.join().unwrap();
+    let (ingest, series, store_bytes) = stats.lock().unwrap().take().expect("collector stats");
+
+    let sent: u64 = results.iter().map(|r| r.sent).sum();
+    let acked: u64 = results.iter().map(|r| r.acked).sum();
+    let failed = results.iter().filter(|r| r.failed).count();
+    let max_lag = results.iter().map(|r| r.max_lag).max().unwrap_or(0);
+    delays.sort_by(f64::total_cmp);
+    let scrape_s: Vec<f64> = scrapes.iter().map(|s| s.0).collect();
+    let scrape_mean = scrape_s.iter().sum::<f64>() / scrape_s.len().max(1) as f64;
+    let scrape_bytes = scrapes.last().map_or(0, |s| s.1);
+    let lag_s = max_lag as f64 * shape.batch.as_secs_f64();
+    let p99 = percentile(&delays, 0.99);
+    let samples_per_s = f64::from(shape.fast) * 20.0 + f64::from(shape.slow) + 4.0;
+
+    println!(
+        "load: {agents} agents x ({} fast at 20 Hz + {} slow at 1 Hz) series, batches every {} ms, {:.0} s measured ({:.0} s in all)",
+        shape.fast,
+        shape.slow,
+        shape.batch.as_millis(),
+        window,
+        started.elapsed().as_secs_f64()
+    );
+    println!(
+        "offered: {:.2} M samples/s, {:.0} batches/s",
+        agents as f64 * samples_per_s / 1e6,
+        agents as f64 / shape.batch.as_secs_f64()
+    );
+    println!(
+        "batches: {sent} sent, {acked} acked, collector accepted {} (duplicate {}, rejected {}), gaps {}, failed agents {failed}",
+        ingest.batches_accepted, ingest.batches_duplicate, ingest.batches_rejected, ingest.gap_batches
+    );
+    println!(
+        "every batch acknowledged and counted once: {}",
+        sent == acked && acked == ingest.batches_accepted && ingest.batches_duplicate == 0
+    );
+    println!(
+        "collector CPU: {:.2} cores ({:.1} s over {:.0} s); process RSS max {:.0} MiB; store {} series, {:.0} MiB",
+        (cpu1 - cpu0) / window,
+        cpu1 - cpu0,
+        window,
+        rss_max as f64 / (1 << 20) as f64,
+        series,
+        store_bytes as f64 / (1 << 20) as f64
+    );
+    println!(
+        "with /metrics scraped back to back for {window2:.0} s: collector CPU {:.2} cores, {:.3} CPU-s per scrape",
+        (cpu3 - cpu2) / window2,
+        ((cpu3 - cpu2) - (cpu1 - cpu0) / window * window2) / scrapes.len().max(1) as f64
+    );
+    println!(
+        "sample -> /metrics delay (upper bound): p50 {:.3} s, p99 {:.3} s, max {:.3} s over {} samples of {markers} markers; \
+         {} scrapes of {:.1} MiB, mean {:.3} s",
+        percentile(&delays, 0.5),
+        p99,
+        delays.last().copied().unwrap_or(f64::NAN),
+        delays.len(),
+        scrapes.len(),
+        scrape_bytes as f64 / (1 << 20) as f64,
+        scrape_mean
+    );
+    println!(
+        "largest ack lag: {max_lag} batches ({lag_s:.2} s); keeps up: {}",
+        lag_s < 2.0 && failed == 0 && sent == acked
+    );
+}
