@@ -52,6 +52,9 @@ enum BaselineCommand {
         /// The job the baseline is for (default: the fabric's, for every job).
         #[arg(long)]
         job: Option<String>,
+        /// File holding the collector's API token (when the collector has `api_token_file`).
+        #[arg(long)]
+        token_file: Option<PathBuf>,
     },
 }
 
@@ -136,6 +139,9 @@ struct CollectorArgs {
     /// File holding the bearer token agents must present.
     #[arg(long)]
     token_file: Option<PathBuf>,
+    /// File holding the bearer token required for /api/* (else reads are open, writes loopback-only).
+    #[arg(long)]
+    api_token_file: Option<PathBuf>,
 }
 
 fn init_logging(filter: &str) {
@@ -228,6 +234,9 @@ fn collector_config(a: &CollectorArgs) -> anyhow::Result<commwatch_collector::Co
     if let Some(v) = &a.token_file {
         c.token_file = Some(v.clone());
     }
+    if let Some(v) = &a.api_token_file {
+        c.api_token_file = Some(v.clone());
+    }
     c.validate()?;
     Ok(c)
 }
@@ -300,16 +309,35 @@ fn main() -> ExitCode {
             file,
             collector,
             job,
-        }) => match commwatch_diagnose::baseline::import(&file, &collector, job.as_deref()) {
-            Ok(stored) => {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&stored).unwrap_or_default()
-                );
-                return ExitCode::SUCCESS;
+            token_file,
+        }) => {
+            let token = match token_file
+                .as_deref()
+                .map(std::fs::read_to_string)
+                .transpose()
+            {
+                Ok(t) => t.map(|t| t.trim().to_string()),
+                Err(e) => {
+                    eprintln!("error: cannot read --token-file: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            match commwatch_diagnose::baseline::import(
+                &file,
+                &collector,
+                job.as_deref(),
+                token.as_deref(),
+            ) {
+                Ok(stored) => {
+                    println!(
+                        "{}",
+                        serde_json::to_string_pretty(&stored).unwrap_or_default()
+                    );
+                    return ExitCode::SUCCESS;
+                }
+                Err(e) => Err(anyhow::Error::new(e)),
             }
-            Err(e) => Err(anyhow::Error::new(e)),
-        },
+        }
         Command::Diagnose(args) => match commwatch_diagnose::run(&args) {
             Ok(code) => return ExitCode::from(code.clamp(0, 255) as u8),
             Err(e) => Err(anyhow::Error::new(e)),

@@ -78,3 +78,107 @@ fn an_unreachable_collector_or_a_bad_file_is_a_clear_error() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("junk.txt"), "{err}");
 }
+
+fn post_baseline(addr: &str, token: Option<&str>) -> u16 {
+    let body = r#"{"job":"j","gpus":8,"samples_per_second_per_gpu":100.0}"#;
+    let mut req = client()
+        .post(format!("http://{addr}/api/v1/baselines"))
+        .header("content-type", "application/json")
+        .body(body);
+    if let Some(t) = token {
+        req = req.header("authorization", format!("Bearer {t}"));
+    }
+    req.send().map(|r| r.status().as_u16()).unwrap_or(0)
+}
+
+#[test]
+fn an_api_token_guards_every_api_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("api-token");
+    std::fs::write(&token, "api-s3cret\n").unwrap();
+    let (grpc, http) = (free_port(), free_port());
+    let token_arg = token.display().to_string();
+    let _c = collector(
+        dir.path(),
+        "collector",
+        grpc,
+        http,
+        &["--api-token-file", &token_arg],
+    );
+    let base = format!("127.0.0.1:{http}");
+    let get = |t: Option<&str>| {
+        let mut r = client().get(format!("http://{base}/api/v1/nodes"));
+        if let Some(t) = t {
+            r = r.header("authorization", format!("Bearer {t}"));
+        }
+        r.send().map(|r| r.status().as_u16()).unwrap_or(0)
+    };
+    assert_eq!(get(None), 401);
+    assert_eq!(get(Some("wrong")), 401);
+    assert_eq!(get(Some("api-s3cret")), 200);
+    // /metrics and /healthz stay open for Prometheus and probes.
+    assert!(get_text(&format!("http://{base}/metrics")).is_some());
+    assert!(get_text(&format!("http://{base}/healthz")).is_some());
+    assert_eq!(post_baseline(&base, None), 401);
+    assert_eq!(post_baseline(&base, Some("api-s3cret")), 200);
+
+    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("diagnose/tests/data/nccl/nccl-tests-cluster-N10G1-allreduce.txt");
+    let import = |extra: &[&str]| {
+        Command::new(BIN)
+            .args(["baseline", "import"])
+            .arg(&file)
+            .args(["--collector", &format!("http://{base}")])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let out = import(&[]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("401"));
+    let out = import(&["--token-file", &token_arg]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn without_a_token_api_writes_come_from_loopback_only() {
+    // The host's own non-loopback address (no packet is sent: connecting a UDP socket only picks a route).
+    let Some(ip) = std::net::UdpSocket::bind("0.0.0.0:0")
+        .and_then(|s| s.connect("10.255.255.255:9").map(|_| s))
+        .and_then(|s| s.local_addr())
+        .ok()
+        .map(|a| a.ip())
+        .filter(|ip| !ip.is_loopback() && !ip.is_unspecified())
+    else {
+        eprintln!("\n*** SKIPPED: this host has no non-loopback address to test a remote client with ***\n");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (grpc, http) = (free_port(), free_port());
+    let listen = format!("0.0.0.0:{http}");
+    let mut args: Vec<String> = vec![
+        "collector".into(),
+        "--grpc-listen".into(),
+        format!("127.0.0.1:{grpc}"),
+        "--http-listen".into(),
+        listen,
+    ];
+    args.push("--state-dir".into());
+    args.push(dir.path().join("state").display().to_string());
+    let _c = Proc::spawn(&args, dir.path().join("collector.log"));
+    let remote = format!("{ip}:{http}");
+    assert!(
+        wait_for(std::time::Duration::from_secs(20), || get_text(&format!(
+            "http://{remote}/healthz"
+        )))
+        .is_some()
+    );
+    // Reads are open from anywhere the port is reachable; the write is refused from a non-loopback client.
+    assert!(get_json(&format!("http://{remote}/api/v1/nodes")).is_some());
+    assert_eq!(post_baseline(&remote, None), 403);
+    assert_eq!(post_baseline(&format!("127.0.0.1:{http}"), None), 200);
+}

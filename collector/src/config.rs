@@ -97,6 +97,9 @@ pub struct CollectorConfig {
     pub tls: Option<TlsConfig>,
     /// File holding the bearer token agents must present (`authorization: Bearer …`); `None` = no token.
     pub token_file: Option<PathBuf>,
+    /// File holding the bearer token required for `/api/*`; `None`: reads are open and writes are accepted
+    /// from loopback clients only.
+    pub api_token_file: Option<PathBuf>,
 }
 
 impl Default for CollectorConfig {
@@ -113,6 +116,7 @@ impl Default for CollectorConfig {
             steps_interval: Duration::from_millis(500),
             tls: None,
             token_file: None,
+            api_token_file: None,
         }
     }
 }

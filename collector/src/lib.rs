@@ -349,6 +349,12 @@ pub async fn start(config: CollectorConfig) -> Result<CollectorHandle, Collector
         Some(p) => Some(ingest::auth::load_token(p).map_err(CollectorError::Auth)?),
         None => None,
     };
+    let api_access = Arc::new(export::access::ApiAccess {
+        token: match &config.api_token_file {
+            Some(p) => Some(ingest::auth::load_token(p).map_err(CollectorError::Auth)?),
+            None => None,
+        },
+    });
     let server_tls = match &config.tls {
         Some(tls) => Some(ingest::auth::server_tls(tls).map_err(CollectorError::Auth)?),
         None => None,
@@ -504,12 +510,19 @@ pub async fn start(config: CollectorConfig) -> Result<CollectorHandle, Collector
     analysis.set_steps_provider(Arc::new(move |node: &str| {
         provider_steps.node_steps(node, 64).unwrap_or_default()
     }));
+    let router = router.layer(axum::middleware::from_fn_with_state(
+        api_access,
+        export::access::guard,
+    ));
     let http = tokio::spawn(async move {
-        let result = axum::serve(http_listener, router)
-            .with_graceful_shutdown(async move {
-                let _ = stop.wait_for(|s| *s).await;
-            })
-            .await;
+        let result = axum::serve(
+            http_listener,
+            router.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .with_graceful_shutdown(async move {
+            let _ = stop.wait_for(|s| *s).await;
+        })
+        .await;
         if let Err(e) = result {
             error!(error = %e, "HTTP server failed");
         }

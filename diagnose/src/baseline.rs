@@ -104,10 +104,12 @@ pub fn import_body(baseline: &Baseline, job: Option<&str>) -> serde_json::Value 
 /// `commwatch baseline import FILE --collector URL [--job ID]`: parses the nccl-tests result and sends it to
 /// the collector, which keeps it so live findings compare in-training bandwidth with the bare baseline.
 /// Returns what the collector stored (its JSON answer).
+/// `token` is the collector's API token (`api_token_file`), when it has one.
 pub fn import(
     path: &Path,
     collector: &str,
     job: Option<&str>,
+    token: Option<&str>,
 ) -> Result<serde_json::Value, ImportError> {
     let baseline = parse_baseline(path)?;
     if baseline.tests.is_empty() {
@@ -124,9 +126,11 @@ pub fn import(
         url: url.clone(),
         message,
     };
-    let mut resp = agent
-        .post(&url)
-        .header("content-type", "application/json")
+    let mut req = agent.post(&url).header("content-type", "application/json");
+    if let Some(t) = token {
+        req = req.header("authorization", &format!("Bearer {t}"));
+    }
+    let mut resp = req
         .send(body.as_bytes())
         .map_err(|e| send_err(e.to_string()))?;
     let status = resp.status().as_u16();

@@ -1,5 +1,6 @@
 //! Export: Prometheus text (`/metrics`), the JSON API and health endpoints.
 
+pub mod access;
 pub mod api;
 pub mod findings;
 pub mod health;

@@ -60,6 +60,11 @@ pub fn load_token(path: &Path) -> Result<Arc<str>, AuthError> {
     Ok(Arc::from(text))
 }
 
+/// Whether a presented token equals the expected one, compared in constant time.
+pub fn token_matches(given: &str, expected: &str) -> bool {
+    same(given.as_bytes(), expected.as_bytes())
+}
+
 /// Constant-time comparison (the length is not secret).
 fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0

@@ -1,0 +1,61 @@
+//! Access to the HTTP API. `/metrics` and `/healthz` are open (they are read-only and bound to localhost
+//! unless configured). Under `/api/`:
+//! - with `api_token_file` set, every request must carry `authorization: Bearer <token>` (401 otherwise);
+//! - without it, reads are open and the one write (`POST /api/v1/baselines`) is accepted only from a
+//!   loopback client (403 otherwise), so a collector whose HTTP port is reachable from the network cannot have
+//!   its baselines changed by anyone who can reach it.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+
+/// The API's access settings.
+#[derive(Debug, Clone, Default)]
+pub struct ApiAccess {
+    /// Bearer token required under `/api/` when set.
+    pub token: Option<Arc<str>>,
+}
+
+fn deny(status: StatusCode, message: &str) -> Response {
+    (status, Json(serde_json::json!({ "error": message }))).into_response()
+}
+
+/// The middleware applying [`ApiAccess`].
+pub async fn guard(
+    State(access): State<Arc<ApiAccess>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    req: Request,
+    next: Next,
+) -> Response {
+    if !req.uri().path().starts_with("/api/") {
+        return next.run(req).await;
+    }
+    match &access.token {
+        Some(token) => {
+            let given = req
+                .headers()
+                .get("authorization")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("Bearer "))
+                .unwrap_or("");
+            if !crate::ingest::auth::token_matches(given, token) {
+                return deny(StatusCode::UNAUTHORIZED, "missing or wrong bearer token");
+            }
+        }
+        None => {
+            let read = req.method() == Method::GET || req.method() == Method::HEAD;
+            if !read && !peer.ip().is_loopback() {
+                return deny(
+                    StatusCode::FORBIDDEN,
+                    "writes to /api are accepted from loopback clients only unless the collector has an API token (api_token_file)",
+                );
+            }
+        }
+    }
+    next.run(req).await
+}
