@@ -1,7 +1,9 @@
 //! Steps in the API and in `/metrics`.
 //!
 //! `GET /api/v1/steps?node=NAME[&limit=N]` → `{"node", "source": "markers"|"inferred", "steps": [...]}` and
-//! `GET /api/v1/steps?job=ID[&limit=N]` → `{"job", "source": "markers", "steps": [...]}` (CONTRACTS.md). A step:
+//! `GET /api/v1/steps?job=ID[&limit=N]` → `{"job", "source": "markers"|"inferred", "steps": [...]}`
+//! (CONTRACTS.md): marker steps of every node aligned by step number, or — when the job sends no markers — the
+//! inferred steps of its nodes, one node step each. A step:
 //! `index`, `start_unix_s`, `end_unix_s`, `duration_s`, `confidence`, `confident`, `samples`, `job`, and
 //! `links` [`class`, `device`, `port`, `role`, (`gpu`, `link` on NVLink), `tx_bytes`, `rx_bytes`, `active_s`,
 //! `achieved_bytes_per_second` (null when idle), `average_bytes_per_second`, `capacity_bytes_per_second`,
@@ -172,12 +174,17 @@ fn node_response(steps: &StepStore, node: &str, limit: usize) -> Response {
 }
 
 fn job_response(steps: &StepStore, job: &str, limit: usize) -> Response {
-    let Some(v) = steps.job_steps(job, limit) else {
-        return error(StatusCode::NOT_FOUND, format!("no steps of job {job:?}"));
+    // Marker steps align every node by step number; without markers, the job's nodes' inferred steps.
+    let (source, v) = match steps.job_steps(job, limit) {
+        Some(v) => (StepSource::Markers, v),
+        None => match steps.job_inferred_steps(job, limit) {
+            Some(v) => (StepSource::Inferred, v),
+            None => return error(StatusCode::NOT_FOUND, format!("no steps of job {job:?}")),
+        },
     };
     Json(json!({
         "job": job,
-        "source": StepSource::Markers.as_str(),
+        "source": source.as_str(),
         "steps": v.iter().map(job_step_json).collect::<Vec<_>>(),
     }))
     .into_response()

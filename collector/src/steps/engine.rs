@@ -70,6 +70,8 @@ struct Fresh {
     traffic: Vec<(i64, f64)>,
     newest_sample: i64,
     has_byte_series: bool,
+    /// The node's training job when it runs exactly one (inferred steps are attributed to it).
+    job: Option<String>,
 }
 
 /// Samples of `ring` from the last one at or before `from` to the end (oldest first). Walks from the newest,
@@ -159,7 +161,12 @@ fn copy_fresh(n: &NodeState, cursor: u64, traffic_from: i64) -> Fresh {
         .into_iter()
         .map(|t| (t, series.iter().map(|s| clamped(s, t)).sum::<f64>()))
         .collect();
+    let job = match n.jobs().jobs.as_slice() {
+        [only] => Some(only.id.clone()),
+        _ => None,
+    };
     Fresh {
+        job,
         markers,
         lost,
         next_cursor,
@@ -268,7 +275,7 @@ impl Engine {
         if !markers_fresh {
             for s in inferred {
                 st.awaiting.push_back(Edges {
-                    job: None,
+                    job: fresh.job.clone(),
                     index: st.next_inferred,
                     start: s.start_unix_ns,
                     end: s.end_unix_ns,

@@ -309,6 +309,38 @@ impl StepStore {
                 .collect(),
         )
     }
+
+    /// The newest `limit` inferred steps of a job's nodes (steps attributed to the job because it is the node's
+    /// only one), oldest first, one [`JobStep`] per node step: inferred step numbers are per node, so steps of
+    /// different nodes are not merged. `None` when no node has such a step.
+    pub fn job_inferred_steps(&self, job: &str, limit: usize) -> Option<Vec<JobStep>> {
+        let mut all: Vec<NodeStep> = {
+            let map = self.nodes.read();
+            map.values()
+                .flat_map(|h| {
+                    h.steps
+                        .iter()
+                        .rev()
+                        .filter(|s| {
+                            s.source == StepSource::Inferred && s.job.as_deref() == Some(job)
+                        })
+                        .take(limit)
+                        .cloned()
+                })
+                .collect()
+        };
+        if all.is_empty() {
+            return None;
+        }
+        all.sort_by_key(|s| (s.end_unix_ns, s.node.clone()));
+        let k = all.len().saturating_sub(limit);
+        Some(
+            all.into_iter()
+                .skip(k)
+                .map(|s| aggregate(job, s.index, vec![s]))
+                .collect(),
+        )
+    }
 }
 
 #[cfg(test)]
@@ -389,6 +421,43 @@ mod tests {
         let u = c.utilization.as_ref().expect("capacity known");
         assert!((u.max - 0.6).abs() < 1e-12 && u.min == 0.2, "{u:?}");
         assert!(st.job_steps("other", 10).is_none());
+    }
+
+    #[test]
+    fn a_job_without_markers_lists_its_nodes_inferred_steps() {
+        let st = StepStore::new();
+        let inferred = |node: &str, index: u64, end_s: i64, job: Option<&str>| NodeStep {
+            source: StepSource::Inferred,
+            job: job.map(str::to_string),
+            samples: None,
+            end_unix_ns: end_s * 1_000_000_000,
+            ..step(node, index, vec![])
+        };
+        st.push(
+            "n1",
+            vec![
+                inferred("n1", 0, 3, Some("j")),
+                inferred("n1", 1, 5, Some("j")),
+            ],
+        );
+        st.push(
+            "n2",
+            vec![inferred("n2", 7, 4, Some("j")), inferred("n2", 8, 6, None)],
+        );
+        // No marker steps: the marker view has nothing.
+        assert!(st.job_steps("j", 10).is_none());
+        let js = st.job_inferred_steps("j", 10).expect("inferred");
+        let seen: Vec<(String, u64)> = js
+            .iter()
+            .map(|s| (s.nodes[0].node.clone(), s.index))
+            .collect();
+        assert_eq!(
+            seen,
+            vec![("n1".into(), 0), ("n2".into(), 7), ("n1".into(), 1)],
+            "oldest first by end time; the step without the job is left out"
+        );
+        assert_eq!(st.job_inferred_steps("j", 2).map(|v| v.len()), Some(2));
+        assert!(st.job_inferred_steps("other", 10).is_none());
     }
 
     #[test]
