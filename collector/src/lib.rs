@@ -163,9 +163,6 @@ impl CollectorHandle {
             step_engine,
             ..
         } = self;
-        if let Some(e) = step_engine {
-            e.abort();
-        }
         // Either server ending (error) stops the other too.
         let mut rx = shutdown_tx.subscribe();
         tokio::select! {
@@ -186,6 +183,9 @@ impl CollectorHandle {
                 );
                 abort.abort();
             }
+        }
+        if let Some(e) = step_engine {
+            e.abort();
         }
         expiry.abort();
         analysis_task.abort();

@@ -306,7 +306,7 @@ pub fn node_input(n: &NodeState, since_ns: i64) -> NodeInput {
             link: l.info.link.clone(),
             capacity_bytes_per_second: l.info.capacity_bytes_per_second,
             state: l.info.state.clone(),
-            attributes: BTreeMap::new(),
+            attributes: l.info.attributes.clone(),
             activity: None,
             counters: Vec::new(),
             gauges: BTreeMap::new(),

@@ -6,6 +6,7 @@
 //! samples are skipped (counted), the stream goes on.
 
 use commwatch_proto::v1 as pb;
+use std::collections::BTreeMap;
 use tonic::Status;
 
 use crate::config::Limits;
@@ -157,7 +158,13 @@ pub struct LinkInfo {
     /// NVLink: GPU index and link number.
     pub gpu: Option<String>,
     pub link: Option<String>,
+    /// Other facts the agent reported (`rate`, `phys_state`, `link_layer`, `netdev`, ...); at most
+    /// [`MAX_LINK_ATTRIBUTES`], each key and value bounded by `Limits.max_label_len`.
+    pub attributes: BTreeMap<String, String>,
 }
+
+/// Most attributes one link may carry.
+pub const MAX_LINK_ATTRIBUTES: usize = 32;
 
 /// Kind of a series.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -280,6 +287,7 @@ impl TryFrom<pb::Link> for LinkInfo {
             state: l.state,
             gpu: opt(l.gpu),
             link: opt(l.link),
+            attributes: l.attributes.into_iter().collect(),
         })
     }
 }
@@ -416,6 +424,20 @@ impl Inventory {
             check(f("state"), &l.state)?;
             check(f("gpu"), l.gpu.as_deref().unwrap_or(""))?;
             check(f("link"), l.link.as_deref().unwrap_or(""))?;
+            if l.attributes.len() > MAX_LINK_ATTRIBUTES {
+                return Err(IngestError::limit(
+                    "label_len",
+                    f("attributes"),
+                    format!(
+                        "{} attributes, limit {MAX_LINK_ATTRIBUTES}",
+                        l.attributes.len()
+                    ),
+                ));
+            }
+            for (k, v) in &l.attributes {
+                check(f("attributes key"), k)?;
+                check(f(&format!("attributes[{k}]")), v)?;
+            }
         }
         for s in &self.series {
             let f = |n: &str| format!("series[id={}].{n}", s.id);

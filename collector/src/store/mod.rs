@@ -1173,6 +1173,7 @@ mod tests {
                     state: "ACTIVE".into(),
                     gpu: None,
                     link: None,
+                    attributes: [("phys_state".to_string(), "LinkUp".to_string())].into(),
                 }],
                 series,
             },
@@ -1192,6 +1193,20 @@ mod tests {
             markers: vec![],
             invalid_markers: 0,
         }
+    }
+
+    #[test]
+    fn link_attributes_reach_the_analysis_input() {
+        let store = Store::new(
+            std::time::Duration::from_secs(600),
+            std::time::Duration::from_secs(60),
+            Limits::default(),
+        );
+        let out = store.hello(&hello(7, false), S, None).expect("hello");
+        let n = out.node.lock();
+        assert_eq!(n.links()[0].info.attributes["phys_state"], "LinkUp");
+        let input = crate::analysis::input::node_input(&n, 0);
+        assert_eq!(input.links[0].attributes["phys_state"], "LinkUp");
     }
 
     #[test]
