@@ -328,6 +328,19 @@ impl Sampler {
         }
     }
 
+    /// Puts back an update that could not be handed over, ahead of anything queued since, so the next
+    /// [`take_update`](Self::take_update) carries it again.
+    pub fn restore_update(&mut self, mut inv: pb::Inventory) {
+        inv.links.append(&mut self.pending.links);
+        inv.series.append(&mut self.pending.series);
+        self.pending = inv;
+    }
+
+    /// Marks the job list as still to be sent (its hand-over failed).
+    pub fn restore_jobs_update(&mut self) {
+        self.jobs_pending = true;
+    }
+
     /// Everything known so far (sent in `Hello`).
     pub fn full_inventory(&self) -> pb::Inventory {
         pb::Inventory {
@@ -473,11 +486,14 @@ impl Periods {
             self.fast_ms
                 .store(u64::from(fast_ms).clamp(5, 60_000), Ordering::Relaxed);
         }
-        if slow_ms > 0 {
-            let fast = self.fast_ms.load(Ordering::Relaxed);
-            self.slow_ms
-                .store(u64::from(slow_ms).clamp(fast, 600_000), Ordering::Relaxed);
-        }
+        // The slow tier never runs faster than the fast one, whichever of the two changed.
+        let fast = self.fast_ms.load(Ordering::Relaxed);
+        let slow = match slow_ms {
+            0 => self.slow_ms.load(Ordering::Relaxed),
+            v => u64::from(v),
+        };
+        self.slow_ms
+            .store(slow.clamp(fast, 600_000), Ordering::Relaxed);
     }
 }
 
@@ -522,18 +538,32 @@ pub fn spawn(
     let thread = std::thread::Builder::new()
         .name("commwatch-sampler".into())
         .spawn(move || {
-            // The caller ran the first discovery (to size the buffer); anything it found is sent first.
-            let send = |ev: SamplerEvent| {
-                if events.try_send(ev).is_err() {
+            // Inventory and job updates must reach the shipper before any batch that uses them: they are handed
+            // over first, put back when the queue is full, and a batch waits (is dropped and counted) while an
+            // update is still pending. The caller ran the first discovery; anything it found goes first.
+            let flush_updates = |sampler: &mut Sampler| -> bool {
+                if let Some(inv) = sampler.take_update() {
+                    if let Err(e) = events.try_send(SamplerEvent::Inventory(inv)) {
+                        if let SamplerEvent::Inventory(inv) = e.into_inner() {
+                            sampler.restore_update(inv);
+                        }
+                        return false;
+                    }
+                }
+                if let Some(jobs) = sampler.take_jobs_update() {
+                    if events.try_send(SamplerEvent::Jobs(jobs)).is_err() {
+                        sampler.restore_jobs_update();
+                        return false;
+                    }
+                }
+                true
+            };
+            let send_batch = |sampler: &mut Sampler, b: pb::SampleBatch| {
+                if !flush_updates(sampler) || events.try_send(SamplerEvent::Batch(b)).is_err() {
                     metrics.handoff_drops.inc();
                 }
             };
-            if let Some(inv) = sampler.take_update() {
-                send(SamplerEvent::Inventory(inv));
-            }
-            if let Some(jobs) = sampler.take_jobs_update() {
-                send(SamplerEvent::Jobs(jobs));
-            }
+            flush_updates(&mut sampler);
             let mut builder = BatchBuilder::default();
             let start = Instant::now();
             let mut next_fast = start;
@@ -581,27 +611,22 @@ pub fn spawn(
                 if now >= next_discover {
                     next_discover = now + settings.discover_period;
                     if sampler.discover() {
-                        // Flush samples of the old inventory first so the order on the wire stays simple.
+                        // Samples of the old inventory go first; the update follows at once.
                         if let Some(b) = builder.take() {
-                            send(SamplerEvent::Batch(b));
+                            send_batch(&mut sampler, b);
                         }
-                        if let Some(inv) = sampler.take_update() {
-                            send(SamplerEvent::Inventory(inv));
-                        }
-                        if let Some(jobs) = sampler.take_jobs_update() {
-                            send(SamplerEvent::Jobs(jobs));
-                        }
+                        flush_updates(&mut sampler);
                     }
                 }
                 if now >= next_batch {
                     next_batch = now + settings.batch_period;
                     if let Some(b) = with_markers(builder.take(), settings.markers.as_deref()) {
-                        send(SamplerEvent::Batch(b));
+                        send_batch(&mut sampler, b);
                     }
                 }
             }
             if let Some(b) = with_markers(builder.take(), settings.markers.as_deref()) {
-                send(SamplerEvent::Batch(b));
+                send_batch(&mut sampler, b);
             }
         })?;
     Ok(SamplerHandle {
@@ -670,6 +695,32 @@ mod tests {
     }
 
     #[test]
+    fn a_restored_update_comes_back_ahead_of_newer_ones() {
+        let mut s = Sampler::new(Vec::new(), Arc::new(AgentMetrics::new()));
+        let link = |id| pb::Link {
+            id,
+            ..Default::default()
+        };
+        s.restore_update(pb::Inventory {
+            links: vec![link(2)],
+            series: vec![],
+        });
+        s.restore_update(pb::Inventory {
+            links: vec![link(1)],
+            series: vec![],
+        });
+        let ids: Vec<u32> = s
+            .take_update()
+            .unwrap()
+            .links
+            .iter()
+            .map(|l| l.id)
+            .collect();
+        assert_eq!(ids, vec![1, 2]);
+        assert!(s.take_update().is_none());
+    }
+
+    #[test]
     fn periods_clamp() {
         let p = Periods::new(Duration::from_millis(50), Duration::from_secs(1));
         p.apply(1, 0);
@@ -680,6 +731,12 @@ mod tests {
         assert_eq!(
             (p.fast(), p.slow()),
             (Duration::from_millis(100), Duration::from_secs(2))
+        );
+        // A slower fast tier alone never leaves the slow tier below it.
+        p.apply(5000, 0);
+        assert_eq!(
+            (p.fast(), p.slow()),
+            (Duration::from_secs(5), Duration::from_secs(5))
         );
     }
 }

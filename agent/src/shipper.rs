@@ -123,8 +123,16 @@ impl ResendBuffer {
         self.dropped
     }
     /// Held batches with `seq > after`, oldest first.
+    ///
+    /// Held sequence numbers are consecutive (drops and acks only remove from the front), so this indexes
+    /// directly instead of scanning: resending a full buffer stays linear.
     fn after(&self, after: u64) -> impl Iterator<Item = &Entry> {
-        self.entries.iter().filter(move |e| e.seq > after)
+        let skip = match self.entries.front() {
+            Some(front) => usize::try_from(after.saturating_add(1).saturating_sub(front.seq))
+                .unwrap_or(usize::MAX),
+            None => 0,
+        };
+        self.entries.iter().skip(skip)
     }
     fn oldest_seq(&self) -> Option<u64> {
         self.entries.front().map(|e| e.seq)
@@ -324,6 +332,18 @@ impl Shipper {
         }
     }
 
+    /// Absorbs an event during a session: an inventory update is also queued to be sent before the first
+    /// batch numbered after it.
+    fn absorb_live(&mut self, ev: SamplerEvent, pending_inv: &mut VecDeque<(u64, pb::Inventory)>) {
+        match ev {
+            SamplerEvent::Inventory(inv) => {
+                self.absorb_inventory(&inv);
+                pending_inv.push_back((self.next_seq, inv));
+            }
+            ev => self.absorb_event(ev),
+        }
+    }
+
     fn absorb_event(&mut self, ev: SamplerEvent) {
         match ev {
             SamplerEvent::Inventory(inv) => self.absorb_inventory(&inv),
@@ -456,12 +476,7 @@ impl Shipper {
             self.send_jobs(&tx);
             tokio::select! {
                 ev = events.recv(), if !self.events_closed => match ev {
-                    Some(SamplerEvent::Inventory(inv)) => {
-                        self.absorb_inventory(&inv);
-                        pending_inv.push_back((self.next_seq, inv));
-                    }
-                    Some(SamplerEvent::Batch(b)) => { self.absorb_batch(b); }
-                    Some(ev @ SamplerEvent::Jobs(_)) => self.absorb_event(ev),
+                    Some(ev) => self.absorb_live(ev, &mut pending_inv),
                     None => self.events_closed = true,
                 },
                 m = inbound.message() => match m {
@@ -472,7 +487,10 @@ impl Shipper {
                             last_progress = Instant::now();
                         }
                     }
-                    Ok(None) => return Ended::Lost("closed by collector"),
+                    Ok(None) => {
+                        self.metrics.disconnects.with_label_values(&["collector"]).inc();
+                        return Ended::Lost("closed by collector");
+                    }
                     Err(status) => {
                         tracing::warn!(code = ?status.code(), message = status.message(), "stream failed");
                         self.metrics.disconnects.with_label_values(&["error"]).inc();
@@ -504,6 +522,12 @@ impl Shipper {
                     }
                 }
                 _ = shutdown.changed() => {
+                    // The sampler stopped before the signal: hand over what it queued last, then send it.
+                    while let Ok(ev) = events.try_recv() {
+                        self.absorb_live(ev, &mut pending_inv);
+                    }
+                    sent_upto = self.pump(&tx, sent_upto, &mut pending_inv, &mut last_sent);
+                    self.send_jobs(&tx);
                     // Best effort: give the collector a moment to acknowledge what is in flight.
                     let deadline = Instant::now() + Duration::from_secs(2);
                     while self.acked < sent_upto && Instant::now() < deadline {
@@ -636,6 +660,12 @@ mod tests {
         assert_eq!(b.len(), 1);
         assert_eq!(b.bytes(), one);
         assert_eq!(b.after(4).map(|e| e.seq).collect::<Vec<_>>(), vec![5]);
+        assert_eq!(b.after(0).map(|e| e.seq).collect::<Vec<_>>(), vec![5]);
+        assert_eq!(b.after(5).count(), 0);
+        assert_eq!(b.after(u64::MAX).count(), 0);
+        b.push(batch(6, 100));
+        b.push(batch(7, 100));
+        assert_eq!(b.after(5).map(|e| e.seq).collect::<Vec<_>>(), vec![6, 7]);
     }
 
     #[test]

@@ -88,7 +88,7 @@ pub fn parse_marker(data: &[u8], received_unix_ns: i64) -> Result<pb::StepMarker
         Some(t) => {
             let t = t
                 .as_f64()
-                .filter(|t| t.is_finite() && *t > 0.0 && *t < 1e11)
+                .filter(|t| t.is_finite() && *t > 0.0 && *t < 9.2e9)
                 .ok_or(MarkerError::Field("time"))?;
             (t * 1e9) as i64
         }
@@ -274,17 +274,26 @@ pub async fn spawn_listeners(
     if let Some(path) = &settings.unix {
         // A stale socket file from an earlier run would make bind fail; a live one belongs to another agent
         // and is left alone.
-        let live = path.exists()
+        // Anything at the path that is not a socket is never removed.
+        use std::os::unix::fs::FileTypeExt;
+        let existing = std::fs::symlink_metadata(path).ok().map(|m| m.file_type());
+        let is_socket = existing.is_some_and(|t| t.is_socket());
+        let live = is_socket
             && std::os::unix::net::UnixDatagram::unbound()
                 .and_then(|s| s.connect(path))
                 .is_ok();
-        if path.exists() && !live {
+        if is_socket && !live {
             let _ = std::fs::remove_file(path);
         }
         let bind = if live {
             Err(std::io::Error::new(
                 std::io::ErrorKind::AddrInUse,
                 "another process is listening on this socket",
+            ))
+        } else if existing.is_some() && !is_socket {
+            Err(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                "the path exists and is not a socket; it is left alone",
             ))
         } else {
             tokio::net::UnixDatagram::bind(path)
@@ -412,6 +421,26 @@ mod tests {
         assert!(!q.push(m));
         assert_eq!(q.drain().len(), 2);
         assert!(q.drain().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_regular_file_at_the_socket_path_is_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("steps.sock");
+        std::fs::write(&path, "not a socket").unwrap();
+        let m = MarkerMetrics {
+            received: IntCounterVec::new(prometheus::Opts::new("r", "r"), &["transport"]).unwrap(),
+            dropped: IntCounterVec::new(prometheus::Opts::new("d", "d"), &["reason"]).unwrap(),
+        };
+        let (_tx, rx) = tokio::sync::watch::channel(false);
+        let settings = ListenerSettings {
+            udp: None,
+            unix: Some(path.clone()),
+            rate: 10.0,
+        };
+        let bound = spawn_listeners(&settings, MarkerQueue::new(4), m, rx).await;
+        assert!(bound.unix.is_none());
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "not a socket");
     }
 
     #[tokio::test]
