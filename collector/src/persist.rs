@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rusqlite::{params, Connection};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 use tracing::{error, info, warn};
 
@@ -35,6 +35,9 @@ pub const COMMIT_INTERVAL: Duration = Duration::from_millis(100);
 pub const COMMIT_MAX_ITEMS: usize = 20_000;
 pub const PRUNE_INTERVAL: Duration = Duration::from_secs(10);
 const CHANNEL_CAPACITY: usize = 65_536;
+/// Most payload bytes waiting for the writer (in KiB permits). A stream whose batch does not fit waits: a
+/// slow disk slows ingest (agents buffer) instead of growing the collector's memory without bound.
+const QUEUE_KIB: usize = 256 * 1024;
 /// The database file inside `state_dir`.
 pub const DB_FILE: &str = "collector.sqlite3";
 
@@ -92,11 +95,33 @@ pub(crate) struct PersistedJobs {
 /// Ingest's side of the writer.
 #[derive(Clone)]
 pub(crate) struct PersistHandle {
-    tx: mpsc::Sender<Item>,
+    tx: mpsc::Sender<(Item, OwnedSemaphorePermit)>,
+    /// Payload KiB the queue may still take.
+    budget: Arc<Semaphore>,
     health: Health,
 }
 
 impl PersistHandle {
+    /// Queues an item for the writer, waiting while the queue holds [`QUEUE_KIB`] of payload. When the
+    /// writer is gone (shutting down) the error is counted and a batch is marked durable from memory.
+    async fn enqueue(&self, item: Item) {
+        let kib = (item.payload_len() / 1024 + 1).min(QUEUE_KIB) as u32;
+        let permit = match self.budget.clone().acquire_many_owned(kib).await {
+            Ok(p) => p,
+            Err(_) => {
+                self.health.persist_errors.inc();
+                return;
+            }
+        };
+        if let Err(mpsc::error::SendError((item, _))) = self.tx.send((item, permit)).await {
+            self.health.persist_errors.inc();
+            if let Item::Batch { durable, seq, .. } = item {
+                mark_durable(&durable, seq);
+            }
+        }
+    }
+
+    /// Queues a `Hello` (or an inventory update stored as the merged `Hello`).
     pub async fn hello(
         &self,
         node: &str,
@@ -104,15 +129,13 @@ impl PersistHandle {
         received_unix_ns: i64,
         payload: Vec<u8>,
     ) {
-        let item = Item::Hello {
+        self.enqueue(Item::Hello {
             node: node.to_string(),
             instance_id,
             received_unix_ns,
             payload,
-        };
-        if self.tx.send(item).await.is_err() {
-            self.health.persist_errors.inc();
-        }
+        })
+        .await
     }
 
     /// Queues a node's complete job list (encoded `JobInventory`); it replaces the stored one.
@@ -123,15 +146,13 @@ impl PersistHandle {
         received_unix_ns: i64,
         payload: Vec<u8>,
     ) {
-        let item = Item::Jobs {
+        self.enqueue(Item::Jobs {
             node: node.to_string(),
             instance_id,
             received_unix_ns,
             payload,
-        };
-        if self.tx.send(item).await.is_err() {
-            self.health.persist_errors.inc();
-        }
+        })
+        .await
     }
 
     /// Queues a batch; `durable` is raised to `seq` once it is committed.
@@ -144,20 +165,24 @@ impl PersistHandle {
         payload: Vec<u8>,
         durable: Arc<watch::Sender<u64>>,
     ) {
-        let item = Item::Batch {
+        self.enqueue(Item::Batch {
             node: node.to_string(),
             instance_id,
             seq,
             received_unix_ns,
             payload,
             durable,
-        };
-        if let Err(mpsc::error::SendError(item)) = self.tx.send(item).await {
-            // Writer gone (shutting down): memory is all there is.
-            self.health.persist_errors.inc();
-            if let Item::Batch { durable, seq, .. } = item {
-                mark_durable(&durable, seq);
-            }
+        })
+        .await
+    }
+}
+
+impl Item {
+    fn payload_len(&self) -> usize {
+        match self {
+            Item::Hello { payload, .. }
+            | Item::Batch { payload, .. }
+            | Item::Jobs { payload, .. } => payload.len(),
         }
     }
 }
@@ -443,9 +468,10 @@ pub(crate) fn spawn_writer(
     retention: Duration,
     health: Health,
 ) -> (PersistHandle, JoinHandle<()>) {
-    let (tx, mut rx) = mpsc::channel::<Item>(CHANNEL_CAPACITY);
+    let (tx, mut rx) = mpsc::channel::<(Item, OwnedSemaphorePermit)>(CHANNEL_CAPACITY);
     let handle = PersistHandle {
         tx,
+        budget: Arc::new(Semaphore::new(QUEUE_KIB)),
         health: health.clone(),
     };
     let task = tokio::spawn(async move {
@@ -453,13 +479,20 @@ pub(crate) fn spawn_writer(
         let mut last_prune = tokio::time::Instant::now();
         let mut open = true;
         while open {
-            let Some(first) = rx.recv().await else { break };
+            let Some((first, permit)) = rx.recv().await else {
+                break;
+            };
             let mut items = vec![first];
+            // Queue budget is returned once the items are committed (or failed).
+            let mut permits = vec![permit];
             let deadline = tokio::time::Instant::now() + COMMIT_INTERVAL;
             while items.len() < COMMIT_MAX_ITEMS {
                 tokio::select! {
                     it = rx.recv() => match it {
-                        Some(it) => items.push(it),
+                        Some((it, permit)) => {
+                            items.push(it);
+                            permits.push(permit);
+                        }
                         None => { open = false; break; }
                     },
                     _ = tokio::time::sleep_until(deadline) => break,
@@ -510,6 +543,7 @@ pub(crate) fn spawn_writer(
                     mark_durable(durable, *seq);
                 }
             }
+            drop(permits);
         }
     });
     (handle, task)
