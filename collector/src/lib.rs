@@ -18,6 +18,7 @@ pub mod config;
 pub mod export;
 pub mod ingest;
 pub mod persist;
+pub mod stats;
 pub mod steps;
 pub mod store;
 

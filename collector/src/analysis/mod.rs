@@ -36,6 +36,7 @@ pub mod straggler;
 pub mod tracker;
 pub mod underutilized;
 
+pub(crate) use crate::stats::median;
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
@@ -437,20 +438,6 @@ pub fn link_causes(input: &AnalysisInput, cands: &mut [Candidate]) {
 /// `v` bytes/s as `x.xx GB/s`.
 pub(crate) fn gbs(v: f64) -> String {
     format!("{:.2} GB/s", v / 1e9)
-}
-
-/// The median of `v` (`None` when empty). NaNs sort last.
-pub(crate) fn median(v: &mut [f64]) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Greater));
-    let n = v.len();
-    Some(if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    })
 }
 
 /// Rounds to 4 significant decimals for evidence (keeps JSON readable, values exact enough to assert).

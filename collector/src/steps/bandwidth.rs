@@ -23,6 +23,7 @@
 //! false. An idle link is confidently idle.
 
 use crate::ingest::domain::{LinkClass, LinkRole};
+use crate::stats::median;
 use crate::steps::StepLink;
 
 /// Below this rate (bytes/s) no interval counts as active, whatever the link: background and control traffic.
@@ -83,19 +84,6 @@ pub fn active_floor(capacity_bytes_per_second: Option<f64>) -> f64 {
     capacity_bytes_per_second
         .map_or(0.0, |c| c * ACTIVE_FLOOR_CAPACITY_FRACTION)
         .max(ACTIVE_FLOOR_BYTES_PER_SECOND)
-}
-
-fn median(v: &mut [f64]) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(|a, b| a.total_cmp(b));
-    let n = v.len();
-    Some(if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    })
 }
 
 /// Active seconds of a link over `[start, end]` given the interval rates `(length_s, rate)`.

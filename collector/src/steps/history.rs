@@ -1,6 +1,7 @@
 //! [`StepStore`]: every node's bounded step history, written by the engine, read by the analysis, the API and
 //! the exporter. Readers get copies; the lock is held only while copying.
 
+use crate::stats::median;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use parking_lot::RwLock;
@@ -74,19 +75,6 @@ impl JobStep {
             .filter_map(|n| n.samples)
             .reduce(|a, b| a.saturating_add(b))
     }
-}
-
-fn median(v: &mut [f64]) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(|a, b| a.total_cmp(b));
-    let n = v.len();
-    Some(if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    })
 }
 
 fn spread(values: &mut [(f64, &str)]) -> Option<Spread> {
