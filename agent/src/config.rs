@@ -87,26 +87,26 @@ pub struct AgentConfig {
     /// Address of the agent's own `/metrics` and `/healthz`. Localhost unless configured.
     pub http_listen: SocketAddr,
     /// Fast-tier period (byte counters).
-    #[serde(with = "humantime_serde_compat")]
+    #[serde(with = "humantime_serde")]
     pub fast_period: Duration,
     /// Slow-tier period (errors, state, rate, host).
-    #[serde(with = "humantime_serde_compat")]
+    #[serde(with = "humantime_serde")]
     pub slow_period: Duration,
     /// How often the hardware is rescanned for new or changed devices.
-    #[serde(with = "humantime_serde_compat")]
+    #[serde(with = "humantime_serde")]
     pub discover_period: Duration,
     /// How many samples are gathered into one batch before it is shipped.
-    #[serde(with = "humantime_serde_compat")]
+    #[serde(with = "humantime_serde")]
     pub batch_period: Duration,
     /// Resend buffer size in bytes; `None` sizes it for 10 minutes at the configured rates.
     pub buffer_bytes: Option<usize>,
     /// A connection with unacknowledged batches and no ack for this long is considered stalled and reopened.
-    #[serde(with = "humantime_serde_compat")]
+    #[serde(with = "humantime_serde")]
     pub ack_timeout: Duration,
     /// Backoff bounds for reconnecting.
-    #[serde(with = "humantime_serde_compat")]
+    #[serde(with = "humantime_serde")]
     pub backoff_min: Duration,
-    #[serde(with = "humantime_serde_compat")]
+    #[serde(with = "humantime_serde")]
     pub backoff_max: Duration,
     pub netdev: NetdevConfig,
     /// TLS towards the collector (used with an `https://` collector URL).
@@ -270,16 +270,6 @@ impl AgentConfig {
     }
 }
 
-/// Durations in the config file are humantime strings (`"50ms"`, `"1s"`, `"10m"`).
-mod humantime_serde_compat {
-    use serde::{Deserialize, Deserializer};
-    use std::time::Duration;
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        let s = String::deserialize(d)?;
-        humantime::parse_duration(&s).map_err(serde::de::Error::custom)
-    }
-}
 
 #[cfg(test)]
 mod tests {

@@ -80,10 +80,10 @@ pub struct CollectorConfig {
     /// SQLite persistence directory; `None` keeps everything in memory only.
     pub state_dir: Option<PathBuf>,
     /// How long raw samples (and persisted batches) are kept.
-    #[serde(with = "humantime_serde_compat")]
+    #[serde(with = "humantime_serde")]
     pub retention: Duration,
     /// A node with no message for this long is removed from `/metrics` and `/api`.
-    #[serde(with = "humantime_serde_compat")]
+    #[serde(with = "humantime_serde")]
     pub node_expiry: Duration,
     pub limits: Limits,
     /// Fast-tier sampling period sent to agents in `Config`, ms; 0 = leave agents alone.
@@ -91,7 +91,7 @@ pub struct CollectorConfig {
     /// Slow-tier sampling period sent to agents in `Config`, ms; 0 = leave agents alone.
     pub slow_period_ms: u32,
     /// How often the step engine extends every node's step history (`"500ms"`); `"0s"` turns steps off.
-    #[serde(with = "humantime_serde_compat")]
+    #[serde(with = "humantime_serde")]
     pub steps_interval: Duration,
     /// TLS (and optionally mutual TLS) on the gRPC listener; `None` is plain text.
     pub tls: Option<TlsConfig>,
@@ -206,17 +206,6 @@ impl CollectorConfig {
     }
 }
 
-/// `Duration` as a humantime string (`"10m"`, `"1h 30m"`, `"500ms"`).
-mod humantime_serde_compat {
-    use std::time::Duration;
-
-    use serde::{Deserialize, Deserializer};
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        let s = String::deserialize(d)?;
-        humantime::parse_duration(&s).map_err(serde::de::Error::custom)
-    }
-}
 
 #[cfg(test)]
 mod tests {
