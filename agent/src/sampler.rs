@@ -95,6 +95,20 @@ struct Slot {
     /// Source series index → agent-local series id.
     ids: Vec<u32>,
     discovered: bool,
+    /// Series per tier (`[fast, slow]`): a tier with none is not read (nor timed) at all.
+    tier_series: [usize; 2],
+    /// The slot's own metric handles, resolved once: the tick does no label lookups.
+    read_fast: prometheus::Histogram,
+    read_slow: prometheus::Histogram,
+    samples: prometheus::IntCounter,
+    errors: prometheus::IntCounter,
+}
+
+fn tier_index(tier: Tier) -> usize {
+    match tier {
+        Tier::Fast => 0,
+        Tier::Slow => 1,
+    }
 }
 
 /// Runs the sources and keeps the agent-local ids. See the module documentation.
@@ -152,13 +166,19 @@ impl Sampler {
         Sampler {
             slots: sources
                 .into_iter()
-                .map(|mut source| Slot {
-                    source: {
-                        source.bind_metrics(&metrics);
-                        source
-                    },
-                    ids: Vec::new(),
-                    discovered: false,
+                .map(|mut source| {
+                    source.bind_metrics(&metrics);
+                    let name = source.name();
+                    Slot {
+                        read_fast: metrics.read_seconds.with_label_values(&[name, "fast"]),
+                        read_slow: metrics.read_seconds.with_label_values(&[name, "slow"]),
+                        samples: metrics.samples.with_label_values(&[name]),
+                        errors: metrics.read_errors.with_label_values(&[name]),
+                        source,
+                        ids: Vec::new(),
+                        discovered: false,
+                        tier_series: [0, 0],
+                    }
                 })
                 .collect(),
             link_ids: HashMap::new(),
@@ -316,6 +336,11 @@ impl Sampler {
             ids.push(id);
         }
         self.slots[slot].ids = ids;
+        let mut tier_series = [0, 0];
+        for spec in &inv.series {
+            tier_series[tier_index(spec.tier)] += 1;
+        }
+        self.slots[slot].tier_series = tier_series;
         changed
     }
 
@@ -351,12 +376,10 @@ impl Sampler {
 
     /// Reads every source's series of `tier` into the open tick of `out`.
     pub fn sample(&mut self, tier: Tier, out: &mut BatchBuilder) {
-        let tier_label = match tier {
-            Tier::Fast => "fast",
-            Tier::Slow => "slow",
-        };
         for slot in &mut self.slots {
-            let name = slot.source.name();
+            if slot.tier_series[tier_index(tier)] == 0 {
+                continue;
+            }
             let ids = &slot.ids;
             let started = Instant::now();
             let report = slot.source.sample(tier, &mut |idx, v: Value| {
@@ -364,19 +387,15 @@ impl Sampler {
                     out.push(*id, v.to_bits());
                 }
             });
-            self.metrics
-                .read_seconds
-                .with_label_values(&[name, tier_label])
-                .observe(started.elapsed().as_secs_f64());
-            self.metrics
-                .samples
-                .with_label_values(&[name])
-                .inc_by(report.read as u64);
+            let elapsed = started.elapsed().as_secs_f64();
+            match tier {
+                Tier::Fast => slot.read_fast.observe(elapsed),
+                Tier::Slow => slot.read_slow.observe(elapsed),
+            }
+            slot.samples.inc_by(report.read as u64);
             if report.failed > 0 {
-                self.metrics
-                    .read_errors
-                    .with_label_values(&[name])
-                    .inc_by(report.failed as u64);
+                let name = slot.source.name();
+                slot.errors.inc_by(report.failed as u64);
                 if let Some(e) = report.errors.first() {
                     tracing::debug!(source = name, failed = report.failed, error = %e, "partial read");
                 }
@@ -564,6 +583,8 @@ pub fn spawn(
                 }
             };
             flush_updates(&mut sampler);
+            let tick_fast = metrics.tick_seconds.with_label_values(&["fast"]);
+            let tick_slow = metrics.tick_seconds.with_label_values(&["slow"]);
             let mut builder = BatchBuilder::default();
             let start = Instant::now();
             let mut next_fast = start;
@@ -591,19 +612,13 @@ pub fn spawn(
                     if do_fast {
                         let t = Instant::now();
                         sampler.sample(Tier::Fast, &mut builder);
-                        metrics
-                            .tick_seconds
-                            .with_label_values(&["fast"])
-                            .observe(t.elapsed().as_secs_f64());
+                        tick_fast.observe(t.elapsed().as_secs_f64());
                         next_fast = advance(next_fast, periods.fast(), now, &metrics, "fast");
                     }
                     if do_slow {
                         let t = Instant::now();
                         sampler.sample(Tier::Slow, &mut builder);
-                        metrics
-                            .tick_seconds
-                            .with_label_values(&["slow"])
-                            .observe(t.elapsed().as_secs_f64());
+                        tick_slow.observe(t.elapsed().as_secs_f64());
                         next_slow = advance(next_slow, periods.slow(), now, &metrics, "slow");
                     }
                     builder.end_tick();
