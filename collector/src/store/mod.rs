@@ -1045,13 +1045,35 @@ impl Store {
 
     /// Removes nodes with no message for `node_expiry` and no open stream. Returns how many.
     pub fn expire(&self, now_unix_ns: i64) -> usize {
+        // Find the stale nodes under the read lock (each node's lock taken alone), then remove them under a
+        // short write lock, so a busy node's lock never stalls every other node's Hello and reads.
+        let stale: Vec<(String, NodeRef)> = self
+            .nodes
+            .read()
+            .iter()
+            .filter(|(_, n)| {
+                let n = n.lock();
+                n.conn.is_none() && now_unix_ns - n.last_seen_unix_ns > self.node_expiry_ns
+            })
+            .map(|(k, n)| (k.clone(), n.clone()))
+            .collect();
+        if stale.is_empty() {
+            return 0;
+        }
         let mut nodes = self.nodes.write();
-        let before = nodes.len();
-        nodes.retain(|_, n| {
-            let n = n.lock();
-            n.conn.is_some() || now_unix_ns - n.last_seen_unix_ns <= self.node_expiry_ns
-        });
-        before - nodes.len()
+        let mut removed = 0;
+        for (name, node) in stale {
+            // Still the same node object (not replaced by a new Hello meanwhile), and still stale.
+            let still = nodes.get(&name).is_some_and(|n| Arc::ptr_eq(n, &node)) && {
+                let n = node.lock();
+                n.conn.is_none() && now_unix_ns - n.last_seen_unix_ns > self.node_expiry_ns
+            };
+            if still {
+                nodes.remove(&name);
+                removed += 1;
+            }
+        }
+        removed
     }
 
     fn fresh_nodes(&self, now_unix_ns: i64) -> Vec<NodeRef> {
