@@ -206,7 +206,6 @@ impl CollectorConfig {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

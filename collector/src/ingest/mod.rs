@@ -274,11 +274,7 @@ impl StreamTask<'_> {
         loop {
             tokio::select! {
                 biased;
-                _ = &mut close_rx => {
-                    return Err(End::Status(Status::aborted(format!(
-                        "superseded by a newer stream for node {}", hello.node
-                    ))));
-                }
+                _ = &mut close_rx => return Err(superseded(&hello.node)),
                 _ = stopped(&mut shutdown) => {
                     return Err(End::Status(Status::unavailable("collector shutting down")));
                 }

@@ -781,14 +781,7 @@ impl NodeState {
 
     /// Marks `seq` of `instance_id` durable (acks may now carry it).
     pub(crate) fn mark_durable(&mut self, instance_id: u64, seq: u64) {
-        self.seq_entry(instance_id).durable.send_if_modified(|v| {
-            if seq > *v {
-                *v = seq;
-                true
-            } else {
-                false
-            }
-        });
+        crate::ingest::mark_durable(&self.seq_entry(instance_id).durable, seq);
     }
 
     /// Raises the highest (and durable) sequence number of an instance (restored dedup state).
