@@ -155,10 +155,7 @@ impl Default for AgentConfig {
 
 /// The host name from `/proc/sys/kernel/hostname`, or `unknown-node`.
 pub fn default_node_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .map(|s| s.trim().to_string())
-        .filter(|s| !s.is_empty())
+    crate::source::sysfs::read_trimmed(Path::new("/proc/sys/kernel/hostname"))
         .unwrap_or_else(|| "unknown-node".to_string())
 }
 
@@ -269,7 +266,6 @@ impl AgentConfig {
         Ok(())
     }
 }
-
 
 #[cfg(test)]
 mod tests {

@@ -150,9 +150,7 @@ pub fn check_roots(config: &AgentConfig) -> Vec<String> {
 
 /// The host's boot id from `<procfs-root>/sys/kernel/random/boot_id`, empty when unreadable.
 pub fn boot_id(procfs_root: &Path) -> String {
-    std::fs::read_to_string(procfs_root.join("sys/kernel/random/boot_id"))
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default()
+    source::sysfs::read_trimmed(&procfs_root.join("sys/kernel/random/boot_id")).unwrap_or_default()
 }
 
 /// Resend buffer size that holds `span` of batches at the given series counts and periods.

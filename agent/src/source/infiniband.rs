@@ -164,7 +164,8 @@ impl InfinibandSource {
 
         let series = &mut self.inventory.series;
         let files = &mut self.files;
-        let gauge = |metric: &str| spec(metric, SeriesKind::Gauge, Tier::Slow, &key);
+        let gauge =
+            |metric: &str| SeriesSpec::for_link(metric, SeriesKind::Gauge, Tier::Slow, &key);
 
         let mut state = UNKNOWN_STATE.to_string();
         if let Some(idx) = files.upsert(
@@ -235,7 +236,7 @@ impl InfinibandSource {
             };
             files.upsert(
                 series,
-                spec(d.metric, kind, d.tier, &key),
+                SeriesSpec::for_link(d.metric, kind, d.tier, &key),
                 path,
                 Decode::Counter { scale: d.scale },
                 changed,
@@ -250,7 +251,7 @@ impl InfinibandSource {
             let metric = format!("hw_{}", metric_safe(&name));
             files.upsert(
                 series,
-                spec(&metric, SeriesKind::COUNTER64, Tier::Slow, &key),
+                SeriesSpec::for_link(&metric, SeriesKind::COUNTER64, Tier::Slow, &key),
                 hw_dir.join(&name),
                 Decode::Counter { scale: 1 },
                 changed,
@@ -266,16 +267,6 @@ impl InfinibandSource {
             gpu: None,
             link: None,
         }
-    }
-}
-
-fn spec(metric: &str, kind: SeriesKind, tier: Tier, key: &LinkKey) -> SeriesSpec {
-    SeriesSpec {
-        metric: metric.to_string(),
-        kind,
-        tier,
-        link: Some(key.clone()),
-        labels: BTreeMap::new(),
     }
 }
 

@@ -141,6 +141,17 @@ pub struct SeriesSpec {
 }
 
 impl SeriesSpec {
+    /// A series of `link` with no extra labels.
+    pub fn for_link(metric: &str, kind: SeriesKind, tier: Tier, link: &LinkKey) -> SeriesSpec {
+        SeriesSpec {
+            metric: metric.to_string(),
+            kind,
+            tier,
+            link: Some(link.clone()),
+            labels: BTreeMap::new(),
+        }
+    }
+
     /// Identity used to give a series a stable id across rediscoveries.
     pub fn identity(&self) -> String {
         let mut s = String::new();

@@ -153,7 +153,8 @@ impl NetdevSource {
 
         let series = &mut self.inventory.series;
         let files = &mut self.files;
-        let gauge = |metric: &str| spec(metric, SeriesKind::Gauge, Tier::Slow, &key);
+        let gauge =
+            |metric: &str| SeriesSpec::for_link(metric, SeriesKind::Gauge, Tier::Slow, &key);
 
         let mut state = UNKNOWN_STATE.to_string();
         if let Some(idx) = files.upsert(
@@ -187,7 +188,7 @@ impl NetdevSource {
         for &(metric, tier) in STATISTICS {
             files.upsert(
                 series,
-                spec(metric, SeriesKind::COUNTER64, tier, &key),
+                SeriesSpec::for_link(metric, SeriesKind::COUNTER64, tier, &key),
                 stats.join(metric),
                 Decode::Counter { scale: 1 },
                 changed,
@@ -203,16 +204,6 @@ impl NetdevSource {
             gpu: None,
             link: None,
         }
-    }
-}
-
-fn spec(metric: &str, kind: SeriesKind, tier: Tier, key: &LinkKey) -> SeriesSpec {
-    SeriesSpec {
-        metric: metric.to_string(),
-        kind,
-        tier,
-        link: Some(key.clone()),
-        labels: BTreeMap::new(),
     }
 }
 
