@@ -74,11 +74,15 @@ pub fn parse_environ(raw: &[u8]) -> BTreeMap<String, String> {
         if !is_allowed(key) {
             continue;
         }
-        let mut value = &entry[eq + 1..];
-        if value.len() > MAX_VALUE_BYTES {
-            value = &value[..MAX_VALUE_BYTES];
-        }
-        if let Ok(v) = std::str::from_utf8(value) {
+        let value = &entry[eq + 1..];
+        let cut = &value[..value.len().min(MAX_VALUE_BYTES)];
+        // A cut inside a multi-byte character keeps the whole characters before it.
+        let text = match std::str::from_utf8(cut) {
+            Ok(v) => Some(v),
+            Err(e) if e.error_len().is_none() => std::str::from_utf8(&cut[..e.valid_up_to()]).ok(),
+            Err(_) => None,
+        };
+        if let Some(v) = text {
             out.insert(key.to_string(), v.to_string());
         }
     }
@@ -460,6 +464,20 @@ impl Source for ProcessesSource {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_value_cut_inside_a_character_keeps_the_characters_before_it() {
+        // 255 ASCII bytes, then a 2-byte character straddling the 256-byte cut.
+        let mut raw = b"NCCL_SOCKET_IFNAME=".to_vec();
+        raw.extend(std::iter::repeat_n(b'a', 255));
+        raw.extend("é".as_bytes());
+        raw.push(0);
+        let env = parse_environ(&raw);
+        assert_eq!(env["NCCL_SOCKET_IFNAME"], "a".repeat(255));
+        // Invalid UTF-8 inside the kept part still drops the value.
+        let env = parse_environ(b"NCCL_IB_HCA=\xff\xfe\0");
+        assert!(!env.contains_key("NCCL_IB_HCA"));
+    }
 
     #[test]
     fn environ_keeps_only_the_allowlist() {
