@@ -25,6 +25,9 @@ pub struct DemoArgs {
     /// HTTP address of the collector's /metrics and /api/v1.
     #[arg(long, default_value = "127.0.0.1:9470")]
     pub http_listen: SocketAddr,
+    /// Allow plain-text gRPC when --grpc-listen is not a loopback address (the demo has no TLS).
+    #[arg(long)]
+    pub allow_plaintext: bool,
     /// Stop after this long (e.g. 60s); default: until Ctrl-C.
     #[arg(long, value_parser = humantime::parse_duration)]
     pub duration: Option<Duration>,
@@ -34,6 +37,19 @@ pub struct DemoArgs {
     /// How often the live summary is printed.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "5s")]
     pub summary_every: Duration,
+}
+
+/// Where the demo's agents connect: the collector's address, or loopback when it listens on every address.
+fn agent_target(grpc: SocketAddr) -> SocketAddr {
+    match grpc.ip() {
+        std::net::IpAddr::V4(ip) if ip.is_unspecified() => {
+            SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, grpc.port()))
+        }
+        std::net::IpAddr::V6(ip) if ip.is_unspecified() => {
+            SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, grpc.port()))
+        }
+        _ => grpc,
+    }
 }
 
 fn gbps(v: f64) -> String {
@@ -171,6 +187,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let collector = commwatch_collector::start(commwatch_collector::CollectorConfig {
         grpc_listen: args.grpc_listen,
         http_listen: args.http_listen,
+        allow_plaintext: args.allow_plaintext,
         ..Default::default()
     })
     .await
@@ -182,7 +199,8 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     {
         let config = commwatch_agent::AgentConfig {
             node: node.clone(),
-            collector: Some(format!("http://{}", collector.grpc_addr)),
+            collector: Some(format!("http://{}", agent_target(collector.grpc_addr))),
+            allow_plaintext: args.allow_plaintext,
             sysfs_root: sysfs_root.clone(),
             procfs_root: procfs_root.clone(),
             http_listen: "127.0.0.1:0".parse().context("address")?,

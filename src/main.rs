@@ -108,6 +108,9 @@ struct AgentArgs {
     /// File holding the bearer token to present to the collector.
     #[arg(long)]
     token_file: Option<PathBuf>,
+    /// Allow an http:// (plain text) collector on another host; loopback is always allowed.
+    #[arg(long)]
+    allow_plaintext: bool,
 }
 
 #[derive(Args, Debug)]
@@ -139,6 +142,9 @@ struct CollectorArgs {
     /// File holding the bearer token agents must present.
     #[arg(long)]
     token_file: Option<PathBuf>,
+    /// Allow plain-text gRPC on a non-loopback --grpc-listen (without TLS); loopback is always allowed.
+    #[arg(long)]
+    allow_plaintext: bool,
     /// File holding the bearer token required for /api/* (else reads are open, writes loopback-only).
     #[arg(long)]
     api_token_file: Option<PathBuf>,
@@ -203,6 +209,7 @@ fn agent_config(a: &AgentArgs) -> anyhow::Result<commwatch_agent::AgentConfig> {
     if let Some(v) = &a.token_file {
         c.token_file = Some(v.clone());
     }
+    c.allow_plaintext |= a.allow_plaintext;
     c.validate()?;
     Ok(c)
 }
@@ -237,7 +244,9 @@ fn collector_config(a: &CollectorArgs) -> anyhow::Result<commwatch_collector::Co
     if let Some(v) = &a.api_token_file {
         c.api_token_file = Some(v.clone());
     }
+    c.allow_plaintext |= a.allow_plaintext;
     c.validate()?;
+    c.check_transport()?;
     Ok(c)
 }
 

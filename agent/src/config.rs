@@ -78,8 +78,14 @@ pub struct AgentTlsConfig {
 pub struct AgentConfig {
     /// Node name reported to the collector; defaults to the host name.
     pub node: String,
-    /// Collector URL (`http://HOST:PORT`); `None` runs without shipping (only `/metrics` and `--once`).
+    /// Collector URL (`https://HOST:PORT`, or `http://HOST:PORT` for plain text); `None` runs without shipping
+    /// (only `/metrics` and `--once`).
     pub collector: Option<String>,
+    /// Allows an `http://` (plain text) collector URL whose host is not this machine. Plain text to a loopback
+    /// address (`localhost`, `127.0.0.0/8`, `::1`) is always allowed: nothing leaves the host. Without this a
+    /// non-loopback `http://` URL is refused at start: counters, node names, job settings and any bearer token
+    /// would cross the network readable and forgeable.
+    pub allow_plaintext: bool,
     /// Root of sysfs (`/sys`); every sysfs path is built from it.
     pub sysfs_root: PathBuf,
     /// Root of procfs (`/proc`).
@@ -128,6 +134,7 @@ impl Default for AgentConfig {
         AgentConfig {
             node: default_node_name(),
             collector: None,
+            allow_plaintext: false,
             sysfs_root: PathBuf::from("/sys"),
             procfs_root: PathBuf::from("/proc"),
             http_listen: DEFAULT_HTTP_LISTEN.parse().expect("valid default address"),
@@ -159,7 +166,30 @@ pub fn default_node_name() -> String {
         .unwrap_or_else(|| "unknown-node".to_string())
 }
 
+/// Whether the host of `url` is this machine: `localhost` or a loopback IP (`127.0.0.0/8`, `::1`). A URL that
+/// does not parse, or names any other host, is not loopback.
+pub fn is_loopback_url(url: &str) -> bool {
+    let Ok(uri) = url.parse::<tonic::codegen::http::Uri>() else {
+        return false;
+    };
+    let Some(host) = uri.host() else {
+        return false;
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
 impl AgentConfig {
+    /// Whether the agent would send plain text across the network (an `http://` collector on another host).
+    pub fn plaintext_to_remote(&self) -> bool {
+        self.collector
+            .as_deref()
+            .is_some_and(|u| u.starts_with("http://") && !is_loopback_url(u))
+    }
+
     /// Reads a TOML file; missing keys keep their defaults.
     pub fn from_file(path: &Path) -> Result<AgentConfig, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
@@ -199,6 +229,15 @@ impl AgentConfig {
                 return Err(invalid(
                     "collector",
                     "TLS files are configured but the URL is http://; use https://",
+                ));
+            }
+            if !tls && !self.allow_plaintext && !is_loopback_url(url) {
+                return Err(invalid(
+                    "collector",
+                    format!(
+                        "{url:?} is plain text to another host: use https:// with [tls], or allow it \
+                         explicitly with --allow-plaintext (allow_plaintext = true)"
+                    ),
                 ));
             }
         }
@@ -302,5 +341,41 @@ fabric = ["eth1"]
         assert!(err.contains("`slow_period`"), "{err}");
         let bad: Result<AgentConfig, _> = toml::from_str("nod = \"x\"");
         assert!(bad.is_err());
+    }
+
+    #[test]
+    fn plain_text_to_another_host_needs_explicit_allowance() {
+        let with = |url: &str, allow: bool| AgentConfig {
+            node: "n1".into(),
+            collector: Some(url.into()),
+            allow_plaintext: allow,
+            ..Default::default()
+        };
+        for url in [
+            "http://127.0.0.1:7070",
+            "http://127.3.4.5:7070",
+            "http://localhost:7070",
+            "http://LOCALHOST",
+            "http://[::1]:7070",
+            "https://collector.example:7070",
+        ] {
+            with(url, false).validate().unwrap();
+            assert!(!with(url, false).plaintext_to_remote(), "{url}");
+        }
+        for url in [
+            "http://collector.example:7070",
+            "http://10.0.0.1:7070",
+            "http://[fe80::1]:7070",
+            "http://localhost.evil.example:7070",
+            "http://127.0.0.1.nip.io:7070",
+        ] {
+            let err = with(url, false).validate().unwrap_err().to_string();
+            assert!(err.contains("allow_plaintext"), "{url}: {err}");
+            with(url, true).validate().unwrap();
+            assert!(with(url, true).plaintext_to_remote(), "{url}");
+        }
+        let c: AgentConfig =
+            toml::from_str("collector = \"http://c:7070\"\nallow_plaintext = true").unwrap();
+        assert!(c.allow_plaintext);
     }
 }

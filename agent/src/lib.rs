@@ -183,13 +183,9 @@ pub async fn start_with(
     extras: AgentExtras,
 ) -> Result<AgentHandle, AgentError> {
     config.validate()?;
-    if let Some(url) = &config.collector {
-        let loopback = ["http://127.", "http://localhost", "http://[::1]"]
-            .iter()
-            .any(|p| url.starts_with(p));
-        if url.starts_with("http://") && !loopback {
-            tracing::warn!(collector = %url, "streaming to the collector in plain text: use https:// with [tls] (and a token or client certificate)");
-        }
+    if config.plaintext_to_remote() {
+        // Allowed explicitly (validate refuses it otherwise): say so at every start.
+        tracing::warn!(collector = ?config.collector, "plain text to the collector allowed by allow_plaintext: counters, job settings and any token cross the network readable; use https:// with [tls]");
     }
     for w in check_roots(&config) {
         tracing::warn!(node = %config.node, "{w}");

@@ -100,6 +100,10 @@ pub struct CollectorConfig {
     /// File holding the bearer token required for `/api/*`; `None`: reads are open and writes are accepted
     /// from loopback clients only.
     pub api_token_file: Option<PathBuf>,
+    /// Allows plain-text gRPC ingest on a non-loopback `grpc_listen` (no `[tls]`). Without it such a start is
+    /// refused ([`CollectorConfig::check_transport`]): agents' counters, node names and bearer tokens would
+    /// cross the network readable and forgeable. Plain text on a loopback address is always allowed.
+    pub allow_plaintext: bool,
 }
 
 impl Default for CollectorConfig {
@@ -117,6 +121,7 @@ impl Default for CollectorConfig {
             tls: None,
             token_file: None,
             api_token_file: None,
+            allow_plaintext: false,
         }
     }
 }
@@ -204,6 +209,25 @@ impl CollectorConfig {
         }
         Ok(())
     }
+
+    /// The transport rule checked at start (not by [`validate`](Self::validate), so that a file and the
+    /// command line can be merged first): gRPC ingest in plain text on a non-loopback address needs
+    /// `allow_plaintext`. Returns whether the start goes on in plain text across the network (to warn).
+    pub fn check_transport(&self) -> Result<bool, ConfigError> {
+        let remote_plaintext = self.tls.is_none() && !self.grpc_listen.ip().is_loopback();
+        if remote_plaintext && !self.allow_plaintext {
+            return Err(ConfigError::Invalid {
+                field: "grpc_listen",
+                reason: format!(
+                    "{} is not a loopback address and [tls] is not configured: configure tls (cert_file, \
+                     key_file; client_ca_file for mutual TLS), or allow plain text explicitly with \
+                     --allow-plaintext (allow_plaintext = true)",
+                    self.grpc_listen
+                ),
+            });
+        }
+        Ok(remote_plaintext)
+    }
 }
 
 #[cfg(test)]
@@ -251,5 +275,29 @@ mod tests {
         let err = CollectorConfig::from_toml_str("retention = \"ten\"\n").unwrap_err();
         assert!(err.to_string().contains("retention"), "{err}");
         assert!(CollectorConfig::from_toml_str("bogus = 1\n").is_err());
+    }
+
+    #[test]
+    fn plain_text_beyond_loopback_needs_explicit_allowance() {
+        let c = CollectorConfig::default();
+        assert!(!c.check_transport().unwrap(), "loopback plain text is fine");
+        let c = CollectorConfig::from_toml_str("grpc_listen = \"0.0.0.0:7070\"\n").unwrap();
+        let err = c.check_transport().unwrap_err().to_string();
+        assert!(
+            err.contains("grpc_listen") && err.contains("allow_plaintext"),
+            "{err}"
+        );
+        let c =
+            CollectorConfig::from_toml_str("grpc_listen = \"[::]:7070\"\nallow_plaintext = true\n")
+                .unwrap();
+        assert!(
+            c.check_transport().unwrap(),
+            "allowed, and reported to warn"
+        );
+        let c = CollectorConfig::from_toml_str(
+            "grpc_listen = \"10.1.2.3:7070\"\n[tls]\ncert_file = \"c.pem\"\nkey_file = \"k.pem\"\n",
+        )
+        .unwrap();
+        assert!(!c.check_transport().unwrap(), "TLS is not plain text");
     }
 }

@@ -361,6 +361,7 @@ pub async fn start(config: CollectorConfig) -> Result<CollectorHandle, Collector
         None => None,
     };
     config.validate()?;
+    let remote_plaintext = config.check_transport()?;
     let health = Health::new()?;
     let store = Arc::new(Store::new(
         config.retention,
@@ -447,8 +448,8 @@ pub async fn start(config: CollectorConfig) -> Result<CollectorHandle, Collector
                 .tls_config(tls)
                 .map_err(|e| CollectorError::Auth(ingest::auth::AuthError::Tls(e.to_string())))?;
         }
-        None if !config.grpc_listen.ip().is_loopback() => {
-            warn!(grpc_listen = %config.grpc_listen, "gRPC ingest is plain text on a non-loopback address: configure [tls] (and client_ca_file for mutual TLS) or token_file");
+        None if remote_plaintext => {
+            warn!(grpc_listen = %config.grpc_listen, "gRPC ingest in plain text on a non-loopback address, allowed by allow_plaintext: agents' data and tokens cross the network readable; configure [tls] (and client_ca_file for mutual TLS)");
         }
         None => {}
     }

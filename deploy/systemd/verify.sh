@@ -8,12 +8,41 @@ bin=$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
+# The example configs name TLS files under /etc/commwatch/tls: make a throwaway CA and collector certificate
+# and point copies of the configs at them.
+mkdir -p "$work/tls"
+(
+  cd "$work/tls"
+  openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=verify-ca -keyout ca.key -out ca.pem 2>/dev/null
+  openssl req -newkey rsa:2048 -nodes -subj /CN=collector.example -keyout collector.key -out collector.csr \
+    2>/dev/null
+  printf 'subjectAltName=DNS:collector.example\n' >ext.cnf
+  openssl x509 -req -in collector.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -extfile ext.cnf \
+    -out collector.pem 2>/dev/null
+)
+for f in agent.toml collector.toml; do
+  sed "s#/etc/commwatch/tls/#$work/tls/#" "$here/$f" >"$work/$f"
+done
+
 # The example configs parse (each command validates its config, then fails fast on what it cannot do).
-"$bin" agent --config "$here/agent.toml" --once --sysfs-root "$work" --node verify >/dev/null
+"$bin" agent --config "$work/agent.toml" --once --sysfs-root "$work" --node verify >/dev/null
 echo "agent.toml: ok"
-timeout 3 "$bin" collector --config "$here/collector.toml" --grpc-listen 127.0.0.1:0 --http-listen 127.0.0.1:0 \
-  --state-dir "$work/state" >/dev/null 2>&1 || [ $? -eq 124 ]
+# As written (0.0.0.0 with [tls]) the transport rule passes; the collector must still be running after 3 s.
+timeout 3 "$bin" collector --config "$work/collector.toml" --http-listen 127.0.0.1:0 \
+  --grpc-listen 127.0.0.1:0 --state-dir "$work/state" >"$work/collector.log" 2>&1 || [ $? -eq 124 ] || {
+  cat "$work/collector.log"
+  exit 1
+}
 echo "collector.toml: ok"
+# Without [tls] a non-loopback listener is refused unless plain text is allowed explicitly.
+sed '/^\[tls\]/,$d' "$work/collector.toml" >"$work/plain.toml"
+if "$bin" collector --config "$work/plain.toml" --grpc-listen 0.0.0.0:0 --http-listen 127.0.0.1:0 \
+  >"$work/plain.log" 2>&1; then
+  echo "collector.toml without [tls]: started in plain text off loopback without allow_plaintext"
+  exit 1
+fi
+grep -q allow_plaintext "$work/plain.log" || { cat "$work/plain.log"; exit 1; }
+echo "plain text off loopback without allow_plaintext: refused"
 
 if ! command -v systemd-analyze >/dev/null; then
   echo "systemd-analyze not installed: unit verification skipped"
