@@ -144,10 +144,29 @@ async fn tls_with_a_token_admits_the_right_agent_only() {
     for a in &agents[1..] {
         assert_eq!(a.metrics.acked_seq.get(), 0);
     }
+    // The two agents with the CA but a wrong or no token reach the token check and are counted.
+    assert!(
+        rejected(&collector, "unauthenticated") >= 2.0,
+        "{}",
+        collector.render_metrics()
+    );
     for a in agents {
         a.shutdown().await;
     }
     collector.shutdown().await;
+}
+
+/// `commwatch_collector_rejected_streams_total{reason}` of a running collector.
+fn rejected(collector: &commwatch_collector::CollectorHandle, reason: &str) -> f64 {
+    let label = format!("reason=\"{reason}\"");
+    collector
+        .render_metrics()
+        .lines()
+        .filter(|l| {
+            l.starts_with("commwatch_collector_rejected_streams_total") && l.contains(&label)
+        })
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -191,16 +210,11 @@ async fn mutual_tls_binds_the_node_name_to_the_certificate() {
         .map(|n| n.name)
         .collect();
     assert_eq!(names, vec!["node-a".to_string()]);
-    let metrics = collector.render_metrics();
-    let identity_rejections: f64 = metrics
-        .lines()
-        .filter(|l| {
-            l.starts_with("commwatch_collector_rejected_streams_total")
-                && l.contains("reason=\"identity\"")
-        })
-        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
-        .sum();
-    assert!(identity_rejections >= 1.0, "{metrics}");
+    assert!(
+        rejected(&collector, "identity") >= 1.0,
+        "{}",
+        collector.render_metrics()
+    );
     for a in agents {
         a.shutdown().await;
     }

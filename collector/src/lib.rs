@@ -436,9 +436,23 @@ pub async fn start(config: CollectorConfig) -> Result<CollectorHandle, Collector
     let service = tonic::service::interceptor::InterceptedService::new(
         pb::ingest_server::IngestServer::new(IngestService::new(shared))
             .max_decoding_message_size(config.limits.max_batch_bytes),
-        move |req: tonic::Request<()>| match &token {
-            Some(t) => ingest::auth::check_token(t, &req).map(|()| req),
-            None => Ok(req),
+        {
+            let health = health.clone();
+            move |req: tonic::Request<()>| match &token {
+                Some(t) => match ingest::auth::check_token(t, &req) {
+                    Ok(()) => Ok(req),
+                    Err(status) => {
+                        // Counted, logged at debug only: a flood of bad tokens must not flood the log.
+                        health
+                            .rejected_streams
+                            .with_label_values(&["unauthenticated"])
+                            .inc();
+                        tracing::debug!(peer = ?req.remote_addr(), "agent stream without the right bearer token refused");
+                        Err(status)
+                    }
+                },
+                None => Ok(req),
+            }
         },
     );
     let mut builder = tonic::transport::Server::builder();

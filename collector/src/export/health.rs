@@ -42,6 +42,10 @@ pub const REJECT_REASONS: &[&str] = &[
     "max_series",
     "max_batch_bytes",
     "label_len",
+    // Missing or wrong bearer token (`token_file`).
+    "unauthenticated",
+    // Mutual TLS: the client certificate does not name the node the agent reports as.
+    "identity",
 ];
 
 impl Health {
