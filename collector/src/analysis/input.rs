@@ -264,13 +264,16 @@ fn window(ring: &crate::store::ring::Ring, since_ns: i64) -> Vec<(i64, u64)> {
     v
 }
 
+/// Increase of a counter over its samples from `since_ns` on (first and last of the window only: nothing is
+/// copied).
 fn counter_window(
     s: &crate::store::Series,
     max_value: u64,
     since_ns: i64,
 ) -> Option<CounterWindow> {
-    let w = window(s.ring(), since_ns);
-    let (first, last) = (w.first()?, w.last()?);
+    let mut in_window = s.ring().iter().rev().take_while(|(t, _)| *t >= since_ns);
+    let last = in_window.next()?;
+    let first = in_window.last().unwrap_or(last);
     let raw = s.last_raw().map_or(0, |r| r.1);
     Some(CounterWindow {
         metric: s.key().metric.clone(),
@@ -282,14 +285,17 @@ fn counter_window(
     })
 }
 
+/// Mean of a gauge's finite values from `since_ns` on.
 fn gauge_mean(s: &crate::store::Series, since_ns: i64) -> Option<f64> {
-    let w = window(s.ring(), since_ns);
-    let vals: Vec<f64> = w
+    let (sum, n) = s
+        .ring()
         .iter()
-        .map(|(_, b)| f64::from_bits(*b))
+        .rev()
+        .take_while(|(t, _)| *t >= since_ns)
+        .map(|(_, b)| f64::from_bits(b))
         .filter(|v| v.is_finite())
-        .collect();
-    (!vals.is_empty()).then(|| vals.iter().sum::<f64>() / vals.len() as f64)
+        .fold((0.0, 0usize), |(sum, n), v| (sum + v, n + 1));
+    (n > 0).then(|| sum / n as f64)
 }
 
 /// Copies one node's windows (under its lock; the caller holds it only for this call).
@@ -318,8 +324,8 @@ pub fn node_input(n: &NodeState, since_ns: i64) -> NodeInput {
     for s in n.series() {
         let key = s.key();
         match &key.link {
-            Some(lk) => {
-                let Some(i) = n.links().iter().position(|l| &l.info.key == lk) else {
+            Some(_) => {
+                let Some(i) = s.link_index().filter(|&i| i < links.len()) else {
                     continue;
                 };
                 match (key.metric.as_str(), s.kind()) {

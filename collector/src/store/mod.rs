@@ -213,6 +213,11 @@ impl Series {
         self.kind
     }
 
+    /// Index of the link it measures in its node's [`NodeState::links`]; `None` for node-level series.
+    pub fn link_index(&self) -> Option<usize> {
+        self.link
+    }
+
     /// Samples oldest first: `(timestamp_ns, acc)` for counters (reset-corrected cumulative increase),
     /// `(timestamp_ns, f64 bits)` for gauges.
     pub fn ring(&self) -> &Ring {
