@@ -35,6 +35,7 @@ pub const METRIC_NAMES: &[&str] = &[
     "commwatch_agent_nvml_call_duration_seconds",
     "commwatch_agent_nvml_field_latency_seconds",
     "commwatch_agent_jobs",
+    "commwatch_agent_http_connections_refused_total",
 ];
 
 /// Every metric of the agent. Cheap to clone handles are taken from it by the sampler and the shipper.
@@ -83,6 +84,8 @@ pub struct AgentMetrics {
     pub nvml_field_latency_seconds: Histogram,
     /// Training jobs the processes source sees on the node.
     pub jobs: IntGauge,
+    /// HTTP connections closed at accept because `http::MAX_HTTP_CONNECTIONS` were open.
+    pub http_connections_refused: IntCounter,
 }
 
 impl AgentMetrics {
@@ -263,6 +266,11 @@ impl AgentMetrics {
                 "Training jobs the processes source sees on the node.",
             )
             .expect("valid metric"),
+            http_connections_refused: IntCounter::new(
+                "commwatch_agent_http_connections_refused_total",
+                "HTTP connections closed at accept because the agent's connection limit was reached.",
+            )
+            .expect("valid metric"),
             registry,
         };
         let r = &m.registry;
@@ -292,6 +300,7 @@ impl AgentMetrics {
             Box::new(m.nvml_call_seconds.clone()),
             Box::new(m.nvml_field_latency_seconds.clone()),
             Box::new(m.jobs.clone()),
+            Box::new(m.http_connections_refused.clone()),
         ];
         for c in all {
             r.register(c).expect("metric names are unique");
@@ -332,7 +341,7 @@ mod tests {
     #[test]
     fn metric_names_are_the_registered_metrics() {
         let m = AgentMetrics::new();
-        let all: [&dyn Collector; 25] = [
+        let all: [&dyn Collector; 26] = [
             &m.read_seconds,
             &m.read_errors,
             &m.samples,
@@ -358,6 +367,7 @@ mod tests {
             &m.nvml_call_seconds,
             &m.nvml_field_latency_seconds,
             &m.jobs,
+            &m.http_connections_refused,
         ];
         let mut registered: Vec<String> = all
             .iter()

@@ -27,8 +27,8 @@ pub enum ConfigError {
     Invalid { field: &'static str, reason: String },
 }
 
-/// Per-agent limits. Exceeding one fails that agent's stream with `RESOURCE_EXHAUSTED` and is counted in
-/// `commwatch_collector_rejected_streams_total{reason}`.
+/// Limits. The per-agent ones (all but `max_http_connections`): exceeding one fails that agent's stream with
+/// `RESOURCE_EXHAUSTED` and is counted in `commwatch_collector_rejected_streams_total{reason}`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Limits {
@@ -42,6 +42,10 @@ pub struct Limits {
     /// refused: the stream is read no faster than this (backpressure into the agent's resend buffer) and the
     /// throttling is counted (`ingest::rate` says why).
     pub max_samples_per_second: u64,
+    /// Most HTTP connections (`/metrics`, `/api`, `/healthz`) served at once, 1..=1,000,000. One accepted
+    /// beyond it is closed at once and counted in `commwatch_collector_http_connections_refused_total`
+    /// (`export::listener`).
+    pub max_http_connections: usize,
 }
 
 impl Default for Limits {
@@ -52,6 +56,8 @@ impl Default for Limits {
             max_label_len: 256,
             // A full node is ~10^3 series at 20 Hz (2*10^4 samples/s): 25x headroom to catch up a backlog.
             max_samples_per_second: 500_000,
+            // Prometheus, dashboards and a few API clients need a handful; each costs a file descriptor.
+            max_http_connections: 256,
         }
     }
 }
@@ -185,6 +191,12 @@ impl CollectorConfig {
         if self.limits.max_label_len < 16 {
             return bad("limits.max_label_len", "must be at least 16");
         }
+        if self.limits.max_http_connections == 0 {
+            return bad("limits.max_http_connections", "must be at least 1");
+        }
+        if self.limits.max_http_connections > crate::export::listener::MAX_CONNECTIONS_BOUND {
+            return bad("limits.max_http_connections", "must be at most 1000000");
+        }
         if self.fast_period_ms != 0 && self.fast_period_ms < 10 {
             return bad(
                 "fast_period_ms",
@@ -275,6 +287,29 @@ mod tests {
         let err = CollectorConfig::from_toml_str("retention = \"ten\"\n").unwrap_err();
         assert!(err.to_string().contains("retention"), "{err}");
         assert!(CollectorConfig::from_toml_str("bogus = 1\n").is_err());
+    }
+
+    #[test]
+    fn max_http_connections_defaults_parses_and_is_bounded() {
+        assert_eq!(Limits::default().max_http_connections, 256);
+        let c = CollectorConfig::from_toml_str("[limits]\nmax_http_connections = 4\n").unwrap();
+        assert_eq!(c.limits.max_http_connections, 4);
+        for bad in ["0", "1000001"] {
+            let err = CollectorConfig::from_toml_str(&format!(
+                "[limits]\nmax_http_connections = {bad}\n"
+            ))
+            .unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    ConfigError::Invalid {
+                        field: "limits.max_http_connections",
+                        ..
+                    }
+                ),
+                "{err}"
+            );
+        }
     }
 
     #[test]

@@ -481,7 +481,7 @@ pub async fn start(config: CollectorConfig) -> Result<CollectorHandle, Collector
             error!(error = %e, "gRPC server failed");
         }
     });
-    let mut stop = shutdown_rx.clone();
+    let stop = shutdown_rx.clone();
     let router = export::api::router(export::api::HttpState {
         store: store.clone(),
         health: health.clone(),
@@ -530,19 +530,19 @@ pub async fn start(config: CollectorConfig) -> Result<CollectorHandle, Collector
         api_access,
         export::access::guard,
     ));
-    let http = tokio::spawn(async move {
-        let result = axum::serve(
-            http_listener,
-            router.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .with_graceful_shutdown(async move {
-            let _ = stop.wait_for(|s| *s).await;
-        })
-        .await;
-        if let Err(e) = result {
-            error!(error = %e, "HTTP server failed");
-        }
-    });
+    let http = tokio::spawn(export::listener::serve(
+        http_listener,
+        router,
+        export::listener::HttpBounds {
+            max_connections: config.limits.max_http_connections,
+            header_read_timeout: export::listener::HEADER_READ_TIMEOUT,
+        },
+        export::listener::ConnectionMetrics {
+            open: health.http_connections.clone(),
+            refused: health.http_connections_refused.clone(),
+        },
+        stop,
+    ));
     let sweep_store = store.clone();
     let sweep_health = health.clone();
     let every = (config.node_expiry / 4).clamp(Duration::from_millis(25), Duration::from_secs(1));

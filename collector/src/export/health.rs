@@ -33,6 +33,10 @@ pub struct Health {
     pub throttled_seconds: Counter,
     /// Step markers in accepted batches, `result` = `accepted` | `invalid` (failed validation, dropped).
     pub step_markers: IntCounterVec,
+    /// HTTP connections open now, and those closed at accept because `limits.max_http_connections` were
+    /// open (`export::listener`).
+    pub http_connections: IntGauge,
+    pub http_connections_refused: IntCounter,
 }
 
 /// Bounded values of the `reason` label of `commwatch_collector_rejected_streams_total`.
@@ -110,7 +114,17 @@ impl Health {
             "Seconds agent streams were not read because they exceeded limits.max_samples_per_second.",
         )?;
         registry.register(Box::new(throttled_seconds.clone()))?;
+        let http_connections = IntGauge::new(
+            names::COLLECTOR_HTTP_CONNECTIONS,
+            "HTTP connections (/metrics, /api, /healthz) open now.",
+        )?;
+        registry.register(Box::new(http_connections.clone()))?;
         Ok(Health {
+            http_connections,
+            http_connections_refused: counter(
+                names::COLLECTOR_HTTP_CONNECTIONS_REFUSED_TOTAL,
+                "HTTP connections closed at accept because limits.max_http_connections were open.",
+            )?,
             throttled_batches: counter(
                 names::COLLECTOR_THROTTLED_BATCHES_TOTAL,
                 "Batches after which an agent stream was paused by limits.max_samples_per_second.",

@@ -62,6 +62,11 @@ pub const COLLECTOR_EXPIRED_NODES_TOTAL: &str = "commwatch_collector_expired_nod
 /// Batches after which an agent stream was paused by `limits.max_samples_per_second`, and the time paused.
 pub const COLLECTOR_THROTTLED_BATCHES_TOTAL: &str = "commwatch_collector_throttled_batches_total";
 pub const COLLECTOR_THROTTLED_SECONDS_TOTAL: &str = "commwatch_collector_throttled_seconds_total";
+/// HTTP connections (`/metrics`, `/api`, `/healthz`) open now (gauge), and those closed at accept because
+/// `limits.max_http_connections` were open (counter).
+pub const COLLECTOR_HTTP_CONNECTIONS: &str = "commwatch_collector_http_connections";
+pub const COLLECTOR_HTTP_CONNECTIONS_REFUSED_TOTAL: &str =
+    "commwatch_collector_http_connections_refused_total";
 /// Nodes, series and samples held, and the store's own estimate of its memory (gauges).
 pub const COLLECTOR_NODES: &str = "commwatch_collector_nodes";
 pub const COLLECTOR_SERIES: &str = "commwatch_collector_series";
@@ -153,6 +158,8 @@ pub const ALL: &[&str] = &[
     COLLECTOR_EXPIRED_NODES_TOTAL,
     COLLECTOR_THROTTLED_BATCHES_TOTAL,
     COLLECTOR_THROTTLED_SECONDS_TOTAL,
+    COLLECTOR_HTTP_CONNECTIONS,
+    COLLECTOR_HTTP_CONNECTIONS_REFUSED_TOTAL,
     COLLECTOR_NODES,
     COLLECTOR_SERIES,
     COLLECTOR_STORE_SAMPLES,
