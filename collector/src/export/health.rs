@@ -7,6 +7,16 @@ use prometheus::{
 
 use super::names;
 
+/// Label values of the per-batch counters, resolved at start so that ingest does no label lookup.
+#[derive(Debug, Clone)]
+pub struct HotCounters {
+    pub batches_accepted: IntCounter,
+    pub batches_duplicate: IntCounter,
+    pub batches_rejected: IntCounter,
+    pub markers_accepted: IntCounter,
+    pub markers_invalid: IntCounter,
+}
+
 /// Health counters shared by ingest, persistence and export.
 #[derive(Debug, Clone)]
 pub struct Health {
@@ -33,6 +43,8 @@ pub struct Health {
     pub throttled_seconds: Counter,
     /// Step markers in accepted batches, `result` = `accepted` | `invalid` (failed validation, dropped).
     pub step_markers: IntCounterVec,
+    /// Handles of `batches` and `step_markers` resolved once (the ingest path counts every batch).
+    pub hot: HotCounters,
     /// HTTP connections open now, and those closed at accept because `limits.max_http_connections` were
     /// open (`export::listener`).
     pub http_connections: IntGauge,
@@ -100,7 +112,6 @@ impl Health {
             .buckets(vec![1e-4, 1e-3, 1e-2, 0.05, 0.1, 0.5, 1.0, 5.0]),
         )?;
         registry.register(Box::new(scrape_seconds.clone()))?;
-        // Label values appear with the first marker, so a collector without markers exports nothing here.
         let step_markers = IntCounterVec::new(
             Opts::new(
                 names::COLLECTOR_STEP_MARKERS_TOTAL,
@@ -109,6 +120,13 @@ impl Health {
             &["result"],
         )?;
         registry.register(Box::new(step_markers.clone()))?;
+        let hot = HotCounters {
+            batches_accepted: batches.with_label_values(&["accepted"]),
+            batches_duplicate: batches.with_label_values(&["duplicate"]),
+            batches_rejected: batches.with_label_values(&["rejected"]),
+            markers_accepted: step_markers.with_label_values(&["accepted"]),
+            markers_invalid: step_markers.with_label_values(&["invalid"]),
+        };
         let throttled_seconds = Counter::new(
             names::COLLECTOR_THROTTLED_SECONDS_TOTAL,
             "Seconds agent streams were not read because they exceeded limits.max_samples_per_second.",
@@ -120,6 +138,7 @@ impl Health {
         )?;
         registry.register(Box::new(http_connections.clone()))?;
         Ok(Health {
+            hot,
             http_connections,
             http_connections_refused: counter(
                 names::COLLECTOR_HTTP_CONNECTIONS_REFUSED_TOTAL,

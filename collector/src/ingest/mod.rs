@@ -306,7 +306,7 @@ impl StreamTask<'_> {
                         Ok(Some(m)) => m,
                         Ok(None) => return Ok(()),
                         Err(status) => {
-                            self.shared.health.batches.with_label_values(&["rejected"]).inc();
+                            self.shared.health.hot.batches_rejected.inc();
                             return Err(receive_error(status, limit));
                         }
                     };
@@ -373,7 +373,7 @@ impl StreamTask<'_> {
                             let batch = match Batch::try_from(b) {
                                 Ok(b) => b,
                                 Err(e) => {
-                                    self.shared.health.batches.with_label_values(&["rejected"]).inc();
+                                    self.shared.health.hot.batches_rejected.inc();
                                     return Err(e.into());
                                 }
                             };
@@ -391,11 +391,11 @@ impl StreamTask<'_> {
                             let h = &self.shared.health;
                             match outcome {
                                 Err(e) => {
-                                    h.batches.with_label_values(&["rejected"]).inc();
+                                    h.hot.batches_rejected.inc();
                                     return Err(e.into());
                                 }
                                 Ok(BatchOutcome::Duplicate) => {
-                                    h.batches.with_label_values(&["duplicate"]).inc();
+                                    h.hot.batches_duplicate.inc();
                                     debug!(node = %hello.node, seq = batch.seq, "duplicate batch acked, not applied");
                                     if !ack_pending {
                                         ack_pending = true;
@@ -403,7 +403,7 @@ impl StreamTask<'_> {
                                     }
                                 }
                                 Ok(BatchOutcome::Accepted { gap, counts }) => {
-                                    h.batches.with_label_values(&["accepted"]).inc();
+                                    h.hot.batches_accepted.inc();
                                     let wait = bucket.take(counts.samples, Instant::now());
                                     if !wait.is_zero() {
                                         h.throttled_batches.inc();
@@ -420,9 +420,9 @@ impl StreamTask<'_> {
                                     if counts.resets > 0 { h.counter_resets.inc_by(counts.resets); }
                                     if counts.refused > 0 { h.refused_samples.inc_by(counts.refused); }
                                     if counts.out_of_order > 0 { h.out_of_order_samples.inc_by(counts.out_of_order); }
-                                    if counts.markers > 0 { h.step_markers.with_label_values(&["accepted"]).inc_by(counts.markers); }
+                                    if counts.markers > 0 { h.hot.markers_accepted.inc_by(counts.markers); }
                                     if batch.invalid_markers > 0 {
-                                        h.step_markers.with_label_values(&["invalid"]).inc_by(batch.invalid_markers);
+                                        h.hot.markers_invalid.inc_by(batch.invalid_markers);
                                         debug!(node = %hello.node, seq = batch.seq, invalid = batch.invalid_markers, "invalid step markers dropped");
                                     }
                                     h.ingest_seconds.observe(started.elapsed().as_secs_f64());
