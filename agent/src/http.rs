@@ -1,33 +1,26 @@
 //! The agent's own HTTP endpoint: `/metrics` (its health) and `/healthz`. Binds localhost unless configured.
 //!
-//! Bounded like the collector's (`commwatch_collector::export::listener`, of which this is the minimal form):
-//! at most [`MAX_HTTP_CONNECTIONS`] connections at once — one accepted beyond that is closed at once and
-//! counted in `commwatch_agent_http_connections_refused_total` — and a client must send a request's headers
-//! within [`HEADER_READ_TIMEOUT`] or be closed. Responses have no time limit. HTTP/1.1 only.
+//! Served by [`commwatch_httpd`] like the collector's, bounded to [`MAX_HTTP_CONNECTIONS`] connections at once
+//! (one accepted beyond that is closed at once and counted in `commwatch_agent_http_connections_refused_total`;
+//! open now: `commwatch_agent_http_connections`), with the header-read and write-stall timeouts of
+//! [`commwatch_httpd::HttpBounds::new`]. HTTP/1.1 only.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
-use hyper::server::conn::http1;
-use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::watch;
 
 use crate::telemetry::AgentMetrics;
 
 /// Most HTTP connections the agent serves at once: its endpoint is scraped by one Prometheus (and read by an
 /// operator now and then), so 32 leaves ample room while bounding what a local flood costs the node.
 pub const MAX_HTTP_CONNECTIONS: usize = 32;
-
-/// Time a client has to send a request's headers, from the moment the agent waits for them (a new
-/// connection, or a kept-alive one after its previous response).
-pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 async fn metrics_handler(State(m): State<Arc<AgentMetrics>>) -> impl IntoResponse {
     (
@@ -48,76 +41,28 @@ pub async fn serve(
 ) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let listener = TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
-    let refused = metrics.http_connections_refused.clone();
+    let counts = commwatch_httpd::ConnectionMetrics {
+        open: metrics.http_connections.clone(),
+        refused: metrics.http_connections_refused.clone(),
+    };
     let app = Router::new()
         .route("/metrics", get(metrics_handler))
         .route("/healthz", get(|| async { "ok\n" }))
         .with_state(metrics);
-    let task = tokio::spawn(accept_loop(listener, app, refused, shutdown));
+    let task = tokio::spawn(commwatch_httpd::serve(
+        listener,
+        app,
+        commwatch_httpd::HttpBounds::new(MAX_HTTP_CONNECTIONS),
+        counts,
+        shutdown,
+    ));
     Ok((bound, task))
-}
-
-async fn stopped(shutdown: &mut watch::Receiver<bool>) {
-    let _ = shutdown.wait_for(|v| *v).await;
-}
-
-async fn accept_loop(
-    listener: TcpListener,
-    app: Router,
-    refused: prometheus::IntCounter,
-    mut shutdown: watch::Receiver<bool>,
-) {
-    let slots = Arc::new(Semaphore::new(MAX_HTTP_CONNECTIONS));
-    loop {
-        let (stream, peer) = tokio::select! {
-            a = listener.accept() => match a {
-                Ok(a) => a,
-                Err(e) if e.kind() == std::io::ErrorKind::ConnectionAborted => continue,
-                Err(e) => {
-                    // E.g. no file descriptor left: pause rather than spin.
-                    tracing::warn!(error = %e, "agent HTTP accept failed; pausing 1 s");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                    continue;
-                }
-            },
-            _ = stopped(&mut shutdown) => return,
-        };
-        let Ok(permit) = slots.clone().try_acquire_owned() else {
-            refused.inc();
-            tracing::debug!(%peer, "agent HTTP connection refused: connection limit reached");
-            drop(stream);
-            continue;
-        };
-        let app = app.clone();
-        let mut shutdown = shutdown.clone();
-        tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |req| {
-                tower_service::Service::call(&mut app.clone(), req)
-            });
-            let mut builder = http1::Builder::new();
-            builder
-                .timer(TokioTimer::new())
-                .header_read_timeout(HEADER_READ_TIMEOUT);
-            let conn = builder.serve_connection(TokioIo::new(stream), service);
-            tokio::pin!(conn);
-            let r = tokio::select! {
-                r = conn.as_mut() => r,
-                _ = stopped(&mut shutdown) => {
-                    conn.as_mut().graceful_shutdown();
-                    conn.await
-                }
-            };
-            if let Err(e) = r {
-                tracing::debug!(%peer, error = %e, "agent HTTP connection ended with an error");
-            }
-            drop(permit);
-        });
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpStream;
     use tokio::time::Instant;

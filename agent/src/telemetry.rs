@@ -36,6 +36,7 @@ pub const METRIC_NAMES: &[&str] = &[
     "commwatch_agent_nvml_field_latency_seconds",
     "commwatch_agent_jobs",
     "commwatch_agent_http_connections_refused_total",
+    "commwatch_agent_http_connections",
 ];
 
 /// Every metric of the agent. Cheap to clone handles are taken from it by the sampler and the shipper.
@@ -86,6 +87,8 @@ pub struct AgentMetrics {
     pub jobs: IntGauge,
     /// HTTP connections closed at accept because `http::MAX_HTTP_CONNECTIONS` were open.
     pub http_connections_refused: IntCounter,
+    /// HTTP connections open now.
+    pub http_connections: IntGauge,
 }
 
 impl AgentMetrics {
@@ -271,6 +274,11 @@ impl AgentMetrics {
                 "HTTP connections closed at accept because the agent's connection limit was reached.",
             )
             .expect("valid metric"),
+            http_connections: IntGauge::new(
+                "commwatch_agent_http_connections",
+                "HTTP connections (/metrics, /healthz) open now.",
+            )
+            .expect("valid metric"),
             registry,
         };
         let r = &m.registry;
@@ -301,6 +309,7 @@ impl AgentMetrics {
             Box::new(m.nvml_field_latency_seconds.clone()),
             Box::new(m.jobs.clone()),
             Box::new(m.http_connections_refused.clone()),
+            Box::new(m.http_connections.clone()),
         ];
         for c in all {
             r.register(c).expect("metric names are unique");
@@ -341,7 +350,7 @@ mod tests {
     #[test]
     fn metric_names_are_the_registered_metrics() {
         let m = AgentMetrics::new();
-        let all: [&dyn Collector; 26] = [
+        let all: [&dyn Collector; 27] = [
             &m.read_seconds,
             &m.read_errors,
             &m.samples,
@@ -368,6 +377,7 @@ mod tests {
             &m.nvml_field_latency_seconds,
             &m.jobs,
             &m.http_connections_refused,
+            &m.http_connections,
         ];
         let mut registered: Vec<String> = all
             .iter()

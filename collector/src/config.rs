@@ -44,7 +44,7 @@ pub struct Limits {
     pub max_samples_per_second: u64,
     /// Most HTTP connections (`/metrics`, `/api`, `/healthz`) served at once, 1..=1,000,000. One accepted
     /// beyond it is closed at once and counted in `commwatch_collector_http_connections_refused_total`
-    /// (`export::listener`).
+    /// (`commwatch_httpd`).
     pub max_http_connections: usize,
 }
 
@@ -194,7 +194,7 @@ impl CollectorConfig {
         if self.limits.max_http_connections == 0 {
             return bad("limits.max_http_connections", "must be at least 1");
         }
-        if self.limits.max_http_connections > crate::export::listener::MAX_CONNECTIONS_BOUND {
+        if self.limits.max_http_connections > commwatch_httpd::MAX_CONNECTIONS_BOUND {
             return bad("limits.max_http_connections", "must be at most 1000000");
         }
         if self.fast_period_ms != 0 && self.fast_period_ms < 10 {

@@ -530,14 +530,11 @@ pub async fn start(config: CollectorConfig) -> Result<CollectorHandle, Collector
         api_access,
         export::access::guard,
     ));
-    let http = tokio::spawn(export::listener::serve(
+    let http = tokio::spawn(commwatch_httpd::serve(
         http_listener,
         router,
-        export::listener::HttpBounds {
-            max_connections: config.limits.max_http_connections,
-            header_read_timeout: export::listener::HEADER_READ_TIMEOUT,
-        },
-        export::listener::ConnectionMetrics {
+        commwatch_httpd::HttpBounds::new(config.limits.max_http_connections),
+        commwatch_httpd::ConnectionMetrics {
             open: health.http_connections.clone(),
             refused: health.http_connections_refused.clone(),
         },

@@ -1,6 +1,6 @@
 //! The collector's HTTP listener is bounded: at most `limits.max_http_connections` connections at once (one
 //! more is closed at once and counted), and a client that never sends its request headers is closed after
-//! `export::listener::HEADER_READ_TIMEOUT`. Real sockets on 127.0.0.1.
+//! `commwatch_httpd::HEADER_READ_TIMEOUT`. Real sockets on 127.0.0.1.
 
 mod common;
 
@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use common::*;
-use commwatch_collector::export::listener::HEADER_READ_TIMEOUT;
+use commwatch_httpd::HEADER_READ_TIMEOUT;
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 

@@ -5,7 +5,6 @@ pub mod api;
 pub mod findings;
 pub mod health;
 pub mod jobs;
-pub mod listener;
 pub mod names;
 pub mod prometheus;
 pub mod steps;

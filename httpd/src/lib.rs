@@ -1,19 +1,28 @@
-//! The collector's HTTP server (`/metrics`, `/api/v1/*`, `/healthz`), bounded against connection floods and
-//! slow clients:
+//! The HTTP/1.1 server of the collector's (`/metrics`, `/api/v1/*`, `/healthz`) and the agent's (`/metrics`,
+//! `/healthz`) endpoints, bounded against connection floods and slow clients:
 //! - at most [`HttpBounds::max_connections`] connections are served at once (`limits.max_http_connections`).
 //!   A connection accepted beyond that is closed at once — it is taken off the kernel's backlog, not left
 //!   there — and counted in `commwatch_collector_http_connections_refused_total`; the connections open now are
 //!   `commwatch_collector_http_connections`.
 //! - a client must send a request's headers within [`HttpBounds::header_read_timeout`] of the server waiting
 //!   for them (a new connection, or a kept-alive one after its previous response), or the connection is
-//!   closed; so an idle or trickling client cannot hold a connection slot. Nothing limits the time to send a
+//!   closed; so an idle or trickling client cannot hold a connection slot.
+//! - a response whose writes make no progress for [`HttpBounds::write_stall_timeout`] (the client stopped
+//!   reading and the socket buffers are full) ends the connection. Nothing limits the total time to send a
 //!   response: a slow but reading scraper still gets a large `/metrics` in full.
+//!
+//! So a client holds a slot only while it sends a request or reads a response; a cap's worth of clients that
+//! connect and stall frees every slot within the larger of the two timeouts.
 //!
 //! Connections speak HTTP/1.1 (what Prometheus and the API clients use). The handlers see the client's address
 //! as `ConnectInfo<SocketAddr>` (as with axum's `into_make_service_with_connect_info`).
 
+use std::future::Future;
+use std::io;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::extract::ConnectInfo;
@@ -22,12 +31,19 @@ use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use prometheus::{IntCounter, IntGauge};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tracing::{debug, error, warn};
 
 /// Time a client has to send a request's headers (production value of [`HttpBounds::header_read_timeout`]).
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Time a response's writes may make no progress before the connection is ended (production value of
+/// [`HttpBounds::write_stall_timeout`]). A reading client can still leave the writer blocked for a while: a
+/// receiver reopens its TCP window only once a good part of its buffer is drained (a client reading 16 KiB
+/// every 50 ms blocked the writer for over a second in the tests), so this is generous.
+pub const WRITE_STALL_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Most connections a server accepts at once whatever it is configured with (the validation bound of
 /// `limits.max_http_connections`).
@@ -46,6 +62,20 @@ pub struct HttpBounds {
     pub max_connections: usize,
     /// Time a client has to send a request's headers, from the moment the server waits for them.
     pub header_read_timeout: Duration,
+    /// Time a write to the client may stay blocked (no byte accepted by the socket) before the connection is
+    /// ended.
+    pub write_stall_timeout: Duration,
+}
+
+impl HttpBounds {
+    /// The production bounds with at most `max_connections` connections.
+    pub fn new(max_connections: usize) -> HttpBounds {
+        HttpBounds {
+            max_connections,
+            header_read_timeout: HEADER_READ_TIMEOUT,
+            write_stall_timeout: WRITE_STALL_TIMEOUT,
+        }
+    }
 }
 
 /// Where a server counts its connections.
@@ -114,7 +144,7 @@ pub async fn serve(
             stream,
             peer,
             router.clone(),
-            bounds.header_read_timeout,
+            bounds,
             shutdown.clone(),
             slot,
         ));
@@ -139,7 +169,7 @@ async fn serve_connection(
     stream: TcpStream,
     peer: SocketAddr,
     router: Router,
-    header_read_timeout: Duration,
+    bounds: HttpBounds,
     mut shutdown: watch::Receiver<bool>,
     slot: Slot,
 ) {
@@ -150,7 +180,8 @@ async fn serve_connection(
     let mut builder = http1::Builder::new();
     builder
         .timer(TokioTimer::new())
-        .header_read_timeout(header_read_timeout);
+        .header_read_timeout(bounds.header_read_timeout);
+    let stream = StallGuard::new(stream, bounds.write_stall_timeout);
     let conn = builder.serve_connection(TokioIo::new(stream), service);
     tokio::pin!(conn);
     let result = tokio::select! {
@@ -164,6 +195,100 @@ async fn serve_connection(
         debug!(%peer, error = %e, "HTTP connection ended with an error");
     }
     drop(slot);
+}
+
+/// A stream whose writes fail with [`io::ErrorKind::TimedOut`] once they have been blocked, with no byte
+/// accepted, for `timeout`: a client that stopped reading cannot keep a connection (and its slot) forever.
+/// Any progress restarts the clock; reads are passed through untouched.
+struct StallGuard<S> {
+    inner: S,
+    timeout: Duration,
+    /// Armed when a write first returns `Pending`; cleared by any completed write or flush.
+    stalled: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<S> StallGuard<S> {
+    fn new(inner: S, timeout: Duration) -> StallGuard<S> {
+        StallGuard {
+            inner,
+            timeout,
+            stalled: None,
+        }
+    }
+
+    /// Maps the inner poll: progress disarms the clock, `Pending` arms it (and registers its wake-up), and
+    /// the clock running out turns `Pending` into an error.
+    fn guard<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        polled: Poll<io::Result<T>>,
+    ) -> Poll<io::Result<T>> {
+        match polled {
+            Poll::Ready(r) => {
+                self.stalled = None;
+                Poll::Ready(r)
+            }
+            Poll::Pending => {
+                let timeout = self.timeout;
+                let clock = self
+                    .stalled
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+                match clock.as_mut().poll(cx) {
+                    Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!("the client read nothing for {timeout:?}"),
+                    ))),
+                    Poll::Pending => Poll::Pending,
+                }
+            }
+        }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for StallGuard<S> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for StallGuard<S> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.inner).poll_write(cx, buf);
+        this.guard(cx, polled)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        this.guard(cx, polled)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.inner).poll_flush(cx);
+        this.guard(cx, polled)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
 }
 
 /// Resolves once `shutdown` holds `true` or its sender is gone.
@@ -199,6 +324,15 @@ mod tests {
     }
 
     async fn start(max_connections: usize, header_read_timeout: Duration) -> Server {
+        start_with(HttpBounds {
+            max_connections,
+            header_read_timeout,
+            write_stall_timeout: WRITE_STALL_TIMEOUT,
+        })
+        .await
+    }
+
+    async fn start_with(bounds: HttpBounds) -> Server {
         let router = Router::new()
             .route("/healthz", get(|| async { "ok\n" }))
             .route("/big", get(|| async { vec![b'x'; BIG] }))
@@ -213,16 +347,7 @@ mod tests {
             refused: IntCounter::new("refused", "refused").unwrap(),
         };
         let (stop, rx) = watch::channel(false);
-        let task = tokio::spawn(serve(
-            listener,
-            router,
-            HttpBounds {
-                max_connections,
-                header_read_timeout,
-            },
-            metrics.clone(),
-            rx,
-        ));
+        let task = tokio::spawn(serve(listener, router, bounds, metrics.clone(), rx));
         Server {
             addr,
             metrics,
@@ -344,6 +469,74 @@ mod tests {
             .unwrap();
         let head_end = out.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
         assert_eq!(out.len() - head_end, BIG);
+    }
+
+    #[tokio::test]
+    async fn a_client_that_stops_reading_is_closed_after_the_stall_timeout() {
+        let stall = Duration::from_secs(1);
+        let srv = start_with(HttpBounds {
+            max_connections: 1,
+            header_read_timeout: Duration::from_secs(60),
+            write_stall_timeout: stall,
+        })
+        .await;
+        let mut s = TcpStream::connect(srv.addr).await.unwrap();
+        s.write_all(b"GET /big HTTP/1.1\r\nhost: t\r\n\r\n")
+            .await
+            .unwrap();
+        // Read a little (the response started), then nothing: the socket buffers fill and writes block.
+        let mut buf = vec![0u8; 4096];
+        assert!(s.read(&mut buf).await.unwrap() > 0);
+        let started = Instant::now();
+        let until = started + stall + PROMPT + PROMPT;
+        while srv.metrics.open.get() > 0 {
+            assert!(
+                Instant::now() < until,
+                "a stalled reader kept its connection"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(started.elapsed() >= stall - Duration::from_millis(100));
+        // The one slot is free: another client is served.
+        get_ok(srv.addr, "/healthz").await;
+        // The stalled client never got the whole body.
+        let mut rest = Vec::new();
+        let _ = tokio::time::timeout(PROMPT, s.read_to_end(&mut rest)).await;
+        assert!(rest.len() + buf.len() < BIG);
+    }
+
+    #[test]
+    fn any_progress_restarts_the_stall_clock() {
+        // A writer that is blocked twice, each time for less than the timeout, never times out.
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let (a, mut b) = tokio::io::duplex(8);
+            let mut g = StallGuard::new(a, Duration::from_secs(10));
+            use tokio::io::AsyncWriteExt as _;
+            g.write_all(&[1u8; 8]).await.unwrap();
+            let reader = tokio::spawn(async move {
+                let mut buf = [0u8; 8];
+                for _ in 0..3 {
+                    tokio::time::sleep(Duration::from_secs(6)).await;
+                    b.read_exact(&mut buf).await.unwrap();
+                }
+                b
+            });
+            // Blocked ~6 s each time (buffer full), progress in between: no error.
+            g.write_all(&[2u8; 8]).await.unwrap();
+            g.write_all(&[3u8; 8]).await.unwrap();
+            let _b = reader.await.unwrap();
+            // Nobody reads any more: the next blocked write fails after 10 s.
+            g.write_all(&[4u8; 8]).await.unwrap();
+            let started = tokio::time::Instant::now();
+            let err = g.write_all(&[5u8; 8]).await.unwrap_err();
+            assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+            assert_eq!(started.elapsed(), Duration::from_secs(10));
+        });
     }
 
     #[tokio::test]
