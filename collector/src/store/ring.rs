@@ -1,13 +1,372 @@
-//! A bounded ring of `(timestamp_ns, value)` samples: at most `cap` samples and, when pushing, everything older
-//! than `newest - retention` is dropped. 16 bytes per sample; the buffer grows to `cap` on demand and never
-//! beyond it, so a series costs what it holds.
+//! A bounded ring of `(timestamp_ns, value)` samples, held compressed.
+//!
+//! Contract: after a push the ring holds at most `cap` samples and nothing older than `newest - retention`
+//! (the oldest samples go first: a push drops from the front while the ring is full or the front sample is
+//! older than the horizon). Iteration yields the samples oldest first, exactly as pushed (lossless), in either
+//! direction. Timestamps are expected to increase; the ring stays exact when they do not.
+//!
+//! Layout: the newest samples sit uncompressed in an open head of at most `CHUNK` + `KEEP` (128 + 32) samples;
+//! when it is full its oldest `CHUNK` samples are sealed into one compressed chunk, so the head always keeps the
+//! newest `KEEP` or more and the usual readers (a rate over the newest second, a step engine's tail) walk them
+//! newest first without decoding anything. Eviction drops whole chunks and hides the evicted part of the oldest
+//! chunk behind a skip count, so `len()` and iteration are exact; the hidden samples still cost memory until the
+//! chunk is dropped (at most `CHUNK - 1` of them).
+//!
+//! Encoding of a chunk of `CHUNK` samples, bits packed least significant first:
+//! - timestamps as residuals from a line: `t_k = base + k * step + r_k`, `step` the chunk's mean period, every
+//!   `r_k ≥ 0` packed at the one width its largest needs. Independent jitter of ±j costs about
+//!   `log2(2j)` bits per sample (±500 µs: 20 bits), a strict period 0 bits; any one timestamp is read in
+//!   O(1), which is what eviction needs;
+//! - values, whichever is smaller for the chunk (one tag byte): frame-of-reference deltas (`v_k - v_{k-1} -
+//!   min_delta`, packed at one width: a counter's steady increase costs the bits of its variation, an idle
+//!   counter or a constant gauge 0 bits), or Gorilla-style XOR against the previous value (for gauges' f64
+//!   bits: a repeated value costs 1 bit, a value sharing sign, exponent or trailing mantissa bits only the
+//!   differing bits). All arithmetic wraps, so any `u64` values and `i64` timestamps round-trip exactly.
+//!
+//! Cost (`cargo bench -p commwatch-collector --bench ring`, figures in BENCHMARKS.md): a 20 Hz series at the
+//! default retention (12,000 samples, timestamps with ±500 µs of jitter at ns precision) takes ≈6.5 B per sample
+//! for a busy byte counter, ≈3.3 B for an idle counter or a constant gauge (2.5 B of it the timestamps' jitter),
+//! ≈9.9 B for a gauge of random f64s, ≈0.7 B with a strict period and a constant increase; 16 B uncompressed.
+//! These include the open head (2.5 KiB once full), the chunk list (40 B per chunk) and the chunks' headers. A
+//! push appends to the head and compares with one cached timestamp; evicting reads the oldest chunk once per
+//! `FRONT` (8) samples; every `CHUNK` pushes one chunk is encoded (≈1–2 µs). An iterator decodes a chunk once per
+//! direction (≈4 ns per sealed sample walked) and walks the head as the plain `VecDeque` it is.
 
 use std::collections::VecDeque;
+
+/// Samples per sealed chunk.
+const CHUNK: usize = 128;
+/// Samples the open head keeps after sealing a chunk (the newest ones).
+const KEEP: usize = 32;
+/// Most samples in the open head.
+const HEAD_MAX: usize = CHUNK + KEEP;
+/// Zero bytes at the end of a chunk's bytes, so that any field is read with one 8-byte load (and at most one
+/// more byte).
+const PAD: usize = 8;
+/// Timestamps of the oldest chunk a ring keeps decoded for eviction.
+const FRONT: usize = 8;
+/// Value tag of an XOR-encoded chunk (otherwise the tag byte is the delta width, 0..=64).
+const TAG_XOR: u8 = 0x80;
+/// Most bytes of an XOR stream: 2 + 5 + 6 + 64 bits per value.
+const XOR_MAX: usize = (CHUNK - 1) * 77 / 8 + 1;
+
+/// `CHUNK` compressed samples.
+///
+/// `data`: `[timestamp width]` `[CHUNK residuals]` `[value tag]` then, for deltas, `varint(v_0)`
+/// `varint(zigzag(min_delta))` and `CHUNK - 1` packed deltas; for XOR, `v_0` as 8 bytes and the XOR stream.
+#[derive(Debug, Clone)]
+struct Chunk {
+    base: i64,
+    step: i64,
+    /// Largest timestamp in the chunk (the last one when timestamps increase).
+    max_ts: i64,
+    data: Box<[u8]>,
+}
+
+/// Bits needed to write `x`.
+fn width(x: u64) -> u32 {
+    64 - x.leading_zeros()
+}
+
+/// `w` (≤ 64) bits at bit `pos` of `buf`, which holds at least 8 bytes from byte `pos / 8` on (a chunk's
+/// bytes end in [`PAD`] zero bytes).
+#[inline]
+fn bits(buf: &[u8], pos: usize, w: u32) -> u64 {
+    let byte = pos >> 3;
+    let shift = (pos & 7) as u32;
+    let word = u64::from_le_bytes(buf[byte..byte + 8].try_into().expect("8 bytes"));
+    let mut v = word >> shift;
+    if shift + w > 64 {
+        v |= u64::from(buf[byte + 8]) << (64 - shift);
+    }
+    v & u64::MAX.checked_shr(64 - w).unwrap_or(0)
+}
+
+/// Packs bit fields, least significant first, into a byte slice sized for them.
+struct BitWriter<'a> {
+    out: &'a mut [u8],
+    /// Next byte of `out` to write.
+    byte: usize,
+    /// Bits not yet written, `n` of them.
+    acc: u64,
+    n: u32,
+}
+
+impl<'a> BitWriter<'a> {
+    fn new(out: &'a mut [u8]) -> BitWriter<'a> {
+        BitWriter {
+            out,
+            byte: 0,
+            acc: 0,
+            n: 0,
+        }
+    }
+
+    /// Appends the `w` (≤ 64) low bits of `v` (whose other bits are zero).
+    #[inline]
+    fn put(&mut self, v: u64, w: u32) {
+        debug_assert!(w == 64 || v >> w == 0);
+        self.acc |= v << self.n;
+        let n = self.n + w;
+        if n >= 64 {
+            self.out[self.byte..self.byte + 8].copy_from_slice(&self.acc.to_le_bytes());
+            self.byte += 8;
+            self.acc = if self.n == 0 { 0 } else { v >> (64 - self.n) };
+            self.n = n - 64;
+        } else {
+            self.n = n;
+        }
+    }
+
+    /// Writes the bits still held; returns the bytes used.
+    fn finish(self) -> usize {
+        let k = self.n.div_ceil(8) as usize;
+        self.out[self.byte..self.byte + k].copy_from_slice(&self.acc.to_le_bytes()[..k]);
+        self.byte + k
+    }
+}
+
+fn zigzag(v: i64) -> u64 {
+    ((v << 1) ^ (v >> 63)) as u64
+}
+
+fn unzigzag(u: u64) -> i64 {
+    ((u >> 1) as i64) ^ -((u & 1) as i64)
+}
+
+fn varint_len(v: u64) -> usize {
+    (width(v | 1) as usize).div_ceil(7)
+}
+
+/// LEB128.
+fn put_varint(buf: &mut [u8], pos: &mut usize, mut v: u64) {
+    while v >= 0x80 {
+        buf[*pos] = v as u8 | 0x80;
+        *pos += 1;
+        v >>= 7;
+    }
+    buf[*pos] = v as u8;
+    *pos += 1;
+}
+
+fn get_varint(buf: &[u8], pos: &mut usize) -> u64 {
+    let mut v = 0u64;
+    let mut shift = 0;
+    loop {
+        let b = buf[*pos];
+        *pos += 1;
+        v |= u64::from(b & 0x7f) << shift;
+        if b < 0x80 {
+            return v;
+        }
+        shift += 7;
+    }
+}
+
+/// Gorilla-style XOR of each value against the previous one, as `(bits, width)` fields: `0` for a repeat;
+/// otherwise `1`, then `0` and the differing bits inside the previous window of meaningful bits, or `1`,
+/// 5 bits of leading zeros, 6 bits of meaningful width (64 as 0) and the meaningful bits.
+#[inline]
+fn xor_fields(first: u64, rest: impl Iterator<Item = u64>, mut emit: impl FnMut(u64, u32)) {
+    let mut prev = first;
+    let (mut lead, mut trail) = (u32::MAX, 0u32);
+    for v in rest {
+        let x = v ^ prev;
+        prev = v;
+        if x == 0 {
+            emit(0, 1);
+            continue;
+        }
+        let lz = x.leading_zeros().min(31);
+        let tz = x.trailing_zeros();
+        if lead != u32::MAX && lz >= lead && tz >= trail {
+            emit(0b01, 2);
+            emit(x >> trail, 64 - lead - trail);
+        } else {
+            let sig = 64 - lz - tz;
+            emit(0b11, 2);
+            emit(u64::from(lz), 5);
+            emit(u64::from(sig & 63), 6);
+            emit(x >> tz, sig);
+            (lead, trail) = (lz, tz);
+        }
+    }
+}
+
+impl Chunk {
+    /// Encodes `s` (`CHUNK` samples).
+    fn encode(s: &[(i64, u64)]) -> Chunk {
+        debug_assert_eq!(s.len(), CHUNK);
+        let t0 = s[0].0;
+        let t_last = s[CHUNK - 1].0;
+        let step = match t_last.checked_sub(t0) {
+            Some(span) => span / (CHUNK as i64 - 1),
+            None => ((i128::from(t_last) - i128::from(t0)) / (CHUNK as i128 - 1)) as i64,
+        };
+        // Timestamp residuals from the line, then deltas of the values.
+        let mut res = [0u64; CHUNK];
+        let (mut emin, mut emax, mut max_ts) = (i64::MAX, i64::MIN, i64::MIN);
+        let mut line = t0;
+        for (r, &(t, _)) in res.iter_mut().zip(s) {
+            let e = t.wrapping_sub(line);
+            line = line.wrapping_add(step);
+            *r = e as u64;
+            emin = emin.min(e);
+            emax = emax.max(e);
+            max_ts = max_ts.max(t);
+        }
+        let wt = width(emax.wrapping_sub(emin) as u64);
+        let mut deltas = [0u64; CHUNK];
+        let (mut dmin, mut dmax) = (i64::MAX, i64::MIN);
+        for (d, w) in deltas[1..].iter_mut().zip(s.windows(2)) {
+            let x = w[1].1.wrapping_sub(w[0].1) as i64;
+            *d = x as u64;
+            dmin = dmin.min(x);
+            dmax = dmax.max(x);
+        }
+        let wv = width(dmax.wrapping_sub(dmin) as u64);
+        let v0 = s[0].1;
+        let delta_len =
+            varint_len(v0) + varint_len(zigzag(dmin)) + ((CHUNK - 1) * wv as usize).div_ceil(8);
+
+        // XOR, for deltas of more than 8 bits (below that it cannot win by much) where a lower bound of its
+        // size (every field in a fresh window, as narrow as it can be) says it may beat them: encoded aside,
+        // kept if smaller.
+        let mut xor = Vec::new();
+        let mut xor_len = usize::MAX;
+        if wv > 8 {
+            let mut bound = 0u32;
+            for w in s.windows(2) {
+                let x = w[1].1 ^ w[0].1;
+                let sig = if x == 0 {
+                    0
+                } else {
+                    2 + 64 - x.leading_zeros().min(31) - x.trailing_zeros()
+                };
+                bound += 1 + sig;
+            }
+            if 8 + (bound as usize).div_ceil(8) < delta_len {
+                xor = vec![0u8; XOR_MAX];
+                let mut bw = BitWriter::new(&mut xor);
+                xor_fields(v0, s[1..].iter().map(|p| p.1), |v, w| bw.put(v, w));
+                xor_len = 8 + bw.finish();
+            }
+        }
+
+        let ts_len = (CHUNK * wt as usize).div_ceil(8);
+        let use_xor = xor_len < delta_len;
+        let mut data = vec![0u8; 2 + ts_len + delta_len.min(xor_len) + PAD].into_boxed_slice();
+        data[0] = wt as u8;
+        let mut bw = BitWriter::new(&mut data[1..1 + ts_len]);
+        for &r in &res {
+            bw.put(r.wrapping_sub(emin as u64), wt);
+        }
+        bw.finish();
+        let mut pos = 1 + ts_len;
+        if use_xor {
+            data[pos] = TAG_XOR;
+            data[pos + 1..pos + 9].copy_from_slice(&v0.to_le_bytes());
+            data[pos + 9..pos + 1 + xor_len].copy_from_slice(&xor[..xor_len - 8]);
+        } else {
+            data[pos] = wv as u8;
+            pos += 1;
+            put_varint(&mut data, &mut pos, v0);
+            put_varint(&mut data, &mut pos, zigzag(dmin));
+            let mut bw = BitWriter::new(&mut data[pos..]);
+            for &d in &deltas[1..] {
+                bw.put(d.wrapping_sub(dmin as u64), wv);
+            }
+            bw.finish();
+        }
+        Chunk {
+            base: t0.wrapping_add(emin),
+            step,
+            max_ts,
+            data,
+        }
+    }
+
+    /// Timestamps of samples `k..k + out.len()` into `out`.
+    fn timestamps(&self, k: usize, out: &mut [i64]) {
+        let wt = u32::from(self.data[0]);
+        let mut t = self.base.wrapping_add((k as i64).wrapping_mul(self.step));
+        let mut bit = 8 + k * wt as usize;
+        for o in out {
+            *o = t.wrapping_add(bits(&self.data, bit, wt) as i64);
+            t = t.wrapping_add(self.step);
+            bit += wt as usize;
+        }
+    }
+
+    /// All `CHUNK` samples into `out`.
+    fn decode(&self, out: &mut [(i64, u64)]) {
+        let d = &self.data;
+        let wt = u32::from(d[0]);
+        let mut t = self.base;
+        let mut bit = 8;
+        for o in out.iter_mut() {
+            o.0 = t.wrapping_add(bits(d, bit, wt) as i64);
+            t = t.wrapping_add(self.step);
+            bit += wt as usize;
+        }
+        let mut pos = 1 + (CHUNK * wt as usize).div_ceil(8);
+        let tag = d[pos];
+        pos += 1;
+        if tag == TAG_XOR {
+            let mut v = u64::from_le_bytes(d[pos..pos + 8].try_into().expect("8 bytes"));
+            let mut bit = (pos + 8) * 8;
+            let (mut lead, mut trail) = (0u32, 0u32);
+            out[0].1 = v;
+            for o in &mut out[1..] {
+                // The two control bits, and the window's 11 bits after them.
+                let head = bits(d, bit, 13);
+                if head & 1 != 0 {
+                    if head & 2 != 0 {
+                        lead = (head >> 2) as u32 & 31;
+                        let sig = match (head >> 7) as u32 & 63 {
+                            0 => 64,
+                            s => s,
+                        };
+                        trail = 64 - lead - sig;
+                        bit += 11;
+                    }
+                    bit += 2;
+                    let sig = 64 - lead - trail;
+                    v ^= bits(d, bit, sig) << trail;
+                    bit += sig as usize;
+                } else {
+                    bit += 1;
+                }
+                o.1 = v;
+            }
+        } else {
+            let wv = u32::from(tag);
+            let mut v = get_varint(d, &mut pos);
+            let dmin = unzigzag(get_varint(d, &mut pos)) as u64;
+            let mut bit = pos * 8;
+            out[0].1 = v;
+            for o in &mut out[1..] {
+                v = v.wrapping_add(dmin).wrapping_add(bits(d, bit, wv));
+                o.1 = v;
+                bit += wv as usize;
+            }
+        }
+    }
+}
 
 /// One series' sample window.
 #[derive(Debug, Clone, Default)]
 pub struct Ring {
-    buf: VecDeque<(i64, u64)>,
+    /// Sealed chunks, oldest first.
+    chunks: VecDeque<Chunk>,
+    /// Samples of the oldest chunk already evicted (0 without chunks).
+    skip: usize,
+    /// The newest samples, uncompressed.
+    head: VecDeque<(i64, u64)>,
+    /// Timestamps of samples `front_at..front_at + FRONT` of the oldest chunk (those it has; `front_at` =
+    /// `CHUNK`: none), so that eviction reads that chunk once per `FRONT` samples evicted.
+    front: [i64; FRONT],
+    front_at: usize,
     cap: usize,
 }
 
@@ -15,7 +374,11 @@ impl Ring {
     /// An empty ring holding at most `cap` (≥ 2) samples.
     pub fn new(cap: usize) -> Ring {
         Ring {
-            buf: VecDeque::new(),
+            chunks: VecDeque::new(),
+            skip: 0,
+            head: VecDeque::new(),
+            front: [0; FRONT],
+            front_at: CHUNK,
             cap: cap.max(2),
         }
     }
@@ -25,58 +388,229 @@ impl Ring {
         self.cap
     }
 
+    /// Most chunks a ring of `cap` samples can hold (visible ones plus a partly hidden oldest one).
+    fn chunk_limit(&self) -> usize {
+        self.cap / CHUNK + 2
+    }
+
     /// Changes the bound; drops the oldest samples if it shrank.
     pub fn set_cap(&mut self, cap: usize) {
         self.cap = cap.max(2);
-        while self.buf.len() > self.cap {
-            self.buf.pop_front();
+        let mut excess = self.len().saturating_sub(self.cap);
+        while excess > 0 {
+            if self.chunks.is_empty() {
+                self.head.drain(..excess);
+                break;
+            }
+            let rest = CHUNK - self.skip;
+            if excess >= rest {
+                self.pop_chunk();
+                excess -= rest;
+            } else {
+                self.skip += excess;
+                excess = 0;
+            }
         }
-        if self.buf.capacity() > self.cap {
-            self.buf.shrink_to(self.cap);
+        let head_limit = HEAD_MAX.min(self.cap);
+        if self.head.capacity() > head_limit {
+            self.head.shrink_to(head_limit);
+        }
+        let chunk_limit = self.chunk_limit();
+        if self.chunks.capacity() > chunk_limit {
+            self.chunks.shrink_to(chunk_limit);
         }
     }
 
     /// Appends a sample (timestamps are expected to increase) and evicts what fell out of `retention_ns`.
     #[inline]
     pub fn push(&mut self, ts: i64, value: u64, retention_ns: i64) {
-        let horizon = ts.saturating_sub(retention_ns);
-        while let Some(&(t, _)) = self.buf.front() {
-            if t < horizon || self.buf.len() >= self.cap {
-                self.buf.pop_front();
+        self.evict(ts.saturating_sub(retention_ns));
+        if self.head.len() >= HEAD_MAX {
+            self.seal();
+        }
+        if self.head.len() == self.head.capacity() {
+            // Grow geometrically but never past the head's bound.
+            let len = self.head.len();
+            let want = (len.max(8) * 2).min(HEAD_MAX.min(self.cap));
+            self.head.reserve_exact(want.saturating_sub(len).max(1));
+        }
+        self.head.push_back((ts, value));
+    }
+
+    /// Drops from the front while the ring is full or the front sample is older than `horizon`.
+    #[inline]
+    fn evict(&mut self, horizon: i64) {
+        while !self.chunks.is_empty() {
+            let i = self.skip.wrapping_sub(self.front_at);
+            let t = if i < FRONT {
+                self.front[i]
+            } else {
+                match self.load_front(horizon) {
+                    Some(t) => t,
+                    None => continue,
+                }
+            };
+            if t >= horizon && self.len() < self.cap {
+                return;
+            }
+            self.skip += 1;
+            if self.skip == CHUNK {
+                self.pop_chunk();
+            }
+        }
+        while let Some(&(t, _)) = self.head.front() {
+            if t < horizon || self.head.len() >= self.cap {
+                self.head.pop_front();
             } else {
                 break;
             }
         }
-        if self.buf.len() == self.buf.capacity() {
-            // Grow geometrically but never past `cap`.
-            let len = self.buf.len();
-            let want = (len.max(8) * 2).min(self.cap);
-            self.buf.reserve_exact(want.saturating_sub(len).max(1));
+    }
+
+    /// Reads the timestamps of the next [`FRONT`] samples of the oldest chunk into `front` and returns the
+    /// first; or drops the rest of that chunk at once and returns `None` when all of it would go (over the cap,
+    /// or older than `horizon`).
+    #[inline(never)]
+    fn load_front(&mut self, horizon: i64) -> Option<i64> {
+        let c = &self.chunks[0];
+        let rest = CHUNK - self.skip;
+        if self.len() + 1 >= self.cap + rest || c.max_ts < horizon {
+            self.pop_chunk();
+            return None;
         }
-        self.buf.push_back((ts, value));
+        let n = rest.min(FRONT);
+        c.timestamps(self.skip, &mut self.front[..n]);
+        self.front_at = self.skip;
+        Some(self.front[0])
+    }
+
+    /// Drops the oldest chunk.
+    fn pop_chunk(&mut self) {
+        self.chunks.pop_front();
+        self.skip = 0;
+        self.front_at = CHUNK;
+    }
+
+    /// Seals the oldest `CHUNK` samples of the head into a chunk.
+    fn seal(&mut self) {
+        let mut s = [(0i64, 0u64); CHUNK];
+        let (a, b) = self.head.as_slices();
+        let n = a.len().min(CHUNK);
+        s[..n].copy_from_slice(&a[..n]);
+        s[n..].copy_from_slice(&b[..CHUNK - n]);
+        self.head.drain(..CHUNK);
+        if self.chunks.len() == self.chunks.capacity() {
+            let len = self.chunks.len();
+            let want = (len.max(2) * 2).min(self.chunk_limit());
+            self.chunks.reserve_exact(want.saturating_sub(len).max(1));
+        }
+        if self.chunks.is_empty() {
+            self.front_at = CHUNK;
+        }
+        self.chunks.push_back(Chunk::encode(&s));
     }
 
     pub fn len(&self) -> usize {
-        self.buf.len()
+        self.chunks.len() * CHUNK - self.skip + self.head.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.buf.is_empty()
+        self.len() == 0
     }
 
     /// The newest sample.
     pub fn last(&self) -> Option<(i64, u64)> {
-        self.buf.back().copied()
+        match self.head.back() {
+            Some(&s) => Some(s),
+            None => self.iter().next_back(),
+        }
     }
 
     /// Samples oldest first.
     pub fn iter(&self) -> impl DoubleEndedIterator<Item = (i64, u64)> + '_ {
-        self.buf.iter().copied()
+        let sealed = Sealed {
+            chunks: &self.chunks,
+            skip: self.skip,
+            front: 0,
+            back: self.chunks.len() * CHUNK - self.skip,
+            fbuf: Decoded::default(),
+            bbuf: Decoded::default(),
+        };
+        sealed.chain(self.head.iter().copied())
     }
 
-    /// Bytes held by the sample buffer (allocated capacity).
+    /// Bytes allocated for the samples: the head, the chunk list and the chunks' encoded bytes.
     pub fn heap_bytes(&self) -> usize {
-        self.buf.capacity() * std::mem::size_of::<(i64, u64)>()
+        self.head.capacity() * std::mem::size_of::<(i64, u64)>()
+            + self.chunks.capacity() * std::mem::size_of::<Chunk>()
+            + self.chunks.iter().map(|c| c.data.len()).sum::<usize>()
+    }
+}
+
+/// One decoded chunk, kept by an iterator for the next samples it walks.
+#[derive(Default)]
+struct Decoded {
+    /// Index of the chunk held.
+    chunk: Option<usize>,
+    samples: Vec<(i64, u64)>,
+}
+
+impl Decoded {
+    #[inline]
+    fn get(&mut self, chunks: &VecDeque<Chunk>, c: usize, k: usize) -> (i64, u64) {
+        if self.chunk != Some(c) {
+            self.load(chunks, c);
+        }
+        self.samples[k]
+    }
+
+    #[inline(never)]
+    fn load(&mut self, chunks: &VecDeque<Chunk>, c: usize) {
+        self.samples.resize(CHUNK, (0, 0));
+        chunks[c].decode(&mut self.samples);
+        self.chunk = Some(c);
+    }
+}
+
+/// The visible samples of the chunks, positions `front..back` (0 = the oldest visible); each direction decodes
+/// its own chunk.
+struct Sealed<'a> {
+    chunks: &'a VecDeque<Chunk>,
+    skip: usize,
+    front: usize,
+    back: usize,
+    fbuf: Decoded,
+    bbuf: Decoded,
+}
+
+impl Iterator for Sealed<'_> {
+    type Item = (i64, u64);
+
+    #[inline]
+    fn next(&mut self) -> Option<(i64, u64)> {
+        if self.front >= self.back {
+            return None;
+        }
+        let p = self.front + self.skip;
+        self.front += 1;
+        Some(self.fbuf.get(self.chunks, p / CHUNK, p % CHUNK))
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = self.back - self.front;
+        (n, Some(n))
+    }
+}
+
+impl DoubleEndedIterator for Sealed<'_> {
+    #[inline]
+    fn next_back(&mut self) -> Option<(i64, u64)> {
+        if self.front >= self.back {
+            return None;
+        }
+        self.back -= 1;
+        let p = self.back + self.skip;
+        Some(self.bbuf.get(self.chunks, p / CHUNK, p % CHUNK))
     }
 }
 
@@ -113,5 +647,380 @@ mod tests {
         }
         assert_eq!(r.len(), 1000);
         assert!(r.heap_bytes() <= 1000 * 16 + 16, "{}", r.heap_bytes());
+    }
+
+    /// splitmix64.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        }
+
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+
+        fn within(&mut self, r: i64) -> i64 {
+            (self.next() % (2 * r as u64 + 1)) as i64 - r
+        }
+    }
+
+    /// The uncompressed ring this one replaces, as the reference for eviction.
+    struct Model {
+        buf: VecDeque<(i64, u64)>,
+        cap: usize,
+    }
+
+    impl Model {
+        fn new(cap: usize) -> Model {
+            Model {
+                buf: VecDeque::new(),
+                cap: cap.max(2),
+            }
+        }
+
+        fn set_cap(&mut self, cap: usize) {
+            self.cap = cap.max(2);
+            while self.buf.len() > self.cap {
+                self.buf.pop_front();
+            }
+        }
+
+        fn push(&mut self, ts: i64, value: u64, retention_ns: i64) {
+            let horizon = ts.saturating_sub(retention_ns);
+            while let Some(&(t, _)) = self.buf.front() {
+                if t < horizon || self.buf.len() >= self.cap {
+                    self.buf.pop_front();
+                } else {
+                    break;
+                }
+            }
+            self.buf.push_back((ts, value));
+        }
+    }
+
+    /// Everything observable about `r` equals `m`.
+    fn check(r: &Ring, m: &Model, at: usize) {
+        assert_eq!(r.len(), m.buf.len(), "len after push {at}");
+        assert_eq!(r.is_empty(), m.buf.is_empty());
+        assert_eq!(r.cap(), m.cap);
+        assert_eq!(r.last(), m.buf.back().copied(), "last after push {at}");
+        let got: Vec<_> = r.iter().collect();
+        assert!(got.iter().eq(m.buf.iter()), "samples after push {at}");
+        let mut back: Vec<_> = r.iter().rev().collect();
+        back.reverse();
+        assert_eq!(back, got, "reverse walk after push {at}");
+        assert_eq!(r.iter().size_hint(), (got.len(), Some(got.len())));
+    }
+
+    /// Pushes `samples` into a ring as large as they are, with no time bound, checking it against the model
+    /// after every push. Timestamps above 0 are all kept; they must come back exactly, both ways.
+    fn round_trip(samples: &[(i64, u64)]) -> Ring {
+        let (mut r, mut m) = (Ring::new(samples.len()), Model::new(samples.len()));
+        for (i, &(t, v)) in samples.iter().enumerate() {
+            r.push(t, v, i64::MAX);
+            m.push(t, v, i64::MAX);
+            if i % 97 == 0 {
+                check(&r, &m, i);
+            }
+        }
+        check(&r, &m, samples.len());
+        if samples.iter().all(|s| s.0 >= 0) {
+            assert_eq!(r.len(), samples.len());
+        }
+        r
+    }
+
+    /// 20 Hz timestamps with ±`jitter_ns`.
+    fn jittered(rng: &mut Rng, n: usize, jitter_ns: i64) -> Vec<i64> {
+        (0..n as i64)
+            .map(|i| 1_700_000_000_000_000_000 + i * 50_000_000 + rng.within(jitter_ns))
+            .collect()
+    }
+
+    #[test]
+    fn counters_round_trip() {
+        let mut rng = Rng(1);
+        for (jitter, spread) in [
+            (0, 0),
+            (500, 10),
+            (500_000, 1_000_000),
+            (2_000_000, 1 << 40),
+        ] {
+            let ts = jittered(&mut rng, 3_000, jitter);
+            let mut acc = 1u64 << 40;
+            let s: Vec<_> = ts
+                .iter()
+                .map(|&t| {
+                    acc += 5_000_000 + rng.below(spread + 1);
+                    (t, acc)
+                })
+                .collect();
+            let r = round_trip(&s);
+            assert!(r.chunks.len() > 10);
+        }
+        // Idle, bursty (0 or 100 MB per tick), and a counter that wraps around u64.
+        let ts = jittered(&mut rng, 2_000, 1_000);
+        round_trip(&ts.iter().map(|&t| (t, 7)).collect::<Vec<_>>());
+        let mut acc = 0u64;
+        let bursty: Vec<_> = ts
+            .iter()
+            .enumerate()
+            .map(|(i, &t)| {
+                acc += if i % 14 < 7 { 100_000_000 } else { 50_000 };
+                (t, acc)
+            })
+            .collect();
+        round_trip(&bursty);
+        let mut acc = u64::MAX - 1_000_000_000;
+        let wrapping: Vec<_> = ts
+            .iter()
+            .map(|&t| {
+                acc = acc.wrapping_add(rng.below(10_000_000));
+                (t, acc)
+            })
+            .collect();
+        round_trip(&wrapping);
+    }
+
+    #[test]
+    fn gauges_round_trip() {
+        let mut rng = Rng(2);
+        let ts = jittered(&mut rng, 2_000, 300_000);
+        let cases: Vec<Vec<u64>> = vec![
+            // Random f64 bits, random finite f64 in a range, constants, NaNs and other special values.
+            (0..2_000).map(|_| rng.next()).collect(),
+            (0..2_000)
+                .map(|_| (40.0 + (rng.next() >> 11) as f64 / (1u64 << 53) as f64 * 20.0).to_bits())
+                .collect(),
+            vec![42.5f64.to_bits(); 2_000],
+            vec![f64::NAN.to_bits(); 2_000],
+            (0..2_000)
+                .map(|i| match i % 7 {
+                    0 => f64::NAN.to_bits(),
+                    1 => 0x7FF0_0000_0000_0001, // signalling NaN
+                    2 => 0xFFF8_0000_DEAD_BEEF, // negative NaN with a payload
+                    3 => f64::INFINITY.to_bits(),
+                    4 => (-0.0f64).to_bits(),
+                    5 => f64::MIN_POSITIVE.to_bits(),
+                    _ => f64::MAX.to_bits(),
+                })
+                .collect(),
+            // Whole numbers that change now and then (a temperature), and a slow ramp.
+            (0..2_000)
+                .map(|i| (60.0 + (i / 97) as f64).to_bits())
+                .collect(),
+            (0..2_000).map(|i| (i as f64 * 0.25).to_bits()).collect(),
+        ];
+        for vals in cases {
+            let s: Vec<_> = ts.iter().copied().zip(vals).collect();
+            round_trip(&s);
+        }
+    }
+
+    #[test]
+    fn extreme_values_and_timestamps_round_trip() {
+        let mut rng = Rng(3);
+        // Values jumping between the ends of u64, timestamps over the whole i64 range.
+        let n = 1_000i64;
+        let step = (i64::MAX / n) * 2;
+        let s: Vec<_> = (0..n)
+            .map(|i| {
+                let t = (i128::from(i64::MIN) + i128::from(i) * i128::from(step)) as i64
+                    + (rng.next() % 1_000) as i64;
+                let v = match i % 4 {
+                    0 => 0,
+                    1 => u64::MAX,
+                    2 => rng.next(),
+                    _ => 1 << 63,
+                };
+                (t, v)
+            })
+            .collect();
+        round_trip(&s);
+        // The extreme timestamps themselves, and steps of more than i64::MAX.
+        let mut s: Vec<(i64, u64)> = vec![(i64::MIN, u64::MAX), (i64::MIN + 1, 0)];
+        for k in 0..300 {
+            s.push((-1_000_000 + k, k as u64));
+        }
+        s.push((i64::MAX - 1, 1));
+        s.push((i64::MAX, u64::MAX));
+        round_trip(&s);
+        // Random timestamps in random order: lossless whatever the order.
+        let s: Vec<_> = (0..1_000)
+            .map(|_| (rng.next() as i64, rng.next()))
+            .collect();
+        round_trip(&s);
+    }
+
+    #[test]
+    fn eviction_matches_the_uncompressed_ring_after_every_push() {
+        let mut rng = Rng(4);
+        let caps = [2, 5, 100, 160, 161, 300, 1_000];
+        for scenario in 0..caps.len() * 8 {
+            let cap = caps[scenario % caps.len()];
+            let retention_kind = scenario / caps.len() % 4;
+            let backwards = scenario / caps.len() >= 4;
+            let (mut r, mut m) = (Ring::new(cap), Model::new(cap));
+            let mut t = rng.below(1 << 40) as i64;
+            for i in 0..2_500 {
+                // Mostly periodic with jitter; now and then a gap, a burst of close samples, or (in half the
+                // scenarios) a timestamp that goes backwards.
+                t += match rng.below(100) {
+                    0 => 5_000 + rng.below(50_000) as i64,
+                    1..=3 => 1 + rng.below(5) as i64,
+                    4 if backwards => -(rng.below(3_000) as i64),
+                    _ => 100 + rng.within(20),
+                };
+                let v = match scenario % 3 {
+                    0 => i as u64 * 1_000 + rng.below(100),
+                    1 => rng.next(),
+                    _ => 3,
+                };
+                let retention = match retention_kind {
+                    0 => i64::MAX,
+                    1 => 20_000,
+                    2 => 500 + rng.below(60_000) as i64,
+                    _ => 1_000 * (1 + rng.below(3) as i64),
+                };
+                r.push(t, v, retention);
+                m.push(t, v, retention);
+                check(&r, &m, i);
+                if rng.below(400) == 0 {
+                    let c = 2 + rng.below(1_500) as usize;
+                    r.set_cap(c);
+                    m.set_cap(c);
+                    check(&r, &m, i);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn set_cap_shrinks_and_grows() {
+        let (mut r, mut m) = (Ring::new(2_000), Model::new(2_000));
+        for i in 0..1_500i64 {
+            r.push(i * 10, i as u64, i64::MAX);
+            m.push(i * 10, i as u64, i64::MAX);
+        }
+        let full = r.heap_bytes();
+        // Into the middle of a chunk, onto a chunk boundary, into the head, then below the head's size.
+        for cap in [1_000, 1_000 - 117, 600, 150, 40, 2] {
+            r.set_cap(cap);
+            m.set_cap(cap);
+            check(&r, &m, 0);
+            assert!(r.heap_bytes() < full);
+        }
+        assert!(
+            r.heap_bytes() <= 16 * 2 + 2 * std::mem::size_of::<Chunk>(),
+            "{}",
+            r.heap_bytes()
+        );
+        r.set_cap(5_000);
+        m.set_cap(5_000);
+        for i in 1_500..4_000i64 {
+            r.push(i * 10, i as u64, i64::MAX);
+            m.push(i * 10, i as u64, i64::MAX);
+        }
+        check(&r, &m, 0);
+        assert_eq!(r.len(), 2_502);
+    }
+
+    #[test]
+    fn walks_both_ways_and_partly() {
+        let mut rng = Rng(5);
+        let ts = jittered(&mut rng, 1_000, 1_000_000);
+        let s: Vec<_> = ts.iter().map(|&t| (t, rng.next() >> 20)).collect();
+        let mut r = Ring::new(700);
+        for &(t, v) in &s {
+            r.push(t, v, i64::MAX);
+        }
+        let kept = &s[300..];
+        let fwd: Vec<_> = r.iter().collect();
+        assert_eq!(fwd, kept);
+        let mut rev: Vec<_> = r.iter().rev().collect();
+        rev.reverse();
+        assert_eq!(rev, fwd);
+        // Newest first until a time, as the readers walk: inside the head, across it into chunks.
+        for secs in [0, 1, 2, 7, 20, 34, 40] {
+            let since = kept.last().unwrap().0 - secs * 1_000_000_000;
+            let mut w: Vec<_> = r.iter().rev().take_while(|s| s.0 >= since).collect();
+            w.reverse();
+            let want: Vec<_> = kept.iter().copied().filter(|s| s.0 >= since).collect();
+            assert_eq!(w, want, "{secs} s");
+        }
+        // Both ends at once meet without losing or repeating a sample.
+        for split in [0, 1, 69, 127, 128, 350, 699, 700] {
+            let mut it = r.iter();
+            let a: Vec<_> = it.by_ref().take(split).collect();
+            let mut b: Vec<_> = it.rev().collect();
+            b.reverse();
+            assert_eq!([a, b].concat(), fwd, "split {split}");
+        }
+        let mut it = r.iter();
+        let mut both = Vec::new();
+        let mut back = Vec::new();
+        loop {
+            match (it.next(), it.next_back()) {
+                (Some(x), Some(y)) => {
+                    both.push(x);
+                    back.push(y);
+                }
+                (Some(x), None) => both.push(x),
+                (None, _) => break,
+            }
+        }
+        back.reverse();
+        both.extend(back);
+        assert_eq!(both, fwd);
+    }
+
+    #[test]
+    fn compressed_size_is_bounded() {
+        let mut rng = Rng(6);
+        let bytes_per_sample = |ts: &[i64], vals: &mut dyn FnMut() -> u64| {
+            let mut r = Ring::new(13_502);
+            for &t in ts {
+                r.push(t, vals(), 600_000_000_000);
+            }
+            assert_eq!(r.len(), 12_000);
+            r.heap_bytes() as f64 / r.len() as f64
+        };
+        // Strictly periodic timestamps cost nothing beyond the chunk headers and the open head.
+        let exact = jittered(&mut rng, 12_000, 0);
+        let idle = bytes_per_sample(&exact, &mut || 12345);
+        let constant = bytes_per_sample(&exact, &mut || 42.5f64.to_bits());
+        let mut acc = 0u64;
+        let regular = bytes_per_sample(&exact, &mut || {
+            acc += 1_000_000;
+            acc
+        });
+        assert!(
+            idle < 0.8 && constant < 0.8 && regular < 0.8,
+            "{idle} {constant} {regular}"
+        );
+        // ±500 µs of jitter at ns precision: ≈20 bits of timestamp per sample.
+        let ts = jittered(&mut rng, 12_000, 500_000);
+        let idle = bytes_per_sample(&ts, &mut || 12345);
+        assert!(idle < 3.3, "{idle}");
+        let counter = bytes_per_sample(&ts, &mut || {
+            acc += 500_000_000 + rng.below(50_000_000);
+            acc
+        });
+        assert!(counter < 7.0, "{counter}");
+        // Incompressible values: the 8 B of the value, the timestamp's bits and a little more.
+        let noisy = bytes_per_sample(&ts, &mut || rng.next());
+        assert!(noisy < 11.5, "{noisy}");
+        // A small ring costs no more than uncompressed.
+        let mut r = Ring::new(100);
+        for i in 0..1_000 {
+            r.push(i, rng.next(), i64::MAX);
+        }
+        assert!(r.heap_bytes() <= 100 * 16, "{}", r.heap_bytes());
     }
 }
