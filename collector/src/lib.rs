@@ -17,6 +17,7 @@ pub mod analysis;
 pub mod config;
 pub mod export;
 pub mod ingest;
+pub mod pace;
 pub mod persist;
 pub mod stats;
 pub mod steps;

@@ -32,7 +32,7 @@ pub const THROUGHPUT_REFRESH: Duration = Duration::from_secs(60);
 /// Settings of the analysis engine.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AnalysisConfig {
-    /// Evaluation period.
+    /// Evaluation period; longer when one evaluation takes more than [`crate::pace::MAX_DUTY`] of it.
     pub interval: Duration,
     /// Where the history lives (the collector's `state_dir`); `None`: memory only.
     pub state_dir: Option<PathBuf>,
@@ -277,19 +277,18 @@ impl AnalysisHandle {
             }),
         };
         let h = handle.clone();
-        let task = tokio::spawn(async move {
-            let mut tick = tokio::time::interval(config.interval);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tick.tick().await;
-                let store = store.clone();
-                let h2 = h.clone();
+        // Every interval, or less often when an evaluation of a large fleet is costly (`crate::pace`).
+        let task = tokio::spawn(crate::pace::run_paced(config.interval, move || {
+            let store = store.clone();
+            let h2 = h.clone();
+            async move {
                 if let Err(e) = tokio::task::spawn_blocking(move || h2.evaluate_once(&store)).await
                 {
                     warn!(error = %e, "analysis evaluation failed");
                 }
+                true
             }
-        });
+        }));
         Ok((handle, task))
     }
 

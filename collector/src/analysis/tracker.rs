@@ -58,10 +58,13 @@ impl Tracker {
     /// Applies one evaluation's candidates at `now_unix_s`.
     pub fn update(&mut self, now_unix_s: f64, candidates: Vec<Candidate>) -> Vec<Change> {
         let mut changes = Vec::new();
-        let mut seen_ids: Vec<String> = Vec::with_capacity(candidates.len());
+        // A set: a fleet's evaluation has tens of thousands of candidates, and both filters below ask it once
+        // per pending or known finding.
+        let mut seen_ids: std::collections::HashSet<String> =
+            std::collections::HashSet::with_capacity(candidates.len());
         for c in candidates {
             let id = c.id();
-            seen_ids.push(id.clone());
+            seen_ids.insert(id.clone());
             let active = self.findings.get(&id).is_some_and(|f| f.active);
             if active {
                 self.missing.remove(&id);

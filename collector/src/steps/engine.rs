@@ -336,27 +336,21 @@ impl Engine {
 /// Runs [`Engine::tick`] every `every` (on the blocking pool, so the async workers that serve ingest never wait
 /// for it) until the task is aborted.
 pub fn spawn(store: Arc<Store>, steps: Arc<StepStore>, every: Duration) -> JoinHandle<()> {
-    tokio::spawn(async move {
-        let mut engine = Some(Engine::new(store, steps));
-        let mut tick = tokio::time::interval(every);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tick.tick().await;
-            let Some(mut e) = engine.take() else { return };
-            match tokio::task::spawn_blocking(move || {
-                e.tick(now_unix_ns());
-                e
-            })
-            .await
-            {
-                Ok(e) => engine = Some(e),
+    let engine = Arc::new(parking_lot::Mutex::new(Engine::new(store, steps)));
+    // Every `every`, or less often when a pass over a large fleet is costly (`crate::pace`): the engine reads
+    // only what is new since its last pass, so a longer pause costs no samples.
+    tokio::spawn(crate::pace::run_paced(every, move || {
+        let engine = engine.clone();
+        async move {
+            match tokio::task::spawn_blocking(move || engine.lock().tick(now_unix_ns())).await {
+                Ok(_) => true,
                 Err(err) => {
                     tracing::error!(error = %err, "step engine pass failed; the engine stops");
-                    return;
+                    false
                 }
             }
         }
-    })
+    }))
 }
 
 #[cfg(test)]
