@@ -18,6 +18,8 @@
 //! walk oldest first and newest first, the newest 1 s (what a rate reads) and the newest 20 s (the analysis
 //! window), walked newest first with `take_while`.
 
+use rand::rngs::StdRng;
+use rand::{Rng as _, SeedableRng};
 use std::hint::black_box;
 use std::time::Instant;
 
@@ -34,29 +36,6 @@ fn env(name: &str, default: u64) -> u64 {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-/// splitmix64: deterministic, no dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in [0, 1).
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    /// Uniform in [-r, r].
-    fn within(&mut self, r: i64) -> i64 {
-        (self.next() % (2 * r as u64 + 1)) as i64 - r
-    }
 }
 
 #[derive(Clone, Copy)]
@@ -82,7 +61,7 @@ impl Shape {
     }
 
     fn samples(self, n: usize, seed: u64) -> Vec<(i64, u64)> {
-        let mut rng = Rng(seed);
+        let mut rng = StdRng::seed_from_u64(seed);
         let mut out = Vec::with_capacity(n);
         let mut acc: u64 = 3_141_592_653_589;
         let mut prev_t = T0;
@@ -90,20 +69,20 @@ impl Shape {
         for i in 0..n as i64 {
             let t = match self {
                 Shape::RegularCounter => T0 + i * PERIOD_NS,
-                _ => T0 + i * PERIOD_NS + rng.within(JITTER_NS),
+                _ => T0 + i * PERIOD_NS + rng.random_range(-JITTER_NS..=JITTER_NS),
             };
             let v = match self {
                 Shape::Counter => {
                     let dt = (t - prev_t).max(0) as f64;
-                    acc += (dt * 10.0 * (0.95 + 0.1 * rng.unit())) as u64;
+                    acc += (dt * 10.0 * (0.95 + 0.1 * rng.random::<f64>())) as u64;
                     acc
                 }
                 Shape::IdleCounter => acc,
                 Shape::ConstantGauge => 42.5f64.to_bits(),
-                Shape::NoisyGauge => (40.0 + 20.0 * rng.unit()).to_bits(),
+                Shape::NoisyGauge => (40.0 + 20.0 * rng.random::<f64>()).to_bits(),
                 Shape::IntegerGauge => {
-                    if rng.next().is_multiple_of(50) {
-                        temp += if rng.next().is_multiple_of(2) {
+                    if rng.random::<u64>().is_multiple_of(50) {
+                        temp += if rng.random::<u64>().is_multiple_of(2) {
                             1.0
                         } else {
                             -1.0

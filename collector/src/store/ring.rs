@@ -617,6 +617,8 @@ impl DoubleEndedIterator for Sealed<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rand::rngs::StdRng;
+    use rand::{Rng as _, SeedableRng};
 
     #[test]
     fn bounded_by_cap_and_time() {
@@ -647,27 +649,6 @@ mod tests {
         }
         assert_eq!(r.len(), 1000);
         assert!(r.heap_bytes() <= 1000 * 16 + 16, "{}", r.heap_bytes());
-    }
-
-    /// splitmix64.
-    struct Rng(u64);
-
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^ (z >> 31)
-        }
-
-        fn below(&mut self, n: u64) -> u64 {
-            self.next() % n
-        }
-
-        fn within(&mut self, r: i64) -> i64 {
-            (self.next() % (2 * r as u64 + 1)) as i64 - r
-        }
     }
 
     /// The uncompressed ring this one replaces, as the reference for eviction.
@@ -737,15 +718,19 @@ mod tests {
     }
 
     /// 20 Hz timestamps with ±`jitter_ns`.
-    fn jittered(rng: &mut Rng, n: usize, jitter_ns: i64) -> Vec<i64> {
+    fn jittered(rng: &mut StdRng, n: usize, jitter_ns: i64) -> Vec<i64> {
         (0..n as i64)
-            .map(|i| 1_700_000_000_000_000_000 + i * 50_000_000 + rng.within(jitter_ns))
+            .map(|i| {
+                1_700_000_000_000_000_000
+                    + i * 50_000_000
+                    + rng.random_range(-jitter_ns..=jitter_ns)
+            })
             .collect()
     }
 
     #[test]
     fn counters_round_trip() {
-        let mut rng = Rng(1);
+        let mut rng = StdRng::seed_from_u64(1);
         for (jitter, spread) in [
             (0, 0),
             (500, 10),
@@ -757,7 +742,7 @@ mod tests {
             let s: Vec<_> = ts
                 .iter()
                 .map(|&t| {
-                    acc += 5_000_000 + rng.below(spread + 1);
+                    acc += 5_000_000 + rng.random_range(0u64..spread + 1);
                     (t, acc)
                 })
                 .collect();
@@ -781,7 +766,7 @@ mod tests {
         let wrapping: Vec<_> = ts
             .iter()
             .map(|&t| {
-                acc = acc.wrapping_add(rng.below(10_000_000));
+                acc = acc.wrapping_add(rng.random_range(0u64..10_000_000));
                 (t, acc)
             })
             .collect();
@@ -790,13 +775,16 @@ mod tests {
 
     #[test]
     fn gauges_round_trip() {
-        let mut rng = Rng(2);
+        let mut rng = StdRng::seed_from_u64(2);
         let ts = jittered(&mut rng, 2_000, 300_000);
         let cases: Vec<Vec<u64>> = vec![
             // Random f64 bits, random finite f64 in a range, constants, NaNs and other special values.
-            (0..2_000).map(|_| rng.next()).collect(),
+            (0..2_000).map(|_| rng.random::<u64>()).collect(),
             (0..2_000)
-                .map(|_| (40.0 + (rng.next() >> 11) as f64 / (1u64 << 53) as f64 * 20.0).to_bits())
+                .map(|_| {
+                    (40.0 + (rng.random::<u64>() >> 11) as f64 / (1u64 << 53) as f64 * 20.0)
+                        .to_bits()
+                })
                 .collect(),
             vec![42.5f64.to_bits(); 2_000],
             vec![f64::NAN.to_bits(); 2_000],
@@ -825,18 +813,18 @@ mod tests {
 
     #[test]
     fn extreme_values_and_timestamps_round_trip() {
-        let mut rng = Rng(3);
+        let mut rng = StdRng::seed_from_u64(3);
         // Values jumping between the ends of u64, timestamps over the whole i64 range.
         let n = 1_000i64;
         let step = (i64::MAX / n) * 2;
         let s: Vec<_> = (0..n)
             .map(|i| {
                 let t = (i128::from(i64::MIN) + i128::from(i) * i128::from(step)) as i64
-                    + (rng.next() % 1_000) as i64;
+                    + (rng.random::<u64>() % 1_000) as i64;
                 let v = match i % 4 {
                     0 => 0,
                     1 => u64::MAX,
-                    2 => rng.next(),
+                    2 => rng.random::<u64>(),
                     _ => 1 << 63,
                 };
                 (t, v)
@@ -853,46 +841,46 @@ mod tests {
         round_trip(&s);
         // Random timestamps in random order: lossless whatever the order.
         let s: Vec<_> = (0..1_000)
-            .map(|_| (rng.next() as i64, rng.next()))
+            .map(|_| (rng.random::<u64>() as i64, rng.random::<u64>()))
             .collect();
         round_trip(&s);
     }
 
     #[test]
     fn eviction_matches_the_uncompressed_ring_after_every_push() {
-        let mut rng = Rng(4);
+        let mut rng = StdRng::seed_from_u64(4);
         let caps = [2, 5, 100, 160, 161, 300, 1_000];
         for scenario in 0..caps.len() * 8 {
             let cap = caps[scenario % caps.len()];
             let retention_kind = scenario / caps.len() % 4;
             let backwards = scenario / caps.len() >= 4;
             let (mut r, mut m) = (Ring::new(cap), Model::new(cap));
-            let mut t = rng.below(1 << 40) as i64;
+            let mut t = rng.random_range(0u64..1 << 40) as i64;
             for i in 0..2_500 {
                 // Mostly periodic with jitter; now and then a gap, a burst of close samples, or (in half the
                 // scenarios) a timestamp that goes backwards.
-                t += match rng.below(100) {
-                    0 => 5_000 + rng.below(50_000) as i64,
-                    1..=3 => 1 + rng.below(5) as i64,
-                    4 if backwards => -(rng.below(3_000) as i64),
-                    _ => 100 + rng.within(20),
+                t += match rng.random_range(0u64..100) {
+                    0 => 5_000 + rng.random_range(0u64..50_000) as i64,
+                    1..=3 => 1 + rng.random_range(0u64..5) as i64,
+                    4 if backwards => -(rng.random_range(0u64..3_000) as i64),
+                    _ => 100 + rng.random_range(-20..=20),
                 };
                 let v = match scenario % 3 {
-                    0 => i as u64 * 1_000 + rng.below(100),
-                    1 => rng.next(),
+                    0 => i as u64 * 1_000 + rng.random_range(0u64..100),
+                    1 => rng.random::<u64>(),
                     _ => 3,
                 };
                 let retention = match retention_kind {
                     0 => i64::MAX,
                     1 => 20_000,
-                    2 => 500 + rng.below(60_000) as i64,
-                    _ => 1_000 * (1 + rng.below(3) as i64),
+                    2 => 500 + rng.random_range(0u64..60_000) as i64,
+                    _ => 1_000 * (1 + rng.random_range(0u64..3) as i64),
                 };
                 r.push(t, v, retention);
                 m.push(t, v, retention);
                 check(&r, &m, i);
-                if rng.below(400) == 0 {
-                    let c = 2 + rng.below(1_500) as usize;
+                if rng.random_range(0u64..400) == 0 {
+                    let c = 2 + rng.random_range(0u64..1_500) as usize;
                     r.set_cap(c);
                     m.set_cap(c);
                     check(&r, &m, i);
@@ -933,9 +921,9 @@ mod tests {
 
     #[test]
     fn walks_both_ways_and_partly() {
-        let mut rng = Rng(5);
+        let mut rng = StdRng::seed_from_u64(5);
         let ts = jittered(&mut rng, 1_000, 1_000_000);
-        let s: Vec<_> = ts.iter().map(|&t| (t, rng.next() >> 20)).collect();
+        let s: Vec<_> = ts.iter().map(|&t| (t, rng.random::<u64>() >> 20)).collect();
         let mut r = Ring::new(700);
         for &(t, v) in &s {
             r.push(t, v, i64::MAX);
@@ -982,7 +970,7 @@ mod tests {
 
     #[test]
     fn compressed_size_is_bounded() {
-        let mut rng = Rng(6);
+        let mut rng = StdRng::seed_from_u64(6);
         let bytes_per_sample = |ts: &[i64], vals: &mut dyn FnMut() -> u64| {
             let mut r = Ring::new(13_502);
             for &t in ts {
@@ -1009,17 +997,17 @@ mod tests {
         let idle = bytes_per_sample(&ts, &mut || 12345);
         assert!(idle < 3.3, "{idle}");
         let counter = bytes_per_sample(&ts, &mut || {
-            acc += 500_000_000 + rng.below(50_000_000);
+            acc += 500_000_000 + rng.random_range(0u64..50_000_000);
             acc
         });
         assert!(counter < 7.0, "{counter}");
         // Incompressible values: the 8 B of the value, the timestamp's bits and a little more.
-        let noisy = bytes_per_sample(&ts, &mut || rng.next());
+        let noisy = bytes_per_sample(&ts, &mut || rng.random::<u64>());
         assert!(noisy < 11.5, "{noisy}");
         // A small ring costs no more than uncompressed.
         let mut r = Ring::new(100);
         for i in 0..1_000 {
-            r.push(i, rng.next(), i64::MAX);
+            r.push(i, rng.random::<u64>(), i64::MAX);
         }
         assert!(r.heap_bytes() <= 100 * 16, "{}", r.heap_bytes());
     }
