@@ -79,6 +79,8 @@ pub struct CollectorHandle {
     pub http_addr: SocketAddr,
     store: Arc<Store>,
     health: Health,
+    /// Renders `/metrics` (the store's families and the health registry's).
+    exposition: Arc<export::prometheus::Exposition>,
     shutdown_tx: watch::Sender<bool>,
     grpc: JoinHandle<()>,
     http: JoinHandle<()>,
@@ -136,7 +138,7 @@ impl CollectorHandle {
 
     /// The `/metrics` text, rendered now.
     pub fn render_metrics(&self) -> String {
-        export::prometheus::render(&self.health).unwrap_or_default()
+        self.exposition.render(&self.health).unwrap_or_default()
     }
 
     /// A trigger that makes [`CollectorHandle::wait`] return after a graceful stop.
@@ -369,11 +371,12 @@ pub async fn start(config: CollectorConfig) -> Result<CollectorHandle, Collector
         config.node_expiry,
         config.limits.clone(),
     ));
+    // The store's families are written by `exposition` itself; their names are registered so that no other
+    // collector can take them.
     health
         .registry
-        .register(Box::new(export::prometheus::StoreCollector::new(
-            store.clone(),
-        )?))?;
+        .register(Box::new(export::prometheus::StoreDescs::new()?))?;
+    let exposition = Arc::new(export::prometheus::Exposition::new(store.clone()));
     let step_store = Arc::new(steps::StepStore::new());
     health
         .registry
@@ -486,6 +489,7 @@ pub async fn start(config: CollectorConfig) -> Result<CollectorHandle, Collector
     let router = export::api::router(export::api::HttpState {
         store: store.clone(),
         health: health.clone(),
+        exposition: exposition.clone(),
         steps: step_store.clone(),
     });
     let (analysis, analysis_task) = analysis::AnalysisHandle::start(
@@ -564,6 +568,7 @@ pub async fn start(config: CollectorConfig) -> Result<CollectorHandle, Collector
         http_addr,
         store,
         health,
+        exposition,
         shutdown_tx,
         grpc,
         http,

@@ -10,13 +10,14 @@ use axum::{Json, Router};
 use tracing::warn;
 
 use super::health::Health;
-use super::prometheus::{content_type, render};
+use super::prometheus::{content_type, Exposition};
 use crate::store::{now_unix_ns, NodeView, Store};
 
 #[derive(Clone)]
 pub(crate) struct HttpState {
     pub store: Arc<Store>,
     pub health: Health,
+    pub exposition: Arc<Exposition>,
     pub steps: Arc<crate::steps::StepStore>,
 }
 
@@ -30,8 +31,8 @@ pub(crate) fn router(state: HttpState) -> Router {
 }
 
 async fn metrics(State(s): State<HttpState>) -> Response {
-    let health = s.health.clone();
-    match tokio::task::spawn_blocking(move || render(&health)).await {
+    let (health, exposition) = (s.health.clone(), s.exposition.clone());
+    match tokio::task::spawn_blocking(move || exposition.render(&health)).await {
         Ok(Ok(text)) => ([(header::CONTENT_TYPE, content_type())], text).into_response(),
         Ok(Err(e)) => {
             warn!(error = %e, "rendering /metrics failed");

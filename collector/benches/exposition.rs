@@ -1,0 +1,334 @@
+//! `/metrics` rendering at fleet scale: the text writer (`Exposition::render`) against the previous path
+//! (`MetricFamily` per family, one `Metric` and owned `LabelPair`s per series, `Registry::gather`, `TextEncoder`)
+//! on the same store, in one run.
+//!
+//! `cargo bench -p commwatch-collector --bench exposition` (env: `NODES` (default 1000), `SERIES` per node (500),
+//! `REPS` (5)).
+//!
+//! The store is filled through the real gRPC stream: every node is an agent of the load bench's shape (`SERIES`
+//! link counters on `SERIES / 10` InfiniBand links, plus the `cpu_utilization_ratio` gauge) that sends its
+//! `Hello` and one batch of five ticks, waits for the ack and disconnects; nothing is ingested while the
+//! renders run. Each repetition renders once each way (alternating which goes first) with a fresh health
+//! registry, checks that both texts are equal byte for byte, and times them: wall time and the calling thread's
+//! CPU time (`/proc/thread-self/stat`, 10 ms resolution); the store snapshot both start with is timed apart.
+//! Last, `/metrics` is fetched over HTTP from the running collector (render, transfer and read of the whole
+//! body).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use commwatch_collector::export::health::Health;
+use commwatch_collector::export::prometheus::{reference, Exposition, StoreDescs};
+use commwatch_collector::{start, CollectorConfig};
+use commwatch_proto::v1 as pb;
+use prometheus::TextEncoder;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+
+const METRICS: [&str; 10] = [
+    "tx_bytes",
+    "rx_bytes",
+    "tx_packets",
+    "rx_packets",
+    "symbol_errors",
+    "link_downed",
+    "port_xmit_wait",
+    "port_rcv_errors",
+    "np_cnp_sent",
+    "rx_dropped",
+];
+const CPU_ID: u32 = 1_000_000;
+const TICKS: u64 = 5;
+
+fn env(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn unix_ns() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i64)
+}
+
+/// CPU time (user + system) of the calling thread, seconds.
+fn thread_cpu_s() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/thread-self/stat") else {
+        return 0.0;
+    };
+    let Some(close) = stat.rfind(')') else {
+        return 0.0;
+    };
+    let mut f = stat[close + 1..].split_whitespace().skip(11);
+    let u: u64 = f.next().and_then(|v| v.parse().ok()).unwrap_or(0);
+    let s: u64 = f.next().and_then(|v| v.parse().ok()).unwrap_or(0);
+    (u + s) as f64 / 100.0
+}
+
+fn hello(node: String, series: u32) -> pb::Hello {
+    let links = series.div_ceil(10);
+    let mut descriptors: Vec<pb::SeriesDescriptor> = (1..=series)
+        .map(|id| pb::SeriesDescriptor {
+            id,
+            metric: METRICS[(id as usize - 1) % 10].into(),
+            kind: pb::SeriesKind::Counter as i32,
+            link_id: (id - 1) / 10 + 1,
+            tier: 1,
+            ..Default::default()
+        })
+        .collect();
+    descriptors.push(pb::SeriesDescriptor {
+        id: CPU_ID,
+        metric: "cpu_utilization_ratio".into(),
+        kind: pb::SeriesKind::Gauge as i32,
+        link_id: 0,
+        tier: 1,
+        ..Default::default()
+    });
+    pb::Hello {
+        node,
+        agent_version: "exposition".into(),
+        boot_id: "b".into(),
+        instance_id: 1,
+        inventory: Some(pb::Inventory {
+            links: (1..=links)
+                .map(|id| pb::Link {
+                    id,
+                    class: pb::LinkClass::Infiniband as i32,
+                    role: pb::LinkRole::Fabric as i32,
+                    device: format!("mlx5_{id}"),
+                    port: "1".into(),
+                    capacity_bytes_per_second: 50e9,
+                    state: "ACTIVE".into(),
+                    ..Default::default()
+                })
+                .collect(),
+            series: descriptors,
+        }),
+        fast_period_ms: 50,
+        slow_period_ms: 1000,
+    }
+}
+
+fn batch(series: u32, node: u64) -> pb::SampleBatch {
+    let now = unix_ns();
+    let mut b = pb::SampleBatch {
+        seq: 1,
+        ..Default::default()
+    };
+    for t in 0..TICKS {
+        b.timestamps_unix_ns
+            .push(now - (TICKS - 1 - t) as i64 * 50_000_000);
+        for id in 1..=series {
+            b.series_ids.push(id);
+            b.values
+                .push((t + 1) * 1_234_567 * u64::from(id) + node * 1_000_003);
+        }
+        b.series_ids.push(CPU_ID);
+        b.values
+            .push((0.01 * (node % 100) as f64 + 0.001 * t as f64).to_bits());
+        b.tick_lengths.push(series + 1);
+    }
+    b
+}
+
+/// One agent: `Hello`, one batch, wait for its ack (at most 30 s), disconnect.
+async fn agent(addr: std::net::SocketAddr, node: u64, series: u32) -> bool {
+    let Ok(client) = pb::ingest_client::IngestClient::connect(format!("http://{addr}")).await
+    else {
+        return false;
+    };
+    let mut client = client.max_decoding_message_size(64 << 20);
+    let (tx, rx) = mpsc::channel(4);
+    for msg in [
+        pb::agent_message::Msg::Hello(hello(format!("node-{node:04}"), series)),
+        pb::agent_message::Msg::Batch(batch(series, node)),
+    ] {
+        if tx.send(pb::AgentMessage { msg: Some(msg) }).await.is_err() {
+            return false;
+        }
+    }
+    let Ok(replies) = client.stream(ReceiverStream::new(rx)).await else {
+        return false;
+    };
+    let mut replies = replies.into_inner();
+    let acked = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Ok(Some(m)) = replies.message().await {
+            if let Some(pb::collector_message::Msg::Ack(a)) = m.msg {
+                if a.seq >= 1 {
+                    return true;
+                }
+            }
+        }
+        false
+    })
+    .await
+    .unwrap_or(false);
+    drop(tx);
+    acked
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
+}
+
+fn main() {
+    let nodes = env("NODES", 1000);
+    let series = env("SERIES", 500) as u32;
+    let reps = env("REPS", 5).max(1);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let handle = rt.block_on(async {
+        let cfg = CollectorConfig {
+            grpc_listen: "127.0.0.1:0".parse().unwrap(),
+            http_listen: "127.0.0.1:0".parse().unwrap(),
+            node_expiry: Duration::from_secs(3600),
+            steps_interval: Duration::ZERO,
+            ..CollectorConfig::default()
+        };
+        start(cfg).await.expect("collector")
+    });
+    let fill = Instant::now();
+    let acked = rt.block_on(async {
+        let addr = handle.grpc_addr;
+        let gate = Arc::new(tokio::sync::Semaphore::new(64));
+        let tasks: Vec<_> = (0..nodes)
+            .map(|i| {
+                let gate = gate.clone();
+                tokio::spawn(async move {
+                    let _permit = gate.acquire_owned().await;
+                    agent(addr, i, series).await
+                })
+            })
+            .collect();
+        let mut n = 0;
+        for t in tasks {
+            n += u64::from(t.await.unwrap_or(false));
+        }
+        n
+    });
+    let store = handle.store().clone();
+    let m = store.memory();
+    println!(
+        "store: {} nodes ({acked} acked), {} series, {} samples, filled in {:.1} s",
+        m.nodes,
+        m.series,
+        m.samples,
+        fill.elapsed().as_secs_f64()
+    );
+
+    let exposition = Exposition::new(store.clone());
+    let (mut old_wall, mut old_cpu, mut new_wall, mut new_cpu, mut snap_wall) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut bytes = 0;
+    let mut samples = 0;
+    for rep in 0..reps {
+        let old = || {
+            let health = Health::new().expect("health");
+            health
+                .registry
+                .register(Box::new(
+                    reference::StoreCollector::new(store.clone()).expect("collector"),
+                ))
+                .expect("register");
+            let (t, c) = (Instant::now(), thread_cpu_s());
+            let text = TextEncoder::new()
+                .encode_to_string(&health.registry.gather())
+                .expect("encode");
+            (text, t.elapsed().as_secs_f64(), thread_cpu_s() - c)
+        };
+        let new = || {
+            let health = Health::new().expect("health");
+            health
+                .registry
+                .register(Box::new(StoreDescs::new().expect("descs")))
+                .expect("register");
+            let (t, c) = (Instant::now(), thread_cpu_s());
+            let text = exposition.render(&health).expect("render");
+            (text, t.elapsed().as_secs_f64(), thread_cpu_s() - c)
+        };
+        let ((o, ow, oc), (n, nw, nc)) = if rep % 2 == 0 {
+            let o = old();
+            (o, new())
+        } else {
+            let n = new();
+            (old(), n)
+        };
+        // The new text holds no scrape yet in its fresh registry, as the old one: equal byte for byte.
+        assert!(o == n, "texts differ (rep {rep})");
+        bytes = n.len();
+        samples = n.lines().filter(|l| !l.starts_with('#')).count();
+        drop((o, n));
+        println!(
+            "rep {rep}: previous path {:.0} ms (CPU {:.0} ms), writer {:.0} ms (CPU {:.0} ms), {:.1} MiB",
+            ow * 1e3,
+            oc * 1e3,
+            nw * 1e3,
+            nc * 1e3,
+            bytes as f64 / (1 << 20) as f64
+        );
+        // The copy of every node that both paths start with.
+        let t = Instant::now();
+        drop(store.snapshot(unix_ns()));
+        snap_wall.push(t.elapsed().as_secs_f64());
+        old_wall.push(ow);
+        old_cpu.push(oc);
+        new_wall.push(nw);
+        new_cpu.push(nc);
+    }
+    let (ow, oc, nw, nc) = (
+        median(&mut old_wall),
+        median(&mut old_cpu),
+        median(&mut new_wall),
+        median(&mut new_cpu),
+    );
+    let snap = median(&mut snap_wall);
+    let mb = bytes as f64 / 1e6;
+    println!(
+        "{nodes} nodes x {series} series: {samples} samples, {:.1} MiB, texts equal byte for byte in {reps} reps",
+        bytes as f64 / (1 << 20) as f64
+    );
+    println!(
+        "median per scrape: previous path {:.0} ms wall / {:.0} ms CPU ({:.0} MB/s); writer {:.0} ms wall / {:.0} ms \
+         CPU ({:.0} MB/s); {:.1}x faster (wall), {:.1}x (CPU)",
+        ow * 1e3,
+        oc * 1e3,
+        mb / ow,
+        nw * 1e3,
+        nc * 1e3,
+        mb / nw,
+        ow / nw,
+        if nc > 0.0 { oc / nc } else { f64::NAN }
+    );
+    println!(
+        "of which the store snapshot (both paths): {:.0} ms",
+        snap * 1e3
+    );
+
+    let url = format!("http://{}/metrics", handle.http_addr);
+    let mut http = Vec::new();
+    for _ in 0..3 {
+        let t = Instant::now();
+        let body = rt.block_on(async {
+            reqwest::get(&url)
+                .await
+                .expect("GET /metrics")
+                .bytes()
+                .await
+                .expect("body")
+        });
+        http.push(t.elapsed().as_secs_f64());
+        assert!(body.len() > bytes / 2, "short /metrics body");
+    }
+    println!(
+        "GET /metrics over HTTP (render + transfer + read): median {:.0} ms",
+        median(&mut http) * 1e3
+    );
+    rt.block_on(handle.shutdown());
+}
