@@ -4,6 +4,7 @@
 //! `commwatch_findings_raised_total`, `commwatch_scaling_efficiency_ratio`.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
@@ -36,7 +37,51 @@ async fn baselines(State(a): State<AnalysisHandle>) -> Response {
     Json(a.baselines()).into_response()
 }
 
-async fn post_baseline(State(a): State<AnalysisHandle>, body: axum::body::Bytes) -> Response {
+/// Largest baseline request body accepted, in bytes (a nccl-tests result is a few KiB).
+pub const MAX_BASELINE_BODY: usize = 2 << 20;
+/// Time a client has to send the whole request body once its headers are in: a client that trickles a body
+/// cannot hold one of the limited HTTP connections for longer.
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Reads a whole request body within `limit` bytes and `timeout`; the error is the response to send (413 for a
+/// body over the limit, 408 for one not sent in time, 400 for a broken one).
+async fn read_body(
+    body: axum::body::Body,
+    limit: usize,
+    timeout: Duration,
+) -> Result<axum::body::Bytes, Response> {
+    let error = |status: StatusCode, message: String| {
+        (status, Json(serde_json::json!({ "error": message }))).into_response()
+    };
+    match tokio::time::timeout(timeout, axum::body::to_bytes(body, limit)).await {
+        Err(_) => Err(error(
+            StatusCode::REQUEST_TIMEOUT,
+            format!("the request body was not sent within {timeout:?}"),
+        )),
+        Ok(Err(e)) => {
+            let too_large = std::error::Error::source(&e)
+                .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
+            if too_large {
+                Err(error(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    format!("the request body is larger than {limit} bytes"),
+                ))
+            } else {
+                Err(error(
+                    StatusCode::BAD_REQUEST,
+                    format!("cannot read the request body: {e}"),
+                ))
+            }
+        }
+        Ok(Ok(bytes)) => Ok(bytes),
+    }
+}
+
+async fn post_baseline(State(a): State<AnalysisHandle>, body: axum::body::Body) -> Response {
+    let body = match read_body(body, MAX_BASELINE_BODY, BODY_READ_TIMEOUT).await {
+        Ok(b) => b,
+        Err(response) => return response,
+    };
     let req: BaselineRequest = match serde_json::from_slice(&body) {
         Ok(r) => r,
         Err(e) => {
@@ -180,5 +225,42 @@ impl Collector for FindingsCollector {
             .into_iter()
             .filter(|f| !f.get_metric().is_empty())
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_body_not_sent_in_time_gets_408() {
+        // Headers in, body never comes.
+        let body = axum::body::Body::from_stream(futures::stream::pending::<
+            Result<axum::body::Bytes, std::io::Error>,
+        >());
+        let started = tokio::time::Instant::now();
+        let r = read_body(body, 1024, BODY_READ_TIMEOUT).await.unwrap_err();
+        assert_eq!(r.status(), StatusCode::REQUEST_TIMEOUT);
+        assert_eq!(started.elapsed(), BODY_READ_TIMEOUT);
+    }
+
+    #[tokio::test]
+    async fn a_body_over_the_limit_gets_413_and_a_whole_one_is_read() {
+        let r = read_body(vec![b'x'; 2048].into(), 1024, BODY_READ_TIMEOUT)
+            .await
+            .unwrap_err();
+        assert_eq!(r.status(), StatusCode::PAYLOAD_TOO_LARGE);
+        let b = read_body(b"{\"a\":1}".to_vec().into(), 1024, BODY_READ_TIMEOUT)
+            .await
+            .unwrap();
+        assert_eq!(&b[..], b"{\"a\":1}");
+        let broken = axum::body::Body::from_stream(futures::stream::iter([
+            Ok(axum::body::Bytes::from_static(b"{")),
+            Err(std::io::Error::other("connection reset")),
+        ]));
+        let r = read_body(broken, 1024, BODY_READ_TIMEOUT)
+            .await
+            .unwrap_err();
+        assert_eq!(r.status(), StatusCode::BAD_REQUEST);
     }
 }
