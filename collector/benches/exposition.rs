@@ -15,101 +15,25 @@
 //! body).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use commwatch_collector::export::health::Health;
 use commwatch_collector::export::prometheus::{reference, Exposition, StoreDescs};
+mod common;
+
+use common::*;
 use commwatch_collector::{start, CollectorConfig};
 use commwatch_proto::v1 as pb;
 use prometheus::TextEncoder;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
-const METRICS: [&str; 10] = [
-    "tx_bytes",
-    "rx_bytes",
-    "tx_packets",
-    "rx_packets",
-    "symbol_errors",
-    "link_downed",
-    "port_xmit_wait",
-    "port_rcv_errors",
-    "np_cnp_sent",
-    "rx_dropped",
-];
 const CPU_ID: u32 = 1_000_000;
 const TICKS: u64 = 5;
 
-fn env(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn unix_ns() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as i64)
-}
-
 /// CPU time (user + system) of the calling thread, seconds.
 fn thread_cpu_s() -> f64 {
-    let Ok(stat) = std::fs::read_to_string("/proc/thread-self/stat") else {
-        return 0.0;
-    };
-    let Some(close) = stat.rfind(')') else {
-        return 0.0;
-    };
-    let mut f = stat[close + 1..].split_whitespace().skip(11);
-    let u: u64 = f.next().and_then(|v| v.parse().ok()).unwrap_or(0);
-    let s: u64 = f.next().and_then(|v| v.parse().ok()).unwrap_or(0);
-    (u + s) as f64 / 100.0
-}
-
-fn hello(node: String, series: u32) -> pb::Hello {
-    let links = series.div_ceil(10);
-    let mut descriptors: Vec<pb::SeriesDescriptor> = (1..=series)
-        .map(|id| pb::SeriesDescriptor {
-            id,
-            metric: METRICS[(id as usize - 1) % 10].into(),
-            kind: pb::SeriesKind::Counter as i32,
-            link_id: (id - 1) / 10 + 1,
-            tier: 1,
-            ..Default::default()
-        })
-        .collect();
-    descriptors.push(pb::SeriesDescriptor {
-        id: CPU_ID,
-        metric: "cpu_utilization_ratio".into(),
-        kind: pb::SeriesKind::Gauge as i32,
-        link_id: 0,
-        tier: 1,
-        ..Default::default()
-    });
-    pb::Hello {
-        node,
-        agent_version: "exposition".into(),
-        boot_id: "b".into(),
-        instance_id: 1,
-        inventory: Some(pb::Inventory {
-            links: (1..=links)
-                .map(|id| pb::Link {
-                    id,
-                    class: pb::LinkClass::Infiniband as i32,
-                    role: pb::LinkRole::Fabric as i32,
-                    device: format!("mlx5_{id}"),
-                    port: "1".into(),
-                    capacity_bytes_per_second: 50e9,
-                    state: "ACTIVE".into(),
-                    ..Default::default()
-                })
-                .collect(),
-            series: descriptors,
-        }),
-        fast_period_ms: 50,
-        slow_period_ms: 1000,
-    }
+    std::fs::read_to_string("/proc/thread-self/stat").map_or(0.0, |s| stat_cpu_s(&s))
 }
 
 fn batch(series: u32, node: u64) -> pb::SampleBatch {
@@ -143,7 +67,13 @@ async fn agent(addr: std::net::SocketAddr, node: u64, series: u32) -> bool {
     let mut client = client.max_decoding_message_size(64 << 20);
     let (tx, rx) = mpsc::channel(4);
     for msg in [
-        pb::agent_message::Msg::Hello(hello(format!("node-{node:04}"), series)),
+        pb::agent_message::Msg::Hello(node_hello(
+            format!("node-{node:04}"),
+            "exposition",
+            series,
+            0,
+            Some(CPU_ID),
+        )),
         pb::agent_message::Msg::Batch(batch(series, node)),
     ] {
         if tx.send(pb::AgentMessage { msg: Some(msg) }).await.is_err() {

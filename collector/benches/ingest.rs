@@ -15,78 +15,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod common;
+
+use common::*;
 use commwatch_collector::{start, CollectorConfig};
 use commwatch_proto::v1 as pb;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
-
-const METRICS: [&str; 10] = [
-    "tx_bytes",
-    "rx_bytes",
-    "tx_packets",
-    "rx_packets",
-    "symbol_errors",
-    "link_downed",
-    "port_xmit_wait",
-    "port_rcv_errors",
-    "np_cnp_sent",
-    "rx_dropped",
-];
-
-fn env(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn rss_bytes() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse::<u64>().ok())
-        })
-        .map_or(0, |kb| kb * 1024)
-}
-
-fn hello(node: String, series: u32) -> pb::Hello {
-    let links = series.div_ceil(10);
-    pb::Hello {
-        node,
-        agent_version: "bench".into(),
-        boot_id: "b".into(),
-        instance_id: 1,
-        inventory: Some(pb::Inventory {
-            links: (1..=links)
-                .map(|id| pb::Link {
-                    id,
-                    class: pb::LinkClass::Infiniband as i32,
-                    role: pb::LinkRole::Fabric as i32,
-                    device: format!("mlx5_{id}"),
-                    port: "1".into(),
-                    capacity_bytes_per_second: 50e9,
-                    state: "ACTIVE".into(),
-                    ..Default::default()
-                })
-                .collect(),
-            series: (1..=series)
-                .map(|id| pb::SeriesDescriptor {
-                    id,
-                    metric: METRICS[(id as usize - 1) % 10].into(),
-                    kind: pb::SeriesKind::Counter as i32,
-                    link_id: (id - 1) / 10 + 1,
-                    tier: 1,
-                    ..Default::default()
-                })
-                .collect(),
-        }),
-        fast_period_ms: 50,
-        slow_period_ms: 1000,
-    }
-}
 
 fn batch(seq: u64, first_tick: u64, ticks: u64, series: u32) -> pb::SampleBatch {
     let n = ticks as usize * series as usize;
@@ -132,7 +67,9 @@ async fn agent(
         .max_decoding_message_size(64 << 20);
     let (tx, rx) = mpsc::channel(4);
     tx.send(pb::AgentMessage {
-        msg: Some(pb::agent_message::Msg::Hello(hello(node, series))),
+        msg: Some(pb::agent_message::Msg::Hello(node_hello(
+            node, "bench", series, 0, None,
+        ))),
     })
     .await
     .unwrap();
@@ -339,9 +276,12 @@ fn main() {
             .unwrap();
         let (tx, rx) = mpsc::channel(2);
         tx.send(pb::AgentMessage {
-            msg: Some(pb::agent_message::Msg::Hello(hello(
+            msg: Some(pb::agent_message::Msg::Hello(node_hello(
                 "mem".into(),
+                "bench",
                 mem_series,
+                0,
+                None,
             ))),
         })
         .await

@@ -23,75 +23,32 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
+mod common;
+
+use common::*;
 use commwatch_collector::{start, CollectorConfig};
 use commwatch_proto::v1 as pb;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
-const METRICS: [&str; 10] = [
-    "tx_bytes",
-    "rx_bytes",
-    "tx_packets",
-    "rx_packets",
-    "symbol_errors",
-    "link_downed",
-    "port_xmit_wait",
-    "port_rcv_errors",
-    "np_cnp_sent",
-    "rx_dropped",
-];
 /// Series id of the send-time marker gauge.
 const MARKER_ID: u32 = 1_000_000;
-
-fn env(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn unix_ns() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as i64)
-}
 
 /// Seconds since `epoch_ns`, the marker's value (small, so a ratio gauge holds it with ms precision).
 fn marker_value(epoch_ns: i64, now_ns: i64) -> f64 {
     (now_ns - epoch_ns) as f64 / 1e9 / 10_000.0
 }
 
-fn rss_bytes() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse::<u64>().ok())
-        })
-        .map_or(0, |kb| kb * 1024)
-}
-
 /// CPU seconds (user + system) of the whole process (collector, agents, scraper).
 fn process_cpu() -> f64 {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
-        return 0.0;
-    };
-    let Some(close) = stat.rfind(')') else {
-        return 0.0;
-    };
-    let mut f = stat[close + 1..].split_whitespace().skip(11);
-    let u: u64 = f.next().and_then(|v| v.parse().ok()).unwrap_or(0);
-    let s: u64 = f.next().and_then(|v| v.parse().ok()).unwrap_or(0);
-    (u + s) as f64 / 100.0
+    std::fs::read_to_string("/proc/self/stat").map_or(0.0, |s| stat_cpu_s(&s))
 }
 
 /// CPU seconds (user + system) of this process's threads whose name starts with `prefix`.
 fn threads_cpu(prefix: &str) -> f64 {
-    let mut ticks = 0u64;
+    let mut secs = 0.0;
     let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
         return 0.0;
     };
@@ -105,58 +62,9 @@ fn threads_cpu(prefix: &str) -> f64 {
         if !stat[open + 1..close].starts_with(prefix) {
             continue;
         }
-        let mut f = stat[close + 1..].split_whitespace().skip(11);
-        let u: u64 = f.next().and_then(|v| v.parse().ok()).unwrap_or(0);
-        let s: u64 = f.next().and_then(|v| v.parse().ok()).unwrap_or(0);
-        ticks += u + s;
+        secs += stat_cpu_s(&stat);
     }
-    ticks as f64 / 100.0
-}
-
-fn hello(node: String, fast: u32, slow: u32) -> pb::Hello {
-    let series = fast + slow;
-    let links = series.div_ceil(10);
-    let mut descriptors: Vec<pb::SeriesDescriptor> = (1..=series)
-        .map(|id| pb::SeriesDescriptor {
-            id,
-            metric: METRICS[(id as usize - 1) % 10].into(),
-            kind: pb::SeriesKind::Counter as i32,
-            link_id: (id - 1) / 10 + 1,
-            tier: if id <= fast { 1 } else { 2 },
-            ..Default::default()
-        })
-        .collect();
-    descriptors.push(pb::SeriesDescriptor {
-        id: MARKER_ID,
-        metric: "cpu_utilization_ratio".into(),
-        kind: pb::SeriesKind::Gauge as i32,
-        link_id: 0,
-        tier: 1,
-        ..Default::default()
-    });
-    pb::Hello {
-        node,
-        agent_version: "load".into(),
-        boot_id: "b".into(),
-        instance_id: 1,
-        inventory: Some(pb::Inventory {
-            links: (1..=links)
-                .map(|id| pb::Link {
-                    id,
-                    class: pb::LinkClass::Infiniband as i32,
-                    role: pb::LinkRole::Fabric as i32,
-                    device: format!("mlx5_{id}"),
-                    port: "1".into(),
-                    capacity_bytes_per_second: 50e9,
-                    state: "ACTIVE".into(),
-                    ..Default::default()
-                })
-                .collect(),
-            series: descriptors,
-        }),
-        fast_period_ms: 50,
-        slow_period_ms: 1000,
-    }
+    secs
 }
 
 struct Shape {
@@ -234,8 +142,12 @@ async fn agent(
     let (tx, rx) = mpsc::channel(64);
     let _ = tx
         .send(pb::AgentMessage {
-            msg: Some(pb::agent_message::Msg::Hello(hello(
-                node, shape.fast, shape.slow,
+            msg: Some(pb::agent_message::Msg::Hello(node_hello(
+                node,
+                "load",
+                shape.fast,
+                shape.slow,
+                Some(MARKER_ID),
             ))),
         })
         .await;

@@ -23,6 +23,9 @@ use rand::{Rng as _, SeedableRng};
 use std::hint::black_box;
 use std::time::Instant;
 
+mod common;
+
+use common::env;
 use commwatch_collector::store::ring::Ring;
 
 const PERIOD_NS: i64 = 50_000_000;
@@ -30,13 +33,6 @@ const JITTER_NS: i64 = 500_000;
 const RETENTION_NS: i64 = 600_000_000_000;
 const CAP: usize = 13_502;
 const T0: i64 = 1_700_000_000_000_000_000;
-
-fn env(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 #[derive(Clone, Copy)]
 enum Shape {
