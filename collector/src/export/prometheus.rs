@@ -799,29 +799,21 @@ pub mod reference {
     /// The store's families as a `prometheus` collector (as registered before [`super::Exposition`]).
     pub struct StoreCollector {
         store: Arc<Store>,
-        descs: Vec<Desc>,
+        descs: super::StoreDescs,
     }
 
     impl StoreCollector {
         pub fn new(store: Arc<Store>) -> Result<StoreCollector, prometheus::Error> {
-            let descs = FAMILIES
-                .iter()
-                .map(|f| {
-                    Desc::new(
-                        f.name.to_string(),
-                        f.help.to_string(),
-                        vec![],
-                        HashMap::new(),
-                    )
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            Ok(StoreCollector { store, descs })
+            Ok(StoreCollector {
+                store,
+                descs: super::StoreDescs::new()?,
+            })
         }
     }
 
     impl Collector for StoreCollector {
         fn desc(&self) -> Vec<&Desc> {
-            self.descs.iter().collect()
+            self.descs.desc()
         }
 
         fn collect(&self) -> Vec<MetricFamily> {
