@@ -47,6 +47,20 @@ fn value_json(d: &pb::SeriesDescriptor, bits: u64) -> Json {
     }
 }
 
+/// A series as the document describes it (in `samples` and in `inventory.series`): metric, kind, tier, its
+/// link's class, device and port, and labels.
+fn series_json(d: &pb::SeriesDescriptor, link: Option<&pb::Link>) -> Json {
+    json!({
+        "metric": d.metric,
+        "kind": if d.kind == pb::SeriesKind::Gauge as i32 { "gauge" } else { "counter" },
+        "tier": if d.tier == 1 { "fast" } else { "slow" },
+        "class": link.map(|l| class_name(l.class)),
+        "device": link.map(|l| l.device.as_str()),
+        "port": link.map(|l| l.port.as_str()),
+        "labels": d.labels.iter().collect::<BTreeMap<_, _>>(),
+    })
+}
+
 /// Samples once and returns the document. Blocking (reads files; sleeps one fast period between the two
 /// fast ticks): call it from a blocking context.
 pub fn run_once(config: &AgentConfig) -> Json {
@@ -136,18 +150,18 @@ pub fn run_once_with(config: &AgentConfig, extras: crate::AgentExtras) -> Json {
         let Some(bits) = v1.get(&d.id).or_else(|| v0.get(&d.id)) else {
             continue;
         };
-        let link = sampler.link(d.link_id);
-        samples.push(json!({
-            "metric": d.metric,
-            "kind": if d.kind == pb::SeriesKind::Gauge as i32 { "gauge" } else { "counter" },
-            "tier": if d.tier == 1 { "fast" } else { "slow" },
-            "class": link.map(|l| class_name(l.class)),
-            "device": link.map(|l| l.device.as_str()),
-            "port": link.map(|l| l.port.as_str()),
-            "labels": d.labels.iter().collect::<BTreeMap<_, _>>(),
-            "value": value_json(d, *bits),
-            "saturated": d.kind == pb::SeriesKind::Counter as i32 && *bits == if d.max_value == 0 { u64::MAX } else { d.max_value },
-        }));
+        let mut o = series_json(d, sampler.link(d.link_id));
+        o["value"] = value_json(d, *bits);
+        o["saturated"] = json!(
+            d.kind == pb::SeriesKind::Counter as i32
+                && *bits
+                    == if d.max_value == 0 {
+                        u64::MAX
+                    } else {
+                        d.max_value
+                    }
+        );
+        samples.push(o);
     }
 
     let sources: Vec<Json> = sampler
@@ -183,17 +197,9 @@ pub fn run_once_with(config: &AgentConfig, extras: crate::AgentExtras) -> Json {
                 l
             }).collect::<Vec<_>>(),
             "series": inv.series.iter().map(|d| {
-                let link = sampler.link(d.link_id);
-                json!({
-                    "id": d.id,
-                    "metric": d.metric,
-                    "kind": if d.kind == pb::SeriesKind::Gauge as i32 { "gauge" } else { "counter" },
-                    "tier": if d.tier == 1 { "fast" } else { "slow" },
-                    "class": link.map(|l| class_name(l.class)),
-                    "device": link.map(|l| l.device.as_str()),
-                    "port": link.map(|l| l.port.as_str()),
-                    "labels": d.labels.iter().collect::<BTreeMap<_, _>>(),
-                })
+                let mut o = series_json(d, sampler.link(d.link_id));
+                o["id"] = json!(d.id);
+                o
             }).collect::<Vec<_>>(),
         },
         "links": links,
