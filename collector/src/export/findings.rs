@@ -12,9 +12,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use prometheus::core::{Collector, Desc};
-use prometheus::proto::{Counter, Gauge, LabelPair, Metric, MetricFamily, MetricType};
+use prometheus::proto::{LabelPair, MetricFamily, MetricType};
 
 use super::names;
+use super::proto::{family, label, metric};
 use crate::analysis::engine::{BaselineRequest, FindingFilter};
 use crate::analysis::{AnalysisHandle, Finding};
 
@@ -105,21 +106,6 @@ async fn post_baseline(State(a): State<AnalysisHandle>, body: axum::body::Body) 
     }
 }
 
-fn label(name: &str, value: &str) -> LabelPair {
-    let mut l = LabelPair::default();
-    l.set_name(name.to_string());
-    l.set_value(value.to_string());
-    l
-}
-
-fn family(name: &str, help: &str, kind: MetricType) -> MetricFamily {
-    let mut mf = MetricFamily::default();
-    mf.set_name(name.to_string());
-    mf.set_help(help.to_string());
-    mf.set_field_type(kind);
-    mf
-}
-
 /// The labels of `commwatch_finding_active`: `kind`, `severity`, `node`, and the subject's `device`, `port`,
 /// `gpu`, `link`, `job` where set (bounded: one series per active finding).
 pub fn finding_labels(f: &Finding) -> Vec<LabelPair> {
@@ -186,12 +172,9 @@ impl Collector for FindingsCollector {
             active: Some(true),
             ..Default::default()
         }) {
-            let mut m = Metric::default();
-            m.set_label(finding_labels(&f));
-            let mut g = Gauge::default();
-            g.set_value(1.0);
-            m.set_gauge(g);
-            active.mut_metric().push(m);
+            active
+                .mut_metric()
+                .push(metric(MetricType::GAUGE, finding_labels(&f), 1.0));
         }
         let mut raised = family(
             names::FINDINGS_RAISED_TOTAL,
@@ -199,12 +182,11 @@ impl Collector for FindingsCollector {
             MetricType::COUNTER,
         );
         for (k, n) in self.analysis.raised_total() {
-            let mut m = Metric::default();
-            m.set_label(vec![label("kind", k.as_str())]);
-            let mut c = Counter::default();
-            c.set_value(n as f64);
-            m.set_counter(c);
-            raised.mut_metric().push(m);
+            raised.mut_metric().push(metric(
+                MetricType::COUNTER,
+                vec![label("kind", k.as_str())],
+                n as f64,
+            ));
         }
         let mut eff = family(
             names::SCALING_EFFICIENCY_RATIO,
@@ -213,12 +195,8 @@ impl Collector for FindingsCollector {
         );
         for j in self.analysis.job_figures() {
             if let Some(e) = j.scaling_efficiency {
-                let mut m = Metric::default();
-                m.set_label(vec![label("job", &j.job)]);
-                let mut g = Gauge::default();
-                g.set_value(e);
-                m.set_gauge(g);
-                eff.mut_metric().push(m);
+                eff.mut_metric()
+                    .push(metric(MetricType::GAUGE, vec![label("job", &j.job)], e));
             }
         }
         [active, raised, eff]

@@ -14,10 +14,11 @@ use axum::extract::{Query, State};
 use axum::routing::get;
 use axum::{Json, Router};
 use prometheus::core::{Collector, Desc};
-use prometheus::proto::{Gauge, LabelPair, Metric, MetricFamily, MetricType};
+use prometheus::proto::{MetricFamily, MetricType};
 use serde::{Deserialize, Serialize};
 
 use super::names;
+use super::proto::{family, label, metric};
 use crate::analysis::AnalysisHandle;
 use crate::store::{now_unix_ns, Store};
 
@@ -206,30 +207,6 @@ const CONFLICT_HELP: &str =
     "1 per NCCL setting of a job that contradicts the node's hardware (kind: management_interface, missing_interface, ib_disabled, hca_excluded).";
 const RANKS_HELP: &str = "Processes (ranks) of the job the node's agent found.";
 
-fn label(name: &str, value: &str) -> LabelPair {
-    let mut l = LabelPair::default();
-    l.set_name(name.to_string());
-    l.set_value(value.to_string());
-    l
-}
-
-fn gauge(labels: Vec<LabelPair>, value: f64) -> Metric {
-    let mut m = Metric::default();
-    m.set_label(labels);
-    let mut g = Gauge::default();
-    g.set_value(value);
-    m.set_gauge(g);
-    m
-}
-
-fn family(name: &str, help: &str) -> MetricFamily {
-    let mut mf = MetricFamily::default();
-    mf.set_name(name.to_string());
-    mf.set_help(help.to_string());
-    mf.set_field_type(MetricType::GAUGE);
-    mf
-}
-
 /// Renders `commwatch_nccl_setting_conflict{node,job,setting,kind}` (1 per conflict) and
 /// `commwatch_job_ranks{job,node}` at scrape time. Label values are bounded by the ingest limits (at most
 /// [`crate::ingest::domain::MAX_JOBS_PER_NODE`] jobs per node, lengths within `max_label_len`); the prometheus
@@ -258,11 +235,16 @@ impl Collector for JobsCollector {
     }
 
     fn collect(&self) -> Vec<MetricFamily> {
-        let mut conflicts = family(names::NCCL_SETTING_CONFLICT, CONFLICT_HELP);
-        let mut ranks = family(names::JOB_RANKS, RANKS_HELP);
+        let mut conflicts = family(
+            names::NCCL_SETTING_CONFLICT,
+            CONFLICT_HELP,
+            MetricType::GAUGE,
+        );
+        let mut ranks = family(names::JOB_RANKS, RANKS_HELP, MetricType::GAUGE);
         for (node, list) in self.store.node_jobs(now_unix_ns()) {
             for j in &list.jobs {
-                ranks.mut_metric().push(gauge(
+                ranks.mut_metric().push(metric(
+                    MetricType::GAUGE,
                     vec![label("job", &j.id), label("node", &node)],
                     j.ranks.len() as f64,
                 ));
@@ -273,7 +255,8 @@ impl Collector for JobsCollector {
                         continue;
                     }
                     seen.push((&c.setting, &c.kind));
-                    conflicts.mut_metric().push(gauge(
+                    conflicts.mut_metric().push(metric(
+                        MetricType::GAUGE,
                         vec![
                             label("job", &j.id),
                             label("kind", &c.kind),

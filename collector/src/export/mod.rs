@@ -7,4 +7,5 @@ pub mod health;
 pub mod jobs;
 pub mod names;
 pub mod prometheus;
+mod proto;
 pub mod steps;

@@ -789,10 +789,11 @@ pub mod reference {
     use std::sync::Arc;
 
     use prometheus::core::{Collector, Desc};
-    use prometheus::proto::{Counter, Gauge, LabelPair, Metric, MetricFamily, MetricType};
+    use prometheus::proto::{LabelPair, MetricFamily};
 
     use super::{is_up, FAMILIES, LINK_LABELS};
     use crate::export::names::{self, link_counter_family, LinkCounterFamily};
+    use crate::export::proto::{family, label, metric};
     use crate::ingest::domain::{LinkClass, SeriesKind};
     use crate::store::{now_unix_ns, LinkSnapshot, NodeSnapshot, Store, StoreMemory};
 
@@ -822,13 +823,6 @@ pub mod reference {
         }
     }
 
-    fn label(name: &str, value: &str) -> LabelPair {
-        let mut l = LabelPair::default();
-        l.set_name(name.to_string());
-        l.set_value(value.to_string());
-        l
-    }
-
     /// Families being built, keyed by name.
     struct Builder {
         fams: HashMap<&'static str, MetricFamily>,
@@ -838,13 +832,7 @@ pub mod reference {
         fn new() -> Builder {
             let fams = FAMILIES
                 .iter()
-                .map(|f| {
-                    let mut mf = MetricFamily::default();
-                    mf.set_name(f.name.to_string());
-                    mf.set_help(f.help.to_string());
-                    mf.set_field_type(f.kind);
-                    (f.name, mf)
-                })
+                .map(|f| (f.name, family(f.name, f.help, f.kind)))
                 .collect();
             Builder { fams }
         }
@@ -853,17 +841,7 @@ pub mod reference {
             let Some(mf) = self.fams.get_mut(name) else {
                 return;
             };
-            let mut m = Metric::default();
-            m.set_label(labels);
-            if mf.get_field_type() == MetricType::COUNTER {
-                let mut c = Counter::default();
-                c.set_value(value);
-                m.set_counter(c);
-            } else {
-                let mut g = Gauge::default();
-                g.set_value(value);
-                m.set_gauge(g);
-            }
+            let m = metric(mf.get_field_type(), labels, value);
             mf.mut_metric().push(m);
         }
 

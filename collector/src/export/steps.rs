@@ -26,11 +26,12 @@ use axum::http::{StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use prometheus::core::{Collector, Desc};
-use prometheus::proto::{Counter, Gauge, LabelPair, Metric, MetricFamily, MetricType};
+use prometheus::proto::{LabelPair, MetricFamily, MetricType};
 use serde_json::{json, Value};
 
 use super::api::HttpState;
 use super::names;
+use super::proto::{family, label, metric};
 use crate::ingest::domain::LinkClass;
 use crate::steps::history::STEPS_PER_NODE;
 use crate::steps::{JobStep, NodeStep, StepLink, StepSource, StepStore};
@@ -233,13 +234,6 @@ const FAMILIES: &[Fam] = &[
     },
 ];
 
-fn label(name: &str, value: &str) -> LabelPair {
-    let mut l = LabelPair::default();
-    l.set_name(name.to_string());
-    l.set_value(value.to_string());
-    l
-}
-
 fn link_labels(node: &str, l: &StepLink) -> Vec<LabelPair> {
     let mut v = vec![
         label("node", node),
@@ -283,25 +277,10 @@ pub fn step_families(
         let Some(f) = FAMILIES.iter().find(|f| f.name == name) else {
             return;
         };
-        let mf = fams.entry(name).or_insert_with(|| {
-            let mut mf = MetricFamily::default();
-            mf.set_name(name.to_string());
-            mf.set_help(f.help.to_string());
-            mf.set_field_type(f.kind);
-            mf
-        });
-        let mut m = Metric::default();
-        m.set_label(labels);
-        if f.kind == MetricType::COUNTER {
-            let mut c = Counter::default();
-            c.set_value(value);
-            m.set_counter(c);
-        } else {
-            let mut g = Gauge::default();
-            g.set_value(value);
-            m.set_gauge(g);
-        }
-        mf.mut_metric().push(m);
+        fams.entry(name)
+            .or_insert_with(|| family(name, f.help, f.kind))
+            .mut_metric()
+            .push(metric(f.kind, labels, value));
     };
     for (node, steps) in recent {
         if let Some(last) = steps.last() {
