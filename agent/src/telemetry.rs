@@ -281,40 +281,43 @@ impl AgentMetrics {
             .expect("valid metric"),
             registry,
         };
-        let r = &m.registry;
-        let all: Vec<Box<dyn prometheus::core::Collector>> = vec![
-            Box::new(m.read_seconds.clone()),
-            Box::new(m.read_errors.clone()),
-            Box::new(m.samples.clone()),
-            Box::new(m.series.clone()),
-            Box::new(m.links.clone()),
-            Box::new(m.discover_errors.clone()),
-            Box::new(m.tick_overruns.clone()),
-            Box::new(m.tick_seconds.clone()),
-            Box::new(m.handoff_drops.clone()),
-            Box::new(m.buffer_bytes.clone()),
-            Box::new(m.buffer_capacity_bytes.clone()),
-            Box::new(m.buffer_batches.clone()),
-            Box::new(m.dropped_batches.clone()),
-            Box::new(m.resent_batches.clone()),
-            Box::new(m.sent_batches.clone()),
-            Box::new(m.acked_seq.clone()),
-            Box::new(m.connected.clone()),
-            Box::new(m.connects.clone()),
-            Box::new(m.disconnects.clone()),
-            Box::new(m.batch_bytes.clone()),
-            Box::new(m.markers_received.clone()),
-            Box::new(m.markers_dropped.clone()),
-            Box::new(m.nvml_call_seconds.clone()),
-            Box::new(m.nvml_field_latency_seconds.clone()),
-            Box::new(m.jobs.clone()),
-            Box::new(m.http_connections_refused.clone()),
-            Box::new(m.http_connections.clone()),
-        ];
-        for c in all {
-            r.register(c).expect("metric names are unique");
+        for c in m.collectors() {
+            m.registry.register(c).expect("metric names are unique");
         }
         m
+    }
+
+    /// Every metric handle, once: what `new` registers (and what [`METRIC_NAMES`] is checked against).
+    fn collectors(&self) -> Vec<Box<dyn prometheus::core::Collector>> {
+        vec![
+            Box::new(self.read_seconds.clone()),
+            Box::new(self.read_errors.clone()),
+            Box::new(self.samples.clone()),
+            Box::new(self.series.clone()),
+            Box::new(self.links.clone()),
+            Box::new(self.discover_errors.clone()),
+            Box::new(self.tick_overruns.clone()),
+            Box::new(self.tick_seconds.clone()),
+            Box::new(self.handoff_drops.clone()),
+            Box::new(self.buffer_bytes.clone()),
+            Box::new(self.buffer_capacity_bytes.clone()),
+            Box::new(self.buffer_batches.clone()),
+            Box::new(self.dropped_batches.clone()),
+            Box::new(self.resent_batches.clone()),
+            Box::new(self.sent_batches.clone()),
+            Box::new(self.acked_seq.clone()),
+            Box::new(self.connected.clone()),
+            Box::new(self.connects.clone()),
+            Box::new(self.disconnects.clone()),
+            Box::new(self.batch_bytes.clone()),
+            Box::new(self.markers_received.clone()),
+            Box::new(self.markers_dropped.clone()),
+            Box::new(self.nvml_call_seconds.clone()),
+            Box::new(self.nvml_field_latency_seconds.clone()),
+            Box::new(self.jobs.clone()),
+            Box::new(self.http_connections_refused.clone()),
+            Box::new(self.http_connections.clone()),
+        ]
     }
 
     /// Renders the Prometheus text exposition.
@@ -345,41 +348,12 @@ impl Default for AgentMetrics {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use prometheus::core::Collector;
 
     #[test]
     fn metric_names_are_the_registered_metrics() {
         let m = AgentMetrics::new();
-        let all: [&dyn Collector; 27] = [
-            &m.read_seconds,
-            &m.read_errors,
-            &m.samples,
-            &m.series,
-            &m.links,
-            &m.discover_errors,
-            &m.tick_overruns,
-            &m.tick_seconds,
-            &m.handoff_drops,
-            &m.buffer_bytes,
-            &m.buffer_capacity_bytes,
-            &m.buffer_batches,
-            &m.dropped_batches,
-            &m.resent_batches,
-            &m.sent_batches,
-            &m.acked_seq,
-            &m.connected,
-            &m.connects,
-            &m.disconnects,
-            &m.batch_bytes,
-            &m.markers_received,
-            &m.markers_dropped,
-            &m.nvml_call_seconds,
-            &m.nvml_field_latency_seconds,
-            &m.jobs,
-            &m.http_connections_refused,
-            &m.http_connections,
-        ];
-        let mut registered: Vec<String> = all
+        let mut registered: Vec<String> = m
+            .collectors()
             .iter()
             .flat_map(|c| c.desc().into_iter().map(|d| d.fq_name.clone()))
             .collect();
