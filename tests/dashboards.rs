@@ -519,30 +519,6 @@ fn send_markers(port: u16, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()>
     })
 }
 
-fn promtool_check_metrics(text: &str) -> (bool, String) {
-    use std::io::Write;
-    let mut child = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let msg = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success() && msg.trim().is_empty(), msg)
-}
-
 #[test]
 fn every_panel_query_and_rule_returns_data_from_a_real_prometheus() {
     if !have("prometheus") || !have("promtool") {
@@ -597,10 +573,7 @@ fn every_panel_query_and_rule_returns_data_from_a_real_prometheus() {
     let (_, sysfs) = cluster.node_roots().remove(0);
     let (_, procfs) = cluster.write_procfs_trees().unwrap().remove(0);
     let _updater = cluster.spawn_updater(Duration::from_millis(5));
-    let udp = UdpSocket::bind("127.0.0.1:0")
-        .and_then(|s| s.local_addr())
-        .map(|a| a.port())
-        .unwrap();
+    let udp = free_udp_port();
     let agent_http = free_port();
     let agent = Proc::spawn(
         &[

@@ -126,30 +126,8 @@ fn agent_metrics_pass_promtool_check_metrics() {
         get_text(&url).filter(|t| t.contains("commwatch_agent_source_read_duration_seconds_bucket"))
     })
     .expect("agent metrics");
-    let mut child = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    use std::io::Write;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let msg = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        out.status.success() && msg.trim().is_empty(),
-        "promtool check metrics:\n{msg}"
-    );
+    let (clean, msg) = promtool_check_metrics(&text);
+    assert!(clean, "promtool check metrics:\n{msg}");
 }
 
 /// `true` when `cmd` runs successfully; otherwise skips loudly with `hint`, or fails in CI.

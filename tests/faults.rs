@@ -5,7 +5,7 @@
 mod common;
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream, UdpSocket};
+use std::net::{TcpListener, TcpStream};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -42,13 +42,6 @@ fn hca(http: u16, node_name: &str) -> Option<(Option<f64>, Option<f64>)> {
         l["tx_bytes_per_second"].as_f64(),
         l["tx_bytes_total"].as_f64(),
     ))
-}
-
-fn free_udp_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0")
-        .and_then(|s| s.local_addr())
-        .map(|a| a.port())
-        .expect("free udp port")
 }
 
 // ---------------------------------------------------------------------------------------------------------------

@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::net::UdpSocket;
 use std::process::Command;
 use std::time::Duration;
 
@@ -25,10 +24,7 @@ fn python_markers_become_marker_steps() {
     let (grpc, http) = (free_port(), free_port());
     let collector = collector(dir.path(), "collector", grpc, http, &[]);
     // A free UDP port for the agent's marker listener.
-    let udp_port = UdpSocket::bind("127.0.0.1:0")
-        .and_then(|s| s.local_addr())
-        .map(|a| a.port())
-        .expect("free udp port");
+    let udp_port = free_udp_port();
     let agent_http = free_port();
     let (node, root) = &roots[0];
     let agent = Proc::spawn(

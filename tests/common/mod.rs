@@ -61,6 +61,39 @@ impl Drop for Proc {
     }
 }
 
+/// A free loopback UDP port (bound then released; the tests use it right away).
+pub fn free_udp_port() -> u16 {
+    std::net::UdpSocket::bind("127.0.0.1:0")
+        .and_then(|s| s.local_addr())
+        .map(|a| a.port())
+        .expect("free udp port")
+}
+
+/// `promtool check metrics` over an exposition: (clean, what promtool said). Clean = exit 0 and no lint output.
+pub fn promtool_check_metrics(text: &str) -> (bool, String) {
+    use std::io::Write;
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run promtool");
+    child
+        .stdin
+        .take()
+        .expect("promtool stdin")
+        .write_all(text.as_bytes())
+        .expect("write to promtool");
+    let out = child.wait_with_output().expect("promtool output");
+    let msg = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success() && msg.trim().is_empty(), msg)
+}
+
 /// A free loopback port (bound then released; the tests use it right away).
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
