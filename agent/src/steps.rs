@@ -338,6 +338,14 @@ pub async fn spawn_listeners(
 mod tests {
     use super::*;
 
+    /// Unregistered marker counters for a listener under test.
+    fn marker_metrics() -> MarkerMetrics {
+        MarkerMetrics {
+            received: IntCounterVec::new(prometheus::Opts::new("r", "r"), &["transport"]).unwrap(),
+            dropped: IntCounterVec::new(prometheus::Opts::new("d", "d"), &["reason"]).unwrap(),
+        }
+    }
+
     #[test]
     fn parses_a_full_marker() {
         let m = parse_marker(
@@ -428,10 +436,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("steps.sock");
         std::fs::write(&path, "not a socket").unwrap();
-        let m = MarkerMetrics {
-            received: IntCounterVec::new(prometheus::Opts::new("r", "r"), &["transport"]).unwrap(),
-            dropped: IntCounterVec::new(prometheus::Opts::new("d", "d"), &["reason"]).unwrap(),
-        };
+        let m = marker_metrics();
         let (_tx, rx) = tokio::sync::watch::channel(false);
         let settings = ListenerSettings {
             udp: None,
@@ -448,10 +453,7 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("steps.sock");
-        let registry_metrics = MarkerMetrics {
-            received: IntCounterVec::new(prometheus::Opts::new("r", "r"), &["transport"]).unwrap(),
-            dropped: IntCounterVec::new(prometheus::Opts::new("d", "d"), &["reason"]).unwrap(),
-        };
+        let registry_metrics = marker_metrics();
         let queue = MarkerQueue::new(16);
         let (_tx, rx) = tokio::sync::watch::channel(false);
         let bound = spawn_listeners(
