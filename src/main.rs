@@ -246,7 +246,6 @@ fn collector_config(a: &CollectorArgs) -> anyhow::Result<commwatch_collector::Co
     }
     c.allow_plaintext |= a.allow_plaintext;
     c.validate()?;
-    c.check_transport()?;
     Ok(c)
 }
 
