@@ -1049,10 +1049,7 @@ impl Store {
             .nodes
             .read()
             .iter()
-            .filter(|(_, n)| {
-                let n = n.lock();
-                n.conn.is_none() && now_unix_ns - n.last_seen_unix_ns > self.node_expiry_ns
-            })
+            .filter(|(_, n)| self.is_stale(&n.lock(), now_unix_ns))
             .map(|(k, n)| (k.clone(), n.clone()))
             .collect();
         if stale.is_empty() {
@@ -1062,16 +1059,19 @@ impl Store {
         let mut removed = 0;
         for (name, node) in stale {
             // Still the same node object (not replaced by a new Hello meanwhile), and still stale.
-            let still = nodes.get(&name).is_some_and(|n| Arc::ptr_eq(n, &node)) && {
-                let n = node.lock();
-                n.conn.is_none() && now_unix_ns - n.last_seen_unix_ns > self.node_expiry_ns
-            };
+            let still = nodes.get(&name).is_some_and(|n| Arc::ptr_eq(n, &node))
+                && self.is_stale(&node.lock(), now_unix_ns);
             if still {
                 nodes.remove(&name);
                 removed += 1;
             }
         }
         removed
+    }
+
+    /// No open stream and no message for `node_expiry`: [`Store::expire`] removes it.
+    fn is_stale(&self, n: &NodeState, now_unix_ns: i64) -> bool {
+        n.conn.is_none() && now_unix_ns - n.last_seen_unix_ns > self.node_expiry_ns
     }
 
     fn fresh_nodes(&self, now_unix_ns: i64) -> Vec<NodeRef> {
