@@ -115,7 +115,8 @@ pub fn run_once_with(config: &AgentConfig, extras: crate::AgentExtras) -> Json {
         };
         entry.insert(format!("{}_per_second", d.metric), rate);
     }
-    let links: Vec<Json> = inv
+    // Each link's facts (the inventory's view); `links` adds the byte totals and rates to them.
+    let link_facts: Vec<Json> = inv
         .links
         .iter()
         .map(|l| {
@@ -127,14 +128,27 @@ pub fn run_once_with(config: &AgentConfig, extras: crate::AgentExtras) -> Json {
                 "capacity_bytes_per_second": if l.capacity_bytes_per_second > 0.0 { json!(l.capacity_bytes_per_second) } else { Json::Null },
                 "state": l.state,
                 "attributes": l.attributes.iter().collect::<BTreeMap<_, _>>(),
-                "tx_bytes_total": Json::Null,
-                "rx_bytes_total": Json::Null,
-                "tx_bytes_per_second": Json::Null,
-                "rx_bytes_per_second": Json::Null,
             });
             if !l.gpu.is_empty() {
                 o["gpu"] = json!(l.gpu);
                 o["link"] = json!(l.link);
+            }
+            o
+        })
+        .collect();
+    let links: Vec<Json> = inv
+        .links
+        .iter()
+        .zip(&link_facts)
+        .map(|(l, facts)| {
+            let mut o = facts.clone();
+            for k in [
+                "tx_bytes_total",
+                "rx_bytes_total",
+                "tx_bytes_per_second",
+                "rx_bytes_per_second",
+            ] {
+                o[k] = Json::Null;
             }
             if let Some(extra) = per_link.get(&l.id) {
                 for (k, v) in extra {
@@ -189,13 +203,7 @@ pub fn run_once_with(config: &AgentConfig, extras: crate::AgentExtras) -> Json {
         "sources": sources,
         // The inventory as the collector receives it: every link with its facts, and every series.
         "inventory": {
-            "links": links.iter().map(|l| {
-                let mut l = l.clone();
-                if let Some(o) = l.as_object_mut() {
-                    o.retain(|k, _| !k.starts_with("tx_bytes") && !k.starts_with("rx_bytes"));
-                }
-                l
-            }).collect::<Vec<_>>(),
+            "links": link_facts,
             "series": inv.series.iter().map(|d| {
                 let mut o = series_json(d, sampler.link(d.link_id));
                 o["id"] = json!(d.id);
