@@ -98,8 +98,8 @@ struct Slot {
     /// Series per tier (`[fast, slow]`): a tier with none is not read (nor timed) at all.
     tier_series: [usize; 2],
     /// The slot's own metric handles, resolved once: the tick does no label lookups.
-    read_fast: prometheus::Histogram,
-    read_slow: prometheus::Histogram,
+    /// Read durations per tier (`[fast, slow]`, as `tier_series`).
+    read: [prometheus::Histogram; 2],
     samples: prometheus::IntCounter,
     errors: prometheus::IntCounter,
 }
@@ -170,8 +170,8 @@ impl Sampler {
                     source.bind_metrics(&metrics);
                     let name = source.name();
                     Slot {
-                        read_fast: metrics.read_seconds.with_label_values(&[name, "fast"]),
-                        read_slow: metrics.read_seconds.with_label_values(&[name, "slow"]),
+                        read: ["fast", "slow"]
+                            .map(|tier| metrics.read_seconds.with_label_values(&[name, tier])),
                         samples: metrics.samples.with_label_values(&[name]),
                         errors: metrics.read_errors.with_label_values(&[name]),
                         source,
@@ -387,11 +387,7 @@ impl Sampler {
                     out.push(*id, v.to_bits());
                 }
             });
-            let elapsed = started.elapsed().as_secs_f64();
-            match tier {
-                Tier::Fast => slot.read_fast.observe(elapsed),
-                Tier::Slow => slot.read_slow.observe(elapsed),
-            }
+            slot.read[tier_index(tier)].observe(started.elapsed().as_secs_f64());
             slot.samples.inc_by(report.read as u64);
             if report.failed > 0 {
                 let name = slot.source.name();
