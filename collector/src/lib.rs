@@ -325,11 +325,8 @@ fn replay_jobs(store: &Store, rows: Vec<persist::PersistedJobs>, health: &Health
         }
         let list = pb::JobInventory::decode(row.payload.as_slice())
             .map_err(|e| e.to_string())
-            .and_then(|j| ingest::domain::JobList::try_from(j).map_err(|e| e.to_string()))
-            .and_then(|l| {
-                l.check_limits(store.limits())
-                    .map(|()| l)
-                    .map_err(|e| e.to_string())
+            .and_then(|j| {
+                ingest::domain::JobList::validated(j, store.limits()).map_err(|e| e.to_string())
             });
         match list {
             Ok(l) => {

@@ -947,6 +947,13 @@ impl TryFrom<pb::JobInventory> for JobList {
 }
 
 impl JobList {
+    /// Converts and checks a received (or persisted) job list: [`TryFrom`] and then [`JobList::check_limits`].
+    pub fn validated(inv: pb::JobInventory, limits: &Limits) -> Result<JobList, IngestError> {
+        let l = JobList::try_from(inv)?;
+        l.check_limits(limits)?;
+        Ok(l)
+    }
+
     /// Checks every string against [`Limits::max_label_len`] (job ids, GPUs, pod and container ids, setting
     /// values, conflict fields; `found_by` and conflict reasons too). A failure is `INVALID_ARGUMENT`.
     pub fn check_limits(&self, limits: &Limits) -> Result<(), IngestError> {

@@ -333,14 +333,10 @@ impl StreamTask<'_> {
                                 (Some(_), Some(j)) => Some(j.encode_to_vec()),
                                 _ => None,
                             };
-                            let jobs = match u.jobs {
-                                Some(j) => {
-                                    let l = JobList::try_from(j)?;
-                                    l.check_limits(&cfg.limits)?;
-                                    Some(l)
-                                }
-                                None => None,
-                            };
+                            let jobs = u
+                                .jobs
+                                .map(|j| JobList::validated(j, &cfg.limits))
+                                .transpose()?;
                             let job_counts = jobs.as_ref().map(|l| (l.jobs.len(), l.rank_count()));
                             {
                                 let mut n = node.lock();
