@@ -231,7 +231,7 @@ impl AgentConfig {
                     "TLS files are configured but the URL is http://; use https://",
                 ));
             }
-            if !tls && !self.allow_plaintext && !is_loopback_url(url) {
+            if !self.allow_plaintext && self.plaintext_to_remote() {
                 return Err(invalid(
                     "collector",
                     format!(
