@@ -621,11 +621,13 @@ pub fn spawn(
                 }
                 if now >= next_discover {
                     next_discover = now + settings.discover_period;
+                    // Samples of the current inventory go out before a rediscovery can change it (`send_batch`
+                    // hands over any pending update first, so the batch must leave before `discover` queues
+                    // one); a changed inventory then follows at once.
+                    if let Some(b) = builder.take() {
+                        send_batch(&mut sampler, b);
+                    }
                     if sampler.discover() {
-                        // Samples of the old inventory go first; the update follows at once.
-                        if let Some(b) = builder.take() {
-                            send_batch(&mut sampler, b);
-                        }
                         flush_updates(&mut sampler);
                     }
                 }
