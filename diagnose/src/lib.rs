@@ -12,12 +12,14 @@
 //!   for `commwatch baseline import`;
 //! - [`progress`]: the progress bar for long inputs.
 
+pub mod analysed;
 pub mod analysis;
 pub mod baseline;
 pub mod collector;
 pub mod findings;
 pub mod html;
 pub mod kineto;
+pub mod link;
 pub mod nccl_log;
 pub mod nccl_tests;
 pub mod nsys;

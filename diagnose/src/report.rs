@@ -11,18 +11,16 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::analysis::bandwidth::{busbw_at, summarize, CurveSummary};
-use crate::analysis::overlap::{self, TraceAnalysis};
+pub use crate::analysed::{LogReport, TestReport, TraceReport};
+use crate::analysis::bandwidth::{busbw_at, summarize};
+use crate::analysis::overlap;
 use crate::analysis::straggler::{self, StragglerAnalysis};
 use crate::collector::Inventory;
 use crate::findings::{self, Context, Finding, Severity};
-use crate::nccl_log::NcclLog;
-use crate::nccl_tests::NcclTest;
+pub use crate::link::{LinkInfo, BASELINE_MEETS_LINK};
 use crate::progress::Progress;
 use crate::timeline::Timeline;
 
-/// A bare baseline "meets the link" from this share of the link's rate.
-pub const BASELINE_MEETS_LINK: f64 = 0.75;
 /// In-training bus bandwidth below this share of the bare baseline (same size) is "not meeting" it.
 pub const TRAINING_MEETS_BASELINE: f64 = 0.6;
 /// Fewer traced steps than this make a conclusion tentative (one un-warmed sample proves nothing).
@@ -53,58 +51,6 @@ pub struct InputRecord {
     pub warnings: Vec<String>,
     /// Lines, events or rows that could not be used.
     pub skipped: u64,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct TestReport {
-    pub file: String,
-    pub test: NcclTest,
-    pub summary: CurveSummary,
-}
-
-impl TestReport {
-    /// Whether the test crossed nodes (unknown counts as yes: a test without a rank list is usually a cluster
-    /// run cut from a larger log).
-    pub fn inter_node(&self) -> bool {
-        self.test.nnodes().is_none_or(|n| n > 1)
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct LogReport {
-    pub file: String,
-    pub log: NcclLog,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct TraceReport {
-    pub file: String,
-    /// `kineto` or `nsys`.
-    pub source: &'static str,
-    pub analysis: TraceAnalysis,
-}
-
-/// The fabric link the baselines are compared with.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct LinkInfo {
-    pub rate_gbps: Option<f64>,
-    /// `flag` (`--link-rate`), `collector`, or absent.
-    pub source: Option<&'static str>,
-    /// RDMA fabric links in the collector's inventory.
-    pub fabric_rdma_links: usize,
-    /// (interface, role) from the inventory.
-    pub roles: Vec<(String, String)>,
-    pub warning: Option<String>,
-}
-
-impl LinkInfo {
-    /// Role of an interface in the collector's inventory.
-    pub fn role_of(&self, device: &str) -> Option<&str> {
-        self.roles
-            .iter()
-            .find(|(d, _)| d == device)
-            .map(|(_, r)| r.as_str())
-    }
 }
 
 /// The key judgment.
@@ -253,7 +199,7 @@ impl Report {
             .map(|((_, _, tl), t)| (t.analysis.rank, tl))
             .collect();
         let straggler = straggler::analyze(&ranked);
-        let link = link_info(inputs);
+        let link = LinkInfo::new(inputs.link_rate_gbps, inputs.inventory.as_ref());
         Report::assemble(records, link, tests, logs, traces, straggler)
     }
 
@@ -291,27 +237,6 @@ impl Report {
     pub fn has_input_errors(&self) -> bool {
         self.inputs.iter().any(|i| i.status == "error")
     }
-}
-
-fn link_info(inputs: &Inputs) -> LinkInfo {
-    let mut link = LinkInfo::default();
-    match &inputs.inventory {
-        Some(Ok(inv)) => {
-            link.fabric_rdma_links = inv.fabric_rdma_links;
-            link.roles = inv.roles.clone();
-            if let Some(rate) = inv.fabric_rate_gbps {
-                link.rate_gbps = Some(rate);
-                link.source = Some("collector");
-            }
-        }
-        Some(Err(e)) => link.warning = Some(e.clone()),
-        None => {}
-    }
-    if let Some(rate) = inputs.link_rate_gbps {
-        link.rate_gbps = Some(rate);
-        link.source = Some("flag");
-    }
-    link
 }
 
 /// The bare baseline the judgment uses: the inter-node test with the highest peak, all-reduce preferred.

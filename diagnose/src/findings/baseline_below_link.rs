@@ -1,7 +1,7 @@
 //! The bare multi-node baseline does not reach the link's rate: the link, the NIC binding or the algorithm.
 
 use super::{r2, Context, Finding, Severity};
-use crate::report::BASELINE_MEETS_LINK;
+use crate::link::BASELINE_MEETS_LINK;
 
 pub fn check(ctx: &Context) -> Vec<Finding> {
     let Some(rate) = ctx.link.rate_gbps else {

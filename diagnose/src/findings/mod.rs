@@ -18,8 +18,9 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use crate::analysed::{LogReport, TestReport, TraceReport};
 use crate::analysis::straggler::StragglerAnalysis;
-use crate::report::{LinkInfo, LogReport, TestReport, TraceReport};
+use crate::link::LinkInfo;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
