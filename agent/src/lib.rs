@@ -210,7 +210,7 @@ pub async fn start_with(
     // The first Hello carries everything discovered at start; later changes travel as updates.
     let _ = smp.take_update();
     let inv = smp.full_inventory();
-    let fast_n = inv.series.iter().filter(|s| s.tier == 1).count();
+    let fast_n = inv.series.iter().filter(|s| s.tier == commwatch_proto::Tier::Fast as i32).count();
     let slow_n = inv.series.len() - fast_n;
     let buffer_bytes = config.buffer_bytes.unwrap_or_else(|| {
         buffer_bytes_for(

@@ -53,7 +53,7 @@ fn series_json(d: &pb::SeriesDescriptor, link: Option<&pb::Link>) -> Json {
     json!({
         "metric": d.metric,
         "kind": if d.kind == pb::SeriesKind::Gauge as i32 { "gauge" } else { "counter" },
-        "tier": if d.tier == 1 { "fast" } else { "slow" },
+        "tier": if d.tier == pb::Tier::Fast as i32 { "fast" } else { "slow" },
         "class": link.map(|l| class_name(l.class)),
         "device": link.map(|l| l.device.as_str()),
         "port": link.map(|l| l.port.as_str()),

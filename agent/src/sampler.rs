@@ -158,6 +158,8 @@ fn link_to_pb(id: u32, l: &Link) -> pb::Link {
         attributes: l.attributes.clone().into_iter().collect(),
         gpu: l.gpu.clone().unwrap_or_default(),
         link: l.link.clone().unwrap_or_default(),
+        // Unspecified: the collector applies the legacy rule (interface when device == port).
+        endpoint: pb::LinkEndpoint::Unspecified as i32,
     }
 }
 
@@ -323,8 +325,8 @@ impl Sampler {
                         labels: spec.labels.clone().into_iter().collect(),
                         max_value: if max_value == u64::MAX { 0 } else { max_value },
                         tier: match spec.tier {
-                            Tier::Fast => 1,
-                            Tier::Slow => 2,
+                            Tier::Fast => pb::Tier::Fast as i32,
+                            Tier::Slow => pb::Tier::Slow as i32,
                         },
                     };
                     self.series.push(d.clone());

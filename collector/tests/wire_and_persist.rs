@@ -152,6 +152,7 @@ fn golden_hello() -> pb::Hello {
         attributes: HashMap::new(),
         gpu: String::new(),
         link: String::new(),
+        ..Default::default()
     });
     inv.links.push(pb::Link {
         id: 3,
@@ -164,6 +165,7 @@ fn golden_hello() -> pb::Hello {
         attributes: HashMap::new(),
         gpu: "0".into(),
         link: "3".into(),
+        ..Default::default()
     });
     let c = |id, metric: &str, link_id| pb::SeriesDescriptor {
         id,

@@ -341,7 +341,7 @@ impl TryFrom<pb::SeriesDescriptor> for SeriesDesc {
             kind,
             link_id: s.link_id,
             labels,
-            tier: s.tier,
+            tier: u32::try_from(s.tier).unwrap_or(0),
         })
     }
 }

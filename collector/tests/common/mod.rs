@@ -62,6 +62,7 @@ pub fn hello(node: &str, instance_id: u64) -> pb::Hello {
                 attributes: HashMap::new(),
                 gpu: String::new(),
                 link: String::new(),
+                ..Default::default()
             }],
             series: vec![
                 counter(1, "tx_bytes", 1, 0),

@@ -1,0 +1,53 @@
+//! Bearer-token files (agent ↔ collector stream, the collector's API, the CLI's clients): read once at start,
+//! trailing whitespace (a newline from `echo`) trimmed, an empty file refused.
+
+use std::path::{Path, PathBuf};
+
+/// Why a token file cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenError {
+    #[error("cannot read token file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("token file {0} is empty")]
+    Empty(PathBuf),
+    #[error("token file {0} is not UTF-8 text")]
+    NotText(PathBuf),
+}
+
+/// Reads the token in `path`: its text with surrounding whitespace trimmed, never empty.
+pub fn read_token_file(path: &Path) -> Result<String, TokenError> {
+    let bytes = std::fs::read(path).map_err(|source| TokenError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let text = String::from_utf8(bytes).map_err(|_| TokenError::NotText(path.to_path_buf()))?;
+    let token = text.trim();
+    if token.is_empty() {
+        return Err(TokenError::Empty(path.to_path_buf()));
+    }
+    Ok(token.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trims_and_refuses_empty_missing_and_binary() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t");
+        std::fs::write(&p, "s3cret\n").unwrap();
+        assert_eq!(read_token_file(&p).unwrap(), "s3cret");
+        std::fs::write(&p, " \n\t").unwrap();
+        assert!(matches!(read_token_file(&p), Err(TokenError::Empty(_))));
+        std::fs::write(&p, [0xff, 0xfe]).unwrap();
+        assert!(matches!(read_token_file(&p), Err(TokenError::NotText(_))));
+        let missing = dir.path().join("missing");
+        let e = read_token_file(&missing).unwrap_err();
+        assert!(e.to_string().contains("missing"), "{e}");
+    }
+}
