@@ -22,8 +22,7 @@ use super::tracker::{Change, Tracker};
 use super::{evaluate, Finding, Kind};
 use crate::store::{now_unix_ns, Store};
 
-/// Default evaluation period.
-pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
+pub use super::DEFAULT_INTERVAL;
 /// An active finding's refreshed numbers are written to SQLite at most this often.
 pub const HISTORY_REFRESH: Duration = Duration::from_secs(30);
 /// A learned throughput figure is written at most this often per job and scale.
@@ -218,7 +217,7 @@ impl AnalysisHandle {
         store: Arc<Store>,
         config: AnalysisConfig,
     ) -> Result<(AnalysisHandle, JoinHandle<()>), HistoryError> {
-        let mut tracker = Tracker::new();
+        let mut tracker = Tracker::with_interval(config.interval);
         let mut extras = Extras::default();
         let mut history_tx = None;
         if let Some(dir) = config.state_dir.clone() {

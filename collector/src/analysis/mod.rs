@@ -9,10 +9,11 @@
 //!   [`management_nic`], [`underutilized`], [`degraded`], [`link_errors`], [`congestion`], [`straggler`],
 //!   [`exposed_comm`], [`cpu_bound`], [`scaling`], [`nccl`].
 //! - [`evaluate`] runs every rule and then links consequences to their root cause ([`link_causes`]).
-//! - [`tracker`]: hysteresis — a candidate becomes an active finding only after it was seen in
-//!   [`tracker::RAISE_AFTER`] consecutive evaluations, and clears after [`tracker::CLEAR_AFTER`] consecutive
-//!   evaluations without it.
-//! - [`engine`]: the periodic task (every [`engine::DEFAULT_INTERVAL`]); reads the store briefly per node, never
+//! - [`tracker`]: hysteresis in wall time — a candidate becomes an active finding only once it was seen for
+//!   [`tracker::RAISE_AFTER`] evaluation intervals (and in as many consecutive evaluations), and clears once
+//!   missing for [`tracker::CLEAR_AFTER`] intervals (and as many evaluations), however far the pacing
+//!   stretches the evaluations apart.
+//! - [`engine`]: the periodic task (every [`DEFAULT_INTERVAL`]); reads the store briefly per node, never
 //!   blocks ingest; keeps the findings, the raised counters and the scaling figures; persists through
 //!   [`history`].
 //! - [`history`]: SQLite tables for finding history, baselines and per-scale throughput (beside `persist.rs`'s).
@@ -38,11 +39,15 @@ pub mod underutilized;
 
 pub(crate) use crate::stats::median;
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 pub use engine::{AnalysisConfig, AnalysisHandle, FindingEvent};
 pub use input::AnalysisInput;
+
+/// Default evaluation period (the tracker's hysteresis is counted in it).
+pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
 
 /// How bad a finding is. `Critical`: the job is measurably slowed now; `Warning`: it will be or partly is;
 /// `Info`: context (e.g. a consequence of another finding's root cause).

@@ -1,21 +1,32 @@
 //! Hysteresis: candidates become findings, findings clear, without flapping.
 //!
-//! - A candidate id must be seen in [`RAISE_AFTER`] consecutive evaluations before its finding is raised
-//!   (with the default 1 s evaluation period and 20 s windows, a rule already looked at many steps).
-//! - An active finding clears after [`CLEAR_AFTER`] consecutive evaluations without its candidate; seen again
-//!   before that, the count starts over.
+//! Raising and clearing are measured in wall time, so that their meaning does not change when the evaluation
+//! period stretches under load ([`crate::pace`]). Each evaluation looks at what happened since the previous
+//! one, so a sighting at time `t` vouches for the interval that ends at `t`:
+//! - A candidate id is raised once it was seen in consecutive evaluations covering at least [`RAISE_AFTER`]
+//!   intervals of wall time — `latest − first sighting + interval ≥ RAISE_AFTER × interval` — and in at least
+//!   [`RAISE_AFTER`] evaluations. At the nominal pace that is its [`RAISE_AFTER`]-th sighting; under load, when
+//!   evaluations are farther apart, the evaluation count still holds (no finding from fewer looks); evaluations
+//!   closer together than the interval (a test, an extra evaluation) cannot raise it sooner.
+//! - An active finding clears once it has been missing for at least [`CLEAR_AFTER`] intervals since it was
+//!   last seen (`now − last_seen ≥ CLEAR_AFTER × interval`) and from at least [`CLEAR_AFTER`] evaluations in a
+//!   row; seen again before that, both counts start over.
+//! - Clock reads jitter by a few milliseconds: a span counts as reached within [`SLACK`] of an interval.
 //! - While active, each evaluation refreshes its summary, evidence, severity and links and `last_seen`.
 //! - A cleared finding stays in the list (`active = false`, history); raised again, it keeps `first_seen`
 //!   and is counted again in `raised_total`.
 
 use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
 
 use super::{Candidate, Finding, Kind};
 
-/// Consecutive evaluations a candidate needs before it is raised.
+/// Intervals (and at least as many evaluations) a candidate must be seen for before it is raised.
 pub const RAISE_AFTER: u32 = 3;
-/// Consecutive evaluations without it before an active finding clears.
+/// Intervals (and at least as many evaluations in a row) an active finding must be missing before it clears.
 pub const CLEAR_AFTER: u32 = 5;
+/// Share of one interval by which a span may fall short and still count (clock-read jitter).
+pub const SLACK: f64 = 0.05;
 /// Inactive findings kept in memory (oldest dropped first; the SQLite history keeps all).
 pub const MAX_INACTIVE: usize = 1000;
 
@@ -28,14 +39,18 @@ pub enum Change {
     Updated(Finding),
 }
 
-#[derive(Debug, Default)]
+/// A candidate not raised yet: its current streak of sightings.
+#[derive(Debug)]
 struct Pending {
     seen: u32,
+    first_unix_s: f64,
 }
 
-/// The findings and the counters of candidates not yet raised / findings not yet cleared.
-#[derive(Debug, Default)]
+/// The findings and the streaks of candidates not yet raised / findings not yet cleared.
+#[derive(Debug)]
 pub struct Tracker {
+    /// The nominal evaluation period, seconds.
+    interval_s: f64,
     findings: BTreeMap<String, Finding>,
     pending: HashMap<String, Pending>,
     /// Evaluations in a row an active finding was missing.
@@ -43,9 +58,32 @@ pub struct Tracker {
     raised_total: BTreeMap<Kind, u64>,
 }
 
+impl Default for Tracker {
+    fn default() -> Self {
+        Tracker::new()
+    }
+}
+
 impl Tracker {
+    /// A tracker for evaluations every [`super::DEFAULT_INTERVAL`].
     pub fn new() -> Tracker {
-        Tracker::default()
+        Tracker::with_interval(super::DEFAULT_INTERVAL)
+    }
+
+    /// A tracker for evaluations every `interval` (the nominal period, before any stretching under load).
+    pub fn with_interval(interval: Duration) -> Tracker {
+        Tracker {
+            interval_s: interval.as_secs_f64(),
+            findings: BTreeMap::new(),
+            pending: HashMap::new(),
+            missing: HashMap::new(),
+            raised_total: BTreeMap::new(),
+        }
+    }
+
+    /// Whether `span_s` seconds cover `n` intervals (within [`SLACK`]).
+    fn covers(&self, span_s: f64, n: u32) -> bool {
+        span_s >= (f64::from(n) - SLACK) * self.interval_s
     }
 
     /// Seeds with findings from history (as inactive unless `keep_active`); raised counters start at 0.
@@ -74,55 +112,76 @@ impl Tracker {
                 }
                 continue;
             }
-            let p = self.pending.entry(id.clone()).or_default();
+            let p = self.pending.entry(id.clone()).or_insert(Pending {
+                seen: 0,
+                first_unix_s: now_unix_s,
+            });
             p.seen += 1;
-            if p.seen < RAISE_AFTER {
+            let (seen, held_s) = (p.seen, now_unix_s - p.first_unix_s + self.interval_s);
+            if seen < RAISE_AFTER || !self.covers(held_s, RAISE_AFTER) {
                 continue;
             }
             self.pending.remove(&id);
-            let first = self
-                .findings
-                .get(&id)
-                .map_or(now_unix_s, |f| f.first_seen_unix_s);
-            let f = Finding {
-                id: id.clone(),
-                kind: c.kind,
-                severity: c.severity,
-                subject: c.subject,
-                summary: c.summary,
-                evidence: c.evidence,
-                action: c.action,
-                first_seen_unix_s: first,
-                last_seen_unix_s: now_unix_s,
-                active: true,
-                caused_by: c.caused_by,
-                consequences: c.consequences,
-            };
-            *self.raised_total.entry(f.kind).or_insert(0) += 1;
-            self.findings.insert(id, f.clone());
-            changes.push(Change::Raised(f));
+            changes.push(Change::Raised(self.raise(id, c, now_unix_s)));
         }
         // Candidates not seen this time lose their streak.
         self.pending.retain(|id, _| seen_ids.contains(id));
-        let absent: Vec<String> = self
+        self.clear_missing(now_unix_s, &seen_ids, &mut changes);
+        self.trim();
+        changes
+    }
+
+    /// Makes `c` an active finding (keeping `first_seen` of an earlier one with its id) and counts it.
+    fn raise(&mut self, id: String, c: Candidate, now_unix_s: f64) -> Finding {
+        let first = self
+            .findings
+            .get(&id)
+            .map_or(now_unix_s, |f| f.first_seen_unix_s);
+        let f = Finding {
+            id: id.clone(),
+            kind: c.kind,
+            severity: c.severity,
+            subject: c.subject,
+            summary: c.summary,
+            evidence: c.evidence,
+            action: c.action,
+            first_seen_unix_s: first,
+            last_seen_unix_s: now_unix_s,
+            active: true,
+            caused_by: c.caused_by,
+            consequences: c.consequences,
+        };
+        *self.raised_total.entry(f.kind).or_insert(0) += 1;
+        self.findings.insert(id, f.clone());
+        f
+    }
+
+    /// Counts a miss for every active finding not in `seen_ids` and clears those missing long enough.
+    fn clear_missing(
+        &mut self,
+        now_unix_s: f64,
+        seen_ids: &std::collections::HashSet<String>,
+        changes: &mut Vec<Change>,
+    ) {
+        let absent: Vec<(String, f64)> = self
             .findings
             .values()
             .filter(|f| f.active && !seen_ids.contains(&f.id))
-            .map(|f| f.id.clone())
+            .map(|f| (f.id.clone(), f.last_seen_unix_s))
             .collect();
-        for id in absent {
+        for (id, last_seen) in absent {
             let n = self.missing.entry(id.clone()).or_insert(0);
             *n += 1;
-            if *n >= CLEAR_AFTER {
-                self.missing.remove(&id);
-                if let Some(f) = self.findings.get_mut(&id) {
-                    f.active = false;
-                    changes.push(Change::Cleared(f.clone()));
-                }
+            let misses = *n;
+            if misses < CLEAR_AFTER || !self.covers(now_unix_s - last_seen, CLEAR_AFTER) {
+                continue;
+            }
+            self.missing.remove(&id);
+            if let Some(f) = self.findings.get_mut(&id) {
+                f.active = false;
+                changes.push(Change::Cleared(f.clone()));
             }
         }
-        self.trim();
-        changes
     }
 
     fn trim(&mut self) {
@@ -213,5 +272,57 @@ mod tests {
         let ch = t.update(18.0, vec![cand()]);
         assert!(matches!(&ch[..], [Change::Raised(f)] if f.first_seen_unix_s == 3.0));
         assert_eq!(t.raised_total().get(&Kind::LinkErrors), Some(&2));
+    }
+
+    #[test]
+    fn evaluations_stretched_under_load_still_need_three_sightings_and_five_misses() {
+        // Nominal 1 s, but the paced engine evaluates every 4 s: the time spans are met at once, the counts
+        // are what holds.
+        let mut t = Tracker::with_interval(Duration::from_secs(1));
+        assert!(t.update(100.0, vec![cand()]).is_empty());
+        assert!(t.update(104.0, vec![cand()]).is_empty());
+        assert!(matches!(
+            &t.update(108.0, vec![cand()])[..],
+            [Change::Raised(_)]
+        ));
+        for i in 1..5 {
+            assert!(t.update(108.0 + 4.0 * i as f64, vec![]).is_empty());
+        }
+        let ch = t.update(128.0, vec![]);
+        assert!(matches!(&ch[..], [Change::Cleared(f)] if f.last_seen_unix_s == 108.0));
+    }
+
+    #[test]
+    fn evaluations_closer_than_the_interval_wait_for_the_wall_time() {
+        // A 10 s interval evaluated every second: raised once seen over 30 s (first at 0 s, the sighting at
+        // 20 s vouches for 10..20 s), cleared once missing for 50 s.
+        let mut t = Tracker::with_interval(Duration::from_secs(10));
+        for s in 0..20 {
+            assert!(t.update(f64::from(s), vec![cand()]).is_empty(), "{s}");
+        }
+        let ch = t.update(20.0, vec![cand()]);
+        assert!(matches!(&ch[..], [Change::Raised(f)] if f.first_seen_unix_s == 20.0));
+        for s in 21..70 {
+            assert!(t.update(f64::from(s), vec![]).is_empty(), "{s}");
+        }
+        assert!(matches!(&t.update(70.0, vec![])[..], [Change::Cleared(_)]));
+    }
+
+    #[test]
+    fn a_few_milliseconds_of_clock_jitter_do_not_cost_an_interval() {
+        let mut t = Tracker::with_interval(Duration::from_secs(1));
+        t.update(10.0, vec![cand()]);
+        t.update(10.998, vec![cand()]);
+        assert!(matches!(
+            &t.update(11.996, vec![cand()])[..],
+            [Change::Raised(_)]
+        ));
+        for s in [12.995, 13.994, 14.993, 15.992] {
+            assert!(t.update(s, vec![]).is_empty());
+        }
+        assert!(matches!(
+            &t.update(16.991, vec![])[..],
+            [Change::Cleared(_)]
+        ));
     }
 }
