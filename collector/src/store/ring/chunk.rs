@@ -1,0 +1,263 @@
+//! A sealed chunk: [`CHUNK`] samples compressed as the ring's module documentation describes (timestamps as
+//! bit-packed residuals from the chunk's line, values as frame-of-reference deltas or XOR, whichever is
+//! smaller). Encoding and decoding are exact for any `i64` timestamps and `u64` values: all arithmetic wraps.
+
+use super::bits::{
+    bits, get_varint, put_varint, unzigzag, varint_len, width, xor_decode, xor_fields, zigzag,
+    BitWriter,
+};
+
+/// Samples per sealed chunk.
+pub(super) const CHUNK: usize = 128;
+/// Zero bytes at the end of a chunk's bytes, so that any field is read with one 8-byte load (and at most one
+/// more byte).
+const PAD: usize = 8;
+/// Value tag of an XOR-encoded chunk (otherwise the tag byte is the delta width, 0..=64).
+const TAG_XOR: u8 = 0x80;
+/// Most bytes of an XOR stream: 2 + 5 + 6 + 64 bits per value.
+const XOR_MAX: usize = (CHUNK - 1) * 77 / 8 + 1;
+
+/// `CHUNK` compressed samples.
+///
+/// `data`: `[timestamp width]` `[CHUNK residuals]` `[value tag]` then, for deltas, `varint(v_0)`
+/// `varint(zigzag(min_delta))` and `CHUNK - 1` packed deltas; for XOR, `v_0` as 8 bytes and the XOR stream.
+#[derive(Debug, Clone)]
+pub(super) struct Chunk {
+    base: i64,
+    step: i64,
+    /// Largest timestamp in the chunk (the last one when timestamps increase).
+    pub(super) max_ts: i64,
+    data: Box<[u8]>,
+}
+
+impl Chunk {
+    /// Encodes `s` (`CHUNK` samples).
+    pub(super) fn encode(s: &[(i64, u64)]) -> Chunk {
+        debug_assert_eq!(s.len(), CHUNK);
+        let t0 = s[0].0;
+        let t_last = s[CHUNK - 1].0;
+        let step = match t_last.checked_sub(t0) {
+            Some(span) => span / (CHUNK as i64 - 1),
+            None => ((i128::from(t_last) - i128::from(t0)) / (CHUNK as i128 - 1)) as i64,
+        };
+        // Timestamp residuals from the line, then deltas of the values.
+        let mut res = [0u64; CHUNK];
+        let (mut emin, mut emax, mut max_ts) = (i64::MAX, i64::MIN, i64::MIN);
+        let mut line = t0;
+        for (r, &(t, _)) in res.iter_mut().zip(s) {
+            let e = t.wrapping_sub(line);
+            line = line.wrapping_add(step);
+            *r = e as u64;
+            emin = emin.min(e);
+            emax = emax.max(e);
+            max_ts = max_ts.max(t);
+        }
+        let wt = width(emax.wrapping_sub(emin) as u64);
+        let mut deltas = [0u64; CHUNK];
+        let (mut dmin, mut dmax) = (i64::MAX, i64::MIN);
+        for (d, w) in deltas[1..].iter_mut().zip(s.windows(2)) {
+            let x = w[1].1.wrapping_sub(w[0].1) as i64;
+            *d = x as u64;
+            dmin = dmin.min(x);
+            dmax = dmax.max(x);
+        }
+        let wv = width(dmax.wrapping_sub(dmin) as u64);
+        let v0 = s[0].1;
+        let delta_len =
+            varint_len(v0) + varint_len(zigzag(dmin)) + ((CHUNK - 1) * wv as usize).div_ceil(8);
+        let xor = if wv > 8 {
+            xor_if_smaller(s, delta_len)
+        } else {
+            None
+        };
+
+        let ts_len = (CHUNK * wt as usize).div_ceil(8);
+        let xor_len = xor.as_ref().map_or(usize::MAX, |x| 8 + x.len());
+        let mut data = vec![0u8; 2 + ts_len + delta_len.min(xor_len) + PAD].into_boxed_slice();
+        data[0] = wt as u8;
+        let mut bw = BitWriter::new(&mut data[1..1 + ts_len]);
+        for &r in &res {
+            bw.put(r.wrapping_sub(emin as u64), wt);
+        }
+        bw.finish();
+        let mut pos = 1 + ts_len;
+        if let Some(xor) = xor {
+            data[pos] = TAG_XOR;
+            data[pos + 1..pos + 9].copy_from_slice(&v0.to_le_bytes());
+            data[pos + 9..pos + 9 + xor.len()].copy_from_slice(&xor);
+        } else {
+            data[pos] = wv as u8;
+            pos += 1;
+            put_varint(&mut data, &mut pos, v0);
+            put_varint(&mut data, &mut pos, zigzag(dmin));
+            let mut bw = BitWriter::new(&mut data[pos..]);
+            for &d in &deltas[1..] {
+                bw.put(d.wrapping_sub(dmin as u64), wv);
+            }
+            bw.finish();
+        }
+        Chunk {
+            base: t0.wrapping_add(emin),
+            step,
+            max_ts,
+            data,
+        }
+    }
+
+    /// Bytes allocated for the encoded samples.
+    pub(super) fn encoded_len(&self) -> usize {
+        self.data.len()
+    }
+
+    /// Timestamps of samples `k..k + out.len()` into `out`.
+    pub(super) fn timestamps(&self, k: usize, out: &mut [i64]) {
+        let wt = u32::from(self.data[0]);
+        let mut t = self.base.wrapping_add((k as i64).wrapping_mul(self.step));
+        let mut bit = 8 + k * wt as usize;
+        for o in out {
+            *o = t.wrapping_add(bits(&self.data, bit, wt) as i64);
+            t = t.wrapping_add(self.step);
+            bit += wt as usize;
+        }
+    }
+
+    /// All `CHUNK` samples into `out`.
+    pub(super) fn decode(&self, out: &mut [(i64, u64)]) {
+        let d = &self.data;
+        let wt = u32::from(d[0]);
+        let mut t = self.base;
+        let mut bit = 8;
+        for o in out.iter_mut() {
+            o.0 = t.wrapping_add(bits(d, bit, wt) as i64);
+            t = t.wrapping_add(self.step);
+            bit += wt as usize;
+        }
+        let mut pos = 1 + (CHUNK * wt as usize).div_ceil(8);
+        let tag = d[pos];
+        pos += 1;
+        if tag == TAG_XOR {
+            let v0 = u64::from_le_bytes(d[pos..pos + 8].try_into().expect("8 bytes"));
+            out[0].1 = v0;
+            xor_decode(d, (pos + 8) * 8, v0, out[1..].iter_mut().map(|o| &mut o.1));
+        } else {
+            let wv = u32::from(tag);
+            let mut v = get_varint(d, &mut pos);
+            let dmin = unzigzag(get_varint(d, &mut pos)) as u64;
+            let mut bit = pos * 8;
+            out[0].1 = v;
+            for o in &mut out[1..] {
+                v = v.wrapping_add(dmin).wrapping_add(bits(d, bit, wv));
+                o.1 = v;
+                bit += wv as usize;
+            }
+        }
+    }
+}
+
+/// The XOR stream of `s`'s values after the first, if it and the first value's 8 bytes take fewer than the
+/// `delta_len` bytes of the delta encoding. It is encoded only where a lower bound of its size (every field in
+/// a fresh window, as narrow as it can be) says it may win; the caller asks only for deltas of more than 8 bits
+/// (below that XOR cannot win by much).
+fn xor_if_smaller(s: &[(i64, u64)], delta_len: usize) -> Option<Vec<u8>> {
+    let mut bound = 0u32;
+    for w in s.windows(2) {
+        let x = w[1].1 ^ w[0].1;
+        let sig = if x == 0 {
+            0
+        } else {
+            2 + 64 - x.leading_zeros().min(31) - x.trailing_zeros()
+        };
+        bound += 1 + sig;
+    }
+    if 8 + (bound as usize).div_ceil(8) >= delta_len {
+        return None;
+    }
+    let mut xor = vec![0u8; XOR_MAX];
+    let mut bw = BitWriter::new(&mut xor);
+    xor_fields(s[0].1, s[1..].iter().map(|p| p.1), |v, w| bw.put(v, w));
+    let len = bw.finish();
+    if 8 + len >= delta_len {
+        return None;
+    }
+    xor.truncate(len);
+    Some(xor)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `CHUNK` samples at a 50 ms period with a little jitter, values from `value(k)`.
+    fn samples(value: impl Fn(u64) -> u64) -> Vec<(i64, u64)> {
+        (0..CHUNK as u64)
+            .map(|k| {
+                (
+                    1_000 + k as i64 * 50_000_000 + (k * 7919 % 1_000) as i64,
+                    value(k),
+                )
+            })
+            .collect()
+    }
+
+    /// Bytes of `c`'s packed timestamps.
+    fn ts_len(c: &Chunk) -> usize {
+        (CHUNK * usize::from(c.data[0])).div_ceil(8)
+    }
+
+    /// The value tag byte of `c`.
+    fn tag(c: &Chunk) -> u8 {
+        c.data[1 + ts_len(c)]
+    }
+
+    /// Bytes of `c`'s values after the tag.
+    fn values_len(c: &Chunk) -> usize {
+        c.encoded_len() - 2 - ts_len(c) - PAD
+    }
+
+    fn round_trip(s: &[(i64, u64)]) -> Chunk {
+        let c = Chunk::encode(s);
+        let mut out = vec![(0, 0); CHUNK];
+        c.decode(&mut out);
+        assert_eq!(out, s);
+        for k in [0, 1, 57, CHUNK - 3] {
+            let mut ts = [0i64; 3];
+            c.timestamps(k, &mut ts);
+            assert_eq!(
+                ts[..],
+                s[k..k + 3].iter().map(|p| p.0).collect::<Vec<_>>()[..]
+            );
+        }
+        assert_eq!(c.max_ts, s.iter().map(|p| p.0).max().unwrap_or(i64::MIN));
+        c
+    }
+
+    #[test]
+    fn counters_take_deltas_and_repeating_gauges_xor() {
+        // A steady counter: deltas of 10 bits, far smaller than XOR.
+        let counter = round_trip(&samples(|k| (1 << 40) + k * 5_000_000 + (k * 31 % 1_000)));
+        assert_eq!(tag(&counter), 10);
+        // A gauge repeating one f64 now and then changing: XOR's 1 bit per repeat beats 64-bit deltas.
+        let gauge = round_trip(&samples(|k| (20.0 + (k / 16) as f64 * 0.1).to_bits()));
+        assert_eq!(tag(&gauge), TAG_XOR);
+        assert!(values_len(&gauge) < CHUNK, "{}", values_len(&gauge));
+        // A constant: 0 bits per value and, with a strict period, 0 bits per timestamp (the values' part is
+        // the first value and the zero delta as varints).
+        let strict: Vec<_> = (0..CHUNK as i64).map(|k| (k * 10, 7)).collect();
+        let constant = round_trip(&strict);
+        assert_eq!((constant.data[0], tag(&constant)), (0, 0));
+        assert_eq!(values_len(&constant), 2);
+    }
+
+    #[test]
+    fn wrapping_values_and_timestamps_round_trip() {
+        round_trip(&samples(|k| (u64::MAX - 1_000).wrapping_add(k * 16)));
+        let extremes: Vec<_> = (0..CHUNK)
+            .map(|k| match k % 3 {
+                0 => (i64::MIN + k as i64, 0),
+                1 => (i64::MAX - k as i64, u64::MAX),
+                _ => (-(k as i64), 1 << 63),
+            })
+            .collect();
+        round_trip(&extremes);
+    }
+}
