@@ -17,16 +17,23 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use commwatch_collector::export::exposition::{Exposition, StoreDescs};
 use commwatch_collector::export::health::Health;
-use commwatch_collector::export::prometheus::{reference, Exposition, StoreDescs};
-mod common;
-
-use common::*;
-use commwatch_collector::{start, CollectorConfig};
+use commwatch_collector::store::Store;
+use commwatch_collector::{start, CollectorConfig, CollectorHandle};
 use commwatch_proto::v1 as pb;
 use prometheus::TextEncoder;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
+
+mod common;
+use common::*;
+
+// The reference encoder: the file the library's tests compile. It names the library's items by `crate::` paths,
+// which the modules imported here make resolve in this bench.
+#[path = "../src/export/exposition/reference.rs"]
+mod reference;
+use commwatch_collector::{export, ingest, store};
 
 const CPU_ID: u32 = 1_000_000;
 const TICKS: u64 = 5;
@@ -105,6 +112,118 @@ fn median(v: &mut [f64]) -> f64 {
     v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
 
+/// Fills the collector with `nodes` agents of `series` series each (64 at a time); returns how many were acked.
+fn fill(rt: &tokio::runtime::Runtime, handle: &CollectorHandle, nodes: u64, series: u32) -> u64 {
+    rt.block_on(async {
+        let addr = handle.grpc_addr;
+        let gate = Arc::new(tokio::sync::Semaphore::new(64));
+        let tasks: Vec<_> = (0..nodes)
+            .map(|i| {
+                let gate = gate.clone();
+                tokio::spawn(async move {
+                    let _permit = gate.acquire_owned().await;
+                    agent(addr, i, series).await
+                })
+            })
+            .collect();
+        let mut n = 0;
+        for t in tasks {
+            n += u64::from(t.await.unwrap_or(false));
+        }
+        n
+    })
+}
+
+/// One repetition's figures, seconds.
+struct Rep {
+    old_wall: f64,
+    old_cpu: f64,
+    new_wall: f64,
+    new_cpu: f64,
+    /// The time of a store snapshot on its own.
+    snapshot_wall: f64,
+}
+
+/// Renders the store once each way (the previous path first in even repetitions), checks the texts equal and
+/// prints them; returns the figures and the text's bytes and samples.
+fn render_both(store: &Arc<Store>, exposition: &Exposition, rep: u64) -> (Rep, usize, usize) {
+    let old = || {
+        let health = Health::new().expect("health");
+        health
+            .registry
+            .register(Box::new(
+                reference::StoreCollector::new(store.clone()).expect("collector"),
+            ))
+            .expect("register");
+        let (t, c) = (Instant::now(), thread_cpu_s());
+        let text = TextEncoder::new()
+            .encode_to_string(&health.registry.gather())
+            .expect("encode");
+        (text, t.elapsed().as_secs_f64(), thread_cpu_s() - c)
+    };
+    let new = || {
+        let health = Health::new().expect("health");
+        health
+            .registry
+            .register(Box::new(StoreDescs::new().expect("descs")))
+            .expect("register");
+        let (t, c) = (Instant::now(), thread_cpu_s());
+        let text = exposition.render(&health).expect("render");
+        (text, t.elapsed().as_secs_f64(), thread_cpu_s() - c)
+    };
+    let ((o, ow, oc), (n, nw, nc)) = if rep.is_multiple_of(2) {
+        let o = old();
+        (o, new())
+    } else {
+        let n = new();
+        (old(), n)
+    };
+    // The new text holds no scrape yet in its fresh registry, as the old one: equal byte for byte.
+    assert!(o == n, "texts differ (rep {rep})");
+    let bytes = n.len();
+    let samples = n.lines().filter(|l| !l.starts_with('#')).count();
+    drop((o, n));
+    println!(
+        "rep {rep}: previous path {:.0} ms (CPU {:.0} ms), writer {:.0} ms (CPU {:.0} ms), {:.1} MiB",
+        ow * 1e3,
+        oc * 1e3,
+        nw * 1e3,
+        nc * 1e3,
+        bytes as f64 / (1 << 20) as f64
+    );
+    // The copy of every node that both paths start with.
+    let t = Instant::now();
+    drop(store.snapshot(unix_ns()));
+    let rep = Rep {
+        old_wall: ow,
+        old_cpu: oc,
+        new_wall: nw,
+        new_cpu: nc,
+        snapshot_wall: t.elapsed().as_secs_f64(),
+    };
+    (rep, bytes, samples)
+}
+
+/// Fetches `/metrics` over HTTP three times; returns the median time, seconds.
+fn fetch_over_http(rt: &tokio::runtime::Runtime, handle: &CollectorHandle, bytes: usize) -> f64 {
+    let url = format!("http://{}/metrics", handle.http_addr);
+    let mut http = Vec::new();
+    for _ in 0..3 {
+        let t = Instant::now();
+        let body = rt.block_on(async {
+            reqwest::get(&url)
+                .await
+                .expect("GET /metrics")
+                .bytes()
+                .await
+                .expect("body")
+        });
+        http.push(t.elapsed().as_secs_f64());
+        assert!(body.len() > bytes / 2, "short /metrics body");
+    }
+    median(&mut http)
+}
+
 fn main() {
     let nodes = env("NODES", 1000);
     let series = env("SERIES", 500) as u32;
@@ -124,25 +243,8 @@ fn main() {
         };
         start(cfg).await.expect("collector")
     });
-    let fill = Instant::now();
-    let acked = rt.block_on(async {
-        let addr = handle.grpc_addr;
-        let gate = Arc::new(tokio::sync::Semaphore::new(64));
-        let tasks: Vec<_> = (0..nodes)
-            .map(|i| {
-                let gate = gate.clone();
-                tokio::spawn(async move {
-                    let _permit = gate.acquire_owned().await;
-                    agent(addr, i, series).await
-                })
-            })
-            .collect();
-        let mut n = 0;
-        for t in tasks {
-            n += u64::from(t.await.unwrap_or(false));
-        }
-        n
-    });
+    let filling = Instant::now();
+    let acked = fill(&rt, &handle, nodes, series);
     let store = handle.store().clone();
     let m = store.memory();
     println!(
@@ -150,7 +252,7 @@ fn main() {
         m.nodes,
         m.series,
         m.samples,
-        fill.elapsed().as_secs_f64()
+        filling.elapsed().as_secs_f64()
     );
 
     let exposition = Exposition::new(store.clone());
@@ -159,58 +261,13 @@ fn main() {
     let mut bytes = 0;
     let mut samples = 0;
     for rep in 0..reps {
-        let old = || {
-            let health = Health::new().expect("health");
-            health
-                .registry
-                .register(Box::new(
-                    reference::StoreCollector::new(store.clone()).expect("collector"),
-                ))
-                .expect("register");
-            let (t, c) = (Instant::now(), thread_cpu_s());
-            let text = TextEncoder::new()
-                .encode_to_string(&health.registry.gather())
-                .expect("encode");
-            (text, t.elapsed().as_secs_f64(), thread_cpu_s() - c)
-        };
-        let new = || {
-            let health = Health::new().expect("health");
-            health
-                .registry
-                .register(Box::new(StoreDescs::new().expect("descs")))
-                .expect("register");
-            let (t, c) = (Instant::now(), thread_cpu_s());
-            let text = exposition.render(&health).expect("render");
-            (text, t.elapsed().as_secs_f64(), thread_cpu_s() - c)
-        };
-        let ((o, ow, oc), (n, nw, nc)) = if rep % 2 == 0 {
-            let o = old();
-            (o, new())
-        } else {
-            let n = new();
-            (old(), n)
-        };
-        // The new text holds no scrape yet in its fresh registry, as the old one: equal byte for byte.
-        assert!(o == n, "texts differ (rep {rep})");
-        bytes = n.len();
-        samples = n.lines().filter(|l| !l.starts_with('#')).count();
-        drop((o, n));
-        println!(
-            "rep {rep}: previous path {:.0} ms (CPU {:.0} ms), writer {:.0} ms (CPU {:.0} ms), {:.1} MiB",
-            ow * 1e3,
-            oc * 1e3,
-            nw * 1e3,
-            nc * 1e3,
-            bytes as f64 / (1 << 20) as f64
-        );
-        // The copy of every node that both paths start with.
-        let t = Instant::now();
-        drop(store.snapshot(unix_ns()));
-        snap_wall.push(t.elapsed().as_secs_f64());
-        old_wall.push(ow);
-        old_cpu.push(oc);
-        new_wall.push(nw);
-        new_cpu.push(nc);
+        let (r, b, s) = render_both(&store, &exposition, rep);
+        (bytes, samples) = (b, s);
+        old_wall.push(r.old_wall);
+        old_cpu.push(r.old_cpu);
+        new_wall.push(r.new_wall);
+        new_cpu.push(r.new_cpu);
+        snap_wall.push(r.snapshot_wall);
     }
     let (ow, oc, nw, nc) = (
         median(&mut old_wall),
@@ -240,25 +297,9 @@ fn main() {
         "of which the store snapshot (both paths): {:.0} ms",
         snap * 1e3
     );
-
-    let url = format!("http://{}/metrics", handle.http_addr);
-    let mut http = Vec::new();
-    for _ in 0..3 {
-        let t = Instant::now();
-        let body = rt.block_on(async {
-            reqwest::get(&url)
-                .await
-                .expect("GET /metrics")
-                .bytes()
-                .await
-                .expect("body")
-        });
-        http.push(t.elapsed().as_secs_f64());
-        assert!(body.len() > bytes / 2, "short /metrics body");
-    }
     println!(
         "GET /metrics over HTTP (render + transfer + read): median {:.0} ms",
-        median(&mut http) * 1e3
+        fetch_over_http(&rt, &handle, bytes) * 1e3
     );
     rt.block_on(handle.shutdown());
 }

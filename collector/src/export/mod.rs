@@ -2,10 +2,13 @@
 
 pub mod access;
 pub mod api;
+pub mod exposition;
 pub mod findings;
 pub mod health;
 pub mod jobs;
 pub mod names;
-pub mod prometheus;
 mod proto;
 pub mod steps;
+
+/// `/metrics` under the name it had before it became [`exposition`], for the callers that still use it.
+pub use exposition as prometheus;

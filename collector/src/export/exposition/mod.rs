@@ -1,0 +1,109 @@
+//! `/metrics`: the store's families are written straight into the exposition text at scrape time (bounded work
+//! per scrape, nothing per sample on the ingest path). Each node is copied under its own lock
+//! ([`Store::snapshot`]) and formatted outside it.
+//!
+//! [`Exposition::render`] writes the text format 0.0.4 into one buffer sized from the previous scrape: the
+//! collector's own families (the health `Registry`: health, steps, findings, jobs; few series) are encoded by
+//! the prometheus crate's `TextEncoder`, the store's families (nodes, links, GPUs, store size: hundreds of
+//! thousands of series in a large fleet) by [`write_exposition`], which takes label values straight from the
+//! snapshot's strings: no `MetricFamily`, no owned label per series. Both sets are interleaved by family name,
+//! and within a family the samples are ordered by label count, then by label values, as `Registry::gather`
+//! orders them, so the text is byte for byte what `gather` and `TextEncoder` make of the same store (label
+//! values escaped as the format requires, values printed as `TextEncoder` prints an `f64`).
+//!
+//! Parts: `families` holds the family table ([`FAMILIES`]: names, help, types), which family each series goes
+//! to, and [`StoreDescs`]; `samples` gathers the store's samples per family in `gather`'s order; `writer`
+//! writes them as text (escaping, values, headers); this module interleaves them with the registry's families.
+//!
+//! The store's family names are still registered in the health registry ([`StoreDescs`], no samples of its
+//! own), so a collector registering a family of the same name is refused at start, as before.
+//!
+//! The tests compare the text with the one the previous path makes (`MetricFamily` values built for a
+//! `Registry` and encoded by `TextEncoder`): that reference encoder is compiled only into the tests and into
+//! `benches/exposition.rs`, which times both.
+
+mod families;
+mod samples;
+mod writer;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use prometheus::proto::MetricFamily;
+use prometheus::{Encoder, TextEncoder};
+
+pub use families::{link_is_up, Family, StoreDescs, FAMILIES};
+use samples::Samples;
+
+use super::health::Health;
+use crate::store::{now_unix_ns, NodeSnapshot, Store, StoreMemory};
+
+/// Renders `/metrics` for one collector: its store and the length of the previous text (the next buffer's size).
+pub struct Exposition {
+    store: Arc<Store>,
+    last_len: AtomicUsize,
+}
+
+impl Exposition {
+    pub fn new(store: Arc<Store>) -> Exposition {
+        Exposition {
+            store,
+            last_len: AtomicUsize::new(0),
+        }
+    }
+
+    /// The whole `/metrics` text (store families and the registry's). CPU-bound: call it off the async
+    /// workers (`spawn_blocking`) for large fleets. Observes `scrape_seconds`.
+    pub fn render(&self, health: &Health) -> Result<String, prometheus::Error> {
+        let started = Instant::now();
+        let registered = health.registry.gather();
+        let nodes = self.store.snapshot(now_unix_ns());
+        let memory = self.store.memory();
+        let last = self.last_len.load(Ordering::Relaxed);
+        let mut out = String::with_capacity((last + last / 16).max(64 * 1024));
+        write_exposition(&registered, &nodes, Some(&memory), &mut out)?;
+        self.last_len.store(out.len(), Ordering::Relaxed);
+        health
+            .scrape_seconds
+            .observe(started.elapsed().as_secs_f64());
+        Ok(out)
+    }
+}
+
+/// The `Content-Type` of [`Exposition::render`]'s output.
+pub fn content_type() -> String {
+    TextEncoder::new().format_type().to_string()
+}
+
+/// Writes the exposition: the families of `registered` (as `Registry::gather` returns them: sorted by name) and
+/// the store's families for `nodes` (and its size gauges with `memory`), interleaved by family name; each
+/// family's samples in `gather`'s order. Byte for byte what `gather` and `TextEncoder` would write with the
+/// store's families collected into the registry.
+pub fn write_exposition(
+    registered: &[MetricFamily],
+    nodes: &[NodeSnapshot],
+    memory: Option<&StoreMemory>,
+    out: &mut String,
+) -> Result<(), prometheus::Error> {
+    let samples = Samples::collect(nodes, memory);
+    let mut order: Vec<usize> = (0..FAMILIES.len()).filter(|&i| samples.has(i)).collect();
+    order.sort_by_key(|&i| FAMILIES[i].name);
+    let encoder = TextEncoder::new();
+    let mut registered = registered.iter().peekable();
+    for i in order {
+        while let Some(mf) = registered.next_if(|mf| mf.name() < FAMILIES[i].name) {
+            encoder.encode_utf8(std::slice::from_ref(mf), out)?;
+        }
+        samples.write(i, out);
+    }
+    for mf in registered {
+        encoder.encode_utf8(std::slice::from_ref(mf), out)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod reference;
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,347 @@
+//! The store's samples, gathered from the snapshots per family in the order `Registry::gather` gives them,
+//! with their label values borrowed from the snapshots: each node's and each link's labels are escaped once
+//! into a shared prefix string, the rest (`state`, `counter`, the agent's labels) written from the snapshot
+//! at [`Sample::write`].
+
+use std::collections::HashSet;
+
+use super::families::{family_index, link_is_up, Ix, FAMILIES};
+use super::writer::{push_header, push_label, push_value};
+use crate::export::names;
+use crate::ingest::domain::LinkClass;
+use crate::store::{LinkSnapshot, NodeSnapshot, SeriesSnapshot, StoreMemory};
+
+/// One sample of a store family. Its labels, in order: `node` and the link's (`class`, `device`, `port`,
+/// `role`, and `gpu`, `link` for NVLink), written once per node or link into [`Samples::prefixes`]; then
+/// `state` (link up), `counter` (the series' agent name) and the series' own labels, borrowed from the
+/// snapshot.
+#[derive(Clone, Copy)]
+struct Sample<'a> {
+    /// `Samples::prefixes[prefix..prefix + prefix_len]`: `{node="…"` and the link's labels, escaped.
+    prefix: usize,
+    prefix_len: u32,
+    /// Number of labels (`gather` orders by it first).
+    count: u32,
+    /// Rank of the link among the node's links by label values (0 for node-level samples).
+    rank: u32,
+    /// The `state` label's link (link up).
+    state: Option<&'a LinkSnapshot>,
+    series: Option<&'a SeriesSnapshot>,
+    /// The `counter` label, from `series`.
+    counter: bool,
+    value: f64,
+}
+
+impl<'a> Sample<'a> {
+    /// A sample without labels.
+    fn bare(value: f64) -> Sample<'a> {
+        Sample {
+            prefix: 0,
+            prefix_len: 0,
+            count: 0,
+            rank: 0,
+            state: None,
+            series: None,
+            counter: false,
+            value,
+        }
+    }
+
+    /// Label values after `node` and the link's, in exposition order.
+    fn tail(self) -> impl Iterator<Item = &'a str> {
+        let state = self.state.map(|l| l.state.as_str());
+        let counter = self
+            .series
+            .filter(|_| self.counter)
+            .map(|s| s.key.metric.as_str());
+        let extra = self
+            .series
+            .into_iter()
+            .flat_map(|s| s.key.labels.iter().map(|(_, v)| v.as_str()));
+        state.into_iter().chain(counter).chain(extra)
+    }
+
+    /// `Registry::gather`'s order for two samples of one node (or of nodes of one name): label count, then
+    /// label values pair by pair (names are not compared). The node is the same; links of one class have as
+    /// many labels and links of two classes differ at `class`, so the link's rank decides unless the link
+    /// labels are equal, and the tail's values are then compared at the same positions.
+    fn same_node_cmp(&self, other: &Sample<'_>) -> std::cmp::Ordering {
+        self.count
+            .cmp(&other.count)
+            .then(self.rank.cmp(&other.rank))
+            .then_with(|| self.tail().cmp(other.tail()))
+    }
+
+    /// Writes the sample's line: `name`, its labels (the prefix from `prefixes`, then the tail), its value.
+    fn write(&self, name: &str, prefixes: &str, out: &mut String) {
+        out.push_str(name);
+        if self.count > 0 {
+            let end = self.prefix + self.prefix_len as usize;
+            out.push_str(prefixes.get(self.prefix..end).unwrap_or_default());
+            if let Some(l) = self.state {
+                push_label(out, ',', "state", &l.state);
+            }
+            if let Some(s) = self.series {
+                if self.counter {
+                    push_label(out, ',', "counter", &s.key.metric);
+                }
+                for (k, v) in &s.key.labels {
+                    push_label(out, ',', k, v);
+                }
+            }
+            out.push('}');
+        }
+        out.push(' ');
+        push_value(out, self.value);
+        out.push('\n');
+    }
+}
+
+/// `gpu` and `link` of an NVLink link.
+fn nvlink_values(l: &LinkSnapshot) -> Option<[&str; 2]> {
+    (l.class == LinkClass::Nvlink).then(|| {
+        [
+            l.gpu.as_deref().unwrap_or(""),
+            l.link.as_deref().unwrap_or(""),
+        ]
+    })
+}
+
+/// The link's label values after `node`, in exposition order, compared pair by pair.
+fn link_values_cmp(a: &LinkSnapshot, b: &LinkSnapshot) -> std::cmp::Ordering {
+    a.class
+        .as_str()
+        .cmp(b.class.as_str())
+        .then_with(|| a.device.cmp(&b.device))
+        .then_with(|| a.port.cmp(&b.port))
+        .then_with(|| a.role.as_str().cmp(b.role.as_str()))
+        .then_with(|| nvlink_values(a).cmp(&nvlink_values(b)))
+}
+
+fn label_count(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// Agent labels of a series.
+type Labels<'a> = &'a [(String, String)];
+
+/// Samples of every store family (by index in [`FAMILIES`]), the label prefixes they share, and the scratch
+/// `add_group` reuses from one node to the next.
+pub(super) struct Samples<'a> {
+    fams: Vec<Vec<Sample<'a>>>,
+    /// `{node="…"` and `{node="…",class="…",…` of every node and link, escaped, back to back.
+    prefixes: String,
+    /// (family, agent labels) already exported for a node.
+    node_seen: HashSet<(usize, Labels<'a>)>,
+    /// (family, counter label, agent labels) already exported for a link.
+    link_seen: HashSet<(usize, &'a str, Labels<'a>)>,
+    /// The group's links, sorted by label values, with their rank.
+    links: Vec<(&'a LinkSnapshot, u32)>,
+}
+
+impl<'a> Samples<'a> {
+    /// The samples of the store's families for `nodes` (and its size gauges with `memory`), each family's in
+    /// `gather`'s order.
+    pub(super) fn collect(nodes: &'a [NodeSnapshot], memory: Option<&StoreMemory>) -> Samples<'a> {
+        let mut b = Samples {
+            fams: vec![Vec::new(); FAMILIES.len()],
+            prefixes: String::new(),
+            node_seen: HashSet::new(),
+            link_seen: HashSet::new(),
+            links: Vec::new(),
+        };
+        if let Some(ix) = Ix::new() {
+            // Within a family, `gather` orders samples by label count, then label values; the first label is
+            // `node`. So: nodes by name (a store's come sorted, each name once), each node's samples sorted, then
+            // each family stably by label count.
+            let mut order: Vec<&NodeSnapshot> = nodes.iter().collect();
+            if !nodes.windows(2).all(|w| w[0].name < w[1].name) {
+                order.sort_by(|x, y| x.name.cmp(&y.name));
+            }
+            let mut starts = vec![0usize; FAMILIES.len()];
+            for group in order.chunk_by(|x, y| x.name == y.name) {
+                for (s, f) in starts.iter_mut().zip(&b.fams) {
+                    *s = f.len();
+                }
+                b.add_group(&ix, group);
+                for (s, f) in starts.iter().zip(b.fams.iter_mut()) {
+                    if let Some(part) = f.get_mut(*s..) {
+                        part.sort_by(|x, y| x.same_node_cmp(y));
+                    }
+                }
+            }
+            for f in &mut b.fams {
+                f.sort_by_key(|s| s.count);
+            }
+        }
+        if let Some(m) = memory {
+            for (name, value) in [
+                (names::COLLECTOR_NODES, m.nodes),
+                (names::COLLECTOR_SERIES, m.series),
+                (names::COLLECTOR_STORE_SAMPLES, m.samples),
+                (names::COLLECTOR_STORE_BYTES, m.bytes),
+            ] {
+                if let Some(i) = family_index(name) {
+                    b.fams[i].push(Sample::bare(value as f64));
+                }
+            }
+        }
+        b
+    }
+
+    /// Whether family `i` (of [`FAMILIES`]) has samples.
+    pub(super) fn has(&self, i: usize) -> bool {
+        self.fams.get(i).is_some_and(|f| !f.is_empty())
+    }
+
+    /// Writes family `i` (of [`FAMILIES`]): its header, then its samples.
+    pub(super) fn write(&self, i: usize, out: &mut String) {
+        let f = &FAMILIES[i];
+        push_header(out, f);
+        for s in &self.fams[i] {
+            s.write(f.name, &self.prefixes, out);
+        }
+    }
+
+    /// Appends the samples of `group` (nodes of one name; one node from a store), with the previous builder's
+    /// rules: a node series, or a link counter, whose family and labels were already exported for the node or
+    /// link is skipped (the first wins: two agent names mapping to one family and label set make no duplicate
+    /// sample). Links are taken in label order (stable), so that each family's part comes nearly sorted.
+    fn add_group(&mut self, ix: &Ix, group: &[&'a NodeSnapshot]) {
+        let Some(&first) = group.first() else {
+            return;
+        };
+        self.add_nodes(ix, group);
+        self.sort_links(group);
+        let links = std::mem::take(&mut self.links);
+        for &(l, rank) in &links {
+            self.add_link(ix, &first.name, l, rank);
+        }
+        self.links = links;
+    }
+
+    /// The node-level samples of `group`: node up, last seen, dropped batches, and its exported series.
+    fn add_nodes(&mut self, ix: &Ix, group: &[&'a NodeSnapshot]) {
+        let Some(first) = group.first() else {
+            return;
+        };
+        let node_prefix = self.prefixes.len();
+        push_label(&mut self.prefixes, '{', "node", &first.name);
+        let node_prefix_len = label_count(self.prefixes.len() - node_prefix);
+        let node_sample = |value: f64, series: Option<&'a SeriesSnapshot>| Sample {
+            prefix: node_prefix,
+            prefix_len: node_prefix_len,
+            count: label_count(1 + series.map_or(0, |s| s.key.labels.len())),
+            series,
+            ..Sample::bare(value)
+        };
+        for n in group {
+            self.fams[ix.node_up].push(node_sample(if n.connected { 1.0 } else { 0.0 }, None));
+            self.fams[ix.last_seen].push(node_sample(n.last_seen_unix_ns as f64 / 1e9, None));
+            self.fams[ix.dropped].push(node_sample(n.agent_dropped_batches_total as f64, None));
+            self.node_seen.clear();
+            for s in &n.series {
+                let Some(fam) = ix.node_series(s) else {
+                    continue;
+                };
+                if !self.node_seen.insert((fam, &s.key.labels)) {
+                    continue;
+                }
+                self.fams[fam].push(node_sample(s.value, Some(s)));
+            }
+        }
+    }
+
+    /// `links`: the links of `group`, sorted by label values, each with its rank (equal labels, equal rank).
+    fn sort_links(&mut self, group: &[&'a NodeSnapshot]) {
+        self.links.clear();
+        self.links
+            .extend(group.iter().flat_map(|n| n.links.iter()).map(|l| (l, 0)));
+        self.links.sort_by(|x, y| link_values_cmp(x.0, y.0));
+        let mut rank = 0u32;
+        for i in 1..self.links.len() {
+            if link_values_cmp(self.links[i - 1].0, self.links[i].0).is_ne() {
+                rank = rank.saturating_add(1);
+            }
+            self.links[i].1 = rank;
+        }
+    }
+
+    /// The samples of link `l` of node `node`: byte counters and rates, capacity, link up, and its exported
+    /// counters.
+    fn add_link(&mut self, ix: &Ix, node: &str, l: &'a LinkSnapshot, rank: u32) {
+        let prefix = self.prefixes.len();
+        let count = push_link_labels(&mut self.prefixes, node, l);
+        let sample = Sample {
+            prefix,
+            prefix_len: label_count(self.prefixes.len() - prefix),
+            count,
+            rank,
+            ..Sample::bare(0.0)
+        };
+        if let Some(v) = l.tx_bytes_total {
+            self.fams[ix.tx_total].push(Sample {
+                value: v as f64,
+                ..sample
+            });
+        }
+        if let Some(v) = l.rx_bytes_total {
+            self.fams[ix.rx_total].push(Sample {
+                value: v as f64,
+                ..sample
+            });
+        }
+        if let Some(value) = l.tx_bytes_per_second {
+            self.fams[ix.tx_rate].push(Sample { value, ..sample });
+        }
+        if let Some(value) = l.rx_bytes_per_second {
+            self.fams[ix.rx_rate].push(Sample { value, ..sample });
+        }
+        if let Some(value) = l.capacity_bytes_per_second {
+            self.fams[ix.capacity].push(Sample { value, ..sample });
+        }
+        self.fams[ix.up].push(Sample {
+            count: count + 1,
+            state: Some(l),
+            value: if link_is_up(&l.state) { 1.0 } else { 0.0 },
+            ..sample
+        });
+        self.link_seen.clear();
+        for s in &l.series {
+            let Some((fam, with_counter)) = ix.link_series(s) else {
+                continue;
+            };
+            let counter = if with_counter {
+                s.key.metric.as_str()
+            } else {
+                ""
+            };
+            if !self.link_seen.insert((fam, counter, &s.key.labels)) {
+                continue;
+            }
+            self.fams[fam].push(Sample {
+                count: label_count(count as usize + usize::from(with_counter) + s.key.labels.len()),
+                series: Some(s),
+                counter: with_counter,
+                value: s.value,
+                ..sample
+            });
+        }
+    }
+}
+
+/// Appends `{node="…"` and the link's labels (`class`, `device`, `port`, `role`, and `gpu`, `link` for NVLink),
+/// escaped, to `out`; returns how many labels that is.
+fn push_link_labels(out: &mut String, node: &str, l: &LinkSnapshot) -> u32 {
+    push_label(out, '{', "node", node);
+    push_label(out, ',', "class", l.class.as_str());
+    push_label(out, ',', "device", &l.device);
+    push_label(out, ',', "port", &l.port);
+    push_label(out, ',', "role", l.role.as_str());
+    if l.class != LinkClass::Nvlink {
+        return 5;
+    }
+    push_label(out, ',', "gpu", l.gpu.as_deref().unwrap_or(""));
+    push_label(out, ',', "link", l.link.as_deref().unwrap_or(""));
+    7
+}

@@ -1,0 +1,619 @@
+//! The writer against the reference encoder, byte for byte: hand-made stores with every tricky case, random
+//! stores, and a real store through [`Exposition::render`].
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use prometheus::core::{Collector, Desc};
+use prometheus::proto::MetricFamily;
+use prometheus::TextEncoder;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use super::{reference, write_exposition, Exposition, StoreDescs};
+use crate::export::health::Health;
+use crate::export::names;
+use crate::ingest::domain::{
+    Batch, Hello, Inventory, JobList, LinkClass, LinkInfo, LinkKey, LinkRole, SeriesDesc,
+    SeriesKind,
+};
+use crate::store::{
+    now_unix_ns, LinkSnapshot, NodeSnapshot, SeriesKey, SeriesSnapshot, Store, StoreMemory,
+};
+
+/// Fixed families behind the store's descriptors, for a registry.
+struct Fixed {
+    descs: StoreDescs,
+    fams: Vec<MetricFamily>,
+}
+
+impl Collector for Fixed {
+    fn desc(&self) -> Vec<&Desc> {
+        self.descs.desc()
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        self.fams.clone()
+    }
+}
+
+/// The text of the previous path: the store's families collected into a fresh health registry, gathered
+/// and encoded by `TextEncoder`.
+fn reference_text(nodes: &[NodeSnapshot], memory: Option<&StoreMemory>) -> String {
+    let health = Health::new().expect("health");
+    health
+        .registry
+        .register(Box::new(Fixed {
+            descs: StoreDescs::new().expect("descs"),
+            fams: reference::store_families(nodes, memory),
+        }))
+        .expect("register");
+    TextEncoder::new()
+        .encode_to_string(&health.registry.gather())
+        .expect("encode")
+}
+
+fn writer_text(nodes: &[NodeSnapshot], memory: Option<&StoreMemory>) -> String {
+    let health = Health::new().expect("health");
+    let mut out = String::new();
+    write_exposition(&health.registry.gather(), nodes, memory, &mut out).expect("write");
+    out
+}
+
+fn series(metric: &str, kind: SeriesKind, labels: &[(&str, &str)], value: f64) -> SeriesSnapshot {
+    SeriesSnapshot {
+        key: Arc::new(SeriesKey {
+            link: None,
+            metric: metric.to_string(),
+            labels: labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        }),
+        kind,
+        value,
+        timestamp_unix_ns: 0,
+    }
+}
+
+const COUNTER: SeriesKind = SeriesKind::Counter {
+    max_value: u64::MAX,
+};
+
+#[allow(clippy::too_many_arguments)]
+fn link(
+    class: LinkClass,
+    device: &str,
+    port: &str,
+    gpu: Option<&str>,
+    link: Option<&str>,
+    state: &str,
+    tx: Option<u64>,
+    series: Vec<SeriesSnapshot>,
+) -> LinkSnapshot {
+    LinkSnapshot {
+        class,
+        device: device.to_string(),
+        port: port.to_string(),
+        role: LinkRole::Fabric,
+        gpu: gpu.map(str::to_string),
+        link: link.map(str::to_string),
+        capacity_bytes_per_second: Some(25e9),
+        state: state.to_string(),
+        tx_bytes_total: tx,
+        rx_bytes_total: tx.map(|v| v / 2),
+        tx_bytes_per_second: tx.map(|v| v as f64 / 3.0),
+        rx_bytes_per_second: None,
+        series,
+    }
+}
+
+fn node(name: &str, links: Vec<LinkSnapshot>, series: Vec<SeriesSnapshot>) -> NodeSnapshot {
+    NodeSnapshot {
+        name: name.to_string(),
+        agent_version: "t".into(),
+        connected: true,
+        last_seen_unix_ns: 1_712_345_678_123_456_789,
+        agent_dropped_batches_total: 3,
+        links,
+        series,
+        jobs: Arc::new(JobList::default()),
+    }
+}
+
+/// Labels with quotes, backslashes, newlines, UTF-8 and empty values; NVLink links with and without
+/// `gpu`/`link`; GPU series; agent names mapping to one family (the first wins); nodes whose links sort
+/// differently from their inventory order; special values.
+fn tricky_nodes() -> Vec<NodeSnapshot> {
+    let counters = |tag: &str| {
+        vec![
+            series("tx_packets", COUNTER, &[], 10.0),
+            // Same family and labels as tx_packets: dropped.
+            series("port_xmit_packets", COUNTER, &[], 11.0),
+            series("symbol_errors", COUNTER, &[("lane", "0")], 1.0),
+            series("symbol_errors", COUNTER, &[("lane", "a\"b\\c\nd")], 2.0),
+            series("np_cnp_sent", COUNTER, &[], f64::NAN),
+            series("port_xmit_wait", COUNTER, &[], 1e300),
+            series("xmit_wait", COUNTER, &[], 5.0),
+            series("weird \"counter\"\\", COUNTER, &[("tag", tag)], -0.0),
+            series("tx_bytes", COUNTER, &[], 18_446_744_073_709_551_615.0),
+            series("link_gauge", SeriesKind::Gauge, &[], 0.5),
+        ]
+    };
+    vec![
+        node(
+            "gpu-node \"α\"\\01\n",
+            vec![
+                link(
+                    LinkClass::Infiniband,
+                    "mlx5_10",
+                    "1",
+                    None,
+                    None,
+                    "4: ACTIVE",
+                    Some(1 << 40),
+                    counters("ü"),
+                ),
+                link(
+                    LinkClass::Infiniband,
+                    "mlx5_2",
+                    "1",
+                    None,
+                    None,
+                    "DOWN",
+                    None,
+                    counters(""),
+                ),
+                link(
+                    LinkClass::Nvlink,
+                    "nvidia0",
+                    "",
+                    Some("0"),
+                    Some("11"),
+                    "up",
+                    Some(7),
+                    counters("nv"),
+                ),
+                link(
+                    LinkClass::Nvlink,
+                    "nvidia0",
+                    "",
+                    Some("0"),
+                    Some("2"),
+                    "",
+                    Some(9_007_199_254_740_993),
+                    vec![],
+                ),
+                link(
+                    LinkClass::Nvlink,
+                    "nvidia1",
+                    "x\"y",
+                    None,
+                    None,
+                    "INACTIVE",
+                    None,
+                    vec![],
+                ),
+                link(
+                    LinkClass::Ethernet,
+                    "eth0",
+                    "",
+                    None,
+                    None,
+                    "LinkUp",
+                    Some(0),
+                    vec![],
+                ),
+            ],
+            vec![
+                series("cpu_utilization_ratio", SeriesKind::Gauge, &[], 0.25),
+                series(
+                    "cpu_utilization_ratio",
+                    SeriesKind::Gauge,
+                    &[("cpu", "10")],
+                    0.1,
+                ),
+                series(
+                    "cpu_utilization_ratio",
+                    SeriesKind::Gauge,
+                    &[("cpu", "2")],
+                    f64::INFINITY,
+                ),
+                // Same family and labels again: dropped.
+                series("cpu_utilization_ratio", SeriesKind::Gauge, &[], 0.75),
+                // A counter of a gauge's name: not exported.
+                series("memory_used_bytes", COUNTER, &[], 1.0),
+                series("memory_used_bytes", SeriesKind::Gauge, &[], 1.5e9),
+                series("memory_total_bytes", SeriesKind::Gauge, &[], 2e9),
+                series(
+                    "gpu_utilization_ratio",
+                    SeriesKind::Gauge,
+                    &[("gpu", "1")],
+                    0.5,
+                ),
+                series(
+                    "gpu_utilization_ratio",
+                    SeriesKind::Gauge,
+                    &[("gpu", "0")],
+                    f64::NEG_INFINITY,
+                ),
+                series(
+                    "gpu_power_watts",
+                    SeriesKind::Gauge,
+                    &[("gpu", "0"), ("uuid", "GPU-\\\"\n")],
+                    312.5,
+                ),
+                series("gpu_pcie_replay_errors", COUNTER, &[("gpu", "")], 4.0),
+                series("not_exported", SeriesKind::Gauge, &[], 1.0),
+            ],
+        ),
+        node("", vec![], vec![]),
+        node(
+            "n2",
+            vec![
+                link(
+                    LinkClass::Roce,
+                    "mlx5_0",
+                    "1",
+                    Some("ignored"),
+                    None,
+                    "DOWN",
+                    Some(5),
+                    counters("n2"),
+                ),
+                // The same labels again (ties keep the snapshot's order; `state` decides link up).
+                link(
+                    LinkClass::Roce,
+                    "mlx5_0",
+                    "1",
+                    None,
+                    None,
+                    "ACTIVE",
+                    Some(6),
+                    counters("n2"),
+                ),
+            ],
+            vec![series(
+                "gpu_sm_clock_hz",
+                SeriesKind::Gauge,
+                &[("gpu", "0")],
+                1.41e9,
+            )],
+        ),
+    ]
+}
+
+fn memory() -> StoreMemory {
+    StoreMemory {
+        nodes: 3,
+        series: 42,
+        samples: 1_000_000,
+        sample_bytes: 5_000_000,
+        bytes: 9_000_000,
+    }
+}
+
+#[test]
+fn writer_matches_gather_and_text_encoder_byte_for_byte() {
+    let mut nodes = tricky_nodes();
+    nodes.sort_by(|a, b| a.name.cmp(&b.name));
+    let old = reference_text(&nodes, Some(&memory()));
+    let new = writer_text(&nodes, Some(&memory()));
+    assert!(old.contains(r#"lane="a\"b\\c\nd""#), "{old}");
+    assert!(old.contains(r#",gpu="0",link="11","#), "{old}");
+    assert!(old.contains("commwatch_gpu_power_watts{"), "{old}");
+    assert!(
+        old.contains("commwatch_collector_store_bytes 9000000\n"),
+        "{old}"
+    );
+    assert!(old.contains("commwatch_collector_batches_total{"), "{old}");
+    assert_eq!(old.matches("port_xmit_packets").count(), 0, "{old}");
+    assert_eq!(new, old);
+    // Nodes not sorted by name (or a name twice): the writer falls back to sorting whole families.
+    let mut nodes = tricky_nodes();
+    nodes.push(tricky_nodes().remove(2));
+    nodes.reverse();
+    assert_eq!(writer_text(&nodes, None), reference_text(&nodes, None));
+    assert_eq!(writer_text(&[], None), reference_text(&[], None));
+}
+
+fn pick<'a>(rng: &mut StdRng, pool: &[&'a str]) -> &'a str {
+    pool[rng.random_range(0..pool.len())]
+}
+
+const TRICKY: &[&str] = &[
+    "",
+    "0",
+    "1",
+    "10",
+    "2",
+    "a",
+    "a\"b",
+    "\\",
+    "back\\slash",
+    "new\nline",
+    "\"",
+    "ü∂ñ",
+    "z",
+    "\\\"\n",
+    "mlx5_1",
+    "mlx5_10",
+    "mlx5_2",
+];
+
+fn random_value(rng: &mut StdRng) -> f64 {
+    match rng.random_range(0..8) {
+        0 => f64::from_bits(rng.random()),
+        1 => *[f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0]
+            .get(rng.random_range(0..5))
+            .unwrap_or(&0.0),
+        2 => rng.random::<f64>(),
+        _ => rng.random_range(0..1u64 << 40) as f64,
+    }
+}
+
+fn random_series(rng: &mut StdRng, metrics: &[&str]) -> SeriesSnapshot {
+    let labels: Vec<(String, String)> = (0..rng.random_range(0..3))
+        .map(|_| {
+            (
+                pick(rng, &["cpu", "gpu", "lane", "uuid"]).to_string(),
+                pick(rng, TRICKY).to_string(),
+            )
+        })
+        .collect();
+    SeriesSnapshot {
+        key: Arc::new(SeriesKey {
+            link: None,
+            metric: pick(rng, metrics).to_string(),
+            labels,
+        }),
+        kind: if rng.random_bool(0.5) {
+            SeriesKind::Gauge
+        } else {
+            COUNTER
+        },
+        value: random_value(rng),
+        timestamp_unix_ns: 0,
+    }
+}
+
+fn random_nodes(rng: &mut StdRng, sorted: bool) -> Vec<NodeSnapshot> {
+    const NODE_METRICS: &[&str] = &[
+        "cpu_utilization_ratio",
+        "memory_used_bytes",
+        "memory_total_bytes",
+        "gpu_utilization_ratio",
+        "gpu_power_watts",
+        "gpu_pcie_replay_errors",
+        "unexported",
+    ];
+    const LINK_METRICS: &[&str] = &[
+        "tx_packets",
+        "port_xmit_packets",
+        "rx_packets",
+        "symbol_errors",
+        "link_downed",
+        "port_xmit_wait",
+        "xmit_wait",
+        "np_cnp_sent",
+        "out_of_sequence",
+        "tx_bytes",
+        "rx_bytes",
+        "rx_dropped",
+        "odd\"name\\",
+    ];
+    let classes = [
+        LinkClass::Infiniband,
+        LinkClass::Roce,
+        LinkClass::Ethernet,
+        LinkClass::Nvlink,
+        LinkClass::Unknown,
+    ];
+    let roles = [LinkRole::Fabric, LinkRole::Management, LinkRole::Unknown];
+    let opt = |rng: &mut StdRng| rng.random_bool(0.7).then(|| pick(rng, TRICKY).to_string());
+    let mut nodes: Vec<NodeSnapshot> = (0..rng.random_range(0..6))
+        .map(|_| {
+            let links = (0..rng.random_range(0..5))
+                .map(|_| LinkSnapshot {
+                    class: classes[rng.random_range(0..classes.len())],
+                    device: pick(rng, TRICKY).to_string(),
+                    port: pick(rng, TRICKY).to_string(),
+                    role: roles[rng.random_range(0..roles.len())],
+                    gpu: opt(rng),
+                    link: opt(rng),
+                    capacity_bytes_per_second: rng.random_bool(0.5).then(|| random_value(rng)),
+                    state: pick(rng, &["ACTIVE", "INACTIVE", "up", "DOWN", "", "a\"b"]).to_string(),
+                    tx_bytes_total: rng.random_bool(0.7).then(|| rng.random()),
+                    rx_bytes_total: rng.random_bool(0.7).then(|| rng.random_range(0..1000)),
+                    tx_bytes_per_second: rng.random_bool(0.5).then(|| random_value(rng)),
+                    rx_bytes_per_second: rng.random_bool(0.5).then(|| random_value(rng)),
+                    series: (0..rng.random_range(0..12))
+                        .map(|_| random_series(rng, LINK_METRICS))
+                        .collect(),
+                })
+                .collect();
+            let series = (0..rng.random_range(0..12))
+                .map(|_| random_series(rng, NODE_METRICS))
+                .collect();
+            NodeSnapshot {
+                name: pick(rng, TRICKY).to_string(),
+                agent_version: String::new(),
+                connected: rng.random_bool(0.5),
+                last_seen_unix_ns: rng.random(),
+                agent_dropped_batches_total: rng.random(),
+                links,
+                series,
+                jobs: Arc::new(JobList::default()),
+            }
+        })
+        .collect();
+    if sorted {
+        // As `Store::snapshot` returns them: sorted by name, each name once.
+        nodes.sort_by(|a, b| a.name.cmp(&b.name));
+        nodes.dedup_by(|a, b| a.name == b.name);
+    }
+    nodes
+}
+
+#[test]
+fn writer_matches_the_reference_on_random_stores() {
+    let mut rng = StdRng::seed_from_u64(0xC0FFEE);
+    for round in 0..600 {
+        let nodes = random_nodes(&mut rng, round % 3 != 0);
+        let memory = rng.random_bool(0.5).then(memory);
+        assert_eq!(
+            writer_text(&nodes, memory.as_ref()),
+            reference_text(&nodes, memory.as_ref()),
+            "round {round}"
+        );
+    }
+}
+
+/// Through a real store and `Exposition::render`, against the previous collector registered beside the
+/// health metrics.
+#[test]
+fn render_matches_the_previous_registry_path() {
+    let store = Arc::new(Store::new(
+        std::time::Duration::from_secs(600),
+        std::time::Duration::from_secs(600),
+        crate::Limits::default(),
+    ));
+    let now = now_unix_ns();
+    let desc = |id: u32, metric: &str, kind: SeriesKind, link_id: u32, labels: &[(&str, &str)]| {
+        SeriesDesc {
+            id,
+            metric: metric.to_string(),
+            kind: Some(kind),
+            link_id,
+            labels: labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            tier: 1,
+        }
+    };
+    for (i, name) in ["node-b", "node-a \"q\"\\", "node-c\n"]
+        .into_iter()
+        .enumerate()
+    {
+        let hello = Hello {
+            node: name.to_string(),
+            agent_version: "t".into(),
+            boot_id: "b".into(),
+            instance_id: 1,
+            inventory: Inventory {
+                links: vec![
+                    LinkInfo {
+                        id: 1,
+                        key: LinkKey {
+                            class: LinkClass::Infiniband,
+                            device: "mlx5_10".into(),
+                            port: "1".into(),
+                        },
+                        role: LinkRole::Fabric,
+                        capacity_bytes_per_second: Some(25e9),
+                        state: "ACTIVE".into(),
+                        gpu: None,
+                        link: None,
+                        attributes: Default::default(),
+                    },
+                    LinkInfo {
+                        id: 2,
+                        key: LinkKey {
+                            class: LinkClass::Nvlink,
+                            device: "nvidia0".into(),
+                            port: "".into(),
+                        },
+                        role: LinkRole::Fabric,
+                        capacity_bytes_per_second: None,
+                        state: "Active".into(),
+                        gpu: Some("0".into()),
+                        link: Some("1\"".into()),
+                        attributes: Default::default(),
+                    },
+                ],
+                series: vec![
+                    desc(1, "tx_bytes", COUNTER, 1, &[]),
+                    desc(2, "symbol_errors", COUNTER, 1, &[("lane", "a\\b")]),
+                    desc(3, "tx_packets", COUNTER, 2, &[]),
+                    desc(4, "port_xmit_packets", COUNTER, 2, &[]),
+                    desc(
+                        5,
+                        "gpu_utilization_ratio",
+                        SeriesKind::Gauge,
+                        0,
+                        &[("gpu", "0")],
+                    ),
+                    desc(6, "cpu_utilization_ratio", SeriesKind::Gauge, 0, &[]),
+                    desc(7, "rx_bytes", COUNTER, 2, &[]),
+                ],
+            },
+            fast_period_ms: 50,
+            slow_period_ms: 1000,
+        };
+        let out = store.hello(&hello, now, None).expect("hello");
+        let mut scratch = Vec::new();
+        let ticks = [now - 2_000_000_000, now - 1_000_000_000];
+        let mut batch = Batch {
+            seq: 1,
+            timestamps_unix_ns: ticks.to_vec(),
+            tick_lengths: vec![7, 7],
+            series_ids: vec![],
+            values: vec![],
+            dropped_batches_total: i as u64,
+            markers: vec![],
+            invalid_markers: 0,
+        };
+        for t in 0..2u64 {
+            for id in 1..=7u32 {
+                batch.series_ids.push(id);
+                batch.values.push(if id == 5 || id == 6 {
+                    (0.125 * (t + 1) as f64).to_bits()
+                } else {
+                    t * 1_000_003 + u64::from(id)
+                });
+            }
+        }
+        out.node
+            .lock()
+            .apply_batch(&batch, now, &mut scratch)
+            .expect("apply");
+    }
+    let old_health = Health::new().expect("health");
+    old_health
+        .registry
+        .register(Box::new(
+            reference::StoreCollector::new(store.clone()).expect("collector"),
+        ))
+        .expect("register");
+    let old = TextEncoder::new()
+        .encode_to_string(&old_health.registry.gather())
+        .expect("encode");
+    let health = Health::new().expect("health");
+    health
+        .registry
+        .register(Box::new(StoreDescs::new().expect("descs")))
+        .expect("register");
+    let exposition = Exposition::new(store.clone());
+    let new = exposition.render(&health).expect("render");
+    assert!(
+        old.contains("commwatch_link_transmit_bytes_per_second{"),
+        "{old}"
+    );
+    assert!(old.contains(r#"node="node-a \"q\"\\""#), "{old}");
+    assert_eq!(new, old);
+    // The second scrape starts from a buffer of the first one's size, and says the same (but for the
+    // scrape histogram, which now holds the first scrape).
+    assert!(exposition.last_len.load(Ordering::Relaxed) == new.len());
+    let again = exposition.render(&health).expect("render");
+    let strip = |t: &str| {
+        t.lines()
+            .filter(|l| !l.contains(names::COLLECTOR_SCRAPE_SECONDS))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert_eq!(strip(&again), strip(&old));
+    // A family of the store's names cannot be registered by anyone else.
+    let clash = prometheus::IntGauge::new(names::LINK_UP, "x").expect("gauge");
+    assert!(health.registry.register(Box::new(clash)).is_err());
+}
