@@ -487,8 +487,8 @@ pub async fn start(config: CollectorConfig) -> Result<CollectorHandle, Collector
         store: store.clone(),
         health: health.clone(),
         exposition: exposition.clone(),
-        steps: step_store.clone(),
-    });
+    })
+    .merge(export::steps::router(step_store.clone()));
     let (analysis, analysis_task) = analysis::AnalysisHandle::start(
         store.clone(),
         analysis::AnalysisConfig {

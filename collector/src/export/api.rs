@@ -18,7 +18,6 @@ pub(crate) struct HttpState {
     pub store: Arc<Store>,
     pub health: Health,
     pub exposition: Arc<Exposition>,
-    pub steps: Arc<crate::steps::StepStore>,
 }
 
 pub(crate) fn router(state: HttpState) -> Router {
@@ -26,7 +25,6 @@ pub(crate) fn router(state: HttpState) -> Router {
         .route("/healthz", get(|| async { "ok" }))
         .route("/metrics", get(metrics))
         .route("/api/v1/nodes", get(nodes))
-        .route("/api/v1/steps", get(super::steps::steps))
         .with_state(state)
 }
 

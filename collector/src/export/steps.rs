@@ -24,12 +24,12 @@ use std::sync::Arc;
 use axum::extract::{Query, State};
 use axum::http::{StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::routing::get;
+use axum::{Json, Router};
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::{LabelPair, MetricFamily, MetricType};
 use serde_json::{json, Value};
 
-use super::api::HttpState;
 use super::names;
 use super::proto::{family, label, metric};
 use crate::ingest::domain::LinkClass;
@@ -117,8 +117,15 @@ pub fn job_step_json(s: &JobStep) -> Value {
     })
 }
 
+/// Routes of the steps API (merged into the collector's HTTP router).
+pub fn router(steps: Arc<StepStore>) -> Router {
+    Router::new()
+        .route("/api/v1/steps", get(list))
+        .with_state(steps)
+}
+
 /// `GET /api/v1/steps`.
-pub(crate) async fn steps(State(s): State<HttpState>, uri: Uri) -> Response {
+async fn list(State(steps): State<Arc<StepStore>>, uri: Uri) -> Response {
     let params = match Query::<Vec<(String, String)>>::try_from_uri(&uri) {
         Ok(Query(p)) => p,
         Err(e) => return error(StatusCode::BAD_REQUEST, format!("bad query: {e}")),
@@ -151,8 +158,8 @@ pub(crate) async fn steps(State(s): State<HttpState>, uri: Uri) -> Response {
         }
     }
     match (node, job) {
-        (Some(n), None) if !n.is_empty() => node_response(&s.steps, &n, limit),
-        (None, Some(j)) if !j.is_empty() => job_response(&s.steps, &j, limit),
+        (Some(n), None) if !n.is_empty() => node_response(&steps, &n, limit),
+        (None, Some(j)) if !j.is_empty() => job_response(&steps, &j, limit),
         (Some(_), Some(_)) => error(StatusCode::BAD_REQUEST, "give node or job, not both"),
         _ => error(
             StatusCode::BAD_REQUEST,
