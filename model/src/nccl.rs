@@ -7,7 +7,7 @@
 
 use std::fmt;
 
-use serde::{Serialize, Serializer};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// `NCCL_SOCKET_IFNAME`: the interfaces NCCL's socket transport and bootstrap may use.
 pub const SOCKET_IFNAME: &str = "NCCL_SOCKET_IFNAME";
@@ -137,6 +137,20 @@ impl Serialize for ConflictKind {
     }
 }
 
+/// Read back from its name, like [`ConflictKind::parse`]: an unknown name is kept as [`ConflictKind::Other`].
+impl<'de> Deserialize<'de> for ConflictKind {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d).map(|s| ConflictKind::parse(&s))
+    }
+}
+
+/// The kind with this name ([`ConflictKind::parse`], which never fails).
+impl From<&str> for ConflictKind {
+    fn from(s: &str) -> Self {
+        ConflictKind::parse(s)
+    }
+}
+
 /// One contradiction between a job's NCCL setting and the node's hardware, as the agent computed it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct NcclConflict {
@@ -191,6 +205,11 @@ mod tests {
         let other = ConflictKind::parse("plugin_missing");
         assert_eq!(other, ConflictKind::Other("plugin_missing".into()));
         assert_eq!(serde_json::to_string(&other).unwrap(), r#""plugin_missing""#);
+        let back: ConflictKind = serde_json::from_str(r#""ib_disabled""#).unwrap();
+        assert_eq!(back, ConflictKind::IbDisabled);
+        let back: ConflictKind = serde_json::from_str(r#""plugin_missing""#).unwrap();
+        assert_eq!(back, other);
+        assert_eq!(ConflictKind::from("hca_excluded"), ConflictKind::HcaExcluded);
         assert!(ConflictKind::IbDisabled.diverts_from_fabric());
         assert!(!ConflictKind::MissingInterface.diverts_from_fabric());
     }
