@@ -1,4 +1,5 @@
-//! Cost of a sampling tick of the sysfs sources on the gpud H100 fixture (8 HCAs, one RoCE bond, four NICs),
+//! Cost of a sampling tick of the sysfs sources on the H100 tree (8 HCAs, one RoCE bond, four NICs: the shared
+//! gpud capture with the project's additions, composed in a temporary directory by `commwatch-testdata`),
 //! against the same reads done the naive way (open, read, close every file every tick).
 //!
 //! `cargo bench -p commwatch-agent --bench sources`. Plain `Instant` loops, single-threaded; also reports the
@@ -124,7 +125,12 @@ fn ticks_from_env(name: &str, default: u32) -> u32 {
 }
 
 fn main() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gpud_h100/sys");
+    // The shared gpud capture with the project's additions, composed in a temporary directory.
+    let Some(h100) = commwatch_testdata::gpud_h100_sysfs!() else {
+        eprintln!("no tree to measure");
+        std::process::exit(1);
+    };
+    let root = h100.path().to_path_buf();
     let mut ib = InfinibandSource::new(root.clone());
     let mut nd = NetdevSource::new(root.clone(), NetdevOptions::default());
     if let Err(e) = ib.discover().and_then(|_| nd.discover()) {

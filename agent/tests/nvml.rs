@@ -12,6 +12,7 @@ use commwatch_agent::source::gpu_recorded::{RecordedBackend, Recording};
 use commwatch_agent::source::nvml::{NvmlSource, ThroughputSource};
 use commwatch_agent::source::{LinkClass, LinkRole, ReadReport, Source, Tier, Value};
 use commwatch_agent::telemetry::AgentMetrics;
+use commwatch_testdata::shared_testdata;
 
 fn recording(name: &str) -> Recording {
     let p = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -224,11 +225,9 @@ fn slow_tier_gpu_series_in_base_units() {
 #[test]
 fn a100_falls_back_to_the_legacy_counters() {
     let rec = recording("a100_sxm4_8gpu.json");
-    let smi = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../shared/testdata/nvidia_smi/nvidia-smi.nvlink.status.a100"),
-    )
-    .ok();
+    // The `nvidia-smi nvlink --status` the recording's GPUs come from, read in place from the shared data.
+    let smi = shared_testdata!("nvidia_smi/nvidia-smi.nvlink.status.a100")
+        .map(|p| std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())));
     let (mut src, cursor, _) = source(rec);
     src.discover().unwrap();
     let inv = src.inventory();

@@ -1,5 +1,7 @@
-//! The hardware sources against fixture trees of real layouts (see `fixtures/PROVENANCE.md`), and the
-//! conformance test every source passes (the contract in `source/mod.rs`).
+//! The hardware sources against trees of real layouts (node_exporter's sysfs fixture and an H100 node's
+//! InfiniBand capture, read from the shared test data through `commwatch-testdata`, the latter with the
+//! project's additions in `fixtures/h100_additions`), and the conformance test every source passes (the
+//! contract in `source/mod.rs`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -12,19 +14,20 @@ use commwatch_agent::source::netdev::{NetdevOptions, NetdevSource};
 use commwatch_agent::source::{
     Inventory, Link, LinkClass, LinkRole, ReadReport, SeriesKind, Source, SourceError, Tier, Value,
 };
+use commwatch_testdata::sysfs::NODE_EXPORTER_SYS;
+use commwatch_testdata::{gpud_h100_sysfs, shared_testdata};
 
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name)
-        .join("sys")
+/// node_exporter's sysfs fixture, read in place from the shared test data.
+#[track_caller]
+fn node_exporter() -> Option<PathBuf> {
+    shared_testdata!(NODE_EXPORTER_SYS)
 }
 
+/// What node_exporter exports for its fixture (`node_exporter_*_expected.txt` of the shared sysfs data).
+#[track_caller]
 fn shared_expected(name: &str) -> Option<String> {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared/testdata/sysfs")
-        .join(name);
-    fs::read_to_string(p).ok()
+    let p = shared_testdata!(&format!("sysfs/{name}"))?;
+    Some(fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
 }
 
 /// Values of one sample, keyed `device/port/metric` (plus `|label=value` for labelled series).
@@ -130,20 +133,6 @@ fn exposition(text: &str) -> BTreeMap<String, f64> {
         .collect()
 }
 
-/// Copies a directory tree (files and directories only).
-fn copy_tree(from: &Path, to: &Path) {
-    fs::create_dir_all(to).unwrap();
-    for e in fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let dst = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_tree(&e.path(), &dst);
-        } else {
-            fs::copy(e.path(), &dst).unwrap();
-        }
-    }
-}
-
 fn write(path: &Path, text: &str) {
     fs::create_dir_all(path.parent().unwrap()).unwrap();
     fs::write(path, text).unwrap();
@@ -161,7 +150,8 @@ fn overwrite_in_place(path: &Path, text: &str) {
 
 #[test]
 fn infiniband_node_exporter_inventory() {
-    let src = discovered(InfinibandSource::new(fixture("node_exporter")));
+    let Some(root) = node_exporter() else { return };
+    let src = discovered(InfinibandSource::new(root));
     let inv = src.inventory();
     let keys: Vec<String> = inv.links.iter().map(|l| l.key.to_string()).collect();
     assert_eq!(
@@ -230,7 +220,8 @@ fn infiniband_node_exporter_inventory() {
 
 #[test]
 fn infiniband_node_exporter_fast_tier() {
-    let mut src = InfinibandSource::new(fixture("node_exporter"));
+    let Some(root) = node_exporter() else { return };
+    let mut src = InfinibandSource::new(root);
     src.discover().unwrap();
     let s = sample(&mut src, Tier::Fast);
     // Legacy layout: counters_ext/port_{xmit,rcv}_data_64 × 4.
@@ -253,7 +244,8 @@ fn infiniband_node_exporter_fast_tier() {
 
 #[test]
 fn infiniband_node_exporter_slow_tier() {
-    let mut src = InfinibandSource::new(fixture("node_exporter"));
+    let Some(root) = node_exporter() else { return };
+    let mut src = InfinibandSource::new(root);
     src.discover().unwrap();
     let s = sample(&mut src, Tier::Slow);
     assert_eq!((s.report.failed, s.report.errors.len()), (0, 0));
@@ -315,11 +307,11 @@ fn infiniband_node_exporter_slow_tier() {
 #[test]
 fn infiniband_matches_node_exporter_output() {
     let Some(text) = shared_expected("node_exporter_infiniband_expected.txt") else {
-        eprintln!("shared test data not present; cross-check skipped");
         return;
     };
     let expected = exposition(&text);
-    let mut src = InfinibandSource::new(fixture("node_exporter"));
+    let Some(root) = node_exporter() else { return };
+    let mut src = InfinibandSource::new(root);
     src.discover().unwrap();
     let fast = sample(&mut src, Tier::Fast);
     let slow = sample(&mut src, Tier::Slow);
@@ -394,7 +386,10 @@ const IB_HCAS: [&str; 8] = [
 
 #[test]
 fn infiniband_gpud_inventory() {
-    let src = discovered(InfinibandSource::new(fixture("gpud_h100")));
+    let Some(h100) = gpud_h100_sysfs!() else {
+        return;
+    };
+    let src = discovered(InfinibandSource::new(h100.path().to_path_buf()));
     let inv = src.inventory();
     assert_eq!(inv.links.len(), 9);
     for dev in IB_HCAS {
@@ -446,7 +441,10 @@ fn infiniband_gpud_inventory() {
 
 #[test]
 fn infiniband_gpud_values() {
-    let mut src = InfinibandSource::new(fixture("gpud_h100"));
+    let Some(h100) = gpud_h100_sysfs!() else {
+        return;
+    };
+    let mut src = InfinibandSource::new(h100.path().to_path_buf());
     src.discover().unwrap();
     let fast = sample(&mut src, Tier::Fast);
     assert_eq!(fast.values.len(), 18);
@@ -664,7 +662,8 @@ fn infiniband_files_replaced_by_rename_are_reopened_at_discovery() {
 
 #[test]
 fn netdev_node_exporter() {
-    let mut src = NetdevSource::new(fixture("node_exporter"), NetdevOptions::default());
+    let Some(root) = node_exporter() else { return };
+    let mut src = NetdevSource::new(root, NetdevOptions::default());
     assert!(src.discover().unwrap());
     let inv = src.inventory();
     // `eth0` (a flattened symlink, a plain file here) and `bonding_masters` are not directories: skipped.
@@ -767,7 +766,10 @@ const STAT_METRICS: [&str; 8] = [
 
 #[test]
 fn netdev_gpud_classification_and_values() {
-    let mut src = NetdevSource::new(fixture("gpud_h100"), NetdevOptions::default());
+    let Some(h100) = gpud_h100_sysfs!() else {
+        return;
+    };
+    let mut src = NetdevSource::new(h100.path().to_path_buf(), NetdevOptions::default());
     src.discover().unwrap();
     let inv = src.inventory();
     let summary: Vec<(String, LinkClass, LinkRole, Option<f64>, String)> = inv
@@ -869,7 +871,10 @@ fn netdev_overrides_win() {
         management: vec!["ib*".into(), "ens1f0np0".into()],
         exclude: vec!["ib1".into()],
     };
-    let mut src = NetdevSource::new(fixture("gpud_h100"), opts);
+    let Some(h100) = gpud_h100_sysfs!() else {
+        return;
+    };
+    let mut src = NetdevSource::new(h100.path().to_path_buf(), opts);
     src.discover().unwrap();
     let roles: Vec<(&str, LinkRole)> = src
         .inventory()
@@ -1120,9 +1125,15 @@ fn sysfs_sources() -> [(&'static str, MakeSource); 2] {
 
 #[test]
 fn conformance_on_fixtures() {
+    let (Some(node_exporter), Some(h100)) = (node_exporter(), gpud_h100_sysfs!()) else {
+        return;
+    };
     for (name, make) in sysfs_sources() {
-        for tree in ["node_exporter", "gpud_h100"] {
-            let mut src = make(fixture(tree));
+        for (tree, root) in [
+            ("node_exporter", &node_exporter),
+            ("gpud_h100", &h100.path().to_path_buf()),
+        ] {
+            let mut src = make(root.clone());
             assert_eq!(src.name(), name);
             check_contract(src.as_mut(), &format!("{name} on {tree}"));
             assert!(!src.inventory().links.is_empty(), "{name} on {tree}");
@@ -1159,9 +1170,11 @@ fn conformance_on_missing_and_empty_roots() {
 
 #[test]
 fn conformance_on_a_damaged_tree() {
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("sys");
-    copy_tree(&fixture("gpud_h100"), &root);
+    // The composed tree is a private copy: damaging it leaves the shared data alone.
+    let Some(h100) = gpud_h100_sysfs!() else {
+        return;
+    };
+    let root = h100.path().to_path_buf();
     let port = root.join("class/infiniband/mlx5_0/ports/1");
     write(&port.join("counters/port_xmit_data"), "\n");
     write(&port.join("counters/symbol_error"), "-1\n");
