@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use commwatch_sim::{Cluster, ClusterSpec, HwCounter, Link, NetStat, PortCounter, Scenario};
+use commwatch_testdata::shared_testdata;
+use commwatch_testdata::sysfs::GPUD_H100_INFINIBAND;
 
 fn read(p: &Path) -> String {
     fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
@@ -93,12 +95,10 @@ fn tree_has_the_real_layout_and_formats() {
         .map(|c| c.file_name().to_string())
         .collect();
     assert_eq!(names(&port.join("counters")), expect_counters);
-    // The same set as a real H100 node's mlx5 port (gpud fixture), when the fixture is present.
-    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join(
-        "../../shared/testdata/sysfs/gpud_h100/sys-class-infiniband-h100.0/mlx5_0/ports/1/counters",
-    );
-    if fixture.is_dir() {
-        assert_eq!(names(&fixture), expect_counters);
+    // The same set as a real H100 node's mlx5 port (the shared gpud capture).
+    if let Some(real) = shared_testdata!(&format!("{GPUD_H100_INFINIBAND}/mlx5_0/ports/1/counters"))
+    {
+        assert_eq!(names(&real), expect_counters);
     }
     let mut hw: BTreeSet<String> = HwCounter::ALL
         .iter()
