@@ -17,7 +17,6 @@ pub mod analysis;
 pub mod baseline;
 pub mod collector;
 pub mod findings;
-pub mod html;
 pub mod kineto;
 pub mod link;
 pub mod nccl_log;
@@ -126,7 +125,7 @@ pub fn run(args: &DiagnoseArgs) -> Result<i32, DiagnoseError> {
             s.push('\n');
             s
         }
-        Format::Html => html::render_html(&report),
+        Format::Html => report::html::render_html(&report),
     };
     let write = |path: &str, res: std::io::Result<()>| {
         res.map_err(|source| DiagnoseError::Output {

@@ -3,8 +3,8 @@
 use std::path::{Path, PathBuf};
 
 use commwatch_diagnose::progress::Progress;
-use commwatch_diagnose::report::{render_json, render_text, Inputs, Report};
-use commwatch_diagnose::{html, run, DiagnoseArgs, DiagnoseError, Format, EXIT_INPUT_ERRORS};
+use commwatch_diagnose::report::{html, render_json, render_text, Inputs, Report};
+use commwatch_diagnose::{run, DiagnoseArgs, DiagnoseError, Format, EXIT_INPUT_ERRORS};
 
 fn rel(p: &str) -> PathBuf {
     // Relative to the crate root (cargo runs tests there) so the golden report does not depend on the checkout.

@@ -3,7 +3,10 @@
 
 use std::fmt::Write as _;
 
-use crate::report::{human_bytes, render_text, scaling_table, Report};
+use super::model::Report;
+use super::scaling::scaling_table;
+use super::text::render_text;
+use super::units::human_bytes;
 
 const W: f64 = 720.0;
 const H: f64 = 300.0;
@@ -252,4 +255,49 @@ pub fn render_html(r: &Report) -> String {
     o.push_str(&esc(&render_text(r)));
     o.push_str("</pre></body></html>\n");
     o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::fixtures;
+
+    #[test]
+    fn escapes_markup_and_quotes() {
+        assert_eq!(
+            esc(r#"<a href="x">R&D</a>"#),
+            "&lt;a href=&quot;x&quot;&gt;R&amp;D&lt;/a&gt;"
+        );
+        // `&` first, so an entity in the input is escaped once, not re-read.
+        assert_eq!(esc("&lt;"), "&amp;lt;");
+    }
+
+    #[test]
+    fn text_from_the_inputs_is_escaped_everywhere() {
+        let mut r = fixtures::report();
+        r.conclusion.summary = "<script>alert(1)</script>".to_string();
+        let page = render_html(&r);
+        assert!(!page.contains("<script"));
+        assert!(page.contains("<p><strong>&lt;script&gt;alert(1)&lt;/script&gt;</strong></p>"));
+        assert!(page.contains(
+            "<p class=\"critical\"><strong>[critical] management_network_traffic</strong>: NCCL data moves over \
+             eth0 &lt;management&gt;<br>Action: bind NCCL to the fabric &amp; retry</p>"
+        ));
+        // The full text report is embedded, escaped.
+        assert!(page.contains("<pre>commwatch diagnose: four-step report\n"));
+        assert!(page.contains(
+            "[critical] management_network_traffic: NCCL data moves over eth0 &lt;management&gt;"
+        ));
+    }
+
+    #[test]
+    fn charts_and_the_scaling_table() {
+        let page = render_html(&fixtures::report());
+        assert_eq!(page.matches("<svg").count(), 2);
+        assert!(page.contains("link 50.0 GB/s"));
+        assert!(page
+            .contains("<tr><td>all_gather_perf</td><td>1</td><td>200.00</td><td>100 %</td></tr>"));
+        assert!(page.contains(">rank 0 step 0</text>"));
+        assert!(page.ends_with("</pre></body></html>\n"));
+    }
 }

@@ -1,0 +1,219 @@
+//! The four-step report: reads every input, runs the analyses and the findings, reaches the verdict and
+//! assembles the [`Report`] that the renderers show.
+//!
+//! - this module: assembly, from [`Inputs`] (paths and the link) to a [`Report`];
+//! - [`model`]: the report's data and the JSON shape ([`render_json`] is serde of that shape);
+//! - [`verdict`]: the key judgment, the report's conclusion;
+//! - [`text`]: the terminal report; [`html`]: the self-contained HTML page;
+//! - [`scaling`], [`units`]: the scaling table and byte sizes, which more than one part shows.
+
+pub mod html;
+pub mod model;
+pub mod scaling;
+pub mod text;
+pub mod units;
+pub mod verdict;
+
+use std::path::PathBuf;
+
+pub use self::model::{render_json, worst_severity, Conclusion, InputRecord, Report};
+pub use self::text::render_text;
+
+use crate::analysed::{LogReport, TestReport, TraceReport};
+use crate::analysis::bandwidth::summarize;
+use crate::analysis::overlap;
+use crate::analysis::straggler::{self, StragglerAnalysis};
+use crate::collector::Inventory;
+use crate::findings::{self, Context};
+use crate::link::LinkInfo;
+use crate::progress::Progress;
+use crate::timeline::Timeline;
+
+/// What to read.
+#[derive(Debug, Clone, Default)]
+pub struct Inputs {
+    pub nccl_tests: Vec<PathBuf>,
+    pub nccl_logs: Vec<PathBuf>,
+    /// Files or directories of Kineto traces.
+    pub traces: Vec<PathBuf>,
+    pub nsys: Vec<PathBuf>,
+    /// Fabric link rate, GB/s (1e9 bytes/s).
+    pub link_rate_gbps: Option<f64>,
+    /// Inventory fetched from a collector, or why it could not be.
+    pub inventory: Option<Result<Inventory, String>>,
+}
+
+/// One rank's timeline as read: (file, `kineto` or `nsys`, timeline).
+type ReadTimeline = (String, &'static str, Timeline);
+
+impl Report {
+    /// Reads every input (a bad one is recorded and the rest still analysed) and builds the report.
+    pub fn build(inputs: &Inputs, progress: &Progress) -> Report {
+        let mut records = Vec::new();
+        let tests = read_nccl_tests(&inputs.nccl_tests, &mut records);
+        let logs = read_nccl_logs(&inputs.nccl_logs, &mut records);
+        let mut timelines = read_kineto(&inputs.traces, progress, &mut records);
+        timelines.extend(read_nsys(&inputs.nsys, &mut records));
+        // A trace without a rank of its own is numbered by its place among the traces.
+        let traces: Vec<TraceReport> = timelines
+            .iter()
+            .enumerate()
+            .map(|(i, (file, source, tl))| TraceReport {
+                file: file.clone(),
+                source,
+                analysis: overlap::analyze(tl, i as u32),
+            })
+            .collect();
+        let ranked: Vec<(u32, &Timeline)> = timelines
+            .iter()
+            .zip(&traces)
+            .map(|((_, _, tl), t)| (t.analysis.rank, tl))
+            .collect();
+        let straggler = straggler::analyze(&ranked);
+        let link = LinkInfo::new(inputs.link_rate_gbps, inputs.inventory.as_ref());
+        Report::assemble(records, link, tests, logs, traces, straggler)
+    }
+
+    /// Builds the findings and the conclusion from analysed parts.
+    pub fn assemble(
+        inputs: Vec<InputRecord>,
+        link: LinkInfo,
+        nccl_tests: Vec<TestReport>,
+        nccl_logs: Vec<LogReport>,
+        traces: Vec<TraceReport>,
+        straggler: Option<StragglerAnalysis>,
+    ) -> Report {
+        let ctx = Context {
+            tests: &nccl_tests,
+            logs: &nccl_logs,
+            traces: &traces,
+            straggler: straggler.as_ref(),
+            link: &link,
+        };
+        let findings = findings::evaluate(&ctx);
+        let conclusion = verdict::conclude(&ctx, &findings);
+        Report {
+            inputs,
+            link,
+            nccl_tests,
+            nccl_logs,
+            traces,
+            straggler,
+            findings,
+            conclusion,
+        }
+    }
+}
+
+/// Every test of every nccl-tests file, with its curve summary; a file with warnings is `partial`.
+fn read_nccl_tests(paths: &[PathBuf], records: &mut Vec<InputRecord>) -> Vec<TestReport> {
+    let mut tests = Vec::new();
+    for path in paths {
+        match crate::nccl_tests::parse_file(path) {
+            Ok(f) => {
+                let mut rec = InputRecord::ok(path, "nccl_tests");
+                rec.skipped = f.skipped_lines as u64;
+                rec.warnings = f
+                    .warnings
+                    .iter()
+                    .map(|w| format!("{}:{}: {}", path.display(), w.line, w.message))
+                    .collect();
+                if !rec.warnings.is_empty() {
+                    rec.status = "partial";
+                }
+                records.push(rec);
+                for test in f.tests {
+                    tests.push(TestReport {
+                        file: path.display().to_string(),
+                        summary: summarize(&test),
+                        test,
+                    });
+                }
+            }
+            Err(e) => records.push(InputRecord::failed(path, "nccl_tests", e)),
+        }
+    }
+    tests
+}
+
+fn read_nccl_logs(paths: &[PathBuf], records: &mut Vec<InputRecord>) -> Vec<LogReport> {
+    let mut logs = Vec::new();
+    for path in paths {
+        match crate::nccl_log::parse_file(path) {
+            Ok(log) => {
+                records.push(InputRecord::ok(path, "nccl_log"));
+                logs.push(LogReport {
+                    file: path.display().to_string(),
+                    log,
+                });
+            }
+            Err(e) => records.push(InputRecord::failed(path, "nccl_log", e)),
+        }
+    }
+    logs
+}
+
+/// Every Kineto trace, a directory standing for the traces in it; a trace cut short is `partial`.
+fn read_kineto(
+    args: &[PathBuf],
+    progress: &Progress,
+    records: &mut Vec<InputRecord>,
+) -> Vec<ReadTimeline> {
+    let mut timelines = Vec::new();
+    for arg in args {
+        let files = match crate::kineto::trace_files(arg) {
+            Ok(f) if !f.is_empty() => f,
+            Ok(_) => {
+                records.push(InputRecord::failed(
+                    arg,
+                    "trace",
+                    "no .json or .json.gz trace files in this directory",
+                ));
+                continue;
+            }
+            Err(e) => {
+                records.push(InputRecord::failed(
+                    arg,
+                    "trace",
+                    format!("{}: {e}", arg.display()),
+                ));
+                continue;
+            }
+        };
+        for path in files {
+            match crate::kineto::parse_file(&path, progress) {
+                Ok(t) => {
+                    let mut rec = InputRecord::ok(&path, "trace");
+                    rec.skipped = t.events_skipped;
+                    if let Some(msg) = &t.truncated {
+                        rec.status = "partial";
+                        rec.warnings.push(msg.clone());
+                    }
+                    records.push(rec);
+                    timelines.push((t.file, "kineto", t.timeline));
+                }
+                Err(e) => records.push(InputRecord::failed(&path, "trace", e)),
+            }
+        }
+    }
+    timelines
+}
+
+fn read_nsys(paths: &[PathBuf], records: &mut Vec<InputRecord>) -> Vec<ReadTimeline> {
+    let mut timelines = Vec::new();
+    for path in paths {
+        match crate::nsys::parse_file(path) {
+            Ok(t) => {
+                let mut rec = InputRecord::ok(path, "nsys");
+                rec.skipped = t.rows_skipped;
+                records.push(rec);
+                timelines.push((t.file, "nsys", t.timeline));
+            }
+            Err(e) => records.push(InputRecord::failed(path, "nsys", e)),
+        }
+    }
+    timelines
+}
+
+#[cfg(test)]
+pub(crate) mod fixtures;

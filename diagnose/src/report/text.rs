@@ -1,0 +1,471 @@
+//! The report for the terminal: the inputs, the four steps of the method, the findings and the conclusion,
+//! one section each.
+
+use std::fmt::Write as _;
+
+use super::model::Report;
+use super::scaling::scaling_table;
+use super::units::human_bytes;
+use crate::link::BASELINE_MEETS_LINK;
+
+// Writing to a `String` cannot fail, hence the ignored `fmt::Result`s below.
+
+/// The report for the terminal.
+pub fn render_text(r: &Report) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "commwatch diagnose: four-step report");
+    let _ = writeln!(o);
+    inputs(&mut o, r);
+    let _ = writeln!(o);
+    baselines(&mut o, r);
+    let _ = writeln!(o);
+    timeline(&mut o, r);
+    let _ = writeln!(o);
+    collectives(&mut o, r);
+    let _ = writeln!(o);
+    link_and_algorithm(&mut o, r);
+    let _ = writeln!(o);
+    findings(&mut o, r);
+    let _ = writeln!(o);
+    conclusion(&mut o, r);
+    o
+}
+
+/// Milliseconds from microseconds: `12.35 ms`.
+fn ms(us: f64) -> String {
+    format!("{:.2} ms", us / 1e3)
+}
+
+/// A share as a percentage, `-` when unknown: `87.5 %`.
+fn pct(r: Option<f64>) -> String {
+    r.map_or("-".to_string(), |r| format!("{:.1} %", r * 100.0))
+}
+
+/// A value or `?`.
+fn opt<T: std::fmt::Display>(v: &Option<T>) -> String {
+    v.as_ref().map_or("?".to_string(), |v| v.to_string())
+}
+
+/// `-` for an empty list.
+fn or_dash(items: Vec<String>, sep: &str) -> String {
+    if items.is_empty() {
+        "-".to_string()
+    } else {
+        items.join(sep)
+    }
+}
+
+fn inputs(o: &mut String, r: &Report) {
+    let _ = writeln!(o, "Inputs");
+    for i in &r.inputs {
+        let _ = write!(o, "  [{}] {:<10} {}", i.status, i.kind, i.path);
+        if i.skipped > 0 {
+            let _ = write!(o, "  ({} skipped)", i.skipped);
+        }
+        let _ = writeln!(o);
+        for w in &i.warnings {
+            let _ = writeln!(o, "      {w}");
+        }
+    }
+    if let Some(w) = &r.link.warning {
+        let _ = writeln!(o, "  warning: {w}");
+    }
+}
+
+/// Step 1: each nccl-tests result against the link, then how the peak holds up with scale.
+fn baselines(o: &mut String, r: &Report) {
+    let _ = writeln!(o, "Step 1. Baselines: bare communication (nccl-tests)");
+    if r.nccl_tests.is_empty() {
+        let _ = writeln!(o, "  no nccl-tests results given (--nccl-tests)");
+    }
+    for t in &r.nccl_tests {
+        let s = &t.summary;
+        let _ = writeln!(
+            o,
+            "  {}  {} ranks on {} node(s)  NCCL {}  ({} rows, {})",
+            t.test.collective,
+            opt(&t.test.nranks()),
+            opt(&t.test.nnodes()),
+            t.test.nccl_version.as_deref().unwrap_or("?"),
+            t.test.rows.len(),
+            t.file
+        );
+        let _ = writeln!(
+            o,
+            "    avg bus bandwidth {} GB/s (file), peak {} GB/s at {}, saturates from {}",
+            t.test
+                .avg_busbw_gbps
+                .map_or("?".to_string(), |v| format!("{v}")),
+            s.peak_busbw_gbps
+                .map_or("?".to_string(), |v| format!("{v:.2}")),
+            s.peak_at_bytes.map_or("?".to_string(), human_bytes),
+            s.saturation_bytes.map_or("?".to_string(), human_bytes),
+        );
+        let _ = writeln!(
+            o,
+            "    latency {} us; latency-bound below {}",
+            s.latency_us.map_or("?".to_string(), |v| format!("{v:.2}")),
+            s.latency_bound_below_bytes
+                .map_or("every measured size".to_string(), human_bytes)
+        );
+        match (r.link.rate_gbps, s.peak_busbw_gbps) {
+            (Some(rate), Some(p)) if t.inter_node() => {
+                let _ = writeln!(
+                    o,
+                    "    vs link {:.2} GB/s: {:.0} % ({})",
+                    rate,
+                    p / rate * 100.0,
+                    if p >= BASELINE_MEETS_LINK * rate {
+                        "meets the link"
+                    } else {
+                        "below the link"
+                    }
+                );
+            }
+            (Some(_), _) if !t.inter_node() => {
+                let _ = writeln!(
+                    o,
+                    "    single node: intra-node bandwidth, not compared with the fabric link"
+                );
+            }
+            _ => {}
+        }
+    }
+    let scaling = scaling_table(&r.nccl_tests);
+    if scaling.len() > 1 {
+        let _ = writeln!(o, "  scale (peak bus bandwidth by ranks):");
+        for (coll, n, peak, eff) in scaling {
+            let _ = writeln!(
+                o,
+                "    {coll:<20} {n:>5} ranks  {peak:>9.2} GB/s  {:>5.0} % of the smallest scale",
+                eff * 100.0
+            );
+        }
+    }
+}
+
+/// Step 2: per rank, communication against computation over the trace and per step.
+fn timeline(o: &mut String, r: &Report) {
+    let _ = writeln!(o, "Step 2. Communication vs computation on the timeline");
+    if r.traces.is_empty() {
+        let _ = writeln!(o, "  no traces given (--trace, --nsys)");
+    }
+    for t in &r.traces {
+        let a = &t.analysis;
+        let _ = writeln!(o, "  rank {} ({}, {})", a.rank, t.source, t.file);
+        let _ = writeln!(
+            o,
+            "    comm {}  compute {}  idle {}  overlap {}  exposed comm {}  ({} of {} GPU activities counted{})",
+            ms(a.comm_time_us),
+            ms(a.compute_time_us),
+            ms(a.idle_time_us),
+            pct(a.overlap_ratio),
+            ms(a.exposed_comm_us),
+            a.gpu_events_counted,
+            a.gpu_events,
+            if a.last_step_excluded {
+                ", last step excluded"
+            } else {
+                ""
+            }
+        );
+        if a.steps.is_empty() {
+            continue;
+        }
+        let _ = writeln!(
+            o,
+            "    {:>8} {:>12} {:>12} {:>12} {:>12} {:>9} {:>12}",
+            "step", "step time", "comm", "compute", "idle", "overlap", "exposed"
+        );
+        for s in &a.steps {
+            let _ = writeln!(
+                o,
+                "    {:>8} {:>12} {:>12} {:>12} {:>12} {:>9} {:>12}",
+                s.step,
+                ms(s.step_time_us),
+                ms(s.comm_time_us),
+                ms(s.compute_time_us),
+                ms(s.idle_time_us),
+                pct(s.overlap_ratio),
+                ms(s.exposed_comm_us)
+            );
+        }
+    }
+}
+
+/// Step 3: the costliest collectives of each rank, then which rank the others wait for.
+fn collectives(o: &mut String, r: &Report) {
+    let _ = writeln!(o, "Step 3. The costly collectives");
+    for t in &r.traces {
+        let a = &t.analysis;
+        if a.top_collectives.is_empty() {
+            continue;
+        }
+        let _ = writeln!(o, "  rank {}", a.rank);
+        for c in &a.top_collectives {
+            let _ = writeln!(
+                o,
+                "    {:<16} {:>10} {:<9} x{:<5} total {:>10}  mean {:>9.1} us  busbw {}",
+                c.collective,
+                c.size_bytes.map_or("size ?".to_string(), human_bytes),
+                c.dtype.as_deref().unwrap_or("-"),
+                c.count,
+                ms(c.total_time_us),
+                c.mean_time_us,
+                c.busbw_gbps
+                    .map_or("?".to_string(), |b| format!("{b:.2} GB/s"))
+            );
+        }
+    }
+    if let Some(s) = &r.straggler {
+        let _ = writeln!(o, "  across ranks ({} collectives compared):", s.compared);
+        for rl in &s.ranks {
+            let _ = writeln!(
+                o,
+                "    rank {:<5} starts {:>9.1} us late on average, last in {:>3.0} %, mean comm kernel {:.1} us",
+                rl.rank,
+                rl.mean_lateness_us,
+                rl.latest_share * 100.0,
+                rl.mean_comm_kernel_us
+            );
+        }
+        let _ = writeln!(
+            o,
+            "    straggler: {}",
+            s.straggler
+                .map_or("none".to_string(), |r| format!("rank {r}"))
+        );
+    }
+}
+
+/// Step 4: the link rate, and what each NCCL log says about the network, transports and channels.
+fn link_and_algorithm(o: &mut String, r: &Report) {
+    let _ = writeln!(o, "Step 4. Link and algorithm");
+    match (r.link.rate_gbps, r.link.source) {
+        (Some(rate), Some(src)) => {
+            let _ = writeln!(o, "  link rate {rate:.2} GB/s (from {src})");
+        }
+        _ => {
+            let _ = writeln!(
+                o,
+                "  link rate unknown (--link-rate GBPS or --collector URL)"
+            );
+        }
+    }
+    for l in &r.nccl_logs {
+        let g = &l.log;
+        let _ = writeln!(o, "  {}", l.file);
+        let _ = writeln!(
+            o,
+            "    NCCL {}  {} ranks, {} nodes, {} local ranks",
+            g.version.as_deref().unwrap_or("?"),
+            opt(&g.nranks),
+            opt(&g.nnodes),
+            opt(&g.local_ranks)
+        );
+        let ifaces: Vec<String> = g
+            .interfaces
+            .iter()
+            .map(|i| format!("{}:{}", i.transport, i.name))
+            .collect();
+        let _ = writeln!(
+            o,
+            "    network {}  interfaces {}",
+            g.network.as_deref().unwrap_or("?"),
+            or_dash(ifaces, " ")
+        );
+        let transports: Vec<String> = g
+            .transports
+            .iter()
+            .map(|(k, v)| format!("{k} x{v}"))
+            .collect();
+        let _ = writeln!(o, "    transports {}", or_dash(transports, ", "));
+        let _ = writeln!(
+            o,
+            "    channels {}  GPU Direct RDMA {}  NVLS {}",
+            opt(&g.channels),
+            match g.gdr {
+                Some(true) => "enabled",
+                Some(false) => "disabled",
+                None => "?",
+            },
+            if g.nvls { "available" } else { "no" }
+        );
+        if !g.settings.is_empty() {
+            let s: Vec<String> = g.settings.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            let _ = writeln!(o, "    settings {}", s.join(" "));
+        }
+    }
+}
+
+fn findings(o: &mut String, r: &Report) {
+    let _ = writeln!(o, "Findings");
+    if r.findings.is_empty() {
+        let _ = writeln!(o, "  none");
+    }
+    for f in &r.findings {
+        let _ = writeln!(o, "  [{}] {}: {}", f.severity.as_str(), f.kind, f.summary);
+        let subject: Vec<String> = f.subject.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let _ = writeln!(o, "      subject: {}", subject.join(" "));
+        let ev: Vec<String> = f.evidence.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let _ = writeln!(o, "      evidence: {}", ev.join(" "));
+        let _ = writeln!(o, "      action: {}", f.action);
+    }
+}
+
+fn conclusion(o: &mut String, r: &Report) {
+    let _ = writeln!(o, "Conclusion: {}", r.conclusion.verdict);
+    let _ = writeln!(o, "  {}", r.conclusion.summary);
+    for e in &r.conclusion.evidence {
+        let _ = writeln!(o, "  - {e}");
+    }
+    let _ = writeln!(o, "  action: {}", r.conclusion.action);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::fixtures;
+
+    fn lines() -> Vec<String> {
+        render_text(&fixtures::report())
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// The lines from the one equal to `header` up to the next blank line.
+    fn section(header: &str) -> Vec<String> {
+        lines()
+            .into_iter()
+            .skip_while(|l| l != header)
+            .take_while(|l| !l.is_empty())
+            .collect()
+    }
+
+    #[test]
+    fn inputs_with_their_status_and_warnings() {
+        assert_eq!(
+            section("Inputs"),
+            vec![
+                "Inputs",
+                "  [ok] nccl_tests all_reduce_perf.txt",
+                "  [error] nccl_log   gone.log",
+                "      gone.log: not found",
+            ]
+        );
+    }
+
+    #[test]
+    fn baselines_against_the_link_and_by_scale() {
+        let s = section("Step 1. Baselines: bare communication (nccl-tests)");
+        assert_eq!(
+            s[1],
+            "  all_reduce_perf  2 ranks on 2 node(s)  NCCL 2.23.4  (2 rows, all_reduce_perf.txt)"
+        );
+        assert_eq!(
+            s[2],
+            "    avg bus bandwidth ? GB/s (file), peak 45.00 GB/s at ?, saturates from ?"
+        );
+        assert_eq!(
+            s[3],
+            "    latency ? us; latency-bound below every measured size"
+        );
+        assert_eq!(s[4], "    vs link 50.00 GB/s: 90 % (meets the link)");
+        assert_eq!(
+            s[8],
+            "    single node: intra-node bandwidth, not compared with the fabric link"
+        );
+        assert_eq!(s[9], "  scale (peak bus bandwidth by ranks):");
+        assert_eq!(
+            s[10],
+            "    all_gather_perf          1 ranks     200.00 GB/s    100 % of the smallest scale"
+        );
+        assert_eq!(s.len(), 12);
+    }
+
+    #[test]
+    fn one_rank_per_step() {
+        assert_eq!(
+            section("Step 2. Communication vs computation on the timeline"),
+            vec![
+                "Step 2. Communication vs computation on the timeline",
+                "  rank 0 (kineto, rank-0.json)",
+                "    comm 40.00 ms  compute 70.00 ms  idle 10.00 ms  overlap 50.0 %  exposed comm 20.00 ms  \
+                 (100 of 120 GPU activities counted)",
+                "        step    step time         comm      compute         idle   overlap      exposed",
+                "           0    100.00 ms     40.00 ms     70.00 ms     10.00 ms    50.0 %     20.00 ms",
+            ]
+        );
+        assert_eq!(
+            section("Step 3. The costly collectives")[2],
+            "    allreduce            64 MiB Float     x10    total   30.00 ms  mean    3000.0 us  busbw 12.50 GB/s"
+        );
+    }
+
+    #[test]
+    fn what_each_nccl_log_says() {
+        assert_eq!(
+            section("Step 4. Link and algorithm"),
+            vec![
+                "Step 4. Link and algorithm",
+                "  link rate 50.00 GB/s (from flag)",
+                "  rank0.log",
+                "    NCCL 2.21.5  16 ranks, 2 nodes, ? local ranks",
+                "    network Socket  interfaces Socket:eth0",
+                "    transports NET/Socket x7",
+                "    channels ?  GPU Direct RDMA disabled  NVLS no",
+            ]
+        );
+    }
+
+    #[test]
+    fn findings_and_conclusion() {
+        assert_eq!(
+            section("Findings"),
+            vec![
+                "Findings",
+                "  [critical] management_network_traffic: NCCL data moves over eth0 <management>",
+                "      subject: interface=eth0",
+                "      evidence: socket_connections=7",
+                "      action: bind NCCL to the fabric & retry",
+            ]
+        );
+        assert_eq!(
+            section("Conclusion: not_the_link"),
+            vec![
+                "Conclusion: not_the_link",
+                "  The bare baseline meets the link.",
+                "  - link rate 50.00 GB/s (from flag)",
+                "  action: look for stragglers",
+            ]
+        );
+    }
+
+    #[test]
+    fn an_empty_report_says_what_is_missing() {
+        let mut r = fixtures::report();
+        r.nccl_tests.clear();
+        r.traces.clear();
+        r.findings.clear();
+        r.link = fixtures::link(None);
+        let text = render_text(&r);
+        for line in [
+            "  no nccl-tests results given (--nccl-tests)",
+            "  no traces given (--trace, --nsys)",
+            "  link rate unknown (--link-rate GBPS or --collector URL)",
+            "Findings\n  none\n",
+        ] {
+            assert!(text.contains(line), "{line}");
+        }
+    }
+
+    #[test]
+    fn units() {
+        assert_eq!(ms(1234.5), "1.23 ms");
+        assert_eq!(pct(Some(0.875)), "87.5 %");
+        assert_eq!(pct(None), "-");
+        assert_eq!(opt(&Some(3)), "3");
+        assert_eq!(opt::<u32>(&None), "?");
+    }
+}
