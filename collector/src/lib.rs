@@ -19,7 +19,6 @@ pub mod export;
 pub mod ingest;
 pub mod pace;
 pub mod persist;
-pub mod stats;
 pub mod steps;
 pub mod store;
 
@@ -39,6 +38,7 @@ pub use config::{CollectorConfig, ConfigError, Limits, TlsConfig};
 pub use export::health::IngestStats;
 pub use store::{LinkView, NodeView, Store, StoreMemory};
 
+use commwatch_model::clock::unix_now_ns;
 use commwatch_proto::v1 as pb;
 use export::health::Health;
 use ingest::domain::{Batch, Hello};
@@ -550,7 +550,7 @@ pub async fn start(config: CollectorConfig) -> Result<CollectorHandle, Collector
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            let n = sweep_store.expire(store::now_unix_ns());
+            let n = sweep_store.expire(unix_now_ns());
             if n > 0 {
                 sweep_health.expired_nodes.inc_by(n as u64);
                 info!(nodes = n, "expired stale nodes");

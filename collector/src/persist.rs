@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use commwatch_model::clock::unix_now_ns;
 use rusqlite::{params, Connection};
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
@@ -29,7 +30,6 @@ use tracing::{error, info, warn};
 
 use crate::export::health::Health;
 use crate::ingest::mark_durable;
-use crate::store::now_unix_ns;
 
 pub const COMMIT_INTERVAL: Duration = Duration::from_millis(100);
 pub const COMMIT_MAX_ITEMS: usize = 20_000;
@@ -255,7 +255,7 @@ pub(crate) fn load(
         source,
     };
     let cutoff =
-        now_unix_ns().saturating_sub(i64::try_from(retention.as_nanos()).unwrap_or(i64::MAX));
+        unix_now_ns().saturating_sub(i64::try_from(retention.as_nanos()).unwrap_or(i64::MAX));
     let mut hellos: Vec<Replay> = Vec::new();
     {
         let mut st = conn
@@ -441,7 +441,7 @@ fn commit(conn: &mut Connection, items: &[Item]) -> Result<(), rusqlite::Error> 
 
 fn prune(conn: &Connection, retention: Duration) -> Result<usize, rusqlite::Error> {
     let cutoff =
-        now_unix_ns().saturating_sub(i64::try_from(retention.as_nanos()).unwrap_or(i64::MAX));
+        unix_now_ns().saturating_sub(i64::try_from(retention.as_nanos()).unwrap_or(i64::MAX));
     let mut n = conn.execute("DELETE FROM batches WHERE received_unix_ns < ?1", [cutoff])?;
     n += conn.execute(
         "DELETE FROM hellos WHERE received_unix_ns < ?1

@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use commwatch_model::clock::{unix_now_ns, unix_now_s};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast;
@@ -20,7 +21,7 @@ use super::input::{self, BareBaseline, Extras, JobInput, ThroughputBaseline};
 use super::scaling::{self, JobFigures};
 use super::tracker::{Change, Tracker};
 use super::{evaluate, Finding, Kind};
-use crate::store::{now_unix_ns, Store};
+use crate::store::Store;
 
 pub use super::DEFAULT_INTERVAL;
 /// An active finding's refreshed numbers are written to SQLite at most this often.
@@ -206,10 +207,6 @@ pub struct AnalysisHandle {
     inner: Arc<Inner>,
 }
 
-fn now_s() -> f64 {
-    now_unix_ns() as f64 / 1e9
-}
-
 impl AnalysisHandle {
     /// Opens the history (when a state directory is set), restores findings and baselines from it, and spawns
     /// the evaluation task and the history writer thread.
@@ -248,8 +245,8 @@ impl AnalysisHandle {
                     for m in rx {
                         let r = match m {
                             HistoryMsg::Record(ch, at) => hist.record(&ch, at),
-                            HistoryMsg::Bare(b) => hist.save_bare(&b, now_s()),
-                            HistoryMsg::Throughput(b) => hist.save_throughput(&b, now_s()),
+                            HistoryMsg::Bare(b) => hist.save_bare(&b, unix_now_s()),
+                            HistoryMsg::Throughput(b) => hist.save_throughput(&b, unix_now_s()),
                         };
                         if let Err(e) = r {
                             warn!(error = %e, "writing analysis history failed");
@@ -296,7 +293,7 @@ impl AnalysisHandle {
         let started = Instant::now();
         let extras = self.inner.state.lock().extras.clone();
         let steps = self.inner.steps.read().clone();
-        let input = input::build(store, now_unix_ns(), &extras, steps.as_deref());
+        let input = input::build(store, unix_now_ns(), &extras, steps.as_deref());
         self.apply(&input, started);
     }
 

@@ -37,7 +37,7 @@ pub mod straggler;
 pub mod tracker;
 pub mod underutilized;
 
-pub(crate) use crate::stats::median;
+pub(crate) use commwatch_model::stats::median;
 use std::collections::BTreeMap;
 use std::time::Duration;
 

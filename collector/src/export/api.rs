@@ -7,11 +7,12 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
+use commwatch_model::clock::unix_now_ns;
 use tracing::warn;
 
 use super::health::Health;
 use super::prometheus::{content_type, Exposition};
-use crate::store::{now_unix_ns, NodeView, Store};
+use crate::store::{NodeView, Store};
 
 #[derive(Clone)]
 pub(crate) struct HttpState {
@@ -43,7 +44,7 @@ async fn metrics(State(s): State<HttpState>) -> Response {
 /// The nodes seen within `node_expiry`, sorted by name, as CONTRACTS.md describes them.
 pub fn node_views(store: &Store) -> Vec<NodeView> {
     store
-        .snapshot(now_unix_ns())
+        .snapshot(unix_now_ns())
         .iter()
         .map(NodeView::from)
         .collect()

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use axum::extract::{Query, State};
 use axum::routing::get;
 use axum::{Json, Router};
+use commwatch_model::clock::unix_now_ns;
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::{MetricFamily, MetricType};
 use serde::{Deserialize, Serialize};
@@ -20,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use super::names;
 use super::proto::{family, label, metric};
 use crate::analysis::AnalysisHandle;
-use crate::store::{now_unix_ns, Store};
+use crate::store::Store;
 
 /// `/api/v1/jobs` rank: one process of the job.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -77,7 +78,7 @@ pub struct JobView {
 /// fills the figures.
 pub fn job_views(store: &Store, analysis: Option<&AnalysisHandle>) -> Vec<JobView> {
     let mut by_id: BTreeMap<String, JobView> = BTreeMap::new();
-    for (node, list) in store.node_jobs(now_unix_ns()) {
+    for (node, list) in store.node_jobs(unix_now_ns()) {
         for j in &list.jobs {
             let v = by_id.entry(j.id.clone()).or_insert_with(|| JobView {
                 id: j.id.clone(),
@@ -241,7 +242,7 @@ impl Collector for JobsCollector {
             MetricType::GAUGE,
         );
         let mut ranks = family(names::JOB_RANKS, RANKS_HELP, MetricType::GAUGE);
-        for (node, list) in self.store.node_jobs(now_unix_ns()) {
+        for (node, list) in self.store.node_jobs(unix_now_ns()) {
             for j in &list.jobs {
                 ranks.mut_metric().push(metric(
                     MetricType::GAUGE,

@@ -9,6 +9,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use commwatch_model::token::{read_token_file, TokenError};
 use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 use tonic::{Request, Status};
 
@@ -22,8 +23,9 @@ pub enum AuthError {
         #[source]
         source: std::io::Error,
     },
-    #[error("token file {0} is empty")]
-    EmptyToken(std::path::PathBuf),
+    /// The token file is missing, unreadable, empty or not text.
+    #[error(transparent)]
+    Token(#[from] TokenError),
     #[error("TLS configuration: {0}")]
     Tls(String),
 }
@@ -49,15 +51,9 @@ pub fn server_tls(cfg: &crate::config::TlsConfig) -> Result<ServerTlsConfig, Aut
     Ok(tls)
 }
 
-/// Reads the token file (trailing whitespace trimmed).
+/// Reads the token file: its text with surrounding whitespace trimmed; an empty file is refused.
 pub fn load_token(path: &Path) -> Result<Arc<str>, AuthError> {
-    let text = String::from_utf8_lossy(&read("token file", path)?)
-        .trim()
-        .to_string();
-    if text.is_empty() {
-        return Err(AuthError::EmptyToken(path.to_path_buf()));
-    }
-    Ok(Arc::from(text))
+    Ok(Arc::from(read_token_file(path)?))
 }
 
 /// Whether a presented token equals the expected one, compared in constant time.

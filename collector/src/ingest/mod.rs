@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use commwatch_model::clock::unix_now_ns;
 use commwatch_proto::v1 as pb;
 use commwatch_proto::v1::agent_message::Msg;
 use prost::Message;
@@ -27,7 +28,7 @@ use tracing::{debug, info, warn};
 use crate::config::CollectorConfig;
 use crate::export::health::Health;
 use crate::persist::PersistHandle;
-use crate::store::{now_unix_ns, BatchOutcome, NodeRef, Store};
+use crate::store::{BatchOutcome, NodeRef, Store};
 use domain::{Batch, Hello, IngestError, Inventory, JobList};
 
 /// Shortest interval between two acks on one stream.
@@ -195,7 +196,7 @@ impl StreamTask<'_> {
                 Err(status) => return Err(receive_error(status, limit)),
             }
         };
-        let received = now_unix_ns();
+        let received = unix_now_ns();
         let hello_payload = self
             .shared
             .persist
@@ -310,7 +311,7 @@ impl StreamTask<'_> {
                             return Err(receive_error(status, limit));
                         }
                     };
-                    let now = now_unix_ns();
+                    let now = unix_now_ns();
                     match msg.msg {
                         None => node.lock().touch(now),
                         Some(Msg::Hello(_)) => {

@@ -23,8 +23,8 @@
 //! false. An idle link is confidently idle.
 
 use crate::ingest::domain::{LinkClass, LinkRole};
-use crate::stats::median;
 use crate::steps::StepLink;
+use commwatch_model::stats::median;
 
 /// Below this rate (bytes/s) no interval counts as active, whatever the link: background and control traffic.
 pub const ACTIVE_FLOOR_BYTES_PER_SECOND: f64 = 10e6;

@@ -18,6 +18,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
+use commwatch_model::clock::unix_now_ns;
 use tokio::task::JoinHandle;
 use tracing::debug;
 
@@ -28,7 +29,7 @@ use super::markers::MarkerTracker;
 use super::{NodeStep, StepSource};
 use crate::ingest::domain::LinkClass;
 use crate::store::ring::Ring;
-use crate::store::{now_unix_ns, NodeState, Store};
+use crate::store::{NodeState, Store};
 
 /// How often the engine runs by default.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_millis(500);
@@ -342,7 +343,7 @@ pub fn spawn(store: Arc<Store>, steps: Arc<StepStore>, every: Duration) -> JoinH
     tokio::spawn(crate::pace::run_paced(every, move || {
         let engine = engine.clone();
         async move {
-            match tokio::task::spawn_blocking(move || engine.lock().tick(now_unix_ns())).await {
+            match tokio::task::spawn_blocking(move || engine.lock().tick(unix_now_ns())).await {
                 Ok(_) => true,
                 Err(err) => {
                     tracing::error!(error = %err, "step engine pass failed; the engine stops");

@@ -1,7 +1,7 @@
 //! [`StepStore`]: every node's bounded step history, written by the engine, read by the analysis, the API and
 //! the exporter. Readers get copies; the lock is held only while copying.
 
-use crate::stats::median;
+use commwatch_model::stats::median;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use parking_lot::RwLock;

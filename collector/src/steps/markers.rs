@@ -14,6 +14,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use commwatch_model::stats::median_i64;
+
 use crate::ingest::domain::{Marker, StepPhase};
 
 /// A rank not heard from for this long (agent clock) no longer counts as missing.
@@ -63,16 +65,6 @@ struct JobTrack {
 pub struct MarkerTracker {
     jobs: HashMap<String, JobTrack>,
     newest_ns: i64,
-}
-
-fn median(v: &mut [i64]) -> i64 {
-    v.sort_unstable();
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        v[n / 2 - 1] + (v[n / 2] - v[n / 2 - 1]) / 2
-    }
 }
 
 impl MarkerTracker {
@@ -176,8 +168,10 @@ impl MarkerTracker {
                 };
                 let worst_spread = spread(&starts).max(spread(&ends));
                 let used = starts.len();
-                let start = median(&mut starts);
-                let end = median(&mut ends);
+                let (Some(start), Some(end)) = (median_i64(&mut starts), median_i64(&mut ends))
+                else {
+                    continue;
+                };
                 if end <= start {
                     continue;
                 }

@@ -1137,14 +1137,6 @@ impl Store {
     }
 }
 
-/// Wall clock, ns since the Unix epoch.
-pub fn now_unix_ns() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -33,11 +33,12 @@ use std::time::Instant;
 use prometheus::proto::MetricFamily;
 use prometheus::{Encoder, TextEncoder};
 
+use commwatch_model::clock::unix_now_ns;
 pub use families::{link_is_up, Family, StoreDescs, FAMILIES};
 use samples::Samples;
 
 use super::health::Health;
-use crate::store::{now_unix_ns, NodeSnapshot, Store, StoreMemory};
+use crate::store::{NodeSnapshot, Store, StoreMemory};
 
 /// Renders `/metrics` for one collector: its store and the length of the previous text (the next buffer's size).
 pub struct Exposition {
@@ -58,7 +59,7 @@ impl Exposition {
     pub fn render(&self, health: &Health) -> Result<String, prometheus::Error> {
         let started = Instant::now();
         let registered = health.registry.gather();
-        let nodes = self.store.snapshot(now_unix_ns());
+        let nodes = self.store.snapshot(unix_now_ns());
         let memory = self.store.memory();
         let last = self.last_len.load(Ordering::Relaxed);
         let mut out = String::with_capacity((last + last / 16).max(64 * 1024));

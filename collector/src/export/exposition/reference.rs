@@ -10,13 +10,14 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use commwatch_model::clock::unix_now_ns;
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::{Counter, Gauge, LabelPair, Metric, MetricFamily, MetricType};
 
 use crate::export::exposition::{link_is_up, StoreDescs, FAMILIES};
 use crate::export::names::{self, link_counter_family, LinkCounterFamily};
 use crate::ingest::domain::{LinkClass, SeriesKind};
-use crate::store::{now_unix_ns, LinkSnapshot, NodeSnapshot, Store, StoreMemory};
+use crate::store::{LinkSnapshot, NodeSnapshot, Store, StoreMemory};
 
 /// Link labels, in exposition order (NVLink adds `gpu` and `link`).
 const LINK_LABELS: &[&str] = &["node", "class", "device", "port", "role"];
@@ -42,7 +43,7 @@ impl Collector for StoreCollector {
     }
 
     fn collect(&self) -> Vec<MetricFamily> {
-        let nodes = self.store.snapshot(now_unix_ns());
+        let nodes = self.store.snapshot(unix_now_ns());
         store_families(&nodes, Some(&self.store.memory()))
     }
 }

@@ -4,6 +4,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use commwatch_model::clock::unix_now_ns;
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
 use prometheus::TextEncoder;
@@ -17,9 +18,7 @@ use crate::ingest::domain::{
     Batch, Hello, Inventory, JobList, LinkClass, LinkInfo, LinkKey, LinkRole, SeriesDesc,
     SeriesKind,
 };
-use crate::store::{
-    now_unix_ns, LinkSnapshot, NodeSnapshot, SeriesKey, SeriesSnapshot, Store, StoreMemory,
-};
+use crate::store::{LinkSnapshot, NodeSnapshot, SeriesKey, SeriesSnapshot, Store, StoreMemory};
 
 /// Fixed families behind the store's descriptors, for a registry.
 struct Fixed {
@@ -478,7 +477,7 @@ fn render_matches_the_previous_registry_path() {
         std::time::Duration::from_secs(600),
         crate::Limits::default(),
     ));
-    let now = now_unix_ns();
+    let now = unix_now_ns();
     let desc = |id: u32, metric: &str, kind: SeriesKind, link_id: u32, labels: &[(&str, &str)]| {
         SeriesDesc {
             id,
