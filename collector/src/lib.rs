@@ -17,6 +17,7 @@ pub mod analysis;
 pub mod config;
 pub mod export;
 pub mod ingest;
+pub mod jobs;
 pub mod pace;
 pub mod persist;
 pub mod steps;
@@ -87,8 +88,6 @@ pub struct CollectorHandle {
     expiry: JoinHandle<()>,
     analysis: analysis::AnalysisHandle,
     analysis_task: JoinHandle<()>,
-    /// Feeds the merged job lists to the analysis.
-    jobs_feed: JoinHandle<()>,
     writer: Option<JoinHandle<()>>,
     steps: Arc<steps::StepStore>,
     /// The step engine (`None` when `steps_interval` is 0).
@@ -162,7 +161,6 @@ impl CollectorHandle {
             mut http,
             expiry,
             analysis_task,
-            jobs_feed,
             writer,
             step_engine,
             ..
@@ -193,7 +191,6 @@ impl CollectorHandle {
         }
         expiry.abort();
         analysis_task.abort();
-        jobs_feed.abort();
         if let Some(w) = writer {
             let abort = w.abort_handle();
             if tokio::time::timeout(SHUTDOWN_GRACE, w).await.is_err() {
@@ -214,7 +211,6 @@ impl CollectorHandle {
         self.http.abort();
         self.expiry.abort();
         self.analysis_task.abort();
-        self.jobs_feed.abort();
         if let Some(e) = &self.step_engine {
             e.abort();
         }
@@ -489,14 +485,16 @@ pub async fn start(config: CollectorConfig) -> Result<CollectorHandle, Collector
         exposition: exposition.clone(),
     })
     .merge(export::steps::router(step_store.clone()));
-    let (analysis, analysis_task) = analysis::AnalysisHandle::start(
+    let analysis = analysis::AnalysisHandle::open(
         store.clone(),
+        step_store.clone(),
         analysis::AnalysisConfig {
             state_dir: config.state_dir.clone(),
             ..Default::default()
         },
     )
     .await?;
+    let analysis_task = tokio::spawn(analysis.clone().run());
     health
         .registry
         .register(Box::new(export::findings::FindingsCollector::new(
@@ -507,27 +505,6 @@ pub async fn start(config: CollectorConfig) -> Result<CollectorHandle, Collector
         .registry
         .register(Box::new(export::jobs::JobsCollector::new(store.clone())?))?;
     let router = router.merge(export::jobs::router(store.clone(), analysis.clone()));
-    // The analysis rules see the merged job lists: again on every change, and every second so that the jobs
-    // of expired nodes drop out.
-    let jobs_store = store.clone();
-    let jobs_analysis = analysis.clone();
-    let jobs_feed = tokio::spawn(async move {
-        let mut changed = jobs_store.jobs_changed();
-        let mut tick = tokio::time::interval(Duration::from_secs(1));
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            jobs_analysis.set_jobs(export::jobs::job_inputs(&jobs_store));
-            tokio::select! {
-                r = changed.changed() => if r.is_err() { break },
-                _ = tick.tick() => {}
-            }
-        }
-    });
-    // The rules read each node's recent steps (up to the 64 newest) from the step engine.
-    let provider_steps = step_store.clone();
-    analysis.set_steps_provider(Arc::new(move |node: &str| {
-        provider_steps.node_steps(node, 64).unwrap_or_default()
-    }));
     let router = router.layer(axum::middleware::from_fn_with_state(
         api_access,
         export::access::guard,
@@ -572,7 +549,6 @@ pub async fn start(config: CollectorConfig) -> Result<CollectorHandle, Collector
         expiry,
         analysis,
         analysis_task,
-        jobs_feed,
         writer,
         steps: step_store,
         step_engine,

@@ -1,5 +1,6 @@
 //! The analysis task: every [`AnalysisConfig::interval`] it copies the store's windows ([`input::build`], each
-//! node's lock held only while its windows are copied), runs the rules off the async workers
+//! node's lock held only while its windows are copied), the fleet jobs ([`crate::jobs`]) and each node's recent
+//! steps (the step engine's [`StepStore`], handed over at [`AnalysisHandle::open`]), runs the rules off the async workers
 //! (`spawn_blocking`), applies the tracker's hysteresis, publishes raises and clears ([`FindingEvent`]) and
 //! hands them to the history thread (SQLite writes never run on the evaluation path). Ingest never waits for
 //! it: the task only takes node locks for short copies, like a scrape.
@@ -13,14 +14,14 @@ use commwatch_model::clock::{unix_now_ns, unix_now_s};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast;
-use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
 use super::history::{History, HistoryError};
-use super::input::{self, BareBaseline, Extras, JobInput, ThroughputBaseline};
+use super::input::{self, BareBaseline, Extras, ThroughputBaseline};
 use super::scaling::{self, JobFigures};
 use super::tracker::{Change, Tracker};
 use super::{evaluate, Finding, Kind};
+use crate::steps::StepStore;
 use crate::store::Store;
 
 pub use super::DEFAULT_INTERVAL;
@@ -196,7 +197,11 @@ struct State {
 
 struct Inner {
     state: Mutex<State>,
-    steps: parking_lot::RwLock<Option<Arc<input::StepsProvider>>>,
+    store: Arc<Store>,
+    /// The nominal evaluation period (the pacing may stretch it).
+    interval: Duration,
+    /// The step engine's history, handed over at construction: the rules read each node's recent steps.
+    steps: Arc<StepStore>,
     events: broadcast::Sender<FindingEvent>,
     history: Option<std::sync::mpsc::Sender<HistoryMsg>>,
 }
@@ -207,57 +212,69 @@ pub struct AnalysisHandle {
     inner: Arc<Inner>,
 }
 
+/// Opens the history in `dir`, restores its findings into `tracker` and its baselines into `extras`, and
+/// starts the thread that writes it (SQLite writes never run on the evaluation path).
+async fn open_history(
+    dir: PathBuf,
+    tracker: &mut Tracker,
+    extras: &mut Extras,
+) -> Result<std::sync::mpsc::Sender<HistoryMsg>, HistoryError> {
+    let opened = tokio::task::spawn_blocking(move || {
+        let h = History::open(&dir)?;
+        let f = h.load_findings()?;
+        let b = h.load_baselines()?;
+        Ok::<_, HistoryError>((h, f, b))
+    })
+    .await
+    .map_err(|e| {
+        HistoryError::Json(serde_json::Error::io(std::io::Error::other(e.to_string())))
+    })??;
+    let (mut hist, findings, (bare, thr)) = opened;
+    info!(
+        findings = findings.len(),
+        bare = bare.len(),
+        throughput = thr.len(),
+        "restored analysis history"
+    );
+    tracker.restore(findings);
+    extras.bare_baselines = bare;
+    extras.throughput_baselines = thr;
+    let (tx, rx) = std::sync::mpsc::channel::<HistoryMsg>();
+    std::thread::Builder::new()
+        .name("analysis-history".into())
+        .spawn(move || {
+            for m in rx {
+                let r = match m {
+                    HistoryMsg::Record(ch, at) => hist.record(&ch, at),
+                    HistoryMsg::Bare(b) => hist.save_bare(&b, unix_now_s()),
+                    HistoryMsg::Throughput(b) => hist.save_throughput(&b, unix_now_s()),
+                };
+                if let Err(e) = r {
+                    warn!(error = %e, "writing analysis history failed");
+                }
+            }
+        })
+        .map_err(|e| HistoryError::Json(serde_json::Error::io(e)))?;
+    Ok(tx)
+}
+
 impl AnalysisHandle {
-    /// Opens the history (when a state directory is set), restores findings and baselines from it, and spawns
-    /// the evaluation task and the history writer thread.
-    pub async fn start(
+    /// Opens the history (when a state directory is set) and restores findings and baselines from it. The
+    /// rules read the `store`'s windows, the fleet jobs merged from it, and each node's recent steps from the
+    /// step engine's `steps`. Nothing is evaluated until [`AnalysisHandle::run`].
+    pub async fn open(
         store: Arc<Store>,
+        steps: Arc<StepStore>,
         config: AnalysisConfig,
-    ) -> Result<(AnalysisHandle, JoinHandle<()>), HistoryError> {
+    ) -> Result<AnalysisHandle, HistoryError> {
         let mut tracker = Tracker::with_interval(config.interval);
         let mut extras = Extras::default();
-        let mut history_tx = None;
-        if let Some(dir) = config.state_dir.clone() {
-            let opened = tokio::task::spawn_blocking(move || {
-                let h = History::open(&dir)?;
-                let f = h.load_findings()?;
-                let b = h.load_baselines()?;
-                Ok::<_, HistoryError>((h, f, b))
-            })
-            .await
-            .map_err(|e| {
-                HistoryError::Json(serde_json::Error::io(std::io::Error::other(e.to_string())))
-            })??;
-            let (mut hist, findings, (bare, thr)) = opened;
-            info!(
-                findings = findings.len(),
-                bare = bare.len(),
-                throughput = thr.len(),
-                "restored analysis history"
-            );
-            tracker.restore(findings);
-            extras.bare_baselines = bare;
-            extras.throughput_baselines = thr;
-            let (tx, rx) = std::sync::mpsc::channel::<HistoryMsg>();
-            std::thread::Builder::new()
-                .name("analysis-history".into())
-                .spawn(move || {
-                    for m in rx {
-                        let r = match m {
-                            HistoryMsg::Record(ch, at) => hist.record(&ch, at),
-                            HistoryMsg::Bare(b) => hist.save_bare(&b, unix_now_s()),
-                            HistoryMsg::Throughput(b) => hist.save_throughput(&b, unix_now_s()),
-                        };
-                        if let Err(e) = r {
-                            warn!(error = %e, "writing analysis history failed");
-                        }
-                    }
-                })
-                .map_err(|e| HistoryError::Json(serde_json::Error::io(e)))?;
-            history_tx = Some(tx);
-        }
+        let history = match config.state_dir.clone() {
+            Some(dir) => Some(open_history(dir, &mut tracker, &mut extras).await?),
+            None => None,
+        };
         let (events, _) = broadcast::channel(1024);
-        let handle = AnalysisHandle {
+        Ok(AnalysisHandle {
             inner: Arc::new(Inner {
                 state: Mutex::new(State {
                     tracker,
@@ -267,33 +284,35 @@ impl AnalysisHandle {
                     evaluations: 0,
                     last_eval_seconds: 0.0,
                 }),
+                store,
+                steps,
+                interval: config.interval,
                 events,
-                steps: parking_lot::RwLock::new(None),
-                history: history_tx,
+                history,
             }),
-        };
-        let h = handle.clone();
-        // Every interval, or less often when an evaluation of a large fleet is costly (`crate::pace`).
-        let task = tokio::spawn(crate::pace::run_paced(config.interval, move || {
-            let store = store.clone();
-            let h2 = h.clone();
+        })
+    }
+
+    /// Evaluates every interval, or less often when an evaluation of a large fleet is costly
+    /// ([`crate::pace`]), on the blocking pool. Runs until the future is dropped.
+    pub async fn run(self) {
+        crate::pace::run_paced(self.inner.interval, move || {
+            let h = self.clone();
             async move {
-                if let Err(e) = tokio::task::spawn_blocking(move || h2.evaluate_once(&store)).await
-                {
+                if let Err(e) = tokio::task::spawn_blocking(move || h.evaluate_once()).await {
                     warn!(error = %e, "analysis evaluation failed");
                 }
                 true
             }
-        }));
-        Ok((handle, task))
+        })
+        .await
     }
 
     /// One evaluation now (the task calls it every interval; tests may call it directly).
-    pub fn evaluate_once(&self, store: &Store) {
+    pub fn evaluate_once(&self) {
         let started = Instant::now();
         let extras = self.inner.state.lock().extras.clone();
-        let steps = self.inner.steps.read().clone();
-        let input = input::build(store, unix_now_ns(), &extras, steps.as_deref());
+        let input = input::build(&self.inner.store, &self.inner.steps, unix_now_ns(), &extras);
         self.apply(&input, started);
     }
 
@@ -419,16 +438,6 @@ impl AnalysisHandle {
     pub fn evaluations(&self) -> (u64, f64) {
         let st = self.inner.state.lock();
         (st.evaluations, st.last_eval_seconds)
-    }
-
-    /// Where the rules read each node's recent steps (the steps engine).
-    pub fn set_steps_provider(&self, p: Arc<input::StepsProvider>) {
-        *self.inner.steps.write() = Some(p);
-    }
-
-    /// The jobs the rules see (from the agents' job inventories).
-    pub fn set_jobs(&self, jobs: Vec<JobInput>) {
-        self.inner.state.lock().extras.jobs = jobs;
     }
 
     /// Stores baselines (in memory now, in SQLite through the history thread). Replaces an earlier baseline of

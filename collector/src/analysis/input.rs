@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::activity::{self, Activity};
 use crate::ingest::domain::{LinkClass, LinkRole, SeriesKind};
-use crate::steps::NodeStep;
+use crate::steps::{NodeStep, StepStore};
 use crate::store::{NodeState, Store};
 
 /// How much history one evaluation reads from the store, nanoseconds (20 s: ~30 steps of the classic case,
@@ -126,61 +126,11 @@ pub struct NodeInput {
     pub cpu_utilization: Option<f64>,
 }
 
-/// A rank of a job.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct RankInput {
-    pub node: String,
-    pub rank: Option<u32>,
-    pub world_size: Option<u32>,
-    pub gpus: Vec<String>,
-    /// Allowlisted `NCCL_*` settings.
-    pub nccl: BTreeMap<String, String>,
-}
-
-/// An NCCL setting that contradicts a node's hardware, as the agent reported it.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct ConflictInput {
-    pub node: String,
-    pub setting: String,
-    pub value: String,
-    /// `management_interface`, `missing_interface`, `ib_disabled`, `hca_excluded`.
-    pub kind: String,
-    pub reason: String,
-}
-
-/// A training job across nodes.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct JobInput {
-    pub id: String,
-    pub ranks: Vec<RankInput>,
-    pub conflicts: Vec<ConflictInput>,
-}
-
-impl JobInput {
-    /// Its nodes (each once, in rank order).
-    pub fn nodes(&self) -> impl Iterator<Item = &str> {
-        let mut seen: Vec<&str> = Vec::new();
-        for r in &self.ranks {
-            if !seen.contains(&r.node.as_str()) {
-                seen.push(&r.node);
-            }
-        }
-        seen.into_iter()
-    }
-
-    /// GPUs of the job: its ranks (one GPU per rank).
-    pub fn gpus(&self) -> usize {
-        self.ranks.len()
-    }
-
-    /// The NCCL setting `key` as the ranks on `node` have it (the first rank's).
-    pub fn nccl_on(&self, node: &str, key: &str) -> Option<&str> {
-        self.ranks
-            .iter()
-            .filter(|r| r.node == node)
-            .find_map(|r| r.nccl.get(key).map(String::as_str))
-    }
-}
+/// The jobs as the rules see them: the fleet jobs merged once for every reader ([`crate::jobs`]), under the
+/// names the rules' inputs are built with.
+pub use crate::jobs::{
+    FleetConflict as ConflictInput, FleetJob as JobInput, FleetRank as RankInput,
+};
 
 /// A bare-communication baseline (nccl-tests bus bandwidth), job-specific or fleet-wide.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -239,13 +189,13 @@ impl AnalysisInput {
     }
 }
 
-/// Recent steps of a node, oldest first (the steps engine's read API).
-pub type StepsProvider = dyn Fn(&str) -> Vec<NodeStep> + Send + Sync;
+/// Newest steps per node the rules read from the step history (more than a [`WINDOW_NS`] holds at the
+/// classic step period).
+pub const STEPS_READ: usize = 64;
 
-/// Jobs and baselines the engine holds (not in the store's windows).
+/// Baselines the engine holds (not in the store's windows).
 #[derive(Debug, Clone, Default)]
 pub struct Extras {
-    pub jobs: Vec<JobInput>,
     pub bare_baselines: Vec<BareBaseline>,
     pub throughput_baselines: Vec<ThroughputBaseline>,
 }
@@ -401,32 +351,28 @@ pub fn node_input(n: &NodeState, since_ns: i64) -> NodeInput {
 }
 
 /// Builds the input from the store: every node seen within its expiry, windows of [`WINDOW_NS`] before
-/// `now_unix_ns`, plus the engine's jobs and baselines.
-pub fn build(
-    store: &Store,
-    now_unix_ns: i64,
-    extras: &Extras,
-    steps: Option<&StepsProvider>,
-) -> AnalysisInput {
+/// `now_unix_ns`, each node's steps of that window (of its [`STEPS_READ`] newest), the fleet jobs, plus the
+/// engine's baselines.
+pub fn build(store: &Store, steps: &StepStore, now_unix_ns: i64, extras: &Extras) -> AnalysisInput {
     let since = now_unix_ns - WINDOW_NS;
     let nodes = store
         .node_names(now_unix_ns)
         .iter()
         .filter_map(|name| {
             let mut n = store.with_node(name, |n| node_input(n, since))?;
-            if let Some(p) = steps {
-                n.steps = p(name)
-                    .into_iter()
-                    .filter(|s| s.end_unix_ns >= since)
-                    .collect();
-            }
+            n.steps = steps
+                .node_steps(name, STEPS_READ)
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|s| s.end_unix_ns >= since)
+                .collect();
             Some(n)
         })
         .collect();
     AnalysisInput {
         now_unix_ns,
         nodes,
-        jobs: extras.jobs.clone(),
+        jobs: crate::jobs::fleet_jobs(store, now_unix_ns),
         bare_baselines: extras.bare_baselines.clone(),
         throughput_baselines: extras.throughput_baselines.clone(),
     }

@@ -1,8 +1,8 @@
 //! Jobs export: `GET /api/v1/jobs` (`?job=ID`) and the `/metrics` families `commwatch_nccl_setting_conflict`
 //! and `commwatch_job_ranks`.
 //!
-//! Each agent sends its node's complete job list; here the lists of every node seen within `node_expiry` are
-//! merged by job id, so a job spanning nodes is one element with the ranks of all of them. Step time,
+//! The jobs are the fleet jobs ([`crate::jobs`]: every node's list merged by job id, so a job spanning nodes is
+//! one element with the ranks of all of them), turned into their JSON view here. Step time,
 //! throughput and scaling efficiency come from the analysis engine's last evaluation (`null` until it has
 //! figures for the job). Only what the agent's allowlist let through is held: the `NCCL_*` settings of each
 //! rank, never any other environment variable (the ingest edge refuses other keys).
@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 use super::names;
 use super::proto::{family, label, metric};
 use crate::analysis::AnalysisHandle;
+use crate::jobs::{fleet_jobs, FleetJob};
 use crate::store::Store;
 
 /// `/api/v1/jobs` rank: one process of the job.
@@ -74,65 +75,19 @@ pub struct JobView {
     pub scaling_efficiency_method: Option<String>,
 }
 
-/// Every job of the nodes seen within `node_expiry`, merged by id and sorted by id. `analysis` (when given)
-/// fills the figures.
+/// Every job of the nodes seen within `node_expiry` ([`crate::jobs::fleet_jobs`]), sorted by id. `analysis`
+/// (when given) fills the figures.
 pub fn job_views(store: &Store, analysis: Option<&AnalysisHandle>) -> Vec<JobView> {
-    let mut by_id: BTreeMap<String, JobView> = BTreeMap::new();
-    for (node, list) in store.node_jobs(unix_now_ns()) {
-        for j in &list.jobs {
-            let v = by_id.entry(j.id.clone()).or_insert_with(|| JobView {
-                id: j.id.clone(),
-                nodes: Vec::new(),
-                ranks: Vec::new(),
-                conflicts: Vec::new(),
-                step_time_s: None,
-                throughput_samples_per_second: None,
-                scaling_efficiency: None,
-                scaling_efficiency_method: None,
-            });
-            if !v.nodes.contains(&node) {
-                v.nodes.push(node.clone());
-            }
-            v.ranks.extend(j.ranks.iter().map(|r| RankView {
-                node: node.clone(),
-                pid: r.pid,
-                rank: r.rank,
-                local_rank: r.local_rank,
-                world_size: r.world_size,
-                gpu: r.gpus.clone(),
-                pod: r.pod_uid.clone(),
-                container: r.container_id.clone(),
-                nccl: r.nccl.clone(),
-                found_by: r.found_by.clone(),
-            }));
-            v.conflicts
-                .extend(j.conflicts.iter().map(|c| JobConflictView {
-                    node: node.clone(),
-                    setting: c.setting.clone(),
-                    value: c.value.clone(),
-                    kind: c.kind.clone(),
-                    reason: c.reason.clone(),
-                }));
-        }
-    }
     let figures: HashMap<String, _> = analysis
         .map(|a| a.job_figures())
         .unwrap_or_default()
         .into_iter()
         .map(|f| (f.job.clone(), f))
         .collect();
-    by_id
-        .into_values()
-        .map(|mut v| {
-            v.nodes.sort();
-            v.ranks.sort_by(|a, b| {
-                (a.rank.is_none(), a.rank, &a.node, a.pid).cmp(&(
-                    b.rank.is_none(),
-                    b.rank,
-                    &b.node,
-                    b.pid,
-                ))
-            });
+    fleet_jobs(store, unix_now_ns())
+        .into_iter()
+        .map(|j| {
+            let mut v = job_view(j);
             if let Some(f) = figures.get(&v.id) {
                 v.step_time_s = f.step_time_s;
                 v.throughput_samples_per_second = f.throughput_samples_per_second;
@@ -144,37 +99,43 @@ pub fn job_views(store: &Store, analysis: Option<&AnalysisHandle>) -> Vec<JobVie
         .collect()
 }
 
-/// The jobs the analysis rules see, from the same merged lists.
-pub fn job_inputs(store: &Store) -> Vec<crate::analysis::input::JobInput> {
-    use crate::analysis::input::{ConflictInput, JobInput, RankInput};
-    job_views(store, None)
-        .into_iter()
-        .map(|v| JobInput {
-            id: v.id,
-            ranks: v
-                .ranks
-                .into_iter()
-                .map(|r| RankInput {
-                    node: r.node,
-                    rank: r.rank,
-                    world_size: r.world_size,
-                    gpus: r.gpu,
-                    nccl: r.nccl,
-                })
-                .collect(),
-            conflicts: v
-                .conflicts
-                .into_iter()
-                .map(|c| ConflictInput {
-                    node: c.node,
-                    setting: c.setting,
-                    value: c.value,
-                    kind: c.kind,
-                    reason: c.reason,
-                })
-                .collect(),
-        })
-        .collect()
+/// The JSON view of a fleet job, without figures.
+fn job_view(j: FleetJob) -> JobView {
+    JobView {
+        id: j.id,
+        nodes: j.listed_by,
+        ranks: j
+            .ranks
+            .into_iter()
+            .map(|r| RankView {
+                node: r.node,
+                pid: r.pid,
+                rank: r.rank,
+                local_rank: r.local_rank,
+                world_size: r.world_size,
+                gpu: r.gpus,
+                pod: r.pod_uid,
+                container: r.container_id,
+                nccl: r.nccl,
+                found_by: r.found_by,
+            })
+            .collect(),
+        conflicts: j
+            .conflicts
+            .into_iter()
+            .map(|c| JobConflictView {
+                node: c.node,
+                setting: c.setting,
+                value: c.value,
+                kind: c.kind,
+                reason: c.reason,
+            })
+            .collect(),
+        step_time_s: None,
+        throughput_samples_per_second: None,
+        scaling_efficiency: None,
+        scaling_efficiency_method: None,
+    }
 }
 
 #[derive(Clone)]
