@@ -90,13 +90,6 @@ fn columns(conn: &Connection, table: &str) -> Option<Vec<String>> {
 
 /// Reads an open export.
 pub fn read(conn: &Connection, file: &str) -> Result<NsysTrace, NsysError> {
-    let q = |table: &'static str| {
-        move |source| NsysError::Query {
-            file: file.to_string(),
-            table,
-            source,
-        }
-    };
     let kernel_cols =
         columns(conn, "CUPTI_ACTIVITY_KIND_KERNEL").ok_or_else(|| NsysError::NoKernels {
             file: file.to_string(),
@@ -106,85 +99,147 @@ pub fn read(conn: &Connection, file: &str) -> Result<NsysTrace, NsysError> {
     } else {
         "shortName"
     };
-    let has_strings = columns(conn, "StringIds").is_some();
+    let export = Export {
+        conn,
+        file,
+        has_strings: columns(conn, "StringIds").is_some(),
+    };
+    let launches = export.launches()?;
+    let mut tl = Timeline::default();
+    let mut skipped = export.kernels(name_col, &launches, &mut tl)?;
+    for table in ["CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"] {
+        skipped += export.memory(table, &launches, &mut tl)?;
+    }
+    export.steps(&mut tl)?;
+    Ok(NsysTrace {
+        file: file.to_string(),
+        timeline: tl,
+        rows_skipped: skipped,
+    })
+}
 
-    let mut launches: HashMap<i64, f64> = HashMap::new();
-    if columns(conn, "CUPTI_ACTIVITY_KIND_RUNTIME").is_some() {
-        let mut stmt = conn
+/// Microseconds from an export's nanoseconds.
+fn us(ns: i64) -> f64 {
+    ns as f64 / 1e3
+}
+
+/// An open export and what every table read needs to know of it.
+struct Export<'a> {
+    conn: &'a Connection,
+    file: &'a str,
+    /// Whether names can be looked up in `StringIds`.
+    has_strings: bool,
+}
+
+impl Export<'_> {
+    /// The error for a failed read of `table`.
+    fn query(&self, table: &'static str) -> impl Fn(rusqlite::Error) -> NsysError + '_ {
+        move |source| NsysError::Query {
+            file: self.file.to_string(),
+            table,
+            source,
+        }
+    }
+
+    /// Launch time (µs) of every runtime call by correlation id; empty without the runtime table.
+    fn launches(&self) -> Result<HashMap<i64, f64>, NsysError> {
+        const TABLE: &str = "CUPTI_ACTIVITY_KIND_RUNTIME";
+        let mut launches = HashMap::new();
+        if columns(self.conn, TABLE).is_none() {
+            return Ok(launches);
+        }
+        let mut stmt = self
+            .conn
             .prepare("SELECT start, correlationId FROM CUPTI_ACTIVITY_KIND_RUNTIME")
-            .map_err(q("CUPTI_ACTIVITY_KIND_RUNTIME"))?;
+            .map_err(self.query(TABLE))?;
         let rows = stmt
             .query_map([], |r| {
                 Ok((r.get::<_, Option<i64>>(0)?, r.get::<_, Option<i64>>(1)?))
             })
-            .map_err(q("CUPTI_ACTIVITY_KIND_RUNTIME"))?;
+            .map_err(self.query(TABLE))?;
         for row in rows {
-            if let (Some(start), Some(corr)) = row.map_err(q("CUPTI_ACTIVITY_KIND_RUNTIME"))? {
-                launches.insert(corr, start as f64 / 1e3);
+            if let (Some(start), Some(corr)) = row.map_err(self.query(TABLE))? {
+                launches.insert(corr, us(start));
             }
         }
+        Ok(launches)
     }
 
-    let mut tl = Timeline::default();
-    let mut skipped = 0u64;
-    let sql = if has_strings {
-        format!(
-            "SELECT k.start, k.end, k.correlationId, s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k \
-             LEFT JOIN StringIds s ON s.id = k.{name_col}"
-        )
-    } else {
-        "SELECT start, end, correlationId, NULL FROM CUPTI_ACTIVITY_KIND_KERNEL".to_string()
-    };
-    let mut stmt = conn
-        .prepare(&sql)
-        .map_err(q("CUPTI_ACTIVITY_KIND_KERNEL"))?;
-    let rows = stmt
-        .query_map([], |r| {
-            Ok((
-                r.get::<_, Option<i64>>(0)?,
-                r.get::<_, Option<i64>>(1)?,
-                r.get::<_, Option<i64>>(2)?,
-                r.get::<_, Option<String>>(3)?,
-            ))
-        })
-        .map_err(q("CUPTI_ACTIVITY_KIND_KERNEL"))?;
-    for row in rows {
-        let (start, end, corr, name) = row.map_err(q("CUPTI_ACTIVITY_KIND_KERNEL"))?;
-        let (Some(start), Some(end)) = (start, end) else {
-            skipped += 1;
-            continue;
+    /// Every kernel, named from `name_col` through the string table, as a GPU event; returns the rows skipped
+    /// for a missing or reversed time.
+    fn kernels(
+        &self,
+        name_col: &str,
+        launches: &HashMap<i64, f64>,
+        tl: &mut Timeline,
+    ) -> Result<u64, NsysError> {
+        const TABLE: &str = "CUPTI_ACTIVITY_KIND_KERNEL";
+        let sql = if self.has_strings {
+            format!(
+                "SELECT k.start, k.end, k.correlationId, s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k \
+                 LEFT JOIN StringIds s ON s.id = k.{name_col}"
+            )
+        } else {
+            "SELECT start, end, correlationId, NULL FROM CUPTI_ACTIVITY_KIND_KERNEL".to_string()
         };
-        if end < start {
-            skipped += 1;
-            continue;
-        }
-        let name = name.unwrap_or_default();
-        let class = classify_kernel(&name);
-        let collective = (class == KernelClass::Communication).then(|| {
-            tl.intern_collective(CollectiveKey {
-                name: collective_from_kernel(&name).unwrap_or_else(|| "unknown".to_string()),
-                size_bytes: None,
-                dtype: None,
-                group_size: None,
+        let mut stmt = self.conn.prepare(&sql).map_err(self.query(TABLE))?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok((
+                    r.get::<_, Option<i64>>(0)?,
+                    r.get::<_, Option<i64>>(1)?,
+                    r.get::<_, Option<i64>>(2)?,
+                    r.get::<_, Option<String>>(3)?,
+                ))
             })
-        });
-        tl.events.push(GpuEvent {
-            start_us: start as f64 / 1e3,
-            end_us: end as f64 / 1e3,
-            class,
-            launch_us: corr.and_then(|c| launches.get(&c).copied()),
-            collective,
-        });
-    }
-    drop(stmt);
-
-    for table in ["CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"] {
-        if columns(conn, table).is_none() {
-            continue;
+            .map_err(self.query(TABLE))?;
+        let mut skipped = 0;
+        for row in rows {
+            let (start, end, corr, name) = row.map_err(self.query(TABLE))?;
+            let (Some(start), Some(end)) = (start, end) else {
+                skipped += 1;
+                continue;
+            };
+            if end < start {
+                skipped += 1;
+                continue;
+            }
+            let name = name.unwrap_or_default();
+            let class = classify_kernel(&name);
+            let collective = (class == KernelClass::Communication).then(|| {
+                tl.intern_collective(CollectiveKey {
+                    name: collective_from_kernel(&name).unwrap_or_else(|| "unknown".to_string()),
+                    size_bytes: None,
+                    dtype: None,
+                    group_size: None,
+                })
+            });
+            tl.events.push(GpuEvent {
+                start_us: us(start),
+                end_us: us(end),
+                class,
+                launch_us: corr.and_then(|c| launches.get(&c).copied()),
+                collective,
+            });
         }
-        let mut stmt = conn
+        Ok(skipped)
+    }
+
+    /// Every row of a memcpy or memset table as a memory activity; returns the rows skipped. Nothing when the
+    /// export has no such table.
+    fn memory(
+        &self,
+        table: &'static str,
+        launches: &HashMap<i64, f64>,
+        tl: &mut Timeline,
+    ) -> Result<u64, NsysError> {
+        if columns(self.conn, table).is_none() {
+            return Ok(0);
+        }
+        let mut stmt = self
+            .conn
             .prepare(&format!("SELECT start, end, correlationId FROM {table}"))
-            .map_err(q(table))?;
+            .map_err(self.query(table))?;
         let rows = stmt
             .query_map([], |r| {
                 Ok((
@@ -193,12 +248,13 @@ pub fn read(conn: &Connection, file: &str) -> Result<NsysTrace, NsysError> {
                     r.get::<_, Option<i64>>(2)?,
                 ))
             })
-            .map_err(q(table))?;
+            .map_err(self.query(table))?;
+        let mut skipped = 0;
         for row in rows {
-            match row.map_err(q(table))? {
+            match row.map_err(self.query(table))? {
                 (Some(s), Some(e), corr) if e >= s => tl.events.push(GpuEvent {
-                    start_us: s as f64 / 1e3,
-                    end_us: e as f64 / 1e3,
+                    start_us: us(s),
+                    end_us: us(e),
                     class: KernelClass::Memory,
                     launch_us: corr.and_then(|c| launches.get(&c).copied()),
                     collective: None,
@@ -206,10 +262,17 @@ pub fn read(conn: &Connection, file: &str) -> Result<NsysTrace, NsysError> {
                 _ => skipped += 1,
             }
         }
+        Ok(skipped)
     }
 
-    if let Some(cols) = columns(conn, "NVTX_EVENTS") {
-        let text_expr = if cols.iter().any(|c| c == "textId") && has_strings {
+    /// The steps: closed NVTX push/pop and start/end ranges named as a step, in time order. Nothing when the
+    /// export has no NVTX table.
+    fn steps(&self, tl: &mut Timeline) -> Result<(), NsysError> {
+        const TABLE: &str = "NVTX_EVENTS";
+        let Some(cols) = columns(self.conn, TABLE) else {
+            return Ok(());
+        };
+        let text_expr = if cols.iter().any(|c| c == "textId") && self.has_strings {
             "COALESCE(n.text, s.value) FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId"
         } else {
             "n.text FROM NVTX_EVENTS n"
@@ -217,7 +280,7 @@ pub fn read(conn: &Connection, file: &str) -> Result<NsysTrace, NsysError> {
         let sql = format!(
             "SELECT n.start, n.end, {text_expr} WHERE n.end IS NOT NULL AND n.eventType IN (59, 60)"
         );
-        let mut stmt = conn.prepare(&sql).map_err(q("NVTX_EVENTS"))?;
+        let mut stmt = self.conn.prepare(&sql).map_err(self.query(TABLE))?;
         let rows = stmt
             .query_map([], |r| {
                 Ok((
@@ -226,26 +289,21 @@ pub fn read(conn: &Connection, file: &str) -> Result<NsysTrace, NsysError> {
                     r.get::<_, Option<String>>(2)?,
                 ))
             })
-            .map_err(q("NVTX_EVENTS"))?;
+            .map_err(self.query(TABLE))?;
         for row in rows {
-            if let (Some(s), Some(e), Some(text)) = row.map_err(q("NVTX_EVENTS"))? {
+            if let (Some(s), Some(e), Some(text)) = row.map_err(self.query(TABLE))? {
                 if let Some(step) = step_from_range(&text) {
                     tl.steps.push(StepWindow {
                         step,
-                        start_us: s as f64 / 1e3,
-                        end_us: e as f64 / 1e3,
+                        start_us: us(s),
+                        end_us: us(e),
                     });
                 }
             }
         }
         tl.steps.sort_by(|a, b| a.start_us.total_cmp(&b.start_us));
+        Ok(())
     }
-
-    Ok(NsysTrace {
-        file: file.to_string(),
-        timeline: tl,
-        rows_skipped: skipped,
-    })
 }
 
 #[cfg(test)]
