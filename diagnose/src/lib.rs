@@ -1,16 +1,22 @@
 //! `commwatch diagnose`: offline analysis of nccl-tests results, NCCL debug logs, PyTorch profiler (Kineto)
-//! traces and Nsight Systems exports, organised by the four steps of the method in DESIGN.md, ending in the key
-//! judgment (the link, or overlap/synchronisation/contention).
+//! traces and Nsight Systems exports, organised by the four steps of the method (bare baselines, the timeline,
+//! the costly collectives, link and algorithm), ending in the key judgment: the link, or how training uses it
+//! (overlap, synchronisation, contention).
 //!
-//! Module map:
-//! - parsers, one per input kind: [`nccl_tests`], [`nccl_log`], [`kineto`] (streaming), [`nsys`]; the two trace
-//!   readers produce a [`timeline::Timeline`];
-//! - [`analysis`]: bandwidth curves, overlap per step, stragglers (pure functions);
-//! - [`findings`]: one rule per file;
-//! - [`report`]: the report, the conclusion, text and JSON; [`html`]: the self-contained HTML page;
-//! - [`collector`]: the link rate from a collector's inventory; [`baseline`]: a nccl-tests result as a baseline
-//!   for `commwatch baseline import`;
-//! - [`progress`]: the progress bar for long inputs.
+//! Module map, in the order data flows; a module uses only modules listed before it:
+//! - [`progress`]: the progress bar for long inputs; [`timeline`]: one rank's GPU timeline, which both trace
+//!   readers produce, with the kernel classification;
+//! - parsers, one per input kind: [`nccl_tests`], [`nccl_log`], [`kineto`] (streaming), [`nsys`], and
+//!   [`collector`] (a running collector's inventory: link rate, interface roles);
+//! - [`analysis`]: bandwidth curves, overlap per step, stragglers (pure functions of parser output);
+//! - [`analysed`]: each input file with its analysis; [`link`]: the fabric link the baselines are compared
+//!   with, and the share of it a baseline must reach;
+//! - [`findings`]: one rule per file over the analysed inputs, and the [`findings::Finding`] type;
+//! - [`report`]: assembly from paths to a [`Report`], the verdict, the JSON shape and the text and HTML
+//!   renderers;
+//! - [`baseline`]: a nccl-tests result summarised as the baseline `commwatch baseline import` sends to a
+//!   collector (parsers and analysis only; nothing else uses it);
+//! - this module: the command's flags and [`run`].
 
 pub mod analysed;
 pub mod analysis;
@@ -41,7 +47,7 @@ pub enum Format {
     Html,
 }
 
-/// `commwatch diagnose` flags (CONTRACTS.md).
+/// `commwatch diagnose` flags; their names are part of the command line's contract.
 #[derive(clap::Args, Debug, Clone)]
 pub struct DiagnoseArgs {
     /// nccl-tests output (text of any generation, or the JSON of `-J`); repeatable.

@@ -1,7 +1,7 @@
 //! Findings: one rule per file, each a pure function of the analysed inputs, registered in [`RULES`].
 //!
 //! A finding has the shape the collector's `/api/v1/findings` uses (`kind`, `severity`, `subject`, `summary`,
-//! `evidence`, `action`), with the kinds of CONTRACTS.md.
+//! `evidence`, `action`), with the collector's finding kinds.
 
 mod baseline_below_link;
 mod cpu_bound;
@@ -43,7 +43,7 @@ impl Severity {
 /// One finding.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Finding {
-    /// One of the finding kinds of CONTRACTS.md.
+    /// One of the collector's finding kinds (`link_underutilized`, `nccl_misconfiguration`, …).
     pub kind: &'static str,
     pub severity: Severity,
     /// What it is about: `file`, `interface`, `rank`, `collective`, … as they apply.
