@@ -7,6 +7,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::source::netdev::NetdevOptions;
+use crate::source::{SourceSettings, SOURCE_NAMES};
+
 /// Default fast-tier period: data byte counters at 20 Hz.
 pub const DEFAULT_FAST_PERIOD: Duration = Duration::from_millis(50);
 /// Default slow-tier period: errors, state, rate, host at 1 Hz.
@@ -56,6 +59,18 @@ pub struct NetdevConfig {
     pub management: Vec<String>,
     /// Interfaces to ignore; `None` keeps the built-in list (`lo`, `veth*`, `docker*`, ...).
     pub exclude: Option<Vec<String>>,
+}
+
+impl From<&NetdevConfig> for NetdevOptions {
+    /// The overrides on top of the source's defaults (`exclude` keeps the built-in list unless set).
+    fn from(c: &NetdevConfig) -> NetdevOptions {
+        let defaults = NetdevOptions::default();
+        NetdevOptions {
+            fabric: c.fabric.clone(),
+            management: c.management.clone(),
+            exclude: c.exclude.clone().unwrap_or(defaults.exclude),
+        }
+    }
 }
 
 /// TLS towards the collector. With an `https://` URL the collector's certificate is always verified: against
@@ -152,10 +167,7 @@ impl Default for AgentConfig {
             steps_udp: Some(DEFAULT_STEPS_UDP.parse().expect("valid default address")),
             steps_socket: Some(PathBuf::from(DEFAULT_STEPS_SOCKET)),
             steps_rate: 2000.0,
-            sources: crate::source::SOURCE_NAMES
-                .iter()
-                .map(|s| s.to_string())
-                .collect(),
+            sources: SOURCE_NAMES.iter().map(|s| s.to_string()).collect(),
         }
     }
 }
@@ -183,6 +195,16 @@ pub fn is_loopback_url(url: &str) -> bool {
 }
 
 impl AgentConfig {
+    /// What the sources are built from: the enabled names, the roots and the netdev options.
+    pub fn source_settings(&self) -> SourceSettings {
+        SourceSettings {
+            enabled: self.sources.clone(),
+            sysfs_root: self.sysfs_root.clone(),
+            procfs_root: self.procfs_root.clone(),
+            netdev: NetdevOptions::from(&self.netdev),
+        }
+    }
+
     /// Whether the agent would send plain text across the network (an `http://` collector on another host).
     pub fn plaintext_to_remote(&self) -> bool {
         self.collector
@@ -292,13 +314,10 @@ impl AgentConfig {
             return Err(invalid("steps_rate", "must be in (0, 1e6]"));
         }
         for s in &self.sources {
-            if !crate::source::SOURCE_NAMES.contains(&s.as_str()) {
+            if !SOURCE_NAMES.contains(&s.as_str()) {
                 return Err(invalid(
                     "sources",
-                    format!(
-                        "unknown source {s:?}; known: {}",
-                        crate::source::SOURCE_NAMES.join(", ")
-                    ),
+                    format!("unknown source {s:?}; known: {}", SOURCE_NAMES.join(", ")),
                 ));
             }
         }
@@ -341,6 +360,37 @@ fabric = ["eth1"]
         assert!(err.contains("`slow_period`"), "{err}");
         let bad: Result<AgentConfig, _> = toml::from_str("nod = \"x\"");
         assert!(bad.is_err());
+    }
+
+    #[test]
+    fn source_settings_carry_the_roots_names_and_netdev_overrides() {
+        let c: AgentConfig = toml::from_str(
+            r#"node = "n1"
+sysfs_root = "/host/sys"
+sources = ["netdev"]
+[netdev]
+management = ["eth*"]
+"#,
+        )
+        .unwrap();
+        let s = c.source_settings();
+        assert_eq!(s.enabled, vec!["netdev".to_string()]);
+        assert_eq!(s.sysfs_root, PathBuf::from("/host/sys"));
+        assert_eq!(s.procfs_root, PathBuf::from("/proc"));
+        assert_eq!(s.netdev.management, vec!["eth*".to_string()]);
+        // No `exclude` keeps the source's built-in list; a configured one replaces it.
+        assert_eq!(s.netdev.exclude, NetdevOptions::default().exclude);
+        let c = AgentConfig {
+            netdev: NetdevConfig {
+                exclude: Some(vec!["bond*".into()]),
+                ..NetdevConfig::default()
+            },
+            ..c
+        };
+        assert_eq!(
+            c.source_settings().netdev.exclude,
+            vec!["bond*".to_string()]
+        );
     }
 
     #[test]

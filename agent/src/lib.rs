@@ -47,8 +47,8 @@ pub enum AgentError {
         #[source]
         source: std::io::Error,
     },
-    #[error("token file {0} is empty")]
-    EmptyToken(std::path::PathBuf),
+    #[error(transparent)]
+    Token(#[from] commwatch_model::token::TokenError),
     #[error("cannot start the sampling thread: {0}")]
     Thread(#[source] std::io::Error),
 }
@@ -87,17 +87,6 @@ fn read_file(what: &'static str, path: &Path) -> Result<Vec<u8>, AgentError> {
         path: path.to_path_buf(),
         source,
     })
-}
-
-/// Reads the bearer token (trailing whitespace trimmed).
-fn read_token(path: &Path) -> Result<Arc<str>, AgentError> {
-    let t = String::from_utf8_lossy(&read_file("token file", path)?)
-        .trim()
-        .to_string();
-    if t.is_empty() {
-        return Err(AgentError::EmptyToken(path.to_path_buf()));
-    }
-    Ok(Arc::from(t))
 }
 
 /// TLS towards the collector for an `https://` URL: the collector's certificate is verified against the
@@ -199,7 +188,7 @@ pub async fn start_with(
             source,
         })?;
 
-    let sources = source::build_sources_with(&config, extras);
+    let sources = source::build_sources_with(&config.source_settings(), extras);
     let mut smp = sampler::Sampler::new(sources, metrics.clone());
     let mut smp = tokio::task::spawn_blocking(move || {
         smp.discover();
@@ -210,7 +199,11 @@ pub async fn start_with(
     // The first Hello carries everything discovered at start; later changes travel as updates.
     let _ = smp.take_update();
     let inv = smp.full_inventory();
-    let fast_n = inv.series.iter().filter(|s| s.tier == commwatch_proto::Tier::Fast as i32).count();
+    let fast_n = inv
+        .series
+        .iter()
+        .filter(|s| s.tier == commwatch_proto::Tier::Fast as i32)
+        .count();
     let slow_n = inv.series.len() - fast_n;
     let buffer_bytes = config.buffer_bytes.unwrap_or_else(|| {
         buffer_bytes_for(
@@ -266,7 +259,7 @@ pub async fn start_with(
                 connect_timeout: Duration::from_secs(5),
                 tls: client_tls(&config)?,
                 token: match &config.token_file {
-                    Some(p) => Some(read_token(p)?),
+                    Some(p) => Some(Arc::from(commwatch_model::token::read_token_file(p)?)),
                     None => None,
                 },
             };

@@ -8,30 +8,24 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use commwatch_proto::v1 as pb;
+use commwatch_model::clock::unix_now_ns;
+use commwatch_model::Tier;
+use commwatch_proto::{convert, v1 as pb};
 use serde_json::{json, Value as Json};
 
 use crate::config::AgentConfig;
-use crate::sampler::{unix_now_ns, BatchBuilder, Sampler};
-use crate::source::{self, Tier};
+use crate::sampler::{BatchBuilder, Sampler};
+use crate::source;
 use crate::telemetry::AgentMetrics;
 
+/// The class label of a wire class (`unknown` for one this build does not know).
 fn class_name(c: i32) -> &'static str {
-    match pb::LinkClass::try_from(c) {
-        Ok(pb::LinkClass::Infiniband) => "infiniband",
-        Ok(pb::LinkClass::Roce) => "roce",
-        Ok(pb::LinkClass::Ethernet) => "ethernet",
-        Ok(pb::LinkClass::Nvlink) => "nvlink",
-        _ => "unknown",
-    }
+    convert::link_class(c).as_str()
 }
 
+/// The role label of a wire role (`unknown` for one this build does not know).
 fn role_name(r: i32) -> &'static str {
-    match pb::LinkRole::try_from(r) {
-        Ok(pb::LinkRole::Fabric) => "fabric",
-        Ok(pb::LinkRole::Management) => "management",
-        _ => "unknown",
-    }
+    convert::link_role(r).as_str()
 }
 
 fn value_json(d: &pb::SeriesDescriptor, bits: u64) -> Json {
@@ -53,7 +47,7 @@ fn series_json(d: &pb::SeriesDescriptor, link: Option<&pb::Link>) -> Json {
     json!({
         "metric": d.metric,
         "kind": if d.kind == pb::SeriesKind::Gauge as i32 { "gauge" } else { "counter" },
-        "tier": if d.tier == pb::Tier::Fast as i32 { "fast" } else { "slow" },
+        "tier": convert::tier(d.tier).unwrap_or(Tier::Slow).as_str(),
         "class": link.map(|l| class_name(l.class)),
         "device": link.map(|l| l.device.as_str()),
         "port": link.map(|l| l.port.as_str()),
@@ -70,7 +64,10 @@ pub fn run_once(config: &AgentConfig) -> Json {
 /// [`run_once`] with injected backends.
 pub fn run_once_with(config: &AgentConfig, extras: crate::AgentExtras) -> Json {
     let metrics = Arc::new(AgentMetrics::new());
-    let mut sampler = Sampler::new(source::build_sources_with(config, extras), metrics);
+    let mut sampler = Sampler::new(
+        source::build_sources_with(&config.source_settings(), extras),
+        metrics,
+    );
     sampler.discover();
 
     let mut first = BatchBuilder::default();

@@ -8,12 +8,13 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
+use commwatch_model::clock::unix_now_ns;
+use commwatch_model::{Job, Link, LinkKey, SeriesKind, Tier};
 use commwatch_proto::v1 as pb;
 
-use crate::source::processes::JobInfo;
-use crate::source::{Link, LinkClass, LinkKey, LinkRole, SeriesKind, Source, Tier, Value};
+use crate::source::{Source, Value};
 use crate::telemetry::AgentMetrics;
 
 /// What the sampler hands to the shipper, in order.
@@ -104,13 +105,6 @@ struct Slot {
     errors: prometheus::IntCounter,
 }
 
-fn tier_index(tier: Tier) -> usize {
-    match tier {
-        Tier::Fast => 0,
-        Tier::Slow => 1,
-    }
-}
-
 /// Runs the sources and keeps the agent-local ids. See the module documentation.
 pub struct Sampler {
     slots: Vec<Slot>,
@@ -123,34 +117,19 @@ pub struct Sampler {
     /// The most recent read and discovery errors, `(source, message)`, at most [`RECENT_ERRORS`].
     recent_errors: Vec<(&'static str, String)>,
     /// Jobs of the sources that look for them, and whether the list changed since the last hand-off.
-    jobs: Vec<JobInfo>,
+    jobs: Vec<Job>,
     jobs_pending: bool,
 }
 
 /// How many recent errors the sampler keeps for `--once` and logs.
 pub const RECENT_ERRORS: usize = 32;
 
-/// Wall-clock time in nanoseconds since the Unix epoch.
-pub fn unix_now_ns() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos() as i64)
-        .unwrap_or(0)
-}
-
+/// The wire form of a link under its agent-local id.
 fn link_to_pb(id: u32, l: &Link) -> pb::Link {
     pb::Link {
         id,
-        class: match l.key.class {
-            LinkClass::Infiniband => pb::LinkClass::Infiniband,
-            LinkClass::Roce => pb::LinkClass::Roce,
-            LinkClass::Ethernet => pb::LinkClass::Ethernet,
-            LinkClass::Nvlink => pb::LinkClass::Nvlink,
-        } as i32,
-        role: match l.role {
-            LinkRole::Fabric => pb::LinkRole::Fabric,
-            LinkRole::Management => pb::LinkRole::Management,
-        } as i32,
+        class: pb::LinkClass::from(l.key.class) as i32,
+        role: pb::LinkRole::from(l.role) as i32,
         device: l.key.device.clone(),
         port: l.key.port.clone(),
         capacity_bytes_per_second: l.capacity_bytes_per_second.unwrap_or(0.0),
@@ -158,8 +137,7 @@ fn link_to_pb(id: u32, l: &Link) -> pb::Link {
         attributes: l.attributes.clone().into_iter().collect(),
         gpu: l.gpu.clone().unwrap_or_default(),
         link: l.link.clone().unwrap_or_default(),
-        // Unspecified: the collector applies the legacy rule (interface when device == port).
-        endpoint: pb::LinkEndpoint::Unspecified as i32,
+        endpoint: pb::LinkEndpoint::from(l.endpoint) as i32,
     }
 }
 
@@ -172,8 +150,11 @@ impl Sampler {
                     source.bind_metrics(&metrics);
                     let name = source.name();
                     Slot {
-                        read: ["fast", "slow"]
-                            .map(|tier| metrics.read_seconds.with_label_values(&[name, tier])),
+                        read: Tier::ALL.map(|tier| {
+                            metrics
+                                .read_seconds
+                                .with_label_values(&[name, tier.as_str()])
+                        }),
                         samples: metrics.samples.with_label_values(&[name]),
                         errors: metrics.read_errors.with_label_values(&[name]),
                         source,
@@ -205,7 +186,7 @@ impl Sampler {
     pub fn discover(&mut self) -> bool {
         let mut changed = false;
         let mut any_jobs = false;
-        let mut jobs: Vec<JobInfo> = Vec::new();
+        let mut jobs: Vec<Job> = Vec::new();
         for i in 0..self.slots.len() {
             let name = self.slots[i].source.name();
             let before: Vec<Link> = self.slots[..i]
@@ -247,7 +228,7 @@ impl Sampler {
     }
 
     /// Jobs found by the last discovery (empty without a `processes` source).
-    pub fn jobs(&self) -> &[JobInfo] {
+    pub fn jobs(&self) -> &[Job] {
         &self.jobs
     }
 
@@ -298,9 +279,10 @@ impl Sampler {
                                 // reference stays valid.
                                 let lid = self.link_ids.len() as u32 + 1;
                                 self.link_ids.insert(k.clone(), lid);
+                                // Its endpoint and role are unknown: left unspecified on the wire.
                                 let pbl = pb::Link {
                                     id: lid,
-                                    class: link_to_pb(0, &bare_link(k)).class,
+                                    class: pb::LinkClass::from(k.class) as i32,
                                     role: pb::LinkRole::Unspecified as i32,
                                     device: k.device.clone(),
                                     port: k.port.clone(),
@@ -324,10 +306,7 @@ impl Sampler {
                         link_id,
                         labels: spec.labels.clone().into_iter().collect(),
                         max_value: if max_value == u64::MAX { 0 } else { max_value },
-                        tier: match spec.tier {
-                            Tier::Fast => pb::Tier::Fast as i32,
-                            Tier::Slow => pb::Tier::Slow as i32,
-                        },
+                        tier: pb::Tier::from(spec.tier) as i32,
                     };
                     self.series.push(d.clone());
                     self.pending.series.push(d);
@@ -340,7 +319,7 @@ impl Sampler {
         self.slots[slot].ids = ids;
         let mut tier_series = [0, 0];
         for spec in &inv.series {
-            tier_series[tier_index(spec.tier)] += 1;
+            tier_series[spec.tier.index()] += 1;
         }
         self.slots[slot].tier_series = tier_series;
         changed
@@ -379,7 +358,7 @@ impl Sampler {
     /// Reads every source's series of `tier` into the open tick of `out`.
     pub fn sample(&mut self, tier: Tier, out: &mut BatchBuilder) {
         for slot in &mut self.slots {
-            if slot.tier_series[tier_index(tier)] == 0 {
+            if slot.tier_series[tier.index()] == 0 {
                 continue;
             }
             let ids = &slot.ids;
@@ -389,7 +368,7 @@ impl Sampler {
                     out.push(*id, v.to_bits());
                 }
             });
-            slot.read[tier_index(tier)].observe(started.elapsed().as_secs_f64());
+            slot.read[tier.index()].observe(started.elapsed().as_secs_f64());
             slot.samples.inc_by(report.read as u64);
             if report.failed > 0 {
                 let name = slot.source.name();
@@ -415,7 +394,7 @@ impl Sampler {
 }
 
 /// The wire form of a node's jobs.
-pub fn jobs_to_pb(jobs: &[JobInfo]) -> pb::JobInventory {
+pub fn jobs_to_pb(jobs: &[Job]) -> pb::JobInventory {
     pb::JobInventory {
         jobs: jobs
             .iter()
@@ -433,7 +412,7 @@ pub fn jobs_to_pb(jobs: &[JobInfo]) -> pb::JobInventory {
                         pod_uid: r.pod_uid.clone().unwrap_or_default(),
                         container_id: r.container_id.clone().unwrap_or_default(),
                         nccl: r.nccl.clone().into_iter().collect(),
-                        found_by: r.found_by.to_string(),
+                        found_by: r.found_by.clone(),
                     })
                     .collect(),
                 conflicts: j
@@ -442,7 +421,7 @@ pub fn jobs_to_pb(jobs: &[JobInfo]) -> pb::JobInventory {
                     .map(|c| pb::NcclConflict {
                         setting: c.setting.clone(),
                         value: c.value.clone(),
-                        kind: c.kind.clone(),
+                        kind: c.kind.to_string(),
                         reason: c.reason.clone(),
                     })
                     .collect(),
@@ -462,18 +441,6 @@ impl Sampler {
     /// The most recent read and discovery errors, oldest first.
     pub fn recent_errors(&self) -> &[(&'static str, String)] {
         &self.recent_errors
-    }
-}
-
-fn bare_link(k: &LinkKey) -> Link {
-    Link {
-        key: k.clone(),
-        role: LinkRole::Fabric,
-        capacity_bytes_per_second: None,
-        state: String::new(),
-        attributes: BTreeMap::new(),
-        gpu: None,
-        link: None,
     }
 }
 
@@ -733,6 +700,117 @@ mod tests {
             .collect();
         assert_eq!(ids, vec![1, 2]);
         assert!(s.take_update().is_none());
+    }
+
+    /// A source with one link of each endpoint kind and a byte counter on each.
+    struct Links(crate::source::Inventory);
+
+    impl Source for Links {
+        fn name(&self) -> &'static str {
+            "links"
+        }
+        fn discover(&mut self) -> Result<bool, crate::source::SourceError> {
+            Ok(true)
+        }
+        fn inventory(&self) -> &crate::source::Inventory {
+            &self.0
+        }
+        fn sample(
+            &mut self,
+            _tier: Tier,
+            _sink: &mut dyn FnMut(usize, Value),
+        ) -> crate::source::ReadReport {
+            crate::source::ReadReport::default()
+        }
+    }
+
+    #[test]
+    fn links_go_on_the_wire_with_their_endpoint_class_role_and_tiers() {
+        use crate::source::SeriesSpec;
+        use commwatch_model::{Endpoint, LinkClass, LinkRole};
+        let link = |class, device: &str, port: &str, endpoint, role| Link {
+            key: LinkKey::new(class, device, port),
+            endpoint,
+            role,
+            capacity_bytes_per_second: Some(50e9),
+            state: "ACTIVE".into(),
+            attributes: BTreeMap::new(),
+            gpu: None,
+            link: None,
+        };
+        let links = vec![
+            link(
+                LinkClass::Infiniband,
+                "mlx5_0",
+                "1",
+                Endpoint::HcaPort,
+                LinkRole::Fabric,
+            ),
+            link(
+                LinkClass::Ethernet,
+                "eth0",
+                "eth0",
+                Endpoint::Interface,
+                LinkRole::Management,
+            ),
+            link(
+                LinkClass::Nvlink,
+                "gpu0",
+                "0",
+                Endpoint::GpuLink,
+                LinkRole::Fabric,
+            ),
+        ];
+        let series = vec![
+            SeriesSpec::for_link("tx_bytes", SeriesKind::COUNTER64, Tier::Fast, &links[0].key),
+            SeriesSpec::for_link(
+                "symbol_errors",
+                SeriesKind::COUNTER32,
+                Tier::Slow,
+                &links[0].key,
+            ),
+        ];
+        let source = Links(crate::source::Inventory { links, series });
+        let mut s = Sampler::new(vec![Box::new(source)], Arc::new(AgentMetrics::new()));
+        assert!(s.discover());
+        let inv = s.take_update().unwrap();
+        let wire: Vec<(i32, i32, i32, &str)> = inv
+            .links
+            .iter()
+            .map(|l| (l.endpoint, l.class, l.role, l.device.as_str()))
+            .collect();
+        assert_eq!(
+            wire,
+            vec![
+                (
+                    pb::LinkEndpoint::HcaPort as i32,
+                    pb::LinkClass::Infiniband as i32,
+                    pb::LinkRole::Fabric as i32,
+                    "mlx5_0"
+                ),
+                (
+                    pb::LinkEndpoint::Interface as i32,
+                    pb::LinkClass::Ethernet as i32,
+                    pb::LinkRole::Management as i32,
+                    "eth0"
+                ),
+                (
+                    pb::LinkEndpoint::GpuLink as i32,
+                    pb::LinkClass::Nvlink as i32,
+                    pb::LinkRole::Fabric as i32,
+                    "gpu0"
+                ),
+            ]
+        );
+        let tiers: Vec<(i32, u64)> = inv.series.iter().map(|d| (d.tier, d.max_value)).collect();
+        assert_eq!(
+            tiers,
+            vec![
+                (pb::Tier::Fast as i32, 0),
+                (pb::Tier::Slow as i32, u64::from(u32::MAX))
+            ]
+        );
+        assert!(inv.series.iter().all(|d| d.link_id == inv.links[0].id));
     }
 
     #[test]

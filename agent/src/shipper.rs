@@ -14,6 +14,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
+use commwatch_model::clock::unix_now_ns;
 use commwatch_proto::v1 as pb;
 use pb::agent_message::Msg as AgentMsg;
 use pb::collector_message::Msg as CollectorMsg;
@@ -508,7 +509,7 @@ impl Shipper {
                         last_progress = Instant::now();
                     }
                     if last_sent.elapsed() >= HEARTBEAT_AFTER {
-                        let hb = pb::AgentMessage { msg: Some(AgentMsg::Heartbeat(pb::Heartbeat { unix_ns: crate::sampler::unix_now_ns() })) };
+                        let hb = pb::AgentMessage { msg: Some(AgentMsg::Heartbeat(pb::Heartbeat { unix_ns: unix_now_ns() })) };
                         if tx.try_send(hb).is_ok() {
                             last_sent = Instant::now();
                         }

@@ -18,6 +18,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use commwatch_model::clock::unix_now_ns;
 use commwatch_proto::v1 as pb;
 use prometheus::IntCounterVec;
 
@@ -209,7 +210,7 @@ fn accept(
         metrics.dropped.with_label_values(&["rate_limited"]).inc();
         return;
     }
-    match parse_marker(data, crate::sampler::unix_now_ns()) {
+    match parse_marker(data, unix_now_ns()) {
         Ok(m) => {
             metrics.received.with_label_values(&[transport]).inc();
             if !queue.push(m) {

@@ -30,8 +30,8 @@ use super::sysfs::{
     read_trimmed, Decode, FileSeries,
 };
 use super::{
-    Inventory, Link, LinkClass, LinkKey, LinkRole, ReadReport, SeriesKind, SeriesSpec, Source,
-    SourceError, Tier, Value,
+    Endpoint, Inventory, Link, LinkClass, LinkKey, LinkRole, ReadReport, SeriesKind, SeriesSpec,
+    Source, SourceError, Tier, Value,
 };
 
 /// Width of a `counters/` file.
@@ -152,11 +152,7 @@ impl InfinibandSource {
             // Kernels before `link_layer` existed only had InfiniBand.
             _ => LinkClass::Infiniband,
         };
-        let key = LinkKey {
-            class,
-            device: dev.to_string(),
-            port: port.to_string(),
-        };
+        let key = LinkKey::new(class, dev, port);
         let mut attributes = dev_facts.clone();
         if let Some(ll) = link_layer {
             attributes.insert("link_layer".into(), ll);
@@ -260,6 +256,7 @@ impl InfinibandSource {
 
         Link {
             key,
+            endpoint: Endpoint::HcaPort,
             role: LinkRole::Fabric,
             capacity_bytes_per_second: capacity,
             state,

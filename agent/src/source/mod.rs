@@ -1,5 +1,6 @@
-//! Hardware sources. One file per source, each behind [`Source`]; the explicit list is [`default_sources`]
-//! (built by the agent from its configuration).
+//! Hardware sources. One file per source, each behind [`Source`]; the explicit list ([`list`]) builds the
+//! enabled ones from plain [`SourceSettings`]. The link, series and tier vocabulary is the shared model's
+//! (re-exported here).
 //!
 //! Contract every source keeps (checked by the conformance test in `tests/sources.rs`):
 //! - `inventory()` is cheap and returns the links and series found by the last `discover()`.
@@ -13,118 +14,22 @@
 //! - Sources never panic on what they read.
 
 use std::collections::BTreeMap;
-use std::fmt;
 
 pub mod gpu;
 pub mod gpu_recorded;
 pub mod host;
 pub mod infiniband;
+pub mod list;
 pub mod netdev;
 pub mod nvml;
 pub mod nvml_lib;
 pub mod processes;
 pub mod sysfs;
 
-/// How often a series is read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Tier {
-    /// Data byte counters: read every fast tick (default 20 Hz).
-    Fast,
-    /// Errors, state, rate, utilisation: read every slow tick (default 1 Hz).
-    Slow,
-}
-
-/// Class of a link, as exported in the `class` label.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum LinkClass {
-    Infiniband,
-    Roce,
-    Ethernet,
-    Nvlink,
-}
-
-impl LinkClass {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LinkClass::Infiniband => "infiniband",
-            LinkClass::Roce => "roce",
-            LinkClass::Ethernet => "ethernet",
-            LinkClass::Nvlink => "nvlink",
-        }
-    }
-}
-
-/// Whether a link carries training traffic (`fabric`) or is the management network.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum LinkRole {
-    Fabric,
-    Management,
-}
-
-impl LinkRole {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LinkRole::Fabric => "fabric",
-            LinkRole::Management => "management",
-        }
-    }
-}
-
-/// Identity of a link on a node: `(class, device, port)`. For netdevs `port` is the interface name and
-/// `device` the interface name too; for IB ports `device` is the HCA (`mlx5_0`) and `port` the number.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
-pub struct LinkKey {
-    pub class: LinkClass,
-    pub device: String,
-    pub port: String,
-}
-
-impl fmt::Display for LinkKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}/{}", self.class.as_str(), self.device, self.port)
-    }
-}
-
-/// One port, interface or NVLink, with its inventory facts.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct Link {
-    pub key: LinkKey,
-    pub role: LinkRole,
-    /// Capacity per direction in bytes per second; `None` when unknown.
-    pub capacity_bytes_per_second: Option<f64>,
-    /// Human-readable state (`ACTIVE`, `DOWN`, `up`, ...).
-    pub state: String,
-    /// Other facts (`link_layer`, `phys_state`, `rate`, `netdev`, `mtu`, `speed_mbps`, ...).
-    pub attributes: BTreeMap<String, String>,
-    /// For NVLink: GPU index and link number.
-    pub gpu: Option<String>,
-    pub link: Option<String>,
-}
-
-/// Kind of a series value.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum SeriesKind {
-    /// Monotonic counter; saturates at `max_value` (all ones of its width).
-    Counter {
-        max_value: u64,
-    },
-    Gauge,
-}
-
-impl SeriesKind {
-    /// A 64-bit counter (saturates at `u64::MAX`).
-    pub const COUNTER64: SeriesKind = SeriesKind::Counter {
-        max_value: u64::MAX,
-    };
-    /// A 32-bit PMA counter (saturates at `u32::MAX`).
-    pub const COUNTER32: SeriesKind = SeriesKind::Counter {
-        max_value: u32::MAX as u64,
-    };
-}
+pub use commwatch_model::{
+    Endpoint, Job, Link, LinkClass, LinkKey, LinkRole, Rank, SeriesKind, Tier,
+};
+pub use list::{build_sources, build_sources_with, SourceExtras, SourceSettings, SOURCE_NAMES};
 
 /// One series a source produces.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -253,97 +158,7 @@ pub trait Source: Send {
     fn node_links(&mut self, _links: &[Link]) {}
     /// Training jobs found by the last `discover()`, for sources that look for them (`processes`); `None` for
     /// the others. A change of the list makes `discover()` return `true`.
-    fn jobs(&self) -> Option<&[processes::JobInfo]> {
+    fn jobs(&self) -> Option<&[Job]> {
         None
     }
-}
-
-/// Names of the sources, in the order they are built and sampled (`processes` last: it checks NCCL settings
-/// against the links the others found).
-pub const SOURCE_NAMES: &[&str] = &["infiniband", "netdev", "host", "nvml", "processes"];
-
-/// Backends injected instead of the real hardware (the simulated cluster's GPUs and host).
-#[derive(Default)]
-pub struct SourceExtras {
-    /// GPUs for the `nvml` and `processes` sources; `None` loads NVML.
-    pub gpu: Option<Box<dyn gpu::GpuBackend>>,
-    /// Host CPU and memory for the `host` source; `None` reads this machine through sysinfo.
-    pub host: Option<Box<dyn host::HostBackend>>,
-}
-
-impl std::fmt::Debug for SourceExtras {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SourceExtras")
-            .field("gpu", &self.gpu.as_ref().map(|g| g.kind()))
-            .field("host", &self.host.is_some())
-            .finish()
-    }
-}
-
-/// The explicit list of sources: builds the enabled ones from the configuration, on the real hardware.
-pub fn build_sources(config: &crate::config::AgentConfig) -> Vec<Box<dyn Source>> {
-    build_sources_with(config, SourceExtras::default())
-}
-
-/// [`build_sources`] with injected backends. A new source is one new file plus one arm here.
-pub fn build_sources_with(
-    config: &crate::config::AgentConfig,
-    extras: SourceExtras,
-) -> Vec<Box<dyn Source>> {
-    let SourceExtras {
-        gpu: gpu_backend,
-        host: mut host_backend,
-    } = extras;
-    let wants = |n: &str| config.sources.iter().any(|s| s == n);
-    // One GPU backend shared by `nvml` and `processes`; NVML is loaded only when one of them runs.
-    let gpu: Option<Result<gpu::SharedGpu, gpu::GpuError>> = if wants("nvml") || wants("processes")
-    {
-        Some(match gpu_backend {
-            Some(b) => Ok(gpu::shared(b)),
-            None => nvml_lib::NvmlBackend::init()
-                .map(|b| gpu::shared(Box::new(b) as Box<dyn gpu::GpuBackend>)),
-        })
-    } else {
-        None
-    };
-    let mut out: Vec<Box<dyn Source>> = Vec::new();
-    for name in SOURCE_NAMES {
-        if !config.sources.iter().any(|s| s == name) {
-            continue;
-        }
-        match *name {
-            "infiniband" => out.push(Box::new(infiniband::InfinibandSource::new(
-                config.sysfs_root.clone(),
-            ))),
-            "netdev" => {
-                let mut opts = netdev::NetdevOptions {
-                    fabric: config.netdev.fabric.clone(),
-                    management: config.netdev.management.clone(),
-                    ..netdev::NetdevOptions::default()
-                };
-                if let Some(ex) = &config.netdev.exclude {
-                    opts.exclude = ex.clone();
-                }
-                out.push(Box::new(netdev::NetdevSource::new(
-                    config.sysfs_root.clone(),
-                    opts,
-                )))
-            }
-            "host" => out.push(Box::new(match host_backend.take() {
-                Some(b) => host::HostSource::with_backend(b),
-                None => host::HostSource::new(),
-            })),
-            "nvml" => {
-                if let Some(g) = &gpu {
-                    out.push(Box::new(nvml::NvmlSource::new(g.clone())));
-                }
-            }
-            "processes" => out.push(Box::new(processes::ProcessesSource::new(
-                config.procfs_root.clone(),
-                gpu.as_ref().and_then(|g| g.as_ref().ok()).cloned(),
-            ))),
-            _ => {}
-        }
-    }
-    out
 }

@@ -20,8 +20,8 @@ use super::sysfs::{
     read_trimmed, Decode, FileSeries,
 };
 use super::{
-    Inventory, Link, LinkClass, LinkKey, LinkRole, ReadReport, SeriesKind, SeriesSpec, Source,
-    SourceError, Tier, Value,
+    Endpoint, Inventory, Link, LinkClass, LinkKey, LinkRole, ReadReport, SeriesKind, SeriesSpec,
+    Source, SourceError, Tier, Value,
 };
 
 /// ARPHRD_INFINIBAND: the `type` of an IPoIB interface.
@@ -137,11 +137,7 @@ impl NetdevSource {
         } else {
             LinkClass::Ethernet
         };
-        let key = LinkKey {
-            class,
-            device: name.to_string(),
-            port: name.to_string(),
-        };
+        let key = LinkKey::interface(class, name);
         let role = classify(name, if_type, rdma, &self.options);
         let mut attributes = BTreeMap::new();
         if let Some(t) = type_text {
@@ -197,6 +193,7 @@ impl NetdevSource {
 
         Link {
             key,
+            endpoint: Endpoint::Interface,
             role,
             capacity_bytes_per_second: capacity,
             state,

@@ -44,8 +44,8 @@ use super::gpu::{
     by_request, field, FieldRequest, FieldValue, GpuError, GpuInfo, NvlinkInfo, SharedGpu,
 };
 use super::{
-    Inventory, Link, LinkClass, LinkKey, LinkRole, ReadReport, SeriesKind, SeriesSpec, Source,
-    SourceError, Tier, Value,
+    Endpoint, Inventory, Link, LinkClass, LinkKey, LinkRole, ReadReport, SeriesKind, SeriesSpec,
+    Source, SourceError, Tier, Value,
 };
 use crate::telemetry::AgentMetrics;
 
@@ -135,11 +135,7 @@ pub struct NvmlSource {
 }
 
 fn link_key(gpu: u32, link: u32) -> LinkKey {
-    LinkKey {
-        class: LinkClass::Nvlink,
-        device: format!("gpu{gpu}"),
-        port: link.to_string(),
-    }
+    LinkKey::new(LinkClass::Nvlink, format!("gpu{gpu}"), link.to_string())
 }
 
 fn gpu_err(what: &str, gpu: u32, e: &GpuError) -> SourceError {
@@ -373,6 +369,7 @@ impl Source for NvmlSource {
                 );
                 links_now.push(Link {
                     key: key.clone(),
+                    endpoint: Endpoint::GpuLink,
                     role: LinkRole::Fabric,
                     capacity_bytes_per_second: li.speed_mbps.map(|s| s as f64 * 1e6),
                     state: if li.active { "up" } else { "down" }.to_string(),

@@ -18,9 +18,10 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
+use commwatch_model::{Job, Link, LinkClass, NcclConflict, Rank};
+
 use super::gpu::{GpuProcess, SharedGpu};
-use super::{Inventory, Link, ReadReport, Source, SourceError, Tier, Value};
-use crate::nccl::NcclConflict;
+use super::{Inventory, ReadReport, Source, SourceError, Tier, Value};
 
 /// Environment keys read besides `NCCL_*`.
 pub const ALLOWED_KEYS: &[&str] = &[
@@ -150,31 +151,13 @@ pub fn parse_stat(text: &str) -> Option<(u32, u64)> {
     Some((session, start))
 }
 
-/// One process of a job on this node.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct RankInfo {
-    pub pid: u32,
-    pub rank: Option<u32>,
-    pub local_rank: Option<u32>,
-    pub world_size: Option<u32>,
-    pub gpus: Vec<String>,
-    pub pod_uid: Option<String>,
-    pub container_id: Option<String>,
-    /// `NCCL_*` settings.
-    pub nccl: BTreeMap<String, String>,
-    /// `nvml` or `environment`.
-    pub found_by: &'static str,
-    #[serde(skip)]
-    start_ticks: u64,
-}
+/// [`Rank::found_by`] of a process on a GPU (NVML's compute process list).
+pub const FOUND_BY_NVML: &str = "nvml";
+/// [`Rank::found_by`] of a process found by its environment markers alone.
+pub const FOUND_BY_ENVIRONMENT: &str = "environment";
 
-/// A training job as seen on this node.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct JobInfo {
-    pub id: String,
-    pub ranks: Vec<RankInfo>,
-    pub conflicts: Vec<NcclConflict>,
-}
+/// Environment keys that mark a process as a rank of a training job.
+const RANK_MARKERS: &[&str] = &["RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"];
 
 /// What was learnt about a process, cached by `(pid, start time)`.
 #[derive(Debug, Clone)]
@@ -192,7 +175,7 @@ pub struct ProcessesSource {
     gpu: Option<SharedGpu>,
     node_links: Vec<Link>,
     inventory: Inventory,
-    jobs: Vec<JobInfo>,
+    jobs: Vec<Job>,
     cache: HashMap<u32, Seen>,
     /// Only these pids are looked at (tests); `None`: every process.
     only: Option<Vec<u32>>,
@@ -272,15 +255,16 @@ impl ProcessesSource {
     }
 
     /// Scans the processes now; returns the jobs found.
-    pub fn scan(&mut self) -> Vec<JobInfo> {
-        let on_gpu = self.gpu_processes();
+    pub fn scan(&mut self) -> Vec<Job> {
         let mut gpus_of: BTreeMap<u32, Vec<String>> = BTreeMap::new();
-        for p in &on_gpu {
+        for p in self.gpu_processes() {
             gpus_of.entry(p.pid).or_default().push(p.gpu.to_string());
         }
         let pids = self.pids();
         let mut unreadable = 0usize;
-        let mut ranks: BTreeMap<(String, i64), RankInfo> = BTreeMap::new();
+        // Of the processes claiming one (job, rank), the best so far; a process without a rank number is
+        // keyed by its pid (never merged with another).
+        let mut ranks: BTreeMap<(String, i64), Candidate> = BTreeMap::new();
         let mut live = Vec::with_capacity(pids.len());
         for pid in pids {
             let Some(seen) = self.look(pid) else {
@@ -288,61 +272,12 @@ impl ProcessesSource {
                 continue;
             };
             live.push(pid);
-            let on_gpu = gpus_of.get(&pid);
-            let env = seen.env.clone().unwrap_or_default();
-            let marked = ["RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"]
-                .iter()
-                .any(|k| env.contains_key(*k));
-            if !marked && on_gpu.is_none() {
+            let Some((id, c)) = candidate(pid, &seen, gpus_of.get(&pid)) else {
                 continue;
-            }
-            let id = job_id(&env, seen.pod.as_deref(), seen.session, pid, marked);
-            let gpus = match on_gpu {
-                Some(g) => g.clone(),
-                None => env
-                    .get("CUDA_VISIBLE_DEVICES")
-                    .map(|v| {
-                        v.split(',')
-                            .map(str::trim)
-                            .filter(|s| !s.is_empty())
-                            .map(String::from)
-                            .collect()
-                    })
-                    .unwrap_or_default(),
             };
-            let rank = RankInfo {
-                pid,
-                rank: first_u32(&env, &["RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"]),
-                local_rank: first_u32(
-                    &env,
-                    &["LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"],
-                ),
-                world_size: first_u32(
-                    &env,
-                    &["WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS"],
-                ),
-                gpus,
-                pod_uid: seen.pod.clone(),
-                container_id: seen.container.clone(),
-                nccl: env
-                    .iter()
-                    .filter(|(k, _)| k.starts_with("NCCL_"))
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect(),
-                found_by: if on_gpu.is_some() {
-                    "nvml"
-                } else {
-                    "environment"
-                },
-                start_ticks: seen.start,
-            };
-            // A process without a rank number is keyed by its pid (never merged with another).
-            let key = (id, rank.rank.map(i64::from).unwrap_or(-i64::from(pid)));
-            match ranks.get(&key) {
-                Some(prev) if !better(&rank, prev) => {}
-                _ => {
-                    ranks.insert(key, rank);
-                }
+            let key = (id, c.rank.rank.map(i64::from).unwrap_or(-i64::from(pid)));
+            if ranks.get(&key).is_none_or(|prev| c.better_than(prev)) {
+                ranks.insert(key, c);
             }
         }
         self.cache.retain(|pid, _| live.contains(pid));
@@ -352,37 +287,109 @@ impl ProcessesSource {
                 "processes source: some processes vanished or could not be read"
             );
         }
-        let mut jobs: BTreeMap<String, Vec<RankInfo>> = BTreeMap::new();
-        for ((id, _), r) in ranks {
-            jobs.entry(id).or_default().push(r);
+        let mut jobs: BTreeMap<String, Vec<Rank>> = BTreeMap::new();
+        for ((id, _), c) in ranks {
+            jobs.entry(id).or_default().push(c.rank);
         }
         jobs.into_iter()
-            .map(|(id, mut ranks)| {
-                ranks.sort_by_key(|r| (r.rank, r.pid));
-                let mut conflicts: Vec<NcclConflict> = Vec::new();
-                for r in &ranks {
-                    for c in crate::nccl::conflicts(&r.nccl, &self.node_links) {
-                        if !conflicts.contains(&c) {
-                            conflicts.push(c);
-                        }
-                    }
-                }
-                JobInfo {
-                    id,
-                    ranks,
-                    conflicts,
-                }
-            })
+            .map(|(id, ranks)| job(id, ranks, &self.node_links))
             .collect()
     }
 }
 
-/// Of two processes claiming the same rank: the one on a GPU, else the older one.
-fn better(a: &RankInfo, b: &RankInfo) -> bool {
-    match (a.found_by == "nvml", b.found_by == "nvml") {
-        (true, false) => true,
-        (false, true) => false,
-        _ => (a.start_ticks, a.pid) < (b.start_ticks, b.pid),
+/// A process that claims a rank of a job, with its start time (which of two claimants is kept).
+struct Candidate {
+    rank: Rank,
+    start_ticks: u64,
+}
+
+impl Candidate {
+    /// Of two processes claiming the same rank: the one on a GPU, else the older one.
+    fn better_than(&self, other: &Candidate) -> bool {
+        let (a, b) = (
+            self.rank.found_by == FOUND_BY_NVML,
+            other.rank.found_by == FOUND_BY_NVML,
+        );
+        match (a, b) {
+            (true, false) => true,
+            (false, true) => false,
+            _ => (self.start_ticks, self.rank.pid) < (other.start_ticks, other.rank.pid),
+        }
+    }
+}
+
+/// The job id and rank of process `pid`, or `None` when it is neither marked as a rank nor on a GPU.
+fn candidate(pid: u32, seen: &Seen, on_gpu: Option<&Vec<String>>) -> Option<(String, Candidate)> {
+    let env = seen.env.clone().unwrap_or_default();
+    let marked = RANK_MARKERS.iter().any(|k| env.contains_key(*k));
+    if !marked && on_gpu.is_none() {
+        return None;
+    }
+    let id = job_id(&env, seen.pod.as_deref(), seen.session, pid, marked);
+    let gpus = match on_gpu {
+        Some(g) => g.clone(),
+        None => env
+            .get("CUDA_VISIBLE_DEVICES")
+            .map(|v| {
+                v.split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(String::from)
+                    .collect()
+            })
+            .unwrap_or_default(),
+    };
+    let rank = Rank {
+        pid,
+        rank: first_u32(&env, &["RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"]),
+        local_rank: first_u32(
+            &env,
+            &["LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"],
+        ),
+        world_size: first_u32(
+            &env,
+            &["WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS"],
+        ),
+        gpus,
+        pod_uid: seen.pod.clone(),
+        container_id: seen.container.clone(),
+        nccl: env
+            .iter()
+            .filter(|(k, _)| k.starts_with("NCCL_"))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        found_by: if on_gpu.is_some() {
+            FOUND_BY_NVML
+        } else {
+            FOUND_BY_ENVIRONMENT
+        }
+        .to_string(),
+    };
+    Some((
+        id,
+        Candidate {
+            rank,
+            start_ticks: seen.start,
+        },
+    ))
+}
+
+/// A job of `ranks` (sorted by rank, then pid) with the NCCL conflicts of all their settings on a node with
+/// `links`, each conflict once.
+fn job(id: String, mut ranks: Vec<Rank>, links: &[Link]) -> Job {
+    ranks.sort_by_key(|r| (r.rank, r.pid));
+    let mut conflicts: Vec<NcclConflict> = Vec::new();
+    for r in &ranks {
+        for c in crate::nccl::conflicts(&r.nccl, links) {
+            if !conflicts.contains(&c) {
+                conflicts.push(c);
+            }
+        }
+    }
+    Job {
+        id,
+        ranks,
+        conflicts,
     }
 }
 
@@ -436,7 +443,7 @@ impl Source for ProcessesSource {
     fn node_links(&mut self, links: &[Link]) {
         self.node_links = links
             .iter()
-            .filter(|l| l.key.class != super::LinkClass::Nvlink)
+            .filter(|l| l.key.class != LinkClass::Nvlink)
             .cloned()
             .collect();
     }
@@ -456,7 +463,7 @@ impl Source for ProcessesSource {
         ReadReport::default()
     }
 
-    fn jobs(&self) -> Option<&[JobInfo]> {
+    fn jobs(&self) -> Option<&[Job]> {
         Some(&self.jobs)
     }
 }
