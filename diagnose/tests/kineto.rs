@@ -1,4 +1,5 @@
-//! Kineto traces from Holistic Trace Analysis' test data (tests/data/kineto/PROVENANCE.md), cross-checked with
+//! Kineto traces from Holistic Trace Analysis' test data (`kineto/` of the shared test data, read in place;
+//! its PROVENANCE.md gives the origin and the figures upstream expects), cross-checked with
 //! HTA's own analysis of the same files (holistictraceanalysis from PyPI, `TraceAnalysis(trace_dir)`,
 //! `get_comm_comp_overlap()` and `get_temporal_breakdown()`; HTA rounds times to whole microseconds):
 //!
@@ -10,16 +11,18 @@
 //!
 //! The sampled ranks have whole-microsecond times and agree exactly; nccl_data has fractional times (see there).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use commwatch_diagnose::analysis::{overlap, straggler};
 use commwatch_diagnose::kineto::{parse_file, trace_files};
 use commwatch_diagnose::progress::Progress;
+use commwatch_testdata::shared_testdata;
 
-fn data(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data/kineto")
-        .join(name)
+/// A trace (or, for `""`, the folder of traces), read in place from the shared test data; `None` after a loud
+/// skip (a failure under CI) when it is absent.
+#[track_caller]
+fn data(name: &str) -> Option<PathBuf> {
+    shared_testdata!(&format!("kineto/{name}"))
 }
 
 fn close(a: f64, b: f64, tol: f64) -> bool {
@@ -28,7 +31,10 @@ fn close(a: f64, b: f64, tol: f64) -> bool {
 
 #[test]
 fn nccl_data_trace_matches_provenance_and_hta() {
-    let t = parse_file(&data("nccl_data.json.gz"), &Progress::hidden()).unwrap();
+    let Some(path) = data("nccl_data.json.gz") else {
+        return;
+    };
+    let t = parse_file(&path, &Progress::hidden()).unwrap();
     assert!(t.truncated.is_none());
     assert_eq!(t.events_read, 40_573);
     let tl = &t.timeline;
@@ -95,7 +101,7 @@ fn nccl_data_trace_matches_provenance_and_hta() {
 
 #[test]
 fn sampled_ranks_match_hta() {
-    let dir = data("");
+    let Some(dir) = data("") else { return };
     let files: Vec<PathBuf> = trace_files(&dir)
         .unwrap()
         .into_iter()
@@ -149,7 +155,10 @@ fn sampled_ranks_match_hta() {
 
 #[test]
 fn truncated_gzip_trace_is_partial_not_an_error() {
-    let bytes = std::fs::read(data("sampled_rank-0.json.gz")).unwrap();
+    let Some(path) = data("sampled_rank-0.json.gz") else {
+        return;
+    };
+    let bytes = std::fs::read(&path).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("cut_rank-0.json.gz");
     std::fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();

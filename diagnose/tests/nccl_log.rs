@@ -1,18 +1,24 @@
-//! NCCL debug-log parser against real logs (tests/data/nccl, first line of each names its origin).
+//! NCCL debug-log parser against real logs (`nccl/` of the shared test data, read in place; the first line of
+//! each names its origin).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use commwatch_diagnose::nccl_log::parse_file;
+use commwatch_testdata::shared_testdata;
 
-fn data(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data/nccl")
-        .join(name)
+/// A real NCCL log, read in place from the shared test data; `None` after a loud skip (a failure under CI)
+/// when it is absent.
+#[track_caller]
+fn data(name: &str) -> Option<PathBuf> {
+    shared_testdata!(&format!("nccl/{name}"))
 }
 
 #[test]
 fn socket_fallback_log() {
-    let log = parse_file(&data("gke-a3-socket-fallback-rank0.txt")).unwrap();
+    let Some(path) = data("gke-a3-socket-fallback-rank0.txt") else {
+        return;
+    };
+    let log = parse_file(&path).unwrap();
     assert_eq!(log.version.as_deref(), Some("2.22.3+cuda12.6"));
     assert_eq!(log.nranks, Some(16));
     assert_eq!(log.nnodes, Some(2));
@@ -57,7 +63,10 @@ fn socket_fallback_log() {
 
 #[test]
 fn efa_channels_with_mpirun_tags() {
-    let log = parse_file(&data("p5-efa-debug-net-channels.txt")).unwrap();
+    let Some(path) = data("p5-efa-debug-net-channels.txt") else {
+        return;
+    };
+    let log = parse_file(&path).unwrap();
     assert_eq!(log.transports.len(), 1);
     let n = log.transports.get("NET/AWS Libfabric").copied().unwrap();
     assert_eq!(n, log.net_connections_gdr);
@@ -74,7 +83,10 @@ fn efa_channels_with_mpirun_tags() {
 
 #[test]
 fn efa_rings_and_topology() {
-    let log = parse_file(&data("p5-efa-debug-rings.txt")).unwrap();
+    let Some(path) = data("p5-efa-debug-rings.txt") else {
+        return;
+    };
+    let log = parse_file(&path).unwrap();
     assert_eq!(log.nranks, Some(16));
     assert_eq!(log.nnodes, Some(2));
     assert_eq!(log.local_ranks, Some(8));
@@ -90,7 +102,10 @@ fn efa_rings_and_topology() {
 
 #[test]
 fn nccl_tests_output_with_log_lines() {
-    let log = parse_file(&data("p5-efa-allreduce-mpirun-tagged.txt")).unwrap();
+    let Some(path) = data("p5-efa-allreduce-mpirun-tagged.txt") else {
+        return;
+    };
+    let log = parse_file(&path).unwrap();
     assert_eq!(log.transports.get("P2P/CUMEM"), Some(&5));
     assert_eq!(log.hosts.len(), 2);
 }

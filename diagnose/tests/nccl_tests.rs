@@ -5,8 +5,17 @@ use std::path::{Path, PathBuf};
 
 use commwatch_diagnose::analysis::bandwidth::{busbw_at, summarize};
 use commwatch_diagnose::nccl_tests::{parse_file, parse_str, Generation, NcclTestsError};
+use commwatch_testdata::shared_testdata;
 
-fn data(name: &str) -> PathBuf {
+/// A real nccl-tests output, read in place from the shared test data (its first line names its origin);
+/// `None` after a loud skip (a failure under CI) when it is absent.
+#[track_caller]
+fn data(name: &str) -> Option<PathBuf> {
+    shared_testdata!(&format!("nccl/{name}"))
+}
+
+/// A file the project synthesized (`tests/data/nccl/SYNTHESIZED.md`).
+fn synth(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/data/nccl")
         .join(name)
@@ -18,7 +27,10 @@ fn close(a: f64, b: f64, tol: f64) -> bool {
 
 #[test]
 fn gke_allreduce_2022_generation() {
-    let f = parse_file(&data("gke-a3-allreduce-8gpu-nvlink.txt")).unwrap();
+    let Some(path) = data("gke-a3-allreduce-8gpu-nvlink.txt") else {
+        return;
+    };
+    let f = parse_file(&path).unwrap();
     assert_eq!(f.tests.len(), 1);
     assert_eq!(f.skipped_lines, 0);
     let t = &f.tests[0];
@@ -70,7 +82,10 @@ fn gke_allreduce_2022_generation() {
 
 #[test]
 fn cluster_versioned_generation() {
-    let f = parse_file(&data("nccl-tests-cluster-N10G1-allreduce.txt")).unwrap();
+    let Some(path) = data("nccl-tests-cluster-N10G1-allreduce.txt") else {
+        return;
+    };
+    let f = parse_file(&path).unwrap();
     assert_eq!(f.tests.len(), 1);
     let t = &f.tests[0];
     assert_eq!(t.collective, "all_reduce_perf");
@@ -93,7 +108,10 @@ fn cluster_versioned_generation() {
 
 #[test]
 fn mpirun_tag_output_prefixes_inside_rows() {
-    let f = parse_file(&data("p5-efa-allreduce-mpirun-tagged.txt")).unwrap();
+    let Some(path) = data("p5-efa-allreduce-mpirun-tagged.txt") else {
+        return;
+    };
+    let f = parse_file(&path).unwrap();
     assert_eq!(f.tests.len(), 1);
     assert_eq!(f.skipped_lines, 0);
     let t = &f.tests[0];
@@ -112,7 +130,10 @@ fn mpirun_tag_output_prefixes_inside_rows() {
 
 #[test]
 fn legacy_generation_with_error_column() {
-    let f = parse_file(&data("superbench-nccl_allreduce.log.txt")).unwrap();
+    let Some(path) = data("superbench-nccl_allreduce.log.txt") else {
+        return;
+    };
+    let f = parse_file(&path).unwrap();
     let t = &f.tests[0];
     assert_eq!(t.generation, Generation::Legacy);
     assert_eq!(t.collective, "all_reduce_perf");
@@ -126,7 +147,10 @@ fn legacy_generation_with_error_column() {
     assert_eq!(s.peak_busbw_gbps, Some(235.26));
     assert!(close(s.avg_busbw_computed_gbps.unwrap(), 68.4048, 0.01));
 
-    let g = parse_file(&data("superbench-nccl_allgather.log.txt")).unwrap();
+    let Some(path) = data("superbench-nccl_allgather.log.txt") else {
+        return;
+    };
+    let g = parse_file(&path).unwrap();
     let t = &g.tests[0];
     assert_eq!(t.collective, "all_gather_perf");
     assert_eq!(t.rows.len(), 34);
@@ -142,7 +166,7 @@ fn legacy_generation_with_error_column() {
 
 #[test]
 fn current_generation_two_tests_with_per_iteration_columns() {
-    let f = parse_file(&data("synth-2025-allgather-reducescatter-periter.txt")).unwrap();
+    let f = parse_file(&synth("synth-2025-allgather-reducescatter-periter.txt")).unwrap();
     assert_eq!(f.skipped_lines, 0, "{:?}", f.warnings);
     assert_eq!(f.tests.len(), 2);
     let (ag, rs) = (&f.tests[0], &f.tests[1]);
@@ -169,7 +193,7 @@ fn current_generation_two_tests_with_per_iteration_columns() {
 
 #[test]
 fn timestamp_column() {
-    let f = parse_file(&data("synth-alltoall-timestamps.txt")).unwrap();
+    let f = parse_file(&synth("synth-alltoall-timestamps.txt")).unwrap();
     assert_eq!(f.skipped_lines, 0, "{:?}", f.warnings);
     let t = &f.tests[0];
     assert_eq!(t.collective, "alltoall_perf");
@@ -182,7 +206,7 @@ fn timestamp_column() {
 
 #[test]
 fn json_of_dash_j() {
-    let f = parse_file(&data("synth-allreduce-J.json")).unwrap();
+    let f = parse_file(&synth("synth-allreduce-J.json")).unwrap();
     let t = &f.tests[0];
     assert_eq!(t.generation, Generation::Json);
     assert_eq!(t.collective, "all_reduce_perf");
@@ -198,7 +222,10 @@ fn json_of_dash_j() {
 
 #[test]
 fn inferred_name_from_bus_bandwidth_ratio() {
-    let text = std::fs::read_to_string(data("gke-a3-allreduce-8gpu-nvlink.txt")).unwrap();
+    let Some(path) = data("gke-a3-allreduce-8gpu-nvlink.txt") else {
+        return;
+    };
+    let text = std::fs::read_to_string(&path).unwrap();
     let f = parse_str(&text, "stdin", None).unwrap();
     assert_eq!(f.tests[0].collective, "all_reduce_perf");
     assert_eq!(f.tests[0].collective_source, "inferred");
@@ -206,7 +233,10 @@ fn inferred_name_from_bus_bandwidth_ratio() {
 
 #[test]
 fn truncated_and_garbled_files() {
-    let text = std::fs::read_to_string(data("gke-a3-allreduce-8gpu-nvlink.txt")).unwrap();
+    let Some(path) = data("gke-a3-allreduce-8gpu-nvlink.txt") else {
+        return;
+    };
+    let text = std::fs::read_to_string(&path).unwrap();
     // Cut in the middle of the 21st row.
     let cut = &text[..text.find("     4194304       1048576").unwrap() + 40];
     let f = parse_str(cut, "cut.txt", Some("cut.txt")).unwrap();
