@@ -18,27 +18,13 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+/// How bad a finding is: the severity the collector's findings use, so that a report and the live findings
+/// rank alike.
+pub use commwatch_model::Severity;
+
 use crate::analysed::{LogReport, TestReport, TraceReport};
 use crate::analysis::straggler::StragglerAnalysis;
 use crate::link::LinkInfo;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Severity {
-    Info,
-    Warning,
-    Critical,
-}
-
-impl Severity {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Severity::Info => "info",
-            Severity::Warning => "warning",
-            Severity::Critical => "critical",
-        }
-    }
-}
 
 /// One finding.
 #[derive(Debug, Clone, PartialEq, Serialize)]
