@@ -38,7 +38,9 @@ print(f"{name:<14} cpu {cpu/secs*100:6.2f}% of a core ({cpu*1000/secs:6.1f} ms/s
 PY
 }
 
-measure fixture-h100 agent/tests/fixtures/gpud_h100/sys
+# The H100 tree: the shared gpud capture plus the project's additions (agent/tests/fixtures/README.md).
+cargo run --quiet -p commwatch-testdata --bin compose-sysfs -- gpud_h100 "$work/h100"
+measure fixture-h100 "$work/h100"
 # A moving simulated node: the demo's trees, written by the simulator in the background.
 "$bin" demo --nodes 1 --gpus-per-node 8 --scenario healthy --dir "$work/sim" \
   --grpc-listen "127.0.0.1:$(port)" --http-listen "127.0.0.1:$(port)" --duration $((secs + 10))s >/dev/null 2>&1 &

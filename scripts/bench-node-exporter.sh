@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # commwatch's agent against Debian's prometheus-node-exporter, side by side in one run, on the same tree: the
-# gpud H100 fixture (8 ConnectX-7 HCAs, one BlueField bond, 4 NICs).
+# H100 tree (the shared gpud capture plus the project's additions: 8 ConnectX-7 HCAs, one BlueField bond,
+# 4 NICs), composed in a temporary directory.
 #
 #  1. node_exporter (infiniband + netclass collectors only, its own Go/process metrics off) scraped K times:
 #     its process CPU time (utime + stime from /proc/PID/stat) over the K scrapes ÷ K = CPU per scrape.
@@ -14,13 +15,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 K=${1:-2000}
 secs=${2:-20}
-tree=agent/tests/fixtures/gpud_h100/sys
 ne=${NODE_EXPORTER:-/usr/bin/prometheus-node-exporter}
 [ -x "$ne" ] || { echo "node_exporter not found at $ne (apt-get install prometheus-node-exporter)" >&2; exit 1; }
 cargo build --release --quiet
 bin=target/release/commwatch
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
+# The H100 tree: the shared gpud capture plus the project's additions (agent/tests/fixtures/README.md), the
+# same tree the sources bench composes for itself.
+tree=$work/h100
+cargo run --quiet -p commwatch-testdata --bin compose-sysfs -- gpud_h100 "$tree"
 clk=$(getconf CLK_TCK)
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 cpu_ticks() { awk '{print $14+$15}' "/proc/$1/stat"; }

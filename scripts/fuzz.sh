@@ -9,15 +9,19 @@ shift || true
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(sysfs_values step_marker wire_decode nccl_tests nccl_log kineto)
 
+# Real captures are read in place from the shared test data (beside the checkout, or COMMWATCH_SHARED_TESTDATA).
+shared=${COMMWATCH_SHARED_TESTDATA:-../../shared/testdata}
+[ -d "$shared" ] || echo "fuzz.sh: no shared test data at $shared (set COMMWATCH_SHARED_TESTDATA); fewer seeds" >&2
+
 seed() { # target -> corpus dir with seeds
   local t=$1 dir=corpus/$1
   mkdir -p "$dir"
   case $t in
-    sysfs_values) find ../agent/tests/fixtures -type f -size -2k -name '[a-z]*' 2>/dev/null | head -200 | while read -r f; do cp "$f" "$dir/$(echo "$f" | tr '/' '_')"; done || true ;;
+    sysfs_values) find ../agent/tests/fixtures "$shared/sysfs" -type f -size -2k -name '[a-z]*' 2>/dev/null | head -200 | while read -r f; do cp "$f" "$dir/$(echo "$f" | tr '/' '_')"; done || true ;;
     step_marker) printf '{"job":"4242","rank":3,"step":120,"phase":"end","time":1764460000.5,"samples":256}' >"$dir/m1" ;;
-    nccl_tests) cp ../diagnose/tests/data/nccl/*perf* ../diagnose/tests/data/nccl/*allreduce* ../diagnose/tests/data/nccl/synth* "$dir/" 2>/dev/null || true ;;
-    nccl_log) cp ../diagnose/tests/data/nccl/*debug* ../diagnose/tests/data/nccl/*fallback* "$dir/" 2>/dev/null || true ;;
-    kineto) for f in ../diagnose/tests/data/kineto/*.json.gz; do gzip -dc "$f" | head -c 200000 >"$dir/$(basename "$f" .gz)"; done 2>/dev/null || true ;;
+    nccl_tests) cp "$shared"/nccl/*perf* "$shared"/nccl/*allreduce* ../diagnose/tests/data/nccl/synth* "$dir/" 2>/dev/null || true ;;
+    nccl_log) cp "$shared"/nccl/*debug* "$shared"/nccl/*fallback* "$dir/" 2>/dev/null || true ;;
+    kineto) for f in "$shared"/kineto/*.json.gz; do gzip -dc "$f" | head -c 200000 >"$dir/$(basename "$f" .gz)"; done 2>/dev/null || true ;;
     wire_decode) : ;;
   esac
 }
