@@ -34,6 +34,15 @@ LAYERS = {
         ["analysis"],
         ["export"],
     ],
+    "diagnose": [
+        ["progress", "timeline"],
+        ["nccl_tests", "nccl_log", "kineto", "nsys", "collector"],
+        ["analysis"],
+        ["analysed", "link"],
+        ["findings"],
+        ["report"],
+        ["baseline"],
+    ],
 }
 
 
