@@ -1,0 +1,284 @@
+//! The shipper against an in-process collector on loopback: the order of what goes out on a stream, acks
+//! and configs coming back, the bearer token, resend after the collector closes a stream, and the end once
+//! the sampler is gone and everything is acknowledged.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use commwatch_proto::v1 as pb;
+use pb::agent_message::Msg as AgentMsg;
+use pb::collector_message::Msg as CollectorMsg;
+use tokio::sync::{mpsc, watch};
+use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
+use tonic::{Request, Response, Status, Streaming};
+
+use super::*;
+use crate::sampler::Periods;
+
+/// What the fake collector saw: every message in arrival order (with its stream's number) and the
+/// `authorization` header of each stream.
+#[derive(Default)]
+struct Seen {
+    messages: Vec<(usize, pb::AgentMessage)>,
+    auth: Vec<Option<String>>,
+}
+
+/// Acks `Hello` with 0 (and sends a `Config`) and every batch with its seq; with `close_first_after_batch`,
+/// the first stream ends, unacknowledged, at its first batch.
+#[derive(Clone, Default)]
+struct FakeCollector {
+    seen: Arc<Mutex<Seen>>,
+    streams: Arc<AtomicUsize>,
+    close_first_after_batch: bool,
+}
+
+fn collector_msg(msg: CollectorMsg) -> Result<pb::CollectorMessage, Status> {
+    Ok(pb::CollectorMessage { msg: Some(msg) })
+}
+
+#[tonic::async_trait]
+impl pb::ingest_server::Ingest for FakeCollector {
+    type StreamStream = ReceiverStream<Result<pb::CollectorMessage, Status>>;
+
+    async fn stream(
+        &self,
+        request: Request<Streaming<pb::AgentMessage>>,
+    ) -> Result<Response<Self::StreamStream>, Status> {
+        let stream = self.streams.fetch_add(1, Ordering::SeqCst);
+        let auth = request
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .map(String::from);
+        self.seen.lock().unwrap().auth.push(auth);
+        let mut inbound = request.into_inner();
+        let (tx, rx) = mpsc::channel(64);
+        let fake = self.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(m)) = inbound.message().await {
+                let reply = match &m.msg {
+                    Some(AgentMsg::Hello(_)) => vec![
+                        CollectorMsg::Ack(pb::Ack { seq: 0 }),
+                        CollectorMsg::Config(pb::Config {
+                            fast_period_ms: 100,
+                            slow_period_ms: 2000,
+                        }),
+                    ],
+                    Some(AgentMsg::Batch(b)) => vec![CollectorMsg::Ack(pb::Ack { seq: b.seq })],
+                    _ => Vec::new(),
+                };
+                let is_batch = matches!(m.msg, Some(AgentMsg::Batch(_)));
+                fake.seen.lock().unwrap().messages.push((stream, m));
+                if is_batch && stream == 0 && fake.close_first_after_batch {
+                    return;
+                }
+                for r in reply {
+                    if tx.send(collector_msg(r)).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+}
+
+/// Serves `fake` on a loopback port; returns its URL.
+async fn serve(fake: FakeCollector) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(pb::ingest_server::IngestServer::new(fake))
+            .serve_with_incoming(TcpListenerStream::new(listener)),
+    );
+    format!("http://{addr}")
+}
+
+fn settings(collector: String) -> ShipperSettings {
+    ShipperSettings {
+        collector,
+        node: "n1".into(),
+        boot_id: "b".into(),
+        instance_id: 7,
+        buffer_bytes: 1 << 20,
+        ack_timeout: Duration::from_secs(5),
+        backoff_min: Duration::from_millis(20),
+        backoff_max: Duration::from_millis(100),
+        connect_timeout: Duration::from_secs(2),
+        tls: None,
+        token: Some(Arc::from("t0k")),
+    }
+}
+
+fn batch(value: u64) -> SamplerEvent {
+    SamplerEvent::Batch(pb::SampleBatch {
+        timestamps_unix_ns: vec![1],
+        tick_lengths: vec![1],
+        series_ids: vec![1],
+        values: vec![value],
+        ..Default::default()
+    })
+}
+
+fn link(id: u32) -> pb::Link {
+    pb::Link {
+        id,
+        device: format!("mlx5_{id}"),
+        port: "1".into(),
+        ..Default::default()
+    }
+}
+
+/// Waits (up to 10 s) until `cond` holds.
+async fn until(what: &str, cond: impl Fn() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !cond() {
+        assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A short name for each message, in order: `hello`, `batch <seq>`, `inventory <link ids>`, `jobs <n>`.
+fn names(seen: &Seen) -> Vec<(usize, String)> {
+    seen.messages
+        .iter()
+        .filter_map(|(s, m)| {
+            let name = match m.msg.as_ref()? {
+                AgentMsg::Hello(_) => "hello".to_string(),
+                AgentMsg::Batch(b) => format!("batch {}", b.seq),
+                AgentMsg::InventoryUpdate(u) => match (&u.inventory, &u.jobs) {
+                    (Some(inv), _) => format!(
+                        "inventory {:?}",
+                        inv.links.iter().map(|l| l.id).collect::<Vec<_>>()
+                    ),
+                    (None, Some(j)) => format!("jobs {}", j.jobs.len()),
+                    (None, None) => "empty update".to_string(),
+                },
+                AgentMsg::Heartbeat(_) => return None,
+            };
+            Some((*s, name))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn updates_go_ahead_of_the_batches_that_use_them_and_acks_empty_the_buffer() {
+    let fake = FakeCollector::default();
+    let url = serve(fake.clone()).await;
+    let metrics = Arc::new(AgentMetrics::new());
+    let periods = Periods::new(Duration::from_millis(50), Duration::from_secs(1));
+    let start = pb::Inventory {
+        links: vec![link(1)],
+        series: Vec::new(),
+    };
+    let shipper = Shipper::new(settings(url), metrics.clone(), periods.clone(), start);
+    let (ev_tx, ev_rx) = mpsc::channel(16);
+    let (_stop, stop_rx) = watch::channel(false);
+    let task = tokio::spawn(shipper.run(ev_rx, stop_rx));
+    until("connected", || metrics.connected.get() == 1).await;
+
+    ev_tx.send(batch(10)).await.unwrap();
+    ev_tx
+        .send(SamplerEvent::Inventory(pb::Inventory {
+            links: vec![link(2)],
+            series: Vec::new(),
+        }))
+        .await
+        .unwrap();
+    ev_tx.send(batch(20)).await.unwrap();
+    ev_tx
+        .send(SamplerEvent::Jobs(pb::JobInventory {
+            jobs: vec![pb::Job {
+                id: "j".into(),
+                ..Default::default()
+            }],
+        }))
+        .await
+        .unwrap();
+    until("both batches acked", || metrics.acked_seq.get() == 2).await;
+    until("the job list sent", || {
+        names(&fake.seen.lock().unwrap()).len() == 5
+    })
+    .await;
+
+    {
+        let seen = fake.seen.lock().unwrap();
+        let order: Vec<String> = names(&seen).into_iter().map(|(_, n)| n).collect();
+        assert_eq!(
+            order,
+            ["hello", "batch 1", "inventory [2]", "batch 2", "jobs 1"]
+        );
+        match &seen.messages[0].1.msg {
+            Some(AgentMsg::Hello(h)) => {
+                assert_eq!((h.node.as_str(), h.instance_id), ("n1", 7));
+                assert_eq!(h.inventory.as_ref().unwrap().links, vec![link(1)]);
+                assert_eq!((h.fast_period_ms, h.slow_period_ms), (50, 1000));
+            }
+            other => panic!("first message is not a Hello: {other:?}"),
+        }
+        assert_eq!(seen.auth, vec![Some("Bearer t0k".to_string())]);
+    }
+    // The collector's Config set the periods.
+    assert_eq!(
+        (periods.fast(), periods.slow()),
+        (Duration::from_millis(100), Duration::from_secs(2))
+    );
+    assert_eq!(metrics.buffer_batches.get(), 0);
+    assert_eq!(metrics.sent_batches.get(), 2);
+
+    // The sampler gone and everything acknowledged: the shipper is done.
+    drop(ev_tx);
+    tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .expect("the shipper ends once the sampler is gone and the buffer is empty")
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_stream_closed_by_the_collector_is_reopened_and_unacked_batches_resent() {
+    let fake = FakeCollector {
+        close_first_after_batch: true,
+        ..FakeCollector::default()
+    };
+    let url = serve(fake.clone()).await;
+    let metrics = Arc::new(AgentMetrics::new());
+    let periods = Periods::new(Duration::from_millis(50), Duration::from_secs(1));
+    let shipper = Shipper::new(
+        settings(url),
+        metrics.clone(),
+        periods,
+        pb::Inventory::default(),
+    );
+    let (ev_tx, ev_rx) = mpsc::channel(16);
+    let (stop, stop_rx) = watch::channel(false);
+    let task = tokio::spawn(shipper.run(ev_rx, stop_rx));
+    until("connected", || metrics.connected.get() == 1).await;
+    ev_tx.send(batch(10)).await.unwrap();
+    until("batch 1 acked on the second stream", || {
+        metrics.acked_seq.get() == 1
+    })
+    .await;
+
+    assert_eq!(
+        names(&fake.seen.lock().unwrap()),
+        [
+            (0, "hello".to_string()),
+            (0, "batch 1".to_string()),
+            (1, "hello".to_string()),
+            (1, "batch 1".to_string())
+        ]
+    );
+    assert_eq!(metrics.resent_batches.get(), 1);
+    assert_eq!(
+        metrics.disconnects.with_label_values(&["collector"]).get(),
+        1
+    );
+
+    stop.send_replace(true);
+    tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .expect("the shipper stops at shutdown")
+        .unwrap();
+}
