@@ -16,7 +16,7 @@ use commwatch_collector::analysis::input::{
 };
 use commwatch_collector::analysis::tracker::{Change, Tracker, CLEAR_AFTER, RAISE_AFTER};
 use commwatch_collector::analysis::{evaluate, Finding, Kind, Severity};
-use commwatch_collector::ingest::domain::{LinkClass, LinkRole};
+use commwatch_collector::model::{LinkClass, LinkRole};
 use commwatch_sim::{ClusterSpec, JobModel, Link, PortCounter, Scenario, SimGpus, SimHost};
 
 const FAST_NS: u64 = 50_000_000;

@@ -33,7 +33,7 @@ use common::*;
 // which the modules imported here make resolve in this bench.
 #[path = "../src/export/exposition/reference.rs"]
 mod reference;
-use commwatch_collector::{export, ingest, store};
+use commwatch_collector::{export, store};
 
 const CPU_ID: u32 = 1_000_000;
 const TICKS: u64 = 5;

@@ -9,6 +9,7 @@
 
 use std::collections::BTreeMap;
 
+use commwatch_model::ConflictKind;
 use serde::Serialize;
 
 use crate::store::Store;
@@ -34,13 +35,13 @@ pub struct FleetRank {
 }
 
 /// An NCCL setting of a job that contradicts a node's hardware, as that node's agent reported it.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct FleetConflict {
     pub node: String,
     pub setting: String,
     pub value: String,
     /// `management_interface`, `missing_interface`, `ib_disabled`, `hca_excluded`.
-    pub kind: String,
+    pub kind: ConflictKind,
     pub reason: String,
 }
 

@@ -35,6 +35,8 @@ use tokio::task::JoinHandle;
 use tokio_stream::wrappers::TcpListenerStream;
 use tracing::{error, info, warn};
 
+/// The shared vocabulary the collector's types are written in (links, tiers, severities, finding kinds, jobs).
+pub use commwatch_model as model;
 pub use config::{CollectorConfig, ConfigError, Limits, TlsConfig};
 pub use export::health::IngestStats;
 pub use store::{LinkView, NodeView, Store, StoreMemory};
@@ -42,9 +44,9 @@ pub use store::{LinkView, NodeView, Store, StoreMemory};
 use commwatch_model::clock::unix_now_ns;
 use commwatch_proto::v1 as pb;
 use export::health::Health;
-use ingest::domain::{Batch, Hello};
 use ingest::{IngestService, Shared};
 use persist::{PersistError, Replay};
+use store::{Batch, Hello};
 
 /// How long [`CollectorHandle::shutdown`] waits for streams and the final commit.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
@@ -321,9 +323,7 @@ fn replay_jobs(store: &Store, rows: Vec<persist::PersistedJobs>, health: &Health
         }
         let list = pb::JobInventory::decode(row.payload.as_slice())
             .map_err(|e| e.to_string())
-            .and_then(|j| {
-                ingest::domain::JobList::validated(j, store.limits()).map_err(|e| e.to_string())
-            });
+            .and_then(|j| store::JobList::validated(j, store.limits()).map_err(|e| e.to_string()));
         match list {
             Ok(l) => {
                 store.set_jobs(&node, l);

@@ -12,7 +12,7 @@
 
 use super::input::AnalysisInput;
 use super::{r4, Candidate, Evidence, Kind, Severity, Subject};
-use crate::ingest::domain::{LinkClass, LinkRole};
+use commwatch_model::{LinkClass, LinkRole};
 
 /// `port_xmit_wait` ticks per second of a port that waits all the time (4 ns ticks).
 pub const XMIT_WAIT_TICKS_PER_SECOND: f64 = 250e6;

@@ -10,7 +10,7 @@
 
 use super::input::{AnalysisInput, LinkInput};
 use super::{gbs, median, r4, Candidate, Evidence, Kind, Severity, Subject};
-use crate::ingest::domain::LinkClass;
+use commwatch_model::LinkClass;
 
 /// A port below this share of its peers' capacity is degraded.
 pub const CAPACITY_SHARE_BELOW: f64 = 0.75;

@@ -6,9 +6,9 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::activity::{self, Activity};
-use crate::ingest::domain::{LinkClass, LinkRole, SeriesKind};
 use crate::steps::{NodeStep, StepStore};
 use crate::store::{NodeState, Store};
+use commwatch_model::{LinkClass, LinkRole, SeriesKind};
 
 /// How much history one evaluation reads from the store, nanoseconds (20 s: ~30 steps of the classic case,
 /// 20 slow-tier samples).
@@ -254,15 +254,15 @@ pub fn node_input(n: &NodeState, since_ns: i64) -> NodeInput {
         .links()
         .iter()
         .map(|l| LinkInput {
-            class: l.info.key.class,
-            device: l.info.key.device.clone(),
-            port: l.info.key.port.clone(),
-            role: l.info.role,
-            gpu: l.info.gpu.clone(),
-            link: l.info.link.clone(),
-            capacity_bytes_per_second: l.info.capacity_bytes_per_second,
-            state: l.info.state.clone(),
-            attributes: l.info.attributes.clone(),
+            class: l.link.key.class,
+            device: l.link.key.device.clone(),
+            port: l.link.key.port.clone(),
+            role: l.link.role,
+            gpu: l.link.gpu.clone(),
+            link: l.link.link.clone(),
+            capacity_bytes_per_second: l.link.capacity_bytes_per_second,
+            state: l.link.state.clone(),
+            attributes: l.link.attributes.clone(),
             activity: None,
             counters: Vec::new(),
             gauges: BTreeMap::new(),

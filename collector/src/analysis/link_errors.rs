@@ -90,7 +90,7 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
                 e = e.detail(&format!("{m}_saturated_at"), *raw);
             }
             c.evidence = e;
-            c.action = if l.class == crate::ingest::domain::LinkClass::Nvlink {
+            c.action = if l.class == commwatch_model::LinkClass::Nvlink {
                 "Run the GPU's NVLink diagnostics (nvidia-smi nvlink -e, dcgmi diag); rising CRC/replay/recovery \
                  counts precede link failures: drain and service the node."
                     .into()

@@ -10,7 +10,7 @@
 
 use super::input::{AnalysisInput, LinkInput, NodeInput};
 use super::{gbs, median, r4, Candidate, Evidence, Kind, Severity, Subject};
-use crate::ingest::domain::{LinkClass, LinkRole};
+use commwatch_model::{ConflictKind, LinkClass, LinkRole};
 
 /// Complete bursts needed in the window.
 pub const MIN_BURSTS: usize = 4;
@@ -44,7 +44,11 @@ pub fn socket_ifname_selects(value: &str, interface: &str) -> bool {
 fn explanation(input: &AnalysisInput, node: &str, interface: &str) -> Option<(String, String)> {
     let job = input.job_of(node)?;
     if let Some(c) = job.conflicts.iter().find(|c| {
-        c.node == node && matches!(c.kind.as_str(), "management_interface" | "ib_disabled")
+        c.node == node
+            && matches!(
+                c.kind,
+                ConflictKind::ManagementInterface | ConflictKind::IbDisabled
+            )
     }) {
         return Some((format!("{}={}", c.setting, c.value), c.reason.clone()));
     }

@@ -157,7 +157,7 @@ impl Subject {
     pub fn link(node: &str, l: &input::LinkInput) -> Subject {
         let netdev = matches!(
             l.class,
-            crate::ingest::domain::LinkClass::Ethernet | crate::ingest::domain::LinkClass::Roce
+            commwatch_model::LinkClass::Ethernet | commwatch_model::LinkClass::Roce
         ) && l.device == l.port;
         Subject {
             node: node.to_string(),

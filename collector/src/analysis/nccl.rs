@@ -3,6 +3,8 @@
 //! them in its job inventory; this rule turns each into a finding. Kinds: `management_interface` and
 //! `ib_disabled` (traffic forced off the fabric: critical), `missing_interface`, `hca_excluded` (warning).
 
+use commwatch_model::ConflictKind;
+
 use super::input::AnalysisInput;
 use super::{Candidate, Evidence, Kind, Severity, Subject};
 
@@ -10,8 +12,8 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
     let mut out = Vec::new();
     for j in &input.jobs {
         for cf in &j.conflicts {
-            let sev = match cf.kind.as_str() {
-                "management_interface" | "ib_disabled" => Severity::Critical,
+            let sev = match cf.kind {
+                ConflictKind::ManagementInterface | ConflictKind::IbDisabled => Severity::Critical,
                 _ => Severity::Warning,
             };
             let mut subject = Subject::node(&cf.node);
@@ -31,15 +33,15 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
                 .expected(0.0)
                 .detail("setting", cf.setting.clone())
                 .detail("value", cf.value.clone())
-                .detail("conflict", cf.kind.clone())
+                .detail("conflict", cf.kind.as_str())
                 .detail("ranks_on_node", ranks as u64);
-            c.action = match cf.kind.as_str() {
-                "management_interface" | "missing_interface" => format!(
+            c.action = match cf.kind {
+                ConflictKind::ManagementInterface | ConflictKind::MissingInterface => format!(
                     "Set {} to the node's fabric interface (IPoIB, e.g. ib0) or unset it, and restart the job.",
                     cf.setting
                 ),
-                "ib_disabled" => format!("Remove {}={} so NCCL uses InfiniBand, and restart the job.", cf.setting, cf.value),
-                "hca_excluded" => format!("Include every active HCA in {} (or unset it) so each GPU uses its rail.", cf.setting),
+                ConflictKind::IbDisabled => format!("Remove {}={} so NCCL uses InfiniBand, and restart the job.", cf.setting, cf.value),
+                ConflictKind::HcaExcluded => format!("Include every active HCA in {} (or unset it) so each GPU uses its rail.", cf.setting),
                 _ => format!("Review {}={} against the node's hardware.", cf.setting, cf.value),
             };
             out.push(c);

@@ -128,11 +128,11 @@ pub fn job_figures(input: &AnalysisInput) -> Vec<JobFigures> {
                 .iter()
                 .flat_map(|n| n.links.iter())
                 .filter(|l| {
-                    l.role == crate::ingest::domain::LinkRole::Fabric
+                    l.role == commwatch_model::LinkRole::Fabric
                         && matches!(
                             l.class,
-                            crate::ingest::domain::LinkClass::Infiniband
-                                | crate::ingest::domain::LinkClass::Roce
+                            commwatch_model::LinkClass::Infiniband
+                                | commwatch_model::LinkClass::Roce
                         )
                 })
                 .filter_map(|l| {

@@ -127,7 +127,7 @@ fn job_view(j: FleetJob) -> JobView {
                 node: c.node,
                 setting: c.setting,
                 value: c.value,
-                kind: c.kind,
+                kind: c.kind.to_string(),
                 reason: c.reason,
             })
             .collect(),
@@ -216,12 +216,12 @@ impl Collector for JobsCollector {
                     if seen.contains(&(c.setting.as_str(), c.kind.as_str())) {
                         continue;
                     }
-                    seen.push((&c.setting, &c.kind));
+                    seen.push((&c.setting, c.kind.as_str()));
                     conflicts.mut_metric().push(metric(
                         MetricType::GAUGE,
                         vec![
                             label("job", &j.id),
-                            label("kind", &c.kind),
+                            label("kind", c.kind.as_str()),
                             label("node", &node),
                             label("setting", &c.setting),
                         ],

@@ -32,9 +32,9 @@ use serde_json::{json, Value};
 
 use super::names;
 use super::proto::{family, label, metric};
-use crate::ingest::domain::LinkClass;
 use crate::steps::history::STEPS_PER_NODE;
 use crate::steps::{JobStep, NodeStep, StepLink, StepSource, StepStore};
+use commwatch_model::LinkClass;
 
 /// Steps returned when the query names no `limit`.
 pub const DEFAULT_LIMIT: usize = 100;

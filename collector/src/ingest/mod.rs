@@ -28,8 +28,8 @@ use tracing::{debug, info, warn};
 use crate::config::CollectorConfig;
 use crate::export::health::Health;
 use crate::persist::PersistHandle;
-use crate::store::{BatchOutcome, NodeRef, Store};
-use domain::{Batch, Hello, IngestError, Inventory, JobList};
+use crate::store::{Batch, BatchOutcome, Hello, Inventory, JobList, NodeRef, Store, StoreError};
+use domain::IngestError;
 
 /// Shortest interval between two acks on one stream.
 pub const ACK_INTERVAL: Duration = Duration::from_millis(20);
@@ -119,6 +119,12 @@ enum End {
 impl From<IngestError> for End {
     fn from(e: IngestError) -> Self {
         End::Rejected(e)
+    }
+}
+
+impl From<StoreError> for End {
+    fn from(e: StoreError) -> Self {
+        End::Rejected(e.into())
     }
 }
 

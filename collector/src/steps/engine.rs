@@ -27,9 +27,9 @@ use super::history::StepStore;
 use super::inferred::InferenceTracker;
 use super::markers::MarkerTracker;
 use super::{NodeStep, StepSource};
-use crate::ingest::domain::LinkClass;
 use crate::store::ring::Ring;
 use crate::store::{NodeState, Store};
+use commwatch_model::LinkClass;
 
 /// How often the engine runs by default.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_millis(500);
@@ -64,7 +64,7 @@ struct NodeEngine {
 
 /// New data of one node, copied under its lock.
 struct Fresh {
-    markers: Vec<crate::ingest::domain::Marker>,
+    markers: Vec<crate::store::Marker>,
     lost: u64,
     next_cursor: u64,
     /// Traffic total at each new sample time.
@@ -137,7 +137,7 @@ fn copy_fresh(n: &NodeState, cursor: u64, traffic_from: i64) -> Fresh {
             if let Some((t, _)) = s.ring().last() {
                 newest_sample = newest_sample.max(t);
             }
-            if l.info.key.class != LinkClass::Nvlink {
+            if l.link.key.class != LinkClass::Nvlink {
                 series.push(tail_from(s.ring(), traffic_from));
             }
         }
@@ -192,13 +192,13 @@ fn copy_covering(n: &NodeState, start: i64, end: i64) -> Covered {
                 .unwrap_or_default()
         };
         let meta = LinkMeta {
-            class: l.info.key.class,
-            device: l.info.key.device.clone(),
-            port: l.info.key.port.clone(),
-            role: l.info.role,
-            gpu: l.info.gpu.clone(),
-            link: l.info.link.clone(),
-            capacity_bytes_per_second: l.info.capacity_bytes_per_second,
+            class: l.link.key.class,
+            device: l.link.key.device.clone(),
+            port: l.link.key.port.clone(),
+            role: l.link.role,
+            gpu: l.link.gpu.clone(),
+            link: l.link.link.clone(),
+            capacity_bytes_per_second: l.link.capacity_bytes_per_second,
         };
         out.push((meta, c(tx), c(rx)));
     }

@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use super::inferred::PeriodEstimate;
 use super::{NodeStep, StepSource};
-use crate::ingest::domain::LinkClass;
+use commwatch_model::LinkClass;
 
 /// Steps kept per node (newest last).
 pub const STEPS_PER_NODE: usize = 1000;
@@ -334,8 +334,8 @@ impl StepStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ingest::domain::LinkRole;
     use crate::steps::StepLink;
+    use commwatch_model::LinkRole;
 
     fn link(class: LinkClass, device: &str, achieved: Option<f64>, confident: bool) -> StepLink {
         StepLink {

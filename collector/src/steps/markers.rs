@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use commwatch_model::stats::median_i64;
 
-use crate::ingest::domain::{Marker, StepPhase};
+use crate::store::{Marker, StepPhase};
 
 /// A rank not heard from for this long (agent clock) no longer counts as missing.
 pub const RANK_FORGET_NS: i64 = 60_000_000_000;

@@ -38,7 +38,7 @@ use serde::Serialize;
 pub use history::{ClassAggregate, JobStep, Spread, StepStore};
 pub use inferred::PeriodEstimate;
 
-use crate::ingest::domain::{LinkClass, LinkRole};
+use commwatch_model::{LinkClass, LinkRole};
 
 /// How the edges of a step were found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]

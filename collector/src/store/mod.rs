@@ -11,6 +11,8 @@
 //! `_total`). Gauges hold the f64 bits. A series keeps its ring across agent restarts when its identity
 //! (link `(class, device, port)` + metric + labels) matches, so rates continue across the restart.
 
+pub mod error;
+pub mod input;
 pub mod rate;
 pub mod ring;
 pub mod view;
@@ -18,14 +20,13 @@ pub mod view;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
+use commwatch_model::{Link, LinkKey, SeriesKind, Tier};
 use parking_lot::{Mutex, RwLock};
 use tokio::sync::{oneshot, watch};
 
 use crate::config::Limits;
-use crate::ingest::domain::{
-    Batch, Hello, IngestError, Inventory, JobList, LinkInfo, LinkKey, Marker, SeriesDesc,
-    SeriesKind,
-};
+pub use error::StoreError;
+pub use input::{Batch, Hello, Inventory, JobList, LinkInfo, Marker, SeriesDesc, StepPhase};
 use rate::{counter_step, plausibility_cap, window_rate, Step, RATE_WINDOW_NS};
 use ring::Ring;
 pub use view::{ConflictView, LinkSnapshot, LinkView, NodeSnapshot, NodeView, SeriesSnapshot};
@@ -176,7 +177,7 @@ impl IdMap {
 pub struct Series {
     key: Arc<SeriesKey>,
     kind: SeriesKind,
-    tier: u32,
+    tier: Option<Tier>,
     /// Index into the node's links.
     link: Option<usize>,
     /// Plausibility cap, units per second.
@@ -190,7 +191,7 @@ pub struct Series {
 }
 
 impl Series {
-    fn new(key: Arc<SeriesKey>, kind: SeriesKind, tier: u32, cap: usize) -> Series {
+    fn new(key: Arc<SeriesKey>, kind: SeriesKind, tier: Option<Tier>, cap: usize) -> Series {
         Series {
             key,
             kind,
@@ -292,10 +293,10 @@ type OldSeries<'a> = (
     &'a mut Vec<Option<Series>>,
 );
 
-/// A link and the slots of its byte counters.
+/// A link, as the latest inventory describes it, and the slots of its byte counters.
 #[derive(Debug)]
 pub struct LinkState {
-    pub info: LinkInfo,
+    pub link: Link,
     tx: Option<usize>,
     rx: Option<usize>,
 }
@@ -434,17 +435,13 @@ impl NodeState {
         self.last_seen_unix_ns = self.last_seen_unix_ns.max(unix_ns);
     }
 
-    fn ring_cap(&self, tier: u32) -> usize {
-        let period_ms = if tier == 2 {
-            if self.slow_period_ms > 0 {
-                self.slow_period_ms
-            } else {
-                DEFAULT_SLOW_MS
-            }
-        } else if self.fast_period_ms > 0 {
-            self.fast_period_ms
-        } else {
-            DEFAULT_FAST_MS
+    /// Samples a series of `tier` needs for the retention (a series of no stated tier is read as fast).
+    fn ring_cap(&self, tier: Option<Tier>) -> usize {
+        let period_ms = match tier {
+            Some(Tier::Slow) if self.slow_period_ms > 0 => self.slow_period_ms,
+            Some(Tier::Slow) => DEFAULT_SLOW_MS,
+            Some(Tier::Fast) | None if self.fast_period_ms > 0 => self.fast_period_ms,
+            Some(Tier::Fast) | None => DEFAULT_FAST_MS,
         };
         let n = (self.retention_ns / 1_000_000) as u64 / u64::from(period_ms.max(1));
         // 1/8 headroom for jitter, plus the sample at each end.
@@ -486,17 +483,15 @@ impl NodeState {
         &self,
         d: &SeriesDesc,
         links: &HashMap<u32, usize>,
-    ) -> Result<SeriesKey, IngestError> {
+    ) -> Result<SeriesKey, StoreError> {
         let link = if d.link_id == 0 {
             None
         } else {
-            let idx = links.get(&d.link_id).ok_or_else(|| {
-                IngestError::invalid(
-                    format!("series[id={}].link_id", d.id),
-                    format!("link {} was not described", d.link_id),
-                )
+            let idx = links.get(&d.link_id).ok_or(StoreError::UndescribedLink {
+                series: d.id,
+                link: d.link_id,
             })?;
-            Some(self.links[*idx].info.key.clone())
+            Some(self.links[*idx].link.key.clone())
         };
         Ok(SeriesKey {
             link,
@@ -511,21 +506,23 @@ impl NodeState {
         &mut self,
         hello: &Hello,
         limits: &Limits,
-    ) -> Result<(), IngestError> {
+    ) -> Result<(), StoreError> {
         let inv = &hello.inventory;
         if inv.series.len() > limits.max_series {
-            return Err(IngestError::limit(
-                "max_series",
-                "hello.inventory.series",
-                format!("{} series, limit {}", inv.series.len(), limits.max_series),
-            ));
+            return Err(StoreError::TooMany {
+                field: "hello.inventory.series",
+                what: "series",
+                count: inv.series.len(),
+                limit: limits.max_series,
+            });
         }
         if inv.links.len() > limits.max_series {
-            return Err(IngestError::limit(
-                "max_series",
-                "hello.inventory.links",
-                format!("{} links, limit {}", inv.links.len(), limits.max_series),
-            ));
+            return Err(StoreError::TooMany {
+                field: "hello.inventory.links",
+                what: "links",
+                count: inv.links.len(),
+                limit: limits.max_series,
+            });
         }
         // Validate every reference before changing anything.
         let link_ids: HashMap<u32, usize> = inv
@@ -536,10 +533,10 @@ impl NodeState {
             .collect();
         for d in &inv.series {
             if d.link_id != 0 && !link_ids.contains_key(&d.link_id) {
-                return Err(IngestError::invalid(
-                    format!("series[id={}].link_id", d.id),
-                    format!("link {} was not described", d.link_id),
-                ));
+                return Err(StoreError::UndescribedLink {
+                    series: d.id,
+                    link: d.link_id,
+                });
             }
         }
         self.agent_version = hello.agent_version.clone();
@@ -555,7 +552,7 @@ impl NodeState {
             .links
             .iter()
             .map(|l| LinkState {
-                info: l.clone(),
+                link: l.link.clone(),
                 tx: None,
                 rx: None,
             })
@@ -616,24 +613,22 @@ impl NodeState {
         &mut self,
         inv: &Inventory,
         limits: &Limits,
-    ) -> Result<(), IngestError> {
+    ) -> Result<(), StoreError> {
         if self.described + inv.series.len() > limits.max_series {
-            return Err(IngestError::limit(
-                "max_series",
-                "inventory_update.inventory.series",
-                format!(
-                    "{} series, limit {}",
-                    self.described + inv.series.len(),
-                    limits.max_series
-                ),
-            ));
+            return Err(StoreError::TooMany {
+                field: "inventory_update.inventory.series",
+                what: "series",
+                count: self.described + inv.series.len(),
+                limit: limits.max_series,
+            });
         }
         if self.links.len() + inv.links.len() > limits.max_series {
-            return Err(IngestError::limit(
-                "max_series",
-                "inventory_update.inventory.links",
-                "too many links".to_string(),
-            ));
+            return Err(StoreError::TooMany {
+                field: "inventory_update.inventory.links",
+                what: "links",
+                count: self.links.len() + inv.links.len(),
+                limit: limits.max_series,
+            });
         }
         let mut links = self.link_ids.clone();
         let mut next = self.links.len();
@@ -646,19 +641,19 @@ impl NodeState {
         // Check series before mutating anything.
         for d in &inv.series {
             if d.link_id != 0 && !links.contains_key(&d.link_id) {
-                return Err(IngestError::invalid(
-                    format!("series[id={}].link_id", d.id),
-                    format!("link {} was not described", d.link_id),
-                ));
+                return Err(StoreError::UndescribedLink {
+                    series: d.id,
+                    link: d.link_id,
+                });
             }
         }
         for l in &inv.links {
             match self.link_ids.get(&l.id) {
-                Some(&i) => self.links[i].info = l.clone(),
+                Some(&i) => self.links[i].link = l.link.clone(),
                 None => {
                     self.link_ids.insert(l.id, self.links.len());
                     self.links.push(LinkState {
-                        info: l.clone(),
+                        link: l.link.clone(),
                         tx: None,
                         rx: None,
                     });
@@ -671,19 +666,11 @@ impl NodeState {
             match self.series_ids.get(d.id) {
                 UNKNOWN => self.add_series(d, key, None),
                 REFUSED if d.kind.is_none() => {}
-                REFUSED => {
-                    return Err(IngestError::invalid(
-                        format!("series[id={}]", d.id),
-                        "described again with a different meaning",
-                    ))
-                }
+                REFUSED => return Err(StoreError::Redescribed { series: d.id }),
                 slot => {
                     let s = &self.series[slot as usize];
                     if *s.key != key || Some(s.kind) != d.kind {
-                        return Err(IngestError::invalid(
-                            format!("series[id={}]", d.id),
-                            "described again with a different meaning",
-                        ));
+                        return Err(StoreError::Redescribed { series: d.id });
                     }
                 }
             }
@@ -698,7 +685,7 @@ impl NodeState {
             .links
             .iter()
             .enumerate()
-            .map(|(i, l)| (&l.info.key, i))
+            .map(|(i, l)| (&l.link.key, i))
             .collect();
         let mut tx = vec![None; self.links.len()];
         let mut rx = vec![None; self.links.len()];
@@ -710,7 +697,7 @@ impl NodeState {
             if let Some(li) = s.link {
                 let is_counter = matches!(s.kind, SeriesKind::Counter { .. });
                 if s.key.metric.ends_with("_bytes") && is_counter {
-                    s.cap_per_s = plausibility_cap(self.links[li].info.capacity_bytes_per_second);
+                    s.cap_per_s = plausibility_cap(self.links[li].link.capacity_bytes_per_second);
                 }
                 if is_counter && s.key.labels.is_empty() {
                     match s.key.metric.as_str() {
@@ -734,7 +721,7 @@ impl NodeState {
         batch: &Batch,
         received_unix_ns: i64,
         scratch: &mut Vec<u32>,
-    ) -> Result<BatchOutcome, IngestError> {
+    ) -> Result<BatchOutcome, StoreError> {
         self.touch(received_unix_ns);
         let instance = self.instance_id;
         let highest = self.seq_entry(instance).highest;
@@ -746,10 +733,7 @@ impl NodeState {
         for (i, &id) in batch.series_ids.iter().enumerate() {
             let slot = self.series_ids.get(id);
             if slot == UNKNOWN {
-                return Err(IngestError::invalid(
-                    format!("batch.series_ids[{i}]"),
-                    format!("series {id} was not described on this instance"),
-                ));
+                return Err(StoreError::UndescribedSeries { index: i, id });
             }
             scratch.push(slot);
         }
@@ -812,14 +796,14 @@ impl NodeState {
                 };
                 let rate = |slot: Option<usize>| slot.and_then(|i| self.series[i].rate());
                 LinkSnapshot {
-                    class: l.info.key.class,
-                    device: l.info.key.device.clone(),
-                    port: l.info.key.port.clone(),
-                    role: l.info.role,
-                    gpu: l.info.gpu.clone(),
-                    link: l.info.link.clone(),
-                    capacity_bytes_per_second: l.info.capacity_bytes_per_second,
-                    state: l.info.state.clone(),
+                    class: l.link.key.class,
+                    device: l.link.key.device.clone(),
+                    port: l.link.key.port.clone(),
+                    role: l.link.role,
+                    gpu: l.link.gpu.clone(),
+                    link: l.link.link.clone(),
+                    capacity_bytes_per_second: l.link.capacity_bytes_per_second,
+                    state: l.link.state.clone(),
                     tx_bytes_total: raw(l.tx),
                     rx_bytes_total: raw(l.rx),
                     tx_bytes_per_second: rate(l.tx),
@@ -983,7 +967,7 @@ impl Store {
         hello: &Hello,
         received_unix_ns: i64,
         conn: Option<(u64, oneshot::Sender<()>)>,
-    ) -> Result<HelloOutcome, IngestError> {
+    ) -> Result<HelloOutcome, StoreError> {
         let node = self.node_or_insert(&hello.node);
         let (highest_seq, durable, superseded) = {
             let mut n = node.lock();
@@ -1140,7 +1124,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ingest::domain::{LinkClass, LinkRole};
+    use commwatch_model::{Endpoint, LinkClass, LinkRole};
 
     const S: i64 = 1_000_000_000;
 
@@ -1153,7 +1137,7 @@ mod tests {
             }),
             link_id: 1,
             labels: vec![],
-            tier: 1,
+            tier: Some(Tier::Fast),
         }];
         if with_rx {
             series.push(SeriesDesc {
@@ -1164,7 +1148,7 @@ mod tests {
                 }),
                 link_id: 1,
                 labels: vec![],
-                tier: 1,
+                tier: Some(Tier::Fast),
             });
         }
         Hello {
@@ -1175,17 +1159,16 @@ mod tests {
             inventory: Inventory {
                 links: vec![LinkInfo {
                     id: 1,
-                    key: LinkKey {
-                        class: LinkClass::Infiniband,
-                        device: "mlx5_0".into(),
-                        port: "1".into(),
+                    link: Link {
+                        key: LinkKey::new(LinkClass::Infiniband, "mlx5_0", "1"),
+                        endpoint: Endpoint::HcaPort,
+                        role: LinkRole::Fabric,
+                        capacity_bytes_per_second: Some(25e9),
+                        state: "ACTIVE".into(),
+                        attributes: [("phys_state".to_string(), "LinkUp".to_string())].into(),
+                        gpu: None,
+                        link: None,
                     },
-                    role: LinkRole::Fabric,
-                    capacity_bytes_per_second: Some(25e9),
-                    state: "ACTIVE".into(),
-                    gpu: None,
-                    link: None,
-                    attributes: [("phys_state".to_string(), "LinkUp".to_string())].into(),
                 }],
                 series,
             },
@@ -1216,7 +1199,7 @@ mod tests {
         );
         let out = store.hello(&hello(7, false), S, None).expect("hello");
         let n = out.node.lock();
-        assert_eq!(n.links()[0].info.attributes["phys_state"], "LinkUp");
+        assert_eq!(n.links()[0].link.attributes["phys_state"], "LinkUp");
         let input = crate::analysis::input::node_input(&n, 0);
         assert_eq!(input.links[0].attributes["phys_state"], "LinkUp");
     }
@@ -1296,7 +1279,7 @@ mod tests {
             job: "j".into(),
             rank: 0,
             step,
-            phase: crate::ingest::domain::StepPhase::End,
+            phase: StepPhase::End,
             sent_unix_ns: 0,
             received_unix_ns: t,
             samples: None,

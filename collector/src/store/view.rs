@@ -3,11 +3,10 @@
 
 use std::sync::Arc;
 
+use commwatch_model::{LinkClass, LinkRole, SeriesKind};
 use serde::Serialize;
 
-use crate::ingest::domain::{JobList, LinkClass, LinkRole, SeriesKind};
-
-use super::SeriesKey;
+use super::{JobList, SeriesKey};
 
 /// One series' latest reading.
 #[derive(Debug, Clone)]
@@ -132,7 +131,7 @@ impl From<&NodeSnapshot> for NodeView {
                         job: j.id.clone(),
                         setting: c.setting.clone(),
                         value: c.value.clone(),
-                        kind: c.kind.clone(),
+                        kind: c.kind.to_string(),
                         reason: c.reason.clone(),
                     })
                 })

@@ -16,8 +16,8 @@ use prometheus::proto::{Counter, Gauge, LabelPair, Metric, MetricFamily, MetricT
 
 use crate::export::exposition::{link_is_up, StoreDescs, FAMILIES};
 use crate::export::names::{self, link_counter_family, LinkCounterFamily};
-use crate::ingest::domain::{LinkClass, SeriesKind};
 use crate::store::{LinkSnapshot, NodeSnapshot, Store, StoreMemory};
+use commwatch_model::{LinkClass, SeriesKind};
 
 /// Link labels, in exposition order (NVLink adds `gpu` and `link`).
 const LINK_LABELS: &[&str] = &["node", "class", "device", "port", "role"];

@@ -8,8 +8,8 @@ use std::collections::HashSet;
 use super::families::{family_index, link_is_up, Ix, FAMILIES};
 use super::writer::{push_header, push_label, push_value};
 use crate::export::names;
-use crate::ingest::domain::LinkClass;
 use crate::store::{LinkSnapshot, NodeSnapshot, SeriesSnapshot, StoreMemory};
+use commwatch_model::LinkClass;
 
 /// One sample of a store family. Its labels, in order: `node` and the link's (`class`, `device`, `port`,
 /// `role`, and `gpu`, `link` for NVLink), written once per node or link into [`Samples::prefixes`]; then

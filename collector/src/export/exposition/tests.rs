@@ -5,6 +5,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use commwatch_model::clock::unix_now_ns;
+use commwatch_model::{Endpoint, Link, LinkClass, LinkKey, LinkRole, SeriesKind, Tier};
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
 use prometheus::TextEncoder;
@@ -14,11 +15,10 @@ use rand::{Rng, SeedableRng};
 use super::{reference, write_exposition, Exposition, StoreDescs};
 use crate::export::health::Health;
 use crate::export::names;
-use crate::ingest::domain::{
-    Batch, Hello, Inventory, JobList, LinkClass, LinkInfo, LinkKey, LinkRole, SeriesDesc,
-    SeriesKind,
+use crate::store::{
+    Batch, Hello, Inventory, JobList, LinkInfo, LinkSnapshot, NodeSnapshot, SeriesDesc, SeriesKey,
+    SeriesSnapshot, Store, StoreMemory,
 };
-use crate::store::{LinkSnapshot, NodeSnapshot, SeriesKey, SeriesSnapshot, Store, StoreMemory};
 
 /// Fixed families behind the store's descriptors, for a registry.
 struct Fixed {
@@ -488,7 +488,7 @@ fn render_matches_the_previous_registry_path() {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
-            tier: 1,
+            tier: Some(Tier::Fast),
         }
     };
     for (i, name) in ["node-b", "node-a \"q\"\\", "node-c\n"]
@@ -504,31 +504,29 @@ fn render_matches_the_previous_registry_path() {
                 links: vec![
                     LinkInfo {
                         id: 1,
-                        key: LinkKey {
-                            class: LinkClass::Infiniband,
-                            device: "mlx5_10".into(),
-                            port: "1".into(),
+                        link: Link {
+                            key: LinkKey::new(LinkClass::Infiniband, "mlx5_10", "1"),
+                            endpoint: Endpoint::HcaPort,
+                            role: LinkRole::Fabric,
+                            capacity_bytes_per_second: Some(25e9),
+                            state: "ACTIVE".into(),
+                            attributes: Default::default(),
+                            gpu: None,
+                            link: None,
                         },
-                        role: LinkRole::Fabric,
-                        capacity_bytes_per_second: Some(25e9),
-                        state: "ACTIVE".into(),
-                        gpu: None,
-                        link: None,
-                        attributes: Default::default(),
                     },
                     LinkInfo {
                         id: 2,
-                        key: LinkKey {
-                            class: LinkClass::Nvlink,
-                            device: "nvidia0".into(),
-                            port: "".into(),
+                        link: Link {
+                            key: LinkKey::new(LinkClass::Nvlink, "nvidia0", ""),
+                            endpoint: Endpoint::GpuLink,
+                            role: LinkRole::Fabric,
+                            capacity_bytes_per_second: None,
+                            state: "Active".into(),
+                            attributes: Default::default(),
+                            gpu: Some("0".into()),
+                            link: Some("1\"".into()),
                         },
-                        role: LinkRole::Fabric,
-                        capacity_bytes_per_second: None,
-                        state: "Active".into(),
-                        gpu: Some("0".into()),
-                        link: Some("1\"".into()),
-                        attributes: Default::default(),
                     },
                 ],
                 series: vec![

@@ -1,0 +1,380 @@
+//! `Hello` and `InventoryUpdate`: node names, links (with their endpoint kind) and series descriptors, and the
+//! per-agent string limits of an inventory.
+
+use commwatch_model::{Link, LinkKey, SeriesKind};
+use commwatch_proto::convert;
+use commwatch_proto::v1 as pb;
+
+use super::IngestError;
+use crate::config::Limits;
+use crate::store::{Hello, Inventory, LinkInfo, SeriesDesc};
+
+/// Most attributes one link may carry.
+pub const MAX_LINK_ATTRIBUTES: usize = 32;
+
+/// Label names the collector sets itself; an agent label with one of these names is refused.
+pub const RESERVED_LABELS: &[&str] = &[
+    "node", "class", "device", "port", "role", "gpu", "link", "counter", "job", "kind", "severity",
+    "le", "quantile", "instance",
+];
+
+/// Node name: non-empty, at most 253 bytes, no control characters.
+pub fn validate_node_name(node: &str) -> Result<(), IngestError> {
+    if node.is_empty() {
+        return Err(IngestError::invalid("hello.node", "empty"));
+    }
+    if node.len() > 253 {
+        return Err(IngestError::invalid(
+            "hello.node",
+            format!("{} bytes, at most 253 allowed", node.len()),
+        ));
+    }
+    if node.chars().any(|c| c.is_control()) {
+        return Err(IngestError::invalid(
+            "hello.node",
+            "contains control characters",
+        ));
+    }
+    Ok(())
+}
+
+fn is_metric_name(s: &str) -> bool {
+    let mut chars = s.chars();
+    matches!(chars.next(), Some('a'..='z'))
+        && chars.all(|c| matches!(c, 'a'..='z' | '0'..='9' | '_'))
+}
+
+fn is_label_name(s: &str) -> bool {
+    let mut chars = s.chars();
+    matches!(chars.next(), Some('a'..='z' | 'A'..='Z' | '_'))
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && !s.starts_with("__")
+}
+
+fn opt(s: String) -> Option<String> {
+    if s.is_empty() {
+        None
+    } else {
+        Some(s)
+    }
+}
+
+impl TryFrom<pb::Link> for LinkInfo {
+    type Error = IngestError;
+
+    fn try_from(l: pb::Link) -> Result<Self, Self::Error> {
+        if l.id == 0 {
+            return Err(IngestError::invalid("link.id", "must be > 0"));
+        }
+        let f = |name: &str| format!("link[id={}].{name}", l.id);
+        if l.device.is_empty() {
+            return Err(IngestError::invalid(f("device"), "empty"));
+        }
+        let cap = l.capacity_bytes_per_second;
+        if !cap.is_finite() || cap < 0.0 {
+            return Err(IngestError::invalid(
+                f("capacity_bytes_per_second"),
+                format!("{cap} is not a finite non-negative number"),
+            ));
+        }
+        let class = convert::link_class(l.class);
+        let endpoint = convert::endpoint(l.endpoint, class, &l.device, &l.port);
+        Ok(LinkInfo {
+            id: l.id,
+            link: Link {
+                key: LinkKey::new(class, l.device, l.port),
+                endpoint,
+                role: convert::link_role(l.role),
+                capacity_bytes_per_second: (cap > 0.0).then_some(cap),
+                state: l.state,
+                attributes: l.attributes.into_iter().collect(),
+                gpu: opt(l.gpu),
+                link: opt(l.link),
+            },
+        })
+    }
+}
+
+impl TryFrom<pb::SeriesDescriptor> for SeriesDesc {
+    type Error = IngestError;
+
+    fn try_from(s: pb::SeriesDescriptor) -> Result<Self, Self::Error> {
+        if s.id == 0 {
+            return Err(IngestError::invalid("series.id", "must be > 0"));
+        }
+        let f = |name: &str| format!("series[id={}].{name}", s.id);
+        if !is_metric_name(&s.metric) {
+            return Err(IngestError::invalid(
+                f("metric"),
+                format!("{:?} is not lower_snake_case", s.metric),
+            ));
+        }
+        let mut labels: Vec<(String, String)> = s.labels.into_iter().collect();
+        labels.sort();
+        for (k, _) in &labels {
+            if !is_label_name(k) {
+                return Err(IngestError::invalid(
+                    f("labels"),
+                    format!("{k:?} is not a label name"),
+                ));
+            }
+            // Node-level GPU series (`gpu_*`) name their GPU with `gpu`; on link series it comes from the link.
+            let node_gpu = k == "gpu" && s.link_id == 0;
+            if RESERVED_LABELS.contains(&k.as_str()) && !node_gpu {
+                return Err(IngestError::invalid(
+                    f("labels"),
+                    format!("{k:?} is reserved"),
+                ));
+            }
+        }
+        let kind = match pb::SeriesKind::try_from(s.kind) {
+            // A counter of no stated width is 64-bit.
+            Ok(pb::SeriesKind::Counter) => Some(SeriesKind::Counter {
+                max_value: if s.max_value == 0 {
+                    u64::MAX
+                } else {
+                    s.max_value
+                },
+            }),
+            Ok(pb::SeriesKind::Gauge) => Some(SeriesKind::Gauge),
+            Ok(pb::SeriesKind::Unspecified) | Err(_) => None,
+        };
+        Ok(SeriesDesc {
+            id: s.id,
+            metric: s.metric,
+            kind,
+            link_id: s.link_id,
+            labels,
+            tier: convert::tier(s.tier),
+        })
+    }
+}
+
+impl TryFrom<Option<pb::Inventory>> for Inventory {
+    type Error = IngestError;
+
+    /// A missing inventory is an empty one (proto3: an absent message equals its default).
+    fn try_from(inv: Option<pb::Inventory>) -> Result<Self, Self::Error> {
+        let inv = inv.unwrap_or_default();
+        let links = inv
+            .links
+            .into_iter()
+            .map(LinkInfo::try_from)
+            .collect::<Result<Vec<_>, _>>()?;
+        let series = inv
+            .series
+            .into_iter()
+            .map(SeriesDesc::try_from)
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut ids: Vec<u32> = links.iter().map(|l| l.id).collect();
+        ids.sort_unstable();
+        if let Some(w) = ids.windows(2).find(|w| w[0] == w[1]) {
+            return Err(IngestError::invalid(
+                "inventory.links.id",
+                format!("{} described twice", w[0]),
+            ));
+        }
+        let mut ids: Vec<u32> = series.iter().map(|s| s.id).collect();
+        ids.sort_unstable();
+        if let Some(w) = ids.windows(2).find(|w| w[0] == w[1]) {
+            return Err(IngestError::invalid(
+                "inventory.series.id",
+                format!("{} described twice", w[0]),
+            ));
+        }
+        Ok(Inventory { links, series })
+    }
+}
+
+impl TryFrom<pb::Hello> for Hello {
+    type Error = IngestError;
+
+    fn try_from(h: pb::Hello) -> Result<Self, Self::Error> {
+        validate_node_name(&h.node)?;
+        if h.instance_id == 0 {
+            return Err(IngestError::invalid("hello.instance_id", "must be > 0"));
+        }
+        Ok(Hello {
+            inventory: Inventory::try_from(h.inventory)?,
+            node: h.node,
+            agent_version: h.agent_version,
+            boot_id: h.boot_id,
+            instance_id: h.instance_id,
+            fast_period_ms: h.fast_period_ms,
+            slow_period_ms: h.slow_period_ms,
+        })
+    }
+}
+
+// The limits are checked at the edge, beside the conversions: the store trusts what it is given.
+impl Inventory {
+    /// Checks the per-agent string limits (`RESOURCE_EXHAUSTED` when exceeded).
+    pub fn check_limits(&self, limits: &Limits) -> Result<(), IngestError> {
+        let max = limits.max_label_len;
+        let check = |field: String, s: &str| -> Result<(), IngestError> {
+            if s.len() > max {
+                Err(IngestError::limit(
+                    "label_len",
+                    field,
+                    format!("{} bytes, limit {max}", s.len()),
+                ))
+            } else {
+                Ok(())
+            }
+        };
+        for LinkInfo { id, link: l } in &self.links {
+            let f = |n: &str| format!("link[id={id}].{n}");
+            check(f("device"), &l.key.device)?;
+            check(f("port"), &l.key.port)?;
+            check(f("state"), &l.state)?;
+            check(f("gpu"), l.gpu.as_deref().unwrap_or(""))?;
+            check(f("link"), l.link.as_deref().unwrap_or(""))?;
+            if l.attributes.len() > MAX_LINK_ATTRIBUTES {
+                return Err(IngestError::limit(
+                    "label_len",
+                    f("attributes"),
+                    format!(
+                        "{} attributes, limit {MAX_LINK_ATTRIBUTES}",
+                        l.attributes.len()
+                    ),
+                ));
+            }
+            for (k, v) in &l.attributes {
+                check(f("attributes key"), k)?;
+                check(f(&format!("attributes[{k}]")), v)?;
+            }
+        }
+        for s in &self.series {
+            let f = |n: &str| format!("series[id={}].{n}", s.id);
+            check(f("metric"), &s.metric)?;
+            if s.labels.len() > 16 {
+                return Err(IngestError::limit(
+                    "label_len",
+                    f("labels"),
+                    format!("{} labels, limit 16", s.labels.len()),
+                ));
+            }
+            for (k, v) in &s.labels {
+                check(f("labels"), k)?;
+                check(f("labels"), v)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use commwatch_model::{Endpoint, LinkClass, LinkRole, Tier};
+
+    #[test]
+    fn hello_node_name() {
+        let h = |node: &str| pb::Hello {
+            node: node.into(),
+            instance_id: 1,
+            ..Default::default()
+        };
+        assert!(Hello::try_from(h("n1")).is_ok());
+        assert!(Hello::try_from(h(""))
+            .unwrap_err()
+            .to_string()
+            .contains("hello.node"));
+        assert!(Hello::try_from(h(&"a".repeat(254))).is_err());
+        assert!(Hello::try_from(h("a\nb")).is_err());
+        let mut x = h("n1");
+        x.instance_id = 0;
+        assert!(Hello::try_from(x)
+            .unwrap_err()
+            .to_string()
+            .contains("instance_id"));
+    }
+
+    #[test]
+    fn unknown_enums() {
+        let l = LinkInfo::try_from(pb::Link {
+            id: 1,
+            class: 99,
+            role: 42,
+            device: "mlx5_0".into(),
+            port: "1".into(),
+            ..Default::default()
+        })
+        .expect("unknown enums are accepted")
+        .link;
+        assert_eq!(l.key.class.as_str(), "unknown");
+        assert_eq!(l.role.as_str(), "unknown");
+        assert_eq!(l.capacity_bytes_per_second, None);
+        // No endpoint on the wire (an older agent): the one its class and names imply.
+        assert_eq!(l.endpoint, Endpoint::HcaPort);
+        let s = SeriesDesc::try_from(pb::SeriesDescriptor {
+            id: 1,
+            metric: "tx_bytes".into(),
+            kind: 7,
+            ..Default::default()
+        })
+        .expect("unknown kind is refused, not an error");
+        assert_eq!(s.kind, None);
+        let e = SeriesDesc::try_from(pb::SeriesDescriptor {
+            id: 1,
+            metric: "Tx-Bytes".into(),
+            kind: 1,
+            ..Default::default()
+        })
+        .unwrap_err();
+        assert!(e.to_string().contains("metric"));
+        let mut labels = std::collections::HashMap::new();
+        labels.insert("node".to_string(), "x".to_string());
+        assert!(SeriesDesc::try_from(pb::SeriesDescriptor {
+            id: 1,
+            metric: "tx_bytes".into(),
+            kind: 1,
+            labels,
+            ..Default::default()
+        })
+        .is_err());
+    }
+
+    #[test]
+    fn endpoint_and_tier_come_from_the_wire() {
+        let link = |endpoint: pb::LinkEndpoint, device: &str, port: &str| {
+            LinkInfo::try_from(pb::Link {
+                id: 1,
+                class: pb::LinkClass::Infiniband as i32,
+                role: pb::LinkRole::Fabric as i32,
+                device: device.into(),
+                port: port.into(),
+                endpoint: endpoint as i32,
+                ..Default::default()
+            })
+            .expect("valid")
+            .link
+        };
+        let ipoib = link(pb::LinkEndpoint::Unspecified, "ib0", "ib0");
+        assert_eq!(ipoib.endpoint, Endpoint::Interface);
+        assert!(!ipoib.is_fabric_rdma());
+        let hca = link(pb::LinkEndpoint::HcaPort, "mlx5_0", "1");
+        assert_eq!(hca.key, LinkKey::new(LinkClass::Infiniband, "mlx5_0", "1"));
+        assert_eq!(hca.role, LinkRole::Fabric);
+        assert!(hca.is_fabric_rdma());
+        // A named endpoint wins over what the names would imply.
+        assert_eq!(
+            link(pb::LinkEndpoint::Interface, "bond0", "1").endpoint,
+            Endpoint::Interface
+        );
+        let desc = |tier: i32| {
+            SeriesDesc::try_from(pb::SeriesDescriptor {
+                id: 1,
+                metric: "tx_bytes".into(),
+                kind: pb::SeriesKind::Counter as i32,
+                tier,
+                ..Default::default()
+            })
+            .expect("valid")
+        };
+        assert_eq!(desc(pb::Tier::Slow as i32).tier, Some(Tier::Slow));
+        assert_eq!(desc(pb::Tier::Fast as i32).tier, Some(Tier::Fast));
+        assert_eq!(desc(0).tier, None);
+        assert_eq!(desc(0).kind, Some(SeriesKind::COUNTER64));
+    }
+}

@@ -1,0 +1,117 @@
+//! What the store applies: an agent instance's inventory ([`Hello`], [`Inventory`]), its sample batches with
+//! their step markers ([`Batch`], [`Marker`]) and its node's job list ([`JobList`]).
+//!
+//! These arrive validated: the ingest edge converts the wire messages into them and checks every field and
+//! limit (replay does the same with persisted messages). The store trusts their shape and checks only what
+//! needs its own state — a series id described on the instance, a link a series names, the series limit — and
+//! says so with a [`super::StoreError`].
+
+use commwatch_model::{Job, Link, SeriesKind, Tier};
+
+/// One link of an inventory: the link and the id the agent instance gives it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LinkInfo {
+    /// Agent-local id (> 0), valid for one agent instance.
+    pub id: u32,
+    pub link: Link,
+}
+
+/// One series descriptor.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SeriesDesc {
+    /// Agent-local id (> 0).
+    pub id: u32,
+    pub metric: String,
+    /// `None`: a kind this collector does not know; the series is refused (not stored, its samples skipped).
+    pub kind: Option<SeriesKind>,
+    /// The [`LinkInfo::id`] of the link it measures; 0 for node-level series.
+    pub link_id: u32,
+    /// Extra labels, sorted by key.
+    pub labels: Vec<(String, String)>,
+    /// How often the agent reads it; `None` when it did not say (read as fast). Sizes the series' ring.
+    pub tier: Option<Tier>,
+}
+
+/// Links and series of one `Hello` or `InventoryUpdate`.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Inventory {
+    pub links: Vec<LinkInfo>,
+    pub series: Vec<SeriesDesc>,
+}
+
+/// An agent instance's greeting: who it is and its complete inventory at connect time.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Hello {
+    pub node: String,
+    pub agent_version: String,
+    pub boot_id: String,
+    pub instance_id: u64,
+    pub inventory: Inventory,
+    /// Sampling periods the agent uses, ms; 0 when it did not say.
+    pub fast_period_ms: u32,
+    pub slow_period_ms: u32,
+}
+
+/// A batch of samples whose shape holds: `len(timestamps) == len(tick_lengths)`,
+/// `sum(tick_lengths) == len(series_ids) == len(values)`, `seq > 0`, timestamps > 0. Whether every series id
+/// was described is the store's to check: it knows the instance's descriptors.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Batch {
+    pub seq: u64,
+    pub timestamps_unix_ns: Vec<i64>,
+    pub tick_lengths: Vec<u32>,
+    pub series_ids: Vec<u32>,
+    pub values: Vec<u64>,
+    pub dropped_batches_total: u64,
+    /// The batch's valid step markers, in arrival order.
+    pub markers: Vec<Marker>,
+    /// Markers of the batch that failed validation: dropped and counted, the batch and the stream go on (a
+    /// training loop's bad marker must not cost the node its samples).
+    pub invalid_markers: u64,
+}
+
+impl Batch {
+    /// Number of samples.
+    pub fn len(&self) -> usize {
+        self.values.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.values.is_empty()
+    }
+}
+
+/// Step phase of a marker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StepPhase {
+    Begin,
+    End,
+}
+
+/// A step marker of a training process. `received_unix_ns` is the agent's clock (the clock of the node's
+/// samples); `sent_unix_ns` is the sender's clock (0 when absent) and is informational only.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Marker {
+    /// Non-empty, bounded, no control characters.
+    pub job: String,
+    pub rank: u32,
+    pub step: u64,
+    pub phase: StepPhase,
+    pub sent_unix_ns: i64,
+    /// > 0.
+    pub received_unix_ns: i64,
+    pub samples: Option<u64>,
+}
+
+/// A node's complete job list as its agent last sent it (replaced as a whole, never patched).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JobList {
+    pub jobs: Vec<Job>,
+}
+
+impl JobList {
+    /// Ranks over all jobs.
+    pub fn rank_count(&self) -> usize {
+        self.jobs.iter().map(|j| j.ranks.len()).sum()
+    }
+}
