@@ -14,6 +14,8 @@
 //!   ignore it.
 //! - Rows older than `retention` are pruned every [`PRUNE_INTERVAL`] (a Hello stays while its instance has
 //!   batches, and the newest Hello of each instance stays for `retention`).
+//! - At start ([`open_and_replay`]) the rows within `retention` are replayed into the store in receive order,
+//!   dedup state is restored, and the writer takes over.
 //! - Disk errors after start are logged and counted (`commwatch_collector_persist_errors_total`); the collector
 //!   keeps serving from memory and marks the items durable anyway: acks then mean "held in memory" until the
 //!   disk works again. Losing acks would make every agent's buffer overflow, which is worse.
@@ -30,6 +32,10 @@ use tracing::{error, info, warn};
 
 use crate::export::health::Health;
 use crate::ingest::mark_durable;
+
+mod replay;
+
+pub(crate) use replay::open_and_replay;
 
 pub const COMMIT_INTERVAL: Duration = Duration::from_millis(100);
 pub const COMMIT_MAX_ITEMS: usize = 20_000;

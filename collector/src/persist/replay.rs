@@ -1,0 +1,204 @@
+//! Replay at start: the state directory's Hellos, batches and job lists are applied to the store in the order
+//! they were received, dedup state is restored, and then the writer takes over the connection.
+//!
+//! A row that cannot be decoded or validated any more (a collector that tightened a limit, a damaged file) is
+//! skipped, counted (`commwatch_collector_persist_errors_total`) and logged: replay never fails the start on
+//! one bad row.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use commwatch_proto::v1 as pb;
+use prost::Message;
+use tokio::task::JoinHandle;
+use tracing::{info, warn};
+
+use super::{
+    load, load_jobs, open, spawn_writer, PersistError, PersistHandle, PersistedJobs, Replay,
+};
+use crate::export::health::Health;
+use crate::store::Store;
+use crate::store::{Batch, Hello, JobList};
+
+/// Opens (creating if needed) the database in `dir`, replays what it holds within `retention` into `store`,
+/// and starts the writer on it. Returns ingest's handle and the writer task (it ends, after a final commit,
+/// once every handle is dropped).
+pub(crate) async fn open_and_replay(
+    dir: &Path,
+    retention: Duration,
+    store: &Store,
+    health: &Health,
+) -> Result<(PersistHandle, JoinHandle<()>), PersistError> {
+    let owned = dir.to_path_buf();
+    // SQLite reads block: off the async workers.
+    let loaded = tokio::task::spawn_blocking(move || {
+        let (conn, path) = open(&owned)?;
+        let (items, seqs) = load(&conn, &path, retention)?;
+        let jobs = load_jobs(&conn, &path)?;
+        Ok::<_, PersistError>((conn, path, items, seqs, jobs))
+    })
+    .await
+    .map_err(|e| PersistError::CreateDir {
+        path: PathBuf::from(dir),
+        source: std::io::Error::other(e.to_string()),
+    })??;
+    let (conn, path, items, seqs, jobs) = loaded;
+    let (hellos, batches) = replay(store, items, seqs, health);
+    let job_lists = replay_jobs(store, jobs, health);
+    info!(path = %path.display(), hellos, batches, job_lists, "replayed persisted state");
+    Ok(spawn_writer(conn, path, retention, health.clone()))
+}
+
+/// Replays persisted Hellos and batches into the store (receive order) and restores dedup state from the
+/// highest sequence number of each instance. Returns how many Hellos and batches were applied.
+pub(crate) fn replay(
+    store: &Store,
+    items: Vec<Replay>,
+    seqs: Vec<(String, u64, u64)>,
+    health: &Health,
+) -> (usize, usize) {
+    let mut state = Replayer {
+        store,
+        health,
+        hellos: HashMap::new(),
+        scratch: Vec::new(),
+    };
+    let (mut n_hellos, mut n_batches) = (0usize, 0usize);
+    for item in items {
+        match item {
+            Replay::Hello {
+                node,
+                instance_id,
+                received_unix_ns,
+                payload,
+            } => {
+                n_hellos += usize::from(state.hello(node, instance_id, received_unix_ns, &payload))
+            }
+            Replay::Batch {
+                node,
+                instance_id,
+                received_unix_ns,
+                payload,
+            } => {
+                n_batches +=
+                    usize::from(state.batch(&node, instance_id, received_unix_ns, &payload))
+            }
+        }
+    }
+    for (node, instance_id, seq) in seqs {
+        if let Some(n) = store.node(&node) {
+            n.lock().raise_highest(instance_id, seq);
+        }
+    }
+    (n_hellos, n_batches)
+}
+
+/// Replay state: every instance's Hello, so that interleaved instances can be made current again.
+struct Replayer<'a> {
+    store: &'a Store,
+    health: &'a Health,
+    hellos: HashMap<(String, u64), Hello>,
+    scratch: Vec<u32>,
+}
+
+impl Replayer<'_> {
+    /// Applies one persisted Hello; whether it was applied.
+    fn hello(
+        &mut self,
+        node: String,
+        instance_id: u64,
+        received_unix_ns: i64,
+        payload: &[u8],
+    ) -> bool {
+        let h = match pb::Hello::decode(payload)
+            .map_err(|e| e.to_string())
+            .and_then(|h| Hello::try_from(h).map_err(|e| e.to_string()))
+        {
+            Ok(h) => h,
+            Err(e) => {
+                self.health.persist_errors.inc();
+                warn!(node, instance_id, error = %e, "skipping unreadable persisted hello");
+                return false;
+            }
+        };
+        if let Err(e) = self.store.hello(&h, received_unix_ns, None) {
+            warn!(node, instance_id, error = %e, "skipping persisted hello");
+            return false;
+        }
+        self.hellos.insert((node, instance_id), h);
+        true
+    }
+
+    /// Applies one persisted batch to its node (making its instance current again first when two instances'
+    /// streams interleaved) and marks it durable; whether it was applied.
+    fn batch(
+        &mut self,
+        node: &str,
+        instance_id: u64,
+        received_unix_ns: i64,
+        payload: &[u8],
+    ) -> bool {
+        let b = match pb::SampleBatch::decode(payload)
+            .map_err(|e| e.to_string())
+            .and_then(|b| Batch::try_from(b).map_err(|e| e.to_string()))
+        {
+            Ok(b) => b,
+            Err(e) => {
+                self.health.persist_errors.inc();
+                warn!(node, instance_id, error = %e, "skipping unreadable persisted batch");
+                return false;
+            }
+        };
+        let Some(n) = self.store.node(node) else {
+            return false;
+        };
+        if n.lock().instance_id() != instance_id {
+            let Some(h) = self.hellos.get(&(node.to_string(), instance_id)) else {
+                return false;
+            };
+            if self.store.hello(h, received_unix_ns, None).is_err() {
+                return false;
+            }
+        }
+        let mut n = n.lock();
+        match n.apply_batch(&b, received_unix_ns, &mut self.scratch) {
+            Ok(_) => {
+                n.mark_durable(instance_id, b.seq);
+                true
+            }
+            Err(e) => {
+                warn!(node, instance_id, seq = b.seq, error = %e, "skipping persisted batch");
+                false
+            }
+        }
+    }
+}
+
+/// Restores each node's persisted job list when the node's current instance (after [`replay`]) is the one
+/// that sent it. Returns how many were restored.
+pub(crate) fn replay_jobs(store: &Store, rows: Vec<PersistedJobs>, health: &Health) -> usize {
+    let mut n = 0;
+    for row in rows {
+        let Some(node) = store.node(&row.node) else {
+            continue;
+        };
+        if node.lock().instance_id() != row.instance_id {
+            continue;
+        }
+        let list = pb::JobInventory::decode(row.payload.as_slice())
+            .map_err(|e| e.to_string())
+            .and_then(|j| JobList::validated(j, store.limits()).map_err(|e| e.to_string()));
+        match list {
+            Ok(l) => {
+                store.set_jobs(&node, l);
+                n += 1;
+            }
+            Err(e) => {
+                health.persist_errors.inc();
+                warn!(node = row.node, instance_id = row.instance_id, error = %e, "skipping unreadable persisted job list");
+            }
+        }
+    }
+    n
+}
