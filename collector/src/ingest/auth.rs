@@ -4,14 +4,19 @@
 //! - Mutual TLS (`tls.client_ca_file`): the TLS handshake refuses agents without a certificate chaining to that
 //!   CA, and [`identities`] gives the names in the agent's certificate (subject common name and DNS subject
 //!   alternative names): the stream's `Hello.node` must be one of them, so a node cannot report as another.
-//! - Token (`token_file`): every stream must carry `authorization: Bearer <token>`; compared in constant time.
+//! - Token (`token_file`): every stream must carry `authorization: Bearer <token>`; compared in constant time
+//!   by the [`TokenCheck`] interceptor, which [`super::server`] puts in front of the service.
 
 use std::path::Path;
 use std::sync::Arc;
 
 use commwatch_model::token::{read_token_file, TokenError};
+use tonic::service::Interceptor;
 use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 use tonic::{Request, Status};
+use tracing::debug;
+
+use crate::export::health::Health;
 
 /// Errors of loading the TLS material or the token.
 #[derive(Debug, thiserror::Error)]
@@ -36,6 +41,58 @@ fn read(what: &'static str, path: &Path) -> Result<Vec<u8>, AuthError> {
         path: path.to_path_buf(),
         source,
     })
+}
+
+/// What agents must present, loaded once at start (a bad file fails the start).
+pub struct AgentAuth {
+    /// The bearer token every stream must carry (`token_file`).
+    pub token: Option<Arc<str>>,
+    /// The listener's TLS configuration (`[tls]`).
+    pub tls: Option<ServerTlsConfig>,
+}
+
+impl AgentAuth {
+    /// Reads the token file and the TLS material the configuration names.
+    pub fn load(config: &crate::config::CollectorConfig) -> Result<AgentAuth, AuthError> {
+        Ok(AgentAuth {
+            token: config.token_file.as_deref().map(load_token).transpose()?,
+            tls: config.tls.as_ref().map(server_tls).transpose()?,
+        })
+    }
+}
+
+/// The gRPC interceptor that checks every stream's bearer token (when one is configured). A refusal is
+/// counted (`rejected_streams{reason="unauthenticated"}`) and logged at debug only: a flood of bad tokens
+/// must not flood the log.
+#[derive(Clone)]
+pub struct TokenCheck {
+    token: Option<Arc<str>>,
+    health: Health,
+}
+
+impl TokenCheck {
+    pub fn new(token: Option<Arc<str>>, health: Health) -> TokenCheck {
+        TokenCheck { token, health }
+    }
+}
+
+impl Interceptor for TokenCheck {
+    fn call(&mut self, req: Request<()>) -> Result<Request<()>, Status> {
+        let Some(token) = &self.token else {
+            return Ok(req);
+        };
+        match check_token(token, &req) {
+            Ok(()) => Ok(req),
+            Err(status) => {
+                self.health
+                    .rejected_streams
+                    .with_label_values(&["unauthenticated"])
+                    .inc();
+                debug!(peer = ?req.remote_addr(), "agent stream without the right bearer token refused");
+                Err(status)
+            }
+        }
+    }
 }
 
 /// Builds tonic's server TLS configuration from the config's files.

@@ -1,0 +1,586 @@
+//! One agent stream. It waits for the Hello ([`StreamTask::hello`]), then runs one `select!` over what can
+//! wake it — the stream being superseded, the collector shutting down, an ack falling due, the instance's
+//! durable sequence number moving, the throttle lifting, the next message — and dispatches each to one method:
+//! [`StreamTask::heartbeat`], [`StreamTask::inventory_update`] (with its [`StreamTask::job_inventory`]),
+//! [`StreamTask::batch`] (with its markers counted in [`count_accepted`]), and the acks
+//! ([`Session::send_ack`], [`Session::ack_soon`]).
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Instant;
+
+use commwatch_model::clock::unix_now_ns;
+use commwatch_proto::v1 as pb;
+use commwatch_proto::v1::agent_message::Msg;
+use prost::Message;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::Sleep;
+use tonic::{Code, Status, Streaming};
+use tracing::{debug, info, warn};
+
+use super::domain::IngestError;
+use super::{mark_durable, rate, Shared, ACK_INTERVAL};
+use crate::export::health::Health;
+use crate::store::{
+    ApplyCounts, Batch, BatchOutcome, Hello, Inventory, JobList, NodeRef, StoreError,
+};
+
+pub(super) type ReplyTx = mpsc::Sender<Result<pb::CollectorMessage, Status>>;
+
+/// How a stream ended.
+pub(super) enum End {
+    /// The agent closed its side, or went away.
+    Closed,
+    /// The agent broke the protocol or a limit: fail the stream and count it.
+    Rejected(IngestError),
+    /// Collector-side end (superseded, shutting down).
+    Status(Status),
+}
+
+impl From<IngestError> for End {
+    fn from(e: IngestError) -> Self {
+        End::Rejected(e)
+    }
+}
+
+impl From<StoreError> for End {
+    fn from(e: StoreError) -> Self {
+        End::Rejected(e.into())
+    }
+}
+
+/// The stream of one agent connection.
+pub(super) struct StreamTask<'a> {
+    pub shared: &'a Arc<Shared>,
+    pub tx: &'a ReplyTx,
+    pub conn_id: u64,
+    /// The node once its Hello was accepted (released when the stream ends).
+    pub node: Option<NodeRef>,
+    pub node_name: String,
+    /// Names the agent's client certificate vouches for (mutual TLS); `None` without a client certificate.
+    pub identities: Option<Vec<String>>,
+}
+
+/// What woke the stream loop.
+enum Event {
+    Superseded,
+    ShuttingDown,
+    AckDue,
+    /// The instance's durable sequence number moved (`false`: its sender is gone).
+    DurableChanged(bool),
+    Unthrottled,
+    Message(Result<Option<pb::AgentMessage>, Status>),
+}
+
+/// A node's complete job list from an inventory update, validated, with its encoding when persistence is on.
+struct JobUpdate {
+    list: JobList,
+    payload: Option<Vec<u8>>,
+}
+
+/// A stream after its Hello was accepted.
+struct Session {
+    node: NodeRef,
+    instance_id: u64,
+    durable: Arc<watch::Sender<u64>>,
+    durable_rx: watch::Receiver<u64>,
+    durable_open: bool,
+    /// The instance's Hello with every inventory update merged in (persistence only): what is stored, so that
+    /// the persisted Hello always carries the complete inventory.
+    current_hello: Option<pb::Hello>,
+    /// A node not touched for this long may have been expired from the map (half of `node_expiry`).
+    stale_ns: i64,
+    scratch: Vec<u32>,
+    ack_pending: bool,
+    last_ack_at: Instant,
+    ack_sleep: Pin<Box<Sleep>>,
+    /// Rate limit: while throttled the stream is not read (acks still go out).
+    bucket: rate::SampleBucket,
+    throttled: bool,
+    throttle_sleep: Pin<Box<Sleep>>,
+}
+
+fn ack(seq: u64) -> pb::CollectorMessage {
+    pb::CollectorMessage {
+        msg: Some(pb::collector_message::Msg::Ack(pb::Ack { seq })),
+    }
+}
+
+/// Maps a receive error (tonic decode failure, oversized message, transport error) to how the stream ends.
+fn receive_error(status: Status, limit: usize) -> End {
+    match status.code() {
+        Code::OutOfRange | Code::ResourceExhausted => End::Rejected(IngestError::limit(
+            "max_batch_bytes",
+            "message",
+            format!("larger than {limit} bytes"),
+        )),
+        Code::Internal if status.message().contains("decode") => {
+            End::Rejected(IngestError::Decode(status.message().to_string()))
+        }
+        // The transport went away (reset, broken pipe): nothing to answer.
+        _ => End::Closed,
+    }
+}
+
+/// Resolves when the collector shuts down.
+async fn stopped(rx: &mut watch::Receiver<bool>) {
+    let _ = rx.wait_for(|s| *s).await;
+}
+
+fn superseded(node: &str) -> End {
+    End::Status(Status::aborted(format!(
+        "superseded by a newer stream for node {node}"
+    )))
+}
+
+fn shutting_down() -> End {
+    End::Status(Status::unavailable("collector shutting down"))
+}
+
+impl Session {
+    /// Schedules an ack within [`ACK_INTERVAL`] of the previous one, unless one is pending already.
+    fn ack_soon(&mut self) {
+        if !self.ack_pending {
+            self.ack_pending = true;
+            self.ack_sleep
+                .as_mut()
+                .reset((self.last_ack_at + ACK_INTERVAL).into());
+        }
+    }
+
+    /// Sends the due ack (the durable sequence number now); `false` when the reply channel is closed.
+    fn send_ack(&mut self, tx: &ReplyTx) -> bool {
+        let seq = *self.durable_rx.borrow_and_update();
+        self.ack_pending = false;
+        self.last_ack_at = Instant::now();
+        // Acks are cumulative: when the reply channel is full, the next one carries this too.
+        match tx.try_send(Ok(ack(seq))) {
+            Ok(()) => true,
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                self.ack_pending = true;
+                self.ack_sleep
+                    .as_mut()
+                    .reset(tokio::time::Instant::now() + ACK_INTERVAL);
+                true
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => false,
+        }
+    }
+
+    fn durable_changed(&mut self, open: bool) {
+        if open {
+            self.ack_soon();
+        } else {
+            self.durable_open = false;
+        }
+    }
+
+    /// Stops reading the stream for `wait` (the sample rate limit).
+    fn throttle(&mut self, wait: std::time::Duration) {
+        self.throttle_sleep
+            .as_mut()
+            .reset(tokio::time::Instant::now() + wait);
+        self.throttled = true;
+    }
+}
+
+impl StreamTask<'_> {
+    async fn send(&self, msg: pb::CollectorMessage) -> Result<(), End> {
+        self.tx.send(Ok(msg)).await.map_err(|_| End::Closed)
+    }
+
+    fn health(&self) -> &Health {
+        &self.shared.health
+    }
+
+    pub(super) async fn run(&mut self, mut inbound: Streaming<pb::AgentMessage>) -> End {
+        match self.run_inner(&mut inbound).await {
+            Ok(()) => End::Closed,
+            Err(e) => e,
+        }
+    }
+
+    async fn run_inner(&mut self, inbound: &mut Streaming<pb::AgentMessage>) -> Result<(), End> {
+        let limit = self.shared.config.limits.max_batch_bytes;
+        let mut shutdown = self.shared.shutdown.clone();
+        let Some(hello) = self.first_hello(inbound, &mut shutdown).await? else {
+            return Ok(());
+        };
+        let (mut s, mut close_rx) = self.hello(hello).await?;
+        loop {
+            let event = tokio::select! {
+                biased;
+                _ = &mut close_rx => Event::Superseded,
+                _ = stopped(&mut shutdown) => Event::ShuttingDown,
+                _ = s.ack_sleep.as_mut(), if s.ack_pending => Event::AckDue,
+                changed = s.durable_rx.changed(), if s.durable_open => Event::DurableChanged(changed.is_ok()),
+                _ = s.throttle_sleep.as_mut(), if s.throttled => Event::Unthrottled,
+                msg = inbound.message(), if !s.throttled => Event::Message(msg),
+            };
+            match event {
+                Event::Superseded => return Err(superseded(&self.node_name)),
+                Event::ShuttingDown => return Err(shutting_down()),
+                Event::AckDue => {
+                    if !s.send_ack(self.tx) {
+                        return Ok(());
+                    }
+                }
+                Event::DurableChanged(open) => s.durable_changed(open),
+                Event::Unthrottled => s.throttled = false,
+                Event::Message(Ok(Some(m))) => self.message(&mut s, m).await?,
+                Event::Message(Ok(None)) => return Ok(()),
+                Event::Message(Err(status)) => {
+                    self.health().hot.batches_rejected.inc();
+                    return Err(receive_error(status, limit));
+                }
+            }
+        }
+    }
+
+    /// Waits for the stream's first known message, which must be a Hello (empty messages — unknown oneof
+    /// members — are ignored). `None`: the agent closed the stream first.
+    async fn first_hello(
+        &self,
+        inbound: &mut Streaming<pb::AgentMessage>,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> Result<Option<pb::Hello>, End> {
+        loop {
+            let msg = tokio::select! {
+                m = inbound.message() => m,
+                _ = stopped(shutdown) => return Err(shutting_down()),
+            };
+            match msg {
+                Ok(Some(pb::AgentMessage {
+                    msg: Some(Msg::Hello(h)),
+                })) => return Ok(Some(h)),
+                Ok(Some(pb::AgentMessage { msg: None })) => continue,
+                Ok(Some(_)) => {
+                    self.health().batches.with_label_values(&["rejected"]).inc();
+                    return Err(IngestError::invalid(
+                        "message",
+                        "the first message must be a Hello",
+                    )
+                    .into());
+                }
+                Ok(None) => return Ok(None),
+                Err(status) => {
+                    return Err(receive_error(
+                        status,
+                        self.shared.config.limits.max_batch_bytes,
+                    ))
+                }
+            }
+        }
+    }
+
+    /// Accepts the Hello: checks it against the client certificate and the limits, registers the instance
+    /// in the store (closing an older stream of the node), persists it, and answers with the held sequence
+    /// number and the configured periods. Returns the session and the receiver that closes this stream when
+    /// a newer one claims the node.
+    async fn hello(
+        &mut self,
+        hello_pb: pb::Hello,
+    ) -> Result<(Session, oneshot::Receiver<()>), End> {
+        let received = unix_now_ns();
+        let persist = self.shared.persist.clone();
+        let hello_payload = persist.as_ref().map(|_| hello_pb.encode_to_vec());
+        let current_hello = persist.as_ref().map(|_| hello_pb.clone());
+        let hello = Hello::try_from(hello_pb)?;
+        self.node_name = hello.node.clone();
+        self.check_identity(&hello)?;
+        hello.inventory.check_limits(&self.shared.config.limits)?;
+        let (close_tx, close_rx) = oneshot::channel();
+        let out = self
+            .shared
+            .store
+            .hello(&hello, received, Some((self.conn_id, close_tx)))?;
+        if out.superseded {
+            self.health().superseded_streams.inc();
+            info!(node = %hello.node, instance_id = hello.instance_id, "newer stream for the node: the older one is closed");
+        }
+        self.node = Some(out.node.clone());
+        let mut durable_rx = out.durable.subscribe();
+        if let (Some(p), Some(payload)) = (&persist, hello_payload) {
+            p.hello(&hello.node, hello.instance_id, received, payload)
+                .await;
+        }
+        info!(
+            node = %hello.node,
+            instance_id = hello.instance_id,
+            agent_version = %hello.agent_version,
+            links = hello.inventory.links.len(),
+            series = hello.inventory.series.len(),
+            highest_seq = out.highest_seq,
+            "agent connected"
+        );
+        let held = *durable_rx.borrow_and_update();
+        self.greet(held).await?;
+        let cfg = &self.shared.config;
+        let session = Session {
+            node: out.node,
+            instance_id: hello.instance_id,
+            durable: out.durable,
+            durable_rx,
+            durable_open: true,
+            current_hello,
+            stale_ns: i64::try_from(cfg.node_expiry.as_nanos() / 2).unwrap_or(i64::MAX),
+            scratch: Vec::new(),
+            ack_pending: false,
+            last_ack_at: Instant::now(),
+            ack_sleep: Box::pin(tokio::time::sleep(std::time::Duration::ZERO)),
+            bucket: rate::SampleBucket::new(cfg.limits.max_samples_per_second, Instant::now()),
+            throttled: false,
+            throttle_sleep: Box::pin(tokio::time::sleep(std::time::Duration::ZERO)),
+        };
+        Ok((session, close_rx))
+    }
+
+    /// With mutual TLS, the Hello's node must be a name the client certificate vouches for.
+    fn check_identity(&self, hello: &Hello) -> Result<(), End> {
+        let Some(ids) = &self.identities else {
+            return Ok(());
+        };
+        if ids.iter().any(|n| n == &hello.node) {
+            return Ok(());
+        }
+        self.health()
+            .rejected_streams
+            .with_label_values(&["identity"])
+            .inc();
+        warn!(node = %hello.node, certificate = ?ids, "agent reported as a node its certificate does not name");
+        Err(End::Status(Status::permission_denied(format!(
+            "the client certificate does not name node {:?}",
+            hello.node
+        ))))
+    }
+
+    /// The answer to a Hello: the sequence number held durably, then the periods when configured.
+    async fn greet(&self, held: u64) -> Result<(), End> {
+        self.send(ack(held)).await?;
+        let cfg = &self.shared.config;
+        if cfg.fast_period_ms != 0 || cfg.slow_period_ms != 0 {
+            self.send(pb::CollectorMessage {
+                msg: Some(pb::collector_message::Msg::Config(pb::Config {
+                    fast_period_ms: cfg.fast_period_ms,
+                    slow_period_ms: cfg.slow_period_ms,
+                })),
+            })
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// Dispatches one message after the Hello.
+    async fn message(&self, s: &mut Session, msg: pb::AgentMessage) -> Result<(), End> {
+        let now = unix_now_ns();
+        match msg.msg {
+            None => {
+                s.node.lock().touch(now);
+                Ok(())
+            }
+            Some(Msg::Hello(_)) => Err(IngestError::invalid(
+                "hello",
+                "only the first message of a stream may be a Hello",
+            )
+            .into()),
+            Some(Msg::Heartbeat(_)) => self.heartbeat(s, now),
+            Some(Msg::InventoryUpdate(u)) => self.inventory_update(s, u, now).await,
+            Some(Msg::Batch(b)) => self.batch(s, b, now).await,
+        }
+    }
+
+    /// A heartbeat keeps the node fresh (and brings it back if the expiry sweep removed it meanwhile).
+    fn heartbeat(&self, s: &Session, now: i64) -> Result<(), End> {
+        let stale = {
+            let mut n = s.node.lock();
+            if !n.is_current(self.conn_id) {
+                return Err(superseded(&self.node_name));
+            }
+            let stale = now - n.last_seen_unix_ns() > s.stale_ns;
+            n.touch(now);
+            stale
+        };
+        if stale {
+            self.shared.store.ensure_present(&s.node);
+        }
+        Ok(())
+    }
+
+    /// An inventory update (with, optionally, the node's complete job list): validated whole, then applied
+    /// under one node lock, then persisted as the merged Hello (and the job list).
+    async fn inventory_update(
+        &self,
+        s: &mut Session,
+        u: pb::InventoryUpdate,
+        now: i64,
+    ) -> Result<(), End> {
+        let limits = &self.shared.config.limits;
+        if let Some(h) = s.current_hello.as_mut() {
+            merge_inventory(h, u.inventory.clone());
+        }
+        let inv = Inventory::try_from(u.inventory)?;
+        inv.check_limits(limits)?;
+        let jobs = self.job_inventory(u.jobs)?;
+        let job_counts = jobs
+            .as_ref()
+            .map(|j| (j.list.jobs.len(), j.list.rank_count()));
+        let jobs_payload = {
+            let mut n = s.node.lock();
+            if !n.is_current(self.conn_id) {
+                return Err(superseded(&self.node_name));
+            }
+            n.apply_inventory(&inv, limits)?;
+            let payload = jobs.map(|j| {
+                n.set_jobs(j.list);
+                j.payload
+            });
+            n.touch(now);
+            payload.flatten()
+        };
+        if job_counts.is_some() {
+            self.shared.store.note_jobs_changed();
+        }
+        if let (Some(p), Some(h)) = (&self.shared.persist, &s.current_hello) {
+            p.hello(&self.node_name, s.instance_id, now, h.encode_to_vec())
+                .await;
+        }
+        if let (Some(p), Some(payload)) = (&self.shared.persist, jobs_payload) {
+            p.jobs(&self.node_name, s.instance_id, now, payload).await;
+        }
+        if let Some((jobs, ranks)) = job_counts {
+            debug!(node = %self.node_name, jobs, ranks, "job list replaced");
+        }
+        debug!(node = %self.node_name, links = inv.links.len(), series = inv.series.len(), "inventory update");
+        Ok(())
+    }
+
+    /// The job list of an inventory update, validated whole (nothing is applied from a bad one), with its
+    /// encoding when persistence is on.
+    fn job_inventory(&self, jobs: Option<pb::JobInventory>) -> Result<Option<JobUpdate>, End> {
+        let Some(j) = jobs else { return Ok(None) };
+        let payload = self.shared.persist.as_ref().map(|_| j.encode_to_vec());
+        let list = JobList::validated(j, &self.shared.config.limits)?;
+        Ok(Some(JobUpdate { list, payload }))
+    }
+
+    /// A sample batch: validated, applied under the node's lock (a resend is acked, not applied again),
+    /// counted, then made durable.
+    async fn batch(&self, s: &mut Session, b: pb::SampleBatch, now: i64) -> Result<(), End> {
+        let started = Instant::now();
+        let payload = self.shared.persist.as_ref().map(|_| b.encode_to_vec());
+        let batch = match Batch::try_from(b) {
+            Ok(b) => b,
+            Err(e) => {
+                self.health().hot.batches_rejected.inc();
+                return Err(e.into());
+            }
+        };
+        let (outcome, was_stale) = {
+            let mut n = s.node.lock();
+            if !n.is_current(self.conn_id) {
+                return Err(superseded(&self.node_name));
+            }
+            let was_stale = now - n.last_seen_unix_ns() > s.stale_ns;
+            (n.apply_batch(&batch, now, &mut s.scratch), was_stale)
+        };
+        if was_stale {
+            self.shared.store.ensure_present(&s.node);
+        }
+        let h = self.health();
+        match outcome {
+            Err(e) => {
+                h.hot.batches_rejected.inc();
+                Err(e.into())
+            }
+            Ok(BatchOutcome::Duplicate) => {
+                h.hot.batches_duplicate.inc();
+                debug!(node = %self.node_name, seq = batch.seq, "duplicate batch acked, not applied");
+                s.ack_soon();
+                Ok(())
+            }
+            Ok(BatchOutcome::Accepted { gap, counts }) => {
+                h.hot.batches_accepted.inc();
+                let wait = s.bucket.take(counts.samples, Instant::now());
+                if !wait.is_zero() {
+                    h.throttled_batches.inc();
+                    h.throttled_seconds.inc_by(wait.as_secs_f64());
+                    s.throttle(wait);
+                }
+                count_accepted(h, &self.node_name, &batch, gap, &counts);
+                h.ingest_seconds.observe(started.elapsed().as_secs_f64());
+                match (&self.shared.persist, payload) {
+                    (Some(p), Some(payload)) => {
+                        p.batch(
+                            &self.node_name,
+                            s.instance_id,
+                            batch.seq,
+                            now,
+                            payload,
+                            s.durable.clone(),
+                        )
+                        .await
+                    }
+                    _ => mark_durable(&s.durable, batch.seq),
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Counts an accepted batch: its samples, the sequence gap before it, what the store refused or corrected,
+/// and its step markers (accepted, and dropped as invalid at the edge).
+fn count_accepted(h: &Health, node: &str, batch: &Batch, gap: u64, counts: &ApplyCounts) {
+    h.samples.inc_by(counts.samples);
+    if gap > 0 {
+        h.gap_batches.inc_by(gap);
+        debug!(
+            node,
+            seq = batch.seq,
+            gap,
+            "sequence gap: batches lost by the agent"
+        );
+    }
+    if counts.implausible > 0 {
+        h.implausible_rates.inc_by(counts.implausible);
+    }
+    if counts.resets > 0 {
+        h.counter_resets.inc_by(counts.resets);
+    }
+    if counts.refused > 0 {
+        h.refused_samples.inc_by(counts.refused);
+    }
+    if counts.out_of_order > 0 {
+        h.out_of_order_samples.inc_by(counts.out_of_order);
+    }
+    if counts.markers > 0 {
+        h.hot.markers_accepted.inc_by(counts.markers);
+    }
+    if batch.invalid_markers > 0 {
+        h.hot.markers_invalid.inc_by(batch.invalid_markers);
+        debug!(
+            node,
+            seq = batch.seq,
+            invalid = batch.invalid_markers,
+            "invalid step markers dropped"
+        );
+    }
+}
+
+/// Folds an `InventoryUpdate` into the instance's Hello (links replaced by id, series appended), so that the
+/// persisted Hello always carries the complete inventory.
+fn merge_inventory(hello: &mut pb::Hello, update: Option<pb::Inventory>) {
+    let Some(update) = update else { return };
+    let inv = hello.inventory.get_or_insert_with(Default::default);
+    for l in update.links {
+        match inv.links.iter_mut().find(|x| x.id == l.id) {
+            Some(x) => *x = l,
+            None => inv.links.push(l),
+        }
+    }
+    for s in update.series {
+        if !inv.series.iter().any(|x| x.id == s.id) {
+            inv.series.push(s);
+        }
+    }
+}
