@@ -1,4 +1,7 @@
-//! HTTP: `GET /healthz`, `GET /metrics`, `GET /api/v1/nodes` (CONTRACTS.md). Read-only: other methods get 405.
+//! HTTP: the collector's whole HTTP surface is assembled here ([`app`]): `GET /healthz`, `GET /metrics` and
+//! `GET /api/v1/nodes` served by this file, merged with the steps, findings (and baselines) and jobs routes,
+//! everything under `/api/` behind the access guard ([`super::access`]). Read-only except where a route says
+//! otherwise: other methods get 405. The paths and keys are a contract: add, never rename.
 
 use std::sync::Arc;
 
@@ -10,18 +13,77 @@ use axum::{Json, Router};
 use commwatch_model::clock::unix_now_ns;
 use tracing::warn;
 
+use super::access::{guard, ApiAccess};
+use super::findings::FindingsCollector;
 use super::health::Health;
-use super::prometheus::{content_type, Exposition};
+use super::jobs::JobsCollector;
+use super::prometheus::{content_type, Exposition, StoreDescs};
+use super::steps::StepCollector;
+use crate::analysis::AnalysisHandle;
+use crate::steps::StepStore;
 use crate::store::{NodeView, Store};
 
+/// Everything the HTTP endpoints read.
+pub(crate) struct Sources {
+    pub store: Arc<Store>,
+    pub health: Health,
+    pub steps: Arc<StepStore>,
+    pub analysis: AnalysisHandle,
+    pub access: Arc<ApiAccess>,
+}
+
+/// Registers the exporters' metric families in the health registry (they are scraped with `/metrics`) and
+/// builds the router of every endpoint. Returns it with the `/metrics` renderer.
+pub(crate) fn app(s: Sources) -> Result<(Router, Arc<Exposition>), prometheus::Error> {
+    let registry = &s.health.registry;
+    // The store's families are written by `Exposition` itself; their names are registered so that no other
+    // collector can take them.
+    registry.register(Box::new(StoreDescs::new()?))?;
+    registry.register(Box::new(StepCollector::new(s.steps.clone())?))?;
+    registry.register(Box::new(FindingsCollector::new(s.analysis.clone())?))?;
+    registry.register(Box::new(JobsCollector::new(s.store.clone())?))?;
+    let exposition = Arc::new(Exposition::new(s.store.clone()));
+    let router = router(HttpState {
+        store: s.store.clone(),
+        health: s.health.clone(),
+        exposition: exposition.clone(),
+    })
+    .merge(super::steps::router(s.steps))
+    .merge(super::findings::router(s.analysis.clone()))
+    .merge(super::jobs::router(s.store, s.analysis))
+    .layer(axum::middleware::from_fn_with_state(s.access, guard));
+    Ok((router, exposition))
+}
+
+/// The HTTP server on `listener`, as a future that ends once `shutdown` flips: at most `max_connections`
+/// connections at once (counted in the health registry, like the refusals).
+pub(crate) fn server(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    max_connections: usize,
+    health: &Health,
+    shutdown: tokio::sync::watch::Receiver<bool>,
+) -> impl std::future::Future<Output = ()> {
+    commwatch_httpd::serve(
+        listener,
+        router,
+        commwatch_httpd::HttpBounds::new(max_connections),
+        commwatch_httpd::ConnectionMetrics {
+            open: health.http_connections.clone(),
+            refused: health.http_connections_refused.clone(),
+        },
+        shutdown,
+    )
+}
+
 #[derive(Clone)]
-pub(crate) struct HttpState {
+struct HttpState {
     pub store: Arc<Store>,
     pub health: Health,
     pub exposition: Arc<Exposition>,
 }
 
-pub(crate) fn router(state: HttpState) -> Router {
+fn router(state: HttpState) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/metrics", get(metrics))
@@ -41,7 +103,7 @@ async fn metrics(State(s): State<HttpState>) -> Response {
     }
 }
 
-/// The nodes seen within `node_expiry`, sorted by name, as CONTRACTS.md describes them.
+/// The nodes seen within `node_expiry`, sorted by name, as `GET /api/v1/nodes` returns them.
 pub fn node_views(store: &Store) -> Vec<NodeView> {
     store
         .snapshot(unix_now_ns())

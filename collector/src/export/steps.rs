@@ -2,7 +2,7 @@
 //!
 //! `GET /api/v1/steps?node=NAME[&limit=N]` → `{"node", "source": "markers"|"inferred", "steps": [...]}` and
 //! `GET /api/v1/steps?job=ID[&limit=N]` → `{"job", "source": "markers"|"inferred", "steps": [...]}`
-//! (CONTRACTS.md): marker steps of every node aligned by step number, or — when the job sends no markers — the
+//! (a contract: keys are added, never renamed): marker steps of every node aligned by step number, or — when the job sends no markers — the
 //! inferred steps of its nodes, one node step each. A step:
 //! `index`, `start_unix_s`, `end_unix_s`, `duration_s`, `confidence`, `confident`, `samples`, `job`, and
 //! `links` [`class`, `device`, `port`, `role`, (`gpu`, `link` on NVLink), `tx_bytes`, `rx_bytes`, `active_s`,

@@ -19,7 +19,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use commwatch_model::clock::unix_now_ns;
-use tokio::task::JoinHandle;
 use tracing::debug;
 
 use super::bandwidth::{step_link, LinkMeta};
@@ -205,7 +204,7 @@ fn copy_covering(n: &NodeState, start: i64, end: i64) -> Covered {
     (out, f64::from(n.fast_period_ms()) / 1e3)
 }
 
-/// The engine's state over all nodes. [`Engine::tick`] does one pass; [`spawn`] runs it periodically.
+/// The engine's state over all nodes. [`Engine::tick`] does one pass; [`run`] runs it periodically.
 pub struct Engine {
     store: Arc<Store>,
     steps: Arc<StepStore>,
@@ -335,12 +334,12 @@ impl Engine {
 }
 
 /// Runs [`Engine::tick`] every `every` (on the blocking pool, so the async workers that serve ingest never wait
-/// for it) until the task is aborted.
-pub fn spawn(store: Arc<Store>, steps: Arc<StepStore>, every: Duration) -> JoinHandle<()> {
+/// for it), extending `steps`, until the future is dropped (or a pass panics: logged, the engine stops).
+pub async fn run(store: Arc<Store>, steps: Arc<StepStore>, every: Duration) {
     let engine = Arc::new(parking_lot::Mutex::new(Engine::new(store, steps)));
     // Every `every`, or less often when a pass over a large fleet is costly (`crate::pace`): the engine reads
     // only what is new since its last pass, so a longer pause costs no samples.
-    tokio::spawn(crate::pace::run_paced(every, move || {
+    crate::pace::run_paced(every, move || {
         let engine = engine.clone();
         async move {
             match tokio::task::spawn_blocking(move || engine.lock().tick(unix_now_ns())).await {
@@ -351,7 +350,8 @@ pub fn spawn(store: Arc<Store>, steps: Arc<StepStore>, every: Duration) -> JoinH
                 }
             }
         }
-    }))
+    })
+    .await
 }
 
 #[cfg(test)]
