@@ -7,7 +7,7 @@
 //!   the periodic passes over the fleet.
 //! - [`store`]: per node, its inventory, job list and bounded per-series windows (rings), counter rates with
 //!   reset and saturation handling; everything below reads it through [`Store`].
-//! - [`export::health`]: the collector's own health registry and counters, which every stage writes.
+//! - [`telemetry`]: the collector's own health registry and counters, which every stage writes.
 //! - [`ingest`]: the gRPC `Ingest` service — wire messages validated at the edge ([`ingest::domain`]), agents
 //!   authenticated ([`ingest::auth`]), one stream task per agent applying to the store and acking once durable.
 //! - [`persist`]: SQLite persistence of what ingest accepted, and its replay into the store at start.
@@ -39,6 +39,7 @@ pub mod pace;
 pub mod persist;
 pub mod steps;
 pub mod store;
+pub mod telemetry;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -51,12 +52,12 @@ use tracing::info;
 /// The shared vocabulary the collector's types are written in (links, tiers, severities, finding kinds, jobs).
 pub use commwatch_model as model;
 pub use config::{CollectorConfig, ConfigError, Limits, TlsConfig};
-pub use export::health::IngestStats;
+pub use telemetry::IngestStats;
 pub use lifecycle::SHUTDOWN_GRACE;
 pub use store::{LinkView, NodeView, Store, StoreMemory};
 
 use commwatch_model::clock::unix_now_ns;
-use export::health::Health;
+use telemetry::Health;
 use lifecycle::{Shutdown, Tasks};
 use persist::PersistError;
 
@@ -209,14 +210,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<CollectorHandle, CollectorError> {
     // Authentication material and the configuration first: a bad file fails before anything is served.
-    let agent_auth = ingest::auth::AgentAuth::load(&config).map_err(CollectorError::Auth)?;
-    let api_token = config.api_token_file.as_deref();
-    let access = Arc::new(export::access::ApiAccess {
-        token: api_token
-            .map(ingest::auth::load_token)
-            .transpose()
-            .map_err(CollectorError::Auth)?,
-    });
+    let (agent_auth, access) = load_auth(&config).map_err(CollectorError::Auth)?;
     config.validate()?;
     let remote_plaintext = config.check_transport()?;
     let grpc_addr = local_addr("grpc", &listeners.grpc, config.grpc_listen)?;
@@ -231,15 +225,7 @@ pub async fn run(
     let signal = Shutdown::new();
     let mut tasks = Tasks::new(signal.clone());
 
-    let persist = match &config.state_dir {
-        Some(dir) => {
-            let (handle, writer) =
-                persist::open_and_replay(dir, config.retention, &store, &health).await?;
-            tasks.adopt("persistence writer", writer);
-            Some(handle)
-        }
-        None => None,
-    };
+    let persist = open_persistence(&config, &store, &health, &mut tasks).await?;
     let analysis_config = analysis::AnalysisConfig {
         state_dir: config.state_dir.clone(),
         ..Default::default()
@@ -296,6 +282,31 @@ pub async fn run(
         shutdown: signal,
         tasks,
     })
+}
+
+/// Reads what agents and API clients must present: the agents' token and TLS material, the API token.
+fn load_auth(
+    config: &CollectorConfig,
+) -> Result<(ingest::auth::AgentAuth, Arc<export::access::ApiAccess>), ingest::auth::AuthError> {
+    let agent_auth = ingest::auth::AgentAuth::load(config)?;
+    let token = config.api_token_file.as_deref();
+    let token = token.map(ingest::auth::load_token).transpose()?;
+    Ok((agent_auth, Arc::new(export::access::ApiAccess { token })))
+}
+
+/// With a state directory: replays it into the store and starts the writer (the first task). `None` without.
+async fn open_persistence(
+    config: &CollectorConfig,
+    store: &Store,
+    health: &Health,
+    tasks: &mut Tasks,
+) -> Result<Option<persist::PersistHandle>, PersistError> {
+    let Some(dir) = &config.state_dir else {
+        return Ok(None);
+    };
+    let (handle, writer) = persist::open_and_replay(dir, config.retention, store, health).await?;
+    tasks.adopt("persistence writer", writer);
+    Ok(Some(handle))
 }
 
 /// Removes the nodes not seen within `node_expiry` (counted in the health registry), every quarter of it
