@@ -18,8 +18,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use commwatch_collector::export::exposition::{Exposition, StoreDescs};
-use commwatch_collector::export::health::Health;
 use commwatch_collector::store::Store;
+use commwatch_collector::telemetry::Health;
 use commwatch_collector::{start, CollectorConfig, CollectorHandle};
 use commwatch_proto::v1 as pb;
 use prometheus::TextEncoder;

@@ -30,8 +30,7 @@ use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 use tracing::{error, info, warn};
 
-use crate::export::health::Health;
-use crate::ingest::mark_durable;
+use crate::telemetry::Health;
 
 mod replay;
 
@@ -46,6 +45,20 @@ const CHANNEL_CAPACITY: usize = 65_536;
 const QUEUE_KIB: usize = 256 * 1024;
 /// The database file inside `state_dir`.
 pub const DB_FILE: &str = "collector.sqlite3";
+
+/// Raises an agent instance's durable sequence number to `seq` (never lowers it): acks may now carry `seq`.
+/// Called once a batch is committed (or held in memory only, when there is no disk or it failed), and for
+/// what replay restores.
+pub(crate) fn mark_durable(durable: &watch::Sender<u64>, seq: u64) {
+    durable.send_if_modified(|v| {
+        if seq > *v {
+            *v = seq;
+            true
+        } else {
+            false
+        }
+    });
+}
 
 /// Persistence errors.
 #[derive(Debug, thiserror::Error)]

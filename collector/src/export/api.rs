@@ -15,13 +15,13 @@ use tracing::warn;
 
 use super::access::{guard, ApiAccess};
 use super::findings::FindingsCollector;
-use super::health::Health;
 use super::jobs::JobsCollector;
 use super::prometheus::{content_type, Exposition, StoreDescs};
 use super::steps::StepCollector;
 use crate::analysis::AnalysisHandle;
 use crate::steps::StepStore;
 use crate::store::{NodeView, Store};
+use crate::telemetry::Health;
 
 /// Everything the HTTP endpoints read.
 pub(crate) struct Sources {

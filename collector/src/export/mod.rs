@@ -4,7 +4,6 @@ pub mod access;
 pub mod api;
 pub mod exposition;
 pub mod findings;
-pub mod health;
 pub mod jobs;
 pub mod names;
 mod proto;

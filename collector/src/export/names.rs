@@ -1,9 +1,13 @@
-//! Every metric name the collector exports, in one place (dashboards and alert rules are checked against this
-//! file). Prometheus conventions: `commwatch_` prefix, base units (bytes, seconds), `_total` for counters.
+//! Every metric name the collector exports, listed in one place ([`ALL`]: dashboards and alert rules are checked
+//! against it). Prometheus conventions: `commwatch_` prefix, base units (bytes, seconds), `_total` for counters.
+//! The names of the collector's own health metrics are defined where they are counted ([`crate::telemetry`])
+//! and re-exported here.
 //!
 //! Link metrics carry `node`, `class` (`infiniband`|`roce`|`ethernet`|`nvlink`|`unknown`), `device`, `port`,
 //! `role` (`fabric`|`management`|`unknown`), plus `gpu` and `link` on NVLink links. Node metrics carry `node`
 //! (and the agent's own labels, e.g. `cpu`).
+
+pub use crate::telemetry::names::*;
 
 /// Raw transmit byte counter of a link as the agent read it (counter, bytes).
 pub const LINK_TRANSMIT_BYTES_TOTAL: &str = "commwatch_link_transmit_bytes_total";
@@ -43,30 +47,6 @@ pub const NODE_MEMORY_TOTAL_BYTES: &str = "commwatch_node_memory_total_bytes";
 /// Batches the agent dropped because its resend buffer overflowed (counter, per agent instance).
 pub const NODE_AGENT_DROPPED_BATCHES_TOTAL: &str = "commwatch_node_agent_dropped_batches_total";
 
-pub const COLLECTOR_BATCHES_TOTAL: &str = "commwatch_collector_batches_total";
-pub const COLLECTOR_SAMPLES_TOTAL: &str = "commwatch_collector_samples_total";
-pub const COLLECTOR_STREAMS: &str = "commwatch_collector_streams";
-pub const COLLECTOR_REJECTED_STREAMS_TOTAL: &str = "commwatch_collector_rejected_streams_total";
-pub const COLLECTOR_SUPERSEDED_STREAMS_TOTAL: &str = "commwatch_collector_superseded_streams_total";
-pub const COLLECTOR_GAP_BATCHES_TOTAL: &str = "commwatch_collector_gap_batches_total";
-pub const COLLECTOR_IMPLAUSIBLE_RATES_TOTAL: &str = "commwatch_collector_implausible_rates_total";
-pub const COLLECTOR_SERIES_RESETS_TOTAL: &str = "commwatch_collector_series_resets_total";
-pub const COLLECTOR_REFUSED_SAMPLES_TOTAL: &str = "commwatch_collector_refused_samples_total";
-pub const COLLECTOR_OUT_OF_ORDER_SAMPLES_TOTAL: &str =
-    "commwatch_collector_out_of_order_samples_total";
-pub const COLLECTOR_INGEST_SECONDS: &str = "commwatch_collector_ingest_seconds";
-pub const COLLECTOR_SCRAPE_SECONDS: &str = "commwatch_collector_scrape_seconds";
-pub const COLLECTOR_PERSIST_ERRORS_TOTAL: &str = "commwatch_collector_persist_errors_total";
-pub const COLLECTOR_PERSIST_COMMITS_TOTAL: &str = "commwatch_collector_persist_commits_total";
-pub const COLLECTOR_EXPIRED_NODES_TOTAL: &str = "commwatch_collector_expired_nodes_total";
-/// Batches after which an agent stream was paused by `limits.max_samples_per_second`, and the time paused.
-pub const COLLECTOR_THROTTLED_BATCHES_TOTAL: &str = "commwatch_collector_throttled_batches_total";
-pub const COLLECTOR_THROTTLED_SECONDS_TOTAL: &str = "commwatch_collector_throttled_seconds_total";
-/// HTTP connections (`/metrics`, `/api`, `/healthz`) open now (gauge), and those closed at accept because
-/// `limits.max_http_connections` were open (counter).
-pub const COLLECTOR_HTTP_CONNECTIONS: &str = "commwatch_collector_http_connections";
-pub const COLLECTOR_HTTP_CONNECTIONS_REFUSED_TOTAL: &str =
-    "commwatch_collector_http_connections_refused_total";
 /// Nodes, series and samples held, and the store's own estimate of its memory (gauges).
 pub const COLLECTOR_NODES: &str = "commwatch_collector_nodes";
 pub const COLLECTOR_SERIES: &str = "commwatch_collector_series";
@@ -84,8 +64,6 @@ pub const LINK_UTILIZATION_RATIO: &str = "commwatch_link_utilization_ratio";
 pub const STEPS_TOTAL: &str = "commwatch_steps_total";
 /// Training throughput of a job from markers with samples (gauge, samples/s; `job`).
 pub const STEP_SAMPLES_PER_SECOND: &str = "commwatch_step_samples_per_second";
-/// Step markers received in applied batches, by `result` (`accepted`, `invalid`: failed validation, dropped).
-pub const COLLECTOR_STEP_MARKERS_TOTAL: &str = "commwatch_collector_step_markers_total";
 
 /// GPU series (labels `node`, `gpu`), from the agent's `nvml` source; see [`gpu_family`].
 pub const GPU_UTILIZATION_RATIO: &str = "commwatch_gpu_utilization_ratio";

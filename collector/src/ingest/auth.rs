@@ -16,7 +16,7 @@ use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 use tonic::{Request, Status};
 use tracing::debug;
 
-use crate::export::health::Health;
+use crate::telemetry::Health;
 
 /// Errors of loading the TLS material or the token.
 #[derive(Debug, thiserror::Error)]

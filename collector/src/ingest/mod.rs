@@ -27,9 +27,9 @@ use tonic::{Request, Response, Status, Streaming};
 use tracing::{debug, error, warn};
 
 use crate::config::CollectorConfig;
-use crate::export::health::Health;
 use crate::persist::PersistHandle;
 use crate::store::Store;
+use crate::telemetry::Health;
 use auth::{AgentAuth, AuthError, TokenCheck};
 use stream::{End, StreamTask};
 
@@ -170,16 +170,4 @@ impl pb::ingest_server::Ingest for IngestService {
         });
         Ok(Response::new(ReceiverStream::new(rx)))
     }
-}
-
-/// Raises the instance's durable sequence number to `seq`.
-pub(crate) fn mark_durable(durable: &watch::Sender<u64>, seq: u64) {
-    durable.send_if_modified(|v| {
-        if seq > *v {
-            *v = seq;
-            true
-        } else {
-            false
-        }
-    });
 }

@@ -9,6 +9,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::persist::mark_durable;
 use commwatch_model::clock::unix_now_ns;
 use commwatch_proto::v1 as pb;
 use commwatch_proto::v1::agent_message::Msg;
@@ -19,11 +20,11 @@ use tonic::{Code, Status, Streaming};
 use tracing::{debug, info, warn};
 
 use super::domain::IngestError;
-use super::{mark_durable, rate, Shared, ACK_INTERVAL};
-use crate::export::health::Health;
+use super::{rate, Shared, ACK_INTERVAL};
 use crate::store::{
     ApplyCounts, Batch, BatchOutcome, Hello, Inventory, JobList, NodeRef, StoreError,
 };
+use crate::telemetry::Health;
 
 pub(super) type ReplyTx = mpsc::Sender<Result<pb::CollectorMessage, Status>>;
 

@@ -15,11 +15,12 @@ use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
 use super::{
-    load, load_jobs, open, spawn_writer, PersistError, PersistHandle, PersistedJobs, Replay,
+    load, load_jobs, mark_durable, open, spawn_writer, PersistError, PersistHandle, PersistedJobs,
+    Replay,
 };
-use crate::export::health::Health;
 use crate::store::Store;
 use crate::store::{Batch, Hello, JobList};
+use crate::telemetry::Health;
 
 /// Opens (creating if needed) the database in `dir`, replays what it holds within `retention` into `store`,
 /// and starts the writer on it. Returns ingest's handle and the writer task (it ends, after a final commit,
@@ -88,7 +89,9 @@ pub(crate) fn replay(
     }
     for (node, instance_id, seq) in seqs {
         if let Some(n) = store.node(&node) {
-            n.lock().raise_highest(instance_id, seq);
+            let mut n = n.lock();
+            n.raise_highest(instance_id, seq);
+            mark_durable(&n.durable(instance_id), seq);
         }
     }
     (n_hellos, n_batches)
@@ -164,7 +167,7 @@ impl Replayer<'_> {
         let mut n = n.lock();
         match n.apply_batch(&b, received_unix_ns, &mut self.scratch) {
             Ok(_) => {
-                n.mark_durable(instance_id, b.seq);
+                mark_durable(&n.durable(instance_id), b.seq);
                 true
             }
             Err(e) => {

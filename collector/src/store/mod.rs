@@ -768,16 +768,11 @@ impl NodeState {
         Ok(BatchOutcome::Accepted { gap, counts })
     }
 
-    /// Marks `seq` of `instance_id` durable (acks may now carry it).
-    pub(crate) fn mark_durable(&mut self, instance_id: u64, seq: u64) {
-        crate::ingest::mark_durable(&self.seq_entry(instance_id).durable, seq);
-    }
-
-    /// Raises the highest (and durable) sequence number of an instance (restored dedup state).
+    /// Raises the highest sequence number applied for an instance (dedup state restored at start; what is
+    /// restored is durable too, which persistence marks through [`NodeState::durable`]).
     pub(crate) fn raise_highest(&mut self, instance_id: u64, seq: u64) {
         let e = self.seq_entry(instance_id);
         e.highest = e.highest.max(seq);
-        self.mark_durable(instance_id, seq);
     }
 
     fn snapshot(&self) -> NodeSnapshot {

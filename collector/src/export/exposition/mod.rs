@@ -37,8 +37,8 @@ use commwatch_model::clock::unix_now_ns;
 pub use families::{link_is_up, Family, StoreDescs, FAMILIES};
 use samples::Samples;
 
-use super::health::Health;
 use crate::store::{NodeSnapshot, Store, StoreMemory};
+use crate::telemetry::Health;
 
 /// Renders `/metrics` for one collector: its store and the length of the previous text (the next buffer's size).
 pub struct Exposition {

@@ -13,12 +13,12 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::{reference, write_exposition, Exposition, StoreDescs};
-use crate::export::health::Health;
 use crate::export::names;
 use crate::store::{
     Batch, Hello, Inventory, JobList, LinkInfo, LinkSnapshot, NodeSnapshot, SeriesDesc, SeriesKey,
     SeriesSnapshot, Store, StoreMemory,
 };
+use crate::telemetry::Health;
 
 /// Fixed families behind the store's descriptors, for a registry.
 struct Fixed {

@@ -1,11 +1,12 @@
-//! The collector's own health metrics (registered in one `Registry`, updated once per batch or stream, never
-//! per sample).
+//! The collector's own health metrics, registered in one `Registry` and updated once per batch or stream, never
+//! per sample. Every stage that has something to count (ingest, persistence, the HTTP server) takes a
+//! [`Health`] handle; the exporters render its registry with `/metrics`. Metric names: [`names`].
+
+pub mod names;
 
 use prometheus::{
     Counter, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
 };
-
-use super::names;
 
 /// Label values of the per-batch counters, resolved at start so that ingest does no label lookup.
 #[derive(Debug, Clone)]
@@ -46,7 +47,7 @@ pub struct Health {
     /// Handles of `batches` and `step_markers` resolved once (the ingest path counts every batch).
     pub hot: HotCounters,
     /// HTTP connections open now, and those closed at accept because `limits.max_http_connections` were
-    /// open (`export::listener`).
+    /// open (the HTTP server counts them).
     pub http_connections: IntGauge,
     pub http_connections_refused: IntCounter,
 }

@@ -1,0 +1,29 @@
+//! Names of the collector's own health metrics (`commwatch_collector_*`), counted by [`super::Health`]. They
+//! are part of the exported set ([`crate::export::names::ALL`]).
+
+pub const COLLECTOR_BATCHES_TOTAL: &str = "commwatch_collector_batches_total";
+pub const COLLECTOR_SAMPLES_TOTAL: &str = "commwatch_collector_samples_total";
+pub const COLLECTOR_STREAMS: &str = "commwatch_collector_streams";
+pub const COLLECTOR_REJECTED_STREAMS_TOTAL: &str = "commwatch_collector_rejected_streams_total";
+pub const COLLECTOR_SUPERSEDED_STREAMS_TOTAL: &str = "commwatch_collector_superseded_streams_total";
+pub const COLLECTOR_GAP_BATCHES_TOTAL: &str = "commwatch_collector_gap_batches_total";
+pub const COLLECTOR_IMPLAUSIBLE_RATES_TOTAL: &str = "commwatch_collector_implausible_rates_total";
+pub const COLLECTOR_SERIES_RESETS_TOTAL: &str = "commwatch_collector_series_resets_total";
+pub const COLLECTOR_REFUSED_SAMPLES_TOTAL: &str = "commwatch_collector_refused_samples_total";
+pub const COLLECTOR_OUT_OF_ORDER_SAMPLES_TOTAL: &str =
+    "commwatch_collector_out_of_order_samples_total";
+pub const COLLECTOR_INGEST_SECONDS: &str = "commwatch_collector_ingest_seconds";
+pub const COLLECTOR_SCRAPE_SECONDS: &str = "commwatch_collector_scrape_seconds";
+pub const COLLECTOR_PERSIST_ERRORS_TOTAL: &str = "commwatch_collector_persist_errors_total";
+pub const COLLECTOR_PERSIST_COMMITS_TOTAL: &str = "commwatch_collector_persist_commits_total";
+pub const COLLECTOR_EXPIRED_NODES_TOTAL: &str = "commwatch_collector_expired_nodes_total";
+/// Batches after which an agent stream was paused by `limits.max_samples_per_second`, and the time paused.
+pub const COLLECTOR_THROTTLED_BATCHES_TOTAL: &str = "commwatch_collector_throttled_batches_total";
+pub const COLLECTOR_THROTTLED_SECONDS_TOTAL: &str = "commwatch_collector_throttled_seconds_total";
+/// HTTP connections (`/metrics`, `/api`, `/healthz`) open now (gauge), and those closed at accept because
+/// `limits.max_http_connections` were open (counter).
+pub const COLLECTOR_HTTP_CONNECTIONS: &str = "commwatch_collector_http_connections";
+pub const COLLECTOR_HTTP_CONNECTIONS_REFUSED_TOTAL: &str =
+    "commwatch_collector_http_connections_refused_total";
+/// Step markers received in applied batches, by `result` (`accepted`, `invalid`: failed validation, dropped).
+pub const COLLECTOR_STEP_MARKERS_TOTAL: &str = "commwatch_collector_step_markers_total";
