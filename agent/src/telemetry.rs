@@ -93,193 +93,131 @@ pub struct AgentMetrics {
 
 impl AgentMetrics {
     pub fn new() -> AgentMetrics {
-        let registry = Registry::new();
-        let dur_buckets = vec![
-            0.000_01, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025,
-            0.05, 0.1, 0.5,
-        ];
         let m = AgentMetrics {
-            read_seconds: HistogramVec::new(
-                HistogramOpts::new(
-                    "commwatch_agent_source_read_duration_seconds",
-                    "Wall time of one read of all series of a tier by one source.",
-                )
-                .buckets(dur_buckets.clone()),
+            registry: Registry::new(),
+            read_seconds: histogram_vec(
+                "commwatch_agent_source_read_duration_seconds",
+                "Wall time of one read of all series of a tier by one source.",
+                DUR_BUCKETS.to_vec(),
                 &["source", "tier"],
-            )
-            .expect("valid metric"),
-            read_errors: IntCounterVec::new(
-                Opts::new(
-                    "commwatch_agent_source_read_errors_total",
-                    "Series a source could not read or parse.",
-                ),
+            ),
+            read_errors: counter_vec(
+                "commwatch_agent_source_read_errors_total",
+                "Series a source could not read or parse.",
                 &["source"],
-            )
-            .expect("valid metric"),
-            samples: IntCounterVec::new(
-                Opts::new(
-                    "commwatch_agent_source_samples_total",
-                    "Values read by a source.",
-                ),
+            ),
+            samples: counter_vec(
+                "commwatch_agent_source_samples_total",
+                "Values read by a source.",
                 &["source"],
-            )
-            .expect("valid metric"),
-            series: IntGaugeVec::new(
-                Opts::new(
-                    "commwatch_agent_source_series",
-                    "Series in a source's inventory.",
-                ),
+            ),
+            series: gauge_vec(
+                "commwatch_agent_source_series",
+                "Series in a source's inventory.",
                 &["source"],
-            )
-            .expect("valid metric"),
-            links: IntGaugeVec::new(
-                Opts::new(
-                    "commwatch_agent_source_links",
-                    "Links in a source's inventory.",
-                ),
+            ),
+            links: gauge_vec(
+                "commwatch_agent_source_links",
+                "Links in a source's inventory.",
                 &["source"],
-            )
-            .expect("valid metric"),
-            discover_errors: IntCounterVec::new(
-                Opts::new(
-                    "commwatch_agent_source_discover_errors_total",
-                    "Failed hardware rescans by source.",
-                ),
+            ),
+            discover_errors: counter_vec(
+                "commwatch_agent_source_discover_errors_total",
+                "Failed hardware rescans by source.",
                 &["source"],
-            )
-            .expect("valid metric"),
-            tick_overruns: IntCounterVec::new(
-                Opts::new(
-                    "commwatch_agent_tick_overruns_total",
-                    "Ticks that started more than one period late.",
-                ),
+            ),
+            tick_overruns: counter_vec(
+                "commwatch_agent_tick_overruns_total",
+                "Ticks that started more than one period late.",
                 &["tier"],
-            )
-            .expect("valid metric"),
-            tick_seconds: HistogramVec::new(
-                HistogramOpts::new(
-                    "commwatch_agent_tick_duration_seconds",
-                    "Wall time of one tick over all sources.",
-                )
-                .buckets(dur_buckets),
+            ),
+            tick_seconds: histogram_vec(
+                "commwatch_agent_tick_duration_seconds",
+                "Wall time of one tick over all sources.",
+                DUR_BUCKETS.to_vec(),
                 &["tier"],
-            )
-            .expect("valid metric"),
-            handoff_drops: IntCounter::new(
+            ),
+            handoff_drops: counter(
                 "commwatch_agent_handoff_dropped_batches_total",
                 "Batches the sampler could not hand to the shipper because its queue was full.",
-            )
-            .expect("valid metric"),
-            buffer_bytes: IntGauge::new(
+            ),
+            buffer_bytes: gauge(
                 "commwatch_agent_buffer_bytes",
                 "Bytes of unacknowledged batches held for resend.",
-            )
-            .expect("valid metric"),
-            buffer_capacity_bytes: IntGauge::new(
+            ),
+            buffer_capacity_bytes: gauge(
                 "commwatch_agent_buffer_capacity_bytes",
                 "Capacity of the resend buffer in bytes.",
-            )
-            .expect("valid metric"),
-            buffer_batches: IntGauge::new(
+            ),
+            buffer_batches: gauge(
                 "commwatch_agent_buffer_batches",
                 "Unacknowledged batches held for resend.",
-            )
-            .expect("valid metric"),
-            dropped_batches: IntCounter::new(
+            ),
+            dropped_batches: counter(
                 "commwatch_agent_dropped_batches_total",
                 "Oldest unacknowledged batches dropped because the resend buffer was full.",
-            )
-            .expect("valid metric"),
-            resent_batches: IntCounter::new(
+            ),
+            resent_batches: counter(
                 "commwatch_agent_resent_batches_total",
                 "Batches sent again after a reconnect.",
-            )
-            .expect("valid metric"),
-            sent_batches: IntCounter::new("commwatch_agent_sent_batches_total", "Batches sent.")
-                .expect("valid metric"),
-            acked_seq: IntGauge::new(
+            ),
+            sent_batches: counter("commwatch_agent_sent_batches_total", "Batches sent."),
+            acked_seq: gauge(
                 "commwatch_agent_acked_sequence",
                 "Highest batch sequence number acknowledged by the collector.",
-            )
-            .expect("valid metric"),
-            connected: IntGauge::new(
+            ),
+            connected: gauge(
                 "commwatch_agent_connected",
                 "1 while a stream to the collector is open.",
-            )
-            .expect("valid metric"),
-            connects: IntCounterVec::new(
-                Opts::new(
-                    "commwatch_agent_connects_total",
-                    "Connection attempts by result.",
-                ),
+            ),
+            connects: counter_vec(
+                "commwatch_agent_connects_total",
+                "Connection attempts by result.",
                 &["result"],
-            )
-            .expect("valid metric"),
-            disconnects: IntCounterVec::new(
-                Opts::new(
-                    "commwatch_agent_disconnects_total",
-                    "Streams closed, by cause.",
-                ),
+            ),
+            disconnects: counter_vec(
+                "commwatch_agent_disconnects_total",
+                "Streams closed, by cause.",
                 &["cause"],
-            )
-            .expect("valid metric"),
-            batch_bytes: Histogram::with_opts(
-                HistogramOpts::new(
-                    "commwatch_agent_batch_size_bytes",
-                    "Encoded size of shipped batches.",
-                )
-                .buckets(prometheus::exponential_buckets(256.0, 4.0, 8).expect("valid buckets")),
-            )
-            .expect("valid metric"),
-            markers_received: IntCounterVec::new(
-                Opts::new(
-                    "commwatch_agent_step_markers_total",
-                    "Step markers accepted, by transport.",
-                ),
+            ),
+            batch_bytes: histogram(
+                "commwatch_agent_batch_size_bytes",
+                "Encoded size of shipped batches.",
+                prometheus::exponential_buckets(256.0, 4.0, 8).expect("valid buckets"),
+            ),
+            markers_received: counter_vec(
+                "commwatch_agent_step_markers_total",
+                "Step markers accepted, by transport.",
                 &["transport"],
-            )
-            .expect("valid metric"),
-            markers_dropped: IntCounterVec::new(
-                Opts::new(
-                    "commwatch_agent_step_markers_dropped_total",
-                    "Step-marker datagrams dropped, by reason.",
-                ),
+            ),
+            markers_dropped: counter_vec(
+                "commwatch_agent_step_markers_dropped_total",
+                "Step-marker datagrams dropped, by reason.",
                 &["reason"],
-            )
-            .expect("valid metric"),
-            nvml_call_seconds: HistogramVec::new(
-                HistogramOpts::new(
-                    "commwatch_agent_nvml_call_duration_seconds",
-                    "Wall time of one NVML call made by the agent, by call.",
-                )
-                .buckets(dur_buckets_nvml()),
+            ),
+            nvml_call_seconds: histogram_vec(
+                "commwatch_agent_nvml_call_duration_seconds",
+                "Wall time of one NVML call made by the agent, by call.",
+                dur_buckets_nvml(),
                 &["call"],
-            )
-            .expect("valid metric"),
-            nvml_field_latency_seconds: Histogram::with_opts(
-                HistogramOpts::new(
-                    "commwatch_agent_nvml_field_latency_seconds",
-                    "NVML's reported latency of each field read (latencyUsec).",
-                )
-                .buckets(dur_buckets_nvml()),
-            )
-            .expect("valid metric"),
-            jobs: IntGauge::new(
+            ),
+            nvml_field_latency_seconds: histogram(
+                "commwatch_agent_nvml_field_latency_seconds",
+                "NVML's reported latency of each field read (latencyUsec).",
+                dur_buckets_nvml(),
+            ),
+            jobs: gauge(
                 "commwatch_agent_jobs",
                 "Training jobs the processes source sees on the node.",
-            )
-            .expect("valid metric"),
-            http_connections_refused: IntCounter::new(
+            ),
+            http_connections_refused: counter(
                 "commwatch_agent_http_connections_refused_total",
                 "HTTP connections closed at accept because the agent's connection limit was reached.",
-            )
-            .expect("valid metric"),
-            http_connections: IntGauge::new(
+            ),
+            http_connections: gauge(
                 "commwatch_agent_http_connections",
                 "HTTP connections (/metrics, /healthz) open now.",
-            )
-            .expect("valid metric"),
-            registry,
+            ),
         };
         for c in m.collectors() {
             m.registry.register(c).expect("metric names are unique");
@@ -329,6 +267,40 @@ impl AgentMetrics {
         }
         String::from_utf8(buf).unwrap_or_default()
     }
+}
+
+/// Buckets for one source's read or one tick: 10 µs to 0.5 s.
+const DUR_BUCKETS: &[f64] = &[
+    0.000_01, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1,
+    0.5,
+];
+
+// Constructors of one metric each. The names and help texts are constants of this file, so a failure is a
+// programming error caught by every test that builds the metrics.
+
+fn counter(name: &str, help: &str) -> IntCounter {
+    IntCounter::new(name, help).expect("valid metric")
+}
+
+fn counter_vec(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric")
+}
+
+fn gauge(name: &str, help: &str) -> IntGauge {
+    IntGauge::new(name, help).expect("valid metric")
+}
+
+fn gauge_vec(name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+    IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric")
+}
+
+fn histogram(name: &str, help: &str, buckets: Vec<f64>) -> Histogram {
+    Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets)).expect("valid metric")
+}
+
+fn histogram_vec(name: &str, help: &str, buckets: Vec<f64>, labels: &[&str]) -> HistogramVec {
+    HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets), labels)
+        .expect("valid metric")
 }
 
 /// Buckets for NVML calls: 1 µs to 50 ms (a PCIe throughput sample takes 20 ms).
