@@ -1,4 +1,4 @@
-//! `commwatch agent --once` as an operator runs it: on a fixture tree, on a missing root, on an empty root.
+//! `commwatch agent --once` as an operator runs it: on an H100 node's tree, on a missing root, on an empty root.
 
 mod common;
 
@@ -30,20 +30,18 @@ fn once(sysfs_root: &std::path::Path) -> (serde_json::Value, String) {
     (doc, String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
-fn fixture(rel: &str) -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("agent/tests/fixtures")
-        .join(rel)
-}
-
 fn read_u64(p: std::path::PathBuf) -> u64 {
     std::fs::read_to_string(&p).unwrap().trim().parse().unwrap()
 }
 
 #[test]
 fn once_on_the_h100_tree_reports_every_port_with_values_from_the_files() {
-    let root = fixture("gpud_h100/sys");
-    let (doc, _) = once(&root);
+    // The shared H100 capture with the project's additions, composed in a temporary directory.
+    let Some(h100) = commwatch_testdata::gpud_h100_sysfs!() else {
+        return;
+    };
+    let root = h100.path();
+    let (doc, _) = once(root);
     assert_eq!(doc["node"], "t1");
     assert!(doc["warnings"].as_array().unwrap().is_empty());
     let links = doc["links"].as_array().unwrap();

@@ -1,18 +1,21 @@
-//! `commwatch baseline import FILE --collector URL` against a real collector process.
+//! `commwatch baseline import FILE --collector URL` against a real collector process, with a real nccl-tests
+//! output read in place from the shared test data.
 
 mod common;
 
 use std::process::Command;
 
 use common::*;
+use commwatch_testdata::shared_testdata;
 
 #[test]
 fn a_nccl_tests_result_is_kept_by_the_collector() {
+    let Some(file) = shared_testdata!("nccl/nccl-tests-cluster-N10G1-allreduce.txt") else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     let (grpc, http) = (free_port(), free_port());
     let _c = collector(dir.path(), "collector", grpc, http, &[]);
-    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("diagnose/tests/data/nccl/nccl-tests-cluster-N10G1-allreduce.txt");
     let out = Command::new(BIN)
         .args(["baseline", "import"])
         .arg(&file)
@@ -49,9 +52,10 @@ fn a_nccl_tests_result_is_kept_by_the_collector() {
 
 #[test]
 fn an_unreachable_collector_or_a_bad_file_is_a_clear_error() {
+    let Some(file) = shared_testdata!("nccl/nccl-tests-cluster-N10G1-allreduce.txt") else {
+        return;
+    };
     let port = free_port();
-    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("diagnose/tests/data/nccl/nccl-tests-cluster-N10G1-allreduce.txt");
     let out = Command::new(BIN)
         .args(["baseline", "import"])
         .arg(&file)
@@ -93,6 +97,9 @@ fn post_baseline(addr: &str, token: Option<&str>) -> u16 {
 
 #[test]
 fn an_api_token_guards_every_api_request() {
+    let Some(file) = shared_testdata!("nccl/nccl-tests-cluster-N10G1-allreduce.txt") else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     let token = dir.path().join("api-token");
     std::fs::write(&token, "api-s3cret\n").unwrap();
@@ -122,8 +129,6 @@ fn an_api_token_guards_every_api_request() {
     assert_eq!(post_baseline(&base, None), 401);
     assert_eq!(post_baseline(&base, Some("api-s3cret")), 200);
 
-    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("diagnose/tests/data/nccl/nccl-tests-cluster-N10G1-allreduce.txt");
     let import = |extra: &[&str]| {
         Command::new(BIN)
             .args(["baseline", "import"])

@@ -111,7 +111,10 @@ fn agent_metrics_pass_promtool_check_metrics() {
     }
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
-    let tree = root().join("agent/tests/fixtures/gpud_h100/sys");
+    let Some(h100) = commwatch_testdata::gpud_h100_sysfs!() else {
+        return;
+    };
+    let tree = h100.path().to_path_buf();
     // No collector: the agent samples and serves its own health; the shipper keeps retrying.
     let listen = format!("127.0.0.1:{port}");
     let _a = agent(

@@ -53,10 +53,6 @@ impl Drop for Rank {
     }
 }
 
-fn fixture_sysfs() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("agent/tests/fixtures/gpud_h100/sys")
-}
-
 /// Fails naming `what` when the secret value or its variable name occurs in `text`.
 fn assert_clean(what: &str, text: &str) {
     assert!(!text.contains(SECRET), "the secret value appears in {what}");
@@ -119,9 +115,13 @@ fn once_conflicts(doc: &serde_json::Value, id: &str) -> Vec<(String, String)> {
 
 #[test]
 fn jobs_and_nccl_conflicts_arrive_and_the_secret_appears_nowhere() {
+    // The shared H100 capture with the project's additions (eth0 management, ib0 IPoIB), composed here.
+    let Some(h100) = commwatch_testdata::gpud_h100_sysfs!() else {
+        return;
+    };
+    let sysfs = h100.path().to_path_buf();
     let bad = Rank::spawn(BAD_JOB, "eth0");
     let good = Rank::spawn(GOOD_JOB, "ib0");
-    let sysfs = fixture_sysfs();
 
     // `--once` as an operator runs it, at debug level.
     let out = Command::new(BIN)

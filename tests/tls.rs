@@ -3,6 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use commwatch_testdata::gpud_h100_sysfs;
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, SanType};
 
 struct Pki {
@@ -51,15 +52,12 @@ impl Pki {
     }
 }
 
-fn fixture() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("agent/tests/fixtures/gpud_h100/sys")
-}
-
-fn agent_config(node: &str, url: String) -> commwatch_agent::AgentConfig {
+/// An agent reading `sysfs` (the H100 tree, [`gpud_h100_sysfs!`]) and shipping to `url`.
+fn agent_config(node: &str, url: String, sysfs: &Path) -> commwatch_agent::AgentConfig {
     commwatch_agent::AgentConfig {
         node: node.into(),
         collector: Some(url),
-        sysfs_root: fixture(),
+        sysfs_root: sysfs.to_path_buf(),
         http_listen: "127.0.0.1:0".parse().unwrap(),
         steps_udp: None,
         steps_socket: None,
@@ -89,6 +87,9 @@ async fn wait_nodes(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_with_a_token_admits_the_right_agent_only() {
+    let Some(h100) = gpud_h100_sysfs!() else {
+        return;
+    };
     let pki = Pki::new(&[]);
     std::fs::write(pki.path("token"), "s3cret-token\n").unwrap();
     std::fs::write(pki.path("wrong"), "not-the-token\n").unwrap();
@@ -108,18 +109,18 @@ async fn tls_with_a_token_admits_the_right_agent_only() {
     let https = format!("https://localhost:{}", collector.grpc_addr.port());
     let plain = format!("http://127.0.0.1:{}", collector.grpc_addr.port());
 
-    let mut good = agent_config("good", https.clone());
+    let mut good = agent_config("good", https.clone(), h100.path());
     good.tls.ca_file = Some(pki.path("ca.pem"));
     good.token_file = Some(pki.path("token"));
-    let mut wrong_token = agent_config("wrong-token", https.clone());
+    let mut wrong_token = agent_config("wrong-token", https.clone(), h100.path());
     wrong_token.tls.ca_file = Some(pki.path("ca.pem"));
     wrong_token.token_file = Some(pki.path("wrong"));
-    let mut no_token = agent_config("no-token", https.clone());
+    let mut no_token = agent_config("no-token", https.clone(), h100.path());
     no_token.tls.ca_file = Some(pki.path("ca.pem"));
     // Verifies against the web PKI roots, which did not sign the test CA: the handshake fails.
-    let mut untrusted = agent_config("untrusted", https);
+    let mut untrusted = agent_config("untrusted", https, h100.path());
     untrusted.token_file = Some(pki.path("token"));
-    let mut plaintext = agent_config("plaintext", plain);
+    let mut plaintext = agent_config("plaintext", plain, h100.path());
     plaintext.token_file = Some(pki.path("token"));
 
     let mut agents = Vec::new();
@@ -171,6 +172,9 @@ fn rejected(collector: &commwatch_collector::CollectorHandle, reason: &str) -> f
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutual_tls_binds_the_node_name_to_the_certificate() {
+    let Some(h100) = gpud_h100_sysfs!() else {
+        return;
+    };
     let pki = Pki::new(&["node-a", "node-b"]);
     let collector = commwatch_collector::start(commwatch_collector::CollectorConfig {
         grpc_listen: "127.0.0.1:0".parse().unwrap(),
@@ -186,7 +190,7 @@ async fn mutual_tls_binds_the_node_name_to_the_certificate() {
     .unwrap();
     let url = format!("https://localhost:{}", collector.grpc_addr.port());
     let with_cert = |node: &str, cert: &str| {
-        let mut c = agent_config(node, url.clone());
+        let mut c = agent_config(node, url.clone(), h100.path());
         c.tls.ca_file = Some(pki.path("ca.pem"));
         c.tls.cert_file = Some(pki.path(&format!("{cert}.pem")));
         c.tls.key_file = Some(pki.path(&format!("{cert}.key")));
@@ -195,7 +199,7 @@ async fn mutual_tls_binds_the_node_name_to_the_certificate() {
     let honest = with_cert("node-a", "node-a");
     // node-b's certificate, claiming to be node-c: refused.
     let impostor = with_cert("node-c", "node-b");
-    let mut anonymous = agent_config("anonymous", url.clone());
+    let mut anonymous = agent_config("anonymous", url.clone(), h100.path());
     anonymous.tls.ca_file = Some(pki.path("ca.pem"));
     let mut agents = Vec::new();
     for c in [honest, impostor, anonymous] {
