@@ -1,0 +1,475 @@
+//! The sampler: runs the sources on two tiers, gives every link and series a stable agent-local id, and
+//! gathers samples into columnar batches (`commwatch.v1.SampleBatch`).
+//!
+//! It runs on its own OS thread ([`spawn`]) because sysfs and NVML reads block; it hands batches and inventory
+//! changes to the shipper through a bounded queue and never waits on it (a full queue drops the batch and
+//! counts it: sampling on time matters more than any single batch).
+//!
+//! Files: this one holds the [`Sampler`] (sources, ids, pending updates); [`batch`] the columnar batch
+//! builder; [`wire`] the wire forms of links, series and jobs; [`periods`] the run-time sampling periods;
+//! [`thread`] the sampling thread and its hand-over to the shipper.
+
+mod batch;
+mod periods;
+mod thread;
+mod wire;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Instant;
+
+use commwatch_model::{Job, Link, LinkKey, Tier};
+use commwatch_proto::v1 as pb;
+
+pub use batch::BatchBuilder;
+pub use periods::Periods;
+pub use thread::{spawn, LoopSettings, SamplerHandle};
+pub use wire::jobs_to_pb;
+
+use crate::source::{SeriesSpec, Source, Value};
+use crate::telemetry::AgentMetrics;
+use wire::{bare_link_to_pb, link_to_pb, series_to_pb};
+
+/// What the sampler hands to the shipper, in order.
+#[derive(Debug, Clone)]
+pub enum SamplerEvent {
+    /// Links or series added or changed; always sent before the first batch that uses them.
+    Inventory(pb::Inventory),
+    /// A batch of samples; `seq` is 0 (the shipper numbers batches).
+    Batch(pb::SampleBatch),
+    /// The node's complete job list changed (sent as an `InventoryUpdate` with `jobs`).
+    Jobs(pb::JobInventory),
+}
+
+struct Slot {
+    source: Box<dyn Source>,
+    /// Source series index → agent-local series id.
+    ids: Vec<u32>,
+    discovered: bool,
+    /// Series per tier (`[fast, slow]`): a tier with none is not read (nor timed) at all.
+    tier_series: [usize; 2],
+    /// The slot's own metric handles, resolved once: the tick does no label lookups.
+    /// Read durations per tier (`[fast, slow]`, as `tier_series`).
+    read: [prometheus::Histogram; 2],
+    samples: prometheus::IntCounter,
+    errors: prometheus::IntCounter,
+}
+
+/// Runs the sources and keeps the agent-local ids. See the module documentation.
+pub struct Sampler {
+    slots: Vec<Slot>,
+    link_ids: HashMap<LinkKey, u32>,
+    series_ids: HashMap<String, u32>,
+    links: BTreeMap<u32, pb::Link>,
+    series: Vec<pb::SeriesDescriptor>,
+    pending: pb::Inventory,
+    metrics: Arc<AgentMetrics>,
+    /// The most recent read and discovery errors, `(source, message)`, at most [`RECENT_ERRORS`].
+    recent_errors: Vec<(&'static str, String)>,
+    /// Jobs of the sources that look for them, and whether the list changed since the last hand-off.
+    jobs: Vec<Job>,
+    jobs_pending: bool,
+}
+
+/// How many recent errors the sampler keeps for `--once` and logs.
+pub const RECENT_ERRORS: usize = 32;
+
+impl Sampler {
+    pub fn new(sources: Vec<Box<dyn Source>>, metrics: Arc<AgentMetrics>) -> Sampler {
+        Sampler {
+            slots: sources
+                .into_iter()
+                .map(|mut source| {
+                    source.bind_metrics(&metrics);
+                    let name = source.name();
+                    Slot {
+                        read: Tier::ALL.map(|tier| {
+                            metrics
+                                .read_seconds
+                                .with_label_values(&[name, tier.as_str()])
+                        }),
+                        samples: metrics.samples.with_label_values(&[name]),
+                        errors: metrics.read_errors.with_label_values(&[name]),
+                        source,
+                        ids: Vec::new(),
+                        discovered: false,
+                        tier_series: [0, 0],
+                    }
+                })
+                .collect(),
+            link_ids: HashMap::new(),
+            series_ids: HashMap::new(),
+            links: BTreeMap::new(),
+            series: Vec::new(),
+            pending: pb::Inventory::default(),
+            metrics,
+            recent_errors: Vec::new(),
+            jobs: Vec::new(),
+            jobs_pending: false,
+        }
+    }
+
+    /// Names of the sources, in order.
+    pub fn source_names(&self) -> Vec<&'static str> {
+        self.slots.iter().map(|s| s.source.name()).collect()
+    }
+
+    /// Rescans every source and assigns ids to new links and series. Changes are queued for
+    /// [`take_update`](Self::take_update). Returns whether anything changed.
+    pub fn discover(&mut self) -> bool {
+        let mut changed = false;
+        let mut any_jobs = false;
+        let mut jobs: Vec<Job> = Vec::new();
+        for i in 0..self.slots.len() {
+            let name = self.slots[i].source.name();
+            let before: Vec<Link> = self.slots[..i]
+                .iter()
+                .flat_map(|s| s.source.inventory().links.iter().cloned())
+                .collect();
+            self.slots[i].source.node_links(&before);
+            let result = self.slots[i].source.discover();
+            if let Some(j) = self.slots[i].source.jobs() {
+                any_jobs = true;
+                jobs.extend(j.iter().cloned());
+            }
+            let source_changed = match result {
+                Ok(c) => c || !self.slots[i].discovered,
+                Err(e) => {
+                    self.metrics
+                        .discover_errors
+                        .with_label_values(&[name])
+                        .inc();
+                    note_error(&mut self.recent_errors, name, e.to_string());
+                    tracing::warn!(source = name, error = %e, "discovery failed; keeping the previous inventory");
+                    false
+                }
+            };
+            self.slots[i].discovered = true;
+            if source_changed {
+                changed |= self.absorb_inventory(i);
+            }
+        }
+        if any_jobs {
+            self.metrics.jobs.set(jobs.len() as i64);
+            if jobs != self.jobs {
+                self.jobs = jobs;
+                self.jobs_pending = true;
+                changed = true;
+            }
+        }
+        changed
+    }
+
+    /// Jobs found by the last discovery (empty without a `processes` source).
+    pub fn jobs(&self) -> &[Job] {
+        &self.jobs
+    }
+
+    /// The complete job list when it changed since the last call, or `None`.
+    pub fn take_jobs_update(&mut self) -> Option<pb::JobInventory> {
+        if !self.jobs_pending {
+            return None;
+        }
+        self.jobs_pending = false;
+        Some(jobs_to_pb(&self.jobs))
+    }
+
+    /// Takes in the inventory of source `slot`: ids for its new links and series, changes queued for the
+    /// next update. Returns whether anything changed.
+    fn absorb_inventory(&mut self, slot: usize) -> bool {
+        let inv = self.slots[slot].source.inventory().clone();
+        let name = self.slots[slot].source.name();
+        self.metrics
+            .series
+            .with_label_values(&[name])
+            .set(inv.series.len() as i64);
+        self.metrics
+            .links
+            .with_label_values(&[name])
+            .set(inv.links.len() as i64);
+        let mut changed = false;
+        for link in &inv.links {
+            changed |= self.absorb_link(link);
+        }
+        let mut ids = Vec::with_capacity(inv.series.len());
+        let mut tier_series = [0, 0];
+        for spec in &inv.series {
+            ids.push(self.series_id(spec, &mut changed));
+            tier_series[spec.tier.index()] += 1;
+        }
+        self.slots[slot].ids = ids;
+        self.slots[slot].tier_series = tier_series;
+        changed
+    }
+
+    /// Gives `link` its id (kept across rediscoveries) and queues its wire form when it is new or changed.
+    fn absorb_link(&mut self, link: &Link) -> bool {
+        let next = self.link_ids.len() as u32 + 1;
+        let id = *self.link_ids.entry(link.key.clone()).or_insert(next);
+        let pbl = link_to_pb(id, link);
+        if self.links.get(&id) == Some(&pbl) {
+            return false;
+        }
+        self.links.insert(id, pbl.clone());
+        self.pending.links.push(pbl);
+        true
+    }
+
+    /// The id of series `spec`, kept across rediscoveries by its identity; a new one is queued (and sets
+    /// `changed`).
+    fn series_id(&mut self, spec: &SeriesSpec, changed: &mut bool) -> u32 {
+        let identity = spec.identity();
+        if let Some(id) = self.series_ids.get(&identity) {
+            return *id;
+        }
+        let id = self.series.len() as u32 + 1;
+        self.series_ids.insert(identity, id);
+        let link_id = spec.link.as_ref().map_or(0, |k| self.link_id(k));
+        let d = series_to_pb(id, spec, link_id);
+        self.series.push(d.clone());
+        self.pending.series.push(d);
+        *changed = true;
+        id
+    }
+
+    /// The id of link `k`. A series on a link its source did not list gets a bare link registered, so the
+    /// reference stays valid.
+    fn link_id(&mut self, k: &LinkKey) -> u32 {
+        if let Some(id) = self.link_ids.get(k) {
+            return *id;
+        }
+        let id = self.link_ids.len() as u32 + 1;
+        self.link_ids.insert(k.clone(), id);
+        let pbl = bare_link_to_pb(id, k);
+        self.links.insert(id, pbl.clone());
+        self.pending.links.push(pbl);
+        id
+    }
+
+    /// Links and series added or changed since the last call, or `None`.
+    pub fn take_update(&mut self) -> Option<pb::Inventory> {
+        if self.pending.links.is_empty() && self.pending.series.is_empty() {
+            None
+        } else {
+            Some(std::mem::take(&mut self.pending))
+        }
+    }
+
+    /// Puts back an update that could not be handed over, ahead of anything queued since, so the next
+    /// [`take_update`](Self::take_update) carries it again.
+    pub fn restore_update(&mut self, mut inv: pb::Inventory) {
+        inv.links.append(&mut self.pending.links);
+        inv.series.append(&mut self.pending.series);
+        self.pending = inv;
+    }
+
+    /// Marks the job list as still to be sent (its hand-over failed).
+    pub fn restore_jobs_update(&mut self) {
+        self.jobs_pending = true;
+    }
+
+    /// Everything known so far (sent in `Hello`).
+    pub fn full_inventory(&self) -> pb::Inventory {
+        pb::Inventory {
+            links: self.links.values().cloned().collect(),
+            series: self.series.clone(),
+        }
+    }
+
+    /// Reads every source's series of `tier` into the open tick of `out`.
+    pub fn sample(&mut self, tier: Tier, out: &mut BatchBuilder) {
+        for slot in &mut self.slots {
+            if slot.tier_series[tier.index()] == 0 {
+                continue;
+            }
+            let ids = &slot.ids;
+            let started = Instant::now();
+            let report = slot.source.sample(tier, &mut |idx, v: Value| {
+                if let Some(id) = ids.get(idx) {
+                    out.push(*id, v.to_bits());
+                }
+            });
+            slot.read[tier.index()].observe(started.elapsed().as_secs_f64());
+            slot.samples.inc_by(report.read as u64);
+            if report.failed > 0 {
+                let name = slot.source.name();
+                slot.errors.inc_by(report.failed as u64);
+                if let Some(e) = report.errors.first() {
+                    tracing::debug!(source = name, failed = report.failed, error = %e, "partial read");
+                }
+                for e in &report.errors {
+                    note_error(&mut self.recent_errors, name, e.to_string());
+                }
+            }
+        }
+    }
+
+    /// The series descriptor of an agent-local id.
+    pub fn series(&self, id: u32) -> Option<&pb::SeriesDescriptor> {
+        self.series.get((id as usize).checked_sub(1)?)
+    }
+
+    pub fn link(&self, id: u32) -> Option<&pb::Link> {
+        self.links.get(&id)
+    }
+}
+
+fn note_error(errors: &mut Vec<(&'static str, String)>, source: &'static str, message: String) {
+    if errors.len() >= RECENT_ERRORS {
+        errors.remove(0);
+    }
+    errors.push((source, message));
+}
+
+impl Sampler {
+    /// The most recent read and discovery errors, oldest first.
+    pub fn recent_errors(&self) -> &[(&'static str, String)] {
+        &self.recent_errors
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use commwatch_model::SeriesKind;
+
+    use super::*;
+
+    #[test]
+    fn a_restored_update_comes_back_ahead_of_newer_ones() {
+        let mut s = Sampler::new(Vec::new(), Arc::new(AgentMetrics::new()));
+        let link = |id| pb::Link {
+            id,
+            ..Default::default()
+        };
+        s.restore_update(pb::Inventory {
+            links: vec![link(2)],
+            series: vec![],
+        });
+        s.restore_update(pb::Inventory {
+            links: vec![link(1)],
+            series: vec![],
+        });
+        let ids: Vec<u32> = s
+            .take_update()
+            .unwrap()
+            .links
+            .iter()
+            .map(|l| l.id)
+            .collect();
+        assert_eq!(ids, vec![1, 2]);
+        assert!(s.take_update().is_none());
+    }
+
+    /// A source with one link of each endpoint kind and a byte counter on each.
+    struct Links(crate::source::Inventory);
+
+    impl Source for Links {
+        fn name(&self) -> &'static str {
+            "links"
+        }
+        fn discover(&mut self) -> Result<bool, crate::source::SourceError> {
+            Ok(true)
+        }
+        fn inventory(&self) -> &crate::source::Inventory {
+            &self.0
+        }
+        fn sample(
+            &mut self,
+            _tier: Tier,
+            _sink: &mut dyn FnMut(usize, Value),
+        ) -> crate::source::ReadReport {
+            crate::source::ReadReport::default()
+        }
+    }
+
+    #[test]
+    fn links_go_on_the_wire_with_their_endpoint_class_role_and_tiers() {
+        use crate::source::SeriesSpec;
+        use commwatch_model::{Endpoint, LinkClass, LinkRole};
+        let link = |class, device: &str, port: &str, endpoint, role| Link {
+            key: LinkKey::new(class, device, port),
+            endpoint,
+            role,
+            capacity_bytes_per_second: Some(50e9),
+            state: "ACTIVE".into(),
+            attributes: BTreeMap::new(),
+            gpu: None,
+            link: None,
+        };
+        let links = vec![
+            link(
+                LinkClass::Infiniband,
+                "mlx5_0",
+                "1",
+                Endpoint::HcaPort,
+                LinkRole::Fabric,
+            ),
+            link(
+                LinkClass::Ethernet,
+                "eth0",
+                "eth0",
+                Endpoint::Interface,
+                LinkRole::Management,
+            ),
+            link(
+                LinkClass::Nvlink,
+                "gpu0",
+                "0",
+                Endpoint::GpuLink,
+                LinkRole::Fabric,
+            ),
+        ];
+        let series = vec![
+            SeriesSpec::for_link("tx_bytes", SeriesKind::COUNTER64, Tier::Fast, &links[0].key),
+            SeriesSpec::for_link(
+                "symbol_errors",
+                SeriesKind::COUNTER32,
+                Tier::Slow,
+                &links[0].key,
+            ),
+        ];
+        let source = Links(crate::source::Inventory { links, series });
+        let mut s = Sampler::new(vec![Box::new(source)], Arc::new(AgentMetrics::new()));
+        assert!(s.discover());
+        let inv = s.take_update().unwrap();
+        let wire: Vec<(i32, i32, i32, &str)> = inv
+            .links
+            .iter()
+            .map(|l| (l.endpoint, l.class, l.role, l.device.as_str()))
+            .collect();
+        assert_eq!(
+            wire,
+            vec![
+                (
+                    pb::LinkEndpoint::HcaPort as i32,
+                    pb::LinkClass::Infiniband as i32,
+                    pb::LinkRole::Fabric as i32,
+                    "mlx5_0"
+                ),
+                (
+                    pb::LinkEndpoint::Interface as i32,
+                    pb::LinkClass::Ethernet as i32,
+                    pb::LinkRole::Management as i32,
+                    "eth0"
+                ),
+                (
+                    pb::LinkEndpoint::GpuLink as i32,
+                    pb::LinkClass::Nvlink as i32,
+                    pb::LinkRole::Fabric as i32,
+                    "gpu0"
+                ),
+            ]
+        );
+        let tiers: Vec<(i32, u64)> = inv.series.iter().map(|d| (d.tier, d.max_value)).collect();
+        assert_eq!(
+            tiers,
+            vec![
+                (pb::Tier::Fast as i32, 0),
+                (pb::Tier::Slow as i32, u64::from(u32::MAX))
+            ]
+        );
+        assert!(inv.series.iter().all(|d| d.link_id == inv.links[0].id));
+    }
+}

@@ -1,0 +1,259 @@
+//! The sampling thread: the two tiers on their own cadence, batches cut every batch period (with the step
+//! markers queued since), rediscovery every discover period, and the hand-over to the shipper.
+//!
+//! Inventory and job updates must reach the shipper before any batch that uses them: they are handed over
+//! first, put back when the queue is full, and a batch waits (is dropped and counted) while an update is
+//! still pending. The caller ran the first discovery; anything it found goes first.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use commwatch_model::clock::unix_now_ns;
+use commwatch_model::Tier;
+use commwatch_proto::v1 as pb;
+use tokio::sync::mpsc;
+
+use super::{BatchBuilder, Periods, Sampler, SamplerEvent};
+use crate::steps::MarkerQueue;
+use crate::telemetry::AgentMetrics;
+
+/// Longest sleep between checks of the stop flag, so a stop request is noticed promptly.
+const STOP_CHECK: Duration = Duration::from_millis(20);
+
+/// Settings of the sampling thread.
+#[derive(Debug, Clone)]
+pub struct LoopSettings {
+    pub batch_period: Duration,
+    pub discover_period: Duration,
+    /// Step markers to attach to each batch.
+    pub markers: Option<Arc<MarkerQueue>>,
+}
+
+/// Handle of the sampling thread; dropping it does not stop the thread, call [`SamplerHandle::stop`].
+pub struct SamplerHandle {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl SamplerHandle {
+    /// Stops the thread after its current tick and waits for it (the last partial batch is handed over).
+    pub fn stop(mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            if let Some(th) = t.thread().name() {
+                tracing::debug!(thread = th, "stopping sampler");
+            }
+            let _ = t.join();
+        }
+    }
+}
+
+/// Starts the sampling thread. The first `Inventory` event carries everything discovered at start.
+pub fn spawn(
+    sampler: Sampler,
+    periods: Arc<Periods>,
+    settings: LoopSettings,
+    events: mpsc::Sender<SamplerEvent>,
+    metrics: Arc<AgentMetrics>,
+) -> std::io::Result<SamplerHandle> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let run = SamplingLoop {
+        tick_seconds: Tier::ALL.map(|t| metrics.tick_seconds.with_label_values(&[t.as_str()])),
+        sampler,
+        periods,
+        settings,
+        events,
+        metrics,
+        stop: stop.clone(),
+        builder: BatchBuilder::default(),
+    };
+    let thread = std::thread::Builder::new()
+        .name("commwatch-sampler".into())
+        .spawn(move || run.run())?;
+    Ok(SamplerHandle {
+        stop,
+        thread: Some(thread),
+    })
+}
+
+/// The sampling thread's state.
+struct SamplingLoop {
+    sampler: Sampler,
+    periods: Arc<Periods>,
+    settings: LoopSettings,
+    events: mpsc::Sender<SamplerEvent>,
+    metrics: Arc<AgentMetrics>,
+    stop: Arc<AtomicBool>,
+    builder: BatchBuilder,
+    /// Wall time of a whole tick, per tier (indexed by [`Tier::index`]).
+    tick_seconds: [prometheus::Histogram; 2],
+}
+
+/// When each kind of work is due next.
+struct Deadlines {
+    fast: Instant,
+    slow: Instant,
+    batch: Instant,
+    discover: Instant,
+}
+
+impl SamplingLoop {
+    /// Runs until the stop flag is set, then hands over the last partial batch.
+    fn run(mut self) {
+        self.flush_updates();
+        let start = Instant::now();
+        let mut due = Deadlines {
+            fast: start,
+            slow: start,
+            batch: start + self.settings.batch_period,
+            discover: start + self.settings.discover_period,
+        };
+        loop {
+            let now = Instant::now();
+            let wake = due.fast.min(due.slow).min(due.batch);
+            if wake > now {
+                std::thread::sleep((wake - now).min(STOP_CHECK));
+                if self.stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                continue;
+            }
+            if self.stop.load(Ordering::Relaxed) {
+                break;
+            }
+            self.tick(now, &mut due);
+            if now >= due.discover {
+                due.discover = now + self.settings.discover_period;
+                self.rediscover();
+            }
+            if now >= due.batch {
+                due.batch = now + self.settings.batch_period;
+                self.cut_batch();
+            }
+        }
+        self.cut_batch();
+    }
+
+    /// Reads the tiers that are due at `now` into one tick and moves their deadlines on.
+    fn tick(&mut self, now: Instant, due: &mut Deadlines) {
+        let do_fast = now >= due.fast;
+        let do_slow = now >= due.slow;
+        if !(do_fast || do_slow) {
+            return;
+        }
+        self.builder.begin_tick(unix_now_ns());
+        if do_fast {
+            self.read_tier(Tier::Fast);
+            due.fast = advance(
+                due.fast,
+                self.periods.fast(),
+                now,
+                &self.metrics,
+                Tier::Fast,
+            );
+        }
+        if do_slow {
+            self.read_tier(Tier::Slow);
+            due.slow = advance(
+                due.slow,
+                self.periods.slow(),
+                now,
+                &self.metrics,
+                Tier::Slow,
+            );
+        }
+        self.builder.end_tick();
+    }
+
+    fn read_tier(&mut self, tier: Tier) {
+        let t = Instant::now();
+        self.sampler.sample(tier, &mut self.builder);
+        self.tick_seconds[tier.index()].observe(t.elapsed().as_secs_f64());
+    }
+
+    /// Samples of the current inventory go out before a rediscovery can change it (`send_batch` hands over
+    /// any pending update first, so the batch must leave before `discover` queues one); a changed inventory
+    /// then follows at once.
+    fn rediscover(&mut self) {
+        if let Some(b) = self.builder.take() {
+            self.send_batch(b);
+        }
+        if self.sampler.discover() {
+            self.flush_updates();
+        }
+    }
+
+    /// Cuts the batch gathered so far, with the step markers queued since, and hands it over.
+    fn cut_batch(&mut self) {
+        if let Some(b) = with_markers(self.builder.take(), self.settings.markers.as_deref()) {
+            self.send_batch(b);
+        }
+    }
+
+    /// Hands over pending inventory and job updates; false when the queue is full (the update is put back).
+    fn flush_updates(&mut self) -> bool {
+        if let Some(inv) = self.sampler.take_update() {
+            if let Err(e) = self.events.try_send(SamplerEvent::Inventory(inv)) {
+                if let SamplerEvent::Inventory(inv) = e.into_inner() {
+                    self.sampler.restore_update(inv);
+                }
+                return false;
+            }
+        }
+        if let Some(jobs) = self.sampler.take_jobs_update() {
+            if self.events.try_send(SamplerEvent::Jobs(jobs)).is_err() {
+                self.sampler.restore_jobs_update();
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Hands a batch over after any pending update; a batch that cannot go is dropped and counted.
+    fn send_batch(&mut self, b: pb::SampleBatch) {
+        if !self.flush_updates() || self.events.try_send(SamplerEvent::Batch(b)).is_err() {
+            self.metrics.handoff_drops.inc();
+        }
+    }
+}
+
+/// Attaches the queued step markers; a batch is made for markers alone when there are no samples.
+fn with_markers(
+    batch: Option<pb::SampleBatch>,
+    markers: Option<&MarkerQueue>,
+) -> Option<pb::SampleBatch> {
+    let m = markers.map(|q| q.drain()).unwrap_or_default();
+    match batch {
+        Some(mut b) => {
+            b.markers = m;
+            Some(b)
+        }
+        None if !m.is_empty() => Some(pb::SampleBatch {
+            markers: m,
+            ..Default::default()
+        }),
+        None => None,
+    }
+}
+
+/// Next deadline after one that was due at `due`: keeps the cadence, but skips missed ticks instead of
+/// bursting to catch up (and counts the overrun).
+fn advance(
+    due: Instant,
+    period: Duration,
+    now: Instant,
+    metrics: &AgentMetrics,
+    tier: Tier,
+) -> Instant {
+    let next = due + period;
+    if next <= now {
+        metrics
+            .tick_overruns
+            .with_label_values(&[tier.as_str()])
+            .inc();
+        now + period
+    } else {
+        next
+    }
+}
