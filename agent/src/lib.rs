@@ -1,12 +1,24 @@
-//! commwatch agent: samples the node's links and ships the samples to a collector.
+//! commwatch agent: samples the node's links, GPUs and host, and ships the samples to a collector.
 //!
-//! Module map:
-//! - [`source`]: one file per hardware source behind the [`source::Source`] trait, and the explicit list.
-//! - [`sampler`]: the two sampling tiers, agent-local ids, columnar batches (its own thread).
-//! - [`shipper`]: the gRPC stream, the bounded resend buffer, backoff.
-//! - [`telemetry`] and [`http`]: the agent's own `/metrics`.
+//! Module map, in the order data flows (a module uses only modules listed before it, and the shared
+//! vocabulary of `commwatch-model`):
+//! - [`telemetry`]: the agent's own health metrics; anything may report to it.
+//! - [`nccl`]: a job's `NCCL_*` settings checked against the node's links (a pure function).
+//! - [`source`]: the hardware sources, one file each behind the [`source::Source`] contract (InfiniBand and
+//!   RoCE ports, network interfaces, host CPU and memory, NVML GPUs and NVLinks, training processes and
+//!   their jobs), the pure sysfs parsers, and the explicit list built from plain [`source::SourceSettings`].
+//! - [`steps`]: step markers from training loops (loopback UDP and a unix socket) into a bounded queue.
+//! - [`sampler`]: runs the sources on the fast and slow tiers in its own thread, gives links and series
+//!   stable agent-local ids, builds columnar batches with the queued step markers, and hands batches and
+//!   inventory updates to the shipper.
+//! - [`shipper`]: the gRPC stream to the collector, the bounded resend buffer, acks, reconnects with
+//!   backoff.
+//! - [`config`]: defaults, the TOML file, validation; converted here into each part's plain settings.
+//! - [`http`]: the agent's own `/metrics` and `/healthz`.
 //! - [`once`]: `--once`, one JSON document describing what the node shows.
-//! - [`config`]: defaults, the TOML file, validation.
+//!
+//! This file wires them: [`start`] validates the configuration, discovers the hardware, and starts the
+//! marker listeners, the shipper, the sampling thread and `/metrics`.
 
 pub mod config;
 pub mod http;
@@ -22,6 +34,9 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
+
+use commwatch_model::token::read_token_file;
+use tokio::sync::{mpsc, watch};
 
 pub use config::AgentConfig;
 
@@ -60,7 +75,7 @@ pub struct AgentHandle {
     pub metrics: Arc<telemetry::AgentMetrics>,
     /// Where the step-marker listeners are bound.
     pub step_listeners: steps::BoundListeners,
-    shutdown: tokio::sync::watch::Sender<bool>,
+    shutdown: watch::Sender<bool>,
     sampler: Option<sampler::SamplerHandle>,
     shipper: Option<tokio::task::JoinHandle<()>>,
     http: tokio::task::JoinHandle<()>,
@@ -180,41 +195,16 @@ pub async fn start_with(
         tracing::warn!(node = %config.node, "{w}");
     }
     let metrics = Arc::new(telemetry::AgentMetrics::new());
-    let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let (http_addr, http) = http::serve(config.http_listen, metrics.clone(), shutdown_rx.clone())
         .await
         .map_err(|source| AgentError::Listen {
             addr: config.http_listen,
             source,
         })?;
-
-    let sources = source::build_sources_with(&config.source_settings(), extras);
-    let mut smp = sampler::Sampler::new(sources, metrics.clone());
-    let mut smp = tokio::task::spawn_blocking(move || {
-        smp.discover();
-        smp
-    })
-    .await
-    .map_err(|e| AgentError::Thread(std::io::Error::other(e.to_string())))?;
-    // The first Hello carries everything discovered at start; later changes travel as updates.
-    let _ = smp.take_update();
+    let smp = discover_at_start(&config, extras, &metrics).await?;
     let inv = smp.full_inventory();
-    let fast_n = inv
-        .series
-        .iter()
-        .filter(|s| s.tier == commwatch_proto::Tier::Fast as i32)
-        .count();
-    let slow_n = inv.series.len() - fast_n;
-    let buffer_bytes = config.buffer_bytes.unwrap_or_else(|| {
-        buffer_bytes_for(
-            fast_n,
-            slow_n,
-            config.fast_period,
-            config.slow_period,
-            config.batch_period,
-            config::DEFAULT_BUFFER_SPAN,
-        )
-    });
+    let buffer_bytes = resend_buffer_bytes(&config, &inv);
     tracing::info!(
         node = %config.node,
         links = inv.links.len(),
@@ -223,56 +213,17 @@ pub async fn start_with(
         buffer_bytes,
         "agent started"
     );
-
-    let markers = steps::MarkerQueue::new(65_536);
-    if let Some(parent) = config.steps_socket.as_ref().and_then(|p| p.parent()) {
-        let _ = std::fs::create_dir_all(parent);
-    }
-    let step_listeners = steps::spawn_listeners(
-        &steps::ListenerSettings {
-            udp: config.steps_udp,
-            unix: config.steps_socket.clone(),
-            rate: config.steps_rate,
-        },
-        markers.clone(),
-        steps::MarkerMetrics {
-            received: metrics.markers_received.clone(),
-            dropped: metrics.markers_dropped.clone(),
-        },
-        shutdown_rx.clone(),
-    )
-    .await;
+    let (markers, step_listeners) = start_markers(&config, &metrics, shutdown_rx.clone()).await;
     let periods = sampler::Periods::new(config.fast_period, config.slow_period);
     // Room for a minute of batches at the default batch period while the shipper is busy.
-    let (ev_tx, ev_rx) = tokio::sync::mpsc::channel(256);
-    let shipper = match &config.collector {
-        Some(url) => {
-            let settings = shipper::ShipperSettings {
-                collector: url.clone(),
-                node: config.node.clone(),
-                boot_id: boot_id(&config.procfs_root),
-                instance_id: rand::random::<u64>() | 1,
-                buffer_bytes,
-                ack_timeout: config.ack_timeout,
-                backoff_min: config.backoff_min,
-                backoff_max: config.backoff_max,
-                connect_timeout: Duration::from_secs(5),
-                tls: client_tls(&config)?,
-                token: match &config.token_file {
-                    Some(p) => Some(Arc::from(commwatch_model::token::read_token_file(p)?)),
-                    None => None,
-                },
-            };
-            let sh = shipper::Shipper::new(settings, metrics.clone(), periods.clone(), inv.clone());
-            Some(tokio::spawn(sh.run(ev_rx, shutdown_rx.clone())))
+    let (ev_tx, mut ev_rx) = mpsc::channel(256);
+    let shipper = match shipper_settings(&config, buffer_bytes)? {
+        Some(settings) => {
+            let sh = shipper::Shipper::new(settings, metrics.clone(), periods.clone(), inv);
+            tokio::spawn(sh.run(ev_rx, shutdown_rx))
         }
-        None => {
-            // No collector: drain the queue so the sampler never counts hand-off drops.
-            let mut rx = ev_rx;
-            Some(tokio::spawn(
-                async move { while rx.recv().await.is_some() {} },
-            ))
-        }
+        // No collector: drain the queue so the sampler never counts hand-off drops.
+        None => tokio::spawn(async move { while ev_rx.recv().await.is_some() {} }),
     };
     let sampler = sampler::spawn(
         smp,
@@ -292,7 +243,101 @@ pub async fn start_with(
         metrics,
         shutdown: shutdown_tx,
         sampler: Some(sampler),
-        shipper,
+        shipper: Some(shipper),
         http,
     })
+}
+
+/// Builds the sources and runs the first discovery (off the async threads: it reads files and calls NVML).
+/// What it found goes out in the first `Hello`; later changes travel as updates.
+async fn discover_at_start(
+    config: &AgentConfig,
+    extras: AgentExtras,
+    metrics: &Arc<telemetry::AgentMetrics>,
+) -> Result<sampler::Sampler, AgentError> {
+    let sources = source::build_sources_with(&config.source_settings(), extras);
+    let mut smp = sampler::Sampler::new(sources, metrics.clone());
+    let mut smp = tokio::task::spawn_blocking(move || {
+        smp.discover();
+        smp
+    })
+    .await
+    .map_err(|e| AgentError::Thread(std::io::Error::other(e.to_string())))?;
+    let _ = smp.take_update();
+    Ok(smp)
+}
+
+/// The configured resend buffer size, else one that holds [`config::DEFAULT_BUFFER_SPAN`] of batches of
+/// the series discovered at start.
+fn resend_buffer_bytes(config: &AgentConfig, inv: &commwatch_proto::v1::Inventory) -> usize {
+    let fast_n = inv
+        .series
+        .iter()
+        .filter(|s| s.tier == commwatch_proto::Tier::Fast as i32)
+        .count();
+    let slow_n = inv.series.len() - fast_n;
+    config.buffer_bytes.unwrap_or_else(|| {
+        buffer_bytes_for(
+            fast_n,
+            slow_n,
+            config.fast_period,
+            config.slow_period,
+            config.batch_period,
+            config::DEFAULT_BUFFER_SPAN,
+        )
+    })
+}
+
+/// Binds the step-marker listeners (creating the socket's directory); returns the queue they fill and
+/// where they are bound.
+async fn start_markers(
+    config: &AgentConfig,
+    metrics: &telemetry::AgentMetrics,
+    shutdown: watch::Receiver<bool>,
+) -> (Arc<steps::MarkerQueue>, steps::BoundListeners) {
+    let markers = steps::MarkerQueue::new(65_536);
+    if let Some(parent) = config.steps_socket.as_ref().and_then(|p| p.parent()) {
+        let _ = std::fs::create_dir_all(parent);
+    }
+    let bound = steps::spawn_listeners(
+        &steps::ListenerSettings {
+            udp: config.steps_udp,
+            unix: config.steps_socket.clone(),
+            rate: config.steps_rate,
+        },
+        markers.clone(),
+        steps::MarkerMetrics {
+            received: metrics.markers_received.clone(),
+            dropped: metrics.markers_dropped.clone(),
+        },
+        shutdown,
+    )
+    .await;
+    (markers, bound)
+}
+
+/// The shipper's settings (TLS files and the token read now); `None` without a collector.
+fn shipper_settings(
+    config: &AgentConfig,
+    buffer_bytes: usize,
+) -> Result<Option<shipper::ShipperSettings>, AgentError> {
+    let Some(url) = &config.collector else {
+        return Ok(None);
+    };
+    Ok(Some(shipper::ShipperSettings {
+        collector: url.clone(),
+        node: config.node.clone(),
+        boot_id: boot_id(&config.procfs_root),
+        instance_id: rand::random::<u64>() | 1,
+        buffer_bytes,
+        ack_timeout: config.ack_timeout,
+        backoff_min: config.backoff_min,
+        backoff_max: config.backoff_max,
+        connect_timeout: Duration::from_secs(5),
+        tls: client_tls(config)?,
+        token: match &config.token_file {
+            Some(p) => Some(Arc::from(read_token_file(p)?)),
+            None => None,
+        },
+    }))
 }

@@ -69,74 +69,121 @@ pub fn run_once_with(config: &AgentConfig, extras: crate::AgentExtras) -> Json {
         metrics,
     );
     sampler.discover();
-
-    let mut first = BatchBuilder::default();
-    let t0 = Instant::now();
-    first.begin_tick(unix_now_ns());
-    sampler.sample(Tier::Fast, &mut first);
-    first.end_tick();
-    let wait = config.fast_period.saturating_sub(t0.elapsed());
-    std::thread::sleep(wait.max(Duration::from_millis(1)));
-    let mut second = BatchBuilder::default();
-    let t1 = Instant::now();
-    second.begin_tick(unix_now_ns());
-    sampler.sample(Tier::Fast, &mut second);
-    sampler.sample(Tier::Slow, &mut second);
-    second.end_tick();
-    let dt = t1.duration_since(t0).as_secs_f64();
-
-    let collect = |b: &mut BatchBuilder| -> BTreeMap<u32, u64> {
-        b.take()
-            .map(|b| b.series_ids.into_iter().zip(b.values).collect())
-            .unwrap_or_default()
-    };
-    let v0 = collect(&mut first);
-    let v1 = collect(&mut second);
-
-    // Per link: byte totals and rates between the two fast ticks.
+    let ticks = Ticks::read(&mut sampler, config.fast_period);
     let inv = sampler.full_inventory();
+    // Each link's facts (the inventory's view); `links` adds the byte totals and rates to them.
+    let link_facts: Vec<Json> = inv.links.iter().map(link_facts_json).collect();
+    json!({
+        "node": config.node,
+        "agent_version": env!("CARGO_PKG_VERSION"),
+        "sysfs_root": config.sysfs_root,
+        "procfs_root": config.procfs_root,
+        "warnings": crate::check_roots(config),
+        "sources": sources_json(&sampler),
+        // The inventory as the collector receives it: every link with its facts, and every series.
+        "inventory": {
+            "links": link_facts,
+            "series": inv.series.iter().map(|d| {
+                let mut o = series_json(d, sampler.link(d.link_id));
+                o["id"] = json!(d.id);
+                o
+            }).collect::<Vec<_>>(),
+        },
+        "links": links_json(&inv, &link_facts, &ticks),
+        "samples": samples_json(&sampler, &inv, &ticks),
+        "jobs": serde_json::to_value(sampler.jobs()).unwrap_or_else(|_| json!([])),
+        "errors": sampler
+            .recent_errors()
+            .iter()
+            .map(|(s, m)| json!({"source": s, "error": m}))
+            .collect::<Vec<_>>(),
+    })
+}
+
+/// The values of two ticks, `dt` seconds apart: the first reads the fast tier, the second both tiers.
+struct Ticks {
+    first: BTreeMap<u32, u64>,
+    second: BTreeMap<u32, u64>,
+    dt: f64,
+}
+
+impl Ticks {
+    /// Reads the two ticks, one fast period (at least 1 ms) apart.
+    fn read(sampler: &mut Sampler, fast_period: Duration) -> Ticks {
+        let mut first = BatchBuilder::default();
+        let t0 = Instant::now();
+        first.begin_tick(unix_now_ns());
+        sampler.sample(Tier::Fast, &mut first);
+        first.end_tick();
+        let wait = fast_period.saturating_sub(t0.elapsed());
+        std::thread::sleep(wait.max(Duration::from_millis(1)));
+        let mut second = BatchBuilder::default();
+        let t1 = Instant::now();
+        second.begin_tick(unix_now_ns());
+        sampler.sample(Tier::Fast, &mut second);
+        sampler.sample(Tier::Slow, &mut second);
+        second.end_tick();
+        let collect = |b: &mut BatchBuilder| -> BTreeMap<u32, u64> {
+            b.take()
+                .map(|b| b.series_ids.into_iter().zip(b.values).collect())
+                .unwrap_or_default()
+        };
+        Ticks {
+            first: collect(&mut first),
+            second: collect(&mut second),
+            dt: t1.duration_since(t0).as_secs_f64(),
+        }
+    }
+
+    /// The newest value of series `id`.
+    fn latest(&self, id: u32) -> Option<u64> {
+        self.second
+            .get(&id)
+            .or_else(|| self.first.get(&id))
+            .copied()
+    }
+}
+
+/// A link's facts: class, device, port, role, capacity, state, attributes, and `gpu`/`link` for NVLink.
+fn link_facts_json(l: &pb::Link) -> Json {
+    let mut o = json!({
+        "class": class_name(l.class),
+        "device": l.device,
+        "port": l.port,
+        "role": role_name(l.role),
+        "capacity_bytes_per_second": if l.capacity_bytes_per_second > 0.0 { json!(l.capacity_bytes_per_second) } else { Json::Null },
+        "state": l.state,
+        "attributes": l.attributes.iter().collect::<BTreeMap<_, _>>(),
+    });
+    if !l.gpu.is_empty() {
+        o["gpu"] = json!(l.gpu);
+        o["link"] = json!(l.link);
+    }
+    o
+}
+
+/// Each link's facts with its byte totals and rates between the two ticks (`null` where it has none).
+fn links_json(inv: &pb::Inventory, link_facts: &[Json], ticks: &Ticks) -> Vec<Json> {
     let mut per_link: BTreeMap<u32, serde_json::Map<String, Json>> = BTreeMap::new();
     for d in &inv.series {
         if d.link_id == 0 || !(d.metric == "tx_bytes" || d.metric == "rx_bytes") {
             continue;
         }
-        let (Some(a), Some(b)) = (v0.get(&d.id), v1.get(&d.id)) else {
+        let (Some(a), Some(b)) = (ticks.first.get(&d.id), ticks.second.get(&d.id)) else {
             continue;
         };
         let entry = per_link.entry(d.link_id).or_default();
         entry.insert(format!("{}_total", d.metric), json!(b));
-        let rate = if b >= a && dt > 0.0 {
-            json!((b - a) as f64 / dt)
+        let rate = if b >= a && ticks.dt > 0.0 {
+            json!((b - a) as f64 / ticks.dt)
         } else {
             Json::Null
         };
         entry.insert(format!("{}_per_second", d.metric), rate);
     }
-    // Each link's facts (the inventory's view); `links` adds the byte totals and rates to them.
-    let link_facts: Vec<Json> = inv
-        .links
+    inv.links
         .iter()
-        .map(|l| {
-            let mut o = json!({
-                "class": class_name(l.class),
-                "device": l.device,
-                "port": l.port,
-                "role": role_name(l.role),
-                "capacity_bytes_per_second": if l.capacity_bytes_per_second > 0.0 { json!(l.capacity_bytes_per_second) } else { Json::Null },
-                "state": l.state,
-                "attributes": l.attributes.iter().collect::<BTreeMap<_, _>>(),
-            });
-            if !l.gpu.is_empty() {
-                o["gpu"] = json!(l.gpu);
-                o["link"] = json!(l.link);
-            }
-            o
-        })
-        .collect();
-    let links: Vec<Json> = inv
-        .links
-        .iter()
-        .zip(&link_facts)
+        .zip(link_facts)
         .map(|(l, facts)| {
             let mut o = facts.clone();
             for k in [
@@ -154,28 +201,31 @@ pub fn run_once_with(config: &AgentConfig, extras: crate::AgentExtras) -> Json {
             }
             o
         })
-        .collect();
+        .collect()
+}
 
-    let mut samples = Vec::new();
-    for d in &inv.series {
-        let Some(bits) = v1.get(&d.id).or_else(|| v0.get(&d.id)) else {
-            continue;
-        };
-        let mut o = series_json(d, sampler.link(d.link_id));
-        o["value"] = value_json(d, *bits);
-        o["saturated"] = json!(
-            d.kind == pb::SeriesKind::Counter as i32
-                && *bits
-                    == if d.max_value == 0 {
-                        u64::MAX
-                    } else {
-                        d.max_value
-                    }
-        );
-        samples.push(o);
-    }
+/// Every series that produced a value, with its newest value and whether a counter is saturated.
+fn samples_json(sampler: &Sampler, inv: &pb::Inventory, ticks: &Ticks) -> Vec<Json> {
+    inv.series
+        .iter()
+        .filter_map(|d| {
+            let bits = ticks.latest(d.id)?;
+            let mut o = series_json(d, sampler.link(d.link_id));
+            o["value"] = value_json(d, bits);
+            let saturation = if d.max_value == 0 {
+                u64::MAX
+            } else {
+                d.max_value
+            };
+            o["saturated"] = json!(d.kind == pb::SeriesKind::Counter as i32 && bits == saturation);
+            Some(o)
+        })
+        .collect()
+}
 
-    let sources: Vec<Json> = sampler
+/// Each source with the number of its recent errors.
+fn sources_json(sampler: &Sampler) -> Vec<Json> {
+    sampler
         .source_names()
         .into_iter()
         .map(|name| {
@@ -184,32 +234,131 @@ pub fn run_once_with(config: &AgentConfig, extras: crate::AgentExtras) -> Json {
                 "errors": sampler.recent_errors().iter().filter(|(s, _)| *s == name).count(),
             })
         })
-        .collect();
-    let errors: Vec<Json> = sampler
-        .recent_errors()
-        .iter()
-        .map(|(s, m)| json!({"source": s, "error": m}))
-        .collect();
+        .collect()
+}
 
-    json!({
-        "node": config.node,
-        "agent_version": env!("CARGO_PKG_VERSION"),
-        "sysfs_root": config.sysfs_root,
-        "procfs_root": config.procfs_root,
-        "warnings": crate::check_roots(config),
-        "sources": sources,
-        // The inventory as the collector receives it: every link with its facts, and every series.
-        "inventory": {
-            "links": link_facts,
-            "series": inv.series.iter().map(|d| {
-                let mut o = series_json(d, sampler.link(d.link_id));
-                o["id"] = json!(d.id);
-                o
-            }).collect::<Vec<_>>(),
-        },
-        "links": links,
-        "samples": samples,
-        "jobs": serde_json::to_value(sampler.jobs()).unwrap_or_else(|_| json!([])),
-        "errors": errors,
-    })
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A sysfs root with one interface whose byte counters hold `tx`/`rx`.
+    fn sysfs_with_eth0(tx: u64, rx: u64) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let eth0 = dir.path().join("class/net/eth0");
+        std::fs::create_dir_all(eth0.join("statistics")).unwrap();
+        for (f, v) in [
+            ("type", "1"),
+            ("mtu", "1500"),
+            ("operstate", "up"),
+            ("speed", "25000"),
+        ] {
+            std::fs::write(eth0.join(f), format!("{v}\n")).unwrap();
+        }
+        for f in [
+            "tx_packets",
+            "rx_packets",
+            "tx_errors",
+            "rx_errors",
+            "tx_dropped",
+            "rx_dropped",
+        ] {
+            std::fs::write(eth0.join("statistics").join(f), "0\n").unwrap();
+        }
+        std::fs::write(eth0.join("statistics/tx_bytes"), format!("{tx}\n")).unwrap();
+        std::fs::write(eth0.join("statistics/rx_bytes"), format!("{rx}\n")).unwrap();
+        dir
+    }
+
+    fn keys(v: &Json) -> Vec<&str> {
+        let mut k: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+        k.sort();
+        k
+    }
+
+    #[test]
+    fn the_document_keeps_its_keys_and_describes_the_interface() {
+        let root = sysfs_with_eth0(1000, 2000);
+        let config = AgentConfig {
+            node: "t1".into(),
+            sysfs_root: root.path().to_path_buf(),
+            sources: vec!["netdev".into()],
+            fast_period: Duration::from_millis(5),
+            ..AgentConfig::default()
+        };
+        let doc = run_once(&config);
+        assert_eq!(
+            keys(&doc),
+            [
+                "agent_version",
+                "errors",
+                "inventory",
+                "jobs",
+                "links",
+                "node",
+                "procfs_root",
+                "samples",
+                "sources",
+                "sysfs_root",
+                "warnings"
+            ]
+        );
+        assert_eq!(doc["node"], "t1");
+        assert_eq!(doc["sources"], json!([{"name": "netdev", "errors": 0}]));
+        assert_eq!(doc["jobs"], json!([]));
+        let facts = &doc["inventory"]["links"][0];
+        assert_eq!(
+            keys(facts),
+            [
+                "attributes",
+                "capacity_bytes_per_second",
+                "class",
+                "device",
+                "port",
+                "role",
+                "state"
+            ]
+        );
+        assert_eq!(
+            (&facts["class"], &facts["role"], &facts["state"]),
+            (&json!("ethernet"), &json!("management"), &json!("up"))
+        );
+        assert_eq!(facts["capacity_bytes_per_second"], json!(3.125e9));
+        let link = &doc["links"][0];
+        assert_eq!(link["tx_bytes_total"], json!(1000));
+        assert_eq!(link["rx_bytes_total"], json!(2000));
+        // The counters did not move between the two ticks.
+        assert_eq!(link["tx_bytes_per_second"], json!(0.0));
+        let tx = doc["samples"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["metric"] == "tx_bytes")
+            .unwrap();
+        assert_eq!(
+            keys(tx),
+            [
+                "class",
+                "device",
+                "kind",
+                "labels",
+                "metric",
+                "port",
+                "saturated",
+                "tier",
+                "value"
+            ]
+        );
+        assert_eq!(
+            (&tx["kind"], &tx["tier"], &tx["value"], &tx["saturated"]),
+            (
+                &json!("counter"),
+                &json!("fast"),
+                &json!(1000),
+                &json!(false)
+            )
+        );
+        let series = doc["inventory"]["series"].as_array().unwrap();
+        assert_eq!(series.len(), 10, "8 statistics, state and capacity");
+        assert!(series.iter().all(|s| s["id"].as_u64().is_some()));
+    }
 }
