@@ -144,7 +144,7 @@ impl Cluster {
         self.node_roots.clone()
     }
 
-    /// Number of counter files kept current.
+    /// Number of files kept current (every counter, and the `flapping` port's state files).
     pub fn counter_file_count(&self) -> usize {
         self.files.len()
     }

@@ -21,6 +21,14 @@ pub enum SimError {
         /// The accepted names, comma separated.
         expected: String,
     },
+    /// A variant name that is not one of [`crate::Variant::NAMES`].
+    #[error("unknown variant {name:?}; expected one of: {expected}")]
+    UnknownVariant {
+        /// The name as given.
+        name: String,
+        /// The accepted names, comma separated.
+        expected: String,
+    },
     /// A node, HCA or netdev index outside the cluster.
     #[error("no such {what} {index} (cluster has {count})")]
     OutOfRange {

@@ -27,6 +27,11 @@
 //! `gpm` reports the mean SM activity since its previous call; `utilization` the mean over the
 //! last second (NVML's sample period); power is 90 W + 610 W × SM activity over the last second.
 //!
+//! **Variants.** The GPUs follow the timeline of their node's job ([`JobModel::node_timeline`]): with
+//! `overlap` the NVLink bytes move in the gradient buckets, with `jitter` at each step's exact bursts
+//! (activity keeps the nominal step, within the jitter's ±2.5 %); on a node that runs no job (`idle-nodes`,
+//! `two-jobs`) the GPUs idle and NVLink stays still.
+//!
 //! # Host
 //!
 //! [`HOST_CPUS`] CPUs. During the host phase of a step (`cpu-bound`: the input pipeline) every CPU
@@ -43,7 +48,7 @@ use commwatch_agent::source::gpu::{
 use commwatch_agent::source::host::{HostBackend, HostReading};
 use commwatch_agent::source::SourceError;
 
-use crate::model::{seeded_u64, JobModel};
+use crate::model::{seeded_u64, JobModel, StepTimeline};
 
 /// NVLinks per simulated GPU (H100 SXM).
 pub const NVLINKS_PER_GPU: u32 = 18;
@@ -98,12 +103,23 @@ struct Profiles {
     sm: Profile,
     busy: Profile,
     host_cpu: Profile,
-    burst_start: u128,
-    burst_duration: u128,
+    /// The bursts NVLink bytes move in: the node's job's timeline.
+    train: StepTimeline,
 }
 
 fn profiles(model: &JobModel, node: usize) -> Profiles {
-    let tl = model.timeline();
+    let Some(tl) = model.node_timeline(node) else {
+        // No job: GPUs idle, host CPUs at their idle level.
+        let train = model.timeline().clone();
+        let period = train.period.as_nanos();
+        return Profiles {
+            period,
+            sm: Vec::new(),
+            busy: Vec::new(),
+            host_cpu: vec![(0, period, HOST_CPU_IDLE)],
+            train,
+        };
+    };
     let period = tl.period.as_nanos();
     let host = tl.host.as_nanos();
     let compute_end = host + tl.compute.get(node).copied().unwrap_or_default().as_nanos();
@@ -122,8 +138,7 @@ fn profiles(model: &JobModel, node: usize) -> Profiles {
         sm,
         busy,
         host_cpu,
-        burst_start: bs,
-        burst_duration: tl.burst_duration.as_nanos(),
+        train: tl.clone(),
     }
 }
 
@@ -146,7 +161,7 @@ impl SimGpus {
     /// GPUs of `node`; model time is the time since `epoch` (the cluster's [`crate::Cluster::epoch`]).
     pub fn new(model: &JobModel, node: usize, epoch: Instant) -> SimGpus {
         let g = model.spec().gpus_per_node as u64;
-        let r = model.per_rank_bytes_per_step();
+        let r = model.job_of(node).map_or(0, |j| j.per_rank_bytes_per_step);
         SimGpus {
             node,
             gpus: g as u32,
@@ -189,19 +204,7 @@ impl SimGpus {
 
     /// Cumulative bytes on a link by model time `t` (burst part only, without the seeded base).
     pub fn link_bytes_at(&self, link: u32, t: Duration) -> u64 {
-        let b = u128::from(self.link_bytes_per_step(link));
-        let period = self.p.period.max(1);
-        let t = t.as_nanos();
-        let (k, tau) = (t / period, t % period);
-        let d = self.p.burst_duration;
-        let in_step = if tau < self.p.burst_start {
-            0
-        } else if d == 0 || tau >= self.p.burst_start + d {
-            b
-        } else {
-            b * (tau - self.p.burst_start) / d
-        };
-        u64::try_from(k * b + in_step).unwrap_or(u64::MAX)
+        self.p.train.bytes_at(self.link_bytes_per_step(link), t)
     }
 
     /// Mean SM activity over `[t0, t1]` (0..1).

@@ -6,9 +6,12 @@
 //! `--sysfs-root <root>/<node>`; tests compute the exact values the agents should see.
 //!
 //! Module map:
-//! - [`spec`]: [`ClusterSpec`], the cluster's shape, job and fault, with defaults.
+//! - [`spec`]: [`ClusterSpec`], the cluster's shape, job, fault and variants, with defaults.
 //! - [`scenario`]: [`Scenario`], the faults by CLI name.
-//! - [`model`]: the pure model — step timeline, bytes per link, every counter as a function of time.
+//! - [`variant`]: [`Variant`], realistic traffic on top of a scenario (storage, overlapped buckets, idle
+//!   nodes, jitter, two jobs, eight rails, the design's magnitudes, a flapping port), by CLI name.
+//! - [`placement`]: which node runs which job ([`Placement`]).
+//! - [`model`]: the pure model — step timelines, bytes per link, every counter as a function of time.
 //! - [`counters`]: the counter files' names and PMA widths.
 //! - [`tree`]: the on-disk layout and the in-place writer.
 //! - [`cluster`]: [`Cluster`] (create, `advance_to`, expectations) and its updater thread.
@@ -34,15 +37,19 @@ pub mod counters;
 mod error;
 pub mod gpu;
 pub mod model;
+pub mod placement;
 pub mod procfs;
 pub mod scenario;
 pub mod spec;
 pub mod tree;
+pub mod variant;
 
 pub use cluster::{AdvanceStats, Cluster, UpdaterHandle};
 pub use counters::{HwCounter, NetStat, PortCounter};
 pub use error::SimError;
 pub use gpu::{SimGpus, SimHost};
-pub use model::{JobModel, Link, LinkBytes, LinkModel, LinkStep, StepTimeline};
+pub use model::{Job, JobModel, Link, LinkBytes, LinkModel, LinkStep, StepTimeline};
+pub use placement::Placement;
 pub use scenario::Scenario;
 pub use spec::ClusterSpec;
+pub use variant::Variant;

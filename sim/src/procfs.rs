@@ -9,22 +9,32 @@
 //! node of [`Scenario::ManagementNic`], where it is `eth0` (the management NIC: what the scenario's traffic
 //! shows, and what the agent reports as an NCCL setting conflict). Plus `sys/kernel/random/boot_id`.
 //! No other process is there: the tree is what an agent on that node would see of the training job only.
+//!
+//! With the `idle-nodes` and `two-jobs` variants ([`crate::placement`]) an idle node's tree holds only its
+//! boot id, and each job's ranks carry that job's id (`1001`, `1002`), its own `RANK` (from 0 on its first
+//! node) and `WORLD_SIZE` (its nodes × GPUs per node).
 
 use std::path::{Path, PathBuf};
 
 use crate::{Cluster, Scenario, SimError};
 
-/// The simulated job's id (`SLURM_JOB_ID` of every rank).
+/// The simulated (first) job's id (`SLURM_JOB_ID` of every rank; a second job's is `1002`).
 pub const JOB_ID: &str = "1001";
 /// Pid of the rank on GPU 0; GPU `g` runs pid `FIRST_PID + g`.
 pub const FIRST_PID: u32 = 1000;
 
-/// The environment of the rank on GPU `gpu` of node `node` (key, value), in the order written.
+/// The environment of the rank on GPU `gpu` of node `node` (key, value), in the order written; empty for a
+/// node that runs no job.
 pub fn rank_environment(
     spec: &crate::ClusterSpec,
     node: usize,
     gpu: usize,
 ) -> Vec<(String, String)> {
+    let placement = spec.placement();
+    let (Some(job), Some(index)) = (placement.job_of(node), placement.index_in_job(node)) else {
+        return Vec::new();
+    };
+    let job = &placement.jobs()[job];
     let ifname = if spec.scenario == Scenario::ManagementNic && node == spec.resolved_fault_node() {
         "eth0"
     } else {
@@ -32,12 +42,15 @@ pub fn rank_environment(
     };
     vec![
         ("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into()),
-        ("SLURM_JOB_ID".into(), JOB_ID.into()),
-        ("RANK".into(), (node * spec.gpus_per_node + gpu).to_string()),
+        ("SLURM_JOB_ID".into(), job.id.clone()),
+        (
+            "RANK".into(),
+            (index * spec.gpus_per_node + gpu).to_string(),
+        ),
         ("LOCAL_RANK".into(), gpu.to_string()),
         (
             "WORLD_SIZE".into(),
-            (spec.nodes * spec.gpus_per_node).to_string(),
+            (job.nodes.len() * spec.gpus_per_node).to_string(),
         ),
         ("CUDA_VISIBLE_DEVICES".into(), gpu.to_string()),
         ("NCCL_SOCKET_IFNAME".into(), ifname.into()),
@@ -59,7 +72,12 @@ impl Cluster {
         let mut out = Vec::with_capacity(spec.nodes);
         for (node, (name, _)) in self.node_roots().into_iter().enumerate() {
             let root = self.root().join("proc").join(&name);
-            for gpu in 0..spec.gpus_per_node {
+            let gpus = if self.model().job_of(node).is_some() {
+                spec.gpus_per_node
+            } else {
+                0
+            };
+            for gpu in 0..gpus {
                 let pid = FIRST_PID + gpu as u32;
                 let dir = root.join(pid.to_string());
                 // Fields after the command: state ppid pgrp session tty tpgid flags minflt cminflt majflt

@@ -1,5 +1,7 @@
 //! The shape of a simulated cluster and its job, with defaults in one place.
 
+use crate::placement::Placement;
+use crate::variant::Variant;
 use crate::{Scenario, SimError};
 
 /// Everything that determines a simulated cluster. Two clusters built from equal specs write
@@ -7,7 +9,8 @@ use crate::{Scenario, SimError};
 ///
 /// `Default` is the **healthy** 8 nodes × 8 GPUs job of the classic case (220 MB AllReduce,
 /// 300 ms compute, 200 Gb/s HDR); the demo uses [`ClusterSpec::demo`], the same job under
-/// [`Scenario::ManagementNic`].
+/// [`Scenario::ManagementNic`]. With no [`variants`](ClusterSpec::variants) (the default) every node runs the
+/// one job and the traffic is the square wave of the scenario.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClusterSpec {
     /// Number of nodes (`node-00`, `node-01`, …). At least 1.
@@ -47,8 +50,10 @@ pub struct ClusterSpec {
     /// milliseconds (default 250).
     pub cpu_bound_host_ms: u64,
     /// Seed for everything that varies between links and nodes: initial counter values,
-    /// background traffic rates, GUIDs and addresses.
+    /// background traffic rates, GUIDs and addresses; with variants also jitter and storage traffic.
     pub seed: u64,
+    /// Realistic traffic on top of the scenario ([`Variant`]), in any order; default none.
+    pub variants: Vec<Variant>,
 }
 
 impl Default for ClusterSpec {
@@ -70,6 +75,7 @@ impl Default for ClusterSpec {
             straggler_percent: 30,
             cpu_bound_host_ms: 250,
             seed: 1,
+            variants: Vec::new(),
         }
     }
 }
@@ -91,13 +97,54 @@ impl ClusterSpec {
         }
     }
 
-    /// The node index that carries the fault (see [`ClusterSpec::fault_node`]).
-    pub fn resolved_fault_node(&self) -> usize {
-        self.fault_node.unwrap_or(if self.nodes > 3 {
-            3
+    /// The default spec with `variants` on top of `scenario`.
+    pub fn with_variants(scenario: Scenario, variants: &[Variant]) -> Self {
+        ClusterSpec {
+            scenario,
+            variants: variants.to_vec(),
+            ..ClusterSpec::default()
+        }
+    }
+
+    /// Whether the spec carries `variant`.
+    pub fn has(&self, variant: Variant) -> bool {
+        self.variants.contains(&variant)
+    }
+
+    /// HCAs (rails) per node: one per GPU, or eight with [`Variant::Rails8`].
+    pub fn hcas_per_node(&self) -> usize {
+        if self.has(Variant::Rails8) {
+            8
         } else {
-            self.nodes.saturating_sub(1)
-        })
+            self.gpus_per_node
+        }
+    }
+
+    /// Which node runs which job ([`Placement`]).
+    pub fn placement(&self) -> Placement {
+        Placement::new(self.nodes, &self.variants)
+    }
+
+    /// The node index that carries the fault (see [`ClusterSpec::fault_node`]; when none is named and
+    /// node 3 runs no job, [`Placement::default_fault_node`]).
+    pub fn resolved_fault_node(&self) -> usize {
+        match self.fault_node {
+            Some(n) => n,
+            None if self.variants.is_empty() => {
+                if self.nodes > 3 {
+                    3
+                } else {
+                    self.nodes.saturating_sub(1)
+                }
+            }
+            None => self.placement().default_fault_node(),
+        }
+    }
+
+    /// Whether anything is injected on the fault node (a scenario other than healthy, or a fault variant).
+    fn injects_fault(&self) -> bool {
+        !matches!(self.scenario, Scenario::Healthy | Scenario::Constant { .. })
+            || self.variants.iter().any(|v| v.is_fault())
     }
 
     /// Checks every field; the error names the first bad one.
@@ -156,12 +203,13 @@ impl ClusterSpec {
                 ));
             }
         }
-        if self.fault_hca >= self.gpus_per_node {
+        if self.fault_hca >= self.hcas_per_node() {
             return Err(SimError::spec(
                 "fault_hca",
                 format!(
-                    "{} is not below gpus_per_node ({})",
-                    self.fault_hca, self.gpus_per_node
+                    "{} is not below the HCAs per node ({})",
+                    self.fault_hca,
+                    self.hcas_per_node()
                 ),
             ));
         }
@@ -188,6 +236,54 @@ impl ClusterSpec {
                     "constant rates must be at most 1 TiB/s",
                 ));
             }
+        }
+        self.validate_variants()
+    }
+
+    /// The variants' own conditions: no duplicates, none with `constant`, every job with a node, the fault on
+    /// a node that runs a job, a second rail to reroute a flapping port to.
+    fn validate_variants(&self) -> Result<(), SimError> {
+        if self.variants.is_empty() {
+            return Ok(());
+        }
+        for (i, v) in self.variants.iter().enumerate() {
+            if self.variants[..i].contains(v) {
+                return Err(SimError::spec("variants", format!("{v} is given twice")));
+            }
+        }
+        if matches!(self.scenario, Scenario::Constant { .. }) {
+            return Err(SimError::spec(
+                "variants",
+                "the constant scenario has no steps: no variant applies",
+            ));
+        }
+        let placement = self.placement();
+        if placement.jobs().len() < Placement::expected_jobs(&self.variants) {
+            return Err(SimError::spec(
+                "variants",
+                format!(
+                    "{} nodes are too few for {}",
+                    self.nodes,
+                    self.variants
+                        .iter()
+                        .map(|v| v.name())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            ));
+        }
+        let fault = self.resolved_fault_node();
+        if self.injects_fault() && placement.job_of(fault).is_none() {
+            return Err(SimError::spec(
+                "fault_node",
+                format!("node {fault} runs no job, so it cannot carry the fault"),
+            ));
+        }
+        if self.has(Variant::Flapping) && self.hcas_per_node() < 2 {
+            return Err(SimError::spec(
+                "variants",
+                "flapping needs at least two HCAs per node to reroute over",
+            ));
         }
         Ok(())
     }

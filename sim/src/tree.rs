@@ -28,6 +28,12 @@
 //! never sees stale trailing digits. A reader racing a write may in principle see a torn value
 //! (real sysfs has no such race); values are a few bytes within one page, which Linux copies
 //! under the page lock, so in practice reads see the old or the new text.
+//!
+//! The link state files (`state`, `phys_state`, `operstate`, `carrier`) are static, except those of the
+//! `flapping` variant's port and its IPoIB netdev, which are rewritten the same way whenever the port goes
+//! down or up (a shorter text is followed by `ftruncate`, so a racing reader may see a torn value there).
+//!
+//! With the `rails8` variant a node has eight HCAs `mlx5_0..7` and IPoIB netdevs `ib0..7` whatever its GPUs.
 
 use std::fs::{self, File, OpenOptions};
 use std::os::unix::fs::FileExt;
@@ -43,6 +49,21 @@ pub(crate) enum Source {
     Port(usize, PortCounter),
     Hw(usize, HwCounter),
     Net(Link, NetStat),
+    /// `ports/1/state` of a flapping port.
+    PortState(usize),
+    /// `ports/1/phys_state` of a flapping port.
+    PhysState(usize),
+    /// `operstate` of the IPoIB netdev of a flapping port.
+    Operstate(Link),
+    /// `carrier` of the IPoIB netdev of a flapping port.
+    Carrier(Link),
+}
+
+/// What a dynamic file holds: a counter, or a state text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Value {
+    Counter(u64),
+    Text(&'static str),
 }
 
 impl Source {
@@ -51,12 +72,16 @@ impl Source {
         model: &JobModel,
         node: usize,
         t: std::time::Duration,
-    ) -> Result<u64, SimError> {
-        match self {
-            Source::Port(h, c) => model.port_counter(node, h, c, t),
-            Source::Hw(h, c) => model.hw_counter(node, h, c, t),
-            Source::Net(l, s) => model.net_stat(node, l, s, t),
-        }
+    ) -> Result<Value, SimError> {
+        Ok(match self {
+            Source::Port(h, c) => Value::Counter(model.port_counter(node, h, c, t)?),
+            Source::Hw(h, c) => Value::Counter(model.hw_counter(node, h, c, t)?),
+            Source::Net(l, s) => Value::Counter(model.net_stat(node, l, s, t)?),
+            Source::PortState(h) => Value::Text(model.port_state(node, h, t)?),
+            Source::PhysState(h) => Value::Text(model.port_phys_state(node, h, t)?),
+            Source::Operstate(l) => Value::Text(model.netdev_operstate(node, l, t)?),
+            Source::Carrier(l) => Value::Text(model.netdev_carrier(node, l, t)?),
+        })
     }
 }
 
@@ -67,7 +92,7 @@ pub(crate) struct CounterFile {
     pub(crate) path: PathBuf,
     pub(crate) node: usize,
     pub(crate) source: Source,
-    last: Option<u64>,
+    last: Option<Value>,
     len: usize,
 }
 
@@ -91,12 +116,20 @@ impl CounterFile {
     }
 
     /// Writes `value` followed by a newline at offset 0 unless it is already there.
-    pub(crate) fn write(&mut self, value: u64) -> Result<bool, SimError> {
+    pub(crate) fn write(&mut self, value: Value) -> Result<bool, SimError> {
         if self.last == Some(value) {
             return Ok(false);
         }
         let mut buf = [0u8; 24];
-        let text = format_u64_line(value, &mut buf);
+        let mut line = String::new();
+        let text = match value {
+            Value::Counter(v) => format_u64_line(v, &mut buf),
+            Value::Text(s) => {
+                line.push_str(s);
+                line.push('\n');
+                line.as_bytes()
+            }
+        };
         self.file
             .write_all_at(text, 0)
             .map_err(|e| SimError::io("write", &self.path, e))?;
@@ -160,8 +193,9 @@ pub(crate) fn lay_out_node(
     let ib_root = node_root.join("class").join("infiniband");
     let net_root = node_root.join("class").join("net");
     let node_label = model.node_name(node)?.to_string();
+    let hcas = model.hca_count();
     let mut files = Vec::new();
-    for g in 0..spec.gpus_per_node {
+    for g in 0..hcas {
         let hca = model.hca(node, g)?;
         let dev = ib_root.join(format!("mlx5_{g}"));
         mkdir(&dev)?;
@@ -177,14 +211,23 @@ pub(crate) fn lay_out_node(
         let port = dev.join("ports").join("1");
         mkdir(&port)?;
         put(&port, "rate", &hca.rate_text)?;
-        put(&port, "state", "4: ACTIVE")?;
-        put(&port, "phys_state", "5: LinkUp")?;
+        if hca.flapping {
+            files.push(CounterFile::create(
+                port.join("state"),
+                node,
+                Source::PortState(g),
+            )?);
+            files.push(CounterFile::create(
+                port.join("phys_state"),
+                node,
+                Source::PhysState(g),
+            )?);
+        } else {
+            put(&port, "state", "4: ACTIVE")?;
+            put(&port, "phys_state", "5: LinkUp")?;
+        }
         put(&port, "link_layer", "InfiniBand")?;
-        put(
-            &port,
-            "lid",
-            &format!("{:#x}", node * spec.gpus_per_node + g + 1),
-        )?;
+        put(&port, "lid", &format!("{:#x}", node * hcas + g + 1))?;
         put(&port, "sm_lid", "0x1")?;
         put(&port, "lid_mask_count", "0")?;
         put(&port, "cap_mask", "0xa751e848")?;
@@ -221,7 +264,7 @@ pub(crate) fn lay_out_node(
         }
     }
     let mut netdevs: Vec<Link> = vec![Link::Eth0];
-    netdevs.extend((0..spec.gpus_per_node).map(Link::Ipoib));
+    netdevs.extend((0..hcas).map(Link::Ipoib));
     for (ifindex, link) in netdevs.into_iter().enumerate() {
         let nd = model.netdev(node, link)?;
         let dir = net_root.join(link.device_name());
@@ -262,8 +305,21 @@ pub(crate) fn lay_out_node(
                 put(&dir, "flags", "0x1003")?;
             }
         }
-        put(&dir, "operstate", "up")?;
-        put(&dir, "carrier", "1")?;
+        if nd.flapping {
+            files.push(CounterFile::create(
+                dir.join("operstate"),
+                node,
+                Source::Operstate(link),
+            )?);
+            files.push(CounterFile::create(
+                dir.join("carrier"),
+                node,
+                Source::Carrier(link),
+            )?);
+        } else {
+            put(&dir, "operstate", "up")?;
+            put(&dir, "carrier", "1")?;
+        }
         put(&dir, "duplex", "full")?;
         put(&dir, "speed", &nd.speed_mbps.to_string())?;
         put(&dir, "ifindex", &(ifindex + 2).to_string())?;
