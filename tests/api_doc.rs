@@ -199,7 +199,7 @@ fn every_finding_kind_is_documented() {
     let doc = doc();
     let title = "Finding kinds and severities";
     let body = section(&doc, title).unwrap_or_else(|| panic!("{DOC}: no section \"{title}\""));
-    let missing: Vec<&str> = commwatch_collector::analysis::Kind::ALL
+    let missing: Vec<&str> = commwatch_collector::analysis::FindingKind::ALL
         .iter()
         .map(|k| k.as_str())
         .filter(|k| !body.contains(&format!("\n| `{k}` |")))

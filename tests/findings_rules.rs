@@ -15,7 +15,7 @@ use commwatch_collector::analysis::input::{
     RankInput,
 };
 use commwatch_collector::analysis::tracker::{Change, Tracker, CLEAR_AFTER, RAISE_AFTER};
-use commwatch_collector::analysis::{evaluate, Finding, Kind, Severity};
+use commwatch_collector::analysis::{evaluate, Finding, FindingKind, Severity};
 use commwatch_collector::model::{LinkClass, LinkRole};
 use commwatch_sim::{ClusterSpec, JobModel, Link, PortCounter, Scenario, SimGpus, SimHost};
 
@@ -207,10 +207,10 @@ impl Feed {
                     ),
                 };
                 let mut l = LinkInput::new(class, &device, &port, role);
-                l.capacity_bytes_per_second = Some(lm.capacity_bytes_per_second as f64);
+                l.link.capacity_bytes_per_second = Some(lm.capacity_bytes_per_second as f64);
                 let tx: Vec<_> = lf.tx.iter().copied().collect();
                 let rx: Vec<_> = lf.rx.iter().copied().collect();
-                l.activity = activity::analyse(&tx, &rx, l.capacity_bytes_per_second);
+                l.activity = activity::analyse(&tx, &rx, l.link.capacity_bytes_per_second);
                 for (k, (_, metric, max)) in COUNTERS.iter().enumerate() {
                     let q = &lf.counters[k];
                     if let (Some(a), Some(b)) = (q.front(), q.back()) {
@@ -345,7 +345,7 @@ fn management_nic_classic_case_with_root_cause() {
     let (raised, _) = run(&mut feed, &mut tr, 15);
     let mgmt = raised
         .iter()
-        .find(|(_, f)| f.kind == Kind::ManagementNetworkTraffic)
+        .find(|(_, f)| f.kind == FindingKind::ManagementNetworkTraffic)
         .expect("management finding");
     let f = &mgmt.1;
     assert_eq!(f.subject.node, "node-03");
@@ -378,7 +378,7 @@ fn management_nic_classic_case_with_root_cause() {
     // Every other node's HCAs look underutilised (1.225e9 B/s of 25e9) and point to the root cause at info.
     let under: Vec<_> = raised
         .iter()
-        .filter(|(_, f)| f.kind == Kind::LinkUnderutilized)
+        .filter(|(_, f)| f.kind == FindingKind::LinkUnderutilized)
         .collect();
     assert_eq!(
         under.len(),
@@ -399,13 +399,13 @@ fn management_nic_classic_case_with_root_cause() {
     }
     let nccl = raised
         .iter()
-        .find(|(_, f)| f.kind == Kind::NcclMisconfiguration)
+        .find(|(_, f)| f.kind == FindingKind::NcclMisconfiguration)
         .expect("nccl");
     assert!(nccl.1.consequences.contains(&f.id));
     // Scaling (GPU data: exposed communication): 343.6 ms of 643.6 ms exposed → ≈ 0.47, a consequence.
     let sc = raised
         .iter()
-        .find(|(_, f)| f.kind == Kind::ScalingEfficiencyDrop)
+        .find(|(_, f)| f.kind == FindingKind::ScalingEfficiencyDrop)
         .expect("scaling");
     assert_eq!(sc.1.evidence.details["method"], "exposed_communication");
     assert!(
@@ -421,7 +421,7 @@ fn management_nic_classic_case_with_root_cause() {
     assert!(
         tr.active()
             .iter()
-            .all(|f| f.kind == Kind::NcclMisconfiguration),
+            .all(|f| f.kind == FindingKind::NcclMisconfiguration),
         "{:#?}",
         tr.active()
     );
@@ -435,7 +435,7 @@ fn degraded_link_congestion_and_clear() {
     let (raised, _) = run(&mut feed, &mut tr, 12);
     let d = raised
         .iter()
-        .find(|(_, f)| f.kind == Kind::LinkDegraded)
+        .find(|(_, f)| f.kind == FindingKind::LinkDegraded)
         .expect("degraded");
     assert_eq!(
         (d.1.subject.node.as_str(), d.1.subject.device.as_deref()),
@@ -451,7 +451,7 @@ fn degraded_link_congestion_and_clear() {
     assert_eq!(d.0, RAISE_AFTER as u64);
     let c = raised
         .iter()
-        .find(|(_, f)| f.kind == Kind::Congestion)
+        .find(|(_, f)| f.kind == FindingKind::Congestion)
         .expect("congestion");
     assert_eq!(
         (c.1.subject.node.as_str(), c.1.subject.device.as_deref()),
@@ -472,7 +472,8 @@ fn degraded_link_congestion_and_clear() {
     );
     assert!(!raised
         .iter()
-        .any(|(_, f)| f.kind == Kind::Congestion && f.subject.device.as_deref() != Some("mlx5_0")));
+        .any(|(_, f)| f.kind == FindingKind::Congestion
+            && f.subject.device.as_deref() != Some("mlx5_0")));
     feed.switch(spec(Scenario::Healthy));
     let (_, cleared) = run(&mut feed, &mut tr, WINDOW_S + CLEAR_AFTER as u64 + 3);
     assert!(cleared.iter().any(|(_, f)| f.id == d.1.id));
@@ -486,7 +487,7 @@ fn link_errors_rates_then_clear() {
     let (raised, _) = run(&mut feed, &mut tr, 10);
     assert_eq!(raised.len(), 1, "{raised:#?}");
     let (at, f) = &raised[0];
-    assert_eq!(f.kind, Kind::LinkErrors);
+    assert_eq!(f.kind, FindingKind::LinkErrors);
     assert_eq!(
         (
             f.subject.node.as_str(),
@@ -520,7 +521,7 @@ fn straggler_node_found_from_gpu_busy_share() {
     let (raised, _) = run(&mut feed, &mut tr, 25);
     let s: Vec<_> = raised
         .iter()
-        .filter(|(_, f)| f.kind == Kind::Straggler)
+        .filter(|(_, f)| f.kind == FindingKind::Straggler)
         .collect();
     assert_eq!(s.len(), 1, "{raised:#?}");
     assert_eq!(s[0].1.subject.node, "node-03");
@@ -539,7 +540,7 @@ fn straggler_node_found_from_gpu_busy_share() {
     assert!(
         !raised
             .iter()
-            .any(|(_, f)| f.severity >= Severity::Warning && f.kind != Kind::Straggler),
+            .any(|(_, f)| f.severity >= Severity::Warning && f.kind != FindingKind::Straggler),
         "{raised:#?}"
     );
 }
@@ -551,7 +552,7 @@ fn no_overlap_is_exposed_communication() {
     let (raised, _) = run(&mut feed, &mut tr, 25);
     let e: Vec<_> = raised
         .iter()
-        .filter(|(_, f)| f.kind == Kind::ExposedCommunication)
+        .filter(|(_, f)| f.kind == FindingKind::ExposedCommunication)
         .collect();
     assert_eq!(e.len(), 8, "{raised:#?}");
     // 19.6875 ms of 319.6875 ms exposed = 0.0616.
@@ -567,7 +568,7 @@ fn no_overlap_is_exposed_communication() {
         e[0].0,
         steps_at(&feed, e[0].0)
     );
-    assert!(!raised.iter().any(|(_, f)| f.kind == Kind::CpuBound));
+    assert!(!raised.iter().any(|(_, f)| f.kind == FindingKind::CpuBound));
 }
 
 #[test]
@@ -577,7 +578,7 @@ fn cpu_bound_not_blamed_on_nccl() {
     let (raised, _) = run(&mut feed, &mut tr, 25);
     let c: Vec<_> = raised
         .iter()
-        .filter(|(_, f)| f.kind == Kind::CpuBound)
+        .filter(|(_, f)| f.kind == FindingKind::CpuBound)
         .collect();
     assert_eq!(c.len(), 8, "{raised:#?}");
     // GPUs idle 250 of 559.6875 ms = 0.4467.
@@ -594,9 +595,10 @@ fn cpu_bound_not_blamed_on_nccl() {
         steps_at(&feed, c[0].0)
     );
     assert!(
-        !raised
-            .iter()
-            .any(|(_, f)| matches!(f.kind, Kind::ExposedCommunication | Kind::LinkUnderutilized)),
+        !raised.iter().any(|(_, f)| matches!(
+            f.kind,
+            FindingKind::ExposedCommunication | FindingKind::LinkUnderutilized
+        )),
         "{raised:#?}"
     );
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use commwatch_collector::analysis::history::History;
 use commwatch_collector::analysis::tracker::Change;
-use commwatch_collector::analysis::{Evidence, Finding, Kind, Severity, Subject};
+use commwatch_collector::analysis::{Evidence, Finding, FindingKind, Severity, Subject};
 use commwatch_collector::CollectorConfig;
 
 fn config(dir: &std::path::Path) -> CollectorConfig {
@@ -20,7 +20,7 @@ fn config(dir: &std::path::Path) -> CollectorConfig {
 fn finding() -> Finding {
     Finding {
         id: "link_errors:node-03:mlx5_0:1".into(),
-        kind: Kind::LinkErrors,
+        kind: FindingKind::LinkErrors,
         severity: Severity::Critical,
         subject: Subject {
             node: "node-03".into(),

@@ -11,7 +11,7 @@
 //! Only while the port communicates (busy time > 0): an idle port cannot be congested.
 
 use super::input::AnalysisInput;
-use super::{r4, Candidate, Evidence, Kind, Severity, Subject};
+use super::{r4, Candidate, Evidence, FindingKind, Severity, Subject};
 use commwatch_model::{LinkClass, LinkRole};
 
 /// `port_xmit_wait` ticks per second of a port that waits all the time (4 ns ticks).
@@ -26,9 +26,11 @@ pub const OOS_PER_SECOND_ABOVE: f64 = 100.0;
 pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
     let mut out = Vec::new();
     for n in &input.nodes {
-        for l in n.links.iter().filter(|l| {
-            l.role == LinkRole::Fabric && matches!(l.class, LinkClass::Infiniband | LinkClass::Roce)
-        }) {
+        for l in n
+            .links
+            .iter()
+            .filter(|l| l.link.role == LinkRole::Fabric && l.link.key.class.is_rdma())
+        {
             let Some(a) = &l.activity else { continue };
             if a.busy_s <= 0.0 {
                 continue;
@@ -52,7 +54,7 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
                 }
                 e = e.detail("xmit_wait_share", r4(share.min(1.0)));
             }
-            if l.class == LinkClass::Roce {
+            if l.link.key.class == LinkClass::Roce {
                 for m in ["hw_rp_cnp_handled", "hw_np_cnp_sent"] {
                     if let Some(c) = l.counter(m).filter(|c| c.window_s > 0.0) {
                         let per_busy = c.increase as f64 / a.busy_s;
@@ -83,15 +85,15 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
             e.unit = unit.to_string();
             e = e.detail("busy_s", r4(a.busy_s));
             let mut c = Candidate::new(
-                Kind::Congestion,
+                FindingKind::Congestion,
                 Severity::Warning,
-                Subject::link(&n.name, l),
+                Subject::link(&n.name, &l.link),
             );
             c.summary = format!(
                 "{} {} port {} is congested: {}.",
                 n.name,
-                l.device,
-                l.port,
+                l.link.key.device,
+                l.link.key.port,
                 reasons.join("; ")
             );
             c.evidence = e;

@@ -8,7 +8,7 @@
 
 use super::exposed_comm::exposed_share;
 use super::input::AnalysisInput;
-use super::{r4, Candidate, Evidence, Kind, Severity, Subject};
+use super::{r4, Candidate, Evidence, FindingKind, Severity, Subject};
 
 /// GPU idle share above which the node is examined.
 pub const GPU_IDLE_ABOVE: f64 = 0.2;
@@ -31,7 +31,7 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
         }
         let mut subject = Subject::node(&n.name);
         subject.job = input.job_of(&n.name).map(|j| j.id.clone());
-        let mut c = Candidate::new(Kind::CpuBound, Severity::Warning, subject);
+        let mut c = Candidate::new(FindingKind::CpuBound, Severity::Warning, subject);
         c.summary = format!(
             "{}'s GPUs are idle {:.0}% of the time while the host CPU is {:.0}% busy and communication explains only {:.1}%: the input pipeline is the bottleneck, not the network.",
             n.name,

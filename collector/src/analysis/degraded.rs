@@ -8,18 +8,14 @@
 //! - A GPU's PCIe link width below its maximum, or its generation below maximum *while the GPU is busy*
 //!   (GPUs lower the generation when idle to save power, which is not a fault): warning.
 
-use super::input::{AnalysisInput, LinkInput};
-use super::{gbs, median, r4, Candidate, Evidence, Kind, Severity, Subject};
+use super::input::AnalysisInput;
+use super::{gbs, median, r4, Candidate, Evidence, FindingKind, Severity, Subject};
 use commwatch_model::LinkClass;
 
 /// A port below this share of its peers' capacity is degraded.
 pub const CAPACITY_SHARE_BELOW: f64 = 0.75;
 /// A GPU counts as busy (for the PCIe generation check) above this utilisation.
 pub const BUSY_FOR_PCIE_GEN: f64 = 0.5;
-
-fn fabric_port(l: &LinkInput) -> bool {
-    l.is_rdma_port()
-}
 
 /// Lanes from a `rate` text such as `100 Gb/sec (2X HDR)`.
 pub fn lanes_from_rate(rate: &str) -> Option<u32> {
@@ -35,30 +31,30 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
             .nodes
             .iter()
             .flat_map(|n| n.links.iter())
-            .filter(|l| fabric_port(l) && l.class == class)
-            .filter_map(|l| l.capacity_bytes_per_second)
+            .filter(|l| l.link.is_fabric_rdma() && l.link.key.class == class)
+            .filter_map(|l| l.link.capacity_bytes_per_second)
             .collect();
         median(&mut v)
     };
     for n in &input.nodes {
         for l in &n.links {
-            if l.class == LinkClass::Nvlink {
-                if !l.is_up() {
+            if l.link.key.class == LinkClass::Nvlink {
+                if !l.link.is_up() {
                     let mut c = Candidate::new(
-                        Kind::LinkDegraded,
+                        FindingKind::LinkDegraded,
                         Severity::Critical,
-                        Subject::link(&n.name, l),
+                        Subject::link(&n.name, &l.link),
                     );
                     c.summary = format!(
                         "{} NVLink {} of GPU {} is {}: intra-node traffic of that GPU takes fewer links.",
                         n.name,
-                        l.link.as_deref().unwrap_or(&l.port),
-                        l.gpu.as_deref().unwrap_or(&l.device),
-                        l.state
+                        l.link.link.as_deref().unwrap_or(&l.link.key.port),
+                        l.link.gpu.as_deref().unwrap_or(&l.link.key.device),
+                        l.link.state
                     );
                     c.evidence = Evidence::new(0.0, "up")
                         .expected(1.0)
-                        .detail("state", l.state.clone());
+                        .detail("state", l.link.state.clone());
                     c.action = "Drain the node and check the GPU/NVSwitch (nvidia-smi nvlink -s, field diagnostics); \
                                 an NVLink that does not train needs a reset or a hardware replacement."
                         .into();
@@ -66,60 +62,65 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
                 }
                 continue;
             }
-            if !fabric_port(l) {
+            if !l.link.is_fabric_rdma() {
                 continue;
             }
             let phys_down = l
+                .link
                 .attributes
                 .get("phys_state")
                 .is_some_and(|p| !p.to_ascii_lowercase().contains("linkup"));
-            if !l.is_up() || phys_down {
+            if !l.link.is_up() || phys_down {
                 let mut c = Candidate::new(
-                    Kind::LinkDegraded,
+                    FindingKind::LinkDegraded,
                     Severity::Critical,
-                    Subject::link(&n.name, l),
+                    Subject::link(&n.name, &l.link),
                 );
                 c.summary = format!(
                     "{} {} port {} is {} (not ACTIVE/LinkUp): its traffic moves to other ports or stops.",
-                    n.name, l.device, l.port, l.state
+                    n.name, l.link.key.device, l.link.key.port, l.link.state
                 );
                 c.evidence = Evidence::new(0.0, "up")
                     .expected(1.0)
-                    .detail("state", l.state.clone());
+                    .detail("state", l.link.state.clone());
                 c.action = "Check the cable and the switch port (ibstat, iblinkinfo); reseat or replace the cable/transceiver."
                     .into();
                 out.push(c);
                 continue;
             }
-            let Some(cap) = l.capacity_bytes_per_second.filter(|c| *c > 0.0) else {
+            let Some(cap) = l.link.capacity_bytes_per_second.filter(|c| *c > 0.0) else {
                 continue;
             };
             let mut local: Vec<f64> = n
                 .links
                 .iter()
-                .filter(|x| fabric_port(x) && x.class == l.class)
-                .filter_map(|x| x.capacity_bytes_per_second)
+                .filter(|x| x.link.is_fabric_rdma() && x.link.key.class == l.link.key.class)
+                .filter_map(|x| x.link.capacity_bytes_per_second)
                 .collect();
             let reference = if local.len() >= 3 {
                 median(&mut local)
             } else {
-                fleet(l.class)
+                fleet(l.link.key.class)
             };
             let Some(reference) = reference else { continue };
             if cap >= CAPACITY_SHARE_BELOW * reference {
                 continue;
             }
-            let lanes = l.attributes.get("rate").and_then(|r| lanes_from_rate(r));
+            let lanes = l
+                .link
+                .attributes
+                .get("rate")
+                .and_then(|r| lanes_from_rate(r));
             let mut c = Candidate::new(
-                Kind::LinkDegraded,
+                FindingKind::LinkDegraded,
                 Severity::Critical,
-                Subject::link(&n.name, l),
+                Subject::link(&n.name, &l.link),
             );
             c.summary = format!(
                 "{} {} port {} runs at {} per direction, {:.0}% of its peers' {}{}: the job's ring runs at this port's pace.",
                 n.name,
-                l.device,
-                l.port,
+                l.link.key.device,
+                l.link.key.port,
                 gbs(cap),
                 cap / reference * 100.0,
                 gbs(reference),
@@ -148,7 +149,7 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
             let mut subject = Subject::node(&n.name);
             subject.gpu = Some(g.index.clone());
             subject.device = Some("pcie".into());
-            let mut c = Candidate::new(Kind::LinkDegraded, Severity::Warning, subject);
+            let mut c = Candidate::new(FindingKind::LinkDegraded, Severity::Warning, subject);
             c.summary = format!(
                 "{} GPU {} PCIe link runs at gen {} x{} of gen {} x{}{}.",
                 n.name,

@@ -20,7 +20,7 @@ use super::history::{History, HistoryError};
 use super::input::{self, BareBaseline, Extras, ThroughputBaseline};
 use super::scaling::{self, JobFigures};
 use super::tracker::{Change, Tracker};
-use super::{evaluate, Finding, Kind};
+use super::{evaluate, Finding, FindingKind};
 use crate::steps::StepStore;
 use crate::store::Store;
 
@@ -397,7 +397,7 @@ impl AnalysisHandle {
 
     /// Findings (active and cleared), filtered, sorted by id.
     pub fn findings(&self, filter: &FindingFilter) -> Vec<Finding> {
-        let kind = filter.kind.as_deref().map(Kind::parse);
+        let kind = filter.kind.as_deref().map(FindingKind::parse);
         self.inner
             .state
             .lock()
@@ -421,9 +421,9 @@ impl AnalysisHandle {
     }
 
     /// Findings raised since start, per kind (every kind present).
-    pub fn raised_total(&self) -> Vec<(Kind, u64)> {
+    pub fn raised_total(&self) -> Vec<(FindingKind, u64)> {
         let st = self.inner.state.lock();
-        Kind::ALL
+        FindingKind::ALL
             .iter()
             .map(|k| (*k, st.tracker.raised_total().get(k).copied().unwrap_or(0)))
             .collect()

@@ -9,7 +9,7 @@
 //! compute runs at lower SM activity reads as more exposed. Severity warning.
 
 use super::input::AnalysisInput;
-use super::{r4, Candidate, Evidence, Kind, Severity, Subject};
+use super::{r4, Candidate, Evidence, FindingKind, Severity, Subject};
 
 /// SM activity of GPUs busy with dense training compute.
 pub const COMPUTE_SM_ACTIVITY: f64 = 0.9;
@@ -39,7 +39,11 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
         let s = n.gpu_sm_activity().unwrap_or(0.0);
         let mut subject = Subject::node(&n.name);
         subject.job = input.job_of(&n.name).map(|j| j.id.clone());
-        let mut c = Candidate::new(Kind::ExposedCommunication, Severity::Warning, subject);
+        let mut c = Candidate::new(
+            FindingKind::ExposedCommunication,
+            Severity::Warning,
+            subject,
+        );
         c.summary = format!(
             "{} spends {:.1}% of the time in communication not hidden under compute: kernels run {:.0}% of the time but SM activity is {:.0}%.",
             n.name,

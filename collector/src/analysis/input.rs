@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::activity::{self, Activity};
 use crate::steps::{NodeStep, StepStore};
 use crate::store::{NodeState, Store};
-use commwatch_model::{LinkClass, LinkRole, SeriesKind};
+use commwatch_model::{Endpoint, Link, LinkClass, LinkKey, LinkRole, SeriesKind};
 
 /// How much history one evaluation reads from the store, nanoseconds (20 s: ~30 steps of the classic case,
 /// 20 slow-tier samples).
@@ -38,20 +38,10 @@ impl CounterWindow {
     }
 }
 
-/// One link of a node.
+/// One link of a node: the link as its inventory describes it, and what it did over the window.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct LinkInput {
-    pub class: LinkClass,
-    pub device: String,
-    pub port: String,
-    pub role: LinkRole,
-    pub gpu: Option<String>,
-    pub link: Option<String>,
-    /// Bytes per second per direction.
-    pub capacity_bytes_per_second: Option<f64>,
-    pub state: String,
-    /// Inventory facts where the collector has them (`rate`, `width`, `phys_state`, ...).
-    pub attributes: BTreeMap<String, String>,
+    pub link: Link,
     /// What the byte counters did over the window.
     pub activity: Option<Activity>,
     /// Every other counter of the link.
@@ -61,40 +51,34 @@ pub struct LinkInput {
 }
 
 impl LinkInput {
-    /// A link with no traffic and no counters (tests fill in what they need).
-    pub fn new(class: LinkClass, device: &str, port: &str, role: LinkRole) -> LinkInput {
+    /// `link` with no traffic and no counters yet.
+    pub fn from_link(link: Link) -> LinkInput {
         LinkInput {
-            class,
-            device: device.to_string(),
-            port: port.to_string(),
-            role,
-            gpu: None,
-            link: None,
-            capacity_bytes_per_second: None,
-            state: "ACTIVE".into(),
-            attributes: BTreeMap::new(),
+            link,
             activity: None,
             counters: Vec::new(),
             gauges: BTreeMap::new(),
         }
     }
 
-    /// An RDMA fabric port (InfiniBand or RoCE HCA port), not a netdev on top of one (IPoIB `ib0` has
-    /// `device == port`).
-    pub fn is_rdma_port(&self) -> bool {
-        self.role == LinkRole::Fabric
-            && matches!(self.class, LinkClass::Infiniband | LinkClass::Roce)
-            && self.device != self.port
+    /// A link named by its class, device and port the way agents named links before they stated the endpoint
+    /// kind ([`Endpoint::legacy`]), `ACTIVE`, with no capacity, traffic or counters (tests and synthetic inputs
+    /// fill in what they need).
+    pub fn new(class: LinkClass, device: &str, port: &str, role: LinkRole) -> LinkInput {
+        LinkInput::from_link(Link {
+            key: LinkKey::new(class, device, port),
+            endpoint: Endpoint::legacy(class, device, port),
+            role,
+            capacity_bytes_per_second: None,
+            state: "ACTIVE".into(),
+            attributes: BTreeMap::new(),
+            gpu: None,
+            link: None,
+        })
     }
 
     pub fn counter(&self, metric: &str) -> Option<&CounterWindow> {
         self.counters.iter().find(|c| c.metric == metric)
-    }
-
-    /// Whether the state text says the link is up (`ACTIVE`, `up`, `LinkUp`).
-    pub fn is_up(&self) -> bool {
-        let s = self.state.to_ascii_lowercase();
-        (s.contains("active") && !s.contains("inactive")) || s == "up" || s.contains("linkup")
     }
 }
 
@@ -253,20 +237,7 @@ pub fn node_input(n: &NodeState, since_ns: i64) -> NodeInput {
     let mut links: Vec<LinkInput> = n
         .links()
         .iter()
-        .map(|l| LinkInput {
-            class: l.link.key.class,
-            device: l.link.key.device.clone(),
-            port: l.link.key.port.clone(),
-            role: l.link.role,
-            gpu: l.link.gpu.clone(),
-            link: l.link.link.clone(),
-            capacity_bytes_per_second: l.link.capacity_bytes_per_second,
-            state: l.link.state.clone(),
-            attributes: l.link.attributes.clone(),
-            activity: None,
-            counters: Vec::new(),
-            gauges: BTreeMap::new(),
-        })
+        .map(|l| LinkInput::from_link(l.link.clone()))
         .collect();
     let mut bytes: Vec<(Samples, Samples)> = vec![Default::default(); links.len()];
     let mut gpus: BTreeMap<String, GpuInput> = BTreeMap::new();
@@ -339,7 +310,7 @@ pub fn node_input(n: &NodeState, since_ns: i64) -> NodeInput {
         }
     }
     for (l, (tx, rx)) in links.iter_mut().zip(bytes) {
-        l.activity = activity::analyse(&tx, &rx, l.capacity_bytes_per_second);
+        l.activity = activity::analyse(&tx, &rx, l.link.capacity_bytes_per_second);
     }
     NodeInput {
         name: n.name().to_string(),
@@ -395,10 +366,7 @@ impl NodeInput {
     pub fn fabric_busy_share(&self) -> Option<f64> {
         self.links
             .iter()
-            .filter(|l| {
-                l.role == LinkRole::Fabric
-                    && matches!(l.class, LinkClass::Infiniband | LinkClass::Roce)
-            })
+            .filter(|l| l.link.role == LinkRole::Fabric && l.link.key.class.is_rdma())
             .filter_map(|l| l.activity.as_ref().map(|a| a.busy_share()))
             .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))))
     }
@@ -408,10 +376,7 @@ impl NodeInput {
         let mut v: Vec<f64> = if self.steps.is_empty() {
             self.links
                 .iter()
-                .filter(|l| {
-                    l.role == LinkRole::Fabric
-                        && matches!(l.class, LinkClass::Infiniband | LinkClass::Roce)
-                })
+                .filter(|l| l.link.role == LinkRole::Fabric && l.link.key.class.is_rdma())
                 .filter_map(|l| {
                     let a = l.activity.as_ref()?;
                     a.resolved
@@ -423,11 +388,7 @@ impl NodeInput {
             self.steps
                 .iter()
                 .flat_map(|s| s.links.iter())
-                .filter(|l| {
-                    l.confident
-                        && l.role == LinkRole::Fabric
-                        && matches!(l.class, LinkClass::Infiniband | LinkClass::Roce)
-                })
+                .filter(|l| l.confident && l.role == LinkRole::Fabric && l.key.class.is_rdma())
                 .filter_map(|l| l.achieved_bytes_per_second)
                 .collect()
         };

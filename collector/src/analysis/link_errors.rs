@@ -8,8 +8,10 @@
 //! saturated (with the errors counted until then), never as zero. Severity critical when the link went down or
 //! retrained (`link_downed`, `link_error_recoveries`, NVLink `recovery_*`), warning otherwise.
 
+use commwatch_model::LinkClass;
+
 use super::input::AnalysisInput;
-use super::{r4, Candidate, Evidence, Kind, Severity, Subject};
+use super::{r4, Candidate, Evidence, FindingKind, Severity, Subject};
 
 /// Shortest window a rate is computed over, seconds.
 pub const MIN_WINDOW_S: f64 = 2.0;
@@ -61,7 +63,11 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
             } else {
                 Severity::Warning
             };
-            let mut c = Candidate::new(Kind::LinkErrors, sev, Subject::link(&n.name, l));
+            let mut c = Candidate::new(
+                FindingKind::LinkErrors,
+                sev,
+                Subject::link(&n.name, &l.link),
+            );
             let total: f64 = rising.iter().map(|r| r.1).sum();
             let mut parts: Vec<String> = rising
                 .iter()
@@ -75,8 +81,8 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
             c.summary = format!(
                 "{} {} port {} error counters rising over {:.0} s: {}.",
                 n.name,
-                l.device,
-                l.port,
+                l.link.key.device,
+                l.link.key.port,
                 window_s,
                 parts.join(", ")
             );
@@ -90,7 +96,7 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
                 e = e.detail(&format!("{m}_saturated_at"), *raw);
             }
             c.evidence = e;
-            c.action = if l.class == commwatch_model::LinkClass::Nvlink {
+            c.action = if l.link.key.class == LinkClass::Nvlink {
                 "Run the GPU's NVLink diagnostics (nvidia-smi nvlink -e, dcgmi diag); rising CRC/replay/recovery \
                  counts precede link failures: drain and service the node."
                     .into()

@@ -8,9 +8,11 @@
 //! the interface, `NCCL_IB_DISABLE=1`, `NCCL_NET=Socket`, or the agent's conflict report), the summary says so
 //! and the action names the fix.
 
-use super::input::{AnalysisInput, LinkInput, NodeInput};
-use super::{gbs, median, r4, Candidate, Evidence, Kind, Severity, Subject};
+use commwatch_model::nccl::{self, NcclList};
 use commwatch_model::{ConflictKind, LinkClass, LinkRole};
+
+use super::input::{AnalysisInput, LinkInput, NodeInput};
+use super::{gbs, median, r4, Candidate, Evidence, FindingKind, Severity, Subject};
 
 /// Complete bursts needed in the window.
 pub const MIN_BURSTS: usize = 4;
@@ -18,27 +20,6 @@ pub const MIN_BURSTS: usize = 4;
 pub const MIN_BURST_BYTES: f64 = 10e6;
 /// Most irregular burst spacing still called step-periodic.
 pub const MAX_PERIOD_CV: f64 = 0.25;
-
-/// NCCL's interface-list matching: `^` excludes, `=` exact, otherwise prefixes; comma separated.
-pub fn socket_ifname_selects(value: &str, interface: &str) -> bool {
-    let v = value.trim();
-    if let Some(rest) = v.strip_prefix('^') {
-        return !rest.split(',').any(|p| {
-            let p = p.trim();
-            match p.strip_prefix('=') {
-                Some(e) => e == interface,
-                None => !p.is_empty() && interface.starts_with(p),
-            }
-        });
-    }
-    v.split(',').any(|p| {
-        let p = p.trim();
-        match p.strip_prefix('=') {
-            Some(e) => e == interface,
-            None => !p.is_empty() && interface.starts_with(p),
-        }
-    })
-}
 
 /// What explains the traffic, from the job's settings on the node: `(setting=value, why)`.
 fn explanation(input: &AnalysisInput, node: &str, interface: &str) -> Option<(String, String)> {
@@ -52,26 +33,26 @@ fn explanation(input: &AnalysisInput, node: &str, interface: &str) -> Option<(St
     }) {
         return Some((format!("{}={}", c.setting, c.value), c.reason.clone()));
     }
-    if let Some(v) = job.nccl_on(node, "NCCL_IB_DISABLE") {
+    if let Some(v) = job.nccl_on(node, nccl::IB_DISABLE) {
         if v.trim() == "1" {
             return Some((
-                format!("NCCL_IB_DISABLE={v}"),
+                format!("{}={v}", nccl::IB_DISABLE),
                 "InfiniBand is disabled for NCCL, so it uses sockets".into(),
             ));
         }
     }
-    if let Some(v) = job.nccl_on(node, "NCCL_NET") {
+    if let Some(v) = job.nccl_on(node, nccl::NET) {
         if v.trim().eq_ignore_ascii_case("socket") {
             return Some((
-                format!("NCCL_NET={v}"),
+                format!("{}={v}", nccl::NET),
                 "NCCL is forced onto its socket transport".into(),
             ));
         }
     }
-    if let Some(v) = job.nccl_on(node, "NCCL_SOCKET_IFNAME") {
-        if socket_ifname_selects(v, interface) {
+    if let Some(v) = job.nccl_on(node, nccl::SOCKET_IFNAME) {
+        if NcclList::parse(v).selects(interface, None) {
             return Some((
-                format!("NCCL_SOCKET_IFNAME={v}"),
+                format!("{}={v}", nccl::SOCKET_IFNAME),
                 format!("it selects the management interface {interface}"),
             ));
         }
@@ -79,21 +60,30 @@ fn explanation(input: &AnalysisInput, node: &str, interface: &str) -> Option<(St
     None
 }
 
-/// The node's fabric interface to name in the fix (an IPoIB netdev, else the first RDMA device).
+/// The node's fabric interface to name in the fix: an IPoIB netdev (`ib*`), else its first fabric network
+/// interface.
 fn fabric_interface(n: &NodeInput) -> Option<String> {
-    let fabric = |l: &&LinkInput| l.role == LinkRole::Fabric && l.class != LinkClass::Nvlink;
+    let fabric_if = |l: &&LinkInput| {
+        l.link.role == LinkRole::Fabric
+            && l.link.key.class != LinkClass::Nvlink
+            && l.link.is_interface()
+    };
     n.links
         .iter()
-        .filter(fabric)
-        .find(|l| l.device == l.port && l.device.starts_with("ib"))
-        .or_else(|| n.links.iter().filter(fabric).find(|l| l.device == l.port))
-        .map(|l| l.device.clone())
+        .filter(fabric_if)
+        .find(|l| l.link.key.device.starts_with("ib"))
+        .or_else(|| n.links.iter().find(fabric_if))
+        .map(|l| l.link.key.device.clone())
 }
 
 pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
     let mut out = Vec::new();
     for n in &input.nodes {
-        for l in n.links.iter().filter(|l| l.role == LinkRole::Management) {
+        for l in n
+            .links
+            .iter()
+            .filter(|l| l.link.role == LinkRole::Management)
+        {
             let Some(a) = &l.activity else { continue };
             let complete: Vec<f64> = a
                 .bursts
@@ -114,8 +104,8 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
             let mut caps: Vec<f64> = n
                 .links
                 .iter()
-                .filter(|x| x.is_rdma_port())
-                .filter_map(|x| x.capacity_bytes_per_second)
+                .filter(|x| x.link.is_fabric_rdma())
+                .filter_map(|x| x.link.capacity_bytes_per_second)
                 .collect();
             let fabric_ports = caps.len();
             let port_capacity = median(&mut caps);
@@ -124,15 +114,15 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
                 .iter()
                 .filter(|m| m.name != n.name)
                 .flat_map(|m| m.links.iter())
-                .filter(|x| x.is_rdma_port())
+                .filter(|x| x.link.is_fabric_rdma())
                 .filter_map(|x| x.activity.as_ref()?.burst_rate_bytes_per_second)
                 .collect();
             let peer_rate = median(&mut peers);
-            let why = explanation(input, &n.name, &l.device);
+            let why = explanation(input, &n.name, &l.link.key.device);
             let mut c = Candidate::new(
-                Kind::ManagementNetworkTraffic,
+                FindingKind::ManagementNetworkTraffic,
                 Severity::Critical,
-                Subject::link(&n.name, l),
+                Subject::link(&n.name, &l.link),
             );
             if let Some(j) = input.job_of(&n.name) {
                 c.subject.job = Some(j.id.clone());
@@ -140,7 +130,7 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
             let mut s = format!(
                 "{} sends training traffic over management NIC {}: {:.2} GB per step at {} every {:.3} s ({} steps)",
                 n.name,
-                l.device,
+                l.link.key.device,
                 per_burst / 1e9,
                 gbs(rate),
                 period,
@@ -207,15 +197,38 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::analysis::input::{JobInput, RankInput};
+
+    /// The explanation a job whose ranks on `n1` carry `NCCL_SOCKET_IFNAME=value` gives for traffic on `eth0`.
+    fn ifname_explains(value: &str) -> bool {
+        let job = JobInput {
+            id: "j".into(),
+            ranks: vec![RankInput {
+                node: "n1".into(),
+                nccl: [(nccl::SOCKET_IFNAME.to_string(), value.to_string())].into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let input = AnalysisInput {
+            jobs: vec![job],
+            ..Default::default()
+        };
+        explanation(&input, "n1", "eth0").is_some()
+    }
 
     #[test]
     fn ifname_matching_follows_nccl() {
-        assert!(socket_ifname_selects("eth0", "eth0"));
-        assert!(socket_ifname_selects("eth", "eth0"));
-        assert!(socket_ifname_selects("ib,eth", "eth0"));
-        assert!(!socket_ifname_selects("=eth", "eth0"));
-        assert!(!socket_ifname_selects("ib0", "eth0"));
-        assert!(!socket_ifname_selects("^eth", "eth0"));
-        assert!(socket_ifname_selects("^docker,lo", "eth0"));
+        assert!(ifname_explains("eth0"));
+        assert!(ifname_explains("eth"));
+        assert!(ifname_explains("ib,eth"));
+        assert!(!ifname_explains("=eth"));
+        assert!(ifname_explains("=eth0"));
+        assert!(!ifname_explains("ib0"));
+        assert!(!ifname_explains("^eth"));
+        assert!(ifname_explains("^docker,lo"));
+        // `=` applies to the whole list, as NCCL reads it.
+        assert!(!ifname_explains("=eth,ib"));
+        assert!(ifname_explains("^=eth"));
     }
 }

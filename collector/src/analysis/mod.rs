@@ -41,83 +41,15 @@ pub(crate) use commwatch_model::stats::median;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use commwatch_model::{Link, LinkClass};
 use serde::{Deserialize, Serialize};
 
+pub use commwatch_model::{FindingKind, Severity};
 pub use engine::{AnalysisConfig, AnalysisHandle, FindingEvent};
 pub use input::AnalysisInput;
 
 /// Default evaluation period (the tracker's hysteresis is counted in it).
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
-
-/// How bad a finding is. `Critical`: the job is measurably slowed now; `Warning`: it will be or partly is;
-/// `Info`: context (e.g. a consequence of another finding's root cause).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Severity {
-    Info,
-    Warning,
-    Critical,
-}
-
-impl Severity {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Severity::Info => "info",
-            Severity::Warning => "warning",
-            Severity::Critical => "critical",
-        }
-    }
-}
-
-/// The finding kinds (CONTRACTS.md: the names are a contract).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Kind {
-    ManagementNetworkTraffic,
-    LinkUnderutilized,
-    LinkDegraded,
-    LinkErrors,
-    Congestion,
-    Straggler,
-    ExposedCommunication,
-    CpuBound,
-    ScalingEfficiencyDrop,
-    NcclMisconfiguration,
-}
-
-impl Kind {
-    pub const ALL: [Kind; 10] = [
-        Kind::ManagementNetworkTraffic,
-        Kind::LinkUnderutilized,
-        Kind::LinkDegraded,
-        Kind::LinkErrors,
-        Kind::Congestion,
-        Kind::Straggler,
-        Kind::ExposedCommunication,
-        Kind::CpuBound,
-        Kind::ScalingEfficiencyDrop,
-        Kind::NcclMisconfiguration,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Kind::ManagementNetworkTraffic => "management_network_traffic",
-            Kind::LinkUnderutilized => "link_underutilized",
-            Kind::LinkDegraded => "link_degraded",
-            Kind::LinkErrors => "link_errors",
-            Kind::Congestion => "congestion",
-            Kind::Straggler => "straggler",
-            Kind::ExposedCommunication => "exposed_communication",
-            Kind::CpuBound => "cpu_bound",
-            Kind::ScalingEfficiencyDrop => "scaling_efficiency_drop",
-            Kind::NcclMisconfiguration => "nccl_misconfiguration",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Kind> {
-        Kind::ALL.into_iter().find(|k| k.as_str() == s)
-    }
-}
 
 /// What a finding is about. `node` is empty only for job-wide findings (then `job` is set).
 #[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -136,6 +68,9 @@ pub struct Subject {
     pub link: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub job: Option<String>,
+    /// The NCCL setting a finding is about (`NCCL_SOCKET_IFNAME`, ...).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub setting: Option<String>,
 }
 
 impl Subject {
@@ -153,32 +88,39 @@ impl Subject {
         }
     }
 
-    /// A link of a node: `device`/`port`, plus `interface` for netdevs and `gpu`/`link` for NVLink.
-    pub fn link(node: &str, l: &input::LinkInput) -> Subject {
-        let netdev = matches!(
-            l.class,
-            commwatch_model::LinkClass::Ethernet | commwatch_model::LinkClass::Roce
-        ) && l.device == l.port;
+    /// A link of a node: `device`/`port`, plus `interface` for an Ethernet or RoCE network interface and
+    /// `gpu`/`link` for NVLink.
+    pub fn link(node: &str, l: &Link) -> Subject {
+        let netdev =
+            matches!(l.key.class, LinkClass::Ethernet | LinkClass::Roce) && l.is_interface();
         Subject {
             node: node.to_string(),
-            device: Some(l.device.clone()),
-            port: Some(l.port.clone()),
-            interface: netdev.then(|| l.device.clone()),
+            device: Some(l.key.device.clone()),
+            port: Some(l.key.port.clone()),
+            interface: netdev.then(|| l.key.device.clone()),
             gpu: l.gpu.clone(),
             link: l.link.clone(),
             job: None,
+            setting: None,
         }
     }
 
-    /// The stable part of a finding id: `node[:device[:port]]`, `gpu<N>`/link for NVLink, or `job:<id>`.
+    /// The stable part of a finding id: `node[:device[:port]]`, `gpu<N>`/link for NVLink, `:setting` for an
+    /// NCCL setting, then `job=<id>`.
     pub fn key(&self) -> String {
         let mut parts: Vec<&str> = Vec::new();
         if !self.node.is_empty() {
             parts.push(&self.node);
         }
-        for p in [&self.device, &self.port, &self.gpu, &self.link]
-            .into_iter()
-            .flatten()
+        for p in [
+            &self.device,
+            &self.port,
+            &self.gpu,
+            &self.link,
+            &self.setting,
+        ]
+        .into_iter()
+        .flatten()
         {
             parts.push(p);
         }
@@ -245,7 +187,7 @@ impl Evidence {
 /// What one rule concluded in one evaluation. The tracker turns repeated candidates into [`Finding`]s.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Candidate {
-    pub kind: Kind,
+    pub kind: FindingKind,
     pub severity: Severity,
     pub subject: Subject,
     /// One sentence with the numbers.
@@ -260,7 +202,7 @@ pub struct Candidate {
 }
 
 impl Candidate {
-    pub fn new(kind: Kind, severity: Severity, subject: Subject) -> Candidate {
+    pub fn new(kind: FindingKind, severity: Severity, subject: Subject) -> Candidate {
         Candidate {
             kind,
             severity,
@@ -279,7 +221,7 @@ impl Candidate {
 }
 
 /// The stable id of a finding: `kind:subject-key`.
-pub fn finding_id(kind: Kind, subject: &Subject) -> String {
+pub fn finding_id(kind: FindingKind, subject: &Subject) -> String {
     format!("{}:{}", kind.as_str(), subject.key())
 }
 
@@ -288,7 +230,7 @@ pub fn finding_id(kind: Kind, subject: &Subject) -> String {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Finding {
     pub id: String,
-    pub kind: Kind,
+    pub kind: FindingKind,
     pub severity: Severity,
     pub subject: Subject,
     pub summary: String,
@@ -361,47 +303,51 @@ fn same_job(input: &AnalysisInput, a: &str, b: &str) -> bool {
 /// A consequence gets `caused_by` (the first root cause by severity then id) and its severity drops to `info`
 /// (the operator acts on the root cause); the root cause lists its consequences.
 pub fn link_causes(input: &AnalysisInput, cands: &mut [Candidate]) {
-    let roots: Vec<(usize, Kind, String, Severity, String)> = cands
+    let roots: Vec<(usize, FindingKind, String, Severity, String)> = cands
         .iter()
         .enumerate()
         .filter(|(_, c)| {
             matches!(
                 c.kind,
-                Kind::NcclMisconfiguration
-                    | Kind::ManagementNetworkTraffic
-                    | Kind::LinkDegraded
-                    | Kind::Straggler
+                FindingKind::NcclMisconfiguration
+                    | FindingKind::ManagementNetworkTraffic
+                    | FindingKind::LinkDegraded
+                    | FindingKind::Straggler
             )
         })
         .map(|(i, c)| (i, c.kind, c.subject.node.clone(), c.severity, c.id()))
         .collect();
-    let explains = |root: Kind, root_node: &str, c: &Candidate| -> bool {
+    let explains = |root: FindingKind, root_node: &str, c: &Candidate| -> bool {
         let job_wide = c.subject.node.is_empty();
         let related = |n: &str| job_wide || same_job(input, root_node, n);
         match (root, c.kind) {
-            (Kind::NcclMisconfiguration, Kind::ManagementNetworkTraffic) => {
+            (FindingKind::NcclMisconfiguration, FindingKind::ManagementNetworkTraffic) => {
                 c.subject.node == root_node
             }
             (
-                Kind::ManagementNetworkTraffic | Kind::LinkDegraded,
-                Kind::LinkUnderutilized | Kind::ExposedCommunication | Kind::ScalingEfficiencyDrop,
+                FindingKind::ManagementNetworkTraffic | FindingKind::LinkDegraded,
+                FindingKind::LinkUnderutilized
+                | FindingKind::ExposedCommunication
+                | FindingKind::ScalingEfficiencyDrop,
             ) => related(&c.subject.node),
-            (Kind::ManagementNetworkTraffic | Kind::LinkDegraded, Kind::Congestion) => {
-                c.subject.node == root_node
-            }
-            (Kind::Straggler, Kind::ExposedCommunication | Kind::ScalingEfficiencyDrop) => {
-                related(&c.subject.node)
-            }
+            (
+                FindingKind::ManagementNetworkTraffic | FindingKind::LinkDegraded,
+                FindingKind::Congestion,
+            ) => c.subject.node == root_node,
+            (
+                FindingKind::Straggler,
+                FindingKind::ExposedCommunication | FindingKind::ScalingEfficiencyDrop,
+            ) => related(&c.subject.node),
             _ => false,
         }
     };
     // Order roots: by kind precedence (a configuration cause before its symptom), then severity, then id.
     let mut roots = roots;
     roots.sort_by(|a, b| {
-        let rank = |k: Kind| match k {
-            Kind::NcclMisconfiguration => 0,
-            Kind::ManagementNetworkTraffic => 1,
-            Kind::LinkDegraded => 2,
+        let rank = |k: FindingKind| match k {
+            FindingKind::NcclMisconfiguration => 0,
+            FindingKind::ManagementNetworkTraffic => 1,
+            FindingKind::LinkDegraded => 2,
             _ => 3,
         };
         rank(a.1)
@@ -428,7 +374,7 @@ pub fn link_causes(input: &AnalysisInput, cands: &mut [Candidate]) {
         c.caused_by = Some(root_id.clone());
         // A symptom that is itself a root of others (management traffic caused by a setting) keeps its
         // severity: it is what the operator sees on the wire.
-        if !matches!(c.kind, Kind::ManagementNetworkTraffic) {
+        if !matches!(c.kind, FindingKind::ManagementNetworkTraffic) {
             c.severity = Severity::Info;
             c.summary = format!("{} (consequence of {root_id})", c.summary);
         }

@@ -6,7 +6,7 @@
 use commwatch_model::ConflictKind;
 
 use super::input::AnalysisInput;
-use super::{Candidate, Evidence, Kind, Severity, Subject};
+use super::{Candidate, Evidence, FindingKind, Severity, Subject};
 
 pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
     let mut out = Vec::new();
@@ -18,8 +18,8 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
             };
             let mut subject = Subject::node(&cf.node);
             subject.job = Some(j.id.clone());
-            subject.device = Some(cf.setting.clone());
-            let mut c = Candidate::new(Kind::NcclMisconfiguration, sev, subject);
+            subject.setting = Some(cf.setting.clone());
+            let mut c = Candidate::new(FindingKind::NcclMisconfiguration, sev, subject);
             c.summary = format!(
                 "Job {} on {}: {}={} — {}",
                 j.id,

@@ -14,12 +14,13 @@
 //! Without jobs known, all nodes form one job named [`CLUSTER_JOB`]. Warning below [`WARNING_BELOW`], critical
 //! below [`CRITICAL_BELOW`].
 
+use commwatch_model::LinkRole;
 use serde::Serialize;
 
 use super::exposed_comm::exposed_share;
 use super::input::{AnalysisInput, ThroughputBaseline};
 use super::straggler::groups;
-use super::{median, r4, Candidate, Evidence, Kind, Severity, Subject};
+use super::{median, r4, Candidate, Evidence, FindingKind, Severity, Subject};
 use crate::steps::StepSource;
 
 /// The job name used when no job is known.
@@ -127,14 +128,7 @@ pub fn job_figures(input: &AnalysisInput) -> Vec<JobFigures> {
             let resolved: Vec<(f64, usize)> = nodes
                 .iter()
                 .flat_map(|n| n.links.iter())
-                .filter(|l| {
-                    l.role == commwatch_model::LinkRole::Fabric
-                        && matches!(
-                            l.class,
-                            commwatch_model::LinkClass::Infiniband
-                                | commwatch_model::LinkClass::Roce
-                        )
-                })
+                .filter(|l| l.link.role == LinkRole::Fabric && l.link.key.class.is_rdma())
                 .filter_map(|l| {
                     let a = l.activity.as_ref()?;
                     (a.resolved && a.complete_bursts() >= MIN_MARKER_STEPS)
@@ -178,7 +172,7 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
             }
             let sev = if eff < CRITICAL_BELOW { Severity::Critical } else { Severity::Warning };
             let method = f.method.clone().unwrap_or_default();
-            let mut c = Candidate::new(Kind::ScalingEfficiencyDrop, sev, Subject::job(&f.job));
+            let mut c = Candidate::new(FindingKind::ScalingEfficiencyDrop, sev, Subject::job(&f.job));
             let how = match (method.as_str(), &f.baseline) {
                 ("throughput_per_gpu", Some(b)) => format!(
                     "{:.1} samples/s per GPU at {} GPUs against {:.1} at {} GPUs ({} baseline)",

@@ -10,7 +10,7 @@
 //! The window (20 s, tens of steps) and the tracker's hysteresis make it "consistent". Severity warning.
 
 use super::input::AnalysisInput;
-use super::{gbs, median, r4, Candidate, Evidence, Kind, Severity, Subject};
+use super::{gbs, median, r4, Candidate, Evidence, FindingKind, Severity, Subject};
 
 /// Fewest nodes a median means something for.
 pub const MIN_NODES: usize = 3;
@@ -51,7 +51,8 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
             subject.job = job.clone();
             if let (Some(b), Some(m)) = (n.gpu_busy_share(), busy_median) {
                 if b - m > BUSY_EXCESS_ABOVE {
-                    let mut c = Candidate::new(Kind::Straggler, Severity::Warning, subject.clone());
+                    let mut c =
+                        Candidate::new(FindingKind::Straggler, Severity::Warning, subject.clone());
                     c.summary = format!(
                         "{} computes {:.0}% of the time against the job's median {:.0}%: the other {} nodes wait for it every step.",
                         n.name,
@@ -74,7 +75,7 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
             }
             if let (Some(r), Some(m)) = (n.fabric_burst_rate(), rate_median) {
                 if r < RATE_LAG_BELOW * m {
-                    let mut c = Candidate::new(Kind::Straggler, Severity::Warning, subject);
+                    let mut c = Candidate::new(FindingKind::Straggler, Severity::Warning, subject);
                     c.summary = format!(
                         "{}'s fabric ports achieve {} during communication against the job's median {}.",
                         n.name,

@@ -19,7 +19,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use super::{Candidate, Finding, Kind};
+use super::{Candidate, Finding, FindingKind};
 
 /// Intervals (and at least as many evaluations) a candidate must be seen for before it is raised.
 pub const RAISE_AFTER: u32 = 3;
@@ -55,7 +55,7 @@ pub struct Tracker {
     pending: HashMap<String, Pending>,
     /// Evaluations in a row an active finding was missing.
     missing: HashMap<String, u32>,
-    raised_total: BTreeMap<Kind, u64>,
+    raised_total: BTreeMap<FindingKind, u64>,
 }
 
 impl Default for Tracker {
@@ -215,7 +215,7 @@ impl Tracker {
     }
 
     /// Findings raised since start, per kind.
-    pub fn raised_total(&self) -> &BTreeMap<Kind, u64> {
+    pub fn raised_total(&self) -> &BTreeMap<FindingKind, u64> {
         &self.raised_total
     }
 }
@@ -237,7 +237,11 @@ mod tests {
     use super::*;
 
     fn cand() -> Candidate {
-        let mut c = Candidate::new(Kind::LinkErrors, Severity::Warning, Subject::node("n1"));
+        let mut c = Candidate::new(
+            FindingKind::LinkErrors,
+            Severity::Warning,
+            Subject::node("n1"),
+        );
         c.summary = "x".into();
         c
     }
@@ -263,7 +267,7 @@ mod tests {
         assert_eq!(t.active().len(), 1);
         let ch = t.update(13.0, vec![]);
         assert!(matches!(&ch[..], [Change::Cleared(f)] if !f.active && f.last_seen_unix_s == 8.0));
-        assert_eq!(t.raised_total().get(&Kind::LinkErrors), Some(&1));
+        assert_eq!(t.raised_total().get(&FindingKind::LinkErrors), Some(&1));
         // A broken streak does not raise: present, absent, present, present.
         t.update(14.0, vec![cand()]);
         t.update(15.0, vec![]);
@@ -271,7 +275,7 @@ mod tests {
         assert!(t.update(17.0, vec![cand()]).is_empty());
         let ch = t.update(18.0, vec![cand()]);
         assert!(matches!(&ch[..], [Change::Raised(f)] if f.first_seen_unix_s == 3.0));
-        assert_eq!(t.raised_total().get(&Kind::LinkErrors), Some(&2));
+        assert_eq!(t.raised_total().get(&FindingKind::LinkErrors), Some(&2));
     }
 
     #[test]

@@ -8,8 +8,8 @@
 //! node, the link's resolved bursts stand in for steps (same confidence rule: a burst spanning at least three
 //! samples); the evidence says which was used. Severity warning (info when another finding explains it).
 
-use super::input::{AnalysisInput, LinkInput};
-use super::{gbs, median, r4, Candidate, Evidence, Kind, Severity, Subject};
+use super::input::AnalysisInput;
+use super::{gbs, median, r4, Candidate, Evidence, FindingKind, Severity, Subject};
 
 /// Confident steps (or resolved bursts) needed.
 pub const MIN_STEPS: usize = 5;
@@ -20,10 +20,6 @@ pub const BASELINE_SHARE_BELOW: f64 = 0.7;
 /// Share of the steps that must be underutilised.
 pub const SUSTAINED_SHARE: f64 = 0.8;
 
-fn is_fabric_port(l: &LinkInput) -> bool {
-    l.is_rdma_port()
-}
-
 pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
     let mut out = Vec::new();
     for n in &input.nodes {
@@ -32,8 +28,8 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
             .map(|j| j.id.clone())
             .or_else(|| n.steps.iter().rev().find_map(|s| s.job.clone()));
         let baseline = input.bare_baseline(job.as_deref());
-        for l in n.links.iter().filter(|l| is_fabric_port(l)) {
-            let Some(cap) = l.capacity_bytes_per_second.filter(|c| *c > 0.0) else {
+        for l in n.links.iter().filter(|l| l.link.is_fabric_rdma()) {
+            let Some(cap) = l.link.capacity_bytes_per_second.filter(|c| *c > 0.0) else {
                 continue;
             };
             // Achieved rates per step (confident only) or per resolved burst.
@@ -41,11 +37,7 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
                 let v = n
                     .steps
                     .iter()
-                    .filter_map(|s| {
-                        s.links.iter().find(|x| {
-                            x.class == l.class && x.device == l.device && x.port == l.port
-                        })
-                    })
+                    .filter_map(|s| s.links.iter().find(|x| x.key == l.link.key))
                     .filter(|x| x.confident)
                     .filter_map(|x| x.achieved_bytes_per_second)
                     .collect();
@@ -77,15 +69,15 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
             let steps = rates.len();
             let achieved = median(&mut rates).unwrap_or(0.0);
             let mut c = Candidate::new(
-                Kind::LinkUnderutilized,
+                FindingKind::LinkUnderutilized,
                 Severity::Warning,
-                Subject::link(&n.name, l),
+                Subject::link(&n.name, &l.link),
             );
             let mut s = format!(
                 "{} {} port {} achieves {} during communication, {:.0}% of its {} capacity ({} of {} steps below {:.0}%)",
                 n.name,
-                l.device,
-                l.port,
+                l.link.key.device,
+                l.link.key.port,
                 gbs(achieved),
                 achieved / cap * 100.0,
                 gbs(cap),

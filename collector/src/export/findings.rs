@@ -107,19 +107,21 @@ async fn post_baseline(State(a): State<AnalysisHandle>, body: axum::body::Body) 
 }
 
 /// The labels of `commwatch_finding_active`: `kind`, `severity`, `node`, and the subject's `device`, `port`,
-/// `gpu`, `link`, `job` where set (bounded: one series per active finding).
+/// `gpu`, `link`, `job` where set (bounded: one series per active finding). A finding about an NCCL setting
+/// has it as its `device` label, as it had before the subject named settings apart: the series stay the same.
 pub fn finding_labels(f: &Finding) -> Vec<LabelPair> {
     let mut v = vec![
         label("kind", f.kind.as_str()),
         label("severity", f.severity.as_str()),
         label("node", &f.subject.node),
     ];
+    let device = f.subject.device.as_ref().or(f.subject.setting.as_ref());
     for (k, val) in [
-        ("device", &f.subject.device),
-        ("port", &f.subject.port),
-        ("gpu", &f.subject.gpu),
-        ("link", &f.subject.link),
-        ("job", &f.subject.job),
+        ("device", device),
+        ("port", f.subject.port.as_ref()),
+        ("gpu", f.subject.gpu.as_ref()),
+        ("link", f.subject.link.as_ref()),
+        ("job", f.subject.job.as_ref()),
     ] {
         if let Some(x) = val {
             v.push(label(k, x));

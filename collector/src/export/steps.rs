@@ -34,7 +34,7 @@ use super::names;
 use super::proto::{family, label, metric};
 use crate::steps::history::STEPS_PER_NODE;
 use crate::steps::{JobStep, NodeStep, StepLink, StepSource, StepStore};
-use commwatch_model::LinkClass;
+use commwatch_model::{LinkClass, LinkKey};
 
 /// Steps returned when the query names no `limit`.
 pub const DEFAULT_LIMIT: usize = 100;
@@ -54,9 +54,9 @@ fn secs(ns: i64) -> f64 {
 /// JSON of one link of a step; `node` set in job views.
 pub fn link_json(l: &StepLink, node: Option<&str>) -> Value {
     let mut v = json!({
-        "class": l.class.as_str(),
-        "device": l.device,
-        "port": l.port,
+        "class": l.key.class.as_str(),
+        "device": l.key.device,
+        "port": l.key.port,
         "role": l.role.as_str(),
         "tx_bytes": l.tx_bytes,
         "rx_bytes": l.rx_bytes,
@@ -244,12 +244,12 @@ const FAMILIES: &[Fam] = &[
 fn link_labels(node: &str, l: &StepLink) -> Vec<LabelPair> {
     let mut v = vec![
         label("node", node),
-        label("class", l.class.as_str()),
-        label("device", &l.device),
-        label("port", &l.port),
+        label("class", l.key.class.as_str()),
+        label("device", &l.key.device),
+        label("port", &l.key.port),
         label("role", l.role.as_str()),
     ];
-    if l.class == LinkClass::Nvlink {
+    if l.key.class == LinkClass::Nvlink {
         v.push(label("gpu", l.gpu.as_deref().unwrap_or("")));
         v.push(label("link", l.link.as_deref().unwrap_or("")));
     }
@@ -301,10 +301,10 @@ pub fn step_families(
             );
         }
         // Per link: the newest confident, active figure.
-        let mut done: Vec<(LinkClass, &str, &str)> = Vec::new();
+        let mut done: Vec<&LinkKey> = Vec::new();
         for s in steps.iter().rev().take(LINK_LOOKBACK) {
             for l in &s.links {
-                let key = (l.class, l.device.as_str(), l.port.as_str());
+                let key = &l.key;
                 if done.contains(&key) || !l.confident {
                     continue;
                 }

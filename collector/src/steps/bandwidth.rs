@@ -24,7 +24,7 @@
 
 use crate::steps::StepLink;
 use commwatch_model::stats::median;
-use commwatch_model::{LinkClass, LinkRole};
+use commwatch_model::Link;
 
 /// Below this rate (bytes/s) no interval counts as active, whatever the link: background and control traffic.
 pub const ACTIVE_FLOOR_BYTES_PER_SECOND: f64 = 10e6;
@@ -34,19 +34,6 @@ pub const ACTIVE_FLOOR_CAPACITY_FRACTION: f64 = 0.002;
 pub const FULL_RATE_FRACTION: f64 = 0.75;
 /// Active time, in sampling periods, below which the achieved bandwidth is not confident.
 pub const CONFIDENT_MIN_INTERVALS: f64 = 3.0;
-
-/// What the figures of one link need to know about it (copied from the inventory).
-#[derive(Debug, Clone, PartialEq)]
-pub struct LinkMeta {
-    pub class: LinkClass,
-    pub device: String,
-    pub port: String,
-    pub role: LinkRole,
-    pub gpu: Option<String>,
-    pub link: Option<String>,
-    /// Bytes per second per direction, when known.
-    pub capacity_bytes_per_second: Option<f64>,
-}
 
 /// A cumulative counter value at `t`: the integer part of the sample at or before `t` and the interpolated
 /// fraction towards the next one. `None` when `t` is outside the samples.
@@ -117,7 +104,7 @@ pub fn active_seconds(intervals: &[(f64, f64)], floor: f64) -> f64 {
 /// samples (either may be empty when the agent does not count that direction); `sample_period_s` is the node's
 /// fast sampling period. `None` when neither direction's samples cover both edges, or the step is empty.
 pub fn step_link(
-    meta: &LinkMeta,
+    link: &Link,
     tx: &[(i64, u64)],
     rx: &[(i64, u64)],
     start_ns: i64,
@@ -161,29 +148,28 @@ pub fn step_link(
         };
         intervals.push((len, d(tx).max(d(rx)) / len));
     }
-    let floor = active_floor(meta.capacity_bytes_per_second);
+    let floor = active_floor(link.capacity_bytes_per_second);
     let active_s = active_seconds(&intervals, floor);
     let moved = tx_bytes.max(rx_bytes) as f64;
     let duration_s = (end_ns - start_ns) as f64 / 1e9;
     let achieved = (active_s > 0.0).then(|| moved / active_s);
-    let utilization = match (achieved, meta.capacity_bytes_per_second) {
+    let utilization = match (achieved, link.capacity_bytes_per_second) {
         (Some(a), Some(c)) if c > 0.0 => Some(a / c),
         _ => None,
     };
     let confident = active_s == 0.0 || active_s >= CONFIDENT_MIN_INTERVALS * sample_period_s;
     Some(StepLink {
-        class: meta.class,
-        device: meta.device.clone(),
-        port: meta.port.clone(),
-        role: meta.role,
-        gpu: meta.gpu.clone(),
-        link: meta.link.clone(),
+        key: link.key.clone(),
+        endpoint: link.endpoint,
+        role: link.role,
+        gpu: link.gpu.clone(),
+        link: link.link.clone(),
         tx_bytes,
         rx_bytes,
         active_s,
         achieved_bytes_per_second: achieved,
         average_bytes_per_second: moved / duration_s,
-        capacity_bytes_per_second: meta.capacity_bytes_per_second,
+        capacity_bytes_per_second: link.capacity_bytes_per_second,
         utilization,
         confident,
     })
@@ -192,19 +178,22 @@ pub fn step_link(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use commwatch_model::{Endpoint, LinkClass, LinkKey, LinkRole};
 
     const MS: i64 = 1_000_000;
     const S: i64 = 1_000_000_000;
 
-    fn meta(capacity: Option<f64>) -> LinkMeta {
-        LinkMeta {
-            class: LinkClass::Infiniband,
-            device: "mlx5_0".into(),
-            port: "1".into(),
+    /// An InfiniBand HCA port of `capacity` bytes/s.
+    fn hca(capacity: Option<f64>) -> Link {
+        Link {
+            key: LinkKey::new(LinkClass::Infiniband, "mlx5_0", "1"),
+            endpoint: Endpoint::HcaPort,
             role: LinkRole::Fabric,
+            capacity_bytes_per_second: capacity,
+            state: "ACTIVE".into(),
+            attributes: Default::default(),
             gpu: None,
             link: None,
-            capacity_bytes_per_second: capacity,
         }
     }
 
@@ -242,7 +231,7 @@ mod tests {
         };
         let tx = ring(21, burst);
         let rx = ring(21, |_| 50_000);
-        let l = step_link(&meta(Some(25e9)), &tx, &rx, 0, S, 0.05).expect("covered");
+        let l = step_link(&hca(Some(25e9)), &tx, &rx, 0, S, 0.05).expect("covered");
         assert_eq!(l.tx_bytes, 3_750_000_000 + 20 * 50_000);
         assert_eq!(l.rx_bytes, 1_000_000);
         assert!((l.active_s - 0.375).abs() < 1e-3, "{}", l.active_s);
@@ -258,7 +247,7 @@ mod tests {
     fn short_burst_is_not_confident() {
         // 20 ms at 22 GB/s inside one 50 ms interval: the interval rate is 8.8 GB/s, a lower bound.
         let tx = ring(11, |i| if i == 4 { 440_000_000 } else { 0 });
-        let l = step_link(&meta(Some(25e9)), &tx, &[], 0, 500 * MS, 0.05).expect("covered");
+        let l = step_link(&hca(Some(25e9)), &tx, &[], 0, 500 * MS, 0.05).expect("covered");
         assert_eq!(l.tx_bytes, 440_000_000);
         assert_eq!(l.rx_bytes, 0);
         assert!((l.active_s - 0.05).abs() < 1e-9);
@@ -269,7 +258,7 @@ mod tests {
     #[test]
     fn idle_link_has_no_achieved_bandwidth() {
         let tx = ring(21, |_| 50_000); // 1 MB/s
-        let l = step_link(&meta(None), &tx, &tx, 0, S, 0.05).expect("covered");
+        let l = step_link(&hca(None), &tx, &tx, 0, S, 0.05).expect("covered");
         assert_eq!(l.active_s, 0.0);
         assert_eq!(l.achieved_bytes_per_second, None);
         assert_eq!(l.utilization, None);
@@ -280,9 +269,9 @@ mod tests {
     #[test]
     fn uncovered_step_is_none() {
         let tx = ring(5, |_| 1);
-        assert!(step_link(&meta(None), &tx, &[], 0, S, 0.05).is_none());
-        assert!(step_link(&meta(None), &tx, &[], 100 * MS, 100 * MS, 0.05).is_none());
-        assert!(step_link(&meta(None), &[], &[], 0, 1, 0.05).is_none());
+        assert!(step_link(&hca(None), &tx, &[], 0, S, 0.05).is_none());
+        assert!(step_link(&hca(None), &tx, &[], 100 * MS, 100 * MS, 0.05).is_none());
+        assert!(step_link(&hca(None), &[], &[], 0, 1, 0.05).is_none());
     }
 
     #[test]

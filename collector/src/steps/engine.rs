@@ -21,14 +21,14 @@ use std::time::Duration;
 use commwatch_model::clock::unix_now_ns;
 use tracing::debug;
 
-use super::bandwidth::{step_link, LinkMeta};
+use super::bandwidth::step_link;
 use super::history::StepStore;
 use super::inferred::InferenceTracker;
 use super::markers::MarkerTracker;
 use super::{NodeStep, StepSource};
 use crate::store::ring::Ring;
 use crate::store::{NodeState, Store};
-use commwatch_model::LinkClass;
+use commwatch_model::{Link, LinkClass};
 
 /// How often the engine runs by default.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_millis(500);
@@ -176,8 +176,8 @@ fn copy_fresh(n: &NodeState, cursor: u64, traffic_from: i64) -> Fresh {
     }
 }
 
-/// Link metadata and covering samples of every link with byte counters, for the span `[start, end]`.
-type Covered = (Vec<(LinkMeta, Vec<(i64, u64)>, Vec<(i64, u64)>)>, f64);
+/// The links with byte counters and their covering samples for the span `[start, end]`.
+type Covered = (Vec<(Link, Vec<(i64, u64)>, Vec<(i64, u64)>)>, f64);
 
 fn copy_covering(n: &NodeState, start: i64, end: i64) -> Covered {
     let mut out = Vec::new();
@@ -190,16 +190,7 @@ fn copy_covering(n: &NodeState, start: i64, end: i64) -> Covered {
             s.map(|s| covering(s.ring(), start, end))
                 .unwrap_or_default()
         };
-        let meta = LinkMeta {
-            class: l.link.key.class,
-            device: l.link.key.device.clone(),
-            port: l.link.key.port.clone(),
-            role: l.link.role,
-            gpu: l.link.gpu.clone(),
-            link: l.link.link.clone(),
-            capacity_bytes_per_second: l.link.capacity_bytes_per_second,
-        };
-        out.push((meta, c(tx), c(rx)));
+        out.push((l.link.clone(), c(tx), c(rx)));
     }
     (out, f64::from(n.fast_period_ms()) / 1e3)
 }
@@ -323,7 +314,7 @@ impl Engine {
                 samples: e.samples,
                 links: links
                     .iter()
-                    .filter_map(|(meta, tx, rx)| step_link(meta, tx, rx, e.start, e.end, period_s))
+                    .filter_map(|(link, tx, rx)| step_link(link, tx, rx, e.start, e.end, period_s))
                     .collect(),
             })
             .collect();

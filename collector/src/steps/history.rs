@@ -103,7 +103,7 @@ pub fn aggregate(job: &str, index: u64, mut nodes: Vec<NodeStep>) -> JobStep {
         let mut by_class: BTreeMap<LinkClass, (Vec<f64>, Vec<f64>)> = BTreeMap::new();
         for l in n.links.iter().filter(|l| l.confident) {
             if let Some(a) = l.achieved_bytes_per_second {
-                let e = by_class.entry(l.class).or_default();
+                let e = by_class.entry(l.key.class).or_default();
                 e.0.push(a);
                 if let Some(u) = l.utilization {
                     e.1.push(u);
@@ -335,13 +335,12 @@ impl StepStore {
 mod tests {
     use super::*;
     use crate::steps::StepLink;
-    use commwatch_model::LinkRole;
+    use commwatch_model::{Endpoint, LinkKey, LinkRole};
 
     fn link(class: LinkClass, device: &str, achieved: Option<f64>, confident: bool) -> StepLink {
         StepLink {
-            class,
-            device: device.into(),
-            port: "1".into(),
+            key: LinkKey::new(class, device, "1"),
+            endpoint: Endpoint::legacy(class, device, "1"),
             role: LinkRole::Fabric,
             gpu: None,
             link: None,

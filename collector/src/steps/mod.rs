@@ -38,7 +38,7 @@ use serde::Serialize;
 pub use history::{ClassAggregate, JobStep, Spread, StepStore};
 pub use inferred::PeriodEstimate;
 
-use commwatch_model::{LinkClass, LinkRole};
+use commwatch_model::{Endpoint, LinkKey, LinkRole};
 
 /// How the edges of a step were found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -62,11 +62,11 @@ impl StepSource {
 /// One link's figures over one step.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct StepLink {
-    pub class: LinkClass,
-    pub device: String,
-    pub port: String,
+    /// Which link: its identity on the node and what kind of endpoint it is.
+    pub key: LinkKey,
+    pub endpoint: Endpoint,
     pub role: LinkRole,
-    /// NVLink only.
+    /// NVLink only: the GPU and the link number.
     pub gpu: Option<String>,
     pub link: Option<String>,
     /// Bytes sent / received during the step (exact: counter differences at the step's edges).

@@ -1196,7 +1196,7 @@ mod tests {
         let n = out.node.lock();
         assert_eq!(n.links()[0].link.attributes["phys_state"], "LinkUp");
         let input = crate::analysis::input::node_input(&n, 0);
-        assert_eq!(input.links[0].attributes["phys_state"], "LinkUp");
+        assert_eq!(input.links[0].link.attributes["phys_state"], "LinkUp");
     }
 
     #[test]
