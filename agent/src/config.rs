@@ -226,6 +226,13 @@ impl AgentConfig {
 
     /// Checks every field; the error names the first bad one.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        self.validate_node()?;
+        self.validate_transport()?;
+        self.validate_timing()?;
+        self.validate_steps_and_sources()
+    }
+
+    fn validate_node(&self) -> Result<(), ConfigError> {
         if self.node.is_empty() || self.node.len() > 253 {
             return Err(invalid("node", "must be 1 to 253 bytes"));
         }
@@ -239,6 +246,11 @@ impl AgentConfig {
                 "must not contain whitespace or control characters",
             ));
         }
+        Ok(())
+    }
+
+    /// The collector URL and TLS files: plain text only to this machine unless allowed explicitly.
+    fn validate_transport(&self) -> Result<(), ConfigError> {
         if let Some(url) = &self.collector {
             let tls = url.starts_with("https://");
             if !(tls || url.starts_with("http://")) {
@@ -269,6 +281,11 @@ impl AgentConfig {
                 "cert_file and key_file go together (the client certificate for mutual TLS)",
             ));
         }
+        Ok(())
+    }
+
+    /// Periods, buffer, backoff and ack timeout.
+    fn validate_timing(&self) -> Result<(), ConfigError> {
         if self.fast_period < Duration::from_millis(5) || self.fast_period > Duration::from_secs(60)
         {
             return Err(invalid("fast_period", "must be between 5ms and 60s"));
@@ -302,6 +319,10 @@ impl AgentConfig {
         if self.ack_timeout < Duration::from_secs(1) {
             return Err(invalid("ack_timeout", "must be at least 1s"));
         }
+        Ok(())
+    }
+
+    fn validate_steps_and_sources(&self) -> Result<(), ConfigError> {
         if let Some(a) = self.steps_udp {
             if !a.ip().is_loopback() {
                 return Err(invalid(

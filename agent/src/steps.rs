@@ -14,7 +14,7 @@
 //! beyond the rate limit is counted and dropped. The listener never answers: sending never blocks the loop.
 
 use std::collections::VecDeque;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -243,29 +243,17 @@ pub async fn spawn_listeners(
         udp: None,
         unix: None,
     };
+    let listener = |transport| Listener {
+        transport,
+        queue: queue.clone(),
+        metrics: metrics.clone(),
+        limit: RateLimit::new(settings.rate, settings.rate.max(1.0)),
+    };
     if let Some(addr) = settings.udp {
         match tokio::net::UdpSocket::bind(addr).await {
             Ok(sock) => {
                 bound.udp = sock.local_addr().ok();
-                let (q, m, mut sd, rate) = (
-                    queue.clone(),
-                    metrics.clone(),
-                    shutdown.clone(),
-                    settings.rate,
-                );
-                tokio::spawn(async move {
-                    let mut buf = vec![0u8; MAX_DATAGRAM + 1];
-                    let mut limit = RateLimit::new(rate, rate.max(1.0));
-                    loop {
-                        tokio::select! {
-                            r = sock.recv_from(&mut buf) => match r {
-                                Ok((n, _)) => accept(&buf[..n], "udp", &mut limit, &q, &m),
-                                Err(e) => tracing::debug!(error = %e, "step marker receive failed"),
-                            },
-                            _ = sd.wait_for(|v| *v) => break,
-                        }
-                    }
-                });
+                tokio::spawn(listener("udp").receive_udp(sock, shutdown.clone()));
             }
             Err(e) => {
                 tracing::warn!(%addr, error = %e, "cannot bind the step-marker UDP socket; UDP markers disabled")
@@ -273,59 +261,10 @@ pub async fn spawn_listeners(
         }
     }
     if let Some(path) = &settings.unix {
-        // A stale socket file from an earlier run would make bind fail; a live one belongs to another agent
-        // and is left alone.
-        // Anything at the path that is not a socket is never removed.
-        use std::os::unix::fs::FileTypeExt;
-        let existing = std::fs::symlink_metadata(path).ok().map(|m| m.file_type());
-        let is_socket = existing.is_some_and(|t| t.is_socket());
-        let live = is_socket
-            && std::os::unix::net::UnixDatagram::unbound()
-                .and_then(|s| s.connect(path))
-                .is_ok();
-        if is_socket && !live {
-            let _ = std::fs::remove_file(path);
-        }
-        let bind = if live {
-            Err(std::io::Error::new(
-                std::io::ErrorKind::AddrInUse,
-                "another process is listening on this socket",
-            ))
-        } else if existing.is_some() && !is_socket {
-            Err(std::io::Error::new(
-                std::io::ErrorKind::AlreadyExists,
-                "the path exists and is not a socket; it is left alone",
-            ))
-        } else {
-            tokio::net::UnixDatagram::bind(path)
-        };
-        match bind {
+        match bind_unix(path) {
             Ok(sock) => {
-                // Training jobs of any user send markers here: markers are rate-limited, validated and carry
-                // nothing secret, so the socket is world-writable (the directory's permissions still apply).
-                use std::os::unix::fs::PermissionsExt;
-                if let Err(e) =
-                    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))
-                {
-                    tracing::warn!(path = %path.display(), error = %e, "cannot make the step-marker socket writable by other users");
-                }
                 bound.unix = Some(path.clone());
-                let (q, m, mut sd, rate, p) =
-                    (queue, metrics, shutdown, settings.rate, path.clone());
-                tokio::spawn(async move {
-                    let mut buf = vec![0u8; MAX_DATAGRAM + 1];
-                    let mut limit = RateLimit::new(rate, rate.max(1.0));
-                    loop {
-                        tokio::select! {
-                            r = sock.recv(&mut buf) => match r {
-                                Ok(n) => accept(&buf[..n], "unix", &mut limit, &q, &m),
-                                Err(e) => tracing::debug!(error = %e, "step marker receive failed"),
-                            },
-                            _ = sd.wait_for(|v| *v) => break,
-                        }
-                    }
-                    let _ = std::fs::remove_file(&p);
-                });
+                tokio::spawn(listener("unix").receive_unix(sock, path.clone(), shutdown.clone()));
             }
             Err(e) => {
                 tracing::warn!(path = %path.display(), error = %e, "cannot bind the step-marker unix socket; unix markers disabled")
@@ -333,6 +272,99 @@ pub async fn spawn_listeners(
         }
     }
     bound
+}
+
+/// Binds the unix datagram socket at `path`. A stale socket file from an earlier run would make bind fail
+/// and is removed; a live one belongs to another agent and is left alone, as is anything at the path that is
+/// not a socket.
+fn bind_unix(path: &Path) -> std::io::Result<tokio::net::UnixDatagram> {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    let existing = std::fs::symlink_metadata(path).ok().map(|m| m.file_type());
+    let is_socket = existing.is_some_and(|t| t.is_socket());
+    let live = is_socket
+        && std::os::unix::net::UnixDatagram::unbound()
+            .and_then(|s| s.connect(path))
+            .is_ok();
+    if is_socket && !live {
+        let _ = std::fs::remove_file(path);
+    }
+    if live {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::AddrInUse,
+            "another process is listening on this socket",
+        ));
+    }
+    if existing.is_some() && !is_socket {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::AlreadyExists,
+            "the path exists and is not a socket; it is left alone",
+        ));
+    }
+    let sock = tokio::net::UnixDatagram::bind(path)?;
+    // Training jobs of any user send markers here: markers are rate-limited, validated and carry nothing
+    // secret, so the socket is world-writable (the directory's permissions still apply).
+    if let Err(e) = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666)) {
+        tracing::warn!(path = %path.display(), error = %e, "cannot make the step-marker socket writable by other users");
+    }
+    Ok(sock)
+}
+
+/// One transport's receive loop: its own rate limit, the shared queue and counters.
+struct Listener {
+    transport: &'static str,
+    queue: Arc<MarkerQueue>,
+    metrics: MarkerMetrics,
+    limit: RateLimit,
+}
+
+impl Listener {
+    /// Receives until `shutdown` flips to true.
+    async fn receive_udp(
+        mut self,
+        sock: tokio::net::UdpSocket,
+        mut shutdown: tokio::sync::watch::Receiver<bool>,
+    ) {
+        let mut buf = vec![0u8; MAX_DATAGRAM + 1];
+        loop {
+            tokio::select! {
+                r = sock.recv_from(&mut buf) => match r {
+                    Ok((n, _)) => self.accept(&buf[..n]),
+                    Err(e) => tracing::debug!(error = %e, "step marker receive failed"),
+                },
+                _ = shutdown.wait_for(|v| *v) => break,
+            }
+        }
+    }
+
+    /// Receives until `shutdown` flips to true, then removes the socket file.
+    async fn receive_unix(
+        mut self,
+        sock: tokio::net::UnixDatagram,
+        path: PathBuf,
+        mut shutdown: tokio::sync::watch::Receiver<bool>,
+    ) {
+        let mut buf = vec![0u8; MAX_DATAGRAM + 1];
+        loop {
+            tokio::select! {
+                r = sock.recv(&mut buf) => match r {
+                    Ok(n) => self.accept(&buf[..n]),
+                    Err(e) => tracing::debug!(error = %e, "step marker receive failed"),
+                },
+                _ = shutdown.wait_for(|v| *v) => break,
+            }
+        }
+        let _ = std::fs::remove_file(&path);
+    }
+
+    fn accept(&mut self, data: &[u8]) {
+        accept(
+            data,
+            self.transport,
+            &mut self.limit,
+            &self.queue,
+            &self.metrics,
+        );
+    }
 }
 
 #[cfg(test)]

@@ -137,6 +137,7 @@ impl InfinibandSource {
         self.files.not_available()
     }
 
+    /// Registers the series of one port and returns its link.
     fn discover_port(
         &mut self,
         dev: &str,
@@ -157,12 +158,36 @@ impl InfinibandSource {
         if let Some(ll) = link_layer {
             attributes.insert("link_layer".into(), ll);
         }
+        let (state, capacity) = self.port_gauges(&key, &port_dir, &mut attributes, changed);
+        if let Some(nd) = port_netdev(dev_dir, &port_dir, port) {
+            attributes.insert("netdev".into(), nd);
+        }
+        self.port_counters(&key, &port_dir, changed);
+        Link {
+            key,
+            endpoint: Endpoint::HcaPort,
+            role: LinkRole::Fabric,
+            capacity_bytes_per_second: capacity,
+            state,
+            attributes,
+            gpu: None,
+            link: None,
+        }
+    }
 
+    /// Registers the port's gauges (`state_code`, `phys_state_code`, `capacity_bytes_per_second`) and reads
+    /// the facts they give through the same open files: returns the state and capacity, and adds
+    /// `phys_state`, `rate` and `width` to `attributes`.
+    fn port_gauges(
+        &mut self,
+        key: &LinkKey,
+        port_dir: &Path,
+        attributes: &mut BTreeMap<String, String>,
+        changed: &mut bool,
+    ) -> (String, Option<f64>) {
         let series = &mut self.inventory.series;
         let files = &mut self.files;
-        let gauge =
-            |metric: &str| SeriesSpec::for_link(metric, SeriesKind::Gauge, Tier::Slow, &key);
-
+        let gauge = |metric: &str| SeriesSpec::for_link(metric, SeriesKind::Gauge, Tier::Slow, key);
         let mut state = UNKNOWN_STATE.to_string();
         if let Some(idx) = files.upsert(
             series,
@@ -207,10 +232,14 @@ impl InfinibandSource {
                 attributes.insert("rate".into(), text);
             }
         }
-        if let Some(nd) = port_netdev(dev_dir, &port_dir, port) {
-            attributes.insert("netdev".into(), nd);
-        }
+        (state, capacity)
+    }
 
+    /// Registers the port's counters: the table of `counters/` (or their `counters_ext/` twins in the
+    /// legacy layout) with their PMA widths, and every file of `hw_counters/`.
+    fn port_counters(&mut self, key: &LinkKey, port_dir: &Path, changed: &mut bool) {
+        let series = &mut self.inventory.series;
+        let files = &mut self.files;
         let counters = port_dir.join("counters");
         let counters_ext = port_dir.join("counters_ext");
         let legacy = counters_ext.is_dir();
@@ -232,13 +261,12 @@ impl InfinibandSource {
             };
             files.upsert(
                 series,
-                SeriesSpec::for_link(d.metric, kind, d.tier, &key),
+                SeriesSpec::for_link(d.metric, kind, d.tier, key),
                 path,
                 Decode::Counter { scale: d.scale },
                 changed,
             );
         }
-
         let hw_dir = port_dir.join("hw_counters");
         for name in list_files(&hw_dir).unwrap_or_default() {
             if HW_NOT_COUNTERS.contains(&name.as_str()) {
@@ -247,22 +275,11 @@ impl InfinibandSource {
             let metric = format!("hw_{}", metric_safe(&name));
             files.upsert(
                 series,
-                SeriesSpec::for_link(&metric, SeriesKind::COUNTER64, Tier::Slow, &key),
+                SeriesSpec::for_link(&metric, SeriesKind::COUNTER64, Tier::Slow, key),
                 hw_dir.join(&name),
                 Decode::Counter { scale: 1 },
                 changed,
             );
-        }
-
-        Link {
-            key,
-            endpoint: Endpoint::HcaPort,
-            role: LinkRole::Fabric,
-            capacity_bytes_per_second: capacity,
-            state,
-            attributes,
-            gpu: None,
-            link: None,
         }
     }
 }
