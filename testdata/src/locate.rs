@@ -3,7 +3,8 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
-/// Overrides the shared test data's location (a directory holding `sysfs/`, `nccl/`, `kineto/`, ...).
+/// Overrides the shared test data's location (a directory holding `sysfs/`, `nccl/`, `kineto/`, ...). Give it
+/// absolute: a relative one is taken from the test's working directory (its crate's root under `cargo test`).
 pub const SHARED_VAR: &str = "COMMWATCH_SHARED_TESTDATA";
 /// `CI=true` turns absent shared data into a test failure.
 pub const CI_VAR: &str = "CI";
