@@ -15,7 +15,7 @@
 
 use std::collections::BTreeMap;
 
-/// NVML field ids the sources use (`nvml.h`, `NVML_FI_DEV_*`).
+/// NVML field ids the sources use (NVML's `NVML_FI_DEV_*` constants).
 pub mod field {
     /// Per-link (scopeId) NVLink count of the device (`NVML_FI_DEV_NVLINK_LINK_COUNT`).
     pub const NVLINK_LINK_COUNT: u32 = 91;
