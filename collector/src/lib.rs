@@ -52,14 +52,15 @@ use tracing::info;
 /// The shared vocabulary the collector's types are written in (links, tiers, severities, finding kinds, jobs).
 pub use commwatch_model as model;
 pub use config::{CollectorConfig, ConfigError, Limits, TlsConfig};
-pub use telemetry::IngestStats;
+pub use export::nodes::{LinkView, NodeView};
 pub use lifecycle::SHUTDOWN_GRACE;
-pub use store::{LinkView, NodeView, Store, StoreMemory};
+pub use store::{Store, StoreMemory};
+pub use telemetry::IngestStats;
 
 use commwatch_model::clock::unix_now_ns;
-use telemetry::Health;
 use lifecycle::{Shutdown, Tasks};
 use persist::PersistError;
+use telemetry::Health;
 
 /// Errors starting the collector.
 #[derive(Debug, thiserror::Error)]

@@ -16,11 +16,12 @@ use tracing::warn;
 use super::access::{guard, ApiAccess};
 use super::findings::FindingsCollector;
 use super::jobs::JobsCollector;
+use super::nodes::NodeView;
 use super::prometheus::{content_type, Exposition, StoreDescs};
 use super::steps::StepCollector;
 use crate::analysis::AnalysisHandle;
 use crate::steps::StepStore;
-use crate::store::{NodeView, Store};
+use crate::store::Store;
 use crate::telemetry::Health;
 
 /// Everything the HTTP endpoints read.

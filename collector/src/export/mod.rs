@@ -6,6 +6,7 @@ pub mod exposition;
 pub mod findings;
 pub mod jobs;
 pub mod names;
+pub mod nodes;
 mod proto;
 pub mod steps;
 

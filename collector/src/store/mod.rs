@@ -29,7 +29,7 @@ pub use error::StoreError;
 pub use input::{Batch, Hello, Inventory, JobList, LinkInfo, Marker, SeriesDesc, StepPhase};
 use rate::{counter_step, plausibility_cap, window_rate, Step, RATE_WINDOW_NS};
 use ring::Ring;
-pub use view::{ConflictView, LinkSnapshot, LinkView, NodeSnapshot, NodeView, SeriesSnapshot};
+pub use view::{LinkSnapshot, NodeSnapshot, SeriesSnapshot};
 
 /// Most step markers one node keeps (at 2 markers per step and rank, 8 ranks and 3 steps/s: ~6 minutes).
 pub const MAX_MARKERS_PER_NODE: usize = 16_384;
@@ -791,14 +791,7 @@ impl NodeState {
                 };
                 let rate = |slot: Option<usize>| slot.and_then(|i| self.series[i].rate());
                 LinkSnapshot {
-                    class: l.link.key.class,
-                    device: l.link.key.device.clone(),
-                    port: l.link.key.port.clone(),
-                    role: l.link.role,
-                    gpu: l.link.gpu.clone(),
-                    link: l.link.link.clone(),
-                    capacity_bytes_per_second: l.link.capacity_bytes_per_second,
-                    state: l.link.state.clone(),
+                    link: l.link.clone(),
                     tx_bytes_total: raw(l.tx),
                     rx_bytes_total: raw(l.rx),
                     tx_bytes_per_second: rate(l.tx),

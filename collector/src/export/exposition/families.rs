@@ -330,13 +330,6 @@ impl Ix {
     }
 }
 
-/// Whether a link's state text means up (the value of the link-up family): `active` but not `inactive`, `up`,
-/// or `linkup`, in any case.
-pub fn link_is_up(state: &str) -> bool {
-    let s = state.to_ascii_lowercase();
-    (s.contains("active") && !s.contains("inactive")) || s == "up" || s.contains("linkup")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -351,15 +344,5 @@ mod tests {
             assert!(FAMILIES.iter().any(|f| f.name == *n), "{n} not in FAMILIES");
         }
         assert!(Ix::new().is_some(), "a family of Ix is not in FAMILIES");
-    }
-
-    #[test]
-    fn link_up_states() {
-        assert!(link_is_up("ACTIVE"));
-        assert!(link_is_up("4: ACTIVE"));
-        assert!(link_is_up("up"));
-        assert!(!link_is_up("DOWN"));
-        assert!(!link_is_up("INACTIVE"));
-        assert!(!link_is_up(""));
     }
 }

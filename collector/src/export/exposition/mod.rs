@@ -34,7 +34,7 @@ use prometheus::proto::MetricFamily;
 use prometheus::{Encoder, TextEncoder};
 
 use commwatch_model::clock::unix_now_ns;
-pub use families::{link_is_up, Family, StoreDescs, FAMILIES};
+pub use families::{Family, StoreDescs, FAMILIES};
 use samples::Samples;
 
 use crate::store::{NodeSnapshot, Store, StoreMemory};

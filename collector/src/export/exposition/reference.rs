@@ -14,7 +14,7 @@ use commwatch_model::clock::unix_now_ns;
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::{Counter, Gauge, LabelPair, Metric, MetricFamily, MetricType};
 
-use crate::export::exposition::{link_is_up, StoreDescs, FAMILIES};
+use crate::export::exposition::{StoreDescs, FAMILIES};
 use crate::export::names::{self, link_counter_family, LinkCounterFamily};
 use crate::store::{LinkSnapshot, NodeSnapshot, Store, StoreMemory};
 use commwatch_model::{LinkClass, SeriesKind};
@@ -81,12 +81,18 @@ impl Builder {
 fn link_labels(node: &str, l: &LinkSnapshot) -> Vec<LabelPair> {
     let mut v: Vec<LabelPair> = LINK_LABELS
         .iter()
-        .zip([node, l.class.as_str(), &l.device, &l.port, l.role.as_str()])
+        .zip([
+            node,
+            l.link.key.class.as_str(),
+            &l.link.key.device,
+            &l.link.key.port,
+            l.link.role.as_str(),
+        ])
         .map(|(n, v)| label(n, v))
         .collect();
-    if l.class == LinkClass::Nvlink {
-        v.push(label("gpu", l.gpu.as_deref().unwrap_or("")));
-        v.push(label("link", l.link.as_deref().unwrap_or("")));
+    if l.link.key.class == LinkClass::Nvlink {
+        v.push(label("gpu", l.link.gpu.as_deref().unwrap_or("")));
+        v.push(label("link", l.link.link.as_deref().unwrap_or("")));
     }
     v
 }
@@ -150,16 +156,12 @@ fn add_link(b: &mut Builder, node: &str, l: &LinkSnapshot) {
     if let Some(v) = l.rx_bytes_per_second {
         b.add(names::LINK_RECEIVE_BYTES_PER_SECOND, base.clone(), v);
     }
-    if let Some(v) = l.capacity_bytes_per_second {
+    if let Some(v) = l.link.capacity_bytes_per_second {
         b.add(names::LINK_CAPACITY_BYTES_PER_SECOND, base.clone(), v);
     }
     let mut up = base.clone();
-    up.push(label("state", &l.state));
-    b.add(
-        names::LINK_UP,
-        up,
-        if link_is_up(&l.state) { 1.0 } else { 0.0 },
-    );
+    up.push(label("state", &l.link.state));
+    b.add(names::LINK_UP, up, if l.link.is_up() { 1.0 } else { 0.0 });
     let mut seen: HashSet<SeenKey<'_>> = HashSet::new();
     for s in &l.series {
         if !matches!(s.kind, SeriesKind::Counter { .. }) {

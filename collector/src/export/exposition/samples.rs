@@ -5,7 +5,7 @@
 
 use std::collections::HashSet;
 
-use super::families::{family_index, link_is_up, Ix, FAMILIES};
+use super::families::{family_index, Ix, FAMILIES};
 use super::writer::{push_header, push_label, push_value};
 use crate::export::names;
 use crate::store::{LinkSnapshot, NodeSnapshot, SeriesSnapshot, StoreMemory};
@@ -49,7 +49,7 @@ impl<'a> Sample<'a> {
 
     /// Label values after `node` and the link's, in exposition order.
     fn tail(self) -> impl Iterator<Item = &'a str> {
-        let state = self.state.map(|l| l.state.as_str());
+        let state = self.state.map(|l| l.link.state.as_str());
         let counter = self
             .series
             .filter(|_| self.counter)
@@ -79,7 +79,7 @@ impl<'a> Sample<'a> {
             let end = self.prefix + self.prefix_len as usize;
             out.push_str(prefixes.get(self.prefix..end).unwrap_or_default());
             if let Some(l) = self.state {
-                push_label(out, ',', "state", &l.state);
+                push_label(out, ',', "state", &l.link.state);
             }
             if let Some(s) = self.series {
                 if self.counter {
@@ -99,22 +99,24 @@ impl<'a> Sample<'a> {
 
 /// `gpu` and `link` of an NVLink link.
 fn nvlink_values(l: &LinkSnapshot) -> Option<[&str; 2]> {
-    (l.class == LinkClass::Nvlink).then(|| {
+    (l.link.key.class == LinkClass::Nvlink).then(|| {
         [
-            l.gpu.as_deref().unwrap_or(""),
-            l.link.as_deref().unwrap_or(""),
+            l.link.gpu.as_deref().unwrap_or(""),
+            l.link.link.as_deref().unwrap_or(""),
         ]
     })
 }
 
 /// The link's label values after `node`, in exposition order, compared pair by pair.
 fn link_values_cmp(a: &LinkSnapshot, b: &LinkSnapshot) -> std::cmp::Ordering {
-    a.class
+    a.link
+        .key
+        .class
         .as_str()
-        .cmp(b.class.as_str())
-        .then_with(|| a.device.cmp(&b.device))
-        .then_with(|| a.port.cmp(&b.port))
-        .then_with(|| a.role.as_str().cmp(b.role.as_str()))
+        .cmp(b.link.key.class.as_str())
+        .then_with(|| a.link.key.device.cmp(&b.link.key.device))
+        .then_with(|| a.link.key.port.cmp(&b.link.key.port))
+        .then_with(|| a.link.role.as_str().cmp(b.link.role.as_str()))
         .then_with(|| nvlink_values(a).cmp(&nvlink_values(b)))
 }
 
@@ -297,13 +299,13 @@ impl<'a> Samples<'a> {
         if let Some(value) = l.rx_bytes_per_second {
             self.fams[ix.rx_rate].push(Sample { value, ..sample });
         }
-        if let Some(value) = l.capacity_bytes_per_second {
+        if let Some(value) = l.link.capacity_bytes_per_second {
             self.fams[ix.capacity].push(Sample { value, ..sample });
         }
         self.fams[ix.up].push(Sample {
             count: count + 1,
             state: Some(l),
-            value: if link_is_up(&l.state) { 1.0 } else { 0.0 },
+            value: if l.link.is_up() { 1.0 } else { 0.0 },
             ..sample
         });
         self.link_seen.clear();
@@ -334,14 +336,14 @@ impl<'a> Samples<'a> {
 /// escaped, to `out`; returns how many labels that is.
 fn push_link_labels(out: &mut String, node: &str, l: &LinkSnapshot) -> u32 {
     push_label(out, '{', "node", node);
-    push_label(out, ',', "class", l.class.as_str());
-    push_label(out, ',', "device", &l.device);
-    push_label(out, ',', "port", &l.port);
-    push_label(out, ',', "role", l.role.as_str());
-    if l.class != LinkClass::Nvlink {
+    push_label(out, ',', "class", l.link.key.class.as_str());
+    push_label(out, ',', "device", &l.link.key.device);
+    push_label(out, ',', "port", &l.link.key.port);
+    push_label(out, ',', "role", l.link.role.as_str());
+    if l.link.key.class != LinkClass::Nvlink {
         return 5;
     }
-    push_label(out, ',', "gpu", l.gpu.as_deref().unwrap_or(""));
-    push_label(out, ',', "link", l.link.as_deref().unwrap_or(""));
+    push_label(out, ',', "gpu", l.link.gpu.as_deref().unwrap_or(""));
+    push_label(out, ',', "link", l.link.link.as_deref().unwrap_or(""));
     7
 }

@@ -91,14 +91,16 @@ fn link(
     series: Vec<SeriesSnapshot>,
 ) -> LinkSnapshot {
     LinkSnapshot {
-        class,
-        device: device.to_string(),
-        port: port.to_string(),
-        role: LinkRole::Fabric,
-        gpu: gpu.map(str::to_string),
-        link: link.map(str::to_string),
-        capacity_bytes_per_second: Some(25e9),
-        state: state.to_string(),
+        link: Link {
+            key: LinkKey::new(class, device, port),
+            endpoint: Endpoint::legacy(class, device, port),
+            role: LinkRole::Fabric,
+            capacity_bytes_per_second: Some(25e9),
+            state: state.to_string(),
+            attributes: Default::default(),
+            gpu: gpu.map(str::to_string),
+            link: link.map(str::to_string),
+        },
         tx_bytes_total: tx,
         rx_bytes_total: tx.map(|v| v / 2),
         tx_bytes_per_second: tx.map(|v| v as f64 / 3.0),
@@ -351,6 +353,34 @@ fn random_value(rng: &mut StdRng) -> f64 {
     }
 }
 
+/// A link of random class, role and tricky names, as the store could hold it.
+fn random_link(rng: &mut StdRng) -> Link {
+    let classes = [
+        LinkClass::Infiniband,
+        LinkClass::Roce,
+        LinkClass::Ethernet,
+        LinkClass::Nvlink,
+        LinkClass::Unknown,
+    ];
+    let roles = [LinkRole::Fabric, LinkRole::Management, LinkRole::Unknown];
+    let opt = |rng: &mut StdRng| rng.random_bool(0.7).then(|| pick(rng, TRICKY).to_string());
+    // Drawn in the order the fields are listed, so a seed gives the same links as before.
+    let class = classes[rng.random_range(0..classes.len())];
+    let (device, port) = (pick(rng, TRICKY), pick(rng, TRICKY));
+    let role = roles[rng.random_range(0..roles.len())];
+    let (gpu, link) = (opt(rng), opt(rng));
+    Link {
+        key: LinkKey::new(class, device, port),
+        endpoint: Endpoint::legacy(class, device, port),
+        role,
+        capacity_bytes_per_second: rng.random_bool(0.5).then(|| random_value(rng)),
+        state: pick(rng, &["ACTIVE", "INACTIVE", "up", "DOWN", "", "a\"b"]).to_string(),
+        attributes: Default::default(),
+        gpu,
+        link,
+    }
+}
+
 fn random_series(rng: &mut StdRng, metrics: &[&str]) -> SeriesSnapshot {
     let labels: Vec<(String, String)> = (0..rng.random_range(0..3))
         .map(|_| {
@@ -401,27 +431,11 @@ fn random_nodes(rng: &mut StdRng, sorted: bool) -> Vec<NodeSnapshot> {
         "rx_dropped",
         "odd\"name\\",
     ];
-    let classes = [
-        LinkClass::Infiniband,
-        LinkClass::Roce,
-        LinkClass::Ethernet,
-        LinkClass::Nvlink,
-        LinkClass::Unknown,
-    ];
-    let roles = [LinkRole::Fabric, LinkRole::Management, LinkRole::Unknown];
-    let opt = |rng: &mut StdRng| rng.random_bool(0.7).then(|| pick(rng, TRICKY).to_string());
     let mut nodes: Vec<NodeSnapshot> = (0..rng.random_range(0..6))
         .map(|_| {
             let links = (0..rng.random_range(0..5))
                 .map(|_| LinkSnapshot {
-                    class: classes[rng.random_range(0..classes.len())],
-                    device: pick(rng, TRICKY).to_string(),
-                    port: pick(rng, TRICKY).to_string(),
-                    role: roles[rng.random_range(0..roles.len())],
-                    gpu: opt(rng),
-                    link: opt(rng),
-                    capacity_bytes_per_second: rng.random_bool(0.5).then(|| random_value(rng)),
-                    state: pick(rng, &["ACTIVE", "INACTIVE", "up", "DOWN", "", "a\"b"]).to_string(),
+                    link: random_link(rng),
                     tx_bytes_total: rng.random_bool(0.7).then(|| rng.random()),
                     rx_bytes_total: rng.random_bool(0.7).then(|| rng.random_range(0..1000)),
                     tx_bytes_per_second: rng.random_bool(0.5).then(|| random_value(rng)),
