@@ -158,7 +158,7 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
             c.summary = s;
             let fabric_if = fabric_interface(n).unwrap_or_else(|| "the fabric interface".into());
             c.action = match &why {
-                Some((setting, _)) if setting.starts_with("NCCL_SOCKET_IFNAME") => format!(
+                Some((setting, _)) if setting.starts_with(nccl::SOCKET_IFNAME) => format!(
                     "Set NCCL_SOCKET_IFNAME={fabric_if} (or unset it) for the job's ranks on {} instead of {setting}, keep NCCL_IB_DISABLE unset, and restart the job; verify with NCCL_DEBUG=INFO that NCCL uses NET/IB.",
                     n.name
                 ),

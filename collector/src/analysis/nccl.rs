@@ -49,3 +49,42 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::input::{ConflictInput, JobInput};
+
+    #[test]
+    fn the_setting_is_the_subject_not_a_device() {
+        let job = JobInput {
+            id: "job-42".into(),
+            conflicts: vec![ConflictInput {
+                node: "node-03".into(),
+                setting: "NCCL_SOCKET_IFNAME".into(),
+                value: "eth0".into(),
+                kind: ConflictKind::ManagementInterface,
+                reason: "eth0 is a management interface.".into(),
+            }],
+            ..Default::default()
+        };
+        let input = AnalysisInput {
+            jobs: vec![job],
+            ..Default::default()
+        };
+        let c = &evaluate(&input)[0];
+        assert_eq!(c.severity, Severity::Critical);
+        assert_eq!(c.subject.setting.as_deref(), Some("NCCL_SOCKET_IFNAME"));
+        assert_eq!(c.subject.device, None);
+        // The id is the one the finding always had.
+        assert_eq!(
+            c.id(),
+            "nccl_misconfiguration:node-03:NCCL_SOCKET_IFNAME:job=job-42"
+        );
+        assert_eq!(
+            serde_json::to_value(&c.subject).unwrap(),
+            serde_json::json!({"node": "node-03", "job": "job-42", "setting": "NCCL_SOCKET_IFNAME"})
+        );
+        assert_eq!(c.evidence.details["conflict"], "management_interface");
+    }
+}

@@ -243,4 +243,40 @@ mod tests {
             .unwrap_err();
         assert_eq!(r.status(), StatusCode::BAD_REQUEST);
     }
+
+    #[test]
+    fn an_nccl_finding_keeps_its_setting_as_the_device_label() {
+        use crate::analysis::{Evidence, FindingKind, Severity, Subject};
+        let f = Finding {
+            id: "nccl_misconfiguration:node-03:NCCL_SOCKET_IFNAME:job=job-42".into(),
+            kind: FindingKind::NcclMisconfiguration,
+            severity: Severity::Critical,
+            subject: Subject {
+                node: "node-03".into(),
+                job: Some("job-42".into()),
+                setting: Some("NCCL_SOCKET_IFNAME".into()),
+                ..Default::default()
+            },
+            summary: String::new(),
+            evidence: Evidence::default(),
+            action: String::new(),
+            first_seen_unix_s: 0.0,
+            last_seen_unix_s: 0.0,
+            active: true,
+            caused_by: None,
+            consequences: vec![],
+        };
+        let pairs = finding_labels(&f);
+        let labels: Vec<(&str, &str)> = pairs.iter().map(|l| (l.name(), l.value())).collect();
+        assert_eq!(
+            labels,
+            [
+                ("kind", "nccl_misconfiguration"),
+                ("severity", "critical"),
+                ("node", "node-03"),
+                ("device", "NCCL_SOCKET_IFNAME"),
+                ("job", "job-42"),
+            ]
+        );
+    }
 }
