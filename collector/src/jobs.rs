@@ -8,11 +8,12 @@
 //! edge refuses other keys).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use commwatch_model::ConflictKind;
 use serde::Serialize;
 
-use crate::store::Store;
+use crate::store::{JobList, Store};
 
 /// One process (rank) of a fleet job, with the node it runs on.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -85,14 +86,20 @@ impl FleetJob {
 
 /// Every job of the nodes seen within `node_expiry` at `now_unix_ns`, merged by id and sorted by id.
 pub fn fleet_jobs(store: &Store, now_unix_ns: i64) -> Vec<FleetJob> {
+    merge(&store.node_jobs(now_unix_ns))
+}
+
+/// Merges per-node job lists (`(node, list)`) by job id; sorted by id, each job's ranks by global rank (ranks
+/// without one last), then node and pid.
+pub fn merge(node_lists: &[(String, Arc<JobList>)]) -> Vec<FleetJob> {
     let mut by_id: BTreeMap<String, FleetJob> = BTreeMap::new();
-    for (node, list) in store.node_jobs(now_unix_ns) {
+    for (node, list) in node_lists {
         for j in &list.jobs {
             let job = by_id.entry(j.id.clone()).or_insert_with(|| FleetJob {
                 id: j.id.clone(),
                 ..Default::default()
             });
-            if !job.listed_by.contains(&node) {
+            if !job.listed_by.contains(node) {
                 job.listed_by.push(node.clone());
             }
             job.ranks.extend(j.ranks.iter().map(|r| FleetRank {
@@ -132,4 +139,89 @@ pub fn fleet_jobs(store: &Store, now_unix_ns: i64) -> Vec<FleetJob> {
             job
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use commwatch_model::{Job, NcclConflict, Rank};
+
+    fn rank(pid: u32, rank: Option<u32>, gpu: &str, nccl: &[(&str, &str)]) -> Rank {
+        Rank {
+            pid,
+            rank,
+            local_rank: None,
+            world_size: Some(4),
+            gpus: vec![gpu.into()],
+            pod_uid: None,
+            container_id: None,
+            nccl: nccl
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            found_by: "nvml".into(),
+        }
+    }
+
+    fn list(jobs: Vec<Job>) -> Arc<JobList> {
+        Arc::new(JobList { jobs })
+    }
+
+    #[test]
+    fn lists_merge_by_job_id_with_ranks_in_global_order() {
+        let ifname = [("NCCL_SOCKET_IFNAME", "eth0")];
+        let b = list(vec![
+            Job {
+                id: "job-1".into(),
+                ranks: vec![
+                    rank(20, Some(3), "1", &ifname),
+                    rank(21, Some(2), "0", &ifname),
+                ],
+                conflicts: vec![NcclConflict {
+                    setting: "NCCL_SOCKET_IFNAME".into(),
+                    value: "eth0".into(),
+                    kind: "management_interface".into(),
+                    reason: "eth0 is a management interface".into(),
+                }],
+            },
+            Job {
+                id: "idle".into(),
+                ranks: vec![],
+                conflicts: vec![],
+            },
+        ]);
+        let a = list(vec![Job {
+            id: "job-1".into(),
+            ranks: vec![rank(11, None, "2", &[]), rank(10, Some(0), "0", &[])],
+            conflicts: vec![],
+        }]);
+        let jobs = merge(&[("node-b".into(), b), ("node-a".into(), a)]);
+        assert_eq!(
+            jobs.iter().map(|j| j.id.as_str()).collect::<Vec<_>>(),
+            ["idle", "job-1"]
+        );
+        let idle = &jobs[0];
+        assert_eq!(idle.listed_by, ["node-b"]);
+        assert_eq!(idle.nodes().count(), 0);
+        let j = &jobs[1];
+        assert_eq!(j.listed_by, ["node-a", "node-b"]);
+        let order: Vec<(&str, Option<u32>)> =
+            j.ranks.iter().map(|r| (r.node.as_str(), r.rank)).collect();
+        assert_eq!(
+            order,
+            [
+                ("node-a", Some(0)),
+                ("node-b", Some(2)),
+                ("node-b", Some(3)),
+                ("node-a", None)
+            ]
+        );
+        assert_eq!(j.nodes().collect::<Vec<_>>(), ["node-a", "node-b"]);
+        assert_eq!(j.gpus(), 4);
+        assert_eq!(j.nccl_on("node-b", "NCCL_SOCKET_IFNAME"), Some("eth0"));
+        assert_eq!(j.nccl_on("node-a", "NCCL_SOCKET_IFNAME"), None);
+        assert_eq!(j.conflicts.len(), 1);
+        assert_eq!(j.conflicts[0].node, "node-b");
+        assert_eq!(j.conflicts[0].kind.as_str(), "management_interface");
+    }
 }
