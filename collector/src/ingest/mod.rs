@@ -7,6 +7,10 @@
 //! under one node lock, then made durable (committed to SQLite when persistence is on, else at once). Acks are
 //! coalesced: at most one per [`ACK_INTERVAL`] per stream, sent within that interval of the batch becoming
 //! durable. A malformed message fails that stream only; a newer stream claiming the same node closes the older.
+//!
+//! Files: [`server`] and the tonic service here; one task per stream in `stream.rs` (a `select!` dispatching
+//! one method per message kind); agent authentication in [`auth`]; wire → store validation in [`domain`]; the
+//! per-stream sample rate limit in [`rate`].
 
 pub mod auth;
 pub mod domain;
