@@ -382,6 +382,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn ports_are_named_as_hca_ports() {
+        let root = tempfile::tempdir().unwrap();
+        let port = root.path().join("class/infiniband/mlx5_0/ports/1");
+        std::fs::create_dir_all(&port).unwrap();
+        std::fs::write(port.join("state"), "4: ACTIVE\n").unwrap();
+        std::fs::write(port.join("link_layer"), "InfiniBand\n").unwrap();
+        let mut src = InfinibandSource::new(root.path().to_path_buf());
+        assert!(src.discover().unwrap());
+        let l = &src.inventory().links[0];
+        assert_eq!(l.endpoint, Endpoint::HcaPort);
+        assert_eq!(l.key, LinkKey::new(LinkClass::Infiniband, "mlx5_0", "1"));
+        assert!(l.is_fabric_rdma() && l.is_up() && !l.is_interface());
+    }
+
+    #[test]
     fn metric_names_are_snake_case() {
         assert_eq!(metric_safe("np_cnp_sent"), "np_cnp_sent");
         assert_eq!(metric_safe("VL15-dropped"), "vl15_dropped");

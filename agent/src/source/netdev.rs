@@ -258,6 +258,25 @@ impl Source for NetdevSource {
 mod tests {
     use super::*;
 
+    #[test]
+    fn interfaces_are_named_as_interfaces() {
+        let root = tempfile::tempdir().unwrap();
+        for (name, if_type) in [("eth0", "1"), ("ib0", "32")] {
+            let dir = root.path().join("class/net").join(name);
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("type"), format!("{if_type}\n")).unwrap();
+            std::fs::write(dir.join("operstate"), "up\n").unwrap();
+        }
+        let mut src = NetdevSource::new(root.path().to_path_buf(), NetdevOptions::default());
+        assert!(src.discover().unwrap());
+        let links = &src.inventory().links;
+        assert_eq!(links.len(), 2);
+        for l in links {
+            assert_eq!(l.endpoint, Endpoint::Interface, "{}", l.key);
+            assert!(l.is_interface() && l.is_up() && l.key.device == l.key.port);
+        }
+    }
+
     fn set(names: &[&str]) -> BTreeSet<String> {
         names.iter().map(|s| s.to_string()).collect()
     }

@@ -224,3 +224,40 @@ fn nvlink(gpu: u32, info: &GpuInfo, li: &NvlinkInfo, throughput: ThroughputSourc
         link: Some(li.link.to_string()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::gpu::PeerType;
+
+    #[test]
+    fn an_nvlink_is_a_gpu_link_with_its_facts() {
+        let info = GpuInfo {
+            index: 3,
+            uuid: "GPU-1".into(),
+            name: "H100".into(),
+            pci_bus_id: "00000000:18:00.0".into(),
+            nvlink_count: 18,
+            gpm_supported: true,
+        };
+        let li = NvlinkInfo {
+            link: 5,
+            active: true,
+            version: Some(4),
+            speed_mbps: Some(26_562),
+            remote_pci_bus_id: Some("00000000:99:00.0".into()),
+            remote_type: Some(PeerType::Switch),
+        };
+        let l = nvlink(3, &info, &li, ThroughputSource::ThroughputKib);
+        assert_eq!(l.endpoint, Endpoint::GpuLink);
+        assert_eq!((l.key.device.as_str(), l.key.port.as_str()), ("gpu3", "5"));
+        assert_eq!(
+            (l.gpu.as_deref(), l.link.as_deref()),
+            (Some("3"), Some("5"))
+        );
+        assert_eq!(l.capacity_bytes_per_second, Some(26.562e9));
+        assert!(l.is_up() && !l.is_interface() && !l.is_fabric_rdma());
+        assert_eq!(l.attributes["throughput_source"], "throughput_fields");
+        assert_eq!(l.attributes["peer_type"], PeerType::Switch.as_str());
+    }
+}
