@@ -273,7 +273,7 @@ fn resend_buffer_bytes(config: &AgentConfig, inv: &commwatch_proto::v1::Inventor
     let fast_n = inv
         .series
         .iter()
-        .filter(|s| s.tier == commwatch_proto::Tier::Fast as i32)
+        .filter(|s| commwatch_proto::convert::tier(s.tier) == Some(commwatch_model::Tier::Fast))
         .count();
     let slow_n = inv.series.len() - fast_n;
     config.buffer_bytes.unwrap_or_else(|| {
