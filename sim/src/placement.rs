@@ -95,8 +95,9 @@ impl Placement {
             .collect()
     }
 
-    /// The node that carries a fault when none is named: node 3 (the last node with fewer than 4),
-    /// or, if that one is idle, the closest job node below it (else the first job node).
+    /// The node that carries a fault when none is named: node 3 (the last node with fewer than 4) if it
+    /// runs the first job, else the first job's node closest below it (else the first job's last node), so
+    /// that the fault sits in the largest ring.
     pub fn default_fault_node(&self) -> usize {
         let nodes = self.job_of.len();
         let candidate = if nodes > 3 {
@@ -104,13 +105,16 @@ impl Placement {
         } else {
             nodes.saturating_sub(1)
         };
-        if self.job_of(candidate).is_some() {
+        let Some(first) = self.jobs.first() else {
             return candidate;
-        }
-        (0..candidate)
-            .rev()
-            .find(|&n| self.job_of(n).is_some())
-            .or_else(|| self.jobs.first().and_then(|j| j.nodes.first().copied()))
+        };
+        first
+            .nodes
+            .iter()
+            .copied()
+            .filter(|&n| n <= candidate)
+            .max()
+            .or_else(|| first.nodes.last().copied())
             .unwrap_or(candidate)
     }
 }
@@ -146,8 +150,12 @@ mod tests {
         let p = Placement::new(8, &[Variant::TwoJobs, Variant::IdleNodes]);
         assert_eq!(nodes_of(&p), vec![vec![0, 1, 2], vec![4, 5]]);
         assert_eq!(p.idle_nodes(), vec![3, 6, 7]);
-        // node 3 is idle: the fault moves to the closest job node below it.
+        // node 3 is idle: the fault moves to the first job's node closest below it.
         assert_eq!(p.default_fault_node(), 2);
+        // 4 nodes: job 1001 on node-00..01, node-02 idle, job 1002 on node-03; the fault stays in job 1001.
+        let p = Placement::new(4, &[Variant::TwoJobs]);
+        assert_eq!(nodes_of(&p), vec![vec![0, 1], vec![3]]);
+        assert_eq!(p.default_fault_node(), 1);
         // Too few nodes: the second job is left out.
         let p = Placement::new(2, &[Variant::TwoJobs]);
         assert_eq!(p.jobs().len(), 1);

@@ -126,7 +126,7 @@ impl ClusterSpec {
     }
 
     /// The node index that carries the fault (see [`ClusterSpec::fault_node`]; when none is named and
-    /// node 3 runs no job, [`Placement::default_fault_node`]).
+    /// node 3 does not run the first job, [`Placement::default_fault_node`]).
     pub fn resolved_fault_node(&self) -> usize {
         match self.fault_node {
             Some(n) => n,
