@@ -19,6 +19,14 @@ pub struct DemoArgs {
     /// Fault to inject: healthy, management-nic, degraded-link, link-errors, straggler, no-overlap, cpu-bound.
     #[arg(long, default_value = "management-nic")]
     pub scenario: String,
+    /// Realistic traffic on top of the scenario (repeat the flag or separate names with commas).
+    #[arg(
+        long = "variant",
+        value_name = "NAME",
+        value_delimiter = ',',
+        value_parser = clap::builder::PossibleValuesParser::new(variant_values())
+    )]
+    pub variants: Vec<String>,
     /// gRPC address of the collector the simulated agents stream to.
     #[arg(long, default_value = "127.0.0.1:7070")]
     pub grpc_listen: SocketAddr,
@@ -37,6 +45,14 @@ pub struct DemoArgs {
     /// How often the live summary is printed.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "5s")]
     pub summary_every: Duration,
+}
+
+/// The simulator's traffic variants with their one-line summaries, for `--variant`'s help.
+fn variant_values() -> Vec<clap::builder::PossibleValue> {
+    commwatch_sim::Variant::ALL
+        .into_iter()
+        .map(|v| clap::builder::PossibleValue::new(v.name()).help(v.summary()))
+        .collect()
 }
 
 /// Where the demo's agents connect: the collector's address, or loopback when it listens on every address.
@@ -151,12 +167,19 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
             commwatch_sim::Scenario::NAMES.join(", ")
         )
     })?;
+    let variants = args
+        .variants
+        .iter()
+        .map(|v| v.parse::<commwatch_sim::Variant>())
+        .collect::<Result<Vec<_>, _>>()
+        .context("--variant")?;
     let spec = commwatch_sim::ClusterSpec {
         nodes: args.nodes,
         gpus_per_node: args.gpus_per_node,
+        variants,
         ..commwatch_sim::ClusterSpec::with_scenario(scenario)
     };
-    spec.validate().context("invalid demo size")?;
+    spec.validate().context("invalid demo size or variants")?;
 
     let tmp;
     let root = match &args.dir {
@@ -229,8 +252,15 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     }
 
     println!(
-        "commwatch demo: {} nodes × {} GPUs, scenario {}",
-        args.nodes, args.gpus_per_node, args.scenario
+        "commwatch demo: {} nodes × {} GPUs, scenario {}{}",
+        args.nodes,
+        args.gpus_per_node,
+        args.scenario,
+        if args.variants.is_empty() {
+            String::new()
+        } else {
+            format!(", variants {}", args.variants.join(", "))
+        }
     );
     println!("{description}");
     println!("simulated sysfs trees: {}", root.display());
