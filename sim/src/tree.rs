@@ -188,150 +188,177 @@ pub(crate) fn lay_out_node(
     node: usize,
     node_root: &Path,
 ) -> Result<Vec<CounterFile>, SimError> {
-    let spec = model.spec();
-    let seed = spec.seed;
     let ib_root = node_root.join("class").join("infiniband");
     let net_root = node_root.join("class").join("net");
-    let node_label = model.node_name(node)?.to_string();
     let hcas = model.hca_count();
     let mut files = Vec::new();
     for g in 0..hcas {
-        let hca = model.hca(node, g)?;
-        let dev = ib_root.join(format!("mlx5_{g}"));
-        mkdir(&dev)?;
-        // Mellanox OUI b8:ce:f6 with seeded low bits, as ConnectX GUIDs look.
-        let guid = 0xb8ce_f603_0000_0000 | (seeded_u64(seed, node, g as u64, 30) & 0xffff_ffff);
-        put(&dev, "hca_type", "MT4129")?;
-        put(&dev, "fw_ver", "28.39.1002")?;
-        put(&dev, "board_id", "MT_0000000838")?;
-        put(&dev, "node_guid", &guid_text(guid))?;
-        put(&dev, "sys_image_guid", &guid_text(guid))?;
-        put(&dev, "node_type", "1: CA")?;
-        put(&dev, "node_desc", &format!("{node_label} mlx5_{g}"))?;
-        let port = dev.join("ports").join("1");
-        mkdir(&port)?;
-        put(&port, "rate", &hca.rate_text)?;
-        if hca.flapping {
-            files.push(CounterFile::create(
-                port.join("state"),
-                node,
-                Source::PortState(g),
-            )?);
-            files.push(CounterFile::create(
-                port.join("phys_state"),
-                node,
-                Source::PhysState(g),
-            )?);
-        } else {
-            put(&port, "state", "4: ACTIVE")?;
-            put(&port, "phys_state", "5: LinkUp")?;
-        }
-        put(&port, "link_layer", "InfiniBand")?;
-        put(&port, "lid", &format!("{:#x}", node * hcas + g + 1))?;
-        put(&port, "sm_lid", "0x1")?;
-        put(&port, "lid_mask_count", "0")?;
-        put(&port, "cap_mask", "0xa751e848")?;
-        let ndevs = port.join("gid_attrs").join("ndevs");
-        mkdir(&ndevs)?;
-        put(&ndevs, "0", &format!("ib{g}"))?;
-        let dev_net = dev.join("device").join("net");
-        mkdir(&dev_net)?;
-        let link = dev_net.join(format!("ib{g}"));
-        if fs::symlink_metadata(&link).is_ok() {
-            fs::remove_file(&link).map_err(|e| SimError::io("remove", &link, e))?;
-        }
-        std::os::unix::fs::symlink(format!("../../../../net/ib{g}"), &link)
-            .map_err(|e| SimError::io("symlink", &link, e))?;
-
-        let counters = port.join("counters");
-        mkdir(&counters)?;
-        for c in PortCounter::ALL {
-            files.push(CounterFile::create(
-                counters.join(c.file_name()),
-                node,
-                Source::Port(g, c),
-            )?);
-        }
-        let hw = port.join("hw_counters");
-        mkdir(&hw)?;
-        put(&hw, "lifespan", "12")?;
-        for c in HwCounter::ALL {
-            files.push(CounterFile::create(
-                hw.join(c.file_name()),
-                node,
-                Source::Hw(g, c),
-            )?);
-        }
+        lay_out_hca(model, node, g, &ib_root, &mut files)?;
     }
     let mut netdevs: Vec<Link> = vec![Link::Eth0];
     netdevs.extend((0..hcas).map(Link::Ipoib));
     for (ifindex, link) in netdevs.into_iter().enumerate() {
-        let nd = model.netdev(node, link)?;
-        let dir = net_root.join(link.device_name());
-        mkdir(&dir)?;
-        let mac = seeded_u64(seed, node, 0x200 + ifindex as u64, 31);
-        match link {
-            Link::Eth0 => {
-                put(&dir, "type", "1")?;
-                put(&dir, "mtu", "1500")?;
-                put(&dir, "addr_len", "6")?;
-                let b = mac.to_be_bytes();
-                put(
-                    &dir,
-                    "address",
-                    &format!("0c:42:a1:{:02x}:{:02x}:{:02x}", b[5], b[6], b[7]),
-                )?;
-                put(&dir, "broadcast", "ff:ff:ff:ff:ff:ff")?;
-                put(&dir, "tx_queue_len", "1000")?;
-                put(&dir, "flags", "0x1003")?;
-            }
-            _ => {
-                put(&dir, "type", "32")?;
-                put(&dir, "mtu", "4092")?;
-                put(&dir, "addr_len", "20")?;
-                let b = (0xb8ce_f603_0000_0000u64 | (mac & 0xffff_ffff)).to_be_bytes();
-                let gid: Vec<String> = b.iter().map(|x| format!("{x:02x}")).collect();
-                put(
-                    &dir,
-                    "address",
-                    &format!("00:00:10:49:fe:80:00:00:00:00:00:00:{}", gid.join(":")),
-                )?;
-                put(
-                    &dir,
-                    "broadcast",
-                    "00:ff:ff:ff:ff:12:40:1b:ff:ff:00:00:00:00:00:00:ff:ff:ff:ff",
-                )?;
-                put(&dir, "tx_queue_len", "256")?;
-                put(&dir, "flags", "0x1003")?;
-            }
-        }
-        if nd.flapping {
-            files.push(CounterFile::create(
-                dir.join("operstate"),
-                node,
-                Source::Operstate(link),
-            )?);
-            files.push(CounterFile::create(
-                dir.join("carrier"),
-                node,
-                Source::Carrier(link),
-            )?);
-        } else {
-            put(&dir, "operstate", "up")?;
-            put(&dir, "carrier", "1")?;
-        }
-        put(&dir, "duplex", "full")?;
-        put(&dir, "speed", &nd.speed_mbps.to_string())?;
-        put(&dir, "ifindex", &(ifindex + 2).to_string())?;
-        let stats = dir.join("statistics");
-        mkdir(&stats)?;
-        for s in NetStat::ALL {
-            files.push(CounterFile::create(
-                stats.join(s.file_name()),
-                node,
-                Source::Net(link, s),
-            )?);
-        }
+        lay_out_netdev(model, node, ifindex, link, &net_root, &mut files)?;
     }
     Ok(files)
+}
+
+/// `class/infiniband/mlx5_<g>` of `node`: static files, and its counter files added to `files`.
+fn lay_out_hca(
+    model: &JobModel,
+    node: usize,
+    g: usize,
+    ib_root: &Path,
+    files: &mut Vec<CounterFile>,
+) -> Result<(), SimError> {
+    let seed = model.spec().seed;
+    let hcas = model.hca_count();
+    let node_label = model.node_name(node)?;
+    let hca = model.hca(node, g)?;
+    let dev = ib_root.join(format!("mlx5_{g}"));
+    mkdir(&dev)?;
+    // Mellanox OUI b8:ce:f6 with seeded low bits, as ConnectX GUIDs look.
+    let guid = 0xb8ce_f603_0000_0000 | (seeded_u64(seed, node, g as u64, 30) & 0xffff_ffff);
+    put(&dev, "hca_type", "MT4129")?;
+    put(&dev, "fw_ver", "28.39.1002")?;
+    put(&dev, "board_id", "MT_0000000838")?;
+    put(&dev, "node_guid", &guid_text(guid))?;
+    put(&dev, "sys_image_guid", &guid_text(guid))?;
+    put(&dev, "node_type", "1: CA")?;
+    put(&dev, "node_desc", &format!("{node_label} mlx5_{g}"))?;
+    let port = dev.join("ports").join("1");
+    mkdir(&port)?;
+    put(&port, "rate", &hca.rate_text)?;
+    if hca.flapping {
+        files.push(CounterFile::create(
+            port.join("state"),
+            node,
+            Source::PortState(g),
+        )?);
+        files.push(CounterFile::create(
+            port.join("phys_state"),
+            node,
+            Source::PhysState(g),
+        )?);
+    } else {
+        put(&port, "state", "4: ACTIVE")?;
+        put(&port, "phys_state", "5: LinkUp")?;
+    }
+    put(&port, "link_layer", "InfiniBand")?;
+    put(&port, "lid", &format!("{:#x}", node * hcas + g + 1))?;
+    put(&port, "sm_lid", "0x1")?;
+    put(&port, "lid_mask_count", "0")?;
+    put(&port, "cap_mask", "0xa751e848")?;
+    let ndevs = port.join("gid_attrs").join("ndevs");
+    mkdir(&ndevs)?;
+    put(&ndevs, "0", &format!("ib{g}"))?;
+    let dev_net = dev.join("device").join("net");
+    mkdir(&dev_net)?;
+    let link = dev_net.join(format!("ib{g}"));
+    if fs::symlink_metadata(&link).is_ok() {
+        fs::remove_file(&link).map_err(|e| SimError::io("remove", &link, e))?;
+    }
+    std::os::unix::fs::symlink(format!("../../../../net/ib{g}"), &link)
+        .map_err(|e| SimError::io("symlink", &link, e))?;
+
+    let counters = port.join("counters");
+    mkdir(&counters)?;
+    for c in PortCounter::ALL {
+        files.push(CounterFile::create(
+            counters.join(c.file_name()),
+            node,
+            Source::Port(g, c),
+        )?);
+    }
+    let hw = port.join("hw_counters");
+    mkdir(&hw)?;
+    put(&hw, "lifespan", "12")?;
+    for c in HwCounter::ALL {
+        files.push(CounterFile::create(
+            hw.join(c.file_name()),
+            node,
+            Source::Hw(g, c),
+        )?);
+    }
+    Ok(())
+}
+
+/// `class/net/<link>` of `node` (interface index `ifindex + 2`): static files, and its statistics files
+/// added to `files`.
+fn lay_out_netdev(
+    model: &JobModel,
+    node: usize,
+    ifindex: usize,
+    link: Link,
+    net_root: &Path,
+    files: &mut Vec<CounterFile>,
+) -> Result<(), SimError> {
+    let seed = model.spec().seed;
+    let nd = model.netdev(node, link)?;
+    let dir = net_root.join(link.device_name());
+    mkdir(&dir)?;
+    let mac = seeded_u64(seed, node, 0x200 + ifindex as u64, 31);
+    match link {
+        Link::Eth0 => {
+            put(&dir, "type", "1")?;
+            put(&dir, "mtu", "1500")?;
+            put(&dir, "addr_len", "6")?;
+            let b = mac.to_be_bytes();
+            put(
+                &dir,
+                "address",
+                &format!("0c:42:a1:{:02x}:{:02x}:{:02x}", b[5], b[6], b[7]),
+            )?;
+            put(&dir, "broadcast", "ff:ff:ff:ff:ff:ff")?;
+            put(&dir, "tx_queue_len", "1000")?;
+            put(&dir, "flags", "0x1003")?;
+        }
+        _ => {
+            put(&dir, "type", "32")?;
+            put(&dir, "mtu", "4092")?;
+            put(&dir, "addr_len", "20")?;
+            let b = (0xb8ce_f603_0000_0000u64 | (mac & 0xffff_ffff)).to_be_bytes();
+            let gid: Vec<String> = b.iter().map(|x| format!("{x:02x}")).collect();
+            put(
+                &dir,
+                "address",
+                &format!("00:00:10:49:fe:80:00:00:00:00:00:00:{}", gid.join(":")),
+            )?;
+            put(
+                &dir,
+                "broadcast",
+                "00:ff:ff:ff:ff:12:40:1b:ff:ff:00:00:00:00:00:00:ff:ff:ff:ff",
+            )?;
+            put(&dir, "tx_queue_len", "256")?;
+            put(&dir, "flags", "0x1003")?;
+        }
+    }
+    if nd.flapping {
+        files.push(CounterFile::create(
+            dir.join("operstate"),
+            node,
+            Source::Operstate(link),
+        )?);
+        files.push(CounterFile::create(
+            dir.join("carrier"),
+            node,
+            Source::Carrier(link),
+        )?);
+    } else {
+        put(&dir, "operstate", "up")?;
+        put(&dir, "carrier", "1")?;
+    }
+    put(&dir, "duplex", "full")?;
+    put(&dir, "speed", &nd.speed_mbps.to_string())?;
+    put(&dir, "ifindex", &(ifindex + 2).to_string())?;
+    let stats = dir.join("statistics");
+    mkdir(&stats)?;
+    for s in NetStat::ALL {
+        files.push(CounterFile::create(
+            stats.join(s.file_name()),
+            node,
+            Source::Net(link, s),
+        )?);
+    }
+    Ok(())
 }
