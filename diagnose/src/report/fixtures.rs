@@ -18,10 +18,7 @@ pub fn test_report(collective: &str, hosts: &[&str], peak: Option<f64>) -> TestR
             collective: collective.to_string(),
             collective_source: "marker",
             generation: Generation::Versioned,
-            tests_version: None,
             nccl_version: Some("2.23.4".to_string()),
-            nthreads: None,
-            ngpus: None,
             ranks: hosts
                 .iter()
                 .enumerate()
@@ -31,10 +28,7 @@ pub fn test_report(collective: &str, hosts: &[&str], peak: Option<f64>) -> TestR
                     device: Some(0),
                 })
                 .collect(),
-            rows: Vec::new(),
-            avg_busbw_gbps: None,
-            out_of_bounds: None,
-            first_line: 1,
+            ..NcclTest::new(1)
         },
         summary: CurveSummary {
             measured_rows: 0,

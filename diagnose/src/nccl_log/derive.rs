@@ -1,0 +1,137 @@
+//! What the lines of a log add up to, decided once they are all read: rank and node counts, the network when
+//! no `Using network` line names it, NICs per node, GPU Direct RDMA, and whether data crossed a network.
+
+use super::{NcclLog, Scan};
+
+/// Network names that are TCP, where GPU Direct RDMA cannot exist.
+pub fn is_tcp(network: &str) -> bool {
+    matches!(network, "Socket" | "FastSocket")
+}
+
+pub fn derive(log: &mut NcclLog, scan: &Scan) {
+    if log.channels.is_none() {
+        log.channels = log.coll_channels;
+    }
+    log.ranks_seen.sort_unstable();
+    log.ranks_seen.dedup();
+    counts(log, scan);
+    if log.network.is_none() {
+        log.network = network(log, scan);
+    }
+    log.nics_per_node = match log.network.as_deref() {
+        Some("Socket") => Some(scan.socket_list_max),
+        Some(n) if n.contains("Libfabric") => scan.ofi_nics,
+        Some(_) => Some(scan.ib_list_max),
+        None => None,
+    }
+    .filter(|n| *n > 0);
+    log.gdr = gdr(log, scan);
+    log.network_carries_data = carries_data(log);
+}
+
+/// Ranks listed under an nccl-tests `Using devices` header, when the list holds ranks 0 to n-1 once each.
+fn complete_list(log: &NcclLog) -> Option<u32> {
+    let mut ranks: Vec<u32> = log.listed_ranks.iter().map(|(r, _)| *r).collect();
+    ranks.sort_unstable();
+    ranks.dedup();
+    let complete = !ranks.is_empty()
+        && ranks.len() == log.listed_ranks.len()
+        && ranks.iter().enumerate().all(|(i, r)| *r as usize == i);
+    complete.then_some(ranks.len() as u32)
+}
+
+/// Ranks: printed, else a ring's length (a ring holds every rank once), else a complete rank list; nodes:
+/// printed, else the hosts of a complete rank list; a lower bound on ranks where the count is unknown (the
+/// ranks that wrote lines, are listed, or that connections name).
+fn counts(log: &mut NcclLog, scan: &Scan) {
+    let listed = complete_list(log);
+    if log.nranks.is_none() {
+        log.nranks = log.rings.first().map(|r| r.len() as u32).or(listed);
+    }
+    if log.nnodes.is_none() && listed.is_some() && listed == log.nranks {
+        let mut hosts: Vec<&str> = log.listed_ranks.iter().map(|(_, h)| h.as_str()).collect();
+        hosts.sort_unstable();
+        hosts.dedup();
+        log.nnodes = Some(hosts.len() as u32);
+    }
+    if log.nranks.is_none() {
+        let highest = log
+            .ranks_seen
+            .iter()
+            .chain(log.listed_ranks.iter().map(|(r, _)| r))
+            .chain(scan.highest_rank_named.iter())
+            .map(|r| r + 1)
+            .max();
+        log.nranks_at_least = highest;
+    }
+}
+
+/// The network a log shows without a `Using network` line: the transport most of its network connections
+/// use (`via NET/IB/0` gives `IB`), else IB when it lists IB devices or sets up IB queue pairs, else the OFI
+/// plugin's `Libfabric`, else `FastSocket`, else `Socket` when it lists socket interfaces.
+fn network(log: &NcclLog, scan: &Scan) -> Option<String> {
+    let busiest = log
+        .transports
+        .iter()
+        .filter_map(|(k, n)| Some((k.strip_prefix("NET/")?, *n)))
+        .max_by_key(|(_, n)| *n)
+        .map(|(k, _)| k.to_string());
+    let ib_disabled = log
+        .settings
+        .get("NCCL_IB_DISABLE")
+        .is_some_and(|v| v == "1");
+    let ib_listed = log.interfaces.iter().any(|i| i.transport == "IB");
+    busiest
+        .or_else(|| ((ib_listed && !ib_disabled) || log.ib_queue_pairs).then(|| "IB".to_string()))
+        .or_else(|| log.net_provider.as_ref().map(|_| "Libfabric".to_string()))
+        .or_else(|| scan.fastsocket.then(|| "FastSocket".to_string()))
+        .or_else(|| {
+            log.interfaces
+                .iter()
+                .any(|i| i.transport == "Socket")
+                .then(|| "Socket".to_string())
+        })
+}
+
+/// GPU Direct RDMA, in order: off where the log says so; on where network connections use it or the log
+/// says it is enabled; off where network connections go without it; not applicable where nothing crosses
+/// the network although NCCL reports GDR for its rings; off on TCP networks; else unknown.
+fn gdr(log: &NcclLog, scan: &Scan) -> Option<bool> {
+    let net_connections: u64 = log
+        .transports
+        .iter()
+        .filter(|(k, _)| k.starts_with("NET/"))
+        .map(|(_, n)| n)
+        .sum();
+    if !log.gdr_disabled_hcas.is_empty()
+        || scan.ofi_gdr_off
+        || (scan.ring_gdr == Some(false) && net_connections > 0)
+    {
+        Some(false)
+    } else if log.net_connections_gdr > 0 || scan.gdr_enabled_seen {
+        Some(true)
+    } else if net_connections > 0 {
+        Some(false)
+    } else if scan.ring_gdr.is_some() {
+        None
+    } else if log.network.as_deref().is_some_and(is_tcp) {
+        Some(false)
+    } else {
+        None
+    }
+}
+
+/// Whether data crossed a network: yes with any network connection or several nodes (printed, or several
+/// hosts writing the log), no when every rank is on one node.
+fn carries_data(log: &NcclLog) -> Option<bool> {
+    let net_connections = log.transports.keys().any(|k| k.starts_with("NET/"));
+    if net_connections {
+        Some(true)
+    } else if log.nnodes == Some(1) || log.nranks == Some(1) {
+        Some(false)
+    } else if log.nnodes.is_some_and(|n| n > 1) || log.hosts.len() > 1 {
+        Some(true)
+    } else {
+        None
+    }
+}

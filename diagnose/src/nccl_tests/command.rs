@@ -1,0 +1,123 @@
+//! What a command line pasted with the output says about the run that follows: the nccl-tests binary it runs
+//! (`./build/all_gather_perf -b 1G …`) and the processes its launcher starts (`mpirun -np 1024 …`).
+
+/// The launcher of a command line, which decides how its options read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Launcher {
+    /// `mpirun`, `mpiexec` (Open MPI, MPICH, Intel MPI): `-np`, `-n`, `-c`, `--np`, `--n`.
+    Mpi,
+    /// Slurm's `srun`: `-n`, `--ntasks` (`-N` counts nodes, `-c` CPUs per task).
+    Srun,
+}
+
+/// The launcher a line starts, when one of its tokens is `mpirun`, `mpiexec` or `srun` (with any path).
+pub fn launcher_in(tokens: &[&str]) -> Option<(Launcher, usize)> {
+    tokens
+        .iter()
+        .enumerate()
+        .find_map(|(i, t)| match t.rsplit('/').next().unwrap_or(t) {
+            "mpirun" | "mpiexec" | "orterun" => Some((Launcher::Mpi, i)),
+            "srun" => Some((Launcher::Srun, i)),
+            _ => None,
+        })
+}
+
+/// The process count among a launcher's options; `None` when they do not give one. A count of 0 is passed
+/// over (`-c 0` beside `-np 1024` in a real command line cannot be what ran).
+pub fn processes_in(launcher: Launcher, tokens: &[&str]) -> Option<u32> {
+    for (i, t) in tokens.iter().enumerate() {
+        let next = || tokens.get(i + 1).and_then(|v| v.parse::<u32>().ok());
+        let value = match (launcher, *t) {
+            (Launcher::Mpi, "-np" | "-n" | "-c" | "--np" | "--n") => next(),
+            (Launcher::Srun, "-n" | "--ntasks") => next(),
+            (Launcher::Srun, t) => t
+                .strip_prefix("--ntasks=")
+                .or_else(|| t.strip_prefix("-n").filter(|v| !v.is_empty()))
+                .and_then(|v| v.parse().ok()),
+            (Launcher::Mpi, t) => t.strip_prefix("-np=").and_then(|v| v.parse().ok()),
+        };
+        if value.is_some_and(|v| v > 0) {
+            return value;
+        }
+    }
+    None
+}
+
+/// The nccl-tests (or rccl-tests) binary a line names: a token whose last path component ends in `_perf` or
+/// `_perf_mpi`, returned as that component without the `_mpi`.
+pub fn binary_in(tokens: &[&str]) -> Option<String> {
+    tokens.iter().find_map(|t| {
+        let t = t.trim_matches(|c: char| "'\"`,;()".contains(c));
+        let name = t.rsplit('/').next().unwrap_or(t);
+        let name = name.strip_suffix("_mpi").unwrap_or(name);
+        let stem = name.strip_suffix("_perf")?;
+        (!stem.is_empty() && stem.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'))
+            .then(|| name.to_string())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(s: &str) -> Vec<&str> {
+        s.split_whitespace().collect()
+    }
+
+    #[test]
+    fn launchers_and_their_process_counts() {
+        let line = words("mpirun --allow-run-as-root -c 0 -np 1024 -x NCCL_SOCKET_NTHREADS=2");
+        let (l, at) = launcher_in(&line).unwrap();
+        assert_eq!((l, at), (Launcher::Mpi, 0));
+        assert_eq!(processes_in(l, &line), Some(1024));
+        assert_eq!(
+            processes_in(l, &words("mpirun -np 16 -npernode 8")),
+            Some(16)
+        );
+        assert_eq!(
+            processes_in(l, &words("mpirun -npernode 8 --hostfile h")),
+            None
+        );
+        assert_eq!(processes_in(l, &words("mpirun -c 2 --hostfile h")), Some(2));
+        let srun = words("$ srun -N2 -c 8 --ntasks=8 all_reduce_perf");
+        let (l, _) = launcher_in(&srun).unwrap();
+        assert_eq!(processes_in(l, &srun), Some(8));
+        assert_eq!(processes_in(l, &words("srun -N2 -n16 x")), Some(16));
+        assert_eq!(
+            processes_in(l, &words("srun -N2 --gpus-per-node=4 x")),
+            None
+        );
+        assert_eq!(
+            launcher_in(&words("/usr/bin/mpirun --hostfile f"))
+                .unwrap()
+                .1,
+            0
+        );
+        assert!(launcher_in(&words("./build/all_reduce_perf -g 8")).is_none());
+    }
+
+    #[test]
+    fn the_binary_a_line_names() {
+        assert_eq!(
+            binary_in(&words("./build/./alltoall_perf")).as_deref(),
+            Some("alltoall_perf")
+        );
+        assert_eq!(
+            binary_in(&words(
+                ">    /opt/src/nccl-tests/build/all_reduce_perf -b 8 -e 8G"
+            ))
+            .as_deref(),
+            Some("all_reduce_perf")
+        );
+        assert_eq!(
+            binary_in(&words("all_gather_perf -g 8 -b 4294967296")).as_deref(),
+            Some("all_gather_perf")
+        );
+        assert_eq!(
+            binary_in(&words("mpirun -np 2 build/sendrecv_perf_mpi -g 1")).as_deref(),
+            Some("sendrecv_perf")
+        );
+        assert_eq!(binary_in(&words("./local_run_inc.sh")), None);
+        assert_eq!(binary_in(&words("see _perf and x_perf2")), None);
+    }
+}
