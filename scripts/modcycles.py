@@ -34,6 +34,15 @@ LAYERS = {
         ["analysis"],
         ["export"],
     ],
+    "agent": [
+        ["telemetry", "nccl"],
+        ["source"],
+        ["steps"],
+        ["sampler"],
+        ["shipper"],
+        ["config"],
+        ["http", "once"],
+    ],
     "diagnose": [
         ["progress", "timeline"],
         ["nccl_tests", "nccl_log", "kineto", "nsys", "collector"],
