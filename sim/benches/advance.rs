@@ -1,20 +1,25 @@
 //! Cost of `Cluster::advance_to` for the demo's 8 nodes × 8 GPUs cluster.
 //!
-//! Run: `cargo bench -p commwatch-sim --bench advance`. Prints, per scenario, the time of one
-//! `advance_to` at the updater's 10 ms tick, how many files it rewrote, and the files written
-//! per second; then the share of one core a 10 ms updater would take.
+//! Run: `cargo bench -p commwatch-sim --bench advance`. Prints, per scenario (and for every traffic
+//! variant at once), the time of one `advance_to` at the updater's 10 ms tick, how many files it
+//! rewrote, and the files written per second; then the share of one core a 10 ms updater would take.
 
 use std::time::{Duration, Instant};
 
-use commwatch_sim::{Cluster, ClusterSpec, Scenario};
+use commwatch_sim::{Cluster, ClusterSpec, Scenario, Variant};
 
-fn bench(scenario: Scenario, ticks: u32) -> Result<(), commwatch_sim::SimError> {
+fn bench(spec: ClusterSpec, ticks: u32) -> Result<(), commwatch_sim::SimError> {
+    let label = if spec.variants.is_empty() {
+        spec.scenario.to_string()
+    } else {
+        format!("{} + {} variants", spec.scenario, spec.variants.len())
+    };
     let tmp = tempfile::tempdir().map_err(|e| commwatch_sim::SimError::Io {
         op: "tempdir",
         path: std::env::temp_dir(),
         source: e,
     })?;
-    let mut c = Cluster::create(tmp.path(), ClusterSpec::with_scenario(scenario))?;
+    let mut c = Cluster::create(tmp.path(), spec)?;
     let tick = Duration::from_millis(10);
     // Warm up over one step.
     let mut t = Duration::ZERO;
@@ -32,9 +37,9 @@ fn bench(scenario: Scenario, ticks: u32) -> Result<(), commwatch_sim::SimError> 
     let per = el / ticks;
     let files_per_s = written as f64 / el.as_secs_f64();
     println!(
-        "{:<15} files {:>5}  advance_to {:>8.1} µs  rewritten/tick {:>7.1}  files written/s {:>10.0}  \
+        "{:<22} files {:>5}  advance_to {:>8.1} µs  rewritten/tick {:>7.1}  files written/s {:>10.0}  \
          10 ms updater ≈ {:>5.1}% of a core",
-        scenario.to_string(),
+        label,
         c.counter_file_count(),
         per.as_secs_f64() * 1e6,
         written as f64 / f64::from(ticks),
@@ -49,12 +54,15 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(500);
-    for sc in [
-        Scenario::Healthy,
-        Scenario::ManagementNic,
-        Scenario::DegradedLink,
-    ] {
-        if let Err(e) = bench(sc, ticks) {
+    let specs = [
+        ClusterSpec::with_scenario(Scenario::Healthy),
+        ClusterSpec::with_scenario(Scenario::ManagementNic),
+        ClusterSpec::with_scenario(Scenario::DegradedLink),
+        ClusterSpec::with_variants(Scenario::Healthy, &Variant::ALL),
+    ];
+    for spec in specs {
+        let sc = spec.scenario;
+        if let Err(e) = bench(spec, ticks) {
             eprintln!("{sc}: {e}");
         }
     }

@@ -13,7 +13,7 @@
 //!   unchanged). The nominal period leaves room for the longest burst (`d + 2G`). `g` is 0 at step 0 and
 //!   at every flap boundary of the `flapping` variant, which keeps sums over flapped steps closed-form too.
 
-use crate::model::seed::seeded_signed;
+use crate::model::seed::{seeded_signed, stream_key};
 
 /// Stream keys of the two jitters (per job).
 const STEP_STREAM: u64 = 0x6a69_7474_0001;
@@ -22,8 +22,8 @@ const BURST_STREAM: u64 = 0x6a69_7474_0002;
 /// One job's jitter amplitudes and seed (nanoseconds).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Jitter {
-    seed: u64,
-    job: u64,
+    step_key: u64,
+    burst_key: u64,
     /// `J`: the most a step boundary moves.
     pub(crate) step_ns: u64,
     /// `G`: the most a burst's end moves.
@@ -33,9 +33,10 @@ pub(crate) struct Jitter {
 impl Jitter {
     /// The jitter of job `job`: boundaries by up to `step_ns`, burst ends by up to `burst_ns`.
     pub(crate) fn new(seed: u64, job: usize, step_ns: u64, burst_ns: u64) -> Jitter {
+        let job = (job as u64) << 48;
         Jitter {
-            seed,
-            job: job as u64,
+            step_key: stream_key(seed, STEP_STREAM ^ job),
+            burst_key: stream_key(seed, BURST_STREAM ^ job),
             step_ns,
             burst_ns,
         }
@@ -46,12 +47,12 @@ impl Jitter {
         if k == 0 {
             return 0;
         }
-        seeded_signed(self.seed, STEP_STREAM ^ (self.job << 48), k, self.step_ns)
+        seeded_signed(self.step_key, k, self.step_ns)
     }
 
     /// `g(k)` before the flap rule (the clock zeroes it at step 0 and at flap boundaries).
     pub(crate) fn burst_offset(&self, k: u64) -> i128 {
-        seeded_signed(self.seed, BURST_STREAM ^ (self.job << 48), k, self.burst_ns)
+        seeded_signed(self.burst_key, k, self.burst_ns)
     }
 }
 

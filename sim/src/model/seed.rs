@@ -25,12 +25,18 @@ pub(crate) fn seeded_u64(seed: u64, node: usize, dev: u64, what: u64) -> u64 {
     mix(seed, key(node, dev, what))
 }
 
-/// A seeded value in `[-amplitude, amplitude]` for item `index` of the stream `stream` (jitter per step):
-/// the stream keys its own mix so that it never meets the per-device keys above.
-pub(crate) fn seeded_signed(seed: u64, stream: u64, index: u64, amplitude: u64) -> i128 {
+/// The key of a stream of seeded values (jitter per step): a mix of its own, so that the stream never
+/// meets the per-device keys above.
+pub(crate) fn stream_key(seed: u64, stream: u64) -> u64 {
+    mix(seed, stream)
+}
+
+/// A seeded value in `[-amplitude, amplitude]` for item `index` of the stream keyed `key`
+/// ([`stream_key`]).
+pub(crate) fn seeded_signed(key: u64, index: u64, amplitude: u64) -> i128 {
     if amplitude == 0 {
         return 0;
     }
-    let v = mix(mix(seed, stream), index) % (2 * amplitude + 1);
+    let v = mix(key, index) % (2 * amplitude + 1);
     i128::from(v) - i128::from(amplitude)
 }
