@@ -184,6 +184,17 @@ impl Cluster {
         self.model.expected_link_bytes(node, link, t)
     }
 
+    /// AllReduce bytes `(tx, rx)` of `link` of node `node` in step `k` of its job, exact with every variant
+    /// ([`JobModel::expected_step_bytes`]).
+    pub fn expected_step_bytes(
+        &self,
+        node: usize,
+        link: Link,
+        k: u64,
+    ) -> Result<(u64, u64), SimError> {
+        self.model.expected_step_bytes(node, link, k)
+    }
+
     /// Per-step bytes and burst rates of `link` of node `node` ([`JobModel::expected_step`]).
     pub fn expected_step(&self, node: usize, link: Link) -> Result<LinkStep, SimError> {
         self.model.expected_step(node, link)

@@ -79,7 +79,16 @@ fn flapping_port_state_files_follow_the_model() {
             "1\n".to_string()
         )
     );
-    // Traffic moved to mlx5_1 meanwhile; back up after the down steps.
+    // Traffic moved to mlx5_1 meanwhile: the node's share, 2 × 385 000 000, on one rail.
+    assert_eq!(
+        c.expected_step_bytes(3, Link::Hca(0), first_down).unwrap(),
+        (0, 0)
+    );
+    assert_eq!(
+        c.expected_step_bytes(3, Link::Hca(1), first_down).unwrap(),
+        (770_000_000, 770_000_000)
+    );
+    // Back up after the down steps.
     let up_again = (first_down..200).find(|&k| !tl.is_flapped(k)).unwrap();
     c.advance_to(tl.step_start(up_again)).unwrap();
     assert_eq!(state(), (up().0, up().1, up().2, up().3, "1\n".to_string()));
