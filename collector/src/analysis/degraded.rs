@@ -8,9 +8,10 @@
 //! - A GPU's PCIe link width below its maximum, or its generation below maximum *while the GPU is busy*
 //!   (GPUs lower the generation when idle to save power, which is not a fault): warning.
 
-use super::input::AnalysisInput;
+use commwatch_model::{Link, LinkClass};
+
+use super::input::{AnalysisInput, GpuInput, NodeInput};
 use super::{gbs, median, r4, Candidate, Evidence, FindingKind, Severity, Subject};
-use commwatch_model::LinkClass;
 
 /// A port below this share of its peers' capacity is degraded.
 pub const CAPACITY_SHARE_BELOW: f64 = 0.75;
@@ -25,7 +26,6 @@ pub fn lanes_from_rate(rate: &str) -> Option<u32> {
 }
 
 pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
-    let mut out = Vec::new();
     let fleet = |class: LinkClass| -> Option<f64> {
         let mut v: Vec<f64> = input
             .nodes
@@ -36,154 +36,171 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
             .collect();
         median(&mut v)
     };
+    let mut out = Vec::new();
     for n in &input.nodes {
         for l in &n.links {
-            if l.link.key.class == LinkClass::Nvlink {
-                if !l.link.is_up() {
-                    let mut c = Candidate::new(
-                        FindingKind::LinkDegraded,
-                        Severity::Critical,
-                        Subject::link(&n.name, &l.link),
-                    );
-                    c.summary = format!(
-                        "{} NVLink {} of GPU {} is {}: intra-node traffic of that GPU takes fewer links.",
-                        n.name,
-                        l.link.link.as_deref().unwrap_or(&l.link.key.port),
-                        l.link.gpu.as_deref().unwrap_or(&l.link.key.device),
-                        l.link.state
-                    );
-                    c.evidence = Evidence::new(0.0, "up")
-                        .expected(1.0)
-                        .detail("state", l.link.state.clone());
-                    c.action = "Drain the node and check the GPU/NVSwitch (nvidia-smi nvlink -s, field diagnostics); \
-                                an NVLink that does not train needs a reset or a hardware replacement."
-                        .into();
-                    out.push(c);
-                }
-                continue;
-            }
-            if !l.link.is_fabric_rdma() {
-                continue;
-            }
-            let phys_down = l
-                .link
-                .attributes
-                .get("phys_state")
-                .is_some_and(|p| !p.to_ascii_lowercase().contains("linkup"));
-            if !l.link.is_up() || phys_down {
-                let mut c = Candidate::new(
-                    FindingKind::LinkDegraded,
-                    Severity::Critical,
-                    Subject::link(&n.name, &l.link),
-                );
-                c.summary = format!(
-                    "{} {} port {} is {} (not ACTIVE/LinkUp): its traffic moves to other ports or stops.",
-                    n.name, l.link.key.device, l.link.key.port, l.link.state
-                );
-                c.evidence = Evidence::new(0.0, "up")
-                    .expected(1.0)
-                    .detail("state", l.link.state.clone());
-                c.action = "Check the cable and the switch port (ibstat, iblinkinfo); reseat or replace the cable/transceiver."
-                    .into();
-                out.push(c);
-                continue;
-            }
-            let Some(cap) = l.link.capacity_bytes_per_second.filter(|c| *c > 0.0) else {
-                continue;
-            };
-            let mut local: Vec<f64> = n
-                .links
-                .iter()
-                .filter(|x| x.link.is_fabric_rdma() && x.link.key.class == l.link.key.class)
-                .filter_map(|x| x.link.capacity_bytes_per_second)
-                .collect();
-            let reference = if local.len() >= 3 {
-                median(&mut local)
+            let c = if l.link.key.class == LinkClass::Nvlink {
+                nvlink_down(&n.name, &l.link)
+            } else if l.link.is_fabric_rdma() {
+                port_down(&n.name, &l.link).or_else(|| slow_port(n, &l.link, &fleet))
             } else {
-                fleet(l.link.key.class)
+                None
             };
-            let Some(reference) = reference else { continue };
-            if cap >= CAPACITY_SHARE_BELOW * reference {
-                continue;
-            }
-            let lanes = l
-                .link
-                .attributes
-                .get("rate")
-                .and_then(|r| lanes_from_rate(r));
-            let mut c = Candidate::new(
-                FindingKind::LinkDegraded,
-                Severity::Critical,
-                Subject::link(&n.name, &l.link),
-            );
-            c.summary = format!(
-                "{} {} port {} runs at {} per direction, {:.0}% of its peers' {}{}: the job's ring runs at this port's pace.",
-                n.name,
-                l.link.key.device,
-                l.link.key.port,
-                gbs(cap),
-                cap / reference * 100.0,
-                gbs(reference),
-                lanes.map(|x| format!(" ({x}X link width)")).unwrap_or_default()
-            );
-            let mut e = Evidence::new(cap, "bytes_per_second")
-                .expected(reference)
-                .detail("capacity_share", r4(cap / reference));
-            if let Some(x) = lanes {
-                e = e.detail("lanes", u64::from(x));
-            }
-            c.evidence = e;
-            c.action = "The port trained at reduced width or speed: check the cable/transceiver and switch port \
-                        (ibstat, mlxlink), reseat or replace, then reset the port; drain the node meanwhile."
-                .into();
-            out.push(c);
+            out.extend(c);
         }
-        for g in &n.gpus {
-            let width_low = matches!((g.pcie_width, g.pcie_width_max), (Some(w), Some(m)) if w < m);
-            let busy = g.busy_share.is_some_and(|b| b > BUSY_FOR_PCIE_GEN);
-            let gen_low =
-                busy && matches!((g.pcie_gen, g.pcie_gen_max), (Some(x), Some(m)) if x < m);
-            if !width_low && !gen_low {
-                continue;
-            }
-            let mut subject = Subject::node(&n.name);
-            subject.gpu = Some(g.index.clone());
-            subject.device = Some("pcie".into());
-            let mut c = Candidate::new(FindingKind::LinkDegraded, Severity::Warning, subject);
-            c.summary = format!(
-                "{} GPU {} PCIe link runs at gen {} x{} of gen {} x{}{}.",
-                n.name,
-                g.index,
-                g.pcie_gen.unwrap_or(0.0),
-                g.pcie_width.unwrap_or(0.0),
-                g.pcie_gen_max.unwrap_or(0.0),
-                g.pcie_width_max.unwrap_or(0.0),
-                if gen_low {
-                    " while the GPU is busy"
-                } else {
-                    ""
-                }
-            );
-            let (m, x, unit) = if width_low {
-                (
-                    g.pcie_width.unwrap_or(0.0),
-                    g.pcie_width_max.unwrap_or(0.0),
-                    "lanes",
-                )
-            } else {
-                (
-                    g.pcie_gen.unwrap_or(0.0),
-                    g.pcie_gen_max.unwrap_or(0.0),
-                    "generation",
-                )
-            };
-            c.evidence = Evidence::new(m, unit).expected(x);
-            c.action = "Check the GPU's seating and riser/retimer; a PCIe link below its width slows GPU-NIC transfers (GPUDirect RDMA)."
-                .into();
-            out.push(c);
-        }
+        out.extend(n.gpus.iter().filter_map(|g| pcie_below_max(&n.name, g)));
     }
     out
+}
+
+/// An NVLink link that is not up.
+fn nvlink_down(node: &str, l: &Link) -> Option<Candidate> {
+    if l.is_up() {
+        return None;
+    }
+    let mut c = Candidate::new(
+        FindingKind::LinkDegraded,
+        Severity::Critical,
+        Subject::link(node, l),
+    );
+    c.summary = format!(
+        "{} NVLink {} of GPU {} is {}: intra-node traffic of that GPU takes fewer links.",
+        node,
+        l.link.as_deref().unwrap_or(&l.key.port),
+        l.gpu.as_deref().unwrap_or(&l.key.device),
+        l.state
+    );
+    c.evidence = Evidence::new(0.0, "up")
+        .expected(1.0)
+        .detail("state", l.state.clone());
+    c.action =
+        "Drain the node and check the GPU/NVSwitch (nvidia-smi nvlink -s, field diagnostics); \
+                an NVLink that does not train needs a reset or a hardware replacement."
+            .into();
+    Some(c)
+}
+
+/// A fabric port whose state is not up or whose physical state is not `LinkUp`.
+fn port_down(node: &str, l: &Link) -> Option<Candidate> {
+    let phys_down = l
+        .attributes
+        .get("phys_state")
+        .is_some_and(|p| !p.to_ascii_lowercase().contains("linkup"));
+    if l.is_up() && !phys_down {
+        return None;
+    }
+    let mut c = Candidate::new(
+        FindingKind::LinkDegraded,
+        Severity::Critical,
+        Subject::link(node, l),
+    );
+    c.summary = format!(
+        "{} {} port {} is {} (not ACTIVE/LinkUp): its traffic moves to other ports or stops.",
+        node, l.key.device, l.key.port, l.state
+    );
+    c.evidence = Evidence::new(0.0, "up")
+        .expected(1.0)
+        .detail("state", l.state.clone());
+    c.action =
+        "Check the cable and the switch port (ibstat, iblinkinfo); reseat or replace the cable/transceiver."
+            .into();
+    Some(c)
+}
+
+/// A fabric port whose capacity is below [`CAPACITY_SHARE_BELOW`] of its peers': the median of the node's ports
+/// of its class when the node has at least three, else `fleet`'s median for the class.
+fn slow_port(
+    n: &NodeInput,
+    l: &Link,
+    fleet: &dyn Fn(LinkClass) -> Option<f64>,
+) -> Option<Candidate> {
+    let cap = l.capacity_bytes_per_second.filter(|c| *c > 0.0)?;
+    let mut local: Vec<f64> = n
+        .links
+        .iter()
+        .filter(|x| x.link.is_fabric_rdma() && x.link.key.class == l.key.class)
+        .filter_map(|x| x.link.capacity_bytes_per_second)
+        .collect();
+    let reference = if local.len() >= 3 {
+        median(&mut local)
+    } else {
+        fleet(l.key.class)
+    }?;
+    if cap >= CAPACITY_SHARE_BELOW * reference {
+        return None;
+    }
+    let lanes = l.attributes.get("rate").and_then(|r| lanes_from_rate(r));
+    let mut c = Candidate::new(
+        FindingKind::LinkDegraded,
+        Severity::Critical,
+        Subject::link(&n.name, l),
+    );
+    c.summary = format!(
+        "{} {} port {} runs at {} per direction, {:.0}% of its peers' {}{}: the job's ring runs at this port's pace.",
+        n.name,
+        l.key.device,
+        l.key.port,
+        gbs(cap),
+        cap / reference * 100.0,
+        gbs(reference),
+        lanes.map(|x| format!(" ({x}X link width)")).unwrap_or_default()
+    );
+    let mut e = Evidence::new(cap, "bytes_per_second")
+        .expected(reference)
+        .detail("capacity_share", r4(cap / reference));
+    if let Some(x) = lanes {
+        e = e.detail("lanes", u64::from(x));
+    }
+    c.evidence = e;
+    c.action = "The port trained at reduced width or speed: check the cable/transceiver and switch port \
+                (ibstat, mlxlink), reseat or replace, then reset the port; drain the node meanwhile."
+        .into();
+    Some(c)
+}
+
+/// A GPU's PCIe link below its maximum width, or below its maximum generation while the GPU is busy.
+fn pcie_below_max(node: &str, g: &GpuInput) -> Option<Candidate> {
+    let width_low = matches!((g.pcie_width, g.pcie_width_max), (Some(w), Some(m)) if w < m);
+    let busy = g.busy_share.is_some_and(|b| b > BUSY_FOR_PCIE_GEN);
+    let gen_low = busy && matches!((g.pcie_gen, g.pcie_gen_max), (Some(x), Some(m)) if x < m);
+    if !width_low && !gen_low {
+        return None;
+    }
+    let mut subject = Subject::node(node);
+    subject.gpu = Some(g.index.clone());
+    subject.device = Some("pcie".into());
+    let mut c = Candidate::new(FindingKind::LinkDegraded, Severity::Warning, subject);
+    c.summary = format!(
+        "{} GPU {} PCIe link runs at gen {} x{} of gen {} x{}{}.",
+        node,
+        g.index,
+        g.pcie_gen.unwrap_or(0.0),
+        g.pcie_width.unwrap_or(0.0),
+        g.pcie_gen_max.unwrap_or(0.0),
+        g.pcie_width_max.unwrap_or(0.0),
+        if gen_low {
+            " while the GPU is busy"
+        } else {
+            ""
+        }
+    );
+    let (m, x, unit) = if width_low {
+        (
+            g.pcie_width.unwrap_or(0.0),
+            g.pcie_width_max.unwrap_or(0.0),
+            "lanes",
+        )
+    } else {
+        (
+            g.pcie_gen.unwrap_or(0.0),
+            g.pcie_gen_max.unwrap_or(0.0),
+            "generation",
+        )
+    };
+    c.evidence = Evidence::new(m, unit).expected(x);
+    c.action = "Check the GPU's seating and riser/retimer; a PCIe link below its width slows GPU-NIC transfers (GPUDirect RDMA)."
+        .into();
+    Some(c)
 }
 
 #[cfg(test)]
