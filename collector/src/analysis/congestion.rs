@@ -10,9 +10,10 @@
 //!
 //! Only while the port communicates (busy time > 0): an idle port cannot be congested.
 
+use commwatch_model::{LinkClass, LinkRole};
+
 use super::input::AnalysisInput;
 use super::{r4, Candidate, Evidence, FindingKind, Severity, Subject};
-use commwatch_model::{LinkClass, LinkRole};
 
 /// `port_xmit_wait` ticks per second of a port that waits all the time (4 ns ticks).
 pub const XMIT_WAIT_TICKS_PER_SECOND: f64 = 250e6;

@@ -3,12 +3,12 @@
 
 use std::collections::BTreeMap;
 
+use commwatch_model::{Endpoint, Link, LinkClass, LinkKey, LinkRole, SeriesKind};
 use serde::{Deserialize, Serialize};
 
 use super::activity::{self, Activity};
 use crate::steps::{NodeStep, StepStore};
 use crate::store::{NodeState, Store};
-use commwatch_model::{Endpoint, Link, LinkClass, LinkKey, LinkRole, SeriesKind};
 
 /// How much history one evaluation reads from the store, nanoseconds (20 s: ~30 steps of the classic case,
 /// 20 slow-tier samples).

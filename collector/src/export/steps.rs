@@ -26,6 +26,7 @@ use axum::http::{StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
+use commwatch_model::{LinkClass, LinkKey};
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::{LabelPair, MetricFamily, MetricType};
 use serde_json::{json, Value};
@@ -34,7 +35,6 @@ use super::names;
 use super::proto::{family, label, metric};
 use crate::steps::history::STEPS_PER_NODE;
 use crate::steps::{JobStep, NodeStep, StepLink, StepSource, StepStore};
-use commwatch_model::{LinkClass, LinkKey};
 
 /// Steps returned when the query names no `limit`.
 pub const DEFAULT_LIMIT: usize = 100;

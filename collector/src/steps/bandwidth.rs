@@ -22,9 +22,10 @@
 //! intervals around it: its achieved bandwidth is then a lower bound, not a measurement, and `confident` is
 //! false. An idle link is confidently idle.
 
-use crate::steps::StepLink;
 use commwatch_model::stats::median;
 use commwatch_model::Link;
+
+use crate::steps::StepLink;
 
 /// Below this rate (bytes/s) no interval counts as active, whatever the link: background and control traffic.
 pub const ACTIVE_FLOOR_BYTES_PER_SECOND: f64 = 10e6;

@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use commwatch_model::clock::unix_now_ns;
+use commwatch_model::{Link, LinkClass};
 use tracing::debug;
 
 use super::bandwidth::step_link;
@@ -28,7 +29,6 @@ use super::markers::MarkerTracker;
 use super::{NodeStep, StepSource};
 use crate::store::ring::Ring;
 use crate::store::{NodeState, Store};
-use commwatch_model::{Link, LinkClass};
 
 /// How often the engine runs by default.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_millis(500);

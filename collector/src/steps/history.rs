@@ -4,12 +4,12 @@
 use commwatch_model::stats::median;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
+use commwatch_model::LinkClass;
 use parking_lot::RwLock;
 use serde::Serialize;
 
 use super::inferred::PeriodEstimate;
 use super::{NodeStep, StepSource};
-use commwatch_model::LinkClass;
 
 /// Steps kept per node (newest last).
 pub const STEPS_PER_NODE: usize = 1000;

@@ -10,6 +10,10 @@
 //! is a difference of two `acc`, never negative. The raw value as last read is kept beside it (exported as the
 //! `_total`). Gauges hold the f64 bits. A series keeps its ring across agent restarts when its identity
 //! (link `(class, device, port)` + metric + labels) matches, so rates continue across the restart.
+//!
+//! What it applies ([`input`]: an agent's `Hello`, inventory updates, batches with their step markers, job
+//! lists) comes validated from the ingest edge or from replay; what only the store can refuse is a
+//! [`StoreError`]. Readers take copies ([`view`]) or run short closures under a node's lock.
 
 pub mod error;
 pub mod input;

@@ -3,12 +3,12 @@
 
 use std::collections::HashMap;
 
+use commwatch_model::SeriesKind;
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::{MetricFamily, MetricType};
 
 use crate::export::names::{self, link_counter_family, LinkCounterFamily};
 use crate::store::SeriesSnapshot;
-use commwatch_model::SeriesKind;
 
 /// One family the store's samples are written to.
 pub struct Family {

@@ -11,13 +11,13 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use commwatch_model::clock::unix_now_ns;
+use commwatch_model::{LinkClass, SeriesKind};
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::{Counter, Gauge, LabelPair, Metric, MetricFamily, MetricType};
 
 use crate::export::exposition::{StoreDescs, FAMILIES};
 use crate::export::names::{self, link_counter_family, LinkCounterFamily};
 use crate::store::{LinkSnapshot, NodeSnapshot, Store, StoreMemory};
-use commwatch_model::{LinkClass, SeriesKind};
 
 /// Link labels, in exposition order (NVLink adds `gpu` and `link`).
 const LINK_LABELS: &[&str] = &["node", "class", "device", "port", "role"];

@@ -5,11 +5,12 @@
 
 use std::collections::HashSet;
 
+use commwatch_model::LinkClass;
+
 use super::families::{family_index, Ix, FAMILIES};
 use super::writer::{push_header, push_label, push_value};
 use crate::export::names;
 use crate::store::{LinkSnapshot, NodeSnapshot, SeriesSnapshot, StoreMemory};
-use commwatch_model::LinkClass;
 
 /// One sample of a store family. Its labels, in order: `node` and the link's (`class`, `device`, `port`,
 /// `role`, and `gpu`, `link` for NVLink), written once per node or link into [`Samples::prefixes`]; then
