@@ -1,0 +1,643 @@
+//! Everything the collector holds about one node ([`NodeState`]): the current agent instance's inventory
+//! (links and series, with the agent-local id of each), the series' windows, per-instance sequence numbers for
+//! dedup and durability, the step markers and the job list. Applying a `Hello`, an inventory update or a batch
+//! either changes the node as a whole or, refused ([`StoreError`]), not at all.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use commwatch_model::{Link, LinkKey, SeriesKind, Tier};
+use tokio::sync::{oneshot, watch};
+
+use super::markers::MarkerLog;
+use super::rate::plausibility_cap;
+use super::series::{ApplyCounts, Series, SeriesKey};
+use super::{
+    Batch, Hello, Inventory, JobList, LinkSnapshot, NodeSnapshot, SeriesDesc, SeriesSnapshot,
+    StoreError, StoreMemory,
+};
+use crate::config::Limits;
+
+/// Most samples one series keeps, whatever the retention and period (1 MiB of samples).
+pub const HARD_CAP_SAMPLES: usize = 65_536;
+/// Period assumed for a tier the agent did not state: fast 50 ms (20 Hz), slow 1 s.
+const DEFAULT_FAST_MS: u32 = 50;
+const DEFAULT_SLOW_MS: u32 = 1000;
+/// Agent instances whose highest sequence number a node remembers (for dedup of late resends).
+const MAX_REMEMBERED_INSTANCES: usize = 16;
+/// Series ids below this are mapped through a dense table; larger ones through a hash map.
+const DENSE_ID_LIMIT: u32 = 1 << 17;
+
+const UNKNOWN: u32 = u32::MAX;
+const REFUSED: u32 = u32::MAX - 1;
+
+/// Result of offering a batch to a node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BatchOutcome {
+    /// Applied; `gap` batches were skipped by the agent before it (lost).
+    Accepted { gap: u64, counts: ApplyCounts },
+    /// Its sequence number is not above the highest held for the instance: not applied again.
+    Duplicate,
+}
+
+/// agent-local id → series slot (or `REFUSED`).
+#[derive(Debug, Default)]
+struct IdMap {
+    dense: Vec<u32>,
+    sparse: HashMap<u32, u32>,
+}
+
+impl IdMap {
+    #[inline]
+    fn get(&self, id: u32) -> u32 {
+        if id < DENSE_ID_LIMIT {
+            self.dense.get(id as usize).copied().unwrap_or(UNKNOWN)
+        } else {
+            self.sparse.get(&id).copied().unwrap_or(UNKNOWN)
+        }
+    }
+
+    fn insert(&mut self, id: u32, slot: u32) {
+        if id < DENSE_ID_LIMIT {
+            let i = id as usize;
+            if self.dense.len() <= i {
+                self.dense.resize(i + 1, UNKNOWN);
+            }
+            self.dense[i] = slot;
+        } else {
+            self.sparse.insert(id, slot);
+        }
+    }
+
+    fn clear(&mut self) {
+        self.dense.clear();
+        self.sparse.clear();
+    }
+
+    fn heap_bytes(&self) -> usize {
+        self.dense.capacity() * 4 + self.sparse.capacity() * 12
+    }
+}
+
+/// The series of the previous inventory (by key) that a new inventory may take over.
+type OldSeries<'a> = (
+    &'a HashMap<Arc<SeriesKey>, usize>,
+    &'a mut Vec<Option<Series>>,
+);
+
+/// A link, as the latest inventory describes it, and the slots of its byte counters.
+#[derive(Debug)]
+pub struct LinkState {
+    pub link: Link,
+    tx: Option<usize>,
+    rx: Option<usize>,
+}
+
+#[derive(Debug)]
+struct InstanceSeq {
+    instance_id: u64,
+    /// Highest sequence number applied to the store.
+    highest: u64,
+    /// Highest sequence number held durably (committed to SQLite, or applied when persistence is off).
+    durable: Arc<watch::Sender<u64>>,
+}
+
+#[derive(Debug)]
+pub(super) struct Conn {
+    pub(super) id: u64,
+    pub(super) close: Option<oneshot::Sender<()>>,
+}
+
+/// Everything the collector holds about one node.
+#[derive(Debug)]
+pub struct NodeState {
+    pub(super) name: String,
+    agent_version: String,
+    boot_id: String,
+    instance_id: u64,
+    fast_period_ms: u32,
+    slow_period_ms: u32,
+    links: Vec<LinkState>,
+    link_ids: HashMap<u32, usize>,
+    series: Vec<Series>,
+    by_key: HashMap<Arc<SeriesKey>, usize>,
+    series_ids: IdMap,
+    /// Series ids described on the current instance (refused ones included).
+    described: usize,
+    seqs: Vec<InstanceSeq>,
+    pub(super) last_seen_unix_ns: i64,
+    pub(super) conn: Option<Conn>,
+    dropped_batches_total: u64,
+    retention_ns: i64,
+    markers: MarkerLog,
+    /// The latest complete job list of the current agent instance (empty until one arrives).
+    pub(super) jobs: Arc<JobList>,
+}
+
+impl NodeState {
+    pub(super) fn new(name: &str, retention_ns: i64) -> NodeState {
+        NodeState {
+            name: name.to_string(),
+            agent_version: String::new(),
+            boot_id: String::new(),
+            instance_id: 0,
+            fast_period_ms: 0,
+            slow_period_ms: 0,
+            links: Vec::new(),
+            link_ids: HashMap::new(),
+            series: Vec::new(),
+            by_key: HashMap::new(),
+            series_ids: IdMap::default(),
+            described: 0,
+            seqs: Vec::new(),
+            last_seen_unix_ns: 0,
+            conn: None,
+            dropped_batches_total: 0,
+            retention_ns,
+            markers: MarkerLog::default(),
+            jobs: Arc::default(),
+        }
+    }
+
+    /// The node's latest job list (empty when the agent sent none since its instance started).
+    pub fn jobs(&self) -> &Arc<JobList> {
+        &self.jobs
+    }
+
+    /// Replaces the node's job list (an `InventoryUpdate` carrying jobs, or replay).
+    pub(crate) fn set_jobs(&mut self, jobs: JobList) {
+        self.jobs = Arc::new(jobs);
+    }
+
+    /// The node's step markers.
+    pub fn markers(&self) -> &MarkerLog {
+        &self.markers
+    }
+
+    /// Fast-tier sampling period the agent stated, in ms (the default 50 when it stated none).
+    pub fn fast_period_ms(&self) -> u32 {
+        if self.fast_period_ms > 0 {
+            self.fast_period_ms
+        } else {
+            DEFAULT_FAST_MS
+        }
+    }
+
+    /// The transmit and receive byte-counter series of link `i` (index into [`NodeState::links`]), when the
+    /// agent described them. Their rings hold reset-corrected cumulative bytes.
+    pub fn link_byte_series(&self, i: usize) -> (Option<&Series>, Option<&Series>) {
+        let Some(l) = self.links.get(i) else {
+            return (None, None);
+        };
+        let get = |slot: Option<usize>| slot.and_then(|s| self.series.get(s));
+        (get(l.tx), get(l.rx))
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The agent instance whose inventory is current.
+    pub fn instance_id(&self) -> u64 {
+        self.instance_id
+    }
+
+    pub fn boot_id(&self) -> &str {
+        &self.boot_id
+    }
+
+    pub fn links(&self) -> &[LinkState] {
+        &self.links
+    }
+
+    pub fn series(&self) -> &[Series] {
+        &self.series
+    }
+
+    pub fn last_seen_unix_ns(&self) -> i64 {
+        self.last_seen_unix_ns
+    }
+
+    /// Whether `conn_id` is the node's current stream.
+    pub(crate) fn is_current(&self, conn_id: u64) -> bool {
+        self.conn.as_ref().is_some_and(|c| c.id == conn_id)
+    }
+
+    pub(crate) fn touch(&mut self, unix_ns: i64) {
+        self.last_seen_unix_ns = self.last_seen_unix_ns.max(unix_ns);
+    }
+
+    /// Samples a series of `tier` needs for the retention (a series of no stated tier is read as fast).
+    fn ring_cap(&self, tier: Option<Tier>) -> usize {
+        let period_ms = match tier {
+            Some(Tier::Slow) if self.slow_period_ms > 0 => self.slow_period_ms,
+            Some(Tier::Slow) => DEFAULT_SLOW_MS,
+            Some(Tier::Fast) | None if self.fast_period_ms > 0 => self.fast_period_ms,
+            Some(Tier::Fast) | None => DEFAULT_FAST_MS,
+        };
+        let n = (self.retention_ns / 1_000_000) as u64 / u64::from(period_ms.max(1));
+        // 1/8 headroom for jitter, plus the sample at each end.
+        ((n + n / 8 + 2) as usize).min(HARD_CAP_SAMPLES)
+    }
+
+    fn seq_entry(&mut self, instance_id: u64) -> &mut InstanceSeq {
+        let pos = match self.seqs.iter().position(|s| s.instance_id == instance_id) {
+            Some(p) => p,
+            None => {
+                if self.seqs.len() >= MAX_REMEMBERED_INSTANCES {
+                    self.seqs.remove(0);
+                }
+                self.seqs.push(InstanceSeq {
+                    instance_id,
+                    highest: 0,
+                    durable: Arc::new(watch::channel(0).0),
+                });
+                self.seqs.len() - 1
+            }
+        };
+        &mut self.seqs[pos]
+    }
+
+    /// Highest sequence number applied for `instance_id` (0 if none).
+    pub fn highest_seq(&self, instance_id: u64) -> u64 {
+        self.seqs
+            .iter()
+            .find(|s| s.instance_id == instance_id)
+            .map_or(0, |s| s.highest)
+    }
+
+    /// The durable-sequence channel of an instance (created on first use).
+    pub(crate) fn durable(&mut self, instance_id: u64) -> Arc<watch::Sender<u64>> {
+        self.seq_entry(instance_id).durable.clone()
+    }
+
+    fn series_key(
+        &self,
+        d: &SeriesDesc,
+        links: &HashMap<u32, usize>,
+    ) -> Result<SeriesKey, StoreError> {
+        let link = if d.link_id == 0 {
+            None
+        } else {
+            let idx = links.get(&d.link_id).ok_or(StoreError::UndescribedLink {
+                series: d.id,
+                link: d.link_id,
+            })?;
+            Some(self.links[*idx].link.key.clone())
+        };
+        Ok(SeriesKey {
+            link,
+            metric: d.metric.clone(),
+            labels: d.labels.clone(),
+        })
+    }
+
+    /// Installs a `Hello`'s inventory (complete at connect time). Series whose identity matches one already held
+    /// keep their window and counter state; others are created; series not in the inventory are dropped.
+    pub(crate) fn register_hello(
+        &mut self,
+        hello: &Hello,
+        limits: &Limits,
+    ) -> Result<(), StoreError> {
+        let inv = &hello.inventory;
+        if inv.series.len() > limits.max_series {
+            return Err(StoreError::TooMany {
+                field: "hello.inventory.series",
+                what: "series",
+                count: inv.series.len(),
+                limit: limits.max_series,
+            });
+        }
+        if inv.links.len() > limits.max_series {
+            return Err(StoreError::TooMany {
+                field: "hello.inventory.links",
+                what: "links",
+                count: inv.links.len(),
+                limit: limits.max_series,
+            });
+        }
+        // Validate every reference before changing anything.
+        let link_ids: HashMap<u32, usize> = inv
+            .links
+            .iter()
+            .enumerate()
+            .map(|(i, l)| (l.id, i))
+            .collect();
+        for d in &inv.series {
+            if d.link_id != 0 && !link_ids.contains_key(&d.link_id) {
+                return Err(StoreError::UndescribedLink {
+                    series: d.id,
+                    link: d.link_id,
+                });
+            }
+        }
+        self.agent_version = hello.agent_version.clone();
+        self.boot_id = hello.boot_id.clone();
+        if self.instance_id != hello.instance_id {
+            // A new agent instance knows its own jobs and sends them after its Hello; the old list is gone.
+            self.jobs = Arc::default();
+        }
+        self.instance_id = hello.instance_id;
+        self.fast_period_ms = hello.fast_period_ms;
+        self.slow_period_ms = hello.slow_period_ms;
+        self.links = inv
+            .links
+            .iter()
+            .map(|l| LinkState {
+                link: l.link.clone(),
+                tx: None,
+                rx: None,
+            })
+            .collect();
+        self.link_ids = link_ids;
+        let mut old: Vec<Option<Series>> = std::mem::take(&mut self.series)
+            .into_iter()
+            .map(Some)
+            .collect();
+        let old_keys = std::mem::take(&mut self.by_key);
+        self.series_ids.clear();
+        self.described = 0;
+        let links = self.link_ids.clone();
+        for d in &inv.series {
+            let key = self.series_key(d, &links)?;
+            self.add_series(d, key, Some((&old_keys, &mut old)));
+        }
+        self.reindex();
+        Ok(())
+    }
+
+    fn add_series(&mut self, d: &SeriesDesc, key: SeriesKey, old: Option<OldSeries<'_>>) {
+        self.described += 1;
+        let Some(kind) = d.kind else {
+            self.series_ids.insert(d.id, REFUSED);
+            return;
+        };
+        if let Some(&slot) = self.by_key.get(&key) {
+            // Same identity described twice: one window.
+            if self.series[slot].kind == kind {
+                self.series_ids.insert(d.id, slot as u32);
+                return;
+            }
+        }
+        let reused = old.and_then(|(keys, series)| {
+            let i = *keys.get(&key)?;
+            match series.get_mut(i) {
+                Some(s @ Some(_)) if s.as_ref().is_some_and(|x| x.kind == kind) => s.take(),
+                _ => None,
+            }
+        });
+        let series = match reused {
+            Some(mut s) => {
+                s.tier = d.tier;
+                s
+            }
+            None => Series::new(Arc::new(key), kind, d.tier, self.ring_cap(d.tier)),
+        };
+        let slot = self.series.len();
+        self.by_key.insert(series.key.clone(), slot);
+        self.series.push(series);
+        self.series_ids.insert(d.id, slot as u32);
+    }
+
+    /// Applies an `InventoryUpdate`: links matched by id are replaced, new ones added; new series described.
+    /// A series id described again must keep its meaning (proto rule: descriptors are append-only).
+    pub(crate) fn apply_inventory(
+        &mut self,
+        inv: &Inventory,
+        limits: &Limits,
+    ) -> Result<(), StoreError> {
+        if self.described + inv.series.len() > limits.max_series {
+            return Err(StoreError::TooMany {
+                field: "inventory_update.inventory.series",
+                what: "series",
+                count: self.described + inv.series.len(),
+                limit: limits.max_series,
+            });
+        }
+        if self.links.len() + inv.links.len() > limits.max_series {
+            return Err(StoreError::TooMany {
+                field: "inventory_update.inventory.links",
+                what: "links",
+                count: self.links.len() + inv.links.len(),
+                limit: limits.max_series,
+            });
+        }
+        let mut links = self.link_ids.clone();
+        let mut next = self.links.len();
+        for l in &inv.links {
+            links.entry(l.id).or_insert_with(|| {
+                next += 1;
+                next - 1
+            });
+        }
+        // Check series before mutating anything.
+        for d in &inv.series {
+            if d.link_id != 0 && !links.contains_key(&d.link_id) {
+                return Err(StoreError::UndescribedLink {
+                    series: d.id,
+                    link: d.link_id,
+                });
+            }
+        }
+        for l in &inv.links {
+            match self.link_ids.get(&l.id) {
+                Some(&i) => self.links[i].link = l.link.clone(),
+                None => {
+                    self.link_ids.insert(l.id, self.links.len());
+                    self.links.push(LinkState {
+                        link: l.link.clone(),
+                        tx: None,
+                        rx: None,
+                    });
+                }
+            }
+        }
+        let link_ids = self.link_ids.clone();
+        for d in &inv.series {
+            let key = self.series_key(d, &link_ids)?;
+            match self.series_ids.get(d.id) {
+                UNKNOWN => self.add_series(d, key, None),
+                REFUSED if d.kind.is_none() => {}
+                REFUSED => return Err(StoreError::Redescribed { series: d.id }),
+                slot => {
+                    let s = &self.series[slot as usize];
+                    if *s.key != key || Some(s.kind) != d.kind {
+                        return Err(StoreError::Redescribed { series: d.id });
+                    }
+                }
+            }
+        }
+        self.reindex();
+        Ok(())
+    }
+
+    /// Recomputes link ↔ series references, plausibility caps and ring bounds after an inventory change.
+    fn reindex(&mut self) {
+        let by_key: HashMap<&LinkKey, usize> = self
+            .links
+            .iter()
+            .enumerate()
+            .map(|(i, l)| (&l.link.key, i))
+            .collect();
+        let mut tx = vec![None; self.links.len()];
+        let mut rx = vec![None; self.links.len()];
+        let caps: Vec<usize> = self.series.iter().map(|s| self.ring_cap(s.tier)).collect();
+        for (slot, s) in self.series.iter_mut().enumerate() {
+            s.link = s.key.link.as_ref().and_then(|k| by_key.get(k).copied());
+            s.cap_per_s = plausibility_cap(None);
+            s.ring.set_cap(caps[slot]);
+            if let Some(li) = s.link {
+                let is_counter = matches!(s.kind, SeriesKind::Counter { .. });
+                if s.key.metric.ends_with("_bytes") && is_counter {
+                    s.cap_per_s = plausibility_cap(self.links[li].link.capacity_bytes_per_second);
+                }
+                if is_counter && s.key.labels.is_empty() {
+                    match s.key.metric.as_str() {
+                        "tx_bytes" => tx[li] = Some(slot),
+                        "rx_bytes" => rx[li] = Some(slot),
+                        _ => {}
+                    }
+                }
+            }
+        }
+        for (i, l) in self.links.iter_mut().enumerate() {
+            l.tx = tx[i];
+            l.rx = rx[i];
+        }
+    }
+
+    /// Offers a batch of the current instance. Every series id is resolved before anything is applied, so a
+    /// batch that fails validation leaves the store untouched. `scratch` is reused across batches.
+    pub(crate) fn apply_batch(
+        &mut self,
+        batch: &Batch,
+        received_unix_ns: i64,
+        scratch: &mut Vec<u32>,
+    ) -> Result<BatchOutcome, StoreError> {
+        self.touch(received_unix_ns);
+        let instance = self.instance_id;
+        let highest = self.seq_entry(instance).highest;
+        if batch.seq <= highest {
+            return Ok(BatchOutcome::Duplicate);
+        }
+        scratch.clear();
+        scratch.reserve(batch.series_ids.len());
+        for (i, &id) in batch.series_ids.iter().enumerate() {
+            let slot = self.series_ids.get(id);
+            if slot == UNKNOWN {
+                return Err(StoreError::UndescribedSeries { index: i, id });
+            }
+            scratch.push(slot);
+        }
+        let mut counts = ApplyCounts::default();
+        let retention_ns = self.retention_ns;
+        let mut i = 0usize;
+        for (&ts, &n) in batch.timestamps_unix_ns.iter().zip(&batch.tick_lengths) {
+            let end = i + n as usize;
+            let (Some(slots), Some(values)) = (scratch.get(i..end), batch.values.get(i..end))
+            else {
+                break;
+            };
+            for (&slot, &value) in slots.iter().zip(values) {
+                if slot == REFUSED {
+                    counts.refused += 1;
+                    continue;
+                }
+                if let Some(s) = self.series.get_mut(slot as usize) {
+                    s.ingest(ts, value, retention_ns, &mut counts);
+                }
+            }
+            i = end;
+        }
+        self.dropped_batches_total = batch.dropped_batches_total;
+        for m in &batch.markers {
+            self.markers.push(m.clone(), retention_ns);
+            counts.markers += 1;
+        }
+        let entry = self.seq_entry(instance);
+        let gap = batch.seq - entry.highest - 1;
+        entry.highest = batch.seq;
+        Ok(BatchOutcome::Accepted { gap, counts })
+    }
+
+    /// Raises the highest sequence number applied for an instance (dedup state restored at start; what is
+    /// restored is durable too, which persistence marks through [`NodeState::durable`]).
+    pub(crate) fn raise_highest(&mut self, instance_id: u64, seq: u64) {
+        let e = self.seq_entry(instance_id);
+        e.highest = e.highest.max(seq);
+    }
+
+    pub(super) fn snapshot(&self) -> NodeSnapshot {
+        let series_snap = |s: &Series| SeriesSnapshot {
+            key: s.key.clone(),
+            kind: s.kind,
+            value: s.value_f64(),
+            timestamp_unix_ns: s.last_ts,
+        };
+        let mut links: Vec<LinkSnapshot> = self
+            .links
+            .iter()
+            .map(|l| {
+                let raw = |slot: Option<usize>| {
+                    slot.and_then(|i| self.series[i].last_raw()).map(|(_, v)| v)
+                };
+                let rate = |slot: Option<usize>| slot.and_then(|i| self.series[i].rate());
+                LinkSnapshot {
+                    link: l.link.clone(),
+                    tx_bytes_total: raw(l.tx),
+                    rx_bytes_total: raw(l.rx),
+                    tx_bytes_per_second: rate(l.tx),
+                    rx_bytes_per_second: rate(l.rx),
+                    series: Vec::new(),
+                }
+            })
+            .collect();
+        let mut node_series = Vec::new();
+        for (slot, s) in self.series.iter().enumerate() {
+            if s.last_ts == 0 {
+                continue;
+            }
+            match s.link {
+                Some(li) => {
+                    if self.links[li].tx != Some(slot) && self.links[li].rx != Some(slot) {
+                        links[li].series.push(series_snap(s));
+                    }
+                }
+                None => node_series.push(series_snap(s)),
+            }
+        }
+        NodeSnapshot {
+            name: self.name.clone(),
+            agent_version: self.agent_version.clone(),
+            connected: self.conn.is_some(),
+            last_seen_unix_ns: self.last_seen_unix_ns,
+            agent_dropped_batches_total: self.dropped_batches_total,
+            links,
+            series: node_series,
+            jobs: self.jobs.clone(),
+        }
+    }
+
+    pub(super) fn memory(&self) -> StoreMemory {
+        let mut m = StoreMemory {
+            nodes: 1,
+            ..Default::default()
+        };
+        for s in &self.series {
+            m.series += 1;
+            m.samples += s.ring.len();
+            m.sample_bytes += s.ring.heap_bytes();
+            m.bytes += s.ring.heap_bytes()
+                + std::mem::size_of::<Series>()
+                + std::mem::size_of::<SeriesKey>()
+                + s.key.metric.capacity()
+                + s.key.labels.iter().map(|(k, v)| k.capacity() + v.capacity() + 48).sum::<usize>()
+                // by_key entry
+                + 32;
+        }
+        m.bytes += self.series_ids.heap_bytes()
+            + self.links.len() * std::mem::size_of::<LinkState>()
+            + self.markers.heap_bytes();
+        m
+    }
+}

@@ -1,0 +1,154 @@
+//! One series: its identity across agent restarts ([`SeriesKey`]), its bounded window and, for a counter, the
+//! reset-corrected cumulative increase the window holds ([`Series`]), and what applying samples to it counted
+//! ([`ApplyCounts`]).
+
+use std::sync::Arc;
+
+use commwatch_model::{LinkKey, SeriesKind, Tier};
+
+use super::rate::{counter_step, plausibility_cap, window_rate, Step, RATE_WINDOW_NS};
+use super::ring::Ring;
+
+/// Identity of a series across agent restarts.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SeriesKey {
+    /// The link it measures; `None` for node-level series.
+    pub link: Option<LinkKey>,
+    pub metric: String,
+    /// Extra labels, sorted by key.
+    pub labels: Vec<(String, String)>,
+}
+
+/// Counts produced by applying one batch (added to the collector's health metrics once per batch).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ApplyCounts {
+    pub samples: u64,
+    /// Samples of refused series (unknown kind), skipped.
+    pub refused: u64,
+    /// Samples not newer than the series' previous one, skipped.
+    pub out_of_order: u64,
+    pub resets: u64,
+    pub implausible: u64,
+    /// Step markers appended to the node's marker log.
+    pub markers: u64,
+}
+
+/// One series' window and counter state.
+#[derive(Debug)]
+pub struct Series {
+    pub(super) key: Arc<SeriesKey>,
+    pub(super) kind: SeriesKind,
+    pub(super) tier: Option<Tier>,
+    /// Index into the node's links.
+    pub(super) link: Option<usize>,
+    /// Plausibility cap, units per second.
+    pub(super) cap_per_s: f64,
+    pub(super) ring: Ring,
+    /// Previous reading (0 timestamp: none yet).
+    pub(super) last_ts: i64,
+    pub(super) last_raw: u64,
+    pub(super) acc: u64,
+    pub(super) saturated: bool,
+}
+
+impl Series {
+    pub(super) fn new(
+        key: Arc<SeriesKey>,
+        kind: SeriesKind,
+        tier: Option<Tier>,
+        cap: usize,
+    ) -> Series {
+        Series {
+            key,
+            kind,
+            tier,
+            link: None,
+            cap_per_s: plausibility_cap(None),
+            ring: Ring::new(cap),
+            last_ts: 0,
+            last_raw: 0,
+            acc: 0,
+            saturated: false,
+        }
+    }
+
+    pub fn key(&self) -> &Arc<SeriesKey> {
+        &self.key
+    }
+
+    pub fn kind(&self) -> SeriesKind {
+        self.kind
+    }
+
+    /// Index of the link it measures in its node's [`NodeState::links`]; `None` for node-level series.
+    pub fn link_index(&self) -> Option<usize> {
+        self.link
+    }
+
+    /// Samples oldest first: `(timestamp_ns, acc)` for counters (reset-corrected cumulative increase),
+    /// `(timestamp_ns, f64 bits)` for gauges.
+    pub fn ring(&self) -> &Ring {
+        &self.ring
+    }
+
+    /// The last reading as the agent sent it: `(timestamp_ns, raw)`.
+    pub fn last_raw(&self) -> Option<(i64, u64)> {
+        (self.last_ts > 0).then_some((self.last_ts, self.last_raw))
+    }
+
+    /// Counter rate per second over the last [`RATE_WINDOW_NS`]; `None` for gauges, with fewer than two
+    /// readings, or while the counter sits at its saturation value (its true rate is unknown).
+    pub fn rate(&self) -> Option<f64> {
+        match self.kind {
+            SeriesKind::Counter { .. } if !self.saturated => {
+                window_rate(self.ring.iter().rev(), RATE_WINDOW_NS)
+            }
+            _ => None,
+        }
+    }
+
+    pub(super) fn value_f64(&self) -> f64 {
+        match self.kind {
+            SeriesKind::Counter { .. } => self.last_raw as f64,
+            SeriesKind::Gauge => f64::from_bits(self.last_raw),
+        }
+    }
+
+    #[inline]
+    pub(super) fn ingest(&mut self, ts: i64, raw: u64, retention_ns: i64, c: &mut ApplyCounts) {
+        if self.last_ts != 0 && ts <= self.last_ts {
+            c.out_of_order += 1;
+            return;
+        }
+        c.samples += 1;
+        match self.kind {
+            SeriesKind::Gauge => {
+                self.ring.push(ts, raw, retention_ns);
+            }
+            SeriesKind::Counter { max_value } => {
+                if self.last_ts != 0 {
+                    match counter_step(
+                        self.last_raw,
+                        raw,
+                        max_value,
+                        ts - self.last_ts,
+                        self.cap_per_s,
+                    ) {
+                        Step::Delta(d) => self.acc = self.acc.wrapping_add(d),
+                        Step::Reset(d) => {
+                            c.resets += 1;
+                            self.acc = self.acc.wrapping_add(d);
+                        }
+                        Step::ResetSkipped => c.resets += 1,
+                        Step::Implausible => c.implausible += 1,
+                        Step::Hold => {}
+                    }
+                }
+                self.saturated = raw >= max_value;
+                self.ring.push(ts, self.acc, retention_ns);
+            }
+        }
+        self.last_ts = ts;
+        self.last_raw = raw;
+    }
+}
