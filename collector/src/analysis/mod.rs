@@ -225,7 +225,7 @@ pub fn finding_id(kind: FindingKind, subject: &Subject) -> String {
     format!("{}:{}", kind.as_str(), subject.key())
 }
 
-/// One finding as `GET /api/v1/findings` returns it (CONTRACTS.md keys, plus `caused_by` and
+/// One finding as `GET /api/v1/findings` returns it (the API's keys, a contract, plus `caused_by` and
 /// `consequences`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Finding {
