@@ -7,7 +7,7 @@ use super::super::model::{Report, ReportJson};
 use super::super::scaling::scaling_table;
 use super::super::units::human_bytes;
 use super::bandwidth_chart::{chart, style, Capacity, Series};
-use super::markup::{code, esc, file, int, num, pct, unbroken, Align, Table, UNKNOWN};
+use super::markup::{code, duration, esc, file, int, num, pct, unbroken, Align, Table, UNKNOWN};
 
 /// "16 ranks on 2 nodes", "8 ranks", or "ranks unknown": never a zero standing for "unknown".
 pub fn ranks_phrase(nranks: Option<u32>, nnodes: Option<u32>) -> String {
@@ -117,18 +117,26 @@ fn results(r: &Report) -> String {
             ("avg bus bw, file (GB/s)", Align::Num),
             ("peak bus bw (GB/s)", Align::Num),
             ("peak at", Align::Num),
-            ("latency (µs)", Align::Num),
+            ("latency", Align::Num),
             ("peak vs link", Align::Num),
         ],
     );
     for (test, json) in r.nccl_tests.iter().zip(&view.nccl_tests) {
         let s = &test.summary;
+        let rows = &test.test.rows;
         let sizes = match (
-            test.test.rows.iter().map(|r| r.size_bytes).min(),
-            test.test.rows.iter().map(|r| r.size_bytes).max(),
+            rows.iter().map(|r| r.size_bytes).min(),
+            rows.iter().map(|r| r.size_bytes).max(),
         ) {
-            (Some(a), Some(b)) if a == b => human_bytes(a),
-            (Some(a), Some(b)) => format!("{} – {}", human_bytes(a), human_bytes(b)),
+            (Some(a), Some(b)) if a == b => format!("{} (1 row)", human_bytes(a)),
+            (Some(a), Some(b)) => {
+                format!(
+                    "{} – {} ({} rows)",
+                    human_bytes(a),
+                    human_bytes(b),
+                    rows.len()
+                )
+            }
             _ => "no rows".to_string(),
         };
         let vs_link = match json.link_share {
@@ -143,12 +151,12 @@ fn results(r: &Report) -> String {
                 .nccl_version
                 .as_deref()
                 .map_or(UNKNOWN.to_string(), unbroken),
-            format!("{} ({} rows)", esc(&sizes), test.test.rows.len()),
+            esc(&sizes),
             num(test.test.avg_busbw_gbps, 2),
             num(s.peak_busbw_gbps, 2),
             s.peak_at_bytes
                 .map_or(UNKNOWN.to_string(), |b| esc(&human_bytes(b))),
-            num(s.latency_us, 1),
+            s.latency_us.map_or(UNKNOWN.to_string(), duration),
             vs_link,
         ]);
     }

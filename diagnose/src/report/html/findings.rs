@@ -26,23 +26,64 @@ pub fn body(r: &Report) -> String {
         .collect();
     o.push_str(&counts.join(" "));
     o.push_str("</p>");
-    for f in &r.findings {
-        o.push_str(&finding(f));
+    for group in groups(&r.findings) {
+        o.push_str(&card(&group));
     }
     o
 }
 
-/// A finding: the badge and title over two columns, the words (summary, subject, action) on the left and the
-/// evidence table on the right; one column on a narrow screen.
-fn finding(f: &Finding) -> String {
+/// The findings by kind, severity and action, in the order they come: one rule firing on each of 16 ranks'
+/// interfaces is one card with 16 instances, not 16 cards with the same advice.
+fn groups(findings: &[Finding]) -> Vec<Vec<&Finding>> {
+    let mut groups: Vec<Vec<&Finding>> = Vec::new();
+    for f in findings {
+        let same = |g: &&mut Vec<&Finding>| {
+            let first = g[0];
+            (first.kind, first.severity, first.action.as_str())
+                == (f.kind, f.severity, f.action.as_str())
+        };
+        match groups.iter_mut().find(same) {
+            Some(g) => g.push(f),
+            None => groups.push(vec![f]),
+        }
+    }
+    groups
+}
+
+/// One card: the badge and the title, then each instance in two columns, its words (summary, subject) on
+/// the left and its evidence table on the right (one column on a narrow screen), and the action once.
+fn card(group: &[&Finding]) -> String {
+    let first = group[0];
     let mut o = format!(
-        "<article class=\"finding edge-{}\" data-kind=\"{}\"><h3>{} {}</h3><div class=\"finding-body\"><div><p>{}</p>",
-        esc(f.severity.as_str()),
-        esc(f.kind),
-        badge(f.severity),
-        esc(&title(f.kind)),
-        inline(&f.summary)
+        "<article class=\"finding edge-{}\" data-kind=\"{}\"><h3>{} {}",
+        esc(first.severity.as_str()),
+        esc(first.kind),
+        badge(first.severity),
+        esc(&title(first.kind)),
     );
+    if group.len() > 1 {
+        let _ = write!(o, " <span class=\"count\">× {}</span>", group.len());
+    }
+    o.push_str("</h3>");
+    for f in group {
+        o.push_str(&instance(f));
+    }
+    let _ = write!(
+        o,
+        "<p class=\"action\"><strong>What to do:</strong> {}</p></article>",
+        inline(&first.action)
+    );
+    o
+}
+
+/// One finding's summary, subject and evidence.
+fn instance(f: &Finding) -> String {
+    let class = if f.evidence.is_empty() {
+        "finding-body"
+    } else {
+        "finding-body with-evidence"
+    };
+    let mut o = format!("<div class=\"{class}\"><div><p>{}</p>", inline(&f.summary));
     if !f.subject.is_empty() {
         let about: Vec<String> = f
             .subject
@@ -54,11 +95,7 @@ fn finding(f: &Finding) -> String {
             .collect();
         let _ = write!(o, "<p class=\"subject\">About: {}</p>", about.join(" · "));
     }
-    let _ = write!(
-        o,
-        "<p class=\"action\"><strong>What to do:</strong> {}</p></div>",
-        inline(&f.action)
-    );
+    o.push_str("</div>");
     if !f.evidence.is_empty() {
         let mut t = Table::new(
             "evidence",
@@ -69,7 +106,7 @@ fn finding(f: &Finding) -> String {
         }
         o.push_str(&t.finish());
     }
-    o.push_str("</div></article>");
+    o.push_str("</div>");
     o
 }
 
@@ -111,10 +148,9 @@ fn key(k: &str) -> String {
 /// Common abbreviations spelled out or set in capitals.
 fn word(w: &str) -> String {
     match w {
-        "nccl" | "gdr" | "ib" | "nic" | "nics" | "gpu" | "cpu" | "rdma" | "efa" | "hca" => {
-            w.to_uppercase()
-        }
-        "hcas" => "HCAs".to_string(),
+        "nccl" | "gdr" | "ib" | "nic" | "gpu" | "cpu" | "rdma" | "efa" | "hca" => w.to_uppercase(),
+        // Plurals of the above: `NICs`, not `NICS`.
+        "nics" | "gpus" | "hcas" => format!("{}s", w[..w.len() - 1].to_uppercase()),
         "busbw" => "bus bandwidth".to_string(),
         "algbw" => "algorithm bandwidth".to_string(),
         "comm" => "communication".to_string(),
@@ -188,6 +224,7 @@ mod tests {
             "Management network traffic"
         );
         assert_eq!(title("cpu_bound"), "CPU bound");
+        assert_eq!(key("nics_per_node"), "NICs per node");
         assert_eq!(key("peak_busbw_gbps"), "Peak bus bandwidth (GB/s)");
         assert_eq!(
             key("exposed_comm_us_per_step"),
@@ -227,12 +264,45 @@ mod tests {
         ));
         assert!(html.contains(
             "<h3><span class=\"badge sev-critical\">critical</span> Management network traffic</h3>\
-             <div class=\"finding-body\"><div><p>NCCL data moves over eth0 &lt;management&gt;</p>\
+             <div class=\"finding-body with-evidence\"><div><p>NCCL data moves over eth0 &lt;management&gt;</p>\
              <p class=\"subject\">About: interface <code>eth0</code></p>"
         ));
         assert!(html.contains("<tr><td>Socket connections</td><td>7</td></tr>"));
-        assert!(html.contains("<p class=\"action\"><strong>What to do:</strong> bind NCCL to the fabric &amp; retry</p>"));
+        assert!(html.ends_with(
+            "<p class=\"action\"><strong>What to do:</strong> bind NCCL to the fabric &amp; retry</p></article>"
+        ));
         assert!(!html.contains("<pre"));
+    }
+
+    #[test]
+    fn one_card_per_kind_severity_and_action() {
+        let mut r = fixtures::report();
+        let mut second = r.findings[0].clone();
+        second.summary = "NCCL data moves over eth1".to_string();
+        r.findings.push(fixtures::finding(
+            "straggler",
+            Severity::Warning,
+            "rank 3 is late",
+            "look at rank 3",
+        ));
+        r.findings.push(second);
+        let mut other_action = r.findings[0].clone();
+        other_action.action = "something else".to_string();
+        r.findings.push(other_action);
+        let html = body(&r);
+        assert_eq!(html.matches("<article").count(), 3);
+        assert!(html.contains("Management network traffic <span class=\"count\">× 2</span></h3>"));
+        // The two instances, then the action once.
+        let card = html.split("<article").nth(1).unwrap();
+        assert_eq!(
+            card.matches("<div class=\"finding-body with-evidence\">")
+                .count(),
+            2
+        );
+        assert!(card.contains("NCCL data moves over eth1"));
+        assert_eq!(card.matches("What to do").count(), 1);
+        // The straggler keeps its place after the first card.
+        assert!(html.split("<article").nth(2).unwrap().contains("Straggler"));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 
 use super::super::model::Report;
-use super::markup::{esc, Align, Table};
+use super::markup::{esc, inline, Align, Table};
 
 /// The section's body.
 pub fn body(r: &Report) -> String {
@@ -24,7 +24,7 @@ pub fn body(r: &Report) -> String {
             "error" => "<span class=\"status error\">not read</span>".to_string(),
             other => format!("<span class=\"status\">{}</span>", esc(other)),
         };
-        let notes: Vec<String> = i.warnings.iter().map(|w| esc(w)).collect();
+        let notes: Vec<String> = i.warnings.iter().map(|w| inline(w)).collect();
         t.row(&[
             format!("<span class=\"path\">{}</span>", esc(&i.path)),
             esc(&kind(i.kind)),

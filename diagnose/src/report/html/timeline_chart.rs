@@ -60,86 +60,100 @@ impl Bar {
     }
 }
 
+/// Where the bars lie inside the chart: the x of 0 ms and of the axis's top, the bottom of the last bar.
+struct Frame {
+    axis: Linear,
+    left: f64,
+    right: f64,
+    bottom: f64,
+}
+
+impl Frame {
+    /// Margins from what the labels need: the widest rank label on the left; on the right the widest total
+    /// after its bar, or half the last tick label.
+    fn new(bars: &[Bar]) -> Frame {
+        let axis = Linear::new(
+            bars.iter().map(|b| b.total_us() / 1e3).fold(0.0, f64::max),
+            8,
+        );
+        let widest = |text: &dyn Fn(&Bar) -> String| {
+            bars.iter()
+                .map(|b| text_width(&text(b), LABEL_PX))
+                .fold(0.0, f64::max)
+        };
+        let label_w = widest(&|b| b.label.clone());
+        let value_w = widest(&|b| ms(b.total_us()));
+        let last_tick = text_width(&axis.label(axis.top), TICK_PX) / 2.0 + 4.0;
+        Frame {
+            axis,
+            left: 8.0 + label_w + 10.0,
+            right: W - (value_w + 14.0).max(last_tick),
+            bottom: 8.0 + bars.len() as f64 * (BAR_H + GAP),
+        }
+    }
+
+    /// Width of `ms` milliseconds.
+    fn w(&self, ms: f64) -> f64 {
+        ms / self.axis.top * (self.right - self.left)
+    }
+}
+
 /// The chart, or `None` without bars.
 pub fn chart(bars: &[Bar]) -> Option<String> {
     if bars.is_empty() {
         return None;
     }
-    let axis = Linear::new(
-        bars.iter().map(|b| b.total_us() / 1e3).fold(0.0, f64::max),
-        8,
-    );
-    let label_w = bars
-        .iter()
-        .map(|b| text_width(&b.label, LABEL_PX))
-        .fold(0.0, f64::max);
-    let value_w = bars
-        .iter()
-        .map(|b| text_width(&ms(b.total_us()), LABEL_PX))
-        .fold(0.0, f64::max);
-    let left = 8.0 + label_w + 10.0;
-    // Room for the value after the longest bar, and for half the last tick label.
-    let right = W - (value_w + 14.0).max(text_width(&axis.label(axis.top), TICK_PX) / 2.0 + 4.0);
-    let plot_bottom = 8.0 + bars.len() as f64 * (BAR_H + GAP);
-    let h = plot_bottom + TICK_PX + 12.0 + LABEL_PX + 12.0;
-    let sx = |ms: f64| (ms / axis.top) * (right - left);
+    let f = Frame::new(bars);
+    let h = f.bottom + TICK_PX + 12.0 + LABEL_PX + 12.0;
     let mut svg = Svg::new(W, h, "time per step of each rank, by kind");
-    for v in axis.ticks() {
-        let x = left + sx(v);
-        svg.line(
-            (x, 4.0),
-            (x, plot_bottom),
-            if v == 0.0 { "axis" } else { "grid" },
-        );
-        svg.text(
-            x,
-            plot_bottom + 6.0 + TICK_PX,
-            Anchor::Middle,
-            "tick",
-            &axis.label(v),
-        );
+    for v in f.axis.ticks() {
+        let x = f.left + f.w(v);
+        let class = if v == 0.0 { "axis" } else { "grid" };
+        svg.line((x, 4.0), (x, f.bottom), class);
+        let label = f.axis.label(v);
+        svg.text(x, f.bottom + 6.0 + TICK_PX, Anchor::Middle, "tick", &label);
     }
+    let middle = (f.left + f.right) / 2.0;
     svg.text(
-        (left + right) / 2.0,
+        middle,
         h - 8.0,
         Anchor::Middle,
         "axis-title",
         "milliseconds",
     );
     for (i, bar) in bars.iter().enumerate() {
-        let y = 8.0 + i as f64 * (BAR_H + GAP);
-        let mid = y + BAR_H / 2.0 + LABEL_PX * 0.35;
-        svg.text(left - 10.0, mid, Anchor::End, "bar-label", &bar.label);
-        let mut x = left;
-        let total = bar.total_us();
-        for (part, us) in PARTS.iter().zip(bar.parts_us) {
-            let w = sx(us / 1e3);
-            if w <= 0.0 {
-                continue;
-            }
-            let share = if total > 0.0 { us / total } else { 0.0 };
-            let tip = format!("{}: {} of {}, {}", bar.label, ms(us), ms(total), pct(share));
-            svg.rect((x, y), (w, BAR_H), part.fill, &tip);
-            let text = pct(share);
-            if w >= text_width(&text, TICK_PX) + 6.0 {
-                let class = if part.light_text {
-                    "in-bar light"
-                } else {
-                    "in-bar"
-                };
-                svg.text(
-                    x + w / 2.0,
-                    y + BAR_H / 2.0 + TICK_PX * 0.35,
-                    Anchor::Middle,
-                    class,
-                    &text,
-                );
-            }
-            x += w;
-        }
-        svg.text(x + 6.0, mid, Anchor::Start, "bar-value", &ms(total));
+        draw_bar(&mut svg, &f, bar, 8.0 + i as f64 * (BAR_H + GAP));
     }
     Some(svg.finish())
+}
+
+/// One bar at `y`: its label before it, its parts (each with its share written on it where the share fits),
+/// its total after it.
+fn draw_bar(svg: &mut Svg, f: &Frame, bar: &Bar, y: f64) {
+    let mid = y + BAR_H / 2.0 + LABEL_PX * 0.35;
+    svg.text(f.left - 10.0, mid, Anchor::End, "bar-label", &bar.label);
+    let total = bar.total_us();
+    let mut x = f.left;
+    for (part, us) in PARTS.iter().zip(bar.parts_us) {
+        let w = f.w(us / 1e3);
+        if w <= 0.0 {
+            continue;
+        }
+        let share = pct(if total > 0.0 { us / total } else { 0.0 });
+        let tip = format!("{}: {} of {}, {share}", bar.label, ms(us), ms(total));
+        svg.rect((x, y), (w, BAR_H), part.fill, &tip);
+        if w >= text_width(&share, TICK_PX) + 6.0 {
+            let class = if part.light_text {
+                "in-bar light"
+            } else {
+                "in-bar"
+            };
+            let text_y = y + BAR_H / 2.0 + TICK_PX * 0.35;
+            svg.text(x + w / 2.0, text_y, Anchor::Middle, class, &share);
+        }
+        x += w;
+    }
+    svg.text(x + 6.0, mid, Anchor::Start, "bar-value", &ms(total));
 }
 
 fn pct(share: f64) -> String {
