@@ -23,6 +23,8 @@ pub struct Inventory {
     pub fabric_rate_gbps: Option<f64>,
     /// Fabric links of class `infiniband` or `roce`.
     pub fabric_rdma_links: usize,
+    /// The most fabric links (not NVLink) one node has: the NICs a node's traffic can spread over.
+    pub fabric_links_per_node: Option<u32>,
     /// (device, role) of every link.
     pub roles: Vec<(String, String)>,
 }
@@ -67,6 +69,16 @@ pub fn parse_nodes(body: &str, url: &str) -> Result<Inventory, CollectorError> {
     };
     // Capacities counted in whole bytes/s so equal rates group exactly.
     let mut rates: BTreeMap<u64, usize> = BTreeMap::new();
+    inv.fabric_links_per_node = nodes
+        .iter()
+        .map(|n| {
+            n.links
+                .iter()
+                .filter(|l| l.role == "fabric" && l.class != "nvlink")
+                .count() as u32
+        })
+        .max()
+        .filter(|n| *n > 0);
     for link in nodes.iter().flat_map(|n| &n.links) {
         if !link.device.is_empty() && !link.role.is_empty() {
             let entry = (link.device.clone(), link.role.clone());
@@ -127,6 +139,7 @@ mod tests {
         assert_eq!(inv.nodes, 1);
         assert_eq!(inv.fabric_rate_gbps, Some(25.0));
         assert_eq!(inv.fabric_rdma_links, 2);
+        assert_eq!(inv.fabric_links_per_node, Some(2));
         assert!(inv
             .roles
             .contains(&("eth0".to_string(), "management".to_string())));

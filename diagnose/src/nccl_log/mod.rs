@@ -31,6 +31,7 @@ use std::path::Path;
 use serde::Serialize;
 
 pub use self::channels::transport_kind;
+pub use self::derive::is_tcp;
 use crate::nccl_tests::{parse_rank_line, strip_mpi_tags};
 
 #[derive(Debug, thiserror::Error)]
