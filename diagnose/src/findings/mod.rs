@@ -1,18 +1,35 @@
 //! Findings: one rule per file, each a pure function of the analysed inputs, registered in [`RULES`].
 //!
 //! A finding has the shape the collector's `/api/v1/findings` uses (`kind`, `severity`, `subject`, `summary`,
-//! `evidence`, `action`), with the collector's finding kinds.
+//! `evidence`, `action`), with the collector's finding kinds where one fits (`nccl_misconfiguration`,
+//! `management_network_traffic`, `link_underutilized`, `link_errors`, …) and kinds of its own for what only
+//! an offline input shows: `test_failed`, `results_incomplete`, `results_unvalidated`, `mixed_inputs`,
+//! `bandwidth_collapse`, `impossible_bandwidth`. Evidence keys carry their unit (`_gbps` GB/s, `_us`
+//! microseconds, `_bytes` bytes, `_share`/`_ratio` a fraction) or are counts and words.
+//!
+//! [`network`] holds what the network rules read alike from a log.
 
+mod bandwidth_collapse;
 mod baseline_below_link;
 mod cpu_bound;
 mod exposed_communication;
 mod few_channels;
 mod gdr_disabled;
+mod impossible_bandwidth;
 mod management_nic;
+mod mixed_inputs;
 mod nccl_warnings;
+pub mod network;
+mod results_unvalidated;
 mod socket_fallback;
+mod sockets_forced;
 mod straggler;
+mod test_failed;
+mod virtual_interface;
 mod wrong_results;
+
+#[cfg(test)]
+pub(crate) mod testing;
 
 use std::collections::BTreeMap;
 
@@ -79,15 +96,23 @@ pub struct Context<'a> {
 
 type Rule = fn(&Context) -> Vec<Finding>;
 
-/// Every rule, in report order.
+/// Every rule, in report order (within a severity): whether the runs measured anything, then what the logs
+/// say about the network, then the baselines against the fabric, then the training timeline.
 pub const RULES: &[Rule] = &[
+    test_failed::check,
+    wrong_results::check,
+    mixed_inputs::check,
+    sockets_forced::check,
     socket_fallback::check,
     management_nic::check,
+    virtual_interface::check,
     gdr_disabled::check,
     few_channels::check,
     nccl_warnings::check,
-    wrong_results::check,
+    results_unvalidated::check,
+    impossible_bandwidth::check,
     baseline_below_link::check,
+    bandwidth_collapse::check,
     exposed_communication::check,
     cpu_bound::check,
     straggler::check,

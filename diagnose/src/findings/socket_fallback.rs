@@ -1,5 +1,8 @@
-//! Inter-node traffic over TCP sockets (`NET/Socket`) where the job should use RDMA.
+//! Inter-node traffic over TCP sockets (`NET/Socket`) where the job should use RDMA: NCCL found no RDMA device
+//! (`NET/IB : No device found`) and fell back, or its connections show sockets. Sockets a setting forced are
+//! `sockets_forced`'s, and a run on one node sends nothing over any network.
 
+use super::network::{forcing_setting, on_sockets, socket_interfaces};
 use super::{Context, Finding, Severity};
 
 pub fn check(ctx: &Context) -> Vec<Finding> {
@@ -7,12 +10,17 @@ pub fn check(ctx: &Context) -> Vec<Finding> {
         .iter()
         .filter_map(|l| {
             let log = &l.log;
-            let socket_conns = log.transports.get("NET/Socket").copied().unwrap_or(0);
-            let on_socket = log.network.as_deref() == Some("Socket") || socket_conns > 0;
-            let multi_node = log.nnodes.is_some_and(|n| n > 1) || socket_conns > 0;
-            if !(on_socket && multi_node) {
+            if !on_sockets(log)
+                || log.network_carries_data != Some(true)
+                || forcing_setting(log).is_some()
+            {
                 return None;
             }
+            let socket_conns = log.transports.get("NET/Socket").copied().unwrap_or(0);
+            let ifaces: Vec<&str> = socket_interfaces(log)
+                .iter()
+                .map(|i| i.name.as_str())
+                .collect();
             let rdma_expected = log.ib_no_device
                 || log.net_plugin.is_some()
                 || ctx.link.fabric_rdma_links > 0;
@@ -23,12 +31,15 @@ pub fn check(ctx: &Context) -> Vec<Finding> {
             } else {
                 "no RDMA transport was selected"
             };
+            let how = if socket_conns > 0 {
+                format!("NET/Socket, {socket_conns} connections")
+            } else {
+                format!("NET/Socket on {}", ifaces.join(", "))
+            };
             let mut f = Finding::new(
                 "nccl_misconfiguration",
                 if rdma_expected { Severity::Critical } else { Severity::Warning },
-                format!(
-                    "inter-node NCCL traffic goes over TCP sockets (NET/Socket, {socket_conns} connections) instead of RDMA: {why}"
-                ),
+                format!("inter-node NCCL traffic goes over TCP sockets ({how}) instead of RDMA: {why}"),
                 "make the RDMA devices visible to the job (device plugin / --device /dev/infiniband, NCCL_IB_HCA, the net \
                  plugin's libraries), check that NCCL_NET is not forcing Socket, then confirm `Using network IB` and \
                  `via NET/IB/…/GDRDMA` in the log",
@@ -36,6 +47,7 @@ pub fn check(ctx: &Context) -> Vec<Finding> {
             .subject("file", &l.file)
             .evidence("network", log.network.clone().unwrap_or_default())
             .evidence("socket_connections", socket_conns)
+            .evidence("socket_interfaces", ifaces.join(","))
             .evidence("ib_no_device", log.ib_no_device);
             if let Some(n) = log.nnodes {
                 f = f.evidence("nnodes", n);
@@ -46,4 +58,45 @@ pub fn check(ctx: &Context) -> Vec<Finding> {
             Some(f)
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::findings::testing::{log, on_logs};
+
+    const NO_IB: &str = "a:1:1 [0] NCCL INFO NET/IB : No device found.
+a:1:1 [0] NCCL INFO NET/Socket : Using [0]ens3:172.31.10.182<0>
+b:2:2 [0] NCCL INFO NET/Socket : Using [0]ens3:172.31.15.113<0>
+";
+
+    #[test]
+    fn sockets_after_no_ib_device_across_hosts() {
+        let f = on_logs(check, &[log(NO_IB)]);
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].severity, Severity::Critical);
+        assert_eq!(
+            f[0].summary,
+            "inter-node NCCL traffic goes over TCP sockets (NET/Socket on ens3) instead of RDMA: NCCL found no \
+             InfiniBand device (`NET/IB : No device found`)"
+        );
+        // Connections on a socket, without a word about IB: a warning.
+        let conns =
+            log("c:1:1 [7] NCCL INFO Channel 03/0 : 15[7] -> 6[6] [send] via NET/Socket/3\n");
+        let f = on_logs(check, &[conns]);
+        assert_eq!(f[0].severity, Severity::Warning);
+        assert_eq!(f[0].evidence["socket_connections"], 1);
+    }
+
+    #[test]
+    fn not_on_one_node_nor_when_a_setting_forced_it() {
+        let one_node = format!(
+            "#  Rank 0 Group 0 Pid 1 on a device 0 [0x01] GPU\n{}",
+            &NO_IB[..NO_IB.find("b:2").unwrap()]
+        );
+        assert!(on_logs(check, &[log(&one_node)]).is_empty());
+        let forced =
+            format!("a:1:1 [0] NCCL INFO NCCL_IB_DISABLE set by environment to 1.\n{NO_IB}");
+        assert!(on_logs(check, &[log(&forced)]).is_empty());
+    }
 }
