@@ -1,12 +1,14 @@
 //! A bare-communication baseline from a nccl-tests result, in the form `commwatch baseline import FILE
-//! --collector URL` sends to a collector so that live findings compare in-training bandwidth with it.
+//! --collector URL` sends to a collector so that live findings compare in-training bandwidth with it. A run
+//! that crashed, stopped early or returned wrong results is never sent as a baseline.
 
 use std::path::Path;
 
 use serde::Serialize;
 
-use crate::analysis::bandwidth::summarize;
-use crate::nccl_tests::{parse_file, NcclTestsError};
+use crate::analysis::bandwidth::{summarize, CurveSummary};
+use crate::link::fabric::trustworthy;
+use crate::nccl_tests::{parse_file, NcclTest, NcclTestsError};
 
 /// One point of the curve: message size and the better of the out-of-place/in-place bus bandwidths.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -35,15 +37,44 @@ pub struct BaselineTest {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Baseline {
     pub source_file: String,
+    /// The runs usable as a baseline.
     pub tests: Vec<BaselineTest>,
+    /// Why the other runs are not: a crash, a table cut short, wrong results.
+    pub rejected: Vec<String>,
 }
 
-/// Reads a nccl-tests result (any format generation) as a baseline.
+/// Why a run is no baseline, if it is not.
+fn rejection(t: &NcclTest, s: &CurveSummary) -> Option<String> {
+    if let Some(f) = &t.failure {
+        return Some(format!("{} failed: {}", t.collective, f.message));
+    }
+    if t.cut_short() {
+        return Some(format!(
+            "{}'s table stops before its last size",
+            t.collective
+        ));
+    }
+    if t.rows.is_empty() {
+        return Some(format!("{} has no measurement", t.collective));
+    }
+    (!trustworthy(t, s)).then(|| format!("{} returned wrong results", t.collective))
+}
+
+/// Reads a nccl-tests result (any format generation) as a baseline: every run that completed with valid
+/// results; the others are listed in `rejected`, never taken as a baseline.
 pub fn parse_baseline(path: &Path) -> Result<Baseline, NcclTestsError> {
     let parsed = parse_file(path)?;
+    let mut rejected = Vec::new();
     let tests = parsed
         .tests
         .iter()
+        .filter(|t| match rejection(t, &summarize(t)) {
+            Some(why) => {
+                rejected.push(why);
+                false
+            }
+            None => true,
+        })
         .map(|t| {
             let s = summarize(t);
             let mut hosts: Vec<String> = t.ranks.iter().map(|r| r.host.clone()).collect();
@@ -77,6 +108,7 @@ pub fn parse_baseline(path: &Path) -> Result<Baseline, NcclTestsError> {
     Ok(Baseline {
         source_file: path.display().to_string(),
         tests,
+        rejected,
     })
 }
 
@@ -87,6 +119,8 @@ pub enum ImportError {
     Parse(#[from] NcclTestsError),
     #[error("{0} holds no nccl-tests result")]
     Empty(String),
+    #[error("{file} holds no run usable as a baseline: {}", reasons.join("; "))]
+    Unusable { file: String, reasons: Vec<String> },
     #[error("cannot send the baseline to {url}: {message}")]
     Send { url: String, message: String },
 }
@@ -102,44 +136,23 @@ pub fn import_body(baseline: &Baseline, job: Option<&str>) -> serde_json::Value 
 }
 
 /// `commwatch baseline import FILE --collector URL [--job ID]`: parses the nccl-tests result and sends it to
-/// the collector, which keeps it so live findings compare in-training bandwidth with the bare baseline.
-/// Returns what the collector stored (its JSON answer).
-/// `token` is the collector's API token (`api_token_file`), when it has one.
+/// the collector `client` talks to (`POST /api/v1/baselines`, with its token and TLS settings), which keeps it so
+/// live findings compare in-training bandwidth with the bare baseline. Returns what the collector stored (its
+/// JSON answer).
 pub fn import(
     path: &Path,
-    collector: &str,
+    client: &crate::collector::Client,
     job: Option<&str>,
-    token: Option<&str>,
 ) -> Result<serde_json::Value, ImportError> {
     let baseline = parse_baseline(path)?;
     if baseline.tests.is_empty() {
         return Err(ImportError::Empty(path.display().to_string()));
     }
-    let url = format!("{}/api/v1/baselines", collector.trim_end_matches('/'));
-    let agent = ureq::Agent::config_builder()
-        .timeout_global(Some(std::time::Duration::from_secs(10)))
-        .http_status_as_error(false)
-        .build()
-        .new_agent();
-    let body = import_body(&baseline, job).to_string();
-    let send_err = |message: String| ImportError::Send {
-        url: url.clone(),
-        message,
-    };
-    let mut req = agent.post(&url).header("content-type", "application/json");
-    if let Some(t) = token {
-        req = req.header("authorization", &format!("Bearer {t}"));
-    }
-    let mut resp = req
-        .send(body.as_bytes())
-        .map_err(|e| send_err(e.to_string()))?;
-    let status = resp.status().as_u16();
-    let text = resp
-        .body_mut()
-        .read_to_string()
-        .map_err(|e| send_err(e.to_string()))?;
-    if !(200..300).contains(&status) {
-        return Err(send_err(format!("HTTP {status}: {text}")));
-    }
-    serde_json::from_str(&text).map_err(|e| send_err(format!("unreadable answer: {e}")))
+    let body = import_body(&baseline, job);
+    client
+        .post_json("/api/v1/baselines", &body)
+        .map_err(|e| ImportError::Send {
+            url: client.url("/api/v1/baselines"),
+            message: e.to_string(),
+        })
 }

@@ -5,7 +5,7 @@
 //!
 //! Module map, in the order data flows; a module uses only modules listed before it:
 //! - [`progress`]: the progress bar for long inputs; [`timeline`]: one rank's GPU timeline, which both trace
-//!   readers produce, with the kernel classification;
+//!   readers produce, with the kernel classification; [`units`]: quantities written for people;
 //! - parsers, one per input kind: [`nccl_tests`], [`nccl_log`], [`kineto`] (streaming), [`nsys`], and
 //!   [`collector`] (a running collector's inventory: link rate, interface roles);
 //! - [`analysis`]: bandwidth curves, overlap per step, stragglers (pure functions of parser output);
@@ -31,6 +31,7 @@ pub mod nsys;
 pub mod progress;
 pub mod report;
 pub mod timeline;
+pub mod units;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -68,6 +69,10 @@ pub struct DiagnoseArgs {
     /// Theoretical rate of one fabric link in GB/s (1e9 bytes/s), e.g. 25 for 200 Gb/s HDR InfiniBand.
     #[arg(long = "link-rate", value_name = "GBPS")]
     pub link_rate: Option<f64>,
+    /// Fabric NICs per node (a node's capacity is NICs x link rate); default: the collector's inventory, else
+    /// the devices the NCCL log lists, else 1.
+    #[arg(long = "nics-per-node", value_name = "N")]
+    pub nics_per_node: Option<u32>,
     /// Report format.
     #[arg(long = "format", value_enum, default_value_t = Format::Text)]
     pub format: Format,
@@ -82,6 +87,8 @@ pub enum DiagnoseError {
     NoInputs,
     #[error("--link-rate must be a positive number of GB/s, got {0}")]
     InvalidLinkRate(f64),
+    #[error("--nics-per-node must be at least 1")]
+    InvalidNicsPerNode,
     #[error("cannot write the report to {path}: {source}")]
     Output {
         path: String,
@@ -109,7 +116,9 @@ pub fn run(args: &DiagnoseArgs) -> Result<i32, DiagnoseError> {
             return Err(DiagnoseError::InvalidLinkRate(rate));
         }
     }
-    // The inventory is fetched even with --link-rate: it also tells which interfaces are management.
+    if args.nics_per_node == Some(0) {
+        return Err(DiagnoseError::InvalidNicsPerNode);
+    }
     // Fetched even with --link-rate: the inventory also tells which interfaces are management NICs.
     let inventory = args
         .collector
@@ -121,6 +130,7 @@ pub fn run(args: &DiagnoseArgs) -> Result<i32, DiagnoseError> {
         traces: args.trace.clone(),
         nsys: args.nsys.clone(),
         link_rate_gbps: args.link_rate,
+        nics_per_node: args.nics_per_node,
         inventory,
     };
     let report = Report::build(&inputs, &progress::Progress::auto());

@@ -29,6 +29,7 @@ fn fixed_inputs() -> Option<Inputs> {
         ],
         nsys: vec![],
         link_rate_gbps: Some(50.0),
+        nics_per_node: None,
         inventory: None,
     })
 }
@@ -259,6 +260,7 @@ fn run_writes_the_report_and_returns_the_exit_code() {
         nsys: vec![],
         collector: Some("http://127.0.0.1:9".to_string()),
         link_rate: None,
+        nics_per_node: None,
         format: Format::Json,
         output: Some(out.clone()),
     };
@@ -281,10 +283,71 @@ fn run_writes_the_report_and_returns_the_exit_code() {
     assert!(matches!(run(&none), Err(DiagnoseError::NoInputs)));
     let bad_rate = DiagnoseArgs {
         link_rate: Some(-1.0),
-        ..args
+        ..args.clone()
     };
     assert!(matches!(
         run(&bad_rate),
         Err(DiagnoseError::InvalidLinkRate(_))
     ));
+    let no_nics = DiagnoseArgs {
+        nics_per_node: Some(0),
+        ..args
+    };
+    assert!(matches!(
+        run(&no_nics),
+        Err(DiagnoseError::InvalidNicsPerNode)
+    ));
+}
+
+#[test]
+fn the_json_document_has_a_schema_version_and_units_in_its_keys() {
+    let Some(inputs) = fixed_inputs() else {
+        return;
+    };
+    let v = render_json(&Report::build(&inputs, &Progress::hidden()));
+    assert_eq!(v["schema_version"], 1);
+    let t = &v["nccl_tests"][1];
+    assert_eq!(t["complete"], true);
+    assert_eq!(t["tests_version"], "2.17.8");
+    // 10 ranks on 10 nodes, one NIC each (the log lists one socket interface): the ceiling is the link.
+    let c = &t["fabric_comparison"];
+    assert_eq!(
+        (c["nics_per_node"].clone(), c["nics_source"].clone()),
+        (serde_json::json!(1), serde_json::json!("log"))
+    );
+    assert_eq!(c["ceiling_busbw_gbps"], 50.0);
+    assert_eq!(c["verdict"], "meets");
+    // No latency from a run whose smallest size is 32 MiB.
+    assert_eq!(t["latency_us"], serde_json::Value::Null);
+}
+
+#[test]
+fn traces_of_two_jobs_are_not_compared_as_one() {
+    let shared = |p: &str| shared_testdata!(p);
+    let (Some(a), Some(b)) = (
+        shared("kineto/nccl_data.json.gz"),
+        shared("kineto/sampled_rank-0.json.gz"),
+    ) else {
+        return;
+    };
+    // Rank 0 of a 2-rank job beside rank 0 of a 128-rank job.
+    let inputs = Inputs {
+        traces: vec![a, b],
+        ..Inputs::default()
+    };
+    let report = Report::build(&inputs, &Progress::hidden());
+    assert!(report.straggler.is_none());
+    let mixed = report
+        .findings
+        .iter()
+        .find(|f| f.kind == "mixed_inputs")
+        .expect("a mixed_inputs finding");
+    assert!(
+        mixed
+            .summary
+            .contains("world sizes 2, 128; rank 0 traced more than once"),
+        "{}",
+        mixed.summary
+    );
+    assert_eq!(report.conclusion.verdict, "mixed_inputs");
 }

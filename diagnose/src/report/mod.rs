@@ -21,6 +21,7 @@ pub use self::text::render_text;
 
 use crate::analysed::{LogReport, TestReport, TraceReport};
 use crate::analysis::bandwidth::summarize;
+use crate::analysis::mixing;
 use crate::analysis::overlap;
 use crate::analysis::straggler::{self, StragglerAnalysis};
 use crate::collector::Inventory;
@@ -39,6 +40,8 @@ pub struct Inputs {
     pub nsys: Vec<PathBuf>,
     /// Fabric link rate, GB/s (1e9 bytes/s).
     pub link_rate_gbps: Option<f64>,
+    /// Fabric NICs per node (`--nics-per-node`); else the inventory's or the NCCL logs' count.
+    pub nics_per_node: Option<u32>,
     /// Inventory fetched from a collector, or why it could not be.
     pub inventory: Option<Result<Inventory, String>>,
 }
@@ -51,7 +54,8 @@ impl Report {
     pub fn build(inputs: &Inputs, progress: &Progress) -> Report {
         let mut records = Vec::new();
         let tests = read_nccl_tests(&inputs.nccl_tests, &mut records);
-        let logs = read_nccl_logs(&inputs.nccl_logs, &mut records);
+        let mut logs = read_nccl_logs(&inputs.nccl_logs, &mut records);
+        logs.extend(logs_in_test_outputs(&inputs.nccl_tests, &inputs.nccl_logs));
         let mut timelines = read_kineto(&inputs.traces, progress, &mut records);
         timelines.extend(read_nsys(&inputs.nsys, &mut records));
         // A trace without a rank of its own is numbered by its place among the traces.
@@ -69,8 +73,18 @@ impl Report {
             .zip(&traces)
             .map(|((_, _, tl), t)| (t.analysis.rank, tl))
             .collect();
-        let straggler = straggler::analyze(&ranked);
-        let link = LinkInfo::new(inputs.link_rate_gbps, inputs.inventory.as_ref());
+        // Ranks of different jobs are not compared with each other (the mixed_inputs finding says so).
+        let jobs: Vec<(u32, Option<u32>)> = traces
+            .iter()
+            .map(|t| (t.analysis.rank, t.analysis.world_size))
+            .collect();
+        let straggler = match mixing::trace_jobs(&jobs) {
+            Some(_) => None,
+            None => straggler::analyze(&ranked),
+        };
+        let log_nics = logs.iter().filter_map(|l| l.log.nics_per_node).max();
+        let link = LinkInfo::new(inputs.link_rate_gbps, inputs.inventory.as_ref())
+            .with_nics(inputs.nics_per_node, log_nics);
         Report::assemble(records, link, tests, logs, traces, straggler)
     }
 
@@ -151,6 +165,28 @@ fn read_nccl_logs(paths: &[PathBuf], records: &mut Vec<InputRecord>) -> Vec<LogR
         }
     }
     logs
+}
+
+/// The NCCL log lines an nccl-tests output carries (a run with `NCCL_DEBUG=INFO`), read as that run's log
+/// when they say something about the network, the ranks or the transports. A file also given with
+/// `--nccl-log` is read there, not twice.
+fn logs_in_test_outputs(paths: &[PathBuf], given_logs: &[PathBuf]) -> Vec<LogReport> {
+    paths
+        .iter()
+        .filter(|p| !given_logs.contains(p))
+        .filter_map(|path| {
+            let log = crate::nccl_log::parse_file(path).ok()?;
+            let telling = log.version.is_some()
+                || log.network.is_some()
+                || !log.interfaces.is_empty()
+                || !log.transports.is_empty()
+                || log.nranks.is_some();
+            telling.then(|| LogReport {
+                file: path.display().to_string(),
+                log,
+            })
+        })
+        .collect()
 }
 
 /// Every Kineto trace, a directory standing for the traces in it; a trace cut short is `partial`.

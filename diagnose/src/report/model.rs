@@ -2,8 +2,9 @@
 //!
 //! [`Report`] holds what was read, analysed, found and concluded. The JSON document is the serde form of
 //! [`ReportJson`], a borrowed view of a report: its keys are part of the command line's contract (add keys
-//! freely, never rename or remove one). Key order in the document is alphabetical, as `serde_json` orders an
-//! object.
+//! freely, never rename or remove one), and [`SCHEMA_VERSION`] says which shape it has. Key order in the
+//! document is alphabetical, as `serde_json` orders an object. Every figure carries its unit in its key
+//! (`_gbps` GB/s, `_us` microseconds, `_bytes` bytes, `_share`/`_ratio` a fraction) or is a count.
 
 use std::path::Path;
 
@@ -14,9 +15,14 @@ use crate::analysed::{LogReport, TestReport, TraceReport};
 use crate::analysis::overlap::{CollectiveStats, StepStats};
 use crate::analysis::straggler::StragglerAnalysis;
 use crate::findings::{Finding, Severity};
+use crate::link::fabric::{compare, FabricComparison};
 use crate::link::LinkInfo;
 use crate::nccl_log::NetInterface;
-use crate::nccl_tests::{Generation, Row};
+use crate::nccl_tests::{Failure, Generation, Row};
+
+/// The version of the JSON document's shape: raised when a key is renamed or removed or changes its meaning
+/// or unit, never for an added key. 1: the first version that carries it.
+pub const SCHEMA_VERSION: u32 = 1;
 
 /// One input file and how reading it went.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -57,7 +63,10 @@ impl InputRecord {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Conclusion {
     /// `not_the_link`, `link_or_binding`, `cpu_bound`, `exposed_communication`, `healthy`, `baseline_meets_link`,
-    /// `insufficient_evidence`.
+    /// `insufficient_evidence`, and the verdicts that stop short of the link: `mixed_inputs` (runs or jobs
+    /// that must not be read as one), `run_failed` (the baseline run crashed or returned wrong results),
+    /// `not_a_network_measurement` (the baseline's bandwidth is more than the network can carry),
+    /// `misconfigured` (NCCL is set up against the fabric; the link itself is not judged).
     pub verdict: &'static str,
     pub summary: String,
     pub evidence: Vec<String>,
@@ -100,6 +109,8 @@ pub fn render_json(r: &Report) -> Value {
 /// The JSON document.
 #[derive(Debug, Serialize)]
 pub struct ReportJson<'a> {
+    /// [`SCHEMA_VERSION`].
+    pub schema_version: u32,
     pub inputs: &'a [InputRecord],
     pub link: &'a LinkInfo,
     pub nccl_tests: Vec<TestJson<'a>>,
@@ -114,12 +125,20 @@ pub struct ReportJson<'a> {
 impl<'a> From<&'a Report> for ReportJson<'a> {
     fn from(r: &'a Report) -> ReportJson<'a> {
         ReportJson {
+            schema_version: SCHEMA_VERSION,
             inputs: &r.inputs,
             link: &r.link,
             nccl_tests: r
                 .nccl_tests
                 .iter()
-                .map(|t| TestJson::new(t, &r.link))
+                .enumerate()
+                .map(|(i, t)| {
+                    let run = r.nccl_tests[..=i]
+                        .iter()
+                        .filter(|o| o.file == t.file)
+                        .count();
+                    TestJson::new(t, &r.link, run)
+                })
                 .collect(),
             nccl_logs: r.nccl_logs.iter().map(LogJson::from).collect(),
             traces: r.traces.iter().map(TraceJson::from).collect(),
@@ -135,13 +154,25 @@ impl<'a> From<&'a Report> for ReportJson<'a> {
 #[derive(Debug, Serialize)]
 pub struct TestJson<'a> {
     pub file: &'a str,
+    /// 1-based place of this run among the runs of its file.
+    pub run_in_file: usize,
     pub collective: &'a str,
     pub collective_source: &'static str,
     pub format: Generation,
     pub nccl_version: Option<&'a str>,
+    pub tests_version: Option<&'a str>,
+    /// Ranks, when the file shows them all (else null, and `nranks_at_least` a lower bound).
     pub nranks: Option<u32>,
+    pub nranks_at_least: Option<u32>,
     pub nnodes: Option<u32>,
     pub rows: Vec<RowJson<'a>>,
+    /// False when the run failed or its table stops before the last size it announced: no baseline then.
+    pub complete: bool,
+    /// How the run failed, when it did: `message`, `line`, `hosts`, `nccl_warnings`, `after_bytes`,
+    /// `exit_code`.
+    pub failure: Option<&'a Failure>,
+    /// Whether results were validated (`validation: 1`), when the header says.
+    pub validation: Option<bool>,
     /// The file's own average line.
     pub avg_busbw_gbps: Option<f64>,
     pub avg_busbw_computed_gbps: Option<f64>,
@@ -152,22 +183,30 @@ pub struct TestJson<'a> {
     pub latency_bound_below_bytes: Option<u64>,
     pub wrong_total: f64,
     pub out_of_bounds: Option<u64>,
-    /// Peak over the link rate, for inter-node tests against a known rate.
+    /// Peak over the rate of one link, for inter-node tests against a known rate.
     pub link_share: Option<f64>,
+    /// The run against the nodes' fabric (NICs per node × link rate), with a known link rate.
+    pub fabric_comparison: Option<FabricComparison>,
 }
 
 impl<'a> TestJson<'a> {
-    fn new(t: &'a TestReport, link: &LinkInfo) -> TestJson<'a> {
+    fn new(t: &'a TestReport, link: &LinkInfo, run_in_file: usize) -> TestJson<'a> {
         let s = &t.summary;
         TestJson {
             file: &t.file,
+            run_in_file,
             collective: &t.test.collective,
             collective_source: t.test.collective_source,
             format: t.test.generation,
             nccl_version: t.test.nccl_version.as_deref(),
+            tests_version: t.test.tests_version.as_deref(),
             nranks: t.test.nranks(),
+            nranks_at_least: t.test.nranks_at_least(),
             nnodes: t.test.nnodes(),
             rows: t.test.rows.iter().flat_map(RowJson::placements).collect(),
+            complete: t.test.complete(),
+            failure: t.test.failure.as_ref(),
+            validation: t.test.validation,
             avg_busbw_gbps: t.test.avg_busbw_gbps,
             avg_busbw_computed_gbps: s.avg_busbw_computed_gbps,
             peak_busbw_gbps: s.peak_busbw_gbps,
@@ -181,6 +220,7 @@ impl<'a> TestJson<'a> {
                 (Some(rate), Some(p)) if t.inter_node() && rate > 0.0 => Some(p / rate),
                 _ => None,
             },
+            fabric_comparison: compare(&t.test, s, link),
         }
     }
 }
@@ -225,14 +265,30 @@ pub struct LogJson<'a> {
     pub file: &'a str,
     pub version: Option<&'a str>,
     pub nranks: Option<u32>,
+    /// A lower bound on the ranks when `nranks` is unknown.
+    pub nranks_at_least: Option<u32>,
     pub nnodes: Option<u32>,
     pub local_ranks: Option<u32>,
+    /// Hosts that wrote lines into the log.
+    pub hosts: &'a [String],
     /// The network NCCL used across nodes, however the log shows it.
     pub network: Option<&'a str>,
+    /// Whether data crossed a network (false: every rank on one node); null when the log does not show.
+    pub network_carries_data: Option<bool>,
+    /// The Libfabric provider of the OFI plugin (`efa`).
+    pub net_provider: Option<&'a str>,
     pub interfaces: &'a [NetInterface],
     pub bootstrap_interface: Option<&'a str>,
+    /// Network devices NCCL uses per node.
+    pub nics_per_node: Option<u32>,
+    /// Device indexes of the network connections (`via NET/IB/5`: 5).
+    pub net_device_indexes: &'a [u32],
     pub transports: &'a std::collections::BTreeMap<String, u64>,
     pub net_connections_gdr: u64,
+    /// The most retries a net plugin needed to connect.
+    pub connect_retries_max: Option<u32>,
+    /// Whether GPUs of a node reach each other peer to peer (`intraNodeP2pSupport`).
+    pub intra_node_p2p: Option<bool>,
     pub channels: Option<u32>,
     pub coll_channels: Option<u32>,
     pub nvls_channels: Option<u32>,
@@ -241,8 +297,13 @@ pub struct LogJson<'a> {
     pub rings: usize,
     pub trees: usize,
     pub gdr: Option<bool>,
+    /// HCAs NCCL disabled GPU Direct RDMA for, and the lines that decided `gdr`.
+    pub gdr_disabled_hcas: &'a [String],
+    pub gdr_evidence: &'a [String],
     pub ib_no_device: bool,
     pub settings: &'a std::collections::BTreeMap<String, String>,
+    /// Whether the nccl-tests run in the log validated its results.
+    pub tests_validation: Option<bool>,
     pub warnings: &'a [String],
     pub warning_count: usize,
 }
@@ -254,13 +315,21 @@ impl<'a> From<&'a LogReport> for LogJson<'a> {
             file: &l.file,
             version: g.version.as_deref(),
             nranks: g.nranks,
+            nranks_at_least: g.nranks_at_least,
             nnodes: g.nnodes,
             local_ranks: g.local_ranks,
+            hosts: &g.hosts,
             network: g.network.as_deref(),
+            network_carries_data: g.network_carries_data,
+            net_provider: g.net_provider.as_deref(),
             interfaces: &g.interfaces,
             bootstrap_interface: g.bootstrap_interface.as_deref(),
+            nics_per_node: g.nics_per_node,
+            net_device_indexes: &g.net_device_indexes,
             transports: &g.transports,
             net_connections_gdr: g.net_connections_gdr,
+            connect_retries_max: g.connect_retries_max,
+            intra_node_p2p: g.intra_node_p2p,
             channels: g.channels,
             coll_channels: g.coll_channels,
             nvls_channels: g.nvls_channels,
@@ -268,8 +337,11 @@ impl<'a> From<&'a LogReport> for LogJson<'a> {
             rings: g.rings.len(),
             trees: g.trees,
             gdr: g.gdr,
+            gdr_disabled_hcas: &g.gdr_disabled_hcas,
+            gdr_evidence: &g.gdr_evidence,
             ib_no_device: g.ib_no_device,
             settings: &g.settings,
+            tests_validation: g.tests_validation,
             warnings: &g.warnings,
             warning_count: g.warning_count,
         }
@@ -344,10 +416,12 @@ mod tests {
                 "link",
                 "nccl_logs",
                 "nccl_tests",
+                "schema_version",
                 "straggler",
                 "traces"
             ]
         );
+        assert_eq!(v["schema_version"], SCHEMA_VERSION);
         assert_eq!(
             v["inputs"][1],
             json!({"path": "gone.log", "kind": "nccl_log", "status": "error",
@@ -355,7 +429,8 @@ mod tests {
         );
         assert_eq!(
             v["link"],
-            json!({"rate_gbps": 50.0, "source": "flag", "fabric_rdma_links": 0, "roles": [], "warning": null})
+            json!({"rate_gbps": 50.0, "source": "flag", "nics_per_node": null, "nics_source": null,
+                   "fabric_rdma_links": 0, "roles": [], "warning": null})
         );
         assert_eq!(v["straggler"], Value::Null);
         assert_eq!(v["conclusion"]["verdict"], "not_the_link");
@@ -389,6 +464,55 @@ mod tests {
     }
 
     #[test]
+    fn a_failed_run_and_the_fabric_comparison() {
+        let mut r = fixtures::report();
+        r.link = r.link.clone().with_nics(Some(2), None);
+        r.nccl_tests[0].test.failure = Some(Failure {
+            message: "Test NCCL failure common.cu:392 'unhandled cuda error'".to_string(),
+            line: 40,
+            hosts: 1,
+            nccl_warnings: vec!["Cuda failure 1 'invalid argument'".to_string()],
+            after_bytes: Some(1 << 30),
+            exit_code: Some(3),
+        });
+        let v = render_json(&r);
+        let t = &v["nccl_tests"][0];
+        assert_eq!(
+            (t["complete"].clone(), t["run_in_file"].clone()),
+            (json!(false), json!(1))
+        );
+        assert_eq!(
+            t["failure"],
+            json!({"message": "Test NCCL failure common.cu:392 'unhandled cuda error'", "line": 40, "hosts": 1,
+                   "nccl_warnings": ["Cuda failure 1 'invalid argument'"], "after_bytes": 1u64 << 30,
+                   "exit_code": 3})
+        );
+        // An incomplete run is no baseline: compared with nothing.
+        assert_eq!(t["fabric_comparison"]["verdict"], "not_compared");
+        r.nccl_tests[0].test.failure = None;
+        let c = &render_json(&r)["nccl_tests"][0]["fabric_comparison"];
+        // 2 ranks on 2 nodes: the ceiling is the node's 2 x 50 GB/s; 45 GB/s is 45 % of it.
+        assert_eq!(
+            (
+                c["capacity_gbps"].clone(),
+                c["ceiling_busbw_gbps"].clone(),
+                c["share_of_ceiling"].clone()
+            ),
+            (json!(100.0), json!(100.0), json!(0.45))
+        );
+        assert_eq!(
+            (c["nics_per_node"].clone(), c["nics_source"].clone()),
+            (json!(2), json!("flag"))
+        );
+        assert_eq!(c["verdict"], "below");
+        // The single-node run is not compared.
+        assert_eq!(
+            render_json(&r)["nccl_tests"][1]["fabric_comparison"]["verdict"],
+            "not_compared"
+        );
+    }
+
+    #[test]
     fn logs_traces_and_findings() {
         let v = render_json(&fixtures::report());
         let l = &v["nccl_logs"][0];
@@ -399,6 +523,21 @@ mod tests {
             json!([{"transport": "Socket", "name": "eth0", "detail": "10.0.0.1<0>"}])
         );
         assert_eq!(l["gdr"], false);
+        for key in [
+            "nranks_at_least",
+            "hosts",
+            "network_carries_data",
+            "net_provider",
+            "nics_per_node",
+            "net_device_indexes",
+            "connect_retries_max",
+            "intra_node_p2p",
+            "gdr_disabled_hcas",
+            "gdr_evidence",
+            "tests_validation",
+        ] {
+            assert!(l.get(key).is_some(), "log key {key}");
+        }
         let t = &v["traces"][0];
         assert_eq!(
             (t["rank"].clone(), t["source"].clone()),

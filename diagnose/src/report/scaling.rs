@@ -4,9 +4,10 @@ use crate::analysed::TestReport;
 
 /// Peak bus bandwidth per collective and scale, with efficiency against the smallest scale measured for that
 /// collective: (collective, ranks, peak GB/s, efficiency as a share), by collective then ranks. Tests without a
-/// known rank count or peak are left out.
+/// known rank count or peak are left out, and so are scales measured more than once (repeated runs are
+/// judged one by one, not set against each other as scales).
 pub fn scaling_table(tests: &[TestReport]) -> Vec<(String, u32, f64, f64)> {
-    let mut rows: Vec<(String, u32, f64)> = tests
+    let rows: Vec<(String, u32, f64)> = tests
         .iter()
         .filter_map(|t| {
             Some((
@@ -15,6 +16,12 @@ pub fn scaling_table(tests: &[TestReport]) -> Vec<(String, u32, f64, f64)> {
                 t.summary.peak_busbw_gbps?,
             ))
         })
+        .collect();
+    let repeated = |c: &str, n: u32| rows.iter().filter(|r| r.0 == c && r.1 == n).count() > 1;
+    let mut rows: Vec<(String, u32, f64)> = rows
+        .iter()
+        .filter(|r| !repeated(&r.0, r.1))
+        .cloned()
         .collect();
     rows.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.cmp(&b.1)));
     let mut out = Vec::new();
@@ -38,6 +45,9 @@ mod tests {
             test_report("all_reduce_perf", &["a", "b"], Some(50.0)),
             test_report("all_reduce_perf", &[], Some(45.0)),
             test_report("all_gather_perf", &["a", "b", "c"], None),
+            // Two runs of one scale: neither is a scale of its own.
+            test_report("reduce_scatter_perf", &["a", "b"], Some(20.0)),
+            test_report("reduce_scatter_perf", &["a", "b"], Some(2.0)),
         ];
         assert_eq!(
             scaling_table(&tests),

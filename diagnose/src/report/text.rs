@@ -6,7 +6,9 @@ use std::fmt::Write as _;
 use super::model::Report;
 use super::scaling::scaling_table;
 use super::units::human_bytes;
-use crate::link::BASELINE_MEETS_LINK;
+use crate::analysed::TestReport;
+use crate::analysis::bandwidth::LATENCY_MAX_BYTES;
+use crate::link::fabric::{compare, FabricVerdict};
 
 // Writing to a `String` cannot fail, hence the ignored `fmt::Result`s below.
 
@@ -72,64 +74,20 @@ fn inputs(o: &mut String, r: &Report) {
     }
 }
 
-/// Step 1: each nccl-tests result against the link, then how the peak holds up with scale.
+/// Step 1: each nccl-tests result against the fabric, then how the peak holds up with scale.
 fn baselines(o: &mut String, r: &Report) {
     let _ = writeln!(o, "Step 1. Baselines: bare communication (nccl-tests)");
     if r.nccl_tests.is_empty() {
         let _ = writeln!(o, "  no nccl-tests results given (--nccl-tests)");
     }
     for t in &r.nccl_tests {
-        let s = &t.summary;
-        let _ = writeln!(
-            o,
-            "  {}  {} ranks on {} node(s)  NCCL {}  ({} rows, {})",
-            t.test.collective,
-            opt(&t.test.nranks()),
-            opt(&t.test.nnodes()),
-            t.test.nccl_version.as_deref().unwrap_or("?"),
-            t.test.rows.len(),
-            t.file
-        );
-        let _ = writeln!(
-            o,
-            "    avg bus bandwidth {} GB/s (file), peak {} GB/s at {}, saturates from {}",
-            t.test
-                .avg_busbw_gbps
-                .map_or("?".to_string(), |v| format!("{v}")),
-            s.peak_busbw_gbps
-                .map_or("?".to_string(), |v| format!("{v:.2}")),
-            s.peak_at_bytes.map_or("?".to_string(), human_bytes),
-            s.saturation_bytes.map_or("?".to_string(), human_bytes),
-        );
-        let _ = writeln!(
-            o,
-            "    latency {} us; latency-bound below {}",
-            s.latency_us.map_or("?".to_string(), |v| format!("{v:.2}")),
-            s.latency_bound_below_bytes
-                .map_or("every measured size".to_string(), human_bytes)
-        );
-        match (r.link.rate_gbps, s.peak_busbw_gbps) {
-            (Some(rate), Some(p)) if t.inter_node() => {
-                let _ = writeln!(
-                    o,
-                    "    vs link {:.2} GB/s: {:.0} % ({})",
-                    rate,
-                    p / rate * 100.0,
-                    if p >= BASELINE_MEETS_LINK * rate {
-                        "meets the link"
-                    } else {
-                        "below the link"
-                    }
-                );
-            }
-            (Some(_), _) if !t.inter_node() => {
-                let _ = writeln!(
-                    o,
-                    "    single node: intra-node bandwidth, not compared with the fabric link"
-                );
-            }
-            _ => {}
+        test_heading(o, t);
+        test_failure(o, t);
+        if t.test.rows.is_empty() && t.test.failure.is_some() {
+            continue;
         }
+        test_curve(o, t);
+        test_vs_fabric(o, t, r);
     }
     let scaling = scaling_table(&r.nccl_tests);
     if scaling.len() > 1 {
@@ -142,6 +100,124 @@ fn baselines(o: &mut String, r: &Report) {
             );
         }
     }
+}
+
+/// A run's collective, scale, NCCL version, rows and file.
+fn test_heading(o: &mut String, t: &TestReport) {
+    let ranks = match (t.test.nranks(), t.test.nranks_at_least()) {
+        (Some(n), _) => n.to_string(),
+        (None, Some(n)) => format!("at least {n}"),
+        (None, None) => "?".to_string(),
+    };
+    let _ = writeln!(
+        o,
+        "  {}  {} ranks on {} node(s)  NCCL {}  ({} rows, {})",
+        t.test.collective,
+        ranks,
+        opt(&t.test.nnodes()),
+        t.test.nccl_version.as_deref().unwrap_or("?"),
+        t.test.rows.len(),
+        t.file
+    );
+}
+
+/// How the run failed or why its table is partial, when it is.
+fn test_failure(o: &mut String, t: &TestReport) {
+    if let Some(f) = &t.test.failure {
+        let when = f
+            .after_bytes
+            .map_or("before its first size".to_string(), |b| {
+                format!("after {}", human_bytes(b))
+            });
+        let _ = writeln!(o, "    FAILED {when}: {} (line {})", f.message, f.line);
+        for w in &f.nccl_warnings {
+            let _ = writeln!(o, "      after NCCL WARN {w}");
+        }
+        let _ = writeln!(o, "    incomplete: no baseline from this run");
+    } else if t.test.cut_short() {
+        let _ = writeln!(
+            o,
+            "    incomplete: the table stops before the {} it announced, without its footer",
+            t.test.max_bytes.map_or("?".to_string(), human_bytes)
+        );
+    }
+}
+
+/// Average, peak, saturation and latency; latency only where small messages show it.
+fn test_curve(o: &mut String, t: &TestReport) {
+    let s = &t.summary;
+    let _ = writeln!(
+        o,
+        "    avg bus bandwidth {} GB/s (file), peak {} GB/s at {}, saturates from {}",
+        t.test
+            .avg_busbw_gbps
+            .map_or("?".to_string(), |v| format!("{v}")),
+        s.peak_busbw_gbps
+            .map_or("?".to_string(), |v| format!("{v:.2}")),
+        s.peak_at_bytes.map_or("?".to_string(), human_bytes),
+        s.saturation_bytes.map_or("?".to_string(), human_bytes),
+    );
+    match s.latency_us {
+        Some(latency) => {
+            let _ = writeln!(
+                o,
+                "    latency {latency:.2} us; latency-bound below {}",
+                s.latency_bound_below_bytes
+                    .map_or("every measured size".to_string(), human_bytes)
+            );
+        }
+        None => {
+            let _ = writeln!(
+                o,
+                "    latency not measured: the smallest size, {}, is past the {} where latency shows",
+                t.test
+                    .rows
+                    .iter()
+                    .map(|r| r.size_bytes)
+                    .min()
+                    .map_or("?".to_string(), human_bytes),
+                human_bytes(LATENCY_MAX_BYTES)
+            );
+        }
+    }
+}
+
+/// The run against the nodes' fabric (with a known link rate): its share of what the network carries for
+/// it, or why it is not compared.
+fn test_vs_fabric(o: &mut String, t: &TestReport, r: &Report) {
+    let Some(c) = compare(&t.test, &t.summary, &r.link) else {
+        return;
+    };
+    let line = match (c.verdict, c.share_of_ceiling, c.ceiling_busbw_gbps) {
+        (FabricVerdict::Meets | FabricVerdict::Below, Some(share), Some(ceiling)) => {
+            let word = if c.verdict == FabricVerdict::Meets {
+                "meets"
+            } else {
+                "below"
+            };
+            if c.nics_per_node == 1 && (ceiling - c.link_rate_gbps).abs() < 1e-9 * ceiling {
+                format!(
+                    "vs link {ceiling:.2} GB/s: {:.0} % ({word} the link)",
+                    share * 100.0
+                )
+            } else {
+                format!(
+                    "vs fabric {ceiling:.2} GB/s ({} x {:.2} GB/s per node, NICs from the {}): {:.0} % ({word} the \
+                     fabric)",
+                    c.nics_per_node,
+                    c.link_rate_gbps,
+                    c.nics_source,
+                    share * 100.0
+                )
+            }
+        }
+        (FabricVerdict::Impossible, _, _) => format!("vs fabric: impossible: {}", c.reason),
+        _ if c.reason.starts_with("single node") => {
+            "single node: intra-node bandwidth, not compared with the fabric link".to_string()
+        }
+        _ => format!("not compared with the fabric: {}", c.reason),
+    };
+    let _ = writeln!(o, "    {line}");
 }
 
 /// Step 2: per rank, communication against computation over the trace and per step.
@@ -255,11 +331,16 @@ fn link_and_algorithm(o: &mut String, r: &Report) {
     for l in &r.nccl_logs {
         let g = &l.log;
         let _ = writeln!(o, "  {}", l.file);
+        let ranks = match (g.nranks, g.nranks_at_least) {
+            (Some(n), _) => n.to_string(),
+            (None, Some(n)) => format!("at least {n}"),
+            (None, None) => "?".to_string(),
+        };
         let _ = writeln!(
             o,
             "    NCCL {}  {} ranks, {} nodes, {} local ranks",
             g.version.as_deref().unwrap_or("?"),
-            opt(&g.nranks),
+            ranks,
             opt(&g.nnodes),
             opt(&g.local_ranks)
         );
@@ -268,9 +349,14 @@ fn link_and_algorithm(o: &mut String, r: &Report) {
             .iter()
             .map(|i| format!("{}:{}", i.transport, i.name))
             .collect();
+        let unused = if g.network_carries_data == Some(false) {
+            " (no data crosses it: every rank on one node)"
+        } else {
+            ""
+        };
         let _ = writeln!(
             o,
-            "    network {}  interfaces {}",
+            "    network {}{unused}  interfaces {}",
             g.network.as_deref().unwrap_or("?"),
             or_dash(ifaces, " ")
         );
@@ -367,9 +453,10 @@ mod tests {
             s[2],
             "    avg bus bandwidth ? GB/s (file), peak 45.00 GB/s at ?, saturates from ?"
         );
+        // The smallest size, 1 MiB, shows no latency.
         assert_eq!(
             s[3],
-            "    latency ? us; latency-bound below every measured size"
+            "    latency not measured: the smallest size, 1 MiB, is past the 64 KiB where latency shows"
         );
         assert_eq!(s[4], "    vs link 50.00 GB/s: 90 % (meets the link)");
         assert_eq!(
@@ -382,6 +469,38 @@ mod tests {
             "    all_gather_perf          1 ranks     200.00 GB/s    100 % of the smallest scale"
         );
         assert_eq!(s.len(), 12);
+    }
+
+    #[test]
+    fn a_failed_run_says_how_and_the_fabric_line_says_what_it_is() {
+        let mut r = fixtures::report();
+        r.nccl_tests[0].test.failure = Some(crate::nccl_tests::Failure {
+            message: "Test NCCL failure common.cu:1204 'unhandled cuda error'".to_string(),
+            line: 120,
+            hosts: 37,
+            nccl_warnings: vec!["Cuda failure 1 'invalid argument'".to_string()],
+            after_bytes: Some(16 << 30),
+            exit_code: Some(3),
+        });
+        let text = render_text(&r);
+        for line in [
+            "    FAILED after 16 GiB: Test NCCL failure common.cu:1204 'unhandled cuda error' (line 120)\n",
+            "      after NCCL WARN Cuda failure 1 'invalid argument'\n",
+            "    incomplete: no baseline from this run\n",
+            "    not compared with the fabric: the run did not complete: its table is no baseline\n",
+        ] {
+            assert!(text.contains(line), "{line}\n{text}");
+        }
+        // Two NICs per node: the comparison says what it compares with.
+        let mut r = fixtures::report();
+        r.link = r.link.clone().with_nics(Some(2), None);
+        assert!(render_text(&r).contains(
+            "    vs fabric 100.00 GB/s (2 x 50.00 GB/s per node, NICs from the flag): 45 % (below the fabric)\n"
+        ));
+        // 45 GB/s against a 10 GB/s link between 2 nodes is more than the network carries.
+        r.link = fixtures::link(Some(10.0));
+        assert!(render_text(&r)
+            .contains("    vs fabric: impossible: 45.00 GB/s is more than the network can carry"));
     }
 
     #[test]
