@@ -145,6 +145,12 @@ pub fn import(
     job: Option<&str>,
 ) -> Result<serde_json::Value, ImportError> {
     let baseline = parse_baseline(path)?;
+    if baseline.tests.is_empty() && !baseline.rejected.is_empty() {
+        return Err(ImportError::Unusable {
+            file: path.display().to_string(),
+            reasons: baseline.rejected,
+        });
+    }
     if baseline.tests.is_empty() {
         return Err(ImportError::Empty(path.display().to_string()));
     }
@@ -155,4 +161,54 @@ pub fn import(
             url: client.url("/api/v1/baselines"),
             message: e.to_string(),
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::collector::{Client, ClientOptions};
+
+    const HEADER: &str = "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n";
+
+    fn write(dir: &Path, text: &str) -> std::path::PathBuf {
+        let p = dir.join("out.txt");
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    #[test]
+    fn a_crashed_run_is_never_a_baseline() {
+        let dir = tempfile::tempdir().unwrap();
+        let crashed = format!(
+            "./build/all_reduce_perf\n{HEADER}  8589934592  2147483648  float  sum  -1  47078  182.46  364.57  0  46939  183.00  365.65  0\n\
+             HCA-1: Test NCCL failure common.cu:1204 'unhandled cuda error'\n"
+        );
+        let path = write(dir.path(), &crashed);
+        let b = parse_baseline(&path).unwrap();
+        assert!(b.tests.is_empty());
+        assert_eq!(
+            b.rejected,
+            ["all_reduce_perf failed: Test NCCL failure common.cu:1204 'unhandled cuda error'"]
+        );
+        // import refuses before it sends anything (nothing listens at the collector's address).
+        let client = Client::new("http://127.0.0.1:9", &ClientOptions::default()).unwrap();
+        match import(&path, &client, None) {
+            Err(e @ ImportError::Unusable { .. }) => {
+                assert!(
+                    e.to_string().contains("holds no run usable as a baseline"),
+                    "{e}"
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+        // Wrong results are no baseline either; a clean run is.
+        let wrong = format!("./build/all_reduce_perf\n{HEADER}  1048576  262144  float  sum  -1  100.0  10.0  10.0  4  100.0  10.0  10.0  4\n");
+        assert_eq!(
+            parse_baseline(&write(dir.path(), &wrong)).unwrap().rejected,
+            ["all_reduce_perf returned wrong results"]
+        );
+        let clean = wrong.replace("  4  ", "  0  ").replace("  4\n", "  0\n");
+        let b = parse_baseline(&write(dir.path(), &clean)).unwrap();
+        assert_eq!((b.tests.len(), b.rejected.len()), (1, 0));
+    }
 }
