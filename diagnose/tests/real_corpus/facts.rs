@@ -1,0 +1,492 @@
+//! The facts of `expected.json` that every file of a kind has: collective, ranks, averages, rows, the largest
+//! size, `#wrong`, crashes, versions and nodes for nccl-tests outputs; transport, NICs, ranks, GDR and version
+//! for logs. `expected.json` states them for people (`"all_reduce_perf (not named; redop sum)"`, `">= 16
+//! (ranks up to 15)"`); each check reads the statement's leading value as described on its function.
+
+use serde_json::Value;
+
+use super::{array, finding_text, Case, Outcome};
+
+/// Every generic fact of one file, named `key` (or `also_nccl_log.key`).
+pub fn check(case: &Case) -> Vec<(String, Outcome)> {
+    let mut out = Vec::new();
+    let e = &case.expected;
+    if case.kind == "nccl_tests" {
+        for key in [
+            "collective",
+            "nranks",
+            "avg_bus_bandwidth_printed",
+            "rows",
+            "largest_size_bytes",
+            "largest_size_busbw_oop_gbps",
+            "wrong_nonzero",
+            "crashed",
+            "crash_message",
+            "nccl_version",
+            "nnodes",
+        ] {
+            if let Some(want) = e.get(key) {
+                out.push((key.to_string(), test_fact(case, key, want)));
+            }
+        }
+        if let Some(sub) = e.get("also_nccl_log") {
+            for (key, want) in sub.as_object().unwrap() {
+                if key != "expert_flags" {
+                    let log = case.logs().first().copied().cloned().unwrap_or(Value::Null);
+                    out.push((
+                        format!("also_nccl_log.{key}"),
+                        log_fact(case, &log, key, want),
+                    ));
+                }
+            }
+        }
+    } else {
+        let log = case.logs().first().copied().cloned().unwrap_or(Value::Null);
+        for (key, want) in e.as_object().unwrap() {
+            if matches!(
+                key.as_str(),
+                "inter_node_transport" | "nics" | "nranks" | "gdr" | "nccl_version"
+            ) {
+                out.push((key.clone(), log_fact(case, &log, key, want)));
+            }
+        }
+    }
+    out
+}
+
+fn test_fact(case: &Case, key: &str, want: &Value) -> Outcome {
+    let tests = case.tests();
+    match key {
+        "collective" => collective(&tests, want),
+        "nranks" => ranks(&tests, want),
+        "avg_bus_bandwidth_printed" => per_test(&tests, want, |t, w| {
+            let got = &t["avg_busbw_gbps"];
+            match w {
+                Value::Null => got.is_null(),
+                w => {
+                    let w: f64 = w.as_str().unwrap().parse().unwrap();
+                    got.as_f64().is_some_and(|g| (g - w).abs() < 1e-9)
+                }
+            }
+        }),
+        "rows" => rows(&tests, want),
+        "largest_size_bytes" => per_test(&tests, want, |t, w| {
+            largest(t)
+                .map(|r| r["size_bytes"].clone())
+                .unwrap_or(Value::Null)
+                == *w
+        }),
+        "largest_size_busbw_oop_gbps" => per_test(&tests, want, |t, w| {
+            let got = largest(t).and_then(|r| r["busbw_gbps"].as_f64());
+            match (got, w.as_f64()) {
+                (Some(g), Some(w)) => (g - w).abs() < 0.005,
+                (None, None) => true,
+                _ => false,
+            }
+        }),
+        "wrong_nonzero" => wrong(case, &tests, want),
+        "crashed" => {
+            let failed = !case.findings_of("test_failed").is_empty()
+                && tests
+                    .iter()
+                    .any(|t| t["complete"] == false && !t["failure"].is_null());
+            Outcome::check(failed == (want == true), || {
+                format!(
+                    "test_failed findings {:?}, complete {:?}",
+                    case.findings_of("test_failed").len(),
+                    tests
+                        .iter()
+                        .map(|t| t["complete"].clone())
+                        .collect::<Vec<_>>()
+                )
+            })
+        }
+        "crash_message" => crash_message(case, &tests, want.as_str().unwrap()),
+        "nccl_version" => {
+            let text = want.as_str().unwrap();
+            let (nccl, tests_version) = versions(text);
+            Outcome::check(
+                !tests.is_empty()
+                    && tests.iter().all(|t| {
+                        t["nccl_version"].as_str() == nccl.as_deref()
+                            && tests_version
+                                .as_deref()
+                                .is_none_or(|v| t["tests_version"].as_str() == Some(v))
+                    }),
+                || {
+                    format!(
+                        "want {nccl:?} / tests {tests_version:?}, got {:?}",
+                        tests
+                            .iter()
+                            .map(|t| (t["nccl_version"].clone(), t["tests_version"].clone()))
+                            .collect::<Vec<_>>()
+                    )
+                },
+            )
+        }
+        "nnodes" => per_test(&tests, want, |t, w| t["nnodes"] == *w),
+        _ => unreachable!("{key}"),
+    }
+}
+
+/// A statement per test: a list gives one value per test (in file order), anything else applies to all.
+fn per_test(tests: &[&Value], want: &Value, ok: impl Fn(&Value, &Value) -> bool) -> Outcome {
+    let wants: Vec<&Value> = match want.as_array() {
+        Some(list) => list.iter().collect(),
+        None => vec![want; tests.len().max(1)],
+    };
+    let agree = tests.len() == wants.len() && tests.iter().zip(&wants).all(|(t, w)| ok(t, w));
+    Outcome::check(agree, || {
+        format!("{} test(s) read, expected {want}", tests.len())
+    })
+}
+
+/// The out-of-place measurement at the largest size of a test (the in-place one where only it exists).
+fn largest(t: &Value) -> Option<&Value> {
+    let rows = array(&t["rows"]);
+    let max = rows.iter().filter_map(|r| r["size_bytes"].as_u64()).max()?;
+    let at: Vec<&&Value> = rows.iter().filter(|r| r["size_bytes"] == max).collect();
+    at.iter()
+        .find(|r| r["in_place"] == false)
+        .or(at.first())
+        .map(|r| **r)
+}
+
+/// The collective: the `*_perf` name the statement gives, or the one `all_reduce`/`AllReduce` stands for.
+fn collective(tests: &[&Value], want: &Value) -> Outcome {
+    let text = want.as_str().unwrap();
+    let lower = text.to_ascii_lowercase();
+    let name = [
+        "sendrecv",
+        "all_gather",
+        "alltoall",
+        "all_reduce",
+        "allreduce",
+    ]
+    .iter()
+    .find(|n| lower.contains(*n))
+    .map(|n| match *n {
+        "allreduce" => "all_reduce_perf".to_string(),
+        n => format!("{n}_perf"),
+    })
+    .expect("a collective in the statement");
+    Outcome::check(
+        !tests.is_empty() && tests.iter().all(|t| t["collective"] == name.as_str()),
+        || {
+            format!(
+                "want {name}, got {:?}",
+                tests
+                    .iter()
+                    .map(|t| t["collective"].clone())
+                    .collect::<Vec<_>>()
+            )
+        },
+    )
+}
+
+/// What a rank statement asks: an exact count, a lower bound, or that no count is claimed.
+#[derive(Debug)]
+enum RankClaim {
+    Exact(u64),
+    AtLeast(u64),
+    Unknown,
+}
+
+/// `16`, `"1024 (mpirun -np 1024; …)"` exact; `">= 32 (…)"`, `">=72 (…)"` a lower bound; null, `"not printed…"`
+/// and `"… (not in excerpt)"` claim nothing.
+fn rank_claim(want: &Value) -> RankClaim {
+    if let Some(n) = want.as_u64() {
+        return RankClaim::Exact(n);
+    }
+    let Some(text) = want.as_str() else {
+        return RankClaim::Unknown;
+    };
+    if text.starts_with("not printed") || text.contains("not in excerpt") {
+        return RankClaim::Unknown;
+    }
+    let lead = |s: &str| -> Option<u64> {
+        s.trim_start()
+            .split(|c: char| !c.is_ascii_digit())
+            .next()
+            .and_then(|d| d.parse().ok())
+    };
+    match text.strip_prefix(">=") {
+        Some(rest) => RankClaim::AtLeast(lead(rest).expect("a bound")),
+        None => RankClaim::Exact(lead(text).expect("a count")),
+    }
+}
+
+/// Whether a report element's `nranks`/`nranks_at_least` honour the claim. An exact count also agrees when the
+/// report gives it as a lower bound only (the file shows no more than that).
+fn ranks_agree(claim: &RankClaim, v: &Value) -> bool {
+    let exact = v["nranks"].as_u64();
+    let at_least = v["nranks_at_least"].as_u64();
+    match claim {
+        RankClaim::Exact(n) => exact == Some(*n) || (exact.is_none() && at_least == Some(*n)),
+        RankClaim::AtLeast(n) => exact.map_or(at_least.is_some_and(|m| m >= *n), |e| e >= *n),
+        RankClaim::Unknown => exact.is_none(),
+    }
+}
+
+fn ranks(elements: &[&Value], want: &Value) -> Outcome {
+    let claim = rank_claim(want);
+    Outcome::check(
+        !elements.is_empty() && elements.iter().all(|v| ranks_agree(&claim, v)),
+        || {
+            format!(
+                "want {claim:?}, got {:?}",
+                elements
+                    .iter()
+                    .map(|v| (v["nranks"].clone(), v["nranks_at_least"].clone()))
+                    .collect::<Vec<_>>()
+            )
+        },
+    )
+}
+
+/// Rows: a count of table lines per test ([`table_rows`]), or `"5 records (3 out-of-place, 2 in-place)"` for a format of one
+/// record per measurement.
+fn rows(tests: &[&Value], want: &Value) -> Outcome {
+    if let Some(text) = want.as_str() {
+        let nums: Vec<usize> = text
+            .split(|c: char| !c.is_ascii_digit())
+            .filter_map(|d| d.parse().ok())
+            .collect();
+        let (records, oop, ip) = (nums[0], nums[1], nums[2]);
+        let got: Vec<&Value> = tests.iter().flat_map(|t| array(&t["rows"])).collect();
+        let count = |in_place: bool| got.iter().filter(|r| r["in_place"] == in_place).count();
+        return Outcome::check(
+            got.len() == records && count(false) == oop && count(true) == ip,
+            || format!("{} records, {} in-place", got.len(), count(true)),
+        );
+    }
+    per_test(tests, want, |t, w| {
+        table_rows(t) == w.as_u64().unwrap() as usize
+    })
+}
+
+/// Table lines read: the distinct sizes measured (a line gives one size, out-of-place and in-place).
+pub fn table_rows(t: &Value) -> usize {
+    let mut sizes: Vec<u64> = array(&t["rows"])
+        .iter()
+        .filter_map(|r| r["size_bytes"].as_u64())
+        .collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    sizes.len()
+}
+
+/// `#wrong` nonzero (or out-of-bounds values): the test says so and a `link_errors` finding is raised; false:
+/// neither; null (no measurement): no such finding.
+fn wrong(case: &Case, tests: &[&Value], want: &Value) -> Outcome {
+    let counted = tests.iter().any(|t| {
+        t["wrong_total"].as_f64().is_some_and(|w| w > 0.0)
+            || t["out_of_bounds"].as_u64().is_some_and(|n| n > 0)
+    });
+    let finding = !case.findings_of("link_errors").is_empty();
+    let agree = match want {
+        Value::Bool(true) => counted && finding,
+        _ => !counted && !finding,
+    };
+    Outcome::check(agree, || {
+        format!("counted in the test {counted}, link_errors finding {finding}")
+    })
+}
+
+/// The crash message's parts, each in the `test_failed` finding or the test's `failure`: the failing source
+/// line (`common.cu:392`), the quoted error, an NCCL WARN it follows, the size it came after, "many hosts",
+/// the launcher's exit code.
+fn crash_message(case: &Case, tests: &[&Value], msg: &str) -> Outcome {
+    let findings = case.findings_of("test_failed");
+    let Some(failure) = tests.iter().map(|t| &t["failure"]).find(|f| !f.is_null()) else {
+        return Outcome::Disagree("no test carries a failure".to_string());
+    };
+    let text = format!(
+        "{} {}",
+        findings.iter().map(|f| finding_text(f)).collect::<String>(),
+        failure
+    );
+    let mut missing = Vec::new();
+    let words: Vec<&str> = msg.split_whitespace().collect();
+    for w in &words {
+        if w.starts_with("common.cu:") && !text.contains(w) {
+            missing.push(w.to_string());
+        }
+    }
+    for quoted in msg.split('\'').skip(1).step_by(2) {
+        if !text.contains(quoted) {
+            missing.push(format!("'{quoted}'"));
+        }
+    }
+    if let Some(pos) = msg.find("NCCL WARN ") {
+        let warn = &msg[pos + "NCCL WARN ".len()..];
+        let in_failure = array(&failure["nccl_warnings"])
+            .iter()
+            .any(|w| w.as_str().is_some_and(|w| w.contains(warn)));
+        if !in_failure {
+            missing.push(format!("WARN {warn}"));
+        }
+    }
+    if let Some(pos) = words.iter().position(|w| *w == "GiB") {
+        let gib: u64 = words[pos - 1].parse().unwrap();
+        if failure["after_bytes"].as_u64() != Some(gib << 30) {
+            missing.push(format!("after {gib} GiB"));
+        }
+    }
+    if msg.contains("many hosts") && failure["hosts"].as_u64().is_none_or(|h| h < 2) {
+        missing.push("many hosts".to_string());
+    }
+    if let Some(pos) = words.iter().position(|w| *w == "code") {
+        let code: i64 = words[pos + 1].parse().unwrap();
+        if failure["exit_code"].as_i64() != Some(code) {
+            missing.push(format!("exit code {code}"));
+        }
+    }
+    Outcome::check(missing.is_empty(), || {
+        format!("missing {missing:?} in {text}")
+    })
+}
+
+/// The NCCL version (`2.30.3+cuda13.0`, `2.28.9`) and the nccl-tests version a statement names.
+fn versions(text: &str) -> (Option<String>, Option<String>) {
+    let is_version = |t: &str| {
+        let core = t.split('+').next().unwrap_or("");
+        core.split('.').count() == 3 && core.split('.').all(|p| p.parse::<u32>().is_ok())
+    };
+    let clean = |t: &str| t.trim_matches(|c: char| "(),".contains(c)).to_string();
+    let tokens: Vec<String> = text.split_whitespace().map(clean).collect();
+    let nccl = tokens.iter().find(|t| is_version(t)).cloned();
+    let tests = tokens
+        .iter()
+        .position(|t| t == "nccl-tests")
+        .and_then(|i| tokens.get(i + 1))
+        .filter(|t| is_version(t))
+        .cloned();
+    (nccl, tests)
+}
+
+fn log_fact(case: &Case, log: &Value, key: &str, want: &Value) -> Outcome {
+    if log.is_null() {
+        return Outcome::Disagree("the file was not read as an NCCL log".to_string());
+    }
+    match key {
+        "inter_node_transport" => transport(case, log, want.as_str().unwrap()),
+        "nics" => nics(log, want),
+        "nranks" => ranks(&[log], want),
+        "gdr" => {
+            let want = match want {
+                Value::Bool(b) => Value::Bool(*b),
+                _ => Value::Null,
+            };
+            Outcome::check(log["gdr"] == want, || {
+                format!("want {want}, got {}", log["gdr"])
+            })
+        }
+        "nccl_version" => {
+            let want = want.as_str().and_then(|t| versions(t).0);
+            Outcome::check(log["version"].as_str() == want.as_deref(), || {
+                format!("want {want:?}, got {}", log["version"])
+            })
+        }
+        _ => unreachable!("{key}"),
+    }
+}
+
+/// The network across nodes, by the statement's first word: `IB`, `RoCE` (NCCL's IB transport over RoCE
+/// ports), `Socket`, `OFI` (Libfabric), `FastSocket`; `none` for a single-node run: the log's data never
+/// crosses a network and the report says so.
+fn transport(case: &Case, log: &Value, want: &str) -> Outcome {
+    let first = want.split_whitespace().next().unwrap_or("");
+    let network = log["network"].as_str().unwrap_or("");
+    let ok = match first {
+        "none" => {
+            log["nnodes"] == 1
+                && log["network_carries_data"] == false
+                && case.serious_findings().iter().all(|f| {
+                    f["subject"].get("interface").is_none() && f["subject"].get("network").is_none()
+                })
+        }
+        "IB" => network == "IB" || network == "IBext" || network.contains("RDMA Plugin"),
+        "RoCE" => {
+            network == "IB"
+                && array(&log["interfaces"])
+                    .iter()
+                    .any(|i| i["detail"] == "RoCE")
+        }
+        "Socket" => network == "Socket",
+        "OFI" => network.contains("Libfabric"),
+        "FastSocket" => network == "FastSocket",
+        other => panic!("unknown transport statement {other}"),
+    };
+    Outcome::check(ok, || {
+        format!(
+            "want {first}, got network {:?}, nnodes {}, carries data {}",
+            log["network"], log["nnodes"], log["network_carries_data"]
+        )
+    })
+}
+
+/// NICs: plain names (`mlx5_0:1`, `eth0 (bootstrap/OOB)`) must be the interfaces the log lists, all of them and
+/// no more; descriptions stand for other facts: `NET/IB indexes 0, 2, 4, 5` and `NET devices 1 and 6` the
+/// device indexes of `via NET/…/N`, `efa (provider; …)` the Libfabric provider, `EFA devices by PCI address
+/// (0000:56:00.0 …)` an interface of that address, `bootstrap eth0` an interface of that name.
+fn nics(log: &Value, want: &Value) -> Outcome {
+    let names: Vec<String> = array(&log["interfaces"])
+        .iter()
+        .filter_map(|i| i["name"].as_str().map(str::to_string))
+        .collect();
+    let indexes: Vec<u64> = array(&log["net_device_indexes"])
+        .iter()
+        .filter_map(|i| i.as_u64())
+        .collect();
+    let mut plain = Vec::new();
+    let mut problems = Vec::new();
+    let mut all_plain = true;
+    for item in array(want).iter().filter_map(|i| i.as_str()) {
+        let numbers = |s: &str| -> Vec<u64> {
+            s.split(|c: char| !c.is_ascii_digit())
+                .filter_map(|d| d.parse().ok())
+                .collect()
+        };
+        if item.starts_with("NET/") || item.starts_with("NET devices") {
+            all_plain = false;
+            let head = item.split('(').next().unwrap();
+            let head = head
+                .trim_start_matches("NET/IB")
+                .trim_start_matches("NET/Socket");
+            if numbers(head) != indexes {
+                problems.push(format!("device indexes {indexes:?} for {item:?}"));
+            }
+        } else if let Some(rest) = item.strip_prefix("EFA devices by PCI address (") {
+            all_plain = false;
+            let addr = rest.split_whitespace().next().unwrap();
+            if !names.iter().any(|n| n == addr) {
+                problems.push(format!("no interface {addr}"));
+            }
+        } else if item.contains("(provider") {
+            all_plain = false;
+            let provider = item.split_whitespace().next().unwrap();
+            if log["net_provider"] != provider {
+                problems.push(format!("provider {} for {item:?}", log["net_provider"]));
+            }
+        } else {
+            let name = item.strip_prefix("bootstrap ").unwrap_or(item);
+            plain.push(name.split_whitespace().next().unwrap().to_string());
+        }
+    }
+    for p in &plain {
+        if !names.contains(p) {
+            problems.push(format!("no interface {p}"));
+        }
+    }
+    if all_plain {
+        for n in &names {
+            if !plain.contains(n) {
+                problems.push(format!("interface {n} beyond the expected ones"));
+            }
+        }
+    }
+    Outcome::check(problems.is_empty(), || {
+        format!("{problems:?} (interfaces {names:?})")
+    })
+}
