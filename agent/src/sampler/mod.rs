@@ -5,6 +5,10 @@
 //! changes to the shipper through a bounded queue and never waits on it (a full queue drops the batch and
 //! counts it: sampling on time matters more than any single batch).
 //!
+//! Every sample carries the time it was read, not the time its tick was due (see [`batch`]): rates are
+//! computed from those timestamps, so a late, slow or skipped read widens an interval and never changes a
+//! rate.
+//!
 //! Files: this one holds the [`Sampler`] (sources, ids, pending updates); [`batch`] the columnar batch
 //! builder; [`wire`] the wire forms of links, series and jobs; [`periods`] the run-time sampling periods;
 //! [`thread`] the sampling thread and its hand-over to the shipper.
@@ -18,10 +22,11 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
 
+use commwatch_model::clock::unix_now_ns;
 use commwatch_model::{Job, Link, LinkKey, Tier};
 use commwatch_proto::v1 as pb;
 
-pub use batch::BatchBuilder;
+pub use batch::{BatchBuilder, DEFAULT_RESOLUTION};
 pub use periods::Periods;
 pub use thread::{spawn, LoopSettings, SamplerHandle};
 pub use wire::jobs_to_pb;
@@ -276,7 +281,9 @@ impl Sampler {
         }
     }
 
-    /// Reads every source's series of `tier` into the open tick of `out`.
+    /// Reads every source's series of `tier` into `out`, each value stamped with the wall clock at the
+    /// moment its source hands it over ([`BatchBuilder::push_read`]): a source read late, behind a slow
+    /// one, or after the thread stalled carries the time it was really read.
     pub fn sample(&mut self, tier: Tier, out: &mut BatchBuilder) {
         for slot in &mut self.slots {
             if slot.tier_series[tier.index()] == 0 {
@@ -286,7 +293,7 @@ impl Sampler {
             let started = Instant::now();
             let report = slot.source.sample(tier, &mut |idx, v: Value| {
                 if let Some(id) = ids.get(idx) {
-                    out.push(*id, v.to_bits());
+                    out.push_read(*id, v.to_bits(), unix_now_ns());
                 }
             });
             slot.read[tier.index()].observe(started.elapsed().as_secs_f64());

@@ -9,7 +9,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use commwatch_model::clock::unix_now_ns;
 use commwatch_model::Tier;
 use commwatch_proto::v1 as pb;
 use tokio::sync::mpsc;
@@ -20,6 +19,10 @@ use crate::telemetry::AgentMetrics;
 
 /// Longest sleep between checks of the stop flag, so a stop request is noticed promptly.
 const STOP_CHECK: Duration = Duration::from_millis(20);
+
+/// Samples read within this share of the fast period share a timestamp on the wire (one tick): a sample is
+/// stamped at most 1/200 of a period early, so a rate over one period is off by at most 0.5 %.
+const STAMP_SHARE: u32 = 200;
 
 /// Settings of the sampling thread.
 #[derive(Debug, Clone)]
@@ -135,30 +138,28 @@ impl SamplingLoop {
         self.cut_batch();
     }
 
-    /// Reads the tiers that are due at `now` into one tick and moves their deadlines on.
+    /// Reads the tiers that are due at `now` and moves their deadlines on. Each sample is stamped when it is
+    /// read (see [`Sampler::sample`]), so how long the reads take, or how late the tick is, never shows in
+    /// a rate; a deadline moves on from when the reads ended, so a long read is followed by a full period
+    /// rather than by a read at once.
     fn tick(&mut self, now: Instant, due: &mut Deadlines) {
         let do_fast = now >= due.fast;
         let do_slow = now >= due.slow;
         if !(do_fast || do_slow) {
             return;
         }
-        self.builder.begin_tick(unix_now_ns());
+        let fast = self.periods.fast();
+        self.builder.set_resolution(fast / STAMP_SHARE);
         if do_fast {
             self.read_tier(Tier::Fast);
-            due.fast = advance(
-                due.fast,
-                self.periods.fast(),
-                now,
-                &self.metrics,
-                Tier::Fast,
-            );
+            due.fast = advance(due.fast, fast, Instant::now(), &self.metrics, Tier::Fast);
         }
         if do_slow {
             self.read_tier(Tier::Slow);
             due.slow = advance(
                 due.slow,
                 self.periods.slow(),
-                now,
+                Instant::now(),
                 &self.metrics,
                 Tier::Slow,
             );
@@ -237,8 +238,9 @@ fn with_markers(
     }
 }
 
-/// Next deadline after one that was due at `due`: keeps the cadence, but skips missed ticks instead of
-/// bursting to catch up (and counts the overrun).
+/// Next deadline after one that was due at `due`, once its reads ended at `now`: keeps the cadence, but
+/// skips missed ticks instead of bursting to catch up (and counts the overrun); after an overrun the next
+/// read is a whole period after the end of this one.
 fn advance(
     due: Instant,
     period: Duration,

@@ -1,0 +1,265 @@
+//! The sampling thread starved: reads that are delayed (a slow source, a source that stalls before it reads,
+//! a stall in the middle of a read, ticks that come late or are skipped) must never change the rate the
+//! collector computes from the samples.
+//!
+//! Counters advance at a known rate, computed from the wall clock at the moment they are read. The real
+//! sampling thread runs them on the fast tier while reads are delayed on a fixed schedule, some delays longer
+//! than the period (so ticks are skipped). Every interval's rate, from the emitted samples' own timestamps
+//! as the collector computes it, must stay within 2 % of the true rate.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use commwatch_agent::sampler::{self, LoopSettings, Periods, Sampler, SamplerEvent};
+use commwatch_agent::source::{
+    Endpoint, Inventory, Link, LinkClass, LinkKey, LinkRole, ReadReport, SeriesKind, SeriesSpec,
+    Source, SourceError, Tier, Value,
+};
+use commwatch_agent::telemetry::AgentMetrics;
+use commwatch_model::clock::unix_now_ns;
+use tokio::sync::mpsc;
+
+/// The counters' true rate, bytes per second.
+const RATE: f64 = 12.5e9;
+/// The fast sampling period.
+const PERIOD: Duration = Duration::from_millis(50);
+/// How long each scenario samples.
+const RUN: Duration = Duration::from_millis(2_500);
+/// Delays before successive reads, in milliseconds, cycled: jitter within a period, a read that takes most
+/// of one, and two longer than the period (the ticks behind them are late, the next ones skipped).
+const DELAYS_MS: &[u64] = &[0, 30, 4, 120, 0, 45, 11, 0, 75, 2, 20, 0];
+
+/// The delay schedule of one stalling read.
+struct Schedule(usize);
+
+impl Schedule {
+    fn next(&mut self) -> Duration {
+        let d = DELAYS_MS[self.0 % DELAYS_MS.len()];
+        self.0 += 1;
+        Duration::from_millis(d)
+    }
+}
+
+fn link(device: &str) -> Link {
+    Link {
+        key: LinkKey::new(LinkClass::Infiniband, device, "1"),
+        endpoint: Endpoint::HcaPort,
+        role: LinkRole::Fabric,
+        capacity_bytes_per_second: Some(50e9),
+        state: "ACTIVE".into(),
+        attributes: BTreeMap::new(),
+        gpu: None,
+        link: None,
+    }
+}
+
+/// Fast series on one link, read in order: byte counters at [`RATE`] (each read from the clock at the moment
+/// it is pushed), or a constant gauge. `stall` sleeps on the delay schedule before the read of that series.
+struct Paced {
+    name: &'static str,
+    inventory: Inventory,
+    stall: Option<(usize, Schedule)>,
+    t0: i64,
+}
+
+impl Paced {
+    /// `metrics`: the series, each a counter (`*_bytes`) or a gauge; `stall_before`: the series whose read
+    /// the stall delays.
+    fn new(
+        name: &'static str,
+        device: &str,
+        metrics: &[&str],
+        stall_before: Option<usize>,
+    ) -> Paced {
+        let l = link(device);
+        let series = metrics
+            .iter()
+            .map(|m| {
+                let kind = if m.ends_with("_bytes") {
+                    SeriesKind::COUNTER64
+                } else {
+                    SeriesKind::Gauge
+                };
+                SeriesSpec::for_link(m, kind, Tier::Fast, &l.key)
+            })
+            .collect();
+        Paced {
+            name,
+            inventory: Inventory {
+                series,
+                links: vec![l],
+            },
+            stall: stall_before.map(|i| (i, Schedule(0))),
+            t0: unix_now_ns(),
+        }
+    }
+}
+
+impl Source for Paced {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+    fn discover(&mut self) -> Result<bool, SourceError> {
+        Ok(false)
+    }
+    fn inventory(&self) -> &Inventory {
+        &self.inventory
+    }
+    fn sample(&mut self, _tier: Tier, sink: &mut dyn FnMut(usize, Value)) -> ReadReport {
+        let n = self.inventory.series.len();
+        for i in 0..n {
+            if let Some((at, s)) = &mut self.stall {
+                if *at == i {
+                    std::thread::sleep(s.next());
+                }
+            }
+            let v = match self.inventory.series[i].kind {
+                SeriesKind::Gauge => Value::Gauge(40.0),
+                _ => Value::Counter(((unix_now_ns() - self.t0) as f64 * RATE / 1e9) as u64),
+            };
+            sink(i, v);
+        }
+        ReadReport {
+            read: n,
+            ..Default::default()
+        }
+    }
+}
+
+/// What one scenario measured.
+struct Measured {
+    /// Largest relative error of an interval's rate.
+    worst_error: f64,
+    /// Lowest interval rate as a share of the true rate (how slow the link looked at worst).
+    lowest: f64,
+    /// Fewest intervals of one counter.
+    intervals: usize,
+    /// Longest interval between two samples of a counter, seconds.
+    longest_s: f64,
+    overruns: u64,
+}
+
+/// Runs `sources` on the real sampling thread for [`RUN`] and measures each counter's per-interval rates.
+fn run(sources: Vec<Box<dyn Source>>) -> Measured {
+    let metrics = Arc::new(AgentMetrics::new());
+    let mut smp = Sampler::new(sources, metrics.clone());
+    smp.discover();
+    let (tx, mut rx) = mpsc::channel(1024);
+    let handle = sampler::spawn(
+        smp,
+        Periods::new(PERIOD, Duration::from_secs(10)),
+        LoopSettings {
+            batch_period: Duration::from_millis(200),
+            discover_period: Duration::from_secs(3600),
+            markers: None,
+        },
+        tx,
+        metrics.clone(),
+    )
+    .expect("sampling thread");
+    std::thread::sleep(RUN);
+    handle.stop();
+    let mut counters: BTreeMap<u32, Vec<(i64, u64)>> = BTreeMap::new();
+    while let Ok(ev) = rx.try_recv() {
+        match ev {
+            SamplerEvent::Inventory(inv) => {
+                for s in inv.series.iter().filter(|s| s.metric.ends_with("_bytes")) {
+                    counters.insert(s.id, Vec::new());
+                }
+            }
+            SamplerEvent::Batch(b) => {
+                let mut i = 0;
+                for (&ts, &n) in b.timestamps_unix_ns.iter().zip(&b.tick_lengths) {
+                    for k in i..i + n as usize {
+                        if let Some(points) = counters.get_mut(&b.series_ids[k]) {
+                            points.push((ts, b.values[k]));
+                        }
+                    }
+                    i += n as usize;
+                }
+            }
+            SamplerEvent::Jobs(_) => {}
+        }
+    }
+    let mut worst_error: f64 = 0.0;
+    let mut lowest: f64 = f64::INFINITY;
+    let mut longest_s: f64 = 0.0;
+    let mut intervals = usize::MAX;
+    for points in counters.values() {
+        intervals = intervals.min(points.len().saturating_sub(1));
+        for w in points.windows(2) {
+            let dt = (w[1].0 - w[0].0) as f64 / 1e9;
+            assert!(dt > 0.0, "timestamps go forward: {w:?}");
+            let rate = (w[1].1 - w[0].1) as f64 / dt;
+            worst_error = worst_error.max((rate / RATE - 1.0).abs());
+            lowest = lowest.min(rate / RATE);
+            longest_s = longest_s.max(dt);
+        }
+    }
+    let overruns = metrics
+        .tick_overruns
+        .with_label_values(&[Tier::Fast.as_str()])
+        .get();
+    Measured {
+        worst_error,
+        lowest,
+        intervals,
+        longest_s,
+        overruns,
+    }
+}
+
+/// Checks a scenario: enough intervals, ticks really late or skipped, every rate within 2 %.
+#[track_caller]
+fn check(what: &str, m: &Measured) {
+    eprintln!(
+        "{what}: {} intervals, longest {:.0} ms, {} overruns, worst rate error {:.2} %, lowest rate {:.1} % of the truth",
+        m.intervals,
+        m.longest_s * 1e3,
+        m.overruns,
+        m.worst_error * 100.0,
+        m.lowest * 100.0
+    );
+    assert!(m.intervals >= 15, "{what}: only {} intervals", m.intervals);
+    assert!(
+        m.longest_s > 2.0 * PERIOD.as_secs_f64() && m.overruns > 0,
+        "{what}: the schedule should have made ticks late and skipped some"
+    );
+    assert!(
+        m.worst_error < 0.02,
+        "{what}: an interval's rate is off by {:.2} % (limit 2 %)",
+        m.worst_error * 100.0
+    );
+}
+
+#[test]
+fn a_source_that_stalls_before_its_read_keeps_its_rate() {
+    let m = run(vec![Box::new(Paced::new(
+        "paced",
+        "mlx5_0",
+        &["tx_bytes"],
+        Some(0),
+    ))]);
+    check("stalling source", &m);
+}
+
+#[test]
+fn a_slow_source_read_first_does_not_skew_the_next_ones_rate() {
+    let m = run(vec![
+        Box::new(Paced::new("slow", "mlx5_1", &["temperature"], Some(0))),
+        Box::new(Paced::new("paced", "mlx5_0", &["tx_bytes"], None)),
+    ]);
+    check("slow source before the counter", &m);
+}
+
+#[test]
+fn a_stall_inside_one_sources_read_keeps_both_sides_rates() {
+    let m = run(vec![Box::new(Paced::new(
+        "paced",
+        "mlx5_0",
+        &["tx_bytes", "rx_bytes"],
+        Some(1),
+    ))]);
+    check("stall between two counters of one source", &m);
+}
