@@ -7,10 +7,13 @@
 //! unread (its bytes are never copied, logged, stored or sent). Processes that vanish or deny access are
 //! skipped quietly (a debug count, no content).
 //!
-//! Job id, in order: `SLURM_JOB_ID`, `TORCHELASTIC_RUN_ID`, `MASTER_ADDR:MASTER_PORT`, the Kubernetes pod UID,
-//! else `session-<sid>` (the session of the launcher). Processes forked by a rank (data-loader workers) inherit
-//! its environment: of several processes with the same job and rank, the one on a GPU is kept, else the
-//! oldest.
+//! Job id ([`job_id`]), in order: `COMMWATCH_JOB`, `SLURM_JOB_ID`, `TORCHELASTIC_RUN_ID`,
+//! `MASTER_ADDR:MASTER_PORT`, `pod-<uid>` (the Kubernetes pod), else `session-<sid>` (the session of the
+//! launcher) for a process with rank markers and `pid-<pid>` for a lone GPU process. The step-marker client
+//! (`commwatch_steps`) names a job by the same rule, so markers and processes file one job under one id; the
+//! two are tested against one table (`clients/python/tests/job_ids.json`). Processes forked by a rank
+//! (data-loader workers) inherit its environment: of several processes with the same job and rank, the one on
+//! a GPU is kept, else the oldest.
 //!
 //! Cost: each discovery lists `/proc` and reads `stat` of every process; `environ` and `cgroup` are read once
 //! per process (keyed by pid and start time).
@@ -20,11 +23,13 @@ use std::path::{Path, PathBuf};
 
 use commwatch_model::{Job, Link, LinkClass, NcclConflict, Rank};
 
+use super::fsroot::FsRoot;
 use super::gpu::{GpuProcess, SharedGpu};
 use super::{Inventory, ReadReport, Source, SourceError, Tier, Value};
 
-/// Environment keys read besides `NCCL_*`.
+/// Environment keys read besides the NCCL settings of [`NCCL_KEYS`].
 pub const ALLOWED_KEYS: &[&str] = &[
+    "COMMWATCH_JOB",
     "RANK",
     "LOCAL_RANK",
     "WORLD_SIZE",
@@ -45,25 +50,124 @@ pub const ALLOWED_KEYS: &[&str] = &[
 /// Longest value kept; longer ones are cut (NCCL settings are short).
 pub const MAX_VALUE_BYTES: usize = 256;
 
-/// NCCL keys that can never hold a secret are all `NCCL_*` except these, which may carry credentials or
-/// addresses of other systems and are not read.
-const NCCL_DENY: &[&str] = &["NCCL_COMM_ID"];
+/// The NCCL settings read, by name: those the project checks (`NCCL_SOCKET_IFNAME`, `NCCL_IB_HCA`,
+/// `NCCL_IB_DISABLE`, `NCCL_NET`) and NCCL's documented tuning and transport settings. Sorted. There is no
+/// `NCCL_*` wildcard: a plugin's or a site's own `NCCL_` variables may carry credentials or addresses, and
+/// are never read. Left out on purpose: `NCCL_COMM_ID` (the address of the job's bootstrap root), `NCCL_HOSTID`,
+/// `NCCL_RAS_ADDR`, and the file paths `NCCL_CONF_FILE`, `NCCL_DEBUG_FILE`, `NCCL_TOPO_DUMP_FILE`.
+pub const NCCL_KEYS: &[&str] = &[
+    "NCCL_ALGO",
+    "NCCL_ALLOC_P2P_NET_LL_BUFFERS",
+    "NCCL_BUFFSIZE",
+    "NCCL_CGA_CLUSTER_SIZE",
+    "NCCL_CHECKS_DISABLE",
+    "NCCL_CHECK_POINTERS",
+    "NCCL_COLLNET_ENABLE",
+    "NCCL_COLLNET_NODE_THRESHOLD",
+    "NCCL_COMM_BLOCKING",
+    "NCCL_CROSS_NIC",
+    "NCCL_CUMEM_ENABLE",
+    "NCCL_DEBUG",
+    "NCCL_DEBUG_SUBSYS",
+    "NCCL_DMABUF_ENABLE",
+    "NCCL_GRAPH_MIXING_SUPPORT",
+    "NCCL_GRAPH_REGISTER",
+    "NCCL_IBEXT_DISABLE",
+    "NCCL_IB_ADAPTIVE_ROUTING",
+    "NCCL_IB_ADDR_FAMILY",
+    "NCCL_IB_ADDR_RANGE",
+    "NCCL_IB_AR_THRESHOLD",
+    "NCCL_IB_CUDA_SUPPORT",
+    "NCCL_IB_DISABLE",
+    "NCCL_IB_ECE_ENABLE",
+    "NCCL_IB_FIFO_TC",
+    "NCCL_IB_GDR_LEVEL",
+    "NCCL_IB_GID_INDEX",
+    "NCCL_IB_HCA",
+    "NCCL_IB_MERGE_NICS",
+    "NCCL_IB_PCI_RELAXED_ORDERING",
+    "NCCL_IB_QPS_PER_CONNECTION",
+    "NCCL_IB_RETRY_CNT",
+    "NCCL_IB_RETURN_ASYNC_EVENTS",
+    "NCCL_IB_ROCE_VERSION_NUM",
+    "NCCL_IB_SL",
+    "NCCL_IB_SPLIT_DATA_ON_QPS",
+    "NCCL_IB_TC",
+    "NCCL_IB_TIMEOUT",
+    "NCCL_IGNORE_CPU_AFFINITY",
+    "NCCL_LAUNCH_MODE",
+    "NCCL_LL128_NTHREADS",
+    "NCCL_LL_THRESHOLD",
+    "NCCL_LOCAL_REGISTER",
+    "NCCL_MAX_CTAS",
+    "NCCL_MAX_NCHANNELS",
+    "NCCL_MAX_NRINGS",
+    "NCCL_MIN_CTAS",
+    "NCCL_MIN_NCHANNELS",
+    "NCCL_MIN_NRINGS",
+    "NCCL_MNNVL_ENABLE",
+    "NCCL_NCHANNELS_PER_NET_PEER",
+    "NCCL_NET",
+    "NCCL_NET_GDR_C2C",
+    "NCCL_NET_GDR_LEVEL",
+    "NCCL_NET_GDR_READ",
+    "NCCL_NET_PLUGIN",
+    "NCCL_NET_SHARED_BUFFERS",
+    "NCCL_NET_SHARED_COMMS",
+    "NCCL_NSOCKS_PERTHREAD",
+    "NCCL_NTHREADS",
+    "NCCL_NVB_DISABLE",
+    "NCCL_NVLS_ENABLE",
+    "NCCL_NVLS_NCHANNELS",
+    "NCCL_P2P_DIRECT_DISABLE",
+    "NCCL_P2P_DISABLE",
+    "NCCL_P2P_LEVEL",
+    "NCCL_P2P_LL_THRESHOLD",
+    "NCCL_P2P_NET_CHUNKSIZE",
+    "NCCL_P2P_NVL_CHUNKSIZE",
+    "NCCL_P2P_PCI_CHUNKSIZE",
+    "NCCL_P2P_PXN_LEVEL",
+    "NCCL_PROTO",
+    "NCCL_PXN_DISABLE",
+    "NCCL_RUNTIME_CONNECT",
+    "NCCL_SHM_DISABLE",
+    "NCCL_SINGLE_RING_THRESHOLD",
+    "NCCL_SOCKET_FAMILY",
+    "NCCL_SOCKET_IFNAME",
+    "NCCL_SOCKET_NTHREADS",
+    "NCCL_TOPO_FILE",
+    "NCCL_TREE_THRESHOLD",
+    "NCCL_TUNER_PLUGIN",
+];
 
-/// Whether an environment key is read at all: the fixed list, and `NCCL_*` settings.
+/// Parts of a name that say its value may be a secret. A key holding one has its value replaced by
+/// [`REDACTED`] even when it is allowed: an allowlist grows, and a name that says "token" is taken at its word.
+pub const SECRET_MARKERS: &[&str] = &["TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL"];
+
+/// The value kept in place of a secret-looking one.
+pub const REDACTED: &str = "<redacted>";
+
+/// Whether an environment key is read at all: [`ALLOWED_KEYS`] and [`NCCL_KEYS`], by exact name.
 pub fn is_allowed(key: &str) -> bool {
-    if ALLOWED_KEYS.contains(&key) {
-        return true;
-    }
-    key.starts_with("NCCL_")
-        && !NCCL_DENY.contains(&key)
-        && key.len() <= 64
-        && key
-            .bytes()
-            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+    ALLOWED_KEYS.contains(&key) || NCCL_KEYS.binary_search(&key).is_ok()
 }
 
-/// Splits `/proc/<pid>/environ` and keeps only allowed keys; everything else is dropped on the spot.
+/// Whether `key` names something that looks secret (see [`SECRET_MARKERS`]; any case).
+pub fn looks_secret(key: &str) -> bool {
+    let upper = key.to_ascii_uppercase();
+    SECRET_MARKERS.iter().any(|m| upper.contains(m))
+}
+
+/// Splits `/proc/<pid>/environ` and keeps only allowed keys ([`is_allowed`]); everything else is dropped on
+/// the spot.
 pub fn parse_environ(raw: &[u8]) -> BTreeMap<String, String> {
+    parse_environ_with(raw, is_allowed)
+}
+
+/// [`parse_environ`] with another allowlist. A kept value is cut at [`MAX_VALUE_BYTES`] (whole characters),
+/// loses its control characters, and is [`REDACTED`] when its key [`looks_secret`]; a value that is not UTF-8
+/// is dropped.
+pub fn parse_environ_with(raw: &[u8], allowed: impl Fn(&str) -> bool) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     for entry in raw.split(|b| *b == 0) {
         let Some(eq) = entry.iter().position(|b| *b == b'=') else {
@@ -72,7 +176,11 @@ pub fn parse_environ(raw: &[u8]) -> BTreeMap<String, String> {
         let Ok(key) = std::str::from_utf8(&entry[..eq]) else {
             continue;
         };
-        if !is_allowed(key) {
+        if !allowed(key) {
+            continue;
+        }
+        if looks_secret(key) {
+            out.insert(key.to_string(), REDACTED.to_string());
             continue;
         }
         let value = &entry[eq + 1..];
@@ -84,7 +192,10 @@ pub fn parse_environ(raw: &[u8]) -> BTreeMap<String, String> {
             Err(_) => None,
         };
         if let Some(v) = text {
-            out.insert(key.to_string(), v.to_string());
+            out.insert(
+                key.to_string(),
+                v.chars().filter(|c| !c.is_control()).collect(),
+            );
         }
     }
     out
@@ -159,6 +270,16 @@ pub const FOUND_BY_ENVIRONMENT: &str = "environment";
 /// Environment keys that mark a process as a rank of a training job.
 const RANK_MARKERS: &[&str] = &["RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"];
 
+/// Environment keys that name a job, in order of precedence; after them come `MASTER_ADDR:MASTER_PORT`, the
+/// pod and the session (see [`job_id`]).
+pub const JOB_ID_KEYS: &[&str] = &["COMMWATCH_JOB", "SLURM_JOB_ID", "TORCHELASTIC_RUN_ID"];
+
+/// Environment keys holding a process's global rank, in order of precedence.
+pub const RANK_KEYS: &[&str] = &["RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"];
+
+/// Longest job id, in bytes (what the collector and the marker listener accept); longer ones are cut.
+pub const MAX_JOB_ID_BYTES: usize = 128;
+
 /// What was learnt about a process, cached by `(pid, start time)`.
 #[derive(Debug, Clone)]
 struct Seen {
@@ -171,7 +292,7 @@ struct Seen {
 
 /// Finds training processes. See the module documentation.
 pub struct ProcessesSource {
-    procfs_root: PathBuf,
+    procfs_root: FsRoot,
     gpu: Option<SharedGpu>,
     node_links: Vec<Link>,
     inventory: Inventory,
@@ -190,7 +311,7 @@ impl ProcessesSource {
     /// Looks under `procfs_root`; `gpu` gives NVML's compute process list where present.
     pub fn new(procfs_root: PathBuf, gpu: Option<SharedGpu>) -> ProcessesSource {
         ProcessesSource {
-            procfs_root,
+            procfs_root: FsRoot::new(procfs_root),
             gpu,
             node_links: Vec::new(),
             inventory: Inventory::default(),
@@ -210,7 +331,7 @@ impl ProcessesSource {
         if let Some(o) = &self.only {
             return o.clone();
         }
-        let Ok(dir) = std::fs::read_dir(&self.procfs_root) else {
+        let Ok(dir) = std::fs::read_dir(self.procfs_root.path()) else {
             return Vec::new();
         };
         dir.filter_map(|e| e.ok())
@@ -221,15 +342,17 @@ impl ProcessesSource {
     /// Reads (or recalls) what a process is; `None` when it vanished or cannot be read.
     fn look(&mut self, pid: u32) -> Option<Seen> {
         let dir = self.procfs_root.join(pid.to_string());
-        let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
+        let stat = self.procfs_root.read_trimmed(&dir.join("stat"))?;
         let (session, start) = parse_stat(&stat)?;
         if let Some(s) = self.cache.get(&pid) {
             if s.start == start {
                 return Some(s.clone());
             }
         }
-        let env = read_environ(&dir);
-        let (pod, container) = std::fs::read_to_string(dir.join("cgroup"))
+        let env = read_environ(&self.procfs_root, &dir);
+        let (pod, container) = self
+            .procfs_root
+            .read_trimmed(&dir.join("cgroup"))
             .map(|t| parse_cgroup(&t))
             .unwrap_or((None, None));
         let seen = Seen {
@@ -325,7 +448,7 @@ fn candidate(pid: u32, seen: &Seen, on_gpu: Option<&Vec<String>>) -> Option<(Str
     if !marked && on_gpu.is_none() {
         return None;
     }
-    let id = job_id(&env, seen.pod.as_deref(), seen.session, pid, marked);
+    let id = job_id(&env, seen.pod.as_deref(), seen.session, pid);
     let gpus = match on_gpu {
         Some(g) => g.clone(),
         None => env
@@ -341,7 +464,7 @@ fn candidate(pid: u32, seen: &Seen, on_gpu: Option<&Vec<String>>) -> Option<(Str
     };
     let rank = Rank {
         pid,
-        rank: first_u32(&env, &["RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"]),
+        rank: rank_of(&env),
         local_rank: first_u32(
             &env,
             &["LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"],
@@ -393,45 +516,74 @@ fn job(id: String, mut ranks: Vec<Rank>, links: &[Link]) -> Job {
     }
 }
 
-fn job_id(
-    env: &BTreeMap<String, String>,
-    pod: Option<&str>,
-    session: u32,
-    pid: u32,
-    marked: bool,
-) -> String {
-    let id = if let Some(v) = env.get("SLURM_JOB_ID") {
-        v.clone()
-    } else if let Some(v) = env.get("TORCHELASTIC_RUN_ID") {
-        v.clone()
-    } else if let (Some(a), Some(p)) = (env.get("MASTER_ADDR"), env.get("MASTER_PORT")) {
-        format!("{a}:{p}")
-    } else if let Some(p) = pod {
-        format!("pod-{p}")
-    } else if marked {
-        format!("session-{session}")
-    } else {
-        format!("pid-{pid}")
-    };
-    let mut id: String = id.chars().filter(|c| !c.is_control()).collect();
-    if id.len() > 128 {
-        let mut cut = 128;
-        while !id.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        id.truncate(cut);
-    }
-    if id.is_empty() {
-        format!("pid-{pid}")
-    } else {
-        id
-    }
+/// The job id of a process with environment `env` (already filtered by [`parse_environ`]), Kubernetes pod
+/// `pod`, session `session` and pid `pid`.
+///
+/// The rule, shared with the step-marker client: the first of [`JOB_ID_KEYS`] that is set, else
+/// `MASTER_ADDR:MASTER_PORT` when both are set, else `pod-<uid>`, else `session-<sid>` when the process carries
+/// a rank marker (`RANK`, `LOCAL_RANK`, `OMPI_COMM_WORLD_RANK`, `SLURM_PROCID`), else `pid-<pid>`. Control
+/// characters are dropped from every value, a value left empty counts as unset, and the id is cut to
+/// [`MAX_JOB_ID_BYTES`] at a character boundary.
+pub fn job_id(env: &BTreeMap<String, String>, pod: Option<&str>, session: u32, pid: u32) -> String {
+    let get = |key: &str| env.get(key).map(|v| clean(v)).filter(|v| !v.is_empty());
+    let marked = RANK_MARKERS.iter().any(|k| env.contains_key(*k));
+    let id = JOB_ID_KEYS
+        .iter()
+        .find_map(|k| get(k))
+        .or_else(|| match (get("MASTER_ADDR"), get("MASTER_PORT")) {
+            (Some(a), Some(p)) => Some(format!("{a}:{p}")),
+            _ => None,
+        })
+        .or_else(|| {
+            pod.map(clean)
+                .filter(|p| !p.is_empty())
+                .map(|p| format!("pod-{p}"))
+        })
+        .unwrap_or_else(|| {
+            if marked {
+                format!("session-{session}")
+            } else {
+                format!("pid-{pid}")
+            }
+        });
+    cut_at_char(id, MAX_JOB_ID_BYTES)
 }
 
-/// Reads and filters `environ`; `None` when it cannot be read (vanished, denied). The raw bytes are dropped
-/// before this returns.
-fn read_environ(dir: &Path) -> Option<BTreeMap<String, String>> {
-    let raw = std::fs::read(dir.join("environ")).ok()?;
+/// The global rank of a process with environment `env`: the first of [`RANK_KEYS`] that parses as an
+/// unsigned 32-bit integer (surrounding whitespace allowed).
+pub fn rank_of(env: &BTreeMap<String, String>) -> Option<u32> {
+    first_u32(env, RANK_KEYS)
+}
+
+/// `v` without control characters.
+fn clean(v: &str) -> String {
+    v.chars().filter(|c| !c.is_control()).collect()
+}
+
+/// `s` cut to at most `max` bytes, at a character boundary.
+fn cut_at_char(mut s: String, max: usize) -> String {
+    if s.len() > max {
+        let mut cut = max;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+    }
+    s
+}
+
+/// Most of an `environ` read: the kernel caps a process's arguments and environment together at a quarter of
+/// its stack limit, 2 MiB by default.
+const MAX_ENVIRON_BYTES: usize = 8 << 20;
+
+/// Reads and filters `environ`; `None` when it cannot be read (vanished, denied, refused). The raw bytes are
+/// dropped before this returns. An environment cut at [`MAX_ENVIRON_BYTES`] loses its last, partial entry.
+fn read_environ(procfs: &FsRoot, dir: &Path) -> Option<BTreeMap<String, String>> {
+    let mut raw = procfs.read(&dir.join("environ"), MAX_ENVIRON_BYTES).ok()?;
+    if raw.len() == MAX_ENVIRON_BYTES {
+        let end = raw.iter().rposition(|b| *b == 0).unwrap_or(0);
+        raw.truncate(end);
+    }
     Some(parse_environ(&raw))
 }
 
@@ -498,6 +650,43 @@ mod tests {
     }
 
     #[test]
+    fn nccl_settings_are_named_one_by_one_and_secret_looking_names_are_redacted() {
+        let raw = b"NCCL_IB_HCA=mlx5_0\0NCCL_NET_PLUGIN=aws-ofi\0NCCL_DEBUG=INFO\n\0NCCL_PLUGIN_ACCESS_TOKEN=tok-123\0NCCL_COMM_ID=10.0.0.1:1234\0NCCL_RAS_ADDR=10.0.0.2\0NCCL_DEBUG_FILE=/home/alice/n.%h\0";
+        let env = parse_environ(raw);
+        let keys: Vec<&str> = env.keys().map(String::as_str).collect();
+        assert_eq!(keys, ["NCCL_DEBUG", "NCCL_IB_HCA", "NCCL_NET_PLUGIN"]);
+        // Control characters never travel.
+        assert_eq!(env["NCCL_DEBUG"], "INFO");
+        assert!(!format!("{env:?}").contains("tok-123"));
+        // A secret-looking name is redacted even when an allowlist lets it through.
+        let all = parse_environ_with(
+            b"NCCL_PLUGIN_ACCESS_TOKEN=tok-123\0db_password=pw\0NCCL_IB_HCA=mlx5_0\0",
+            |_| true,
+        );
+        assert_eq!(all["NCCL_PLUGIN_ACCESS_TOKEN"], REDACTED);
+        assert_eq!(all["db_password"], REDACTED);
+        assert_eq!(all["NCCL_IB_HCA"], "mlx5_0");
+    }
+
+    #[test]
+    fn the_nccl_list_is_sorted_unique_and_holds_nothing_secret_looking() {
+        assert!(NCCL_KEYS.windows(2).all(|w| w[0] < w[1]), "sorted, unique");
+        for k in NCCL_KEYS.iter().chain(ALLOWED_KEYS) {
+            assert!(!looks_secret(k), "{k}");
+            assert!(is_allowed(k), "{k}");
+        }
+        for k in [
+            "NCCL_SOCKET_IFNAME",
+            "NCCL_IB_HCA",
+            "NCCL_IB_DISABLE",
+            "NCCL_NET",
+        ] {
+            assert!(NCCL_KEYS.contains(&k), "{k}: the project's checks read it");
+        }
+        assert!(!is_allowed("NCCL_COMM_ID") && !is_allowed("NCCL_"));
+    }
+
+    #[test]
     fn cgroup_patterns() {
         let v1 = "12:memory:/kubepods/burstable/pod0f5d6a43-1b2c-4d5e-8f90-123456789abc/3f4e5d6c7b8a99887766554433221100ffeeddccbbaa99887766554433221100\n";
         assert_eq!(
@@ -535,15 +724,24 @@ mod tests {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect()
         };
+        let rank = [("RANK", "0")];
         assert_eq!(
             job_id(
                 &env(&[("SLURM_JOB_ID", "42"), ("TORCHELASTIC_RUN_ID", "x")]),
                 None,
                 1,
                 2,
-                true
             ),
             "42"
+        );
+        assert_eq!(
+            job_id(
+                &env(&[("COMMWATCH_JOB", "llama"), ("SLURM_JOB_ID", "42")]),
+                None,
+                1,
+                2,
+            ),
+            "llama"
         );
         assert_eq!(
             job_id(
@@ -551,12 +749,21 @@ mod tests {
                 None,
                 1,
                 2,
-                true
             ),
             "10.0.0.1:29500"
         );
-        assert_eq!(job_id(&env(&[]), Some("u"), 7, 2, true), "pod-u");
-        assert_eq!(job_id(&env(&[]), None, 7, 2, true), "session-7");
-        assert_eq!(job_id(&env(&[]), None, 7, 2, false), "pid-2");
+        assert_eq!(job_id(&env(&rank), Some("u"), 7, 2), "pod-u");
+        assert_eq!(job_id(&env(&rank), None, 7, 2), "session-7");
+        assert_eq!(job_id(&env(&[]), None, 7, 2), "pid-2");
+        // An empty (or all-control) value counts as unset.
+        assert_eq!(
+            job_id(
+                &env(&[("COMMWATCH_JOB", "\u{7}"), ("SLURM_JOB_ID", "42")]),
+                None,
+                1,
+                2
+            ),
+            "42"
+        );
     }
 }
