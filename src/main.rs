@@ -330,12 +330,18 @@ fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            match commwatch_diagnose::baseline::import(
-                &file,
-                &collector,
-                job.as_deref(),
-                token.as_deref(),
-            ) {
+            let options = commwatch_diagnose::collector::ClientOptions {
+                token,
+                ..Default::default()
+            };
+            let client = match commwatch_diagnose::collector::Client::new(&collector, &options) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            match commwatch_diagnose::baseline::import(&file, &client, job.as_deref()) {
                 Ok(stored) => {
                     println!(
                         "{}",

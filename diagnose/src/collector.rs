@@ -1,16 +1,22 @@
 //! The fabric inventory from a running collector: `GET {URL}/api/v1/nodes` gives the links of every node
 //! (`class`, `device`, `port`, `role`, `capacity_bytes_per_second`, …), from which the link rate that baselines are
-//! compared with is taken when `--link-rate` is absent.
+//! compared with is taken when `--link-rate` is absent. [`client`] is the HTTP(S) client of every command that
+//! asks a running collector.
+
+pub mod client;
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use serde::Deserialize;
+
+pub use client::{Client, ClientError, ClientOptions};
 
 #[derive(Debug, thiserror::Error)]
 pub enum CollectorError {
     #[error("collector {url}: {message}")]
     Unreachable { url: String, message: String },
+    #[error("collector: {0}")]
+    Client(#[from] ClientError),
     #[error("collector {url}: /api/v1/nodes is not the expected JSON: {message}")]
     BadResponse { url: String, message: String },
 }
@@ -106,21 +112,24 @@ pub fn parse_nodes(body: &str, url: &str) -> Result<Inventory, CollectorError> {
     Ok(inv)
 }
 
-/// Fetches and reads `{url}/api/v1/nodes`.
+/// Fetches and reads `{url}/api/v1/nodes` with the default client (built-in and system roots, no token).
 pub fn fetch_inventory(url: &str) -> Result<Inventory, CollectorError> {
-    let endpoint = format!("{}/api/v1/nodes", url.trim_end_matches('/'));
-    let agent = ureq::Agent::config_builder()
-        .timeout_global(Some(Duration::from_secs(10)))
-        .build()
-        .new_agent();
-    let body = agent
-        .get(&endpoint)
-        .call()
-        .and_then(|mut r| r.body_mut().read_to_string())
-        .map_err(|e| CollectorError::Unreachable {
-            url: endpoint.clone(),
-            message: e.to_string(),
-        })?;
+    fetch_inventory_with(&Client::new(url, &ClientOptions::default())?)
+}
+
+/// Fetches and reads `/api/v1/nodes` through `client`.
+pub fn fetch_inventory_with(client: &Client) -> Result<Inventory, CollectorError> {
+    let endpoint = client.url("/api/v1/nodes");
+    let body = client
+        .get("/api/v1/nodes", &[])
+        .map_err(|e| match e {
+            ClientError::Unreachable { message, .. } => CollectorError::Unreachable {
+                url: endpoint.clone(),
+                message,
+            },
+            other => CollectorError::Client(other),
+        })?
+        .body;
     parse_nodes(&body, &endpoint)
 }
 

@@ -1,0 +1,379 @@
+//! The HTTP client of every command that asks a running collector (`commwatch status`, `findings`, `baseline
+//! import`, `diagnose --collector`): one blocking client on rustls, over `http://` or `https://`, trusting the
+//! built-in web roots, the system's roots and, when given, a CA file (a collector behind a proxy with a private
+//! CA), and sending the collector's API token as `authorization: Bearer <token>`.
+//!
+//! Blocking on purpose: the commands that use it run outside any async runtime, one request after another.
+
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+
+/// Whole-request timeout when none is given.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Time to open the TCP connection (and finish the TLS handshake) before giving up.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest piece of an error body quoted in an error message, bytes.
+const QUOTED_BODY: usize = 300;
+
+/// How to reach a collector.
+#[derive(Debug, Clone, Default)]
+pub struct ClientOptions {
+    /// PEM file of the CA certificate(s) that signed the collector's (or its proxy's) certificate, trusted in
+    /// addition to the built-in and system roots. Only with an `https://` URL.
+    pub ca_file: Option<PathBuf>,
+    /// The collector's API token (its `api_token_file`), sent with every request.
+    pub token: Option<String>,
+    /// Whole-request timeout; [`DEFAULT_TIMEOUT`] when `None`.
+    pub timeout: Option<Duration>,
+}
+
+/// Why a request got no usable answer. [`ClientError::is_usage`] tells a mistake of the caller (URL, CA file,
+/// token) from a collector that cannot be reached or answered badly.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("collector URL {url:?}: {reason}")]
+    BadUrl { url: String, reason: String },
+    #[error("CA file {}: {message}", path.display())]
+    CaFile { path: PathBuf, message: String },
+    #[error("the API token {0}")]
+    BadToken(&'static str),
+    #[error("cannot build the HTTP client: {0}")]
+    Build(String),
+    #[error("{url}: {message}")]
+    Unreachable { url: String, message: String },
+    #[error("{url}: HTTP {status}: {message}")]
+    Status {
+        url: String,
+        status: u16,
+        message: String,
+    },
+    #[error("{url}: the answer is not the expected JSON: {message}")]
+    BadBody { url: String, message: String },
+}
+
+impl ClientError {
+    /// True when the caller's input is wrong (URL, CA file, token), false when the collector is the problem.
+    pub fn is_usage(&self) -> bool {
+        matches!(
+            self,
+            ClientError::BadUrl { .. } | ClientError::CaFile { .. } | ClientError::BadToken(_)
+        )
+    }
+}
+
+/// A body and the collector's clock when it answered (the `Date` header, as sent).
+#[derive(Debug, Clone)]
+pub struct Answer {
+    pub body: String,
+    pub date: Option<String>,
+}
+
+/// A client bound to one collector's base URL (`https://collector:9470`, or with a path prefix behind a proxy).
+#[derive(Debug, Clone)]
+pub struct Client {
+    base: String,
+    http: reqwest::blocking::Client,
+    token: Option<String>,
+}
+
+impl Client {
+    /// Checks the URL (`http://` or `https://`, a host, no query), reads the CA file and builds the client.
+    pub fn new(base_url: &str, options: &ClientOptions) -> Result<Client, ClientError> {
+        let base = check_url(base_url)?;
+        let https = base.starts_with("https://");
+        let mut builder = reqwest::blocking::Client::builder()
+            .use_rustls_tls()
+            .timeout(options.timeout.unwrap_or(DEFAULT_TIMEOUT))
+            .connect_timeout(CONNECT_TIMEOUT)
+            .user_agent(concat!("commwatch/", env!("CARGO_PKG_VERSION")));
+        if let Some(path) = &options.ca_file {
+            if !https {
+                return Err(ClientError::BadUrl {
+                    url: base_url.to_string(),
+                    reason: "a CA file is given but the URL is not https://".into(),
+                });
+            }
+            for cert in read_ca(path)? {
+                builder = builder.add_root_certificate(cert);
+            }
+        }
+        let token = options.token.as_deref().map(check_token).transpose()?;
+        let http = builder.build().map_err(|e| ClientError::Build(chain(&e)))?;
+        Ok(Client { base, http, token })
+    }
+
+    /// The base URL, without a trailing `/`.
+    pub fn base_url(&self) -> &str {
+        &self.base
+    }
+
+    /// The full URL of `path` (which starts with `/`).
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// `GET path?query`: the body of a 2xx answer, else [`ClientError::Status`].
+    pub fn get(&self, path: &str, query: &[(&str, String)]) -> Result<Answer, ClientError> {
+        let url = self.url(path);
+        let resp = self.send(self.http.get(&url).query(query), &url)?;
+        let date = resp
+            .headers()
+            .get(reqwest::header::DATE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let body = resp.text().map_err(|e| ClientError::Unreachable {
+            url: url.clone(),
+            message: chain(&e),
+        })?;
+        Ok(Answer { body, date })
+    }
+
+    /// `GET path?query` read as JSON into `T`.
+    pub fn get_json<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        query: &[(&str, String)],
+    ) -> Result<T, ClientError> {
+        let answer = self.get(path, query)?;
+        parse_json(&answer.body, &self.url(path))
+    }
+
+    /// `POST path` with a JSON body; the JSON answer of a 2xx.
+    pub fn post_json(
+        &self,
+        path: &str,
+        body: &serde_json::Value,
+    ) -> Result<serde_json::Value, ClientError> {
+        let url = self.url(path);
+        let resp = self.send(self.http.post(&url).json(body), &url)?;
+        let text = resp.text().map_err(|e| ClientError::Unreachable {
+            url: url.clone(),
+            message: chain(&e),
+        })?;
+        parse_json(&text, &url)
+    }
+
+    /// `GET path` read line by line until `wanted` accepts one, which is returned; the rest of the body is not
+    /// read (a `/metrics` exposition can be megabytes, the line sought is one). `None` when no line matches.
+    pub fn find_line(
+        &self,
+        path: &str,
+        wanted: impl Fn(&str) -> bool,
+    ) -> Result<Option<String>, ClientError> {
+        let url = self.url(path);
+        let resp = self.send(self.http.get(&url), &url)?;
+        for line in std::io::BufReader::new(resp).lines() {
+            let line = line.map_err(|e| ClientError::Unreachable {
+                url: url.clone(),
+                message: e.to_string(),
+            })?;
+            if wanted(&line) {
+                return Ok(Some(line));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Sends with the token; a non-2xx answer becomes [`ClientError::Status`] with the collector's message.
+    fn send(
+        &self,
+        mut req: reqwest::blocking::RequestBuilder,
+        url: &str,
+    ) -> Result<reqwest::blocking::Response, ClientError> {
+        if let Some(t) = &self.token {
+            req = req.bearer_auth(t);
+        }
+        let resp = req.send().map_err(|e| ClientError::Unreachable {
+            url: url.to_string(),
+            message: chain(&e),
+        })?;
+        let status = resp.status();
+        if status.is_success() {
+            return Ok(resp);
+        }
+        let body = resp.text().unwrap_or_default();
+        Err(ClientError::Status {
+            url: url.to_string(),
+            status: status.as_u16(),
+            message: error_message(&body),
+        })
+    }
+}
+
+/// The base URL without its trailing `/`, when it is `http://` or `https://` with a host and no query.
+fn check_url(url: &str) -> Result<String, ClientError> {
+    let bad = |reason: &str| ClientError::BadUrl {
+        url: url.to_string(),
+        reason: reason.to_string(),
+    };
+    let parsed = reqwest::Url::parse(url).map_err(|e| bad(&e.to_string()))?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(bad("the scheme must be http:// or https://"));
+    }
+    if parsed.host_str().is_none_or(str::is_empty) {
+        return Err(bad("no host"));
+    }
+    if parsed.query().is_some() || parsed.fragment().is_some() {
+        return Err(bad("a query or fragment has no place in the base URL"));
+    }
+    Ok(url.trim_end_matches('/').to_string())
+}
+
+/// The token when it can travel in a header: not empty, printable ASCII without spaces.
+fn check_token(token: &str) -> Result<String, ClientError> {
+    if token.is_empty() {
+        return Err(ClientError::BadToken("is empty"));
+    }
+    if !token.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(ClientError::BadToken(
+            "holds spaces, control or non-ASCII characters",
+        ));
+    }
+    Ok(token.to_string())
+}
+
+/// Every certificate of a PEM file; an unreadable file or one with no certificate is an error.
+fn read_ca(path: &Path) -> Result<Vec<reqwest::Certificate>, ClientError> {
+    let err = |message: String| ClientError::CaFile {
+        path: path.to_path_buf(),
+        message,
+    };
+    let pem = std::fs::read(path).map_err(|e| err(e.to_string()))?;
+    let certs = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| err(chain(&e)))?;
+    if certs.is_empty() {
+        return Err(err("holds no PEM certificate".into()));
+    }
+    Ok(certs)
+}
+
+fn parse_json<T: DeserializeOwned>(body: &str, url: &str) -> Result<T, ClientError> {
+    serde_json::from_str(body).map_err(|e| ClientError::BadBody {
+        url: url.to_string(),
+        message: e.to_string(),
+    })
+}
+
+/// The collector's `{"error": "..."}` message, else the start of the body as text.
+fn error_message(body: &str) -> String {
+    if let Ok(v) = serde_json::from_str::<serde_json::Value>(body) {
+        if let Some(m) = v.get("error").and_then(|m| m.as_str()) {
+            return m.to_string();
+        }
+    }
+    let text = body.trim();
+    match text.char_indices().nth(QUOTED_BODY) {
+        Some((i, _)) => format!("{}…", &text[..i]),
+        None if text.is_empty() => "(empty body)".into(),
+        None => text.to_string(),
+    }
+}
+
+/// An error and its causes, `outer: inner: innermost` (a TLS failure is only named in the innermost).
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_are_checked_and_trimmed() {
+        assert_eq!(
+            check_url("https://collector:9470/").unwrap(),
+            "https://collector:9470"
+        );
+        assert_eq!(
+            check_url("http://10.0.0.1:9470/commwatch").unwrap(),
+            "http://10.0.0.1:9470/commwatch"
+        );
+        for bad in [
+            "collector:9470",
+            "ftp://collector",
+            "http://",
+            "http://c:1/?x=1",
+            "",
+        ] {
+            let e = check_url(bad).unwrap_err();
+            assert!(e.is_usage(), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_ca_file_needs_https_and_a_certificate() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = dir.path().join("ca.pem");
+        std::fs::write(&ca, "not a certificate\n").unwrap();
+        let with_ca = ClientOptions {
+            ca_file: Some(ca.clone()),
+            ..Default::default()
+        };
+        let e = Client::new("http://127.0.0.1:1", &with_ca).unwrap_err();
+        assert!(e.to_string().contains("not https://"), "{e}");
+        let e = Client::new("https://127.0.0.1:1", &with_ca).unwrap_err();
+        assert!(
+            matches!(&e, ClientError::CaFile { .. }) && e.is_usage(),
+            "{e}"
+        );
+        let missing = ClientOptions {
+            ca_file: Some(dir.path().join("absent.pem")),
+            ..Default::default()
+        };
+        let e = Client::new("https://127.0.0.1:1", &missing).unwrap_err();
+        assert!(e.to_string().contains("absent.pem"), "{e}");
+    }
+
+    #[test]
+    fn tokens_must_fit_a_header() {
+        assert_eq!(check_token("s3cr3t-_.~").unwrap(), "s3cr3t-_.~");
+        assert!(check_token("").is_err());
+        assert!(check_token("two words").is_err());
+        assert!(check_token("tab\there").is_err());
+        assert!(check_token("é").is_err());
+    }
+
+    #[test]
+    fn error_bodies_are_quoted_briefly() {
+        assert_eq!(
+            error_message(r#"{"error": "missing or wrong bearer token"}"#),
+            "missing or wrong bearer token"
+        );
+        assert_eq!(
+            error_message("Invalid query string\n"),
+            "Invalid query string"
+        );
+        assert_eq!(error_message(""), "(empty body)");
+        let long = "x".repeat(1000);
+        assert_eq!(error_message(&long).chars().count(), QUOTED_BODY + 1);
+    }
+
+    #[test]
+    fn a_closed_port_is_unreachable_not_usage() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let c = Client::new(&format!("http://127.0.0.1:{port}"), &Default::default()).unwrap();
+        let e = c.get("/healthz", &[]).unwrap_err();
+        assert!(matches!(e, ClientError::Unreachable { .. }), "{e}");
+        assert!(!e.is_usage());
+        assert!(
+            e.to_string().contains(&format!("127.0.0.1:{port}/healthz")),
+            "{e}"
+        );
+    }
+}
