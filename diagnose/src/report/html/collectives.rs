@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use super::super::model::Report;
 use super::super::units::human_bytes;
-use super::markup::{code, duration, esc, ms, num, pct, Align, Table, UNKNOWN};
+use super::markup::{code, duration, esc, ms, num, pct, text, Align, Table, UNKNOWN};
 
 /// How many collectives the table lists.
 pub const TOP: usize = 12;
@@ -94,7 +94,7 @@ fn table(costly: &[(Key, Costly)]) -> String {
         t.row(&[
             code(name),
             size.map_or(UNKNOWN.to_string(), |s| esc(&human_bytes(s))),
-            dtype.as_deref().map_or(UNKNOWN.to_string(), esc),
+            dtype.as_deref().map_or(UNKNOWN.to_string(), text),
             c.ranks.to_string(),
             c.calls.to_string(),
             format!(

@@ -54,6 +54,22 @@ pub fn headline(c: &Conclusion) -> (String, Tone) {
             Tone::Good,
         ),
         "insufficient_evidence" => ("Not enough evidence for a judgment yet", Tone::Unknown),
+        "mixed_inputs" => (
+            "The inputs mix runs or jobs that cannot be read as one",
+            Tone::Unknown,
+        ),
+        "run_failed" => (
+            "The baseline run failed: its numbers are no baseline",
+            Tone::Problem,
+        ),
+        "not_a_network_measurement" => (
+            "The baseline shows more than the network can carry: it did not measure the network",
+            Tone::Unknown,
+        ),
+        "misconfigured" => (
+            "NCCL is set up against the fabric: fix that before judging the link",
+            Tone::Problem,
+        ),
         _ => return (first_sentence(&c.summary), Tone::Unknown),
     };
     (text.to_string(), tone)
@@ -143,6 +159,10 @@ mod tests {
             "healthy",
             "baseline_meets_link",
             "insufficient_evidence",
+            "mixed_inputs",
+            "run_failed",
+            "not_a_network_measurement",
+            "misconfigured",
         ] {
             c.verdict = v;
             let (text, _) = headline(&c);

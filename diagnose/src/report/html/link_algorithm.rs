@@ -5,9 +5,11 @@
 use std::fmt::Write as _;
 
 use super::super::model::Report;
-use super::baselines::source_name;
-use super::markup::{code, esc, file, int, unbroken, Align, Table, UNKNOWN};
+use super::fabric::{nics_source, rate_source};
+use super::markup::{code, esc, file, int, text, unbroken, Align, Table, UNKNOWN};
+use super::results::ranks_phrase;
 use crate::analysed::LogReport;
+use crate::link::LinkInfo;
 use crate::nccl_log::NetInterface;
 
 /// The section's body.
@@ -16,19 +18,7 @@ pub fn body(r: &Report) -> String {
         "<p class=\"lead\">The fabric the baselines are held against, and what NCCL itself reports choosing: \
          the network, the interfaces, the transports and the channels.</p>",
     );
-    match r.link.rate_gbps {
-        Some(rate) => {
-            let _ = write!(
-                o,
-                "<p>Link rate: <strong>{rate:.1} GB/s</strong> (from {}).</p>",
-                esc(source_name(r.link.source))
-            );
-        }
-        None => o.push_str(
-            "<p class=\"missing\">Link rate unknown: give it with <code>--link-rate</code> (GB/s) or point \
-             <code>--collector</code> at a running collector.</p>",
-        ),
-    }
+    o.push_str(&fabric_line(&r.link));
     if let Some(w) = &r.link.warning {
         let _ = write!(o, "<p class=\"warning-note\">Collector: {}</p>", esc(w));
     }
@@ -44,20 +34,41 @@ pub fn body(r: &Report) -> String {
     o
 }
 
+/// The link rate, the NICs per node and what they make, or what is missing.
+fn fabric_line(link: &LinkInfo) -> String {
+    let Some(rate) = link.rate_gbps else {
+        return "<p class=\"missing\">Link rate unknown: give it with <code>--link-rate</code> (GB/s) or point \
+                <code>--collector</code> at a running collector.</p>"
+            .to_string();
+    };
+    let (nics, source) = link.nics();
+    let mut o = format!(
+        "<p>Link rate <strong>{rate:.1} GB/s</strong> (from {}) · NICs per node <strong>{nics}</strong> ({})",
+        esc(rate_source(link.source)),
+        esc(nics_source(source))
+    );
+    if let Some(capacity) = link.capacity_gbps() {
+        let _ = write!(
+            o,
+            " · a node's fabric capacity <strong>{capacity:.1} GB/s</strong>"
+        );
+    }
+    o.push_str(".</p>");
+    o
+}
+
 fn facts(logs: &[LogReport]) -> String {
     let mut t = Table::new(
         "logs",
         &[
             ("log", Align::Text),
             ("NCCL", Align::Text),
-            ("ranks", Align::Num),
-            ("nodes", Align::Num),
+            ("ranks", Align::Text),
             ("network", Align::Text),
             ("interfaces", Align::Text),
-            ("transports (connections)", Align::Text),
+            ("transports × connections", Align::Text),
             ("channels", Align::Num),
             ("GPU Direct RDMA", Align::Text),
-            ("warnings", Align::Num),
         ],
     );
     for l in logs {
@@ -73,17 +84,21 @@ fn facts(logs: &[LogReport]) -> String {
             Some(false) => "<span class=\"bad\">disabled</span>".to_string(),
             None => UNKNOWN.to_string(),
         };
+        // The warnings go with the file: a count, and the findings say what they are.
+        let warnings = match g.warning_count {
+            0 => String::new(),
+            1 => "<br><span class=\"bad\">1 NCCL warning</span>".to_string(),
+            n => format!("<br><span class=\"bad\">{n} NCCL warnings</span>"),
+        };
         t.row(&[
-            file(&l.file),
+            format!("{}{warnings}", file(&l.file)),
             g.version.as_deref().map_or(UNKNOWN.to_string(), unbroken),
-            int(g.nranks),
-            int(g.nnodes),
-            g.network.as_deref().map_or(UNKNOWN.to_string(), esc),
+            esc(&ranks_phrase(g.nranks, None, g.nnodes)),
+            g.network.as_deref().map_or(UNKNOWN.to_string(), text),
             list(&interfaces),
             list(&transports),
             int(g.channels),
             gdr,
-            g.warning_count.to_string(),
         ]);
     }
     t.finish()
@@ -114,15 +129,15 @@ fn interfaces(list: &[NetInterface]) -> Vec<String> {
         .map(|(transport, name, details)| {
             let detail = match details.as_slice() {
                 [] => String::new(),
-                [one] => format!(" {}", esc(one)),
+                [one] => format!(" {}", text(one)),
                 [first, rest @ ..] => format!(
                     " <span title=\"{}\">{} +{} more</span>",
                     esc(&details.join(" ")),
-                    esc(first),
+                    text(first),
                     rest.len()
                 ),
             };
-            format!("{} {}{detail}", esc(transport), code(name))
+            format!("{} {}{detail}", text(transport), code(name))
         })
         .collect()
 }
@@ -168,7 +183,10 @@ mod tests {
     #[test]
     fn the_link_and_each_logs_facts() {
         let html = without_labels(&body(&fixtures::report()));
-        assert!(html.contains("<p>Link rate: <strong>50.0 GB/s</strong> (from --link-rate).</p>"));
+        assert!(html.contains(
+            "<p>Link rate <strong>50.0 GB/s</strong> (from --link-rate) · NICs per node <strong>1</strong> \
+             (assumed: give --nics-per-node) · a node's fabric capacity <strong>50.0 GB/s</strong>.</p>"
+        ));
         assert!(html.contains(
             "<td>Socket</td><td>Socket <code>eth0</code> 10.0.0.1&lt;0&gt;</td><td><code>NET/Socket</code> ×7</td>"
         ));

@@ -36,12 +36,26 @@ pub fn inline(s: &str) -> String {
             out.push_str(&code(part));
         } else if inside {
             out.push('`');
-            out.push_str(&esc(part));
+            out.push_str(&text(part));
         } else {
-            out.push_str(&esc(part));
+            out.push_str(&text(part));
         }
     }
     out
+}
+
+/// A word longer than this many characters (a path, an IPv6 address with its interface) may break anywhere.
+pub const LONG_WORD: usize = 24;
+
+/// Text from the inputs, escaped; when it holds a word longer than [`LONG_WORD`] it may break anywhere, so
+/// that one long word cannot make a table wider than the page (a table is never narrower than its longest
+/// word). Shorter words keep whole.
+pub fn text(s: &str) -> String {
+    if s.split_whitespace().any(|w| w.chars().count() > LONG_WORD) {
+        format!("<span class=\"long\">{}</span>", esc(s))
+    } else {
+        esc(s)
+    }
 }
 
 /// Code spans up to this many characters never break across lines (`--nsys` stays whole); longer ones
@@ -63,7 +77,7 @@ pub fn unbroken(s: &str) -> String {
     if s.chars().count() <= UNBROKEN_CODE {
         format!("<span class=\"nw\">{}</span>", esc(s))
     } else {
-        esc(s)
+        text(s)
     }
 }
 
@@ -238,13 +252,22 @@ mod tests {
             "<code>&lt;b&gt;</code> and `unpaired"
         );
         assert_eq!(inline("no code"), "no code");
+        let path = "/a/very/long/path/to/a/file.txt";
+        assert_eq!(
+            inline(&format!("see {path} `x`")),
+            format!("<span class=\"long\">see {path} </span><code>x</code>")
+        );
+        assert_eq!(text("short words only"), "short words only");
         assert_eq!(inline("``"), "<code></code>");
         let long = "x".repeat(UNBROKEN_CODE + 1);
         assert_eq!(
             unbroken("2.22.3+cuda12.6"),
             "<span class=\"nw\">2.22.3+cuda12.6</span>"
         );
-        assert_eq!(unbroken(&long), long);
+        assert_eq!(
+            unbroken(&long),
+            format!("<span class=\"long\">{long}</span>")
+        );
         assert_eq!(code(&long), format!("<code class=\"long\">{long}</code>"));
     }
 

@@ -5,8 +5,9 @@
 //! each a section with its chart or table, and ends with the inputs as read:
 //! - [`conclusion`]: the verdict as a headline, the evidence behind it and the next action;
 //! - [`findings`]: each finding with a severity badge, its evidence as a table and its action;
-//! - [`baselines`] (step 1, with [`bandwidth_chart`]), [`timeline`] (step 2, with [`timeline_chart`]),
-//!   [`collectives`] (step 3), [`link_algorithm`] (step 4);
+//! - [`baselines`] (step 1, with [`bandwidth_chart`] and the [`results`] table), [`timeline`] (step 2, with
+//!   [`timeline_chart`]), [`collectives`] (step 3), [`link_algorithm`] (step 4); [`fabric`] names the link
+//!   and the NICs the baselines are held against;
 //! - [`inputs`]: what was read and how;
 //! - below them: [`markup`] (escaping, inline code, badges, tables), [`svg`] (the SVG writer) and [`axis`]
 //!   (round ticks, size labels, text widths).
@@ -19,10 +20,12 @@ pub mod bandwidth_chart;
 pub mod baselines;
 pub mod collectives;
 pub mod conclusion;
+pub mod fabric;
 pub mod findings;
 pub mod inputs;
 pub mod link_algorithm;
 pub mod markup;
+pub mod results;
 pub mod svg;
 pub mod timeline;
 pub mod timeline_chart;
@@ -131,7 +134,10 @@ mod tests {
         r.conclusion.summary = "<script>alert(1)</script>".to_string();
         let page = render_html(&r);
         assert!(!page.contains("<script"));
-        assert!(page.contains("<p class=\"summary\">&lt;script&gt;alert(1)&lt;/script&gt;</p>"));
+        // One long word: it may break anywhere.
+        assert!(page.contains(
+            "<p class=\"summary\"><span class=\"long\">&lt;script&gt;alert(1)&lt;/script&gt;</span></p>"
+        ));
         assert!(page.contains("<p>NCCL data moves over eth0 &lt;management&gt;</p>"));
         assert!(page.contains("bind NCCL to the fabric &amp; retry"));
     }
