@@ -3,8 +3,8 @@
 //! checked as markup, then loaded in headless Chromium and measured there.
 //!
 //! The page has no script, so a copy of it gets a probe script at its end. The probe writes what it measured
-//! into the DOM: the page's scroll width, every element past the viewport's edges, every chart label outside
-//! its chart or on top of another label, every box that scrolls sideways, the sections with their headings,
+//! into the DOM: the page's scroll width, every element past the viewport's edges or its section's, every
+//! chart label outside its chart or on top of another label, every box that scrolls sideways, the sections with their headings,
 //! the script, image and event-handler counts. Each page is the document of its own frame (`srcdoc`) of the
 //! viewport's width, so one Chromium run (`--dump-dom`) measures many pages; a script of the outer page
 //! gathers the probes' results once every frame has loaded. `the_probe_sees_each_fault` checks the probe.
@@ -49,7 +49,7 @@ const PROBE: &str = r#"<script>
 (function () {
   var de = document.documentElement, vw = de.clientWidth;
   var out = {scrollWidth: de.scrollWidth, clientWidth: vw, scrollHeight: de.scrollHeight,
-             overflow: [], clipped: [], overlaps: [], sideways: [], sections: [],
+             overflow: [], spills: [], clipped: [], overlaps: [], sideways: [], sections: [],
              scripts: document.scripts.length, images: document.images.length,
              handlers: document.querySelectorAll('[onerror],[onload],[onclick],[onmouseover]').length,
              svgs: document.querySelectorAll('svg').length, text: document.body.innerText};
@@ -62,6 +62,11 @@ const PROBE: &str = r#"<script>
     var b = e.getBoundingClientRect();
     if (b.width > 0 && (b.right > vw + 0.5 || b.left < -0.5)) {
       out.overflow.push(name(e) + ' spans ' + b.left.toFixed(1) + '..' + b.right.toFixed(1));
+    }
+    var sec = e.closest('section');
+    if (sec && b.width > 0 && b.right > sec.getBoundingClientRect().right + 0.5) {
+      out.spills.push(name(e) + ' ends at ' + b.right.toFixed(1) + ', its section at ' +
+        sec.getBoundingClientRect().right.toFixed(1));
     }
     var s = getComputedStyle(e).overflowX;
     if ((s === 'auto' || s === 'scroll' || s === 'hidden') && e.scrollWidth > e.clientWidth + 1) {
@@ -287,7 +292,7 @@ fn check_layout(name: &str, m: &Value, width: u32) {
     if m["scrollWidth"].as_u64() > m["clientWidth"].as_u64() {
         problems.push(format!("the page is {} px wide", m["scrollWidth"]));
     }
-    for k in ["overflow", "clipped", "overlaps", "sideways"] {
+    for k in ["overflow", "spills", "clipped", "overlaps", "sideways"] {
         if !list(k).is_empty() {
             problems.push(format!("{k}: {:#?}", list(k)));
         }
@@ -365,11 +370,12 @@ fn render_and_check(
         Vec::new()
     };
     for (i, (name, _)) in reports.iter().enumerate() {
+        // Kept first, so that a page that fails its checks can be looked at.
+        keep(bin, name, &pages[i], &wide[i]);
         check_layout(name, &wide[i], WIDTH);
         if let Some(m) = narrowed.get(i) {
             check_layout(name, m, NARROW);
         }
-        keep(bin, name, &pages[i], &wide[i]);
     }
     (pages, Some(wide))
 }
@@ -600,6 +606,8 @@ fn the_probe_sees_each_fault() {
     };
     let faulty = "<!DOCTYPE html><html><body>\
         <div style=\"width:3000px\">too wide</div>\
+        <section style=\"width:200px\"><table><tr><td>spills_out_of_its_section_with_one_long_word</td></tr>\
+        </table></section>\
         <div style=\"overflow-x:auto;width:100px\"><span style=\"display:inline-block;width:400px\">scrolls</span></div>\
         <svg width=\"200\" height=\"50\"><text x=\"190\" y=\"20\">clipped label</text>\
         <text x=\"10\" y=\"40\">first</text><text x=\"12\" y=\"42\">second</text></svg>\
@@ -618,13 +626,16 @@ fn the_probe_sees_each_fault() {
     assert!(list(0, "sideways")
         .iter()
         .any(|e| e.as_str().unwrap().contains("scrolls")));
+    assert!(list(0, "spills")
+        .iter()
+        .any(|e| e.as_str().unwrap().contains("spills_out")));
     assert!(list(0, "clipped")
         .iter()
         .any(|e| e.as_str().unwrap().contains("clipped label")));
     assert!(list(0, "overlaps")
         .iter()
         .any(|e| e.as_str().unwrap().contains("first")));
-    for k in ["overflow", "sideways", "clipped", "overlaps"] {
+    for k in ["overflow", "spills", "sideways", "clipped", "overlaps"] {
         assert!(list(1, k).is_empty(), "{k}: {:?}", list(1, k));
     }
     // The frame is the page's viewport, less a scroll bar at most.
