@@ -319,3 +319,111 @@ async fn job_lists_survive_a_restart_and_a_new_instance_clears_them() {
     assert_eq!(jobs_json(&h, "").await, serde_json::json!([]));
     h.shutdown().await;
 }
+
+/// A step marker received by the agent `age_s` seconds ago (by this machine's clock).
+fn marker(job: &str, rank: u32, age_s: i64) -> pb::StepMarker {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as i64;
+    pb::StepMarker {
+        job: job.into(),
+        rank,
+        step: 7,
+        phase: pb::StepPhase::End as i32,
+        sent_unix_ns: 0,
+        received_unix_ns: now - age_s * S,
+        samples: None,
+    }
+}
+
+#[tokio::test]
+async fn a_job_known_only_from_markers_is_listed_and_counted() {
+    let h = collector(config()).await;
+    let (a1, _) = Agent::connect(h.grpc_addr, hello("n1", 1)).await;
+    let (a2, _) = Agent::connect(h.grpc_addr, hello("n2", 2)).await;
+    a1.send(jobs_msg(vec![pb::Job {
+        id: "4242".into(),
+        ranks: vec![rank(100, 0, "ib0"), rank(101, 1, "ib0")],
+        conflicts: vec![],
+    }]))
+    .await;
+    // n1's markers of its listed job add nothing; its markers of another job make that job known. n2 lists no
+    // job: its markers place a rank of 4242 there. A job whose markers stopped long ago is not listed.
+    a1.send_batch(pb::SampleBatch {
+        seq: 1,
+        markers: vec![
+            marker("ended", 0, 900),
+            marker("4242", 0, 3),
+            marker("4242", 1, 3),
+            marker("solo", 3, 2),
+            marker("solo", 2, 1),
+            marker("solo", 3, 1),
+        ],
+        ..Default::default()
+    })
+    .await;
+    a2.send_batch(pb::SampleBatch {
+        seq: 1,
+        markers: vec![marker("4242", 5, 1)],
+        ..Default::default()
+    })
+    .await;
+    assert!(
+        eventually(|| async {
+            let v = jobs_json(&h, "").await;
+            v.as_array().is_some_and(|a| a.len() == 2)
+                && v[0]["nodes"] == serde_json::json!(["n1", "n2"])
+        })
+        .await,
+        "{}",
+        jobs_json(&h, "").await
+    );
+    let v = jobs_json(&h, "").await;
+    let ranks = |job: &serde_json::Value| -> Vec<(String, u64, u64, String)> {
+        job["ranks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                (
+                    r["node"].as_str().unwrap().to_string(),
+                    r["rank"].as_u64().unwrap(),
+                    r["pid"].as_u64().unwrap(),
+                    r["found_by"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(v[0]["id"], "4242");
+    let env = "environment".to_string();
+    let mk = "markers".to_string();
+    assert_eq!(
+        ranks(&v[0]),
+        [
+            ("n1".into(), 0, 100, env.clone()),
+            ("n1".into(), 1, 101, env),
+            ("n2".into(), 5, 0, mk.clone())
+        ]
+    );
+    assert_eq!(v[1]["id"], "solo");
+    assert_eq!(v[1]["nodes"], serde_json::json!(["n1"]));
+    assert_eq!(
+        ranks(&v[1]),
+        [("n1".into(), 2, 0, mk.clone()), ("n1".into(), 3, 0, mk)]
+    );
+    assert_eq!(
+        jobs_json(&h, "?job=solo").await.as_array().unwrap().len(),
+        1
+    );
+
+    let text = metrics(&h).await;
+    for line in [
+        r#"commwatch_job_ranks{job="4242",node="n1"} 2"#,
+        r#"commwatch_job_ranks{job="4242",node="n2"} 1"#,
+        r#"commwatch_job_ranks{job="solo",node="n1"} 2"#,
+    ] {
+        assert!(text.contains(line), "{line} in {text}");
+    }
+    assert!(!text.contains(r#"job="ended""#), "{text}");
+}

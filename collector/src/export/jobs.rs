@@ -1,8 +1,9 @@
 //! Jobs export: `GET /api/v1/jobs` (`?job=ID`) and the `/metrics` families `commwatch_nccl_setting_conflict`
 //! and `commwatch_job_ranks`.
 //!
-//! The jobs are the fleet jobs ([`crate::jobs`]: every node's list merged by job id, so a job spanning nodes is
-//! one element with the ranks of all of them), turned into their JSON view here. Step time,
+//! The jobs are the known jobs ([`crate::jobs::known_jobs`]: every node's list merged by job id, so a job spanning
+//! nodes is one element with the ranks of all of them, plus the jobs and ranks known only from step markers),
+//! turned into their JSON view here. Step time,
 //! throughput and scaling efficiency come from the analysis engine's last evaluation (`null` until it has
 //! figures for the job). Only what the agent's allowlist let through is held: the `NCCL_*` settings of each
 //! rank, never any other environment variable (the ingest edge refuses other keys).
@@ -21,7 +22,7 @@ use serde::{Deserialize, Serialize};
 use super::names;
 use super::proto::{family, label, metric};
 use crate::analysis::AnalysisHandle;
-use crate::jobs::{fleet_jobs, FleetJob};
+use crate::jobs::{known_jobs, FleetJob};
 use crate::store::Store;
 
 /// `/api/v1/jobs` rank: one process of the job.
@@ -40,7 +41,8 @@ pub struct RankView {
     pub container: Option<String>,
     /// The rank's `NCCL_*` settings (only allowlisted keys are ever read from a process).
     pub nccl: BTreeMap<String, String>,
-    /// `nvml` (on a GPU) or `environment` (rank markers).
+    /// `nvml` (on a GPU), `environment` (rank variables) or `markers` (known only from its step markers; its
+    /// `pid` is then 0).
     pub found_by: String,
 }
 
@@ -75,8 +77,8 @@ pub struct JobView {
     pub scaling_efficiency_method: Option<String>,
 }
 
-/// Every job of the nodes seen within `node_expiry` ([`crate::jobs::fleet_jobs`]), sorted by id. `analysis`
-/// (when given) fills the figures.
+/// Every job of the nodes seen within `node_expiry` ([`crate::jobs::known_jobs`]: job lists and recent step
+/// markers), sorted by id. `analysis` (when given) fills the figures.
 pub fn job_views(store: &Store, analysis: Option<&AnalysisHandle>) -> Vec<JobView> {
     let figures: HashMap<String, _> = analysis
         .map(|a| a.job_figures())
@@ -84,7 +86,7 @@ pub fn job_views(store: &Store, analysis: Option<&AnalysisHandle>) -> Vec<JobVie
         .into_iter()
         .map(|f| (f.job.clone(), f))
         .collect();
-    fleet_jobs(store, unix_now_ns())
+    known_jobs(store, unix_now_ns())
         .into_iter()
         .map(|j| {
             let mut v = job_view(j);
@@ -167,12 +169,13 @@ async fn list(State(s): State<JobsState>, Query(q): Query<JobsQuery>) -> Json<Ve
 
 const CONFLICT_HELP: &str =
     "1 per NCCL setting of a job that contradicts the node's hardware (kind: management_interface, missing_interface, ib_disabled, hca_excluded).";
-const RANKS_HELP: &str = "Processes (ranks) of the job the node's agent found.";
+const RANKS_HELP: &str =
+    "Processes (ranks) of the job the node's agent found, or that sent it step markers recently.";
 
 /// Renders `commwatch_nccl_setting_conflict{node,job,setting,kind}` (1 per conflict) and
-/// `commwatch_job_ranks{job,node}` at scrape time. Label values are bounded by the ingest limits (at most
-/// [`crate::ingest::domain::MAX_JOBS_PER_NODE`] jobs per node, lengths within `max_label_len`); the prometheus
-/// crate escapes them.
+/// `commwatch_job_ranks{job,node}` (per [`known_jobs`]: a node's job list, else its recent markers) at scrape
+/// time. Label values are bounded by the ingest limits (at most [`crate::ingest::domain::MAX_JOBS_PER_NODE`]
+/// jobs per node from each, lengths within `max_label_len`); the prometheus crate escapes them.
 pub struct JobsCollector {
     store: Arc<Store>,
     descs: Vec<Desc>,
@@ -203,13 +206,18 @@ impl Collector for JobsCollector {
             MetricType::GAUGE,
         );
         let mut ranks = family(names::JOB_RANKS, RANKS_HELP, MetricType::GAUGE);
-        for (node, list) in self.store.node_jobs(unix_now_ns()) {
-            for j in &list.jobs {
+        let now = unix_now_ns();
+        for j in known_jobs(&self.store, now) {
+            for node in &j.listed_by {
                 ranks.mut_metric().push(metric(
                     MetricType::GAUGE,
-                    vec![label("job", &j.id), label("node", &node)],
-                    j.ranks.len() as f64,
+                    vec![label("job", &j.id), label("node", node)],
+                    j.ranks.iter().filter(|r| &r.node == node).count() as f64,
                 ));
+            }
+        }
+        for (node, list) in self.store.node_jobs(now) {
+            for j in &list.jobs {
                 // One series per (setting, kind): the agent reports each setting once per job.
                 let mut seen: Vec<(&str, &str)> = Vec::new();
                 for c in &j.conflicts {
