@@ -174,7 +174,8 @@ impl Default for AgentConfig {
 
 /// The host name from `/proc/sys/kernel/hostname`, or `unknown-node`.
 pub fn default_node_name() -> String {
-    crate::source::sysfs::read_trimmed(Path::new("/proc/sys/kernel/hostname"))
+    crate::source::FsRoot::new("/proc")
+        .read_trimmed(Path::new("/proc/sys/kernel/hostname"))
         .unwrap_or_else(|| "unknown-node".to_string())
 }
 

@@ -154,7 +154,10 @@ pub fn check_roots(config: &AgentConfig) -> Vec<String> {
 
 /// The host's boot id from `<procfs-root>/sys/kernel/random/boot_id`, empty when unreadable.
 pub fn boot_id(procfs_root: &Path) -> String {
-    source::sysfs::read_trimmed(&procfs_root.join("sys/kernel/random/boot_id")).unwrap_or_default()
+    let procfs = source::FsRoot::new(procfs_root);
+    procfs
+        .read_trimmed(&procfs.join("sys/kernel/random/boot_id"))
+        .unwrap_or_default()
 }
 
 /// Resend buffer size that holds `span` of batches at the given series counts and periods.

@@ -16,6 +16,7 @@ pub const METRIC_NAMES: &[&str] = &[
     "commwatch_agent_source_series",
     "commwatch_agent_source_links",
     "commwatch_agent_source_discover_errors_total",
+    "commwatch_agent_source_stalled",
     "commwatch_agent_tick_overruns_total",
     "commwatch_agent_tick_duration_seconds",
     "commwatch_agent_handoff_dropped_batches_total",
@@ -54,6 +55,8 @@ pub struct AgentMetrics {
     pub links: IntGaugeVec,
     /// Discovery failures by source.
     pub discover_errors: IntCounterVec,
+    /// 1 while a source's call has not returned within its deadline (`source::watchdog`), by source.
+    pub source_stalled: IntGaugeVec,
     /// Ticks that started late by more than one period, by tier.
     pub tick_overruns: IntCounterVec,
     /// Wall time of a whole tick (all sources), by tier.
@@ -124,6 +127,11 @@ impl AgentMetrics {
             discover_errors: counter_vec(
                 "commwatch_agent_source_discover_errors_total",
                 "Failed hardware rescans by source.",
+                &["source"],
+            ),
+            source_stalled: gauge_vec(
+                "commwatch_agent_source_stalled",
+                "1 while a source has not answered within its deadline; its series stop meanwhile.",
                 &["source"],
             ),
             tick_overruns: counter_vec(
@@ -234,6 +242,7 @@ impl AgentMetrics {
             Box::new(self.series.clone()),
             Box::new(self.links.clone()),
             Box::new(self.discover_errors.clone()),
+            Box::new(self.source_stalled.clone()),
             Box::new(self.tick_overruns.clone()),
             Box::new(self.tick_seconds.clone()),
             Box::new(self.handoff_drops.clone()),

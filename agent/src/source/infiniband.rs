@@ -25,10 +25,9 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::sysfs::{
-    counter_max, list_dir, list_files, list_subdirs, parse_ib_rate, parse_ib_state, parse_u64,
-    read_trimmed, Decode, FileSeries,
-};
+use super::file_series::FileSeries;
+use super::fsroot::FsRoot;
+use super::sysfs::{counter_max, parse_ib_rate, parse_ib_state, parse_u64, Decode};
 use super::{
     Endpoint, Inventory, Link, LinkClass, LinkKey, LinkRole, ReadReport, SeriesKind, SeriesSpec,
     Source, SourceError, Tier, Value,
@@ -115,7 +114,7 @@ const UNKNOWN_STATE: &str = "UNKNOWN";
 
 /// Reads every InfiniBand/RoCE port under `<sysfs_root>/class/infiniband`.
 pub struct InfinibandSource {
-    sysfs_root: PathBuf,
+    sysfs_root: FsRoot,
     inventory: Inventory,
     files: FileSeries,
     absent_logged: bool,
@@ -124,10 +123,11 @@ pub struct InfinibandSource {
 impl InfinibandSource {
     /// A source reading `<sysfs_root>/class/infiniband`. Nothing is read until [`Source::discover`].
     pub fn new(sysfs_root: PathBuf) -> Self {
+        let sysfs_root = FsRoot::new(sysfs_root);
         InfinibandSource {
+            files: FileSeries::new(sysfs_root.clone()),
             sysfs_root,
             inventory: Inventory::default(),
-            files: FileSeries::default(),
             absent_logged: false,
         }
     }
@@ -147,7 +147,7 @@ impl InfinibandSource {
         changed: &mut bool,
     ) -> Link {
         let port_dir = dev_dir.join("ports").join(port);
-        let link_layer = read_trimmed(&port_dir.join("link_layer"));
+        let link_layer = self.sysfs_root.read_trimmed(&port_dir.join("link_layer"));
         let class = match link_layer.as_deref() {
             Some("Ethernet") => LinkClass::Roce,
             // Kernels before `link_layer` existed only had InfiniBand.
@@ -159,7 +159,7 @@ impl InfinibandSource {
             attributes.insert("link_layer".into(), ll);
         }
         let (state, capacity) = self.port_gauges(&key, &port_dir, &mut attributes, changed);
-        if let Some(nd) = port_netdev(dev_dir, &port_dir, port) {
+        if let Some(nd) = port_netdev(&self.sysfs_root, dev_dir, &port_dir, port) {
             attributes.insert("netdev".into(), nd);
         }
         self.port_counters(&key, &port_dir, changed);
@@ -268,7 +268,7 @@ impl InfinibandSource {
             );
         }
         let hw_dir = port_dir.join("hw_counters");
-        for name in list_files(&hw_dir).unwrap_or_default() {
+        for name in self.sysfs_root.list_files(&hw_dir).unwrap_or_default() {
             if HW_NOT_COUNTERS.contains(&name.as_str()) {
                 continue;
             }
@@ -299,18 +299,19 @@ fn metric_safe(name: &str) -> String {
 
 /// The netdev of a port: the first RoCE GID entry's netdev (`ports/<n>/gid_attrs/ndevs/0`), else the one
 /// entry of `<dev>/device/net/`, else the entry whose `dev_port` (0-based) is this port's.
-fn port_netdev(dev_dir: &Path, port_dir: &Path, port: &str) -> Option<String> {
-    if let Some(nd) = read_trimmed(&port_dir.join("gid_attrs/ndevs/0")) {
+fn port_netdev(root: &FsRoot, dev_dir: &Path, port_dir: &Path, port: &str) -> Option<String> {
+    if let Some(nd) = root.read_trimmed(&port_dir.join("gid_attrs/ndevs/0")) {
         return Some(nd);
     }
     let net = dev_dir.join("device/net");
-    let names = list_dir(&net, |_| true).ok()?;
+    let names = root.list_entries(&net).ok()?;
     if let [only] = names.as_slice() {
         return Some(only.clone());
     }
     let port_index = parse_u64(port).ok()?.checked_sub(1)?;
     names.into_iter().find(|n| {
-        read_trimmed(&net.join(n).join("dev_port")).and_then(|t| parse_u64(&t).ok())
+        root.read_trimmed(&net.join(n).join("dev_port"))
+            .and_then(|t| parse_u64(&t).ok())
             == Some(port_index)
     })
 }
@@ -327,10 +328,10 @@ impl Source for InfinibandSource {
 
     fn discover(&mut self) -> Result<bool, SourceError> {
         let class = self.sysfs_root.join("class/infiniband");
-        let devices = match list_subdirs(&class) {
+        let devices = match self.sysfs_root.list_subdirs(&class) {
             Ok(d) => d,
-            Err(SourceError::Io { source, .. })
-                if source.kind() == std::io::ErrorKind::NotADirectory =>
+            Err(SourceError::Io { error, .. })
+                if error.kind() == std::io::ErrorKind::NotADirectory =>
             {
                 Vec::new()
             }
@@ -348,11 +349,12 @@ impl Source for InfinibandSource {
             let dev_dir = class.join(&dev);
             let mut facts = BTreeMap::new();
             for fact in ["hca_type", "fw_ver", "board_id"] {
-                if let Some(v) = read_trimmed(&dev_dir.join(fact)) {
+                if let Some(v) = self.sysfs_root.read_trimmed(&dev_dir.join(fact)) {
                     facts.insert(fact.to_string(), v);
                 }
             }
-            let mut ports = list_subdirs(&dev_dir.join("ports")).unwrap_or_default();
+            let ports = self.sysfs_root.list_subdirs(&dev_dir.join("ports"));
+            let mut ports = ports.unwrap_or_default();
             sort_ports(&mut ports);
             for port in ports {
                 links.push(self.discover_port(&dev, &dev_dir, &facts, &port, &mut changed));

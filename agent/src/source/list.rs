@@ -1,6 +1,9 @@
 //! The explicit list of sources: their names in build and sampling order, the plain settings they are built
 //! from, and the backends that can be injected instead of the real hardware. A new source is one new file plus
 //! one name in [`SOURCE_NAMES`] and one arm in [`build_sources_with`].
+//!
+//! Every source built here runs behind a [`watchdog`](super::watchdog): one that stops answering is reported
+//! stalled instead of freezing the others.
 
 use std::path::PathBuf;
 
@@ -11,6 +14,7 @@ use super::netdev::{NetdevOptions, NetdevSource};
 use super::nvml::NvmlSource;
 use super::nvml_lib::NvmlBackend;
 use super::processes::ProcessesSource;
+use super::watchdog::watch;
 use super::Source;
 
 /// Names of the sources, in the order they are built and sampled (`processes` last: it checks NCCL settings
@@ -73,7 +77,7 @@ pub fn build_sources(settings: &SourceSettings) -> Vec<Box<dyn Source>> {
     build_sources_with(settings, SourceExtras::default())
 }
 
-/// [`build_sources`] with injected backends.
+/// [`build_sources`] with injected backends. Each source runs behind [`watch`].
 pub fn build_sources_with(settings: &SourceSettings, extras: SourceExtras) -> Vec<Box<dyn Source>> {
     let SourceExtras {
         gpu: gpu_backend,
@@ -109,5 +113,5 @@ pub fn build_sources_with(settings: &SourceSettings, extras: SourceExtras) -> Ve
             _ => {}
         }
     }
-    out
+    out.into_iter().map(watch).collect()
 }

@@ -11,10 +11,18 @@
 //!   the other series are still read (partial results, never "all or nothing").
 //! - Series indices refer to `inventory().series` and are stable until the next `discover()` that returns
 //!   `true`; series are never removed from the inventory (a vanished device's series simply stop producing).
-//! - Sources never panic on what they read.
+//! - Sources never panic on what they read, never block on it, and never quote it: every file is opened through
+//!   an [`FsRoot`] (non-blocking, regular files only, inside the root), and an error names the path and the
+//!   reason, never the content.
+//! - A source that does not answer in time is not waited for: [`list`] runs each source behind a
+//!   [`watchdog::Watched`], which reports it stalled and lets its series stop until it answers again.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
+pub mod attr_file;
+pub mod file_series;
+pub mod fsroot;
 pub mod gpu;
 pub mod gpu_recorded;
 pub mod host;
@@ -25,10 +33,12 @@ pub mod nvml;
 pub mod nvml_lib;
 pub mod processes;
 pub mod sysfs;
+pub mod watchdog;
 
 pub use commwatch_model::{
     Endpoint, Job, Link, LinkClass, LinkKey, LinkRole, Rank, SeriesKind, Tier,
 };
+pub use fsroot::FsRoot;
 pub use list::{build_sources, build_sources_with, SourceExtras, SourceSettings, SOURCE_NAMES};
 
 /// One series a source produces.
@@ -121,23 +131,88 @@ impl ReadReport {
     }
 }
 
-/// Errors of the sources.
+/// Errors of the sources. None carries what a file holds: a path, a reason, at most a length.
+///
+/// Each variant's message says its cause itself, so none is also given as `source()` (which would print the
+/// cause twice in a chain).
 #[derive(Debug, thiserror::Error)]
 pub enum SourceError {
-    #[error("{path}: {source}")]
+    #[error("{path}: {error}")]
     Io {
         path: std::path::PathBuf,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
-    #[error("{path}: cannot parse {content:?}: {reason}")]
+    #[error("{path}: cannot parse ({bytes} bytes): {reason}")]
     Parse {
         path: std::path::PathBuf,
-        content: String,
+        /// Length of the text, in bytes (its content is never kept).
+        bytes: usize,
         reason: String,
+    },
+    /// A file the sources will not read: see [`FsRoot`].
+    #[error("{path}: refused: {why}")]
+    Refused {
+        path: std::path::PathBuf,
+        why: Refusal,
+    },
+    /// A source whose `sample` or `discover` has not returned within its deadline (see [`watchdog`]).
+    #[error(
+        "{name}: {call} has not returned after {:.1} s; its series stop until it answers",
+        waited.as_secs_f64()
+    )]
+    Stalled {
+        name: &'static str,
+        call: &'static str,
+        waited: Duration,
     },
     #[error("{0}")]
     Other(String),
+}
+
+impl SourceError {
+    /// The same error again, for one reported on every read until its file is fixed (an I/O error is rebuilt
+    /// from its OS error code, else from its kind and message).
+    pub fn duplicate(&self) -> SourceError {
+        match self {
+            SourceError::Io { path, error } => SourceError::Io {
+                path: path.clone(),
+                error: match error.raw_os_error() {
+                    Some(code) => std::io::Error::from_raw_os_error(code),
+                    None => std::io::Error::new(error.kind(), error.to_string()),
+                },
+            },
+            SourceError::Parse {
+                path,
+                bytes,
+                reason,
+            } => SourceError::Parse {
+                path: path.clone(),
+                bytes: *bytes,
+                reason: reason.clone(),
+            },
+            SourceError::Refused { path, why } => SourceError::Refused {
+                path: path.clone(),
+                why: why.clone(),
+            },
+            SourceError::Stalled { name, call, waited } => SourceError::Stalled {
+                name,
+                call,
+                waited: *waited,
+            },
+            SourceError::Other(m) => SourceError::Other(m.clone()),
+        }
+    }
+}
+
+/// Why [`FsRoot`] refused a file.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// A FIFO, socket, device or directory where an attribute file should be (`a FIFO`, ...).
+    #[error("not a regular file ({0})")]
+    NotRegular(&'static str),
+    /// The path resolves (through links) outside this root.
+    #[error("resolves outside the root {}", .0.display())]
+    OutsideRoot(std::path::PathBuf),
 }
 
 /// A hardware source. See the module documentation for the contract.

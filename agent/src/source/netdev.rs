@@ -15,9 +15,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
+use super::file_series::FileSeries;
+use super::fsroot::FsRoot;
 use super::sysfs::{
-    glob_match, list_subdirs, parse_netdev_speed, parse_operstate, parse_u64, rdma_netdevs,
-    read_trimmed, Decode, FileSeries,
+    glob_match, parse_netdev_speed, parse_operstate, parse_u64, rdma_netdevs, Decode,
 };
 use super::{
     Endpoint, Inventory, Link, LinkClass, LinkKey, LinkRole, ReadReport, SeriesKind, SeriesSpec,
@@ -98,7 +99,7 @@ const UNKNOWN_STATE: &str = "unknown";
 
 /// Reads every interface under `<sysfs_root>/class/net` that is not excluded.
 pub struct NetdevSource {
-    sysfs_root: PathBuf,
+    sysfs_root: FsRoot,
     options: NetdevOptions,
     inventory: Inventory,
     files: FileSeries,
@@ -109,11 +110,12 @@ impl NetdevSource {
     /// A source reading `<sysfs_root>/class/net` (and `<sysfs_root>/class/infiniband` to classify). Nothing is
     /// read until [`Source::discover`].
     pub fn new(sysfs_root: PathBuf, options: NetdevOptions) -> Self {
+        let sysfs_root = FsRoot::new(sysfs_root);
         NetdevSource {
+            files: FileSeries::new(sysfs_root.clone()),
             sysfs_root,
             options,
             inventory: Inventory::default(),
-            files: FileSeries::default(),
             absent_logged: false,
         }
     }
@@ -130,7 +132,7 @@ impl NetdevSource {
         changed: &mut bool,
     ) -> Link {
         let dir = self.sysfs_root.join("class/net").join(name);
-        let type_text = read_trimmed(&dir.join("type"));
+        let type_text = self.sysfs_root.read_trimmed(&dir.join("type"));
         let if_type = type_text.as_deref().and_then(|t| parse_u64(t).ok());
         let class = if if_type == Some(ARPHRD_INFINIBAND) {
             LinkClass::Infiniband
@@ -143,7 +145,7 @@ impl NetdevSource {
         if let Some(t) = type_text {
             attributes.insert("type".to_string(), t);
         }
-        if let Some(mtu) = read_trimmed(&dir.join("mtu")) {
+        if let Some(mtu) = self.sysfs_root.read_trimmed(&dir.join("mtu")) {
             attributes.insert("mtu".to_string(), mtu);
         }
 
@@ -211,10 +213,10 @@ impl Source for NetdevSource {
 
     fn discover(&mut self) -> Result<bool, SourceError> {
         let net = self.sysfs_root.join("class/net");
-        let names = match list_subdirs(&net) {
+        let names = match self.sysfs_root.list_subdirs(&net) {
             Ok(n) => n,
-            Err(SourceError::Io { source, .. })
-                if source.kind() == std::io::ErrorKind::NotADirectory =>
+            Err(SourceError::Io { error, .. })
+                if error.kind() == std::io::ErrorKind::NotADirectory =>
             {
                 Vec::new()
             }

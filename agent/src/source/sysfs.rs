@@ -1,21 +1,22 @@
-//! Reading sysfs attribute files: pure parsers for the text of each attribute, an [`AttrFile`] that keeps a
-//! file open and re-reads it at offset 0, and [`FileSeries`], the table of file-backed series shared by the
-//! sysfs sources (infiniband, netdev).
+//! Reading sysfs: pure parsers for the text of each attribute, and the RDMA netdev lookup shared by the sysfs
+//! sources (infiniband, netdev). The file a series reads is an [`AttrFile`](super::attr_file::AttrFile), the
+//! table of them a [`FileSeries`](super::file_series::FileSeries); the directory helpers live with
+//! [`FsRoot`] and are re-exported here.
 //!
 //! Parsing is separated from I/O: every `parse_*` function takes the text of a file and is tested on its own;
-//! only `AttrFile` and the directory helpers touch the file system. Every path is built from the sysfs root the
-//! caller injects (`--sysfs-root`), never from a hard-coded `/sys`.
+//! only [`rdma_netdevs`] and [`FsRoot`] touch the file system. Every path is built from the sysfs root the
+//! caller injects (`--sysfs-root`), never from a hard-coded `/sys`, and every file is opened through that
+//! root's [`FsRoot`].
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::fmt;
-use std::fs::File;
-use std::io;
-use std::os::unix::fs::{FileExt, MetadataExt};
-use std::path::{Path, PathBuf};
 
-use super::{ReadReport, SeriesSpec, SourceError, Tier, Value};
+use super::fsroot::FsRoot;
+pub use super::fsroot::{list_dir, list_files, list_subdirs};
+use super::Value;
 
-/// Why a text could not be parsed. The I/O layer turns it into [`SourceError::Parse`] with the path and content.
+/// Why a text could not be parsed. The I/O layer turns it into [`SourceError::Parse`] with the path and the
+/// text's length (never the text).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ParseError {
     pub reason: String,
@@ -231,7 +232,7 @@ pub enum Decode {
 impl Decode {
     /// Whether an I/O error while reading means "unknown" rather than a failure: drivers refuse to report the
     /// speed of a link that is down (`EINVAL`).
-    fn io_error_is_unknown(self) -> bool {
+    pub(crate) fn io_error_is_unknown(self) -> bool {
         matches!(self, Decode::NetSpeedBytes)
     }
 }
@@ -275,190 +276,32 @@ pub fn counter_max(bits: u32, scale: u64) -> u64 {
     ones.saturating_mul(scale)
 }
 
-// Linux errno values that mean the file's device went away (driver reload, device reset): the handle is dead
-// and the path may exist again. The project reads sysfs, so these are the Linux numbers.
-const ENOENT: i32 = 2;
-const ENXIO: i32 = 6;
-const ENODEV: i32 = 19;
-const ESTALE: i32 = 116;
-
-fn is_gone(err: &io::Error) -> bool {
-    matches!(err.raw_os_error(), Some(ENOENT | ENXIO | ENODEV | ESTALE))
-}
-
-/// Largest attribute [`AttrFile`] reads. sysfs attributes are at most one page; this only bounds a runaway
-/// regular file in a fixture tree.
-const MAX_ATTR_LEN: usize = 1 << 20;
-/// Initial buffer: counters and states fit in a few dozen bytes.
-const INITIAL_BUF: usize = 64;
-
-/// An attribute file kept open and re-read with `pread` at offset 0 into a reusable buffer, so a read costs
-/// one system call and no allocation (sysfs regenerates the content on each read at offset 0). If a read fails
-/// because the device went away, the file is reopened once and read again.
-#[derive(Debug)]
-pub struct AttrFile {
-    path: PathBuf,
-    file: File,
-    buf: Vec<u8>,
-}
-
-impl AttrFile {
-    /// Opens `path` for reading.
-    pub fn open(path: PathBuf) -> Result<Self, SourceError> {
-        match File::open(&path) {
-            Ok(file) => Ok(AttrFile {
-                path,
-                file,
-                buf: vec![0; INITIAL_BUF],
-            }),
-            Err(source) => Err(SourceError::Io { path, source }),
-        }
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// Whether the path still names the open file (same device and inode). False when the path is gone or
-    /// was replaced (a device re-created its attributes, or a writer renamed a new file over it).
-    pub fn is_current(&self) -> bool {
-        match (std::fs::metadata(&self.path), self.file.metadata()) {
-            (Ok(p), Ok(f)) => p.dev() == f.dev() && p.ino() == f.ino(),
-            _ => false,
-        }
-    }
-
-    /// Reads the whole file from offset 0 and returns its text (untrimmed).
-    pub fn read(&mut self) -> Result<&str, SourceError> {
-        let len = match read_all_at(&self.file, &mut self.buf) {
-            Ok(n) => n,
-            Err(e) if is_gone(&e) => {
-                // The device was reset or its driver reloaded: the old handle stays dead, so reopen once.
-                let file = File::open(&self.path).map_err(|source| SourceError::Io {
-                    path: self.path.clone(),
-                    source,
-                })?;
-                self.file = file;
-                read_all_at(&self.file, &mut self.buf).map_err(|source| SourceError::Io {
-                    path: self.path.clone(),
-                    source,
-                })?
-            }
-            Err(source) => {
-                return Err(SourceError::Io {
-                    path: self.path.clone(),
-                    source,
-                })
-            }
-        };
-        std::str::from_utf8(&self.buf[..len]).map_err(|_| SourceError::Parse {
-            path: self.path.clone(),
-            content: String::from_utf8_lossy(&self.buf[..len.min(64)]).into_owned(),
-            reason: "not UTF-8".to_string(),
-        })
-    }
-}
-
-/// Reads from offset 0 to end of file into `buf`, growing it when full; returns the length read.
-fn read_all_at(file: &File, buf: &mut Vec<u8>) -> io::Result<usize> {
-    let mut len = 0;
-    loop {
-        let n = file.read_at(&mut buf[len..], len as u64)?;
-        len += n;
-        // A short read on a regular or sysfs file means end of file: this saves the second system call that a
-        // read-until-zero loop would make on every tick.
-        if n == 0 || len < buf.len() {
-            return Ok(len);
-        }
-        if buf.len() >= MAX_ATTR_LEN {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "attribute file larger than 1 MiB",
-            ));
-        }
-        let grown = (buf.len() * 2).min(MAX_ATTR_LEN);
-        buf.resize(grown, 0);
-    }
-}
-
-/// Reads a small file once and returns its trimmed text; `None` when it is absent, unreadable or empty.
-/// For inventory facts read at discovery (`hca_type`, `link_layer`, `type`, ...), not for sampling.
-pub fn read_trimmed(path: &Path) -> Option<String> {
-    let text = std::fs::read_to_string(path).ok()?;
-    let t = text.trim();
-    if t.is_empty() {
-        None
-    } else {
-        Some(t.to_string())
-    }
-}
-
-/// Names of the entries of `dir` for which `keep` holds on the entry's metadata (symlinks followed), sorted.
-/// A missing directory is `Ok(empty)`; an unreadable one is an error.
-pub fn list_dir(
-    dir: &Path,
-    keep: impl Fn(&std::fs::Metadata) -> bool,
-) -> Result<Vec<String>, SourceError> {
-    let entries = match std::fs::read_dir(dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(source) => {
-            return Err(SourceError::Io {
-                path: dir.to_path_buf(),
-                source,
-            })
-        }
-    };
-    let mut names = Vec::new();
-    for entry in entries.flatten() {
-        let Ok(name) = entry.file_name().into_string() else {
-            continue;
-        };
-        // `metadata` follows symlinks: in a real sysfs `class/net/<if>` and `device` are symlinks to dirs.
-        match std::fs::metadata(entry.path()) {
-            Ok(md) if keep(&md) => names.push(name),
-            _ => {}
-        }
-    }
-    names.sort();
-    Ok(names)
-}
-
-/// Sub-directories of `dir`, sorted by name (see [`list_dir`]).
-pub fn list_subdirs(dir: &Path) -> Result<Vec<String>, SourceError> {
-    list_dir(dir, |md| md.is_dir())
-}
-
-/// Plain files of `dir`, sorted by name (see [`list_dir`]).
-pub fn list_files(dir: &Path) -> Result<Vec<String>, SourceError> {
-    list_dir(dir, |md| md.is_file())
-}
-
 /// Names of the netdevs that belong to RDMA devices under `<sysfs_root>/class/infiniband`: the content of
 /// `<dev>/ports/<n>/gid_attrs/ndevs/*` of RoCE ports (GID table entries) and the entries of `<dev>/device/net/`.
 /// Unreadable entries are skipped (the kernel refuses reads of unused GID slots).
-pub fn rdma_netdevs(sysfs_root: &Path) -> BTreeSet<String> {
+pub fn rdma_netdevs(sysfs_root: &FsRoot) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
     let class = sysfs_root.join("class/infiniband");
-    for dev in list_subdirs(&class).unwrap_or_default() {
+    for dev in sysfs_root.list_subdirs(&class).unwrap_or_default() {
         let dev_dir = class.join(&dev);
-        for port in list_subdirs(&dev_dir.join("ports")).unwrap_or_default() {
+        let ports = sysfs_root.list_subdirs(&dev_dir.join("ports"));
+        for port in ports.unwrap_or_default() {
             let port_dir = dev_dir.join("ports").join(&port);
             // GID netdevs exist only on RoCE ports; an InfiniBand port has a table of slots that all refuse
             // to be read, so it is not walked.
-            if read_trimmed(&port_dir.join("link_layer")).as_deref() == Some("InfiniBand") {
+            let link_layer = sysfs_root.read_trimmed(&port_dir.join("link_layer"));
+            if link_layer.as_deref() == Some("InfiniBand") {
                 continue;
             }
             let ndevs = port_dir.join("gid_attrs/ndevs");
-            for slot in list_files(&ndevs).unwrap_or_default() {
-                if let Some(name) = read_trimmed(&ndevs.join(slot)) {
+            for slot in sysfs_root.list_files(&ndevs).unwrap_or_default() {
+                if let Some(name) = sysfs_root.read_trimmed(&ndevs.join(slot)) {
                     out.insert(name);
                 }
             }
         }
-        for name in list_dir(&dev_dir.join("device/net"), |_| true).unwrap_or_default() {
-            out.insert(name);
-        }
+        let net = sysfs_root.list_entries(&dev_dir.join("device/net"));
+        out.extend(net.unwrap_or_default());
     }
     out
 }
@@ -485,151 +328,6 @@ pub fn glob_match(pattern: &str, name: &str) -> bool {
         }
     }
     p[pi..].iter().all(|&b| b == b'*')
-}
-
-/// One file-backed series: the open file (none while its device is gone) and how to decode it.
-#[derive(Debug)]
-struct Slot {
-    file: Option<AttrFile>,
-    decode: Decode,
-    seen: bool,
-}
-
-/// The file-backed series of a sysfs source, index-aligned with the source's `Inventory::series`.
-///
-/// Discovery is a pass of [`FileSeries::begin`], one [`FileSeries::upsert`] per series found, and
-/// [`FileSeries::finish`]. Indices are stable: a series found again keeps its index (and its open file when
-/// the path is unchanged and still exists); a series not found again keeps its index and stops producing.
-#[derive(Debug, Default)]
-pub struct FileSeries {
-    slots: Vec<Slot>,
-    by_identity: HashMap<String, usize>,
-    fast: Vec<usize>,
-    slow: Vec<usize>,
-    not_available: u64,
-}
-
-impl FileSeries {
-    /// Starts a discovery pass.
-    pub fn begin(&mut self) {
-        for slot in &mut self.slots {
-            slot.seen = false;
-        }
-    }
-
-    /// Records that `spec` is read from `path` with `how`. A known series keeps its open file when `path` is
-    /// unchanged and still names the same inode; otherwise the file is (re)opened. Returns the index in
-    /// `series`, or `None` when the file cannot be opened (then the series is not in the inventory, or, if it was, it stops producing).
-    /// `series` is the source's `Inventory::series`; a new series is appended to it, a known one updated in
-    /// place; `changed` is set when either happens.
-    pub fn upsert(
-        &mut self,
-        series: &mut Vec<SeriesSpec>,
-        spec: SeriesSpec,
-        path: PathBuf,
-        how: Decode,
-        changed: &mut bool,
-    ) -> Option<usize> {
-        let identity = spec.identity();
-        if let Some(&idx) = self.by_identity.get(&identity) {
-            let slot = &mut self.slots[idx];
-            let keep = matches!(&slot.file, Some(f) if f.path() == path && f.is_current());
-            if !keep {
-                slot.file = AttrFile::open(path).ok();
-            }
-            slot.decode = how;
-            slot.seen = slot.file.is_some();
-            if series[idx] != spec {
-                series[idx] = spec;
-                *changed = true;
-            }
-            return slot.file.is_some().then_some(idx);
-        }
-        let file = AttrFile::open(path).ok()?;
-        let idx = series.len();
-        series.push(spec);
-        self.slots.push(Slot {
-            file: Some(file),
-            decode: how,
-            seen: true,
-        });
-        self.by_identity.insert(identity, idx);
-        *changed = true;
-        Some(idx)
-    }
-
-    /// Ends a discovery pass: series not found in it stop producing (their files are closed); the tier lists
-    /// are rebuilt from `series`.
-    pub fn finish(&mut self, series: &[SeriesSpec]) {
-        self.fast.clear();
-        self.slow.clear();
-        for (idx, slot) in self.slots.iter_mut().enumerate() {
-            if !slot.seen {
-                slot.file = None;
-                continue;
-            }
-            match series.get(idx).map(|s| s.tier) {
-                Some(Tier::Fast) => self.fast.push(idx),
-                Some(Tier::Slow) => self.slow.push(idx),
-                None => {}
-            }
-        }
-    }
-
-    /// Reads the text of series `idx` now (for inventory facts at discovery, through the same open file).
-    pub fn read_text(&mut self, idx: usize) -> Result<&str, SourceError> {
-        match self.slots.get_mut(idx).and_then(|s| s.file.as_mut()) {
-            Some(f) => f.read(),
-            None => Err(SourceError::Other(format!("series {idx} has no open file"))),
-        }
-    }
-
-    /// Reads every producing series of `tier`, pushing values to `sink`; failures go to `report`,
-    /// not-available values are counted in [`FileSeries::not_available`].
-    pub fn sample(
-        &mut self,
-        tier: Tier,
-        sink: &mut dyn FnMut(usize, Value),
-        report: &mut ReadReport,
-    ) {
-        let list = match tier {
-            Tier::Fast => &self.fast,
-            Tier::Slow => &self.slow,
-        };
-        for &idx in list {
-            let Some(slot) = self.slots.get_mut(idx) else {
-                continue;
-            };
-            let how = slot.decode;
-            let Some(file) = slot.file.as_mut() else {
-                continue;
-            };
-            match file.read() {
-                Ok(text) => match decode(how, text) {
-                    Ok(Reading::Value(v)) => {
-                        sink(idx, v);
-                        report.read += 1;
-                    }
-                    Ok(Reading::NotAvailable) => self.not_available += 1,
-                    Err(e) => {
-                        let content: String = text.trim().chars().take(64).collect();
-                        report.fail(SourceError::Parse {
-                            path: file.path().to_path_buf(),
-                            content,
-                            reason: e.reason,
-                        });
-                    }
-                },
-                Err(SourceError::Io { .. }) if how.io_error_is_unknown() => self.not_available += 1,
-                Err(e) => report.fail(e),
-            }
-        }
-    }
-
-    /// How many reads so far found the value not available (`N/A (no PMA)`, unknown speed or rate).
-    pub fn not_available(&self) -> u64 {
-        self.not_available
-    }
 }
 
 #[cfg(test)]
@@ -799,42 +497,5 @@ mod tests {
         assert!(glob_match("en*f0*", "ens1f0np0"));
         assert!(glob_match("*", "anything"));
         assert!(!glob_match("ib*", "eth0"));
-    }
-
-    #[test]
-    fn attr_file_rereads_and_grows() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("a");
-        let long = "x".repeat(1000);
-        std::fs::write(&path, &long).unwrap();
-        let mut f = AttrFile::open(path.clone()).unwrap();
-        assert_eq!(f.read().unwrap(), long);
-        std::fs::write(&path, "7\n").unwrap();
-        assert_eq!(f.read().unwrap(), "7\n");
-        // Exactly the initial buffer length: needs the second read that finds the end.
-        let exact = "y".repeat(INITIAL_BUF);
-        std::fs::write(&path, &exact).unwrap();
-        assert_eq!(f.read().unwrap(), exact);
-    }
-
-    #[test]
-    fn attr_file_keeps_reading_an_unlinked_inode() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("a");
-        std::fs::write(&path, "1\n").unwrap();
-        let mut f = AttrFile::open(path.clone()).unwrap();
-        assert_eq!(f.read().unwrap(), "1\n");
-        assert!(f.is_current());
-        // Renamed over: the path names another inode.
-        let tmp = dir.path().join("b");
-        std::fs::write(&tmp, "2\n").unwrap();
-        std::fs::rename(&tmp, &path).unwrap();
-        assert!(!f.is_current());
-        assert_eq!(f.read().unwrap(), "1\n");
-        // A regular file keeps its inode readable after unlink (unlike a sysfs attribute of a removed device,
-        // which fails with ENODEV and is reopened); opening the missing path is an I/O error, not a panic.
-        std::fs::remove_file(&path).unwrap();
-        assert_eq!(f.read().unwrap(), "1\n");
-        assert!(AttrFile::open(path).is_err());
     }
 }

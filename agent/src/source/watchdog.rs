@@ -1,0 +1,528 @@
+//! Sources behind a deadline: [`Watched`] runs one source on a thread of its own and waits for each call only
+//! so long, so a source stuck in a read (a hung file system under `/proc`, a driver call that never returns)
+//! cannot freeze the sampling of the others, `--once`, or the agent's shutdown.
+//!
+//! - A `sample` that has not returned after [`SAMPLE_DEADLINE`] (a `discover` after [`DISCOVER_DEADLINE`]) makes
+//!   the source *stalled*: a warning is logged once, `commwatch_agent_source_stalled{source}` is 1, and each
+//!   call while it lasts returns at once with a [`SourceError::Stalled`] failure for every series of the tier.
+//!   Its series produce nothing meanwhile: the collector sees them stop, never old values repeated.
+//! - When the stuck call returns, the source answers again (the gauge goes back to 0, an info line says how long
+//!   it was stuck). The values that call read late are dropped (their tick is gone); a late discovery's
+//!   inventory is kept, and the next `discover` reports it as a change.
+//! - Each value travels to the caller's sink as soon as it is read, so the sampler stamps it when it was read
+//!   (plus a hand-off of microseconds), not when the source's whole `sample` ended.
+//! - Dropping a [`Watched`] never waits: a thread still stuck in its source is left behind, detached, and ends
+//!   with the process.
+//!
+//! Cost: a hand-off per value read and one per call (each well under a microsecond while the caller is
+//! waiting, a few microseconds when it has to be woken).
+
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use commwatch_model::{Job, Link};
+
+use super::{Inventory, ReadReport, Source, SourceError, Tier, Value};
+use crate::telemetry::AgentMetrics;
+
+/// How long a `sample` may take before its source is reported stalled. Far above any healthy read (sysfs
+/// reads take microseconds, a tick of NVML calls milliseconds), well below the time an operator notices.
+pub const SAMPLE_DEADLINE: Duration = Duration::from_secs(1);
+/// How long a `discover` may take before its source is reported stalled: loading NVML on a node whose GPUs
+/// are not in persistence mode can take seconds.
+pub const DISCOVER_DEADLINE: Duration = Duration::from_secs(30);
+
+/// What the source's thread is asked to do.
+enum Request {
+    Bind(Arc<AgentMetrics>),
+    /// Discover, after `node_links` with these links when given.
+    Discover(Option<Vec<Link>>),
+    Sample(Tier),
+}
+
+/// What the source's thread answers.
+enum Reply {
+    /// The end of a `discover` (boxed: the channel's slots are as large as its largest message).
+    Discovered(Box<Discovered>),
+    /// One value read by the `sample` under way.
+    Value(usize, Value),
+    /// The end of a `sample`.
+    Sampled(ReadReport),
+}
+
+/// What a `discover` found.
+struct Discovered {
+    result: Result<bool, SourceError>,
+    inventory: Inventory,
+    jobs: Option<Vec<Job>>,
+}
+
+/// A call that has not been answered yet.
+struct Pending {
+    call: &'static str,
+    since: Instant,
+}
+
+/// A source run on its own thread with deadlines. See the module documentation.
+pub struct Watched {
+    name: &'static str,
+    requests: Sender<Request>,
+    replies: Receiver<Reply>,
+    sample_deadline: Duration,
+    discover_deadline: Duration,
+    /// The inventory and jobs of the last discovery that was answered.
+    inventory: Inventory,
+    jobs: Option<Vec<Job>>,
+    /// Series per tier (`[fast, slow]`) in `inventory`: what a stalled tick fails.
+    tier_series: [usize; 2],
+    /// Links for the next discovery's `node_links`.
+    links: Option<Vec<Link>>,
+    pending: Option<Pending>,
+    /// A late discovery changed the inventory: the next `discover` returns `true`.
+    missed_change: bool,
+    /// The source's thread ended (its source panicked).
+    dead: bool,
+    stalled: Option<prometheus::IntGauge>,
+}
+
+/// `source` behind the default deadlines; the source itself, unwatched, when no thread can be started (said
+/// in a warning).
+pub fn watch(source: Box<dyn Source>) -> Box<dyn Source> {
+    watch_with(source, SAMPLE_DEADLINE, DISCOVER_DEADLINE)
+}
+
+/// [`watch`] with other deadlines (tests).
+pub fn watch_with(
+    source: Box<dyn Source>,
+    sample_deadline: Duration,
+    discover_deadline: Duration,
+) -> Box<dyn Source> {
+    let name = source.name();
+    let (requests, inbox) = mpsc::channel();
+    let (outbox, replies) = mpsc::channel();
+    // The source moves to its thread only once that thread runs: if it cannot start, it comes back here.
+    let (give, take) = mpsc::channel::<Box<dyn Source>>();
+    let spawned = std::thread::Builder::new()
+        .name(format!("cw-src-{name}"))
+        .spawn(move || {
+            if let Ok(source) = take.recv() {
+                serve(source, inbox, outbox);
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::warn!(source = name, error = %e, "cannot start the source's thread: it runs without a deadline");
+        return source;
+    }
+    let _ = give.send(source);
+    Box::new(Watched {
+        name,
+        requests,
+        replies,
+        sample_deadline,
+        discover_deadline,
+        inventory: Inventory::default(),
+        jobs: None,
+        tier_series: [0, 0],
+        links: None,
+        pending: None,
+        missed_change: false,
+        dead: false,
+        stalled: None,
+    })
+}
+
+/// The source's thread: answers requests in order until the [`Watched`] is dropped.
+fn serve(mut source: Box<dyn Source>, requests: Receiver<Request>, replies: Sender<Reply>) {
+    while let Ok(request) = requests.recv() {
+        let reply = match request {
+            Request::Bind(metrics) => {
+                source.bind_metrics(&metrics);
+                continue;
+            }
+            Request::Discover(links) => {
+                if let Some(links) = links {
+                    source.node_links(&links);
+                }
+                let result = source.discover();
+                Reply::Discovered(Box::new(Discovered {
+                    result,
+                    inventory: source.inventory().clone(),
+                    jobs: source.jobs().map(<[Job]>::to_vec),
+                }))
+            }
+            Request::Sample(tier) => {
+                let report = source.sample(tier, &mut |i, v| {
+                    let _ = replies.send(Reply::Value(i, v));
+                });
+                Reply::Sampled(report)
+            }
+        };
+        if replies.send(reply).is_err() {
+            return;
+        }
+    }
+}
+
+impl Watched {
+    /// Takes in a late answer if one came (dropping the values its call read late); false while the source is
+    /// still stuck (or its thread is gone).
+    fn settle(&mut self) -> bool {
+        let Some((call, since)) = self.pending.as_ref().map(|p| (p.call, p.since)) else {
+            return !self.dead;
+        };
+        loop {
+            match self.replies.try_recv() {
+                Ok(Reply::Value(..)) => continue,
+                Ok(reply) => {
+                    tracing::info!(
+                        source = self.name,
+                        call,
+                        stuck_s = since.elapsed().as_secs_f64(),
+                        "source answers again; its series resume"
+                    );
+                    self.pending = None;
+                    self.set_stalled(false);
+                    if let Reply::Discovered(d) = reply {
+                        let Discovered {
+                            inventory, jobs, ..
+                        } = *d;
+                        self.missed_change |= inventory != self.inventory || jobs != self.jobs;
+                        self.absorb(inventory, jobs);
+                    }
+                    return true;
+                }
+                Err(TryRecvError::Empty) => return false,
+                Err(TryRecvError::Disconnected) => {
+                    self.dead = true;
+                    return false;
+                }
+            }
+        }
+    }
+
+    /// Waits until `deadline` for the next answer to the request sent at `since`; `None` when it did not
+    /// come (the source is then stalled, or its thread gone).
+    fn wait(&mut self, call: &'static str, since: Instant, deadline: Duration) -> Option<Reply> {
+        let left = deadline.saturating_sub(since.elapsed());
+        match self.replies.recv_timeout(left) {
+            Ok(reply) => Some(reply),
+            Err(RecvTimeoutError::Timeout) => {
+                tracing::warn!(
+                    source = self.name,
+                    call,
+                    deadline_s = deadline.as_secs_f64(),
+                    "source stalled: its call has not returned; its series stop until it answers"
+                );
+                self.pending = Some(Pending { call, since });
+                self.set_stalled(true);
+                None
+            }
+            Err(RecvTimeoutError::Disconnected) => {
+                self.dead = true;
+                None
+            }
+        }
+    }
+
+    /// Sends `request`; false when the source's thread is gone.
+    fn send(&mut self, request: Request) -> bool {
+        if self.requests.send(request).is_err() {
+            self.dead = true;
+        }
+        !self.dead
+    }
+
+    /// Why the source does not answer now.
+    fn unanswered(&self) -> SourceError {
+        match &self.pending {
+            Some(p) => SourceError::Stalled {
+                name: self.name,
+                call: p.call,
+                waited: p.since.elapsed(),
+            },
+            None => SourceError::Other(format!(
+                "{}: the source's thread ended; it is not read any more",
+                self.name
+            )),
+        }
+    }
+
+    fn out_of_order(&self) -> SourceError {
+        SourceError::Other(format!("{}: answer out of order", self.name))
+    }
+
+    /// A report failing every series of `tier` with [`Watched::unanswered`].
+    fn unanswered_report(&self, tier: Tier) -> ReadReport {
+        let mut report = ReadReport::default();
+        report.fail(self.unanswered());
+        report.failed = report.failed.max(self.tier_series[tier.index()]);
+        report
+    }
+
+    fn absorb(&mut self, inventory: Inventory, jobs: Option<Vec<Job>>) {
+        self.tier_series = [0, 0];
+        for s in &inventory.series {
+            self.tier_series[s.tier.index()] += 1;
+        }
+        self.inventory = inventory;
+        self.jobs = jobs;
+    }
+
+    fn set_stalled(&self, stalled: bool) {
+        if let Some(g) = &self.stalled {
+            g.set(i64::from(stalled));
+        }
+    }
+}
+
+impl Source for Watched {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn discover(&mut self) -> Result<bool, SourceError> {
+        if !self.settle() {
+            return Err(self.unanswered());
+        }
+        let links = self.links.take();
+        let since = Instant::now();
+        if !self.send(Request::Discover(links)) {
+            return Err(self.unanswered());
+        }
+        match self.wait("discover", since, self.discover_deadline) {
+            Some(Reply::Discovered(d)) => {
+                let Discovered {
+                    result,
+                    inventory,
+                    jobs,
+                } = *d;
+                self.absorb(inventory, jobs);
+                let missed = std::mem::take(&mut self.missed_change);
+                result.map(|changed| changed || missed)
+            }
+            Some(_) => Err(self.out_of_order()),
+            None => Err(self.unanswered()),
+        }
+    }
+
+    fn inventory(&self) -> &Inventory {
+        &self.inventory
+    }
+
+    fn sample(&mut self, tier: Tier, sink: &mut dyn FnMut(usize, Value)) -> ReadReport {
+        let since = Instant::now();
+        if !self.settle() || !self.send(Request::Sample(tier)) {
+            return self.unanswered_report(tier);
+        }
+        loop {
+            match self.wait("sample", since, self.sample_deadline) {
+                Some(Reply::Value(i, v)) => sink(i, v),
+                Some(Reply::Sampled(report)) => return report,
+                Some(Reply::Discovered(_)) => {
+                    let mut report = ReadReport::default();
+                    report.fail(self.out_of_order());
+                    return report;
+                }
+                // Values already handed over were read in time and stay; the rest of the tier failed.
+                None => return self.unanswered_report(tier),
+            }
+        }
+    }
+
+    fn bind_metrics(&mut self, metrics: &Arc<AgentMetrics>) {
+        let gauge = metrics.source_stalled.with_label_values(&[self.name]);
+        gauge.set(i64::from(self.pending.is_some()));
+        self.stalled = Some(gauge);
+        self.send(Request::Bind(metrics.clone()));
+    }
+
+    fn node_links(&mut self, links: &[Link]) {
+        self.links = Some(links.to_vec());
+    }
+
+    fn jobs(&self) -> Option<&[Job]> {
+        self.jobs.as_deref()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::{SeriesKind, SeriesSpec};
+    use std::collections::BTreeMap;
+    use std::sync::{Arc, Mutex};
+
+    /// One slow gauge; `sample` blocks while the gate is held, `discover` while `block_discover` holds it.
+    struct Gated {
+        inventory: Inventory,
+        gate: Arc<Mutex<()>>,
+        block_discover: bool,
+        value: f64,
+    }
+
+    impl Source for Gated {
+        fn name(&self) -> &'static str {
+            "gated"
+        }
+        fn discover(&mut self) -> Result<bool, SourceError> {
+            if self.block_discover {
+                drop(self.gate.lock());
+            }
+            let first = self.inventory.series.is_empty();
+            if first {
+                self.inventory.series.push(SeriesSpec {
+                    metric: "g".into(),
+                    kind: SeriesKind::Gauge,
+                    tier: Tier::Slow,
+                    link: None,
+                    labels: BTreeMap::new(),
+                });
+            }
+            Ok(first)
+        }
+        fn inventory(&self) -> &Inventory {
+            &self.inventory
+        }
+        fn sample(&mut self, _tier: Tier, sink: &mut dyn FnMut(usize, Value)) -> ReadReport {
+            drop(self.gate.lock());
+            self.value += 1.0;
+            sink(0, Value::Gauge(self.value));
+            ReadReport {
+                read: 1,
+                ..ReadReport::default()
+            }
+        }
+    }
+
+    fn read(s: &mut dyn Source) -> (Vec<(usize, Value)>, ReadReport) {
+        let mut v = Vec::new();
+        let r = s.sample(Tier::Slow, &mut |i, x| v.push((i, x)));
+        (v, r)
+    }
+
+    const SHORT: Duration = Duration::from_millis(100);
+
+    #[test]
+    fn a_stuck_sample_is_reported_stalled_at_the_deadline_and_old_values_are_never_handed_out() {
+        let gate = Arc::new(Mutex::new(()));
+        let metrics = Arc::new(AgentMetrics::new());
+        let mut s = watch_with(
+            Box::new(Gated {
+                inventory: Inventory::default(),
+                gate: gate.clone(),
+                block_discover: false,
+                value: 0.0,
+            }),
+            SHORT,
+            SHORT,
+        );
+        s.bind_metrics(&metrics);
+        assert!(s.discover().unwrap());
+        assert_eq!(read(s.as_mut()).0, vec![(0, Value::Gauge(1.0))]);
+        let stalled = || metrics.source_stalled.with_label_values(&["gated"]).get();
+        assert_eq!(stalled(), 0);
+
+        let held = gate.lock().unwrap();
+        let t = Instant::now();
+        let (v, r) = read(s.as_mut());
+        let waited = t.elapsed();
+        assert!(waited >= SHORT && waited < SHORT * 5, "{waited:?}");
+        assert!(v.is_empty());
+        assert_eq!(r.failed, 1);
+        assert!(matches!(
+            r.errors[0],
+            SourceError::Stalled { call: "sample", .. }
+        ));
+        assert_eq!(stalled(), 1);
+        // While stuck: at once, nothing read, the same failure.
+        let t = Instant::now();
+        let (v, r) = read(s.as_mut());
+        assert!(t.elapsed() < SHORT / 2);
+        assert!(v.is_empty() && r.failed == 1);
+        assert!(r.errors[0]
+            .to_string()
+            .starts_with("gated: sample has not returned after"));
+        assert!(matches!(s.discover(), Err(SourceError::Stalled { .. })));
+
+        drop(held);
+        std::thread::sleep(SHORT / 2);
+        // The late sample (value 2) is dropped; the next one is read fresh.
+        assert_eq!(read(s.as_mut()).0, vec![(0, Value::Gauge(3.0))]);
+        assert_eq!(stalled(), 0);
+        assert!(!s.discover().unwrap());
+    }
+
+    /// Two values read 30 ms apart.
+    struct Paced(Inventory);
+
+    impl Source for Paced {
+        fn name(&self) -> &'static str {
+            "paced"
+        }
+        fn discover(&mut self) -> Result<bool, SourceError> {
+            Ok(false)
+        }
+        fn inventory(&self) -> &Inventory {
+            &self.0
+        }
+        fn sample(&mut self, _tier: Tier, sink: &mut dyn FnMut(usize, Value)) -> ReadReport {
+            sink(0, Value::Counter(1));
+            std::thread::sleep(Duration::from_millis(30));
+            sink(1, Value::Counter(2));
+            ReadReport {
+                read: 2,
+                ..ReadReport::default()
+            }
+        }
+    }
+
+    #[test]
+    fn each_value_reaches_the_sink_when_it_is_read_not_when_the_sample_ends() {
+        let mut s = watch(Box::new(Paced(Inventory::default())));
+        let mut at = Vec::new();
+        let r = s.sample(Tier::Fast, &mut |i, _| at.push((i, Instant::now())));
+        assert_eq!(r.read, 2);
+        assert_eq!(at.len(), 2);
+        let gap = at[1].1 - at[0].1;
+        assert!(gap >= Duration::from_millis(25), "{gap:?}");
+    }
+
+    #[test]
+    fn a_late_discovery_is_reported_as_a_change_and_dropping_never_waits() {
+        let gate = Arc::new(Mutex::new(()));
+        let mut s = watch_with(
+            Box::new(Gated {
+                inventory: Inventory::default(),
+                gate: gate.clone(),
+                block_discover: true,
+                value: 0.0,
+            }),
+            SHORT,
+            SHORT,
+        );
+        let held = gate.lock().unwrap();
+        assert!(matches!(
+            s.discover(),
+            Err(SourceError::Stalled {
+                call: "discover",
+                ..
+            })
+        ));
+        assert!(s.inventory().series.is_empty());
+        drop(held);
+        std::thread::sleep(SHORT / 2);
+        // The first (late) discovery found the series; the next one finds nothing new but says it changed.
+        assert_eq!(read(s.as_mut()).0, vec![(0, Value::Gauge(1.0))]);
+        assert_eq!(s.inventory().series.len(), 1);
+        assert!(s.discover().unwrap());
+        assert!(!s.discover().unwrap());
+
+        let _held = gate.lock().unwrap();
+        let (_, r) = read(s.as_mut());
+        assert_eq!(r.failed, 1);
+        let t = Instant::now();
+        drop(s);
+        assert!(t.elapsed() < SHORT / 2);
+    }
+}
