@@ -23,20 +23,26 @@ pub const DEFAULT_STEPS_SOCKET: &str = "/run/commwatch/steps.sock";
 /// Default address of the agent's own `/metrics`.
 pub const DEFAULT_HTTP_LISTEN: &str = "127.0.0.1:9471";
 
-/// Errors of loading or validating the configuration.
+/// Smallest resend buffer (`buffer_bytes`, `--buffer-bytes`): a few batches of a large node.
+pub const MIN_BUFFER_BYTES: usize = 64 * 1024;
+/// Largest resend buffer: far above an hour of batches of any node (the default holds 10 minutes, tens of
+/// MiB on a large node); it bounds a typo, since the buffer is memory the agent may fill while the collector is
+/// away.
+pub const MAX_BUFFER_BYTES: usize = 16 * 1024 * 1024 * 1024;
+
+/// Errors of loading or validating the configuration. Each message says its cause itself (none is repeated
+/// as a `source()`).
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("cannot read config file {path}: {source}")]
+    #[error("cannot read config file {path}: {error}")]
     Read {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
-    #[error("config file {path}: {source}")]
+    #[error("config file {path}: {error}")]
     Parse {
         path: PathBuf,
-        #[source]
-        source: toml::de::Error,
+        error: toml::de::Error,
     },
     #[error("invalid configuration: `{field}`: {reason}")]
     Invalid { field: &'static str, reason: String },
@@ -119,7 +125,8 @@ pub struct AgentConfig {
     /// How many samples are gathered into one batch before it is shipped.
     #[serde(with = "humantime_serde")]
     pub batch_period: Duration,
-    /// Resend buffer size in bytes; `None` sizes it for 10 minutes at the configured rates.
+    /// Resend buffer size in bytes, [`MIN_BUFFER_BYTES`] (64 KiB) to [`MAX_BUFFER_BYTES`] (16 GiB); `None`
+    /// sizes it for 10 minutes at the configured rates.
     pub buffer_bytes: Option<usize>,
     /// A connection with unacknowledged batches and no ack for this long is considered stalled and reopened.
     #[serde(with = "humantime_serde")]
@@ -215,14 +222,37 @@ impl AgentConfig {
 
     /// Reads a TOML file; missing keys keep their defaults.
     pub fn from_file(path: &Path) -> Result<AgentConfig, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
             path: path.to_path_buf(),
-            source,
+            error,
         })?;
-        toml::from_str(&text).map_err(|source| ConfigError::Parse {
+        toml::from_str(&text).map_err(|error| ConfigError::Parse {
             path: path.to_path_buf(),
-            source,
+            error,
         })
+    }
+
+    /// What is allowed but risky, said at every start: a `/metrics` listener reachable from other hosts, and
+    /// key or token files that others on the node can read or change.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut w = Vec::new();
+        if !self.http_listen.ip().is_loopback() {
+            w.push(format!(
+                "--http-listen {} (http_listen) is not a loopback address: the agent's /metrics and /healthz \
+                 answer anyone who can reach this node; listen on 127.0.0.1 unless a scraper elsewhere needs it",
+                self.http_listen
+            ));
+        }
+        let secrets = [
+            ("TLS client key", self.tls.key_file.as_deref()),
+            ("token file", self.token_file.as_deref()),
+        ];
+        for (what, path) in secrets {
+            if let Some(w_) = path.and_then(|p| loose_permissions(what, p)) {
+                w.push(w_);
+            }
+        }
+        w
     }
 
     /// Checks every field; the error names the first bad one.
@@ -307,8 +337,14 @@ impl AgentConfig {
             return Err(invalid("discover_period", "must be at least slow_period"));
         }
         if let Some(b) = self.buffer_bytes {
-            if b < 64 * 1024 {
-                return Err(invalid("buffer_bytes", "must be at least 64 KiB"));
+            if !(MIN_BUFFER_BYTES..=MAX_BUFFER_BYTES).contains(&b) {
+                return Err(invalid(
+                    "buffer_bytes",
+                    format!(
+                        "--buffer-bytes {b} is out of range: the resend buffer takes {MIN_BUFFER_BYTES} \
+                         (64 KiB) to {MAX_BUFFER_BYTES} (16 GiB) bytes"
+                    ),
+                ));
             }
         }
         if self.backoff_min.is_zero() || self.backoff_max < self.backoff_min {
@@ -345,6 +381,19 @@ impl AgentConfig {
         }
         Ok(())
     }
+}
+
+/// A warning when the secret file `path` can be read or written by its group or others.
+fn loose_permissions(what: &str, path: &Path) -> Option<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(path).ok()?.permissions().mode() & 0o777;
+    (mode & 0o077 != 0).then(|| {
+        format!(
+            "{what} {} can be read or changed by group or others (mode {mode:04o}): chmod 600 {}",
+            path.display(),
+            path.display()
+        )
+    })
 }
 
 #[cfg(test)]
@@ -412,6 +461,72 @@ management = ["eth*"]
         assert_eq!(
             c.source_settings().netdev.exclude,
             vec!["bond*".to_string()]
+        );
+    }
+
+    #[test]
+    fn buffer_bytes_is_bounded_and_the_error_names_the_flag() {
+        let with = |b: usize| AgentConfig {
+            node: "n1".into(),
+            buffer_bytes: Some(b),
+            ..Default::default()
+        };
+        with(MIN_BUFFER_BYTES).validate().unwrap();
+        with(MAX_BUFFER_BYTES).validate().unwrap();
+        for b in [usize::MAX, MAX_BUFFER_BYTES + 1, MIN_BUFFER_BYTES - 1, 0] {
+            let err = with(b).validate().unwrap_err().to_string();
+            assert!(err.contains("`buffer_bytes`"), "{err}");
+            assert!(
+                err.contains(&format!("--buffer-bytes {b} is out of range")),
+                "{err}"
+            );
+            assert!(err.contains("64 KiB") && err.contains("16 GiB"), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_remote_listener_and_loose_secret_files_are_warned_about() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let token = dir.path().join("token");
+        let key = dir.path().join("key.pem");
+        std::fs::write(&token, "t").unwrap();
+        std::fs::write(&key, "k").unwrap();
+        std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o644)).unwrap();
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let c = AgentConfig {
+            node: "n1".into(),
+            http_listen: "0.0.0.0:9471".parse().unwrap(),
+            token_file: Some(token.clone()),
+            tls: AgentTlsConfig {
+                key_file: Some(key.clone()),
+                cert_file: Some(key.clone()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let w = c.warnings();
+        assert_eq!(w.len(), 2, "{w:?}");
+        assert!(
+            w[0].starts_with("--http-listen 0.0.0.0:9471 (http_listen) is not a loopback"),
+            "{w:?}"
+        );
+        let t = token.display();
+        assert_eq!(
+            w[1],
+            format!("token file {t} can be read or changed by group or others (mode 0644): chmod 600 {t}")
+        );
+        std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o640)).unwrap();
+        let c = AgentConfig {
+            http_listen: "127.0.0.1:9471".parse().unwrap(),
+            ..c
+        };
+        let w = c.warnings();
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].starts_with("TLS client key ") && w[0].contains("(mode 0640)"),
+            "{w:?}"
         );
     }
 

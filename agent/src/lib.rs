@@ -44,28 +44,34 @@ pub use config::AgentConfig;
 /// [`start_with`].
 pub type AgentExtras = source::SourceExtras;
 
-/// Errors that stop the agent from starting.
+/// Errors that stop the agent from starting. Each message says its cause itself; none also hands it out as
+/// `source()`, so a printed chain (`error: {e:#}`) never says a cause twice.
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
     #[error(transparent)]
     Config(#[from] config::ConfigError),
-    #[error("cannot listen on {addr}: {source}")]
+    #[error("cannot listen on {addr}: {error}")]
     Listen {
         addr: SocketAddr,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
-    #[error("cannot read {what} {path}: {source}")]
+    #[error("cannot read {what} {path}: {error}")]
     ReadFile {
         what: &'static str,
         path: std::path::PathBuf,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
-    #[error(transparent)]
-    Token(#[from] commwatch_model::token::TokenError),
+    /// The token file's error says its path and cause.
+    #[error("{0}")]
+    Token(commwatch_model::token::TokenError),
     #[error("cannot start the sampling thread: {0}")]
-    Thread(#[source] std::io::Error),
+    Thread(std::io::Error),
+}
+
+impl From<commwatch_model::token::TokenError> for AgentError {
+    fn from(e: commwatch_model::token::TokenError) -> Self {
+        AgentError::Token(e)
+    }
 }
 
 /// A running agent. Stop it with [`AgentHandle::shutdown`].
@@ -97,10 +103,10 @@ impl AgentHandle {
 }
 
 fn read_file(what: &'static str, path: &Path) -> Result<Vec<u8>, AgentError> {
-    std::fs::read(path).map_err(|source| AgentError::ReadFile {
+    std::fs::read(path).map_err(|error| AgentError::ReadFile {
         what,
         path: path.to_path_buf(),
-        source,
+        error,
     })
 }
 
@@ -194,16 +200,16 @@ pub async fn start_with(
         // Allowed explicitly (validate refuses it otherwise): say so at every start.
         tracing::warn!(collector = ?config.collector, "plain text to the collector allowed by allow_plaintext: counters, job settings and any token cross the network readable; use https:// with [tls]");
     }
-    for w in check_roots(&config) {
+    for w in check_roots(&config).into_iter().chain(config.warnings()) {
         tracing::warn!(node = %config.node, "{w}");
     }
     let metrics = Arc::new(telemetry::AgentMetrics::new());
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let (http_addr, http) = http::serve(config.http_listen, metrics.clone(), shutdown_rx.clone())
         .await
-        .map_err(|source| AgentError::Listen {
+        .map_err(|error| AgentError::Listen {
             addr: config.http_listen,
-            source,
+            error,
         })?;
     let smp = discover_at_start(&config, extras, &metrics).await?;
     let inv = smp.full_inventory();
@@ -343,4 +349,61 @@ fn shipper_settings(
             None => None,
         },
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error;
+
+    /// Every error of `e`'s chain whose message already holds its `source()`'s message.
+    fn repeated_causes(e: &(dyn Error + 'static)) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut cur = Some(e);
+        while let Some(err) = cur {
+            if let Some(src) = err.source() {
+                if err.to_string().contains(&src.to_string()) {
+                    out.push(format!("{err} ← {src}"));
+                }
+            }
+            cur = err.source();
+        }
+        out
+    }
+
+    #[test]
+    fn no_error_of_the_agent_says_its_cause_twice() {
+        let io = || std::io::Error::from(std::io::ErrorKind::AddrInUse);
+        let missing = std::path::Path::new("/nonexistent/commwatch/token");
+        let errors: Vec<Box<dyn Error>> = vec![
+            Box::new(AgentError::Listen {
+                addr: "127.0.0.1:1".parse().unwrap(),
+                error: io(),
+            }),
+            Box::new(AgentError::ReadFile {
+                what: "TLS CA",
+                path: missing.into(),
+                error: io(),
+            }),
+            Box::new(AgentError::Thread(io())),
+            Box::new(AgentError::from(read_token_file(missing).unwrap_err())),
+            Box::new(AgentError::from(
+                AgentConfig::from_file(missing).unwrap_err(),
+            )),
+            Box::new(AgentError::from(config::ConfigError::Parse {
+                path: "agent.toml".into(),
+                error: toml::from_str::<AgentConfig>("nod = 1").unwrap_err(),
+            })),
+            Box::new(source::SourceError::Io {
+                path: missing.into(),
+                error: io(),
+            }),
+            Box::new(source::gpu_recorded::RecordingError::from(
+                serde_json::from_str::<u8>("x").unwrap_err(),
+            )),
+        ];
+        for e in &errors {
+            assert_eq!(repeated_causes(e.as_ref()), Vec::<String>::new(), "{e}");
+        }
+    }
 }

@@ -107,7 +107,7 @@ pub struct RecordedBackend {
 /// Errors of loading a recording.
 #[derive(Debug, thiserror::Error)]
 pub enum RecordingError {
-    #[error("{0}")]
+    #[error(transparent)]
     Json(#[from] serde_json::Error),
 }
 
