@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Checks the units with `systemd-analyze verify` (where systemd is installed) and the config files with the
-# real binary's parsers. ExecStart is pointed at the built binary so verify can check it exists.
+# Checks the units with `systemd-analyze verify` and the sysusers.d file with `systemd-sysusers --root` (where
+# systemd is installed), and the config files with the real binary's parsers. ExecStart is pointed at the
+# built binary so verify can check it exists.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 bin=${1:?usage: verify.sh PATH/TO/commwatch}
@@ -43,6 +44,23 @@ if "$bin" collector --config "$work/plain.toml" --grpc-listen 0.0.0.0:0 --http-l
 fi
 grep -q allow_plaintext "$work/plain.log" || { cat "$work/plain.log"; exit 1; }
 echo "plain text off loopback without allow_plaintext: refused"
+
+# The sysusers.d file creates the agent's user and group (in a scratch root, not on this machine).
+if command -v systemd-sysusers >/dev/null; then
+  mkdir -p "$work/sysroot/etc"
+  # From stdin: a file argument would be looked up inside the root.
+  systemd-sysusers --root="$work/sysroot" - <"$here/commwatch.sysusers" >/dev/null 2>&1
+  user=$(grep '^commwatch:' "$work/sysroot/etc/passwd" || true)
+  uid=$(printf '%s' "$user" | cut -d: -f3)
+  if [ -z "$user" ] || ! grep -q '^commwatch:' "$work/sysroot/etc/group" || [ "$uid" -ge 1000 ] \
+      || ! printf '%s' "$user" | grep -q 'nologin$'; then
+    printf 'commwatch.sysusers: expected a system user commwatch with its group and no login shell:\n%s\n' "$user"
+    exit 1
+  fi
+  echo "commwatch.sysusers: ok (system user commwatch, uid $uid)"
+else
+  echo "systemd-sysusers not installed: commwatch.sysusers not checked"
+fi
 
 if ! command -v systemd-analyze >/dev/null; then
   echo "systemd-analyze not installed: unit verification skipped"
