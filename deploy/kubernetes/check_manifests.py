@@ -80,6 +80,23 @@ def endpoints(port_key):
     }
 
 
+STRING_MAP = {"type": "object", "additionalProperties": {"type": "string"}}
+# One rule of a PrometheusRule group: a recording rule or an alert.
+PROMETHEUS_RULE = {
+    "type": "object",
+    "required": ["expr"],
+    "additionalProperties": False,
+    "oneOf": [{"required": ["record"]}, {"required": ["alert"]}],
+    "properties": {
+        "record": {"type": "string", "pattern": r"^[a-zA-Z_:][a-zA-Z0-9_:]*$"},
+        "alert": {"type": "string", "pattern": r"^[a-zA-Z_][a-zA-Z0-9_]*$"},
+        "expr": {"type": "string", "minLength": 1},
+        "for": DURATION,
+        "labels": STRING_MAP,
+        "annotations": STRING_MAP,
+    },
+}
+
 # The subset of the CRDs' fields commwatch writes (monitoring.coreos.com/v1 and cert-manager.io/v1), strict.
 CRD_SCHEMAS = {
     ("monitoring.coreos.com/v1", "ServiceMonitor"): crd(
@@ -99,6 +116,25 @@ CRD_SCHEMAS = {
             "podMetricsEndpoints": endpoints("port"),
         },
         ["selector", "podMetricsEndpoints"],
+    ),
+    ("monitoring.coreos.com/v1", "PrometheusRule"): crd(
+        {
+            "groups": {
+                "type": "array",
+                "minItems": 1,
+                "items": {
+                    "type": "object",
+                    "required": ["name", "rules"],
+                    "additionalProperties": False,
+                    "properties": {
+                        "name": {"type": "string", "minLength": 1},
+                        "interval": DURATION,
+                        "rules": {"type": "array", "minItems": 1, "items": PROMETHEUS_RULE},
+                    },
+                },
+            },
+        },
+        ["groups"],
     ),
     ("cert-manager.io/v1", "Certificate"): crd(
         {

@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Validates the Kubernetes deployment: the plain manifests in deploy/kubernetes/ and the Helm chart
 # deploy/helm/commwatch/ rendered with its default values and every ci/*-values.yaml (TLS off, TLS with a token,
-# mutual TLS with cert-manager and monitors, agent-only, collector-only).
+# mutual TLS with cert-manager and monitors, agent-only, collector-only, dashboards and rules).
 #
 #   deploy/kubernetes/validate.sh [PATH/TO/commwatch]
 #
 # Every resource is checked against the Kubernetes schemas (PyPI kubernetes-validate, strict; a kind without a
-# schema is an error), the custom resources (ServiceMonitor, PodMonitor, Certificate) against hand-written
-# schemas, and the references between resources (check_manifests.py). `helm lint` runs on every values set and
-# an invalid value must be refused by values.schema.json. Given the binary, the configuration files the
-# manifests and chart ship are parsed by it. Exits non-zero on any error.
+# schema is an error), the custom resources (ServiceMonitor, PodMonitor, PrometheusRule, Certificate) against
+# hand-written schemas, and the references between resources (check_manifests.py). The chart's dashboards
+# ConfigMaps and PrometheusRule must hold the repository's dashboards and rules (check_chart_files.py). `helm
+# lint` runs on every values set and an invalid value must be refused by values.schema.json. Given the binary,
+# the configuration files the manifests and chart ship are parsed by it. Exits non-zero on any error.
 #
 # Tools: python3 with kubernetes-validate; helm 3 ($COMMWATCH_HELM or PATH); kubectl for `kubectl kustomize`
 # ($COMMWATCH_KUBECTL or PATH; skipped with a note when absent). Kubernetes version: $COMMWATCH_K8S_VERSION
@@ -99,8 +100,37 @@ for values in default "$chart"/ci/*-values.yaml; do
   check "$name" "$work/$name.yaml"
 done
 
-# 3. values.schema.json refuses what the templates cannot render.
-for bad in tls.mode=bogus agent.stepsUDP=anywhere networkPolicy.agentCIDRs[0]=nodes; do
+# 3. The chart's optional dashboards ConfigMaps and PrometheusRule carry the repository's dashboards/ and
+#    deploy/prometheus/rules/ (through the chart's files/ links) with only the site's URLs and the collector's
+#    scrape job replaced; promtool (when installed) accepts the rendered rules.
+obs=$chart/ci/observability-values.yaml
+echo "== chart files"
+if "$helm" template commwatch "$chart" --namespace commwatch --kube-version "$k8s" -f "$obs" \
+    >"$work/observability.yaml" 2>"$work/template.err"; then
+  python3 "$here/check_chart_files.py" --values "$obs" --repo "$here/../.." --rules-out "$work/rendered-rules.yml" \
+    "$work/observability.yaml" || fail "chart files: dashboards or rules differ from the repository's"
+  if command -v promtool >/dev/null; then
+    if promtool check rules "$work/rendered-rules.yml" >"$work/promtool.out" 2>&1; then
+      echo "ok   promtool check rules: the PrometheusRule's rules"
+    else
+      cat "$work/promtool.out"; fail "promtool check rules on the PrometheusRule"
+    fi
+  else
+    echo "NOTE: promtool not found: the PrometheusRule's rules were compared, not checked by promtool"
+  fi
+else
+  cat "$work/template.err"; fail "helm template with $obs"
+fi
+# By default the chart renders neither.
+if "$helm" template commwatch "$chart" --kube-version "$k8s" 2>/dev/null | grep -qE 'kind: PrometheusRule|grafana_dashboard'; then
+  fail "the default values render a PrometheusRule or dashboards ConfigMaps (both are off by default)"
+else
+  echo "ok   default values: no PrometheusRule, no dashboards ConfigMaps"
+fi
+
+# 4. values.schema.json refuses what the templates cannot render.
+for bad in tls.mode=bogus agent.stepsUDP=anywhere networkPolicy.agentCIDRs[0]=nodes \
+    prometheusRule.runbookURL=runbooks.md prometheusRule.grafanaURL=grafana:3000 grafanaDashboards.label=; do
   if "$helm" template commwatch "$chart" --kube-version "$k8s" --set "$bad" >/dev/null 2>&1; then
     fail "helm template accepted --set $bad"
   else
