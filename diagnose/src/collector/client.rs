@@ -64,6 +64,17 @@ impl ClientError {
     }
 }
 
+/// What [`Client::scan_lines`] does after a line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scan {
+    /// Read on.
+    Next,
+    /// This is the line sought.
+    Found,
+    /// The line sought cannot come any more.
+    Stop,
+}
+
 /// A body and the collector's clock when it answered (the `Date` header, as sent).
 #[derive(Debug, Clone)]
 pub struct Answer {
@@ -110,6 +121,26 @@ impl Client {
         &self.base
     }
 
+    /// True when the URL is `http://` to a host other than loopback: what is sent, a token included, crosses
+    /// the network in clear.
+    pub fn is_plaintext_off_host(&self) -> bool {
+        let Ok(url) = reqwest::Url::parse(&self.base) else {
+            return false;
+        };
+        let host = url.host_str().unwrap_or("");
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let loopback = host == "localhost"
+            || host
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback());
+        url.scheme() == "http" && !loopback
+    }
+
+    /// Whether a token is sent with every request.
+    pub fn has_token(&self) -> bool {
+        self.token.is_some()
+    }
+
     /// The full URL of `path` (which starts with `/`).
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
@@ -126,7 +157,7 @@ impl Client {
             .map(str::to_string);
         let body = resp.text().map_err(|e| ClientError::Unreachable {
             url: url.clone(),
-            message: chain(&e),
+            message: chain(&e.without_url()),
         })?;
         Ok(Answer { body, date })
     }
@@ -151,17 +182,18 @@ impl Client {
         let resp = self.send(self.http.post(&url).json(body), &url)?;
         let text = resp.text().map_err(|e| ClientError::Unreachable {
             url: url.clone(),
-            message: chain(&e),
+            message: chain(&e.without_url()),
         })?;
         parse_json(&text, &url)
     }
 
-    /// `GET path` read line by line until `wanted` accepts one, which is returned; the rest of the body is not
-    /// read (a `/metrics` exposition can be megabytes, the line sought is one). `None` when no line matches.
-    pub fn find_line(
+    /// `GET path` read line by line, each line judged by `judge`: the line it calls [`Scan::Found`] is
+    /// returned, and reading stops there or at [`Scan::Stop`] (`None`); the rest of the body is not read (a
+    /// `/metrics` exposition can be megabytes, the line sought is one).
+    pub fn scan_lines(
         &self,
         path: &str,
-        wanted: impl Fn(&str) -> bool,
+        mut judge: impl FnMut(&str) -> Scan,
     ) -> Result<Option<String>, ClientError> {
         let url = self.url(path);
         let resp = self.send(self.http.get(&url), &url)?;
@@ -170,8 +202,10 @@ impl Client {
                 url: url.clone(),
                 message: e.to_string(),
             })?;
-            if wanted(&line) {
-                return Ok(Some(line));
+            match judge(&line) {
+                Scan::Next => {}
+                Scan::Found => return Ok(Some(line)),
+                Scan::Stop => return Ok(None),
             }
         }
         Ok(None)
@@ -188,7 +222,7 @@ impl Client {
         }
         let resp = req.send().map_err(|e| ClientError::Unreachable {
             url: url.to_string(),
-            message: chain(&e),
+            message: chain(&e.without_url()),
         })?;
         let status = resp.status();
         if status.is_success() {
@@ -334,6 +368,21 @@ mod tests {
         };
         let e = Client::new("https://127.0.0.1:1", &missing).unwrap_err();
         assert!(e.to_string().contains("absent.pem"), "{e}");
+    }
+
+    #[test]
+    fn plain_text_off_the_host_is_told_apart() {
+        let off = |url: &str| {
+            Client::new(url, &ClientOptions::default())
+                .unwrap()
+                .is_plaintext_off_host()
+        };
+        assert!(off("http://collector:9470"));
+        assert!(off("http://10.1.2.3:9470"));
+        assert!(!off("http://127.0.0.1:9470"));
+        assert!(!off("http://[::1]:9470"));
+        assert!(!off("http://localhost:9470"));
+        assert!(!off("https://collector:9470"));
     }
 
     #[test]
