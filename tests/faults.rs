@@ -698,3 +698,172 @@ fn clients_that_never_read_do_not_block_ingest() {
     );
     drop(held);
 }
+
+// ---------------------------------------------------------------------------------------------------------------
+// Hostile files under the agent's sysfs root.
+
+/// Runs `commwatch <args>`, killing it after `limit`: `(exit status or None when killed, stdout, stderr)`.
+fn run_bounded(args: &[&str], limit: Duration) -> (Option<i32>, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let (out, err) = (dir.path().join("out"), dir.path().join("err"));
+    let mut child = Command::new(BIN)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .expect("spawn commwatch");
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Ok(Some(s)) = child.try_wait() {
+            break s.code();
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_default();
+    (status, read(&out), read(&err))
+}
+
+fn mkfifo(path: &Path) {
+    let _ = std::fs::remove_file(path);
+    let st = Command::new("mkfifo").arg(path).status().expect("mkfifo");
+    assert!(st.success(), "mkfifo {}", path.display());
+}
+
+#[test]
+fn agent_once_refuses_a_fifo_a_link_out_and_a_loop_without_quoting_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("sys");
+    let port = root.join("class/infiniband/mlx5_0/ports/1");
+    std::fs::create_dir_all(port.join("counters")).unwrap();
+    for (f, v) in [
+        ("state", "4: ACTIVE"),
+        ("rate", "400 Gb/sec (4X NDR)"),
+        ("link_layer", "InfiniBand"),
+        ("counters/port_rcv_data", "200"),
+        ("counters/link_downed", "1"),
+    ] {
+        std::fs::write(port.join(f), format!("{v}\n")).unwrap();
+    }
+    mkfifo(&port.join("counters/port_xmit_data"));
+    std::fs::write(dir.path().join("secret"), "hunter2-secret-bytes\n").unwrap();
+    std::os::unix::fs::symlink(
+        dir.path().join("secret"),
+        port.join("counters/symbol_error"),
+    )
+    .unwrap();
+    std::os::unix::fs::symlink("port_rcv_errors", port.join("counters/port_rcv_errors")).unwrap();
+
+    let t = Instant::now();
+    let (status, out, err) = run_bounded(
+        &[
+            "agent",
+            "--once",
+            "--node",
+            "t1",
+            "--fast-period",
+            "20ms",
+            "--sysfs-root",
+            root.to_str().unwrap(),
+        ],
+        Duration::from_secs(30),
+    );
+    let took = t.elapsed();
+    eprintln!("agent --once on a tree with a FIFO took {took:?}");
+    assert_eq!(
+        status,
+        Some(0),
+        "--once hung or failed after {took:?}\n{err}"
+    );
+    assert!(!out.contains("hunter2") && !err.contains("hunter2"));
+    let doc: serde_json::Value = serde_json::from_str(&out).expect("one JSON document");
+    let link = &doc["links"][0];
+    assert_eq!(link["device"], "mlx5_0");
+    assert_eq!(link["rx_bytes_total"], 800);
+    let errors = doc["errors"].to_string();
+    for (file, why) in [
+        ("counters/port_xmit_data", "not a regular file (a FIFO)"),
+        ("counters/symbol_error", "resolves outside the root"),
+        ("counters/port_rcv_errors", "symbolic links"),
+    ] {
+        assert!(
+            errors.contains(&format!("{file}: ")) && errors.contains(why),
+            "{file}: {why}\n{errors}"
+        );
+    }
+}
+
+#[test]
+fn a_counter_turned_fifo_while_streaming_is_counted_and_sigterm_still_stops_the_agent() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster =
+        commwatch_sim::Cluster::constant(&dir.path().join("trees"), 1, 1, TX, RX).unwrap();
+    let roots = cluster.node_roots();
+    let _updater = cluster.spawn_updater(Duration::from_millis(5));
+    let (grpc, http) = (free_port(), free_port());
+    let collector = collector(dir.path(), "collector", grpc, http, &[]);
+    let (name, root) = &roots[0];
+    let config = dir.path().join("agent.toml");
+    std::fs::write(&config, "discover_period = \"1s\"\n").unwrap();
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut a = agent(
+        dir.path(),
+        name,
+        root,
+        grpc,
+        &[
+            "--http-listen",
+            &listen,
+            "--config",
+            config.to_str().unwrap(),
+        ],
+    );
+    let up = wait_for(Duration::from_secs(30), || hca(http, name)?.1);
+    assert!(up.is_some(), "no counter\n{}", a.log_text());
+
+    // The receive counter becomes a FIFO (the simulator keeps writing the old file, now unlinked).
+    let rcv = root.join("class/infiniband/mlx5_0/ports/1/counters/port_rcv_data");
+    mkfifo(&rcv);
+    let errors = |p| {
+        agent_metric(
+            p,
+            "commwatch_agent_source_read_errors_total",
+            &[("source", "infiniband")],
+        )
+    };
+    let counted = wait_for(Duration::from_secs(15), || {
+        (errors(port)? >= 3.0).then_some(())
+    });
+    assert!(counted.is_some(), "FIFO not counted\n{}", a.log_text());
+    // The other counters go on: the transmit total at the collector still rises.
+    let (_, before) = hca(http, name).unwrap();
+    let moving = wait_for(Duration::from_secs(15), || {
+        (hca(http, name)?.1? > before?).then_some(())
+    });
+    assert!(moving.is_some(), "reads stopped\n{}", a.log_text());
+    assert_eq!(
+        agent_metric(
+            port,
+            "commwatch_agent_source_stalled",
+            &[("source", "infiniband")]
+        ),
+        Some(0.0)
+    );
+
+    let t = Instant::now();
+    let status = a.terminate();
+    let took = t.elapsed();
+    eprintln!("SIGTERM to exit with a FIFO among the counters: {took:?}");
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "agent did not stop on SIGTERM within 10 s ({status:?})\n{}",
+        a.log_text()
+    );
+    drop(collector);
+}
