@@ -7,20 +7,19 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-/// Errors reading or validating a configuration.
+/// Errors reading or validating a configuration. Each message says its cause itself (none is repeated as a
+/// `source()`, so a printed chain says it once).
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("cannot read config file {path}: {source}")]
+    #[error("cannot read config file {path}: {error}")]
     Read {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
-    #[error("cannot parse config file {path}: {source}")]
+    #[error("cannot parse config file {path}: {error}")]
     Parse {
         path: PathBuf,
-        #[source]
-        source: Box<toml::de::Error>,
+        error: Box<toml::de::Error>,
     },
     /// A field holds a value the collector cannot run with; `field` is its dotted TOML path.
     #[error("invalid config field `{field}`: {reason}")]
@@ -46,6 +45,30 @@ pub struct Limits {
     /// beyond it is closed at once and counted in `commwatch_collector_http_connections_refused_total`
     /// (`commwatch_httpd`).
     pub max_http_connections: usize,
+    /// Most gRPC connections (agents) open at once, 1..=1,000,000. One accepted beyond it is closed at once and
+    /// counted in `commwatch_collector_grpc_connections_refused_total{reason="listener_limit"}`. Each costs a
+    /// file descriptor: the service's descriptor limit must exceed it plus `max_http_connections` (checked, and
+    /// warned about, at start).
+    pub max_grpc_connections: usize,
+    /// Most gRPC connections open at once from one IP address, 1..=`max_grpc_connections`
+    /// (`reason="peer_limit"`). An agent needs one; raise it when agents reach the collector through a NAT or
+    /// a proxy, where many share an address.
+    pub max_grpc_connections_per_peer: usize,
+    /// Time a new gRPC connection has to finish its TLS handshake (with TLS) and send the HTTP/2 preface; a
+    /// connection that has not is closed (`reason="handshake_timeout"`). 100ms..=60s.
+    #[serde(with = "humantime_serde")]
+    pub grpc_handshake_timeout: Duration,
+    /// Most nodes held at once (`Hello` of a new node name beyond it: `RESOURCE_EXHAUSTED`, counted as
+    /// `rejected_streams{reason="max_nodes"}`). Nodes leave `node_expiry` after their last message.
+    pub max_nodes: usize,
+    /// Most distinct node names one gRPC connection may report as over its life (`reason="max_nodes_per_connection"`).
+    /// An agent reports as one; raise it when a proxy multiplexes several agents over one connection.
+    pub max_nodes_per_connection: usize,
+    /// How far ahead of the collector's clock a sample's timestamp may be; samples further ahead are refused
+    /// (skipped, counted in `commwatch_collector_out_of_window_samples_total`), as are timestamps not after the
+    /// Unix epoch. 1s..=1 day.
+    #[serde(with = "humantime_serde")]
+    pub max_clock_skew: Duration,
 }
 
 impl Default for Limits {
@@ -58,6 +81,15 @@ impl Default for Limits {
             max_samples_per_second: 500_000,
             // Prometheus, dashboards and a few API clients need a handful; each costs a file descriptor.
             max_http_connections: 256,
+            // One connection per agent: room for a large fleet, and with max_http_connections far below the
+            // LimitNOFILE=65536 of the systemd unit.
+            max_grpc_connections: 16_384,
+            max_grpc_connections_per_peer: 256,
+            grpc_handshake_timeout: Duration::from_secs(5),
+            max_nodes: 10_000,
+            max_nodes_per_connection: 16,
+            // Agents' clocks drift by seconds under NTP; minutes of skew is a broken clock.
+            max_clock_skew: Duration::from_secs(300),
         }
     }
 }
@@ -135,14 +167,14 @@ impl Default for CollectorConfig {
 impl CollectorConfig {
     /// Reads a TOML file; absent fields take their defaults. The result is validated.
     pub fn from_file(path: &Path) -> Result<CollectorConfig, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
             path: path.to_owned(),
-            source,
+            error,
         })?;
         let cfg = Self::from_toml_str(&text).map_err(|e| match e {
-            ConfigError::Parse { source, .. } => ConfigError::Parse {
+            ConfigError::Parse { error, .. } => ConfigError::Parse {
                 path: path.to_owned(),
-                source,
+                error,
             },
             other => other,
         })?;
@@ -153,7 +185,7 @@ impl CollectorConfig {
     pub fn from_toml_str(text: &str) -> Result<CollectorConfig, ConfigError> {
         let cfg: CollectorConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: PathBuf::from("<string>"),
-            source: Box::new(e),
+            error: Box::new(e),
         })?;
         cfg.validate()?;
         Ok(cfg)
@@ -197,6 +229,7 @@ impl CollectorConfig {
         if self.limits.max_http_connections > commwatch_httpd::MAX_CONNECTIONS_BOUND {
             return bad("limits.max_http_connections", "must be at most 1000000");
         }
+        self.validate_connection_limits()?;
         if self.fast_period_ms != 0 && self.fast_period_ms < 10 {
             return bad(
                 "fast_period_ms",
@@ -218,6 +251,40 @@ impl CollectorConfig {
             if t.cert_file.as_os_str().is_empty() || t.key_file.as_os_str().is_empty() {
                 return bad("tls", "cert_file and key_file are required");
             }
+        }
+        Ok(())
+    }
+
+    /// The `limits` of gRPC connections, nodes and clocks.
+    fn validate_connection_limits(&self) -> Result<(), ConfigError> {
+        let l = &self.limits;
+        let bad = |field: &'static str, reason: &str| {
+            Err(ConfigError::Invalid {
+                field,
+                reason: reason.to_string(),
+            })
+        };
+        if !(1..=1_000_000).contains(&l.max_grpc_connections) {
+            return bad("limits.max_grpc_connections", "must be 1 to 1000000");
+        }
+        if !(1..=l.max_grpc_connections).contains(&l.max_grpc_connections_per_peer) {
+            return bad(
+                "limits.max_grpc_connections_per_peer",
+                "must be 1 to limits.max_grpc_connections",
+            );
+        }
+        let handshake = Duration::from_millis(100)..=Duration::from_secs(60);
+        if !handshake.contains(&l.grpc_handshake_timeout) {
+            return bad("limits.grpc_handshake_timeout", "must be 100ms to 60s");
+        }
+        if l.max_nodes == 0 {
+            return bad("limits.max_nodes", "must be at least 1");
+        }
+        if l.max_nodes_per_connection == 0 {
+            return bad("limits.max_nodes_per_connection", "must be at least 1");
+        }
+        if !(Duration::from_secs(1)..=Duration::from_secs(86_400)).contains(&l.max_clock_skew) {
+            return bad("limits.max_clock_skew", "must be 1s to 1 day");
         }
         Ok(())
     }

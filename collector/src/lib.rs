@@ -47,7 +47,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tracing::info;
+use tracing::{info, warn};
 
 /// The shared vocabulary the collector's types are written in (links, tiers, severities, finding kinds, jobs).
 pub use commwatch_model as model;
@@ -62,26 +62,38 @@ use lifecycle::{Shutdown, Tasks};
 use persist::PersistError;
 use telemetry::Health;
 
-/// Errors starting the collector.
+/// Errors starting the collector. Each message says its cause once: none is repeated as a `source()`, so a
+/// printed chain (`{e:#}`) never reads `X: X`.
 #[derive(Debug, thiserror::Error)]
 pub enum CollectorError {
     #[error(transparent)]
     Config(#[from] ConfigError),
-    #[error("cannot listen on {addr} ({what}): {source}")]
+    #[error("cannot listen on {addr} ({what}): {error}")]
     Bind {
         what: &'static str,
         addr: SocketAddr,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error(transparent)]
     Persist(#[from] PersistError),
     #[error("metrics registry: {0}")]
-    Metrics(#[from] prometheus::Error),
-    #[error(transparent)]
-    Analysis(#[from] analysis::history::HistoryError),
+    Metrics(prometheus::Error),
+    #[error("{0}")]
+    Analysis(analysis::history::HistoryError),
     #[error(transparent)]
     Auth(ingest::auth::AuthError),
+}
+
+impl From<prometheus::Error> for CollectorError {
+    fn from(e: prometheus::Error) -> Self {
+        CollectorError::Metrics(e)
+    }
+}
+
+impl From<analysis::history::HistoryError> for CollectorError {
+    fn from(e: analysis::history::HistoryError) -> Self {
+        CollectorError::Analysis(e)
+    }
 }
 
 /// The collector's two listeners, bound.
@@ -105,7 +117,7 @@ impl Listeners {
 async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, CollectorError> {
     TcpListener::bind(addr)
         .await
-        .map_err(|source| CollectorError::Bind { what, addr, source })
+        .map_err(|error| CollectorError::Bind { what, addr, error })
 }
 
 fn local_addr(
@@ -113,13 +125,11 @@ fn local_addr(
     listener: &TcpListener,
     asked: SocketAddr,
 ) -> Result<SocketAddr, CollectorError> {
-    listener
-        .local_addr()
-        .map_err(|source| CollectorError::Bind {
-            what,
-            addr: asked,
-            source,
-        })
+    listener.local_addr().map_err(|error| CollectorError::Bind {
+        what,
+        addr: asked,
+        error,
+    })
 }
 
 /// A running collector. Dropping it leaves the tasks running until the runtime ends; call
@@ -247,8 +257,7 @@ pub async fn run(
         config.clone(),
         signal.subscribe(),
     );
-    let grpc = ingest::server(shared, agent_auth, remote_plaintext, listeners.grpc)
-        .map_err(CollectorError::Auth)?;
+    let grpc = ingest::server(shared, agent_auth, remote_plaintext, listeners.grpc);
 
     tasks.spawn_server("grpc", grpc);
     if !config.steps_interval.is_zero() {
@@ -271,6 +280,12 @@ pub async fn run(
         shutdown.await;
         on_signal.trigger();
     });
+    if !http_addr.ip().is_loopback() {
+        warn!(%http_addr, api_token = config.api_token_file.is_some(),
+            "the HTTP listener is not on a loopback address: /metrics, /healthz and the API's reads answer anyone \
+             who can reach it (with api_token_file, /api needs the token); bind 127.0.0.1 behind a proxy unless \
+             scrapers elsewhere need it");
+    }
     info!(%grpc_addr, %http_addr, state_dir = ?config.state_dir, "collector listening");
     Ok(CollectorHandle {
         grpc_addr,
@@ -290,8 +305,11 @@ fn load_auth(
     config: &CollectorConfig,
 ) -> Result<(ingest::auth::AgentAuth, Arc<export::access::ApiAccess>), ingest::auth::AuthError> {
     let agent_auth = ingest::auth::AgentAuth::load(config)?;
-    let token = config.api_token_file.as_deref();
-    let token = token.map(ingest::auth::load_token).transpose()?;
+    let path = config.api_token_file.as_deref();
+    let token = path.map(ingest::auth::load_token).transpose()?;
+    if let Some(w) = path.and_then(|p| ingest::auth::exposure_warning("API token file", p)) {
+        warn!("{w}");
+    }
     Ok((agent_auth, Arc::new(export::access::ApiAccess { token })))
 }
 

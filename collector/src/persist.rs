@@ -60,20 +60,18 @@ pub(crate) fn mark_durable(durable: &watch::Sender<u64>, seq: u64) {
     });
 }
 
-/// Persistence errors.
+/// Persistence errors. Each message says its cause itself (none is repeated as a `source()`).
 #[derive(Debug, thiserror::Error)]
 pub enum PersistError {
-    #[error("cannot create state directory {path}: {source}")]
+    #[error("cannot create state directory {path}: {error}")]
     CreateDir {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
-    #[error("sqlite error on {path}: {source}")]
+    #[error("sqlite error on {path}: {error}")]
     Sqlite {
         path: PathBuf,
-        #[source]
-        source: rusqlite::Error,
+        error: rusqlite::Error,
     },
 }
 
@@ -225,14 +223,14 @@ pub(crate) enum Replay {
 
 /// Opens (creating if needed) the database in `dir`.
 pub(crate) fn open(dir: &Path) -> Result<(Connection, PathBuf), PersistError> {
-    std::fs::create_dir_all(dir).map_err(|source| PersistError::CreateDir {
+    std::fs::create_dir_all(dir).map_err(|error| PersistError::CreateDir {
         path: dir.to_owned(),
-        source,
+        error,
     })?;
     let path = dir.join(DB_FILE);
-    let sql = |source| PersistError::Sqlite {
+    let sql = |error| PersistError::Sqlite {
         path: path.clone(),
-        source,
+        error,
     };
     let conn = Connection::open(&path).map_err(sql)?;
     conn.busy_timeout(Duration::from_secs(5)).map_err(sql)?;
@@ -269,9 +267,9 @@ pub(crate) fn load(
     path: &Path,
     retention: Duration,
 ) -> Result<(Vec<Replay>, Vec<(String, u64, u64)>), PersistError> {
-    let sql = |source| PersistError::Sqlite {
+    let sql = |error| PersistError::Sqlite {
         path: path.to_owned(),
-        source,
+        error,
     };
     let cutoff =
         unix_now_ns().saturating_sub(i64::try_from(retention.as_nanos()).unwrap_or(i64::MAX));
@@ -365,9 +363,9 @@ pub(crate) fn load_jobs(
     conn: &Connection,
     path: &Path,
 ) -> Result<Vec<PersistedJobs>, PersistError> {
-    let sql = |source| PersistError::Sqlite {
+    let sql = |error| PersistError::Sqlite {
         path: path.to_owned(),
-        source,
+        error,
     };
     let mut st = conn
         .prepare("SELECT node, instance_id, received_unix_ns, payload FROM jobs ORDER BY node")

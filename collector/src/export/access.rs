@@ -1,6 +1,7 @@
 //! Access to the HTTP API. `/metrics` and `/healthz` are open (they are read-only and bound to localhost
 //! unless configured). Under `/api/`:
-//! - with `api_token_file` set, every request must carry `authorization: Bearer <token>` (401 otherwise);
+//! - with `api_token_file` set, every request must carry `authorization: Bearer <token>` (the scheme in any
+//!   case; 401 otherwise);
 //! - without it, reads are open and the one write (`POST /api/v1/baselines`) is accepted only from a
 //!   loopback client (403 otherwise), so a collector whose HTTP port is reachable from the network cannot have
 //!   its baselines changed by anyone who can reach it.
@@ -41,7 +42,7 @@ pub async fn guard(
                 .headers()
                 .get("authorization")
                 .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.strip_prefix("Bearer "))
+                .and_then(crate::ingest::auth::bearer)
                 .unwrap_or("");
             if !crate::ingest::auth::token_matches(given, token) {
                 return deny(StatusCode::UNAUTHORIZED, "missing or wrong bearer token");

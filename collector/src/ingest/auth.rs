@@ -1,45 +1,57 @@
 //! Authentication of agents: TLS (optionally mutual) on the gRPC listener and a bearer token.
 //!
-//! - TLS: the collector presents `tls.cert_file`/`tls.key_file`; agents verify it against their CA.
+//! - TLS: the collector presents `tls.cert_file`/`tls.key_file`; agents verify it against their CA. The
+//!   handshake itself is [`super::tls`]'s.
 //! - Mutual TLS (`tls.client_ca_file`): the TLS handshake refuses agents without a certificate chaining to that
-//!   CA, and [`identities`] gives the names in the agent's certificate (subject common name and DNS subject
-//!   alternative names): the stream's `Hello.node` must be one of them, so a node cannot report as another.
-//! - Token (`token_file`): every stream must carry `authorization: Bearer <token>`; compared in constant time
-//!   by the [`TokenCheck`] interceptor, which [`super::server`] puts in front of the service.
+//!   CA, and [`identities`] gives the node names the agent's certificate vouches for — its DNS subject
+//!   alternative names, or, only in a certificate without that extension, its subject common name: the
+//!   stream's `Hello.node` must be one of them, so a node cannot report as another.
+//! - Token (`token_file`): every stream must carry `authorization: Bearer <token>` (the scheme in any case);
+//!   compared in constant time by the [`TokenCheck`] interceptor, which [`super::server`] puts in front of the
+//!   service.
+//!
+//! Secret files (the TLS key, the agents' token, the API token) that group or others may read or change are
+//! warned about at every start ([`exposure_warning`]).
 
 use std::path::Path;
 use std::sync::Arc;
 
 use commwatch_model::token::{read_token_file, TokenError};
 use tonic::service::Interceptor;
-use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 use tonic::{Request, Status};
-use tracing::debug;
+use tracing::{debug, warn};
 
+use super::tls::TlsAcceptor;
 use crate::telemetry::Health;
 
-/// Errors of loading the TLS material or the token.
+/// Errors of loading the TLS material or the token. Each message says its cause itself (none is repeated as a
+/// `source()`).
 #[derive(Debug, thiserror::Error)]
 pub enum AuthError {
-    #[error("cannot read {what} {path}: {source}")]
+    #[error("cannot read {what} {path}: {error}")]
     Read {
         what: &'static str,
         path: std::path::PathBuf,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
-    /// The token file is missing, unreadable, empty or not text.
-    #[error(transparent)]
-    Token(#[from] TokenError),
+    /// The token file is missing, unreadable, empty or not text (the message names the file and the cause).
+    #[error("{0}")]
+    Token(TokenError),
     #[error("TLS configuration: {0}")]
     Tls(String),
 }
 
-fn read(what: &'static str, path: &Path) -> Result<Vec<u8>, AuthError> {
-    std::fs::read(path).map_err(|source| AuthError::Read {
+impl From<TokenError> for AuthError {
+    fn from(e: TokenError) -> Self {
+        AuthError::Token(e)
+    }
+}
+
+pub(super) fn read(what: &'static str, path: &Path) -> Result<Vec<u8>, AuthError> {
+    std::fs::read(path).map_err(|error| AuthError::Read {
         what,
         path: path.to_path_buf(),
-        source,
+        error,
     })
 }
 
@@ -47,18 +59,42 @@ fn read(what: &'static str, path: &Path) -> Result<Vec<u8>, AuthError> {
 pub struct AgentAuth {
     /// The bearer token every stream must carry (`token_file`).
     pub token: Option<Arc<str>>,
-    /// The listener's TLS configuration (`[tls]`).
-    pub tls: Option<ServerTlsConfig>,
+    /// The listener's TLS (`[tls]`).
+    pub tls: Option<TlsAcceptor>,
 }
 
 impl AgentAuth {
-    /// Reads the token file and the TLS material the configuration names.
+    /// Reads the token file and the TLS material the configuration names; warns about those others can read.
     pub fn load(config: &crate::config::CollectorConfig) -> Result<AgentAuth, AuthError> {
-        Ok(AgentAuth {
+        let auth = AgentAuth {
             token: config.token_file.as_deref().map(load_token).transpose()?,
-            tls: config.tls.as_ref().map(server_tls).transpose()?,
-        })
+            tls: config.tls.as_ref().map(TlsAcceptor::load).transpose()?,
+        };
+        let secrets = [
+            ("token file", config.token_file.as_deref()),
+            ("TLS key", config.tls.as_ref().map(|t| t.key_file.as_path())),
+        ];
+        for (what, path) in secrets {
+            if let Some(w) = path.and_then(|p| exposure_warning(what, p)) {
+                warn!("{w}");
+            }
+        }
+        Ok(auth)
     }
+}
+
+/// A warning when the secret file `path` can be read or written by its group or others (`None` when it
+/// cannot, or its mode cannot be read).
+pub fn exposure_warning(what: &str, path: &Path) -> Option<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(path).ok()?.permissions().mode() & 0o777;
+    (mode & 0o077 != 0).then(|| {
+        format!(
+            "{what} {} can be read or changed by group or others (mode {mode:04o}): chmod 600 {}",
+            path.display(),
+            path.display()
+        )
+    })
 }
 
 /// The gRPC interceptor that checks every stream's bearer token (when one is configured). A refusal is
@@ -95,19 +131,6 @@ impl Interceptor for TokenCheck {
     }
 }
 
-/// Builds tonic's server TLS configuration from the config's files.
-pub fn server_tls(cfg: &crate::config::TlsConfig) -> Result<ServerTlsConfig, AuthError> {
-    let identity = Identity::from_pem(
-        read("TLS certificate", &cfg.cert_file)?,
-        read("TLS key", &cfg.key_file)?,
-    );
-    let mut tls = ServerTlsConfig::new().identity(identity);
-    if let Some(ca) = &cfg.client_ca_file {
-        tls = tls.client_ca_root(Certificate::from_pem(read("client CA", ca)?));
-    }
-    Ok(tls)
-}
-
 /// Reads the token file: its text with surrounding whitespace trimmed; an empty file is refused.
 pub fn load_token(path: &Path) -> Result<Arc<str>, AuthError> {
     Ok(Arc::from(read_token_file(path)?))
@@ -123,13 +146,20 @@ fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+/// The token of an `authorization` header value in the `Bearer` scheme (the scheme matched in any case, as
+/// HTTP authentication schemes are; the token without surrounding whitespace). `None` for another scheme.
+pub fn bearer(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim_start().split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+}
+
 /// Checks the bearer token of a request; `UNAUTHENTICATED` without naming what was expected.
 pub fn check_token<T>(token: &str, req: &Request<T>) -> Result<(), Status> {
     let given = req
         .metadata()
         .get("authorization")
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
+        .and_then(bearer)
         .unwrap_or("");
     if same(given.as_bytes(), token.as_bytes()) {
         Ok(())
@@ -138,25 +168,36 @@ pub fn check_token<T>(token: &str, req: &Request<T>) -> Result<(), Status> {
     }
 }
 
-/// Names an agent's client certificate vouches for: the subject common name and the DNS subject alternative
-/// names of the leaf certificate. `None` when the connection has no client certificate (mTLS off).
+/// Node names an agent's client certificate vouches for: the DNS subject alternative names of the leaf
+/// certificate, or — only when it has no subject alternative name extension — its subject common name. One
+/// certificate is one identity: a certificate whose CN and SAN name different nodes speaks for its SAN only.
+/// `None` when the connection has no client certificate (mTLS off).
 pub fn identities<T>(req: &Request<T>) -> Option<Vec<String>> {
     let certs = req.peer_certs()?;
     let leaf = certs.first()?;
-    let (_, cert) = x509_parser::parse_x509_certificate(leaf.as_ref()).ok()?;
-    let mut names: Vec<String> = cert
-        .subject()
+    Some(certificate_names(leaf.as_ref()))
+}
+
+/// [`identities`] of one DER certificate (empty when it cannot be parsed).
+pub fn certificate_names(der: &[u8]) -> Vec<String> {
+    let Ok((_, cert)) = x509_parser::parse_x509_certificate(der) else {
+        return Vec::new();
+    };
+    if let Ok(Some(san)) = cert.subject_alternative_name() {
+        return san
+            .value
+            .general_names
+            .iter()
+            .filter_map(|n| match n {
+                x509_parser::extensions::GeneralName::DNSName(d) => Some(d.to_string()),
+                _ => None,
+            })
+            .collect();
+    }
+    cert.subject()
         .iter_common_name()
         .filter_map(|cn| cn.as_str().ok().map(str::to_string))
-        .collect();
-    if let Ok(Some(san)) = cert.subject_alternative_name() {
-        for n in &san.value.general_names {
-            if let x509_parser::extensions::GeneralName::DNSName(d) = n {
-                names.push(d.to_string());
-            }
-        }
-    }
-    Some(names)
+        .collect()
 }
 
 #[cfg(test)]
@@ -172,6 +213,11 @@ mod tests {
         assert!(check_token("s3cret", &r).is_ok());
         assert!(check_token("s3creT", &r).is_err());
         assert!(check_token("s3cret-longer", &r).is_err());
+        for scheme in ["bearer", "BEARER", "Bearer  "] {
+            r.metadata_mut()
+                .insert("authorization", format!("{scheme} s3cret").parse().unwrap());
+            assert!(check_token("s3cret", &r).is_ok(), "{scheme}");
+        }
         r.metadata_mut()
             .insert("authorization", "Basic s3cret".parse().unwrap());
         assert_eq!(

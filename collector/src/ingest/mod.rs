@@ -8,16 +8,22 @@
 //! coalesced: at most one per [`ACK_INTERVAL`] per stream, sent within that interval of the batch becoming
 //! durable. A malformed message fails that stream only; a newer stream claiming the same node closes the older.
 //!
-//! Files: [`server`] and the tonic service here; one task per stream in `stream.rs` (a `select!` dispatching
-//! one method per message kind); agent authentication in [`auth`]; wire → store validation in [`domain`]; the
-//! per-stream sample rate limit in [`rate`].
+//! Before tonic sees a connection it is admitted by [`connections`]: connection limits per listener and per
+//! address, and a deadline on the TLS handshake ([`tls`]) and the HTTP/2 preface.
+//!
+//! Files: [`server`] and the tonic service here; connection admission in [`connections`], TLS in [`tls`]; one
+//! task per stream in `stream.rs` (a `select!` dispatching one method per message kind); agent authentication
+//! in [`auth`]; wire → store validation in [`domain`]; the per-stream sample rate limit in [`rate`].
 
 pub mod auth;
+pub mod connections;
 pub mod domain;
 pub mod rate;
 mod stream;
+pub mod tls;
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,7 +31,7 @@ use std::time::Duration;
 use commwatch_proto::v1 as pb;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
-use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
+use tokio_stream::wrappers::ReceiverStream;
 use tonic::service::interceptor::InterceptedService;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::{debug, error, warn};
@@ -34,7 +40,8 @@ use crate::config::CollectorConfig;
 use crate::persist::PersistHandle;
 use crate::store::Store;
 use crate::telemetry::Health;
-use auth::{AgentAuth, AuthError, TokenCheck};
+use auth::{AgentAuth, TokenCheck};
+use connections::{ConnTable, Refusal};
 use stream::{End, StreamTask};
 
 /// Shortest interval between two acks on one stream.
@@ -47,6 +54,8 @@ pub(crate) struct Shared {
     pub persist: Option<PersistHandle>,
     pub config: CollectorConfig,
     pub next_conn: AtomicU64,
+    /// The listener's open connections (and the node names each reported as).
+    pub conns: Arc<ConnTable>,
     /// Flips to `true` when the collector shuts down: streams end with `UNAVAILABLE`.
     pub shutdown: watch::Receiver<bool>,
 }
@@ -60,6 +69,7 @@ impl Shared {
         shutdown: watch::Receiver<bool>,
     ) -> Shared {
         Shared {
+            conns: ConnTable::new(&config.limits, health.guard.clone()),
             store,
             health,
             persist,
@@ -71,49 +81,64 @@ impl Shared {
 }
 
 /// The gRPC ingest server on `listener`, as a future that ends once `shared.shutdown` flips (no new
-/// connections; open streams end with `UNAVAILABLE`) or when the server fails (logged). Agents are
-/// authenticated by `auth`: TLS when configured, and the bearer token by the [`TokenCheck`] interceptor.
-/// `remote_plaintext`: the listener is not loopback and TLS is off (allowed by the configuration; warned).
+/// connections; open streams end with `UNAVAILABLE`) or when the server fails (logged). Connections are
+/// admitted by [`connections`] (limits, handshake deadline, TLS when configured); agents are authenticated by
+/// `auth`: TLS, and the bearer token by the [`TokenCheck`] interceptor. `remote_plaintext`: the listener is not
+/// loopback and TLS is off (allowed by the configuration; warned).
 pub(crate) fn server(
     shared: Shared,
     auth: AgentAuth,
     remote_plaintext: bool,
     listener: TcpListener,
-) -> Result<impl Future<Output = ()>, AuthError> {
-    let mut stop = shared.shutdown.clone();
-    let max_message = shared.config.limits.max_batch_bytes;
+) -> impl Future<Output = ()> {
+    let stop = shared.shutdown.clone();
+    let limits = shared.config.limits.clone();
     let grpc_listen = shared.config.grpc_listen;
+    let table = shared.conns.clone();
     let check = TokenCheck::new(auth.token, shared.health.clone());
     let service = InterceptedService::new(
         pb::ingest_server::IngestServer::new(IngestService::new(Arc::new(shared)))
-            .max_decoding_message_size(max_message),
+            .max_decoding_message_size(limits.max_batch_bytes),
         check,
     );
-    let mut builder = tonic::transport::Server::builder();
-    match auth.tls {
-        Some(tls) => {
-            builder = builder
-                .tls_config(tls)
-                .map_err(|e| AuthError::Tls(e.to_string()))?;
-        }
-        None if remote_plaintext => {
-            warn!(%grpc_listen, "gRPC ingest in plain text on a non-loopback address, allowed by allow_plaintext: agents' data and tokens cross the network readable; configure [tls] (and client_ca_file for mutual TLS)");
-        }
-        None => {}
+    if let Some(w) = connections::descriptor_warning(&limits) {
+        warn!("{w}");
     }
-    Ok(async move {
-        let result = builder
-            .http2_keepalive_interval(Some(Duration::from_secs(30)))
-            .http2_keepalive_timeout(Some(Duration::from_secs(10)))
-            .add_service(service)
-            .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
-                let _ = stop.wait_for(|s| *s).await;
-            })
-            .await;
-        if let Err(e) = result {
+    let router = tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(Duration::from_secs(30)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+        .add_service(service);
+    let timeout = limits.grpc_handshake_timeout;
+    let signal = {
+        let mut stop = stop.clone();
+        async move {
+            let _ = stop.wait_for(|s| *s).await;
+        }
+    };
+    let serve: Pin<Box<dyn Future<Output = Result<(), tonic::transport::Error>> + Send>> =
+        match auth.tls {
+            Some(tls) => {
+                let handshake = move |tcp| {
+                    let tls = tls.clone();
+                    async move { tls.accept(tcp).await.map_err(Refusal::Tls) }
+                };
+                let incoming = connections::incoming(listener, table, timeout, handshake, stop);
+                Box::pin(router.serve_with_incoming_shutdown(incoming, signal))
+            }
+            None => {
+                if remote_plaintext {
+                    warn!(%grpc_listen, "gRPC ingest in plain text on a non-loopback address, allowed by allow_plaintext: agents' data and tokens cross the network readable; configure [tls] (and client_ca_file for mutual TLS)");
+                }
+                let handshake = |tcp| async move { Ok::<_, Refusal>(tcp) };
+                let incoming = connections::incoming(listener, table, timeout, handshake, stop);
+                Box::pin(router.serve_with_incoming_shutdown(incoming, signal))
+            }
+        };
+    async move {
+        if let Err(e) = serve.await {
             error!(error = %e, "gRPC server failed");
         }
-    })
+    }
 }
 
 /// The tonic service.
@@ -150,6 +175,7 @@ impl pb::ingest_server::Ingest for IngestService {
                 node: None,
                 node_name: String::new(),
                 identities,
+                peer,
             };
             let end = s.run(inbound).await;
             if let Some(node) = &s.node {

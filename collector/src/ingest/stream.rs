@@ -60,6 +60,9 @@ pub(super) struct StreamTask<'a> {
     pub node_name: String,
     /// Names the agent's client certificate vouches for (mutual TLS); `None` without a client certificate.
     pub identities: Option<Vec<String>>,
+    /// The connection's peer address (`None` on a transport without one): the key of the connection's node
+    /// names in [`super::connections::ConnTable`].
+    pub peer: Option<std::net::SocketAddr>,
 }
 
 /// What woke the stream loop.
@@ -108,7 +111,7 @@ fn ack(seq: u64) -> pb::CollectorMessage {
 }
 
 /// Maps a receive error (tonic decode failure, oversized message, transport error) to how the stream ends.
-fn receive_error(status: Status, limit: usize) -> End {
+fn receive_error(status: &Status, limit: usize) -> End {
     match status.code() {
         Code::OutOfRange | Code::ResourceExhausted => End::Rejected(IngestError::limit(
             "max_batch_bytes",
@@ -230,12 +233,27 @@ impl StreamTask<'_> {
                 Event::Unthrottled => s.throttled = false,
                 Event::Message(Ok(Some(m))) => self.message(&mut s, m).await?,
                 Event::Message(Ok(None)) => return Ok(()),
-                Event::Message(Err(status)) => {
-                    self.health().hot.batches_rejected.inc();
-                    return Err(receive_error(status, limit));
-                }
+                Event::Message(Err(status)) => return Err(self.receive_failed(&status, limit)),
             }
         }
+    }
+
+    /// How a failed receive ends the stream: a message the agent got wrong is a rejected batch; the transport
+    /// failing (reset, broken pipe, keepalive timeout) is the network's doing — counted apart and said at info.
+    fn receive_failed(&self, status: &Status, limit: usize) -> End {
+        let end = receive_error(status, limit);
+        if matches!(end, End::Closed) {
+            self.note_dropped(status);
+        } else {
+            self.health().hot.batches_rejected.inc();
+        }
+        end
+    }
+
+    fn note_dropped(&self, status: &Status) {
+        self.health().dropped_streams.inc();
+        info!(node = %self.node_name, peer = ?self.peer, error = %status.message(),
+            "agent stream dropped by the transport");
     }
 
     /// Waits for the stream's first known message, which must be a Hello (empty messages — unknown oneof
@@ -265,10 +283,11 @@ impl StreamTask<'_> {
                 }
                 Ok(None) => return Ok(None),
                 Err(status) => {
-                    return Err(receive_error(
-                        status,
-                        self.shared.config.limits.max_batch_bytes,
-                    ))
+                    let end = receive_error(&status, self.shared.config.limits.max_batch_bytes);
+                    if matches!(end, End::Closed) {
+                        self.note_dropped(&status);
+                    }
+                    return Err(end);
                 }
             }
         }
@@ -290,6 +309,7 @@ impl StreamTask<'_> {
         self.node_name = hello.node.clone();
         self.check_identity(&hello)?;
         hello.inventory.check_limits(&self.shared.config.limits)?;
+        self.claim_node(&hello.node)?;
         let (close_tx, close_rx) = oneshot::channel();
         let out = self
             .shared
@@ -353,6 +373,18 @@ impl StreamTask<'_> {
             "the client certificate does not name node {:?}",
             hello.node
         ))))
+    }
+
+    /// Counts `node` among the names this stream's connection reported as (`limits.max_nodes_per_connection`).
+    fn claim_node(&self, node: &str) -> Result<(), End> {
+        let Some(peer) = self.peer else { return Ok(()) };
+        self.shared.conns.claim_node(peer, node).map_err(|n| {
+            End::Rejected(IngestError::limit(
+                "max_nodes_per_connection",
+                "hello.node",
+                format!("this connection already reported as {n} other nodes (limits.max_nodes_per_connection)"),
+            ))
+        })
     }
 
     /// The answer to a Hello: the sequence number held durably, then the periods when configured.

@@ -42,7 +42,7 @@ pub(crate) async fn open_and_replay(
     .await
     .map_err(|e| PersistError::CreateDir {
         path: PathBuf::from(dir),
-        source: std::io::Error::other(e.to_string()),
+        error: std::io::Error::other(e.to_string()),
     })??;
     let (conn, path, items, seqs, jobs) = loaded;
     let (hellos, batches) = replay(store, items, seqs, health);

@@ -1,8 +1,10 @@
 //! The collector's own health metrics, registered in one `Registry` and updated once per batch or stream, never
 //! per sample. Every stage that has something to count (ingest, persistence, the HTTP server) takes a
-//! [`Health`] handle; the exporters render its registry with `/metrics`. Metric names: [`names`].
+//! [`Health`] handle; the exporters render its registry with `/metrics`. Metric names: [`names`]. Warnings that
+//! a peer can repeat at will go through a [`throttle::LogThrottle`].
 
 pub mod names;
+pub mod throttle;
 
 use prometheus::{
     Counter, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
@@ -50,7 +52,62 @@ pub struct Health {
     /// open (the HTTP server counts them).
     pub http_connections: IntGauge,
     pub http_connections_refused: IntCounter,
+    /// The gRPC listener's own guard ([`GuardMetrics`]).
+    pub guard: GuardMetrics,
+    /// 1 while the state directory cannot be written: batches are not acknowledged (persistence sets it).
+    pub persist_degraded: IntGauge,
+    /// State databases moved aside at start because they could not be read.
+    pub persist_corrupt_databases: IntCounter,
+    /// Samples whose timestamp lay outside the window around the collector's clock (`limits.max_clock_skew`).
+    pub out_of_window_samples: IntCounter,
+    /// Streams ended by the transport (reset, broken pipe), not by the agent or the collector.
+    pub dropped_streams: IntCounter,
 }
+
+/// Metrics of the gRPC listener's admission of connections (`ingest::connections`).
+#[derive(Debug, Clone)]
+pub struct GuardMetrics {
+    /// Connections admitted and open now.
+    pub open: IntGauge,
+    /// `reason` = one of [`GRPC_REFUSE_REASONS`].
+    pub refused: IntCounterVec,
+    /// `reason` = one of [`TLS_FAILURE_REASONS`].
+    pub tls_failures: IntCounterVec,
+}
+
+/// Bounded values of the `reason` label of `commwatch_collector_grpc_connections_refused_total`.
+pub const GRPC_REFUSE_REASONS: &[&str] = &[
+    // `limits.max_grpc_connections` were open.
+    "listener_limit",
+    // `limits.max_grpc_connections_per_peer` were open from the peer's address.
+    "peer_limit",
+    // No TLS handshake and HTTP/2 preface within `limits.grpc_handshake_timeout`.
+    "handshake_timeout",
+    // The first bytes (after TLS) were not the HTTP/2 preface.
+    "not_http2",
+    // The TLS handshake failed (its reason in `commwatch_collector_tls_handshake_failures_total`).
+    "tls",
+];
+
+/// Bounded values of the `reason` label of `commwatch_collector_tls_handshake_failures_total`.
+pub const TLS_FAILURE_REASONS: &[&str] = &[
+    // Mutual TLS: the agent presented no certificate.
+    "no_certificate",
+    // The agent's certificate does not chain to `client_ca_file`.
+    "unknown_ca",
+    "expired",
+    "not_yet_valid",
+    // Any other fault of the agent's certificate (signature, usage, encoding, revocation).
+    "bad_certificate",
+    // The agent refused the collector's certificate (it sent an alert: wrong CA, name mismatch).
+    "refused_by_agent",
+    // The first bytes were not a TLS handshake (a plain-text client on the TLS port).
+    "not_tls",
+    // Any other protocol disagreement (versions, cipher suites, ALPN without h2).
+    "protocol",
+    // The peer closed the connection or the network failed mid-handshake.
+    "closed",
+];
 
 /// Bounded values of the `reason` label of `commwatch_collector_rejected_streams_total`.
 pub const REJECT_REASONS: &[&str] = &[
@@ -63,7 +120,59 @@ pub const REJECT_REASONS: &[&str] = &[
     "unauthenticated",
     // Mutual TLS: the client certificate does not name the node the agent reports as.
     "identity",
+    // `limits.max_nodes` nodes were held and the Hello named a new one.
+    "max_nodes",
+    // The connection already reported as `limits.max_nodes_per_connection` other nodes.
+    "max_nodes_per_connection",
 ];
+
+/// A counter family with one label, every value of `values` present from the start (at 0).
+fn counter_vec(
+    registry: &Registry,
+    name: &str,
+    help: &str,
+    label: &str,
+    values: &[&str],
+) -> Result<IntCounterVec, prometheus::Error> {
+    let c = IntCounterVec::new(Opts::new(name, help), &[label])?;
+    registry.register(Box::new(c.clone()))?;
+    for v in values {
+        c.with_label_values(&[v]);
+    }
+    Ok(c)
+}
+
+fn gauge(registry: &Registry, name: &str, help: &str) -> Result<IntGauge, prometheus::Error> {
+    let g = IntGauge::new(name, help)?;
+    registry.register(Box::new(g.clone()))?;
+    Ok(g)
+}
+
+impl GuardMetrics {
+    fn new(registry: &Registry) -> Result<GuardMetrics, prometheus::Error> {
+        Ok(GuardMetrics {
+            open: gauge(
+                registry,
+                names::COLLECTOR_GRPC_CONNECTIONS,
+                "gRPC connections (agents) admitted and open now.",
+            )?,
+            refused: counter_vec(
+                registry,
+                names::COLLECTOR_GRPC_CONNECTIONS_REFUSED_TOTAL,
+                "gRPC connections closed before any stream, by reason.",
+                "reason",
+                GRPC_REFUSE_REASONS,
+            )?,
+            tls_failures: counter_vec(
+                registry,
+                names::COLLECTOR_TLS_HANDSHAKE_FAILURES_TOTAL,
+                "Failed TLS handshakes on the gRPC listener, by reason.",
+                "reason",
+                TLS_FAILURE_REASONS,
+            )?,
+        })
+    }
+}
 
 impl Health {
     pub fn new() -> Result<Health, prometheus::Error> {
@@ -139,6 +248,24 @@ impl Health {
         )?;
         registry.register(Box::new(http_connections.clone()))?;
         Ok(Health {
+            guard: GuardMetrics::new(&registry)?,
+            persist_degraded: gauge(
+                &registry,
+                names::COLLECTOR_PERSIST_DEGRADED,
+                "1 while the state directory cannot be written: batches are not acknowledged until it can.",
+            )?,
+            persist_corrupt_databases: counter(
+                names::COLLECTOR_PERSIST_CORRUPT_DATABASES_TOTAL,
+                "State databases found unreadable at start, moved aside and replaced by an empty one.",
+            )?,
+            out_of_window_samples: counter(
+                names::COLLECTOR_OUT_OF_WINDOW_SAMPLES_TOTAL,
+                "Samples refused: timestamp not after the Unix epoch or beyond limits.max_clock_skew ahead.",
+            )?,
+            dropped_streams: counter(
+                names::COLLECTOR_DROPPED_STREAMS_TOTAL,
+                "Agent streams ended by a transport failure (reset, broken pipe, keepalive timeout).",
+            )?,
             hot,
             http_connections,
             http_connections_refused: counter(

@@ -27,3 +27,23 @@ pub const COLLECTOR_HTTP_CONNECTIONS_REFUSED_TOTAL: &str =
     "commwatch_collector_http_connections_refused_total";
 /// Step markers received in applied batches, by `result` (`accepted`, `invalid`: failed validation, dropped).
 pub const COLLECTOR_STEP_MARKERS_TOTAL: &str = "commwatch_collector_step_markers_total";
+/// gRPC connections (agents) open now (gauge), and those closed by the collector before any stream, by `reason`
+/// ([`super::GRPC_REFUSE_REASONS`]: a connection limit, the handshake deadline, not HTTP/2, a failed TLS
+/// handshake).
+pub const COLLECTOR_GRPC_CONNECTIONS: &str = "commwatch_collector_grpc_connections";
+pub const COLLECTOR_GRPC_CONNECTIONS_REFUSED_TOTAL: &str =
+    "commwatch_collector_grpc_connections_refused_total";
+/// Failed TLS handshakes on the gRPC listener, by `reason` ([`super::TLS_FAILURE_REASONS`]).
+pub const COLLECTOR_TLS_HANDSHAKE_FAILURES_TOTAL: &str =
+    "commwatch_collector_tls_handshake_failures_total";
+/// 1 while the state directory cannot be written (batches are then not acknowledged), else 0.
+pub const COLLECTOR_PERSIST_DEGRADED: &str = "commwatch_collector_persist_degraded";
+/// State databases found unreadable at start, moved aside and replaced by an empty one.
+pub const COLLECTOR_PERSIST_CORRUPT_DATABASES_TOTAL: &str =
+    "commwatch_collector_persist_corrupt_databases_total";
+/// Samples refused because their timestamp lies outside the window around the collector's clock.
+pub const COLLECTOR_OUT_OF_WINDOW_SAMPLES_TOTAL: &str =
+    "commwatch_collector_out_of_window_samples_total";
+/// Agent streams that ended by a transport failure (reset, broken pipe, keepalive timeout): not the agent's
+/// fault, not counted as rejected.
+pub const COLLECTOR_DROPPED_STREAMS_TOTAL: &str = "commwatch_collector_dropped_streams_total";

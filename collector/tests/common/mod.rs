@@ -136,9 +136,20 @@ pub struct Agent {
 impl Agent {
     /// Opens a stream; nothing sent yet.
     pub async fn open(addr: std::net::SocketAddr) -> Agent {
-        let mut client = pb::ingest_client::IngestClient::connect(format!("http://{addr}"))
+        let client = pb::ingest_client::IngestClient::connect(format!("http://{addr}"))
             .await
             .expect("connect");
+        Agent::open_on(client).await
+    }
+
+    /// Opens a stream on `channel` (a TLS one, say); nothing sent yet.
+    pub async fn open_channel(channel: tonic::transport::Channel) -> Agent {
+        Agent::open_on(pb::ingest_client::IngestClient::new(channel)).await
+    }
+
+    async fn open_on(
+        mut client: pb::ingest_client::IngestClient<tonic::transport::Channel>,
+    ) -> Agent {
         let (tx, rx) = mpsc::channel(64);
         let resp = client
             .stream(ReceiverStream::new(rx))
