@@ -59,11 +59,13 @@ fn invalid(field: &'static str, reason: impl Into<String>) -> ConfigError {
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct NetdevConfig {
+    /// When not empty, only these interfaces are read, virtual ones included (`exclude` still wins).
+    pub include: Vec<String>,
     /// Interfaces to treat as fabric even if they look like management Ethernet.
     pub fabric: Vec<String>,
     /// Interfaces to treat as management even if they look like fabric.
     pub management: Vec<String>,
-    /// Interfaces to ignore; `None` keeps the built-in list (`lo`, `veth*`, `docker*`, ...).
+    /// Interfaces to ignore; `None` keeps the built-in list (`lo`, `ifb*`, `veth*`, `docker*`, ...).
     pub exclude: Option<Vec<String>>,
 }
 
@@ -72,6 +74,7 @@ impl From<&NetdevConfig> for NetdevOptions {
     fn from(c: &NetdevConfig) -> NetdevOptions {
         let defaults = NetdevOptions::default();
         NetdevOptions {
+            include: c.include.clone(),
             fabric: c.fabric.clone(),
             management: c.management.clone(),
             exclude: c.exclude.clone().unwrap_or(defaults.exclude),
@@ -441,10 +444,12 @@ sysfs_root = "/host/sys"
 sources = ["netdev"]
 [netdev]
 management = ["eth*"]
+include = ["eth*", "ib*"]
 "#,
         )
         .unwrap();
         let s = c.source_settings();
+        assert_eq!(s.netdev.include, ["eth*", "ib*"]);
         assert_eq!(s.enabled, vec!["netdev".to_string()]);
         assert_eq!(s.sysfs_root, PathBuf::from("/host/sys"));
         assert_eq!(s.procfs_root, PathBuf::from("/proc"));

@@ -4,6 +4,14 @@
 //! `(class, <if>, <if>)`; class `infiniband` for IPoIB (`type` = 32), `ethernet` otherwise. Role: **fabric**
 //! when the interface is an RDMA port's netdev (`class/infiniband/*/ports/*/gid_attrs/ndevs/*`,
 //! `class/infiniband/*/device/net/*`) or IPoIB, **management** otherwise; [`NetdevOptions`] overrides win.
+//!
+//! Which interfaces are read ([`select`]): an `exclude` pattern match never is; when `include` patterns are
+//! set, only the interfaces they match are (virtual ones too); otherwise every interface that is not virtual.
+//! Virtual means what sysfs says: the interface's `class/net/<if>` entry resolves into `devices/virtual/`
+//! (loopback, `ifb*`, `veth*`, bridges, tunnels: the kernel places every netdev without a parent device
+//! there), except IPoIB (`type` 32) and bond masters (a `bonding/` directory), which are kept. Bond slaves are
+//! physical ports and are read. Trees that are plain directories (a copied sysfs, the simulated cluster's)
+//! have no such links: there the built-in name patterns of [`DEFAULT_EXCLUDE`] do the same work.
 //! State: `operstate`. Capacity: `speed` (Mb/s × 125000 → bytes/s; unknown when `-1` or unreadable).
 //! Attributes: `type`, `mtu`, `speed_mbps` (when known), `operstate`.
 //!
@@ -28,15 +36,19 @@ use super::{
 /// ARPHRD_INFINIBAND: the `type` of an IPoIB interface.
 pub const ARPHRD_INFINIBAND: u64 = 32;
 
-/// Interfaces skipped unless configured otherwise: loopback and container/virtual plumbing.
+/// Interfaces skipped unless configured otherwise: loopback and container/virtual plumbing, by name (for
+/// trees without the `devices/virtual/` links that mark them in a real sysfs).
 pub const DEFAULT_EXCLUDE: &[&str] = &[
-    "lo", "veth*", "docker*", "cali*", "flannel*", "cni*", "virbr*",
+    "lo", "ifb*", "veth*", "docker*", "cali*", "flannel*", "cni*", "virbr*", "br-*", "tun*",
+    "tap*", "vxlan*", "dummy*",
 ];
 
 /// Classification and filtering of interfaces. Patterns are interface names where `*` matches any run of
 /// characters (`veth*`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NetdevOptions {
+    /// When not empty, only the interfaces these match are read, virtual ones included (`exclude` still wins).
+    pub include: Vec<String>,
     /// Interfaces classified as fabric whatever detection says. Wins over `management` when both match.
     pub fabric: Vec<String>,
     /// Interfaces classified as management whatever detection says.
@@ -48,6 +60,7 @@ pub struct NetdevOptions {
 impl Default for NetdevOptions {
     fn default() -> Self {
         NetdevOptions {
+            include: Vec::new(),
             fabric: Vec::new(),
             management: Vec::new(),
             exclude: DEFAULT_EXCLUDE.iter().map(|s| s.to_string()).collect(),
@@ -60,6 +73,90 @@ impl NetdevOptions {
     pub fn is_excluded(&self, name: &str) -> bool {
         self.exclude.iter().any(|p| glob_match(p, name))
     }
+
+    /// Whether `name` matches an `include` pattern (false when there are none).
+    pub fn is_included(&self, name: &str) -> bool {
+        self.include.iter().any(|p| glob_match(p, name))
+    }
+}
+
+/// Whether an interface is read, and if not, why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Selection {
+    Read,
+    /// An `exclude` pattern matches it.
+    Excluded,
+    /// `include` patterns are set and none matches it.
+    NotIncluded,
+    /// sysfs places it under `devices/virtual/` and it is neither IPoIB nor a bond master.
+    Virtual,
+}
+
+/// Decides whether interface `name` is read (see the module documentation); `virtual_device` is
+/// [`is_virtual`]'s answer.
+pub fn selection(name: &str, virtual_device: bool, options: &NetdevOptions) -> Selection {
+    if options.is_excluded(name) {
+        Selection::Excluded
+    } else if !options.include.is_empty() {
+        if options.is_included(name) {
+            Selection::Read
+        } else {
+            Selection::NotIncluded
+        }
+    } else if virtual_device {
+        Selection::Virtual
+    } else {
+        Selection::Read
+    }
+}
+
+/// Whether `<root>/class/net/<name>` is a virtual interface by sysfs's own layout: its entry is a link into
+/// `devices/virtual/`, and it is neither IPoIB (`type` 32) nor a bond master (`bonding/`). Only the link is
+/// read (`readlink`), no file is opened but `type`, through the root.
+pub fn is_virtual(root: &FsRoot, name: &str) -> bool {
+    let entry = root.join("class/net").join(name);
+    let Ok(target) = std::fs::read_link(&entry) else {
+        return false;
+    };
+    let under_virtual = target
+        .components()
+        .collect::<Vec<_>>()
+        .windows(2)
+        .any(|w| w[0].as_os_str() == "devices" && w[1].as_os_str() == "virtual");
+    if !under_virtual {
+        return false;
+    }
+    let ipoib = root
+        .read_trimmed(&entry.join("type"))
+        .and_then(|t| parse_u64(&t).ok())
+        == Some(ARPHRD_INFINIBAND);
+    let bond = root
+        .list_subdirs(&entry)
+        .is_ok_and(|d| d.iter().any(|n| n == "bonding"));
+    !(ipoib || bond)
+}
+
+/// Every interface under `<root>/class/net` with whether it is read; sorted by name. An absent `class/net`
+/// gives none.
+pub fn select(
+    root: &FsRoot,
+    options: &NetdevOptions,
+) -> Result<Vec<(String, Selection)>, SourceError> {
+    let net = root.join("class/net");
+    let names = match root.list_subdirs(&net) {
+        Ok(n) => n,
+        Err(SourceError::Io { error, .. }) if error.kind() == std::io::ErrorKind::NotADirectory => {
+            Vec::new()
+        }
+        Err(e) => return Err(e),
+    };
+    Ok(names
+        .into_iter()
+        .map(|name| {
+            let s = selection(&name, is_virtual(root, &name), options);
+            (name, s)
+        })
+        .collect())
 }
 
 /// Decides the role of interface `name`: overrides first, then RDMA netdev or IPoIB → fabric, else management.
@@ -212,17 +309,9 @@ impl Source for NetdevSource {
     }
 
     fn discover(&mut self) -> Result<bool, SourceError> {
-        let net = self.sysfs_root.join("class/net");
-        let names = match self.sysfs_root.list_subdirs(&net) {
-            Ok(n) => n,
-            Err(SourceError::Io { error, .. })
-                if error.kind() == std::io::ErrorKind::NotADirectory =>
-            {
-                Vec::new()
-            }
-            Err(e) => return Err(e),
-        };
+        let names = select(&self.sysfs_root, &self.options)?;
         if names.is_empty() && !self.absent_logged {
+            let net = self.sysfs_root.join("class/net");
             tracing::debug!(path = %net.display(), "no network interfaces");
             self.absent_logged = true;
         }
@@ -231,8 +320,8 @@ impl Source for NetdevSource {
         let mut changed = false;
         let mut links = Vec::new();
         self.files.begin();
-        for name in names {
-            if self.options.is_excluded(&name) {
+        for (name, selected) in names {
+            if selected != Selection::Read {
                 continue;
             }
             links.push(self.discover_interface(&name, &rdma, &mut changed));
@@ -307,6 +396,12 @@ mod tests {
         let o = NetdevOptions::default();
         for name in [
             "lo",
+            "ifb0",
+            "br-1f2e",
+            "tun0",
+            "tap3",
+            "vxlan.calico",
+            "dummy0",
             "veth1a2b",
             "docker0",
             "cali123",
@@ -319,5 +414,102 @@ mod tests {
         for name in ["eth0", "ib0", "ens1f0np0", "bond0", "lo0"] {
             assert!(!o.is_excluded(name), "{name}");
         }
+    }
+
+    /// A sysfs tree laid out as the kernel does: `class/net/<if>` links into `devices/`.
+    fn linked_tree(ifs: &[(&str, &str, &str)]) -> tempfile::TempDir {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(root.path().join("class/net")).unwrap();
+        for (name, parent, if_type) in ifs {
+            let dir = root
+                .path()
+                .join("devices")
+                .join(parent)
+                .join("net")
+                .join(name);
+            std::fs::create_dir_all(dir.join("statistics")).unwrap();
+            std::fs::write(dir.join("type"), format!("{if_type}\n")).unwrap();
+            std::fs::write(dir.join("operstate"), "up\n").unwrap();
+            std::os::unix::fs::symlink(
+                format!("../../devices/{parent}/net/{name}"),
+                root.path().join("class/net").join(name),
+            )
+            .unwrap();
+        }
+        root
+    }
+
+    #[test]
+    fn virtual_interfaces_are_told_by_their_place_in_sysfs() {
+        let tree = linked_tree(&[
+            ("eth0", "pci0000:00/0000:00:03.0", "1"),
+            ("lo", "virtual", "772"),
+            ("myifb", "virtual", "1"),
+            ("ib0.8001", "virtual", "32"),
+            ("bond0", "virtual", "1"),
+        ]);
+        std::fs::create_dir(tree.path().join("devices/virtual/net/bond0/bonding")).unwrap();
+        let root = FsRoot::new(tree.path());
+        let got = select(&root, &NetdevOptions::default()).unwrap();
+        assert_eq!(
+            got,
+            [
+                ("bond0".to_string(), Selection::Read),
+                ("eth0".to_string(), Selection::Read),
+                ("ib0.8001".to_string(), Selection::Read),
+                ("lo".to_string(), Selection::Excluded),
+                ("myifb".to_string(), Selection::Virtual),
+            ]
+        );
+        let mut src = NetdevSource::new(tree.path().to_path_buf(), NetdevOptions::default());
+        src.discover().unwrap();
+        let names: Vec<&str> = src
+            .inventory()
+            .links
+            .iter()
+            .map(|l| l.key.device.as_str())
+            .collect();
+        assert_eq!(names, ["bond0", "eth0", "ib0.8001"]);
+    }
+
+    #[test]
+    fn include_and_exclude_patterns() {
+        let tree = linked_tree(&[
+            ("eth0", "pci0000:00/0000:00:03.0", "1"),
+            ("eth1", "pci0000:00/0000:00:04.0", "1"),
+            ("myifb", "virtual", "1"),
+            ("veth9", "virtual", "1"),
+        ]);
+        let root = FsRoot::new(tree.path());
+        let read = |o: &NetdevOptions| -> Vec<String> {
+            select(&root, o)
+                .unwrap()
+                .into_iter()
+                .filter(|(_, s)| *s == Selection::Read)
+                .map(|(n, _)| n)
+                .collect()
+        };
+        // Include reads a virtual interface and only what it names; exclude still wins.
+        let o = NetdevOptions {
+            include: vec!["eth1".into(), "myifb".into(), "veth*".into()],
+            ..NetdevOptions::default()
+        };
+        assert_eq!(read(&o), ["eth1", "myifb"]);
+        assert_eq!(selection("eth0", false, &o), Selection::NotIncluded);
+        let o = NetdevOptions {
+            exclude: vec!["eth0".into()],
+            ..NetdevOptions::default()
+        };
+        assert_eq!(
+            read(&o),
+            ["eth1"],
+            "veth9 is virtual even when no pattern names it"
+        );
+        let o = NetdevOptions {
+            include: vec!["*".into()],
+            exclude: vec![],
+            ..NetdevOptions::default()
+        };
+        assert_eq!(read(&o), ["eth0", "eth1", "myifb", "veth9"]);
     }
 }
