@@ -870,6 +870,7 @@ fn netdev_overrides_win() {
         fabric: vec!["eth*".into()],
         management: vec!["ib*".into(), "ens1f0np0".into()],
         exclude: vec!["ib1".into()],
+        ..NetdevOptions::default()
     };
     let Some(h100) = gpud_h100_sysfs!() else {
         return;
@@ -1204,7 +1205,7 @@ fn conformance_on_a_damaged_tree() {
 
 #[test]
 fn host_source() {
-    let mut src = HostSource::new();
+    let mut src = HostSource::new("/proc".into());
     assert_eq!(src.name(), "host");
     check_contract(&mut src, "host");
     let inv = src.inventory().clone();
@@ -1241,4 +1242,78 @@ fn host_source() {
         assert!((0.0..=1.0).contains(&r));
     }
     assert_eq!(sample(&mut src, Tier::Fast).values.len(), 0);
+}
+
+/// A procfs root with `stat` (total and two CPUs, jiffies `user nice system idle iowait irq softirq steal`)
+/// and `meminfo`.
+fn write_procfs(root: &std::path::Path, cpus: [[u64; 8]; 3], mem_kb: (u64, u64)) {
+    let line = |name: &str, j: &[u64; 8]| {
+        let j: Vec<String> = j.iter().map(u64::to_string).collect();
+        format!("{name} {} 0 0\n", j.join(" "))
+    };
+    let stat = format!(
+        "{}{}{}intr 0\nctxt 1\nbtime 2\n",
+        line("cpu ", &cpus[0]),
+        line("cpu0", &cpus[1]),
+        line("cpu1", &cpus[2])
+    );
+    std::fs::write(root.join("stat"), stat).unwrap();
+    let (total, available) = mem_kb;
+    std::fs::write(
+        root.join("meminfo"),
+        format!(
+            "MemTotal: {total} kB\nMemFree: 1 kB\nMemAvailable: {available} kB\nBuffers: 0 kB\n"
+        ),
+    )
+    .unwrap();
+}
+
+#[test]
+fn host_source_reads_its_procfs_root() {
+    let dir = tempfile::tempdir().unwrap();
+    write_procfs(
+        dir.path(),
+        [
+            [200, 0, 0, 1800, 0, 0, 0, 0],
+            [100, 0, 0, 900, 0, 0, 0, 0],
+            [100, 0, 0, 900, 0, 0, 0, 0],
+        ],
+        (16_000_000, 12_000_000),
+    );
+    let mut src = HostSource::new(dir.path().to_path_buf());
+    check_contract(&mut src, "host");
+    let cpus = src
+        .inventory()
+        .series
+        .iter()
+        .filter(|s| s.labels.contains_key("cpu"))
+        .count();
+    assert_eq!(cpus, 2, "the fixture's CPUs, not this machine's");
+    // 400 jiffies later: cpu0 busy for 100 of 200 (user 60, system 20, irq 10, steal 10; iowait is idle),
+    // cpu1 for 0 of 200; in all 100 of 400.
+    write_procfs(
+        dir.path(),
+        [
+            [260, 0, 20, 1950, 150, 10, 0, 10],
+            [160, 0, 20, 950, 50, 10, 0, 10],
+            [100, 0, 0, 1000, 100, 0, 0, 0],
+        ],
+        (16_000_000, 10_000_000),
+    );
+    let s = sample(&mut src, Tier::Slow);
+    assert_eq!(s.report.failed, 0, "{:?}", s.report.errors);
+    assert_eq!(gauge(&s, "cpu_utilization_ratio"), 0.25);
+    assert_eq!(gauge(&s, "cpu_utilization_ratio|cpu=0"), 0.5);
+    assert_eq!(gauge(&s, "cpu_utilization_ratio|cpu=1"), 0.0);
+    assert_eq!(gauge(&s, "memory_total_bytes"), 16_000_000.0 * 1024.0);
+    assert_eq!(gauge(&s, "memory_used_bytes"), 6_000_000.0 * 1024.0);
+
+    // Without its files the source says so, and reads nothing from this machine's /proc.
+    std::fs::remove_file(dir.path().join("meminfo")).unwrap();
+    std::fs::remove_file(dir.path().join("stat")).unwrap();
+    let s = sample(&mut src, Tier::Slow);
+    assert!(s.values.is_empty());
+    assert_eq!(s.report.failed, 3, "CPU total and both memory series");
+    let mut src = HostSource::new(dir.path().join("absent"));
+    assert!(src.discover().is_err());
 }

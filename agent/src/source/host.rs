@@ -1,27 +1,32 @@
-//! The host itself, through `sysinfo`: CPU utilisation and memory. Node-level series (no link); no links.
+//! The host itself, from procfs: CPU utilisation (`<procfs_root>/stat`) and memory (`<procfs_root>/meminfo`).
+//! Node-level series (no link); no links.
 //!
 //! Series (all slow-tier gauges):
 //! - `cpu_utilization_ratio` (0..1) over all CPUs (no labels) and per CPU (label `cpu` = its index, `"0"`, ...);
-//! - `memory_used_bytes`, `memory_total_bytes`.
+//! - `memory_used_bytes` (`MemTotal` − `MemAvailable`), `memory_total_bytes` (`MemTotal`).
 //!
 //! Utilisation is measured between two reads: the first `sample` after `discover` covers the time since
-//! `discover`.
+//! `discover`. A CPU is busy for every jiffy of `/proc/stat` that is not `idle` or `iowait`.
 //!
-//! The readings come from a [`HostBackend`]: this machine through sysinfo by default, or an injected one (the
-//! simulated cluster's nodes, whose CPUs are a model, not this machine's).
+//! The readings come from a [`HostBackend`]: [`ProcfsHost`] (the node's procfs, under `--procfs-root`, read
+//! through [`FsRoot`]) by default, or an injected one (the simulated cluster's nodes, whose CPUs are a model,
+//! not this machine's).
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 
-use sysinfo::{CpuRefreshKind, MemoryRefreshKind, System};
-
+use super::fsroot::FsRoot;
 use super::{Inventory, ReadReport, SeriesKind, SeriesSpec, Source, SourceError, Tier, Value};
+
+/// Largest `/proc/stat` read: a few hundred bytes a CPU, ample for thousands of CPUs.
+const MAX_STAT_BYTES: usize = 4 << 20;
 
 /// One reading of the host.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HostReading {
     /// Utilisation over all CPUs since the previous reading, percent (0..100).
     pub cpu_percent: f32,
-    /// Per CPU, percent, by CPU index.
+    /// Per CPU, percent, by CPU index; NaN for a CPU not read this time (offline).
     pub per_cpu_percent: Vec<f32>,
     /// Memory in bytes; 0 when unknown.
     pub memory_used_bytes: u64,
@@ -36,41 +41,179 @@ pub trait HostBackend: Send {
     fn read(&mut self) -> HostReading;
 }
 
-/// This machine, through sysinfo.
-pub struct SysinfoHost {
-    system: Option<System>,
+/// Jiffies of one CPU line of `/proc/stat`: busy and total.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CpuTimes {
+    pub busy: u64,
+    pub total: u64,
 }
 
-impl HostBackend for SysinfoHost {
-    fn start(&mut self) -> Result<usize, SourceError> {
-        let system = match &mut self.system {
-            Some(s) => s,
-            None => {
-                let s = System::new()
-                    .map_err(|e| SourceError::Other(format!("sysinfo: cannot start: {e}")))?;
-                self.system.insert(s)
-            }
+/// The CPU lines of `/proc/stat`: the `cpu` line and each `cpuN` by index (`None` for a CPU absent from the
+/// file, i.e. offline).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CpuStat {
+    pub all: CpuTimes,
+    pub per_cpu: Vec<Option<CpuTimes>>,
+}
+
+/// Parses the CPU lines of `/proc/stat` (`cpu  user nice system idle iowait irq softirq steal ...`). Lines of
+/// other kinds are ignored; `guest` and `guest_nice` are already inside `user` and `nice` and are not added.
+pub fn parse_stat(text: &str) -> Result<CpuStat, String> {
+    let mut stat = CpuStat::default();
+    let mut seen_all = false;
+    for line in text.lines() {
+        let mut fields = line.split_ascii_whitespace();
+        let Some(name) = fields.next().and_then(|n| n.strip_prefix("cpu")) else {
+            continue;
         };
-        refresh(system);
-        Ok(system.cpus().len())
+        let jiffies: Vec<u64> = fields
+            .take(8)
+            .map(|f| {
+                f.parse::<u64>()
+                    .map_err(|_| format!("cpu{name}: a field is not a count"))
+            })
+            .collect::<Result<_, _>>()?;
+        if jiffies.len() < 4 {
+            return Err(format!("cpu{name}: fewer than 4 fields"));
+        }
+        let total: u64 = jiffies.iter().fold(0u64, |a, &j| a.saturating_add(j));
+        let idle = jiffies[3].saturating_add(jiffies.get(4).copied().unwrap_or(0));
+        let times = CpuTimes {
+            busy: total.saturating_sub(idle),
+            total,
+        };
+        if name.is_empty() {
+            stat.all = times;
+            seen_all = true;
+        } else {
+            let idx: usize = name
+                .parse()
+                .map_err(|_| format!("cpu{name}: not a CPU index"))?;
+            if idx >= 1 << 16 {
+                return Err(format!("cpu{name}: CPU index out of range"));
+            }
+            if stat.per_cpu.len() <= idx {
+                stat.per_cpu.resize(idx + 1, None);
+            }
+            stat.per_cpu[idx] = Some(times);
+        }
+    }
+    if seen_all {
+        Ok(stat)
+    } else {
+        Err("no cpu line".to_string())
+    }
+}
+
+/// `(used, total)` bytes from `/proc/meminfo`: `MemTotal` − `MemAvailable` and `MemTotal` (kB × 1024).
+pub fn parse_meminfo(text: &str) -> Result<(u64, u64), String> {
+    let field = |key: &str| -> Option<u64> {
+        let line = text.lines().find(|l| l.split(':').next() == Some(key))?;
+        let kb: u64 = line
+            .split(':')
+            .nth(1)?
+            .split_ascii_whitespace()
+            .next()?
+            .parse()
+            .ok()?;
+        kb.checked_mul(1024)
+    };
+    let total = field("MemTotal").ok_or("no MemTotal")?;
+    let available = field("MemAvailable").ok_or("no MemAvailable")?;
+    Ok((total.saturating_sub(available), total))
+}
+
+/// Busy share of the jiffies between two readings, percent; 0 when no jiffy passed.
+fn busy_percent(before: CpuTimes, now: CpuTimes) -> f32 {
+    let total = now.total.saturating_sub(before.total);
+    if total == 0 {
+        return 0.0;
+    }
+    let busy = now.busy.saturating_sub(before.busy).min(total);
+    (busy as f64 * 100.0 / total as f64) as f32
+}
+
+/// The node's procfs, under a root: `stat` and `meminfo`, each opened through [`FsRoot`].
+pub struct ProcfsHost {
+    root: FsRoot,
+    previous: Option<CpuStat>,
+}
+
+impl ProcfsHost {
+    /// Reads `<procfs_root>/stat` and `<procfs_root>/meminfo`.
+    pub fn new(procfs_root: PathBuf) -> ProcfsHost {
+        ProcfsHost {
+            root: FsRoot::new(procfs_root),
+            previous: None,
+        }
+    }
+
+    fn read_text(&self, name: &str, limit: usize) -> Result<String, SourceError> {
+        let path = self.root.join(name);
+        let bytes = self.root.read(&path, limit)?;
+        String::from_utf8(bytes).map_err(|e| SourceError::Parse {
+            path,
+            bytes: e.as_bytes().len(),
+            reason: "not UTF-8".to_string(),
+        })
+    }
+
+    fn parsed<T>(
+        &self,
+        name: &str,
+        limit: usize,
+        parse: impl Fn(&str) -> Result<T, String>,
+    ) -> Result<T, SourceError> {
+        let text = self.read_text(name, limit)?;
+        parse(&text).map_err(|reason| SourceError::Parse {
+            path: self.root.join(name),
+            bytes: text.len(),
+            reason,
+        })
+    }
+
+    fn stat(&self) -> Result<CpuStat, SourceError> {
+        self.parsed("stat", MAX_STAT_BYTES, parse_stat)
+    }
+}
+
+impl HostBackend for ProcfsHost {
+    fn start(&mut self) -> Result<usize, SourceError> {
+        let stat = self.stat()?;
+        let cpus = stat.per_cpu.len();
+        self.previous = Some(stat);
+        Ok(cpus)
     }
 
     fn read(&mut self) -> HostReading {
-        let Some(system) = self.system.as_mut() else {
-            return HostReading {
-                cpu_percent: 0.0,
-                per_cpu_percent: Vec::new(),
-                memory_used_bytes: 0,
-                memory_total_bytes: 0,
-            };
+        let (memory_used_bytes, memory_total_bytes) = self
+            .parsed("meminfo", super::fsroot::MAX_SMALL_FILE, parse_meminfo)
+            .unwrap_or((0, 0));
+        let mut reading = HostReading {
+            cpu_percent: f32::NAN,
+            per_cpu_percent: Vec::new(),
+            memory_used_bytes,
+            memory_total_bytes,
         };
-        refresh(system);
-        HostReading {
-            cpu_percent: system.global_cpu_usage(),
-            per_cpu_percent: system.cpus().iter().map(|c| c.usage()).collect(),
-            memory_used_bytes: system.used_memory(),
-            memory_total_bytes: system.total_memory(),
+        let Ok(now) = self.stat() else {
+            return reading;
+        };
+        if let Some(before) = &self.previous {
+            reading.cpu_percent = busy_percent(before.all, now.all);
+            reading.per_cpu_percent = now
+                .per_cpu
+                .iter()
+                .enumerate()
+                .map(
+                    |(i, t)| match (before.per_cpu.get(i).copied().flatten(), t) {
+                        (Some(b), Some(n)) => busy_percent(b, *n),
+                        _ => f32::NAN,
+                    },
+                )
+                .collect();
         }
+        self.previous = Some(now);
+        reading
     }
 }
 
@@ -86,16 +229,10 @@ pub struct HostSource {
     memory_total: Option<usize>,
 }
 
-impl Default for HostSource {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl HostSource {
-    /// A host source. Nothing is read until [`Source::discover`].
-    pub fn new() -> Self {
-        Self::with_backend(Box::new(SysinfoHost { system: None }))
+    /// A host source reading `<procfs_root>/stat` and `meminfo`. Nothing is read until [`Source::discover`].
+    pub fn new(procfs_root: PathBuf) -> Self {
+        Self::with_backend(Box::new(ProcfsHost::new(procfs_root)))
     }
 
     /// A host source reading from `backend`.
@@ -121,11 +258,6 @@ impl HostSource {
         });
         self.inventory.series.len() - 1
     }
-}
-
-fn refresh(system: &mut System) {
-    system.refresh_cpu_specifics(CpuRefreshKind::nothing().with_usage());
-    system.refresh_memory_specifics(MemoryRefreshKind::nothing().with_ram());
 }
 
 impl Source for HostSource {
@@ -172,35 +304,46 @@ impl Source for HostSource {
             return report;
         }
         let r = self.backend.read();
-        let mut push = |idx: usize, v: f64| {
-            sink(idx, Value::Gauge(v));
-            report.read += 1;
-        };
+        let mut values: Vec<(usize, f64)> = Vec::new();
         if let Some(idx) = self.total_cpu {
-            push(idx, percent_to_ratio(r.cpu_percent));
+            // NaN: the backend could not read the CPU figures this time.
+            if r.cpu_percent.is_nan() {
+                report.fail(SourceError::Other(
+                    "host: no CPU figures (stat unreadable)".to_string(),
+                ));
+            } else {
+                values.push((idx, percent_to_ratio(r.cpu_percent)));
+            }
         }
         for (cpu, &idx) in r.per_cpu_percent.iter().zip(&self.per_cpu) {
-            push(idx, percent_to_ratio(*cpu));
+            // NaN: a CPU offline now; its series pauses.
+            if !cpu.is_nan() {
+                values.push((idx, percent_to_ratio(*cpu)));
+            }
         }
         let total = r.memory_total_bytes;
         if let (Some(used_idx), Some(total_idx)) = (self.memory_used, self.memory_total) {
-            // sysinfo reports 0 when it could not read the memory figures.
+            // 0: the backend could not read the memory figures.
             if total > 0 {
-                push(used_idx, r.memory_used_bytes as f64);
-                push(total_idx, total as f64);
+                values.push((used_idx, r.memory_used_bytes as f64));
+                values.push((total_idx, total as f64));
             } else {
                 report.fail(SourceError::Other(
-                    "sysinfo: no memory figures (is /proc mounted?)".to_string(),
+                    "host: no memory figures (meminfo unreadable)".to_string(),
                 ));
                 // Both memory series failed.
                 report.failed += 1;
             }
         }
+        for (idx, v) in values {
+            sink(idx, Value::Gauge(v));
+            report.read += 1;
+        }
         report
     }
 }
 
-/// sysinfo's percent (0..100) → a ratio in 0..1; values outside (rounding, NaN) are clamped to the range.
+/// A percent (0..100) → a ratio in 0..1; values outside (rounding, NaN) are clamped to the range.
 fn percent_to_ratio(percent: f32) -> f64 {
     let r = f64::from(percent) / 100.0;
     if r.is_nan() {
@@ -220,5 +363,77 @@ mod tests {
         assert_eq!(percent_to_ratio(100.5), 1.0);
         assert_eq!(percent_to_ratio(-1.0), 0.0);
         assert_eq!(percent_to_ratio(f32::NAN), 0.0);
+    }
+
+    const STAT_0: &str = "cpu  100 0 100 700 100 0 0 0 0 0\n\
+                          cpu0 50 0 50 350 50 0 0 0 0 0\n\
+                          cpu2 50 0 50 350 50 0 0 0 0 0\n\
+                          intr 1 2 3\nctxt 5\n";
+
+    #[test]
+    fn stat_lines_parse_into_busy_and_total_jiffies() {
+        let s = parse_stat(STAT_0).unwrap();
+        assert_eq!(
+            s.all,
+            CpuTimes {
+                busy: 200,
+                total: 1000
+            }
+        );
+        assert_eq!(
+            s.per_cpu,
+            [
+                Some(CpuTimes {
+                    busy: 100,
+                    total: 500
+                }),
+                None,
+                Some(CpuTimes {
+                    busy: 100,
+                    total: 500
+                })
+            ]
+        );
+        assert!(parse_stat("intr 1\n").is_err());
+        assert!(parse_stat("cpu 1 x 3 4\n").is_err());
+        assert!(parse_stat("cpu 1 2\n").is_err());
+        assert!(parse_stat("cpu 1 2 3 4\ncpu99999999 1 2 3 4\n").is_err());
+    }
+
+    #[test]
+    fn meminfo_gives_used_and_total_bytes() {
+        let m = "MemTotal:       1000 kB\nMemFree:         100 kB\nMemAvailable:    250 kB\n";
+        assert_eq!(parse_meminfo(m).unwrap(), (750 * 1024, 1000 * 1024));
+        assert!(parse_meminfo("MemTotal: 1 kB\n").is_err());
+    }
+
+    #[test]
+    fn busy_share_between_two_readings() {
+        let a = CpuTimes {
+            busy: 10,
+            total: 100,
+        };
+        assert_eq!(
+            busy_percent(
+                a,
+                CpuTimes {
+                    busy: 35,
+                    total: 200
+                }
+            ),
+            25.0
+        );
+        assert_eq!(busy_percent(a, a), 0.0);
+        // A counter that went backwards (CPU hot-plug) gives no nonsense above 100 %.
+        assert_eq!(
+            busy_percent(
+                a,
+                CpuTimes {
+                    busy: 500,
+                    total: 150
+                }
+            ),
+            100.0
+        );
     }
 }

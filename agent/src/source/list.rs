@@ -29,7 +29,7 @@ pub struct SourceSettings {
     pub enabled: Vec<String>,
     /// Root of sysfs (`/sys`): every sysfs path of the `infiniband` and `netdev` sources is built from it.
     pub sysfs_root: PathBuf,
-    /// Root of procfs (`/proc`), for the `processes` source.
+    /// Root of procfs (`/proc`), for the `host` and `processes` sources.
     pub procfs_root: PathBuf,
     /// Classification and filtering of the `netdev` source's interfaces.
     pub netdev: NetdevOptions,
@@ -59,7 +59,7 @@ impl Default for SourceSettings {
 pub struct SourceExtras {
     /// GPUs for the `nvml` and `processes` sources; `None` loads NVML.
     pub gpu: Option<Box<dyn GpuBackend>>,
-    /// Host CPU and memory for the `host` source; `None` reads this machine through sysinfo.
+    /// Host CPU and memory for the `host` source; `None` reads `stat` and `meminfo` under the procfs root.
     pub host: Option<Box<dyn HostBackend>>,
 }
 
@@ -99,7 +99,7 @@ pub fn build_sources_with(settings: &SourceSettings, extras: SourceExtras) -> Ve
             ))),
             "host" => out.push(Box::new(match host_backend.take() {
                 Some(b) => HostSource::with_backend(b),
-                None => HostSource::new(),
+                None => HostSource::new(settings.procfs_root.clone()),
             })),
             "nvml" => {
                 if let Some(g) = &gpu {
