@@ -1,0 +1,95 @@
+//! `commwatch collector`: the flags, their merge over the configuration file, and the run.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+
+use crate::shutdown_signal;
+
+#[derive(Args, Debug)]
+pub struct CollectorArgs {
+    /// gRPC address agents connect to (default 127.0.0.1:7070).
+    #[arg(long)]
+    grpc_listen: Option<SocketAddr>,
+    /// HTTP address of /metrics, /api/v1 and /healthz (default 127.0.0.1:9470).
+    #[arg(long)]
+    http_listen: Option<SocketAddr>,
+    /// TOML configuration file; command-line flags override it.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Directory for the durable state (SQLite); without it batches are held in memory only.
+    #[arg(long)]
+    state_dir: Option<PathBuf>,
+    /// How long raw samples are kept, e.g. 10m.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    retention: Option<Duration>,
+    /// PEM certificate of the collector: serve gRPC over TLS.
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// PEM key of the collector's certificate.
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// PEM CA for mutual TLS: only agents with a certificate it signed are accepted, as the node it names.
+    #[arg(long, requires = "tls_cert")]
+    tls_client_ca: Option<PathBuf>,
+    /// File holding the bearer token agents must present.
+    #[arg(long)]
+    token_file: Option<PathBuf>,
+    /// Allow plain-text gRPC on a non-loopback --grpc-listen (without TLS); loopback is always allowed.
+    #[arg(long)]
+    allow_plaintext: bool,
+    /// File holding the bearer token required for /api/* (else reads are open, writes loopback-only).
+    #[arg(long)]
+    api_token_file: Option<PathBuf>,
+}
+
+fn collector_config(a: &CollectorArgs) -> anyhow::Result<commwatch_collector::CollectorConfig> {
+    let mut c = match &a.config {
+        Some(p) => commwatch_collector::CollectorConfig::from_file(p)?,
+        None => commwatch_collector::CollectorConfig::default(),
+    };
+    if let Some(v) = a.grpc_listen {
+        c.grpc_listen = v;
+    }
+    if let Some(v) = a.http_listen {
+        c.http_listen = v;
+    }
+    if let Some(v) = &a.state_dir {
+        c.state_dir = Some(v.clone());
+    }
+    if let Some(v) = a.retention {
+        c.retention = v;
+    }
+    if let (Some(cert), Some(key)) = (&a.tls_cert, &a.tls_key) {
+        c.tls = Some(commwatch_collector::TlsConfig {
+            cert_file: cert.clone(),
+            key_file: key.clone(),
+            client_ca_file: a.tls_client_ca.clone(),
+        });
+    }
+    if let Some(v) = &a.token_file {
+        c.token_file = Some(v.clone());
+    }
+    if let Some(v) = &a.api_token_file {
+        c.api_token_file = Some(v.clone());
+    }
+    c.allow_plaintext |= a.allow_plaintext;
+    c.validate()?;
+    Ok(c)
+}
+
+/// Runs the collector until Ctrl-C or SIGTERM.
+pub async fn run(a: CollectorArgs) -> anyhow::Result<()> {
+    let config = collector_config(&a)?;
+    let handle = commwatch_collector::start(config)
+        .await
+        .context("starting the collector")?;
+    tracing::info!(grpc = %handle.grpc_addr, http = %handle.http_addr, "collector running");
+    shutdown_signal().await;
+    tracing::info!("shutting down");
+    handle.shutdown().await;
+    Ok(())
+}

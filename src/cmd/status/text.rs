@@ -1,0 +1,150 @@
+//! `status` for a person: one screen, a label column and what it says; long lists are cut with a count of
+//! what was left out (`findings` and `--format json` give everything).
+
+use std::fmt::Write;
+
+use super::report::Report;
+use crate::cmd::findings::render_lines;
+
+/// Most stale nodes, jobs and root causes listed; the rest is counted.
+const MAX_LISTED: usize = 10;
+
+pub fn render(r: &Report) -> String {
+    let mut out = String::new();
+    let mut line = |label: &str, text: &str| {
+        let _ = writeln!(out, "{label:<12}{text}");
+    };
+    let version = match (&r.collector.version.version, &r.collector.version.revision) {
+        (Some(v), Some(rev)) => format!(", version {v} (rev {rev})"),
+        (Some(v), None) => format!(", version {v}"),
+        _ => String::new(),
+    };
+    line(
+        "collector",
+        &format!("{} reachable{version}", r.collector.url),
+    );
+    line(
+        "nodes",
+        &format!(
+            "{} up, {} stale (no message for over {})",
+            r.nodes.up,
+            r.nodes.stale,
+            seconds(r.nodes.stale_after_s)
+        ),
+    );
+    for s in r.nodes.stale_nodes.iter().take(MAX_LISTED) {
+        let age = s.age_s.map_or("never seen".to_string(), |a| {
+            format!("last seen {} ago", seconds(a))
+        });
+        line("", &format!("  stale: {} ({age})", s.name));
+    }
+    more(&mut line, r.nodes.stale_nodes.len());
+    line("jobs", &r.jobs.len().to_string());
+    for j in r.jobs.iter().take(MAX_LISTED) {
+        let mut text = format!("  {}: {} nodes, {} ranks", j.id, j.nodes, j.ranks);
+        if let Some(s) = j.step_time_s {
+            let _ = write!(text, ", step {s:.3} s");
+        }
+        if let Some(e) = j.scaling_efficiency {
+            let _ = write!(text, ", scaling efficiency {:.0}%", e * 100.0);
+        }
+        line("", &text);
+    }
+    more(&mut line, r.jobs.len());
+    line("root causes", &format!("{} active", r.root_views.len()));
+    let listed: Vec<_> = r.root_views.iter().take(MAX_LISTED).collect();
+    for l in render_lines(&listed).lines() {
+        line("", &format!("  {l}"));
+    }
+    more(&mut line, r.root_views.len());
+    line(
+        "status",
+        if r.is_critical() {
+            "CRITICAL: a root cause is critical (exit status 3)"
+        } else {
+            "ok"
+        },
+    );
+    out
+}
+
+/// `… and N more` under a list cut at [`MAX_LISTED`].
+fn more(line: &mut impl FnMut(&str, &str), total: usize) {
+    if total > MAX_LISTED {
+        line("", &format!("  … and {} more", total - MAX_LISTED));
+    }
+}
+
+/// A duration for people: `45s`, `3m 20s`, `2h 5m`.
+fn seconds(s: f64) -> String {
+    let s = s.round() as u64;
+    match s {
+        0..=59 => format!("{s}s"),
+        60..=3599 => format!("{}m {}s", s / 60, s % 60),
+        _ => format!("{}h {}m", s / 3600, (s % 3600) / 60),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::super::report::Version;
+    use super::*;
+    use crate::api::{Finding, Job, Node};
+
+    #[test]
+    fn one_screen_with_every_part() {
+        let nodes = [
+            Node {
+                name: "node-00".into(),
+                last_seen_unix_s: Some(999.5),
+            },
+            Node {
+                name: "node-01".into(),
+                last_seen_unix_s: Some(800.0),
+            },
+        ];
+        let jobs: Vec<Job> = vec![serde_json::from_value(serde_json::json!({
+            "id": "1001", "nodes": ["node-00", "node-01"], "ranks": [{}, {}],
+            "step_time_s": 0.25, "scaling_efficiency": 0.87
+        }))
+        .unwrap()];
+        let raw = serde_json::json!({
+            "id": "m", "kind": "management_network_traffic", "severity": "critical", "active": true,
+            "subject": {"node": "node-01", "device": "eth0", "port": "eth0"},
+            "summary": "NCCL traffic on eth0"
+        });
+        let f: Finding = serde_json::from_value(raw.clone()).unwrap();
+        let r = Report::new(
+            "http://127.0.0.1:9470",
+            Version {
+                version: Some("0.1.0".into()),
+                revision: Some("abc1234".into()),
+            },
+            1000.0,
+            Duration::from_secs(30),
+            &nodes,
+            &jobs,
+            vec![(raw, f)],
+        );
+        assert_eq!(
+            render(&r),
+            "collector   http://127.0.0.1:9470 reachable, version 0.1.0 (rev abc1234)\n\
+             nodes       1 up, 1 stale (no message for over 30s)\n\
+             \x20             stale: node-01 (last seen 3m 20s ago)\n\
+             jobs        1\n\
+             \x20             1001: 2 nodes, 2 ranks, step 0.250 s, scaling efficiency 87%\n\
+             root causes 1 active\n\
+             \x20             critical  management_network_traffic  node-01 eth0  NCCL traffic on eth0\n\
+             status      CRITICAL: a root cause is critical (exit status 3)\n"
+        );
+    }
+
+    #[test]
+    fn durations_for_people() {
+        assert_eq!(seconds(45.2), "45s");
+        assert_eq!(seconds(200.0), "3m 20s");
+        assert_eq!(seconds(7500.0), "2h 5m");
+    }
+}
