@@ -15,12 +15,14 @@
 //!   backoff.
 //! - [`config`]: defaults, the TOML file, validation; converted here into each part's plain settings.
 //! - [`http`]: the agent's own `/metrics` and `/healthz`.
+//! - [`coverage`]: what the agent cannot see (roots, absent hardware, interfaces left out), as coded warnings.
 //! - [`once`]: `--once`, one JSON document describing what the node shows.
 //!
 //! This file wires them: [`start`] validates the configuration, discovers the hardware, and starts the
 //! marker listeners, the shipper, the sampling thread and `/metrics`.
 
 pub mod config;
+pub mod coverage;
 pub mod http;
 pub mod nccl;
 pub mod once;
@@ -140,24 +142,6 @@ fn client_tls(
     Ok(Some(tls))
 }
 
-/// Warnings about the roots: a missing or empty sysfs root is said clearly (the host source still works).
-pub fn check_roots(config: &AgentConfig) -> Vec<String> {
-    let mut w = Vec::new();
-    let root = &config.sysfs_root;
-    if !root.is_dir() {
-        w.push(format!(
-            "sysfs root {} does not exist or is not a directory: the infiniband and netdev sources will find nothing",
-            root.display()
-        ));
-    } else if !root.join("class").is_dir() {
-        w.push(format!(
-            "sysfs root {} has no class/ directory: the infiniband and netdev sources will find nothing",
-            root.display()
-        ));
-    }
-    w
-}
-
 /// The host's boot id from `<procfs-root>/sys/kernel/random/boot_id`, empty when unreadable.
 pub fn boot_id(procfs_root: &Path) -> String {
     let procfs = source::FsRoot::new(procfs_root);
@@ -200,9 +184,10 @@ pub async fn start_with(
         // Allowed explicitly (validate refuses it otherwise): say so at every start.
         tracing::warn!(collector = ?config.collector, "plain text to the collector allowed by allow_plaintext: counters, job settings and any token cross the network readable; use https:// with [tls]");
     }
-    for w in check_roots(&config).into_iter().chain(config.warnings()) {
+    for w in config.warnings() {
         tracing::warn!(node = %config.node, "{w}");
     }
+    coverage::log(&config.node, &coverage::check_roots(&config));
     let metrics = Arc::new(telemetry::AgentMetrics::new());
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let (http_addr, http) = http::serve(config.http_listen, metrics.clone(), shutdown_rx.clone())
@@ -213,6 +198,11 @@ pub async fn start_with(
         })?;
     let smp = discover_at_start(&config, extras, &metrics).await?;
     let inv = smp.full_inventory();
+    // Said once, at the first start: later discoveries change the inventory, not these.
+    coverage::log(
+        &config.node,
+        &coverage::check_discovery(&config, &smp.source_names(), &inv),
+    );
     let buffer_bytes = resend_buffer_bytes(&config, &inv);
     tracing::info!(
         node = %config.node,

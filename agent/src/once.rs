@@ -1,7 +1,7 @@
 //! `commwatch agent --once`: samples every source once (two fast ticks, so rates exist, and one slow tick)
 //! and describes the node as one JSON document. This is how an operator checks a node and how tests check a
 //! source. The document's top-level keys are a contract: `node`, `agent_version`, `sysfs_root`,
-//! `procfs_root`, `warnings`, `sources`, `inventory` (`links`, `series`), `links` (with byte totals and
+//! `procfs_root`, `warnings` (what the agent cannot see: `code`, `level`, `message`), `sources`, `inventory` (`links`, `series`), `links` (with byte totals and
 //! rates), `samples`, `jobs`, `errors`.
 
 use std::collections::BTreeMap;
@@ -71,6 +71,13 @@ pub fn run_once_with(config: &AgentConfig, extras: crate::AgentExtras) -> Json {
     sampler.discover();
     let ticks = Ticks::read(&mut sampler, config.fast_period);
     let inv = sampler.full_inventory();
+    let mut warnings = crate::coverage::check_roots(config);
+    warnings.extend(crate::coverage::check_discovery(
+        config,
+        &sampler.source_names(),
+        &inv,
+    ));
+    crate::coverage::log(&config.node, &warnings);
     // Each link's facts (the inventory's view); `links` adds the byte totals and rates to them.
     let link_facts: Vec<Json> = inv.links.iter().map(link_facts_json).collect();
     json!({
@@ -78,7 +85,7 @@ pub fn run_once_with(config: &AgentConfig, extras: crate::AgentExtras) -> Json {
         "agent_version": env!("CARGO_PKG_VERSION"),
         "sysfs_root": config.sysfs_root,
         "procfs_root": config.procfs_root,
-        "warnings": crate::check_roots(config),
+        "warnings": warnings,
         "sources": sources_json(&sampler),
         // The inventory as the collector receives it: every link with its facts, and every series.
         "inventory": {
