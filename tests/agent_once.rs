@@ -1,4 +1,5 @@
-//! `commwatch agent --once` as an operator runs it: on an H100 node's tree, on a missing root, on an empty root.
+//! `commwatch agent --once` as an operator runs it: on an H100 node's tree, on a missing root, on an empty root,
+//! on a tree of virtual interfaces only.
 
 mod common;
 
@@ -30,6 +31,21 @@ fn once(sysfs_root: &std::path::Path) -> (serde_json::Value, String) {
     (doc, String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
+/// The warning of `code` in the document, if any: `(level, message)`.
+fn warning(doc: &serde_json::Value, code: &str) -> Option<(String, String)> {
+    doc["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["code"] == code)
+        .map(|w| {
+            (
+                w["level"].as_str().unwrap().to_string(),
+                w["message"].as_str().unwrap().to_string(),
+            )
+        })
+}
+
 fn read_u64(p: std::path::PathBuf) -> u64 {
     std::fs::read_to_string(&p).unwrap().trim().parse().unwrap()
 }
@@ -43,7 +59,23 @@ fn once_on_the_h100_tree_reports_every_port_with_values_from_the_files() {
     let root = h100.path();
     let (doc, _) = once(root);
     assert_eq!(doc["node"], "t1");
-    assert!(doc["warnings"].as_array().unwrap().is_empty());
+    // A complete tree: nothing to fix. Noted: the IPoIB interface that is down has no speed, and NVML where
+    // this machine lacks it.
+    let warnings = doc["warnings"].as_array().unwrap();
+    assert!(
+        warnings
+            .iter()
+            .all(|w| w["level"] == "info"
+                && (w["code"] == "no_nvml" || w["code"] == "speed_unknown")),
+        "{warnings:?}"
+    );
+    assert_eq!(
+        warning(&doc, "speed_unknown"),
+        Some((
+            "info".to_string(),
+            "ib1: link speed unknown (-1), state down: capacity not known".to_string()
+        ))
+    );
     let links = doc["links"].as_array().unwrap();
     let ib: Vec<_> = links
         .iter()
@@ -97,12 +129,14 @@ fn once_on_the_h100_tree_reports_every_port_with_values_from_the_files() {
 #[test]
 fn a_missing_sysfs_root_is_said_clearly_and_the_host_source_still_works() {
     let (doc, stderr) = once(std::path::Path::new("/nonexistent/commwatch-sysfs"));
-    let w = doc["warnings"].as_array().unwrap();
-    assert_eq!(w.len(), 1);
-    assert!(w[0]
-        .as_str()
-        .unwrap()
-        .contains("/nonexistent/commwatch-sysfs does not exist"));
+    let (level, message) = warning(&doc, "root_absent").expect("root_absent");
+    assert_eq!(level, "warn");
+    assert!(
+        message.contains("/nonexistent/commwatch-sysfs does not exist"),
+        "{message}"
+    );
+    assert!(warning(&doc, "root_unused").is_none());
+    assert!(warning(&doc, "no_rdma_devices").is_some());
     assert!(stderr.contains("does not exist"), "{stderr}");
     assert!(doc["links"].as_array().unwrap().is_empty());
     let samples = doc["samples"].as_array().unwrap();
@@ -115,10 +149,56 @@ fn a_missing_sysfs_root_is_said_clearly_and_the_host_source_still_works() {
 fn an_empty_sysfs_root_is_said_clearly() {
     let dir = tempfile::tempdir().unwrap();
     let (doc, _) = once(dir.path());
-    let w = doc["warnings"].as_array().unwrap();
-    assert!(
-        w[0].as_str().unwrap().contains("has no class/ directory"),
-        "{w:?}"
+    let (level, message) = warning(&doc, "root_unused").expect("root_unused");
+    assert_eq!(level, "warn");
+    assert!(message.contains("has no class/ directory"), "{message}");
+    let (level, message) = warning(&doc, "no_rdma_devices").expect("no_rdma_devices");
+    assert_eq!(level, "info");
+    assert_eq!(
+        message,
+        format!(
+            "no InfiniBand/RoCE device under {}/class/infiniband",
+            dir.path().display()
+        )
     );
+    assert!(warning(&doc, "no_network_interfaces").is_some());
     assert!(doc["links"].as_array().unwrap().is_empty());
+}
+
+#[test]
+fn virtual_interfaces_are_no_links_and_are_said() {
+    // Laid out as the kernel does: each `class/net/<if>` a link into `devices/`.
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    std::fs::create_dir_all(root.join("class/net")).unwrap();
+    for (name, parent) in [
+        ("lo", "virtual"),
+        ("ifb0", "virtual"),
+        ("ifb1", "virtual"),
+        ("vnet7", "virtual"),
+    ] {
+        let d = root.join("devices").join(parent).join("net").join(name);
+        std::fs::create_dir_all(d.join("statistics")).unwrap();
+        std::fs::write(d.join("type"), "1\n").unwrap();
+        std::fs::write(d.join("operstate"), "up\n").unwrap();
+        std::os::unix::fs::symlink(
+            format!("../../devices/{parent}/net/{name}"),
+            root.join("class/net").join(name),
+        )
+        .unwrap();
+    }
+    let (doc, stderr) = once(root);
+    assert!(
+        doc["links"].as_array().unwrap().is_empty(),
+        "{}",
+        doc["links"]
+    );
+    let (_, message) = warning(&doc, "interfaces_left_out").expect("interfaces_left_out");
+    assert_eq!(
+        message,
+        "interfaces not read (virtual: vnet7; excluded by pattern: ifb0, ifb1, lo)"
+    );
+    assert!(warning(&doc, "no_network_interfaces").is_some());
+    assert!(warning(&doc, "no_rdma_devices").is_some());
+    assert!(stderr.contains("interfaces not read"), "{stderr}");
 }

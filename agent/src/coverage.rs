@@ -195,7 +195,8 @@ fn check_interfaces(sysfs: &FsRoot, options: &NetdevOptions) -> Vec<SetupWarning
 }
 
 /// A network interface or RDMA port without a known capacity: findings that compare traffic with capacity
-/// skip it. A fabric link is a warning, a management one information.
+/// skip it. A fabric link that is up is a warning; a management link, or one that is down (the kernel knows
+/// no speed for it, and its state is reported anyway), information.
 fn check_speed(sysfs: &FsRoot, link: &pb::Link) -> Option<SetupWarning> {
     if link.capacity_bytes_per_second > 0.0 || !link.gpu.is_empty() {
         return None;
@@ -220,7 +221,8 @@ fn check_speed(sysfs: &FsRoot, link: &pb::Link) -> Option<SetupWarning> {
         )
     };
     let raw = raw.map_or_else(|| "unreadable".to_string(), |r| truncate(&r));
-    let level = if convert::link_role(link.role) == crate::source::LinkRole::Fabric {
+    let fabric = convert::link_role(link.role) == crate::source::LinkRole::Fabric;
+    let level = if fabric && commwatch_model::link::state_is_up(&link.state) {
         Level::Warn
     } else {
         Level::Info
