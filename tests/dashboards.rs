@@ -6,10 +6,15 @@
 //!   dashboard in production;
 //! - the dashboards are well formed (schema version, the `DS_PROMETHEUS` datasource input, `job` and `node`
 //!   variables from `label_values` queries);
+//! - they link fleet → job → node and back: the dashboards menu keeps the time range and the variables, and
+//!   every data link names a dashboard and variables that exist, carries the time range and the datasource,
+//!   and takes its job or node from a label the panel's queries keep;
+//! - every recording rule is read by a dashboard or another rule;
 //! - with the demo (management-nic fault) streaming to its collector, one more real agent on a simulated tree
 //!   sending step markers, and a real `prometheus` server scraping both on loopback, every variable query, every
 //!   panel query and every recording and alert rule expression is evaluated through Prometheus' HTTP API: each
-//!   must parse and return data; and `promtool check metrics` on the collector's `/metrics` must be clean.
+//!   must parse and return data (a panel with a data link: series carrying the link's label); and `promtool
+//!   check metrics` on the collector's `/metrics` must be clean.
 //!
 //! Without `prometheus`/`promtool` the Prometheus test says so loudly and passes on a developer machine; in CI
 //! (`CI=true`) a missing tool is a failure (`.ci/run` installs Debian's `prometheus` package).
@@ -30,6 +35,12 @@ use serde_json::Value;
 /// What `$__rate_interval` and `$__interval` become (Grafana computes them from the scrape interval and the
 /// panel's width; with the test's 1 s scrapes, 30 s holds many samples).
 const INTERVAL: &str = "30s";
+/// The alerts the demo's fault (node-03's training traffic on its management NIC) raises: its own, or, when the
+/// job's NCCL setting explains it, the setting's.
+const FAULT_ALERTS: [&str; 2] = [
+    "CommwatchManagementNetworkTraffic",
+    "CommwatchNcclMisconfiguration",
+];
 /// How long the Prometheus test waits for every expression to return data.
 const DATA_DEADLINE: Duration = Duration::from_secs(75);
 
@@ -244,6 +255,250 @@ fn dashboards_are_well_formed() {
 }
 
 // ------------------------------------------------------------------------------------------------------------
+// Drill-down: fleet → job → node and back, carrying the variables and the time range.
+
+/// A data link of a panel: its URL, and the table column it sits on (`None`: on every series of the panel).
+struct DataLink {
+    dashboard: String,
+    panel: String,
+    /// The panel's queries, as written.
+    exprs: Vec<String>,
+    url: String,
+    column: Option<String>,
+}
+
+/// Every data link of a dashboard: the panels' `fieldConfig.defaults.links` and the links of their overrides
+/// by field name (a table column).
+fn data_links(d: &Value) -> Vec<DataLink> {
+    let uid = d["uid"].as_str().unwrap_or("").to_string();
+    let mut out = Vec::new();
+    for p in panels(d) {
+        let exprs: Vec<String> = p["targets"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|t| t["expr"].as_str().map(str::to_string))
+            .collect();
+        let mut add = |links: &Value, column: Option<String>| {
+            for l in links.as_array().into_iter().flatten() {
+                out.push(DataLink {
+                    dashboard: uid.clone(),
+                    panel: p["title"].as_str().unwrap_or("").to_string(),
+                    exprs: exprs.clone(),
+                    url: l["url"].as_str().unwrap_or("").to_string(),
+                    column: column.clone(),
+                });
+            }
+        };
+        add(&p["fieldConfig"]["defaults"]["links"], None);
+        for o in p["fieldConfig"]["overrides"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            let column = o["matcher"]["options"].as_str().map(str::to_string);
+            for prop in o["properties"].as_array().into_iter().flatten() {
+                if prop["id"] == "links" {
+                    add(&prop["value"], column.clone());
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The names inside `${...}` placeholders of `url` that start with `prefix` (`__field.labels.`), up to a `:`
+/// format or the closing brace.
+fn placeholders(url: &str, prefix: &str) -> Vec<String> {
+    url.split("${")
+        .skip(1)
+        .filter_map(|s| s.strip_prefix(prefix))
+        .map(|s| s.split(['}', ':']).next().unwrap_or("").to_string())
+        .collect()
+}
+
+/// Whether the series of `expr` keep `label`: every aggregation in it groups `by` a list naming the label (a
+/// selector or a recorded series keeps its labels; the live test checks the values).
+fn keeps_label(expr: &str, label: &str) -> bool {
+    let aggregates = ["sum", "avg", "max", "min", "count"]
+        .iter()
+        .any(|a| expr.contains(&format!("{a}(")) || expr.contains(&format!("{a} (")));
+    let groupings: Vec<&str> = expr
+        .split("by (")
+        .skip(1)
+        .map(|s| s.split(')').next().unwrap_or(""))
+        .collect();
+    if groupings.is_empty() {
+        return !aggregates;
+    }
+    groupings
+        .iter()
+        .all(|g| g.split(',').any(|l| l.trim() == label))
+}
+
+#[test]
+fn drill_down_links_carry_job_node_and_time_range() {
+    let dashboards: Vec<Value> = dashboard_files().iter().map(|f| load(f)).collect();
+    let vars_of = |uid: &str| -> Option<BTreeSet<String>> {
+        let d = dashboards.iter().find(|d| d["uid"] == uid)?;
+        let list = d["templating"]["list"].as_array()?;
+        Some(
+            list.iter()
+                .filter_map(|v| v["name"].as_str().map(str::to_string))
+                .collect(),
+        )
+    };
+    let mut edges = BTreeSet::new();
+    for d in &dashboards {
+        let uid = d["uid"].as_str().unwrap();
+        // The dashboards menu keeps the time range and the variables.
+        assert!(
+            d["links"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|l| l["type"] == "dashboards"
+                    && l["tags"]
+                        .as_array()
+                        .is_some_and(|t| t.contains(&"commwatch".into()))
+                    && l["keepTime"] == true
+                    && l["includeVars"] == true),
+            "{uid}: a dashboards link with keepTime and includeVars"
+        );
+        for link in data_links(d) {
+            let at = format!("{} panel {:?}: {}", link.dashboard, link.panel, link.url);
+            let (path, query) = link.url.split_once('?').unwrap_or((&link.url, ""));
+            let target = path
+                .strip_prefix("/d/")
+                .and_then(|p| p.split('/').next())
+                .unwrap_or_else(|| panic!("{at}: not a /d/UID/... link"));
+            let target_vars =
+                vars_of(target).unwrap_or_else(|| panic!("{at}: no dashboard {target}"));
+            let own_vars = vars_of(uid).unwrap();
+            edges.insert((uid.to_string(), target.to_string()));
+            for must in ["${__url_time_range}", "${DS_PROMETHEUS:queryparam}"] {
+                assert!(query.split('&').any(|q| q == must), "{at}: lacks {must}");
+            }
+            for part in query.split('&') {
+                if let Some((name, _)) = part.strip_prefix("var-").and_then(|p| p.split_once('=')) {
+                    assert!(
+                        target_vars.contains(name),
+                        "{at}: {target} has no variable {name}"
+                    );
+                } else if let Some(name) = part
+                    .strip_prefix("${")
+                    .and_then(|p| p.strip_suffix(":queryparam}"))
+                {
+                    assert!(
+                        own_vars.contains(name),
+                        "{at}: {uid} has no variable {name}"
+                    );
+                    assert!(
+                        target_vars.contains(name),
+                        "{at}: {target} has no variable {name}"
+                    );
+                } else {
+                    assert_eq!(part, "${__url_time_range}", "{at}: {part}");
+                }
+            }
+            for label in placeholders(&link.url, "__field.labels.") {
+                assert!(
+                    link.column.is_none(),
+                    "{at}: a series label on a column link"
+                );
+                for e in &link.exprs {
+                    assert!(keeps_label(e, &label), "{at}: {e} drops {label}");
+                }
+            }
+            for column in placeholders(&link.url, "__data.fields.") {
+                assert_eq!(link.column.as_deref(), Some(column.as_str()), "{at}");
+                assert!(
+                    link.exprs.iter().any(|e| keeps_label(e, &column)),
+                    "{at}: no query yields the column {column}"
+                );
+            }
+        }
+    }
+    for (from, to) in [
+        ("commwatch-fleet", "commwatch-job"),
+        ("commwatch-fleet", "commwatch-node"),
+        ("commwatch-job", "commwatch-node"),
+        ("commwatch-node", "commwatch-job"),
+    ] {
+        assert!(
+            edges.contains(&(from.to_string(), to.to_string())),
+            "no data link from {from} to {to}: {edges:?}"
+        );
+    }
+}
+
+#[test]
+fn link_checks_see_what_they_must() {
+    assert_eq!(
+        placeholders(
+            "/d/x/y?var-node=${__field.labels.node:percentencode}&var-job=${__field.labels.job}",
+            "__field.labels."
+        ),
+        ["node", "job"]
+    );
+    assert!(keeps_label(
+        r#"sum by (node, source) (rate(x[5m]))"#,
+        "node"
+    ));
+    assert!(!keeps_label(r#"sum by (source) (rate(x[5m]))"#, "node"));
+    assert!(!keeps_label(r#"sum(x{node="a"})"#, "node"));
+    assert!(keeps_label(
+        r#"commwatch:node_fabric_transmit_bytes_per_second:sum{node=~"$node"}"#,
+        "node"
+    ));
+    assert!(keeps_label(
+        r#"commwatch_step_duration_seconds{node=~"$node"}"#,
+        "job"
+    ));
+}
+
+/// The `- record:` names of the recording rules.
+fn recorded_names() -> Vec<String> {
+    rule_files()
+        .iter()
+        .flat_map(|f| {
+            std::fs::read_to_string(f)
+                .unwrap()
+                .lines()
+                .filter_map(|l| l.trim().strip_prefix("- record: ").map(str::to_string))
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+#[test]
+fn every_recording_rule_is_read_by_a_dashboard_or_an_alert() {
+    let names = recorded_names();
+    assert!(!names.is_empty());
+    let mut readers: Vec<String> = dashboard_files()
+        .iter()
+        .map(|f| std::fs::read_to_string(f).unwrap())
+        .collect();
+    // Alert expressions only: a recording rule reading another counts too.
+    for f in rule_files() {
+        let text = std::fs::read_to_string(&f).unwrap();
+        readers.extend(
+            text.lines()
+                .filter(|l| {
+                    !l.trim_start().starts_with("- record:") && !l.trim_start().starts_with('#')
+                })
+                .map(str::to_string),
+        );
+    }
+    for n in names {
+        assert!(
+            readers.iter().any(|r| r.contains(&n)),
+            "recording rule {n} is read by no dashboard or rule: use it or remove it"
+        );
+    }
+}
+
+// ------------------------------------------------------------------------------------------------------------
 // Against a real Prometheus.
 
 /// `true` when `tool` can run; otherwise skips loudly, or fails in CI.
@@ -323,6 +578,27 @@ impl Prometheus {
         })
     }
 
+    /// [`Prometheus::query`], counting only the series that carry a non-empty `label` when one is given.
+    fn query_carrying(&self, expr: &str, label: Option<&str>) -> Result<usize, String> {
+        let Some(label) = label else {
+            return self.query(expr);
+        };
+        let r = client()
+            .post(format!("{}/api/v1/query", self.url))
+            .form(&[("query", expr)])
+            .send()
+            .map_err(|e| e.to_string())?;
+        let v: Value = r.json().map_err(|e| e.to_string())?;
+        if v["status"] != "success" {
+            return Err(format!("{}: {}", v["errorType"], v["error"]));
+        }
+        let series = v["data"]["result"].as_array().cloned().unwrap_or_default();
+        Ok(series
+            .iter()
+            .filter(|s| s["metric"][label].as_str().is_some_and(|x| !x.is_empty()))
+            .count())
+    }
+
     /// Values of `label` on the series of `selector` (Grafana's `label_values(selector, label)`).
     fn label_values(&self, selector: &str, label: &str) -> Result<Vec<String>, String> {
         let r = client()
@@ -399,10 +675,12 @@ fn resolve(p: &Prometheus, vars: &[Var]) -> Result<Vec<(String, String)>, String
     Ok(values)
 }
 
-/// One expression to evaluate and what it stands for.
+/// One expression to evaluate and what it stands for; with `label`, the series it returns must carry that label
+/// (a data link takes its value from it).
 struct Check {
     what: String,
     expr: String,
+    label: Option<String>,
 }
 
 /// The "silent" form of an alert expression: its comparisons with a number removed (`== 1`, `> 120`) and its
@@ -665,15 +943,24 @@ scrape_configs:
         for (file, d) in &dashboards {
             match resolve(&prom, &variables(d)) {
                 Ok(values) => {
+                    let links = data_links(d);
                     for (title, expr) in targets(d) {
                         let e = substitute(&expr, &values);
                         assert!(
                             !e.contains('$'),
                             "{file} {title}: unresolved variable in {e}"
                         );
+                        // The label the panel's data link reads, if it has one.
+                        let label = links.iter().filter(|l| l.panel == title).find_map(|l| {
+                            placeholders(&l.url, "__field.labels.")
+                                .into_iter()
+                                .chain(placeholders(&l.url, "__data.fields."))
+                                .next()
+                        });
                         checks.push(Check {
                             what: format!("{file} panel {title:?}"),
                             expr: e,
+                            label,
                         });
                     }
                 }
@@ -687,11 +974,13 @@ scrape_configs:
                 checks.push(Check {
                     what: format!("recording rule {name}"),
                     expr: expr.to_string(),
+                    label: None,
                 });
                 // The recorded series itself, once the rule group has run.
                 checks.push(Check {
                     what: format!("recorded series {name}"),
                     expr: name.to_string(),
+                    label: None,
                 });
                 continue;
             }
@@ -704,31 +993,49 @@ scrape_configs:
                     checks.push(Check {
                         what: format!("alert {name} (silent form)"),
                         expr: silent_form(expr),
+                        label: None,
                     });
                     for k in kinds(expr) {
                         checks.push(Check {
                             what: format!("alert {name}: finding kind {k}"),
                             expr: format!(r#"commwatch_findings_raised_total{{kind="{k}"}}"#),
+                            label: None,
                         });
                     }
                 }
             }
         }
-        // The injected fault must fire its alert's expression, not only its silent form.
-        checks.push(Check {
-            what: "the management-nic fault's alert expression".into(),
-            expr: rules
+        // The injected fault must fire an alert's expression, not only a silent form: its own, or that of the
+        // NCCL setting that explains it (alerts fire on root causes).
+        let fault_alert = |name: &str| {
+            rules
                 .iter()
-                .find(|r| r["name"] == "CommwatchManagementNetworkTraffic")
-                .expect("CommwatchManagementNetworkTraffic")["query"]
+                .find(|r| r["name"] == name)
+                .unwrap_or_else(|| panic!("{name}"))["query"]
                 .as_str()
                 .unwrap()
-                .to_string(),
+                .to_string()
+        };
+        checks.push(Check {
+            what: "the management-nic fault's alert expression".into(),
+            expr: format!(
+                "({}) or ({})",
+                fault_alert(FAULT_ALERTS[0]),
+                fault_alert(FAULT_ALERTS[1])
+            ),
+            label: None,
         });
         evaluated = checks.len();
         for c in &checks {
-            match prom.query(&c.expr) {
-                Ok(0) => failures.push(format!("{}: no data\n    {}", c.what, c.expr)),
+            match prom.query_carrying(&c.expr, c.label.as_deref()) {
+                Ok(0) => failures.push(format!(
+                    "{}: no data{}\n    {}",
+                    c.what,
+                    c.label
+                        .as_ref()
+                        .map_or(String::new(), |l| format!(" with the label {l}")),
+                    c.expr
+                )),
                 Ok(_) => {}
                 Err(e) => failures.push(format!("{}: {e}\n    {}", c.what, c.expr)),
             }
@@ -763,7 +1070,7 @@ scrape_configs:
             .unwrap()
             .iter()
             .any(
-                |a| a["labels"]["alertname"] == "CommwatchManagementNetworkTraffic"
+                |a| FAULT_ALERTS.iter().any(|n| a["labels"]["alertname"] == *n)
                     && a["labels"]["node"] == "node-03"
             ),
         "{alerts:#}"
