@@ -1,9 +1,12 @@
 //! Checks of the deployment files with the real tools: `promtool` (Prometheus config, rules, rule unit tests,
 //! the agent's `/metrics`) and `systemd-analyze verify` (units). Without the tools the tests say so loudly and
 //! pass on a developer machine; in CI (`CI=true`) a missing tool is a failure (`.ci/run` installs them).
+//! And the runbooks: every alert and every finding kind has its section in `docs/runbooks.md`, and every alert
+//! links its section and a dashboard that exists.
 
 mod common;
 
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
@@ -102,6 +105,7 @@ fn systemd_units_and_example_configs_verify() {
         .arg(BIN));
     assert!(out.contains("commwatch-agent.service: ok"), "{out}");
     assert!(out.contains("commwatch-collector.service: ok"), "{out}");
+    assert!(out.contains("commwatch.sysusers: ok"), "{out}");
 }
 
 #[test]
@@ -162,11 +166,224 @@ fn kubernetes_manifests_and_helm_chart_validate() {
         .arg(root().join("deploy/kubernetes/validate.sh"))
         .arg(BIN));
     assert!(out.contains("validate.sh: all manifests valid"), "{out}");
-    for set in ["plain", "helm-default", "helm-mtls-token", "helm-tls-off"] {
+    for set in [
+        "plain",
+        "helm-default",
+        "helm-mtls-token",
+        "helm-tls-off",
+        "helm-observability",
+        "chart files",
+    ] {
         assert!(
             out.contains(&format!("== {set}\n")),
             "{set} not checked:\n{out}"
         );
     }
     assert!(!out.contains("FAIL"), "{out}");
+    // The chart's dashboards and rules are the repository's; both are off by default.
+    assert!(
+        out.lines().any(|l| l.starts_with("3 dashboards and ")
+            && l.ends_with("compared with the repository, 0 errors")),
+        "{out}"
+    );
+    assert!(
+        out.contains("ok   default values: no PrometheusRule, no dashboards ConfigMaps"),
+        "{out}"
+    );
+}
+
+/// GitHub's anchor of a Markdown heading: lower case, spaces as `-`, other punctuation than `-` and `_` dropped.
+fn anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The anchors of a Markdown document's headings (outside fenced code).
+fn anchors(markdown: &str) -> BTreeSet<String> {
+    let mut fenced = false;
+    let mut out = BTreeSet::new();
+    for line in markdown.lines() {
+        if line.starts_with("```") {
+            fenced = !fenced;
+        } else if !fenced && line.starts_with('#') {
+            out.insert(anchor(line.trim_start_matches('#')));
+        }
+    }
+    out
+}
+
+/// `(alert, annotation key, value)` of every `runbook_url` and `dashboard_url` in an alert rules file.
+fn alert_links(rules: &str) -> Vec<(String, String, String)> {
+    let mut alert = String::new();
+    let mut out = Vec::new();
+    for line in rules.lines().map(str::trim) {
+        if let Some(a) = line.strip_prefix("- alert: ") {
+            alert = a.to_string();
+        }
+        for key in ["runbook_url", "dashboard_url"] {
+            if let Some(v) = line.strip_prefix(key).and_then(|v| v.strip_prefix(": ")) {
+                out.push((alert.clone(), key.to_string(), v.to_string()));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn anchors_are_githubs() {
+    assert_eq!(anchor(" CommwatchLinkDegraded"), "commwatchlinkdegraded");
+    assert_eq!(
+        anchor(" management_network_traffic"),
+        "management_network_traffic"
+    );
+    assert_eq!(anchor(" Finding kinds"), "finding-kinds");
+    assert_eq!(anchor(" `agent --once` JSON"), "agent---once-json");
+}
+
+#[test]
+fn every_alert_and_finding_kind_has_a_runbook_section() {
+    let doc = std::fs::read_to_string(root().join("docs/runbooks.md")).unwrap();
+    let sections = anchors(&doc);
+    let rules =
+        std::fs::read_to_string(root().join("deploy/prometheus/rules/commwatch-alerts.yml"))
+            .unwrap();
+    let alerts: Vec<&str> = rules
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("- alert: "))
+        .collect();
+    let mut missing: Vec<String> = alerts
+        .iter()
+        .map(|a| a.to_lowercase())
+        .chain(
+            commwatch_collector::model::FindingKind::ALL
+                .iter()
+                .map(|k| k.as_str().to_string()),
+        )
+        .filter(|a| !sections.contains(a))
+        .collect();
+    // The document's own links between sections.
+    for target in doc.split("](#").skip(1) {
+        let a = target.split(')').next().unwrap_or("");
+        if !sections.contains(a) {
+            missing.push(format!("#{a} (linked inside docs/runbooks.md)"));
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "docs/runbooks.md has no section for: {missing:?}"
+    );
+
+    // Every alert links its own section and a dashboard that exists, with variables that exist.
+    let links = alert_links(&rules);
+    for a in &alerts {
+        for key in ["runbook_url", "dashboard_url"] {
+            let n = links.iter().filter(|(x, k, _)| x == a && k == key).count();
+            assert_eq!(n, 1, "{a}: {n} {key} annotations");
+        }
+    }
+    let dashboards: Vec<serde_json::Value> = std::fs::read_dir(root().join("dashboards"))
+        .unwrap()
+        .map(|e| {
+            serde_json::from_str(&std::fs::read_to_string(e.unwrap().path()).unwrap()).unwrap()
+        })
+        .collect();
+    for (alert, key, url) in links {
+        if key == "runbook_url" {
+            let (doc_url, fragment) = url.split_once('#').expect("a section anchor");
+            assert!(doc_url.ends_with("/docs/runbooks.md"), "{alert}: {url}");
+            assert_eq!(fragment, alert.to_lowercase(), "{alert}: {url}");
+            continue;
+        }
+        let (path, query) = url.split_once('?').unwrap_or((&url, ""));
+        let uid = path
+            .split("/d/")
+            .nth(1)
+            .and_then(|p| p.split('/').next())
+            .unwrap_or_else(|| panic!("{alert}: {url} is not a Grafana /d/UID link"));
+        let d = dashboards
+            .iter()
+            .find(|d| d["uid"] == uid)
+            .unwrap_or_else(|| panic!("{alert}: no dashboard {uid}"));
+        let vars: Vec<&str> = d["templating"]["list"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|v| v["name"].as_str())
+            .collect();
+        for part in query.split('&') {
+            if let Some((name, _)) = part.split("var-").nth(1).and_then(|p| p.split_once('=')) {
+                assert!(
+                    vars.contains(&name),
+                    "{alert}: {uid} has no variable {name}"
+                );
+            }
+        }
+        assert!(
+            query.contains("from=") && query.contains("to="),
+            "{alert}: {url}"
+        );
+    }
+}
+
+/// The values of `key: value` lines of a YAML file (any indentation, list items included), quotes removed.
+fn yaml_values<'a>(text: &'a str, key: &str) -> Vec<&'a str> {
+    text.lines()
+        .map(|l| l.trim().trim_start_matches("- "))
+        .filter_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
+        .map(|v| v.split(" #").next().unwrap_or("").trim().trim_matches('"'))
+        .collect()
+}
+
+#[test]
+fn manifests_and_chart_run_the_image_the_script_builds() {
+    let read = |p: &str| std::fs::read_to_string(root().join(p)).unwrap();
+    let version = env!("CARGO_PKG_VERSION");
+    let script = read("scripts/build-image.sh");
+    let name = script
+        .lines()
+        .find_map(|l| l.strip_prefix("image="))
+        .expect("build-image.sh: image=NAME");
+    assert!(
+        script.lines().any(|l| l == "tag=$version"),
+        "the script tags the workspace version"
+    );
+    let image = format!("{name}:{version}");
+    for f in [
+        "deploy/kubernetes/agent-daemonset.yaml",
+        "deploy/kubernetes/collector-deployment.yaml",
+    ] {
+        let text = read(f);
+        let images = yaml_values(&text, "image");
+        assert!(!images.is_empty(), "{f}");
+        assert!(
+            images.iter().all(|i| *i == image),
+            "{f}: {images:?}, not {image}"
+        );
+    }
+    let kustomization = read("deploy/kubernetes/kustomization.yaml");
+    assert_eq!(yaml_values(&kustomization, "name"), [name]);
+    assert_eq!(yaml_values(&kustomization, "newTag"), [version]);
+    let values = read("deploy/helm/commwatch/values.yaml");
+    assert_eq!(yaml_values(&values, "repository"), [name]);
+    assert_eq!(
+        yaml_values(&read("deploy/helm/commwatch/Chart.yaml"), "appVersion"),
+        [version]
+    );
+    // The binary where the workloads run it.
+    let binary = "/usr/local/bin/commwatch";
+    assert_eq!(yaml_values(&values, "command"), [binary]);
+    let containerfile = read("Containerfile");
+    assert!(
+        containerfile.contains(&format!("ENTRYPOINT [\"{binary}\"]"))
+            && containerfile.contains(&format!("/out/commwatch {binary}")),
+        "Containerfile installs and runs {binary}"
+    );
 }
