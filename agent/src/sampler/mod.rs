@@ -285,6 +285,18 @@ impl Sampler {
     /// moment its source hands it over ([`BatchBuilder::push_read`]): a source read late, behind a slow
     /// one, or after the thread stalled carries the time it was really read.
     pub fn sample(&mut self, tier: Tier, out: &mut BatchBuilder) {
+        self.sample_at(tier, out, &mut unix_now_ns);
+    }
+
+    /// [`Sampler::sample`] with each read time taken from `clock` (nanoseconds since the Unix epoch) instead
+    /// of the wall clock: a run on a virtual clock (the detection benchmark, where simulated files stand at
+    /// a simulated time) stamps each sample with the moment it stands for.
+    pub fn sample_at(
+        &mut self,
+        tier: Tier,
+        out: &mut BatchBuilder,
+        clock: &mut dyn FnMut() -> i64,
+    ) {
         for slot in &mut self.slots {
             if slot.tier_series[tier.index()] == 0 {
                 continue;
@@ -293,7 +305,7 @@ impl Sampler {
             let started = Instant::now();
             let report = slot.source.sample(tier, &mut |idx, v: Value| {
                 if let Some(id) = ids.get(idx) {
-                    out.push_read(*id, v.to_bits(), unix_now_ns());
+                    out.push_read(*id, v.to_bits(), clock());
                 }
             });
             slot.read[tier.index()].observe(started.elapsed().as_secs_f64());
