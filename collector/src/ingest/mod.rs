@@ -13,10 +13,12 @@
 //!
 //! Files: [`server`] and the tonic service here; connection admission in [`connections`], TLS in [`tls`]; one
 //! task per stream in `stream.rs` (a `select!` dispatching one method per message kind); agent authentication
-//! in [`auth`]; wire → store validation in [`domain`]; the per-stream sample rate limit in [`rate`].
+//! in [`auth`]; wire → store validation in [`domain`]; the per-stream sample rate limit in [`rate`]; the same
+//! validation and store calls without a stream, at a receive time the caller gives, in [`direct`].
 
 pub mod auth;
 pub mod connections;
+pub mod direct;
 pub mod domain;
 pub mod rate;
 mod stream;
