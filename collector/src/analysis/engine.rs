@@ -310,9 +310,15 @@ impl AnalysisHandle {
 
     /// One evaluation now (the task calls it every interval; tests may call it directly).
     pub fn evaluate_once(&self) {
+        self.evaluate_at(unix_now_ns());
+    }
+
+    /// One evaluation as of `now_unix_ns` (the collector's clock): what [`AnalysisHandle::evaluate_once`]
+    /// does, at a time the caller gives — for runs on a virtual clock (the detection benchmark).
+    pub fn evaluate_at(&self, now_unix_ns: i64) {
         let started = Instant::now();
         let extras = self.inner.state.lock().extras.clone();
-        let input = input::build(&self.inner.store, &self.inner.steps, unix_now_ns(), &extras);
+        let input = input::build(&self.inner.store, &self.inner.steps, now_unix_ns, &extras);
         self.apply(&input, started);
     }
 
