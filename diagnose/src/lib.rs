@@ -66,6 +66,12 @@ pub struct DiagnoseArgs {
     /// A running collector: its inventory gives the fabric link rate when --link-rate is absent.
     #[arg(long = "collector", value_name = "URL")]
     pub collector: Option<String>,
+    /// PEM CA that signed the collector's (or its proxy's) certificate, with an https:// --collector.
+    #[arg(long = "tls-ca", value_name = "FILE", requires = "collector")]
+    pub tls_ca: Option<PathBuf>,
+    /// File holding the collector's API token, sent with the inventory request.
+    #[arg(long = "api-token-file", value_name = "FILE", requires = "collector")]
+    pub api_token_file: Option<PathBuf>,
     /// Theoretical rate of one fabric link in GB/s (1e9 bytes/s), e.g. 25 for 200 Gb/s HDR InfiniBand.
     #[arg(long = "link-rate", value_name = "GBPS")]
     pub link_rate: Option<f64>,
@@ -123,7 +129,7 @@ pub fn run(args: &DiagnoseArgs) -> Result<i32, DiagnoseError> {
     let inventory = args
         .collector
         .as_deref()
-        .map(|url| collector::fetch_inventory(url).map_err(|e| e.to_string()));
+        .map(|url| fetch_inventory(url, args).map_err(|e| e.to_string()));
     let inputs = Inputs {
         nccl_tests: args.nccl_tests.clone(),
         nccl_logs: args.nccl_log.clone(),
@@ -161,4 +167,21 @@ pub fn run(args: &DiagnoseArgs) -> Result<i32, DiagnoseError> {
     } else {
         EXIT_OK
     })
+}
+
+/// The collector's inventory, through a client with the CA and the token the flags name.
+fn fetch_inventory(url: &str, args: &DiagnoseArgs) -> Result<collector::Inventory, String> {
+    let token = match &args.api_token_file {
+        Some(path) => {
+            Some(commwatch_model::token::read_token_file(path).map_err(|e| e.to_string())?)
+        }
+        None => None,
+    };
+    let options = collector::ClientOptions {
+        ca_file: args.tls_ca.clone(),
+        token,
+        timeout: None,
+    };
+    let client = collector::Client::new(url, &options).map_err(|e| e.to_string())?;
+    collector::fetch_inventory_with(&client).map_err(|e| e.to_string())
 }

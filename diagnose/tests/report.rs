@@ -259,6 +259,8 @@ fn run_writes_the_report_and_returns_the_exit_code() {
         trace: vec![],
         nsys: vec![],
         collector: Some("http://127.0.0.1:9".to_string()),
+        tls_ca: None,
+        api_token_file: None,
         link_rate: None,
         nics_per_node: None,
         format: Format::Json,
@@ -350,4 +352,54 @@ fn traces_of_two_jobs_are_not_compared_as_one() {
         mixed.summary
     );
     assert_eq!(report.conclusion.verdict, "mixed_inputs");
+}
+
+/// `--api-token-file` is read once and sent as a bearer token with the inventory request.
+#[test]
+fn the_collector_inventory_request_carries_the_api_token() {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = std::thread::spawn(move || {
+        let (mut conn, _) = listener.accept().unwrap();
+        let mut request = Vec::new();
+        let mut buf = [0u8; 1024];
+        while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = conn.read(&mut buf).unwrap();
+            if n == 0 {
+                break;
+            }
+            request.extend_from_slice(&buf[..n]);
+        }
+        let body = "[]";
+        let answer = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        conn.write_all(answer.as_bytes()).unwrap();
+        String::from_utf8_lossy(&request).to_string()
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "s3cret-token\n").unwrap();
+    let args = DiagnoseArgs {
+        nccl_tests: vec![rel("nccl/synth-allreduce-J.json")],
+        nccl_log: vec![],
+        trace: vec![],
+        nsys: vec![],
+        collector: Some(format!("http://{addr}")),
+        tls_ca: None,
+        api_token_file: Some(token),
+        link_rate: None,
+        nics_per_node: None,
+        format: Format::Json,
+        output: Some(dir.path().join("r.json")),
+    };
+    run(&args).unwrap();
+    let request = server.join().unwrap().to_ascii_lowercase();
+    assert!(request.starts_with("get /api/v1/nodes"), "{request}");
+    assert!(
+        request.contains("authorization: bearer s3cret-token"),
+        "{request}"
+    );
 }
