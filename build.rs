@@ -1,5 +1,5 @@
 //! Stamps the binary with what `commwatch --version` prints: the git revision (`git rev-parse --short HEAD`,
-//! "unknown" outside a git checkout or without git) and the build date (UTC, from `SOURCE_DATE_EPOCH` when set,
+//! or `COMMWATCH_REVISION` when the build sets it, "unknown" outside a git checkout or without git) and the build date (UTC, from `SOURCE_DATE_EPOCH` when set,
 //! for reproducible builds; else the time of the build). Both reach the code as `COMMWATCH_REVISION` and
 //! `COMMWATCH_BUILD_DATE`.
 
@@ -9,6 +9,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-env-changed=SOURCE_DATE_EPOCH");
+    println!("cargo:rerun-if-env-changed=COMMWATCH_REVISION");
     // A new commit moves the branch's ref; watching HEAD and that ref reruns this script then and only then.
     for path in [git(&["rev-parse", "--git-path", "HEAD"]), head_ref_path()]
         .into_iter()
@@ -16,7 +17,12 @@ fn main() {
     {
         println!("cargo:rerun-if-changed={path}");
     }
-    let revision = git(&["rev-parse", "--short=7", "HEAD"]).unwrap_or_else(|| "unknown".into());
+    // A build without `.git` (a container's build context) can name its revision itself.
+    let revision = std::env::var("COMMWATCH_REVISION")
+        .ok()
+        .filter(|r| !r.trim().is_empty())
+        .or_else(|| git(&["rev-parse", "--short=7", "HEAD"]))
+        .unwrap_or_else(|| "unknown".into());
     println!("cargo:rustc-env=COMMWATCH_REVISION={revision}");
     println!("cargo:rustc-env=COMMWATCH_BUILD_DATE={}", build_date());
 }
