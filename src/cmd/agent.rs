@@ -124,11 +124,7 @@ pub async fn run(a: AgentArgs) -> anyhow::Result<()> {
     if a.once {
         let doc =
             tokio::task::spawn_blocking(move || commwatch_agent::once::run_once(&config)).await?;
-        for w in doc["warnings"].as_array().into_iter().flatten() {
-            if let Some(w) = w.as_str() {
-                eprintln!("warning: {w}");
-            }
-        }
+        // The agent logs each of the document's `warnings` itself (coded, with its level).
         println!("{}", serde_json::to_string_pretty(&doc)?);
         return Ok(());
     }
