@@ -3,11 +3,15 @@
 //! [`Health`] handle; the exporters render its registry with `/metrics`. Metric names: [`names`]. Warnings that
 //! a peer can repeat at will go through a [`throttle::LogThrottle`].
 
+pub mod build_info;
 pub mod names;
 pub mod throttle;
 
+pub use build_info::{build_info, set_build_info, BuildInfo};
+
 use prometheus::{
-    Counter, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
+    Counter, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry,
 };
 
 /// Label values of the per-batch counters, resolved at start so that ingest does no label lookup.
@@ -62,6 +66,8 @@ pub struct Health {
     pub out_of_window_samples: IntCounter,
     /// Streams ended by the transport (reset, broken pipe), not by the agent or the collector.
     pub dropped_streams: IntCounter,
+    /// `commwatch_build_info`, its one series at 1 ([`build_info`]).
+    pub build_info: IntGaugeVec,
 }
 
 /// Metrics of the gRPC listener's admission of connections (`ingest::connections`).
@@ -248,6 +254,7 @@ impl Health {
         )?;
         registry.register(Box::new(http_connections.clone()))?;
         Ok(Health {
+            build_info: build_info::register(&registry)?,
             guard: GuardMetrics::new(&registry)?,
             persist_degraded: gauge(
                 &registry,

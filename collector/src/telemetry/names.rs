@@ -47,3 +47,5 @@ pub const COLLECTOR_OUT_OF_WINDOW_SAMPLES_TOTAL: &str =
 /// Agent streams that ended by a transport failure (reset, broken pipe, keepalive timeout): not the agent's
 /// fault, not counted as rejected.
 pub const COLLECTOR_DROPPED_STREAMS_TOTAL: &str = "commwatch_collector_dropped_streams_total";
+/// Always 1, labels `version` and `revision`: which build of commwatch is running.
+pub const BUILD_INFO: &str = "commwatch_build_info";
