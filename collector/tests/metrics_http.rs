@@ -1,0 +1,109 @@
+//! `GET /metrics` over HTTP: gzip when the scraper's `Accept-Encoding` allows it (the same text once
+//! decompressed), plain otherwise; `commwatch_build_info` once, with both labels.
+
+mod common;
+
+use std::io::Read;
+
+use common::*;
+use commwatch_collector::CollectorHandle;
+
+/// One scrape of `/metrics` with `accept_encoding` (none when `None`): status, `Content-Encoding`, `Vary`, and
+/// the body as sent (reqwest here decompresses nothing).
+async fn scrape(
+    h: &CollectorHandle,
+    accept_encoding: Option<&str>,
+) -> (u16, Option<String>, Option<String>, Vec<u8>) {
+    let mut req = reqwest::Client::new().get(format!("http://{}/metrics", h.http_addr));
+    if let Some(v) = accept_encoding {
+        req = req.header("accept-encoding", v);
+    }
+    let r = req.send().await.expect("http get");
+    let header = |name: &str| {
+        r.headers()
+            .get(name)
+            .map(|v| v.to_str().unwrap().to_string())
+    };
+    let (encoding, vary) = (header("content-encoding"), header("vary"));
+    let status = r.status().as_u16();
+    (status, encoding, vary, r.bytes().await.expect("body").to_vec())
+}
+
+fn gunzip(body: &[u8]) -> String {
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(body)
+        .read_to_string(&mut text)
+        .expect("a gzip stream of UTF-8 text");
+    text
+}
+
+/// The text without the series that change with every scrape (the render time, the open connections).
+fn steady(text: &str) -> String {
+    text.lines()
+        .filter(|l| {
+            !l.starts_with("commwatch_collector_scrape_seconds")
+                && !l.starts_with("commwatch_collector_http_connections ")
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[tokio::test]
+async fn metrics_are_gzipped_when_the_scraper_allows_it() {
+    let h = collector(config()).await;
+    let (mut a, _) = Agent::connect(h.grpc_addr, hello("n1", 1)).await;
+    a.send_batch(batch(1, &traffic(0, 21, 5_000_000, 2_500_000)))
+        .await;
+    assert_eq!(a.ack_at_least(1).await, 1);
+
+    let (status, encoding, vary, plain) = scrape(&h, None).await;
+    assert_eq!((status, encoding), (200, None));
+    assert_eq!(vary.as_deref(), Some("accept-encoding"));
+    let plain = String::from_utf8(plain).expect("plain text");
+    assert!(plain.contains("commwatch_link_transmit_bytes_total{node=\"n1\""));
+
+    for (accept, gzip) in [
+        ("gzip", true),
+        ("br, gzip;q=0.5", true),
+        ("*", true),
+        ("gzip;q=0", false),
+        ("br", false),
+        ("identity", false),
+    ] {
+        let (status, encoding, vary, body) = scrape(&h, Some(accept)).await;
+        assert_eq!(status, 200, "{accept}");
+        assert_eq!(vary.as_deref(), Some("accept-encoding"), "{accept}");
+        let text = if gzip {
+            assert_eq!(encoding.as_deref(), Some("gzip"), "{accept}");
+            assert!(body.len() < plain.len() / 3, "{accept}: {} bytes", body.len());
+            gunzip(&body)
+        } else {
+            assert_eq!(encoding, None, "{accept}");
+            String::from_utf8(body).expect("plain text")
+        };
+        assert_eq!(steady(&text), steady(&plain), "{accept}");
+    }
+    h.shutdown().await;
+}
+
+#[tokio::test]
+async fn build_info_is_one_series_with_version_and_revision() {
+    let h = collector(config()).await;
+    let text = metrics(&h).await;
+    let samples: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("commwatch_build_info"))
+        .collect();
+    // No one set the revision in this test binary.
+    let want = format!(
+        "commwatch_build_info{{revision=\"unknown\",version=\"{}\"}} 1",
+        env!("CARGO_PKG_VERSION")
+    );
+    assert_eq!(samples, [want.as_str()]);
+    assert_eq!(
+        text.matches("# TYPE commwatch_build_info gauge\n").count(),
+        1,
+        "{text}"
+    );
+    h.shutdown().await;
+}
