@@ -24,6 +24,10 @@ pub(crate) use signal::shutdown_signal;
 fn main() -> ExitCode {
     let cli = Cli::parse();
     logging::init(&cli.log, cli.log_format);
+    // `commwatch_build_info` on both `/metrics`: the revision is known to this crate's build only.
+    let (version, revision) = (env!("CARGO_PKG_VERSION"), env!("COMMWATCH_REVISION"));
+    commwatch_collector::telemetry::set_build_info(version, revision);
+    commwatch_agent::telemetry::set_build_info(version, revision);
     let result = match cli.command {
         Command::Status(args) => cmd::status::run(&args),
         Command::Findings(args) => cmd::findings::run(&args).map(|()| 0),

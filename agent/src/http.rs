@@ -70,16 +70,44 @@ mod tests {
     const PROMPT: Duration = Duration::from_secs(5);
 
     async fn healthz(addr: SocketAddr) -> Option<String> {
+        get(addr, "/healthz").await
+    }
+
+    async fn get(addr: SocketAddr, path: &str) -> Option<String> {
         let mut s = TcpStream::connect(addr).await.ok()?;
-        s.write_all(b"GET /healthz HTTP/1.1\r\nhost: a\r\nconnection: close\r\n\r\n")
-            .await
-            .ok()?;
+        let request = format!("GET {path} HTTP/1.1\r\nhost: a\r\nconnection: close\r\n\r\n");
+        s.write_all(request.as_bytes()).await.ok()?;
         let mut out = Vec::new();
         tokio::time::timeout(PROMPT, s.read_to_end(&mut out))
             .await
             .ok()?
             .ok()?;
         Some(String::from_utf8_lossy(&out).into_owned())
+    }
+
+    #[tokio::test]
+    async fn metrics_carry_build_info_once() {
+        let (stop, rx) = watch::channel(false);
+        let (addr, task) = serve(
+            "127.0.0.1:0".parse().unwrap(),
+            Arc::new(AgentMetrics::new()),
+            rx,
+        )
+        .await
+        .unwrap();
+        let r = get(addr, "/metrics").await.expect("a response");
+        assert!(r.starts_with("HTTP/1.1 200"), "{r}");
+        let samples: Vec<&str> = r
+            .lines()
+            .filter(|l| l.starts_with("commwatch_build_info{"))
+            .collect();
+        let want = format!(
+            "commwatch_build_info{{revision=\"unknown\",version=\"{}\"}} 1",
+            env!("CARGO_PKG_VERSION")
+        );
+        assert_eq!(samples, [want.as_str()]);
+        stop.send_replace(true);
+        tokio::time::timeout(PROMPT, task).await.unwrap().unwrap();
     }
 
     #[tokio::test]

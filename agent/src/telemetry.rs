@@ -1,6 +1,9 @@
 //! The agent's own health, exported on its `/metrics`: per-source read durations and errors, the resend
 //! buffer's fill, drops and resends, connection state. Names follow Prometheus conventions (base units,
-//! `_total` for counters) under `commwatch_agent_`.
+//! `_total` for counters) under `commwatch_agent_`; and `commwatch_build_info{version,revision}`, named like
+//! the collector's so that one query covers both.
+
+use std::sync::OnceLock;
 
 use prometheus::{
     Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
@@ -38,7 +41,32 @@ pub const METRIC_NAMES: &[&str] = &[
     "commwatch_agent_jobs",
     "commwatch_agent_http_connections_refused_total",
     "commwatch_agent_http_connections",
+    "commwatch_build_info",
 ];
+
+/// The version and revision exported in `commwatch_build_info`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BuildInfo {
+    pub version: &'static str,
+    pub revision: &'static str,
+}
+
+static BUILD_INFO: OnceLock<BuildInfo> = OnceLock::new();
+
+/// Sets the version and revision exported by every [`AgentMetrics`] this process creates afterwards: the
+/// revision is known to the binary's build only, so the binary hands it over at start. Returns `false` (and
+/// changes nothing) when it was already set.
+pub fn set_build_info(version: &'static str, revision: &'static str) -> bool {
+    BUILD_INFO.set(BuildInfo { version, revision }).is_ok()
+}
+
+/// What [`set_build_info`] set; else this crate's version and revision `unknown` (tests, benches).
+pub fn build_info() -> BuildInfo {
+    BUILD_INFO.get().copied().unwrap_or(BuildInfo {
+        version: env!("CARGO_PKG_VERSION"),
+        revision: "unknown",
+    })
+}
 
 /// Every metric of the agent. Cheap to clone handles are taken from it by the sampler and the shipper.
 pub struct AgentMetrics {
@@ -92,6 +120,8 @@ pub struct AgentMetrics {
     pub http_connections_refused: IntCounter,
     /// HTTP connections open now.
     pub http_connections: IntGauge,
+    /// `commwatch_build_info`, its one series at 1 ([`build_info`]).
+    pub build_info: IntGaugeVec,
 }
 
 impl AgentMetrics {
@@ -226,7 +256,16 @@ impl AgentMetrics {
                 "commwatch_agent_http_connections",
                 "HTTP connections (/metrics, /healthz) open now.",
             ),
+            build_info: gauge_vec(
+                "commwatch_build_info",
+                "Always 1; the labels say which version and git revision of commwatch is running.",
+                &["version", "revision"],
+            ),
         };
+        let b = build_info();
+        m.build_info
+            .with_label_values(&[b.version, b.revision])
+            .set(1);
         for c in m.collectors() {
             m.registry.register(c).expect("metric names are unique");
         }
@@ -264,6 +303,7 @@ impl AgentMetrics {
             Box::new(self.jobs.clone()),
             Box::new(self.http_connections_refused.clone()),
             Box::new(self.http_connections.clone()),
+            Box::new(self.build_info.clone()),
         ]
     }
 
@@ -342,5 +382,21 @@ mod tests {
         let mut listed: Vec<String> = METRIC_NAMES.iter().map(|n| n.to_string()).collect();
         listed.sort();
         assert_eq!(registered, listed);
+    }
+
+    #[test]
+    fn build_info_is_one_series_at_one() {
+        let text = AgentMetrics::new().render();
+        let lines: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("commwatch_build_info"))
+            .collect();
+        // No one set it in this test binary: the crate's version, revision unknown.
+        let want = format!(
+            "commwatch_build_info{{revision=\"unknown\",version=\"{}\"}} 1",
+            env!("CARGO_PKG_VERSION")
+        );
+        assert_eq!(lines, [want.as_str()]);
+        assert!(text.contains("# TYPE commwatch_build_info gauge"), "{text}");
     }
 }
