@@ -373,3 +373,135 @@ async fn inventory_update_adds_links_and_survives_restart() {
     );
     h.shutdown().await;
 }
+
+/// `commwatch_collector_persist_corrupt_databases_total` of a running collector.
+fn corrupt_databases(h: &commwatch_collector::CollectorHandle) -> Option<f64> {
+    h.render_metrics().lines().find_map(|l| {
+        l.strip_prefix("commwatch_collector_persist_corrupt_databases_total ")?
+            .parse()
+            .ok()
+    })
+}
+
+/// Files of `dir` whose name starts with `prefix`.
+fn named(dir: &std::path::Path, prefix: &str) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.starts_with(prefix))
+        .collect();
+    v.sort();
+    v
+}
+
+/// A collector persists one batch of `node` and stops.
+async fn persist_one(cfg: &commwatch_collector::CollectorConfig, node: &str) {
+    let h = collector(cfg.clone()).await;
+    let (mut a, _) = Agent::connect(h.grpc_addr, hello(node, 1)).await;
+    a.send_batch(batch(1, &traffic(0, 10, 1000, 500))).await;
+    assert_eq!(a.ack_at_least(1).await, 1);
+    h.shutdown().await;
+}
+
+/// A damaged state database used to stop every start ("file is not a database", no way forward): it is moved
+/// aside, named and counted, and the collector starts on an empty one that works.
+#[tokio::test]
+async fn a_corrupt_state_database_is_moved_aside_and_the_collector_starts_fresh() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let first = tmp.path().join("first");
+    let mut cfg = config();
+    cfg.state_dir = Some(first.clone());
+    persist_one(&cfg, "n1").await;
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    // Created private: it holds what agents sent.
+    assert_eq!(mode(&first), 0o700);
+    assert_eq!(mode(&first.join("collector.sqlite3")), 0o600);
+
+    // A copy, away from anything of the first collector that may still close its files: every page in the
+    // database file itself (none left in the WAL), then the pages after the first damaged. SQLite reports the
+    // corruption when replay reads them.
+    let dir = tmp.path().join("damaged");
+    std::fs::create_dir(&dir).unwrap();
+    let db = dir.join("collector.sqlite3");
+    // The last connection to close checkpoints the WAL into the database and removes it.
+    let until = std::time::Instant::now() + Duration::from_secs(3);
+    while first.join("collector.sqlite3-wal").exists() && std::time::Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for f in named(&first, "collector.sqlite3") {
+        match std::fs::copy(first.join(&f), dir.join(&f)) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            r => {
+                r.unwrap();
+            }
+        }
+    }
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+        .unwrap();
+    drop(conn);
+    for f in named(&dir, "collector.sqlite3-") {
+        std::fs::remove_file(dir.join(f)).unwrap();
+    }
+    let mut bytes = std::fs::read(&db).unwrap();
+    assert!(bytes.len() > 3 * 4096, "{} bytes", bytes.len());
+    for b in bytes.iter_mut().skip(4096) {
+        *b = 0xa5;
+    }
+    std::fs::write(&db, &bytes).unwrap();
+    cfg.state_dir = Some(dir.clone());
+    let h = collector(cfg.clone()).await;
+    assert_eq!(corrupt_databases(&h), Some(1.0));
+    assert!(h.snapshot_nodes().is_empty(), "nothing replayed");
+    let aside = named(&dir, "collector.sqlite3.corrupt-");
+    assert_eq!(aside.len(), 1, "{aside:?}");
+    assert_eq!(
+        std::fs::read(dir.join(&aside[0])).unwrap(),
+        bytes,
+        "kept as it was"
+    );
+    let (mut a, first_ack) = Agent::connect(h.grpc_addr, hello("n2", 1)).await;
+    assert_eq!(first_ack, 0);
+    a.send_batch(batch(1, &traffic(0, 10, 1000, 500))).await;
+    assert_eq!(a.ack_at_least(1).await, 1);
+    h.shutdown().await;
+    // The fresh database keeps what came after.
+    let h = collector(cfg.clone()).await;
+    assert_eq!(corrupt_databases(&h), Some(0.0));
+    let names: Vec<String> = h.snapshot_nodes().into_iter().map(|n| n.name).collect();
+    assert_eq!(names, vec!["n2".to_string()]);
+    h.shutdown().await;
+
+    // Not a database at all.
+    let dir = tmp.path().join("garbage");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(
+        dir.join("collector.sqlite3"),
+        b"not an SQLite database, not even its header",
+    )
+    .unwrap();
+    cfg.state_dir = Some(dir.clone());
+    let h = collector(cfg).await;
+    assert_eq!(corrupt_databases(&h), Some(1.0));
+    assert_eq!(named(&dir, "collector.sqlite3.corrupt-").len(), 1);
+    h.shutdown().await;
+}
+
+/// An empty database file starts empty, as SQLite does, and is made private.
+#[tokio::test]
+async fn an_empty_state_database_starts_empty_and_is_made_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("collector.sqlite3");
+    std::fs::write(&db, b"").unwrap();
+    std::fs::set_permissions(&db, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let mut cfg = config();
+    cfg.state_dir = Some(tmp.path().to_path_buf());
+    let h = collector(cfg).await;
+    assert!(h.snapshot_nodes().is_empty());
+    assert_eq!(corrupt_databases(&h), Some(0.0));
+    let mode = std::fs::metadata(&db).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    h.shutdown().await;
+}

@@ -89,10 +89,21 @@ struct HttpState {
 
 fn router(state: HttpState) -> Router {
     Router::new()
-        .route("/healthz", get(|| async { "ok" }))
+        .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
         .route("/api/v1/nodes", get(nodes))
         .with_state(state)
+}
+
+/// `ok`; while the state directory cannot be written, `degraded: …`. Still 200 then: the collector serves, and
+/// a restart (what a failed liveness probe does) would not make the disk writable but lose the live window.
+async fn healthz(State(s): State<HttpState>) -> &'static str {
+    if s.health.persist_degraded.get() > 0 {
+        "degraded: the state directory cannot be written; batches are not acknowledged until it can (agents \
+         keep them); see the collector's log\n"
+    } else {
+        "ok"
+    }
 }
 
 /// The exposition, gzip-compressed when the request's `Accept-Encoding` allows gzip ([`accepts_gzip`]): the

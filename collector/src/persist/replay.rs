@@ -1,26 +1,40 @@
-//! Replay at start: the state directory's Hellos, batches and job lists are applied to the store in the order
-//! they were received, dedup state is restored, and then the writer takes over the connection.
+//! Replay at start: the state directory is made ready ([`super::files`]), its Hellos, batches and job lists are
+//! applied to the store in the order they were received, dedup state is restored, and then the writer takes
+//! over the connection.
 //!
 //! A row that cannot be decoded or validated any more (a collector that tightened a limit, a damaged file) is
 //! skipped, counted (`commwatch_collector_persist_errors_total`) and logged: replay never fails the start on
-//! one bad row.
+//! one bad row. A database SQLite calls damaged or not a database at all is moved aside, named in the log and
+//! counted (`commwatch_collector_persist_corrupt_databases_total`), and the collector starts on an empty one.
+//! Any other failure to read it (permissions, a lock, I/O) fails the start: moving aside a database that is
+//! merely unreadable now would discard it.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use commwatch_model::clock::unix_now_ns;
 use commwatch_proto::v1 as pb;
 use prost::Message;
+use rusqlite::Connection;
 use tokio::task::JoinHandle;
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
+use super::schema::{is_corruption, load, load_jobs, open};
 use super::{
-    load, load_jobs, mark_durable, open, spawn_writer, PersistError, PersistHandle, PersistedJobs,
-    Replay,
+    files, mark_durable, spawn_writer, PersistError, PersistHandle, PersistedJobs, Replay, DB_FILE,
 };
 use crate::store::Store;
 use crate::store::{Batch, Hello, JobList};
 use crate::telemetry::Health;
+
+/// What the database holds for replay.
+struct Loaded {
+    conn: Connection,
+    items: Vec<Replay>,
+    seqs: Vec<(String, u64, u64)>,
+    jobs: Vec<PersistedJobs>,
+}
 
 /// Opens (creating if needed) the database in `dir`, replays what it holds within `retention` into `store`,
 /// and starts the writer on it. Returns ingest's handle and the writer task (it ends, after a final commit,
@@ -31,24 +45,51 @@ pub(crate) async fn open_and_replay(
     store: &Store,
     health: &Health,
 ) -> Result<(PersistHandle, JoinHandle<()>), PersistError> {
-    let owned = dir.to_path_buf();
+    let (owned, counted) = (dir.to_path_buf(), health.clone());
     // SQLite reads block: off the async workers.
-    let loaded = tokio::task::spawn_blocking(move || {
-        let (conn, path) = open(&owned)?;
-        let (items, seqs) = load(&conn, &path, retention)?;
-        let jobs = load_jobs(&conn, &path)?;
-        Ok::<_, PersistError>((conn, path, items, seqs, jobs))
-    })
-    .await
-    .map_err(|e| PersistError::CreateDir {
-        path: PathBuf::from(dir),
-        error: std::io::Error::other(e.to_string()),
-    })??;
-    let (conn, path, items, seqs, jobs) = loaded;
-    let (hellos, batches) = replay(store, items, seqs, health);
-    let job_lists = replay_jobs(store, jobs, health);
+    let loaded = tokio::task::spawn_blocking(move || open_state(&owned, retention, &counted))
+        .await
+        .map_err(|e| PersistError::CreateDir {
+            path: PathBuf::from(dir),
+            error: std::io::Error::other(e.to_string()),
+        })??;
+    let path = dir.join(DB_FILE);
+    let (hellos, batches) = replay(store, loaded.items, loaded.seqs, health);
+    let job_lists = replay_jobs(store, loaded.jobs, health);
     info!(path = %path.display(), hellos, batches, job_lists, "replayed persisted state");
-    Ok(spawn_writer(conn, path, retention, health.clone()))
+    Ok(spawn_writer(loaded.conn, path, retention, health.clone()))
+}
+
+/// Prepares the directory and the database file, and loads the database — moving a damaged one aside and
+/// starting on an empty one.
+fn open_state(dir: &Path, retention: Duration, health: &Health) -> Result<Loaded, PersistError> {
+    files::prepare_dir(dir)?;
+    let path = dir.join(DB_FILE);
+    files::prepare_db_file(&path)?;
+    match load_all(&path, retention) {
+        Err(e) if is_corruption(&e) => {
+            let unix_s = u64::try_from(unix_now_ns() / 1_000_000_000).unwrap_or(0);
+            let aside = files::move_aside(&path, unix_s)?;
+            health.persist_corrupt_databases.inc();
+            error!(path = %path.display(), moved_to = %aside.display(), error = %e,
+                "the state database cannot be read: moved aside, starting with an empty one (what it held is                  not replayed; the file is kept for inspection)");
+            files::prepare_db_file(&path)?;
+            load_all(&path, retention)
+        }
+        other => other,
+    }
+}
+
+fn load_all(path: &Path, retention: Duration) -> Result<Loaded, PersistError> {
+    let conn = open(path)?;
+    let (items, seqs) = load(&conn, path, retention)?;
+    let jobs = load_jobs(&conn, path)?;
+    Ok(Loaded {
+        conn,
+        items,
+        seqs,
+        jobs,
+    })
 }
 
 /// Replays persisted Hellos and batches into the store (receive order) and restores dedup state from the
