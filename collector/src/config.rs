@@ -65,8 +65,8 @@ pub struct Limits {
     /// An agent reports as one; raise it when a proxy multiplexes several agents over one connection.
     pub max_nodes_per_connection: usize,
     /// How far ahead of the collector's clock a sample's timestamp may be; samples further ahead are refused
-    /// (skipped, counted in `commwatch_collector_out_of_window_samples_total`), as are timestamps not after the
-    /// Unix epoch. 1s..=1 day.
+    /// (skipped, counted in `commwatch_collector_out_of_window_samples_total`: one far-future sample would
+    /// freeze its series). 1s..=1 day. Older samples are kept: an agent resending after an outage sends them.
     #[serde(with = "humantime_serde")]
     pub max_clock_skew: Duration,
 }

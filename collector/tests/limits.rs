@@ -254,3 +254,168 @@ fn promtool_check(text: &str) {
         "promtool: {report}"
     );
 }
+
+// ---------------------------------------------------------------------------------------------------------------
+// Hostile clients: many node names, and timestamps far from the collector's clock.
+
+/// A Hello of one link and `n` counter series on it (`c0` … `c{n-1}`), the shape of a large node.
+fn wide_hello(node: &str, n: u32) -> pb::Hello {
+    let mut h = hello(node, 1);
+    let inv = h.inventory.as_mut().unwrap();
+    inv.series = (0..n)
+        .map(|i| pb::SeriesDescriptor {
+            id: i + 1,
+            metric: format!("c{i}"),
+            kind: pb::SeriesKind::Counter as i32,
+            link_id: 1,
+            labels: Default::default(),
+            max_value: 0,
+            tier: 1,
+        })
+        .collect();
+    h
+}
+
+fn rejected(text: &str, reason: &str) -> f64 {
+    value(
+        text,
+        &format!("commwatch_collector_rejected_streams_total{{reason=\"{reason}\"}}"),
+    )
+}
+
+/// A hostile client created 1,000 nodes of 1,000 series from one connection (900 MiB). One connection now
+/// speaks for at most `limits.max_nodes_per_connection` names, however many streams it opens or closes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_connection_cannot_report_as_more_nodes_than_its_limit() {
+    let mut cfg = config();
+    cfg.limits.max_nodes_per_connection = 4;
+    let h = collector(cfg).await;
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", h.grpc_addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let as_node = |node: String, instance| {
+        let channel = channel.clone();
+        async move {
+            let mut a = Agent::open_channel(channel).await;
+            a.send(msg_hello(hello(&node, instance))).await;
+            a
+        }
+    };
+    let mut open = Vec::new();
+    for i in 0..4 {
+        let mut a = as_node(format!("n{i}"), 1).await;
+        assert_eq!(a.next_ack().await.unwrap(), 0);
+        open.push(a);
+    }
+    let mut fifth = as_node("n4".into(), 1).await;
+    let status = fifth.error().await;
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+    assert!(
+        status.message().contains("max_nodes_per_connection"),
+        "{status:?}"
+    );
+    // Closing its streams does not give the names back; a name it spoke as before is still its own.
+    drop(open);
+    let status = as_node("n5".into(), 1).await.error().await;
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+    let mut again = as_node("n0".into(), 2).await;
+    assert_eq!(again.next_ack().await.unwrap(), 0);
+    // Another connection has its own count.
+    Agent::connect(h.grpc_addr, hello("n9", 1)).await;
+    assert_eq!(
+        rejected(&metrics(&h).await, "max_nodes_per_connection"),
+        2.0
+    );
+    assert_eq!(h.snapshot_nodes().len(), 5);
+    h.shutdown().await;
+}
+
+/// At most `limits.max_nodes` nodes, whatever the connections: a Hello of a new name beyond it is refused and
+/// counted; the nodes held reconnect freely. The store's memory per node of 1,000 series is printed: the
+/// figure behind the limit's documentation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_beyond_max_nodes_are_refused_and_memory_stays_bounded() {
+    const NODES: usize = 100;
+    const SERIES: u32 = 1_000;
+    let mut cfg = config();
+    cfg.limits.max_nodes = NODES;
+    let h = collector(cfg).await;
+    let mut agents = Vec::new();
+    for i in 0..NODES {
+        let (a, _) = Agent::connect(h.grpc_addr, wide_hello(&format!("n{i}"), SERIES)).await;
+        agents.push(a);
+    }
+    let empty = h.store().memory();
+    // One tick of every series, twice: the rings hold samples.
+    for (i, a) in agents.iter_mut().enumerate() {
+        for seq in 1..=2u64 {
+            let tick = (
+                T0 + seq as i64 * S,
+                (1..=SERIES).map(|id| (id, seq * 1000)).collect(),
+            );
+            a.send_batch(batch(seq, &[tick])).await;
+        }
+        assert_eq!(a.ack_at_least(2).await, 2, "node n{i}");
+    }
+    let held = h.store().memory();
+    eprintln!(
+        "{} nodes × {SERIES} series: {} bytes described ({} per series), {} bytes with two samples each \
+         ({} per series)",
+        empty.nodes,
+        empty.bytes,
+        empty.bytes / empty.series,
+        held.bytes,
+        held.bytes / held.series
+    );
+    assert_eq!(held.nodes, NODES);
+    assert_eq!(held.series, NODES * SERIES as usize);
+    let mut extra = Agent::open(h.grpc_addr).await;
+    extra
+        .send(msg_hello(wide_hello("one-too-many", SERIES)))
+        .await;
+    let status = extra.error().await;
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+    assert!(status.message().contains("max_nodes"), "{status:?}");
+    assert_eq!(rejected(&metrics(&h).await, "max_nodes"), 1.0);
+    assert_eq!(h.store().memory().nodes, NODES);
+    // A node held comes back as a new instance without trouble.
+    drop(agents.pop());
+    Agent::connect(h.grpc_addr, hello(&format!("n{}", NODES - 1), 2)).await;
+    h.shutdown().await;
+}
+
+/// A sample stamped `i64::MAX` used to be accepted and freeze its series (every later sample "out of order").
+/// Ticks beyond `limits.max_clock_skew` ahead of the collector's clock are skipped and counted; the series goes
+/// on. (One not after the Unix epoch fails the stream at the edge, as before.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn samples_stamped_far_from_the_collectors_clock_are_refused_and_counted() {
+    let h = collector(config()).await;
+    let (mut a, _) = Agent::connect(h.grpc_addr, hello("n1", 1)).await;
+    a.send_batch(batch(1, &traffic(0, 10, 1000, 500))).await;
+    let now = commwatch_model::clock::unix_now_ns();
+    let bad = vec![
+        (i64::MAX, vec![(1, 1 << 40), (2, 1 << 40)]),
+        (now + 3_600 * S, vec![(1, 1 << 41)]),
+    ];
+    a.send_batch(batch(2, &bad)).await;
+    a.send_batch(batch(3, &traffic(10, 10, 1000, 500))).await;
+    assert_eq!(a.ack_at_least(3).await, 3);
+    let l = &h.snapshot_nodes()[0].links[0];
+    assert_eq!(l.tx_bytes_total, Some(19_000), "the series goes on");
+    assert_eq!(l.rx_bytes_total, Some(9_500));
+    assert_eq!(l.tx_bytes_per_second, Some(20_000.0));
+    let m = metrics(&h).await;
+    assert_eq!(
+        value(&m, "commwatch_collector_out_of_window_samples_total"),
+        3.0,
+        "{m}"
+    );
+    // Nothing else refused: the batch was applied around the bad ticks.
+    assert_eq!(
+        value(&m, "commwatch_collector_batches_total{result=\"accepted\"}"),
+        3.0
+    );
+    h.shutdown().await;
+}

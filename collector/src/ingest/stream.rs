@@ -102,6 +102,8 @@ struct Session {
     bucket: rate::SampleBucket,
     throttled: bool,
     throttle_sleep: Pin<Box<Sleep>>,
+    /// Whether this stream's samples outside the clock window were warned about (once per stream).
+    warned_clock: bool,
 }
 
 fn ack(seq: u64) -> pb::CollectorMessage {
@@ -352,6 +354,7 @@ impl StreamTask<'_> {
             bucket: rate::SampleBucket::new(cfg.limits.max_samples_per_second, Instant::now()),
             throttled: false,
             throttle_sleep: Box::pin(tokio::time::sleep(std::time::Duration::ZERO)),
+            warned_clock: false,
         };
         Ok((session, close_rx))
     }
@@ -540,6 +543,15 @@ impl StreamTask<'_> {
                     s.throttle(wait);
                 }
                 count_accepted(h, &self.node_name, &batch, gap, &counts);
+                if counts.out_of_window > 0 && !s.warned_clock {
+                    s.warned_clock = true;
+                    let skew = self.shared.config.limits.max_clock_skew;
+                    warn!(node = %self.node_name, samples = counts.out_of_window, seq = batch.seq,
+                        max_clock_skew = ?skew,
+                        "samples stamped before the Unix epoch or ahead of the collector's clock by more than \
+                         limits.max_clock_skew were refused: is the node's clock set? (said once per stream, counted \
+                         in commwatch_collector_out_of_window_samples_total)");
+                }
                 h.ingest_seconds.observe(started.elapsed().as_secs_f64());
                 match (&self.shared.persist, payload) {
                     (Some(p), Some(payload)) => {
@@ -585,6 +597,9 @@ fn count_accepted(h: &Health, node: &str, batch: &Batch, gap: u64, counts: &Appl
     }
     if counts.out_of_order > 0 {
         h.out_of_order_samples.inc_by(counts.out_of_order);
+    }
+    if counts.out_of_window > 0 {
+        h.out_of_window_samples.inc_by(counts.out_of_window);
     }
     if counts.markers > 0 {
         h.hot.markers_accepted.inc_by(counts.markers);

@@ -13,6 +13,9 @@ pub enum StoreError {
         count: usize,
         limit: usize,
     },
+    /// A Hello named a node the store does not hold while it holds `limits.max_nodes` nodes.
+    #[error("hello.node: {count} nodes held, limit {limit}")]
+    TooManyNodes { count: usize, limit: usize },
     /// A series names a link the instance did not describe.
     #[error("series {series} names link {link}, which was not described")]
     UndescribedLink { series: u32, link: u32 },

@@ -72,6 +72,8 @@ pub struct Store {
     nodes: RwLock<HashMap<String, NodeRef>>,
     retention_ns: i64,
     node_expiry_ns: i64,
+    /// How far past its receipt a sample's timestamp may be (`limits.max_clock_skew`).
+    future_ns: i64,
     limits: Limits,
     /// Bumped whenever a node's job list is replaced (readers: [`Store::jobs_changed`]).
     jobs_version: watch::Sender<u64>,
@@ -87,6 +89,7 @@ impl Store {
             nodes: RwLock::new(HashMap::new()),
             retention_ns: i64::try_from(retention.as_nanos()).unwrap_or(i64::MAX),
             node_expiry_ns: i64::try_from(node_expiry.as_nanos()).unwrap_or(i64::MAX),
+            future_ns: i64::try_from(limits.max_clock_skew.as_nanos()).unwrap_or(i64::MAX),
             limits,
             jobs_version: watch::channel(0).0,
         }
@@ -126,15 +129,29 @@ impl Store {
         &self.limits
     }
 
-    fn node_or_insert(&self, name: &str) -> NodeRef {
+    /// The node `name`, created when new — unless `limits.max_nodes` are held (checked under the map's write
+    /// lock, so concurrent Hellos cannot overshoot it).
+    fn node_or_insert(&self, name: &str) -> Result<NodeRef, StoreError> {
         if let Some(n) = self.nodes.read().get(name) {
-            return n.clone();
+            return Ok(n.clone());
         }
-        self.nodes
-            .write()
-            .entry(name.to_string())
-            .or_insert_with(|| Arc::new(Mutex::new(NodeState::new(name, self.retention_ns))))
-            .clone()
+        let mut nodes = self.nodes.write();
+        if let Some(n) = nodes.get(name) {
+            return Ok(n.clone());
+        }
+        if nodes.len() >= self.limits.max_nodes {
+            return Err(StoreError::TooManyNodes {
+                count: nodes.len(),
+                limit: self.limits.max_nodes,
+            });
+        }
+        let node = Arc::new(Mutex::new(NodeState::new(
+            name,
+            self.retention_ns,
+            self.future_ns,
+        )));
+        nodes.insert(name.to_string(), node.clone());
+        Ok(node)
     }
 
     /// Registers a `Hello`. With `conn` (a live stream: id and a channel to close it), an older stream of the
@@ -145,7 +162,7 @@ impl Store {
         received_unix_ns: i64,
         conn: Option<(u64, oneshot::Sender<()>)>,
     ) -> Result<HelloOutcome, StoreError> {
-        let node = self.node_or_insert(&hello.node);
+        let node = self.node_or_insert(&hello.node)?;
         let (highest_seq, durable, superseded) = {
             let mut n = node.lock();
             n.register_hello(hello, &self.limits)?;

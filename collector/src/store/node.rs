@@ -129,13 +129,15 @@ pub struct NodeState {
     pub(super) conn: Option<Conn>,
     dropped_batches_total: u64,
     retention_ns: i64,
+    /// How far past its receipt a tick's timestamp may be (`limits.max_clock_skew`).
+    future_ns: i64,
     markers: MarkerLog,
     /// The latest complete job list of the current agent instance (empty until one arrives).
     pub(super) jobs: Arc<JobList>,
 }
 
 impl NodeState {
-    pub(super) fn new(name: &str, retention_ns: i64) -> NodeState {
+    pub(super) fn new(name: &str, retention_ns: i64, future_ns: i64) -> NodeState {
         NodeState {
             name: name.to_string(),
             agent_version: String::new(),
@@ -154,6 +156,7 @@ impl NodeState {
             conn: None,
             dropped_batches_total: 0,
             retention_ns,
+            future_ns,
             markers: MarkerLog::default(),
             jobs: Arc::default(),
         }
@@ -507,7 +510,9 @@ impl NodeState {
     }
 
     /// Offers a batch of the current instance. Every series id is resolved before anything is applied, so a
-    /// batch that fails validation leaves the store untouched. `scratch` is reused across batches.
+    /// batch that fails validation leaves the store untouched. A tick stamped outside the window around
+    /// `received_unix_ns` (see [`ApplyCounts::out_of_window`]) is skipped and counted; the window is judged at
+    /// receipt, so replay decides as ingest did. `scratch` is reused across batches.
     pub(crate) fn apply_batch(
         &mut self,
         batch: &Batch,
@@ -531,6 +536,7 @@ impl NodeState {
         }
         let mut counts = ApplyCounts::default();
         let retention_ns = self.retention_ns;
+        let latest = received_unix_ns.saturating_add(self.future_ns);
         let mut i = 0usize;
         for (&ts, &n) in batch.timestamps_unix_ns.iter().zip(&batch.tick_lengths) {
             let end = i + n as usize;
@@ -538,6 +544,11 @@ impl NodeState {
             else {
                 break;
             };
+            if ts <= 0 || ts > latest {
+                counts.out_of_window += u64::from(n);
+                i = end;
+                continue;
+            }
             for (&slot, &value) in slots.iter().zip(values) {
                 if slot == REFUSED {
                     counts.refused += 1;

@@ -31,6 +31,10 @@ pub struct ApplyCounts {
     pub implausible: u64,
     /// Step markers appended to the node's marker log.
     pub markers: u64,
+    /// Samples of ticks stamped outside the window around their receipt (more than `limits.max_clock_skew`
+    /// ahead, or not after the Unix epoch, which the edge refuses already), skipped: one far-future sample
+    /// would hold its series' newest time and make every later one out of order.
+    pub out_of_window: u64,
 }
 
 /// One series' window and counter state.

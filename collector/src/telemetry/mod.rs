@@ -267,7 +267,7 @@ impl Health {
             )?,
             out_of_window_samples: counter(
                 names::COLLECTOR_OUT_OF_WINDOW_SAMPLES_TOTAL,
-                "Samples refused: timestamp not after the Unix epoch or beyond limits.max_clock_skew ahead.",
+                "Samples refused: stamped more than limits.max_clock_skew ahead of the collector's clock.",
             )?,
             dropped_streams: counter(
                 names::COLLECTOR_DROPPED_STREAMS_TOTAL,

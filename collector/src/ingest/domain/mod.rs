@@ -81,7 +81,8 @@ impl IngestError {
 }
 
 /// The store's refusals fail the stream like the edge's own: a series limit is `RESOURCE_EXHAUSTED`
-/// (`max_series`), a reference to something the instance did not describe is `INVALID_ARGUMENT`.
+/// (`max_series`), as is the node limit (`max_nodes`); a reference to something the instance did not describe
+/// is `INVALID_ARGUMENT`.
 impl From<StoreError> for IngestError {
     fn from(e: StoreError) -> Self {
         match e {
@@ -94,6 +95,11 @@ impl From<StoreError> for IngestError {
                 "max_series",
                 field,
                 format!("{count} {what}, limit {limit}"),
+            ),
+            StoreError::TooManyNodes { count, limit } => IngestError::limit(
+                "max_nodes",
+                "hello.node",
+                format!("{count} nodes held, limit {limit} (limits.max_nodes)"),
             ),
             StoreError::UndescribedLink { series, link } => IngestError::invalid(
                 format!("series[id={series}].link_id"),
