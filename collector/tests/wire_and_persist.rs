@@ -505,3 +505,73 @@ async fn an_empty_state_database_starts_empty_and_is_made_private() {
     assert_eq!(mode, 0o600);
     h.shutdown().await;
 }
+
+/// An inventory update carrying only `link`.
+fn link_update(link: pb::Link) -> pb::AgentMessage {
+    pb::AgentMessage {
+        msg: Some(pb::agent_message::Msg::InventoryUpdate(
+            pb::InventoryUpdate {
+                inventory: Some(pb::Inventory {
+                    links: vec![link],
+                    series: vec![],
+                }),
+                ..Default::default()
+            },
+        )),
+    }
+}
+
+/// A link that vanished at the agent stayed `up` with its old totals forever. The agent now sends it again
+/// flagged `gone`: the collector shows it gone (not up, no rate, its last totals), keeps it so across a
+/// restart, and shows it back when the agent lists it again.
+#[tokio::test]
+async fn a_link_gone_at_the_agent_is_marked_gone_and_survives_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config();
+    cfg.state_dir = Some(dir.path().to_path_buf());
+    let h = collector(cfg.clone()).await;
+    let hello = hello("n1", 3);
+    let ib = hello.inventory.as_ref().unwrap().links[0].clone();
+    let (mut a, _) = Agent::connect(h.grpc_addr, hello).await;
+    a.send_batch(batch(1, &traffic(0, 10, 1000, 500))).await;
+    a.send(link_update(pb::Link {
+        gone: true,
+        ..ib.clone()
+    }))
+    .await;
+    a.send_batch(batch(2, &traffic(10, 1, 1000, 500))).await;
+    assert_eq!(a.ack_at_least(2).await, 2);
+    let link = |h: &commwatch_collector::CollectorHandle| h.snapshot_nodes()[0].links[0].clone();
+    let l = link(&h);
+    assert_eq!(l.state, "gone");
+    assert_eq!((l.tx_bytes_per_second, l.rx_bytes_per_second), (None, None));
+    assert_eq!(l.tx_bytes_total, Some(10_000), "its last totals stay");
+    let up = h.render_metrics().lines().any(|line| {
+        line.starts_with("commwatch_link_up{")
+            && line.contains("state=\"gone\"")
+            && line.ends_with(" 0")
+    });
+    let text = h.render_metrics();
+    assert!(up, "{text}");
+    h.abort();
+    drop(a);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let h = collector(cfg).await;
+    assert_eq!(link(&h).state, "gone", "replayed as gone");
+    let (mut a, _) = Agent::connect(h.grpc_addr, hello_again()).await;
+    a.send(link_update(ib)).await;
+    a.send_batch(batch(3, &traffic(11, 10, 1000, 500))).await;
+    assert_eq!(a.ack_at_least(3).await, 3);
+    let l = link(&h);
+    assert_eq!(l.state, "ACTIVE", "back");
+    assert_eq!(l.tx_bytes_per_second, Some(20_000.0));
+    h.shutdown().await;
+}
+
+/// The same agent instance reconnecting after a collector restart (its Hello still says the link is gone).
+fn hello_again() -> pb::Hello {
+    let mut h = hello("n1", 3);
+    h.inventory.as_mut().unwrap().links[0].gone = true;
+    h
+}

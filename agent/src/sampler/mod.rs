@@ -33,7 +33,7 @@ pub use wire::jobs_to_pb;
 
 use crate::source::{SeriesSpec, Source, Value};
 use crate::telemetry::AgentMetrics;
-use wire::{bare_link_to_pb, link_to_pb, series_to_pb};
+use wire::{bare_link_to_pb, gone_link_to_pb, link_to_pb, series_to_pb};
 
 /// What the sampler hands to the shipper, in order.
 #[derive(Debug, Clone)]
@@ -58,6 +58,8 @@ struct Slot {
     read: [prometheus::Histogram; 2],
     samples: prometheus::IntCounter,
     errors: prometheus::IntCounter,
+    /// The links the source listed at its last discovery: one missing from the next is sent as gone.
+    listed: Vec<LinkKey>,
 }
 
 /// Runs the sources and keeps the agent-local ids. See the module documentation.
@@ -99,6 +101,7 @@ impl Sampler {
                         ids: Vec::new(),
                         discovered: false,
                         tier_series: [0, 0],
+                        listed: Vec::new(),
                     }
                 })
                 .collect(),
@@ -196,6 +199,12 @@ impl Sampler {
         for link in &inv.links {
             changed |= self.absorb_link(link);
         }
+        let listed: Vec<LinkKey> = inv.links.iter().map(|l| l.key.clone()).collect();
+        for key in std::mem::replace(&mut self.slots[slot].listed, listed) {
+            if !inv.links.iter().any(|l| l.key == key) {
+                changed |= self.mark_gone(&key);
+            }
+        }
         let mut ids = Vec::with_capacity(inv.series.len());
         let mut tier_series = [0, 0];
         for spec in &inv.series {
@@ -217,6 +226,21 @@ impl Sampler {
         }
         self.links.insert(id, pbl.clone());
         self.pending.links.push(pbl);
+        true
+    }
+
+    /// Queues link `key` as gone (its source no longer lists it); `false` when it was gone already. It keeps
+    /// its id: listed again, it is sent again without the flag.
+    fn mark_gone(&mut self, key: &LinkKey) -> bool {
+        let Some(id) = self.link_ids.get(key) else {
+            return false;
+        };
+        let Some(last) = self.links.get(id).filter(|l| !l.gone) else {
+            return false;
+        };
+        let gone = gone_link_to_pb(last);
+        self.links.insert(*id, gone.clone());
+        self.pending.links.push(gone);
         true
     }
 
@@ -401,6 +425,80 @@ mod tests {
         ) -> crate::source::ReadReport {
             crate::source::ReadReport::default()
         }
+    }
+
+    /// A source whose last link vanishes at its second discovery and comes back at its third.
+    struct Vanishing {
+        all: crate::source::Inventory,
+        now: crate::source::Inventory,
+        discoveries: usize,
+    }
+
+    impl Source for Vanishing {
+        fn name(&self) -> &'static str {
+            "vanishing"
+        }
+        fn discover(&mut self) -> Result<bool, crate::source::SourceError> {
+            self.discoveries += 1;
+            self.now = self.all.clone();
+            if self.discoveries == 2 {
+                self.now.links.pop();
+            }
+            Ok(true)
+        }
+        fn inventory(&self) -> &crate::source::Inventory {
+            &self.now
+        }
+        fn sample(
+            &mut self,
+            _tier: Tier,
+            _sink: &mut dyn FnMut(usize, Value),
+        ) -> crate::source::ReadReport {
+            crate::source::ReadReport::default()
+        }
+    }
+
+    #[test]
+    fn a_link_that_vanishes_is_sent_gone_and_stays_described() {
+        use commwatch_model::{Endpoint, LinkClass, LinkRole};
+        let link = |port: &str| Link {
+            key: LinkKey::new(LinkClass::Infiniband, "mlx5_0", port),
+            endpoint: Endpoint::HcaPort,
+            role: LinkRole::Fabric,
+            capacity_bytes_per_second: None,
+            state: "ACTIVE".into(),
+            attributes: BTreeMap::new(),
+            gpu: None,
+            link: None,
+        };
+        let all = crate::source::Inventory {
+            links: vec![link("1"), link("2")],
+            series: vec![],
+        };
+        let source = Vanishing {
+            all,
+            now: Default::default(),
+            discoveries: 0,
+        };
+        let mut s = Sampler::new(vec![Box::new(source)], Arc::new(AgentMetrics::new()));
+        assert!(s.discover());
+        assert_eq!(s.take_update().unwrap().links.len(), 2);
+        // Port 2 vanishes: sent again under its id, flagged gone; the Hello still describes it.
+        assert!(s.discover());
+        let update = s.take_update().unwrap();
+        let sent: Vec<(u32, &str, bool)> = update
+            .links
+            .iter()
+            .map(|l| (l.id, l.port.as_str(), l.gone))
+            .collect();
+        assert_eq!(sent, vec![(2, "2", true)]);
+        let hello: Vec<bool> = s.full_inventory().links.iter().map(|l| l.gone).collect();
+        assert_eq!(hello, vec![false, true]);
+        // Back: the same id, without the flag.
+        assert!(s.discover());
+        let update = s.take_update().unwrap();
+        let sent: Vec<(u32, bool)> = update.links.iter().map(|l| (l.id, l.gone)).collect();
+        assert_eq!(sent, vec![(2, false)]);
     }
 
     #[test]

@@ -20,6 +20,16 @@ pub(super) fn link_to_pb(id: u32, l: &Link) -> pb::Link {
         gpu: l.gpu.clone().unwrap_or_default(),
         link: l.link.clone().unwrap_or_default(),
         endpoint: pb::LinkEndpoint::from(l.endpoint) as i32,
+        gone: false,
+    }
+}
+
+/// The wire form of a link its source no longer lists: the one last sent, flagged `gone` (the collector marks it
+/// gone; it stays described, so the series on it stay valid).
+pub(super) fn gone_link_to_pb(last: &pb::Link) -> pb::Link {
+    pb::Link {
+        gone: true,
+        ..last.clone()
     }
 }
 

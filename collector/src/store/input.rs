@@ -8,6 +8,14 @@
 
 use commwatch_model::{Job, Link, SeriesKind, Tier};
 
+/// The state of a link its agent no longer finds (`Link.gone` on the wire): not up, and no rates.
+pub const LINK_GONE: &str = "gone";
+
+/// Whether `link` is one its agent no longer finds ([`LINK_GONE`]).
+pub fn is_gone(link: &Link) -> bool {
+    link.state == LINK_GONE
+}
+
 /// One link of an inventory: the link and the id the agent instance gives it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LinkInfo {

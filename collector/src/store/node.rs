@@ -592,7 +592,11 @@ impl NodeState {
                 let raw = |slot: Option<usize>| {
                     slot.and_then(|i| self.series[i].last_raw()).map(|(_, v)| v)
                 };
-                let rate = |slot: Option<usize>| slot.and_then(|i| self.series[i].rate());
+                // A link its agent no longer finds keeps its last totals but has no rate: it carries nothing.
+                let gone = super::input::is_gone(&l.link);
+                let rate = |slot: Option<usize>| {
+                    slot.filter(|_| !gone).and_then(|i| self.series[i].rate())
+                };
                 LinkSnapshot {
                     link: l.link.clone(),
                     tx_bytes_total: raw(l.tx),

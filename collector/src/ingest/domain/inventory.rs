@@ -7,6 +7,7 @@ use commwatch_proto::v1 as pb;
 
 use super::IngestError;
 use crate::config::Limits;
+use crate::store::input::LINK_GONE;
 use crate::store::{Hello, Inventory, LinkInfo, SeriesDesc};
 
 /// Most attributes one link may carry.
@@ -86,7 +87,11 @@ impl TryFrom<pb::Link> for LinkInfo {
                 endpoint,
                 role: convert::link_role(l.role),
                 capacity_bytes_per_second: (cap > 0.0).then_some(cap),
-                state: l.state,
+                state: if l.gone {
+                    LINK_GONE.to_string()
+                } else {
+                    l.state
+                },
                 attributes: l.attributes.into_iter().collect(),
                 gpu: opt(l.gpu),
                 link: opt(l.link),
