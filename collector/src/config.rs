@@ -380,6 +380,61 @@ mod tests {
     }
 
     #[test]
+    fn connection_node_and_clock_limits_default_parse_and_are_bounded() {
+        let d = Limits::default();
+        assert_eq!(d.max_grpc_connections, 16_384);
+        assert_eq!(d.max_grpc_connections_per_peer, 256);
+        assert_eq!(d.grpc_handshake_timeout, Duration::from_secs(5));
+        assert_eq!(d.max_nodes, 10_000);
+        assert_eq!(d.max_nodes_per_connection, 16);
+        assert_eq!(d.max_clock_skew, Duration::from_secs(300));
+        let c = CollectorConfig::from_toml_str(
+            "[limits]\nmax_grpc_connections = 100\nmax_grpc_connections_per_peer = 10\n\
+             grpc_handshake_timeout = \"2s\"\nmax_nodes = 50\nmax_nodes_per_connection = 2\n\
+             max_clock_skew = \"1m\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.limits.max_grpc_connections, 100);
+        assert_eq!(c.limits.max_grpc_connections_per_peer, 10);
+        assert_eq!(c.limits.grpc_handshake_timeout, Duration::from_secs(2));
+        assert_eq!(c.limits.max_nodes, 50);
+        assert_eq!(c.limits.max_nodes_per_connection, 2);
+        assert_eq!(c.limits.max_clock_skew, Duration::from_secs(60));
+        let bad = [
+            ("max_grpc_connections = 0", "limits.max_grpc_connections"),
+            (
+                "max_grpc_connections = 10\nmax_grpc_connections_per_peer = 11",
+                "limits.max_grpc_connections_per_peer",
+            ),
+            ("grpc_handshake_timeout = \"10ms\"", "limits.grpc_handshake_timeout"),
+            ("grpc_handshake_timeout = \"2m\"", "limits.grpc_handshake_timeout"),
+            ("max_nodes = 0", "limits.max_nodes"),
+            ("max_nodes_per_connection = 0", "limits.max_nodes_per_connection"),
+            ("max_clock_skew = \"0s\"", "limits.max_clock_skew"),
+        ];
+        for (text, field) in bad {
+            let err = CollectorConfig::from_toml_str(&format!("[limits]\n{text}\n")).unwrap_err();
+            assert!(
+                matches!(&err, ConfigError::Invalid { field: f, .. } if *f == field),
+                "{text}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn errors_say_their_cause_once() {
+        use std::error::Error;
+        let missing = std::path::Path::new("/nonexistent/commwatch/collector.toml");
+        let errors = [
+            CollectorConfig::from_file(missing).unwrap_err(),
+            CollectorConfig::from_toml_str("retention = [").unwrap_err(),
+        ];
+        for e in errors {
+            assert!(e.source().is_none(), "{e} also hands out its cause");
+        }
+    }
+
+    #[test]
     fn plain_text_beyond_loopback_needs_explicit_allowance() {
         let c = CollectorConfig::default();
         assert!(!c.check_transport().unwrap(), "loopback plain text is fine");

@@ -343,3 +343,52 @@ async fn expire_nodes(store: Arc<Store>, health: Health, node_expiry: Duration) 
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error;
+
+    /// Every error of `e`'s chain whose message already holds its `source()`'s message (`X: X` when printed).
+    fn repeated_causes(e: &(dyn Error + 'static)) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut cur = Some(e);
+        while let Some(err) = cur {
+            if let Some(src) = err.source() {
+                if err.to_string().contains(&src.to_string()) {
+                    out.push(format!("{err} ← {src}"));
+                }
+            }
+            cur = err.source();
+        }
+        out
+    }
+
+    #[test]
+    fn no_start_error_says_its_cause_twice() {
+        let io = || std::io::Error::from(std::io::ErrorKind::AddrInUse);
+        let missing = std::path::Path::new("/nonexistent/commwatch/token");
+        let errors: Vec<CollectorError> = vec![
+            CollectorError::Bind {
+                what: "grpc",
+                addr: "127.0.0.1:1".parse().unwrap(),
+                error: io(),
+            },
+            CollectorError::Persist(PersistError::CreateDir {
+                path: missing.into(),
+                error: io(),
+            }),
+            CollectorError::Persist(PersistError::Sqlite {
+                path: missing.into(),
+                error: rusqlite::Error::InvalidQuery,
+            }),
+            CollectorError::Auth(ingest::auth::load_token(missing).unwrap_err()),
+            CollectorError::Config(CollectorConfig::from_file(missing).unwrap_err()),
+            CollectorError::from(prometheus::Error::Msg("duplicate".into())),
+        ];
+        for e in &errors {
+            assert_eq!(repeated_causes(e), Vec::<String>::new());
+            assert!(!e.to_string().is_empty());
+        }
+    }
+}
