@@ -222,10 +222,20 @@ mod tests {
 
     #[test]
     fn up_states() {
-        for s in ["ACTIVE", "4: ACTIVE", "active", "up", "UP", "LinkUp", "5: LinkUp"] {
+        for s in [
+            "ACTIVE",
+            "4: ACTIVE",
+            "active",
+            "up",
+            "UP",
+            "LinkUp",
+            "5: LinkUp",
+        ] {
             assert!(state_is_up(s), "{s}");
         }
-        for s in ["INACTIVE", "1: DOWN", "down", "", "unknown", "Polling", "dormant"] {
+        for s in [
+            "INACTIVE", "1: DOWN", "down", "", "unknown", "Polling", "dormant",
+        ] {
             assert!(!state_is_up(s), "{s}");
         }
     }
@@ -258,6 +268,9 @@ mod tests {
             serde_json::to_string(&key).unwrap(),
             r#"{"class":"roce","device":"mlx5_1","port":"1"}"#
         );
-        assert_eq!(serde_json::to_string(&Endpoint::HcaPort).unwrap(), r#""hca_port""#);
+        assert_eq!(
+            serde_json::to_string(&Endpoint::HcaPort).unwrap(),
+            r#""hca_port""#
+        );
     }
 }

@@ -120,7 +120,9 @@ impl ConflictKind {
     pub fn diverts_from_fabric(&self) -> bool {
         matches!(
             self,
-            ConflictKind::ManagementInterface | ConflictKind::IbDisabled | ConflictKind::HcaExcluded
+            ConflictKind::ManagementInterface
+                | ConflictKind::IbDisabled
+                | ConflictKind::HcaExcluded
         )
     }
 }
@@ -204,12 +206,18 @@ mod tests {
         }
         let other = ConflictKind::parse("plugin_missing");
         assert_eq!(other, ConflictKind::Other("plugin_missing".into()));
-        assert_eq!(serde_json::to_string(&other).unwrap(), r#""plugin_missing""#);
+        assert_eq!(
+            serde_json::to_string(&other).unwrap(),
+            r#""plugin_missing""#
+        );
         let back: ConflictKind = serde_json::from_str(r#""ib_disabled""#).unwrap();
         assert_eq!(back, ConflictKind::IbDisabled);
         let back: ConflictKind = serde_json::from_str(r#""plugin_missing""#).unwrap();
         assert_eq!(back, other);
-        assert_eq!(ConflictKind::from("hca_excluded"), ConflictKind::HcaExcluded);
+        assert_eq!(
+            ConflictKind::from("hca_excluded"),
+            ConflictKind::HcaExcluded
+        );
         assert!(ConflictKind::IbDisabled.diverts_from_fabric());
         assert!(!ConflictKind::MissingInterface.diverts_from_fabric());
     }

@@ -73,7 +73,10 @@ mod tests {
             serde_json::to_string(&SeriesKind::COUNTER32).unwrap(),
             r#"{"counter":{"max_value":4294967295}}"#
         );
-        assert_eq!(serde_json::to_string(&SeriesKind::Gauge).unwrap(), r#""gauge""#);
+        assert_eq!(
+            serde_json::to_string(&SeriesKind::Gauge).unwrap(),
+            r#""gauge""#
+        );
         assert!(SeriesKind::COUNTER64.is_counter() && !SeriesKind::Gauge.is_counter());
     }
 }

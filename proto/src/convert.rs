@@ -114,10 +114,27 @@ mod tests {
         assert_eq!(pb::Tier::Fast as i32, 1);
         assert_eq!(pb::Tier::Slow as i32, 2);
         for e in [Endpoint::HcaPort, Endpoint::Interface, Endpoint::GpuLink] {
-            assert_eq!(endpoint(pb::LinkEndpoint::from(e) as i32, LinkClass::Infiniband, "x", "y"), e);
+            assert_eq!(
+                endpoint(
+                    pb::LinkEndpoint::from(e) as i32,
+                    LinkClass::Infiniband,
+                    "x",
+                    "y"
+                ),
+                e
+            );
         }
-        assert_eq!(endpoint(0, LinkClass::Infiniband, "ib0", "ib0"), Endpoint::Interface);
-        assert_eq!(endpoint(0, LinkClass::Infiniband, "mlx5_0", "1"), Endpoint::HcaPort);
-        assert_eq!(endpoint(7, LinkClass::Nvlink, "gpu0", "3"), Endpoint::GpuLink);
+        assert_eq!(
+            endpoint(0, LinkClass::Infiniband, "ib0", "ib0"),
+            Endpoint::Interface
+        );
+        assert_eq!(
+            endpoint(0, LinkClass::Infiniband, "mlx5_0", "1"),
+            Endpoint::HcaPort
+        );
+        assert_eq!(
+            endpoint(7, LinkClass::Nvlink, "gpu0", "3"),
+            Endpoint::GpuLink
+        );
     }
 }
