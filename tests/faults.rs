@@ -929,3 +929,108 @@ fn a_counter_turned_fifo_while_streaming_is_counted_and_sigterm_still_stops_the_
     );
     drop(collector);
 }
+
+// ---------------------------------------------------------------------------------------------------------------
+// Idle connections against the collector's descriptor limit.
+
+/// Twenty thousand idle connections to the gRPC port used to exhaust the collector's descriptors: `/healthz`
+/// and new agents timed out. Here the collector runs with 512 descriptors and caps that fit them (what the
+/// start-up check asks: 150 gRPC and 64 HTTP connections), and 700 idle connections arrive at once: those over
+/// the cap are closed at accept, the rest at the handshake deadline, `/healthz` answers throughout, and an agent
+/// gets in. (700 stays under the 1,024 descriptors a test process may have.)
+#[test]
+fn an_idle_connection_flood_does_not_starve_the_collector() {
+    if Command::new("prlimit").arg("--version").output().is_err() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "prlimit (util-linux) is required in CI"
+        );
+        eprintln!("SKIPPED: prlimit not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cluster =
+        commwatch_sim::Cluster::constant(&dir.path().join("trees"), 1, 1, TX, RX).unwrap();
+    let roots = cluster.node_roots();
+    let _updater = cluster.spawn_updater(Duration::from_millis(5));
+    let config = dir.path().join("collector.toml");
+    std::fs::write(
+        &config,
+        "[limits]\nmax_grpc_connections = 150\nmax_grpc_connections_per_peer = 150\n\
+         max_http_connections = 64\ngrpc_handshake_timeout = \"2s\"\n",
+    )
+    .unwrap();
+    let (grpc, http) = (free_port(), free_port());
+    let log = dir.path().join("collector.log");
+    let child = Command::new("prlimit")
+        .args(["--nofile=512:512", "--", BIN, "collector"])
+        .args(["--grpc-listen", &format!("127.0.0.1:{grpc}")])
+        .args(["--http-listen", &format!("127.0.0.1:{http}")])
+        .arg("--config")
+        .arg(&config)
+        .env("COMMWATCH_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("spawn collector");
+    let _guard = KillOnDrop(child);
+    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    let healthz = || get_text(&format!("http://127.0.0.1:{http}/healthz"));
+    assert!(
+        wait_for(Duration::from_secs(20), healthz).is_some(),
+        "collector did not start\n{}",
+        log_text()
+    );
+    let flood_started = Instant::now();
+    let mut idle: Vec<TcpStream> = (0..700)
+        .map(|_| TcpStream::connect(("127.0.0.1", grpc)).expect("connect"))
+        .collect();
+    for _ in 0..5 {
+        assert_eq!(healthz().as_deref(), Some("ok"), "{}", log_text());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let (name, root) = &roots[0];
+    let agent = agent(dir.path(), name, root, grpc, &[]);
+    let nodes = wait_for(Duration::from_secs(20), || {
+        let n = get_json(&format!("http://127.0.0.1:{http}/api/v1/nodes"))?;
+        node(&n, name).map(|_| ())
+    });
+    assert!(
+        nodes.is_some(),
+        "the agent did not get in\n{}\n{}",
+        log_text(),
+        agent.log_text()
+    );
+    for s in &mut idle {
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut buf = [0u8; 16];
+        assert!(
+            matches!(s.read(&mut buf), Ok(0) | Err(_)),
+            "an idle connection is still open"
+        );
+    }
+    eprintln!(
+        "700 idle connections closed within {:?}",
+        flood_started.elapsed()
+    );
+    let refused = |reason: &str| {
+        metric(
+            &get_text(&format!("http://127.0.0.1:{http}/metrics"))?,
+            "commwatch_collector_grpc_connections_refused_total",
+            &[("reason", reason)],
+        )
+    };
+    let (at_accept, at_deadline) = (refused("listener_limit"), refused("handshake_timeout"));
+    assert_eq!(
+        at_accept.unwrap_or(0.0) + at_deadline.unwrap_or(0.0),
+        700.0,
+        "over the cap {at_accept:?}, at the deadline {at_deadline:?}"
+    );
+    assert!(
+        !log_text().contains("the open-file limit is"),
+        "the caps fit the limit: no warning\n{}",
+        log_text()
+    );
+    drop(agent);
+}
