@@ -26,7 +26,12 @@ async fn scrape(
     };
     let (encoding, vary) = (header("content-encoding"), header("vary"));
     let status = r.status().as_u16();
-    (status, encoding, vary, r.bytes().await.expect("body").to_vec())
+    (
+        status,
+        encoding,
+        vary,
+        r.bytes().await.expect("body").to_vec(),
+    )
 }
 
 fn gunzip(body: &[u8]) -> String {
@@ -75,7 +80,11 @@ async fn metrics_are_gzipped_when_the_scraper_allows_it() {
         assert_eq!(vary.as_deref(), Some("accept-encoding"), "{accept}");
         let text = if gzip {
             assert_eq!(encoding.as_deref(), Some("gzip"), "{accept}");
-            assert!(body.len() < plain.len() / 3, "{accept}: {} bytes", body.len());
+            assert!(
+                body.len() < plain.len() / 3,
+                "{accept}: {} bytes",
+                body.len()
+            );
             gunzip(&body)
         } else {
             assert_eq!(encoding, None, "{accept}");
