@@ -298,7 +298,7 @@ async fn one_connection_cannot_report_as_more_nodes_than_its_limit() {
     let as_node = |node: String, instance| {
         let channel = channel.clone();
         async move {
-            let mut a = Agent::open_channel(channel).await;
+            let a = Agent::open_channel(channel).await;
             a.send(msg_hello(hello(&node, instance))).await;
             a
         }
