@@ -375,10 +375,11 @@ fn management_nic_classic_case_with_root_cause() {
         mgmt.0, delay_steps
     );
     assert!(delay_steps <= 12.0, "{delay_steps}");
-    // Every other node's HCAs look underutilised (1.225e9 B/s of 25e9) and point to the root cause at info.
+    // Every other node's HCAs look underutilised (1.225e9 B/s of 25e9): one job-level finding lists the 7
+    // nodes and points to the root cause; the 56 links are its consequences, all at info.
     let under: Vec<_> = raised
         .iter()
-        .filter(|(_, f)| f.kind == FindingKind::LinkUnderutilized)
+        .filter(|(_, f)| f.kind == FindingKind::LinkUnderutilized && !f.is_rollup())
         .collect();
     assert_eq!(
         under.len(),
@@ -386,22 +387,69 @@ fn management_nic_classic_case_with_root_cause() {
         "{:#?}",
         under.iter().map(|u| &u.1.id).collect::<Vec<_>>()
     );
-    for (_, u) in &under {
+    let (rollup_at, rollup) = raised
+        .iter()
+        .find(|(_, f)| f.kind == FindingKind::LinkUnderutilized && f.is_rollup())
+        .expect("job-level link_underutilized");
+    assert_eq!(rollup.id, "link_underutilized:job=job-42");
+    assert_eq!(rollup.caused_by.as_deref(), Some(f.id.as_str()));
+    assert!(!rollup.root);
+    assert_eq!(rollup.severity, Severity::Info);
+    // A cause lists the findings raised under it (as they are now, not as they were at its raise).
+    let listed = |id: &str| -> Vec<String> {
+        let all = tr.findings();
+        all.into_iter()
+            .find(|x| x.id == id)
+            .expect("listed")
+            .consequences
+    };
+    assert!(listed(&f.id).contains(&rollup.id));
+    let nodes: Vec<String> = (0..8)
+        .filter(|n| *n != 3)
+        .map(|n| format!("node-{n:02}"))
+        .collect();
+    assert_eq!(
+        rollup.evidence.details["nodes"],
+        serde_json::json!(nodes),
+        "{:#?}",
+        rollup.evidence
+    );
+    assert_eq!(rollup.evidence.details["findings"], 56);
+    for (at, u) in &under {
         assert_ne!(u.subject.node, "node-03");
         assert_eq!(u.severity, Severity::Info);
-        assert_eq!(u.caused_by.as_deref(), Some(f.id.as_str()));
+        assert!(!u.root);
+        assert_eq!(u.caused_by.as_deref(), Some(rollup.id.as_str()));
         assert!(
             (u.evidence.measured - 1.225e9).abs() < 0.02 * 1.225e9,
             "{}",
             u.evidence.measured
         );
-        assert!(f.consequences.contains(&u.id));
+        // Never raised before its cause, which is never raised before its own.
+        assert!(*at >= *rollup_at && *rollup_at >= mgmt.0);
     }
+    // The per-link figures' range is the roll-up's.
+    let lo = rollup.evidence.details["min"].as_f64().unwrap();
+    let hi = rollup.evidence.details["max"].as_f64().unwrap();
+    assert!(
+        lo <= hi && (lo - 1.225e9).abs() < 0.02 * 1.225e9,
+        "{lo} {hi}"
+    );
     let nccl = raised
         .iter()
         .find(|(_, f)| f.kind == FindingKind::NcclMisconfiguration)
         .expect("nccl");
-    assert!(nccl.1.consequences.contains(&f.id));
+    assert!(listed(&nccl.1.id).contains(&f.id));
+    assert!(nccl.1.root && !f.root);
+    assert!(nccl.0 <= mgmt.0);
+    // Exactly one root cause: the setting. Everything else leads up to it.
+    let roots: Vec<String> = tr
+        .active()
+        .into_iter()
+        .filter(|f| f.root)
+        .map(|f| f.id)
+        .collect();
+    assert_eq!(roots, std::slice::from_ref(&nccl.1.id));
     // Scaling (GPU data: exposed communication): 343.6 ms of 643.6 ms exposed → ≈ 0.47, a consequence.
     let sc = raised
         .iter()
@@ -552,9 +600,13 @@ fn no_overlap_is_exposed_communication() {
     let (raised, _) = run(&mut feed, &mut tr, 25);
     let e: Vec<_> = raised
         .iter()
-        .filter(|(_, f)| f.kind == FindingKind::ExposedCommunication)
+        .filter(|(_, f)| f.kind == FindingKind::ExposedCommunication && !f.is_rollup())
         .collect();
     assert_eq!(e.len(), 8, "{raised:#?}");
+    // One problem of the job: the nodes' findings roll up into one about the job.
+    let job = job_finding(&raised, FindingKind::ExposedCommunication);
+    rolled_up(&raised, &tr.findings(), job);
+    assert!(job.summary.contains("8 nodes spend"), "{}", job.summary);
     // 19.6875 ms of 319.6875 ms exposed = 0.0616.
     for (_, f) in &e {
         assert!(
@@ -578,9 +630,12 @@ fn cpu_bound_not_blamed_on_nccl() {
     let (raised, _) = run(&mut feed, &mut tr, 25);
     let c: Vec<_> = raised
         .iter()
-        .filter(|(_, f)| f.kind == FindingKind::CpuBound)
+        .filter(|(_, f)| f.kind == FindingKind::CpuBound && !f.is_rollup())
         .collect();
     assert_eq!(c.len(), 8, "{raised:#?}");
+    let job = job_finding(&raised, FindingKind::CpuBound);
+    rolled_up(&raised, &tr.findings(), job);
+    assert!(job.summary.contains("GPUs of 8 nodes"), "{}", job.summary);
     // GPUs idle 250 of 559.6875 ms = 0.4467.
     for (_, f) in &c {
         assert!(
@@ -601,4 +656,48 @@ fn cpu_bound_not_blamed_on_nccl() {
         )),
         "{raised:#?}"
     );
+}
+
+/// The job-level finding of `kind` among `raised` (a roll-up).
+fn job_finding(raised: &Timed, kind: FindingKind) -> &Finding {
+    &raised
+        .iter()
+        .find(|(_, f)| f.kind == kind && f.is_rollup())
+        .unwrap_or_else(|| panic!("no job-level {kind:?}: {raised:#?}"))
+        .1
+}
+
+/// Checks the roll-up `job` of an 8-node scenario: a root cause, the only finding at warning or above, raised
+/// no later than the nodes' findings of its kind; its evidence lists every node and the range of their
+/// figures; the nodes' findings are its consequences at info (`now`: the findings as they are at the end).
+fn rolled_up(raised: &Timed, now: &[Finding], job: &Finding) {
+    assert!(job.root && job.caused_by.is_none(), "{job:#?}");
+    let at = raised.iter().find(|(_, f)| f.id == job.id).unwrap().0;
+    let nodes: Vec<&(u64, Finding)> = raised
+        .iter()
+        .filter(|(_, f)| f.kind == job.kind && !f.is_rollup())
+        .collect();
+    let names: Vec<String> = (0..8).map(|n| format!("node-{n:02}")).collect();
+    assert_eq!(job.evidence.details["nodes"], serde_json::json!(names));
+    assert_eq!(job.evidence.details["findings"], 8);
+    let figures: Vec<f64> = nodes.iter().map(|(_, f)| f.evidence.measured).collect();
+    let lo = figures.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = figures.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    assert!(job.evidence.details["min"].as_f64().unwrap() <= lo + 1e-4);
+    assert!(job.evidence.details["max"].as_f64().unwrap() >= hi - 1e-4);
+    let listed = &now.iter().find(|f| f.id == job.id).unwrap().consequences;
+    assert_eq!(listed.len(), 8);
+    for (node_at, f) in &nodes {
+        assert_eq!(f.caused_by.as_deref(), Some(job.id.as_str()));
+        assert_eq!(f.severity, Severity::Info);
+        assert!(!f.root && listed.contains(&f.id));
+        assert!(*node_at >= at, "{} raised before its roll-up", f.id);
+    }
+    // One warning for the job, not one per node.
+    let warnings: Vec<&str> = raised
+        .iter()
+        .filter(|(_, f)| f.severity >= Severity::Warning)
+        .map(|(_, f)| f.id.as_str())
+        .collect();
+    assert_eq!(warnings, [job.id.as_str()]);
 }

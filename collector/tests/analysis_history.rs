@@ -34,6 +34,7 @@ fn finding() -> Finding {
         first_seen_unix_s: 1000.0,
         last_seen_unix_s: 1010.0,
         active: true,
+        root: true,
         caused_by: None,
         consequences: vec![],
     }

@@ -8,20 +8,22 @@
 //! - One rule per file, each `fn evaluate(&AnalysisInput) -> Vec<Candidate>` and registered in [`RULES`]:
 //!   [`management_nic`], [`underutilized`], [`degraded`], [`link_errors`], [`congestion`], [`straggler`],
 //!   [`exposed_comm`], [`cpu_bound`], [`scaling`], [`nccl`].
-//! - [`evaluate`] runs every rule and then links consequences to their root cause ([`link_causes`]).
+//! - [`evaluate`] runs every rule, rolls the same finding on many nodes of one job up into one job-level
+//!   finding ([`rollup`]), then links consequences to their root cause ([`causes`]).
 //! - [`tracker`]: hysteresis in wall time — a candidate becomes an active finding only once it was seen for
 //!   [`tracker::RAISE_AFTER`] evaluation intervals (and in as many consecutive evaluations), and clears once
 //!   missing for [`tracker::CLEAR_AFTER`] intervals (and as many evaluations), however far the pacing
-//!   stretches the evaluations apart.
+//!   stretches the evaluations apart; a consequence is raised only once its cause is, never before it.
 //! - [`engine`]: the periodic task (every [`DEFAULT_INTERVAL`]); reads the store briefly per node, never
 //!   blocks ingest; keeps the findings, the raised counters and the scaling figures; persists through
 //!   [`history`].
 //! - [`history`]: SQLite tables for finding history, baselines and per-scale throughput (beside `persist.rs`'s).
 //!
-//! A finding's `id` is stable: `kind:node[:device[:port]]` (or `kind:job:<job>` for job findings), so the same
+//! A finding's `id` is stable: `kind:node[:device[:port]]` (or `kind:job=<job>` for job findings), so the same
 //! problem keeps its id across evaluations and restarts.
 
 pub mod activity;
+pub mod causes;
 pub mod congestion;
 pub mod cpu_bound;
 pub mod degraded;
@@ -32,6 +34,7 @@ pub mod input;
 pub mod link_errors;
 pub mod management_nic;
 pub mod nccl;
+pub mod rollup;
 pub mod scaling;
 pub mod straggler;
 pub mod tracker;
@@ -44,6 +47,7 @@ use std::time::Duration;
 use commwatch_model::{Link, LinkClass};
 use serde::{Deserialize, Serialize};
 
+pub use causes::link_causes;
 pub use commwatch_model::{FindingKind, Severity};
 pub use engine::{AnalysisConfig, AnalysisHandle, FindingEvent};
 pub use input::AnalysisInput;
@@ -195,9 +199,10 @@ pub struct Candidate {
     pub evidence: Evidence,
     /// What to do.
     pub action: String,
-    /// Id of the finding that explains this one (set by [`link_causes`], or by a rule that knows).
+    /// Id of the finding that explains this one (set by [`rollup`] or [`link_causes`], or by a rule that
+    /// knows).
     pub caused_by: Option<String>,
-    /// Ids of findings this one explains (set by [`link_causes`]).
+    /// Ids of findings this one explains (set by [`rollup`] and [`link_causes`]).
     pub consequences: Vec<String>,
 }
 
@@ -225,8 +230,10 @@ pub fn finding_id(kind: FindingKind, subject: &Subject) -> String {
     format!("{}:{}", kind.as_str(), subject.key())
 }
 
-/// One finding as `GET /api/v1/findings` returns it (the API's keys, a contract, plus `caused_by` and
-/// `consequences`).
+/// One finding as `GET /api/v1/findings` returns it (the API's keys, a contract).
+///
+/// Causes form a tree: a consequence names the one finding that explains it in `caused_by`, that finding
+/// lists it in `consequences`, and following `caused_by` up ends at a root cause (`root`, no `caused_by`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Finding {
     pub id: String,
@@ -240,12 +247,23 @@ pub struct Finding {
     pub first_seen_unix_s: f64,
     pub last_seen_unix_s: f64,
     pub active: bool,
-    /// Id of the root-cause finding, when another finding explains this one.
+    /// True for a root cause: no other finding explains this one (`caused_by` is null). Always
+    /// `caused_by.is_none()`; set wherever `caused_by` is ([`tracker`]).
+    #[serde(default)]
+    pub root: bool,
+    /// Id of the finding that explains this one (its cause), when another finding does.
     #[serde(default)]
     pub caused_by: Option<String>,
     /// Ids of the findings this one explains.
     #[serde(default)]
     pub consequences: Vec<String>,
+}
+
+impl Finding {
+    /// Whether this is a job-level roll-up of the same finding on many nodes (see [`rollup`]).
+    pub fn is_rollup(&self) -> bool {
+        rollup::is_rollup(self.kind, &self.subject)
+    }
 }
 
 /// A rule: a pure function of the input.
@@ -265,125 +283,17 @@ pub const RULES: &[(&str, Rule)] = &[
     ("nccl", nccl::evaluate),
 ];
 
-/// Runs every rule on `input` and links consequences to root causes. Deterministic: sorted by id.
+/// Runs every rule on `input`, rolls identical node-level findings of a job up ([`rollup`]) and links
+/// consequences to root causes ([`link_causes`]). Deterministic: sorted by id.
 pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
     let mut out: Vec<Candidate> = RULES.iter().flat_map(|(_, r)| r(input)).collect();
     // One candidate per id (a rule that found the same subject twice keeps the worse one).
     out.sort_by(|a, b| a.id().cmp(&b.id()).then(b.severity.cmp(&a.severity)));
     out.dedup_by_key(|c| c.id());
+    rollup::roll_up(input, &mut out);
     link_causes(input, &mut out);
+    out.sort_by_cached_key(Candidate::id);
     out
-}
-
-/// Whether two nodes belong to the same job as far as the input knows: both in one job's ranks, or, when no
-/// job lists either node, assumed (one collector watching one job's nodes is the common case).
-fn same_job(input: &AnalysisInput, a: &str, b: &str) -> bool {
-    let jobs_of = |n: &str| -> Vec<&str> {
-        input
-            .jobs
-            .iter()
-            .filter(|j| j.nodes().any(|x| x == n))
-            .map(|j| j.id.as_str())
-            .collect()
-    };
-    let (ja, jb) = (jobs_of(a), jobs_of(b));
-    if ja.is_empty() && jb.is_empty() {
-        return true;
-    }
-    ja.iter().any(|j| jb.contains(j))
-}
-
-/// Root-cause linking. A root cause explains symptoms in the same job:
-/// - `nccl_misconfiguration` on node X explains `management_network_traffic` on X;
-/// - `management_network_traffic` or `link_degraded` (of a fabric port) on node X explains
-///   `link_underutilized`, `exposed_communication` and `scaling_efficiency_drop` on every node of the job
-///   (the ring runs at its slowest link), and `congestion` on X;
-/// - `straggler` on X explains `exposed_communication` and `scaling_efficiency_drop` in the job.
-///
-/// A consequence gets `caused_by` (the first root cause by severity then id) and its severity drops to `info`
-/// (the operator acts on the root cause); the root cause lists its consequences.
-pub fn link_causes(input: &AnalysisInput, cands: &mut [Candidate]) {
-    let roots: Vec<(usize, FindingKind, String, Severity, String)> = cands
-        .iter()
-        .enumerate()
-        .filter(|(_, c)| {
-            matches!(
-                c.kind,
-                FindingKind::NcclMisconfiguration
-                    | FindingKind::ManagementNetworkTraffic
-                    | FindingKind::LinkDegraded
-                    | FindingKind::Straggler
-            )
-        })
-        .map(|(i, c)| (i, c.kind, c.subject.node.clone(), c.severity, c.id()))
-        .collect();
-    let explains = |root: FindingKind, root_node: &str, c: &Candidate| -> bool {
-        let job_wide = c.subject.node.is_empty();
-        let related = |n: &str| job_wide || same_job(input, root_node, n);
-        match (root, c.kind) {
-            (FindingKind::NcclMisconfiguration, FindingKind::ManagementNetworkTraffic) => {
-                c.subject.node == root_node
-            }
-            (
-                FindingKind::ManagementNetworkTraffic | FindingKind::LinkDegraded,
-                FindingKind::LinkUnderutilized
-                | FindingKind::ExposedCommunication
-                | FindingKind::ScalingEfficiencyDrop,
-            ) => related(&c.subject.node),
-            (
-                FindingKind::ManagementNetworkTraffic | FindingKind::LinkDegraded,
-                FindingKind::Congestion,
-            ) => c.subject.node == root_node,
-            (
-                FindingKind::Straggler,
-                FindingKind::ExposedCommunication | FindingKind::ScalingEfficiencyDrop,
-            ) => related(&c.subject.node),
-            _ => false,
-        }
-    };
-    // Order roots: by kind precedence (a configuration cause before its symptom), then severity, then id.
-    let mut roots = roots;
-    roots.sort_by(|a, b| {
-        let rank = |k: FindingKind| match k {
-            FindingKind::NcclMisconfiguration => 0,
-            FindingKind::ManagementNetworkTraffic => 1,
-            FindingKind::LinkDegraded => 2,
-            _ => 3,
-        };
-        rank(a.1)
-            .cmp(&rank(b.1))
-            .then(b.3.cmp(&a.3))
-            .then(a.4.cmp(&b.4))
-    });
-    let mut links: Vec<(usize, usize)> = Vec::new();
-    for (i, c) in cands.iter().enumerate() {
-        if c.caused_by.is_some() {
-            continue;
-        }
-        if let Some(&(ri, ..)) = roots
-            .iter()
-            .find(|(ri, k, node, _, _)| *ri != i && explains(*k, node, c))
-        {
-            links.push((ri, i));
-        }
-    }
-    for (ri, i) in links {
-        let root_id = cands[ri].id();
-        let cid = cands[i].id();
-        let c = &mut cands[i];
-        c.caused_by = Some(root_id.clone());
-        // A symptom that is itself a root of others (management traffic caused by a setting) keeps its
-        // severity: it is what the operator sees on the wire.
-        if !matches!(c.kind, FindingKind::ManagementNetworkTraffic) {
-            c.severity = Severity::Info;
-            c.summary = format!("{} (consequence of {root_id})", c.summary);
-        }
-        cands[ri].consequences.push(cid);
-    }
-    for c in cands.iter_mut() {
-        c.consequences.sort();
-        c.consequences.dedup();
-    }
 }
 
 /// `v` bytes/s as `x.xx GB/s`.

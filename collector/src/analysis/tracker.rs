@@ -12,13 +12,22 @@
 //!   last seen (`now − last_seen ≥ CLEAR_AFTER × interval`) and from at least [`CLEAR_AFTER`] evaluations in a
 //!   row; seen again before that, both counts start over.
 //! - Clock reads jitter by a few milliseconds: a span counts as reached within [`SLACK`] of an interval.
-//! - While active, each evaluation refreshes its summary, evidence, severity and links and `last_seen`.
+//! - A consequence (a candidate whose `caused_by` names another candidate) is never raised before its cause:
+//!   once its own streak is long enough it waits, still counting, until the cause is active, and is raised
+//!   in the same evaluation right after it. Causes are applied first, so the raises come out in that order.
+//! - A finding's `caused_by` names an active finding or nothing: a candidate whose cause is not a finding is a
+//!   root cause at its rule's severity; one filed under a cause is lowered to
+//!   [`super::causes::consequence_severity`] and stays under it while the cause is active, even through an
+//!   evaluation that did not link them (the links have the findings' hysteresis).
+//! - While active, each evaluation refreshes its summary, evidence, severity, cause and `last_seen`; its
+//!   `consequences` are the active findings that name it as their cause.
 //! - A cleared finding stays in the list (`active = false`, history); raised again, it keeps `first_seen`
 //!   and is counted again in `raised_total`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
+use super::causes::consequence_severity;
 use super::{Candidate, Finding, FindingKind};
 
 /// Intervals (and at least as many evaluations) a candidate must be seen for before it is raised.
@@ -86,26 +95,41 @@ impl Tracker {
         span_s >= (f64::from(n) - SLACK) * self.interval_s
     }
 
-    /// Seeds with findings from history (as inactive unless `keep_active`); raised counters start at 0.
+    /// Seeds with findings from history (they come back as history wrote them: inactive after a restart);
+    /// raised counters start at 0.
+    /// `root` is derived again from `caused_by` (records written before it existed lack it).
     pub fn restore(&mut self, findings: Vec<Finding>) {
-        for f in findings {
+        for mut f in findings {
+            f.root = f.caused_by.is_none();
             self.findings.insert(f.id.clone(), f);
         }
     }
 
-    /// Applies one evaluation's candidates at `now_unix_s`.
+    /// Applies one evaluation's candidates at `now_unix_s`. Causes are applied before their consequences, so
+    /// a cause raised now comes before the consequences raised with it; a consequence whose cause is among the
+    /// candidates but not active waits (its streak goes on) and is raised right after its cause.
     pub fn update(&mut self, now_unix_s: f64, candidates: Vec<Candidate>) -> Vec<Change> {
         let mut changes = Vec::new();
-        // A set: a fleet's evaluation has tens of thousands of candidates, and both filters below ask it once
-        // per pending or known finding.
-        let mut seen_ids: std::collections::HashSet<String> =
-            std::collections::HashSet::with_capacity(candidates.len());
-        for c in candidates {
-            let id = c.id();
-            seen_ids.insert(id.clone());
+        // Every candidate's id and cause: a map, since a fleet's evaluation has tens of thousands of
+        // candidates and the filters below ask it once per pending or known finding.
+        let causes: HashMap<String, Option<String>> = candidates
+            .iter()
+            .map(|c| (c.id(), c.caused_by.clone()))
+            .collect();
+        let mut ordered: Vec<(usize, String, Candidate)> = candidates
+            .into_iter()
+            .map(|c| {
+                let id = c.id();
+                (depth(&causes, &id), id, c)
+            })
+            .collect();
+        ordered.sort_by_key(|(d, ..)| *d);
+        for (_, id, mut c) in ordered {
             let active = self.findings.get(&id).is_some_and(|f| f.active);
             if active {
                 self.missing.remove(&id);
+                let previous = self.findings.get(&id).and_then(|f| f.caused_by.clone());
+                self.settle(&mut c, previous.as_deref());
                 if let Some(f) = self.findings.get_mut(&id) {
                     refresh(f, c, now_unix_s);
                     changes.push(Change::Updated(f.clone()));
@@ -121,14 +145,62 @@ impl Tracker {
             if seen < RAISE_AFTER || !self.covers(held_s, RAISE_AFTER) {
                 continue;
             }
+            let cause_waits = c.caused_by.as_ref().is_some_and(|cause| {
+                causes.contains_key(cause) && !self.findings.get(cause).is_some_and(|f| f.active)
+            });
+            if cause_waits {
+                continue;
+            }
+            self.settle(&mut c, None);
             self.pending.remove(&id);
             changes.push(Change::Raised(self.raise(id, c, now_unix_s)));
         }
         // Candidates not seen this time lose their streak.
-        self.pending.retain(|id, _| seen_ids.contains(id));
-        self.clear_missing(now_unix_s, &seen_ids, &mut changes);
+        self.pending.retain(|id, _| causes.contains_key(id));
+        self.clear_missing(now_unix_s, &causes, &mut changes);
+        self.relink(&mut changes);
         self.trim();
         changes
+    }
+
+    /// Files `c` under the cause it names when that is an active finding; else under the cause it had
+    /// (`previous`) while that is still active — a cause missing from one evaluation, or named but not raised
+    /// yet, does not make its consequences root causes for a moment, nor the reverse; else under none. Filed
+    /// under a cause, its severity is [`consequence_severity`]; under none, its rule's.
+    fn settle(&self, c: &mut Candidate, previous: Option<&str>) {
+        let active = |id: &str| self.findings.get(id).is_some_and(|f| f.active);
+        let cause = match c.caused_by.take() {
+            Some(named) if active(&named) => Some(named),
+            _ => previous.filter(|p| active(p)).map(str::to_string),
+        };
+        if cause.is_some() {
+            c.severity = consequence_severity(c.kind, c.severity);
+        }
+        c.caused_by = cause;
+    }
+
+    /// Makes each active finding's `consequences` the active findings that name it in `caused_by` (in the
+    /// changes too), so that the two never disagree: a consequence missing from one evaluation stays active,
+    /// naming its cause, until it clears, and its cause keeps listing it; a candidate not raised yet is not
+    /// listed.
+    fn relink(&mut self, changes: &mut [Change]) {
+        let mut by_cause: HashMap<String, Vec<String>> = HashMap::new();
+        for f in self.findings.values().filter(|f| f.active) {
+            if let Some(c) = &f.caused_by {
+                by_cause.entry(c.clone()).or_default().push(f.id.clone());
+            }
+        }
+        for f in self.findings.values_mut().filter(|f| f.active) {
+            // Ids are visited in order (a BTreeMap), so each list is sorted.
+            f.consequences = by_cause.remove(&f.id).unwrap_or_default();
+        }
+        for ch in changes.iter_mut() {
+            if let Change::Raised(f) | Change::Updated(f) = ch {
+                if let Some(now) = self.findings.get(&f.id) {
+                    f.consequences.clone_from(&now.consequences);
+                }
+            }
+        }
     }
 
     /// Makes `c` an active finding (keeping `first_seen` of an earlier one with its id) and counts it.
@@ -148,6 +220,7 @@ impl Tracker {
             first_seen_unix_s: first,
             last_seen_unix_s: now_unix_s,
             active: true,
+            root: c.caused_by.is_none(),
             caused_by: c.caused_by,
             consequences: c.consequences,
         };
@@ -160,13 +233,13 @@ impl Tracker {
     fn clear_missing(
         &mut self,
         now_unix_s: f64,
-        seen_ids: &std::collections::HashSet<String>,
+        seen_ids: &HashMap<String, Option<String>>,
         changes: &mut Vec<Change>,
     ) {
         let absent: Vec<(String, f64)> = self
             .findings
             .values()
-            .filter(|f| f.active && !seen_ids.contains(&f.id))
+            .filter(|f| f.active && !seen_ids.contains_key(&f.id))
             .map(|f| (f.id.clone(), f.last_seen_unix_s))
             .collect();
         for (id, last_seen) in absent {
@@ -220,12 +293,28 @@ impl Tracker {
     }
 }
 
+/// How many causes up `id` is from a root cause, through this evaluation's candidates (`causes`: id → the
+/// id of its cause). Bounded by the number of candidates, so that a cycle cannot hang the evaluation.
+fn depth(causes: &HashMap<String, Option<String>>, id: &str) -> usize {
+    let mut d = 0;
+    let mut at = id;
+    while let Some(Some(up)) = causes.get(at) {
+        d += 1;
+        if d > causes.len() {
+            break;
+        }
+        at = up;
+    }
+    d
+}
+
 fn refresh(f: &mut Finding, c: Candidate, now_unix_s: f64) {
     f.severity = c.severity;
     f.subject = c.subject;
     f.summary = c.summary;
     f.evidence = c.evidence;
     f.action = c.action;
+    f.root = c.caused_by.is_none();
     f.caused_by = c.caused_by;
     f.consequences = c.consequences;
     f.last_seen_unix_s = now_unix_s;
@@ -276,6 +365,87 @@ mod tests {
         let ch = t.update(18.0, vec![cand()]);
         assert!(matches!(&ch[..], [Change::Raised(f)] if f.first_seen_unix_s == 3.0));
         assert_eq!(t.raised_total().get(&FindingKind::LinkErrors), Some(&2));
+    }
+
+    #[test]
+    fn a_consequence_waits_for_its_cause_and_is_raised_right_after_it() {
+        let cause = || {
+            let mut c = Candidate::new(
+                FindingKind::ManagementNetworkTraffic,
+                Severity::Critical,
+                Subject::node("n3"),
+            );
+            c.consequences = vec!["link_underutilized:n1".into()];
+            c
+        };
+        let effect = || {
+            let mut c = Candidate::new(
+                FindingKind::LinkUnderutilized,
+                Severity::Info,
+                Subject::node("n1"),
+            );
+            c.caused_by = Some("management_network_traffic:n3".into());
+            c
+        };
+        let mut t = Tracker::new();
+        // The consequence is seen from the first evaluation on, its cause only from the third.
+        assert!(t.update(1.0, vec![effect()]).is_empty());
+        assert!(t.update(2.0, vec![effect()]).is_empty());
+        assert!(t.update(3.0, vec![effect(), cause()]).is_empty());
+        assert!(t.update(4.0, vec![effect(), cause()]).is_empty());
+        // Listed after it, the consequence still comes out after its cause.
+        let ch = t.update(5.0, vec![effect(), cause()]);
+        let ids: Vec<(&str, bool)> = ch
+            .iter()
+            .map(|c| match c {
+                Change::Raised(f) => (f.id.as_str(), f.root),
+                _ => ("?", false),
+            })
+            .collect();
+        assert_eq!(
+            ids,
+            [
+                ("management_network_traffic:n3", true),
+                ("link_underutilized:n1", false)
+            ]
+        );
+        // The cause lists what was raised under it, and keeps listing it while it stays active unseen.
+        assert!(matches!(&ch[0], Change::Raised(f) if f.consequences == ["link_underutilized:n1"]));
+        let ch = t.update(6.0, vec![cause()]);
+        assert!(
+            matches!(&ch[..], [Change::Updated(f)] if f.consequences == ["link_underutilized:n1"])
+        );
+        // An evaluation that does not link them changes nothing while the cause is active.
+        let ch = t.update(7.0, vec![cand_on("n1"), cause()]);
+        assert!(ch.iter().any(|c| matches!(c, Change::Updated(f)
+            if f.id == "link_underutilized:n1" && !f.root && f.severity == Severity::Info)));
+        // Its cause cleared (five misses), it is a root cause at its rule's severity.
+        for s in 8..=12 {
+            t.update(f64::from(s), vec![cand_on("n1")]);
+        }
+        let ch = t.update(13.0, vec![cand_on("n1")]);
+        assert!(matches!(&ch[..], [Change::Updated(f)]
+            if f.root && f.caused_by.is_none() && f.severity == Severity::Warning));
+    }
+
+    #[test]
+    fn a_cause_that_is_not_a_candidate_holds_nothing_back() {
+        let mut c = cand();
+        c.caused_by = Some("link_degraded:n9".into());
+        let mut t = Tracker::new();
+        t.update(1.0, vec![c.clone()]);
+        t.update(2.0, vec![c.clone()]);
+        // A cause that is no finding is no cause: raised as a root cause, at its rule's severity.
+        assert!(matches!(&t.update(3.0, vec![c])[..], [Change::Raised(f)]
+            if f.root && f.caused_by.is_none() && f.severity == Severity::Warning));
+    }
+
+    fn cand_on(node: &str) -> Candidate {
+        Candidate::new(
+            FindingKind::LinkUnderutilized,
+            Severity::Warning,
+            Subject::node(node),
+        )
     }
 
     #[test]

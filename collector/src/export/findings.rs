@@ -263,6 +263,7 @@ mod tests {
             first_seen_unix_s: 0.0,
             last_seen_unix_s: 0.0,
             active: true,
+            root: true,
             caused_by: None,
             consequences: vec![],
         };
