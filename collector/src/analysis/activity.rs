@@ -2,41 +2,103 @@
 //! and the rate while busy. The rules use it where no steps are known for a node (and the management rule
 //! always, since a management NIC is not part of the steps' fabric view).
 //!
-//! Resolution: an interval between two samples is *active* when its rate exceeds [`active_threshold`]. The
-//! rate during bursts is the median over the burst-interior intervals (a burst's first and last intervals are
-//! partly idle); a burst shorter than [`RESOLVED_INTERVALS`] sample intervals has no interior, and the
-//! activity is then `resolved = false`: its rate is a lower bound and must not be called slow.
+//! Busy time, bursts and resolution are the steps' own definition ([`crate::steps::busy`]), applied to the
+//! window's sampling intervals: an interval's bytes are the larger direction's, a burst is a run of intervals
+//! above the activity floor, the busy time counts a burst's partly busy edges in part, and the rate while
+//! busy is measured only inside bursts that span enough samples (`resolved`). A burst shorter than a few
+//! sample intervals gives exact bytes and `resolved = false`: its rate is a lower bound and must not be
+//! called slow, its busy time an upper bound.
+//!
+//! Besides the bursts above the floor, [`Activity::peaks`] holds the bursts at the link's own level (above
+//! half its peak rate): on a link that carries a lower continuous load as well — storage reads on a management
+//! NIC — the floor merges everything into one long burst, while the peaks still separate the big periodic
+//! transfers.
 
 use serde::Serialize;
 
 use super::median;
+use crate::steps::bandwidth::interpolate;
+use crate::steps::busy::{self, Interval, Run};
+use commwatch_model::stats::median_i64;
 
-/// Absolute floor of the active threshold, bytes/s (background management traffic is ~1–5 MB/s).
-pub const ACTIVE_FLOOR_BYTES_PER_SECOND: f64 = 50e6;
-/// Share of capacity above which an interval is active (when the capacity is known).
-pub const ACTIVE_CAPACITY_SHARE: f64 = 0.01;
 /// Sample intervals a burst must span for its rate to be measured (first and last are partial).
-pub const RESOLVED_INTERVALS: usize = 3;
-
-/// The rate above which an interval counts as carrying traffic: max(50 MB/s, 1% of capacity).
-pub fn active_threshold(capacity_bytes_per_second: Option<f64>) -> f64 {
-    capacity_bytes_per_second
-        .filter(|c| *c > 0.0)
-        .map_or(ACTIVE_FLOOR_BYTES_PER_SECOND, |c| {
-            (c * ACTIVE_CAPACITY_SHARE).max(ACTIVE_FLOOR_BYTES_PER_SECOND)
-        })
-}
+pub const RESOLVED_INTERVALS: usize = busy::RESOLVED_INTERVALS;
+/// Share of the window's peak interval rate above which an interval belongs to a peak.
+pub const PEAK_LEVEL: f64 = 0.5;
 
 /// One burst: a run of active sample intervals.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Burst {
     pub start_unix_ns: i64,
     pub end_unix_ns: i64,
-    /// Bytes moved in the burst's intervals (dominant direction).
+    /// Bytes moved in the burst's intervals (the larger direction of each interval).
     pub bytes: u64,
     pub intervals: usize,
     /// Whether it is cut by the window's edge (its bytes and length are then partial).
     pub truncated: bool,
+}
+
+/// A series of bursts and its regularity.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Bursts {
+    pub bursts: Vec<Burst>,
+    /// Median interval between the starts of complete bursts, seconds (needs three complete bursts).
+    pub period_s: Option<f64>,
+    /// Coefficient of variation of the intervals between burst starts (0 = perfectly periodic).
+    pub period_cv: Option<f64>,
+    /// Median bytes per complete (non-truncated) burst.
+    pub bytes_per_burst: Option<f64>,
+    /// Coefficient of variation of the complete bursts' bytes (0 = every burst the same size; needs two).
+    pub bytes_cv: Option<f64>,
+    /// Median rate of the bursts' interior intervals (bursts of at least [`RESOLVED_INTERVALS`]), bytes/s.
+    pub rate_bytes_per_second: Option<f64>,
+}
+
+/// Coefficient of variation of `v` (`None` with fewer than two values or a zero mean).
+fn cv(v: &[f64]) -> Option<f64> {
+    if v.len() < 2 {
+        return None;
+    }
+    let mean = v.iter().sum::<f64>() / v.len() as f64;
+    let var = v.iter().map(|g| (g - mean).powi(2)).sum::<f64>() / v.len() as f64;
+    (mean > 0.0).then(|| var.sqrt() / mean)
+}
+
+impl Bursts {
+    fn of(bursts: Vec<Burst>, rate_bytes_per_second: Option<f64>) -> Bursts {
+        let starts: Vec<i64> = bursts
+            .iter()
+            .filter(|b| !b.truncated)
+            .map(|b| b.start_unix_ns)
+            .collect();
+        let mut gaps: Vec<f64> = starts
+            .windows(2)
+            .map(|s| (s[1] - s[0]) as f64 / 1e9)
+            .collect();
+        let (period_cv, period_s) = if gaps.len() >= 2 {
+            (cv(&gaps).or(Some(0.0)), median(&mut gaps))
+        } else {
+            (None, None)
+        };
+        let mut per_burst: Vec<f64> = bursts
+            .iter()
+            .filter(|b| !b.truncated)
+            .map(|b| b.bytes as f64)
+            .collect();
+        Bursts {
+            bytes_cv: cv(&per_burst),
+            bytes_per_burst: median(&mut per_burst),
+            period_s,
+            period_cv,
+            rate_bytes_per_second,
+            bursts,
+        }
+    }
+
+    /// Complete bursts (not cut by the window's edges).
+    pub fn complete(&self) -> impl Iterator<Item = &Burst> {
+        self.bursts.iter().filter(|b| !b.truncated)
+    }
 }
 
 /// What a link did over the window.
@@ -47,19 +109,23 @@ pub struct Activity {
     pub sample_period_s: f64,
     pub tx_bytes: u64,
     pub rx_bytes: u64,
-    /// Seconds of active intervals.
+    /// Seconds the link was busy ([`crate::steps::busy`]).
     pub busy_s: f64,
+    /// Runs of intervals above the activity floor.
     pub bursts: Vec<Burst>,
-    /// Median rate of burst-interior intervals, bytes/s; `None` without a resolved burst.
+    /// Median rate of the resolved bursts' interior intervals, bytes/s; `None` without a resolved burst.
     pub burst_rate_bytes_per_second: Option<f64>,
-    /// Median interval between burst starts, seconds (needs three bursts).
+    /// Median interval between burst starts, seconds (needs three complete bursts).
     pub period_s: Option<f64>,
     /// Coefficient of variation of the intervals between burst starts (0 = perfectly periodic).
     pub period_cv: Option<f64>,
     /// Median bytes per complete (non-truncated) burst.
     pub bytes_per_burst: Option<f64>,
-    /// Whether the median complete burst spans at least [`RESOLVED_INTERVALS`] intervals.
+    /// Whether the busy time and the rate while busy are measured (bursts long enough; or an idle link).
     pub resolved: bool,
+    /// The bursts at the link's own level: runs of intervals above [`PEAK_LEVEL`] × the window's peak
+    /// interval rate, each with the partly busy interval on either side.
+    pub peaks: Bursts,
 }
 
 impl Activity {
@@ -78,8 +144,83 @@ impl Activity {
     }
 }
 
+/// Bytes moved between two cumulative samples.
+fn delta(a: u64, b: u64) -> f64 {
+    b.saturating_sub(a) as f64
+}
+
+/// The sampling intervals of the window `(start_ns, end_ns, bytes)`, on the ticks of `grid`, each interval's
+/// bytes the larger of `grid`'s and `other`'s (interpolated when its ticks differ), as the steps count them.
+fn intervals(grid: &[(i64, u64)], other: &[(i64, u64)]) -> Vec<(i64, i64, f64)> {
+    let same_ticks = other.len() == grid.len() && other.iter().zip(grid).all(|(a, b)| a.0 == b.0);
+    grid.windows(2)
+        .enumerate()
+        .filter(|(_, p)| p[1].0 > p[0].0)
+        .map(|(i, p)| {
+            let own = delta(p[0].1, p[1].1);
+            let theirs = if same_ticks {
+                delta(other[i].1, other[i + 1].1)
+            } else {
+                match (interpolate(other, p[0].0), interpolate(other, p[1].0)) {
+                    (Some(a), Some(b)) => (b - a).max(0.0),
+                    _ => 0.0,
+                }
+            };
+            (p[0].0, p[1].0, own.max(theirs))
+        })
+        .collect()
+}
+
+/// A run of `iv[first..end]` as a [`Burst`].
+fn burst(iv: &[(i64, i64, f64)], first: usize, end: usize) -> Burst {
+    let run = &iv[first..end];
+    Burst {
+        start_unix_ns: run[0].0,
+        end_unix_ns: run[run.len() - 1].1,
+        bytes: run.iter().map(|x| x.2).sum::<f64>().round() as u64,
+        intervals: run.len(),
+        truncated: first == 0 || end == iv.len(),
+    }
+}
+
+/// The bursts at the link's own level (see [`Activity::peaks`]).
+fn peaks(iv: &[(i64, i64, f64)], floor: f64) -> Bursts {
+    let rate: Vec<f64> = iv
+        .iter()
+        .map(|x| x.2 / ((x.1 - x.0) as f64 / 1e9))
+        .collect();
+    let peak = rate.iter().copied().fold(0.0, f64::max);
+    let level = (PEAK_LEVEL * peak).max(floor);
+    let mut out = Vec::new();
+    let mut interior = Vec::new();
+    let mut i = 0;
+    while i < iv.len() {
+        if rate[i] < level {
+            i += 1;
+            continue;
+        }
+        let mut first = i;
+        while i < iv.len() && rate[i] >= level {
+            i += 1;
+        }
+        let mut end = i;
+        if first > 0 && rate[first - 1] >= floor {
+            first -= 1;
+        }
+        if end < iv.len() && rate[end] >= floor {
+            end += 1;
+        }
+        if end - first >= RESOLVED_INTERVALS {
+            interior.extend_from_slice(&rate[first + 1..end - 1]);
+        }
+        out.push(burst(iv, first, end));
+        i = end;
+    }
+    Bursts::of(out, median(&mut interior))
+}
+
 /// Analyses two cumulative byte windows (`(timestamp_ns, cumulative bytes)`, oldest first, same ticks or
-/// not). The direction with more bytes drives the burst detection. `None` with fewer than 3 samples.
+/// not). `None` with fewer than 3 samples in both directions.
 pub fn analyse(
     tx: &[(i64, u64)],
     rx: &[(i64, u64)],
@@ -90,124 +231,72 @@ pub fn analyse(
         _ => 0,
     };
     let (tx_bytes, rx_bytes) = (total(tx), total(rx));
-    let w = if tx_bytes >= rx_bytes && tx.len() >= 3 {
-        tx
+    let (grid, other) = if tx.len() >= 3 {
+        (tx, rx)
     } else if rx.len() >= 3 {
-        rx
-    } else if tx.len() >= 3 {
-        tx
+        (rx, tx)
     } else {
         return None;
     };
-    let threshold = active_threshold(capacity_bytes_per_second);
-    let (t0, t1) = (w[0].0, w[w.len() - 1].0);
-    let window_s = (t1 - t0) as f64 / 1e9;
+    let window_s = (grid[grid.len() - 1].0 - grid[0].0) as f64 / 1e9;
     if window_s <= 0.0 {
         return None;
     }
-    let mut dts: Vec<f64> = Vec::with_capacity(w.len());
-    // (dt_s, bytes, active)
-    let mut iv: Vec<(i64, i64, u64, bool)> = Vec::with_capacity(w.len());
-    for p in w.windows(2) {
-        let dt = p[1].0 - p[0].0;
-        if dt <= 0 {
-            continue;
-        }
-        let bytes = p[1].1.saturating_sub(p[0].1);
-        let rate = bytes as f64 / (dt as f64 / 1e9);
-        dts.push(dt as f64 / 1e9);
-        iv.push((p[0].0, p[1].0, bytes, rate > threshold));
-    }
-    let sample_period_s = median(&mut dts).unwrap_or(0.0);
-    let mut bursts = Vec::new();
-    let mut interior_rates = Vec::new();
-    let mut busy_s = 0.0;
-    let mut i = 0;
-    while i < iv.len() {
-        if !iv[i].3 {
-            i += 1;
-            continue;
-        }
-        let start = i;
-        while i < iv.len() && iv[i].3 {
-            busy_s += (iv[i].1 - iv[i].0) as f64 / 1e9;
-            i += 1;
-        }
-        let end = i; // exclusive
-        let run = &iv[start..end];
-        if run.len() >= RESOLVED_INTERVALS {
-            for x in &run[1..run.len() - 1] {
-                interior_rates.push(x.2 as f64 / ((x.1 - x.0) as f64 / 1e9));
-            }
-        }
-        bursts.push(Burst {
-            start_unix_ns: run[0].0,
-            end_unix_ns: run[run.len() - 1].1,
-            bytes: run.iter().map(|x| x.2).sum(),
-            intervals: run.len(),
-            truncated: start == 0 || end == iv.len(),
-        });
-    }
-    let starts: Vec<i64> = bursts
+    let iv = intervals(grid, other);
+    let mut dts: Vec<i64> = iv.iter().map(|x| x.1 - x.0).collect();
+    let sample_period_s = median_i64(&mut dts).unwrap_or(0) as f64 / 1e9;
+    let floor = busy::active_floor(capacity_bytes_per_second);
+    let shape: Vec<Interval> = iv
         .iter()
-        .filter(|b| !b.truncated)
-        .map(|b| b.start_unix_ns)
+        .map(|x| Interval {
+            len_s: (x.1 - x.0) as f64 / 1e9,
+            bytes: x.2,
+        })
         .collect();
-    let mut gaps: Vec<f64> = starts
-        .windows(2)
-        .map(|s| (s[1] - s[0]) as f64 / 1e9)
-        .collect();
-    let (period_s, period_cv) = if gaps.len() >= 2 {
-        let mean = gaps.iter().sum::<f64>() / gaps.len() as f64;
-        let var = gaps.iter().map(|g| (g - mean).powi(2)).sum::<f64>() / gaps.len() as f64;
-        let cv = if mean > 0.0 { var.sqrt() / mean } else { 0.0 };
-        (median(&mut gaps), Some(cv))
-    } else {
-        (None, None)
-    };
-    let mut per_burst: Vec<f64> = bursts
-        .iter()
-        .filter(|b| !b.truncated)
-        .map(|b| b.bytes as f64)
-        .collect();
-    let mut lens: Vec<f64> = bursts
-        .iter()
-        .filter(|b| !b.truncated)
-        .map(|b| b.intervals as f64)
-        .collect();
-    let resolved = median(&mut lens).is_some_and(|l| l >= RESOLVED_INTERVALS as f64);
+    let b = busy::busy_time(&shape, floor, sample_period_s);
+    let bursts = Bursts::of(
+        b.runs
+            .iter()
+            .map(|r: &Run| burst(&iv, r.first, r.end))
+            .collect(),
+        b.interior_rate,
+    );
     Some(Activity {
         window_s,
         sample_period_s,
         tx_bytes,
         rx_bytes,
-        busy_s,
-        bursts,
-        burst_rate_bytes_per_second: median(&mut interior_rates),
-        period_s,
-        period_cv,
-        bytes_per_burst: median(&mut per_burst),
-        resolved,
+        busy_s: b.active_s,
+        burst_rate_bytes_per_second: b.interior_rate,
+        period_s: bursts.period_s,
+        period_cv: bursts.period_cv,
+        bytes_per_burst: bursts.bytes_per_burst,
+        bursts: bursts.bursts,
+        resolved: b.resolved,
+        peaks: peaks(&iv, floor),
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::steps::bandwidth::step_link;
+    use commwatch_model::{Endpoint, Link, LinkClass, LinkKey, LinkRole};
+
+    const MS: i64 = 1_000_000;
 
     /// Samples every 50 ms for `secs`: bursts of `burst_ms` at `rate` every `period_ms`, plus 2 MB/s.
     pub(crate) fn bursty(secs: f64, period_ms: i64, burst_ms: i64, rate: f64) -> Vec<(i64, u64)> {
-        let ms = 1_000_000i64;
         let bytes_at = |t_ns: i64| -> u64 {
-            let k = t_ns / (period_ms * ms);
-            let tau = t_ns - k * period_ms * ms;
+            let k = t_ns / (period_ms * MS);
+            let tau = t_ns - k * period_ms * MS;
             let per = rate * burst_ms as f64 / 1e3;
-            let part = (tau.min(burst_ms * ms) as f64 / (burst_ms * ms) as f64) * per;
+            let part = (tau.min(burst_ms * MS) as f64 / (burst_ms * MS) as f64) * per;
             (k as f64 * per + part + 2e6 * t_ns as f64 / 1e9) as u64
         };
         (0..=((secs * 20.0) as i64))
             .map(|i| {
-                let t = 1_000 * ms + i * 50 * ms;
+                let t = 1_000 * MS + i * 50 * MS;
                 (t, bytes_at(t))
             })
             .collect()
@@ -227,6 +316,14 @@ mod tests {
         let b = a.bytes_per_burst.expect("bytes");
         assert!((b - 9.8e9 * 0.353).abs() / b < 0.05, "{b}");
         assert!(a.complete_bursts() >= 25);
+        // The busy time is the bursts' length (353 of every 643 ms), not whole sample intervals.
+        assert!(
+            (a.busy_share() - 353.0 / 643.0).abs() < 0.01,
+            "{}",
+            a.busy_share()
+        );
+        // Alone on the link, the peaks are the bursts.
+        assert_eq!(a.peaks.bursts, a.bursts);
     }
 
     #[test]
@@ -243,6 +340,84 @@ mod tests {
         let a = analyse(&idle, &idle, Some(12.5e9)).expect("activity");
         assert!(a.bursts.is_empty());
         assert_eq!(a.busy_s, 0.0);
+        assert!(a.resolved);
         assert!(analyse(&idle[..2], &[], None).is_none());
+    }
+
+    #[test]
+    fn peaks_stand_out_of_a_lower_continuous_load() {
+        // 353 ms at 9.8 GB/s every 643 ms on top of a steady 600 MB/s: above the floor everything is one burst.
+        let big = bursty(20.0, 643, 353, 9.8e9);
+        let rx: Vec<(i64, u64)> = big
+            .iter()
+            .map(|&(t, b)| (t, b + (0.6e9 * (t - 1_000 * MS) as f64 / 1e9) as u64))
+            .collect();
+        let a = analyse(&[], &rx, Some(12.5e9)).expect("activity");
+        assert_eq!(a.bursts.len(), 1);
+        let p = a.peaks.period_s.expect("period");
+        assert!((p - 0.643).abs() < 0.05, "{p}");
+        assert!(a.peaks.period_cv.expect("cv") < 0.1);
+        // Bytes per peak: the burst plus the load under it and its edges (≤ 2 intervals more).
+        let b = a.peaks.bytes_per_burst.expect("bytes");
+        assert!(b > 9.8e9 * 0.353 && b < 9.8e9 * 0.353 + 0.6e9 * 0.5, "{b}");
+    }
+
+    /// An InfiniBand HCA port of 25 GB/s.
+    fn hca() -> Link {
+        Link {
+            key: LinkKey::new(LinkClass::Infiniband, "mlx5_0", "1"),
+            endpoint: Endpoint::HcaPort,
+            role: LinkRole::Fabric,
+            capacity_bytes_per_second: Some(25e9),
+            state: "ACTIVE".into(),
+            attributes: Default::default(),
+            gpu: None,
+            link: None,
+        }
+    }
+
+    /// The steps' active time and the window's busy time on the same samples: one definition, one figure.
+    fn steps_and_window_agree(period_ms: i64, burst_ms: i64, rate: f64) {
+        let tx = bursty(20.0, period_ms, burst_ms, rate);
+        // Steps from quiet sample to quiet sample: each burst end (plus a sample) starts the next step.
+        let quiet: Vec<i64> = tx
+            .windows(2)
+            .filter(|p| (p[1].1 - p[0].1) as f64 / 0.05 < 50e6)
+            .map(|p| p[0].0)
+            .collect();
+        let mut edges: Vec<i64> = vec![quiet[0]];
+        for &t in &quiet {
+            let last = *edges.last().expect("edge");
+            if t - last >= period_ms * MS * 9 / 10 {
+                edges.push(t);
+            }
+        }
+        let (from, to) = (edges[0], edges[edges.len() - 1]);
+        let steps: f64 = edges
+            .windows(2)
+            .map(|e| {
+                step_link(&hca(), &tx, &[], e[0], e[1], 0.05)
+                    .expect("covered")
+                    .active_s
+            })
+            .sum();
+        let window: Vec<(i64, u64)> = tx
+            .iter()
+            .copied()
+            .filter(|s| s.0 >= from && s.0 <= to)
+            .collect();
+        let a = analyse(&window, &[], Some(25e9)).expect("activity");
+        assert!(
+            (a.busy_s - steps).abs() <= 0.005 * steps,
+            "window {} s, steps {steps} s",
+            a.busy_s
+        );
+    }
+
+    #[test]
+    fn busy_share_and_step_active_time_agree() {
+        // The classic case's eth0 (resolved) and the default burst (shorter than a sample).
+        steps_and_window_agree(643, 353, 9.8e9);
+        steps_and_window_agree(310, 20, 22e9);
     }
 }

@@ -8,33 +8,17 @@
 //! **Bytes** are `acc(end) − acc(start)`, `acc` interpolated linearly between the samples around an edge (exact
 //! when an edge falls on a sample, as inferred edges do).
 //!
-//! **Active time.** The step is cut into sampling intervals (the samples inside it, plus its two edges). An
-//! interval's rate is `max(tx, rx)` bytes ÷ its length. With `peak` the highest interval rate in the step:
-//! - the link is *idle* when `peak` is below the activity floor — the larger of [`ACTIVE_FLOOR_BYTES_PER_SECOND`]
-//!   and [`ACTIVE_FLOOR_CAPACITY_FRACTION`] × capacity — (active time 0, no achieved bandwidth);
-//! - an interval at or above [`FULL_RATE_FRACTION`] × `peak` is *fully* active (its whole length counts);
-//! - an interval between the floor and that is *partly* active: the link carried its bytes at the burst's rate
-//!   (the median rate of the fully active intervals) for part of it, so it counts `rate ÷ burst rate` of its
-//!   length. This is what the edges of a burst look like when the burst does not start or end on a sample;
-//! - an interval below the floor counts nothing (background traffic).
-//!
-//! **Confidence.** A burst shorter than [`CONFIDENT_MIN_INTERVALS`] sampling periods is smeared over the
-//! intervals around it: its achieved bandwidth is then a lower bound, not a measurement, and `confident` is
-//! false. An idle link is confidently idle.
+//! **Active time** and **confidence** are the link's busy time over the step's sampling intervals (the samples
+//! inside it, plus its two edges), as [`super::busy`] defines it for every reader: an interval's rate is
+//! `max(tx, rx)` bytes ÷ its length; intervals below the activity floor count nothing, full ones their whole
+//! length, a burst's partly busy edges their share. A step is `confident` when its bursts span enough samples
+//! for their rate to be measured (or the link was idle): a burst shorter than a few samples gives exact bytes
+//! and an achieved bandwidth that is only a lower bound.
 
-use commwatch_model::stats::median;
 use commwatch_model::Link;
 
+use super::busy::{active_floor, busy_time, Interval};
 use crate::steps::StepLink;
-
-/// Below this rate (bytes/s) no interval counts as active, whatever the link: background and control traffic.
-pub const ACTIVE_FLOOR_BYTES_PER_SECOND: f64 = 10e6;
-/// The activity floor is at least this share of the link's capacity (0.2%: 50 MB/s on a 25 GB/s port).
-pub const ACTIVE_FLOOR_CAPACITY_FRACTION: f64 = 0.002;
-/// An interval at or above this share of the step's peak interval rate is fully active.
-pub const FULL_RATE_FRACTION: f64 = 0.75;
-/// Active time, in sampling periods, below which the achieved bandwidth is not confident.
-pub const CONFIDENT_MIN_INTERVALS: f64 = 3.0;
 
 /// A cumulative counter value at `t`: the integer part of the sample at or before `t` and the interpolated
 /// fraction towards the next one. `None` when `t` is outside the samples.
@@ -67,43 +51,9 @@ pub fn bytes_between(samples: &[(i64, u64)], start: i64, end: i64) -> Option<u64
     Some((whole + f1 - f0).max(0.0).round() as u64)
 }
 
-/// The activity floor of a link, bytes per second.
-pub fn active_floor(capacity_bytes_per_second: Option<f64>) -> f64 {
-    capacity_bytes_per_second
-        .map_or(0.0, |c| c * ACTIVE_FLOOR_CAPACITY_FRACTION)
-        .max(ACTIVE_FLOOR_BYTES_PER_SECOND)
-}
-
-/// Active seconds of a link over `[start, end]` given the interval rates `(length_s, rate)`.
-pub fn active_seconds(intervals: &[(f64, f64)], floor: f64) -> f64 {
-    let peak = intervals.iter().map(|i| i.1).fold(0.0, f64::max);
-    if peak < floor {
-        return 0.0;
-    }
-    let full_at = (FULL_RATE_FRACTION * peak).max(floor);
-    let mut full: Vec<f64> = intervals
-        .iter()
-        .filter(|i| i.1 >= full_at)
-        .map(|i| i.1)
-        .collect();
-    let burst_rate = median(&mut full).unwrap_or(peak).max(f64::MIN_POSITIVE);
-    intervals
-        .iter()
-        .map(|&(len, rate)| {
-            if rate >= full_at {
-                len
-            } else if rate >= floor {
-                len * (rate / burst_rate).min(1.0)
-            } else {
-                0.0
-            }
-        })
-        .sum()
-}
-
 /// The figures of one link over the step `[start_ns, end_ns]`. `tx` / `rx` are the link's cumulative byte
 /// samples (either may be empty when the agent does not count that direction); `sample_period_s` is the node's
-/// fast sampling period. `None` when neither direction's samples cover both edges, or the step is empty.
+/// fast sampling period (what a burst must outlast for its rate to be measured). `None` when neither direction's samples cover both edges, or the step is empty.
 pub fn step_link(
     link: &Link,
     tx: &[(i64, u64)],
@@ -137,20 +87,24 @@ pub fn step_link(
             .take_while(|&t| t < end_ns),
     );
     points.push(end_ns);
-    let mut intervals: Vec<(f64, f64)> = Vec::with_capacity(points.len());
+    let mut intervals: Vec<Interval> = Vec::with_capacity(points.len());
     for w in points.windows(2) {
-        let len = (w[1] - w[0]) as f64 / 1e9;
-        if len <= 0.0 {
+        let len_s = (w[1] - w[0]) as f64 / 1e9;
+        if len_s <= 0.0 {
             continue;
         }
         let d = |s: &[(i64, u64)]| match (interpolate(s, w[0]), interpolate(s, w[1])) {
             (Some(a), Some(b)) => (b - a).max(0.0),
             _ => 0.0,
         };
-        intervals.push((len, d(tx).max(d(rx)) / len));
+        intervals.push(Interval {
+            len_s,
+            bytes: d(tx).max(d(rx)),
+        });
     }
     let floor = active_floor(link.capacity_bytes_per_second);
-    let active_s = active_seconds(&intervals, floor);
+    let busy = busy_time(&intervals, floor, sample_period_s);
+    let active_s = busy.active_s;
     let moved = tx_bytes.max(rx_bytes) as f64;
     let duration_s = (end_ns - start_ns) as f64 / 1e9;
     let achieved = (active_s > 0.0).then(|| moved / active_s);
@@ -158,7 +112,7 @@ pub fn step_link(
         (Some(a), Some(c)) if c > 0.0 => Some(a / c),
         _ => None,
     };
-    let confident = active_s == 0.0 || active_s >= CONFIDENT_MIN_INTERVALS * sample_period_s;
+    let confident = busy.resolved;
     Some(StepLink {
         key: link.key.clone(),
         endpoint: link.endpoint,
@@ -276,9 +230,13 @@ mod tests {
     }
 
     #[test]
-    fn floor_follows_capacity() {
-        assert_eq!(active_floor(None), 10e6);
-        assert_eq!(active_floor(Some(25e9)), 50e6);
-        assert_eq!(active_floor(Some(1e9)), 10e6);
+    fn overlapped_buckets_are_not_confident_however_long_their_sum() {
+        // Five 30 ms buckets at 3.2 GB/s, one per 100 ms: 250 ms of activity at the samples' resolution (more
+        // than three sample periods in all), but each bucket lies within one interval: no rate is measured.
+        let tx = ring(11, |i| if i % 2 == 0 { 96_000_000 } else { 0 });
+        let l = step_link(&hca(Some(25e9)), &tx, &[], 0, 500 * MS, 0.05).expect("covered");
+        assert_eq!(l.tx_bytes, 5 * 96_000_000);
+        assert!((l.active_s - 0.25).abs() < 1e-9, "{}", l.active_s);
+        assert!(!l.confident);
     }
 }

@@ -3,7 +3,8 @@
 //! link: bytes moved, active time, achieved and average bandwidth, utilisation.
 //!
 //! This file holds the types the rest of the collector reads (the analysis rules, the API, the exporter);
-//! the engine that produces them lives beside it (`markers.rs`, `inferred.rs`, `bandwidth.rs`, `engine.rs`).
+//! the engine that produces them lives beside it (`markers.rs`, `inferred.rs`, `bandwidth.rs`, `engine.rs`, and
+//! `busy.rs`: a link's busy time, the one definition the analysis shares).
 //!
 //! Clocks: a node's step edges are on that node's agent clock (the same clock as its samples), so per-step
 //! byte counts never mix clocks. Ranks and nodes are aligned by step number, never by wall-clock time.
@@ -28,6 +29,7 @@
 //! Inferred steps have no job and per-node indices (not aligned across nodes); job views come from markers.
 
 pub mod bandwidth;
+pub mod busy;
 pub mod engine;
 pub mod history;
 pub mod inferred;
