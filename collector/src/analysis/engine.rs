@@ -20,6 +20,7 @@ use super::history::{History, HistoryError};
 use super::input::{self, BareBaseline, Extras, ThroughputBaseline};
 use super::scaling::{self, JobFigures};
 use super::tracker::{Change, Tracker};
+use super::trend::JobTrends;
 use super::{evaluate, Finding, FindingKind};
 use crate::steps::StepStore;
 use crate::store::Store;
@@ -190,6 +191,8 @@ struct State {
     tracker: Tracker,
     extras: Extras,
     figures: Vec<JobFigures>,
+    /// Each job's recent figures: the next evaluation's references ([`Extras::job_references`]).
+    trends: JobTrends,
     written: HashMap<String, Instant>,
     evaluations: u64,
     last_eval_seconds: f64,
@@ -280,6 +283,7 @@ impl AnalysisHandle {
                     tracker,
                     extras,
                     figures: Vec::new(),
+                    trends: JobTrends::new(),
                     written: HashMap::new(),
                     evaluations: 0,
                     last_eval_seconds: 0.0,
@@ -378,6 +382,9 @@ impl AnalysisHandle {
                     }
                 }
             }
+            // The jobs' own history, for the next evaluation's drop check.
+            st.trends.observe(&figures, now);
+            st.extras.job_references = st.trends.references(now);
             st.figures = figures;
             st.evaluations += 1;
             st.last_eval_seconds = started.elapsed().as_secs_f64();

@@ -128,6 +128,19 @@ pub struct BareBaseline {
     pub source: String,
 }
 
+/// A job's reference from its own recent history: the median of its figures over the last minutes (kept by
+/// [`super::trend::JobTrends`]), what `scaling_efficiency_drop` measures a drop against.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobReference {
+    pub job: String,
+    /// Median step time, seconds.
+    pub step_time_s: Option<f64>,
+    /// Median throughput per GPU, samples/s (markers with samples).
+    pub samples_per_second_per_gpu: Option<f64>,
+    /// Seconds of history the reference rests on.
+    pub over_seconds: f64,
+}
+
 /// Throughput per GPU of a job at a scale: from history, or set by an operator.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ThroughputBaseline {
@@ -146,6 +159,8 @@ pub struct AnalysisInput {
     pub jobs: Vec<JobInput>,
     pub bare_baselines: Vec<BareBaseline>,
     pub throughput_baselines: Vec<ThroughputBaseline>,
+    /// Each job's own recent history (what `scaling_efficiency_drop` measures a drop against).
+    pub job_references: Vec<JobReference>,
 }
 
 impl AnalysisInput {
@@ -177,11 +192,13 @@ impl AnalysisInput {
 /// classic step period).
 pub const STEPS_READ: usize = 64;
 
-/// Baselines the engine holds (not in the store's windows).
+/// Baselines and history the engine holds (not in the store's windows).
 #[derive(Debug, Clone, Default)]
 pub struct Extras {
     pub bare_baselines: Vec<BareBaseline>,
     pub throughput_baselines: Vec<ThroughputBaseline>,
+    /// The jobs' references from their recent history ([`super::trend::JobTrends::references`]).
+    pub job_references: Vec<JobReference>,
 }
 
 /// `(timestamp_ns, value)` samples, oldest first.
@@ -323,7 +340,7 @@ pub fn node_input(n: &NodeState, since_ns: i64) -> NodeInput {
 
 /// Builds the input from the store: every node seen within its expiry, windows of [`WINDOW_NS`] before
 /// `now_unix_ns`, each node's steps of that window (of its [`STEPS_READ`] newest), the fleet jobs, plus the
-/// engine's baselines.
+/// engine's baselines and the jobs' references.
 pub fn build(store: &Store, steps: &StepStore, now_unix_ns: i64, extras: &Extras) -> AnalysisInput {
     let since = now_unix_ns - WINDOW_NS;
     let nodes = store
@@ -346,6 +363,7 @@ pub fn build(store: &Store, steps: &StepStore, now_unix_ns: i64, extras: &Extras
         jobs: crate::jobs::fleet_jobs(store, now_unix_ns),
         bare_baselines: extras.bare_baselines.clone(),
         throughput_baselines: extras.throughput_baselines.clone(),
+        job_references: extras.job_references.clone(),
     }
 }
 

@@ -18,6 +18,7 @@
 //!   blocks ingest; keeps the findings, the raised counters and the scaling figures; persists through
 //!   [`history`].
 //! - [`history`]: SQLite tables for finding history, baselines and per-scale throughput (beside `persist.rs`'s).
+//! - [`trend`]: each job's own recent history, the reference a drop in its efficiency is measured against.
 //!
 //! A finding's `id` is stable: `kind:node[:device[:port]]` (or `kind:job=<job>` for job findings), so the same
 //! problem keeps its id across evaluations and restarts.
@@ -38,6 +39,7 @@ pub mod rollup;
 pub mod scaling;
 pub mod straggler;
 pub mod tracker;
+pub mod trend;
 pub mod underutilized;
 
 pub(crate) use commwatch_model::stats::median;

@@ -1,24 +1,29 @@
 //! `scaling_efficiency_drop`, and the per-job figures behind `commwatch_scaling_efficiency_ratio` and
 //! `/api/v1/jobs` (step time, throughput, efficiency).
 //!
-//! Methods, in order of preference (the figure says which was used):
+//! Figures, in order of preference (the figure says which method was used):
 //! 1. `throughput_per_gpu` — from step markers with `samples`: samples/s per GPU now ÷ the job's baseline per
 //!    GPU at a smaller scale (an operator's baseline first, else the history of the same job name at the
-//!    largest smaller scale seen). Linear scaling is 1.0.
+//!    largest smaller scale seen). Linear scaling is 1.0. A measurement.
 //! 2. `exposed_communication` — without a usable baseline but with GPU data: 1 − the largest exposed-communication
-//!    share among the job's nodes (a synchronous job waits for its slowest rank).
+//!    share among the job's nodes (a synchronous job waits for its slowest rank). A measurement.
 //! 3. `communication_share` — links only, where bursts are resolved: 1 − the largest share of time a fabric
-//!    port is busy. An upper bound on the exposure (overlap cannot be seen without GPU data), so a lower bound
-//!    on efficiency.
+//!    port is busy. An upper bound on the exposure (overlap cannot be seen without GPU data), so only a lower
+//!    bound on efficiency: a job whose gradient buckets hide under backward compute is busy half the step and
+//!    loses nothing.
 //!
-//! Without jobs known, all nodes form one job named [`CLUSTER_JOB`]. Warning below [`WARNING_BELOW`], critical
-//! below [`CRITICAL_BELOW`].
+//! The finding rests on measurements only. Warning below [`WARNING_BELOW`], critical below [`CRITICAL_BELOW`],
+//! from a measured figure (1 or 2), or from a *drop* against the job's own recent history ([`super::trend`]):
+//! its throughput per GPU, or else its step time, now against the median of the last minutes — relative
+//! efficiency `reference step time ÷ step time now` (or `throughput now ÷ reference`) below the same
+//! thresholds. A bound (3) below [`WARNING_BELOW`] is reported as a bound, at info.
+//!
+//! Without jobs known, all nodes form one job named [`CLUSTER_JOB`].
 
-use commwatch_model::LinkRole;
 use serde::Serialize;
 
 use super::exposed_comm::exposed_share;
-use super::input::{AnalysisInput, ThroughputBaseline};
+use super::input::{AnalysisInput, JobReference, NodeInput, ThroughputBaseline};
 use super::straggler::groups;
 use super::{median, r4, Candidate, Evidence, FindingKind, Severity, Subject};
 use crate::steps::StepSource;
@@ -29,6 +34,10 @@ pub const WARNING_BELOW: f64 = 0.8;
 pub const CRITICAL_BELOW: f64 = 0.6;
 /// Marker steps with samples needed for the throughput method.
 pub const MIN_MARKER_STEPS: usize = 5;
+/// The method whose figure is a bound, not a measurement.
+pub const BOUND_METHOD: &str = "communication_share";
+/// The method of a drop against the job's own history.
+pub const HISTORY_METHOD: &str = "own_history";
 
 /// One job's figures.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -49,6 +58,99 @@ pub struct JobFigures {
     pub steps: usize,
 }
 
+impl JobFigures {
+    /// Whether the efficiency is only a bound (`communication_share`), not a measurement.
+    pub fn is_bound(&self) -> bool {
+        self.method.as_deref() == Some(BOUND_METHOD)
+    }
+}
+
+/// The job's GPUs: from its ranks, else the GPUs its nodes report.
+fn gpus_of(input: &AnalysisInput, job: Option<&String>, nodes: &[&NodeInput]) -> Option<u32> {
+    match input.jobs.iter().find(|j| Some(&j.id) == job) {
+        Some(j) if j.gpus() > 0 => u32::try_from(j.gpus()).ok(),
+        _ => {
+            let g: usize = nodes.iter().map(|n| n.gpus.len()).sum();
+            (g > 0).then(|| u32::try_from(g).unwrap_or(u32::MAX))
+        }
+    }
+}
+
+/// Median step duration and the steps it rests on: the nodes' steps, else the period of their fabric ports'
+/// bursts (a management NIC's storage traffic has a period of its own).
+pub(crate) fn step_time(nodes: &[&NodeInput]) -> (Option<f64>, usize) {
+    let mut durations: Vec<f64> = nodes
+        .iter()
+        .flat_map(|n| n.steps.iter())
+        .map(|s| s.duration_s())
+        .filter(|d| *d > 0.0)
+        .collect();
+    let steps = durations.len();
+    if let Some(t) = median(&mut durations) {
+        return (Some(t), steps);
+    }
+    let mut p: Vec<f64> = nodes
+        .iter()
+        .flat_map(|n| n.links.iter())
+        .filter(|l| l.link.is_fabric_rdma())
+        .filter_map(|l| l.activity.as_ref()?.period_s)
+        .collect();
+    (median(&mut p), steps)
+}
+
+/// Samples per second of the job from markers with samples (per node samples ÷ time, summed over nodes), and
+/// the marker steps it rests on; `None` below [`MIN_MARKER_STEPS`].
+fn throughput(nodes: &[&NodeInput]) -> (Option<f64>, usize) {
+    let mut total = 0.0;
+    let mut marker_steps = 0usize;
+    for n in nodes {
+        let with: Vec<_> = n
+            .steps
+            .iter()
+            .filter(|s| s.source == StepSource::Markers && s.samples.is_some())
+            .collect();
+        let t: f64 = with.iter().map(|s| s.duration_s()).sum();
+        let samples: u64 = with.iter().filter_map(|s| s.samples).sum();
+        if t > 0.0 {
+            total += samples as f64 / t;
+            marker_steps = marker_steps.max(with.len());
+        }
+    }
+    (
+        (marker_steps >= MIN_MARKER_STEPS).then_some(total),
+        marker_steps,
+    )
+}
+
+/// The baseline per GPU at a smaller scale: an operator's first, else the largest smaller scale.
+fn baseline(input: &AnalysisInput, job: &str, gpus: u32) -> Option<ThroughputBaseline> {
+    let mut c: Vec<&ThroughputBaseline> = input
+        .throughput_baselines
+        .iter()
+        .filter(|b| b.job == job && b.gpus < gpus && b.samples_per_second_per_gpu > 0.0)
+        .collect();
+    c.sort_by_key(|b| (b.source == "operator", b.gpus));
+    c.last().map(|b| (*b).clone())
+}
+
+/// The bound from links only: 1 − the busiest resolved fabric port's busy share, with the bursts it rests on.
+fn communication_share(nodes: &[&NodeInput]) -> Option<(f64, usize)> {
+    nodes
+        .iter()
+        .flat_map(|n| n.links.iter())
+        .filter(|l| l.link.is_fabric_rdma())
+        .filter_map(|l| {
+            let a = l.activity.as_ref()?;
+            (a.resolved && a.complete_bursts() >= MIN_MARKER_STEPS)
+                .then(|| (a.busy_share(), a.complete_bursts()))
+        })
+        .fold(None, |m: Option<(f64, usize)>, (b, n)| match m {
+            Some((mb, mn)) => Some((mb.max(b), mn.max(n))),
+            None => Some((b, n)),
+        })
+        .map(|(b, n)| (1.0 - b, n))
+}
+
 /// Figures of every job in the input.
 pub fn job_figures(input: &AnalysisInput) -> Vec<JobFigures> {
     let mut out = Vec::new();
@@ -57,95 +159,34 @@ pub fn job_figures(input: &AnalysisInput) -> Vec<JobFigures> {
             continue;
         }
         let name = job.clone().unwrap_or_else(|| CLUSTER_JOB.to_string());
-        let gpus: Option<u32> = match input.jobs.iter().find(|j| Some(&j.id) == job.as_ref()) {
-            Some(j) if j.gpus() > 0 => u32::try_from(j.gpus()).ok(),
-            _ => {
-                let g: usize = nodes.iter().map(|n| n.gpus.len()).sum();
-                (g > 0).then(|| u32::try_from(g).unwrap_or(u32::MAX))
-            }
-        };
-        let mut durations: Vec<f64> = nodes
-            .iter()
-            .flat_map(|n| n.steps.iter())
-            .map(|s| s.duration_s())
-            .filter(|d| *d > 0.0)
-            .collect();
-        let mut steps = durations.len();
-        let step_time = median(&mut durations).or_else(|| {
-            let mut p: Vec<f64> = nodes
-                .iter()
-                .flat_map(|n| n.links.iter())
-                .filter_map(|l| l.activity.as_ref()?.period_s)
-                .collect();
-            median(&mut p)
-        });
-        // Throughput from markers with samples: per node samples ÷ time, summed over nodes.
-        let mut throughput = 0.0;
-        let mut marker_steps = 0usize;
-        for n in &nodes {
-            let with: Vec<_> = n
-                .steps
-                .iter()
-                .filter(|s| s.source == StepSource::Markers && s.samples.is_some())
-                .collect();
-            let t: f64 = with.iter().map(|s| s.duration_s()).sum();
-            let samples: u64 = with.iter().filter_map(|s| s.samples).sum();
-            if t > 0.0 {
-                throughput += samples as f64 / t;
-                marker_steps = marker_steps.max(with.len());
-            }
-        }
-        let throughput = (marker_steps >= MIN_MARKER_STEPS).then_some(throughput);
+        let gpus = gpus_of(input, job.as_ref(), &nodes);
+        let (step_time, mut steps) = step_time(&nodes);
+        let (throughput, marker_steps) = throughput(&nodes);
         let per_gpu = match (throughput, gpus) {
             (Some(t), Some(g)) if g > 0 => Some(t / f64::from(g)),
             _ => None,
         };
         let baseline = match (per_gpu, gpus) {
-            (Some(_), Some(g)) => {
-                let mut c: Vec<&ThroughputBaseline> = input
-                    .throughput_baselines
-                    .iter()
-                    .filter(|b| b.job == name && b.gpus < g && b.samples_per_second_per_gpu > 0.0)
-                    .collect();
-                c.sort_by_key(|b| (b.source == "operator", b.gpus));
-                c.last().map(|b| (*b).clone())
-            }
+            (Some(_), Some(g)) => baseline(input, &name, g),
             _ => None,
         };
+        let exposed = nodes
+            .iter()
+            .filter_map(|n| exposed_share(n))
+            .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))));
         let (eff, method) = if let (Some(p), Some(b)) = (per_gpu, &baseline) {
             steps = marker_steps;
             (
                 Some(p / b.samples_per_second_per_gpu),
                 Some("throughput_per_gpu"),
             )
-        } else if let Some(x) = nodes
-            .iter()
-            .filter_map(|n| exposed_share(n))
-            .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))))
-        {
+        } else if let Some(x) = exposed {
             (Some(1.0 - x), Some("exposed_communication"))
+        } else if let Some((e, n)) = communication_share(&nodes) {
+            steps = n;
+            (Some(e), Some(BOUND_METHOD))
         } else {
-            let resolved: Vec<(f64, usize)> = nodes
-                .iter()
-                .flat_map(|n| n.links.iter())
-                .filter(|l| l.link.role == LinkRole::Fabric && l.link.key.class.is_rdma())
-                .filter_map(|l| {
-                    let a = l.activity.as_ref()?;
-                    (a.resolved && a.complete_bursts() >= MIN_MARKER_STEPS)
-                        .then(|| (a.busy_share(), a.complete_bursts()))
-                })
-                .collect();
-            match resolved
-                .iter()
-                .map(|r| r.0)
-                .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))))
-            {
-                Some(b) => {
-                    steps = resolved.iter().map(|r| r.1).max().unwrap_or(0);
-                    (Some(1.0 - b), Some("communication_share"))
-                }
-                None => (None, None),
-            }
+            (None, None)
         };
         out.push(JobFigures {
             job: name,
@@ -162,61 +203,268 @@ pub fn job_figures(input: &AnalysisInput) -> Vec<JobFigures> {
     out
 }
 
+/// The severity a measured efficiency (or relative efficiency) calls for.
+fn severity(eff: f64) -> Option<Severity> {
+    if eff < CRITICAL_BELOW {
+        Some(Severity::Critical)
+    } else if eff < WARNING_BELOW {
+        Some(Severity::Warning)
+    } else {
+        None
+    }
+}
+
+/// A job's efficiency now against its own recent history: `(relative efficiency, what it compares)`.
+#[derive(Debug, Clone, PartialEq)]
+struct HistoryDrop {
+    relative: f64,
+    /// `throughput_per_gpu` or `step_time`.
+    compares: &'static str,
+    now: f64,
+    reference: f64,
+    over_seconds: f64,
+}
+
+/// The drop of `f` against `reference` (throughput per GPU when both have it, else step time).
+fn drop_against(f: &JobFigures, reference: &JobReference) -> Option<HistoryDrop> {
+    let (relative, compares, now, then) = match (
+        f.samples_per_second_per_gpu,
+        reference.samples_per_second_per_gpu,
+        f.step_time_s,
+        reference.step_time_s,
+    ) {
+        (Some(now), Some(then), ..) if then > 0.0 => (now / then, "throughput_per_gpu", now, then),
+        (_, _, Some(now), Some(then)) if now > 0.0 => (then / now, "step_time", now, then),
+        _ => return None,
+    };
+    Some(HistoryDrop {
+        relative,
+        compares,
+        now,
+        reference: then,
+        over_seconds: reference.over_seconds,
+    })
+}
+
 pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
     job_figures(input)
         .into_iter()
         .filter_map(|f| {
-            let eff = f.scaling_efficiency?;
-            if eff >= WARNING_BELOW {
-                return None;
-            }
-            let sev = if eff < CRITICAL_BELOW { Severity::Critical } else { Severity::Warning };
-            let method = f.method.clone().unwrap_or_default();
-            let mut c = Candidate::new(FindingKind::ScalingEfficiencyDrop, sev, Subject::job(&f.job));
-            let how = match (method.as_str(), &f.baseline) {
-                ("throughput_per_gpu", Some(b)) => format!(
-                    "{:.1} samples/s per GPU at {} GPUs against {:.1} at {} GPUs ({} baseline)",
-                    f.samples_per_second_per_gpu.unwrap_or(0.0),
-                    f.gpus.unwrap_or(0),
-                    b.samples_per_second_per_gpu,
-                    b.gpus,
-                    b.source
-                ),
-                ("exposed_communication", _) => format!(
-                    "{:.0}% of the step is communication not hidden under compute",
-                    (1.0 - eff) * 100.0
-                ),
-                _ => format!(
-                    "the fabric is busy {:.0}% of the step (links only: an upper bound on exposed communication)",
-                    (1.0 - eff) * 100.0
-                ),
-            };
-            c.summary = format!(
-                "Job {} runs at {:.0}% scaling efficiency ({method}): {how}.",
-                f.job,
-                eff * 100.0
-            );
-            let mut e = Evidence::new(eff, "ratio")
-                .expected(1.0)
-                .steps(f.steps)
-                .detail("method", method.clone());
-            if let Some(t) = f.step_time_s {
-                e = e.detail("step_time_s", t);
-            }
-            if let Some(g) = f.gpus {
-                e = e.detail("gpus", u64::from(g));
-            }
-            if let Some(b) = &f.baseline {
-                e = e
-                    .detail("baseline_samples_per_second_per_gpu", b.samples_per_second_per_gpu)
-                    .detail("baseline_gpus", u64::from(b.gpus));
-            }
-            c.evidence = e;
-            c.action = "Follow the four steps: baselines at 1 GPU / 1 node / N nodes, then whether communication \
-                        is exposed on the timeline, which collective costs most, and the link and NCCL algorithm; \
-                        see the other findings of this job for the cause."
-                .into();
-            Some(c)
+            let drop = input
+                .job_references
+                .iter()
+                .find(|r| r.job == f.job)
+                .and_then(|r| drop_against(&f, r));
+            candidate(&f, drop.as_ref())
         })
         .collect()
+}
+
+/// The candidate for one job's figures and its drop, if either calls for one.
+fn candidate(f: &JobFigures, drop: Option<&HistoryDrop>) -> Option<Candidate> {
+    let eff = f.scaling_efficiency;
+    let measured = eff.filter(|_| !f.is_bound()).and_then(severity);
+    let dropped = drop.and_then(|d| severity(d.relative));
+    let bound = eff.filter(|e| f.is_bound() && *e < WARNING_BELOW);
+    let (sev, by_drop) = match (measured, dropped) {
+        (Some(m), Some(d)) if d > m => (d, true),
+        (Some(m), _) => (m, false),
+        (None, Some(d)) => (d, true),
+        (None, None) if bound.is_some() => (Severity::Info, false),
+        (None, None) => return None,
+    };
+    let mut c = Candidate::new(
+        FindingKind::ScalingEfficiencyDrop,
+        sev,
+        Subject::job(&f.job),
+    );
+    let figure = eff.map(|e| describe(f, e)).unwrap_or_default();
+    c.summary = match drop.filter(|_| by_drop) {
+        Some(d) => format!(
+            "Job {} runs at {:.0}% of its own recent throughput: {}{}.",
+            f.job,
+            d.relative * 100.0,
+            describe_drop(d),
+            if figure.is_empty() {
+                String::new()
+            } else {
+                format!("; {figure}")
+            }
+        ),
+        None => format!("Job {}: {figure}.", f.job),
+    };
+    c.evidence = evidence(f, drop, by_drop);
+    c.action = if f.is_bound() && !by_drop {
+        "Links alone cannot tell hidden from exposed communication: send step markers with samples \
+         (commwatch_steps) or run the GPU source to measure the efficiency; compare with a smaller-scale run \
+         (POST /api/v1/baselines)."
+            .into()
+    } else {
+        "Follow the four steps: baselines at 1 GPU / 1 node / N nodes, then whether communication \
+         is exposed on the timeline, which collective costs most, and the link and NCCL algorithm; \
+         see the other findings of this job for the cause."
+            .into()
+    };
+    Some(c)
+}
+
+/// The job's efficiency figure in words, with its method.
+fn describe(f: &JobFigures, eff: f64) -> String {
+    let method = f.method.as_deref().unwrap_or_default();
+    match (method, &f.baseline) {
+        ("throughput_per_gpu", Some(b)) => format!(
+            "{:.0}% scaling efficiency (throughput_per_gpu): {:.1} samples/s per GPU at {} GPUs against {:.1} at {} GPUs ({} baseline)",
+            eff * 100.0,
+            f.samples_per_second_per_gpu.unwrap_or(0.0),
+            f.gpus.unwrap_or(0),
+            b.samples_per_second_per_gpu,
+            b.gpus,
+            b.source
+        ),
+        ("exposed_communication", _) => format!(
+            "{:.0}% scaling efficiency (exposed_communication): {:.0}% of the step is communication not hidden under compute",
+            eff * 100.0,
+            (1.0 - eff) * 100.0
+        ),
+        _ => format!(
+            "scaling efficiency at least {:.0}% (communication_share, a bound): the fabric is busy up to {:.0}% of the step, and links alone cannot tell how much of that is hidden under compute",
+            eff * 100.0,
+            (1.0 - eff) * 100.0
+        ),
+    }
+}
+
+fn describe_drop(d: &HistoryDrop) -> String {
+    match d.compares {
+        "throughput_per_gpu" => format!(
+            "{:.1} samples/s per GPU against {:.1} over the previous {:.0} s",
+            d.now, d.reference, d.over_seconds
+        ),
+        _ => format!(
+            "steps take {:.3} s against {:.3} s over the previous {:.0} s",
+            d.now, d.reference, d.over_seconds
+        ),
+    }
+}
+
+/// The evidence: the figure that set the severity (the drop's relative efficiency when it did), the other one
+/// in the details, and `bound: true` when the efficiency is only a bound.
+fn evidence(f: &JobFigures, drop: Option<&HistoryDrop>, by_drop: bool) -> Evidence {
+    let method = f.method.clone().unwrap_or_default();
+    let mut e = match (drop, by_drop) {
+        (Some(d), true) => Evidence::new(r4(d.relative), "ratio")
+            .expected(1.0)
+            .seconds(r4(d.over_seconds))
+            .detail("method", HISTORY_METHOD),
+        _ => Evidence::new(f.scaling_efficiency.unwrap_or(0.0), "ratio")
+            .expected(1.0)
+            .detail("method", method.clone()),
+    }
+    .steps(f.steps);
+    if let Some(eff) = f.scaling_efficiency {
+        e = e
+            .detail("scaling_efficiency", eff)
+            .detail("efficiency_method", method);
+    }
+    if f.is_bound() {
+        e = e.detail("bound", true);
+    }
+    if let Some(d) = drop {
+        e = e
+            .detail("relative_to_history", r4(d.relative))
+            .detail("history_compares", d.compares)
+            .detail("history_reference", r4(d.reference))
+            .detail("history_seconds", r4(d.over_seconds));
+    }
+    if let Some(t) = f.step_time_s {
+        e = e.detail("step_time_s", t);
+    }
+    if let Some(g) = f.gpus {
+        e = e.detail("gpus", u64::from(g));
+    }
+    if let Some(b) = &f.baseline {
+        e = e
+            .detail(
+                "baseline_samples_per_second_per_gpu",
+                b.samples_per_second_per_gpu,
+            )
+            .detail("baseline_gpus", u64::from(b.gpus));
+    }
+    e
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn figures(eff: f64, method: &str) -> JobFigures {
+        JobFigures {
+            job: "j".into(),
+            step_time_s: Some(0.31),
+            throughput_samples_per_second: None,
+            gpus: Some(64),
+            samples_per_second_per_gpu: None,
+            scaling_efficiency: Some(eff),
+            method: Some(method.into()),
+            baseline: None,
+            steps: 60,
+        }
+    }
+
+    fn history(step_time_s: f64) -> HistoryDrop {
+        drop_against(
+            &figures(1.0, "exposed_communication"),
+            &JobReference {
+                job: "j".into(),
+                step_time_s: Some(step_time_s),
+                samples_per_second_per_gpu: None,
+                over_seconds: 300.0,
+            },
+        )
+        .expect("drop")
+    }
+
+    #[test]
+    fn a_bound_is_info_at_most_and_says_so() {
+        // Overlapped buckets: the fabric busy 45 % of the step, nothing exposed.
+        let c = candidate(&figures(0.55, BOUND_METHOD), None).expect("candidate");
+        assert_eq!(c.severity, Severity::Info);
+        assert_eq!(c.evidence.details["bound"], true);
+        assert_eq!(c.evidence.details["method"], BOUND_METHOD);
+        assert!(c.summary.contains("at least 55%"), "{}", c.summary);
+        // A bound above the warning line: nothing to say.
+        assert_eq!(candidate(&figures(0.85, BOUND_METHOD), None), None);
+    }
+
+    #[test]
+    fn measured_figures_set_warning_and_critical() {
+        let c = candidate(&figures(0.7, "exposed_communication"), None).expect("candidate");
+        assert_eq!(c.severity, Severity::Warning);
+        let c = candidate(&figures(0.5, "throughput_per_gpu"), None).expect("candidate");
+        assert_eq!(c.severity, Severity::Critical);
+        assert_eq!(
+            candidate(&figures(0.9, "exposed_communication"), None),
+            None
+        );
+    }
+
+    #[test]
+    fn a_drop_against_the_job_s_own_history_is_measured() {
+        // Steps took 0.2 s, now 0.31 s: 65 % of the job's own throughput, whatever the bound says.
+        let d = history(0.2);
+        assert!((d.relative - 0.2 / 0.31).abs() < 1e-12);
+        let c = candidate(&figures(0.55, BOUND_METHOD), Some(&d)).expect("candidate");
+        assert_eq!(c.severity, Severity::Warning);
+        assert_eq!(c.evidence.details["method"], HISTORY_METHOD);
+        assert_eq!(c.evidence.measured, r4(0.2 / 0.31));
+        assert_eq!(c.evidence.details["bound"], true);
+        assert!(
+            c.summary.contains("65% of its own recent throughput"),
+            "{}",
+            c.summary
+        );
+        // No drop: the bound alone stays info.
+        let c = candidate(&figures(0.55, BOUND_METHOD), Some(&history(0.31))).expect("candidate");
+        assert_eq!(c.severity, Severity::Info);
+    }
 }
