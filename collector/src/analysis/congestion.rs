@@ -8,7 +8,9 @@
 //! - RoCE: congestion notification packets handled (`hw_rp_cnp_handled`) or sent (`hw_np_cnp_sent`) per busy
 //!   second above [`CNP_PER_BUSY_SECOND_ABOVE`], or `hw_out_of_sequence` above [`OOS_PER_SECOND_ABOVE`].
 //!
-//! Only while the port communicates (busy time > 0): an idle port cannot be congested.
+//! Only while the port communicates (busy time > 0): an idle port cannot be congested. The busy time is the
+//! steps' own definition (`steps::busy`); for bursts shorter than a few samples it is an upper bound, so the
+//! waiting share is then a lower bound — a port raised on it waits at least that much, never less.
 
 use commwatch_model::{LinkClass, LinkRole};
 

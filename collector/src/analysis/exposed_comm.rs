@@ -16,6 +16,13 @@ pub const COMPUTE_SM_ACTIVITY: f64 = 0.9;
 /// Exposed share of the time above which the finding is raised.
 pub const EXPOSED_SHARE_ABOVE: f64 = 0.05;
 
+/// Share of the time the node's GPUs compute: SM activity ÷ [`COMPUTE_SM_ACTIVITY`], at most 1 (NCCL's
+/// kernels, at low SM activity, count little); `None` without SM activity.
+pub fn compute_share(n: &super::input::NodeInput) -> Option<f64> {
+    n.gpu_sm_activity()
+        .map(|s| (s / COMPUTE_SM_ACTIVITY).min(1.0))
+}
+
 /// Exposed-communication share of the time for a node, from its GPU means; `None` without GPU data or link
 /// traffic.
 pub fn exposed_share(n: &super::input::NodeInput) -> Option<f64> {

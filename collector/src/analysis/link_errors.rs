@@ -3,7 +3,10 @@
 //! `excessive_buffer_overrun_errors`; netdev `rx_errors`; NVLink `crc_flit_errors`, `crc_data_errors`,
 //! `replay_errors`, `recovery_errors`, `recovery_events`.
 //!
-//! Rates are reset-corrected increases over the window (at least [`MIN_WINDOW_S`] long). PMA error counters
+//! Rates are reset-corrected increases over the window (at least [`MIN_WINDOW_S`] long: two readings of the
+//! agent's 1 Hz slow tier). The severity rests on the increase itself, which two readings give exactly —
+//! whether errors rise, and whether the link went down or retrained —, never on the rate's size; the rate in
+//! the evidence grows more precise as the window fills. PMA error counters
 //! *saturate* (stop at all ones): a counter at its saturation value has an unknown rate since; it is reported as
 //! saturated (with the errors counted until then), never as zero. Severity critical when the link went down or
 //! retrained (`link_downed`, `link_error_recoveries`, NVLink `recovery_*`), warning otherwise.
@@ -13,8 +16,8 @@ use commwatch_model::LinkClass;
 use super::input::AnalysisInput;
 use super::{r4, Candidate, Evidence, FindingKind, Severity, Subject};
 
-/// Shortest window a rate is computed over, seconds.
-pub const MIN_WINDOW_S: f64 = 2.0;
+/// Shortest window a rate is computed over, seconds (two slow-tier readings).
+pub const MIN_WINDOW_S: f64 = 1.0;
 
 /// Counters watched, and whether an increase is critical.
 pub const WATCHED: &[(&str, bool)] = &[

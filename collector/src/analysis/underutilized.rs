@@ -6,9 +6,20 @@
 //! least [`SUSTAINED_SHARE`] of them have utilisation below [`UTILIZATION_BELOW`] (and achieved below
 //! [`BASELINE_SHARE_BELOW`] × the baseline's bus bandwidth when a baseline is known). Without steps for the
 //! node, the link's resolved bursts stand in for steps (same confidence rule: a burst spanning at least three
-//! samples); the evidence says which was used. Severity warning (info when another finding explains it).
+//! samples); the evidence says which was used. A figure from a burst shorter than a few samples is a lower
+//! bound (`confident: false`, or activity not `resolved`) and is never used.
+//!
+//! Severity warning only when the link's own rate shows and costs the job time: the node's GPU data show its
+//! communication exposed (at least [`EXPOSED_SHARE_ABOVE`] of the time, see `exposed_comm`) and running mostly
+//! apart from compute (the fabric's busy share and the GPUs' compute share overlap by at most
+//! [`OVERLAP_AT_MOST`] of the time). Communication that overlaps compute is paced by it — gradient buckets go
+//! out as backward produces them, here or on a slower node — so its rate says nothing about the link; without
+//! GPU data the samples cannot tell the two apart. Otherwise info, the evidence saying whether the
+//! communication was `hidden`, `overlapped` or its cost `unknown`. Info as well when another finding explains
+//! it.
 
-use super::input::AnalysisInput;
+use super::exposed_comm::{compute_share, exposed_share, EXPOSED_SHARE_ABOVE};
+use super::input::{AnalysisInput, NodeInput};
 use super::{gbs, median, r4, Candidate, Evidence, FindingKind, Severity, Subject};
 
 /// Confident steps (or resolved bursts) needed.
@@ -19,10 +30,30 @@ pub const UTILIZATION_BELOW: f64 = 0.5;
 pub const BASELINE_SHARE_BELOW: f64 = 0.7;
 /// Share of the steps that must be underutilised.
 pub const SUSTAINED_SHARE: f64 = 0.8;
+/// Most overlap of communication with compute (share of the time) under which the link's rate is its own.
+pub const OVERLAP_AT_MOST: f64 = 0.1;
+
+/// Whether the node's communication costs its job time at the links' own rate, as far as its GPU data tell:
+/// `(severity, what the communication was)`.
+fn cost(n: &NodeInput) -> (Severity, &'static str) {
+    let overlap = match (n.fabric_busy_share(), compute_share(n)) {
+        (Some(b), Some(c)) => b + c - 1.0,
+        _ => 0.0,
+    };
+    match exposed_share(n) {
+        Some(x) if x >= EXPOSED_SHARE_ABOVE && overlap <= OVERLAP_AT_MOST => {
+            (Severity::Warning, "exposed")
+        }
+        Some(x) if x >= EXPOSED_SHARE_ABOVE => (Severity::Info, "overlapped"),
+        Some(_) => (Severity::Info, "hidden"),
+        None => (Severity::Info, "unknown"),
+    }
+}
 
 pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
     let mut out = Vec::new();
     for n in &input.nodes {
+        let (severity, exposure) = cost(n);
         let job = input
             .job_of(&n.name)
             .map(|j| j.id.clone())
@@ -70,7 +101,7 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
             let achieved = median(&mut rates).unwrap_or(0.0);
             let mut c = Candidate::new(
                 FindingKind::LinkUnderutilized,
-                Severity::Warning,
+                severity,
                 Subject::link(&n.name, &l.link),
             );
             let mut s = format!(
@@ -89,7 +120,8 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
                 .expected(cap)
                 .steps(steps)
                 .detail("utilization", r4(achieved / cap))
-                .detail("source", source);
+                .detail("source", source)
+                .detail("communication", exposure);
             if let Some(b) = baseline {
                 s.push_str(&format!(
                     " and below the bare baseline of {} ({})",
@@ -100,7 +132,14 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
                     .detail("baseline_bytes_per_second", r4(b.busbw_bytes_per_second))
                     .detail("baseline_share", r4(achieved / b.busbw_bytes_per_second));
             }
-            s.push('.');
+            s.push_str(match exposure {
+                "hidden" => "; the communication hides under compute, so it costs nothing now.",
+                "overlapped" => {
+                    "; the communication overlaps compute, which paces it, so the rate is not the link's own."
+                }
+                "unknown" => "; without GPU data it is unknown whether it costs the job time.",
+                _ => ".",
+            });
             c.summary = s;
             c.evidence = e;
             c.action = if baseline
