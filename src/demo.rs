@@ -7,6 +7,11 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
+use commwatch_collector::analysis::engine::FindingFilter;
+use commwatch_collector::analysis::FindingEvent;
+use tokio::sync::broadcast::error::{RecvError, TryRecvError};
+
+mod findings;
 
 #[derive(Args, Debug, Clone)]
 pub struct DemoArgs {
@@ -111,51 +116,18 @@ fn print_summary(nodes: &[commwatch_collector::NodeView], elapsed: Duration) {
     }
 }
 
-/// One line per raised or cleared finding: severity, kind, subject, the summary (with its numbers) and the action.
-fn print_finding_event(ev: &commwatch_collector::analysis::FindingEvent, elapsed: Duration) {
-    use commwatch_collector::analysis::FindingEvent;
-    let (what, f) = match ev {
-        FindingEvent::Raised(f) => ("RAISED ", f),
-        FindingEvent::Cleared(f) => ("CLEARED", f),
-    };
-    println!(
-        "*** t+{:>4}s {what} [{}] {} {}",
-        elapsed.as_secs(),
-        f.severity.as_str(),
-        f.kind.as_str(),
-        f.id
-    );
-    println!("    {}", f.summary);
-    if matches!(ev, FindingEvent::Raised(_)) {
-        match &f.caused_by {
-            Some(c) => println!("    caused by {c}"),
-            None => println!("    action: {}", f.action),
+/// `first` and every event already waiting behind it.
+fn drain(
+    first: FindingEvent,
+    rx: &mut tokio::sync::broadcast::Receiver<FindingEvent>,
+) -> Vec<FindingEvent> {
+    let mut batch = vec![first];
+    loop {
+        match rx.try_recv() {
+            Ok(ev) => batch.push(ev),
+            Err(TryRecvError::Lagged(n)) => println!("    ({n} finding events not shown)"),
+            Err(TryRecvError::Empty | TryRecvError::Closed) => return batch,
         }
-    }
-}
-
-/// The findings at exit: root causes first with their consequences counted, then the rest.
-fn print_final_findings(all: &[commwatch_collector::analysis::Finding]) {
-    println!("--- findings at exit ({})", all.len());
-    for f in all.iter().filter(|f| f.caused_by.is_none()) {
-        println!(
-            "    [{}] {} {} {}{}",
-            f.severity.as_str(),
-            if f.active { "active " } else { "cleared" },
-            f.kind.as_str(),
-            f.id,
-            if f.consequences.is_empty() {
-                String::new()
-            } else {
-                format!(" (explains {} other findings)", f.consequences.len())
-            }
-        );
-        println!("        {}", f.summary);
-        println!("        action: {}", f.action);
-    }
-    let caused = all.iter().filter(|f| f.caused_by.is_some()).count();
-    if caused > 0 {
-        println!("    {caused} finding(s) are consequences of the root causes above");
     }
 }
 
@@ -293,26 +265,32 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     tokio::pin!(stop);
     let mut every = tokio::time::interval(args.summary_every);
     every.tick().await;
-    let mut findings = collector.analysis().subscribe();
+    let mut events = collector.analysis().subscribe();
+    let mut printer = findings::Printer::default();
     loop {
         tokio::select! {
             _ = &mut stop => break,
             _ = every.tick() => print_summary(&collector.snapshot_nodes(), started.elapsed()),
-            ev = findings.recv() => match ev {
-                Ok(ev) => print_finding_event(&ev, started.elapsed()),
-                Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
-                    println!("    ({n} finding events not shown)")
+            ev = events.recv() => match ev {
+                Ok(ev) => {
+                    // One evaluation's events arrive together: printed as one batch, causes before what
+                    // they explain.
+                    let batch = drain(ev, &mut events);
+                    let all = collector.analysis().findings(&FindingFilter::default());
+                    for line in printer.events(&batch, &all, started.elapsed().as_secs()) {
+                        println!("{line}");
+                    }
                 }
-                Err(tokio::sync::broadcast::error::RecvError::Closed) => {}
+                Err(RecvError::Lagged(n)) => println!("    ({n} finding events not shown)"),
+                Err(RecvError::Closed) => {}
             },
         }
     }
     print_summary(&collector.snapshot_nodes(), started.elapsed());
-    print_final_findings(
-        &collector
-            .analysis()
-            .findings(&commwatch_collector::analysis::engine::FindingFilter::default()),
-    );
+    let all = collector.analysis().findings(&FindingFilter::default());
+    for line in findings::at_exit(&all) {
+        println!("{line}");
+    }
     println!("stopping");
     for a in agents {
         a.shutdown().await;

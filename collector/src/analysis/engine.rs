@@ -5,7 +5,7 @@
 //! hands them to the history thread (SQLite writes never run on the evaluation path). Ingest never waits for
 //! it: the task only takes node locks for short copies, like a scrape.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -20,8 +20,7 @@ use super::history::{History, HistoryError};
 use super::input::{self, BareBaseline, Extras, ThroughputBaseline};
 use super::scaling::{self, JobFigures};
 use super::tracker::{Change, Tracker};
-use super::trend::JobTrends;
-use super::{evaluate, Finding, FindingKind};
+use super::{evaluate, Finding, FindingKind, Severity};
 use crate::steps::StepStore;
 use crate::store::Store;
 
@@ -49,19 +48,86 @@ impl Default for AnalysisConfig {
     }
 }
 
-/// A finding raised or cleared (what the demo prints).
+/// A finding raised, changed or cleared (what the demo prints). A cause's events come before those of the
+/// consequences raised with it.
 #[derive(Debug, Clone, PartialEq)]
 pub enum FindingEvent {
     Raised(Finding),
     Cleared(Finding),
+    /// An active finding whose severity or cause changed since it was last published (a link's errors now
+    /// include a retrain, a root cause found for it, its cause gone): the finding now, and what it was.
+    Changed {
+        finding: Finding,
+        severity_was: Severity,
+        caused_by_was: Option<String>,
+    },
 }
 
-/// Filters of `GET /api/v1/findings`.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+/// Filters of `GET /api/v1/findings`, already validated; `None` or an empty list filters nothing.
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct FindingFilter {
+    /// Only active (`true`) or only cleared (`false`) findings.
     pub active: Option<bool>,
+    /// Only findings whose subject's node is this one.
     pub node: Option<String>,
-    pub kind: Option<String>,
+    /// Only findings of one of these kinds.
+    pub kinds: Vec<FindingKind>,
+    /// Only findings of one of these severities.
+    pub severities: Vec<Severity>,
+    /// Only findings of this job: its subject's job, or, for a finding that names no job, a node of the job
+    /// (as the last evaluation saw the jobs).
+    pub job: Option<String>,
+    /// Only root causes (`true`) or only consequences (`false`).
+    pub root: Option<bool>,
+    /// At most this many, the first in the list's order.
+    pub limit: Option<usize>,
+}
+
+impl FindingFilter {
+    /// Whether `f` passes every filter but `limit`; `job_nodes` maps each job to its nodes.
+    fn matches(&self, f: &Finding, job_nodes: &BTreeMap<String, BTreeSet<String>>) -> bool {
+        let in_job = |j: &String| match &f.subject.job {
+            Some(fj) => fj == j,
+            None => job_nodes
+                .get(j)
+                .is_some_and(|n| n.contains(&f.subject.node)),
+        };
+        self.active.is_none_or(|a| f.active == a)
+            && self.node.as_ref().is_none_or(|n| &f.subject.node == n)
+            && (self.kinds.is_empty() || self.kinds.contains(&f.kind))
+            && (self.severities.is_empty() || self.severities.contains(&f.severity))
+            && self.job.as_ref().is_none_or(in_job)
+            && self.root.is_none_or(|r| f.root == r)
+    }
+}
+
+/// The order of `GET /api/v1/findings`: root causes first, then the most severe, then the most recently seen
+/// (then by id, so that the order is stable).
+pub fn list_order(a: &Finding, b: &Finding) -> std::cmp::Ordering {
+    b.root
+        .cmp(&a.root)
+        .then(b.severity.cmp(&a.severity))
+        .then(b.last_seen_unix_s.total_cmp(&a.last_seen_unix_s))
+        .then(a.id.cmp(&b.id))
+}
+
+/// Each job's nodes as an evaluation's input lists them; the nodes no job lists form the scaling rule's
+/// [`scaling::CLUSTER_JOB`] (all of them when no job is known), as in the findings about that job.
+fn job_nodes(input: &input::AnalysisInput) -> BTreeMap<String, BTreeSet<String>> {
+    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for j in &input.jobs {
+        out.entry(j.id.clone())
+            .or_default()
+            .extend(j.nodes().map(str::to_string));
+    }
+    for n in &input.nodes {
+        if input.job_of(&n.name).is_none() {
+            out.entry(scaling::CLUSTER_JOB.to_string())
+                .or_default()
+                .insert(n.name.clone());
+        }
+    }
+    out
 }
 
 /// `POST /api/v1/baselines` body: a bare-communication baseline (the `commwatch diagnose` baseline of a
@@ -181,6 +247,43 @@ impl BaselineRequest {
     }
 }
 
+/// The events of one evaluation's changes, in their order: raises and clears, and the refreshed findings
+/// whose severity or cause differ from what `published` holds (kept up to date here).
+fn events(
+    published: &mut HashMap<String, (Severity, Option<String>)>,
+    changes: Vec<Change>,
+) -> Vec<FindingEvent> {
+    let mut out = Vec::new();
+    for ch in changes {
+        match ch {
+            Change::Raised(f) => {
+                published.insert(f.id.clone(), (f.severity, f.caused_by.clone()));
+                out.push(FindingEvent::Raised(f));
+            }
+            Change::Cleared(f) => {
+                published.remove(&f.id);
+                out.push(FindingEvent::Cleared(f));
+            }
+            Change::Updated(f) => {
+                let now = (f.severity, f.caused_by.clone());
+                match published.insert(f.id.clone(), now.clone()) {
+                    Some((severity_was, caused_by_was))
+                        if (severity_was, &caused_by_was) != (now.0, &now.1) =>
+                    {
+                        out.push(FindingEvent::Changed {
+                            finding: f,
+                            severity_was,
+                            caused_by_was,
+                        })
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    out
+}
+
 enum HistoryMsg {
     Record(Vec<Change>, f64),
     Bare(BareBaseline),
@@ -191,8 +294,10 @@ struct State {
     tracker: Tracker,
     extras: Extras,
     figures: Vec<JobFigures>,
-    /// Each job's recent figures: the next evaluation's references ([`Extras::job_references`]).
-    trends: JobTrends,
+    /// Each job's nodes at the last evaluation (the findings list's `job` filter).
+    job_nodes: BTreeMap<String, BTreeSet<String>>,
+    /// Severity and cause of each active finding as last published, to publish their changes.
+    published: HashMap<String, (Severity, Option<String>)>,
     written: HashMap<String, Instant>,
     evaluations: u64,
     last_eval_seconds: f64,
@@ -283,7 +388,8 @@ impl AnalysisHandle {
                     tracker,
                     extras,
                     figures: Vec::new(),
-                    trends: JobTrends::new(),
+                    job_nodes: BTreeMap::new(),
+                    published: HashMap::new(),
                     written: HashMap::new(),
                     evaluations: 0,
                     last_eval_seconds: 0.0,
@@ -314,15 +420,9 @@ impl AnalysisHandle {
 
     /// One evaluation now (the task calls it every interval; tests may call it directly).
     pub fn evaluate_once(&self) {
-        self.evaluate_at(unix_now_ns());
-    }
-
-    /// One evaluation as of `now_unix_ns` (the collector's clock): what [`AnalysisHandle::evaluate_once`]
-    /// does, at a time the caller gives — for runs on a virtual clock (the detection benchmark).
-    pub fn evaluate_at(&self, now_unix_ns: i64) {
         let started = Instant::now();
         let extras = self.inner.state.lock().extras.clone();
-        let input = input::build(&self.inner.store, &self.inner.steps, now_unix_ns, &extras);
+        let input = input::build(&self.inner.store, &self.inner.steps, unix_now_ns(), &extras);
         self.apply(&input, started);
     }
 
@@ -333,7 +433,7 @@ impl AnalysisHandle {
         let now = input.now_unix_ns as f64 / 1e9;
         let mut to_history = Vec::new();
         let mut learned = Vec::new();
-        let changes = {
+        let events = {
             let mut st = self.inner.state.lock();
             let changes = st.tracker.update(now, cands);
             for ch in &changes {
@@ -382,20 +482,13 @@ impl AnalysisHandle {
                     }
                 }
             }
-            // The jobs' own history, for the next evaluation's drop check.
-            st.trends.observe(&figures, now);
-            st.extras.job_references = st.trends.references(now);
             st.figures = figures;
+            st.job_nodes = job_nodes(input);
             st.evaluations += 1;
             st.last_eval_seconds = started.elapsed().as_secs_f64();
-            changes
+            events(&mut st.published, changes)
         };
-        for ch in changes {
-            let ev = match ch {
-                Change::Raised(f) => FindingEvent::Raised(f),
-                Change::Cleared(f) => FindingEvent::Cleared(f),
-                Change::Updated(_) => continue,
-            };
+        for ev in events {
             let _ = self.inner.events.send(ev);
         }
         if let Some(tx) = &self.inner.history {
@@ -408,27 +501,24 @@ impl AnalysisHandle {
         }
     }
 
-    /// Findings (active and cleared), filtered, sorted by id.
+    /// Findings (active and cleared), filtered, in the list's order ([`list_order`]), at most `limit`.
     pub fn findings(&self, filter: &FindingFilter) -> Vec<Finding> {
-        let kind = filter.kind.as_deref().map(FindingKind::parse);
-        self.inner
-            .state
-            .lock()
+        let st = self.inner.state.lock();
+        let mut out: Vec<Finding> = st
             .tracker
             .findings()
             .into_iter()
-            .filter(|f| filter.active.is_none_or(|a| f.active == a))
-            .filter(|f| filter.node.as_ref().is_none_or(|n| &f.subject.node == n))
-            .filter(|f| match kind {
-                None => true,
-                Some(Some(k)) => f.kind == k,
-                // An unknown kind matches nothing.
-                Some(None) => false,
-            })
-            .collect()
+            .filter(|f| filter.matches(f, &st.job_nodes))
+            .collect();
+        drop(st);
+        out.sort_by(list_order);
+        if let Some(n) = filter.limit {
+            out.truncate(n);
+        }
+        out
     }
 
-    /// Raises and clears as they happen.
+    /// Raises, changes and clears as they happen.
     pub fn subscribe(&self) -> broadcast::Receiver<FindingEvent> {
         self.inner.events.subscribe()
     }

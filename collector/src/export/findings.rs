@@ -1,11 +1,17 @@
-//! Findings export: `GET /api/v1/findings` (`?active=true|false`, `?node=NAME`, `?kind=KIND`),
-//! `GET|POST /api/v1/baselines` (the POST is what `commwatch baseline import` calls; it is served only on the
-//! collector's HTTP listener), and the `/metrics` families `commwatch_finding_active`,
-//! `commwatch_findings_raised_total`, `commwatch_scaling_efficiency_ratio`.
+//! Findings export: `GET /api/v1/findings` (root causes first; filters `severity`, `kind`, `node`, `job`,
+//! `active`, `root`, `limit`, validated by [`super::findings_query`]), `GET|POST /api/v1/baselines` (the POST
+//! is what `commwatch baseline import` calls; it is served only on the collector's HTTP listener), and the
+//! `/metrics` families `commwatch_finding_active`, `commwatch_findings_raised_total`,
+//! `commwatch_scaling_efficiency_ratio`.
+//!
+//! `commwatch_finding_active` has a series for every active finding, consequences included, labelled
+//! `root="true"` for a root cause and `root="false"` for a consequence: alerts select `root!="false"`, so they
+//! fire once per root cause, while dashboards still show what each node suffers.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -14,6 +20,7 @@ use axum::{Json, Router};
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::{LabelPair, MetricFamily, MetricType};
 
+use super::findings_query::{self, QueryError};
 use super::names;
 use super::proto::{family, label, metric};
 use crate::analysis::engine::{BaselineRequest, FindingFilter};
@@ -27,11 +34,23 @@ pub fn router(analysis: AnalysisHandle) -> Router {
         .with_state(analysis)
 }
 
+/// `GET /api/v1/findings`: the filtered list, or 400 with `{"error": "..."}` naming a bad parameter.
 async fn list(
     State(a): State<AnalysisHandle>,
-    Query(f): Query<FindingFilter>,
-) -> Json<Vec<Finding>> {
-    Json(a.findings(&f))
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> Response {
+    let parsed = match query {
+        Ok(Query(pairs)) => findings_query::parse(&pairs),
+        Err(e) => Err(QueryError::Malformed(e.body_text())),
+    };
+    match parsed {
+        Ok(filter) => Json(a.findings(&filter)).into_response(),
+        Err(e) => (
+            StatusCode::BAD_REQUEST,
+            Json(serde_json::json!({ "error": e.to_string() })),
+        )
+            .into_response(),
+    }
 }
 
 async fn baselines(State(a): State<AnalysisHandle>) -> Response {
@@ -107,8 +126,9 @@ async fn post_baseline(State(a): State<AnalysisHandle>, body: axum::body::Body) 
 }
 
 /// The labels of `commwatch_finding_active`: `kind`, `severity`, `node`, and the subject's `device`, `port`,
-/// `gpu`, `link`, `job` where set (bounded: one series per active finding). A finding about an NCCL setting
-/// has it as its `device` label, as it had before the subject named settings apart: the series stay the same.
+/// `gpu`, `link`, `job` where set, then `root` (`true` for a root cause, `false` for a consequence; bounded:
+/// one series per active finding). A finding about an NCCL setting has it as its `device` label, as it had
+/// before the subject named settings apart.
 pub fn finding_labels(f: &Finding) -> Vec<LabelPair> {
     let mut v = vec![
         label("kind", f.kind.as_str()),
@@ -127,6 +147,7 @@ pub fn finding_labels(f: &Finding) -> Vec<LabelPair> {
             v.push(label(k, x));
         }
     }
+    v.push(label("root", if f.root { "true" } else { "false" }));
     v
 }
 
@@ -141,7 +162,7 @@ impl FindingsCollector {
         let descs = [
             (
                 names::FINDING_ACTIVE,
-                "1 while the finding is active; absent once cleared.",
+                "1 while the finding is active (root=\"false\": a consequence of another finding); absent once cleared.",
             ),
             (
                 names::FINDINGS_RAISED_TOTAL,
@@ -167,7 +188,7 @@ impl Collector for FindingsCollector {
     fn collect(&self) -> Vec<MetricFamily> {
         let mut active = family(
             names::FINDING_ACTIVE,
-            "1 while the finding is active; absent once cleared.",
+            "1 while the finding is active (root=\"false\": a consequence of another finding); absent once cleared.",
             MetricType::GAUGE,
         );
         for f in self.analysis.findings(&FindingFilter {
@@ -277,6 +298,7 @@ mod tests {
                 ("node", "node-03"),
                 ("device", "NCCL_SOCKET_IFNAME"),
                 ("job", "job-42"),
+                ("root", "true"),
             ]
         );
     }

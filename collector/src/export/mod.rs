@@ -4,6 +4,7 @@ pub mod access;
 pub mod api;
 pub mod exposition;
 pub mod findings;
+pub mod findings_query;
 pub mod jobs;
 pub mod names;
 pub mod nodes;
