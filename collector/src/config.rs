@@ -406,10 +406,19 @@ mod tests {
                 "max_grpc_connections = 10\nmax_grpc_connections_per_peer = 11",
                 "limits.max_grpc_connections_per_peer",
             ),
-            ("grpc_handshake_timeout = \"10ms\"", "limits.grpc_handshake_timeout"),
-            ("grpc_handshake_timeout = \"2m\"", "limits.grpc_handshake_timeout"),
+            (
+                "grpc_handshake_timeout = \"10ms\"",
+                "limits.grpc_handshake_timeout",
+            ),
+            (
+                "grpc_handshake_timeout = \"2m\"",
+                "limits.grpc_handshake_timeout",
+            ),
             ("max_nodes = 0", "limits.max_nodes"),
-            ("max_nodes_per_connection = 0", "limits.max_nodes_per_connection"),
+            (
+                "max_nodes_per_connection = 0",
+                "limits.max_nodes_per_connection",
+            ),
             ("max_clock_skew = \"0s\"", "limits.max_clock_skew"),
         ];
         for (text, field) in bad {

@@ -383,6 +383,14 @@ mod tests {
                 error: rusqlite::Error::InvalidQuery,
             }),
             CollectorError::Auth(ingest::auth::load_token(missing).unwrap_err()),
+            CollectorError::Auth(ingest::auth::AuthError::from(
+                ingest::tls::TlsAcceptor::load(&TlsConfig {
+                    cert_file: missing.into(),
+                    key_file: missing.into(),
+                    client_ca_file: None,
+                })
+                .unwrap_err(),
+            )),
             CollectorError::Config(CollectorConfig::from_file(missing).unwrap_err()),
             CollectorError::from(prometheus::Error::Msg("duplicate".into())),
         ];

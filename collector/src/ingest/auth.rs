@@ -21,24 +21,19 @@ use tonic::service::Interceptor;
 use tonic::{Request, Status};
 use tracing::{debug, warn};
 
-use super::tls::TlsAcceptor;
+use super::tls::{TlsAcceptor, TlsError};
 use crate::telemetry::Health;
 
 /// Errors of loading the TLS material or the token. Each message says its cause itself (none is repeated as a
 /// `source()`).
 #[derive(Debug, thiserror::Error)]
 pub enum AuthError {
-    #[error("cannot read {what} {path}: {error}")]
-    Read {
-        what: &'static str,
-        path: std::path::PathBuf,
-        error: std::io::Error,
-    },
     /// The token file is missing, unreadable, empty or not text (the message names the file and the cause).
     #[error("{0}")]
     Token(TokenError),
-    #[error("TLS configuration: {0}")]
-    Tls(String),
+    /// A TLS file is missing, unreadable or holds nothing usable (the message names the file and the cause).
+    #[error("{0}")]
+    Tls(TlsError),
 }
 
 impl From<TokenError> for AuthError {
@@ -47,12 +42,10 @@ impl From<TokenError> for AuthError {
     }
 }
 
-pub(super) fn read(what: &'static str, path: &Path) -> Result<Vec<u8>, AuthError> {
-    std::fs::read(path).map_err(|error| AuthError::Read {
-        what,
-        path: path.to_path_buf(),
-        error,
-    })
+impl From<TlsError> for AuthError {
+    fn from(e: TlsError) -> Self {
+        AuthError::Tls(e)
+    }
 }
 
 /// What agents must present, loaded once at start (a bad file fails the start).

@@ -6,6 +6,7 @@
 //! certificate chaining to that CA (mutual TLS); the names it vouches for are read by [`super::auth::identities`].
 
 use std::io;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use tokio::net::TcpStream;
@@ -15,7 +16,6 @@ use tokio_rustls::rustls::server::WebPkiClientVerifier;
 use tokio_rustls::rustls::{self, CertificateError, RootCertStore, ServerConfig};
 use tokio_rustls::server::TlsStream;
 
-use super::auth::{read, AuthError};
 use crate::config::TlsConfig;
 
 /// Accepts TLS connections with the collector's certificate (and, with mutual TLS, the client CA).
@@ -30,14 +30,35 @@ impl std::fmt::Debug for TlsAcceptor {
     }
 }
 
-fn invalid(what: &str, path: &std::path::Path, reason: impl std::fmt::Display) -> AuthError {
-    AuthError::Tls(format!("{what} {}: {reason}", path.display()))
+/// Why the TLS material cannot be used. Each message names the file and says its cause once.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("cannot read {what} {path}: {error}")]
+    Read {
+        what: &'static str,
+        path: PathBuf,
+        error: io::Error,
+    },
+    #[error("TLS configuration: {0}")]
+    Invalid(String),
+}
+
+fn read(what: &'static str, path: &Path) -> Result<Vec<u8>, TlsError> {
+    std::fs::read(path).map_err(|error| TlsError::Read {
+        what,
+        path: path.to_path_buf(),
+        error,
+    })
+}
+
+fn invalid(what: &str, path: &Path, reason: impl std::fmt::Display) -> TlsError {
+    TlsError::Invalid(format!("{what} {}: {reason}", path.display()))
 }
 
 impl TlsAcceptor {
     /// Reads the certificate chain, its key and the client CA the configuration names; a file that is
     /// missing, holds no PEM object of its kind, or does not go with the others fails (naming the file).
-    pub fn load(cfg: &TlsConfig) -> Result<TlsAcceptor, AuthError> {
+    pub fn load(cfg: &TlsConfig) -> Result<TlsAcceptor, TlsError> {
         let certs = CertificateDer::pem_slice_iter(&read("TLS certificate", &cfg.cert_file)?)
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| invalid("TLS certificate", &cfg.cert_file, e))?;
@@ -53,7 +74,7 @@ impl TlsAcceptor {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let builder = ServerConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
-            .map_err(|e| AuthError::Tls(e.to_string()))?;
+            .map_err(|e| TlsError::Invalid(e.to_string()))?;
         let builder = match &cfg.client_ca_file {
             None => builder.with_no_client_auth(),
             Some(ca) => {
