@@ -319,13 +319,22 @@ fn set_fsize(pid: u32, limit: &str) {
     assert!(st.success(), "prlimit --fsize={limit} failed");
 }
 
-/// `batches=N` of the collector's "replayed persisted state" log line.
+/// `batches=N` of the collector's "replayed persisted state" log line (terminal colours, if any, removed).
 fn replayed_batches(log: &str) -> Option<u64> {
     let line = log
         .lines()
         .find(|l| l.contains("replayed persisted state"))?;
-    let at = line.find("batches=")? + "batches=".len();
-    let digits: String = line[at..]
+    let mut plain = String::new();
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            chars.by_ref().find(|c| c.is_ascii_alphabetic());
+        } else {
+            plain.push(c);
+        }
+    }
+    let at = plain.find("batches=")? + "batches=".len();
+    let digits: String = plain[at..]
         .chars()
         .take_while(char::is_ascii_digit)
         .collect();
