@@ -426,3 +426,95 @@ async fn shutdown_ends_open_streams() {
         .expect("stops")
         .unwrap();
 }
+
+/// A stream the transport ends (the agent's connection closed under an open stream) is no rejected batch: it
+/// is counted as dropped.
+#[tokio::test]
+async fn a_transport_drop_is_counted_as_dropped_not_as_rejected() {
+    use prost::Message;
+    let h = collector(config()).await;
+    let tcp = tokio::net::TcpStream::connect(h.grpc_addr).await.unwrap();
+    let (client, conn) = h2::client::handshake(tcp).await.unwrap();
+    let conn = tokio::spawn(conn);
+    let mut client = client.ready().await.unwrap();
+    let req = http::Request::builder()
+        .method("POST")
+        .uri(format!("http://{}/commwatch.v1.Ingest/Stream", h.grpc_addr))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .unwrap();
+    let (resp, mut send) = client.send_request(req, false).unwrap();
+    let hello = msg_hello(hello("n1", 1)).encode_to_vec();
+    let mut frame = vec![0u8];
+    frame.extend((hello.len() as u32).to_be_bytes());
+    frame.extend(hello);
+    send.send_data(bytes::Bytes::from(frame), false).unwrap();
+    let resp = tokio::time::timeout(Duration::from_secs(5), resp)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    // The Hello is accepted (its Ack arrives): the session runs.
+    let mut body = resp.into_body();
+    let ack = tokio::time::timeout(Duration::from_secs(5), body.data())
+        .await
+        .unwrap();
+    assert!(matches!(ack, Some(Ok(_))), "{ack:?}");
+    // The connection goes away under the open stream: no end of stream, no reset, just gone.
+    conn.abort();
+    drop((client, send, body));
+    let dropped = || {
+        let m = h.render_metrics();
+        let v = |name: &str| {
+            m.lines()
+                .find_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok())
+                .unwrap_or(-1.0)
+        };
+        (
+            v("commwatch_collector_dropped_streams_total "),
+            v("commwatch_collector_batches_total{result=\"rejected\"} "),
+        )
+    };
+    let until = std::time::Instant::now() + Duration::from_secs(5);
+    while dropped().0 < 1.0 && std::time::Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(dropped(), (1.0, 0.0));
+    assert_eq!(h.ingest_stats().batches_rejected, 0);
+    h.shutdown().await;
+}
+
+/// The API token is accepted with the `Bearer` scheme in any case (RFC 9110: schemes are case-insensitive).
+#[tokio::test]
+async fn the_api_token_scheme_is_matched_in_any_case() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("api-token");
+    std::fs::write(&token, "s3cret\n").unwrap();
+    let mut cfg = config();
+    cfg.api_token_file = Some(token);
+    let h = collector(cfg).await;
+    let url = format!("http://{}/api/v1/nodes", h.http_addr);
+    let status = |auth: Option<&'static str>| {
+        let url = url.clone();
+        async move {
+            let mut r = reqwest::Client::new().get(url);
+            if let Some(a) = auth {
+                r = r.header("authorization", a);
+            }
+            r.send().await.unwrap().status().as_u16()
+        }
+    };
+    for scheme in ["Bearer s3cret", "bearer s3cret", "BEARER s3cret"] {
+        assert_eq!(status(Some(scheme)).await, 200, "{scheme}");
+    }
+    for refused in [
+        None,
+        Some("Basic s3cret"),
+        Some("bearer wrong"),
+        Some("s3cret"),
+    ] {
+        assert_eq!(status(refused).await, 401, "{refused:?}");
+    }
+    h.shutdown().await;
+}
