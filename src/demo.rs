@@ -9,6 +9,7 @@ use anyhow::Context;
 use clap::Args;
 use commwatch_collector::analysis::engine::FindingFilter;
 use commwatch_collector::analysis::FindingEvent;
+use commwatch_collector::{CollectorHandle, LinkView};
 use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 
 mod findings;
@@ -89,31 +90,27 @@ fn print_summary(nodes: &[commwatch_collector::NodeView], elapsed: Duration) {
         "node", "fabric tx", "fabric rx", "management tx", "links"
     );
     for n in nodes {
-        let sum = |role: &str, f: fn(&commwatch_collector::LinkView) -> Option<f64>| -> f64 {
-            n.links
-                .iter()
-                .filter(|l| l.role == role && l.class != "nvlink")
-                .filter_map(f)
-                .sum()
+        let sum = |pick: fn(&LinkView) -> bool, rate: fn(&LinkView) -> Option<f64>| -> f64 {
+            n.links.iter().filter(|l| pick(l)).filter_map(rate).sum()
         };
-        let fab_tx = sum("fabric", |l| l.tx_bytes_per_second);
-        let fab_rx = sum("fabric", |l| l.rx_bytes_per_second);
-        let mgmt_tx = sum("management", |l| l.tx_bytes_per_second);
-        let flag = if mgmt_tx > 200e6 {
-            "  <- training traffic on the management NIC?"
-        } else {
-            ""
-        };
+        let fab_tx = sum(is_fabric_port, |l| l.tx_bytes_per_second);
+        let fab_rx = sum(is_fabric_port, |l| l.rx_bytes_per_second);
+        let mgmt_tx = sum(|l| l.role == "management", |l| l.tx_bytes_per_second);
         println!(
-            "    {:<10} {:>14} {:>14} {:>16} {:>8}{}",
+            "    {:<10} {:>14} {:>14} {:>16} {:>8}",
             n.name,
             gbps(fab_tx),
             gbps(fab_rx),
             gbps(mgmt_tx),
             n.links.len(),
-            flag
         );
     }
+}
+
+/// Fabric traffic as the recording rules count it: the RDMA adapters' ports, not the IPoIB netdevs on top of
+/// them (whose bytes the port counts too) nor NVLink.
+fn is_fabric_port(l: &LinkView) -> bool {
+    l.role == "fabric" && l.endpoint == "hca_port"
 }
 
 /// `first` and every event already waiting behind it.
@@ -132,6 +129,48 @@ fn drain(
 }
 
 pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
+    let spec = cluster_spec(&args)?;
+    let tmp;
+    let root = match &args.dir {
+        Some(d) => {
+            std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
+            d.clone()
+        }
+        None => {
+            tmp = tempfile::Builder::new()
+                .prefix("commwatch-demo-")
+                .tempdir()?;
+            tmp.path().to_path_buf()
+        }
+    };
+    let cluster =
+        commwatch_sim::Cluster::create(&root, spec).context("writing the simulated sysfs trees")?;
+    let description = cluster.describe();
+    let collector = commwatch_collector::start(commwatch_collector::CollectorConfig {
+        grpc_listen: args.grpc_listen,
+        http_listen: args.http_listen,
+        allow_plaintext: args.allow_plaintext,
+        ..Default::default()
+    })
+    .await
+    .context("starting the collector")?;
+    let agents = start_agents(&args, &cluster, &collector).await?;
+    let updater = cluster.spawn_updater(Duration::from_millis(10));
+    print_banner(&args, &description, &root, &collector);
+    watch(&args, &collector).await;
+    println!("stopping");
+    for a in agents {
+        a.shutdown().await;
+    }
+    collector.shutdown().await;
+    if let Some(c) = updater.stop() {
+        drop(c);
+    }
+    Ok(())
+}
+
+/// The simulated cluster the flags ask for.
+fn cluster_spec(args: &DemoArgs) -> anyhow::Result<commwatch_sim::ClusterSpec> {
     let scenario: commwatch_sim::Scenario = args.scenario.parse().with_context(|| {
         format!(
             "--scenario {:?} (known: {})",
@@ -152,45 +191,24 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         ..commwatch_sim::ClusterSpec::with_scenario(scenario)
     };
     spec.validate().context("invalid demo size or variants")?;
+    Ok(spec)
+}
 
-    let tmp;
-    let root = match &args.dir {
-        Some(d) => {
-            std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
-            d.clone()
-        }
-        None => {
-            tmp = tempfile::Builder::new()
-                .prefix("commwatch-demo-")
-                .tempdir()?;
-            tmp.path().to_path_buf()
-        }
-    };
-    let cluster =
-        commwatch_sim::Cluster::create(&root, spec).context("writing the simulated sysfs trees")?;
-    let description = cluster.describe();
-    let node_roots = cluster.node_roots();
-    // The job's ranks, as each node's agent would find them in /proc (in management-nic, the faulty node's
-    // ranks set NCCL_SOCKET_IFNAME=eth0).
+/// One real agent per simulated node, reading its sysfs and procfs trees (in management-nic, the faulty
+/// node's ranks set NCCL_SOCKET_IFNAME=eth0); the simulated GPUs and host CPUs follow the same model and
+/// clock as the trees.
+async fn start_agents(
+    args: &DemoArgs,
+    cluster: &commwatch_sim::Cluster,
+    collector: &CollectorHandle,
+) -> anyhow::Result<Vec<commwatch_agent::AgentHandle>> {
     let procfs_roots = cluster
         .write_procfs_trees()
         .context("writing the simulated procfs trees")?;
-    // The simulated GPUs and host CPUs follow the same model and clock as the sysfs trees.
     let (model, epoch) = (cluster.model().clone(), cluster.epoch());
-    let updater = cluster.spawn_updater(Duration::from_millis(10));
-
-    let collector = commwatch_collector::start(commwatch_collector::CollectorConfig {
-        grpc_listen: args.grpc_listen,
-        http_listen: args.http_listen,
-        allow_plaintext: args.allow_plaintext,
-        ..Default::default()
-    })
-    .await
-    .context("starting the collector")?;
-
     let mut agents = Vec::new();
     for (i, ((node, sysfs_root), (_, procfs_root))) in
-        node_roots.iter().zip(&procfs_roots).enumerate()
+        cluster.node_roots().iter().zip(&procfs_roots).enumerate()
     {
         let config = commwatch_agent::AgentConfig {
             node: node.clone(),
@@ -222,7 +240,16 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
                 .with_context(|| format!("starting the agent of {node}"))?,
         );
     }
+    Ok(agents)
+}
 
+/// What runs and where to look.
+fn print_banner(
+    args: &DemoArgs,
+    description: &str,
+    root: &std::path::Path,
+    collector: &CollectorHandle,
+) {
     println!(
         "commwatch demo: {} nodes × {} GPUs, scenario {}{}",
         args.nodes,
@@ -237,21 +264,21 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     println!("{description}");
     println!("simulated sysfs trees: {}", root.display());
     println!("collector gRPC:  {}", collector.grpc_addr);
-    println!("metrics:         http://{}/metrics", collector.http_addr);
-    println!(
-        "nodes:           http://{}/api/v1/nodes",
-        collector.http_addr
-    );
-    println!(
-        "jobs:            http://{}/api/v1/jobs",
-        collector.http_addr
-    );
-    println!("health:          http://{}/healthz", collector.http_addr);
+    let http = collector.http_addr;
+    println!("metrics:         http://{http}/metrics");
+    println!("nodes:           http://{http}/api/v1/nodes");
+    println!("jobs:            http://{http}/api/v1/jobs");
+    println!("findings:        http://{http}/api/v1/findings?root=true");
+    println!("health:          http://{http}/healthz");
     match args.duration {
         Some(d) => println!("running for {}s (Ctrl-C stops earlier)", d.as_secs()),
         None => println!("running until Ctrl-C"),
     }
+}
 
+/// Prints the live summary and each finding as it is raised or cleared until the duration ends or Ctrl-C,
+/// then the findings still active.
+async fn watch(args: &DemoArgs, collector: &CollectorHandle) {
     let started = tokio::time::Instant::now();
     let stop = async {
         match args.duration {
@@ -291,13 +318,4 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     for line in findings::at_exit(&all) {
         println!("{line}");
     }
-    println!("stopping");
-    for a in agents {
-        a.shutdown().await;
-    }
-    collector.shutdown().await;
-    if let Some(c) = updater.stop() {
-        drop(c);
-    }
-    Ok(())
 }

@@ -43,6 +43,8 @@ pub struct LinkView {
     pub device: String,
     /// IB port number or interface name, as a string.
     pub port: String,
+    /// `hca_port` (an RDMA adapter's port) | `interface` (a netdev, IPoIB included) | `gpu_link` (NVLink).
+    pub endpoint: String,
     /// `fabric` | `management` | `unknown`.
     pub role: String,
     pub capacity_bytes_per_second: Option<f64>,
@@ -99,6 +101,7 @@ impl From<&LinkSnapshot> for LinkView {
             class: l.key.class.as_str().to_string(),
             device: l.key.device.clone(),
             port: l.key.port.clone(),
+            endpoint: l.endpoint.as_str().to_string(),
             role: l.role.as_str().to_string(),
             capacity_bytes_per_second: l.capacity_bytes_per_second,
             tx_bytes_per_second: s.tx_bytes_per_second,
