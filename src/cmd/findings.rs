@@ -241,7 +241,7 @@ mod tests {
             (&["--severity", "warning,bad"][..], "--severity"),
             (&["--limit", "0"][..], "--limit"),
         ] {
-            let e = parse(flags).err().expect("refused");
+            let e = parse(flags).expect_err("refused");
             assert_eq!(e.exit_code(), 2);
             assert!(e.to_string().contains(says), "{flags:?}: {e}");
         }
