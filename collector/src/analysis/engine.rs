@@ -20,6 +20,7 @@ use super::history::{History, HistoryError};
 use super::input::{self, BareBaseline, Extras, ThroughputBaseline};
 use super::scaling::{self, JobFigures};
 use super::tracker::{Change, Tracker};
+use super::trend::JobTrends;
 use super::{evaluate, Finding, FindingKind, Severity};
 use crate::steps::StepStore;
 use crate::store::Store;
@@ -294,6 +295,8 @@ struct State {
     tracker: Tracker,
     extras: Extras,
     figures: Vec<JobFigures>,
+    /// Each job's recent figures: the next evaluation's references ([`Extras::job_references`]).
+    trends: JobTrends,
     /// Each job's nodes at the last evaluation (the findings list's `job` filter).
     job_nodes: BTreeMap<String, BTreeSet<String>>,
     /// Severity and cause of each active finding as last published, to publish their changes.
@@ -388,6 +391,7 @@ impl AnalysisHandle {
                     tracker,
                     extras,
                     figures: Vec::new(),
+                    trends: JobTrends::new(),
                     job_nodes: BTreeMap::new(),
                     published: HashMap::new(),
                     written: HashMap::new(),
@@ -420,9 +424,15 @@ impl AnalysisHandle {
 
     /// One evaluation now (the task calls it every interval; tests may call it directly).
     pub fn evaluate_once(&self) {
+        self.evaluate_at(unix_now_ns());
+    }
+
+    /// One evaluation as of `now_unix_ns` (the collector's clock): what [`AnalysisHandle::evaluate_once`]
+    /// does, at a time the caller gives — for runs on a virtual clock (the detection benchmark).
+    pub fn evaluate_at(&self, now_unix_ns: i64) {
         let started = Instant::now();
         let extras = self.inner.state.lock().extras.clone();
-        let input = input::build(&self.inner.store, &self.inner.steps, unix_now_ns(), &extras);
+        let input = input::build(&self.inner.store, &self.inner.steps, now_unix_ns, &extras);
         self.apply(&input, started);
     }
 
@@ -482,6 +492,9 @@ impl AnalysisHandle {
                     }
                 }
             }
+            // The jobs' own history, for the next evaluation's drop check.
+            st.trends.observe(&figures, now);
+            st.extras.job_references = st.trends.references(now);
             st.figures = figures;
             st.job_nodes = job_nodes(input);
             st.evaluations += 1;
