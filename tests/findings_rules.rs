@@ -1,306 +1,22 @@
-//! The analysis rules driven by the simulator's model on a fast clock: every link's counters are computed by
-//! `commwatch_sim::JobModel` at 50 ms (bytes) and 1 s (errors, GPUs, host) resolution — the samples a real agent
-//! would send — turned into `AnalysisInput`s of 20 s windows, evaluated once per simulated second and fed to the
-//! tracker. Asserts which findings are raised, on which subject, with which numbers, after how many steps; that
-//! they clear after the fault is removed; and that `healthy` raises nothing at warning or above for ten minutes.
+//! The analysis rules driven by the simulator's model on a fast clock (the harness is `fast_clock`): which
+//! findings are raised, on which subject, with which numbers, after how many steps; that they clear after the
+//! fault is removed; that every healthy traffic variant raises nothing at warning or above for ten simulated
+//! minutes, with GPU data and from links alone; that every fault is found on the right subject within ten steps
+//! on every realistic background; that a burst shorter than a few samples raises nothing from its rate.
 
-use std::collections::VecDeque;
-use std::time::{Duration, Instant};
+mod fast_clock;
 
-use commwatch_agent::source::gpu::GpuBackend;
-use commwatch_agent::source::host::HostBackend;
-use commwatch_collector::analysis::activity;
-use commwatch_collector::analysis::input::{
-    AnalysisInput, ConflictInput, CounterWindow, GpuInput, JobInput, LinkInput, NodeInput,
-    RankInput,
-};
-use commwatch_collector::analysis::tracker::{Change, Tracker, CLEAR_AFTER, RAISE_AFTER};
-use commwatch_collector::analysis::{evaluate, Finding, FindingKind, Severity};
-use commwatch_collector::model::{LinkClass, LinkRole};
-use commwatch_sim::{ClusterSpec, JobModel, Link, PortCounter, Scenario, SimGpus, SimHost};
-
-const FAST_NS: u64 = 50_000_000;
-const WINDOW_S: u64 = 20;
-const NS: u64 = 1_000_000_000;
-const COUNTERS: &[(PortCounter, &str, u64)] = &[
-    (PortCounter::SymbolError, "symbol_errors", 65_535),
-    (PortCounter::LinkErrorRecovery, "link_error_recoveries", 255),
-    (PortCounter::LinkDowned, "link_downed", 255),
-    (PortCounter::PortRcvErrors, "rx_errors", 65_535),
-    (
-        PortCounter::PortXmitWait,
-        "xmit_wait_ticks",
-        u32::MAX as u64,
-    ),
-];
-
-/// One link's rolling windows.
-struct LinkFeed {
-    link: Link,
-    tx: VecDeque<(i64, u64)>,
-    rx: VecDeque<(i64, u64)>,
-    counters: Vec<VecDeque<(i64, u64)>>,
-}
-
-/// A simulated cluster sampled on a fast clock. `switch` replaces the model (fault removed) keeping every
-/// counter continuous.
-struct Feed {
-    model: JobModel,
-    nodes: Vec<Vec<LinkFeed>>,
-    gpus: Vec<SimGpus>,
-    hosts: Vec<SimHost>,
-    /// Per-sample offsets after a model switch: (node, link) → tx, rx, counters.
-    offsets: Vec<Vec<(i64, i64, Vec<i64>)>>,
-    jobs: Vec<JobInput>,
-    t_ns: u64,
-}
-
-fn links_of(model: &JobModel) -> Vec<Link> {
-    let g = model.spec().gpus_per_node;
-    let mut v: Vec<Link> = (0..g).map(Link::Hca).collect();
-    v.push(Link::Eth0);
-    v
-}
-
-impl Feed {
-    fn new(spec: ClusterSpec) -> Feed {
-        let model = JobModel::new(&spec).expect("model");
-        let epoch = Instant::now();
-        let n = spec.nodes;
-        let nodes = (0..n)
-            .map(|_| {
-                links_of(&model)
-                    .into_iter()
-                    .map(|link| LinkFeed {
-                        link,
-                        tx: VecDeque::new(),
-                        rx: VecDeque::new(),
-                        counters: vec![VecDeque::new(); COUNTERS.len()],
-                    })
-                    .collect()
-            })
-            .collect();
-        let offsets = (0..n)
-            .map(|_| vec![(0, 0, vec![0; COUNTERS.len()]); spec.gpus_per_node + 1])
-            .collect();
-        Feed {
-            gpus: (0..n).map(|i| SimGpus::new(&model, i, epoch)).collect(),
-            hosts: (0..n).map(|i| SimHost::new(&model, i, epoch)).collect(),
-            model,
-            nodes,
-            offsets,
-            jobs: Vec::new(),
-            t_ns: 0,
-        }
-    }
-
-    fn raw(&self, node: usize, link: Link, t: u64) -> (u64, u64, Vec<u64>) {
-        let b = self
-            .model
-            .expected_link_bytes(node, link, Duration::from_nanos(t))
-            .expect("bytes");
-        let c = match link {
-            Link::Hca(g) => COUNTERS
-                .iter()
-                .map(|(pc, _, _)| {
-                    self.model
-                        .port_counter(node, g, *pc, Duration::from_nanos(t))
-                        .expect("counter")
-                })
-                .collect(),
-            _ => vec![0; COUNTERS.len()],
-        };
-        (b.tx, b.rx, c)
-    }
-
-    /// Replaces the model at the current time; counters continue from their current values.
-    fn switch(&mut self, spec: ClusterSpec) {
-        let new = JobModel::new(&spec).expect("model");
-        let t = self.t_ns;
-        for node in 0..self.nodes.len() {
-            for (li, link) in links_of(&self.model).into_iter().enumerate() {
-                let (otx, orx, oc) = self.raw(node, link, t);
-                let b = new
-                    .expected_link_bytes(node, link, Duration::from_nanos(t))
-                    .expect("bytes");
-                let off = &mut self.offsets[node][li];
-                off.0 += otx as i64 - b.tx as i64;
-                off.1 += orx as i64 - b.rx as i64;
-                if let Link::Hca(g) = link {
-                    for (k, (pc, _, _)) in COUNTERS.iter().enumerate() {
-                        let v = new
-                            .port_counter(node, g, *pc, Duration::from_nanos(t))
-                            .expect("counter");
-                        off.2[k] += oc[k] as i64 - v as i64;
-                    }
-                }
-            }
-        }
-        let epoch = Instant::now();
-        self.gpus = (0..self.nodes.len())
-            .map(|i| SimGpus::new(&new, i, epoch))
-            .collect();
-        self.hosts = (0..self.nodes.len())
-            .map(|i| SimHost::new(&new, i, epoch))
-            .collect();
-        self.model = new;
-    }
-
-    /// Advances one second, sampling bytes at 50 ms and counters at 1 s; returns the input of the window ending
-    /// now.
-    fn advance(&mut self) -> AnalysisInput {
-        let end = self.t_ns + NS;
-        let horizon = end.saturating_sub(WINDOW_S * NS) as i64;
-        let mut t = self.t_ns + FAST_NS;
-        while t <= end {
-            for node in 0..self.nodes.len() {
-                for li in 0..self.nodes[node].len() {
-                    let link = self.nodes[node][li].link;
-                    let (tx, rx, c) = self.raw(node, link, t);
-                    let off = &self.offsets[node][li];
-                    let lf = &mut self.nodes[node][li];
-                    lf.tx.push_back((t as i64, (tx as i64 + off.0) as u64));
-                    lf.rx.push_back((t as i64, (rx as i64 + off.1) as u64));
-                    if t == end {
-                        for (k, v) in c.iter().enumerate() {
-                            lf.counters[k].push_back((t as i64, (*v as i64 + off.2[k]) as u64));
-                        }
-                    }
-                    for q in [&mut lf.tx, &mut lf.rx] {
-                        while q.front().is_some_and(|(ts, _)| *ts < horizon) {
-                            q.pop_front();
-                        }
-                    }
-                    for q in &mut lf.counters {
-                        while q.front().is_some_and(|(ts, _)| *ts < horizon) {
-                            q.pop_front();
-                        }
-                    }
-                }
-            }
-            t += FAST_NS;
-        }
-        self.t_ns = end;
-        self.input()
-    }
-
-    fn input(&mut self) -> AnalysisInput {
-        let t0 = self.t_ns.saturating_sub(WINDOW_S * NS).max(NS);
-        let mut nodes = Vec::new();
-        for node in 0..self.nodes.len() {
-            let name = self.model.node_name(node).expect("name").to_string();
-            let mut links = Vec::new();
-            for lf in &self.nodes[node] {
-                let lm = self.model.link(node, lf.link).expect("link");
-                let (class, role, device, port) = match lf.link {
-                    Link::Hca(g) => (
-                        LinkClass::Infiniband,
-                        LinkRole::Fabric,
-                        format!("mlx5_{g}"),
-                        "1".to_string(),
-                    ),
-                    _ => (
-                        LinkClass::Ethernet,
-                        LinkRole::Management,
-                        "eth0".into(),
-                        "eth0".into(),
-                    ),
-                };
-                let mut l = LinkInput::new(class, &device, &port, role);
-                l.link.capacity_bytes_per_second = Some(lm.capacity_bytes_per_second as f64);
-                let tx: Vec<_> = lf.tx.iter().copied().collect();
-                let rx: Vec<_> = lf.rx.iter().copied().collect();
-                l.activity = activity::analyse(&tx, &rx, l.link.capacity_bytes_per_second);
-                for (k, (_, metric, max)) in COUNTERS.iter().enumerate() {
-                    let q = &lf.counters[k];
-                    if let (Some(a), Some(b)) = (q.front(), q.back()) {
-                        if matches!(lf.link, Link::Hca(_)) {
-                            l.counters.push(CounterWindow {
-                                metric: metric.to_string(),
-                                labels: vec![],
-                                increase: b.1.saturating_sub(a.1),
-                                window_s: (b.0 - a.0) as f64 / 1e9,
-                                saturated: b.1 >= *max,
-                                raw: b.1,
-                            });
-                        }
-                    }
-                }
-                links.push(l);
-            }
-            // GPUs and host: 1 s readings over the window, as the slow tier takes them.
-            let mut busy = Vec::new();
-            let mut cpu = Vec::new();
-            let mut s = t0 + NS;
-            while s <= self.t_ns {
-                self.gpus[node].set_time(Some(Duration::from_nanos(s)));
-                busy.push(
-                    f64::from(self.gpus[node].utilization(0).expect("util").gpu_percent) / 100.0,
-                );
-                self.hosts[node].set_time(Some(Duration::from_nanos(s)));
-                cpu.push(f64::from(self.hosts[node].read().cpu_percent) / 100.0);
-                s += NS;
-            }
-            let mean = |v: &[f64]| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
-            let sm = self.gpus[node]
-                .sm_activity(Duration::from_nanos(t0), Duration::from_nanos(self.t_ns));
-            let gpus = (0..self.model.spec().gpus_per_node)
-                .map(|g| GpuInput {
-                    index: g.to_string(),
-                    busy_share: mean(&busy),
-                    sm_activity: Some(sm),
-                    ..Default::default()
-                })
-                .collect();
-            nodes.push(NodeInput {
-                name,
-                links,
-                steps: vec![],
-                gpus,
-                cpu_utilization: mean(cpu.get(1..).unwrap_or(&[])),
-            });
-        }
-        AnalysisInput {
-            now_unix_ns: self.t_ns as i64,
-            nodes,
-            jobs: self.jobs.clone(),
-            ..Default::default()
-        }
-    }
-}
-
-/// Findings with the simulated second they changed at.
-type Timed = Vec<(u64, Finding)>;
-
-/// Runs `secs` simulated seconds through rules and tracker; returns (second of each raise, finding).
-fn run(feed: &mut Feed, tracker: &mut Tracker, secs: u64) -> (Timed, Timed) {
-    let (mut raised, mut cleared) = (Vec::new(), Vec::new());
-    for _ in 0..secs {
-        let input = feed.advance();
-        let now = feed.t_ns / NS;
-        for ch in tracker.update(now as f64, evaluate(&input)) {
-            match ch {
-                Change::Raised(f) => raised.push((now, f)),
-                Change::Cleared(f) => cleared.push((now, f)),
-                Change::Updated(_) => {}
-            }
-        }
-    }
-    (raised, cleared)
-}
-
-fn spec(s: Scenario) -> ClusterSpec {
-    ClusterSpec::with_scenario(s)
-}
-
-fn steps_at(feed: &Feed, second: u64) -> f64 {
-    second as f64 / feed.model.timeline().period.as_secs_f64()
-}
+use commwatch_collector::analysis::input::{ConflictInput, JobInput, NodeInput, RankInput};
+use commwatch_collector::analysis::tracker::{CLEAR_AFTER, RAISE_AFTER};
+use commwatch_collector::analysis::{underutilized, Finding, FindingKind, Severity};
+use commwatch_collector::steps::{NodeStep, StepLink, StepSource};
+use commwatch_sim::{Scenario, Variant};
+use fast_clock::{run, spec, spec_with, Feed, Monitor, Sources, Timed, LINKS_ONLY, WINDOW_S};
 
 #[test]
 fn healthy_ten_minutes_raises_nothing_at_warning_or_above() {
     let mut feed = Feed::new(spec(Scenario::Healthy));
-    let mut tr = Tracker::new();
+    let mut tr = Monitor::new();
     let (raised, _) = run(&mut feed, &mut tr, 600);
     let bad: Vec<_> = raised
         .iter()
@@ -341,7 +57,7 @@ fn management_nic_classic_case_with_root_cause() {
         reason: "eth0 is a management interface while InfiniBand ports are active".into(),
     });
     feed.jobs = vec![job];
-    let mut tr = Tracker::new();
+    let mut tr = Monitor::new();
     let (raised, _) = run(&mut feed, &mut tr, 15);
     let mgmt = raised
         .iter()
@@ -369,7 +85,7 @@ fn management_nic_classic_case_with_root_cause() {
         Some("nccl_misconfiguration:node-03:NCCL_SOCKET_IFNAME:job=job-42")
     );
     // Detection delay: the raise needs MIN_BURSTS complete bursts then RAISE_AFTER evaluations.
-    let delay_steps = steps_at(&feed, mgmt.0);
+    let delay_steps = feed.steps_at(mgmt.0);
     eprintln!(
         "management_network_traffic detection delay: {} s = {:.1} steps",
         mgmt.0, delay_steps
@@ -397,7 +113,7 @@ fn management_nic_classic_case_with_root_cause() {
     assert_eq!(rollup.severity, Severity::Info);
     // A cause lists the findings raised under it (as they are now, not as they were at its raise).
     let listed = |id: &str| -> Vec<String> {
-        let all = tr.findings();
+        let all = tr.tracker.findings();
         all.into_iter()
             .find(|x| x.id == id)
             .expect("listed")
@@ -444,34 +160,46 @@ fn management_nic_classic_case_with_root_cause() {
     assert!(nccl.0 <= mgmt.0);
     // Exactly one root cause: the setting. Everything else leads up to it.
     let roots: Vec<String> = tr
+        .tracker
         .active()
         .into_iter()
         .filter(|f| f.root)
         .map(|f| f.id)
         .collect();
     assert_eq!(roots, std::slice::from_ref(&nccl.1.id));
-    // Scaling (GPU data: exposed communication): 343.6 ms of 643.6 ms exposed → ≈ 0.47, a consequence.
+    // Scaling (GPU data: exposed communication), a consequence: 343.6 ms of 643.6 ms exposed, as the GPUs'
+    // means estimate it — kernels run all the time (u = 1), SM activity (300·0.9 + 343.6·0.08) / 643.6, so
+    // 1 − (u − s/0.9) ≈ 0.51 (NCCL's kernels count a little as compute). Raised with its cause after 5 s
+    // (a window of 8 steps); its figure as of now, 23 steps.
     let sc = raised
         .iter()
         .find(|(_, f)| f.kind == FindingKind::ScalingEfficiencyDrop)
         .expect("scaling");
-    assert_eq!(sc.1.evidence.details["method"], "exposed_communication");
-    assert!(
-        (sc.1.evidence.measured - 0.47).abs() < 0.05,
-        "{}",
-        sc.1.evidence.measured
-    );
     assert_eq!(sc.1.severity, Severity::Info);
+    let sc = tr
+        .tracker
+        .active()
+        .into_iter()
+        .find(|f| f.id == sc.1.id)
+        .expect("active");
+    assert_eq!(sc.evidence.details["method"], "exposed_communication");
+    assert!(
+        (sc.evidence.measured - 0.514).abs() < 0.02,
+        "{}",
+        sc.evidence.measured
+    );
+    assert_eq!(sc.severity, Severity::Info);
     // Fault removed (NCCL bound to the fabric): everything clears.
     feed.switch(spec(Scenario::Healthy));
     let (again, cleared) = run(&mut feed, &mut tr, WINDOW_S + CLEAR_AFTER as u64 + 3);
     assert!(again.is_empty(), "{again:#?}");
     assert!(
-        tr.active()
+        tr.tracker
+            .active()
             .iter()
             .all(|f| f.kind == FindingKind::NcclMisconfiguration),
         "{:#?}",
-        tr.active()
+        tr.tracker.active()
     );
     assert!(cleared.iter().any(|(_, c)| c.id == f.id));
 }
@@ -479,7 +207,7 @@ fn management_nic_classic_case_with_root_cause() {
 #[test]
 fn degraded_link_congestion_and_clear() {
     let mut feed = Feed::new(spec(Scenario::DegradedLink));
-    let mut tr = Tracker::new();
+    let mut tr = Monitor::new();
     let (raised, _) = run(&mut feed, &mut tr, 12);
     let d = raised
         .iter()
@@ -494,7 +222,7 @@ fn degraded_link_congestion_and_clear() {
     eprintln!(
         "link_degraded detection delay: {} s = {:.1} steps",
         d.0,
-        steps_at(&feed, d.0)
+        feed.steps_at(d.0)
     );
     assert_eq!(d.0, RAISE_AFTER as u64);
     let c = raised
@@ -516,7 +244,7 @@ fn degraded_link_congestion_and_clear() {
     eprintln!(
         "congestion detection delay: {} s = {:.1} steps",
         c.0,
-        steps_at(&feed, c.0)
+        feed.steps_at(c.0)
     );
     assert!(!raised
         .iter()
@@ -525,13 +253,13 @@ fn degraded_link_congestion_and_clear() {
     feed.switch(spec(Scenario::Healthy));
     let (_, cleared) = run(&mut feed, &mut tr, WINDOW_S + CLEAR_AFTER as u64 + 3);
     assert!(cleared.iter().any(|(_, f)| f.id == d.1.id));
-    assert!(tr.active().is_empty(), "{:#?}", tr.active());
+    assert!(tr.tracker.active().is_empty(), "{:#?}", tr.tracker.active());
 }
 
 #[test]
 fn link_errors_rates_then_clear() {
     let mut feed = Feed::new(spec(Scenario::LinkErrors));
-    let mut tr = Tracker::new();
+    let mut tr = Monitor::new();
     let (raised, _) = run(&mut feed, &mut tr, 10);
     assert_eq!(raised.len(), 1, "{raised:#?}");
     let (at, f) = &raised[0];
@@ -544,7 +272,22 @@ fn link_errors_rates_then_clear() {
         ),
         ("node-03", Some("mlx5_0"), Some("1"))
     );
-    assert_eq!(f.severity, Severity::Critical, "link_error_recoveries rise");
+    // Raised on its symbol and receive errors after 3 s; critical once link_error_recoveries rise (every 5 s).
+    assert_eq!(f.severity, Severity::Warning);
+    let now = tr.tracker.active();
+    assert_eq!(now.len(), 1, "{now:#?}");
+    assert_eq!(now[0].id, f.id);
+    assert_eq!(
+        now[0].severity,
+        Severity::Critical,
+        "link_error_recoveries rise"
+    );
+    assert!(
+        now[0].evidence.details["link_error_recoveries_per_second"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
     // One symbol error every 25 ms, one port_rcv_error every 80 ms.
     let sym = f.evidence.details["symbol_errors_per_second"]
         .as_f64()
@@ -554,18 +297,18 @@ fn link_errors_rates_then_clear() {
     assert!((rcv - 12.5).abs() < 0.5, "{rcv}");
     eprintln!(
         "link_errors detection delay: {at} s = {:.1} steps",
-        steps_at(&feed, *at)
+        feed.steps_at(*at)
     );
     feed.switch(spec(Scenario::Healthy));
     let (_, cleared) = run(&mut feed, &mut tr, WINDOW_S + CLEAR_AFTER as u64 + 2);
     assert_eq!(cleared.len(), 1);
-    assert!(tr.active().is_empty());
+    assert!(tr.tracker.active().is_empty());
 }
 
 #[test]
 fn straggler_node_found_from_gpu_busy_share() {
     let mut feed = Feed::new(spec(Scenario::Straggler));
-    let mut tr = Tracker::new();
+    let mut tr = Monitor::new();
     let (raised, _) = run(&mut feed, &mut tr, 25);
     let s: Vec<_> = raised
         .iter()
@@ -573,17 +316,20 @@ fn straggler_node_found_from_gpu_busy_share() {
         .collect();
     assert_eq!(s.len(), 1, "{raised:#?}");
     assert_eq!(s[0].1.subject.node, "node-03");
-    // node-03 computes 390 ms of 399.7 ms (+ its burst share); the others 300 + 19.7.
+    // node-03 computes 390 ms of 399.7 ms; the others 300 ms (their kernels run 300 + 19.7 ms, NCCL's
+    // included, but only compute counts: SM activity ÷ 0.9).
+    assert_eq!(s[0].1.evidence.details["signal"], "gpu_compute_share");
     assert!(
-        (s[0].1.evidence.measured - 1.0).abs() < 0.03,
+        (s[0].1.evidence.measured - 390.0 / 399.7).abs() < 0.03,
         "{}",
         s[0].1.evidence.measured
     );
-    assert!((s[0].1.evidence.expected.unwrap() - 0.80).abs() < 0.03);
+    let expected = s[0].1.evidence.expected.unwrap();
+    assert!((expected - 300.0 / 399.7).abs() < 0.03, "{expected}");
     eprintln!(
         "straggler detection delay: {} s = {:.1} steps",
         s[0].0,
-        steps_at(&feed, s[0].0)
+        feed.steps_at(s[0].0)
     );
     assert!(
         !raised
@@ -596,7 +342,7 @@ fn straggler_node_found_from_gpu_busy_share() {
 #[test]
 fn no_overlap_is_exposed_communication() {
     let mut feed = Feed::new(spec(Scenario::NoOverlap));
-    let mut tr = Tracker::new();
+    let mut tr = Monitor::new();
     let (raised, _) = run(&mut feed, &mut tr, 25);
     let e: Vec<_> = raised
         .iter()
@@ -605,7 +351,7 @@ fn no_overlap_is_exposed_communication() {
     assert_eq!(e.len(), 8, "{raised:#?}");
     // One problem of the job: the nodes' findings roll up into one about the job.
     let job = job_finding(&raised, FindingKind::ExposedCommunication);
-    rolled_up(&raised, &tr.findings(), job);
+    rolled_up(&raised, &tr.tracker.findings(), job);
     assert!(job.summary.contains("8 nodes spend"), "{}", job.summary);
     // 19.6875 ms of 319.6875 ms exposed = 0.0616.
     for (_, f) in &e {
@@ -618,7 +364,7 @@ fn no_overlap_is_exposed_communication() {
     eprintln!(
         "exposed_communication detection delay: {} s = {:.1} steps",
         e[0].0,
-        steps_at(&feed, e[0].0)
+        feed.steps_at(e[0].0)
     );
     assert!(!raised.iter().any(|(_, f)| f.kind == FindingKind::CpuBound));
 }
@@ -626,7 +372,7 @@ fn no_overlap_is_exposed_communication() {
 #[test]
 fn cpu_bound_not_blamed_on_nccl() {
     let mut feed = Feed::new(spec(Scenario::CpuBound));
-    let mut tr = Tracker::new();
+    let mut tr = Monitor::new();
     let (raised, _) = run(&mut feed, &mut tr, 25);
     let c: Vec<_> = raised
         .iter()
@@ -634,7 +380,7 @@ fn cpu_bound_not_blamed_on_nccl() {
         .collect();
     assert_eq!(c.len(), 8, "{raised:#?}");
     let job = job_finding(&raised, FindingKind::CpuBound);
-    rolled_up(&raised, &tr.findings(), job);
+    rolled_up(&raised, &tr.tracker.findings(), job);
     assert!(job.summary.contains("GPUs of 8 nodes"), "{}", job.summary);
     // GPUs idle 250 of 559.6875 ms = 0.4467.
     for (_, f) in &c {
@@ -647,7 +393,7 @@ fn cpu_bound_not_blamed_on_nccl() {
     eprintln!(
         "cpu_bound detection delay: {} s = {:.1} steps",
         c[0].0,
-        steps_at(&feed, c[0].0)
+        feed.steps_at(c[0].0)
     );
     assert!(
         !raised.iter().any(|(_, f)| matches!(
@@ -700,4 +446,510 @@ fn rolled_up(raised: &Timed, now: &[Finding], job: &Finding) {
         .map(|(_, f)| f.id.as_str())
         .collect();
     assert_eq!(warnings, [job.id.as_str()]);
+}
+
+/// The job-level finding of `kind` about `job` among `raised` (a roll-up, or a job's scaling).
+fn about_job<'a>(raised: &'a Timed, kind: FindingKind, job: &str) -> &'a Finding {
+    &raised
+        .iter()
+        .find(|(_, f)| {
+            f.kind == kind && f.subject.node.is_empty() && f.subject.job.as_deref() == Some(job)
+        })
+        .unwrap_or_else(|| panic!("no {kind:?} about job {job}: {raised:#?}"))
+        .1
+}
+
+/// Ten simulated minutes of a healthy cluster with `variants`, through every rule, the tracker and the jobs'
+/// history: nothing may reach warning. Returns what was raised (at info).
+fn silent(variants: &[Variant], sources: Sources) -> Timed {
+    let mut feed = Feed::with_sources(spec_with(Scenario::Healthy, variants), sources);
+    let mut m = Monitor::new();
+    let (raised, _) = run(&mut feed, &mut m, 600);
+    assert!(
+        m.warnings.is_empty(),
+        "{variants:?} {sources:?}: {:#?}",
+        m.warnings
+    );
+    raised
+}
+
+/// The kinds raised, with their subjects' ids.
+fn ids(raised: &Timed) -> Vec<&str> {
+    raised.iter().map(|(_, f)| f.id.as_str()).collect()
+}
+
+#[test]
+fn healthy_default_links_only_is_silent() {
+    assert_eq!(ids(&silent(&[], LINKS_ONLY)), Vec::<&str>::new());
+}
+
+#[test]
+fn healthy_default_without_jobs_is_silent() {
+    let sources = Sources {
+        gpus: true,
+        jobs: false,
+    };
+    assert_eq!(ids(&silent(&[], sources)), Vec::<&str>::new());
+}
+
+#[test]
+fn healthy_storage_is_silent() {
+    // Storage reads and checkpoints on eth0 are not training traffic: not even at info.
+    assert_eq!(
+        ids(&silent(&[Variant::Storage], Sources::default())),
+        Vec::<&str>::new()
+    );
+}
+
+#[test]
+fn healthy_storage_links_only_is_silent() {
+    assert_eq!(
+        ids(&silent(&[Variant::Storage], LINKS_ONLY)),
+        Vec::<&str>::new()
+    );
+}
+
+/// The overlapped job's slow ports: each at info, saying why, under one job-level finding at info.
+fn paced_ports(raised: &Timed, communication: &str) {
+    let ports: Vec<&Finding> = raised
+        .iter()
+        .map(|(_, f)| f)
+        .filter(|f| f.kind == FindingKind::LinkUnderutilized && !f.is_rollup())
+        .collect();
+    assert_eq!(ports.len(), 64, "{raised:#?}");
+    for f in ports {
+        assert_eq!(f.severity, Severity::Info);
+        assert_eq!(f.evidence.details["communication"], communication, "{f:#?}");
+    }
+    let job = about_job(raised, FindingKind::LinkUnderutilized, "1001");
+    assert_eq!(job.severity, Severity::Info);
+}
+
+#[test]
+fn healthy_overlap_is_silent() {
+    // Buckets paced by backward: the fabric is busy 45 % of the step at 3.2 GB/s per port, and nothing is
+    // exposed. The slow ports cost nothing: info.
+    let raised = silent(&[Variant::Overlap], Sources::default());
+    paced_ports(&raised, "hidden");
+    assert_eq!(raised.len(), 65, "{:#?}", ids(&raised));
+}
+
+#[test]
+fn healthy_overlap_links_only_is_silent() {
+    // From links alone, whether the slow ports cost anything is unknown, and the efficiency is only a bound.
+    let raised = silent(&[Variant::Overlap], LINKS_ONLY);
+    paced_ports(&raised, "unknown");
+    let sc = about_job(&raised, FindingKind::ScalingEfficiencyDrop, "1001");
+    assert_eq!(sc.severity, Severity::Info);
+    assert_eq!(sc.evidence.details["method"], "communication_share");
+    assert_eq!(sc.evidence.details["bound"], true);
+    assert_eq!(raised.len(), 66, "{:#?}", ids(&raised));
+}
+
+#[test]
+fn healthy_idle_nodes_are_silent() {
+    assert_eq!(
+        ids(&silent(&[Variant::IdleNodes], Sources::default())),
+        Vec::<&str>::new()
+    );
+}
+
+#[test]
+fn healthy_idle_nodes_links_only_are_silent() {
+    assert_eq!(
+        ids(&silent(&[Variant::IdleNodes], LINKS_ONLY)),
+        Vec::<&str>::new()
+    );
+}
+
+#[test]
+fn healthy_two_jobs_are_silent() {
+    assert_eq!(
+        ids(&silent(&[Variant::TwoJobs], Sources::default())),
+        Vec::<&str>::new()
+    );
+}
+
+#[test]
+fn healthy_two_jobs_links_only_are_silent() {
+    assert_eq!(
+        ids(&silent(&[Variant::TwoJobs], LINKS_ONLY)),
+        Vec::<&str>::new()
+    );
+}
+
+#[test]
+fn healthy_jitter_is_silent() {
+    assert_eq!(
+        ids(&silent(&[Variant::Jitter], Sources::default())),
+        Vec::<&str>::new()
+    );
+}
+
+#[test]
+fn healthy_jitter_links_only_is_silent() {
+    assert_eq!(
+        ids(&silent(&[Variant::Jitter], LINKS_ONLY)),
+        Vec::<&str>::new()
+    );
+}
+
+#[test]
+fn healthy_rails8_is_silent() {
+    assert_eq!(
+        ids(&silent(&[Variant::Rails8], Sources::default())),
+        Vec::<&str>::new()
+    );
+}
+
+#[test]
+fn healthy_rails8_links_only_is_silent() {
+    assert_eq!(
+        ids(&silent(&[Variant::Rails8], LINKS_ONLY)),
+        Vec::<&str>::new()
+    );
+}
+
+#[test]
+fn seed_scale_short_bursts_raise_nothing_from_their_rate() {
+    // 433 125 000 B per HCA in one 19.7 ms burst, sampled every 50 ms: exact bytes, a rate the samples cannot
+    // resolve. No link_underutilized, at any severity.
+    assert_eq!(
+        ids(&silent(&[Variant::SeedScale], Sources::default())),
+        Vec::<&str>::new()
+    );
+}
+
+#[test]
+fn seed_scale_links_only_raises_nothing_from_its_rate() {
+    assert_eq!(
+        ids(&silent(&[Variant::SeedScale], LINKS_ONLY)),
+        Vec::<&str>::new()
+    );
+}
+
+#[test]
+fn a_comm_heavy_job_from_links_alone_is_a_bound_at_info() {
+    // A 1.2 GB AllReduce: the fabric busy 27 % of a 397 ms step. From links alone that is only a bound on the
+    // exposed communication, reported at info.
+    let mut s = spec(Scenario::Healthy);
+    s.allreduce_bytes = 1_200_000_000;
+    let mut feed = Feed::with_sources(s, LINKS_ONLY);
+    let mut m = Monitor::new();
+    let (raised, _) = run(&mut feed, &mut m, 120);
+    assert!(m.warnings.is_empty(), "{:#?}", m.warnings);
+    let sc = about_job(&raised, FindingKind::ScalingEfficiencyDrop, "1001");
+    assert_eq!(sc.severity, Severity::Info);
+    assert_eq!(sc.evidence.details["bound"], true);
+    assert!(
+        (sc.evidence.measured - 0.73).abs() < 0.03,
+        "{}",
+        sc.evidence.measured
+    );
+    assert_eq!(ids(&raised), vec![sc.id.as_str()]);
+}
+
+/// A step of `node` whose one HCA moved its bytes in a burst too short to measure: achieved 8.8 GB/s of 25.
+fn short_burst_step(node: &str, index: u64) -> NodeStep {
+    let key = commwatch_collector::model::LinkKey::new(
+        commwatch_collector::model::LinkClass::Infiniband,
+        "mlx5_0",
+        "1",
+    );
+    NodeStep {
+        node: node.into(),
+        job: None,
+        index,
+        start_unix_ns: index as i64 * 310_000_000,
+        end_unix_ns: (index as i64 + 1) * 310_000_000,
+        source: StepSource::Inferred,
+        confidence: 0.9,
+        samples: None,
+        links: vec![StepLink {
+            key,
+            endpoint: commwatch_collector::model::Endpoint::HcaPort,
+            role: commwatch_collector::model::LinkRole::Fabric,
+            gpu: None,
+            link: None,
+            tx_bytes: 440_000_000,
+            rx_bytes: 440_000_000,
+            active_s: 0.05,
+            achieved_bytes_per_second: Some(8.8e9),
+            average_bytes_per_second: 1.42e9,
+            capacity_bytes_per_second: Some(25e9),
+            utilization: Some(0.352),
+            confident: false,
+        }],
+    }
+}
+
+#[test]
+fn unconfident_step_rates_raise_nothing() {
+    use commwatch_collector::analysis::input::{AnalysisInput, LinkInput};
+    use commwatch_collector::model::{LinkClass, LinkRole};
+    let mut link = LinkInput::new(LinkClass::Infiniband, "mlx5_0", "1", LinkRole::Fabric);
+    link.link.capacity_bytes_per_second = Some(25e9);
+    let mut node = NodeInput {
+        name: "node-00".into(),
+        links: vec![link],
+        steps: (0..30).map(|i| short_burst_step("node-00", i)).collect(),
+        ..Default::default()
+    };
+    let input = |n: &NodeInput| AnalysisInput {
+        nodes: vec![n.clone()],
+        ..Default::default()
+    };
+    assert_eq!(underutilized::evaluate(&input(&node)), vec![]);
+    // The same figures measured (a burst long enough): the link is slow.
+    for s in &mut node.steps {
+        s.links[0].confident = true;
+    }
+    let c = underutilized::evaluate(&input(&node));
+    assert_eq!(c.len(), 1);
+    assert_eq!(c[0].subject.device.as_deref(), Some("mlx5_0"));
+    // Without GPU data nobody knows whether it costs the job time: info.
+    assert_eq!(c[0].severity, Severity::Info);
+    assert_eq!(c[0].evidence.details["communication"], "unknown");
+}
+
+/// The realistic backgrounds every fault must be found on.
+const BACKGROUNDS: [Variant; 5] = [
+    Variant::Storage,
+    Variant::Overlap,
+    Variant::Jitter,
+    Variant::TwoJobs,
+    Variant::IdleNodes,
+];
+
+/// What a fault must raise: its kind, severity and subject (`device` for a port, none for a job-level
+/// finding about the fault's job).
+#[derive(Debug, Clone, Copy)]
+struct Expected {
+    kind: FindingKind,
+    severity: Severity,
+    /// `Some(device)`: on the fault node's port or NIC; `None` with `job_level`: the fault's job.
+    device: Option<&'static str>,
+    /// The finding is about the fault's job (a roll-up), not the fault node.
+    job_level: bool,
+}
+
+/// Whether `f` is the expected finding of a fault on `node` of `job`.
+fn matches(f: &Finding, e: &Expected, node: &str, job: &str) -> bool {
+    f.kind == e.kind
+        && if e.job_level {
+            f.subject.node.is_empty() && f.subject.job.as_deref() == Some(job)
+        } else {
+            f.subject.node == node && f.subject.device.as_deref() == e.device
+        }
+}
+
+/// Runs `scenario` on each realistic background and checks that the expected finding is raised on the right
+/// subject with the right severity within ten steps of the fault's job, and that nothing else reaches warning.
+/// Returns the detection delay in steps per background.
+fn found_on_every_background(scenario: Scenario, e: Expected) -> Vec<(Variant, f64)> {
+    let mut delays = Vec::new();
+    for bg in BACKGROUNDS {
+        let mut feed = Feed::new(spec_with(scenario, &[bg]));
+        let model = feed.model();
+        let fault = model.spec().resolved_fault_node();
+        let node = model.node_name(fault).expect("name").to_string();
+        let job = model.job_of(fault).expect("job");
+        let (job_id, period) = (job.id.clone(), job.timeline.period.as_secs_f64());
+        let secs = (12.0 * period).ceil() as u64 + 2;
+        let mut m = Monitor::new();
+        let (raised, _) = run(&mut feed, &mut m, secs);
+        let (at, f) = raised
+            .iter()
+            .find(|(_, f)| matches(f, &e, &node, &job_id))
+            .unwrap_or_else(|| panic!("{scenario} on {bg}: no {e:?} on {node}: {raised:#?}"));
+        assert_eq!(f.severity, e.severity, "{scenario} on {bg}: {f:#?}");
+        let steps = *at as f64 / period;
+        assert!(
+            steps <= 10.0,
+            "{scenario} on {bg}: found after {steps:.1} steps"
+        );
+        let others: Vec<&Finding> = m
+            .warnings
+            .iter()
+            .map(|(_, f)| f)
+            .filter(|f| !matches(f, &e, &node, &job_id))
+            .collect();
+        assert!(others.is_empty(), "{scenario} on {bg}: {others:#?}");
+        eprintln!(
+            "{scenario} on {bg}: {:?} found after {at} s = {steps:.1} steps",
+            e.kind
+        );
+        delays.push((bg, steps));
+    }
+    delays
+}
+
+#[test]
+fn management_nic_found_on_every_background() {
+    found_on_every_background(
+        Scenario::ManagementNic,
+        Expected {
+            kind: FindingKind::ManagementNetworkTraffic,
+            severity: Severity::Critical,
+            device: Some("eth0"),
+            job_level: false,
+        },
+    );
+}
+
+#[test]
+fn degraded_link_found_on_every_background() {
+    found_on_every_background(
+        Scenario::DegradedLink,
+        Expected {
+            kind: FindingKind::LinkDegraded,
+            severity: Severity::Critical,
+            device: Some("mlx5_0"),
+            job_level: false,
+        },
+    );
+}
+
+#[test]
+fn link_errors_found_on_every_background() {
+    // Raised on its symbol and receive errors (warning); critical once the port retrains (every 5 s).
+    found_on_every_background(
+        Scenario::LinkErrors,
+        Expected {
+            kind: FindingKind::LinkErrors,
+            severity: Severity::Warning,
+            device: Some("mlx5_0"),
+            job_level: false,
+        },
+    );
+}
+
+#[test]
+fn straggler_found_on_every_background() {
+    found_on_every_background(
+        Scenario::Straggler,
+        Expected {
+            kind: FindingKind::Straggler,
+            severity: Severity::Warning,
+            device: None,
+            job_level: false,
+        },
+    );
+}
+
+#[test]
+fn no_overlap_found_on_every_background() {
+    found_on_every_background(
+        Scenario::NoOverlap,
+        Expected {
+            kind: FindingKind::ExposedCommunication,
+            severity: Severity::Warning,
+            device: None,
+            job_level: true,
+        },
+    );
+}
+
+#[test]
+fn cpu_bound_found_on_every_background() {
+    found_on_every_background(
+        Scenario::CpuBound,
+        Expected {
+            kind: FindingKind::CpuBound,
+            severity: Severity::Warning,
+            device: None,
+            job_level: true,
+        },
+    );
+}
+
+#[test]
+fn flapping_port_found_from_its_link_downed_counter() {
+    // mlx5_0 of node-03 goes down for steps 10–12 of every 13 (0.93 s every 4.03 s).
+    let mut feed = Feed::new(spec_with(Scenario::Healthy, &[Variant::Flapping]));
+    let period = feed.period_s();
+    let first_down = 10.0 * period;
+    let mut m = Monitor::new();
+    let (raised, _) = run(&mut feed, &mut m, 12);
+    let (at, f) = raised
+        .iter()
+        .find(|(_, f)| f.kind == FindingKind::LinkErrors)
+        .unwrap_or_else(|| panic!("{raised:#?}"));
+    assert_eq!(
+        (f.subject.node.as_str(), f.subject.device.as_deref()),
+        ("node-03", Some("mlx5_0"))
+    );
+    assert_eq!(f.severity, Severity::Critical, "link_downed rises");
+    assert!(
+        f.evidence.details.contains_key("link_downed_per_second"),
+        "{f:#?}"
+    );
+    let steps = (*at as f64 - first_down) / period;
+    eprintln!("flapping: link_errors {at} s, {steps:.1} steps after the first flap");
+    assert!(steps <= 10.0, "{steps}");
+    let others: Vec<_> = m.warnings.iter().filter(|(_, w)| w.id != f.id).collect();
+    assert!(others.is_empty(), "{others:#?}");
+}
+
+#[test]
+fn a_drop_against_the_job_s_own_history_from_links_alone() {
+    // Links only: two minutes healthy (steps of 0.31 s), then the input pipeline stalls every step (0.56 s):
+    // no rule sees the CPU, but the job runs at 55 % of its own recent throughput.
+    let mut feed = Feed::with_sources(spec(Scenario::Healthy), LINKS_ONLY);
+    let mut m = Monitor::new();
+    let (before, _) = run(&mut feed, &mut m, 120);
+    assert_eq!(ids(&before), Vec::<&str>::new());
+    feed.switch(spec(Scenario::CpuBound));
+    let (raised, _) = run(&mut feed, &mut m, WINDOW_S);
+    let (at, f) = raised
+        .iter()
+        .find(|(_, f)| f.kind == FindingKind::ScalingEfficiencyDrop)
+        .unwrap_or_else(|| panic!("{raised:#?}"));
+    assert_eq!(f.subject.job.as_deref(), Some("1001"));
+    assert_eq!(f.severity, Severity::Critical);
+    assert_eq!(f.evidence.details["method"], "own_history");
+    assert_eq!(f.evidence.details["history_compares"], "step_time");
+    // 0.30 s (the 50 ms samples' view of 0.3097 s) against 0.55 s: the burst period, sample-quantised.
+    assert!((f.evidence.measured - 0.31 / 0.56).abs() < 0.1, "{f:#?}");
+    eprintln!(
+        "scaling_efficiency_drop from history: {} s after the slowdown",
+        at - 120
+    );
+}
+
+/// An hour per healthy variant, with GPU data and from links alone: the warnings raised per simulated hour
+/// (episodes of a finding at warning or above). Slow in a debug build (about a minute per variant and source
+/// set): `cargo test --test findings_rules -- --ignored --nocapture an_hour`.
+#[test]
+#[ignore]
+fn an_hour_per_healthy_variant() {
+    let variants: [&[Variant]; 8] = [
+        &[],
+        &[Variant::Storage],
+        &[Variant::Overlap],
+        &[Variant::IdleNodes],
+        &[Variant::Jitter],
+        &[Variant::TwoJobs],
+        &[Variant::Rails8],
+        &[Variant::SeedScale],
+    ];
+    let mut total = 0;
+    for v in variants {
+        for sources in [Sources::default(), LINKS_ONLY] {
+            let mut feed = Feed::with_sources(spec_with(Scenario::Healthy, v), sources);
+            let mut m = Monitor::new();
+            let (raised, _) = run(&mut feed, &mut m, 3600);
+            let info = raised
+                .iter()
+                .filter(|(_, f)| f.severity == Severity::Info)
+                .count();
+            eprintln!(
+                "an hour of {v:?} (gpus: {}): {} warnings, {info} raised at info",
+                sources.gpus,
+                m.warnings.len()
+            );
+            total += m.warnings.len();
+        }
+    }
+    assert_eq!(total, 0);
 }
