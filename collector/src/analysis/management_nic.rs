@@ -1,17 +1,31 @@
 //! `management_network_traffic`: step-periodic training traffic on a management NIC — the classic case
 //! (`NCCL_SOCKET_IFNAME` not bound to the fabric, NCCL falls back to sockets over the front-end network).
 //!
-//! Fires on a management link when, over the window, it carries at least [`MIN_BURSTS`] complete bursts of at
-//! least [`MIN_BURST_BYTES`] each, regularly spaced (coefficient of variation of the burst spacing at most
-//! [`MAX_PERIOD_CV`]) — training communication, not a backup or an image pull. Severity critical: the whole
-//! ring runs at this NIC's pace. When the job's settings on the node explain it (`NCCL_SOCKET_IFNAME` naming
-//! the interface, `NCCL_IB_DISABLE=1`, `NCCL_NET=Socket`, or the agent's conflict report), the summary says so
-//! and the action names the fix.
+//! A management NIC also carries storage reads, checkpoint writes and image pulls, in chunks that can look
+//! periodic over a window. Training traffic differs in three ways, all required:
+//! - **its own level**: the NIC's bursts at its own level ([`super::activity::Activity::peaks`], so that a
+//!   lower storage load underneath does not merge them) — at least [`MIN_BURSTS`] complete ones of at least
+//!   [`MIN_BURST_BYTES`], regularly spaced (coefficient of variation at most [`MAX_PERIOD_CV`]) and of one
+//!   size (at most [`MAX_BYTES_CV`]): each step moves the same gradients;
+//! - **the job's step period**: their spacing within [`PERIOD_MATCH`] of the step period of the node's job
+//!   (its nodes' steps, else their fabric ports' burst period). A node that runs no job while jobs are known
+//!   carries no training traffic. Without a step period anywhere in the job, the bursts must match another
+//!   node's NIC bursts of the job (a ring moves the same bytes on every node at once);
+//! - **the node's fabric**: either it carries nothing while the NIC bursts (NCCL left the fabric), or at
+//!   least [`COINCIDE_SHARE`] of the NIC's bursts coincide with the node's fabric bursts (NCCL splits the
+//!   step's traffic between them).
+//!
+//! Severity critical: the whole ring runs at this NIC's pace. When the job's settings on the node explain
+//! it (`NCCL_SOCKET_IFNAME` naming the interface, `NCCL_IB_DISABLE=1`, `NCCL_NET=Socket`, or the agent's
+//! conflict report), the summary says so and the action names the fix.
 
 use commwatch_model::nccl::{self, NcclList};
 use commwatch_model::{ConflictKind, LinkClass, LinkRole};
 
+use super::activity::{Activity, Burst};
 use super::input::{AnalysisInput, LinkInput, NodeInput};
+use super::scaling::step_time;
+use super::straggler::groups;
 use super::{gbs, median, r4, Candidate, Evidence, FindingKind, Severity, Subject};
 
 /// Complete bursts needed in the window.
@@ -20,6 +34,89 @@ pub const MIN_BURSTS: usize = 4;
 pub const MIN_BURST_BYTES: f64 = 10e6;
 /// Most irregular burst spacing still called step-periodic.
 pub const MAX_PERIOD_CV: f64 = 0.25;
+/// Most irregular burst size still called one step's traffic.
+pub const MAX_BYTES_CV: f64 = 0.25;
+/// How far the bursts' spacing may stray from the job's step period (share of the period).
+pub const PERIOD_MATCH: f64 = 0.15;
+/// Share of the NIC's bursts that must coincide with the node's fabric bursts when the fabric is busy.
+pub const COINCIDE_SHARE: f64 = 0.8;
+
+/// The NIC's traffic, when it is training traffic: its bursts at its own level and what they match.
+struct Training<'a> {
+    activity: &'a Activity,
+    /// Complete bursts of at least [`MIN_BURST_BYTES`].
+    big: usize,
+    /// The job's step period the bursts match (`None`: matched another node's NIC instead).
+    step_period_s: Option<f64>,
+    /// Whether the node's fabric carried nothing during the bursts.
+    fabric_idle: bool,
+}
+
+/// Whether two bursts overlap in time.
+fn overlap(a: &Burst, b: &Burst) -> bool {
+    a.start_unix_ns < b.end_unix_ns && b.start_unix_ns < a.end_unix_ns
+}
+
+/// Whether `period` is within [`PERIOD_MATCH`] of `reference`.
+fn same_period(period: f64, reference: f64) -> bool {
+    reference > 0.0 && (period - reference).abs() <= PERIOD_MATCH * reference
+}
+
+/// The management link's activity when it is training traffic (see the module documentation); `nodes` are
+/// the nodes of `n`'s job.
+fn training<'a>(n: &NodeInput, nodes: &[&NodeInput], l: &'a LinkInput) -> Option<Training<'a>> {
+    let a = l.activity.as_ref()?;
+    let p = &a.peaks;
+    let big = p
+        .complete()
+        .filter(|b| b.bytes as f64 >= MIN_BURST_BYTES)
+        .count();
+    let regular = p.period_cv.is_some_and(|cv| cv <= MAX_PERIOD_CV)
+        && p.bytes_cv.is_some_and(|cv| cv <= MAX_BYTES_CV);
+    let period = p.period_s?;
+    if big < MIN_BURSTS || !regular {
+        return None;
+    }
+    let fabric: Vec<&Burst> = n
+        .links
+        .iter()
+        .filter(|x| x.link.is_fabric_rdma())
+        .filter_map(|x| x.activity.as_ref())
+        .flat_map(|x| x.bursts.iter())
+        // Background (a few small bursts on ports NCCL left) is not the fabric carrying the step.
+        .filter(|b| b.bytes as f64 >= MIN_BURST_BYTES)
+        .collect();
+    let nic: Vec<&Burst> = p.complete().collect();
+    let coinciding = nic
+        .iter()
+        .filter(|b| fabric.iter().any(|f| overlap(b, f)))
+        .count();
+    let fabric_idle = coinciding == 0;
+    if !fabric_idle && (coinciding as f64) < COINCIDE_SHARE * nic.len() as f64 {
+        return None;
+    }
+    let step_period_s = step_time(nodes).0;
+    let matched = match step_period_s {
+        Some(step) => same_period(period, step),
+        // No step period in the job: another node's NIC must burst alike, and this node's fabric be idle.
+        None => {
+            fabric_idle
+                && nodes.iter().filter(|m| m.name != n.name).any(|m| {
+                    m.links
+                        .iter()
+                        .filter(|x| x.link.role == LinkRole::Management)
+                        .filter_map(|x| x.activity.as_ref()?.peaks.period_s)
+                        .any(|q| same_period(q, period))
+                })
+        }
+    };
+    matched.then_some(Training {
+        activity: a,
+        big,
+        step_period_s,
+        fabric_idle,
+    })
+}
 
 /// What explains the traffic, from the job's settings on the node: `(setting=value, why)`.
 fn explanation(input: &AnalysisInput, node: &str, interface: &str) -> Option<(String, String)> {
@@ -78,120 +175,133 @@ fn fabric_interface(n: &NodeInput) -> Option<String> {
 
 pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
     let mut out = Vec::new();
-    for n in &input.nodes {
-        for l in n
-            .links
-            .iter()
-            .filter(|l| l.link.role == LinkRole::Management)
-        {
-            let Some(a) = &l.activity else { continue };
-            let complete: Vec<f64> = a
-                .bursts
-                .iter()
-                .filter(|b| !b.truncated)
-                .map(|b| b.bytes as f64)
-                .collect();
-            let big = complete.iter().filter(|b| **b >= MIN_BURST_BYTES).count();
-            if big < MIN_BURSTS || a.period_cv.is_none_or(|cv| cv > MAX_PERIOD_CV) {
-                continue;
-            }
-            let per_burst = a.bytes_per_burst.unwrap_or(0.0);
-            let period = a.period_s.unwrap_or(0.0);
-            let rate = a
-                .burst_rate_bytes_per_second
-                .unwrap_or(per_burst / a.sample_period_s.max(1e-9));
-            // What one fabric port of the node could carry, and what the other nodes' fabric achieves.
-            let mut caps: Vec<f64> = n
+    // Every job's nodes (all nodes when no job is known); a node in none runs no training traffic.
+    for (_, nodes) in groups(input) {
+        for n in &nodes {
+            for l in n
                 .links
                 .iter()
-                .filter(|x| x.link.is_fabric_rdma())
-                .filter_map(|x| x.link.capacity_bytes_per_second)
-                .collect();
-            let fabric_ports = caps.len();
-            let port_capacity = median(&mut caps);
-            let mut peers: Vec<f64> = input
-                .nodes
-                .iter()
-                .filter(|m| m.name != n.name)
-                .flat_map(|m| m.links.iter())
-                .filter(|x| x.link.is_fabric_rdma())
-                .filter_map(|x| x.activity.as_ref()?.burst_rate_bytes_per_second)
-                .collect();
-            let peer_rate = median(&mut peers);
-            let why = explanation(input, &n.name, &l.link.key.device);
-            let mut c = Candidate::new(
-                FindingKind::ManagementNetworkTraffic,
-                Severity::Critical,
-                Subject::link(&n.name, &l.link),
-            );
-            if let Some(j) = input.job_of(&n.name) {
-                c.subject.job = Some(j.id.clone());
-            }
-            let mut s = format!(
-                "{} sends training traffic over management NIC {}: {:.2} GB per step at {} every {:.3} s ({} steps)",
-                n.name,
-                l.link.key.device,
-                per_burst / 1e9,
-                gbs(rate),
-                period,
-                big
-            );
-            if let Some(cap) = port_capacity {
-                s.push_str(&format!(
-                    " instead of its {} InfiniBand port(s) of {} each",
-                    fabric_ports,
-                    gbs(cap)
-                ));
-            }
-            if let Some(p) = peer_rate {
-                s.push_str(&format!(
-                    "; the other nodes' InfiniBand achieves only {} during communication",
-                    gbs(p)
-                ));
-            }
-            match &why {
-                Some((setting, reason)) => {
-                    s.push_str(&format!("; explained by {setting}: {reason}."))
+                .filter(|l| l.link.role == LinkRole::Management)
+            {
+                if let Some(t) = training(n, &nodes, l) {
+                    out.push(candidate(input, n, &nodes, l, &t));
                 }
-                None => s.push('.'),
             }
-            c.summary = s;
-            let fabric_if = fabric_interface(n).unwrap_or_else(|| "the fabric interface".into());
-            c.action = match &why {
-                Some((setting, _)) if setting.starts_with(nccl::SOCKET_IFNAME) => format!(
-                    "Set NCCL_SOCKET_IFNAME={fabric_if} (or unset it) for the job's ranks on {} instead of {setting}, keep NCCL_IB_DISABLE unset, and restart the job; verify with NCCL_DEBUG=INFO that NCCL uses NET/IB.",
-                    n.name
-                ),
-                Some((setting, _)) => format!(
-                    "Remove {setting} from the job's environment on {} so NCCL uses InfiniBand (NET/IB), set NCCL_SOCKET_IFNAME={fabric_if}, and restart the job.",
-                    n.name
-                ),
-                None => format!(
-                    "Check the job's NCCL_SOCKET_IFNAME, NCCL_IB_HCA and NCCL_IB_DISABLE on {} and the InfiniBand ports' state; bind NCCL to {fabric_if} (NCCL_SOCKET_IFNAME={fabric_if}) and confirm NET/IB with NCCL_DEBUG=INFO.",
-                    n.name
-                ),
-            };
-            let mut e = Evidence::new(r4(rate), "bytes_per_second")
-                .steps(big)
-                .seconds(r4(a.window_s))
-                .detail("bytes_per_step", r4(per_burst))
-                .detail("step_period_s", r4(period))
-                .detail("period_cv", r4(a.period_cv.unwrap_or(0.0)))
-                .detail("busy_share", r4(a.busy_share()));
-            if let Some(cap) = port_capacity {
-                e = e.expected(cap).detail("fabric_ports", fabric_ports as u64);
-            }
-            if let Some(p) = peer_rate {
-                e = e.detail("peer_fabric_bytes_per_second", r4(p));
-            }
-            if let Some((setting, _)) = &why {
-                e = e.detail("explained_by", setting.clone());
-            }
-            c.evidence = e;
-            out.push(c);
         }
     }
     out
+}
+
+/// The finding for training traffic `t` on management link `l` of node `n`, whose job runs on `nodes`.
+fn candidate(
+    input: &AnalysisInput,
+    n: &NodeInput,
+    nodes: &[&NodeInput],
+    l: &LinkInput,
+    t: &Training,
+) -> Candidate {
+    let (a, p) = (t.activity, &t.activity.peaks);
+    let per_burst = p.bytes_per_burst.unwrap_or(0.0);
+    let period = p.period_s.unwrap_or(0.0);
+    let rate = p
+        .rate_bytes_per_second
+        .unwrap_or(per_burst / a.sample_period_s.max(1e-9));
+    // What one fabric port of the node could carry, and what the job's other nodes' fabric achieves.
+    let mut caps: Vec<f64> = n
+        .links
+        .iter()
+        .filter(|x| x.link.is_fabric_rdma())
+        .filter_map(|x| x.link.capacity_bytes_per_second)
+        .collect();
+    let fabric_ports = caps.len();
+    let port_capacity = median(&mut caps);
+    let mut peers: Vec<f64> = nodes
+        .iter()
+        .filter(|m| m.name != n.name)
+        .flat_map(|m| m.links.iter())
+        .filter(|x| x.link.is_fabric_rdma())
+        .filter_map(|x| x.activity.as_ref()?.burst_rate_bytes_per_second)
+        .collect();
+    let peer_rate = median(&mut peers);
+    let why = explanation(input, &n.name, &l.link.key.device);
+    let mut c = Candidate::new(
+        FindingKind::ManagementNetworkTraffic,
+        Severity::Critical,
+        Subject::link(&n.name, &l.link),
+    );
+    if let Some(j) = input.job_of(&n.name) {
+        c.subject.job = Some(j.id.clone());
+    }
+    let mut s = format!(
+        "{} sends training traffic over management NIC {}: {:.2} GB per step at {} every {:.3} s ({} steps)",
+        n.name,
+        l.link.key.device,
+        per_burst / 1e9,
+        gbs(rate),
+        period,
+        t.big
+    );
+    if let Some(cap) = port_capacity {
+        s.push_str(&format!(
+            " instead of its {} InfiniBand port(s) of {} each",
+            fabric_ports,
+            gbs(cap)
+        ));
+    }
+    if let Some(p) = peer_rate {
+        s.push_str(&format!(
+            "; the other nodes' InfiniBand achieves only {} during communication",
+            gbs(p)
+        ));
+    }
+    match &why {
+        Some((setting, reason)) => s.push_str(&format!("; explained by {setting}: {reason}.")),
+        None => s.push('.'),
+    }
+    c.summary = s;
+    c.action = action(n, why.as_ref().map(|w| w.0.as_str()));
+    let mut e = Evidence::new(r4(rate), "bytes_per_second")
+        .steps(t.big)
+        .seconds(r4(a.window_s))
+        .detail("bytes_per_step", r4(per_burst))
+        .detail("step_period_s", r4(period))
+        .detail("period_cv", r4(p.period_cv.unwrap_or(0.0)))
+        .detail("bytes_cv", r4(p.bytes_cv.unwrap_or(0.0)))
+        .detail("busy_share", r4(a.busy_share()))
+        .detail("fabric_idle", t.fabric_idle);
+    if let Some(step) = t.step_period_s {
+        e = e.detail("job_step_period_s", r4(step));
+    }
+    if let Some(cap) = port_capacity {
+        e = e.expected(cap).detail("fabric_ports", fabric_ports as u64);
+    }
+    if let Some(p) = peer_rate {
+        e = e.detail("peer_fabric_bytes_per_second", r4(p));
+    }
+    if let Some((setting, _)) = &why {
+        e = e.detail("explained_by", setting.clone());
+    }
+    c.evidence = e;
+    c
+}
+
+/// What to do on node `n`, given the setting that explains the traffic (if any).
+fn action(n: &NodeInput, setting: Option<&str>) -> String {
+    let fabric_if = fabric_interface(n).unwrap_or_else(|| "the fabric interface".into());
+    match setting {
+        Some(setting) if setting.starts_with(nccl::SOCKET_IFNAME) => format!(
+            "Set NCCL_SOCKET_IFNAME={fabric_if} (or unset it) for the job's ranks on {} instead of {setting}, keep NCCL_IB_DISABLE unset, and restart the job; verify with NCCL_DEBUG=INFO that NCCL uses NET/IB.",
+            n.name
+        ),
+        Some(setting) => format!(
+            "Remove {setting} from the job's environment on {} so NCCL uses InfiniBand (NET/IB), set NCCL_SOCKET_IFNAME={fabric_if}, and restart the job.",
+            n.name
+        ),
+        None => format!(
+            "Check the job's NCCL_SOCKET_IFNAME, NCCL_IB_HCA and NCCL_IB_DISABLE on {} and the InfiniBand ports' state; bind NCCL to {fabric_if} (NCCL_SOCKET_IFNAME={fabric_if}) and confirm NET/IB with NCCL_DEBUG=INFO.",
+            n.name
+        ),
+    }
 }
 
 #[cfg(test)]
