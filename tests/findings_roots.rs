@@ -28,6 +28,9 @@ impl Demo {
         let (grpc, http) = (free_port(), free_port());
         let child = Command::new(BIN)
             .args(["demo", "--scenario", scenario, "--duration", duration])
+            // Four nodes of two GPUs: the fault node (node-03), a job-level roll-up over several nodes, and
+            // few enough agents that a shared two-core test machine samples them on time.
+            .args(["--nodes", "4", "--gpus-per-node", "2"])
             .args(["--grpc-listen", &format!("127.0.0.1:{grpc}")])
             .args(["--http-listen", &format!("127.0.0.1:{http}")])
             .args(["--dir", &dir.path().join("trees").display().to_string()])
