@@ -193,6 +193,7 @@ fn healthy_table(done: &[Done], s: &mut String) {
         "| variant | runs | node-hours | warnings / node-hour | criticals / node-hour | kinds |"
     );
     let _ = writeln!(s, "|---|---|---|---|---|---|");
+    let mut firsts: Vec<String> = Vec::new();
     let mut order: Vec<&str> = Vec::new();
     for (p, _) in done {
         if let Group::Healthy { variant } = &p.group {
@@ -214,6 +215,9 @@ fn healthy_table(done: &[Done], s: &mut String) {
             runs += 1;
             node_h += p.run.spec.nodes as f64 * p.run.duration.as_secs_f64() / 3600.0;
             let sc = score_healthy(&o.events);
+            if let Some(f) = sc.first {
+                firsts.push(format!("{}: {f}", p.label));
+            }
             for (k, n) in sc.warnings {
                 *w.entry(k).or_default() += n;
             }
@@ -233,6 +237,12 @@ fn healthy_table(done: &[Done], s: &mut String) {
             total(&c) / node_h.max(1e-9),
             kinds(&all)
         );
+    }
+    if !firsts.is_empty() {
+        let _ = writeln!(s, "\nFirst alarm of each run that raised one:");
+        for f in firsts {
+            let _ = writeln!(s, "- {f}");
+        }
     }
 }
 

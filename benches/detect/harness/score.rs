@@ -88,12 +88,23 @@ pub fn score_fault(expect: &Expectation, events: &[TimedEvent]) -> FaultScore {
 pub struct HealthyScore {
     pub warnings: BTreeMap<String, u32>,
     pub criticals: BTreeMap<String, u32>,
+    /// The first alarm: `id (severity, at t s): summary`.
+    pub first: Option<String>,
 }
 
 /// Scores a healthy run: every alarm counts.
 pub fn score_healthy(events: &[TimedEvent]) -> HealthyScore {
     let mut s = HealthyScore::default();
     for a in alarms(events) {
+        if s.first.is_none() {
+            s.first = Some(format!(
+                "{} ({}, at {:.0} s): {}",
+                a.finding.id,
+                a.severity.as_str(),
+                a.at.as_secs_f64(),
+                a.finding.summary
+            ));
+        }
         let kind = a.finding.kind.as_str().to_string();
         let map = if a.severity == Severity::Critical {
             &mut s.criticals
