@@ -84,9 +84,9 @@ fn faults_table(runs: &[FaultRun], s: &mut String) {
     );
     let _ = writeln!(
         s,
-        "| fault | runs | found | found as | as root cause | delay, steps: median / max | first step found, steps (median) | raised at any severity | other root-cause alarms |"
+        "| fault | runs | found | found as | as root cause | delay, steps: median / max | delay, s: median | first step found, steps (median) | raised at any severity | other root-cause alarms |"
     );
-    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|");
     let mut order: Vec<&str> = Vec::new();
     for r in runs {
         if !order.contains(&r.fault) {
@@ -122,9 +122,14 @@ fn faults_table(runs: &[FaultRun], s: &mut String) {
         }
         let mut first: Vec<f64> = rs.iter().filter_map(|r| r.first_step).collect();
         let first = median(&mut first).map_or("–".into(), |m| format!("{m:.1}"));
+        let mut secs: Vec<f64> = rs
+            .iter()
+            .filter_map(|r| r.score.found_at.map(|t| t.as_secs_f64()))
+            .collect();
+        let secs = median(&mut secs).map_or("–".into(), |m| format!("{m:.1}"));
         let _ = writeln!(
             s,
-            "| {fault} | {} | {} | {} | {} | {delay} | {first} | {} | {} |",
+            "| {fault} | {} | {} | {} | {} | {delay} | {secs} | {first} | {} | {} |",
             rs.len(),
             pct(found, rs.len()),
             kinds(&found_as),
@@ -140,6 +145,14 @@ fn faults_table(runs: &[FaultRun], s: &mut String) {
         .collect();
     if !missed.is_empty() {
         let _ = writeln!(s, "\nNot found: {}.", missed.join("; "));
+    }
+    let other: Vec<String> = runs
+        .iter()
+        .filter(|r| !r.score.other.is_empty())
+        .map(|r| format!("{} ({})", r.label, kinds(&r.score.other)))
+        .collect();
+    if !other.is_empty() {
+        let _ = writeln!(s, "\nOther root-cause alarms in: {}.", other.join("; "));
     }
 }
 
