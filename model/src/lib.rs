@@ -12,12 +12,18 @@
 //! - [`finding`]: [`Severity`] and [`FindingKind`], whose names are part of the API.
 //! - [`nccl`]: NCCL's list syntax ([`nccl::NcclList`], one parser for `NCCL_SOCKET_IFNAME` and `NCCL_IB_HCA`),
 //!   the setting names, and a typed [`nccl::ConflictKind`] for a setting that contradicts the hardware.
+//! - [`inspector`]: NCCL Inspector's per-collective records (the plugin's JSON lines), parsed one line at a
+//!   time, and the size classes of collectives.
 //! - [`job`]: a training job as one node sees it ([`Job`]) and its processes ([`Rank`]).
+//! - [`baseline`]: the bounds of an operator's baselines (numbers, names, how many), checked by the collector
+//!   and by `baseline import` alike.
 //! - [`clock`], [`stats`], [`token`]: the wall clock in the project's units, the median, and bearer-token
 //!   files — each written once.
 
+pub mod baseline;
 pub mod clock;
 pub mod finding;
+pub mod inspector;
 pub mod job;
 pub mod link;
 pub mod nccl;
