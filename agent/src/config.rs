@@ -103,7 +103,8 @@ pub struct AgentConfig {
     /// Node name reported to the collector; defaults to the host name.
     pub node: String,
     /// Collector URL (`https://HOST:PORT`, or `http://HOST:PORT` for plain text); `None` runs without shipping
-    /// (only `/metrics` and `--once`).
+    /// (only `/metrics` and `--once`). Several collectors (shards): their URLs separated by commas, all with
+    /// the same scheme; the agent picks one by rendezvous hashing on its job id (see `shipper::shard`).
     pub collector: Option<String>,
     /// Allows an `http://` (plain text) collector URL whose host is not this machine. Plain text to a loopback
     /// address (`localhost`, `127.0.0.0/8`, `::1`) is always allowed: nothing leaves the host. Without this a
@@ -216,11 +217,19 @@ impl AgentConfig {
         }
     }
 
-    /// Whether the agent would send plain text across the network (an `http://` collector on another host).
-    pub fn plaintext_to_remote(&self) -> bool {
+    /// The collector URLs (one, or several shards), as the shipper parses them.
+    pub fn collector_urls(&self) -> Vec<String> {
         self.collector
             .as_deref()
-            .is_some_and(|u| u.starts_with("http://") && !is_loopback_url(u))
+            .map(crate::shipper::shard::parse_list)
+            .unwrap_or_default()
+    }
+
+    /// Whether the agent would send plain text across the network (an `http://` collector on another host).
+    pub fn plaintext_to_remote(&self) -> bool {
+        self.collector_urls()
+            .iter()
+            .any(|u| u.starts_with("http://") && !is_loopback_url(u))
     }
 
     /// Reads a TOML file; missing keys keep their defaults.
@@ -286,12 +295,24 @@ impl AgentConfig {
     /// The collector URL and TLS files: plain text only to this machine unless allowed explicitly.
     fn validate_transport(&self) -> Result<(), ConfigError> {
         if let Some(url) = &self.collector {
-            let tls = url.starts_with("https://");
-            if !(tls || url.starts_with("http://")) {
-                return Err(invalid(
-                    "collector",
-                    format!("{url:?} is not an http:// or https:// URL"),
-                ));
+            let urls = self.collector_urls();
+            if urls.is_empty() {
+                return Err(invalid("collector", "no URL given"));
+            }
+            let tls = url.trim_start().starts_with("https://");
+            for u in &urls {
+                if !(u.starts_with("https://") || u.starts_with("http://")) {
+                    return Err(invalid(
+                        "collector",
+                        format!("{u:?} is not an http:// or https:// URL"),
+                    ));
+                }
+                if u.starts_with("https://") != tls {
+                    return Err(invalid(
+                        "collector",
+                        "the collector URLs mix http:// and https://; use one scheme for every shard",
+                    ));
+                }
             }
             if !tls && (self.tls.ca_file.is_some() || self.tls.cert_file.is_some()) {
                 return Err(invalid(
@@ -569,5 +590,36 @@ include = ["eth*", "ib*"]
         let c: AgentConfig =
             toml::from_str("collector = \"http://c:7070\"\nallow_plaintext = true").unwrap();
         assert!(c.allow_plaintext);
+    }
+    #[test]
+    fn several_collectors_are_a_comma_separated_list_of_one_scheme() {
+        let with = |url: &str| AgentConfig {
+            node: "n1".into(),
+            collector: Some(url.into()),
+            ..Default::default()
+        };
+        let c = with("http://127.0.0.1:7070, http://127.0.0.1:7071/");
+        c.validate().unwrap();
+        assert_eq!(
+            c.collector_urls(),
+            ["http://127.0.0.1:7070", "http://127.0.0.1:7071"]
+        );
+        // One remote plain-text shard is enough to need the allowance.
+        let err = with("http://127.0.0.1:7070,http://10.0.0.2:7070")
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("allow_plaintext"), "{err}");
+        let err = with("https://a:7070,http://127.0.0.1:7070")
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("mix http:// and https://"), "{err}");
+        let err = with("https://a:7070,ftp://b")
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("\"ftp://b\" is not an http"), "{err}");
+        assert!(with(" , ").validate().is_err());
     }
 }

@@ -11,9 +11,10 @@ use crate::shutdown_signal;
 
 #[derive(Args, Debug)]
 pub struct AgentArgs {
-    /// Collector URL, e.g. http://collector:7070. Required unless --once.
-    #[arg(long)]
-    collector: Option<String>,
+    /// Collector URL, e.g. http://collector:7070. Required unless --once. Several collectors (shards): repeat
+    /// the flag or separate the URLs by commas; the agent picks one by rendezvous hashing on its job id.
+    #[arg(long, value_delimiter = ',')]
+    collector: Vec<String>,
     /// Node name reported to the collector (default: the host name).
     #[arg(long)]
     node: Option<String>,
@@ -69,8 +70,8 @@ fn agent_config(a: &AgentArgs) -> anyhow::Result<commwatch_agent::AgentConfig> {
         Some(p) => commwatch_agent::AgentConfig::from_file(p)?,
         None => commwatch_agent::AgentConfig::default(),
     };
-    if let Some(v) = &a.collector {
-        c.collector = Some(v.clone());
+    if !a.collector.is_empty() {
+        c.collector = Some(a.collector.join(","));
     }
     if let Some(v) = &a.node {
         c.node = v.clone();

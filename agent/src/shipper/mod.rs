@@ -9,14 +9,24 @@
 //!   (`commwatch_agent_dropped_batches_total`, and `SampleBatch.dropped_batches_total` on the wire).
 //! - A stream with unacknowledged batches and no ack for `ack_timeout` is considered stalled and reopened.
 //! - The shipper never blocks the sampler: it always drains the sampler's queue, connected or not.
+//! - Several collectors (shards): the setting is a comma-separated list of URLs. The agent ships to one of
+//!   them, chosen by rendezvous hashing ([`shard`]) on its job id (its node name when it runs no job), so all
+//!   ranks of a job land on one collector. When its job moves it to another shard, the stream is drained
+//!   (acks awaited briefly) and reopened there at once. When a collector cannot be reached (connect, stream
+//!   open or first `Ack` fails) the agent moves to the next in its order; after [`HOME_RETRY`] on a fallback
+//!   it tries its preferred shard again. Acks are per collector but the agent's acked sequence number only
+//!   rises, so a batch acked by shard A is never replayed to shard B; the unacked ones are (at least once). A
+//!   collector that sees the agent again after a stint elsewhere counts the batches it did not get as a
+//!   sequence gap.
 //!
 //! Files: this one holds the state kept across connections and the reconnect loop; [`session`] one connected
 //! stream (a `select!` that dispatches each message kind to its method); [`buffer`] the resend buffer;
-//! [`backoff`] the reconnect delays.
+//! [`backoff`] the reconnect delays; [`shard`] the choice of collector.
 
 mod backoff;
 mod buffer;
 mod session;
+pub mod shard;
 #[cfg(test)]
 mod tests;
 
@@ -41,6 +51,7 @@ type Client = pb::ingest_client::IngestClient<tonic::transport::Channel>;
 /// Settings of the shipper.
 #[derive(Debug, Clone)]
 pub struct ShipperSettings {
+    /// The collector URL, or several (shards) separated by commas.
     pub collector: String,
     pub node: String,
     pub boot_id: String,
@@ -56,10 +67,19 @@ pub struct ShipperSettings {
     pub token: Option<std::sync::Arc<str>>,
 }
 
+/// On a fallback collector, how long before the preferred one is tried again.
+pub const HOME_RETRY: Duration = Duration::from_secs(60);
+
 /// Why a connection ended.
 enum Ended {
     Shutdown,
+    /// An established stream ended: the same collector is tried again (after the backoff).
     Lost(&'static str),
+    /// The collector could not be reached (connect, stream open, first ack): the next one in the order is
+    /// tried (at once, unless the order wrapped around).
+    Failed(&'static str),
+    /// The shard changed (the job moved, or back to the preferred one): reconnect at once.
+    Moved(&'static str),
 }
 
 /// State kept across connections.
@@ -76,6 +96,12 @@ pub struct Shipper {
     next_seq: u64,
     acked: u64,
     events_closed: bool,
+    /// The collector URLs (shards), as configured.
+    urls: Vec<String>,
+    /// Indices into `urls`: the preferred collector for the current key first.
+    order: Vec<usize>,
+    /// Position in `order` of the collector in use.
+    pos: usize,
 }
 
 impl Shipper {
@@ -100,6 +126,83 @@ impl Shipper {
             next_seq: 1,
             acked: 0,
             events_closed: false,
+            urls: Vec::new(),
+            order: Vec::new(),
+            pos: 0,
+        }
+        .with_shards()
+    }
+
+    /// Parses the collector list and orders it for the node name (no job known yet).
+    fn with_shards(mut self) -> Shipper {
+        self.urls = shard::parse_list(&self.settings.collector);
+        if self.urls.is_empty() {
+            self.urls.push(self.settings.collector.clone());
+        }
+        self.order = shard::order(&self.settings.node, &self.urls);
+        self
+    }
+
+    /// The URL of the collector in use.
+    fn target(&self) -> &str {
+        &self.urls[self.order[self.pos]]
+    }
+
+    /// The shard key from the current job list; recomputes the order. True when the collector in use is no
+    /// longer the preferred one (the stream should move).
+    fn rekey(&mut self) -> bool {
+        let ids = self
+            .jobs
+            .iter()
+            .flat_map(|j| j.jobs.iter().map(|job| job.id.as_str()));
+        let key = shard::shard_key(&self.settings.node, ids).to_string();
+        let (preferred, current) = (self.order[0], self.order[self.pos]);
+        self.order = shard::order(&key, &self.urls);
+        if self.order[0] == preferred {
+            // Same preferred shard: stay where we are (a fallback stays a fallback).
+            self.pos = self.order.iter().position(|&i| i == current).unwrap_or(0);
+            return false;
+        }
+        self.pos = 0;
+        if current == self.order[0] {
+            return false;
+        }
+        tracing::info!(key, from = %self.urls[current], to = %self.target(), "job moved to another collector shard");
+        true
+    }
+
+    /// After a failure to reach the collector in use: the next in the order. True when it wrapped around to
+    /// the preferred one (every shard was tried).
+    fn advance(&mut self) -> bool {
+        self.pos = (self.pos + 1) % self.order.len();
+        self.pos == 0
+    }
+
+    /// How long to wait before the next connection after `outcome`; `None` to stop.
+    fn next_attempt(
+        &mut self,
+        outcome: Ended,
+        backoff: &mut Backoff,
+    ) -> Option<(&'static str, Duration)> {
+        match outcome {
+            Ended::Shutdown => None,
+            Ended::Moved(cause) => {
+                self.metrics.disconnects.with_label_values(&["moved"]).inc();
+                Some((cause, Duration::ZERO))
+            }
+            Ended::Lost(cause) => Some((cause, backoff.next_delay())),
+            Ended::Failed(cause) if self.order.len() > 1 => {
+                let from = self.target().to_string();
+                let wrapped = self.advance();
+                tracing::warn!(cause, from, to = %self.target(), "collector unreachable: trying the next shard");
+                let delay = if wrapped {
+                    backoff.next_delay()
+                } else {
+                    Duration::ZERO
+                };
+                Some((cause, delay))
+            }
+            Ended::Failed(cause) => Some((cause, backoff.next_delay())),
         }
     }
 
@@ -123,18 +226,17 @@ impl Shipper {
                 }
                 Err(e) => {
                     self.metrics.connects.with_label_values(&["error"]).inc();
-                    tracing::warn!(collector = %self.settings.collector, error = %e, "cannot connect to the collector");
-                    Ended::Lost("connect")
+                    tracing::warn!(collector = %self.target(), error = %e, "cannot connect to the collector");
+                    Ended::Failed("connect")
                 }
             };
             self.metrics.connected.set(0);
-            let Ended::Lost(cause) = outcome else {
+            let Some((cause, delay)) = self.next_attempt(outcome, &mut backoff) else {
                 return;
             };
             if self.events_closed && self.buffer.is_empty() {
                 return;
             }
-            let delay = backoff.next_delay();
             tracing::info!(
                 cause,
                 retry_in_ms = delay.as_millis() as u64,
@@ -153,7 +255,7 @@ impl Shipper {
         shutdown: &mut watch::Receiver<bool>,
     ) -> Option<Result<Client, tonic::transport::Error>> {
         let connect = connect(
-            self.settings.collector.clone(),
+            self.target().to_string(),
             self.settings.connect_timeout,
             self.settings.tls.clone(),
         );
@@ -199,7 +301,10 @@ impl Shipper {
             SamplerEvent::Batch(b) => {
                 self.absorb_batch(b);
             }
-            SamplerEvent::Jobs(j) => self.absorb_jobs(j),
+            SamplerEvent::Jobs(j) => {
+                // Not connected: the next connection goes to the new preferred shard anyway.
+                self.absorb_jobs(j);
+            }
         }
     }
 
@@ -238,10 +343,12 @@ impl Shipper {
         seq
     }
 
-    /// Keeps the node's new job list, to be sent on the current (or next) stream.
-    fn absorb_jobs(&mut self, jobs: pb::JobInventory) {
+    /// Keeps the node's new job list, to be sent on the current (or next) stream. True when the job list
+    /// moves the node to another collector shard.
+    fn absorb_jobs(&mut self, jobs: pb::JobInventory) -> bool {
         self.jobs = Some(jobs);
         self.jobs_unsent = true;
+        self.rekey()
     }
 
     fn update_gauges(&self) {

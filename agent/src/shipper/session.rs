@@ -13,7 +13,7 @@ use pb::collector_message::Msg as CollectorMsg;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use super::{Backoff, Client, Ended, Shipper};
+use super::{Backoff, Client, Ended, Shipper, HOME_RETRY};
 use crate::sampler::SamplerEvent;
 
 /// Capacity of the per-connection outbound queue (messages). Beyond it, batches wait in the resend buffer.
@@ -51,7 +51,7 @@ impl Shipper {
             Err(ended) => return ended,
         };
         self.metrics.connected.set(1);
-        tracing::info!(collector = %self.settings.collector, acked = self.acked, buffered = self.buffer.len(), "connected");
+        tracing::info!(collector = %self.target(), acked = self.acked, buffered = self.buffer.len(), "connected");
         Session::new(self, tx)
             .run(&mut inbound, events, shutdown, backoff)
             .await
@@ -74,27 +74,27 @@ impl Shipper {
         self.send_jobs(tx);
         let response = tokio::select! {
             r = client.stream(self.stream_request(rx)) => r,
-            _ = tokio::time::sleep(HELLO_ACK_TIMEOUT) => return Err(Ended::Lost("open timeout")),
+            _ = tokio::time::sleep(HELLO_ACK_TIMEOUT) => return Err(Ended::Failed("open timeout")),
             _ = shutdown.changed() => return Err(Ended::Shutdown),
         };
         let mut inbound = match response {
             Ok(r) => r.into_inner(),
             Err(status) => {
                 tracing::warn!(code = ?status.code(), message = status.message(), "collector refused the stream");
-                return Err(Ended::Lost("refused"));
+                return Err(Ended::Failed("refused"));
             }
         };
         let first = tokio::select! {
             m = inbound.message() => m,
-            _ = tokio::time::sleep(HELLO_ACK_TIMEOUT) => return Err(Ended::Lost("no ack after hello")),
+            _ = tokio::time::sleep(HELLO_ACK_TIMEOUT) => return Err(Ended::Failed("no ack after hello")),
             _ = shutdown.changed() => return Err(Ended::Shutdown),
         };
         match first {
             Ok(Some(msg)) => self.handle_inbound(msg),
-            Ok(None) => return Err(Ended::Lost("closed")),
+            Ok(None) => return Err(Ended::Failed("closed")),
             Err(status) => {
                 tracing::warn!(code = ?status.code(), message = status.message(), "stream failed after hello");
-                return Err(Ended::Lost("error"));
+                return Err(Ended::Failed("error"));
             }
         }
         Ok(inbound)
@@ -114,6 +114,8 @@ struct Session<'a> {
     last_progress: Instant,
     /// Since when the stream has been up; pushed far out once it reset the backoff.
     stable_since: Instant,
+    /// When the stream opened.
+    opened: Instant,
 }
 
 impl<'a> Session<'a> {
@@ -134,6 +136,7 @@ impl<'a> Session<'a> {
             last_sent: now,
             last_progress: now,
             stable_since: now,
+            opened: now,
         }
     }
 
@@ -150,10 +153,7 @@ impl<'a> Session<'a> {
         loop {
             self.flush();
             let ended = tokio::select! {
-                ev = events.recv(), if !self.shipper.events_closed => {
-                    self.on_event(ev);
-                    None
-                }
+                ev = events.recv(), if !self.shipper.events_closed => self.on_event(ev),
                 m = inbound.message() => match m {
                     Ok(Some(msg)) => {
                         self.on_message(msg);
@@ -166,6 +166,9 @@ impl<'a> Session<'a> {
                 _ = shutdown.changed() => Some(self.on_shutdown(inbound, events).await),
             };
             if let Some(ended) = ended {
+                if matches!(ended, Ended::Moved(_)) {
+                    self.drain(inbound).await;
+                }
                 return ended;
             }
         }
@@ -177,14 +180,20 @@ impl<'a> Session<'a> {
         self.shipper.send_jobs(&self.tx);
     }
 
-    /// A sampler event; `None`: the sampler's queue closed.
-    fn on_event(&mut self, ev: Option<SamplerEvent>) {
+    /// A sampler event; `None`: the sampler's queue closed. Ends the stream when a new job list moves the
+    /// node to another collector shard.
+    fn on_event(&mut self, ev: Option<SamplerEvent>) -> Option<Ended> {
         match ev {
             Some(SamplerEvent::Batch(b)) => self.on_batch(b),
             Some(SamplerEvent::Inventory(inv)) => self.on_inventory_update(inv),
-            Some(SamplerEvent::Jobs(j)) => self.shipper.absorb_jobs(j),
+            Some(SamplerEvent::Jobs(j)) => {
+                if self.shipper.absorb_jobs(j) {
+                    return Some(Ended::Moved("job moved to another shard"));
+                }
+            }
             None => self.shipper.events_closed = true,
         }
+        None
     }
 
     /// An outbound batch: numbered and buffered; [`Session::pump`] sends it.
@@ -270,6 +279,10 @@ impl<'a> Session<'a> {
                 self.last_sent = Instant::now();
             }
         }
+        if self.shipper.pos != 0 && self.opened.elapsed() > HOME_RETRY {
+            self.shipper.pos = 0;
+            return Some(Ended::Moved("back to the preferred shard"));
+        }
         if self.stable_since.elapsed() > STABLE_AFTER {
             backoff.reset();
             self.stable_since = Instant::now() + Duration::from_secs(3600);
@@ -285,8 +298,16 @@ impl<'a> Session<'a> {
         events: &mut mpsc::Receiver<SamplerEvent>,
     ) -> Ended {
         while let Ok(ev) = events.try_recv() {
-            self.on_event(Some(ev));
+            // Moving shards no longer matters: what is sent goes to this one.
+            let _ = self.on_event(Some(ev));
         }
+        self.drain(inbound).await;
+        Ended::Shutdown
+    }
+
+    /// Sends what the outbound queue takes and gives the collector a moment to acknowledge what is in flight
+    /// (best effort: what stays unacknowledged is resent on the next stream).
+    async fn drain(&mut self, inbound: &mut Inbound) {
         self.flush();
         let deadline = Instant::now() + SHUTDOWN_GRACE;
         while self.shipper.acked < self.sent_upto && Instant::now() < deadline {
@@ -295,7 +316,6 @@ impl<'a> Session<'a> {
                 _ => break,
             }
         }
-        Ended::Shutdown
     }
 
     /// Sends buffered batches above `sent_upto` (and the inventory updates they need) while the outbound

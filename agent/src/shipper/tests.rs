@@ -1,8 +1,9 @@
 //! The shipper against an in-process collector on loopback: the order of what goes out on a stream, acks
 //! and configs coming back, the bearer token, resend after the collector closes a stream, and the end once
-//! the sampler is gone and everything is acknowledged.
+//! the sampler is gone and everything is acknowledged; with two collectors (shards), the move to the next one
+//! when the first is down and to the job's shard when the job list changes, without replaying acked batches.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -31,6 +32,10 @@ struct FakeCollector {
     seen: Arc<Mutex<Seen>>,
     streams: Arc<AtomicUsize>,
     close_first_after_batch: bool,
+    /// At a batch above this seq (0: never): the stream ends unacknowledged and every later stream is
+    /// refused.
+    down_after_seq: Arc<AtomicU64>,
+    down: Arc<AtomicBool>,
 }
 
 fn collector_msg(msg: CollectorMsg) -> Result<pb::CollectorMessage, Status> {
@@ -45,6 +50,9 @@ impl pb::ingest_server::Ingest for FakeCollector {
         &self,
         request: Request<Streaming<pb::AgentMessage>>,
     ) -> Result<Response<Self::StreamStream>, Status> {
+        if self.down.load(Ordering::SeqCst) {
+            return Err(Status::unavailable("down"));
+        }
         let stream = self.streams.fetch_add(1, Ordering::SeqCst);
         let auth = request
             .metadata()
@@ -69,7 +77,16 @@ impl pb::ingest_server::Ingest for FakeCollector {
                     _ => Vec::new(),
                 };
                 let is_batch = matches!(m.msg, Some(AgentMsg::Batch(_)));
+                let limit = fake.down_after_seq.load(Ordering::SeqCst);
+                let going_down = match &m.msg {
+                    Some(AgentMsg::Batch(b)) => limit > 0 && b.seq > limit,
+                    _ => false,
+                };
                 fake.seen.lock().unwrap().messages.push((stream, m));
+                if going_down {
+                    fake.down.store(true, Ordering::SeqCst);
+                    return;
+                }
                 if is_batch && stream == 0 && fake.close_first_after_batch {
                     return;
                 }
@@ -276,6 +293,122 @@ async fn a_stream_closed_by_the_collector_is_reopened_and_unacked_batches_resent
         1
     );
 
+    stop.send_replace(true);
+    tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .expect("the shipper stops at shutdown")
+        .unwrap();
+}
+
+/// The batches `fake` received, by seq.
+fn batches(fake: &FakeCollector) -> Vec<u64> {
+    let seen = fake.seen.lock().unwrap();
+    seen.messages
+        .iter()
+        .filter_map(|(_, m)| match &m.msg {
+            Some(AgentMsg::Batch(b)) => Some(b.seq),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Two fakes served, listed in the settings; returns them with the one that ranks first for `key` first.
+async fn two_shards(key: &str) -> (ShipperSettings, FakeCollector, FakeCollector) {
+    let (a, b) = (FakeCollector::default(), FakeCollector::default());
+    let (ua, ub) = (serve(a.clone()).await, serve(b.clone()).await);
+    let urls = vec![ua, ub];
+    let s = settings(urls.join(","));
+    if shard::order(key, &urls)[0] == 0 {
+        (s, a, b)
+    } else {
+        (s, b, a)
+    }
+}
+
+fn start(
+    settings: ShipperSettings,
+) -> (
+    Arc<AgentMetrics>,
+    mpsc::Sender<SamplerEvent>,
+    watch::Sender<bool>,
+    tokio::task::JoinHandle<()>,
+) {
+    let metrics = Arc::new(AgentMetrics::new());
+    let periods = Periods::new(Duration::from_millis(50), Duration::from_secs(1));
+    let shipper = Shipper::new(settings, metrics.clone(), periods, pb::Inventory::default());
+    let (ev_tx, ev_rx) = mpsc::channel(16);
+    let (stop, stop_rx) = watch::channel(false);
+    let task = tokio::spawn(shipper.run(ev_rx, stop_rx));
+    (metrics, ev_tx, stop, task)
+}
+
+#[tokio::test]
+async fn a_down_shard_moves_the_agent_to_the_next_which_gets_only_the_unacked_batches() {
+    let (settings, preferred, next) = two_shards("n1").await;
+    preferred.down_after_seq.store(2, Ordering::SeqCst);
+    let (metrics, ev_tx, stop, task) = start(settings);
+    until("connected", || metrics.connected.get() == 1).await;
+    ev_tx.send(batch(1)).await.unwrap();
+    ev_tx.send(batch(2)).await.unwrap();
+    until("batches 1 and 2 acked by the preferred shard", || {
+        metrics.acked_seq.get() == 2
+    })
+    .await;
+    // Batch 3 takes the preferred shard down unacknowledged; the agent moves on and replays it there.
+    ev_tx.send(batch(3)).await.unwrap();
+    until("batch 3 acked by the next shard", || {
+        metrics.acked_seq.get() == 3
+    })
+    .await;
+    ev_tx.send(batch(4)).await.unwrap();
+    until("batch 4 acked", || metrics.acked_seq.get() == 4).await;
+    assert_eq!(batches(&preferred), [1, 2, 3]);
+    assert_eq!(
+        batches(&next),
+        [3, 4],
+        "acked batches are not replayed to another shard"
+    );
+    stop.send_replace(true);
+    tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .expect("the shipper stops at shutdown")
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_job_on_another_shard_moves_the_stream_there() {
+    let (settings, home, away) = two_shards("n1").await;
+    let urls = shard::parse_list(&settings.collector);
+    let home_url = urls[shard::order("n1", &urls)[0]].clone();
+    let job = (0..)
+        .map(|i| format!("job-{i}"))
+        .find(|j| urls[shard::order(j, &urls)[0]] != home_url)
+        .unwrap();
+    let (metrics, ev_tx, stop, task) = start(settings);
+    until("connected", || metrics.connected.get() == 1).await;
+    ev_tx.send(batch(1)).await.unwrap();
+    until("batch 1 acked", || metrics.acked_seq.get() == 1).await;
+    ev_tx
+        .send(SamplerEvent::Jobs(pb::JobInventory {
+            jobs: vec![pb::Job {
+                id: job.clone(),
+                ..Default::default()
+            }],
+        }))
+        .await
+        .unwrap();
+    until("moved", || {
+        metrics.disconnects.with_label_values(&["moved"]).get() == 1 && metrics.connected.get() == 1
+    })
+    .await;
+    ev_tx.send(batch(2)).await.unwrap();
+    until("batch 2 acked", || metrics.acked_seq.get() == 2).await;
+    assert_eq!(batches(&home), [1]);
+    assert_eq!(
+        batches(&away),
+        [2],
+        "the acked batch 1 is not replayed to the job's shard"
+    );
     stop.send_replace(true);
     tokio::time::timeout(Duration::from_secs(5), task)
         .await
