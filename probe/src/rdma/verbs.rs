@@ -1,0 +1,1 @@
+//! RDMA verbs (rdma-sys): written next.
