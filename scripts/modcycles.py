@@ -33,6 +33,7 @@ LAYERS = {
         ["ingest", "steps", "persist", "jobs"],
         ["analysis"],
         ["export"],
+        ["remote_write"],
     ],
     "agent": [
         ["telemetry", "nccl"],
@@ -45,7 +46,7 @@ LAYERS = {
     ],
     "diagnose": [
         ["progress", "timeline"],
-        ["nccl_tests", "nccl_log", "kineto", "nsys", "collector"],
+        ["nccl_tests", "nccl_log", "kineto", "nsys", "collector", "inspector"],
         ["analysis"],
         ["analysed", "link"],
         ["findings"],

@@ -7,6 +7,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+pub mod remote_write;
+pub use remote_write::RemoteWriteConfig;
+
 /// Errors reading or validating a configuration. Each message says its cause itself (none is repeated as a
 /// `source()`, so a printed chain says it once).
 #[derive(Debug, thiserror::Error)]
@@ -142,6 +145,8 @@ pub struct CollectorConfig {
     /// refused ([`CollectorConfig::check_transport`]): agents' counters, node names and bearer tokens would
     /// cross the network readable and forgeable. Plain text on a loopback address is always allowed.
     pub allow_plaintext: bool,
+    /// `[remote_write]`: the derived series sent to a Prometheus remote-write receiver; off without `url`.
+    pub remote_write: RemoteWriteConfig,
 }
 
 impl Default for CollectorConfig {
@@ -160,6 +165,7 @@ impl Default for CollectorConfig {
             token_file: None,
             api_token_file: None,
             allow_plaintext: false,
+            remote_write: RemoteWriteConfig::default(),
         }
     }
 }
@@ -230,6 +236,7 @@ impl CollectorConfig {
             return bad("limits.max_http_connections", "must be at most 1000000");
         }
         self.validate_connection_limits()?;
+        self.remote_write.validate()?;
         if self.fast_period_ms != 0 && self.fast_period_ms < 10 {
             return bad(
                 "fast_period_ms",

@@ -17,6 +17,7 @@
 //! - [`analysis`]: the rules over the store's windows, the steps and the jobs; findings with hysteresis, their
 //!   history and the baselines.
 //! - [`export`]: `/metrics`, the JSON API (nodes, steps, jobs, findings, baselines) and `/healthz`.
+//! - [`remote_write`]: the families of `/metrics` sent to a Prometheus remote-write receiver (`[remote_write]`).
 //! - [`lifecycle`]: the stop signal and the task set; this file wires the stages together.
 //!
 //! # Lifecycle
@@ -37,6 +38,7 @@ pub mod jobs;
 pub mod lifecycle;
 pub mod pace;
 pub mod persist;
+pub mod remote_write;
 pub mod steps;
 pub mod store;
 pub mod telemetry;
@@ -82,6 +84,8 @@ pub enum CollectorError {
     Analysis(analysis::history::HistoryError),
     #[error(transparent)]
     Auth(ingest::auth::AuthError),
+    #[error(transparent)]
+    RemoteWrite(#[from] remote_write::RemoteWriteError),
 }
 
 impl From<prometheus::Error> for CollectorError {
@@ -275,6 +279,14 @@ pub async fn run(
         signal.subscribe(),
     );
     tasks.spawn_server("http", http);
+    let gather = Arc::new(remote_write::ExpositionSource {
+        store: store.clone(),
+        health: health.clone(),
+    });
+    let sender = remote_write::start(&config.remote_write, gather, &health, signal.subscribe())?;
+    if let Some(task) = sender {
+        tasks.adopt("remote write", task);
+    }
     let on_signal = signal.clone();
     tasks.spawn_loop("shutdown signal", async move {
         shutdown.await;

@@ -49,3 +49,13 @@ pub const COLLECTOR_OUT_OF_WINDOW_SAMPLES_TOTAL: &str =
 pub const COLLECTOR_DROPPED_STREAMS_TOTAL: &str = "commwatch_collector_dropped_streams_total";
 /// Always 1, labels `version` and `revision`: which build of commwatch is running.
 pub const BUILD_INFO: &str = "commwatch_build_info";
+/// Remote write (`[remote_write]`): samples by `result` (`sent`; `failed`: refused with 4xx or retried past
+/// `retry_for`; `dropped`: evicted from the full queue or left at stop), requests by `result` (`sent`,
+/// `retried`, `failed`), compressed request bytes sent, and the samples waiting in the queue now.
+pub const COLLECTOR_REMOTE_WRITE_SAMPLES_TOTAL: &str =
+    "commwatch_collector_remote_write_samples_total";
+pub const COLLECTOR_REMOTE_WRITE_REQUESTS_TOTAL: &str =
+    "commwatch_collector_remote_write_requests_total";
+pub const COLLECTOR_REMOTE_WRITE_BYTES_TOTAL: &str = "commwatch_collector_remote_write_bytes_total";
+pub const COLLECTOR_REMOTE_WRITE_QUEUE_SAMPLES: &str =
+    "commwatch_collector_remote_write_queue_samples";

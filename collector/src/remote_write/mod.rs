@@ -1,0 +1,331 @@
+//! Remote write: the collector's derived series — the families of `/metrics` (per-link rates, per-step figures,
+//! findings, scaling, its own health), never the raw 20 Hz samples — sent to a Prometheus remote-write
+//! receiver (Prometheus with `--web.enable-remote-write-receiver`, VictoriaMetrics, Mimir, Thanos Receive)
+//! with protocol 1.0: protobuf `prometheus.WriteRequest`, snappy block format, `Content-Encoding: snappy`,
+//! `Content-Type: application/x-protobuf`, `X-Prometheus-Remote-Write-Version: 0.1.0`. Off unless
+//! `[remote_write] url` (`--remote-write-url`) is set.
+//!
+//! Every `interval` a gather renders the exposition text as `/metrics` does ([`ExpositionSource`]), reads it
+//! back ([`parse`]), keeps the families `include`/`exclude` select, stamps every sample with the gather's time,
+//! adds a staleness marker for each series the previous gather had and this one lacks (a cleared finding
+//! ends at once in the store instead of lingering for its lookback), and queues the requests ([`encode`]) in
+//! a queue bounded by samples ([`queue`]: the oldest dropped when full). One sender sends them in order
+//! ([`send`]): 5xx, 429 and network errors are retried with exponential backoff for up to `retry_for`; any
+//! other refusal is final. At stop the gather runs once more and the queue is sent for at most
+//! `flush_timeout`; what is left is dropped. Every sample ends counted in
+//! `commwatch_collector_remote_write_samples_total{result="sent"|"failed"|"dropped"}` ([`metrics`]).
+//!
+//! Cost: one exposition render and parse per interval, off the async workers, and the previous gather's label
+//! sets (for the staleness markers) held between gathers.
+
+pub mod encode;
+pub mod metrics;
+pub mod parse;
+pub mod queue;
+pub mod send;
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tracing::{info, warn};
+
+use crate::config::RemoteWriteConfig;
+use crate::store::Store;
+use crate::telemetry::Health;
+use encode::Label;
+pub use metrics::Metrics;
+use queue::{Queue, Queued};
+pub use send::{Outcome, SendSetupError, Sender};
+
+/// Why remote write cannot start (the collector does not start either).
+#[derive(Debug, thiserror::Error)]
+pub enum RemoteWriteError {
+    #[error(transparent)]
+    Setup(#[from] SendSetupError),
+    #[error("remote write metrics: {0}")]
+    Metrics(prometheus::Error),
+}
+
+/// Where a gather reads the families: the exposition text, as `/metrics` serves it.
+pub trait Gather: Send + Sync + 'static {
+    /// The whole exposition text now. CPU-bound (called on a blocking thread).
+    fn text(&self) -> Result<String, String>;
+}
+
+/// The collector's `/metrics` text: the health registry's families and the store's.
+pub struct ExpositionSource {
+    pub store: Arc<Store>,
+    pub health: Health,
+}
+
+impl Gather for ExpositionSource {
+    fn text(&self) -> Result<String, String> {
+        let registered = self.health.registry.gather();
+        let nodes = self.store.snapshot(commwatch_model::clock::unix_now_ns());
+        let memory = self.store.memory();
+        let mut out = String::new();
+        crate::export::exposition::write_exposition(&registered, &nodes, Some(&memory), &mut out)
+            .map_err(|e| e.to_string())?;
+        Ok(out)
+    }
+}
+
+/// With `cfg.url` set: registers the metrics in `health`, builds the sender (reading the CA and credential
+/// files) and starts the task, which ends by itself after the stop signal on `shutdown` and the flush.
+/// `None` without a URL.
+pub fn start(
+    cfg: &RemoteWriteConfig,
+    source: Arc<dyn Gather>,
+    health: &Health,
+    shutdown: watch::Receiver<bool>,
+) -> Result<Option<JoinHandle<()>>, RemoteWriteError> {
+    if cfg.url.is_none() {
+        return Ok(None);
+    }
+    let sender = Sender::new(cfg)?;
+    let metrics = Metrics::register(&health.registry).map_err(RemoteWriteError::Metrics)?;
+    let credentials = cfg.bearer_token_file.is_some() || cfg.basic_auth_user.is_some();
+    if credentials && sender.target().starts_with("http://") {
+        warn!(url = %sender.target(), "remote write sends credentials; use https beyond a trusted network");
+    }
+    info!(url = %sender.target(), interval = ?cfg.interval, "remote write on");
+    Ok(Some(tokio::spawn(run(
+        cfg.clone(),
+        source,
+        sender,
+        metrics,
+        shutdown,
+    ))))
+}
+
+/// The task: gathers and sends until the stop signal, then gathers once more and flushes.
+pub async fn run(
+    cfg: RemoteWriteConfig,
+    source: Arc<dyn Gather>,
+    sender: Sender,
+    metrics: Metrics,
+    shutdown: watch::Receiver<bool>,
+) {
+    let queue = Arc::new(Queue::new(cfg.queue_max_samples));
+    let stop = Stop {
+        rx: shutdown,
+        flush: cfg.flush_timeout,
+        at: Arc::new(OnceLock::new()),
+    };
+    let mut producer = Producer {
+        source,
+        filter: Arc::new(Filter {
+            include: cfg.include.clone(),
+            exclude: cfg.exclude.clone(),
+        }),
+        external: cfg.external_labels.clone().into_iter().collect(),
+        previous: Vec::new(),
+        max_samples: cfg.max_samples_per_request,
+        queue: queue.clone(),
+        metrics: metrics.clone(),
+    };
+    let mut consumer = Consumer {
+        queue,
+        sender,
+        metrics,
+        cfg,
+        stop: stop.clone(),
+    };
+    tokio::join!(producer.run(&stop, consumer.cfg.interval), consumer.run());
+    consumer.flush().await;
+}
+
+/// The stop signal and the flush deadline it starts.
+#[derive(Clone)]
+struct Stop {
+    rx: watch::Receiver<bool>,
+    flush: Duration,
+    at: Arc<OnceLock<Instant>>,
+}
+
+impl Stop {
+    /// Resolves at the signal (or when its sender is gone).
+    async fn signalled(&self) {
+        let mut rx = self.rx.clone();
+        let _ = rx.wait_for(|s| *s).await;
+    }
+
+    /// Resolves `flush` after the signal.
+    async fn deadline_reached(&self) {
+        self.signalled().await;
+        let at = *self.at.get_or_init(|| Instant::now() + self.flush);
+        tokio::time::sleep_until(at).await;
+    }
+
+    fn deadline_passed(&self) -> bool {
+        *self.rx.borrow() && Instant::now() >= *self.at.get_or_init(|| Instant::now() + self.flush)
+    }
+}
+
+/// Metric-name prefixes to send (`include`: empty = all) and not to send (`exclude`).
+struct Filter {
+    include: Vec<String>,
+    exclude: Vec<String>,
+}
+
+impl Filter {
+    fn keeps(&self, name: &str) -> bool {
+        (self.include.is_empty() || self.include.iter().any(|p| name.starts_with(p.as_str())))
+            && !self.exclude.iter().any(|p| name.starts_with(p.as_str()))
+    }
+}
+
+/// The gathers: exposition text → requests in the queue.
+struct Producer {
+    source: Arc<dyn Gather>,
+    filter: Arc<Filter>,
+    external: Vec<(String, String)>,
+    previous: Vec<Vec<Label>>,
+    max_samples: usize,
+    queue: Arc<Queue>,
+    metrics: Metrics,
+}
+
+impl Producer {
+    async fn run(&mut self, stop: &Stop, interval: Duration) {
+        let mut tick = tokio::time::interval(interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => self.gather_once().await,
+                _ = stop.signalled() => break,
+            }
+        }
+        self.gather_once().await;
+    }
+
+    /// One gather, rendered, parsed and encoded on a blocking thread, its requests queued.
+    async fn gather_once(&mut self) {
+        let (source, filter) = (self.source.clone(), self.filter.clone());
+        let (external, previous) = (self.external.clone(), std::mem::take(&mut self.previous));
+        let max = self.max_samples;
+        let gathered = Instant::now();
+        let work = tokio::task::spawn_blocking(move || {
+            let text = source.text()?;
+            let (samples, errors) = parse::parse_exposition(&text, |n| filter.keeps(n));
+            let now_ms = (commwatch_model::clock::unix_now_ns() / 1_000_000) as i64;
+            let (series, now) = encode::gather_series(samples, &external, previous, now_ms);
+            let requests = encode::encode_requests(series, max).map_err(|e| e.to_string())?;
+            Ok::<_, String>((requests, now, errors))
+        });
+        let (requests, now, errors) = match work.await {
+            Ok(Ok(done)) => done,
+            Ok(Err(e)) => {
+                return warn!(error = %e, "remote write: the gather failed; nothing queued")
+            }
+            Err(e) => return warn!(error = %e, "remote write: the gather task failed"),
+        };
+        self.previous = now;
+        if let Some(first) = errors.first() {
+            // Unreadable exposition lines are samples not sent: counted as dropped.
+            self.metrics.samples_dropped.inc_by(errors.len() as u64);
+            warn!(lines = errors.len(), first = %first, "remote write: exposition lines skipped");
+        }
+        let mut dropped = 0;
+        for request in requests {
+            dropped += self.queue.push(Queued { request, gathered });
+        }
+        if dropped > 0 {
+            self.metrics.samples_dropped.inc_by(dropped as u64);
+            warn!(
+                samples = dropped,
+                "remote write: queue full, the oldest requests were dropped"
+            );
+        }
+        self.metrics.queue_samples.set(self.queue.samples() as i64);
+    }
+}
+
+/// The sender's loop: one request at a time, in order.
+struct Consumer {
+    queue: Arc<Queue>,
+    sender: Sender,
+    metrics: Metrics,
+    cfg: RemoteWriteConfig,
+    stop: Stop,
+}
+
+impl Consumer {
+    async fn run(&mut self) {
+        loop {
+            let q = tokio::select! {
+                q = self.queue.pop() => q,
+                _ = self.stop.signalled() => return,
+            };
+            self.metrics.queue_samples.set(self.queue.samples() as i64);
+            self.deliver(q).await;
+        }
+    }
+
+    /// After the stop signal: sends what is queued until the flush deadline; drops (and counts) the rest.
+    async fn flush(&mut self) {
+        while let Some(q) = self.queue.try_pop() {
+            if self.stop.deadline_passed() {
+                let left = q.request.samples + self.queue.clear();
+                self.metrics.samples_dropped.inc_by(left as u64);
+                warn!(
+                    samples = left,
+                    "remote write: stopped before the queue was sent; dropped"
+                );
+                break;
+            }
+            self.deliver(q).await;
+        }
+        self.metrics.queue_samples.set(0);
+    }
+
+    /// Sends one request, retrying 5xx, 429 and network errors with backoff for up to `retry_for` (and no
+    /// later than the flush deadline once stopping).
+    async fn deliver(&mut self, q: Queued) {
+        let mut backoff = send::Backoff::new(self.cfg.min_backoff, self.cfg.max_backoff);
+        let samples = q.request.samples as u64;
+        loop {
+            let attempt = tokio::select! {
+                o = self.sender.send(q.request.body.clone()) => o,
+                _ = self.stop.deadline_reached() => return self.metrics.samples_dropped.inc_by(samples),
+            };
+            let why = match attempt {
+                Outcome::Sent => {
+                    self.metrics.samples_sent.inc_by(samples);
+                    self.metrics.requests_sent.inc();
+                    self.metrics.bytes_sent.inc_by(q.request.body.len() as u64);
+                    return;
+                }
+                Outcome::Refused(why) => {
+                    self.fail(samples);
+                    return warn!(url = %self.sender.target(), error = %why, samples,
+                        "remote write: request refused by the receiver; not retried");
+                }
+                Outcome::Retry(why) => why,
+            };
+            if q.gathered.elapsed() >= self.cfg.retry_for {
+                self.fail(samples);
+                return warn!(url = %self.sender.target(), error = %why, samples,
+                    "remote write: request failed for longer than retry_for; given up");
+            }
+            self.metrics.requests_retried.inc();
+            let wait = backoff.next_wait();
+            tracing::debug!(error = %why, ?wait, "remote write: retrying");
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = self.stop.deadline_reached() => return self.metrics.samples_dropped.inc_by(samples),
+            }
+        }
+    }
+
+    fn fail(&self, samples: u64) {
+        self.metrics.samples_failed.inc_by(samples);
+        self.metrics.requests_failed.inc();
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,260 @@
+//! The sender against a fake receiver (axum on 127.0.0.1:0): headers and bodies, retries with backoff on 5xx
+//! and 429, no retry on 4xx, queue drops, the flush at stop, and every sample counted once.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::post;
+use axum::Router;
+use parking_lot::Mutex;
+
+use super::*;
+
+/// A fixed exposition of `n` samples.
+struct Fixed(usize);
+
+impl Gather for Fixed {
+    fn text(&self) -> Result<String, String> {
+        let mut out = String::from("# HELP commwatch_t A test family.\n# TYPE commwatch_t gauge\n");
+        for i in 0..self.0 {
+            out.push_str(&format!("commwatch_t{{node=\"node-{i}\"}} {i}\n"));
+        }
+        out.push_str("other_family 1\n");
+        Ok(out)
+    }
+}
+
+/// What the fake receiver saw, and the statuses it answers with (then 204).
+#[derive(Default)]
+struct Receiver {
+    requests: Mutex<Vec<(HeaderMap, Bytes)>>,
+    script: Mutex<VecDeque<StatusCode>>,
+    /// Answer this status forever once the script is used up.
+    then: Mutex<Option<StatusCode>>,
+}
+
+async fn write(State(r): State<Arc<Receiver>>, headers: HeaderMap, body: Bytes) -> StatusCode {
+    r.requests.lock().push((headers, body));
+    let next = r.script.lock().pop_front();
+    next.or(*r.then.lock()).unwrap_or(StatusCode::NO_CONTENT)
+}
+
+async fn receiver(script: &[u16], then: Option<u16>) -> (Arc<Receiver>, String) {
+    let r = Arc::new(Receiver::default());
+    r.script
+        .lock()
+        .extend(script.iter().map(|c| StatusCode::from_u16(*c).unwrap()));
+    *r.then.lock() = then.map(|c| StatusCode::from_u16(c).unwrap());
+    let app = Router::new()
+        .route("/api/v1/write", post(write))
+        .with_state(r.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/api/v1/write", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (r, url)
+}
+
+fn config(url: &str) -> RemoteWriteConfig {
+    RemoteWriteConfig {
+        url: Some(url.into()),
+        // Shorter than validation allows: the tests run in real time.
+        interval: Duration::from_millis(100),
+        min_backoff: Duration::from_millis(10),
+        max_backoff: Duration::from_millis(40),
+        include: vec!["commwatch_".into()],
+        max_samples_per_request: 100,
+        flush_timeout: Duration::from_millis(500),
+        ..Default::default()
+    }
+}
+
+/// Starts remote write over `Fixed(n)`; its metrics and the stop signal.
+fn start_over(cfg: &RemoteWriteConfig, n: usize) -> (Metrics, watch::Sender<bool>, JoinHandle<()>) {
+    let health = Health::new().unwrap();
+    let (stop, rx) = watch::channel(false);
+    let sender = Sender::new(cfg).unwrap();
+    let metrics = Metrics::register(&health.registry).unwrap();
+    let task = tokio::spawn(run(
+        cfg.clone(),
+        Arc::new(Fixed(n)),
+        sender,
+        metrics.clone(),
+        rx,
+    ));
+    (metrics, stop, task)
+}
+
+async fn until(what: &str, cond: impl Fn() -> bool) {
+    for _ in 0..500 {
+        if cond() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+fn accounted(m: &Metrics) -> u64 {
+    m.samples_sent.get() + m.samples_failed.get() + m.samples_dropped.get()
+}
+
+#[tokio::test]
+async fn sends_protocol_headers_and_decodable_requests_in_chunks() {
+    let (r, url) = receiver(&[], None).await;
+    let (m, stop, task) = start_over(&config(&url), 250);
+    until("a gather sent", || m.samples_sent.get() >= 250).await;
+    stop.send_replace(true);
+    task.await.unwrap();
+    let requests = r.requests.lock();
+    let (headers, _) = &requests[0];
+    assert_eq!(headers["content-encoding"], "snappy");
+    assert_eq!(headers["content-type"], "application/x-protobuf");
+    assert_eq!(headers["x-prometheus-remote-write-version"], "0.1.0");
+    assert!(headers["user-agent"]
+        .to_str()
+        .unwrap()
+        .starts_with("commwatch/"));
+    let first: Vec<usize> = requests[..3]
+        .iter()
+        .map(|(_, b)| encode::decode_request(b).unwrap().timeseries.len())
+        .collect();
+    assert_eq!(
+        first,
+        [100, 100, 50],
+        "250 samples in requests of at most 100"
+    );
+    let decoded = encode::decode_request(&requests[0].1).unwrap();
+    let names: Vec<&str> = decoded.timeseries[0]
+        .labels
+        .iter()
+        .map(|l| l.value.as_str())
+        .collect();
+    assert_eq!(
+        names,
+        ["commwatch_t", "node-0"],
+        "other_family is not included"
+    );
+    assert_eq!(m.samples_sent.get(), m.requests_sent.get() / 3 * 250);
+    assert_eq!(m.samples_failed.get() + m.samples_dropped.get(), 0);
+    assert!(m.bytes_sent.get() > 0);
+}
+
+#[tokio::test]
+async fn server_errors_and_429_are_retried_client_errors_are_not() {
+    let (r, url) = receiver(&[503, 429, 500], None).await;
+    let mut cfg = config(&url);
+    cfg.interval = Duration::from_secs(3600);
+    let (m, stop, task) = start_over(&cfg, 50);
+    until("the retried request sent", || m.samples_sent.get() == 50).await;
+    assert_eq!(m.requests_retried.get(), 3);
+    assert_eq!(r.requests.lock().len(), 4, "three failures, then success");
+    stop.send_replace(true);
+    task.await.unwrap();
+
+    let (r, url) = receiver(&[400], None).await;
+    cfg.url = Some(url);
+    let (m, stop, task) = start_over(&cfg, 50);
+    until("the refusal counted", || m.samples_failed.get() == 50).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(r.requests.lock().len(), 1, "a 4xx is not retried");
+    assert_eq!((m.requests_failed.get(), m.requests_retried.get()), (1, 0));
+    stop.send_replace(true);
+    task.await.unwrap();
+    // The final gather at stop is sent too.
+    assert_eq!(m.samples_sent.get(), 50);
+}
+
+#[tokio::test]
+async fn retries_stop_after_retry_for_and_count_the_samples_failed() {
+    let (_r, url) = receiver(&[], Some(503)).await;
+    let mut cfg = config(&url);
+    cfg.interval = Duration::from_secs(3600);
+    cfg.retry_for = Duration::from_millis(200);
+    let (m, stop, task) = start_over(&cfg, 50);
+    until("given up", || m.samples_failed.get() == 50).await;
+    assert!(
+        m.requests_retried.get() >= 3,
+        "{}",
+        m.requests_retried.get()
+    );
+    stop.send_replace(true);
+    task.await.unwrap();
+}
+
+#[tokio::test]
+async fn a_full_queue_drops_the_oldest_and_stop_flushes_within_its_bound() {
+    let (r, url) = receiver(&[], Some(503)).await;
+    let mut cfg = config(&url);
+    cfg.queue_max_samples = 1_000;
+    cfg.retry_for = Duration::from_secs(3600);
+    cfg.max_backoff = Duration::from_millis(10);
+    let (m, stop, task) = start_over(&cfg, 400);
+    until("drops", || m.samples_dropped.get() >= 400).await;
+    assert!(m.queue_samples.get() <= 1_000, "{}", m.queue_samples.get());
+    // The receiver recovers: what is queued is sent at stop, within flush_timeout.
+    *r.then.lock() = None;
+    let stopped = Instant::now();
+    stop.send_replace(true);
+    task.await.unwrap();
+    assert!(
+        stopped.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        stopped.elapsed()
+    );
+    assert!(m.samples_sent.get() >= 400, "{}", m.samples_sent.get());
+    assert_eq!(accounted(&m) % 400, 0, "every gathered sample counted once");
+    assert_eq!(m.samples_failed.get(), 0);
+    assert_eq!(m.queue_samples.get(), 0);
+}
+
+#[tokio::test]
+async fn stop_with_a_dead_receiver_ends_within_flush_timeout_and_counts_the_rest_dropped() {
+    let (_r, url) = receiver(&[], Some(503)).await;
+    let mut cfg = config(&url);
+    cfg.retry_for = Duration::from_secs(3600);
+    let (m, stop, task) = start_over(&cfg, 150);
+    until("retries", || m.requests_retried.get() >= 2).await;
+    let stopped = Instant::now();
+    stop.send_replace(true);
+    task.await.unwrap();
+    let took = stopped.elapsed();
+    assert!(
+        took >= Duration::from_millis(450) && took < Duration::from_secs(2),
+        "{took:?}"
+    );
+    assert_eq!(m.samples_sent.get() + m.samples_failed.get(), 0);
+    assert_eq!(accounted(&m) % 150, 0, "{}", accounted(&m));
+    assert!(
+        m.samples_dropped.get() >= 300,
+        "{}",
+        m.samples_dropped.get()
+    );
+}
+
+#[tokio::test]
+async fn nothing_starts_without_a_url_and_a_refused_connection_is_retried() {
+    let health = Health::new().unwrap();
+    let (_stop, rx) = watch::channel(false);
+    let off = start(
+        &RemoteWriteConfig::default(),
+        Arc::new(Fixed(1)),
+        &health,
+        rx.clone(),
+    );
+    assert!(off.unwrap().is_none());
+    assert!(!health
+        .registry
+        .gather()
+        .iter()
+        .any(|f| f.name().contains("remote_write")));
+    // A port nobody listens on: a network error, retried.
+    let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/api/v1/write", closed.local_addr().unwrap());
+    drop(closed);
+    let sender = Sender::new(&config(&url)).unwrap();
+    assert!(matches!(sender.send(vec![1]).await, Outcome::Retry(_)));
+}
