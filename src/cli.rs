@@ -63,6 +63,9 @@ pub enum Command {
     Status(cmd::status::StatusArgs),
     /// A running collector's findings, filtered.
     Findings(cmd::findings::FindingsArgs),
+    /// Active probes between two hosts: bare bandwidth both ways and latency, over TCP or RDMA.
+    #[command(subcommand)]
+    Probe(cmd::probe::ProbeCommand),
     /// Print a shell completion script (source it, or install it where the shell looks).
     Completions(cmd::completions::CompletionsArgs),
     /// Print the manual page (roff), or write one page per command into a directory.

@@ -32,6 +32,7 @@ fn main() -> ExitCode {
         Command::Status(args) => cmd::status::run(&args),
         Command::Findings(args) => cmd::findings::run(&args).map(|()| 0),
         Command::Baseline(c) => cmd::baseline::run(&c).map(|()| 0),
+        Command::Probe(c) => cmd::probe::run(&c).map(|()| 0).map_err(CliError::from),
         Command::Completions(args) => {
             cmd::completions::write(&args, Cli::command(), &mut std::io::stdout().lock());
             Ok(0)

@@ -7,6 +7,7 @@ pub mod collector;
 pub mod completions;
 pub mod findings;
 pub mod man;
+pub mod probe;
 pub mod status;
 
 /// `--format` of the commands that print a result for people or for scripts.
