@@ -7,7 +7,8 @@
 //! - [`progress`]: the progress bar for long inputs; [`timeline`]: one rank's GPU timeline, which both trace
 //!   readers produce, with the kernel classification; [`units`]: quantities written for people;
 //! - parsers, one per input kind: [`nccl_tests`], [`nccl_log`], [`kineto`] (streaming), [`nsys`], and
-//!   [`collector`] (a running collector's inventory: link rate, interface roles);
+//!   [`collector`] (a running collector's inventory: link rate, interface roles), [`inspector`] (NCCL
+//!   Inspector dump files and their per-collective summary);
 //! - [`analysis`]: bandwidth curves, overlap per step, stragglers (pure functions of parser output);
 //! - [`analysed`]: each input file with its analysis; [`link`]: the fabric link the baselines are compared
 //!   with, and the share of it a baseline must reach;
@@ -23,6 +24,7 @@ pub mod analysis;
 pub mod baseline;
 pub mod collector;
 pub mod findings;
+pub mod inspector;
 pub mod kineto;
 pub mod link;
 pub mod nccl_log;
@@ -60,6 +62,9 @@ pub struct DiagnoseArgs {
     /// PyTorch profiler trace (.json, .json.gz) or a directory of them, one per rank; repeatable.
     #[arg(long = "trace", value_name = "F|DIR")]
     pub trace: Vec<PathBuf>,
+    /// NCCL Inspector dump directory (or one dump file), as `NCCL_INSPECTOR_DUMP_DIR` names it; repeatable.
+    #[arg(long = "nccl-inspector", value_name = "DIR")]
+    pub nccl_inspector: Vec<PathBuf>,
     /// Nsight Systems export (`nsys export --type sqlite`); repeatable.
     #[arg(long = "nsys", value_name = "F")]
     pub nsys: Vec<PathBuf>,
@@ -89,7 +94,7 @@ pub struct DiagnoseArgs {
 
 #[derive(Debug, thiserror::Error)]
 pub enum DiagnoseError {
-    #[error("nothing to diagnose: give at least one of --nccl-tests, --nccl-log, --trace, --nsys")]
+    #[error("nothing to diagnose: give at least one of --nccl-tests, --nccl-log, --trace, --nsys, --nccl-inspector")]
     NoInputs,
     #[error("--link-rate must be a positive number of GB/s, got {0}")]
     InvalidLinkRate(f64),
@@ -114,6 +119,7 @@ pub fn run(args: &DiagnoseArgs) -> Result<i32, DiagnoseError> {
         && args.nccl_log.is_empty()
         && args.trace.is_empty()
         && args.nsys.is_empty()
+        && args.nccl_inspector.is_empty()
     {
         return Err(DiagnoseError::NoInputs);
     }
@@ -135,6 +141,7 @@ pub fn run(args: &DiagnoseArgs) -> Result<i32, DiagnoseError> {
         nccl_logs: args.nccl_log.clone(),
         traces: args.trace.clone(),
         nsys: args.nsys.clone(),
+        nccl_inspector: args.nccl_inspector.clone(),
         link_rate_gbps: args.link_rate,
         nics_per_node: args.nics_per_node,
         inventory,

@@ -177,5 +177,6 @@ pub fn report() -> Report {
             action: "look for stragglers".to_string(),
             confident: false,
         },
+        nccl_inspector: None,
     }
 }

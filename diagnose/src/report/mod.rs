@@ -4,10 +4,12 @@
 //! - this module: assembly, from [`Inputs`] (paths and the link) to a [`Report`];
 //! - [`model`]: the report's data and the JSON shape ([`render_json`] is serde of that shape);
 //! - [`verdict`]: the key judgment, the report's conclusion;
+//! - [`inspector`]: the NCCL Inspector section (steps 3 and 4);
 //! - [`text`]: the terminal report; [`html`]: the self-contained HTML page;
 //! - [`scaling`], [`units`]: the scaling table and byte sizes, which more than one part shows.
 
 pub mod html;
+pub mod inspector;
 pub mod model;
 pub mod scaling;
 pub mod text;
@@ -38,6 +40,8 @@ pub struct Inputs {
     /// Files or directories of Kineto traces.
     pub traces: Vec<PathBuf>,
     pub nsys: Vec<PathBuf>,
+    /// NCCL Inspector dump directories or files.
+    pub nccl_inspector: Vec<PathBuf>,
     /// Fabric link rate, GB/s (1e9 bytes/s).
     pub link_rate_gbps: Option<f64>,
     /// Fabric NICs per node (`--nics-per-node`); else the inventory's or the NCCL logs' count.
@@ -85,7 +89,10 @@ impl Report {
         let log_nics = logs.iter().filter_map(|l| l.log.nics_per_node).max();
         let link = LinkInfo::new(inputs.link_rate_gbps, inputs.inventory.as_ref())
             .with_nics(inputs.nics_per_node, log_nics);
-        Report::assemble(records, link, tests, logs, traces, straggler)
+        let inspector_reads = read_inspector(&inputs.nccl_inspector, &mut records);
+        let mut report = Report::assemble(records, link, tests, logs, traces, straggler);
+        report.nccl_inspector = inspector::build(&inspector_reads, &report.link, &report.nccl_tests);
+        report
     }
 
     /// Builds the findings and the conclusion from analysed parts.
@@ -115,6 +122,7 @@ impl Report {
             straggler,
             findings,
             conclusion,
+            nccl_inspector: None,
         }
     }
 }
@@ -233,6 +241,34 @@ fn read_kineto(
         }
     }
     timelines
+}
+
+/// Every Inspector directory or file; lines that gave no record make the input `partial`.
+fn read_inspector(paths: &[PathBuf], records: &mut Vec<InputRecord>) -> Vec<crate::inspector::InspectorRead> {
+    let mut reads = Vec::new();
+    for path in paths {
+        match crate::inspector::read_path(path) {
+            Ok(read) => {
+                let mut rec = InputRecord::ok(path, "nccl_inspector");
+                for f in &read.files {
+                    rec.skipped += f.counts.dropped();
+                    if f.counts.dropped() > 0 {
+                        rec.warnings.push(format!(
+                            "{}: {} malformed or truncated, {} of an unknown format version, {} not collectives",
+                            f.file, f.counts.malformed, f.counts.unknown_version, f.counts.not_collective
+                        ));
+                    }
+                }
+                if !rec.warnings.is_empty() {
+                    rec.status = "partial";
+                }
+                records.push(rec);
+                reads.push(read);
+            }
+            Err(e) => records.push(InputRecord::failed(path, "nccl_inspector", e)),
+        }
+    }
+    reads
 }
 
 fn read_nsys(paths: &[PathBuf], records: &mut Vec<InputRecord>) -> Vec<ReadTimeline> {

@@ -86,6 +86,8 @@ pub struct Report {
     pub straggler: Option<StragglerAnalysis>,
     pub findings: Vec<Finding>,
     pub conclusion: Conclusion,
+    /// What NCCL Inspector's files said (`--nccl-inspector`).
+    pub nccl_inspector: Option<super::inspector::InspectorSection>,
 }
 
 impl Report {
@@ -120,6 +122,8 @@ pub struct ReportJson<'a> {
     /// `kind`, `severity`, `subject`, `summary`, `evidence`, `action`: a finding's own fields.
     pub findings: &'a [Finding],
     pub conclusion: &'a Conclusion,
+    /// Per collective and size class from NCCL Inspector, costliest first, and the costliest against the link.
+    pub nccl_inspector: Option<&'a super::inspector::InspectorSection>,
 }
 
 impl<'a> From<&'a Report> for ReportJson<'a> {
@@ -145,6 +149,7 @@ impl<'a> From<&'a Report> for ReportJson<'a> {
             straggler: r.straggler.as_ref(),
             findings: &r.findings,
             conclusion: &r.conclusion,
+            nccl_inspector: r.nccl_inspector.as_ref(),
         }
     }
 }
@@ -414,6 +419,7 @@ mod tests {
                 "findings",
                 "inputs",
                 "link",
+                "nccl_inspector",
                 "nccl_logs",
                 "nccl_tests",
                 "schema_version",

@@ -293,6 +293,9 @@ fn collectives(o: &mut String, r: &Report) {
             );
         }
     }
+    if let Some(s) = &r.nccl_inspector {
+        super::inspector::text_step3(o, s);
+    }
     if let Some(s) = &r.straggler {
         let _ = writeln!(o, "  across ranks ({} collectives compared):", s.compared);
         for rl in &s.ranks {
@@ -327,6 +330,9 @@ fn link_and_algorithm(o: &mut String, r: &Report) {
                 "  link rate unknown (--link-rate GBPS or --collector URL)"
             );
         }
+    }
+    if let Some(s) = &r.nccl_inspector {
+        super::inspector::text_step4(o, s);
     }
     for l in &r.nccl_logs {
         let g = &l.log;

@@ -37,6 +37,9 @@ pub fn body(r: &Report) -> String {
     } else {
         o.push_str(&table(&costly));
     }
+    if let Some(s) = &r.nccl_inspector {
+        o.push_str(&super::inspector::body(s));
+    }
     o.push_str(&stragglers(r));
     o
 }

@@ -6,7 +6,8 @@
 //! - [`conclusion`]: the verdict as a headline, the evidence behind it and the next action;
 //! - [`findings`]: each finding with a severity badge, its evidence as a table and its action;
 //! - [`baselines`] (step 1, with [`bandwidth_chart`] and the [`results`] table), [`timeline`] (step 2, with
-//!   [`timeline_chart`]), [`collectives`] (step 3), [`link_algorithm`] (step 4); [`fabric`] names the link
+//!   [`timeline_chart`]), [`collectives`] (step 3, with the NCCL Inspector table of [`inspector`]),
+//!   [`link_algorithm`] (step 4); [`fabric`] names the link
 //!   and the NICs the baselines are held against;
 //! - [`inputs`]: what was read and how;
 //! - below them: [`markup`] (escaping, inline code, badges, tables), [`svg`] (the SVG writer) and [`axis`]
@@ -23,6 +24,7 @@ pub mod conclusion;
 pub mod fabric;
 pub mod findings;
 pub mod inputs;
+pub mod inspector;
 pub mod link_algorithm;
 pub mod markup;
 pub mod results;
