@@ -9,6 +9,7 @@ mod fast_clock;
 use commwatch_collector::analysis::input::{ConflictInput, JobInput, NodeInput, RankInput};
 use commwatch_collector::analysis::tracker::{CLEAR_AFTER, RAISE_AFTER};
 use commwatch_collector::analysis::{underutilized, Finding, FindingKind, Severity};
+use commwatch_collector::model::{NcclConflict, Rank};
 use commwatch_collector::steps::{NodeStep, StepLink, StepSource};
 use commwatch_sim::{Scenario, Variant};
 use fast_clock::{run, spec, spec_with, Feed, Monitor, Sources, Timed, LINKS_ONLY, WINDOW_S};
@@ -38,23 +39,29 @@ fn management_nic_classic_case_with_root_cause() {
         for g in 0..8 {
             let mut r = RankInput {
                 node: format!("node-{n:02}"),
-                rank: Some(n * 8 + g),
-                world_size: Some(64),
-                gpus: vec![g.to_string()],
-                ..Default::default()
+                process: Rank {
+                    rank: Some(n * 8 + g),
+                    world_size: Some(64),
+                    gpus: vec![g.to_string()],
+                    ..Default::default()
+                },
             };
             if n == 3 {
-                r.nccl.insert("NCCL_SOCKET_IFNAME".into(), "eth0".into());
+                r.process
+                    .nccl
+                    .insert("NCCL_SOCKET_IFNAME".into(), "eth0".into());
             }
             job.ranks.push(r);
         }
     }
     job.conflicts.push(ConflictInput {
         node: "node-03".into(),
-        setting: "NCCL_SOCKET_IFNAME".into(),
-        value: "eth0".into(),
-        kind: "management_interface".into(),
-        reason: "eth0 is a management interface while InfiniBand ports are active".into(),
+        conflict: NcclConflict {
+            setting: "NCCL_SOCKET_IFNAME".into(),
+            value: "eth0".into(),
+            kind: "management_interface".into(),
+            reason: "eth0 is a management interface while InfiniBand ports are active".into(),
+        },
     });
     feed.jobs = vec![job];
     let mut tr = Monitor::new();

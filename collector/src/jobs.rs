@@ -12,13 +12,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use commwatch_model::ConflictKind;
+use commwatch_model::{NcclConflict, Rank};
 use serde::Serialize;
 
 use crate::ingest::domain::{MAX_JOBS_PER_NODE, MAX_RANKS_PER_NODE};
 use crate::store::{JobList, Marker, Store};
 
-/// [`FleetRank::found_by`] of a rank known only from its step markers (its `pid` is 0: unknown).
+/// [`Rank::found_by`] of a rank known only from its step markers (its `pid` is 0: unknown).
 pub const FOUND_BY_MARKERS: &str = "markers";
 /// A node's markers received this recently (by its agent's clock, against the collector's) make their job
 /// and rank known on the node; a job whose markers stopped drops out of the listing after it.
@@ -27,35 +27,35 @@ pub const MARKER_JOB_WINDOW_NS: i64 = 120_000_000_000;
 /// bounds what one listing costs.
 pub const MARKER_SCAN: u64 = 2_048;
 
-/// One process (rank) of a fleet job, with the node it runs on.
+/// One process (rank) of a fleet job: the node it runs on and the process as that node's agent reported it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct FleetRank {
     pub node: String,
-    pub pid: u32,
-    /// Global rank; `None` when the process carried no rank marker (a lone GPU process).
-    pub rank: Option<u32>,
-    pub local_rank: Option<u32>,
-    pub world_size: Option<u32>,
-    /// GPU indexes (NVML) or `CUDA_VISIBLE_DEVICES` entries of the process.
-    pub gpus: Vec<String>,
-    /// Kubernetes pod UID; `None` outside Kubernetes.
-    pub pod_uid: Option<String>,
-    pub container_id: Option<String>,
-    /// Allowlisted `NCCL_*` settings.
-    pub nccl: BTreeMap<String, String>,
-    /// `nvml` (on a GPU) or `environment` (rank markers).
-    pub found_by: String,
+    #[serde(flatten)]
+    pub process: Rank,
+}
+
+impl FleetRank {
+    /// A rank known only from its step markers on `node`: pid 0 (unknown), no GPUs or settings, found by
+    /// [`FOUND_BY_MARKERS`].
+    pub fn from_markers(node: &str, rank: u32) -> Self {
+        FleetRank {
+            node: node.to_string(),
+            process: Rank {
+                rank: Some(rank),
+                found_by: FOUND_BY_MARKERS.to_string(),
+                ..Default::default()
+            },
+        }
+    }
 }
 
 /// An NCCL setting of a job that contradicts a node's hardware, as that node's agent reported it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct FleetConflict {
     pub node: String,
-    pub setting: String,
-    pub value: String,
-    /// `management_interface`, `missing_interface`, `ib_disabled`, `hca_excluded`.
-    pub kind: ConflictKind,
-    pub reason: String,
+    #[serde(flatten)]
+    pub conflict: NcclConflict,
 }
 
 /// A training job across the fleet.
@@ -92,7 +92,7 @@ impl FleetJob {
         self.ranks
             .iter()
             .filter(|r| r.node == node)
-            .find_map(|r| r.nccl.get(key).map(String::as_str))
+            .find_map(|r| r.process.nccl.get(key).map(String::as_str))
     }
 }
 
@@ -180,12 +180,8 @@ pub fn with_marker_ranks(jobs: Vec<FleetJob>, markers: &[MarkerJobs]) -> Vec<Fle
                 continue;
             }
             job.listed_by.push(mj.node.clone());
-            job.ranks.extend(ranks.iter().map(|&r| FleetRank {
-                node: mj.node.clone(),
-                rank: Some(r),
-                found_by: FOUND_BY_MARKERS.to_string(),
-                ..Default::default()
-            }));
+            job.ranks
+                .extend(ranks.iter().map(|&r| FleetRank::from_markers(&mj.node, r)));
         }
     }
     by_id.into_values().map(sorted).collect()
@@ -194,10 +190,18 @@ pub fn with_marker_ranks(jobs: Vec<FleetJob>, markers: &[MarkerJobs]) -> Vec<Fle
 /// `job` with its nodes sorted and its ranks by global rank (ranks without one last), then node and pid.
 fn sorted(mut job: FleetJob) -> FleetJob {
     job.listed_by.sort();
-    job.ranks.sort_by(|a, b| {
-        (a.rank.is_none(), a.rank, &a.node, a.pid).cmp(&(b.rank.is_none(), b.rank, &b.node, b.pid))
-    });
+    job.ranks.sort_by(|a, b| rank_order(a).cmp(&rank_order(b)));
     job
+}
+
+/// The order of a job's ranks: by global rank (ranks without one last), then node and pid.
+fn rank_order(r: &FleetRank) -> (bool, Option<u32>, &str, u32) {
+    (
+        r.process.rank.is_none(),
+        r.process.rank,
+        &r.node,
+        r.process.pid,
+    )
 }
 
 /// Merges per-node job lists (`(node, list)`) by job id; sorted by id, each job's ranks by global rank (ranks
@@ -215,23 +219,12 @@ pub fn merge(node_lists: &[(String, Arc<JobList>)]) -> Vec<FleetJob> {
             }
             job.ranks.extend(j.ranks.iter().map(|r| FleetRank {
                 node: node.clone(),
-                pid: r.pid,
-                rank: r.rank,
-                local_rank: r.local_rank,
-                world_size: r.world_size,
-                gpus: r.gpus.clone(),
-                pod_uid: r.pod_uid.clone(),
-                container_id: r.container_id.clone(),
-                nccl: r.nccl.clone(),
-                found_by: r.found_by.clone(),
+                process: r.clone(),
             }));
             job.conflicts
                 .extend(j.conflicts.iter().map(|c| FleetConflict {
                     node: node.clone(),
-                    setting: c.setting.clone(),
-                    value: c.value.clone(),
-                    kind: c.kind.clone(),
-                    reason: c.reason.clone(),
+                    conflict: c.clone(),
                 }));
         }
     }
@@ -241,7 +234,7 @@ pub fn merge(node_lists: &[(String, Arc<JobList>)]) -> Vec<FleetJob> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use commwatch_model::{Job, NcclConflict, Rank};
+    use commwatch_model::Job;
 
     fn rank(pid: u32, rank: Option<u32>, gpu: &str, nccl: &[(&str, &str)]) -> Rank {
         Rank {
@@ -302,8 +295,11 @@ mod tests {
         assert_eq!(idle.nodes().count(), 0);
         let j = &jobs[1];
         assert_eq!(j.listed_by, ["node-a", "node-b"]);
-        let order: Vec<(&str, Option<u32>)> =
-            j.ranks.iter().map(|r| (r.node.as_str(), r.rank)).collect();
+        let order: Vec<(&str, Option<u32>)> = j
+            .ranks
+            .iter()
+            .map(|r| (r.node.as_str(), r.process.rank))
+            .collect();
         assert_eq!(
             order,
             [
@@ -319,7 +315,10 @@ mod tests {
         assert_eq!(j.nccl_on("node-a", "NCCL_SOCKET_IFNAME"), None);
         assert_eq!(j.conflicts.len(), 1);
         assert_eq!(j.conflicts[0].node, "node-b");
-        assert_eq!(j.conflicts[0].kind.as_str(), "management_interface");
+        assert_eq!(
+            j.conflicts[0].conflict.kind.as_str(),
+            "management_interface"
+        );
     }
 
     fn marker(job: &str, rank: u32, received_s: i64) -> Marker {
@@ -397,7 +396,7 @@ mod tests {
         let ranks: Vec<(&str, Option<u32>, &str)> = j
             .ranks
             .iter()
-            .map(|r| (r.node.as_str(), r.rank, r.found_by.as_str()))
+            .map(|r| (r.node.as_str(), r.process.rank, r.process.found_by.as_str()))
             .collect();
         assert_eq!(
             ranks,
@@ -409,7 +408,8 @@ mod tests {
         let solo = &jobs[1];
         assert_eq!(solo.listed_by, ["node-a"]);
         assert_eq!(solo.ranks.len(), 1);
-        assert_eq!((solo.ranks[0].pid, solo.ranks[0].rank), (0, Some(3)));
-        assert!(solo.ranks[0].gpus.is_empty() && solo.ranks[0].nccl.is_empty());
+        let solo_rank = &solo.ranks[0].process;
+        assert_eq!((solo_rank.pid, solo_rank.rank), (0, Some(3)));
+        assert!(solo_rank.gpus.is_empty() && solo_rank.nccl.is_empty());
     }
 }

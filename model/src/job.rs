@@ -8,8 +8,8 @@ use serde::Serialize;
 
 use crate::nccl::NcclConflict;
 
-/// One process of a job on a node.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// One process of a job on a node. The default is an empty record (pid 0: unknown) to fill in.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Rank {
     pub pid: u32,
     /// From `RANK`, `SLURM_PROCID` or `OMPI_COMM_WORLD_RANK`.

@@ -23,7 +23,7 @@ use commwatch_collector::analysis::scaling;
 use commwatch_collector::analysis::tracker::{Change, Tracker};
 use commwatch_collector::analysis::trend::JobTrends;
 use commwatch_collector::analysis::{evaluate, Finding, Severity};
-use commwatch_collector::model::{LinkClass, LinkRole};
+use commwatch_collector::model::{LinkClass, LinkRole, Rank};
 use commwatch_sim::{
     ClusterSpec, JobModel, Link, PortCounter, Scenario, SimGpus, SimHost, Variant,
 };
@@ -113,10 +113,12 @@ pub fn placement_jobs(model: &JobModel) -> Vec<JobInput> {
                 for gpu in 0..g {
                     job.ranks.push(RankInput {
                         node: model.node_name(n).expect("name").to_string(),
-                        rank: Some((i * g + gpu) as u32),
-                        world_size: Some(j.ranks as u32),
-                        gpus: vec![gpu.to_string()],
-                        ..Default::default()
+                        process: Rank {
+                            rank: Some((i * g + gpu) as u32),
+                            world_size: Some(j.ranks as u32),
+                            gpus: vec![gpu.to_string()],
+                            ..Default::default()
+                        },
                     });
                 }
             }

@@ -121,12 +121,16 @@ fn training<'a>(n: &NodeInput, nodes: &[&NodeInput], l: &'a LinkInput) -> Option
 /// What explains the traffic, from the job's settings on the node: `(setting=value, why)`.
 fn explanation(input: &AnalysisInput, node: &str, interface: &str) -> Option<(String, String)> {
     let job = input.job_of(node)?;
-    if let Some(c) = job.conflicts.iter().find(|c| {
-        c.node == node
-            && matches!(
-                c.kind,
-                ConflictKind::ManagementInterface | ConflictKind::IbDisabled
-            )
+    let mut on_node = job
+        .conflicts
+        .iter()
+        .filter(|fc| fc.node == node)
+        .map(|fc| &fc.conflict);
+    if let Some(c) = on_node.find(|c| {
+        matches!(
+            c.kind,
+            ConflictKind::ManagementInterface | ConflictKind::IbDisabled
+        )
     }) {
         return Some((format!("{}={}", c.setting, c.value), c.reason.clone()));
     }
@@ -308,6 +312,7 @@ fn action(n: &NodeInput, setting: Option<&str>) -> String {
 mod tests {
     use super::*;
     use crate::analysis::input::{JobInput, RankInput};
+    use commwatch_model::Rank;
 
     /// The explanation a job whose ranks on `n1` carry `NCCL_SOCKET_IFNAME=value` gives for traffic on `eth0`.
     fn ifname_explains(value: &str) -> bool {
@@ -315,8 +320,10 @@ mod tests {
             id: "j".into(),
             ranks: vec![RankInput {
                 node: "n1".into(),
-                nccl: [(nccl::SOCKET_IFNAME.to_string(), value.to_string())].into(),
-                ..Default::default()
+                process: Rank {
+                    nccl: [(nccl::SOCKET_IFNAME.to_string(), value.to_string())].into(),
+                    ..Default::default()
+                },
             }],
             ..Default::default()
         };

@@ -11,24 +11,25 @@ use super::{Candidate, Evidence, FindingKind, Severity, Subject};
 pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
     let mut out = Vec::new();
     for j in &input.jobs {
-        for cf in &j.conflicts {
+        for fc in &j.conflicts {
+            let cf = &fc.conflict;
             let sev = match cf.kind {
                 ConflictKind::ManagementInterface | ConflictKind::IbDisabled => Severity::Critical,
                 _ => Severity::Warning,
             };
-            let mut subject = Subject::node(&cf.node);
+            let mut subject = Subject::node(&fc.node);
             subject.job = Some(j.id.clone());
             subject.setting = Some(cf.setting.clone());
             let mut c = Candidate::new(FindingKind::NcclMisconfiguration, sev, subject);
             c.summary = format!(
                 "Job {} on {}: {}={} — {}",
                 j.id,
-                cf.node,
+                fc.node,
                 cf.setting,
                 cf.value,
                 cf.reason.trim_end_matches('.')
             ) + ".";
-            let ranks = j.ranks.iter().filter(|r| r.node == cf.node).count();
+            let ranks = j.ranks.iter().filter(|r| r.node == fc.node).count();
             c.evidence = Evidence::new(1.0, "conflicts")
                 .expected(0.0)
                 .detail("setting", cf.setting.clone())
@@ -54,6 +55,7 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
 mod tests {
     use super::*;
     use crate::analysis::input::{ConflictInput, JobInput};
+    use commwatch_model::NcclConflict;
 
     #[test]
     fn the_setting_is_the_subject_not_a_device() {
@@ -61,10 +63,12 @@ mod tests {
             id: "job-42".into(),
             conflicts: vec![ConflictInput {
                 node: "node-03".into(),
-                setting: "NCCL_SOCKET_IFNAME".into(),
-                value: "eth0".into(),
-                kind: ConflictKind::ManagementInterface,
-                reason: "eth0 is a management interface.".into(),
+                conflict: NcclConflict {
+                    setting: "NCCL_SOCKET_IFNAME".into(),
+                    value: "eth0".into(),
+                    kind: ConflictKind::ManagementInterface,
+                    reason: "eth0 is a management interface.".into(),
+                },
             }],
             ..Default::default()
         };

@@ -111,15 +111,15 @@ fn job_view(j: FleetJob) -> JobView {
             .into_iter()
             .map(|r| RankView {
                 node: r.node,
-                pid: r.pid,
-                rank: r.rank,
-                local_rank: r.local_rank,
-                world_size: r.world_size,
-                gpu: r.gpus,
-                pod: r.pod_uid,
-                container: r.container_id,
-                nccl: r.nccl,
-                found_by: r.found_by,
+                pid: r.process.pid,
+                rank: r.process.rank,
+                local_rank: r.process.local_rank,
+                world_size: r.process.world_size,
+                gpu: r.process.gpus,
+                pod: r.process.pod_uid,
+                container: r.process.container_id,
+                nccl: r.process.nccl,
+                found_by: r.process.found_by,
             })
             .collect(),
         conflicts: j
@@ -127,10 +127,10 @@ fn job_view(j: FleetJob) -> JobView {
             .into_iter()
             .map(|c| JobConflictView {
                 node: c.node,
-                setting: c.setting,
-                value: c.value,
-                kind: c.kind.to_string(),
-                reason: c.reason,
+                setting: c.conflict.setting,
+                value: c.conflict.value,
+                kind: c.conflict.kind.to_string(),
+                reason: c.conflict.reason,
             })
             .collect(),
         step_time_s: None,
@@ -211,7 +211,7 @@ impl Collector for JobsCollector {
             for node in &j.listed_by {
                 ranks.mut_metric().push(metric(
                     MetricType::GAUGE,
-                    vec![label("job", &j.id), label("node", node)],
+                    vec![label("node", node), label("training_job", &j.id)],
                     j.ranks.iter().filter(|r| &r.node == node).count() as f64,
                 ));
             }
@@ -228,10 +228,10 @@ impl Collector for JobsCollector {
                     conflicts.mut_metric().push(metric(
                         MetricType::GAUGE,
                         vec![
-                            label("job", &j.id),
                             label("kind", c.kind.as_str()),
                             label("node", &node),
                             label("setting", &c.setting),
+                            label("training_job", &j.id),
                         ],
                         1.0,
                     ));
