@@ -250,6 +250,8 @@ fn print_banner(
     root: &std::path::Path,
     collector: &CollectorHandle,
 ) {
+    // The page first: what a person opens.
+    println!("live page:       http://{}/", collector.http_addr);
     println!(
         "commwatch demo: {} nodes × {} GPUs, scenario {}{}",
         args.nodes,

@@ -52,6 +52,7 @@ pub(crate) fn app(s: Sources) -> Result<(Router, Arc<Exposition>), prometheus::E
         health: s.health.clone(),
         exposition: exposition.clone(),
     })
+    .merge(super::page::router(&s))
     .merge(super::steps::router(s.steps))
     .merge(super::findings::router(s.analysis.clone()))
     .merge(super::jobs::router(s.store, s.analysis))

@@ -8,6 +8,7 @@ pub mod findings_query;
 pub mod jobs;
 pub mod names;
 pub mod nodes;
+pub mod page;
 mod proto;
 pub mod steps;
 

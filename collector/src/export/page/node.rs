@@ -1,0 +1,170 @@
+//! The node view (`/node/NAME`, `/?node=NAME`): its links with capacity, state, live rate and their figures
+//! in the node's latest step (NVLink folded per GPU), its GPUs (every node-level series labelled with a
+//! GPU), its jobs and NCCL conflicts, and the findings about it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+
+use super::escape::{url_component, Esc};
+use super::{roots, units};
+use crate::analysis::Finding;
+use crate::export::nodes::{LinkView, NodeView};
+use crate::steps::{NodeStep, StepLink};
+
+/// A GPU's readings: `(metric, value)` sorted by metric.
+pub type GpuReadings = BTreeMap<String, Vec<(String, f64)>>;
+
+/// The latest figure of each link in `steps` (oldest first), by `(class, device, port)`.
+fn latest(steps: &[NodeStep]) -> HashMap<(String, String, String), &StepLink> {
+    let mut out = HashMap::new();
+    for s in steps {
+        for l in &s.links {
+            let k = (
+                l.key.class.as_str().to_string(),
+                l.key.device.clone(),
+                l.key.port.clone(),
+            );
+            out.insert(k, l);
+        }
+    }
+    out
+}
+
+/// The node's section.
+pub fn section(
+    node: &NodeView,
+    stale: bool,
+    steps: &[NodeStep],
+    gpus: &GpuReadings,
+    findings: &[Finding],
+) -> String {
+    let mut s = format!(
+        "<section id=\"node\" data-node=\"{}\"><h2>Node <code>{}</code>{}</h2>",
+        Esc(&node.name),
+        Esc(&node.name),
+        if stale {
+            " <span class=\"badge stale\">stale</span>"
+        } else {
+            ""
+        }
+    );
+    let jobs: Vec<String> = node
+        .jobs
+        .iter()
+        .map(|j| format!("<a href=\"/job/{}\">{}</a>", url_component(j), Esc(j)))
+        .collect();
+    let _ = write!(
+        s,
+        "<dl class=\"figures\"><dt>agent stream</dt><dd>{}</dd><dt>jobs</dt><dd>{}</dd><dt>steps</dt><dd>{}</dd></dl>",
+        if node.connected { "open" } else { "closed" },
+        if jobs.is_empty() { "none".into() } else { jobs.join(", ") },
+        steps.len()
+    );
+    s.push_str(&links(node, steps));
+    s.push_str(&gpu_table(gpus));
+    for c in &node.nccl_conflicts {
+        let _ = write!(
+            s,
+            "<p class=\"conflict\">Job <a href=\"/job/{}\">{}</a> sets <code>{}={}</code>: {}</p>",
+            url_component(&c.job),
+            Esc(&c.job),
+            Esc(&c.setting),
+            Esc(&c.value),
+            Esc(&c.reason)
+        );
+    }
+    s.push_str("<h3>Findings</h3>");
+    if findings.is_empty() {
+        s.push_str("<p class=\"ok\">No active finding about this node.</p>");
+    }
+    let by_id: HashMap<&str, &Finding> = findings.iter().map(|f| (f.id.as_str(), f)).collect();
+    for f in findings {
+        s.push_str(&roots::finding(f, &by_id, false));
+    }
+    s.push_str("</section>");
+    s
+}
+
+const LINK_HEAD: &str =
+    "<thead><tr><th>class</th><th>device</th><th>port</th><th>role</th><th>state</th>\
+    <th>capacity</th><th>tx now</th><th>rx now</th><th>use now</th><th>step tx</th><th>step rx</th>\
+    <th>step achieved</th><th>step use</th></tr></thead>";
+
+fn links(node: &NodeView, steps: &[NodeStep]) -> String {
+    let last = latest(steps);
+    let mut s = format!("<h3>Links</h3><table class=\"links\">{LINK_HEAD}<tbody>");
+    let mut nvlink: BTreeMap<String, Vec<&LinkView>> = BTreeMap::new();
+    for l in &node.links {
+        if l.class == "nvlink" {
+            nvlink
+                .entry(l.gpu.clone().unwrap_or_default())
+                .or_default()
+                .push(l);
+        } else {
+            s.push_str(&link_row(l, &last));
+        }
+    }
+    s.push_str("</tbody></table>");
+    for (gpu, ls) in nvlink {
+        let _ = write!(
+            s,
+            "<details class=\"nvlink\" id=\"nvlink-{}\"><summary>GPU {} NVLink: {} link(s)</summary>\
+             <table class=\"links\">{LINK_HEAD}<tbody>",
+            url_component(&gpu),
+            Esc(&gpu),
+            ls.len()
+        );
+        for l in ls {
+            s.push_str(&link_row(l, &last));
+        }
+        s.push_str("</tbody></table></details>");
+    }
+    s
+}
+
+fn link_row(l: &LinkView, last: &HashMap<(String, String, String), &StepLink>) -> String {
+    let step = last.get(&(l.class.clone(), l.device.clone(), l.port.clone()));
+    let now = super::heatmap::live(l);
+    format!(
+        "<tr class=\"{}\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
+         <td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+        Esc(&l.role),
+        Esc(&l.class),
+        Esc(&l.device),
+        Esc(&l.port),
+        Esc(&l.role),
+        Esc(&l.state),
+        units::rate(l.capacity_bytes_per_second),
+        units::rate(l.tx_bytes_per_second),
+        units::rate(l.rx_bytes_per_second),
+        units::percent(now),
+        units::bytes(step.map(|s| s.tx_bytes as f64)),
+        units::bytes(step.map(|s| s.rx_bytes as f64)),
+        units::rate(step.and_then(|s| s.achieved_bytes_per_second)),
+        units::percent(step.and_then(|s| s.utilization)),
+    )
+}
+
+fn gpu_table(gpus: &GpuReadings) -> String {
+    if gpus.is_empty() {
+        return "<h3>GPUs</h3><p>No GPU readings.</p>".into();
+    }
+    let mut s = format!(
+        "<h3>GPUs ({})</h3><table class=\"gpus\"><tbody>",
+        gpus.len()
+    );
+    for (gpu, readings) in gpus {
+        let v: Vec<String> = readings
+            .iter()
+            .map(|(m, x)| format!("{} <b>{}</b>", Esc(m), units::plain(*x)))
+            .collect();
+        let _ = write!(
+            s,
+            "<tr><th>GPU {}</th><td>{}</td></tr>",
+            Esc(gpu),
+            v.join(" · ")
+        );
+    }
+    s.push_str("</tbody></table>");
+    s
+}

@@ -1,0 +1,142 @@
+//! "Root causes first": each active root cause with its summary, its subject (linked to the node or job
+//! view), its evidence table and its action, and the findings it explains folded beneath it. Then the other
+//! active findings that no root cause explains are not left out: a root cause is any finding no other
+//! explains, so every active finding is either listed here or folded under one that is.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+use super::escape::{url_component, Esc};
+use super::units;
+use crate::analysis::{Evidence, Finding, Subject};
+
+/// The section of the active `findings` (in the API's order: root causes first).
+pub fn section(findings: &[Finding]) -> String {
+    let by_id: HashMap<&str, &Finding> = findings.iter().map(|f| (f.id.as_str(), f)).collect();
+    let roots: Vec<&Finding> = findings.iter().filter(|f| f.active && f.root).collect();
+    let mut s = String::from("<section id=\"root-causes\"><h2>Root causes</h2>");
+    if roots.is_empty() {
+        s.push_str("<p class=\"ok\">No active root cause: nothing slows the fleet's jobs now.</p>");
+    }
+    for f in roots {
+        s.push_str(&finding(f, &by_id, true));
+    }
+    s.push_str("</section>");
+    s
+}
+
+/// One finding as an `<article>`: `explain` folds the findings it explains beneath it.
+pub fn finding(f: &Finding, by_id: &HashMap<&str, &Finding>, explain: bool) -> String {
+    let mut s = String::new();
+    let _ = write!(
+        s,
+        "<article class=\"finding {sev}\" data-id=\"{id}\"><h3><span class=\"badge {sev}\">{sev}</span> \
+         <span class=\"kind\">{kind}</span> {subject}</h3><p class=\"summary\">{summary}</p>",
+        sev = f.severity.as_str(),
+        id = Esc(&f.id),
+        kind = f.kind.as_str(),
+        subject = subject(&f.subject),
+        summary = Esc(&f.summary),
+    );
+    s.push_str(&evidence(&f.evidence));
+    if !f.action.is_empty() {
+        let _ = write!(
+            s,
+            "<p class=\"action\"><strong>Action:</strong> {}</p>",
+            Esc(&f.action)
+        );
+    }
+    let explained: Vec<&Finding> = f
+        .consequences
+        .iter()
+        .filter_map(|c| by_id.get(c.as_str()).copied())
+        .filter(|c| c.active)
+        .collect();
+    if explain && !explained.is_empty() {
+        let _ = write!(
+            s,
+            "<details class=\"consequences\" id=\"cons-{}\"><summary>Explains {} finding(s)</summary><ul>",
+            url_component(&f.id),
+            explained.len()
+        );
+        for c in explained {
+            let _ = write!(
+                s,
+                "<li><span class=\"badge {sev}\">{sev}</span> <span class=\"kind\">{}</span> {} — {}</li>",
+                c.kind.as_str(),
+                subject(&c.subject),
+                Esc(&c.summary),
+                sev = c.severity.as_str()
+            );
+        }
+        s.push_str("</ul></details>");
+    }
+    s.push_str("</article>");
+    s
+}
+
+/// The subject as text with links: `node node-03 · interface eth0 · job 1001`.
+pub fn subject(sub: &Subject) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    if !sub.node.is_empty() {
+        parts.push(format!(
+            "node <a class=\"node\" href=\"/node/{}\">{}</a>",
+            url_component(&sub.node),
+            Esc(&sub.node)
+        ));
+    }
+    let named = [
+        ("interface", &sub.interface),
+        ("device", &sub.device),
+        ("port", &sub.port),
+        ("GPU", &sub.gpu),
+        ("link", &sub.link),
+        ("setting", &sub.setting),
+    ];
+    for (what, v) in named {
+        if let Some(v) = v {
+            // An interface is its own device and port: said once.
+            let repeat = sub.interface.as_ref() == Some(v) && what != "interface";
+            if !repeat {
+                parts.push(format!("{what} <code>{}</code>", Esc(v)));
+            }
+        }
+    }
+    if let Some(j) = &sub.job {
+        parts.push(format!(
+            "job <a class=\"job\" href=\"/job/{}\">{}</a>",
+            url_component(j),
+            Esc(j)
+        ));
+    }
+    format!("<span class=\"subject\">{}</span>", parts.join(" · "))
+}
+
+/// The evidence as a two-column table.
+fn evidence(e: &Evidence) -> String {
+    let mut rows: Vec<(String, String)> =
+        vec![("measured".into(), units::in_unit(e.measured, &e.unit))];
+    if let Some(x) = e.expected {
+        rows.push(("expected".into(), units::in_unit(x, &e.unit)));
+    }
+    if let Some(n) = e.over_steps {
+        rows.push(("over steps".into(), n.to_string()));
+    }
+    if let Some(t) = e.over_seconds {
+        rows.push(("over".into(), units::seconds(Some(t))));
+    }
+    for (k, v) in &e.details {
+        let text = match v {
+            serde_json::Value::String(s) => s.clone(),
+            serde_json::Value::Number(n) => n.as_f64().map_or(n.to_string(), units::plain),
+            other => other.to_string(),
+        };
+        rows.push((k.replace('_', " "), text));
+    }
+    let mut s = String::from("<table class=\"evidence\"><tbody>");
+    for (k, v) in rows {
+        let _ = write!(s, "<tr><th>{}</th><td>{}</td></tr>", Esc(&k), Esc(&v));
+    }
+    s.push_str("</tbody></table>");
+    s
+}

@@ -1,0 +1,174 @@
+//! Hostile names and label values come out of every view escaped: a node, device, job, NCCL setting, GPU
+//! label or finding text holding markup never becomes markup, and links keep it inside their path.
+
+use std::collections::BTreeMap;
+
+use super::heatmap::{self, Group};
+use super::{job, node, roots};
+use crate::analysis::{Evidence, Finding, FindingKind, Severity, Subject};
+use crate::export::jobs::{JobConflictView, JobView, RankView};
+use crate::export::nodes::{ConflictView, LinkView, NodeView};
+
+const EVIL: &str = "<script>alert(1)</script>\"'><img src=x onerror=alert(2)>&";
+
+fn link(class: &str, device: &str, port: &str, role: &str, gpu: Option<&str>) -> LinkView {
+    LinkView {
+        class: class.into(),
+        device: device.into(),
+        port: port.into(),
+        endpoint: "hca_port".into(),
+        role: role.into(),
+        capacity_bytes_per_second: Some(25e9),
+        tx_bytes_per_second: Some(5e9),
+        rx_bytes_per_second: Some(1e9),
+        tx_bytes_total: Some(1),
+        rx_bytes_total: Some(1),
+        state: EVIL.into(),
+        gpu: gpu.map(str::to_string),
+        link: gpu.map(|_| EVIL.to_string()),
+    }
+}
+
+fn hostile_node() -> NodeView {
+    NodeView {
+        name: EVIL.into(),
+        last_seen_unix_s: 100.0,
+        connected: true,
+        links: vec![
+            link("infiniband", EVIL, EVIL, "fabric", None),
+            link("ethernet", EVIL, "eth0", "management", None),
+            link("nvlink", "gpu0", "0", "fabric", Some(EVIL)),
+        ],
+        jobs: vec![EVIL.into()],
+        nccl_conflicts: vec![ConflictView {
+            job: EVIL.into(),
+            setting: EVIL.into(),
+            value: EVIL.into(),
+            kind: EVIL.into(),
+            reason: EVIL.into(),
+        }],
+    }
+}
+
+fn hostile_finding(id: &str, root: bool) -> Finding {
+    Finding {
+        id: id.into(),
+        kind: FindingKind::NcclMisconfiguration,
+        severity: Severity::Critical,
+        subject: Subject {
+            node: EVIL.into(),
+            device: Some(EVIL.into()),
+            port: Some(EVIL.into()),
+            interface: Some(EVIL.into()),
+            gpu: Some(EVIL.into()),
+            link: Some(EVIL.into()),
+            job: Some(EVIL.into()),
+            setting: Some(EVIL.into()),
+        },
+        summary: EVIL.into(),
+        evidence: Evidence::new(1.0, EVIL).detail(EVIL, EVIL),
+        action: EVIL.into(),
+        first_seen_unix_s: 1.0,
+        last_seen_unix_s: 2.0,
+        active: true,
+        root,
+        caused_by: (!root).then(|| EVIL.to_string()),
+        consequences: if root {
+            vec![format!("{EVIL}2")]
+        } else {
+            vec![]
+        },
+    }
+}
+
+fn hostile_job() -> JobView {
+    JobView {
+        id: EVIL.into(),
+        nodes: vec![EVIL.into()],
+        ranks: vec![RankView {
+            node: EVIL.into(),
+            pid: 1,
+            rank: Some(0),
+            local_rank: None,
+            world_size: None,
+            gpu: vec![EVIL.into()],
+            pod: None,
+            container: None,
+            nccl: BTreeMap::from([(EVIL.to_string(), EVIL.to_string())]),
+            found_by: EVIL.into(),
+        }],
+        conflicts: vec![JobConflictView {
+            node: EVIL.into(),
+            setting: EVIL.into(),
+            value: EVIL.into(),
+            kind: EVIL.into(),
+            reason: EVIL.into(),
+        }],
+        step_time_s: Some(0.3),
+        throughput_samples_per_second: None,
+        scaling_efficiency: Some(0.8),
+        scaling_efficiency_method: Some(EVIL.into()),
+    }
+}
+
+/// No markup of the hostile value survives, and it is there, escaped.
+fn assert_escaped(what: &str, html: &str) {
+    for raw in ["<script", "<img", "\"'>", "onerror=alert(2)>"] {
+        assert!(!html.contains(raw), "{what}: {raw:?} came through: {html}");
+    }
+    assert!(
+        html.contains("&lt;script&gt;alert(1)&lt;/script&gt;&quot;&#39;&gt;&lt;img"),
+        "{what}: {html}"
+    );
+    // Links carry names percent-encoded.
+    for href in html.split("href=\"").skip(1) {
+        let target = &href[..href.find('"').unwrap()];
+        assert!(
+            !target.contains(['<', '>', '\'', ' ']),
+            "{what}: href {target}"
+        );
+    }
+}
+
+#[test]
+fn hostile_names_are_escaped_in_every_view() {
+    let n = hostile_node();
+    let (row, columns) = heatmap::row(&n, &[], 100.0);
+    let columns = heatmap::union(columns);
+    for group in [Group::Fabric, Group::Management] {
+        let svg = heatmap::render(std::slice::from_ref(&row), &columns, group, EVIL).unwrap();
+        assert_escaped("heatmap", &svg);
+    }
+    let root = hostile_finding(EVIL, true);
+    let consequence = hostile_finding(&format!("{EVIL}2"), false);
+    let findings = vec![root, consequence];
+    let section = roots::section(&findings);
+    assert_escaped("root causes", &section);
+    assert!(section.contains("Explains 1 finding(s)"));
+    assert_escaped("job", &job::section(&hostile_job(), &[], EVIL, &findings));
+    let gpus = node::GpuReadings::from([(EVIL.to_string(), vec![(EVIL.to_string(), 1.0)])]);
+    assert_escaped("node", &node::section(&n, true, &[], &gpus, &findings));
+    let title = super::layout::document(EVIL, "");
+    assert!(!title.contains("<script>alert"), "{title}");
+}
+
+#[test]
+fn the_heatmap_has_a_cell_per_node_and_column_and_marks_stale_nodes() {
+    let mut a = hostile_node();
+    a.name = "node-a".into();
+    let mut b = a.clone();
+    b.name = "node-b".into();
+    b.links.truncate(1);
+    b.last_seen_unix_s = 10.0;
+    let (ra, ca) = heatmap::row(&a, &[], 100.0);
+    let (rb, cb) = heatmap::row(&b, &[], 100.0);
+    assert!(!ra.stale && rb.stale);
+    let columns = heatmap::union(ca.into_iter().chain(cb));
+    let svg = heatmap::render(&[ra, rb], &columns, Group::Fabric, "t").unwrap();
+    // Two fabric columns (the adapter port, GPU 0's NVLink) × two nodes; node-b lacks the NVLink one.
+    assert_eq!(svg.matches("<rect class=\"cell").count(), 4);
+    assert_eq!(svg.matches("<rect class=\"cell absent\"").count(), 1);
+    assert!(svg.contains("(stale)"));
+    // Live utilisation: the busier direction over capacity.
+    assert!(svg.contains(">20%</text>"), "{svg}");
+}

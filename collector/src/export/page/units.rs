@@ -1,0 +1,94 @@
+//! Numbers as the page prints them: decimal units (GB/s is 10⁹ bytes/s, as the API's figures and nccl-tests
+//! use), `–` for an unknown value.
+
+/// Bytes per second: `12.3 GB/s`, `850 MB/s`, `3.1 kB/s`.
+pub fn rate(v: Option<f64>) -> String {
+    match v {
+        Some(v) if v.is_finite() => format!("{}/s", scaled(v, "B")),
+        _ => "–".into(),
+    }
+}
+
+/// Bytes: `1.25 GB`.
+pub fn bytes(v: Option<f64>) -> String {
+    match v {
+        Some(v) if v.is_finite() => scaled(v, "B"),
+        _ => "–".into(),
+    }
+}
+
+/// A ratio as a percentage: `43%` (one decimal below 10%).
+pub fn percent(v: Option<f64>) -> String {
+    match v {
+        Some(v) if v.is_finite() && v.abs() < 0.1 => format!("{:.1}%", v * 100.0),
+        Some(v) if v.is_finite() => format!("{:.0}%", v * 100.0),
+        _ => "–".into(),
+    }
+}
+
+/// Seconds: `812 ms`, `1.42 s`.
+pub fn seconds(v: Option<f64>) -> String {
+    match v {
+        Some(v) if v.is_finite() && v.abs() < 1.0 => format!("{:.0} ms", v * 1e3),
+        Some(v) if v.is_finite() => format!("{v:.2} s"),
+        _ => "–".into(),
+    }
+}
+
+/// A value in `unit` as a finding's evidence names it (`bytes_per_second`, `ratio`, `seconds`, ...).
+pub fn in_unit(v: f64, unit: &str) -> String {
+    match unit {
+        "bytes_per_second" => rate(Some(v)),
+        "bytes" => bytes(Some(v)),
+        "ratio" => percent(Some(v)),
+        "seconds" => seconds(Some(v)),
+        _ => format!("{} {}", plain(v), unit.replace('_', " ")),
+    }
+}
+
+/// A plain number with at most three significant decimals.
+pub fn plain(v: f64) -> String {
+    if v.fract() == 0.0 && v.abs() < 1e15 {
+        format!("{v:.0}")
+    } else if v.abs() >= 100.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.3}")
+    }
+}
+
+fn scaled(v: f64, unit: &str) -> String {
+    let prefixes = [(1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")];
+    for (scale, p) in prefixes {
+        if v.abs() >= scale {
+            let x = v / scale;
+            return if x.abs() >= 100.0 {
+                format!("{x:.0} {p}{unit}")
+            } else {
+                format!("{x:.2} {p}{unit}")
+            };
+        }
+    }
+    format!("{v:.0} {unit}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn figures_read_as_a_person_writes_them() {
+        assert_eq!(rate(Some(12.34e9)), "12.34 GB/s");
+        assert_eq!(rate(Some(850e6)), "850 MB/s");
+        assert_eq!(rate(Some(12.0)), "12 B/s");
+        assert_eq!(rate(None), "–");
+        assert_eq!(rate(Some(f64::NAN)), "–");
+        assert_eq!(bytes(Some(1.25e9)), "1.25 GB");
+        assert_eq!(percent(Some(0.434)), "43%");
+        assert_eq!(percent(Some(0.012)), "1.2%");
+        assert_eq!(seconds(Some(0.8123)), "812 ms");
+        assert_eq!(seconds(Some(1.417)), "1.42 s");
+        assert_eq!(in_unit(3.0, "errors_per_second"), "3 errors per second");
+        assert_eq!(in_unit(0.5, "ratio"), "50%");
+    }
+}
