@@ -107,8 +107,7 @@ mod tests {
             tick_lengths: vec![n as u32],
             series_ids: vec![1; n],
             values: vec![7; n],
-            dropped_batches_total: 0,
-            markers: Vec::new(),
+            ..Default::default()
         }
     }
 

@@ -1,0 +1,151 @@
+//! Figures of a run: ack latency percentiles per shard and overall, counts, CPU and memory of the collectors
+//! (from `/proc/PID/stat` and `/status`) and of the generator itself.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use crate::conn::AgentStats;
+
+/// The `p`-th percentile (0..=100, nearest rank) of sorted `v`, 0 when empty.
+pub fn percentile(sorted: &[u32], p: f64) -> u32 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// One shard's (or the whole run's) figures.
+#[derive(Default, Debug, serde::Serialize)]
+pub struct Figures {
+    pub nodes: usize,
+    pub sent: u64,
+    pub acked: u64,
+    pub blocked: u64,
+    pub failed_streams: usize,
+    pub measured_batches: usize,
+    pub unacked_measured: u64,
+    pub ack_p50_ms: f64,
+    pub ack_p99_ms: f64,
+    pub ack_max_ms: f64,
+    /// Measured batches acked later than 1 s.
+    pub acked_after_1s: usize,
+    /// Every measured batch acked within 1 s, none blocked, no stream failed.
+    pub keeps_up: bool,
+}
+
+impl Figures {
+    pub fn of<'a>(stats: impl Iterator<Item = &'a AgentStats>) -> Figures {
+        let mut f = Figures::default();
+        let mut lat: Vec<u32> = Vec::new();
+        for s in stats {
+            f.nodes += 1;
+            f.sent += s.sent;
+            f.acked += s.acked;
+            f.blocked += s.blocked;
+            f.unacked_measured += s.unacked_measured;
+            f.failed_streams += usize::from(s.error.is_some());
+            lat.extend_from_slice(&s.latencies_us);
+        }
+        lat.sort_unstable();
+        let ms = |us: u32| f64::from(us) / 1000.0;
+        f.measured_batches = lat.len();
+        f.ack_p50_ms = ms(percentile(&lat, 50.0));
+        f.ack_p99_ms = ms(percentile(&lat, 99.0));
+        f.ack_max_ms = ms(lat.last().copied().unwrap_or(0));
+        f.acked_after_1s = lat.iter().filter(|&&us| us > 1_000_000).count();
+        f.keeps_up = f.acked_after_1s == 0
+            && f.unacked_measured == 0
+            && f.blocked == 0
+            && f.failed_streams == 0
+            && f.measured_batches > 0;
+        f
+    }
+
+    pub fn line(&self, name: &str) -> String {
+        format!(
+            "{name}: {} nodes, sent {} acked {} blocked {} failed streams {}; ack p50 {:.1} ms p99 {:.1} ms max {:.1} ms; \
+             {} of {} measured batches acked after 1 s, {} never; keeps up: {}",
+            self.nodes,
+            self.sent,
+            self.acked,
+            self.blocked,
+            self.failed_streams,
+            self.ack_p50_ms,
+            self.ack_p99_ms,
+            self.ack_max_ms,
+            self.acked_after_1s,
+            self.measured_batches,
+            self.unacked_measured,
+            if self.keeps_up { "yes" } else { "no" }
+        )
+    }
+}
+
+/// CPU seconds (user + system) and RSS bytes of process `pid` (`self` for this one).
+pub fn proc_usage(pid: &str) -> Option<(f64, u64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let close = stat.rfind(')')?;
+    let mut f = stat[close + 1..].split_whitespace().skip(11);
+    let u: f64 = f.next()?.parse().ok()?;
+    let s: f64 = f.next()?.parse().ok()?;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let rss_kb: u64 = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    Some(((u + s) / 100.0, rss_kb * 1024))
+}
+
+/// The distinct stream errors and how many streams had each.
+pub fn errors<'a>(stats: impl Iterator<Item = &'a AgentStats>) -> String {
+    let mut by: BTreeMap<&str, usize> = BTreeMap::new();
+    for s in stats {
+        if let Some(e) = &s.error {
+            *by.entry(e.as_str()).or_default() += 1;
+        }
+    }
+    let mut out = String::new();
+    for (e, n) in by {
+        let _ = writeln!(out, "  {n} streams: {e}");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_and_keeping_up() {
+        let v: Vec<u32> = (1..=100).collect();
+        assert_eq!(
+            (
+                percentile(&v, 50.0),
+                percentile(&v, 99.0),
+                percentile(&v, 100.0)
+            ),
+            (50, 99, 100)
+        );
+        assert_eq!(percentile(&[], 50.0), 0);
+        let good = AgentStats {
+            sent: 3,
+            acked: 3,
+            latencies_us: vec![2_000, 900_000],
+            ..Default::default()
+        };
+        let late = AgentStats {
+            sent: 1,
+            acked: 1,
+            latencies_us: vec![1_000_001],
+            ..Default::default()
+        };
+        assert!(Figures::of([&good].into_iter()).keeps_up);
+        let f = Figures::of([&good, &late].into_iter());
+        assert!(!f.keeps_up);
+        assert_eq!((f.acked_after_1s, f.measured_batches, f.nodes), (1, 3, 2));
+        assert_eq!(f.ack_max_ms, 1000.001);
+    }
+}
