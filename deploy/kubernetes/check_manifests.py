@@ -190,6 +190,9 @@ def check_references(resources, errors, external):
         if not matches(sel, labels):
             errors.append(f"{where}: selector {sel} does not match the template labels {labels}")
         volumes = {v["name"]: v for v in spec.get("volumes", [])}
+        # A StatefulSet's claim templates are volumes of its pods.
+        for t in r["spec"].get("volumeClaimTemplates", []):
+            volumes.setdefault(t["metadata"]["name"], {})
         sa = spec.get("serviceAccountName")
         if sa and ("ServiceAccount", sa) not in names:
             errors.append(f"{where}: ServiceAccount {sa} is not defined")

@@ -38,10 +38,18 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end -}}
 
-{{/* The collector URL agents stream to. */}}
+{{/* The collector URL agents stream to; with collector.replicas > 1, every shard's URL, comma-separated. */}}
 {{- define "commwatch.collectorURL" -}}
 {{- if .Values.agent.collectorURL -}}
 {{ .Values.agent.collectorURL }}
+{{- else if gt (int .Values.collector.replicas) 1 -}}
+{{- $scheme := ternary "http" "https" (eq .Values.tls.mode "off") -}}
+{{- $name := include "commwatch.collectorName" . -}}
+{{- $urls := list -}}
+{{- range $i := until (int .Values.collector.replicas) -}}
+{{- $urls = append $urls (printf "%s://%s-%d.%s-headless.%s.svc:%v" $scheme $name $i $name $.Release.Namespace $.Values.collector.grpcPort) -}}
+{{- end -}}
+{{ join "," $urls }}
 {{- else -}}
 {{ ternary "http" "https" (eq .Values.tls.mode "off") }}://{{ include "commwatch.collectorName" . }}.{{ .Release.Namespace }}.svc:{{ .Values.collector.grpcPort }}
 {{- end -}}
