@@ -38,6 +38,10 @@ pub struct CollectorArgs {
     /// File holding the bearer token agents must present.
     #[arg(long)]
     token_file: Option<PathBuf>,
+    /// Send the /metrics families to this Prometheus remote-write receiver (e.g.
+    /// http://prometheus:9090/api/v1/write); TLS, credentials, interval and families in [remote_write].
+    #[arg(long, value_name = "URL")]
+    remote_write_url: Option<String>,
     /// Allow plain-text gRPC on a non-loopback --grpc-listen (without TLS); loopback is always allowed.
     #[arg(long)]
     allow_plaintext: bool,
@@ -72,6 +76,9 @@ fn collector_config(a: &CollectorArgs) -> anyhow::Result<commwatch_collector::Co
     }
     if let Some(v) = &a.token_file {
         c.token_file = Some(v.clone());
+    }
+    if let Some(v) = &a.remote_write_url {
+        c.remote_write.url = Some(v.clone());
     }
     if let Some(v) = &a.api_token_file {
         c.api_token_file = Some(v.clone());
