@@ -38,7 +38,7 @@ LAYERS = {
     "agent": [
         ["telemetry", "nccl"],
         ["source"],
-        ["steps"],
+        ["steps", "inspector"],
         ["sampler"],
         ["shipper"],
         ["config"],

@@ -8,6 +8,8 @@
 //!   RoCE ports, network interfaces, host CPU and memory, NVML GPUs and NVLinks, training processes and
 //!   their jobs), the pure sysfs parsers, and the explicit list built from plain [`source::SourceSettings`].
 //! - [`steps`]: step markers from training loops (loopback UDP and a unix socket) into a bounded queue.
+//! - [`inspector`]: NCCL Inspector's dump files of the training processes the `processes` source sees,
+//!   followed as they grow; its records ride on the batches.
 //! - [`sampler`]: runs the sources on the fast and slow tiers in its own thread, gives links and series
 //!   stable agent-local ids, builds columnar batches with the queued step markers, and hands batches and
 //!   inventory updates to the shipper.
@@ -24,6 +26,7 @@
 pub mod config;
 pub mod coverage;
 pub mod http;
+pub mod inspector;
 pub mod nccl;
 pub mod once;
 pub mod sampler;
@@ -231,6 +234,10 @@ pub async fn start_with(
             batch_period: config.batch_period,
             discover_period: config.discover_period,
             markers: Some(markers),
+            inspector: Some(Arc::new(std::sync::Mutex::new(inspector::Follower::new(
+                inspector::FollowerSettings::new(&config.procfs_root),
+                metrics.clone(),
+            )))),
         },
         ev_tx,
         metrics.clone(),

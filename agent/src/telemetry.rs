@@ -39,6 +39,12 @@ pub const METRIC_NAMES: &[&str] = &[
     "commwatch_agent_nvml_call_duration_seconds",
     "commwatch_agent_nvml_field_latency_seconds",
     "commwatch_agent_jobs",
+    "commwatch_agent_inspector_records_total",
+    "commwatch_agent_inspector_dropped_total",
+    "commwatch_agent_inspector_unknown_fields_total",
+    "commwatch_agent_inspector_skipped_bytes_total",
+    "commwatch_agent_inspector_file_resets_total",
+    "commwatch_agent_inspector_files",
     "commwatch_agent_http_connections_refused_total",
     "commwatch_agent_http_connections",
     "commwatch_build_info",
@@ -116,6 +122,19 @@ pub struct AgentMetrics {
     pub nvml_field_latency_seconds: Histogram,
     /// Training jobs the processes source sees on the node.
     pub jobs: IntGauge,
+    /// NCCL Inspector records read and sent on (`inspector`).
+    pub inspector_records: IntCounter,
+    /// Inspector lines or files dropped, by reason (`malformed`, `unknown_version`, `not_collective`, `too_long`,
+    /// `rate_limit`, `too_many_files`, `unattributed`).
+    pub inspector_dropped: IntCounterVec,
+    /// Fields of Inspector records this agent does not know (ignored).
+    pub inspector_unknown_fields: IntCounter,
+    /// Bytes of Inspector backlog skipped (further behind a file's end than the follower keeps).
+    pub inspector_skipped_bytes: IntCounter,
+    /// Inspector files rotated or truncated under the follower, by `kind`.
+    pub inspector_file_resets: IntCounterVec,
+    /// Inspector dump files followed now.
+    pub inspector_files: IntGauge,
     /// HTTP connections closed at accept because `http::MAX_HTTP_CONNECTIONS` were open.
     pub http_connections_refused: IntCounter,
     /// HTTP connections open now.
@@ -248,6 +267,32 @@ impl AgentMetrics {
                 "commwatch_agent_jobs",
                 "Training jobs the processes source sees on the node.",
             ),
+            inspector_records: counter(
+                "commwatch_agent_inspector_records_total",
+                "NCCL Inspector records read from the training processes' dump files and sent.",
+            ),
+            inspector_dropped: counter_vec(
+                "commwatch_agent_inspector_dropped_total",
+                "NCCL Inspector lines or files dropped, by reason.",
+                &["reason"],
+            ),
+            inspector_unknown_fields: counter(
+                "commwatch_agent_inspector_unknown_fields_total",
+                "Fields of NCCL Inspector records this agent does not know (ignored).",
+            ),
+            inspector_skipped_bytes: counter(
+                "commwatch_agent_inspector_skipped_bytes_total",
+                "Bytes of NCCL Inspector backlog skipped to stay within the follower's bounds.",
+            ),
+            inspector_file_resets: counter_vec(
+                "commwatch_agent_inspector_file_resets_total",
+                "NCCL Inspector dump files rotated or truncated while followed.",
+                &["kind"],
+            ),
+            inspector_files: gauge(
+                "commwatch_agent_inspector_files",
+                "NCCL Inspector dump files followed now.",
+            ),
             http_connections_refused: counter(
                 "commwatch_agent_http_connections_refused_total",
                 "HTTP connections closed at accept because the agent's connection limit was reached.",
@@ -301,6 +346,12 @@ impl AgentMetrics {
             Box::new(self.nvml_call_seconds.clone()),
             Box::new(self.nvml_field_latency_seconds.clone()),
             Box::new(self.jobs.clone()),
+            Box::new(self.inspector_records.clone()),
+            Box::new(self.inspector_dropped.clone()),
+            Box::new(self.inspector_unknown_fields.clone()),
+            Box::new(self.inspector_skipped_bytes.clone()),
+            Box::new(self.inspector_file_resets.clone()),
+            Box::new(self.inspector_files.clone()),
             Box::new(self.http_connections_refused.clone()),
             Box::new(self.http_connections.clone()),
             Box::new(self.build_info.clone()),

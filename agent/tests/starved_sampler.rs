@@ -153,6 +153,7 @@ fn run(sources: Vec<Box<dyn Source>>) -> Measured {
             batch_period: Duration::from_millis(200),
             discover_period: Duration::from_secs(3600),
             markers: None,
+            inspector: None,
         },
         tx,
         metrics.clone(),

@@ -2,6 +2,7 @@
 //! ends of the stream. Unknown or unspecified wire values map to the model's `Unknown` (or `None` where the
 //! model has no such value); the compatibility rules are in the `.proto` file.
 
+use commwatch_model::inspector::CollectiveRecord;
 use commwatch_model::{Endpoint, LinkClass, LinkRole, Tier};
 
 use crate::v1 as pb;
@@ -87,6 +88,55 @@ pub fn tier(v: i32) -> Option<Tier> {
     }
 }
 
+/// An NCCL Inspector record on the wire, with the job id and job rank of the process that wrote it.
+pub fn collective_to_pb(
+    job: &str,
+    job_rank: Option<u32>,
+    r: &CollectiveRecord,
+) -> pb::CollectiveRecord {
+    pb::CollectiveRecord {
+        job: job.to_string(),
+        job_rank,
+        comm_id: r.comm_id.clone(),
+        rank: r.rank,
+        n_ranks: r.n_ranks,
+        n_nodes: r.n_nodes,
+        pid: r.pid,
+        dump_timestamp_us: r.dump_timestamp_us,
+        collective: r.collective.clone(),
+        sequence: r.sequence,
+        size_bytes: r.size_bytes,
+        exec_time_us: r.exec_time_us,
+        timing_source: r.timing_source.clone().unwrap_or_default(),
+        algorithm: r.algorithm.clone().unwrap_or_default(),
+        algo_bandwidth_bytes_per_second: r.algo_bandwidth_bytes_per_second,
+        bus_bandwidth_bytes_per_second: r.bus_bandwidth_bytes_per_second,
+    }
+}
+
+/// The record of a wire message, the host being `node` (the agent's node); empty optional strings become
+/// `None`. Validation (finite numbers, bounded strings) is the receiver's.
+pub fn collective_from_pb(m: &pb::CollectiveRecord, node: &str) -> CollectiveRecord {
+    let opt = |s: &str| (!s.is_empty()).then(|| s.to_string());
+    CollectiveRecord {
+        comm_id: m.comm_id.clone(),
+        rank: m.rank,
+        n_ranks: m.n_ranks,
+        n_nodes: m.n_nodes,
+        hostname: node.to_string(),
+        pid: m.pid,
+        dump_timestamp_us: m.dump_timestamp_us,
+        collective: m.collective.clone(),
+        sequence: m.sequence,
+        size_bytes: m.size_bytes,
+        exec_time_us: m.exec_time_us,
+        timing_source: opt(&m.timing_source),
+        algorithm: opt(&m.algorithm),
+        algo_bandwidth_bytes_per_second: m.algo_bandwidth_bytes_per_second,
+        bus_bandwidth_bytes_per_second: m.bus_bandwidth_bytes_per_second,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -136,5 +186,32 @@ mod tests {
             endpoint(7, LinkClass::Nvlink, "gpu0", "3"),
             Endpoint::GpuLink
         );
+    }
+
+    #[test]
+    fn collective_records_cross_the_wire_unchanged() {
+        let r = CollectiveRecord {
+            comm_id: "0x5eed".into(),
+            rank: 3,
+            n_ranks: 4,
+            n_nodes: 2,
+            hostname: "node-b".into(),
+            pid: 2002,
+            dump_timestamp_us: 1_764_614_400_000_000,
+            collective: "AllReduce".into(),
+            sequence: 103,
+            size_bytes: 220_000_000,
+            exec_time_us: 35_484.0,
+            timing_source: Some("kernel_gpu".into()),
+            algorithm: None,
+            algo_bandwidth_bytes_per_second: 6.2e9,
+            bus_bandwidth_bytes_per_second: 9.3e9,
+        };
+        let m = collective_to_pb("job-1", Some(7), &r);
+        assert_eq!(
+            (m.job.as_str(), m.job_rank, m.algorithm.as_str()),
+            ("job-1", Some(7), "")
+        );
+        assert_eq!(collective_from_pb(&m, "node-b"), r);
     }
 }

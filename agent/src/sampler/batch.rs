@@ -112,6 +112,7 @@ impl BatchBuilder {
             values: std::mem::take(&mut self.values),
             dropped_batches_total: 0,
             markers: Vec::new(),
+            collectives: Vec::new(),
         })
     }
 }

@@ -31,6 +31,8 @@ pub struct LoopSettings {
     pub discover_period: Duration,
     /// Step markers to attach to each batch.
     pub markers: Option<Arc<MarkerQueue>>,
+    /// NCCL Inspector follower, polled at each batch cut for the records to attach.
+    pub inspector: Option<Arc<std::sync::Mutex<crate::inspector::Follower>>>,
 }
 
 /// Handle of the sampling thread; dropping it does not stop the thread, call [`SamplerHandle::stop`].
@@ -187,7 +189,8 @@ impl SamplingLoop {
 
     /// Cuts the batch gathered so far, with the step markers queued since, and hands it over.
     fn cut_batch(&mut self) {
-        if let Some(b) = with_markers(self.builder.take(), self.settings.markers.as_deref()) {
+        let b = with_markers(self.builder.take(), self.settings.markers.as_deref());
+        if let Some(b) = crate::inspector::attach(b, self.settings.inspector.as_deref(), self.sampler.jobs()) {
             self.send_batch(b);
         }
     }

@@ -51,7 +51,9 @@ pub const ALLOWED_KEYS: &[&str] = &[
 pub const MAX_VALUE_BYTES: usize = 256;
 
 /// The NCCL settings read, by name: those the project checks (`NCCL_SOCKET_IFNAME`, `NCCL_IB_HCA`,
-/// `NCCL_IB_DISABLE`, `NCCL_NET`) and NCCL's documented tuning and transport settings. Sorted. There is no
+/// `NCCL_IB_DISABLE`, `NCCL_NET`), NCCL's documented tuning and transport settings, and the four that enable NCCL
+/// Inspector and name its output (`NCCL_PROFILER_PLUGIN`, `NCCL_INSPECTOR_ENABLE`, `NCCL_INSPECTOR_DUMP_DIR`,
+/// `NCCL_INSPECTOR_PROM_DUMP`: the `inspector` follower reads them). Sorted. There is no
 /// `NCCL_*` wildcard: a plugin's or a site's own `NCCL_` variables may carry credentials or addresses, and
 /// are never read. Left out on purpose: `NCCL_COMM_ID` (the address of the job's bootstrap root), `NCCL_HOSTID`,
 /// `NCCL_RAS_ADDR`, and the file paths `NCCL_CONF_FILE`, `NCCL_DEBUG_FILE`, `NCCL_TOPO_DUMP_FILE`.
@@ -95,6 +97,9 @@ pub const NCCL_KEYS: &[&str] = &[
     "NCCL_IB_TC",
     "NCCL_IB_TIMEOUT",
     "NCCL_IGNORE_CPU_AFFINITY",
+    "NCCL_INSPECTOR_DUMP_DIR",
+    "NCCL_INSPECTOR_ENABLE",
+    "NCCL_INSPECTOR_PROM_DUMP",
     "NCCL_LAUNCH_MODE",
     "NCCL_LL128_NTHREADS",
     "NCCL_LL_THRESHOLD",
@@ -127,6 +132,7 @@ pub const NCCL_KEYS: &[&str] = &[
     "NCCL_P2P_NVL_CHUNKSIZE",
     "NCCL_P2P_PCI_CHUNKSIZE",
     "NCCL_P2P_PXN_LEVEL",
+    "NCCL_PROFILER_PLUGIN",
     "NCCL_PROTO",
     "NCCL_PXN_DISABLE",
     "NCCL_RUNTIME_CONNECT",
