@@ -51,6 +51,9 @@ pub struct DemoArgs {
     /// How often the live summary is printed.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "5s")]
     pub summary_every: Duration,
+    /// NVLink series in the collector's /metrics: `gpu` (a GPU's links summed) or `link` (one per NVLink).
+    #[arg(long, value_name = "gpu|link", default_value = "gpu")]
+    pub nvlink_detail: commwatch_collector::config::NvlinkDetail,
 }
 
 /// The simulator's traffic variants with their one-line summaries, for `--variant`'s help.
@@ -150,6 +153,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         grpc_listen: args.grpc_listen,
         http_listen: args.http_listen,
         allow_plaintext: args.allow_plaintext,
+        nvlink_detail: args.nvlink_detail,
         ..Default::default()
     })
     .await

@@ -436,10 +436,10 @@ fn drill_down_links_carry_job_node_and_time_range() {
 fn link_checks_see_what_they_must() {
     assert_eq!(
         placeholders(
-            "/d/x/y?var-node=${__field.labels.node:percentencode}&var-job=${__field.labels.job}",
+            "/d/x/y?var-node=${__field.labels.node:percentencode}&var-job=${__field.labels.training_job}",
             "__field.labels."
         ),
-        ["node", "job"]
+        ["node", "training_job"]
     );
     assert!(keeps_label(
         r#"sum by (node, source) (rate(x[5m]))"#,
@@ -453,7 +453,7 @@ fn link_checks_see_what_they_must() {
     ));
     assert!(keeps_label(
         r#"commwatch_step_duration_seconds{node=~"$node"}"#,
-        "job"
+        "training_job"
     ));
 }
 
@@ -738,9 +738,9 @@ fn find_comparison(e: &str, op: &str) -> Option<usize> {
 fn silent_forms_of_alert_expressions() {
     assert_eq!(
         silent_form(
-            r#"max by (job) (commwatch_finding_active{kind="scaling_efficiency_drop"}) == 1"#
+            r#"max by (training_job) (commwatch_finding_active{kind="scaling_efficiency_drop"}) == 1"#
         ),
-        "max by (job) (commwatch_finding_active) "
+        "max by (training_job) (commwatch_finding_active) "
     );
     assert_eq!(
         silent_form(r#"max(x{node="a", kind="b"}) == 1"#),
@@ -876,7 +876,8 @@ fn every_panel_query_and_rule_returns_data_from_a_real_prometheus() {
     let stop = Arc::new(AtomicBool::new(false));
     let markers = send_markers(udp, stop.clone());
 
-    // Prometheus as deploy/prometheus/prometheus.yml wires it (job names, honor_labels), on 1 s scrapes, with
+    // Prometheus as deploy/prometheus/prometheus.yml wires it (job names; no honor_labels: the training job is
+    // `training_job`, so nothing the collector exports collides with the scrape's `job`), on 1 s scrapes, with
     // the repository's rules.
     let rules_glob = root().join("deploy/prometheus/rules/*.yml");
     let config = format!(
@@ -887,7 +888,6 @@ rule_files:
   - {rules}
 scrape_configs:
   - job_name: commwatch-collector
-    honor_labels: true
     static_configs:
       - targets: ["127.0.0.1:{http}"]
   - job_name: commwatch-agent

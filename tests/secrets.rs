@@ -241,7 +241,7 @@ fn jobs_and_nccl_conflicts_arrive_and_the_secret_appears_nowhere() {
     let labels = |job| {
         [
             ("node", "n1"),
-            ("job", job),
+            ("training_job", job),
             ("setting", "NCCL_SOCKET_IFNAME"),
             ("kind", "management_interface"),
         ]
@@ -257,7 +257,7 @@ fn jobs_and_nccl_conflicts_arrive_and_the_secret_appears_nowhere() {
     assert!(metric(
         &text,
         "commwatch_job_ranks",
-        &[("job", BAD_JOB), ("node", "n1")]
+        &[("training_job", BAD_JOB), ("node", "n1")]
     )
     .is_some_and(|v| v >= 1.0));
 

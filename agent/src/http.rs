@@ -3,14 +3,14 @@
 //! Served by [`commwatch_httpd`] like the collector's, bounded to [`MAX_HTTP_CONNECTIONS`] connections at once
 //! (one accepted beyond that is closed at once and counted in `commwatch_agent_http_connections_refused_total`;
 //! open now: `commwatch_agent_http_connections`), with the header-read and write-stall timeouts of
-//! [`commwatch_httpd::HttpBounds::new`]. HTTP/1.1 only.
+//! [`commwatch_httpd::HttpBounds::new`]. HTTP/1.1 only. `/metrics` is gzip-compressed when the scraper asks.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::extract::State;
-use axum::http::header;
-use axum::response::IntoResponse;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use tokio::net::TcpListener;
@@ -22,14 +22,17 @@ use crate::telemetry::AgentMetrics;
 /// operator now and then), so 32 leaves ample room while bounding what a local flood costs the node.
 pub const MAX_HTTP_CONNECTIONS: usize = 32;
 
-async fn metrics_handler(State(m): State<Arc<AgentMetrics>>) -> impl IntoResponse {
-    (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        m.render(),
-    )
+/// The agent's families, gzip-compressed when the scraper asks for it as the collector's
+/// ([`commwatch_httpd::accepts_gzip`]).
+async fn metrics_handler(State(m): State<Arc<AgentMetrics>>, request: HeaderMap) -> Response {
+    let text = m.render();
+    if !commwatch_httpd::accepts_gzip(&request) {
+        return commwatch_httpd::metrics_response(text.into_bytes(), false);
+    }
+    match commwatch_httpd::gzip_fast(text.as_bytes()) {
+        Ok(body) => commwatch_httpd::metrics_response(body, true),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
 }
 
 /// Binds `addr` and serves until `shutdown` flips to true (or its sender is gone): then it accepts nothing
@@ -83,6 +86,57 @@ mod tests {
             .ok()?
             .ok()?;
         Some(String::from_utf8_lossy(&out).into_owned())
+    }
+
+    /// `GET /metrics` with `extra` request headers: the response's head (lower-cased) and its body's bytes.
+    async fn get_raw(addr: SocketAddr, extra: &str) -> (String, Vec<u8>) {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        let request =
+            format!("GET /metrics HTTP/1.1\r\nhost: a\r\n{extra}connection: close\r\n\r\n");
+        s.write_all(request.as_bytes()).await.unwrap();
+        let mut out = Vec::new();
+        tokio::time::timeout(PROMPT, s.read_to_end(&mut out))
+            .await
+            .unwrap()
+            .unwrap();
+        let at = out
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .expect("a head");
+        let head = String::from_utf8_lossy(&out[..at]).to_ascii_lowercase();
+        (head, out[at + 4..].to_vec())
+    }
+
+    #[tokio::test]
+    async fn metrics_are_gzipped_when_the_scraper_asks() {
+        use std::io::Read as _;
+        let (stop, rx) = watch::channel(false);
+        let (addr, task) = serve(
+            "127.0.0.1:0".parse().unwrap(),
+            Arc::new(AgentMetrics::new()),
+            rx,
+        )
+        .await
+        .unwrap();
+        let (head, body) = get_raw(addr, "accept-encoding: gzip\r\n").await;
+        assert!(head.starts_with("http/1.1 200"), "{head}");
+        assert!(head.contains("content-encoding: gzip"), "{head}");
+        assert!(head.contains("vary: accept-encoding"), "{head}");
+        let mut text = String::new();
+        flate2::read::GzDecoder::new(&body[..])
+            .read_to_string(&mut text)
+            .expect("gzip");
+        assert!(text.contains("commwatch_build_info{"), "{text}");
+        // Not asked (or refused): the plain text.
+        for extra in ["", "accept-encoding: gzip;q=0\r\n"] {
+            let (head, body) = get_raw(addr, extra).await;
+            assert!(!head.contains("content-encoding"), "{head}");
+            assert!(String::from_utf8(body)
+                .unwrap()
+                .contains("commwatch_build_info{"));
+        }
+        stop.send_replace(true);
+        tokio::time::timeout(PROMPT, task).await.unwrap().unwrap();
     }
 
     #[tokio::test]

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+pub mod nvlink_detail;
 pub mod remote_write;
+pub use nvlink_detail::NvlinkDetail;
 pub use remote_write::RemoteWriteConfig;
 
 /// Errors reading or validating a configuration. Each message says its cause itself (none is repeated as a
@@ -147,6 +149,9 @@ pub struct CollectorConfig {
     pub allow_plaintext: bool,
     /// `[remote_write]`: the derived series sent to a Prometheus remote-write receiver; off without `url`.
     pub remote_write: RemoteWriteConfig,
+    /// `nvlink_detail = "gpu" | "link"`: NVLink series in `/metrics` and remote write per GPU (its links
+    /// summed; the default, for a fleet's series count) or per link.
+    pub nvlink_detail: NvlinkDetail,
 }
 
 impl Default for CollectorConfig {
@@ -166,6 +171,7 @@ impl Default for CollectorConfig {
             api_token_file: None,
             allow_plaintext: false,
             remote_write: RemoteWriteConfig::default(),
+            nvlink_detail: NvlinkDetail::Gpu,
         }
     }
 }
@@ -350,6 +356,11 @@ mod tests {
         assert_eq!(c.limits.max_samples_per_second, 1000);
         assert_eq!(c.limits.max_label_len, Limits::default().max_label_len);
         assert_eq!(c.fast_period_ms, 100);
+        assert_eq!(c.nvlink_detail, NvlinkDetail::Gpu);
+        let c = CollectorConfig::from_toml_str("nvlink_detail = \"link\"\n").expect("parses");
+        assert_eq!(c.nvlink_detail, NvlinkDetail::Link);
+        let err = CollectorConfig::from_toml_str("nvlink_detail = \"port\"\n").unwrap_err();
+        assert!(err.to_string().contains("nvlink_detail"), "{err}");
     }
 
     #[test]

@@ -253,6 +253,7 @@ pub async fn run(
         steps: steps.clone(),
         analysis: analysis.clone(),
         access,
+        nvlink_detail: config.nvlink_detail,
     })?;
     let shared = ingest::Shared::new(
         store.clone(),

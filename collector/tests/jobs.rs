@@ -171,20 +171,20 @@ async fn jobs_are_merged_across_nodes_and_exported() {
 
     let text = metrics(&h).await;
     assert!(
-        text.contains(r#"commwatch_nccl_setting_conflict{job="4242",kind="management_interface",node="n1",setting="NCCL_SOCKET_IFNAME"} 1"#),
+        text.contains(r#"commwatch_nccl_setting_conflict{kind="management_interface",node="n1",setting="NCCL_SOCKET_IFNAME",training_job="4242"} 1"#),
         "{text}"
     );
     assert!(!text.contains(
-        r#"commwatch_nccl_setting_conflict{job="4242",kind="management_interface",node="n2""#
+        r#"commwatch_nccl_setting_conflict{kind="management_interface",node="n2","#
     ));
     assert!(
-        text.contains(r#"commwatch_job_ranks{job="4242",node="n1"} 2"#),
+        text.contains(r#"commwatch_job_ranks{node="n1",training_job="4242"} 2"#),
         "{text}"
     );
-    assert!(text.contains(r#"commwatch_job_ranks{job="4242",node="n2"} 2"#));
+    assert!(text.contains(r#"commwatch_job_ranks{node="n2",training_job="4242"} 2"#));
     // Label values are escaped.
     assert!(
-        text.contains(r#"commwatch_job_ranks{job="a\"b\\c",node="n1"} 0"#),
+        text.contains(r#"commwatch_job_ranks{node="n1",training_job="a\"b\\c"} 0"#),
         "{text}"
     );
 
@@ -231,9 +231,9 @@ async fn jobs_are_merged_across_nodes_and_exported() {
     );
     let text = metrics(&h).await;
     assert!(!text.contains("commwatch_nccl_setting_conflict{"), "{text}");
-    assert!(text.contains(r#"commwatch_job_ranks{job="4242",node="n1"} 1"#));
+    assert!(text.contains(r#"commwatch_job_ranks{node="n1",training_job="4242"} 1"#));
     assert!(
-        !text.contains(r#"commwatch_job_ranks{job="4242",node="n2"}"#),
+        !text.contains(r#"commwatch_job_ranks{node="n2",training_job="4242"}"#),
         "{text}"
     );
     h.shutdown().await;
@@ -299,7 +299,7 @@ async fn job_lists_survive_a_restart_and_a_new_instance_clears_them() {
     assert_eq!(j[0]["conflicts"][0]["kind"], "management_interface");
     assert!(metrics(&h)
         .await
-        .contains(r#"commwatch_nccl_setting_conflict{job="4242",kind="management_interface",node="n1",setting="NCCL_SOCKET_IFNAME"} 1"#));
+        .contains(r#"commwatch_nccl_setting_conflict{kind="management_interface",node="n1",setting="NCCL_SOCKET_IFNAME",training_job="4242"} 1"#));
 
     // The same instance reconnecting keeps its list (it sends it again anyway); a new instance starts empty.
     let (a, _) = Agent::connect(h.grpc_addr, hello("n1", 3)).await;
@@ -419,11 +419,11 @@ async fn a_job_known_only_from_markers_is_listed_and_counted() {
 
     let text = metrics(&h).await;
     for line in [
-        r#"commwatch_job_ranks{job="4242",node="n1"} 2"#,
-        r#"commwatch_job_ranks{job="4242",node="n2"} 1"#,
-        r#"commwatch_job_ranks{job="solo",node="n1"} 2"#,
+        r#"commwatch_job_ranks{node="n1",training_job="4242"} 2"#,
+        r#"commwatch_job_ranks{node="n2",training_job="4242"} 1"#,
+        r#"commwatch_job_ranks{node="n1",training_job="solo"} 2"#,
     ] {
         assert!(text.contains(line), "{line} in {text}");
     }
-    assert!(!text.contains(r#"job="ended""#), "{text}");
+    assert!(!text.contains(r#"training_job="ended""#), "{text}");
 }

@@ -218,8 +218,8 @@ async fn label_values_from_the_wire_cannot_inject_exposition_lines() {
     // The hostile values are there, escaped.
     assert!(m.contains(r#"node="node-0-a\"b""#), "{m}");
     assert!(m.contains(r#"device="back\\slash""#), "{m}");
-    assert!(m.contains(r#"job="brace}""#), "{m}");
-    assert!(m.contains(r#"job="brace}""#), "{m}");
+    assert!(m.contains(r#"training_job="brace}""#), "{m}");
+    assert!(m.contains(r#"training_job="brace}""#), "{m}");
     promtool_check(&m);
 }
 

@@ -196,7 +196,7 @@ async fn marker_steps_have_exact_link_figures() {
     assert_eq!(
         m(
             "commwatch_step_duration_seconds",
-            &[("node", "n1"), ("job", JOB)]
+            &[("node", "n1"), ("training_job", JOB)]
         ),
         Some(1.0)
     );
@@ -226,7 +226,10 @@ async fn marker_steps_have_exact_link_figures() {
         Some(5.0)
     );
     assert_eq!(
-        m("commwatch_step_samples_per_second", &[("job", JOB)]),
+        m(
+            "commwatch_step_samples_per_second",
+            &[("training_job", JOB)]
+        ),
         Some(64.0)
     );
     // 11 batches: 2 ranks × (5 begins + 5 ends) accepted once (the resend added none), 2 invalid.

@@ -14,6 +14,8 @@
 //! So a client holds a slot only while it sends a request or reads a response; a cap's worth of clients that
 //! connect and stall frees every slot within the larger of the two timeouts.
 //!
+//! `/metrics` is gzip-compressed when the scraper asks ([`accepts_gzip`], [`gzip_fast`], [`metrics_response`]).
+//!
 //! Connections speak HTTP/1.1 (what Prometheus and the API clients use). The handlers see the client's address
 //! as `ConnectInfo<SocketAddr>` (as with axum's `into_make_service_with_connect_info`).
 
@@ -35,6 +37,9 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tracing::{debug, error, warn};
+
+mod gzip;
+pub use gzip::{accepts_gzip, gzip_fast, metrics_response, TEXT_FORMAT};
 
 /// Time a client has to send a request's headers (production value of [`HttpBounds::header_read_timeout`]).
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);

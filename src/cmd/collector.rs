@@ -48,6 +48,9 @@ pub struct CollectorArgs {
     /// File holding the bearer token required for /api/* (else reads are open, writes loopback-only).
     #[arg(long)]
     api_token_file: Option<PathBuf>,
+    /// NVLink series in /metrics: `gpu` (a GPU's links summed, the default) or `link` (one per NVLink).
+    #[arg(long, value_name = "gpu|link")]
+    nvlink_detail: Option<commwatch_collector::config::NvlinkDetail>,
 }
 
 fn collector_config(a: &CollectorArgs) -> anyhow::Result<commwatch_collector::CollectorConfig> {
@@ -84,6 +87,9 @@ fn collector_config(a: &CollectorArgs) -> anyhow::Result<commwatch_collector::Co
         c.api_token_file = Some(v.clone());
     }
     c.allow_plaintext |= a.allow_plaintext;
+    if let Some(v) = a.nvlink_detail {
+        c.nvlink_detail = v;
+    }
     c.validate()?;
     Ok(c)
 }

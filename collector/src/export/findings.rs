@@ -126,9 +126,9 @@ async fn post_baseline(State(a): State<AnalysisHandle>, body: axum::body::Body) 
 }
 
 /// The labels of `commwatch_finding_active`: `kind`, `severity`, `node`, and the subject's `device`, `port`,
-/// `gpu`, `link`, `job` where set, then `root` (`true` for a root cause, `false` for a consequence; bounded:
-/// one series per active finding). A finding about an NCCL setting has it as its `device` label, as it had
-/// before the subject named settings apart.
+/// `gpu`, `link`, `training_job` (the subject's job) where set, then `root` (`true` for a root cause,
+/// `false` for a consequence; bounded: one series per active finding). A finding about an NCCL setting has it
+/// as its `device` label, as it had before the subject named settings apart.
 pub fn finding_labels(f: &Finding) -> Vec<LabelPair> {
     let mut v = vec![
         label("kind", f.kind.as_str()),
@@ -141,7 +141,7 @@ pub fn finding_labels(f: &Finding) -> Vec<LabelPair> {
         ("port", f.subject.port.as_ref()),
         ("gpu", f.subject.gpu.as_ref()),
         ("link", f.subject.link.as_ref()),
-        ("job", f.subject.job.as_ref()),
+        ("training_job", f.subject.job.as_ref()),
     ] {
         if let Some(x) = val {
             v.push(label(k, x));
@@ -218,8 +218,11 @@ impl Collector for FindingsCollector {
         );
         for j in self.analysis.job_figures() {
             if let Some(e) = j.scaling_efficiency {
-                eff.mut_metric()
-                    .push(metric(MetricType::GAUGE, vec![label("job", &j.job)], e));
+                eff.mut_metric().push(metric(
+                    MetricType::GAUGE,
+                    vec![label("training_job", &j.job)],
+                    e,
+                ));
             }
         }
         [active, raised, eff]
@@ -297,7 +300,7 @@ mod tests {
                 ("severity", "critical"),
                 ("node", "node-03"),
                 ("device", "NCCL_SOCKET_IFNAME"),
-                ("job", "job-42"),
+                ("training_job", "job-42"),
                 ("root", "true"),
             ]
         );

@@ -4,8 +4,11 @@
 //! and re-exported here.
 //!
 //! Link metrics carry `node`, `class` (`infiniband`|`roce`|`ethernet`|`nvlink`|`unknown`), `device`, `port`,
-//! `role` (`fabric`|`management`|`unknown`), plus `gpu` and `link` on NVLink links. Node metrics carry `node`
-//! (and the agent's own labels, e.g. `cpu`).
+//! `role` (`fabric`|`management`|`unknown`), plus `gpu` and `link` on NVLink links. With the default NVLink detail
+//! (`nvlink_detail = "gpu"`) an NVLink series is a GPU's links summed: `node`, `class`, `device`, `role`, `gpu`
+//! ([`crate::export::exposition::apply_nvlink_detail`]). Node metrics carry `node`
+//! (and the agent's own labels, e.g. `cpu`). The training job is the label `training_job`: `job` belongs to the
+//! scrape job in Prometheus and is never exported.
 
 pub use crate::telemetry::names::*;
 
@@ -52,7 +55,7 @@ pub const COLLECTOR_NODES: &str = "commwatch_collector_nodes";
 pub const COLLECTOR_SERIES: &str = "commwatch_collector_series";
 pub const COLLECTOR_STORE_SAMPLES: &str = "commwatch_collector_store_samples";
 pub const COLLECTOR_STORE_BYTES: &str = "commwatch_collector_store_bytes";
-/// Duration of the node's latest training step (gauge, seconds; `node`, `job` — empty when inferred).
+/// Duration of the node's latest training step (gauge, seconds; `node`, `training_job` — empty when inferred).
 pub const STEP_DURATION_SECONDS: &str = "commwatch_step_duration_seconds";
 /// Achieved bandwidth of a link — bytes ÷ active time — in its latest step with a confident figure (gauge,
 /// bytes/s; link labels).
@@ -62,7 +65,7 @@ pub const STEP_LINK_BANDWIDTH_BYTES_PER_SECOND: &str =
 pub const LINK_UTILIZATION_RATIO: &str = "commwatch_link_utilization_ratio";
 /// Steps found for a node since the collector started (counter; `node`, `source` = `markers`|`inferred`).
 pub const STEPS_TOTAL: &str = "commwatch_steps_total";
-/// Training throughput of a job from markers with samples (gauge, samples/s; `job`).
+/// Training throughput of a job from markers with samples (gauge, samples/s; `training_job`).
 pub const STEP_SAMPLES_PER_SECOND: &str = "commwatch_step_samples_per_second";
 
 /// GPU series (labels `node`, `gpu`), from the agent's `nvml` source; see [`gpu_family`].
@@ -83,17 +86,22 @@ pub const GPU_PCIE_LINK_WIDTH_MAX: &str = "commwatch_gpu_pcie_link_width_max";
 pub const GPU_PCIE_REPLAY_ERRORS_TOTAL: &str = "commwatch_gpu_pcie_replay_errors_total";
 pub const GPU_POWER_WATTS: &str = "commwatch_gpu_power_watts";
 pub const GPU_SM_CLOCK_HERTZ: &str = "commwatch_gpu_sm_clock_hertz";
+/// NVLinks of a GPU that are up, and all its NVLinks (gauges; labels `node`, `gpu`): counted by the collector
+/// from the node's NVLink links, whatever the NVLink detail (`nvlink_detail`), so that "links up per GPU"
+/// reads the same with per-GPU and per-link series.
+pub const GPU_NVLINKS_UP: &str = "commwatch_gpu_nvlinks_up";
+pub const GPU_NVLINKS: &str = "commwatch_gpu_nvlinks";
 /// NCCL settings of a job that contradict a node's hardware: 1 per `(node, job, setting)` (and `kind`).
 pub const NCCL_SETTING_CONFLICT: &str = "commwatch_nccl_setting_conflict";
-/// Ranks (processes) of a job the node's agent found (gauge; labels `job`, `node`).
+/// Ranks (processes) of a job the node's agent found (gauge; labels `node`, `training_job`).
 pub const JOB_RANKS: &str = "commwatch_job_ranks";
 
 /// 1 while a finding is active, absent once cleared (gauge; labels `kind`, `severity`, `node`, and the
-/// subject's `device`, `port`, `gpu`, `link`, `job` where set).
+/// subject's `device`, `port`, `gpu`, `link`, `training_job` where set).
 pub const FINDING_ACTIVE: &str = "commwatch_finding_active";
 /// Findings raised since the collector started (counter; label `kind`, every kind present).
 pub const FINDINGS_RAISED_TOTAL: &str = "commwatch_findings_raised_total";
-/// Scaling efficiency of a job, 0..1 (gauge; label `job`; the method is in `/api/v1/jobs`).
+/// Scaling efficiency of a job, 0..1 (gauge; label `training_job`; the method is in `/api/v1/jobs`).
 pub const SCALING_EFFICIENCY_RATIO: &str = "commwatch_scaling_efficiency_ratio";
 
 /// Every exported name (for checks against dashboards and alert rules).
@@ -175,6 +183,8 @@ pub const ALL: &[&str] = &[
     GPU_PCIE_REPLAY_ERRORS_TOTAL,
     GPU_POWER_WATTS,
     GPU_SM_CLOCK_HERTZ,
+    GPU_NVLINKS_UP,
+    GPU_NVLINKS,
     NCCL_SETTING_CONFLICT,
     JOB_RANKS,
 ];
@@ -197,6 +207,8 @@ pub fn gpu_family(metric: &str) -> Option<&'static str> {
         "gpu_pcie_replay_errors" => GPU_PCIE_REPLAY_ERRORS_TOTAL,
         "gpu_power_watts" => GPU_POWER_WATTS,
         "gpu_sm_clock_hz" => GPU_SM_CLOCK_HERTZ,
+        "gpu_nvlinks_up" => GPU_NVLINKS_UP,
+        "gpu_nvlinks" => GPU_NVLINKS,
         _ => return None,
     })
 }

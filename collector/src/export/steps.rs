@@ -13,9 +13,9 @@
 //! A bad query is a 400 with `{"error": "..."}`; an unknown node or job a 404 with the same shape.
 //!
 //! `/metrics` (rendered from the [`StepStore`] at scrape time; names in [`names`]):
-//! `commwatch_step_duration_seconds{node,job}`, `commwatch_step_link_bandwidth_bytes_per_second{link labels}`,
-//! `commwatch_link_utilization_ratio{link labels}`, `commwatch_steps_total{node,source}`,
-//! `commwatch_step_samples_per_second{job}`. Labels are bounded: one job per node for the duration, and at most
+//! `commwatch_step_duration_seconds{node,training_job}`, `commwatch_step_link_bandwidth_bytes_per_second{link labels}`,
+//! `commwatch_link_utilization_ratio{link labels}` (a GPU's NVLinks as one with `nvlink_detail = "gpu"`),
+//! `commwatch_steps_total{node,source}`, `commwatch_step_samples_per_second{training_job}`. Labels are bounded: one job per node for the duration, and at most
 //! [`MAX_JOBS_EXPORTED`] jobs for the throughput.
 
 use std::collections::{BTreeMap, HashMap};
@@ -33,6 +33,7 @@ use serde_json::{json, Value};
 
 use super::names;
 use super::proto::{family, label, metric};
+use crate::config::NvlinkDetail;
 use crate::steps::history::STEPS_PER_NODE;
 use crate::steps::{JobStep, NodeStep, StepLink, StepSource, StepStore};
 
@@ -256,19 +257,80 @@ fn link_labels(node: &str, l: &StepLink) -> Vec<LabelPair> {
     v
 }
 
+/// Per link of a node: the newest confident, active figure of its last [`LINK_LOOKBACK`] steps, as (labels,
+/// achieved bytes/s, utilization). With [`NvlinkDetail::Gpu`] a GPU's NVLinks are one figure (labels `node`,
+/// `class`, `device`, `role`, `gpu`, as `/metrics` writes a GPU's folded links): their achieved rates summed,
+/// and the utilization of those with a capacity, their rates over their capacities.
+fn link_figures(
+    node: &str,
+    steps: &[NodeStep],
+    detail: NvlinkDetail,
+) -> Vec<(Vec<LabelPair>, f64, Option<f64>)> {
+    let mut out = Vec::new();
+    // Per GPU (device, gpu): achieved sum, and the achieved and capacity sums of the links with a capacity.
+    let mut gpus: Vec<(&StepLink, f64, f64, f64)> = Vec::new();
+    let mut done: Vec<&LinkKey> = Vec::new();
+    for s in steps.iter().rev().take(LINK_LOOKBACK) {
+        for l in &s.links {
+            if done.contains(&&l.key) || !l.confident {
+                continue;
+            }
+            let Some(a) = l.achieved_bytes_per_second else {
+                continue;
+            };
+            done.push(&l.key);
+            if detail == NvlinkDetail::Link || l.key.class != LinkClass::Nvlink {
+                out.push((link_labels(node, l), a, l.utilization));
+                continue;
+            }
+            let same = |g: &&mut (&StepLink, f64, f64, f64)| {
+                g.0.key.device == l.key.device && g.0.gpu == l.gpu
+            };
+            let (with_cap, cap) = match l.capacity_bytes_per_second {
+                Some(c) if c > 0.0 => (a, c),
+                _ => (0.0, 0.0),
+            };
+            match gpus.iter_mut().find(same) {
+                Some(g) => (g.1, g.2, g.3) = (g.1 + a, g.2 + with_cap, g.3 + cap),
+                None => gpus.push((l, a, with_cap, cap)),
+            }
+        }
+    }
+    for (l, achieved, with_cap, cap) in gpus {
+        let labels = vec![
+            label("node", node),
+            label("class", l.key.class.as_str()),
+            label("device", &l.key.device),
+            label("role", l.role.as_str()),
+            label("gpu", l.gpu.as_deref().unwrap_or("")),
+        ];
+        out.push((labels, achieved, (cap > 0.0).then(|| with_cap / cap)));
+    }
+    out
+}
+
 /// Renders the step families from the [`StepStore`] at scrape time.
 pub struct StepCollector {
     steps: Arc<StepStore>,
+    nvlink_detail: NvlinkDetail,
     descs: Vec<Desc>,
 }
 
 impl StepCollector {
-    pub fn new(steps: Arc<StepStore>) -> Result<StepCollector, prometheus::Error> {
+    /// NVLink figures per GPU or per link as `detail` says ([`link_figures`]).
+    pub fn new(
+        steps: Arc<StepStore>,
+        nvlink_detail: NvlinkDetail,
+    ) -> Result<StepCollector, prometheus::Error> {
         let descs = FAMILIES
             .iter()
             .map(|f| Desc::new(f.name.into(), f.help.into(), vec![], HashMap::new()))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(StepCollector { steps, descs })
+        Ok(StepCollector {
+            steps,
+            nvlink_detail,
+            descs,
+        })
     }
 }
 
@@ -278,6 +340,7 @@ pub fn step_families(
     recent: &[(String, Vec<NodeStep>)],
     totals: &[(String, u64, u64)],
     throughput: &[(String, f64)],
+    detail: NvlinkDetail,
 ) -> Vec<MetricFamily> {
     let mut fams: BTreeMap<&'static str, MetricFamily> = BTreeMap::new();
     let mut add = |name: &'static str, labels: Vec<LabelPair>, value: f64| {
@@ -295,32 +358,20 @@ pub fn step_families(
                 names::STEP_DURATION_SECONDS,
                 vec![
                     label("node", node),
-                    label("job", last.job.as_deref().unwrap_or("")),
+                    label("training_job", last.job.as_deref().unwrap_or("")),
                 ],
                 last.duration_s(),
             );
         }
-        // Per link: the newest confident, active figure.
-        let mut done: Vec<&LinkKey> = Vec::new();
-        for s in steps.iter().rev().take(LINK_LOOKBACK) {
-            for l in &s.links {
-                let key = &l.key;
-                if done.contains(&key) || !l.confident {
-                    continue;
-                }
-                let Some(a) = l.achieved_bytes_per_second else {
-                    continue;
-                };
-                done.push(key);
-                add(
-                    names::STEP_LINK_BANDWIDTH_BYTES_PER_SECOND,
-                    link_labels(node, l),
-                    a,
-                );
-                if let Some(u) = l.utilization {
-                    add(names::LINK_UTILIZATION_RATIO, link_labels(node, l), u);
-                }
+        for (labels, achieved, utilization) in link_figures(node, steps, detail) {
+            if let Some(u) = utilization {
+                add(names::LINK_UTILIZATION_RATIO, labels.clone(), u);
             }
+            add(
+                names::STEP_LINK_BANDWIDTH_BYTES_PER_SECOND,
+                labels,
+                achieved,
+            );
         }
     }
     for (node, markers, inferred) in totals {
@@ -338,7 +389,11 @@ pub fn step_families(
         }
     }
     for (job, v) in throughput {
-        add(names::STEP_SAMPLES_PER_SECOND, vec![label("job", job)], *v);
+        add(
+            names::STEP_SAMPLES_PER_SECOND,
+            vec![label("training_job", job)],
+            *v,
+        );
     }
     fams.into_values().collect()
 }
@@ -366,6 +421,100 @@ impl Collector for StepCollector {
                 Some((j, v))
             })
             .collect();
-        step_families(&recent, &totals, &throughput)
+        step_families(&recent, &totals, &throughput, self.nvlink_detail)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use commwatch_model::{Endpoint, LinkRole};
+
+    fn link(
+        class: LinkClass,
+        device: &str,
+        n: &str,
+        gpu: Option<&str>,
+        a: f64,
+        cap: Option<f64>,
+    ) -> StepLink {
+        StepLink {
+            key: LinkKey::new(class, device, n),
+            endpoint: Endpoint::legacy(class, device, n),
+            role: LinkRole::Fabric,
+            gpu: gpu.map(str::to_string),
+            link: gpu.map(|_| n.to_string()),
+            tx_bytes: 1,
+            rx_bytes: 1,
+            active_s: 1.0,
+            achieved_bytes_per_second: Some(a),
+            average_bytes_per_second: a,
+            capacity_bytes_per_second: cap,
+            utilization: cap.map(|c| a / c),
+            confident: true,
+        }
+    }
+
+    fn step() -> NodeStep {
+        NodeStep {
+            node: "n1".into(),
+            job: None,
+            index: 1,
+            start_unix_ns: 0,
+            end_unix_ns: 1_000_000_000,
+            source: StepSource::Inferred,
+            confidence: 1.0,
+            samples: None,
+            links: vec![
+                link(LinkClass::Nvlink, "gpu0", "0", Some("0"), 10.0, Some(40.0)),
+                link(LinkClass::Nvlink, "gpu0", "1", Some("0"), 20.0, None),
+                link(LinkClass::Infiniband, "mlx5_0", "1", None, 5.0, Some(50.0)),
+                link(LinkClass::Nvlink, "gpu1", "0", Some("1"), 30.0, Some(60.0)),
+            ],
+        }
+    }
+
+    fn shown(figures: &[(Vec<LabelPair>, f64, Option<f64>)]) -> Vec<(String, f64, Option<f64>)> {
+        figures
+            .iter()
+            .map(|(labels, a, u)| {
+                let l: Vec<String> = labels
+                    .iter()
+                    .map(|p| format!("{}={}", p.name(), p.value()))
+                    .collect();
+                (l.join(","), *a, *u)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn nvlink_figures_per_gpu_or_per_link() {
+        let steps = [step()];
+        assert_eq!(
+            shown(&link_figures("n1", &steps, NvlinkDetail::Gpu)),
+            [
+                (
+                    "node=n1,class=infiniband,device=mlx5_0,port=1,role=fabric".into(),
+                    5.0,
+                    Some(0.1)
+                ),
+                (
+                    "node=n1,class=nvlink,device=gpu0,role=fabric,gpu=0".into(),
+                    30.0,
+                    Some(0.25)
+                ),
+                (
+                    "node=n1,class=nvlink,device=gpu1,role=fabric,gpu=1".into(),
+                    30.0,
+                    Some(0.5)
+                ),
+            ]
+        );
+        let per_link = link_figures("n1", &steps, NvlinkDetail::Link);
+        assert_eq!(per_link.len(), 4);
+        assert_eq!(
+            shown(&per_link)[1].0,
+            "node=n1,class=nvlink,device=gpu0,port=1,role=fabric,gpu=0,link=1"
+        );
     }
 }

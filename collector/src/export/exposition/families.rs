@@ -186,6 +186,16 @@ pub const FAMILIES: &[Family] = &[
         kind: MetricType::GAUGE,
     },
     Family {
+        name: names::GPU_NVLINKS_UP,
+        help: "NVLinks of the GPU that are up.",
+        kind: MetricType::GAUGE,
+    },
+    Family {
+        name: names::GPU_NVLINKS,
+        help: "NVLinks of the GPU.",
+        kind: MetricType::GAUGE,
+    },
+    Family {
         name: names::COLLECTOR_NODES,
         help: "Nodes held by the store.",
         kind: MetricType::GAUGE,

@@ -11,6 +11,9 @@
 //! orders them, so the text is byte for byte what `gather` and `TextEncoder` make of the same store (label
 //! values escaped as the format requires, values printed as `TextEncoder` prints an `f64`).
 //!
+//! The store's view is exported as [`apply_nvlink_detail`] shapes it (NVLink per GPU by default); remote write
+//! applies the same function, so both export the same series.
+//!
 //! Parts: `families` holds the family table ([`FAMILIES`]: names, help, types), which family each series goes
 //! to, and [`StoreDescs`]; `samples` gathers the store's samples per family in `gather`'s order; `writer`
 //! writes them as text (escaping, values, headers); this module interleaves them with the registry's families.
@@ -23,6 +26,7 @@
 //! `benches/exposition.rs`, which times both.
 
 mod families;
+pub mod nvlink;
 mod samples;
 mod writer;
 
@@ -35,21 +39,31 @@ use prometheus::{Encoder, TextEncoder};
 
 use commwatch_model::clock::unix_now_ns;
 pub use families::{Family, StoreDescs, FAMILIES};
+pub use nvlink::{apply_nvlink_detail, NvlinkDetail};
 use samples::Samples;
 
 use crate::store::{NodeSnapshot, Store, StoreMemory};
 use crate::telemetry::Health;
 
-/// Renders `/metrics` for one collector: its store and the length of the previous text (the next buffer's size).
+/// Renders `/metrics` for one collector: its store, its NVLink detail, and the length of the previous text (the
+/// next buffer's size).
 pub struct Exposition {
     store: Arc<Store>,
+    nvlink_detail: NvlinkDetail,
     last_len: AtomicUsize,
 }
 
 impl Exposition {
+    /// With the default NVLink detail (per GPU).
     pub fn new(store: Arc<Store>) -> Exposition {
+        Exposition::with_nvlink_detail(store, NvlinkDetail::default())
+    }
+
+    /// NVLink series per GPU or per link ([`apply_nvlink_detail`]).
+    pub fn with_nvlink_detail(store: Arc<Store>, nvlink_detail: NvlinkDetail) -> Exposition {
         Exposition {
             store,
+            nvlink_detail,
             last_len: AtomicUsize::new(0),
         }
     }
@@ -59,7 +73,8 @@ impl Exposition {
     pub fn render(&self, health: &Health) -> Result<String, prometheus::Error> {
         let started = Instant::now();
         let registered = health.registry.gather();
-        let nodes = self.store.snapshot(unix_now_ns());
+        let mut nodes = self.store.snapshot(unix_now_ns());
+        apply_nvlink_detail(&mut nodes, self.nvlink_detail);
         let memory = self.store.memory();
         let last = self.last_len.load(Ordering::Relaxed);
         let mut out = String::with_capacity((last + last / 16).max(64 * 1024));

@@ -11,18 +11,17 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use commwatch_model::clock::unix_now_ns;
-use commwatch_model::{LinkClass, SeriesKind};
+use commwatch_model::SeriesKind;
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::{Counter, Gauge, LabelPair, Metric, MetricFamily, MetricType};
 
-use crate::export::exposition::{StoreDescs, FAMILIES};
+use crate::export::exposition::nvlink::link_labels as link_label_pairs;
+use crate::export::exposition::{apply_nvlink_detail, NvlinkDetail, StoreDescs, FAMILIES};
 use crate::export::names::{self, link_counter_family, LinkCounterFamily};
 use crate::store::{LinkSnapshot, NodeSnapshot, Store, StoreMemory};
 
-/// Link labels, in exposition order (NVLink adds `gpu` and `link`).
-const LINK_LABELS: &[&str] = &["node", "class", "device", "port", "role"];
-
-/// The store's families as a `prometheus` collector (as registered before the writer served `/metrics`).
+/// The store's families as a `prometheus` collector (as registered before the writer served `/metrics`), with
+/// the default NVLink detail applied to the store's view as `Exposition::new` applies it.
 pub struct StoreCollector {
     store: Arc<Store>,
     descs: StoreDescs,
@@ -43,7 +42,8 @@ impl Collector for StoreCollector {
     }
 
     fn collect(&self) -> Vec<MetricFamily> {
-        let nodes = self.store.snapshot(unix_now_ns());
+        let mut nodes = self.store.snapshot(unix_now_ns());
+        apply_nvlink_detail(&mut nodes, NvlinkDetail::default());
         store_families(&nodes, Some(&self.store.memory()))
     }
 }
@@ -78,22 +78,16 @@ impl Builder {
     }
 }
 
+/// `node` and the link's labels, in exposition order (the library's own list of them: a GPU's folded NVLinks
+/// have fewer).
 fn link_labels(node: &str, l: &LinkSnapshot) -> Vec<LabelPair> {
-    let mut v: Vec<LabelPair> = LINK_LABELS
-        .iter()
-        .zip([
-            node,
-            l.link.key.class.as_str(),
-            &l.link.key.device,
-            &l.link.key.port,
-            l.link.role.as_str(),
-        ])
-        .map(|(n, v)| label(n, v))
-        .collect();
-    if l.link.key.class == LinkClass::Nvlink {
-        v.push(label("gpu", l.link.gpu.as_deref().unwrap_or("")));
-        v.push(label("link", l.link.link.as_deref().unwrap_or("")));
-    }
+    let mut v = vec![label("node", node)];
+    v.extend(
+        link_label_pairs(&l.link)
+            .pairs()
+            .iter()
+            .map(|(n, x)| label(n, x)),
+    );
     v
 }
 

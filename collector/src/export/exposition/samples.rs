@@ -5,15 +5,13 @@
 
 use std::collections::HashSet;
 
-use commwatch_model::LinkClass;
-
 use super::families::{family_index, Ix, FAMILIES};
+use super::nvlink::link_labels;
 use super::writer::{push_header, push_label, push_value};
 use crate::export::names;
 use crate::store::{LinkSnapshot, NodeSnapshot, SeriesSnapshot, StoreMemory};
 
-/// One sample of a store family. Its labels, in order: `node` and the link's (`class`, `device`, `port`,
-/// `role`, and `gpu`, `link` for NVLink), written once per node or link into [`Samples::prefixes`]; then
+/// One sample of a store family. Its labels, in order: `node` and the link's ([`link_labels`]), written once per node or link into [`Samples::prefixes`]; then
 /// `state` (link up), `counter` (the series' agent name) and the series' own labels, borrowed from the
 /// snapshot.
 #[derive(Clone, Copy)]
@@ -25,6 +23,8 @@ struct Sample<'a> {
     count: u32,
     /// Rank of the link among the node's links by label values (0 for node-level samples).
     rank: u32,
+    /// The link of a link sample.
+    link: Option<&'a LinkSnapshot>,
     /// The `state` label's link (link up).
     state: Option<&'a LinkSnapshot>,
     series: Option<&'a SeriesSnapshot>,
@@ -41,6 +41,7 @@ impl<'a> Sample<'a> {
             prefix_len: 0,
             count: 0,
             rank: 0,
+            link: None,
             state: None,
             series: None,
             counter: false,
@@ -63,14 +64,25 @@ impl<'a> Sample<'a> {
     }
 
     /// `Registry::gather`'s order for two samples of one node (or of nodes of one name): label count, then
-    /// label values pair by pair (names are not compared). The node is the same; links of one class have as
-    /// many labels and links of two classes differ at `class`, so the link's rank decides unless the link
-    /// labels are equal, and the tail's values are then compared at the same positions.
+    /// label values pair by pair (names are not compared). The node is the same; two links with as many link
+    /// labels are in the order of their ranks unless their labels are equal, and the tail's values are then
+    /// compared at the same positions. Links with different numbers of labels (a GPU's folded NVLinks next to
+    /// a link's, as an agent could send) compare their whole value lists.
     fn same_node_cmp(&self, other: &Sample<'_>) -> std::cmp::Ordering {
         self.count
             .cmp(&other.count)
-            .then(self.rank.cmp(&other.rank))
-            .then_with(|| self.tail().cmp(other.tail()))
+            .then_with(|| match (self.link, other.link) {
+                (Some(a), Some(b)) if link_labels(&a.link).len() != link_labels(&b.link).len() => {
+                    let (la, lb) = (link_labels(&a.link), link_labels(&b.link));
+                    la.values()
+                        .chain(self.tail())
+                        .cmp(lb.values().chain(other.tail()))
+                }
+                _ => self
+                    .rank
+                    .cmp(&other.rank)
+                    .then_with(|| self.tail().cmp(other.tail())),
+            })
     }
 
     /// Writes the sample's line: `name`, its labels (the prefix from `prefixes`, then the tail), its value.
@@ -98,27 +110,11 @@ impl<'a> Sample<'a> {
     }
 }
 
-/// `gpu` and `link` of an NVLink link.
-fn nvlink_values(l: &LinkSnapshot) -> Option<[&str; 2]> {
-    (l.link.key.class == LinkClass::Nvlink).then(|| {
-        [
-            l.link.gpu.as_deref().unwrap_or(""),
-            l.link.link.as_deref().unwrap_or(""),
-        ]
-    })
-}
-
 /// The link's label values after `node`, in exposition order, compared pair by pair.
 fn link_values_cmp(a: &LinkSnapshot, b: &LinkSnapshot) -> std::cmp::Ordering {
-    a.link
-        .key
-        .class
-        .as_str()
-        .cmp(b.link.key.class.as_str())
-        .then_with(|| a.link.key.device.cmp(&b.link.key.device))
-        .then_with(|| a.link.key.port.cmp(&b.link.key.port))
-        .then_with(|| a.link.role.as_str().cmp(b.link.role.as_str()))
-        .then_with(|| nvlink_values(a).cmp(&nvlink_values(b)))
+    link_labels(&a.link)
+        .values()
+        .cmp(link_labels(&b.link).values())
 }
 
 fn label_count(n: usize) -> u32 {
@@ -280,6 +276,7 @@ impl<'a> Samples<'a> {
             prefix_len: label_count(self.prefixes.len() - prefix),
             count,
             rank,
+            link: Some(l),
             ..Sample::bare(0.0)
         };
         if let Some(v) = l.tx_bytes_total {
@@ -333,18 +330,13 @@ impl<'a> Samples<'a> {
     }
 }
 
-/// Appends `{node="…"` and the link's labels (`class`, `device`, `port`, `role`, and `gpu`, `link` for NVLink),
-/// escaped, to `out`; returns how many labels that is.
+/// Appends `{node="…"` and the link's labels ([`link_labels`]), escaped, to `out`; returns how many labels that
+/// is.
 fn push_link_labels(out: &mut String, node: &str, l: &LinkSnapshot) -> u32 {
     push_label(out, '{', "node", node);
-    push_label(out, ',', "class", l.link.key.class.as_str());
-    push_label(out, ',', "device", &l.link.key.device);
-    push_label(out, ',', "port", &l.link.key.port);
-    push_label(out, ',', "role", l.link.role.as_str());
-    if l.link.key.class != LinkClass::Nvlink {
-        return 5;
+    let labels = link_labels(&l.link);
+    for (name, value) in labels.pairs() {
+        push_label(out, ',', name, value);
     }
-    push_label(out, ',', "gpu", l.link.gpu.as_deref().unwrap_or(""));
-    push_label(out, ',', "link", l.link.link.as_deref().unwrap_or(""));
-    7
+    label_count(1 + labels.len())
 }

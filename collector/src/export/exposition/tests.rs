@@ -12,7 +12,9 @@ use prometheus::TextEncoder;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::{reference, write_exposition, Exposition, StoreDescs};
+use super::{
+    apply_nvlink_detail, reference, write_exposition, Exposition, NvlinkDetail, StoreDescs,
+};
 use crate::export::names;
 use crate::store::{
     Batch, Hello, Inventory, JobList, LinkInfo, LinkSnapshot, NodeSnapshot, SeriesDesc, SeriesKey,
@@ -477,6 +479,49 @@ fn writer_matches_the_reference_on_random_stores() {
         assert_eq!(
             writer_text(&nodes, memory.as_ref()),
             reference_text(&nodes, memory.as_ref()),
+            "round {round}"
+        );
+    }
+}
+
+/// The view with a GPU's NVLinks folded into one (fewer labels than a link's, between links of other classes
+/// and, when an agent sends NVLinks without numbers, next to links of the same class): the same text.
+#[test]
+fn folded_nvlinks_match_the_reference() {
+    for detail in [NvlinkDetail::Gpu, NvlinkDetail::Link] {
+        let mut nodes = tricky_nodes();
+        nodes.sort_by(|a, b| a.name.cmp(&b.name));
+        apply_nvlink_detail(&mut nodes, detail);
+        let old = reference_text(&nodes, Some(&memory()));
+        assert_eq!(
+            old.contains(r#",gpu="0",link="11","#),
+            detail == NvlinkDetail::Link,
+            "{old}"
+        );
+        assert!(old.contains("commwatch_gpu_nvlinks_up{"), "{old}");
+        assert_eq!(writer_text(&nodes, Some(&memory())), old);
+    }
+    let mut rng = StdRng::seed_from_u64(0xF01D);
+    for round in 0..300 {
+        let mut nodes = random_nodes(&mut rng, round % 3 != 0);
+        // Some links kept whole next to the folded ones: the agent's NVLinks without a number.
+        let unfolded: Vec<Vec<LinkSnapshot>> = nodes
+            .iter()
+            .map(|n| {
+                n.links
+                    .iter()
+                    .filter(|l| l.link.key.class == LinkClass::Nvlink && rng.random_bool(0.3))
+                    .cloned()
+                    .collect()
+            })
+            .collect();
+        apply_nvlink_detail(&mut nodes, NvlinkDetail::Gpu);
+        for (n, extra) in nodes.iter_mut().zip(unfolded) {
+            n.links.extend(extra);
+        }
+        assert_eq!(
+            writer_text(&nodes, None),
+            reference_text(&nodes, None),
             "round {round}"
         );
     }

@@ -1,0 +1,433 @@
+//! The NVLink detail of the exported view ([`apply_nvlink_detail`]), applied to the store's snapshot before it
+//! is written (`/metrics`) or sent (remote write), and the link labels every exporter writes ([`link_labels`]).
+//!
+//! Per GPU (`nvlink_detail = "gpu"`, the default), a node's NVLink links of one GPU become one link: labels
+//! `class="nvlink"`, `device` (`gpuN`), `role`, `gpu`, with no `port` and no `link`
+//! ([`is_gpu_aggregate`]); byte counters, rates, capacities and counter series summed over its links (a sum is
+//! known when one of its parts is); up when every link is up, its `state` then the first link's, else the
+//! first down link's. Per link (`"link"`) the links stay as the agent sent them. Either way each GPU with
+//! NVLinks gets the node series `gpu_nvlinks_up` and `gpu_nvlinks` (exported as `commwatch_gpu_nvlinks_up` and
+//! `commwatch_gpu_nvlinks`), so a "links up per GPU" panel reads the same in both.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use commwatch_model::{Link, LinkClass, LinkKey, SeriesKind};
+
+pub use crate::config::NvlinkDetail;
+use crate::store::{LinkSnapshot, NodeSnapshot, SeriesKey, SeriesSnapshot};
+
+/// Agent-style metric names of the per-GPU NVLink counts added to a node's series.
+pub const NVLINKS_UP_METRIC: &str = "gpu_nvlinks_up";
+pub const NVLINKS_METRIC: &str = "gpu_nvlinks";
+
+/// Turns the store's view into the exported one for `detail`: the NVLink counts per GPU added to every node's
+/// series, and with [`NvlinkDetail::Gpu`] every node's NVLink links folded into one link per GPU. Other links
+/// and series are left as they are, in their order (the folded GPUs come after the node's other links).
+pub fn apply_nvlink_detail(nodes: &mut [NodeSnapshot], detail: NvlinkDetail) {
+    for n in nodes {
+        if !n
+            .links
+            .iter()
+            .any(|l| l.link.key.class == LinkClass::Nvlink)
+        {
+            continue;
+        }
+        add_link_counts(n);
+        if detail == NvlinkDetail::Gpu {
+            fold_per_gpu(n);
+        }
+    }
+}
+
+/// Whether `link` is a GPU's NVLinks folded into one (it has no link number and no port).
+pub fn is_gpu_aggregate(link: &Link) -> bool {
+    link.key.class == LinkClass::Nvlink && link.link.is_none() && link.key.port.is_empty()
+}
+
+/// The labels of a link after `node`, in exposition order: `class`, `device`, `port`, `role`, and for an
+/// NVLink `gpu` and `link`; for a GPU's folded NVLinks ([`is_gpu_aggregate`]) `class`, `device`, `role`,
+/// `gpu`.
+pub fn link_labels(link: &Link) -> LinkLabels<'_> {
+    let class = ("class", link.key.class.as_str());
+    let device = ("device", link.key.device.as_str());
+    let port = ("port", link.key.port.as_str());
+    let role = ("role", link.role.as_str());
+    let gpu = ("gpu", link.gpu.as_deref().unwrap_or(""));
+    let number = ("link", link.link.as_deref().unwrap_or(""));
+    let (pairs, len) = if link.key.class != LinkClass::Nvlink {
+        ([class, device, port, role, role, role], 4)
+    } else if is_gpu_aggregate(link) {
+        ([class, device, role, gpu, gpu, gpu], 4)
+    } else {
+        ([class, device, port, role, gpu, number], 6)
+    };
+    LinkLabels { pairs, len }
+}
+
+/// A link's labels after `node` ([`link_labels`]): up to six (name, value) pairs.
+#[derive(Clone, Copy)]
+pub struct LinkLabels<'a> {
+    pairs: [(&'static str, &'a str); 6],
+    len: usize,
+}
+
+impl<'a> LinkLabels<'a> {
+    pub fn pairs(&self) -> &[(&'static str, &'a str)] {
+        &self.pairs[..self.len]
+    }
+
+    /// The values alone, in order.
+    pub fn values(&self) -> impl Iterator<Item = &'a str> + '_ {
+        self.pairs().iter().map(|(_, v)| *v)
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// Adds `gpu_nvlinks_up` and `gpu_nvlinks` (labels `gpu`) for every GPU with NVLink links, in the order the
+/// GPUs first appear.
+fn add_link_counts(n: &mut NodeSnapshot) {
+    let mut counts: Vec<(&str, u32, u32)> = Vec::new();
+    for l in n
+        .links
+        .iter()
+        .filter(|l| l.link.key.class == LinkClass::Nvlink)
+    {
+        let gpu = l.link.gpu.as_deref().unwrap_or("");
+        let i = match counts.iter().position(|c| c.0 == gpu) {
+            Some(i) => i,
+            None => {
+                counts.push((gpu, 0, 0));
+                counts.len() - 1
+            }
+        };
+        counts[i].1 += u32::from(l.link.is_up());
+        counts[i].2 += 1;
+    }
+    let at = n.last_seen_unix_ns;
+    let added: Vec<SeriesSnapshot> = counts
+        .iter()
+        .flat_map(|&(gpu, up, all)| {
+            [(NVLINKS_UP_METRIC, up), (NVLINKS_METRIC, all)]
+                .map(|(metric, v)| gauge(metric, gpu, f64::from(v), at))
+        })
+        .collect();
+    n.series.extend(added);
+}
+
+fn gauge(metric: &str, gpu: &str, value: f64, at: i64) -> SeriesSnapshot {
+    SeriesSnapshot {
+        key: Arc::new(SeriesKey {
+            link: None,
+            metric: metric.to_string(),
+            labels: vec![("gpu".to_string(), gpu.to_string())],
+        }),
+        kind: SeriesKind::Gauge,
+        value,
+        timestamp_unix_ns: at,
+    }
+}
+
+/// Replaces the node's NVLink links by one link per GPU (by `device` and `gpu`), after its other links.
+fn fold_per_gpu(n: &mut NodeSnapshot) {
+    let links = std::mem::take(&mut n.links);
+    let mut kept = Vec::with_capacity(links.len());
+    let mut gpus: Vec<GpuFold> = Vec::new();
+    let mut index: HashMap<(String, Option<String>), usize> = HashMap::new();
+    for l in links {
+        if l.link.key.class != LinkClass::Nvlink {
+            kept.push(l);
+            continue;
+        }
+        let key = (l.link.key.device.clone(), l.link.gpu.clone());
+        match index.get(&key) {
+            Some(&i) => gpus[i].add(&l),
+            None => {
+                index.insert(key, gpus.len());
+                gpus.push(GpuFold::new(&l));
+            }
+        }
+    }
+    kept.extend(gpus.into_iter().map(GpuFold::finish));
+    n.links = kept;
+}
+
+/// One GPU's NVLinks being summed.
+struct GpuFold {
+    snapshot: LinkSnapshot,
+    /// The state of the first link that is down, if any.
+    down_state: Option<String>,
+    /// Position in `snapshot.series` of each (counter name, agent labels).
+    series_at: HashMap<(String, Vec<(String, String)>), usize>,
+}
+
+impl GpuFold {
+    fn new(first: &LinkSnapshot) -> GpuFold {
+        let l = &first.link;
+        let link = Link {
+            key: LinkKey::new(LinkClass::Nvlink, l.key.device.clone(), String::new()),
+            endpoint: l.endpoint,
+            role: l.role,
+            capacity_bytes_per_second: None,
+            state: l.state.clone(),
+            attributes: Default::default(),
+            gpu: Some(l.gpu.clone().unwrap_or_default()),
+            link: None,
+        };
+        let mut fold = GpuFold {
+            snapshot: LinkSnapshot {
+                link,
+                tx_bytes_total: None,
+                rx_bytes_total: None,
+                tx_bytes_per_second: None,
+                rx_bytes_per_second: None,
+                series: Vec::new(),
+            },
+            down_state: None,
+            series_at: HashMap::new(),
+        };
+        fold.add(first);
+        fold
+    }
+
+    fn add(&mut self, l: &LinkSnapshot) {
+        let s = &mut self.snapshot;
+        add_f64(
+            &mut s.link.capacity_bytes_per_second,
+            l.link.capacity_bytes_per_second,
+        );
+        add_u64(&mut s.tx_bytes_total, l.tx_bytes_total);
+        add_u64(&mut s.rx_bytes_total, l.rx_bytes_total);
+        add_f64(&mut s.tx_bytes_per_second, l.tx_bytes_per_second);
+        add_f64(&mut s.rx_bytes_per_second, l.rx_bytes_per_second);
+        if self.down_state.is_none() && !l.link.is_up() {
+            self.down_state = Some(l.link.state.clone());
+        }
+        // Only counters are exported for a link; gauges stay per link in the store.
+        for series in l
+            .series
+            .iter()
+            .filter(|x| matches!(x.kind, SeriesKind::Counter { .. }))
+        {
+            let key = (series.key.metric.clone(), series.key.labels.clone());
+            match self.series_at.get(&key) {
+                Some(&i) => {
+                    let sum = &mut s.series[i];
+                    sum.value += series.value;
+                    sum.timestamp_unix_ns = sum.timestamp_unix_ns.max(series.timestamp_unix_ns);
+                }
+                None => {
+                    self.series_at.insert(key, s.series.len());
+                    s.series.push(SeriesSnapshot {
+                        key: Arc::new(SeriesKey {
+                            link: Some(s.link.key.clone()),
+                            metric: series.key.metric.clone(),
+                            labels: series.key.labels.clone(),
+                        }),
+                        ..series.clone()
+                    });
+                }
+            }
+        }
+    }
+
+    fn finish(mut self) -> LinkSnapshot {
+        if let Some(state) = self.down_state {
+            self.snapshot.link.state = state;
+        }
+        self.snapshot
+    }
+}
+
+fn add_f64(sum: &mut Option<f64>, part: Option<f64>) {
+    if let Some(v) = part {
+        *sum = Some(sum.unwrap_or(0.0) + v);
+    }
+}
+
+fn add_u64(sum: &mut Option<u64>, part: Option<u64>) {
+    if let Some(v) = part {
+        *sum = Some(sum.unwrap_or(0).saturating_add(v));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use commwatch_model::{Endpoint, LinkRole};
+
+    const COUNTER: SeriesKind = SeriesKind::Counter {
+        max_value: u64::MAX,
+    };
+
+    fn series(metric: &str, kind: SeriesKind, value: f64, at: i64) -> SeriesSnapshot {
+        SeriesSnapshot {
+            key: Arc::new(SeriesKey {
+                link: None,
+                metric: metric.to_string(),
+                labels: vec![],
+            }),
+            kind,
+            value,
+            timestamp_unix_ns: at,
+        }
+    }
+
+    fn nvlink(gpu: u32, n: u32, state: &str, tx: u64, rate: Option<f64>) -> LinkSnapshot {
+        LinkSnapshot {
+            link: Link {
+                key: LinkKey::new(LinkClass::Nvlink, format!("gpu{gpu}"), n.to_string()),
+                endpoint: Endpoint::GpuLink,
+                role: LinkRole::Fabric,
+                capacity_bytes_per_second: Some(25e9),
+                state: state.to_string(),
+                attributes: Default::default(),
+                gpu: Some(gpu.to_string()),
+                link: Some(n.to_string()),
+            },
+            tx_bytes_total: Some(tx),
+            rx_bytes_total: None,
+            tx_bytes_per_second: rate,
+            rx_bytes_per_second: None,
+            series: vec![
+                series("nvlink_crc_errors", COUNTER, f64::from(n), i64::from(n)),
+                series("nvlink_throughput_ratio", SeriesKind::Gauge, 0.5, 0),
+            ],
+        }
+    }
+
+    fn ib() -> LinkSnapshot {
+        LinkSnapshot {
+            link: Link {
+                key: LinkKey::new(LinkClass::Infiniband, "mlx5_0", "1"),
+                endpoint: Endpoint::HcaPort,
+                role: LinkRole::Fabric,
+                capacity_bytes_per_second: Some(50e9),
+                state: "ACTIVE".into(),
+                attributes: Default::default(),
+                gpu: None,
+                link: None,
+            },
+            tx_bytes_total: Some(7),
+            rx_bytes_total: Some(8),
+            tx_bytes_per_second: Some(1.0),
+            rx_bytes_per_second: None,
+            series: vec![],
+        }
+    }
+
+    /// GPU 0: three links up; GPU 1: two links, the second down; an InfiniBand port between them.
+    fn node() -> NodeSnapshot {
+        NodeSnapshot {
+            name: "n1".into(),
+            agent_version: "t".into(),
+            connected: true,
+            last_seen_unix_ns: 42,
+            agent_dropped_batches_total: 0,
+            links: vec![
+                nvlink(0, 0, "Active", 100, Some(1e9)),
+                nvlink(0, 1, "Active", 200, None),
+                ib(),
+                nvlink(1, 0, "Active", 10, None),
+                nvlink(1, 1, "Inactive", 20, None),
+                nvlink(0, 2, "Active", 300, Some(2e9)),
+            ],
+            series: vec![],
+            jobs: Default::default(),
+        }
+    }
+
+    fn counts(n: &NodeSnapshot) -> Vec<(String, String, f64)> {
+        n.series
+            .iter()
+            .map(|s| (s.key.metric.clone(), s.key.labels[0].1.clone(), s.value))
+            .collect()
+    }
+
+    #[test]
+    fn per_gpu_sums_each_gpus_links() {
+        let mut nodes = vec![node()];
+        apply_nvlink_detail(&mut nodes, NvlinkDetail::Gpu);
+        let n = &nodes[0];
+        assert_eq!(n.links.len(), 3, "the port and one link per GPU");
+        assert_eq!(n.links[0].link.key.device, "mlx5_0");
+        let (g0, g1) = (&n.links[1], &n.links[2]);
+        assert!(is_gpu_aggregate(&g0.link));
+        assert_eq!(g0.link.key, LinkKey::new(LinkClass::Nvlink, "gpu0", ""));
+        assert_eq!(
+            (g0.link.gpu.as_deref(), g0.link.link.as_deref()),
+            (Some("0"), None)
+        );
+        assert_eq!(g0.tx_bytes_total, Some(600));
+        assert_eq!(g0.rx_bytes_total, None, "no part known");
+        assert_eq!(g0.tx_bytes_per_second, Some(3e9), "the known parts");
+        assert_eq!(g0.link.capacity_bytes_per_second, Some(75e9));
+        assert_eq!(g0.link.state, "Active");
+        assert!(g0.link.is_up());
+        // Counters summed, newest time; gauges left out.
+        assert_eq!(g0.series.len(), 1);
+        assert_eq!(g0.series[0].key.metric, "nvlink_crc_errors");
+        assert_eq!(g0.series[0].value, 3.0);
+        assert_eq!(g0.series[0].timestamp_unix_ns, 2);
+        assert_eq!(g0.series[0].key.link.as_ref(), Some(&g0.link.key));
+        // A GPU with a link down is down, with that link's state.
+        assert_eq!(g1.link.state, "Inactive");
+        assert!(!g1.link.is_up());
+        assert_eq!(g1.tx_bytes_total, Some(30));
+        assert_eq!(
+            counts(n),
+            [
+                ("gpu_nvlinks_up".into(), "0".into(), 3.0),
+                ("gpu_nvlinks".into(), "0".into(), 3.0),
+                ("gpu_nvlinks_up".into(), "1".into(), 1.0),
+                ("gpu_nvlinks".into(), "1".into(), 2.0),
+            ]
+        );
+    }
+
+    #[test]
+    fn per_link_keeps_the_links_and_counts_them() {
+        let mut nodes = vec![node()];
+        apply_nvlink_detail(&mut nodes, NvlinkDetail::Link);
+        let n = &nodes[0];
+        let want = node();
+        assert_eq!(n.links.len(), want.links.len());
+        for (a, b) in n.links.iter().zip(&want.links) {
+            assert_eq!(a.link, b.link);
+        }
+        assert_eq!(counts(n).len(), 4);
+    }
+
+    #[test]
+    fn a_node_without_nvlink_is_left_alone() {
+        let mut n = node();
+        n.links.retain(|l| l.link.key.class != LinkClass::Nvlink);
+        let mut nodes = vec![n];
+        apply_nvlink_detail(&mut nodes, NvlinkDetail::Gpu);
+        assert_eq!(nodes[0].links.len(), 1);
+        assert!(nodes[0].series.is_empty());
+    }
+
+    #[test]
+    fn labels_per_shape() {
+        let names =
+            |l: &Link| -> Vec<&str> { link_labels(l).pairs().iter().map(|p| p.0).collect() };
+        assert_eq!(names(&ib().link), ["class", "device", "port", "role"]);
+        let mut n = node();
+        assert_eq!(
+            names(&n.links[0].link),
+            ["class", "device", "port", "role", "gpu", "link"]
+        );
+        apply_nvlink_detail(std::slice::from_mut(&mut n), NvlinkDetail::Gpu);
+        assert_eq!(names(&n.links[1].link), ["class", "device", "role", "gpu"]);
+        let values: Vec<&str> = link_labels(&n.links[1].link).values().collect();
+        assert_eq!(values, ["nvlink", "gpu0", "fabric", "0"]);
+    }
+}
