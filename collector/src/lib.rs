@@ -247,6 +247,8 @@ pub async fn run(
     };
     let analysis =
         analysis::AnalysisHandle::open(store.clone(), steps.clone(), analysis_config).await?;
+    // Stored findings and baselines the start could not read were skipped (and logged): count them.
+    health.persist_errors.inc_by(analysis.skipped_records());
     let (router, exposition) = export::api::app(export::api::Sources {
         store: store.clone(),
         health: health.clone(),

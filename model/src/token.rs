@@ -3,14 +3,14 @@
 
 use std::path::{Path, PathBuf};
 
-/// Why a token file cannot be used.
+/// Why a token file cannot be used. Each message says its cause itself, so none is also a `source()`: a
+/// printed chain (`{e:#}`) says it once.
 #[derive(Debug, thiserror::Error)]
 pub enum TokenError {
-    #[error("cannot read token file {path}: {source}")]
+    #[error("cannot read token file {path}: {error}")]
     Read {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("token file {0} is empty")]
     Empty(PathBuf),
@@ -20,9 +20,9 @@ pub enum TokenError {
 
 /// Reads the token in `path`: its text with surrounding whitespace trimmed, never empty.
 pub fn read_token_file(path: &Path) -> Result<String, TokenError> {
-    let bytes = std::fs::read(path).map_err(|source| TokenError::Read {
+    let bytes = std::fs::read(path).map_err(|error| TokenError::Read {
         path: path.to_path_buf(),
-        source,
+        error,
     })?;
     let text = String::from_utf8(bytes).map_err(|_| TokenError::NotText(path.to_path_buf()))?;
     let token = text.trim();
@@ -49,5 +49,15 @@ mod tests {
         let missing = dir.path().join("missing");
         let e = read_token_file(&missing).unwrap_err();
         assert!(e.to_string().contains("missing"), "{e}");
+    }
+
+    #[test]
+    fn an_error_says_its_cause_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = read_token_file(&dir.path().join("missing")).unwrap_err();
+        let cause = "No such file or directory";
+        assert_eq!(e.to_string().matches(cause).count(), 1, "{e}");
+        // Nothing repeats it when the chain is printed.
+        assert!(std::error::Error::source(&e).is_none(), "{e:?}");
     }
 }

@@ -10,14 +10,15 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use commwatch_model::baseline as bounds;
 use commwatch_model::clock::{unix_now_ns, unix_now_s};
 use parking_lot::Mutex;
-use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast;
 use tracing::{info, warn};
 
+use super::baselines;
 use super::history::{History, HistoryError};
-use super::input::{self, BareBaseline, Extras, ThroughputBaseline};
+use super::input::{self, Extras, ThroughputBaseline};
 use super::scaling::{self, JobFigures};
 use super::tracker::{Change, Tracker};
 use super::trend::JobTrends;
@@ -131,122 +132,7 @@ fn job_nodes(input: &input::AnalysisInput) -> BTreeMap<String, BTreeSet<String>>
     out
 }
 
-/// `POST /api/v1/baselines` body: a bare-communication baseline (the `commwatch diagnose` baseline of a
-/// nccl-tests file, optionally for one job) or a throughput baseline.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(untagged)]
-pub enum BaselineRequest {
-    Throughput {
-        job: String,
-        gpus: u32,
-        samples_per_second_per_gpu: f64,
-    },
-    Bare {
-        #[serde(default)]
-        job: Option<String>,
-        #[serde(default)]
-        source_file: Option<String>,
-        tests: Vec<BareTest>,
-    },
-}
-
-/// One nccl-tests test of a bare baseline (the fields used; others are ignored).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct BareTest {
-    pub collective: String,
-    #[serde(default)]
-    pub nranks: Option<u32>,
-    #[serde(default)]
-    pub avg_busbw_gbps: Option<f64>,
-    #[serde(default)]
-    pub peak_busbw_gbps: Option<f64>,
-}
-
-/// Why a baseline was refused.
-#[derive(Debug, thiserror::Error, PartialEq)]
-pub enum BaselineError {
-    #[error("invalid baseline field `{field}`: {reason}")]
-    Invalid { field: &'static str, reason: String },
-}
-
-/// What was stored.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct StoredBaselines {
-    pub bare: Vec<BareBaseline>,
-    pub throughput: Vec<ThroughputBaseline>,
-}
-
-impl BaselineRequest {
-    /// Validates and converts (nccl-tests GB/s are 1e9 bytes/s; the peak bus bandwidth is the large-message
-    /// figure a rail link should reach, the average is used when no peak is given).
-    pub fn into_records(self) -> Result<StoredBaselines, BaselineError> {
-        let bad = |field, reason: &str| BaselineError::Invalid {
-            field,
-            reason: reason.to_string(),
-        };
-        match self {
-            BaselineRequest::Throughput {
-                job,
-                gpus,
-                samples_per_second_per_gpu,
-            } => {
-                if job.is_empty() || job.len() > 128 {
-                    return Err(bad("job", "must be 1 to 128 bytes"));
-                }
-                if gpus == 0 {
-                    return Err(bad("gpus", "must be at least 1"));
-                }
-                if !(samples_per_second_per_gpu.is_finite() && samples_per_second_per_gpu > 0.0) {
-                    return Err(bad(
-                        "samples_per_second_per_gpu",
-                        "must be a positive number",
-                    ));
-                }
-                Ok(StoredBaselines {
-                    bare: vec![],
-                    throughput: vec![ThroughputBaseline {
-                        job,
-                        gpus,
-                        samples_per_second_per_gpu,
-                        source: "operator".into(),
-                    }],
-                })
-            }
-            BaselineRequest::Bare {
-                job,
-                source_file,
-                tests,
-            } => {
-                if job.as_ref().is_some_and(|j| j.is_empty() || j.len() > 128) {
-                    return Err(bad("job", "must be 1 to 128 bytes"));
-                }
-                let mut bare = Vec::new();
-                for t in tests {
-                    let Some(g) = t.peak_busbw_gbps.or(t.avg_busbw_gbps) else {
-                        continue;
-                    };
-                    if !(g.is_finite() && g > 0.0) {
-                        return Err(bad("tests[].peak_busbw_gbps", "must be a positive number"));
-                    }
-                    bare.push(BareBaseline {
-                        job: job.clone(),
-                        collective: t.collective,
-                        busbw_bytes_per_second: g * 1e9,
-                        nranks: t.nranks,
-                        source: source_file.clone().unwrap_or_else(|| "operator".into()),
-                    });
-                }
-                if bare.is_empty() {
-                    return Err(bad("tests", "no test with a bus bandwidth"));
-                }
-                Ok(StoredBaselines {
-                    bare,
-                    throughput: vec![],
-                })
-            }
-        }
-    }
-}
+pub use super::baselines::{BareTest, BaselineError, BaselineRequest, StoredBaselines};
 
 /// The events of one evaluation's changes, in their order: raises and clears, and the refreshed findings
 /// whose severity or cause differ from what `published` holds (kept up to date here).
@@ -287,8 +173,12 @@ fn events(
 
 enum HistoryMsg {
     Record(Vec<Change>, f64),
-    Bare(BareBaseline),
     Throughput(ThroughputBaseline),
+    /// An operator's baselines, written in one transaction; the outcome is sent back.
+    Baselines(
+        StoredBaselines,
+        std::sync::mpsc::SyncSender<Result<(), String>>,
+    ),
 }
 
 struct State {
@@ -315,6 +205,8 @@ struct Inner {
     steps: Arc<StepStore>,
     events: broadcast::Sender<FindingEvent>,
     history: Option<std::sync::mpsc::Sender<HistoryMsg>>,
+    /// Stored records the start could not read (skipped; see [`AnalysisHandle::skipped_records`]).
+    skipped_records: u64,
 }
 
 /// Shared handle to the engine (cheap to clone).
@@ -324,12 +216,13 @@ pub struct AnalysisHandle {
 }
 
 /// Opens the history in `dir`, restores its findings into `tracker` and its baselines into `extras`, and
-/// starts the thread that writes it (SQLite writes never run on the evaluation path).
+/// starts the thread that writes it (SQLite writes never run on the evaluation path). A stored record that
+/// cannot be read (or is out of bounds) is skipped, logged and counted, never fatal: returns how many.
 async fn open_history(
     dir: PathBuf,
     tracker: &mut Tracker,
     extras: &mut Extras,
-) -> Result<std::sync::mpsc::Sender<HistoryMsg>, HistoryError> {
+) -> Result<(std::sync::mpsc::Sender<HistoryMsg>, u64), HistoryError> {
     let opened = tokio::task::spawn_blocking(move || {
         let h = History::open(&dir)?;
         let f = h.load_findings()?;
@@ -337,14 +230,19 @@ async fn open_history(
         Ok::<_, HistoryError>((h, f, b))
     })
     .await
-    .map_err(|e| {
-        HistoryError::Json(serde_json::Error::io(std::io::Error::other(e.to_string())))
-    })??;
-    let (mut hist, findings, (bare, thr)) = opened;
+    .map_err(|e| HistoryError::Thread(e.to_string()))??;
+    let (hist, findings, (mut bare, thr)) = opened;
+    let skipped = hist.skipped();
+    if bare.len() > bounds::MAX_BARE_BASELINES {
+        warn!(stored = bare.len(), kept = bounds::MAX_BARE_BASELINES,
+            "more bare baselines stored than the collector holds (an older collector kept them): the rest are not used");
+        bare.truncate(bounds::MAX_BARE_BASELINES);
+    }
     info!(
         findings = findings.len(),
         bare = bare.len(),
         throughput = thr.len(),
+        skipped,
         "restored analysis history"
     );
     tracker.restore(findings);
@@ -353,20 +251,27 @@ async fn open_history(
     let (tx, rx) = std::sync::mpsc::channel::<HistoryMsg>();
     std::thread::Builder::new()
         .name("analysis-history".into())
-        .spawn(move || {
-            for m in rx {
-                let r = match m {
-                    HistoryMsg::Record(ch, at) => hist.record(&ch, at),
-                    HistoryMsg::Bare(b) => hist.save_bare(&b, unix_now_s()),
-                    HistoryMsg::Throughput(b) => hist.save_throughput(&b, unix_now_s()),
-                };
-                if let Err(e) = r {
-                    warn!(error = %e, "writing analysis history failed");
-                }
+        .spawn(move || write_history(hist, rx))
+        .map_err(|e| HistoryError::Thread(e.to_string()))?;
+    Ok((tx, skipped))
+}
+
+/// The history thread: writes what the engine and the baselines API send, in their order.
+fn write_history(mut hist: History, rx: std::sync::mpsc::Receiver<HistoryMsg>) {
+    for m in rx {
+        let r = match m {
+            HistoryMsg::Record(ch, at) => hist.record(&ch, at),
+            HistoryMsg::Throughput(b) => hist.save_throughput(&b, unix_now_s()),
+            HistoryMsg::Baselines(b, reply) => {
+                let r = hist.save_baselines(&b.bare, &b.throughput, unix_now_s());
+                let _ = reply.send(r.as_ref().map(|_| ()).map_err(|e| e.to_string()));
+                r
             }
-        })
-        .map_err(|e| HistoryError::Json(serde_json::Error::io(e)))?;
-    Ok(tx)
+        };
+        if let Err(e) = r {
+            warn!(error = %e, "writing analysis history failed");
+        }
+    }
 }
 
 impl AnalysisHandle {
@@ -383,6 +288,10 @@ impl AnalysisHandle {
         let history = match config.state_dir.clone() {
             Some(dir) => Some(open_history(dir, &mut tracker, &mut extras).await?),
             None => None,
+        };
+        let (history, skipped_records) = match history {
+            Some((tx, skipped)) => (Some(tx), skipped),
+            None => (None, 0),
         };
         let (events, _) = broadcast::channel(1024);
         Ok(AnalysisHandle {
@@ -403,6 +312,7 @@ impl AnalysisHandle {
                 interval: config.interval,
                 events,
                 history,
+                skipped_records,
             }),
         })
     }
@@ -556,28 +466,33 @@ impl AnalysisHandle {
         (st.evaluations, st.last_eval_seconds)
     }
 
-    /// Stores baselines (in memory now, in SQLite through the history thread). Replaces an earlier baseline of
-    /// the same job and collective (bare) or job and scale (throughput).
-    pub fn add_baselines(&self, b: &StoredBaselines) {
-        let mut st = self.inner.state.lock();
-        for x in &b.bare {
-            st.extras
-                .bare_baselines
-                .retain(|y| !(y.job == x.job && y.collective == x.collective));
-            st.extras.bare_baselines.push(x.clone());
-            if let Some(tx) = &self.inner.history {
-                let _ = tx.send(HistoryMsg::Bare(x.clone()));
-            }
+    /// Stores an operator's baselines: merged into those held (replacing one of the same job and collective,
+    /// bare, or job and scale, throughput) within the bounds of [`super::baselines`] — linear, under the
+    /// engine's lock for that merge only — then written to SQLite in one transaction, waited for: when this
+    /// returns `Ok` they survive a restart. Blocks: call it off the async workers (`spawn_blocking`).
+    pub fn add_baselines(&self, b: &StoredBaselines) -> Result<(), BaselineError> {
+        {
+            let mut st = self.inner.state.lock();
+            let ex = &mut st.extras;
+            baselines::merge_stored(&mut ex.bare_baselines, &mut ex.throughput_baselines, b)?;
         }
-        for x in &b.throughput {
-            st.extras
-                .throughput_baselines
-                .retain(|y| !(y.source == x.source && y.job == x.job && y.gpus == x.gpus));
-            st.extras.throughput_baselines.push(x.clone());
-            if let Some(tx) = &self.inner.history {
-                let _ = tx.send(HistoryMsg::Throughput(x.clone()));
-            }
-        }
+        let Some(tx) = &self.inner.history else {
+            return Ok(());
+        };
+        let (reply, outcome) = std::sync::mpsc::sync_channel(1);
+        let gone = || BaselineError::NotStored("the history writer has stopped".into());
+        tx.send(HistoryMsg::Baselines(b.clone(), reply))
+            .map_err(|_| gone())?;
+        outcome
+            .recv()
+            .map_err(|_| gone())?
+            .map_err(BaselineError::NotStored)
+    }
+
+    /// Stored records (findings, baselines) the start skipped because they could not be read or were out of
+    /// bounds; the collector counts them in `commwatch_collector_persist_errors_total`.
+    pub fn skipped_records(&self) -> u64 {
+        self.inner.skipped_records
     }
 
     /// Baselines held now.

@@ -9,42 +9,60 @@
 //!   (`throughput`) baselines, set by operators or learned from history.
 //!
 //! After a restart, findings come back inactive (the collector re-raises what is still true after its hysteresis),
-//! with their `first_seen`; baselines come back as they were.
+//! with their `first_seen`; baselines come back as they were. A row that cannot be read (a number stored as
+//! `null` by an older collector, a newer collector's format) or is out of the API's bounds is skipped, logged
+//! and counted ([`History::skipped`]), never fatal; a number JSON cannot hold is never written.
 
+use std::cell::Cell;
 use std::path::{Path, PathBuf};
 
 use rusqlite::{params, Connection};
+use tracing::warn;
 
+use super::baselines::{check_bare, check_throughput};
 use super::input::{BareBaseline, ThroughputBaseline};
 use super::tracker::Change;
 use super::Finding;
 
-/// Errors of the history database.
+/// Errors of the history database. Each message says its cause itself (none is also a `source()`, so a
+/// printed chain says it once).
 #[derive(Debug, thiserror::Error)]
 pub enum HistoryError {
-    #[error("sqlite error on {path}: {source}")]
+    #[error("sqlite error on {path}: {error}")]
     Sqlite {
         path: PathBuf,
-        #[source]
-        source: rusqlite::Error,
+        error: rusqlite::Error,
     },
-    #[error("cannot encode or decode a stored record: {0}")]
-    Json(#[from] serde_json::Error),
+    #[error("cannot encode a record for the history: {0}")]
+    Json(serde_json::Error),
+    /// A record with a number SQLite and JSON cannot hold (infinite, NaN) is never written.
+    #[error("refusing to store {key}: {reason}")]
+    Unstorable { key: String, reason: String },
+    #[error("the analysis history thread: {0}")]
+    Thread(String),
+}
+
+impl From<serde_json::Error> for HistoryError {
+    fn from(e: serde_json::Error) -> Self {
+        HistoryError::Json(e)
+    }
 }
 
 /// An open history database.
 pub struct History {
     conn: Connection,
     path: PathBuf,
+    /// Stored records the loads skipped (unreadable or out of bounds).
+    skipped: Cell<u64>,
 }
 
 impl History {
     /// Opens (creating) the tables in `<dir>/collector.sqlite3`. `dir` must exist.
     pub fn open(dir: &Path) -> Result<History, HistoryError> {
         let path = dir.join(crate::persist::DB_FILE);
-        let err = |source| HistoryError::Sqlite {
+        let err = |error| HistoryError::Sqlite {
             path: path.clone(),
-            source,
+            error,
         };
         let conn = Connection::open(&path).map_err(err)?;
         conn.busy_timeout(std::time::Duration::from_secs(5))
@@ -62,22 +80,37 @@ impl History {
                  key TEXT PRIMARY KEY, kind TEXT NOT NULL, json TEXT NOT NULL, set_unix_s REAL NOT NULL);",
         )
         .map_err(err)?;
-        Ok(History { conn, path })
+        Ok(History {
+            conn,
+            path,
+            skipped: Cell::new(0),
+        })
     }
 
-    fn err(&self, source: rusqlite::Error) -> HistoryError {
+    fn err(&self, error: rusqlite::Error) -> HistoryError {
         HistoryError::Sqlite {
             path: self.path.clone(),
-            source,
+            error,
         }
+    }
+
+    /// Stored records the loads so far skipped: rows that do not decode (a value written as `null`, a newer
+    /// collector's format) or are out of the bounds the API now holds them to. Each is logged with its key.
+    pub fn skipped(&self) -> u64 {
+        self.skipped.get()
+    }
+
+    fn skip(&self, what: &str, key: &str, error: &dyn std::fmt::Display) {
+        self.skipped.set(self.skipped.get() + 1);
+        warn!(what, key, error = %error, "skipping a stored record that cannot be used");
     }
 
     /// Writes raises, clears and refreshed findings in one transaction.
     pub fn record(&mut self, changes: &[Change], at_unix_s: f64) -> Result<(), HistoryError> {
         let path = self.path.clone();
-        let err = |source| HistoryError::Sqlite {
+        let err = |error| HistoryError::Sqlite {
             path: path.clone(),
-            source,
+            error,
         };
         let tx = self.conn.transaction().map_err(err)?;
         for ch in changes {
@@ -111,21 +144,21 @@ impl History {
     pub fn load_findings(&self) -> Result<Vec<Finding>, HistoryError> {
         let mut st = self
             .conn
-            .prepare("SELECT json FROM analysis_findings ORDER BY id")
+            .prepare("SELECT id, json FROM analysis_findings ORDER BY id")
             .map_err(|e| self.err(e))?;
         let rows = st
-            .query_map([], |r| r.get::<_, String>(0))
+            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
             .map_err(|e| self.err(e))?;
         let mut out = Vec::new();
         for r in rows {
-            let json = r.map_err(|e| self.err(e))?;
+            let (id, json) = r.map_err(|e| self.err(e))?;
             match serde_json::from_str::<Finding>(&json) {
                 Ok(mut f) => {
                     f.active = false;
                     out.push(f);
                 }
-                // A row written by a newer collector: skipped, not fatal.
-                Err(e) => tracing::warn!(error = %e, "skipping unreadable stored finding"),
+                // A row written by a newer collector, or with a number stored as `null`: skipped, not fatal.
+                Err(e) => self.skip("finding", &id, &e),
             }
         }
         Ok(out)
@@ -145,51 +178,114 @@ impl History {
         rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
     }
 
-    pub fn save_bare(&self, b: &BareBaseline, at_unix_s: f64) -> Result<(), HistoryError> {
-        let key = format!("bare:{}:{}", b.job.as_deref().unwrap_or("*"), b.collective);
-        self.save(&key, "bare", &serde_json::to_string(b)?, at_unix_s)
-    }
-
     pub fn save_throughput(
         &self,
         b: &ThroughputBaseline,
         at_unix_s: f64,
     ) -> Result<(), HistoryError> {
-        let key = format!("throughput:{}:{}:{}", b.source, b.job, b.gpus);
-        self.save(&key, "throughput", &serde_json::to_string(b)?, at_unix_s)
+        let (key, json) = throughput_row(b)?;
+        save(&self.conn, &key, "throughput", &json, at_unix_s).map_err(|e| self.err(e))
     }
 
-    fn save(&self, key: &str, kind: &str, json: &str, at: f64) -> Result<(), HistoryError> {
-        self.conn
-            .execute(
-                "INSERT INTO analysis_baselines (key, kind, json, set_unix_s) VALUES (?1, ?2, ?3, ?4)
-                 ON CONFLICT(key) DO UPDATE SET json = ?3, set_unix_s = ?4",
-                params![key, kind, json, at],
-            )
-            .map(|_| ())
-            .map_err(|e| self.err(e))
+    /// Writes an operator's baselines in one transaction (one commit for a whole request).
+    pub fn save_baselines(
+        &mut self,
+        bare: &[BareBaseline],
+        throughput: &[ThroughputBaseline],
+        at_unix_s: f64,
+    ) -> Result<(), HistoryError> {
+        let mut rows = Vec::with_capacity(bare.len() + throughput.len());
+        for b in bare {
+            let (key, json) = bare_row(b)?;
+            rows.push((key, "bare", json));
+        }
+        for b in throughput {
+            let (key, json) = throughput_row(b)?;
+            rows.push((key, "throughput", json));
+        }
+        let path = self.path.clone();
+        let err = |error| HistoryError::Sqlite {
+            path: path.clone(),
+            error,
+        };
+        let tx = self.conn.transaction().map_err(err)?;
+        for (key, kind, json) in &rows {
+            save(&tx, key, kind, json, at_unix_s).map_err(err)?;
+        }
+        tx.commit().map_err(err)
     }
 
-    /// Stored baselines: bare and throughput.
+    /// Stored baselines: bare and throughput, by key. A row that does not decode or is out of bounds is
+    /// skipped ([`History::skipped`]).
     pub fn load_baselines(
         &self,
     ) -> Result<(Vec<BareBaseline>, Vec<ThroughputBaseline>), HistoryError> {
         let mut st = self
             .conn
-            .prepare("SELECT kind, json FROM analysis_baselines ORDER BY key")
+            .prepare("SELECT key, kind, json FROM analysis_baselines ORDER BY key")
             .map_err(|e| self.err(e))?;
         let rows = st
-            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
+            .query_map([], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                ))
+            })
             .map_err(|e| self.err(e))?;
         let (mut bare, mut thr) = (Vec::new(), Vec::new());
         for r in rows {
-            let (kind, json) = r.map_err(|e| self.err(e))?;
-            match kind.as_str() {
-                "bare" => bare.push(serde_json::from_str(&json)?),
-                "throughput" => thr.push(serde_json::from_str(&json)?),
-                _ => {}
+            let (key, kind, json) = r.map_err(|e| self.err(e))?;
+            let used = match kind.as_str() {
+                "bare" => serde_json::from_str(&json)
+                    .map_err(|e| e.to_string())
+                    .and_then(|b| check_bare(&b).map(|()| b).map_err(|e| e.to_string()))
+                    .map(|b| bare.push(b)),
+                "throughput" => serde_json::from_str(&json)
+                    .map_err(|e| e.to_string())
+                    .and_then(|b| check_throughput(&b).map(|()| b).map_err(|e| e.to_string()))
+                    .map(|b| thr.push(b)),
+                other => Err(format!("unknown kind {other:?}")),
+            };
+            if let Err(e) = used {
+                self.skip("baseline", &key, &e);
             }
         }
         Ok((bare, thr))
     }
+}
+
+/// Key and JSON of a bare baseline; a number JSON cannot hold is refused (it would be stored as `null`).
+fn bare_row(b: &BareBaseline) -> Result<(String, String), HistoryError> {
+    let key = format!("bare:{}:{}", b.job.as_deref().unwrap_or("*"), b.collective);
+    finite(&key, b.busbw_bytes_per_second)?;
+    let json = serde_json::to_string(b)?;
+    Ok((key, json))
+}
+
+fn throughput_row(b: &ThroughputBaseline) -> Result<(String, String), HistoryError> {
+    let key = format!("throughput:{}:{}:{}", b.source, b.job, b.gpus);
+    finite(&key, b.samples_per_second_per_gpu)?;
+    let json = serde_json::to_string(b)?;
+    Ok((key, json))
+}
+
+fn finite(key: &str, v: f64) -> Result<(), HistoryError> {
+    if v.is_finite() {
+        Ok(())
+    } else {
+        Err(HistoryError::Unstorable {
+            key: key.to_string(),
+            reason: format!("{v} is not a finite number"),
+        })
+    }
+}
+
+fn save(conn: &Connection, key: &str, kind: &str, json: &str, at: f64) -> rusqlite::Result<()> {
+    conn.execute(
+        "INSERT INTO analysis_baselines (key, kind, json, set_unix_s) VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT(key) DO UPDATE SET json = ?3, set_unix_s = ?4",
+        params![key, kind, json, at],
+    )
+    .map(|_| ())
 }

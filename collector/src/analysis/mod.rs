@@ -18,12 +18,14 @@
 //!   blocks ingest; keeps the findings, the raised counters and the scaling figures; persists through
 //!   [`history`].
 //! - [`history`]: SQLite tables for finding history, baselines and per-scale throughput (beside `persist.rs`'s).
+//! - [`baselines`]: operators' baselines (`POST /api/v1/baselines`): validation at the edge, bounds, the merge.
 //! - [`trend`]: each job's own recent history, the reference a drop in its efficiency is measured against.
 //!
 //! A finding's `id` is stable: `kind:node[:device[:port]]` (or `kind:job=<job>` for job findings), so the same
 //! problem keeps its id across evaluations and restarts.
 
 pub mod activity;
+pub mod baselines;
 pub mod causes;
 pub mod congestion;
 pub mod cpu_bound;

@@ -23,7 +23,7 @@ use prometheus::proto::{LabelPair, MetricFamily, MetricType};
 use super::findings_query::{self, QueryError};
 use super::names;
 use super::proto::{family, label, metric};
-use crate::analysis::engine::{BaselineRequest, FindingFilter};
+use crate::analysis::engine::{BaselineError, BaselineRequest, FindingFilter};
 use crate::analysis::{AnalysisHandle, Finding};
 
 /// Routes of the findings API (merged into the collector's HTTP router).
@@ -97,31 +97,32 @@ async fn read_body(
     }
 }
 
+/// `POST /api/v1/baselines`: parsed, validated ([`crate::analysis::baselines`]: every number finite and in
+/// bounds, at most `MAX_TESTS_PER_REQUEST` tests, at most `MAX_BARE_BASELINES` held), merged and written
+/// to the state directory off the async workers; `200` with what was stored once it is durable, else
+/// `400`/`413`/`503` with `{"error": "...", "field": "..."}` (`field` when one is at fault).
 async fn post_baseline(State(a): State<AnalysisHandle>, body: axum::body::Body) -> Response {
     let body = match read_body(body, MAX_BASELINE_BODY, BODY_READ_TIMEOUT).await {
         Ok(b) => b,
         Err(response) => return response,
     };
-    let req: BaselineRequest = match serde_json::from_slice(&body) {
-        Ok(r) => r,
+    let stored = tokio::task::spawn_blocking(move || {
+        let stored = BaselineRequest::parse(&body)?.into_records()?;
+        a.add_baselines(&stored)?;
+        Ok::<_, BaselineError>(stored)
+    })
+    .await
+    .unwrap_or_else(|e| Err(BaselineError::NotStored(e.to_string())));
+    match stored {
+        Ok(stored) => (StatusCode::OK, Json(stored)).into_response(),
         Err(e) => {
-            return (
-                StatusCode::BAD_REQUEST,
-                Json(serde_json::json!({"error": format!("not a baseline: {e}")})),
-            )
-                .into_response()
+            let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::BAD_REQUEST);
+            let mut body = serde_json::json!({ "error": e.to_string() });
+            if let Some(f) = e.field() {
+                body["field"] = f.into();
+            }
+            (status, Json(body)).into_response()
         }
-    };
-    match req.into_records() {
-        Ok(stored) => {
-            a.add_baselines(&stored);
-            (StatusCode::OK, Json(stored)).into_response()
-        }
-        Err(e) => (
-            StatusCode::BAD_REQUEST,
-            Json(serde_json::json!({"error": e.to_string()})),
-        )
-            .into_response(),
     }
 }
 
