@@ -116,7 +116,7 @@ impl Sender {
                 let why = format!("{status}: {}", first_line(&text, 200));
                 classify(status, why)
             }
-            Err(e) => Outcome::Retry(format!("{}", error_chain(&e))),
+            Err(e) => Outcome::Retry(error_chain(&e)),
         }
     }
 }
