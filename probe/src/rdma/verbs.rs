@@ -1,1 +1,607 @@
-//! RDMA verbs (rdma-sys): written next.
+//! The verbs transport through rdma-sys (cargo feature `rdma`): one device context, protection domain,
+//! completion queue, RC queue pair and registered buffer per probe. The bulk of the buffer is the target of the
+//! peer's RDMA WRITEs; its tail holds the ping-pong's send and receive slots. Every blocking verbs loop runs on
+//! a blocking thread (`spawn_blocking`) with the resources moved there and back.
+
+use std::ffi::CStr;
+use std::os::raw::{c_int, c_uint};
+use std::ptr;
+use std::time::{Duration, Instant};
+
+use rdma_sys::*;
+
+use super::plan::{self, Ping, QpState, Window, WR_RECV, WR_SEND, WR_WRITE};
+use crate::conn::{Conn, GRACE};
+use crate::error::ProbeError;
+use crate::params::MAX_PINGS;
+use crate::transport::{Measure, Transport};
+use crate::wire::{FrameKind, QpInfo, TransportKind};
+
+/// Bytes of one ping slot (a sequence number).
+const SLOT: usize = 8;
+/// The port probed (perftest's default).
+const PORT: u8 = 1;
+
+fn verbs_err(call: &str) -> ProbeError {
+    ProbeError::Verbs(format!(
+        "{call} failed: {}",
+        std::io::Error::last_os_error()
+    ))
+}
+
+/// The names of this host's RDMA devices.
+pub fn devices() -> Result<Vec<String>, ProbeError> {
+    let mut n: c_int = 0;
+    // SAFETY: the list is freed below and its names copied before.
+    unsafe {
+        let list = ibv_get_device_list(&mut n);
+        if list.is_null() {
+            // ENOSYS: the kernel has no RDMA support at all; no device either way.
+            return Err(ProbeError::NoRdmaDevice(format!(
+                " (ibv_get_device_list: {})",
+                std::io::Error::last_os_error()
+            )));
+        }
+        let names = (0..n.max(0) as usize)
+            .map(|i| {
+                CStr::from_ptr(ibv_get_device_name(*list.add(i)))
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .collect();
+        ibv_free_device_list(list);
+        Ok(names)
+    }
+}
+
+/// A seed for the first packet sequence number: the clock and the process.
+fn seed() -> u64 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    t ^ u64::from(std::process::id()).rotate_left(32)
+}
+
+/// The raw resources, moved to a blocking thread and back.
+struct Res {
+    ctx: *mut ibv_context,
+    pd: *mut ibv_pd,
+    cq: *mut ibv_cq,
+    qp: *mut ibv_qp,
+    mr: *mut ibv_mr,
+    buf: Vec<u8>,
+    /// Bytes of the bulk region at the start of `buf`.
+    size: usize,
+    lid: u16,
+    gid: [u8; 16],
+    mtu: ibv_mtu::Type,
+    psn: u32,
+    state: QpState,
+    peer: Option<QpInfo>,
+}
+
+// SAFETY: the verbs objects are used by one thread at a time (the transport is `&mut` everywhere and moved
+// whole into a blocking task); libibverbs allows using them from any thread.
+unsafe impl Send for Res {}
+
+impl Drop for Res {
+    fn drop(&mut self) {
+        // SAFETY: each pointer is either null or what its create call returned, destroyed once, children first.
+        unsafe {
+            if !self.qp.is_null() {
+                ibv_destroy_qp(self.qp);
+            }
+            if !self.mr.is_null() {
+                ibv_dereg_mr(self.mr);
+            }
+            if !self.cq.is_null() {
+                ibv_destroy_cq(self.cq);
+            }
+            if !self.pd.is_null() {
+                ibv_dealloc_pd(self.pd);
+            }
+            if !self.ctx.is_null() {
+                ibv_close_device(self.ctx);
+            }
+        }
+    }
+}
+
+/// The RDMA transport.
+pub struct Verbs {
+    res: Option<Box<Res>>,
+}
+
+/// Opens `device` (or the first one) with a buffer for `size`-byte WRITEs, its queue pair in INIT.
+pub fn open(device: Option<&str>, size: usize) -> Result<Verbs, ProbeError> {
+    let names = devices()?;
+    let index = match device {
+        None if names.is_empty() => {
+            return Err(ProbeError::NoRdmaDevice(
+                " (ibv_get_device_list lists none)".into(),
+            ))
+        }
+        None => 0,
+        Some(d) => names.iter().position(|n| n == d).ok_or_else(|| {
+            ProbeError::NoRdmaDevice(format!(
+                " named {d:?} (found: {})",
+                if names.is_empty() {
+                    "none".to_string()
+                } else {
+                    names.join(", ")
+                }
+            ))
+        })?,
+    };
+    // SAFETY: see `Res`; every call's result is checked before use.
+    let res = unsafe { Res::open(index, size)? };
+    Ok(Verbs {
+        res: Some(Box::new(res)),
+    })
+}
+
+impl Res {
+    unsafe fn open(index: usize, size: usize) -> Result<Res, ProbeError> {
+        let mut n: c_int = 0;
+        // SAFETY: the caller's; the list outlives the open call.
+        let ctx = unsafe {
+            let list = ibv_get_device_list(&mut n);
+            if list.is_null() || index >= n.max(0) as usize {
+                return Err(verbs_err("ibv_get_device_list"));
+            }
+            let ctx = ibv_open_device(*list.add(index));
+            ibv_free_device_list(list);
+            ctx
+        };
+        if ctx.is_null() {
+            return Err(verbs_err("ibv_open_device"));
+        }
+        let mut r = Res {
+            ctx,
+            pd: ptr::null_mut(),
+            cq: ptr::null_mut(),
+            qp: ptr::null_mut(),
+            mr: ptr::null_mut(),
+            buf: vec![0u8; size + 2 * SLOT],
+            size,
+            lid: 0,
+            gid: [0; 16],
+            mtu: ibv_mtu::IBV_MTU_1024,
+            psn: plan::psn(seed()),
+            state: QpState::Reset,
+            peer: None,
+        };
+        // SAFETY: `r` owns every object from here; Drop frees what was created if a later step fails.
+        unsafe { r.create()? };
+        Ok(r)
+    }
+
+    unsafe fn create(&mut self) -> Result<(), ProbeError> {
+        // SAFETY: the caller's; pointers are checked after each call.
+        unsafe {
+            let mut port: ibv_port_attr = std::mem::zeroed();
+            if ___ibv_query_port(self.ctx, PORT, &mut port) != 0 {
+                return Err(verbs_err("ibv_query_port"));
+            }
+            self.lid = port.lid;
+            self.mtu = port.active_mtu;
+            let mut gid: ibv_gid = std::mem::zeroed();
+            if ibv_query_gid(self.ctx, PORT, 0, &mut gid) != 0 {
+                return Err(verbs_err("ibv_query_gid"));
+            }
+            self.gid = gid.raw;
+            self.pd = ibv_alloc_pd(self.ctx);
+            if self.pd.is_null() {
+                return Err(verbs_err("ibv_alloc_pd"));
+            }
+            let depth = (plan::WINDOW + plan::RECV_DEPTH + 4) as c_int;
+            self.cq = ibv_create_cq(self.ctx, depth, ptr::null_mut(), ptr::null_mut(), 0);
+            if self.cq.is_null() {
+                return Err(verbs_err("ibv_create_cq"));
+            }
+            let access = ibv_access_flags::IBV_ACCESS_LOCAL_WRITE
+                | ibv_access_flags::IBV_ACCESS_REMOTE_WRITE;
+            self.mr = ibv_reg_mr(
+                self.pd,
+                self.buf.as_mut_ptr().cast(),
+                self.buf.len(),
+                access.0 as c_int,
+            );
+            if self.mr.is_null() {
+                return Err(verbs_err("ibv_reg_mr"));
+            }
+            let mut init: ibv_qp_init_attr = std::mem::zeroed();
+            init.send_cq = self.cq;
+            init.recv_cq = self.cq;
+            init.qp_type = ibv_qp_type::IBV_QPT_RC;
+            init.cap.max_send_wr = plan::WINDOW + 4;
+            init.cap.max_recv_wr = plan::RECV_DEPTH;
+            init.cap.max_send_sge = 1;
+            init.cap.max_recv_sge = 1;
+            self.qp = ibv_create_qp(self.pd, &mut init);
+            if self.qp.is_null() {
+                return Err(verbs_err("ibv_create_qp"));
+            }
+            let mut a: ibv_qp_attr = std::mem::zeroed();
+            a.qp_state = ibv_qp_state::IBV_QPS_INIT;
+            a.pkey_index = 0;
+            a.port_num = PORT;
+            a.qp_access_flags = access.0;
+            let mask = ibv_qp_attr_mask::IBV_QP_STATE
+                | ibv_qp_attr_mask::IBV_QP_PKEY_INDEX
+                | ibv_qp_attr_mask::IBV_QP_PORT
+                | ibv_qp_attr_mask::IBV_QP_ACCESS_FLAGS;
+            self.modify(&mut a, mask, QpState::Init)
+        }
+    }
+
+    unsafe fn modify(
+        &mut self,
+        a: &mut ibv_qp_attr,
+        mask: ibv_qp_attr_mask,
+        to: QpState,
+    ) -> Result<(), ProbeError> {
+        if !self.state.may_become(to) {
+            return Err(ProbeError::Verbs(format!(
+                "queue pair cannot go from {:?} to {to:?}",
+                self.state
+            )));
+        }
+        // SAFETY: the caller's; `qp` is live.
+        if unsafe { ibv_modify_qp(self.qp, a, mask.0 as c_int) } != 0 {
+            return Err(verbs_err(&format!("ibv_modify_qp to {to:?}")));
+        }
+        self.state = to;
+        Ok(())
+    }
+
+    fn info(&self) -> QpInfo {
+        // SAFETY: `qp` and `mr` are live for as long as `self`.
+        let (qpn, rkey) = unsafe { ((*self.qp).qp_num, (*self.mr).rkey) };
+        QpInfo {
+            lid: self.lid,
+            qpn,
+            psn: self.psn,
+            gid: plan::gid_to_hex(&self.gid),
+            addr: self.buf.as_ptr() as u64,
+            rkey,
+            len: self.size as u64,
+        }
+    }
+
+    /// Posts one receive into the receive slot.
+    unsafe fn post_recv(&mut self) -> Result<(), ProbeError> {
+        // SAFETY: the caller's; the slot lies inside the registered buffer.
+        unsafe {
+            let mut sge = ibv_sge {
+                addr: self.buf.as_ptr().add(self.size + SLOT) as u64,
+                length: SLOT as u32,
+                lkey: (*self.mr).lkey,
+            };
+            let mut wr: ibv_recv_wr = std::mem::zeroed();
+            wr.wr_id = WR_RECV;
+            wr.sg_list = &mut sge;
+            wr.num_sge = 1;
+            let mut bad = ptr::null_mut();
+            if ibv_post_recv(self.qp, &mut wr, &mut bad) != 0 {
+                return Err(verbs_err("ibv_post_recv"));
+            }
+        }
+        Ok(())
+    }
+
+    /// INIT → RTR → RTS towards `peer`, with the ping receives posted first.
+    unsafe fn connect(&mut self, peer: &QpInfo) -> Result<(), ProbeError> {
+        let dgid = plan::check_peer(peer, self.size as u64).map_err(ProbeError::Verbs)?;
+        // SAFETY: the caller's.
+        unsafe {
+            for _ in 0..plan::RECV_DEPTH {
+                self.post_recv()?;
+            }
+            let mut a: ibv_qp_attr = std::mem::zeroed();
+            a.qp_state = ibv_qp_state::IBV_QPS_RTR;
+            a.path_mtu = self.mtu;
+            a.dest_qp_num = peer.qpn;
+            a.rq_psn = peer.psn;
+            a.max_dest_rd_atomic = 1;
+            a.min_rnr_timer = 12;
+            a.ah_attr.dlid = peer.lid;
+            a.ah_attr.port_num = PORT;
+            if plan::needs_grh(peer) {
+                a.ah_attr.is_global = 1;
+                a.ah_attr.grh.dgid.raw = dgid;
+                a.ah_attr.grh.hop_limit = 1;
+                a.ah_attr.grh.sgid_index = 0;
+            }
+            let mask = ibv_qp_attr_mask::IBV_QP_STATE
+                | ibv_qp_attr_mask::IBV_QP_AV
+                | ibv_qp_attr_mask::IBV_QP_PATH_MTU
+                | ibv_qp_attr_mask::IBV_QP_DEST_QPN
+                | ibv_qp_attr_mask::IBV_QP_RQ_PSN
+                | ibv_qp_attr_mask::IBV_QP_MAX_DEST_RD_ATOMIC
+                | ibv_qp_attr_mask::IBV_QP_MIN_RNR_TIMER;
+            self.modify(&mut a, mask, QpState::Rtr)?;
+            let mut a: ibv_qp_attr = std::mem::zeroed();
+            a.qp_state = ibv_qp_state::IBV_QPS_RTS;
+            a.timeout = 14;
+            a.retry_cnt = 7;
+            a.rnr_retry = 7;
+            a.sq_psn = self.psn;
+            a.max_rd_atomic = 1;
+            let mask = ibv_qp_attr_mask::IBV_QP_STATE
+                | ibv_qp_attr_mask::IBV_QP_TIMEOUT
+                | ibv_qp_attr_mask::IBV_QP_RETRY_CNT
+                | ibv_qp_attr_mask::IBV_QP_RNR_RETRY
+                | ibv_qp_attr_mask::IBV_QP_SQ_PSN
+                | ibv_qp_attr_mask::IBV_QP_MAX_QP_RD_ATOMIC;
+            self.modify(&mut a, mask, QpState::Rts)?;
+        }
+        self.peer = Some(peer.clone());
+        Ok(())
+    }
+
+    /// Polls completions until one arrives or `deadline`; their work request ids.
+    unsafe fn poll(&mut self, deadline: Instant) -> Result<Vec<u64>, ProbeError> {
+        // SAFETY: the caller's; `wc` has room for the 16 entries asked for.
+        unsafe {
+            let mut wc: [ibv_wc; 16] = std::mem::zeroed();
+            loop {
+                let n = ibv_poll_cq(self.cq, 16, wc.as_mut_ptr());
+                if n < 0 {
+                    return Err(verbs_err("ibv_poll_cq"));
+                }
+                if n > 0 {
+                    let mut ids = Vec::with_capacity(n as usize);
+                    for w in &wc[..n as usize] {
+                        if w.status != ibv_wc_status::IBV_WC_SUCCESS {
+                            return Err(ProbeError::Verbs(format!(
+                                "work request {} completed with status {}",
+                                w.wr_id, w.status
+                            )));
+                        }
+                        ids.push(w.wr_id);
+                    }
+                    return Ok(ids);
+                }
+                if Instant::now() > deadline {
+                    return Err(ProbeError::Timeout(GRACE));
+                }
+                std::hint::spin_loop();
+            }
+        }
+    }
+
+    /// Posts one work request: an RDMA WRITE of the bulk region into the peer's, or a SEND of the send slot.
+    unsafe fn post(&mut self, write: bool) -> Result<(), ProbeError> {
+        let peer = self
+            .peer
+            .clone()
+            .ok_or_else(|| ProbeError::Verbs("not connected".into()))?;
+        // SAFETY: the caller's; the scatter entry lies inside the registered buffer.
+        unsafe {
+            let (off, len) = if write {
+                (0, self.size)
+            } else {
+                (self.size, SLOT)
+            };
+            let mut sge = ibv_sge {
+                addr: self.buf.as_ptr().add(off) as u64,
+                length: len as u32,
+                lkey: (*self.mr).lkey,
+            };
+            let mut wr: ibv_send_wr = std::mem::zeroed();
+            wr.sg_list = &mut sge;
+            wr.num_sge = 1;
+            wr.send_flags = ibv_send_flags::IBV_SEND_SIGNALED.0 as c_uint;
+            if write {
+                wr.wr_id = WR_WRITE;
+                wr.opcode = ibv_wr_opcode::IBV_WR_RDMA_WRITE;
+                wr.wr.rdma.remote_addr = peer.addr;
+                wr.wr.rdma.rkey = peer.rkey;
+            } else {
+                wr.wr_id = WR_SEND;
+                wr.opcode = ibv_wr_opcode::IBV_WR_SEND;
+            }
+            let mut bad = ptr::null_mut();
+            if ibv_post_send(self.qp, &mut wr, &mut bad) != 0 {
+                return Err(verbs_err("ibv_post_send"));
+            }
+        }
+        Ok(())
+    }
+
+    /// RDMA WRITEs for `span`, at most a window in flight; bytes and seconds until the last completion.
+    fn bulk(&mut self, span: Duration) -> Result<Measure, ProbeError> {
+        let mut w = Window::new(self.size as u64);
+        let start = Instant::now();
+        let stop = start + span;
+        // SAFETY: connected queue pair; see `post` and `poll`.
+        unsafe {
+            while Instant::now() < stop {
+                for _ in 0..w.room() {
+                    self.post(true)?;
+                    w.on_posted(1);
+                }
+                let ids = self.poll(stop + GRACE)?;
+                w.on_completed(ids.iter().filter(|i| **i == WR_WRITE).count() as u64)
+                    .map_err(ProbeError::Verbs)?;
+            }
+            while w.in_flight() > 0 {
+                let ids = self.poll(stop + GRACE)?;
+                w.on_completed(ids.iter().filter(|i| **i == WR_WRITE).count() as u64)
+                    .map_err(ProbeError::Verbs)?;
+            }
+        }
+        Ok(Measure {
+            bytes: w.bytes(),
+            seconds: start.elapsed().as_secs_f64(),
+        })
+    }
+
+    /// Sends `seq` from the send slot and waits for its completion and the peer's answer.
+    unsafe fn exchange(&mut self, seq: u64, deadline: Instant) -> Result<u64, ProbeError> {
+        let s = self.size;
+        self.buf[s..s + SLOT].copy_from_slice(&seq.to_be_bytes());
+        let mut p = Ping::default();
+        // SAFETY: the caller's.
+        unsafe {
+            self.post(false)?;
+            while !p.done() {
+                for id in self.poll(deadline)? {
+                    p.on_completion(id).map_err(ProbeError::Verbs)?;
+                }
+            }
+            self.post_recv()?;
+        }
+        let mut got = [0u8; SLOT];
+        got.copy_from_slice(&self.buf[s + SLOT..s + 2 * SLOT]);
+        Ok(u64::from_be_bytes(got))
+    }
+
+    fn pings(&mut self, span: Duration) -> Result<Vec<Duration>, ProbeError> {
+        let stop = Instant::now() + span;
+        let mut rtts = Vec::new();
+        // SAFETY: connected queue pair.
+        unsafe {
+            while Instant::now() < stop && rtts.len() < MAX_PINGS {
+                let t0 = Instant::now();
+                let seq = rtts.len() as u64;
+                let back = self.exchange(seq, stop + GRACE)?;
+                if back != seq {
+                    return Err(ProbeError::Protocol(format!("pong {back} for ping {seq}")));
+                }
+                rtts.push(t0.elapsed());
+            }
+            // The end marker's own answer closes the server's loop.
+            self.exchange(plan::PING_END, stop + GRACE)?;
+        }
+        Ok(rtts)
+    }
+
+    fn pongs(&mut self, span: Duration) -> Result<(), ProbeError> {
+        let deadline = Instant::now() + span + GRACE;
+        let s = self.size;
+        // SAFETY: connected queue pair; the receive slot is read after its completion.
+        unsafe {
+            loop {
+                let mut got = false;
+                while !got {
+                    for id in self.poll(deadline)? {
+                        match id {
+                            WR_RECV => got = true,
+                            WR_SEND => {}
+                            other => {
+                                return Err(ProbeError::Verbs(format!(
+                                    "unexpected completion {other}"
+                                )))
+                            }
+                        }
+                    }
+                }
+                let mut seq = [0u8; SLOT];
+                seq.copy_from_slice(&self.buf[s + SLOT..s + 2 * SLOT]);
+                self.post_recv()?;
+                self.buf.copy_within(s + SLOT..s + 2 * SLOT, s);
+                self.post(false)?;
+                if u64::from_be_bytes(seq) == plan::PING_END {
+                    // Wait for the last SEND before the queue pair may be torn down.
+                    let _ = self.poll(deadline)?;
+                    return Ok(());
+                }
+            }
+        }
+    }
+}
+
+impl Verbs {
+    /// Runs `f` on the resources on a blocking thread.
+    async fn blocking<R: Send + 'static>(
+        &mut self,
+        f: impl FnOnce(&mut Res) -> Result<R, ProbeError> + Send + 'static,
+    ) -> Result<R, ProbeError> {
+        let mut res = self
+            .res
+            .take()
+            .ok_or_else(|| ProbeError::Verbs("resources lost".into()))?;
+        let (res, r) = tokio::task::spawn_blocking(move || {
+            let r = f(&mut res);
+            (res, r)
+        })
+        .await
+        .map_err(|e| ProbeError::Verbs(format!("verbs thread: {e}")))?;
+        self.res = Some(res);
+        r
+    }
+
+    fn res(&mut self) -> Result<&mut Res, ProbeError> {
+        self.res
+            .as_deref_mut()
+            .ok_or_else(|| ProbeError::Verbs("resources lost".into()))
+    }
+}
+
+/// Waits for the peer's END on the control connection.
+async fn await_end(conn: &mut Conn, span: Duration) -> Result<(), ProbeError> {
+    let h = conn.recv_header(span + GRACE * 2).await?;
+    if h.kind != FrameKind::End {
+        return Err(ProbeError::Protocol(format!(
+            "{:?} frame instead of the end",
+            h.kind
+        )));
+    }
+    Ok(())
+}
+
+impl Transport for Verbs {
+    fn kind(&self) -> TransportKind {
+        TransportKind::Rdma
+    }
+
+    fn local_qp(&self) -> Option<QpInfo> {
+        self.res.as_ref().map(|r| r.info())
+    }
+
+    fn connect(&mut self, peer: Option<&QpInfo>) -> Result<(), ProbeError> {
+        let peer =
+            peer.ok_or_else(|| ProbeError::Protocol("the peer sent no queue pair".into()))?;
+        // SAFETY: the queue pair is in INIT and owned by `self`.
+        unsafe { self.res()?.connect(peer) }
+    }
+
+    async fn send_bulk(
+        &mut self,
+        conn: &mut Conn,
+        span: Duration,
+        _size: usize,
+    ) -> Result<Option<Measure>, ProbeError> {
+        let m = self.blocking(move |r| r.bulk(span)).await?;
+        conn.send_frame(FrameKind::End, &[]).await?;
+        Ok(Some(m))
+    }
+
+    async fn recv_bulk(
+        &mut self,
+        conn: &mut Conn,
+        span: Duration,
+    ) -> Result<Option<Measure>, ProbeError> {
+        // RDMA WRITE is one-sided: the receiver sees nothing until the sender says it is done.
+        await_end(conn, span).await?;
+        Ok(None)
+    }
+
+    async fn pings(
+        &mut self,
+        conn: &mut Conn,
+        span: Duration,
+    ) -> Result<Vec<Duration>, ProbeError> {
+        let rtts = self.blocking(move |r| r.pings(span)).await?;
+        conn.send_frame(FrameKind::End, &[]).await?;
+        Ok(rtts)
+    }
+
+    async fn pongs(&mut self, conn: &mut Conn, span: Duration) -> Result<(), ProbeError> {
+        self.blocking(move |r| r.pongs(span)).await?;
+        await_end(conn, span).await
+    }
+}
