@@ -1,7 +1,8 @@
 //! `commwatch findings`: a running collector's findings, filtered. The filters go to `GET /api/v1/findings`
 //! and are applied again here, so a collector that predates a filter (and ignores its parameter) still gets
 //! the right answer. Text: one finding per line (severity, kind, subject, summary); JSON: the findings as the
-//! API returns them.
+//! API returns them. With several `--collector` (shards) every shard is asked and the lists merged; each
+//! finding then names the shard that answered it (`collector` in JSON, `(on URL)` in text).
 
 use clap::builder::PossibleValuesParser;
 use clap::Args;
@@ -9,13 +10,13 @@ use commwatch_model::{FindingKind, Severity};
 
 use super::OutputFormat;
 use crate::api::{read_findings, sort_findings, Finding};
-use crate::client::{connect, ConnectArgs};
+use crate::cmd::status::shards::{tag, ShardArgs};
 use crate::outcome::CliError;
 
 #[derive(Args, Debug)]
 pub struct FindingsArgs {
     #[command(flatten)]
-    pub connect: ConnectArgs,
+    pub connect: ShardArgs,
     /// Only findings of this severity (several: comma-separated or the flag repeated).
     #[arg(
         long,
@@ -115,15 +116,49 @@ impl FindingsArgs {
 }
 
 /// Runs `commwatch findings`; prints the findings on stdout.
+/// With shards, the ones that answered are printed, then the first failure is returned (exit 1).
 pub fn run(args: &FindingsArgs) -> Result<(), CliError> {
-    let client = connect(&args.connect)?;
-    let list: Vec<serde_json::Value> = client.get_json("/api/v1/findings", &args.query())?;
-    let mut findings = read_findings(list).map_err(|e| {
+    let clients = args.connect.clients()?;
+    let sharded = clients.len() > 1;
+    let mut findings = Vec::new();
+    let mut first_error = None;
+    for client in &clients {
+        match fetch(client, &args.query()) {
+            Ok(list) if sharded => findings.extend(
+                list.into_iter()
+                    .map(|(raw, f)| (tag(raw, client.base_url()), f)),
+            ),
+            Ok(list) => findings.extend(list),
+            Err(e) if sharded => {
+                eprintln!("{}: {e}", client.base_url());
+                first_error.get_or_insert(e);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    print_findings(args, findings)?;
+    first_error.map_or(Ok(()), Err)
+}
+
+/// One collector's findings for `query`.
+fn fetch(
+    client: &commwatch_diagnose::collector::Client,
+    query: &[(&'static str, String)],
+) -> Result<Vec<(serde_json::Value, Finding)>, CliError> {
+    let list: Vec<serde_json::Value> = client.get_json("/api/v1/findings", query)?;
+    read_findings(list).map_err(|e| {
         CliError::Collector(commwatch_diagnose::collector::ClientError::BadBody {
             url: client.url("/api/v1/findings"),
             message: e.to_string(),
         })
-    })?;
+    })
+}
+
+/// Filters, sorts, cuts and prints the findings.
+fn print_findings(
+    args: &FindingsArgs,
+    mut findings: Vec<(serde_json::Value, Finding)>,
+) -> Result<(), CliError> {
     findings.retain(|(_, f)| args.keeps(f));
     sort_findings(&mut findings);
     if let Some(n) = args.limit {
@@ -140,7 +175,13 @@ pub fn run(args: &FindingsArgs) -> Result<(), CliError> {
         OutputFormat::Text if findings.is_empty() => eprintln!("no findings match"),
         OutputFormat::Text => {
             let views: Vec<&Finding> = findings.iter().map(|(_, f)| f).collect();
-            print!("{}", render_lines(&views));
+            let text = render_lines(&views);
+            for (l, (raw, _)) in text.lines().zip(&findings) {
+                match raw.get("collector").and_then(|c| c.as_str()) {
+                    Some(c) => println!("{l} (on {c})"),
+                    None => println!("{l}"),
+                }
+            }
         }
     }
     Ok(())

@@ -1,13 +1,17 @@
 //! `commwatch status`: a running collector at a glance. Asks, in order, `GET /healthz` (reachable?),
 //! `/metrics` (only the `commwatch_build_info` line, for the version), `/api/v1/nodes` (up or stale),
 //! `/api/v1/jobs` and `/api/v1/findings` (the active root causes), and prints one screen of text or one JSON
-//! document ([`report::Report`]).
+//! document ([`report::Report`]). With several `--collector` (shards), every shard is asked and the answers
+//! merged ([`shards`]): nodes counted once, jobs and root causes tagged with the shard that answered them, and a
+//! line per shard.
 //!
 //! Exit status: 0 when the collector answered and no active root cause is critical; 3
 //! ([`crate::outcome::EXIT_CRITICAL`]) when one is; 1 when the collector cannot be reached or does not answer
-//! (a refused token included); 2 on a usage error.
+//! (a refused token included) — with shards, when any shard cannot (the others' report is still printed); 2
+//! on a usage error.
 
 mod report;
+pub mod shards;
 mod text;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -16,15 +20,15 @@ use clap::Args;
 use commwatch_diagnose::collector::{Client, ClientError};
 
 use super::OutputFormat;
-use crate::api::{read_findings, sort_findings, Job, Node};
-use crate::client::{connect, ConnectArgs};
+use crate::api::{read_findings, sort_findings, Finding, Job, Node};
 use crate::outcome::{CliError, EXIT_CRITICAL};
-use report::{Report, Version};
+use report::{Report, ShardLine, Version};
+use shards::ShardArgs;
 
 #[derive(Args, Debug)]
 pub struct StatusArgs {
     #[command(flatten)]
-    pub connect: ConnectArgs,
+    pub connect: ShardArgs,
     /// A node not heard from for longer than this is stale, e.g. 30s.
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration, default_value = "30s")]
     pub stale_after: Duration,
@@ -37,9 +41,13 @@ pub struct StatusArgs {
 /// usable answer, `--format json` still prints a document (`status`: `unreachable` or `error`) before the
 /// error is returned.
 pub fn run(args: &StatusArgs) -> Result<u8, CliError> {
-    let client = connect(&args.connect)?;
-    let report = match gather(&client, args.stale_after) {
-        Ok(r) => r,
+    let clients = args.connect.clients()?;
+    if clients.len() > 1 {
+        return run_shards(args, &clients);
+    }
+    let client = &clients[0];
+    let report = match gather(client) {
+        Ok(r) => r.report(client.base_url(), args.stale_after),
         Err((reachable, e)) => {
             if args.format == OutputFormat::Json {
                 let doc = report::failure(client.base_url(), reachable, &e.to_string());
@@ -48,12 +56,55 @@ pub fn run(args: &StatusArgs) -> Result<u8, CliError> {
             return Err(CliError::Collector(e));
         }
     };
+    print_report(args, &report)
+}
+
+/// Several shards: each asked in turn, the answers merged into one report with a line per shard. Exit 1
+/// (after the report) when a shard gave no usable answer.
+fn run_shards(
+    args: &StatusArgs,
+    clients: &[commwatch_diagnose::collector::Client],
+) -> Result<u8, CliError> {
+    let mut answers = Vec::new();
+    let mut lines = Vec::new();
+    let mut first_error = None;
+    for client in clients {
+        let url = client.base_url().to_string();
+        match gather(client) {
+            Ok(a) => {
+                lines.push(ShardLine::answered(
+                    &url,
+                    &a.version,
+                    a.nodes.len(),
+                    a.jobs.len(),
+                    a.findings.len(),
+                ));
+                answers.push((url, a));
+            }
+            Err((reachable, e)) => {
+                lines.push(ShardLine::failed(&url, reachable, &e.to_string()));
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    let urls: Vec<&str> = clients.iter().map(|c| c.base_url()).collect();
+    let mut report = Answer::merge(answers).report(&urls.join(","), args.stale_after);
+    report.collector.reachable = first_error.is_none();
+    report.collectors = lines;
+    let code = print_report(args, &report)?;
+    match first_error {
+        Some(e) => Err(CliError::Collector(e)),
+        None => Ok(code),
+    }
+}
+
+fn print_report(args: &StatusArgs, report: &Report) -> Result<u8, CliError> {
     match args.format {
         OutputFormat::Json => println!(
             "{}",
             serde_json::to_string_pretty(&report).map_err(anyhow::Error::from)?
         ),
-        OutputFormat::Text => print!("{}", text::render(&report)),
+        OutputFormat::Text => print!("{}", text::render(report)),
     }
     Ok(if report.is_critical() {
         EXIT_CRITICAL
@@ -62,8 +113,65 @@ pub fn run(args: &StatusArgs) -> Result<u8, CliError> {
     })
 }
 
+/// What one collector answered.
+struct Answer {
+    version: Version,
+    /// Seconds since the Unix epoch on the collector's clock (its Date header), else this host's.
+    now: f64,
+    nodes: Vec<Node>,
+    /// Each job with the shard that answered it (`None` with one collector).
+    jobs: Vec<(Job, Option<String>)>,
+    /// The active root causes, in order.
+    findings: Vec<(serde_json::Value, Finding)>,
+}
+
+impl Answer {
+    fn report(self, url: &str, stale_after: Duration) -> Report {
+        Report::new(
+            url,
+            self.version,
+            self.now,
+            stale_after,
+            &self.nodes,
+            &self.jobs,
+            self.findings,
+        )
+    }
+
+    /// Several shards' answers as one: nodes once each, jobs and root causes tagged with their shard, the
+    /// latest clock; the version when every shard that answered runs the same.
+    fn merge(answers: Vec<(String, Answer)>) -> Answer {
+        let versions: Vec<&Version> = answers.iter().map(|(_, a)| &a.version).collect();
+        let version = match versions.first() {
+            Some(v) if versions.iter().all(|x| x == v) => (*v).clone(),
+            _ => Version::default(),
+        };
+        let now = answers.iter().map(|(_, a)| a.now).fold(0.0, f64::max);
+        let mut nodes = Vec::new();
+        let mut jobs = Vec::new();
+        let mut findings = Vec::new();
+        for (url, a) in answers {
+            nodes.push(a.nodes);
+            jobs.extend(a.jobs.into_iter().map(|(j, _)| (j, Some(url.clone()))));
+            findings.extend(
+                a.findings
+                    .into_iter()
+                    .map(|(raw, f)| (shards::tag(raw, &url), f)),
+            );
+        }
+        sort_findings(&mut findings);
+        Answer {
+            version,
+            now,
+            nodes: shards::merge_nodes(nodes),
+            jobs,
+            findings,
+        }
+    }
+}
+
 /// Everything the report needs; on failure, whether `/healthz` had answered, and the error.
-fn gather(client: &Client, stale_after: Duration) -> Result<Report, (bool, ClientError)> {
+fn gather(client: &Client) -> Result<Answer, (bool, ClientError)> {
     client.get("/healthz", &[]).map_err(|e| (false, e))?;
     let reached = |e| (true, e);
     // The version is a courtesy: a collector without the family (or whose /metrics fails) is still healthy.
@@ -93,15 +201,13 @@ fn gather(client: &Client, stale_after: Duration) -> Result<Report, (bool, Clien
         .map_err(reached)?;
     findings.retain(|(_, f)| f.active && f.is_root());
     sort_findings(&mut findings);
-    Ok(Report::new(
-        client.base_url(),
+    Ok(Answer {
         version,
         now,
-        stale_after,
-        &nodes,
-        &jobs,
+        nodes,
+        jobs: jobs.into_iter().map(|j| (j, None)).collect(),
         findings,
-    ))
+    })
 }
 
 fn parse<T: serde::de::DeserializeOwned>(

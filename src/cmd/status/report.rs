@@ -2,7 +2,9 @@
 //! `collector` {`url`, `reachable`, `version`, `revision`}, `checked_at_unix_s`, `nodes` {`total`, `up`,
 //! `stale`, `stale_after_s`, `stale_nodes` [{`name`, `last_seen_unix_s`, `age_s`}]}, `jobs` [{`id`, `nodes`,
 //! `ranks`, `step_time_s`, `scaling_efficiency`}], `root_causes` (findings as `/api/v1/findings` returns them),
-//! `status` (`ok` | `critical`).
+//! `status` (`ok` | `critical`). With several collectors (shards): `collector.url` is their URLs joined by
+//! commas, each job and root cause carries the `collector` that answered it, and `collectors` [{`url`,
+//! `reachable`, `version`, `revision`, `nodes`, `jobs`, `root_causes`, `error`}] says what each shard answered.
 
 use std::time::Duration;
 
@@ -107,6 +109,9 @@ pub struct Nodes {
 #[derive(Debug, Serialize)]
 pub struct JobLine {
     pub id: String,
+    /// The shard that answered it (several collectors only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub collector: Option<String>,
     pub nodes: usize,
     pub ranks: usize,
     pub step_time_s: Option<f64>,
@@ -125,8 +130,59 @@ pub struct Report {
     pub root_causes: Vec<serde_json::Value>,
     /// `critical` when an active root cause is critical, else `ok`.
     pub status: &'static str,
+    /// What each shard answered (several collectors only).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub collectors: Vec<ShardLine>,
     #[serde(skip)]
     pub root_views: Vec<Finding>,
+}
+
+/// One shard's part of a merged report.
+#[derive(Debug, Serialize)]
+pub struct ShardLine {
+    pub url: String,
+    pub reachable: bool,
+    #[serde(flatten)]
+    pub version: Version,
+    /// Counts it answered; `null` when it gave no usable answer.
+    pub nodes: Option<usize>,
+    pub jobs: Option<usize>,
+    pub root_causes: Option<usize>,
+    /// Why it gave no usable answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl ShardLine {
+    pub fn answered(
+        url: &str,
+        version: &Version,
+        nodes: usize,
+        jobs: usize,
+        roots: usize,
+    ) -> ShardLine {
+        ShardLine {
+            url: url.to_string(),
+            reachable: true,
+            version: version.clone(),
+            nodes: Some(nodes),
+            jobs: Some(jobs),
+            root_causes: Some(roots),
+            error: None,
+        }
+    }
+
+    pub fn failed(url: &str, reachable: bool, error: &str) -> ShardLine {
+        ShardLine {
+            url: url.to_string(),
+            reachable,
+            version: Version::default(),
+            nodes: None,
+            jobs: None,
+            root_causes: None,
+            error: Some(error.to_string()),
+        }
+    }
 }
 
 impl Report {
@@ -137,7 +193,7 @@ impl Report {
         now: f64,
         stale_after: Duration,
         nodes: &[Node],
-        jobs: &[Job],
+        jobs: &[(Job, Option<String>)],
         findings: Vec<(serde_json::Value, Finding)>,
     ) -> Report {
         let limit = stale_after.as_secs_f64();
@@ -172,8 +228,9 @@ impl Report {
             },
             jobs: jobs
                 .iter()
-                .map(|j| JobLine {
+                .map(|(j, collector)| JobLine {
                     id: j.id.clone(),
+                    collector: collector.clone(),
                     nodes: j.nodes.len(),
                     ranks: j.ranks.len(),
                     step_time_s: j.step_time_s,
@@ -182,6 +239,7 @@ impl Report {
                 .collect(),
             root_causes,
             status: if critical { "critical" } else { "ok" },
+            collectors: Vec::new(),
             root_views,
         }
     }

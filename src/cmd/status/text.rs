@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use super::report::Report;
+use super::report::{Report, ShardLine};
 use crate::cmd::findings::render_lines;
 
 /// Most stale nodes, jobs and root causes listed; the rest is counted.
@@ -19,10 +19,15 @@ pub fn render(r: &Report) -> String {
         (Some(v), None) => format!(", version {v}"),
         _ => String::new(),
     };
-    line(
-        "collector",
-        &format!("{} reachable{version}", r.collector.url),
-    );
+    if r.collectors.is_empty() {
+        line(
+            "collector",
+            &format!("{} reachable{version}", r.collector.url),
+        );
+    }
+    for c in &r.collectors {
+        line("collector", &shard_line(c));
+    }
     line(
         "nodes",
         &format!(
@@ -42,6 +47,9 @@ pub fn render(r: &Report) -> String {
     line("jobs", &r.jobs.len().to_string());
     for j in r.jobs.iter().take(MAX_LISTED) {
         let mut text = format!("  {}: {} nodes, {} ranks", j.id, j.nodes, j.ranks);
+        if let Some(c) = &j.collector {
+            let _ = write!(text, " (on {c})");
+        }
         if let Some(s) = j.step_time_s {
             let _ = write!(text, ", step {s:.3} s");
         }
@@ -66,6 +74,26 @@ pub fn render(r: &Report) -> String {
         },
     );
     out
+}
+
+/// One shard of several: what it answered, or why it did not.
+fn shard_line(c: &ShardLine) -> String {
+    match (&c.error, c.nodes, c.jobs, c.root_causes) {
+        (Some(e), ..) if c.reachable => format!("{} ERROR: {e}", c.url),
+        (Some(e), ..) => format!("{} UNREACHABLE: {e}", c.url),
+        (None, Some(n), Some(j), Some(k)) => {
+            let v = c
+                .version
+                .version
+                .as_deref()
+                .map_or(String::new(), |v| format!(", version {v}"));
+            format!(
+                "{} reachable{v}: {n} nodes, {j} jobs, {k} root causes",
+                c.url
+            )
+        }
+        _ => format!("{} reachable", c.url),
+    }
 }
 
 /// `… and N more` under a list cut at [`MAX_LISTED`].
@@ -105,11 +133,12 @@ mod tests {
                 last_seen_unix_s: Some(800.0),
             },
         ];
-        let jobs: Vec<Job> = vec![serde_json::from_value(serde_json::json!({
+        let job: Job = serde_json::from_value(serde_json::json!({
             "id": "1001", "nodes": ["node-00", "node-01"], "ranks": [{}, {}],
             "step_time_s": 0.25, "scaling_efficiency": 0.87
         }))
-        .unwrap()];
+        .unwrap();
+        let jobs = vec![(job, None)];
         let raw = serde_json::json!({
             "id": "m", "kind": "management_network_traffic", "severity": "critical", "active": true,
             "subject": {"node": "node-01", "device": "eth0", "port": "eth0"},
@@ -139,6 +168,42 @@ mod tests {
              \x20             critical  management_network_traffic  node-01 eth0  NCCL traffic on eth0\n\
              status      CRITICAL: a root cause is critical (exit status 3)\n"
         );
+    }
+
+    #[test]
+    fn several_shards_get_a_line_each_and_jobs_name_theirs() {
+        let job: Job =
+            serde_json::from_value(serde_json::json!({"id": "7", "nodes": ["a"]})).unwrap();
+        let mut r = Report::new(
+            "http://a:9470,http://b:9470",
+            Version::default(),
+            1000.0,
+            Duration::from_secs(30),
+            &[],
+            &[(job, Some("http://a:9470".into()))],
+            vec![],
+        );
+        r.collectors = vec![
+            ShardLine::answered("http://a:9470", &Version::default(), 3, 1, 0),
+            ShardLine::failed("http://b:9470", false, "connection refused"),
+        ];
+        let text = render(&r);
+        assert!(
+            text.starts_with(
+                "collector   http://a:9470 reachable: 3 nodes, 1 jobs, 0 root causes\n\
+                 collector   http://b:9470 UNREACHABLE: connection refused\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("  7: 1 nodes, 0 ranks (on http://a:9470)\n"),
+            "{text}"
+        );
+        let doc = serde_json::to_value(&r).unwrap();
+        assert_eq!(doc["jobs"][0]["collector"], "http://a:9470");
+        assert_eq!(doc["collectors"][1]["reachable"], false);
+        assert_eq!(doc["collectors"][1]["nodes"], serde_json::Value::Null);
+        assert_eq!(doc["collectors"][0]["nodes"], 3);
     }
 
     #[test]

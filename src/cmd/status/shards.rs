@@ -1,0 +1,153 @@
+//! Several collectors (shards) for `status` and `findings`: the connection flags with a repeatable
+//! `--collector`, one client per shard, and the merge of their answers.
+//!
+//! Merge rules: nodes by name (a node that moved between shards is counted once, with its newest
+//! `last_seen_unix_s`); jobs and findings listed from every shard, each tagged with the `collector` that answered
+//! it when there are several; the clock is the latest shard's.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+use commwatch_diagnose::collector::Client;
+
+use crate::api::Node;
+use crate::client::{connect, ConnectArgs};
+use crate::outcome::CliError;
+
+/// The connection flags, `--collector` repeatable (shards).
+#[derive(Args, Debug)]
+pub struct ShardArgs {
+    /// The collector's HTTP address: http://HOST:PORT, or https://HOST:PORT[/PREFIX] through a TLS proxy.
+    /// Several collectors (shards): repeat the flag or separate the URLs by commas; their answers are merged.
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "COMMWATCH_COLLECTOR",
+        value_delimiter = ',',
+        required = true
+    )]
+    pub collector: Vec<String>,
+    /// File holding the collector's API token (its --api-token-file), sent as `authorization: Bearer`.
+    #[arg(long, value_name = "FILE", env = "COMMWATCH_API_TOKEN_FILE")]
+    pub api_token_file: Option<PathBuf>,
+    /// PEM CA certificate(s) that signed the collector's (or its proxy's) certificate, trusted besides the
+    /// system's roots; with an https:// URL only.
+    #[arg(long, value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
+    /// Give up on a request after this long, e.g. 10s.
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration, default_value = "10s")]
+    pub timeout: Duration,
+}
+
+impl ShardArgs {
+    /// The shards' URLs: trimmed, empty items and repeats dropped, in the order given.
+    pub fn urls(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for u in &self.collector {
+            let u = u.trim();
+            if !u.is_empty() && !out.iter().any(|o| o == u) {
+                out.push(u.to_string());
+            }
+        }
+        out
+    }
+
+    /// One client per shard; a bad flag (token file, CA file, URL) is a usage error.
+    pub fn clients(&self) -> Result<Vec<Client>, CliError> {
+        let urls = self.urls();
+        if urls.is_empty() {
+            return Err(CliError::Usage("--collector: no URL given".into()));
+        }
+        urls.into_iter()
+            .map(|collector| {
+                connect(&ConnectArgs {
+                    collector,
+                    api_token_file: self.api_token_file.clone(),
+                    tls_ca: self.tls_ca.clone(),
+                    timeout: self.timeout,
+                })
+            })
+            .collect()
+    }
+}
+
+/// Nodes of every shard, each name once with its newest `last_seen_unix_s`, sorted by name.
+pub fn merge_nodes(shards: impl IntoIterator<Item = Vec<Node>>) -> Vec<Node> {
+    let mut by_name: std::collections::BTreeMap<String, Option<f64>> = Default::default();
+    for n in shards.into_iter().flatten() {
+        let seen = by_name.entry(n.name).or_insert(n.last_seen_unix_s);
+        if n.last_seen_unix_s.unwrap_or(f64::MIN) > seen.unwrap_or(f64::MIN) {
+            *seen = n.last_seen_unix_s;
+        }
+    }
+    by_name
+        .into_iter()
+        .map(|(name, last_seen_unix_s)| Node {
+            name,
+            last_seen_unix_s,
+        })
+        .collect()
+}
+
+/// Adds `"collector": url` to a finding (or any JSON object) as the API returned it.
+pub fn tag(mut raw: serde_json::Value, url: &str) -> serde_json::Value {
+    if let Some(o) = raw.as_object_mut() {
+        o.insert("collector".into(), url.into());
+    }
+    raw
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Wrap {
+        #[command(flatten)]
+        args: ShardArgs,
+    }
+
+    #[test]
+    fn collectors_repeat_or_comma_separate() {
+        let w = Wrap::try_parse_from([
+            "x",
+            "--collector",
+            "http://a:9470,http://b:9470",
+            "--collector",
+            " http://c:9470",
+            "--collector",
+            "http://a:9470",
+        ])
+        .unwrap();
+        assert_eq!(
+            w.args.urls(),
+            ["http://a:9470", "http://b:9470", "http://c:9470"]
+        );
+        assert_eq!(w.args.clients().unwrap().len(), 3);
+        let empty = Wrap::try_parse_from(["x", "--collector", ","]).unwrap();
+        assert!(matches!(empty.args.clients(), Err(CliError::Usage(_))));
+    }
+
+    #[test]
+    fn a_node_on_two_shards_counts_once_with_its_newest_message() {
+        let n = |name: &str, t: Option<f64>| Node {
+            name: name.into(),
+            last_seen_unix_s: t,
+        };
+        let merged = merge_nodes([
+            vec![n("b", Some(10.0)), n("a", None)],
+            vec![n("a", Some(5.0)), n("b", Some(3.0)), n("c", Some(1.0))],
+        ]);
+        let got: Vec<(&str, Option<f64>)> = merged
+            .iter()
+            .map(|n| (n.name.as_str(), n.last_seen_unix_s))
+            .collect();
+        assert_eq!(got, [("a", Some(5.0)), ("b", Some(10.0)), ("c", Some(1.0))]);
+        assert_eq!(
+            tag(serde_json::json!({"id": "x"}), "http://a")["collector"],
+            "http://a"
+        );
+    }
+}
