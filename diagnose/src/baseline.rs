@@ -4,6 +4,7 @@
 
 use std::path::Path;
 
+use commwatch_model::baseline as bounds;
 use serde::Serialize;
 
 use crate::analysis::bandwidth::{summarize, CurveSummary};
@@ -121,8 +122,54 @@ pub enum ImportError {
     Empty(String),
     #[error("{file} holds no run usable as a baseline: {}", reasons.join("; "))]
     Unusable { file: String, reasons: Vec<String> },
+    /// A figure or name the collector would refuse (`commwatch_model::baseline`'s bounds), said before sending.
+    #[error("{file} cannot be sent as a baseline: {reason}")]
+    OutOfBounds { file: String, reason: String },
     #[error("cannot send the baseline to {url}: {message}")]
     Send { url: String, message: String },
+}
+
+/// A number as a person reads it: in scientific notation when huge (`1e300`, not 301 digits).
+fn shown(v: f64) -> String {
+    if v.is_finite() && v.abs() < 1e9 {
+        v.to_string()
+    } else {
+        format!("{v:e}")
+    }
+}
+
+/// Checks `baseline` (and `job`) against the bounds the collector holds a baseline to: at most
+/// [`bounds::MAX_TESTS_PER_REQUEST`] tests, bus bandwidths finite and at most [`bounds::MAX_BUSBW_GBPS`],
+/// rank counts and names bounded. The error names the test and the field.
+pub fn check_bounds(baseline: &Baseline, job: Option<&str>) -> Result<(), String> {
+    if baseline.tests.len() > bounds::MAX_TESTS_PER_REQUEST {
+        return Err(format!(
+            "it holds {} tests; a collector takes at most {} in one request",
+            baseline.tests.len(),
+            bounds::MAX_TESTS_PER_REQUEST
+        ));
+    }
+    if let Some(j) = job {
+        bounds::check_name(j, bounds::MAX_NAME_LEN).map_err(|e| format!("--job {e}"))?;
+    }
+    for t in &baseline.tests {
+        let c = &t.collective;
+        bounds::check_name(c, bounds::MAX_NAME_LEN)
+            .map_err(|e| format!("collective {c:?}: {e}"))?;
+        if let Some(n) = t.nranks {
+            bounds::check_ranks(n).map_err(|e| format!("{c}: nranks {n} {e}"))?;
+        }
+        for (field, v) in [
+            ("avg_busbw_gbps", t.avg_busbw_gbps),
+            ("peak_busbw_gbps", t.peak_busbw_gbps),
+        ] {
+            if let Some(g) = v {
+                bounds::check_busbw_gbps(g)
+                    .map_err(|e| format!("{c}: {field} {} {e} (GB/s)", shown(g)))?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The JSON body of `POST /api/v1/baselines` for a bare baseline: the parsed file plus the job it is for
@@ -154,6 +201,10 @@ pub fn import(
     if baseline.tests.is_empty() {
         return Err(ImportError::Empty(path.display().to_string()));
     }
+    check_bounds(&baseline, job).map_err(|reason| ImportError::OutOfBounds {
+        file: path.display().to_string(),
+        reason,
+    })?;
     let body = import_body(&baseline, job);
     client
         .post_json("/api/v1/baselines", &body)
@@ -210,5 +261,55 @@ mod tests {
         let clean = wrong.replace("  4  ", "  0  ").replace("  4\n", "  0\n");
         let b = parse_baseline(&write(dir.path(), &clean)).unwrap();
         assert_eq!((b.tests.len(), b.rejected.len()), (1, 0));
+    }
+
+    #[test]
+    fn figures_the_collector_would_refuse_are_refused_before_sending() {
+        let test = |peak: f64| BaselineTest {
+            collective: "all_reduce_perf".into(),
+            nranks: Some(8),
+            nnodes: None,
+            hosts: vec![],
+            nccl_version: None,
+            avg_busbw_gbps: None,
+            peak_busbw_gbps: Some(peak),
+            saturation_bytes: None,
+            latency_us: None,
+            points: vec![],
+        };
+        let baseline = |tests| Baseline {
+            source_file: "x.txt".into(),
+            tests,
+            rejected: vec![],
+        };
+        assert_eq!(
+            check_bounds(&baseline(vec![test(48.89)]), Some("llm-7")),
+            Ok(())
+        );
+        let e = check_bounds(&baseline(vec![test(1e300)]), None).unwrap_err();
+        assert_eq!(
+            e,
+            "all_reduce_perf: peak_busbw_gbps 1e300 must be at most 10000 (GB/s)"
+        );
+        assert!(check_bounds(&baseline(vec![test(f64::INFINITY)]), None).is_err());
+        assert!(check_bounds(&baseline(vec![test(48.0)]), Some("")).is_err());
+        let many = vec![test(1.0); bounds::MAX_TESTS_PER_REQUEST + 1];
+        let e = check_bounds(&baseline(many), None).unwrap_err();
+        assert!(e.contains("at most 256"), "{e}");
+        // import says so naming the file, before sending (nothing listens at the collector's address).
+        let dir = tempfile::tempdir().unwrap();
+        let huge = format!("./build/all_reduce_perf\n{HEADER}  8589934592  2147483648  float  sum  -1  47078  182.46  1e300  0  46939  183.00  1e300  0\n");
+        let path = write(dir.path(), &huge);
+        let client = Client::new("http://127.0.0.1:9", &ClientOptions::default()).unwrap();
+        match import(&path, &client, None) {
+            Err(e @ ImportError::OutOfBounds { .. }) => {
+                assert!(
+                    e.to_string()
+                        .contains("out.txt cannot be sent as a baseline"),
+                    "{e}"
+                )
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }
