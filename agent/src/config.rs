@@ -135,6 +135,10 @@ pub struct AgentConfig {
     /// A connection with unacknowledged batches and no ack for this long is considered stalled and reopened.
     #[serde(with = "humantime_serde")]
     pub ack_timeout: Duration,
+    /// With several collectors: how long the agent stays on a fallback shard before it tries its preferred
+    /// one again (1s to 1h).
+    #[serde(with = "humantime_serde")]
+    pub shard_retry: Duration,
     /// Backoff bounds for reconnecting.
     #[serde(with = "humantime_serde")]
     pub backoff_min: Duration,
@@ -170,6 +174,7 @@ impl Default for AgentConfig {
             batch_period: Duration::from_millis(250),
             buffer_bytes: None,
             ack_timeout: Duration::from_secs(15),
+            shard_retry: Duration::from_secs(60),
             backoff_min: Duration::from_millis(200),
             backoff_max: Duration::from_secs(10),
             netdev: NetdevConfig::default(),
@@ -379,6 +384,10 @@ impl AgentConfig {
         }
         if self.ack_timeout < Duration::from_secs(1) {
             return Err(invalid("ack_timeout", "must be at least 1s"));
+        }
+        if self.shard_retry < Duration::from_secs(1) || self.shard_retry > Duration::from_secs(3600)
+        {
+            return Err(invalid("shard_retry", "must be between 1s and 1h"));
         }
         Ok(())
     }

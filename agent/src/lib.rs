@@ -337,6 +337,7 @@ fn shipper_settings(
         instance_id: rand::random::<u64>() | 1,
         buffer_bytes,
         ack_timeout: config.ack_timeout,
+        shard_retry: config.shard_retry,
         backoff_min: config.backoff_min,
         backoff_max: config.backoff_max,
         connect_timeout: Duration::from_secs(5),

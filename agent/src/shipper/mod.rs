@@ -13,7 +13,7 @@
 //!   them, chosen by rendezvous hashing ([`shard`]) on its job id (its node name when it runs no job), so all
 //!   ranks of a job land on one collector. When its job moves it to another shard, the stream is drained
 //!   (acks awaited briefly) and reopened there at once. When a collector cannot be reached (connect, stream
-//!   open or first `Ack` fails) the agent moves to the next in its order; after [`HOME_RETRY`] on a fallback
+//!   open or first `Ack` fails) the agent moves to the next in its order; after `shard_retry` on a fallback
 //!   it tries its preferred shard again. Acks are per collector but the agent's acked sequence number only
 //!   rises, so a batch acked by shard A is never replayed to shard B; the unacked ones are (at least once). A
 //!   collector that sees the agent again after a stint elsewhere counts the batches it did not get as a
@@ -25,6 +25,7 @@
 
 mod backoff;
 mod buffer;
+mod failure;
 mod session;
 pub mod shard;
 #[cfg(test)]
@@ -58,6 +59,8 @@ pub struct ShipperSettings {
     pub instance_id: u64,
     pub buffer_bytes: usize,
     pub ack_timeout: Duration,
+    /// On a fallback collector (shard), how long before the preferred one is tried again.
+    pub shard_retry: Duration,
     pub backoff_min: Duration,
     pub backoff_max: Duration,
     pub connect_timeout: Duration,
@@ -66,9 +69,6 @@ pub struct ShipperSettings {
     /// Bearer token sent with every stream.
     pub token: Option<std::sync::Arc<str>>,
 }
-
-/// On a fallback collector, how long before the preferred one is tried again.
-pub const HOME_RETRY: Duration = Duration::from_secs(60);
 
 /// Why a connection ended.
 enum Ended {
@@ -226,7 +226,7 @@ impl Shipper {
                 }
                 Err(e) => {
                     self.metrics.connects.with_label_values(&["error"]).inc();
-                    tracing::warn!(collector = %self.target(), error = %e, "cannot connect to the collector");
+                    tracing::warn!(collector = %self.target(), error = %failure::describe(&e), "cannot connect to the collector");
                     Ended::Failed("connect")
                 }
             };

@@ -13,7 +13,7 @@ use pb::collector_message::Msg as CollectorMsg;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use super::{Backoff, Client, Ended, Shipper, HOME_RETRY};
+use super::{Backoff, Client, Ended, Shipper};
 use crate::sampler::SamplerEvent;
 
 /// Capacity of the per-connection outbound queue (messages). Beyond it, batches wait in the resend buffer.
@@ -279,7 +279,7 @@ impl<'a> Session<'a> {
                 self.last_sent = Instant::now();
             }
         }
-        if self.shipper.pos != 0 && self.opened.elapsed() > HOME_RETRY {
+        if self.shipper.pos != 0 && self.opened.elapsed() > self.shipper.settings.shard_retry {
             self.shipper.pos = 0;
             return Some(Ended::Moved("back to the preferred shard"));
         }

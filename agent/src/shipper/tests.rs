@@ -121,6 +121,7 @@ fn settings(collector: String) -> ShipperSettings {
         instance_id: 7,
         buffer_bytes: 1 << 20,
         ack_timeout: Duration::from_secs(5),
+        shard_retry: Duration::from_secs(60),
         backoff_min: Duration::from_millis(20),
         backoff_max: Duration::from_millis(100),
         connect_timeout: Duration::from_secs(2),
@@ -409,6 +410,31 @@ async fn a_job_on_another_shard_moves_the_stream_there() {
         [2],
         "the acked batch 1 is not replayed to the job's shard"
     );
+    stop.send_replace(true);
+    tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .expect("the shipper stops at shutdown")
+        .unwrap();
+}
+
+#[tokio::test]
+async fn an_agent_on_a_fallback_returns_to_its_preferred_shard_when_it_is_back() {
+    let (mut settings, preferred, fallback) = two_shards("n1").await;
+    settings.shard_retry = Duration::from_secs(1);
+    preferred.down.store(true, Ordering::SeqCst);
+    let (metrics, ev_tx, stop, task) = start(settings);
+    until("connected to the fallback", || metrics.connected.get() == 1).await;
+    ev_tx.send(batch(1)).await.unwrap();
+    until("batch 1 acked", || metrics.acked_seq.get() == 1).await;
+    preferred.down.store(false, Ordering::SeqCst);
+    until("back on the preferred shard", || {
+        metrics.disconnects.with_label_values(&["moved"]).get() == 1 && metrics.connected.get() == 1
+    })
+    .await;
+    ev_tx.send(batch(2)).await.unwrap();
+    until("batch 2 acked", || metrics.acked_seq.get() == 2).await;
+    assert_eq!(batches(&fallback), [1]);
+    assert_eq!(batches(&preferred), [2]);
     stop.send_replace(true);
     tokio::time::timeout(Duration::from_secs(5), task)
         .await
