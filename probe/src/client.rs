@@ -11,7 +11,7 @@ use crate::params::Params;
 use crate::result::ProbeResult;
 use crate::session;
 use crate::transport::Tcp;
-use crate::wire::TransportKind;
+use crate::wire::{Message, TransportKind, PROTOCOL_VERSION};
 
 /// What `probe run` needs.
 #[derive(Debug, Clone, Default)]
@@ -56,6 +56,44 @@ async fn connect(target: &str, bind: Option<IpAddr>) -> Result<Conn, ProbeError>
             std::io::ErrorKind::TimedOut,
             "no answer",
         ))),
+    }
+}
+
+/// Asks the probe server `via` to probe `to` with `params` (its own token and address), and returns what it
+/// measured (`tx`: `via` → `to`).
+pub async fn relay(
+    via: &str,
+    to: &str,
+    token: Option<&str>,
+    params: &Params,
+) -> Result<ProbeResult, ProbeError> {
+    let mut conn = connect(via, None).await?;
+    conn.send_message(&Message::Hello {
+        version: PROTOCOL_VERSION,
+        token: token.unwrap_or("").to_string(),
+        transport: params.transport,
+        size_bytes: params.size,
+        duration_ms: u64::try_from(params.duration.as_millis()).unwrap_or(u64::MAX),
+        qp: None,
+        relay_to: Some(to.to_string()),
+    })
+    .await?;
+    let relay_err = |detail: String| ProbeError::Relay {
+        via: via.to_string(),
+        to: to.to_string(),
+        detail,
+    };
+    match conn.recv_message(params.duration + GRACE * 3).await? {
+        Message::Relayed {
+            result: Some(r), ..
+        } => serde_json::from_value(r).map_err(|e| relay_err(format!("malformed result: {e}"))),
+        Message::Relayed { error, .. } => Err(relay_err(error.unwrap_or_default())),
+        Message::Refuse { reason, detail } => Err(ProbeError::Refused {
+            target: via.to_string(),
+            reason,
+            detail,
+        }),
+        other => Err(relay_err(format!("unexpected answer {other:?}"))),
     }
 }
 

@@ -36,6 +36,12 @@ pub enum ProbeError {
     RdmaNotBuilt,
     #[error("no RDMA device on this host{0}")]
     NoRdmaDevice(String),
+    #[error("{via} could not probe {to}: {detail}")]
+    Relay {
+        via: String,
+        to: String,
+        detail: String,
+    },
     #[error("RDMA verbs: {0}")]
     Verbs(String),
 }

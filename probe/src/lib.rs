@@ -6,7 +6,8 @@
 //!   [`stats`]: bandwidth and quantiles (pure), [`error`], [`busy`]: the [`BusyCheck`] a server asks;
 //! - [`conn`]: frame I/O on the control connection, [`transport`]: the [`Transport`] trait and TCP, [`rdma`]:
 //!   the verbs transport (cargo feature `rdma`) and its pure plan;
-//! - [`session`]: the phases on either side, [`result`]: the figures, [`server`] and [`client`].
+//! - [`session`]: the phases on either side, [`result`]: the figures, [`client`] and [`server`]
+//!   (which relays a probe with the client: a collector asks agent A to probe agent B).
 
 pub mod busy;
 pub mod client;
@@ -22,7 +23,7 @@ pub mod transport;
 pub mod wire;
 
 pub use busy::{BusyCheck, NeverBusy};
-pub use client::{run, ClientOptions};
+pub use client::{relay, run, ClientOptions};
 pub use error::ProbeError;
 pub use params::{Limits, Params};
 pub use result::ProbeResult;

@@ -1,6 +1,6 @@
 //! A probe's result, as JSON (`--format json`) and as text.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::session::Outcome;
 use crate::stats::{bandwidth, summarise};
@@ -8,7 +8,7 @@ use crate::wire::TransportKind;
 
 /// One probe between this host and a target. Bandwidths in bytes/s, latency as the round trip of one small
 /// message in seconds (half of it is what perftest's `ib_send_lat` prints).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ProbeResult {
     pub target: String,
     pub transport: TransportKind,

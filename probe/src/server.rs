@@ -23,6 +23,11 @@ pub struct ServerConfig {
     pub limits: Limits,
     /// RDMA device to answer RDMA probes on (`None`: the first one found).
     pub rdma_device: Option<String>,
+    /// Whether this server probes another one when a client asks it to (`Hello.relay_to`), with its own
+    /// token, from `bind`.
+    pub relay: bool,
+    /// Local address relayed probes leave from (the fabric interface's); `None` lets routing choose.
+    pub bind: Option<std::net::IpAddr>,
 }
 
 /// Counters of a server, for its owner's `/metrics`.
@@ -134,6 +139,7 @@ impl Server {
             size_bytes,
             duration_ms,
             qp,
+            relay_to,
         } = conn.recv_message(GRACE).await?
         else {
             return Err(ProbeError::Protocol(
@@ -161,6 +167,10 @@ impl Server {
             }
         };
         self.stats.accepted.fetch_add(1, Ordering::Relaxed);
+        if let Some(to) = relay_to {
+            self.relay(conn, to, params).await?;
+            return Ok(Some(transport));
+        }
         let size = usize::try_from(params.size).unwrap_or(usize::MAX);
         match transport {
             TransportKind::Tcp => self.serve_with(conn, Tcp, None, size, &params).await?,
@@ -181,6 +191,33 @@ impl Server {
             }
         }
         Ok(Some(transport))
+    }
+
+    /// Probes `to` for the client and answers with the result (or refuses when relaying is off).
+    async fn relay(&self, conn: &mut Conn, to: String, params: Params) -> Result<(), ProbeError> {
+        if !self.config.relay {
+            let detail = "this server does not relay probes".to_string();
+            let reason = Refusal::Transport;
+            return conn.send_message(&Message::Refuse { reason, detail }).await;
+        }
+        let opts = crate::client::ClientOptions {
+            target: to,
+            bind: self.config.bind,
+            token: self.config.token.clone(),
+            params,
+            device: self.config.rdma_device.clone(),
+        };
+        let answer = match crate::client::run(&opts).await {
+            Ok(r) => Message::Relayed {
+                result: serde_json::to_value(&r).ok(),
+                error: None,
+            },
+            Err(e) => Message::Relayed {
+                result: None,
+                error: Some(e.to_string()),
+            },
+        };
+        conn.send_message(&answer).await
     }
 
     async fn serve_with<T: Transport>(

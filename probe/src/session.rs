@@ -49,6 +49,7 @@ pub async fn client<T: Transport>(
         size_bytes: p.size,
         duration_ms: millis(p.duration),
         qp: t.local_qp(),
+        relay_to: None,
     })
     .await?;
     match conn.recv_message(GRACE).await? {

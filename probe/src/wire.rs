@@ -199,6 +199,17 @@ pub enum Message {
         duration_ms: u64,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         qp: Option<QpInfo>,
+        /// Relay: instead of being probed, the server probes this `HOST:PORT` with these parameters and
+        /// answers `Relayed` (a collector asking agent A to probe agent B).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        relay_to: Option<String>,
+    },
+    /// A relayed probe's result, or why it failed.
+    Relayed {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        result: Option<serde_json::Value>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
     },
     Accept {
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -278,6 +289,7 @@ mod tests {
                 rkey: 9,
                 len: 4096,
             }),
+            relay_to: None,
         };
         let f = encode_message(&m);
         assert_eq!(f[0], 1);

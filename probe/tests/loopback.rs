@@ -145,3 +145,54 @@ async fn rdma_without_a_device_or_the_feature_says_so() {
     );
     assert!(text.contains("RDMA"), "{text}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_relays_a_probe_to_another_when_allowed() {
+    let relay = ServerConfig {
+        token: Some("t".into()),
+        relay: true,
+        bind: Some("127.0.0.1".parse().unwrap()),
+        ..ServerConfig::default()
+    };
+    let (a, _) = start(relay, Arc::new(NeverBusy)).await;
+    let (b, b_server) = start(with_token("t"), Arc::new(NeverBusy)).await;
+    let params = Params {
+        transport: TransportKind::Tcp,
+        size: 64 * 1024,
+        duration: Duration::from_millis(400),
+    };
+    let r = commwatch_probe::relay(&a, &b, Some("t"), &params)
+        .await
+        .unwrap();
+    assert_eq!(r.target, b);
+    assert!(
+        r.tx_bytes_per_second > 0.0 && r.latency_samples > 0,
+        "{r:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        b_server
+            .stats
+            .completed
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+    // A server without relaying declines; a relay to a dead target names it.
+    let e = commwatch_probe::relay(&b, &a, Some("t"), &params)
+        .await
+        .unwrap_err();
+    assert_eq!(e.refusal(), Some(Refusal::Transport), "{e}");
+    let dead = {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        l.local_addr().unwrap().to_string()
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let e = commwatch_probe::relay(&a, &dead, Some("t"), &params)
+        .await
+        .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains(&format!("could not probe {dead}: cannot connect")),
+        "{e}"
+    );
+}

@@ -112,6 +112,8 @@ fn serve(a: &ServeArgs) -> anyhow::Result<()> {
             ..Limits::default()
         },
         rdma_device: a.device.clone(),
+        relay: false,
+        bind: None,
     };
     if config.token.is_none() {
         tracing::warn!("no --token-file: any client that reaches this address may probe it");
