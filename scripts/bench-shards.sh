@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Collector load with the load generator: NODES simulated nodes (the sim's demo node shape, default rates)
+# against SHARDS collectors, each pinned to its own core; the generator on the next core (one shard) or on
+# every core (several: a 2-core machine has no spare one). Prints the generator's report (ack latency per
+# shard, keeps up or not), then per shard: series per node in /metrics, the store's bytes per node, and the
+# load average before and after.
+#
+#   cargo build --release --bin commwatch && cargo build --release -p commwatch-sim --bin loadgen
+#   scripts/bench-shards.sh NODES [SHARDS=1] [SECS=60]        (env: WARMUP=15, BASE_PORT=17100, EXTRA=...)
+set -euo pipefail
+nodes=${1:?NODES}
+shards=${2:-1}
+secs=${3:-60}
+warmup=${WARMUP:-15}
+base=${BASE_PORT:-17100}
+root=$(cd "$(dirname "$0")/.." && pwd)
+bin=$root/target/release/commwatch
+gen=$root/target/release/loadgen
+[ -x "$bin" ] && [ -x "$gen" ] || { echo "build first: see the header of $0" >&2; exit 2; }
+cores=$(nproc)
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
+
+urls=()
+for ((k = 0; k < shards; k++)); do
+  grpc=$((base + k)); http=$((base + 100 + k)); core=$((k % cores))
+  taskset -c "$core" "$bin" collector --grpc-listen "127.0.0.1:$grpc" --http-listen "127.0.0.1:$http" \
+    ${EXTRA:-} >"$work/collector-$k.log" 2>&1 &
+  pids+=($!)
+  urls+=("http://127.0.0.1:$grpc")
+  for _ in $(seq 100); do curl -sf "http://127.0.0.1:$http/healthz" >/dev/null && break; sleep 0.1; done
+done
+if [ "$shards" -eq 1 ] && [ "$cores" -gt 1 ]; then gen_cores=1; else gen_cores=0-$((cores - 1)); fi
+echo "== $nodes nodes, $shards shard(s) on cores 0..$((shards - 1)), generator on cores $gen_cores; load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+list=$(IFS=,; echo "${urls[*]}")
+pidlist=$(IFS=,; echo "${pids[*]}")
+taskset -c "$gen_cores" "$gen" --collector "$list" --nodes "$nodes" --secs "$secs" --warmup "$warmup" --pid "$pidlist"
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
+for ((k = 0; k < shards; k++)); do
+  http=$((base + 100 + k))
+  curl -s "http://127.0.0.1:$http/metrics" >"$work/metrics-$k.txt" || true
+  held=$(grep -c '^commwatch_[a-z_]*{[^}]*node="load-' "$work/metrics-$k.txt" || true)
+  nodes_here=$(grep -o 'node="load-[0-9]*"' "$work/metrics-$k.txt" | sort -u | wc -l)
+  one=$(grep -o 'node="load-[0-9]*"' "$work/metrics-$k.txt" | head -1)
+  per_node=$(grep -c "$one" "$work/metrics-$k.txt" || true)
+  store=$(grep '^commwatch_collector_store_bytes' "$work/metrics-$k.txt" | tr '\n' ' ')
+  echo "shard $k: $nodes_here nodes in /metrics, $held node series ($per_node for one node), $(wc -c <"$work/metrics-$k.txt") bytes of /metrics; $store"
+  grep -E ' (WARN|ERROR) ' "$work/collector-$k.log" | head -5 || true
+done
