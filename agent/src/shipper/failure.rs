@@ -12,9 +12,22 @@ use tokio_rustls::rustls::{self, AlertDescription, CertificateError};
 /// What failed, with its reason (see the module documentation).
 pub fn describe(e: &(dyn Error + 'static)) -> String {
     match find_tls(e) {
-        Some(tls) => format!("TLS handshake failed: {} ({tls})", tls_reason(tls)),
-        None => chain_once(e),
+        Some(tls) => tls_words(tls),
+        None => chain_once(e.to_string(), inner_or_source(e)),
     }
+}
+
+/// What a stream's status says, with its reason: its message, then its source chain.
+pub fn describe_status(status: &tonic::Status) -> String {
+    let e: &(dyn Error + 'static) = status;
+    match find_tls(e) {
+        Some(tls) => tls_words(tls),
+        None => chain_once(status.message().to_string(), e.source()),
+    }
+}
+
+fn tls_words(tls: &rustls::Error) -> String {
+    format!("TLS handshake failed: {} ({tls})", tls_reason(tls))
 }
 
 /// The first TLS error in `e`'s chain, looking inside I/O errors (whose `source()` is their inner error's
@@ -85,10 +98,9 @@ fn tls_reason(e: &rustls::Error) -> &'static str {
     }
 }
 
-/// The messages of `e`'s chain, joined by `: `, leaving out one its predecessor already says.
-fn chain_once(e: &(dyn Error + 'static)) -> String {
-    let mut out = e.to_string();
-    let mut next = inner_or_source(e);
+/// `first`, then the messages of the chain from `next` on, joined by `: `, leaving out one already said.
+fn chain_once(first: String, mut next: Option<&(dyn Error + 'static)>) -> String {
+    let mut out = first;
     while let Some(err) = next {
         let m = err.to_string();
         if !m.is_empty() && !out.contains(&m) {
@@ -102,7 +114,10 @@ fn chain_once(e: &(dyn Error + 'static)) -> String {
 
 /// An I/O error's inner error, else `source()`.
 fn inner_or_source<'a>(e: &'a (dyn Error + 'static)) -> Option<&'a (dyn Error + 'static)> {
-    match e.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref()) {
+    match e
+        .downcast_ref::<std::io::Error>()
+        .and_then(|io| io.get_ref())
+    {
         Some(inner) => Some(inner),
         None => e.source(),
     }
@@ -165,7 +180,7 @@ mod tests {
         ];
         for (tls, want) in cases {
             let status = wrapped(tls);
-            let said = describe(&status);
+            let said = describe_status(&status);
             assert!(said.starts_with("TLS handshake failed: "), "{said}");
             assert!(said.contains(want), "{said}");
             assert!(!said.contains("Unknown transport error"), "{said}");
@@ -179,5 +194,91 @@ mod tests {
         let said = describe(&t);
         assert_eq!(said.matches("transport error").count(), 1, "{said}");
         assert!(said.contains("refused"), "{said}");
+        let status = tonic::Status::from_error(Box::new(t));
+        let said = describe_status(&status);
+        assert!(said.starts_with("transport error"), "{said}");
+        assert!(said.contains("refused"), "{said}");
+    }
+
+    /// A real handshake against a TLS server (rustls, as the collector's): tonic's error carries the reason.
+    mod handshake {
+        use super::super::describe;
+        use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+        use std::sync::Arc;
+        use tokio_rustls::rustls;
+
+        /// A CA's PEM, and a server certificate for `name` it signs (`expired`: valid only in 2000).
+        fn pki(name: &str, expired: bool) -> (String, Vec<u8>, Vec<u8>) {
+            let ca_key = KeyPair::generate().unwrap();
+            let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+            ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+            // Each CA its own name: a CA is found by the issuer name of the certificate.
+            let ca_name = format!("test CA {}", rand::random::<u64>());
+            ca.distinguished_name
+                .push(rcgen::DnType::CommonName, ca_name);
+            let ca_pem = ca.self_signed(&ca_key).unwrap().pem();
+            let issuer = Issuer::new(ca, ca_key);
+            let key = KeyPair::generate().unwrap();
+            let mut p = CertificateParams::new(vec![name.to_string()]).unwrap();
+            if expired {
+                p.not_before = rcgen::date_time_ymd(2000, 1, 1);
+                p.not_after = rcgen::date_time_ymd(2000, 12, 31);
+            }
+            let cert = p.signed_by(&key, &issuer).unwrap();
+            (ca_pem, cert.der().to_vec(), key.serialize_der())
+        }
+
+        /// Serves TLS handshakes (then drops the connection) with `cert`; returns the port.
+        async fn server(cert: Vec<u8>, key: Vec<u8>) -> u16 {
+            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            let key = rustls::pki_types::PrivateKeyDer::try_from(key).unwrap();
+            let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_no_client_auth()
+                .with_single_cert(vec![cert.into()], key)
+                .unwrap();
+            cfg.alpn_protocols = vec![b"h2".to_vec()];
+            let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let port = listener.local_addr().unwrap().port();
+            tokio::spawn(async move {
+                while let Ok((tcp, _)) = listener.accept().await {
+                    let a = acceptor.clone();
+                    tokio::spawn(async move { a.accept(tcp).await });
+                }
+            });
+            port
+        }
+
+        async fn connect_error(port: u16, ca_pem: &str, host: &str) -> String {
+            let tls = tonic::transport::ClientTlsConfig::new()
+                .ca_certificate(tonic::transport::Certificate::from_pem(ca_pem))
+                .domain_name(host);
+            let e = tonic::transport::Endpoint::from_shared(format!("https://127.0.0.1:{port}"))
+                .unwrap()
+                .tls_config(tls)
+                .unwrap()
+                .connect()
+                .await
+                .expect_err("the handshake fails");
+            assert_eq!(e.to_string(), "transport error", "tonic's own words");
+            describe(&e)
+        }
+
+        #[tokio::test]
+        async fn unknown_ca_expired_and_hostname_mismatch_are_named() {
+            let (ca, cert, key) = pki("localhost", false);
+            let port = server(cert, key).await;
+            let (other_ca, _, _) = pki("localhost", false);
+            let said = connect_error(port, &other_ca, "localhost").await;
+            assert!(said.contains("unknown CA"), "{said}");
+            let said = connect_error(port, &ca, "collector.example").await;
+            assert!(said.contains("hostname mismatch"), "{said}");
+            let (old_ca, old_cert, old_key) = pki("localhost", true);
+            let old = server(old_cert, old_key).await;
+            let said = connect_error(old, &old_ca, "localhost").await;
+            assert!(said.contains("expired"), "{said}");
+        }
     }
 }

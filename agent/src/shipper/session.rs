@@ -80,7 +80,7 @@ impl Shipper {
         let mut inbound = match response {
             Ok(r) => r.into_inner(),
             Err(status) => {
-                tracing::warn!(code = ?status.code(), message = status.message(), "collector refused the stream");
+                tracing::warn!(code = ?status.code(), error = %super::failure::describe_status(&status), "collector refused the stream");
                 return Err(Ended::Failed("refused"));
             }
         };
@@ -93,7 +93,7 @@ impl Shipper {
             Ok(Some(msg)) => self.handle_inbound(msg),
             Ok(None) => return Err(Ended::Failed("closed")),
             Err(status) => {
-                tracing::warn!(code = ?status.code(), message = status.message(), "stream failed after hello");
+                tracing::warn!(code = ?status.code(), error = %super::failure::describe_status(&status), "stream failed after hello");
                 return Err(Ended::Failed("error"));
             }
         }
@@ -238,7 +238,7 @@ impl<'a> Session<'a> {
 
     /// The stream failed.
     fn on_error(&mut self, status: &tonic::Status) -> Ended {
-        tracing::warn!(code = ?status.code(), message = status.message(), "stream failed");
+        tracing::warn!(code = ?status.code(), error = %super::failure::describe_status(&status), "stream failed");
         self.shipper
             .metrics
             .disconnects
