@@ -1,4 +1,5 @@
-//! The agent's own HTTP endpoint: `/metrics` (its health) and `/healthz`. Binds localhost unless configured.
+//! The agent's own HTTP endpoint: `/metrics` (its health) and `/healthz` (`ok`, or `degraded: ` naming a stalled
+//! source). Binds localhost unless configured.
 //!
 //! Served by [`commwatch_httpd`] like the collector's, bounded to [`MAX_HTTP_CONNECTIONS`] connections at once
 //! (one accepted beyond that is closed at once and counted in `commwatch_agent_http_connections_refused_total`;
@@ -35,6 +36,42 @@ async fn metrics_handler(State(m): State<Arc<AgentMetrics>>, request: HeaderMap)
     }
 }
 
+/// `GET /healthz`: `ok`; while a source is stalled (a read that has not returned within its deadline,
+/// `commwatch_agent_source_stalled` at 1), `degraded: ` naming the sources — still `200`, as the collector's
+/// (the agent serves and ships its other sources, and a restart would not unblock a hung read).
+async fn healthz(State(m): State<Arc<AgentMetrics>>) -> String {
+    let stalled = stalled_sources(&m);
+    if stalled.is_empty() {
+        "ok\n".into()
+    } else {
+        format!(
+            "degraded: source {} stalled: a read has not returned within its deadline; its series stop until \
+             it answers\n",
+            stalled.join(", ")
+        )
+    }
+}
+
+/// The sources whose stalled gauge is 1, by name.
+fn stalled_sources(m: &AgentMetrics) -> Vec<String> {
+    use prometheus::core::Collector;
+    let mut out: Vec<String> = m
+        .source_stalled
+        .collect()
+        .iter()
+        .flat_map(|f| f.get_metric())
+        .filter(|x| x.get_gauge().value() >= 1.0)
+        .filter_map(|x| {
+            x.get_label()
+                .iter()
+                .find(|l| l.name() == "source")
+                .map(|l| l.value().to_string())
+        })
+        .collect();
+    out.sort();
+    out
+}
+
 /// Binds `addr` and serves until `shutdown` flips to true (or its sender is gone): then it accepts nothing
 /// more, and open connections end after their current response. Returns the bound address.
 pub async fn serve(
@@ -50,7 +87,7 @@ pub async fn serve(
     };
     let app = Router::new()
         .route("/metrics", get(metrics_handler))
-        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/healthz", get(healthz))
         .with_state(metrics);
     let task = tokio::spawn(commwatch_httpd::serve(
         listener,
@@ -160,6 +197,31 @@ mod tests {
             env!("CARGO_PKG_VERSION")
         );
         assert_eq!(samples, [want.as_str()]);
+        stop.send_replace(true);
+        tokio::time::timeout(PROMPT, task).await.unwrap().unwrap();
+    }
+
+    #[tokio::test]
+    async fn healthz_says_degraded_naming_a_stalled_source() {
+        let metrics = Arc::new(AgentMetrics::new());
+        let (stop, rx) = watch::channel(false);
+        let (addr, task) = serve("127.0.0.1:0".parse().unwrap(), metrics.clone(), rx)
+            .await
+            .unwrap();
+        let body = |r: String| r.split("\r\n\r\n").nth(1).unwrap_or_default().to_string();
+        metrics.source_stalled.with_label_values(&["sysfs"]).set(0);
+        let r = healthz(addr).await.expect("a response");
+        assert!(r.starts_with("HTTP/1.1 200"), "{r}");
+        assert_eq!(body(r), "ok\n");
+        metrics.source_stalled.with_label_values(&["sysfs"]).set(1);
+        let r = healthz(addr).await.expect("a response");
+        assert!(r.starts_with("HTTP/1.1 200"), "{r}");
+        assert!(
+            body(r.clone()).starts_with("degraded: source sysfs stalled"),
+            "{r}"
+        );
+        metrics.source_stalled.with_label_values(&["sysfs"]).set(0);
+        assert_eq!(body(healthz(addr).await.unwrap()), "ok\n");
         stop.send_replace(true);
         tokio::time::timeout(PROMPT, task).await.unwrap().unwrap();
     }
