@@ -50,13 +50,30 @@ fn main() -> ExitCode {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             match &e {
-                // `{:#}` prints an anyhow error's context chain, as these commands always printed it.
-                CliError::Other(inner) => eprintln!("error: {inner:#}"),
+                // The error's context chain, as these commands always printed it, each cause said once.
+                CliError::Other(inner) => eprintln!("error: {}", said_once(inner)),
                 other => eprintln!("error: {other}"),
             }
             ExitCode::from(e.exit_code())
         }
     }
+}
+
+/// An error and its causes joined by `: ` (what `{:#}` prints), leaving out a cause that an error before it
+/// already says: an error whose message includes its source's would otherwise print it twice (`X: X`).
+fn said_once(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let m = cause.to_string();
+        if m.is_empty() || out.contains(&m) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&m);
+    }
+    out
 }
 
 /// The long-running commands (agent, collector, demo), in a multi-threaded runtime.
@@ -73,4 +90,28 @@ fn run_async(command: Command) -> anyhow::Result<()> {
             other => unreachable!("{other:?} is not a long-running command"),
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::said_once;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("cannot read token file /t: {source}")]
+    struct Repeats {
+        #[source]
+        source: std::io::Error,
+    }
+
+    #[test]
+    fn a_cause_is_said_once() {
+        let io = std::io::Error::from(std::io::ErrorKind::NotFound);
+        let e = anyhow::Error::new(Repeats { source: io }).context("collector");
+        assert_eq!(
+            said_once(&e),
+            "collector: cannot read token file /t: entity not found"
+        );
+        let plain = anyhow::anyhow!("outer").context("top");
+        assert_eq!(said_once(&plain), "top: outer");
+    }
 }

@@ -574,4 +574,55 @@ mod tests {
         })
         .is_ok());
     }
+
+    /// The fuzz target's property (`fuzz/fuzz_targets/baseline_request.rs`) on mutated bodies, in every test run.
+    #[test]
+    fn mutated_bodies_never_keep_a_value_out_of_bounds() {
+        use rand::{Rng, SeedableRng};
+        let seeds = [
+            r#"{"job":"llm-7","source_file":"a.txt","tests":[{"collective":"all_reduce_perf","nranks":16,"peak_busbw_gbps":190.5,"avg_busbw_gbps":150}]}"#,
+            r#"{"job":"j","gpus":8,"samples_per_second_per_gpu":100.0}"#,
+            r#"{"tests":[{"collective":"all_reduce","peak_busbw_gbps":9999.9},{"collective":"b","avg_busbw_gbps":1e3}]}"#,
+        ];
+        let alphabet = b"0123456789e+-.\"{}[],:naux";
+        let mut rng = rand::rngs::StdRng::seed_from_u64(13);
+        let (mut bare, mut thr) = (Vec::new(), Vec::new());
+        let mut kept = 0;
+        for i in 0..20_000 {
+            let mut b = seeds[i % seeds.len()].as_bytes().to_vec();
+            for _ in 0..rng.random_range(1..4) {
+                let at = rng.random_range(0..b.len());
+                match rng.random_range(0..3) {
+                    0 => b[at] = alphabet[rng.random_range(0..alphabet.len())],
+                    1 => b.insert(at, alphabet[rng.random_range(0..alphabet.len())]),
+                    _ => {
+                        b.remove(at);
+                    }
+                }
+            }
+            let Ok(s) = BaselineRequest::parse(&b).and_then(BaselineRequest::into_records) else {
+                continue;
+            };
+            kept += 1;
+            for x in &s.bare {
+                assert!(
+                    check_bare(x).is_ok(),
+                    "{}: {x:?}",
+                    String::from_utf8_lossy(&b)
+                );
+            }
+            for x in &s.throughput {
+                assert!(
+                    check_throughput(x).is_ok(),
+                    "{}: {x:?}",
+                    String::from_utf8_lossy(&b)
+                );
+            }
+            let _ = merge_stored(&mut bare, &mut thr, &s);
+        }
+        assert!(
+            kept > 100,
+            "the mutations left too few valid bodies: {kept}"
+        );
+    }
 }
