@@ -283,7 +283,7 @@ pub async fn run(
     );
     tasks.spawn_server("http", http);
     let gather = Arc::new(remote_write::ExpositionSource {
-        store: store.clone(),
+        exposition: exposition.clone(),
         health: health.clone(),
     });
     let sender = remote_write::start(&config.remote_write, gather, &health, signal.subscribe())?;

@@ -5,7 +5,7 @@
 //! `Content-Type: application/x-protobuf`, `X-Prometheus-Remote-Write-Version: 0.1.0`. Off unless
 //! `[remote_write] url` (`--remote-write-url`) is set.
 //!
-//! Every `interval` a gather renders the exposition text as `/metrics` does ([`ExpositionSource`]), reads it
+//! Every `interval` a gather renders the exposition text `/metrics` serves ([`ExpositionSource`]), reads it
 //! back ([`parse`]), keeps the families `include`/`exclude` select, stamps every sample with the gather's time,
 //! adds a staleness marker for each series the previous gather had and this one lacks (a cleared finding
 //! ends at once in the store instead of lingering for its lookback), and queues the requests ([`encode`]) in
@@ -33,7 +33,7 @@ use tokio::time::Instant;
 use tracing::{info, warn};
 
 use crate::config::RemoteWriteConfig;
-use crate::store::Store;
+use crate::export::exposition::Exposition;
 use crate::telemetry::Health;
 use encode::Label;
 pub use metrics::Metrics;
@@ -55,21 +55,19 @@ pub trait Gather: Send + Sync + 'static {
     fn text(&self) -> Result<String, String>;
 }
 
-/// The collector's `/metrics` text: the health registry's families and the store's.
+/// The collector's `/metrics` text, rendered by the very [`Exposition`] that serves `/metrics` (its families,
+/// names, labels and NVLink detail, whatever they become). Its renders are observed in
+/// `commwatch_collector_scrape_seconds` like a scrape's.
 pub struct ExpositionSource {
-    pub store: Arc<Store>,
+    pub exposition: Arc<Exposition>,
     pub health: Health,
 }
 
 impl Gather for ExpositionSource {
     fn text(&self) -> Result<String, String> {
-        let registered = self.health.registry.gather();
-        let nodes = self.store.snapshot(commwatch_model::clock::unix_now_ns());
-        let memory = self.store.memory();
-        let mut out = String::new();
-        crate::export::exposition::write_exposition(&registered, &nodes, Some(&memory), &mut out)
-            .map_err(|e| e.to_string())?;
-        Ok(out)
+        self.exposition
+            .render(&self.health)
+            .map_err(|e| e.to_string())
     }
 }
 
@@ -209,17 +207,23 @@ impl Producer {
         let max = self.max_samples;
         let gathered = Instant::now();
         let work = tokio::task::spawn_blocking(move || {
-            let text = source.text()?;
+            // A failed render keeps the previous series, for their staleness markers next time.
+            let text = match source.text() {
+                Ok(text) => text,
+                Err(e) => return Err((e, previous)),
+            };
             let (samples, errors) = parse::parse_exposition(&text, |n| filter.keeps(n));
             let now_ms = (commwatch_model::clock::unix_now_ns() / 1_000_000) as i64;
             let (series, now) = encode::gather_series(samples, &external, previous, now_ms);
-            let requests = encode::encode_requests(series, max).map_err(|e| e.to_string())?;
-            Ok::<_, String>((requests, now, errors))
+            let requests =
+                encode::encode_requests(series, max).map_err(|e| (e.to_string(), Vec::new()))?;
+            Ok((requests, now, errors))
         });
         let (requests, now, errors) = match work.await {
             Ok(Ok(done)) => done,
-            Ok(Err(e)) => {
-                return warn!(error = %e, "remote write: the gather failed; nothing queued")
+            Ok(Err((e, previous))) => {
+                self.previous = previous;
+                return warn!(error = %e, "remote write: the gather failed; nothing queued");
             }
             Err(e) => return warn!(error = %e, "remote write: the gather task failed"),
         };
