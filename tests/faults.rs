@@ -1049,3 +1049,64 @@ fn an_idle_connection_flood_does_not_starve_the_collector() {
     );
     drop(agent);
 }
+
+// ---------------------------------------------------------------------------------------------------------------
+// Hostile baselines (failures 1 and 4 of the hostile test).
+
+fn post_baseline_body(http: u16, body: String) -> (u16, serde_json::Value) {
+    let r = client()
+        .post(format!("http://127.0.0.1:{http}/api/v1/baselines"))
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .expect("an answer");
+    let status = r.status().as_u16();
+    (status, r.json().unwrap_or(serde_json::Value::Null))
+}
+
+fn collectives(n: usize, gbps: &str) -> String {
+    let tests: Vec<String> = (0..n)
+        .map(|i| format!(r#"{{"collective":"c{i}","peak_busbw_gbps":{gbps}}}"#))
+        .collect();
+    format!(r#"{{"tests":[{}]}}"#, tests.join(","))
+}
+
+/// One POST of `1e300` GB/s once stopped every later start ("invalid type: null, expected f64"), and 40,000
+/// collectives in one POST held the collector for minutes. Now both are refused naming the field or the limit,
+/// what a `200` acknowledged survives a SIGKILL, and the collector starts again on its state.
+#[test]
+fn hostile_baselines_are_refused_and_a_killed_collector_starts_again() {
+    let state = tempfile::tempdir().unwrap();
+    let (grpc, http) = (free_port(), free_port());
+    let healthy = |http: u16| {
+        wait_for(Duration::from_secs(20), || {
+            get_text(&format!("http://127.0.0.1:{http}/healthz"))
+        })
+    };
+    let (c, log) = collector_with_state(grpc, http, state.path());
+    assert!(healthy(http).is_some(), "{}", log.lock().unwrap());
+    let (code, answer) = post_baseline_body(http, collectives(1, "1e300"));
+    assert_eq!(code, 400, "{answer}");
+    assert_eq!(answer["field"], "tests[0].peak_busbw_gbps", "{answer}");
+    let (code, answer) = post_baseline_body(http, collectives(40_000, "100.0"));
+    assert_eq!(code, 413, "{answer}");
+    assert!(
+        answer["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("at most 256 tests"),
+        "{answer}"
+    );
+    let (code, answer) = post_baseline_body(http, collectives(3, "48.89"));
+    assert_eq!(code, 200, "{answer}");
+    drop(c); // SIGKILL
+
+    let (_c, log) = collector_with_state(grpc, http, state.path());
+    assert!(
+        healthy(http).is_some(),
+        "the collector did not start again: {}",
+        log.lock().unwrap()
+    );
+    let kept = get_json(&format!("http://127.0.0.1:{http}/api/v1/baselines")).expect("baselines");
+    assert_eq!(kept["bare"].as_array().map(Vec::len), Some(3), "{kept}");
+}
