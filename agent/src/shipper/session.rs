@@ -238,7 +238,7 @@ impl<'a> Session<'a> {
 
     /// The stream failed.
     fn on_error(&mut self, status: &tonic::Status) -> Ended {
-        tracing::warn!(code = ?status.code(), error = %super::failure::describe_status(&status), "stream failed");
+        tracing::warn!(code = ?status.code(), error = %super::failure::describe_status(status), "stream failed");
         self.shipper
             .metrics
             .disconnects

@@ -53,8 +53,16 @@ async fn list(
     }
 }
 
+/// `GET /api/v1/baselines`: every baseline held (copied off the async workers).
 async fn baselines(State(a): State<AnalysisHandle>) -> Response {
-    Json(a.baselines()).into_response()
+    match tokio::task::spawn_blocking(move || a.baselines()).await {
+        Ok(b) => Json(b).into_response(),
+        Err(e) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            Json(serde_json::json!({ "error": e.to_string() })),
+        )
+            .into_response(),
+    }
 }
 
 /// Largest baseline request body accepted, in bytes (a nccl-tests result is a few KiB).
