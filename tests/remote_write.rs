@@ -388,3 +388,103 @@ fn derived_series_and_findings_reach_prometheus_and_victoria_metrics() {
     });
     drop(updater.stop());
 }
+
+/// The figures of the 8×8 demo (`cargo test --release --test remote_write -- --ignored --nocapture`): the
+/// demo's `/metrics` (its own collector, 64 agents) gathered by the remote-write sender every 5 s and sent to
+/// a real Prometheus. Prints the samples per gather (and per second at the default 15 s interval), requests
+/// and bytes per gather, the CPU time of one gather (render excluded: read over HTTP here), and the delay until
+/// queryable.
+#[test]
+#[ignore = "a benchmark: minutes of CPU on a small machine"]
+fn figures_for_the_8x8_demo() {
+    use commwatch_collector::remote_write::{self, encode, parse, Gather, Metrics, Sender};
+    if !have("prometheus", "--version") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let prometheus = Tsdb::prometheus(dir.path());
+    let (grpc, http) = (free_port(), free_port());
+    let mut demo = Command::new(common::BIN)
+        .args(["demo", "--scenario", "management-nic", "--duration", "120s"])
+        .args(["--grpc-listen", &format!("127.0.0.1:{grpc}")])
+        .args(["--http-listen", &format!("127.0.0.1:{http}")])
+        .args(["--dir", &dir.path().join("trees").display().to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let metrics_url = format!("http://127.0.0.1:{http}/metrics");
+    // Every node reporting with its step figures.
+    let text = wait_for(Duration::from_secs(60), || {
+        let t = get_text(&metrics_url)?;
+        let nodes = metric(&t, "commwatch_collector_nodes", &[])?;
+        (nodes >= 8.0 && t.contains("commwatch_step_duration_seconds")).then_some(t)
+    })
+    .expect("the demo's 8 nodes in /metrics");
+
+    let started = Instant::now();
+    let (samples, errors) = parse::parse_exposition(&text, |_| true);
+    let n = samples.len();
+    let (series, _) = encode::gather_series(samples, &[], Vec::new(), 0);
+    let requests = encode::encode_requests(series, 5_000).unwrap();
+    let cpu = started.elapsed();
+    let bytes: usize = requests.iter().map(|r| r.body.len()).sum();
+    assert_eq!(errors, []);
+    eprintln!(
+        "8x8 demo: {} bytes of /metrics, {n} samples per gather ({:.0} samples/s at 15 s), {} requests of \
+         ≤5,000, {:.0} bytes per request, {:.2} bytes per sample; parse + encode {:?}",
+        text.len(),
+        n as f64 / 15.0,
+        requests.len(),
+        bytes as f64 / requests.len() as f64,
+        bytes as f64 / n as f64,
+        cpu
+    );
+
+    struct Http(String);
+    impl Gather for Http {
+        fn text(&self) -> Result<String, String> {
+            get_text(&self.0).ok_or_else(|| "no /metrics".to_string())
+        }
+    }
+    let cfg = commwatch_collector::config::RemoteWriteConfig {
+        url: Some(prometheus.write_url()),
+        interval: Duration::from_secs(5),
+        ..Default::default()
+    };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let health = commwatch_collector::telemetry::Health::new().unwrap();
+    let m = Metrics::register(&health.registry).unwrap();
+    let (stop, rx) = tokio::sync::watch::channel(false);
+    let sender = Sender::new(&cfg).unwrap();
+    let task = rt.spawn(remote_write::run(
+        cfg,
+        std::sync::Arc::new(Http(metrics_url)),
+        sender,
+        m.clone(),
+        rx,
+    ));
+    let d = delays(
+        &prometheus,
+        "commwatch_collector_nodes",
+        Duration::from_secs(30),
+    );
+    stop.send_replace(true);
+    rt.block_on(task).unwrap();
+    let _ = demo.kill();
+    let _ = demo.wait();
+    eprintln!(
+        "8x8 demo into Prometheus: {} samples sent in {} requests ({} bytes), {} failed, {} dropped; \
+         gather → queryable over {} gathers: median {:.3} s, max {:.3} s",
+        m.samples_sent.get(),
+        m.requests_sent.get(),
+        m.bytes_sent.get(),
+        m.samples_failed.get(),
+        m.samples_dropped.get(),
+        d.len(),
+        d.get(d.len() / 2).copied().unwrap_or(f64::NAN),
+        d.last().copied().unwrap_or(f64::NAN),
+    );
+    assert_eq!(m.samples_failed.get() + m.samples_dropped.get(), 0);
+}

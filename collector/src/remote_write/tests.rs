@@ -258,3 +258,38 @@ async fn nothing_starts_without_a_url_and_a_refused_connection_is_retried() {
     let sender = Sender::new(&config(&url)).unwrap();
     assert!(matches!(sender.send(vec![1]).await, Outcome::Retry(_)));
 }
+
+#[tokio::test]
+async fn a_collector_with_a_url_sends_its_families_and_flushes_at_stop() {
+    let (r, url) = receiver(&[], None).await;
+    let mut config = crate::CollectorConfig {
+        grpc_listen: "127.0.0.1:0".parse().unwrap(),
+        http_listen: "127.0.0.1:0".parse().unwrap(),
+        ..Default::default()
+    };
+    config.remote_write = RemoteWriteConfig {
+        url: Some(url),
+        interval: Duration::from_secs(3600),
+        external_labels: [("shard".to_string(), "s0".to_string())].into(),
+        ..Default::default()
+    };
+    let handle = crate::start(config).await.unwrap();
+    until("the first gather", || !r.requests.lock().is_empty()).await;
+    let first = encode::decode_request(&r.requests.lock()[0].1).unwrap();
+    let build_info = first
+        .timeseries
+        .iter()
+        .find(|t| t.labels.iter().any(|l| l.value == "commwatch_build_info"))
+        .expect("the collector's own health is sent");
+    assert!(build_info
+        .labels
+        .iter()
+        .any(|l| l.name == "shard" && l.value == "s0"));
+    let text = handle.render_metrics();
+    assert!(
+        text.contains("commwatch_collector_remote_write_samples_total{result=\"sent\"}"),
+        "{text}"
+    );
+    handle.shutdown().await;
+    assert_eq!(r.requests.lock().len(), 2, "the gather at stop is sent");
+}
