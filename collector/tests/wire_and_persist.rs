@@ -216,8 +216,8 @@ async fn golden_exposition_for_one_node() {
     let m = metrics(&h).await;
     let ib = r#"node="node-a",class="infiniband",device="mlx5_0",port="1",role="fabric""#;
     let eth = r#"node="node-a",class="ethernet",device="eth0",port="eth0",role="management""#;
-    let nv =
-        r#"node="node-a",class="nvlink",device="gpu0",port="3",role="fabric",gpu="0",link="3""#;
+    // The default NVLink detail: the GPU's links (one here) as one series set, without `port` and `link`.
+    let nv = r#"node="node-a",class="nvlink",device="gpu0",role="fabric",gpu="0""#;
     let mut expected: Vec<String> = vec![
         format!("commwatch_link_capacity_bytes_per_second{{{ib}}} 25000000000"),
         format!("commwatch_link_capacity_bytes_per_second{{{nv}}} 26562000000"),
@@ -241,6 +241,8 @@ async fn golden_exposition_for_one_node() {
         format!("commwatch_link_up{{{ib},state=\"ACTIVE\"}} 1"),
         format!("commwatch_link_up{{{nv},state=\"up\"}} 1"),
         format!("commwatch_link_xmit_wait_ticks_total{{{ib}}} 0"),
+        "commwatch_gpu_nvlinks_up{node=\"node-a\",gpu=\"0\"} 1".into(),
+        "commwatch_gpu_nvlinks{node=\"node-a\",gpu=\"0\"} 1".into(),
         "commwatch_node_agent_dropped_batches_total{node=\"node-a\"} 0".into(),
         "commwatch_node_cpu_utilization_ratio{node=\"node-a\"} 0.5".into(),
         "commwatch_node_last_seen_timestamp_seconds{node=\"node-a\"} <now>".into(),
