@@ -182,14 +182,19 @@ fn the_page_shows_the_management_nic_root_cause_the_fleet_and_the_job() {
     let demo = Demo::start("management-nic", "120s");
     let up = wait_for(Duration::from_secs(30), || get_text(&demo.url("/healthz")));
     assert!(up.is_some(), "the demo's collector did not come up");
+    // The banner comes once the agents are started.
+    let banner = wait_for(Duration::from_secs(30), || {
+        let out = demo.stdout();
+        out.contains("collector gRPC:").then_some(out)
+    })
+    .expect("the demo's banner");
     assert!(
-        demo.stdout()
+        banner
             .lines()
             .next()
             .unwrap_or("")
             .starts_with("live page:       http://127.0.0.1:"),
-        "the demo prints the page's address first:\n{}",
-        demo.stdout()
+        "the demo prints the page's address first:\n{banner}"
     );
 
     // The page's script replaces the view in place (here before any finding is raised, too).
@@ -268,7 +273,12 @@ fn the_page_shows_the_management_nic_root_cause_the_fleet_and_the_job() {
     );
 
     // The job's charts have points; its ranks show their NCCL settings.
-    let job = dom(&bin, &demo.url("/job/1001"), 2500);
+    // (Steps are inferred from the traffic's period: the first ones need a few periods after the job starts.)
+    let job = wait_for(Duration::from_secs(45), || {
+        let d = dom(&bin, &demo.url("/job/1001"), 2500);
+        d.contains("<circle class=\"pt\"").then_some(d)
+    })
+    .expect("the job chart never got a point");
     let charts = element(&job, "<div class=\"charts\" id=\"job-chart\"", "</section>").unwrap();
     let points = charts.matches("<circle class=\"pt\"").count();
     assert!(points >= 3, "the job chart has {points} point(s): {charts}");
@@ -300,6 +310,12 @@ fn the_page_shows_the_management_nic_root_cause_the_fleet_and_the_job() {
     assert!(node.contains(ROOT), "the node's findings");
 
     if let Some(dir) = std::env::var_os("COMMWATCH_PAGE_SHOTS") {
+        // Pictures of a job some seconds in: a dozen steps in its charts.
+        let _ = wait_for(Duration::from_secs(60), || {
+            let d = dom(&bin, &demo.url("/job/1001"), 500);
+            let time = element(&d, "<figure class=\"chart\">", "</figure>")?.to_string();
+            (time.matches("<circle class=\"pt\"").count() >= 12).then_some(())
+        });
         let dir = PathBuf::from(dir);
         std::fs::create_dir_all(&dir).unwrap();
         for (name, path) in [

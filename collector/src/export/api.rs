@@ -57,7 +57,12 @@ pub(crate) fn app(s: Sources) -> Result<(Router, Arc<Exposition>), prometheus::E
         health: s.health.clone(),
         exposition: exposition.clone(),
     })
-    .merge(super::page::router(&s))
+    .merge(super::page::router(
+        s.store.clone(),
+        s.steps.clone(),
+        s.analysis.clone(),
+        s.access.clone(),
+    ))
     .merge(super::steps::router(s.steps))
     .merge(super::findings::router(s.analysis.clone()))
     .merge(super::jobs::router(s.store, s.analysis))

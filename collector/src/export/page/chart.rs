@@ -67,28 +67,7 @@ pub fn render(axes: &Axes, series: &[Series]) -> String {
          xmlns=\"http://www.w3.org/2000/svg\">",
         Esc(axes.title)
     );
-    for i in 0..=4 {
-        let y = y1 * f64::from(i) / 4.0;
-        let _ = write!(
-            s,
-            "<line class=\"grid\" x1=\"{LEFT}\" x2=\"{}\" y1=\"{py:.1}\" y2=\"{py:.1}\"/><text class=\"tick\" \
-             x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
-            W - RIGHT,
-            LEFT - 6.0,
-            py(y) + 4.0,
-            Esc(&(axes.y)(Some(y))),
-            py = py(y)
-        );
-    }
-    for (x, anchor) in [(x0, "start"), (x1, "end")] {
-        let _ = write!(
-            s,
-            "<text class=\"tick\" x=\"{:.1}\" y=\"{}\" text-anchor=\"{anchor}\">{}</text>",
-            if anchor == "start" { LEFT } else { W - RIGHT },
-            H - 8.0,
-            Esc(&(axes.x)(x))
-        );
-    }
+    grid(&mut s, axes, (x0, x1), y1, py);
     for line in series.iter().filter(|l| !l.points.is_empty()) {
         let pts: Vec<String> = line
             .points
@@ -128,6 +107,32 @@ pub fn render(axes: &Axes, series: &[Series]) -> String {
     }
     s.push_str("</ul></figure>");
     s
+}
+
+/// The gridlines with their y labels, and the x range at its ends.
+fn grid(s: &mut String, axes: &Axes, (x0, x1): (f64, f64), y1: f64, py: impl Fn(f64) -> f64) {
+    for i in 0..=4 {
+        let y = y1 * f64::from(i) / 4.0;
+        let _ = write!(
+            s,
+            "<line class=\"grid\" x1=\"{LEFT}\" x2=\"{}\" y1=\"{py:.1}\" y2=\"{py:.1}\"/><text class=\"tick\" \
+             x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
+            W - RIGHT,
+            LEFT - 6.0,
+            py(y) + 4.0,
+            Esc(&(axes.y)(Some(y))),
+            py = py(y)
+        );
+    }
+    for (x, anchor) in [(x0, "start"), (x1, "end")] {
+        let _ = write!(
+            s,
+            "<text class=\"tick\" x=\"{:.1}\" y=\"{}\" text-anchor=\"{anchor}\">{}</text>",
+            if anchor == "start" { LEFT } else { W - RIGHT },
+            H - 8.0,
+            Esc(&(axes.x)(x))
+        );
+    }
 }
 
 #[cfg(test)]

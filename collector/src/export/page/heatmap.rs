@@ -208,8 +208,9 @@ pub fn render(rows: &[Row], columns: &[Column], group: Group, title: &str) -> Op
     if cols.is_empty() {
         return None;
     }
+    // The rotated column labels lean right of their column: room for the last one's.
     let (w, h) = (
-        LABEL_W + cols.len() * CELL_W + 8,
+        LABEL_W + cols.len() * CELL_W + 64,
         HEAD_H + rows.len() * CELL_H + 4,
     );
     let mut s = String::new();

@@ -100,7 +100,14 @@ fn rounds(steps: &[JobStep]) -> Vec<Round> {
 /// The three charts' series from `steps` (one point per [`Round`]); x is seconds relative to the newest
 /// round's end.
 pub fn series(steps: &[JobStep]) -> [Vec<Series>; 3] {
+    // A round that misses some of the job's nodes shows a fraction of the bytes: the newest ones that do (their
+    // steps still being found) are left out, and so is any with fewer than half the nodes.
     let mut rounds = rounds(steps);
+    let most = rounds.iter().map(|r| r.nodes.len()).max().unwrap_or(0);
+    rounds.retain(|r| r.nodes.len() * 2 >= most);
+    while rounds.last().is_some_and(|r| r.nodes.len() < most) {
+        rounds.pop();
+    }
     let newest = rounds.last().map_or(0.0, |r| r.end_s);
     let mut time = Series {
         name: "step time (median over nodes)".into(),
@@ -139,7 +146,7 @@ fn ago(x: f64) -> String {
     if x.abs() < 0.5 {
         "newest".into()
     } else {
-        format!("{x:.0} s ago")
+        format!("{:.0} s ago", x.abs())
     }
 }
 

@@ -31,7 +31,8 @@ use axum::routing::get;
 use axum::Router;
 use commwatch_model::clock::unix_now_ns;
 
-use super::api::Sources;
+use super::access::ApiAccess;
+use super::nodes::NodeView;
 use crate::analysis::engine::FindingFilter;
 use crate::analysis::AnalysisHandle;
 use crate::steps::StepStore;
@@ -54,25 +55,30 @@ pub enum View {
     Node(String),
 }
 
-/// The page's routes (merged into the collector's HTTP router).
-pub(crate) fn router(s: &Sources) -> Router {
+/// The page's routes (merged into the collector's HTTP router); `access` guards the views.
+pub fn router(
+    store: Arc<Store>,
+    steps: Arc<StepStore>,
+    analysis: AnalysisHandle,
+    access: Arc<ApiAccess>,
+) -> Router {
     let state = PageState {
-        store: s.store.clone(),
-        steps: s.steps.clone(),
-        analysis: s.analysis.clone(),
+        store,
+        steps,
+        analysis,
     };
     let views = Router::new()
         .route("/", get(index))
         .route("/job/{id}", get(job_page))
         .route("/node/{name}", get(node_page))
         .route_layer(axum::middleware::from_fn_with_state(
-            s.access.clone(),
+            access.clone(),
             login::guard,
         ))
         .with_state(state);
     let open: Router = Router::new()
         .route("/login", get(login::form).post(login::submit))
-        .with_state::<()>(s.access.clone())
+        .with_state::<()>(access)
         .route("/assets/page.js", get(script))
         .route("/assets/page.css", get(style));
     views.merge(open)
@@ -186,8 +192,14 @@ fn active(filter: FindingFilter) -> FindingFilter {
 fn fleet(s: &PageState) -> String {
     let findings = s.analysis.findings(&active(FindingFilter::default()));
     let mut out = roots::section(&findings);
-    let nodes = super::api::node_views(&s.store);
-    let now = unix_now_ns() as f64 / 1e9;
+    let now_ns = unix_now_ns();
+    let nodes: Vec<NodeView> = s
+        .store
+        .snapshot(now_ns)
+        .iter()
+        .map(NodeView::from)
+        .collect();
+    let now = now_ns as f64 / 1e9;
     let mut rows = Vec::new();
     let mut columns = Vec::new();
     for n in &nodes {
@@ -281,7 +293,7 @@ fn job_main(s: &PageState, id: &str) -> Option<String> {
 fn node_main(s: &PageState, name: &str) -> Option<String> {
     let now = unix_now_ns();
     let snap = s.store.snapshot(now).into_iter().find(|n| n.name == name)?;
-    let view = super::nodes::NodeView::from(&snap);
+    let view = NodeView::from(&snap);
     let mut gpus = node::GpuReadings::new();
     for series in snap.series.iter().filter(|x| x.key.link.is_none()) {
         if let Some((_, g)) = series.key.labels.iter().find(|(k, _)| k == "gpu") {

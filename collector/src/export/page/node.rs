@@ -156,7 +156,10 @@ fn gpu_table(gpus: &GpuReadings) -> String {
     for (gpu, readings) in gpus {
         let v: Vec<String> = readings
             .iter()
-            .map(|(m, x)| format!("{} <b>{}</b>", Esc(m), units::plain(*x)))
+            .map(|(m, x)| {
+                let name = m.strip_prefix("gpu_").unwrap_or(m).replace('_', " ");
+                format!("{} <b>{}</b>", Esc(&name), Esc(&units::by_name(m, *x)))
+            })
             .collect();
         let _ = write!(
             s,

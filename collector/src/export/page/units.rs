@@ -46,6 +46,26 @@ pub fn in_unit(v: f64, unit: &str) -> String {
     }
 }
 
+/// A reading in the unit its metric name ends with (`_bytes_per_second`, `_bytes`, `_ratio`, `_seconds`,
+/// `_watts`, `_hz`); a plain number otherwise.
+pub fn by_name(metric: &str, v: f64) -> String {
+    if metric.ends_with("_bytes_per_second") {
+        rate(Some(v))
+    } else if metric.ends_with("_bytes") {
+        bytes(Some(v))
+    } else if metric.ends_with("_ratio") {
+        percent(Some(v))
+    } else if metric.ends_with("_seconds") {
+        seconds(Some(v))
+    } else if metric.ends_with("_watts") {
+        format!("{v:.0} W")
+    } else if metric.ends_with("_hz") {
+        scaled(v, "Hz")
+    } else {
+        plain(v)
+    }
+}
+
 /// A plain number with at most three significant decimals.
 pub fn plain(v: f64) -> String {
     if v.fract() == 0.0 && v.abs() < 1e15 {
@@ -90,5 +110,8 @@ mod tests {
         assert_eq!(seconds(Some(1.417)), "1.42 s");
         assert_eq!(in_unit(3.0, "errors_per_second"), "3 errors per second");
         assert_eq!(in_unit(0.5, "ratio"), "50%");
+        assert_eq!(by_name("gpu_sm_clock_hz", 1.98e9), "1.98 GHz");
+        assert_eq!(by_name("gpu_power_watts", 536.1), "536 W");
+        assert_eq!(by_name("gpu_memory_used_bytes", 71303168000.0), "71.30 GB");
     }
 }
