@@ -309,6 +309,24 @@ pub fn check_throughput(b: &ThroughputBaseline) -> Result<(), BaselineError> {
     Ok(())
 }
 
+/// The bare baselines an evaluation can use: per job (and the fleet-wide `None`), the one
+/// [`super::input::AnalysisInput::bare_baseline`] picks — the first AllReduce one, else the first — so that
+/// the rules, which look one up per link, scan one per job rather than every one held (up to
+/// [`bounds::MAX_BARE_BASELINES`]). Linear.
+pub fn effective_bare(all: &[BareBaseline]) -> Vec<BareBaseline> {
+    let is_all_reduce = |b: &BareBaseline| b.collective.to_ascii_lowercase().contains("all_reduce");
+    let mut pick: HashMap<Option<&str>, usize> = HashMap::new();
+    for (i, b) in all.iter().enumerate() {
+        let slot = pick.entry(b.job.as_deref()).or_insert(i);
+        if !is_all_reduce(&all[*slot]) && is_all_reduce(b) {
+            *slot = i;
+        }
+    }
+    let mut chosen: Vec<usize> = pick.into_values().collect();
+    chosen.sort_unstable();
+    chosen.into_iter().map(|i| all[i].clone()).collect()
+}
+
 /// How many elements a [`merge`] would add beyond those it replaces, when that is over its bound.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OverBound {
@@ -624,5 +642,42 @@ mod tests {
             kept > 100,
             "the mutations left too few valid bodies: {kept}"
         );
+    }
+
+    #[test]
+    fn the_effective_baselines_pick_what_the_rules_would_pick() {
+        use crate::analysis::input::AnalysisInput;
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        let jobs = [None, Some("a"), Some("b"), Some("c")];
+        let collectives = [
+            "all_reduce_perf",
+            "all_gather_perf",
+            "AllReduce_x",
+            "broadcast",
+        ];
+        for _ in 0..200 {
+            let all: Vec<BareBaseline> = (0..rng.random_range(0..12))
+                .map(|i| BareBaseline {
+                    job: jobs[rng.random_range(0..jobs.len())].map(str::to_string),
+                    collective: collectives[rng.random_range(0..collectives.len())].into(),
+                    busbw_bytes_per_second: f64::from(i + 1) * 1e9,
+                    nranks: None,
+                    source: "operator".into(),
+                })
+                .collect();
+            let full = AnalysisInput {
+                bare_baselines: all.clone(),
+                ..Default::default()
+            };
+            let reduced = AnalysisInput {
+                bare_baselines: effective_bare(&all),
+                ..Default::default()
+            };
+            assert!(reduced.bare_baselines.len() <= jobs.len());
+            for j in jobs.iter().chain(&[Some("unknown")]) {
+                assert_eq!(full.bare_baseline(*j), reduced.bare_baseline(*j), "{all:?}");
+            }
+        }
     }
 }

@@ -341,7 +341,9 @@ impl AnalysisHandle {
     /// does, at a time the caller gives — for runs on a virtual clock (the detection benchmark).
     pub fn evaluate_at(&self, now_unix_ns: i64) {
         let started = Instant::now();
-        let extras = self.inner.state.lock().extras.clone();
+        let mut extras = self.inner.state.lock().extras.clone();
+        // One bare baseline per job is all the rules can use: they look one up per link.
+        extras.bare_baselines = baselines::effective_bare(&extras.bare_baselines);
         let input = input::build(&self.inner.store, &self.inner.steps, now_unix_ns, &extras);
         self.apply(&input, started);
     }
