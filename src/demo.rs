@@ -54,6 +54,12 @@ pub struct DemoArgs {
     /// NVLink series in the collector's /metrics: `gpu` (a GPU's links summed) or `link` (one per NVLink).
     #[arg(long, value_name = "gpu|link", default_value = "gpu")]
     pub nvlink_detail: commwatch_collector::config::NvlinkDetail,
+    /// Link error/congestion/other counters in /metrics: `family` (summed per link) or `name` (per counter).
+    #[arg(long, value_name = "family|name", default_value = "family")]
+    pub counter_detail: commwatch_collector::config::CounterDetail,
+    /// CPU utilisation in /metrics: `total` (the node's) or `core` (also per core).
+    #[arg(long, value_name = "total|core", default_value = "total")]
+    pub cpu_detail: commwatch_collector::config::CpuDetail,
 }
 
 /// The simulator's traffic variants with their one-line summaries, for `--variant`'s help.
@@ -154,6 +160,8 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         http_listen: args.http_listen,
         allow_plaintext: args.allow_plaintext,
         nvlink_detail: args.nvlink_detail,
+        counter_detail: args.counter_detail,
+        cpu_detail: args.cpu_detail,
         ..Default::default()
     })
     .await

@@ -7,8 +7,10 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+pub mod export_detail;
 pub mod nvlink_detail;
 pub mod remote_write;
+pub use export_detail::{CounterDetail, CpuDetail};
 pub use nvlink_detail::NvlinkDetail;
 pub use remote_write::RemoteWriteConfig;
 
@@ -152,6 +154,12 @@ pub struct CollectorConfig {
     /// `nvlink_detail = "gpu" | "link"`: NVLink series in `/metrics` and remote write per GPU (its links
     /// summed; the default, for a fleet's series count) or per link.
     pub nvlink_detail: NvlinkDetail,
+    /// `counter_detail = "family" | "name"`: a link's error, congestion and other counters in `/metrics` and
+    /// remote write summed per family (the default) or one series per agent counter name (`counter` label).
+    pub counter_detail: CounterDetail,
+    /// `cpu_detail = "total" | "core"`: the node's CPU utilisation in `/metrics` and remote write as its
+    /// total only (the default) or also per core (`cpu` label).
+    pub cpu_detail: CpuDetail,
 }
 
 impl Default for CollectorConfig {
@@ -172,6 +180,8 @@ impl Default for CollectorConfig {
             allow_plaintext: false,
             remote_write: RemoteWriteConfig::default(),
             nvlink_detail: NvlinkDetail::Gpu,
+            counter_detail: CounterDetail::Family,
+            cpu_detail: CpuDetail::Total,
         }
     }
 }
@@ -361,6 +371,19 @@ mod tests {
         assert_eq!(c.nvlink_detail, NvlinkDetail::Link);
         let err = CollectorConfig::from_toml_str("nvlink_detail = \"port\"\n").unwrap_err();
         assert!(err.to_string().contains("nvlink_detail"), "{err}");
+        assert_eq!(c.counter_detail, CounterDetail::Family);
+        assert_eq!(c.cpu_detail, CpuDetail::Total);
+        let toml = "counter_detail = \"name\"\ncpu_detail = \"core\"\n";
+        let c = CollectorConfig::from_toml_str(toml).expect("parses");
+        assert_eq!(
+            (c.counter_detail, c.cpu_detail),
+            (CounterDetail::Name, CpuDetail::Core)
+        );
+        for bad in ["counter_detail = \"names\"\n", "cpu_detail = \"all\"\n"] {
+            let err = CollectorConfig::from_toml_str(bad).unwrap_err();
+            let key = bad.split(' ').next().unwrap_or_default();
+            assert!(err.to_string().contains(key), "{err}");
+        }
     }
 
     #[test]

@@ -256,6 +256,8 @@ pub async fn run(
         analysis: analysis.clone(),
         access,
         nvlink_detail: config.nvlink_detail,
+        counter_detail: config.counter_detail,
+        cpu_detail: config.cpu_detail,
     })?;
     let shared = ingest::Shared::new(
         store.clone(),

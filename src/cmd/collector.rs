@@ -51,6 +51,13 @@ pub struct CollectorArgs {
     /// NVLink series in /metrics: `gpu` (a GPU's links summed, the default) or `link` (one per NVLink).
     #[arg(long, value_name = "gpu|link")]
     nvlink_detail: Option<commwatch_collector::config::NvlinkDetail>,
+    /// Link error/congestion/other counters in /metrics: `family` (a link's counters of a family summed, the
+    /// default) or `name` (one per agent counter name, `counter` label).
+    #[arg(long, value_name = "family|name")]
+    counter_detail: Option<commwatch_collector::config::CounterDetail>,
+    /// CPU utilisation in /metrics: `total` (the node's, the default) or `core` (also one per core).
+    #[arg(long, value_name = "total|core")]
+    cpu_detail: Option<commwatch_collector::config::CpuDetail>,
 }
 
 fn collector_config(a: &CollectorArgs) -> anyhow::Result<commwatch_collector::CollectorConfig> {
@@ -89,6 +96,12 @@ fn collector_config(a: &CollectorArgs) -> anyhow::Result<commwatch_collector::Co
     c.allow_plaintext |= a.allow_plaintext;
     if let Some(v) = a.nvlink_detail {
         c.nvlink_detail = v;
+    }
+    if let Some(v) = a.counter_detail {
+        c.counter_detail = v;
+    }
+    if let Some(v) = a.cpu_detail {
+        c.cpu_detail = v;
     }
     c.validate()?;
     Ok(c)

@@ -33,6 +33,10 @@ pub(crate) struct Sources {
     pub access: Arc<ApiAccess>,
     /// NVLink series per GPU or per link in `/metrics` (`nvlink_detail`).
     pub nvlink_detail: crate::config::NvlinkDetail,
+    /// A link's named counters per family or per name in `/metrics` (`counter_detail`).
+    pub counter_detail: crate::config::CounterDetail,
+    /// The node's CPU total or per core in `/metrics` (`cpu_detail`).
+    pub cpu_detail: crate::config::CpuDetail,
 }
 
 /// Registers the exporters' metric families in the health registry (they are scraped with `/metrics`) and
@@ -48,9 +52,13 @@ pub(crate) fn app(s: Sources) -> Result<(Router, Arc<Exposition>), prometheus::E
     )?))?;
     registry.register(Box::new(FindingsCollector::new(s.analysis.clone())?))?;
     registry.register(Box::new(JobsCollector::new(s.store.clone())?))?;
-    let exposition = Arc::new(Exposition::with_nvlink_detail(
+    let exposition = Arc::new(Exposition::with_detail(
         s.store.clone(),
-        s.nvlink_detail,
+        super::exposition::ExportDetail {
+            nvlink: s.nvlink_detail,
+            counter: s.counter_detail,
+            cpu: s.cpu_detail,
+        },
     ));
     let router = router(HttpState {
         store: s.store.clone(),

@@ -7,8 +7,10 @@
 //! `role` (`fabric`|`management`|`unknown`), plus `gpu` and `link` on NVLink links. With the default NVLink detail
 //! (`nvlink_detail = "gpu"`) an NVLink series is a GPU's links summed: `node`, `class`, `device`, `role`, `gpu`
 //! ([`crate::export::exposition::apply_nvlink_detail`]). Node metrics carry `node`
-//! (and the agent's own labels, e.g. `cpu`). The training job is the label `training_job`: `job` belongs to the
-//! scrape job in Prometheus and is never exported.
+//! (and the agent's own labels, e.g. `cpu` with `cpu_detail = "core"`). The error, congestion and other link
+//! counter families carry `counter` (the agent's counter name) only with `counter_detail = "name"`; by default
+//! they are a link's counters of the family summed. The training job is the label `training_job`: `job`
+//! belongs to the scrape job in Prometheus and is never exported.
 
 pub use crate::telemetry::names::*;
 
@@ -211,6 +213,34 @@ pub fn gpu_family(metric: &str) -> Option<&'static str> {
         "gpu_nvlinks" => GPU_NVLINKS,
         _ => return None,
     })
+}
+
+/// The families whose series carry a `counter` label (the agent's counter name) with `counter_detail =
+/// "name"`; with `"family"` (the default) a link's counters of one of them are summed into one series without
+/// it ([`crate::export::exposition::apply_counter_detail`]).
+pub const NAMED_COUNTER_FAMILIES: [&str; 3] =
+    [LINK_ERRORS_TOTAL, LINK_CONGESTION_TOTAL, LINK_EVENTS_TOTAL];
+
+/// A series of the exported view named after one of [`NAMED_COUNTER_FAMILIES`]: a link's counters of that
+/// family summed, written to it without a `counter` label.
+pub fn summed_counter_family(metric: &str) -> Option<&'static str> {
+    NAMED_COUNTER_FAMILIES.into_iter().find(|f| *f == metric)
+}
+
+impl LinkCounterFamily {
+    /// The exported family of the counters of this kind, and whether they carry the `counter` label.
+    pub fn exported(self) -> (&'static str, bool) {
+        match self {
+            LinkCounterFamily::TransmitPackets => (LINK_TRANSMIT_PACKETS_TOTAL, false),
+            LinkCounterFamily::ReceivePackets => (LINK_RECEIVE_PACKETS_TOTAL, false),
+            LinkCounterFamily::XmitWait => (LINK_XMIT_WAIT_TICKS_TOTAL, false),
+            LinkCounterFamily::Errors => (LINK_ERRORS_TOTAL, true),
+            LinkCounterFamily::Congestion => (LINK_CONGESTION_TOTAL, true),
+            LinkCounterFamily::TransmitBytes
+            | LinkCounterFamily::ReceiveBytes
+            | LinkCounterFamily::Other => (LINK_EVENTS_TOTAL, true),
+        }
+    }
 }
 
 /// Which exported family a link counter of agent metric name `metric` belongs to.

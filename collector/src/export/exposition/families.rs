@@ -61,7 +61,8 @@ pub const FAMILIES: &[Family] = &[
     },
     Family {
         name: names::LINK_ERRORS_TOTAL,
-        help: "Error counters of the link, by agent counter name.",
+        help:
+            "Error counters of the link, summed (counter_detail=family) or by agent counter name.",
         kind: MetricType::COUNTER,
     },
     Family {
@@ -76,7 +77,8 @@ pub const FAMILIES: &[Family] = &[
     },
     Family {
         name: names::LINK_EVENTS_TOTAL,
-        help: "Other counters of the link, by agent counter name.",
+        help:
+            "Other counters of the link, summed (counter_detail=family) or by agent counter name.",
         kind: MetricType::COUNTER,
     },
     Family {
@@ -91,7 +93,7 @@ pub const FAMILIES: &[Family] = &[
     },
     Family {
         name: names::NODE_CPU_UTILIZATION_RATIO,
-        help: "CPU utilisation (0..1); per core with the cpu label.",
+        help: "CPU utilisation (0..1); per core with the cpu label (cpu_detail=core).",
         kind: MetricType::GAUGE,
     },
     Family {
@@ -322,10 +324,14 @@ impl Ix {
     }
 
     /// The family of a link series and whether it carries the `counter` label; `None`: not exported (link
-    /// gauges stay in the store for the analysis).
+    /// gauges stay in the store for the analysis). A series named after its family is a link's counters of
+    /// the family summed ([`super::apply_counter_detail`]): no `counter` label.
     pub(super) fn link_series(&self, s: &SeriesSnapshot) -> Option<(usize, bool)> {
         if !matches!(s.kind, SeriesKind::Counter { .. }) {
             return None;
+        }
+        if let Some(family) = names::summed_counter_family(&s.key.metric) {
+            return self.by_name.get(family).map(|&i| (i, false));
         }
         Some(match link_counter_family(&s.key.metric) {
             LinkCounterFamily::TransmitPackets => (self.tx_packets, false),

@@ -11,8 +11,9 @@
 //! orders them, so the text is byte for byte what `gather` and `TextEncoder` make of the same store (label
 //! values escaped as the format requires, values printed as `TextEncoder` prints an `f64`).
 //!
-//! The store's view is exported as [`apply_nvlink_detail`] shapes it (NVLink per GPU by default); remote write
-//! applies the same function, so both export the same series.
+//! The store's view is exported as [`apply_export_detail`] shapes it (NVLink per GPU, a link's named counters
+//! per family, the node's CPU total, by default); remote write renders through the same [`Exposition`], so
+//! both export the same series.
 //!
 //! Parts: `families` holds the family table ([`FAMILIES`]: names, help, types), which family each series goes
 //! to, and [`StoreDescs`]; `samples` gathers the store's samples per family in `gather`'s order; `writer`
@@ -25,6 +26,7 @@
 //! `Registry` and encoded by `TextEncoder`): that reference encoder is compiled only into the tests and into
 //! `benches/exposition.rs`, which times both.
 
+mod detail;
 mod families;
 pub mod nvlink;
 mod samples;
@@ -38,6 +40,7 @@ use prometheus::proto::MetricFamily;
 use prometheus::{Encoder, TextEncoder};
 
 use commwatch_model::clock::unix_now_ns;
+pub use detail::{apply_counter_detail, apply_cpu_detail, apply_export_detail, ExportDetail};
 pub use families::{Family, StoreDescs, FAMILIES};
 pub use nvlink::{apply_nvlink_detail, NvlinkDetail};
 use samples::Samples;
@@ -45,25 +48,25 @@ use samples::Samples;
 use crate::store::{NodeSnapshot, Store, StoreMemory};
 use crate::telemetry::Health;
 
-/// Renders `/metrics` for one collector: its store, its NVLink detail, and the length of the previous text (the
-/// next buffer's size).
+/// Renders `/metrics` for one collector: its store, its detail, and the length of the previous text (the next
+/// buffer's size).
 pub struct Exposition {
     store: Arc<Store>,
-    nvlink_detail: NvlinkDetail,
+    detail: ExportDetail,
     last_len: AtomicUsize,
 }
 
 impl Exposition {
-    /// With the default NVLink detail (per GPU).
+    /// With the default detail ([`ExportDetail::default`]).
     pub fn new(store: Arc<Store>) -> Exposition {
-        Exposition::with_nvlink_detail(store, NvlinkDetail::default())
+        Exposition::with_detail(store, ExportDetail::default())
     }
 
-    /// NVLink series per GPU or per link ([`apply_nvlink_detail`]).
-    pub fn with_nvlink_detail(store: Arc<Store>, nvlink_detail: NvlinkDetail) -> Exposition {
+    /// The store's view exported at `detail` ([`apply_export_detail`]).
+    pub fn with_detail(store: Arc<Store>, detail: ExportDetail) -> Exposition {
         Exposition {
             store,
-            nvlink_detail,
+            detail,
             last_len: AtomicUsize::new(0),
         }
     }
@@ -74,7 +77,7 @@ impl Exposition {
         let started = Instant::now();
         let registered = health.registry.gather();
         let mut nodes = self.store.snapshot(unix_now_ns());
-        apply_nvlink_detail(&mut nodes, self.nvlink_detail);
+        apply_export_detail(&mut nodes, self.detail);
         let memory = self.store.memory();
         let last = self.last_len.load(Ordering::Relaxed);
         let mut out = String::with_capacity((last + last / 16).max(64 * 1024));

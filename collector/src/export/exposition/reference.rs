@@ -16,12 +16,12 @@ use prometheus::core::{Collector, Desc};
 use prometheus::proto::{Counter, Gauge, LabelPair, Metric, MetricFamily, MetricType};
 
 use crate::export::exposition::nvlink::link_labels as link_label_pairs;
-use crate::export::exposition::{apply_nvlink_detail, NvlinkDetail, StoreDescs, FAMILIES};
+use crate::export::exposition::{apply_export_detail, ExportDetail, StoreDescs, FAMILIES};
 use crate::export::names::{self, link_counter_family, LinkCounterFamily};
 use crate::store::{LinkSnapshot, NodeSnapshot, Store, StoreMemory};
 
 /// The store's families as a `prometheus` collector (as registered before the writer served `/metrics`), with
-/// the default NVLink detail applied to the store's view as `Exposition::new` applies it.
+/// the default detail applied to the store's view as `Exposition::new` applies it.
 pub struct StoreCollector {
     store: Arc<Store>,
     descs: StoreDescs,
@@ -43,7 +43,7 @@ impl Collector for StoreCollector {
 
     fn collect(&self) -> Vec<MetricFamily> {
         let mut nodes = self.store.snapshot(unix_now_ns());
-        apply_nvlink_detail(&mut nodes, NvlinkDetail::default());
+        apply_export_detail(&mut nodes, ExportDetail::default());
         store_families(&nodes, Some(&self.store.memory()))
     }
 }
@@ -162,7 +162,10 @@ fn add_link(b: &mut Builder, node: &str, l: &LinkSnapshot) {
             continue;
         }
         let metric = s.key.metric.as_str();
+        let summed = names::summed_counter_family(metric);
         let (fam, with_counter) = match link_counter_family(metric) {
+            // A family's counters summed (counter_detail = "family"): named after it, no `counter` label.
+            _ if summed.is_some() => (summed.unwrap_or_default(), false),
             LinkCounterFamily::TransmitPackets => (names::LINK_TRANSMIT_PACKETS_TOTAL, false),
             LinkCounterFamily::ReceivePackets => (names::LINK_RECEIVE_PACKETS_TOTAL, false),
             LinkCounterFamily::XmitWait => (names::LINK_XMIT_WAIT_TICKS_TOTAL, false),

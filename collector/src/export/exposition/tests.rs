@@ -13,8 +13,10 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::{
-    apply_nvlink_detail, reference, write_exposition, Exposition, NvlinkDetail, StoreDescs,
+    apply_export_detail, apply_nvlink_detail, reference, write_exposition, ExportDetail,
+    Exposition, NvlinkDetail, StoreDescs,
 };
+use crate::config::{CounterDetail, CpuDetail};
 use crate::export::names;
 use crate::store::{
     Batch, Hello, Inventory, JobList, LinkInfo, LinkSnapshot, NodeSnapshot, SeriesDesc, SeriesKey,
@@ -519,6 +521,61 @@ fn folded_nvlinks_match_the_reference() {
         for (n, extra) in nodes.iter_mut().zip(unfolded) {
             n.links.extend(extra);
         }
+        assert_eq!(
+            writer_text(&nodes, None),
+            reference_text(&nodes, None),
+            "round {round}"
+        );
+    }
+}
+
+/// The view with a link's named counters summed per family and the CPU total only (the default detail), and
+/// with every name and core: the same text as the reference, and the `counter` and `cpu` labels only with
+/// the full detail.
+#[test]
+fn summed_counters_and_cpu_total_match_the_reference() {
+    for detail in [ExportDetail::default(), ExportDetail::full()] {
+        let mut nodes = tricky_nodes();
+        nodes.sort_by(|a, b| a.name.cmp(&b.name));
+        apply_export_detail(&mut nodes, detail);
+        let old = reference_text(&nodes, Some(&memory()));
+        let full = detail == ExportDetail::full();
+        assert_eq!(old.contains(",counter=\""), full, "{old}");
+        assert_eq!(old.contains(",cpu=\""), full, "{old}");
+        assert!(
+            old.contains("commwatch_node_cpu_utilization_ratio{node="),
+            "{old}"
+        );
+        if !full {
+            // symbol_errors of lane 0 is alone in its family and labels: 1.
+            assert!(
+                old.contains(r#"port="1",role="fabric",lane="0"} 1"#),
+                "{old}"
+            );
+        }
+        assert_eq!(writer_text(&nodes, Some(&memory())), old);
+    }
+    let mut rng = StdRng::seed_from_u64(0xC0DE);
+    for round in 0..300 {
+        let mut nodes = random_nodes(&mut rng, round % 3 != 0);
+        let detail = ExportDetail {
+            nvlink: if round % 2 == 0 {
+                NvlinkDetail::Gpu
+            } else {
+                NvlinkDetail::Link
+            },
+            counter: if round % 5 == 4 {
+                CounterDetail::Name
+            } else {
+                CounterDetail::Family
+            },
+            cpu: if round % 7 == 6 {
+                CpuDetail::Core
+            } else {
+                CpuDetail::Total
+            },
+        };
+        apply_export_detail(&mut nodes, detail);
         assert_eq!(
             writer_text(&nodes, None),
             reference_text(&nodes, None),

@@ -1,0 +1,273 @@
+//! The exported view's detail ([`ExportDetail`]): NVLink per GPU or per link ([`super::apply_nvlink_detail`]),
+//! a link's named counters per family or per name ([`apply_counter_detail`]), a node's CPU as its total or per
+//! core ([`apply_cpu_detail`]). [`apply_export_detail`] applies all three to the store's snapshot before it is
+//! written (`/metrics`) or sent (remote write, which renders through the same [`super::Exposition`]), so both
+//! export the same series. The store, the findings and `/api` keep every link, name and core.
+//!
+//! Summing a family's counters: each part is a raw counter, so the sum only grows while none of them resets;
+//! a reset of one part is a reset of the sum to `rate()`, as a part's reset was before. A counter name first
+//! seen after the link's others (an agent that starts reading one later) raises the sum by its whole value at
+//! once: `counter_detail = "name"` avoids that for agents whose counter sets change.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use commwatch_model::SeriesKind;
+
+use super::nvlink::apply_nvlink_detail;
+use crate::config::{CounterDetail, CpuDetail, NvlinkDetail};
+use crate::export::names::{link_counter_family, summed_counter_family};
+use crate::store::{LinkSnapshot, NodeSnapshot, SeriesKey, SeriesSnapshot};
+
+/// The agent's metric name of the node's CPU utilisation (the total without labels, a core with `cpu`).
+const CPU_METRIC: &str = "cpu_utilization_ratio";
+
+/// How finely the store's view is exported (`nvlink_detail`, `counter_detail`, `cpu_detail`); the default is
+/// the fleet's: per GPU, per family, the total.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ExportDetail {
+    pub nvlink: NvlinkDetail,
+    pub counter: CounterDetail,
+    pub cpu: CpuDetail,
+}
+
+impl ExportDetail {
+    /// Every link, counter name and core.
+    pub fn full() -> ExportDetail {
+        ExportDetail {
+            nvlink: NvlinkDetail::Link,
+            counter: CounterDetail::Name,
+            cpu: CpuDetail::Core,
+        }
+    }
+}
+
+/// Turns the store's view into the exported one for `detail`: NVLink first (a GPU's folded links then have
+/// their counters summed per family like any link), then the counters, then the CPU.
+pub fn apply_export_detail(nodes: &mut [NodeSnapshot], detail: ExportDetail) {
+    apply_nvlink_detail(nodes, detail.nvlink);
+    apply_counter_detail(nodes, detail.counter);
+    apply_cpu_detail(nodes, detail.cpu);
+}
+
+/// With [`CounterDetail::Family`], every link's counters of a family that carries the `counter` label
+/// ([`crate::export::names::NAMED_COUNTER_FAMILIES`]) become one counter per family and agent labels, named
+/// after the family ([`summed_counter_family`]): the values summed, the newest time, at the place of the
+/// first. The link's other series stay as they are, in their order. [`CounterDetail::Name`] changes nothing.
+pub fn apply_counter_detail(nodes: &mut [NodeSnapshot], detail: CounterDetail) {
+    if detail == CounterDetail::Name {
+        return;
+    }
+    for l in nodes.iter_mut().flat_map(|n| n.links.iter_mut()) {
+        sum_per_family(l);
+    }
+}
+
+/// The family a link series is summed into, if it is a counter of a family with the `counter` label.
+fn summed_family(s: &SeriesSnapshot) -> Option<&'static str> {
+    if !matches!(s.kind, SeriesKind::Counter { .. })
+        || summed_counter_family(&s.key.metric).is_some()
+    {
+        return None;
+    }
+    match link_counter_family(&s.key.metric).exported() {
+        (family, true) => Some(family),
+        (_, false) => None,
+    }
+}
+
+fn sum_per_family(l: &mut LinkSnapshot) {
+    if !l.series.iter().any(|s| summed_family(s).is_some()) {
+        return;
+    }
+    let series = std::mem::take(&mut l.series);
+    let mut kept: Vec<SeriesSnapshot> = Vec::with_capacity(series.len());
+    let mut at: HashMap<(&'static str, Vec<(String, String)>), usize> = HashMap::new();
+    for s in series {
+        let Some(family) = summed_family(&s) else {
+            kept.push(s);
+            continue;
+        };
+        match at.get(&(family, s.key.labels.clone())) {
+            Some(&i) => {
+                let sum = &mut kept[i];
+                sum.value += s.value;
+                sum.timestamp_unix_ns = sum.timestamp_unix_ns.max(s.timestamp_unix_ns);
+            }
+            None => {
+                at.insert((family, s.key.labels.clone()), kept.len());
+                kept.push(SeriesSnapshot {
+                    key: Arc::new(SeriesKey {
+                        link: s.key.link.clone(),
+                        metric: family.to_string(),
+                        labels: s.key.labels.clone(),
+                    }),
+                    ..s
+                });
+            }
+        }
+    }
+    l.series = kept;
+}
+
+/// With [`CpuDetail::Total`], a node's per-core CPU series (those with a `cpu` label) are left out; the total
+/// (no labels) stays. [`CpuDetail::Core`] changes nothing.
+pub fn apply_cpu_detail(nodes: &mut [NodeSnapshot], detail: CpuDetail) {
+    if detail == CpuDetail::Core {
+        return;
+    }
+    for n in nodes {
+        n.series.retain(|s| {
+            s.key.metric != CPU_METRIC || !s.key.labels.iter().any(|(k, _)| k == "cpu")
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use commwatch_model::{Endpoint, Link, LinkClass, LinkKey, LinkRole};
+
+    const COUNTER: SeriesKind = SeriesKind::Counter {
+        max_value: u64::MAX,
+    };
+
+    fn series(
+        metric: &str,
+        kind: SeriesKind,
+        labels: &[(&str, &str)],
+        v: f64,
+        at: i64,
+    ) -> SeriesSnapshot {
+        SeriesSnapshot {
+            key: Arc::new(SeriesKey {
+                link: None,
+                metric: metric.to_string(),
+                labels: labels
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            }),
+            kind,
+            value: v,
+            timestamp_unix_ns: at,
+        }
+    }
+
+    fn port() -> LinkSnapshot {
+        LinkSnapshot {
+            link: Link {
+                key: LinkKey::new(LinkClass::Infiniband, "mlx5_0", "1"),
+                endpoint: Endpoint::HcaPort,
+                role: LinkRole::Fabric,
+                capacity_bytes_per_second: Some(50e9),
+                state: "ACTIVE".into(),
+                attributes: Default::default(),
+                gpu: None,
+                link: None,
+            },
+            tx_bytes_total: Some(7),
+            rx_bytes_total: Some(8),
+            tx_bytes_per_second: None,
+            rx_bytes_per_second: None,
+            series: vec![
+                series("port_xmit_packets", COUNTER, &[], 100.0, 1),
+                series("symbol_errors", COUNTER, &[], 2.0, 5),
+                series("np_cnp_sent", COUNTER, &[], 3.0, 1),
+                series("link_downed", COUNTER, &[], 1.0, 9),
+                series("symbol_errors", COUNTER, &[("lane", "1")], 4.0, 1),
+                series("multicast_xmit_packets", COUNTER, &[], 6.0, 1),
+                series("port_rcv_errors_ratio", SeriesKind::Gauge, &[], 0.5, 1),
+                series("unicast_xmit_packets", COUNTER, &[], 10.0, 3),
+            ],
+        }
+    }
+
+    fn node() -> NodeSnapshot {
+        NodeSnapshot {
+            name: "n1".into(),
+            agent_version: "t".into(),
+            connected: true,
+            last_seen_unix_ns: 42,
+            agent_dropped_batches_total: 0,
+            links: vec![port()],
+            series: vec![
+                series(CPU_METRIC, SeriesKind::Gauge, &[], 0.5, 1),
+                series(CPU_METRIC, SeriesKind::Gauge, &[("cpu", "0")], 0.25, 1),
+                series("memory_used_bytes", SeriesKind::Gauge, &[], 1.0, 1),
+                series(CPU_METRIC, SeriesKind::Gauge, &[("cpu", "1")], 0.75, 1),
+            ],
+            jobs: Default::default(),
+        }
+    }
+
+    fn shown(l: &LinkSnapshot) -> Vec<(String, usize, f64, i64)> {
+        l.series
+            .iter()
+            .map(|s| {
+                (
+                    s.key.metric.clone(),
+                    s.key.labels.len(),
+                    s.value,
+                    s.timestamp_unix_ns,
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn per_family_sums_each_family_per_agent_labels() {
+        let mut nodes = vec![node()];
+        apply_counter_detail(&mut nodes, CounterDetail::Family);
+        let want = [
+            ("port_xmit_packets", 0, 100.0, 1),
+            ("commwatch_link_errors_total", 0, 3.0, 9),
+            ("commwatch_link_congestion_total", 0, 3.0, 1),
+            ("commwatch_link_errors_total", 1, 4.0, 1),
+            ("commwatch_link_events_total", 0, 16.0, 3),
+            ("port_rcv_errors_ratio", 0, 0.5, 1),
+        ];
+        let want: Vec<_> = want
+            .iter()
+            .map(|&(m, n, v, t)| (m.to_string(), n, v, t))
+            .collect();
+        assert_eq!(shown(&nodes[0].links[0]), want);
+        // Applied twice: the sums are left as they are.
+        apply_counter_detail(&mut nodes, CounterDetail::Family);
+        assert_eq!(shown(&nodes[0].links[0]), want);
+    }
+
+    #[test]
+    fn per_name_and_per_core_change_nothing() {
+        let mut nodes = vec![node()];
+        apply_counter_detail(&mut nodes, CounterDetail::Name);
+        apply_cpu_detail(&mut nodes, CpuDetail::Core);
+        assert_eq!(shown(&nodes[0].links[0]), shown(&port()));
+        assert_eq!(nodes[0].series.len(), 4);
+    }
+
+    #[test]
+    fn total_keeps_the_total_and_other_series() {
+        let mut nodes = vec![node()];
+        apply_cpu_detail(&mut nodes, CpuDetail::Total);
+        let left: Vec<(&str, usize)> = nodes[0]
+            .series
+            .iter()
+            .map(|s| (s.key.metric.as_str(), s.key.labels.len()))
+            .collect();
+        assert_eq!(left, [(CPU_METRIC, 0), ("memory_used_bytes", 0)]);
+    }
+
+    #[test]
+    fn the_default_is_the_fleets_and_full_is_everything() {
+        let d = ExportDetail::default();
+        assert_eq!(
+            (d.nvlink, d.counter, d.cpu),
+            (NvlinkDetail::Gpu, CounterDetail::Family, CpuDetail::Total)
+        );
+        let mut nodes = vec![node()];
+        apply_export_detail(&mut nodes, ExportDetail::full());
+        assert_eq!(shown(&nodes[0].links[0]), shown(&port()));
+        assert_eq!(nodes[0].series.len(), 4);
+    }
+}
