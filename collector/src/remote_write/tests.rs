@@ -50,10 +50,10 @@ async fn receiver(script: &[u16], then: Option<u16>) -> (Arc<Receiver>, String) 
         .extend(script.iter().map(|c| StatusCode::from_u16(*c).unwrap()));
     *r.then.lock() = then.map(|c| StatusCode::from_u16(c).unwrap());
     let app = Router::new()
-        .route("/api/v1/write", post(write))
+        .route("/receive", post(write))
         .with_state(r.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/api/v1/write", listener.local_addr().unwrap());
+    let url = format!("http://{}/receive", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     (r, url)
 }
