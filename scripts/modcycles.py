@@ -30,7 +30,7 @@ LAYERS = {
         ["stats", "pace", "config"],
         ["store"],
         ["telemetry"],
-        ["ingest", "steps", "persist", "jobs"],
+        ["ingest", "steps", "persist", "jobs", "collectives"],
         ["analysis"],
         ["export"],
         ["remote_write"],

@@ -14,6 +14,8 @@
 //! - [`steps`]: the step engine — training steps from markers or inferred from traffic, with per-link figures —
 //!   and the [`steps::StepStore`] history it owns.
 //! - [`jobs`]: the nodes' job lists merged into fleet jobs.
+//! - [`collectives`]: NCCL Inspector records aligned by communicator and sequence number, per job, with their
+//!   per-collective figures.
 //! - [`analysis`]: the rules over the store's windows, the steps and the jobs; findings with hysteresis, their
 //!   history and the baselines.
 //! - [`export`]: `/metrics`, the JSON API (nodes, steps, jobs, findings, baselines) and `/healthz`.
@@ -31,6 +33,7 @@
 //! stops everything at once without committing (what a kill does).
 
 pub mod analysis;
+pub mod collectives;
 pub mod config;
 pub mod export;
 pub mod ingest;

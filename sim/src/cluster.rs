@@ -22,6 +22,8 @@ pub struct Cluster {
     node_roots: Vec<(String, PathBuf)>,
     epoch: Instant,
     now: Duration,
+    /// NCCL Inspector records of the jobs' AllReduces ([`crate::inspector`]).
+    inspector: crate::inspector::InspectorWriter,
 }
 
 /// What one [`Cluster::advance_to`] did.
@@ -47,6 +49,15 @@ impl Cluster {
             files.extend(lay_out_node(&model, node, &node_root)?);
             node_roots.push((name, node_root));
         }
+        let epoch_unix_us = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as u64);
+        let inspector = crate::inspector::InspectorWriter::new(
+            root,
+            spec.nodes,
+            epoch_unix_us,
+            crate::procfs::FIRST_PID,
+        );
         let mut cluster = Cluster {
             root: root.to_path_buf(),
             model,
@@ -54,6 +65,7 @@ impl Cluster {
             node_roots,
             epoch: Instant::now(),
             now: Duration::ZERO,
+            inspector,
         };
         cluster.write_all(Duration::ZERO)?;
         cluster.epoch = Instant::now();
@@ -91,7 +103,9 @@ impl Cluster {
     pub fn advance_to(&mut self, elapsed: Duration) -> Result<AdvanceStats, SimError> {
         let t = elapsed.max(self.now);
         self.now = t;
-        self.write_all(t)
+        let stats = self.write_all(t);
+        self.inspector.write(&self.model, t)?;
+        stats
     }
 
     /// [`Cluster::advance_to`] the time elapsed since [`Cluster::epoch`].

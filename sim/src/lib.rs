@@ -17,6 +17,7 @@
 //! - [`cluster`]: [`Cluster`] (create, `advance_to`, expectations) and its updater thread.
 //! - [`gpu`]: the simulated GPUs and host CPUs behind the agent's backend traits ([`SimGpus`],
 //!   [`SimHost`]).
+//! - [`inspector`]: NCCL Inspector records of the simulated jobs, appended as their steps end.
 //! - [`procfs`]: a procfs tree per node holding the job's ranks (environment markers, NCCL settings) for an
 //!   agent's `processes` source ([`Cluster::write_procfs_trees`]).
 //!
@@ -36,6 +37,7 @@ pub mod cluster;
 pub mod counters;
 mod error;
 pub mod gpu;
+pub mod inspector;
 pub mod model;
 pub mod placement;
 pub mod procfs;

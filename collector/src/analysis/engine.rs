@@ -207,6 +207,8 @@ struct Inner {
     history: Option<std::sync::mpsc::Sender<HistoryMsg>>,
     /// Stored records the start could not read (skipped; see [`AnalysisHandle::skipped_records`]).
     skipped_records: u64,
+    /// NCCL Inspector records per job; the rules read its summaries, the exporters share it.
+    collectives: Arc<crate::collectives::CollectiveStage>,
 }
 
 /// Shared handle to the engine (cheap to clone).
@@ -313,8 +315,14 @@ impl AnalysisHandle {
                 events,
                 history,
                 skipped_records,
+                collectives: crate::collectives::CollectiveStage::new(),
             }),
         })
+    }
+
+    /// The collectives stage the rules read (shared with `/api/v1/collectives` and `/metrics`).
+    pub fn collectives(&self) -> Arc<crate::collectives::CollectiveStage> {
+        self.inner.collectives.clone()
     }
 
     /// Evaluates every interval, or less often when an evaluation of a large fleet is costly
@@ -344,7 +352,9 @@ impl AnalysisHandle {
         let mut extras = self.inner.state.lock().extras.clone();
         // One bare baseline per job is all the rules can use: they look one up per link.
         extras.bare_baselines = baselines::effective_bare(&extras.bare_baselines);
-        let input = input::build(&self.inner.store, &self.inner.steps, now_unix_ns, &extras);
+        let mut input = input::build(&self.inner.store, &self.inner.steps, now_unix_ns, &extras);
+        input.collectives =
+            crate::collectives::job_summaries(&self.inner.collectives, &self.inner.store, now_unix_ns);
         self.apply(&input, started);
     }
 

@@ -161,11 +161,19 @@ pub struct AnalysisInput {
     pub throughput_baselines: Vec<ThroughputBaseline>,
     /// Each job's own recent history (what `scaling_efficiency_drop` measures a drop against).
     pub job_references: Vec<JobReference>,
+    /// Per job, its collectives from NCCL Inspector's records (`crate::collectives`), costliest first.
+    pub collectives: Vec<crate::collectives::JobCollectives>,
 }
 
 impl AnalysisInput {
     pub fn node(&self, name: &str) -> Option<&NodeInput> {
         self.nodes.iter().find(|n| n.name == name)
+    }
+
+    /// The job's collectives from NCCL Inspector, costliest first (empty without records).
+    pub fn collectives_of(&self, job: Option<&str>) -> &[crate::collectives::CollectiveSummary] {
+        job.and_then(|j| self.collectives.iter().find(|c| c.job == j))
+            .map_or(&[], |c| c.summaries.as_slice())
     }
 
     /// The job `node` runs (the first that lists it).
@@ -364,6 +372,7 @@ pub fn build(store: &Store, steps: &StepStore, now_unix_ns: i64, extras: &Extras
         bare_baselines: extras.bare_baselines.clone(),
         throughput_baselines: extras.throughput_baselines.clone(),
         job_references: extras.job_references.clone(),
+        collectives: Vec::new(),
     }
 }
 

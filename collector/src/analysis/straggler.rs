@@ -90,6 +90,7 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
                          GPU model, other processes on its GPUs or CPUs, or an uneven data shard.",
                         n.name
                     );
+                    with_collective_rank(&mut c, input, job.as_deref(), &n.name, RankRole::Latest);
                     out.push(c);
                     continue;
                 }
@@ -111,10 +112,54 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
                         "Check {}'s ports (rate, errors), its PCIe/NUMA affinity between GPUs and HCAs, and competing traffic.",
                         n.name
                     );
+                    with_collective_rank(&mut c, input, job.as_deref(), &n.name, RankRole::Slowest);
                     out.push(c);
                 }
             }
         }
     }
     out
+}
+
+/// Which rank of a collective a straggler shows as (NCCL Inspector): a node that computes longer arrives last,
+/// so its collectives run shortest (`latest_rank`); a node whose links lag runs them longest (`slowest_rank`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RankRole {
+    Latest,
+    Slowest,
+}
+
+/// Per-collective evidence: the job's costliest collective whose latest or slowest rank runs on `node`.
+fn with_collective_rank(c: &mut Candidate, input: &AnalysisInput, job: Option<&str>, node: &str, role: RankRole) {
+    let found = input.collectives_of(job).iter().find_map(|s| {
+        let (rank, on, bw) = match role {
+            RankRole::Latest => (s.latest_rank, &s.latest_rank_node, s.latest_rank_bus_bandwidth_bytes_per_second),
+            RankRole::Slowest => (s.slowest_rank, &s.slowest_rank_node, s.slowest_rank_bus_bandwidth_bytes_per_second),
+        };
+        (on.as_deref() == Some(node)).then_some((s, rank?, bw?))
+    });
+    let Some((s, rank, bw)) = found else {
+        return;
+    };
+    let key = match role {
+        RankRole::Latest => "latest_rank",
+        RankRole::Slowest => "slowest_rank",
+    };
+    c.evidence = std::mem::take(&mut c.evidence)
+        .detail("collective", s.collective.as_str())
+        .detail("collective_size_bytes", s.size_bytes)
+        .detail(key, rank)
+        .detail("rank_bus_bandwidth_bytes_per_second", r4(bw))
+        .detail("collective_bus_bandwidth_bytes_per_second", r4(s.bus_bandwidth_bytes_per_second));
+    c.summary.push_str(&format!(
+        " NCCL Inspector: rank {rank} on it runs the job's {} of {:.0} MB at {} bus bandwidth against the median {}{}.",
+        s.collective,
+        s.size_bytes as f64 / 1e6,
+        gbs(bw),
+        gbs(s.bus_bandwidth_bytes_per_second),
+        match role {
+            RankRole::Latest => " (shortest: the others wait for it inside the collective)",
+            RankRole::Slowest => "",
+        }
+    ));
 }

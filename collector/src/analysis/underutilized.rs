@@ -19,7 +19,8 @@
 //! it.
 
 use super::exposed_comm::{compute_share, exposed_share, EXPOSED_SHARE_ABOVE};
-use super::input::{AnalysisInput, NodeInput};
+use super::input::{AnalysisInput, BareBaseline, NodeInput};
+use crate::collectives::CollectiveSummary;
 use super::{gbs, median, r4, Candidate, Evidence, FindingKind, Severity, Subject};
 
 /// Confident steps (or resolved bursts) needed.
@@ -59,6 +60,8 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
             .map(|j| j.id.clone())
             .or_else(|| n.steps.iter().rev().find_map(|s| s.job.clone()));
         let baseline = input.bare_baseline(job.as_deref());
+        let collective = costliest_inter_node(input, job.as_deref());
+        let before = out.len();
         for l in n.links.iter().filter(|l| l.link.is_fabric_rdma()) {
             let Some(cap) = l.link.capacity_bytes_per_second.filter(|c| *c > 0.0) else {
                 continue;
@@ -154,8 +157,99 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
                  overlap or another node slows the ring."
                     .into()
             };
+            if let Some(s) = collective {
+                with_collective(&mut c, s, baseline);
+            }
             out.push(c);
+        }
+        if out.len() == before {
+            out.extend(from_collective(n, collective, baseline, severity, exposure));
         }
     }
     out
+}
+
+/// The job's costliest collective that crosses nodes (NCCL Inspector), when its fabric capacity is known.
+fn costliest_inter_node<'a>(input: &'a AnalysisInput, job: Option<&str>) -> Option<&'a CollectiveSummary> {
+    input
+        .collectives_of(job)
+        .iter()
+        .find(|s| s.nodes > 1 && s.fabric_share.is_some())
+}
+
+/// The collective's figures in a finding's evidence and words.
+fn with_collective(c: &mut Candidate, s: &CollectiveSummary, baseline: Option<&BareBaseline>) {
+    let mut e = std::mem::take(&mut c.evidence)
+        .detail("collective", s.collective.as_str())
+        .detail("collective_size_bytes", s.size_bytes)
+        .detail("collective_count", s.count)
+        .detail("collective_bus_bandwidth_bytes_per_second", r4(s.bus_bandwidth_bytes_per_second));
+    if let Some(share) = s.fabric_share {
+        e = e.detail("collective_fabric_share", r4(share));
+    }
+    let mut words = format!(
+        " NCCL Inspector: its {} of {:.0} MB runs at {} bus bandwidth",
+        s.collective,
+        s.size_bytes as f64 / 1e6,
+        gbs(s.bus_bandwidth_bytes_per_second)
+    );
+    if let (Some(share), Some(cap)) = (s.fabric_share, s.fabric_capacity_bytes_per_second) {
+        words.push_str(&format!(", {:.0}% of the node's fabric ({})", share * 100.0, gbs(cap)));
+    }
+    if let Some(b) = baseline.filter(|b| b.busbw_bytes_per_second > 0.0) {
+        let share = s.bus_bandwidth_bytes_per_second / b.busbw_bytes_per_second;
+        e = e.detail("collective_baseline_share", r4(share));
+        words.push_str(&format!(" and {:.0}% of the bare baseline ({})", share * 100.0, gbs(b.busbw_bytes_per_second)));
+    }
+    words.push('.');
+    c.evidence = e;
+    c.summary.push_str(&words);
+}
+
+/// A finding from the collectives alone, where the link counters resolve too few steps (a collective of tens of
+/// milliseconds is shorter than a few samples): the job's costliest inter-node collective, over at least
+/// [`MIN_STEPS`] instances, below [`UTILIZATION_BELOW`] of the node's fabric and [`BASELINE_SHARE_BELOW`] of the
+/// bare baseline when one is known. Its subject is the node's largest fabric port.
+fn from_collective(
+    n: &NodeInput,
+    collective: Option<&CollectiveSummary>,
+    baseline: Option<&BareBaseline>,
+    severity: Severity,
+    exposure: &str,
+) -> Option<Candidate> {
+    let s = collective?;
+    let share = s.fabric_share?;
+    let below_baseline = baseline.is_none_or(|b| {
+        s.bus_bandwidth_bytes_per_second < BASELINE_SHARE_BELOW * b.busbw_bytes_per_second
+    });
+    if (s.count as usize) < MIN_STEPS || share >= UTILIZATION_BELOW || !below_baseline {
+        return None;
+    }
+    let l = n
+        .links
+        .iter()
+        .filter(|l| l.link.is_fabric_rdma())
+        .max_by(|a, b| {
+            let cap = |x: &&super::input::LinkInput| x.link.capacity_bytes_per_second.unwrap_or(0.0);
+            cap(a).total_cmp(&cap(b))
+        })?;
+    let mut c = Candidate::new(FindingKind::LinkUnderutilized, severity, Subject::link(&n.name, &l.link));
+    c.summary = format!(
+        "The collectives of {}'s job reach far less than its fabric ({} of {} collectives measured by NCCL Inspector).",
+        n.name, s.count, s.collective
+    );
+    c.evidence = Evidence::new(r4(s.bus_bandwidth_bytes_per_second), "bytes_per_second")
+        .expected(r4(s.fabric_capacity_bytes_per_second.unwrap_or(0.0)))
+        .steps(s.count as usize)
+        .detail("source", "nccl_inspector")
+        .detail("communication", exposure);
+    with_collective(&mut c, s, baseline);
+    c.action = format!(
+        "The {} of {:.0} MB is the job's costliest collective: check which network NCCL uses between the nodes \
+         (NCCL_SOCKET_IFNAME, NCCL_IB_HCA, NCCL_DEBUG=INFO's NET lines), then the ports' rate and the GPU-NIC \
+         affinity; compare with a bare all_reduce_perf run (commwatch baseline import).",
+        s.collective,
+        s.size_bytes as f64 / 1e6
+    );
+    Some(c)
 }

@@ -52,6 +52,11 @@ pub(crate) fn app(s: Sources) -> Result<(Router, Arc<Exposition>), prometheus::E
     )?))?;
     registry.register(Box::new(FindingsCollector::new(s.analysis.clone())?))?;
     registry.register(Box::new(JobsCollector::new(s.store.clone())?))?;
+    let collectives = s.analysis.collectives();
+    registry.register(Box::new(super::collectives::CollectivesCollector::new(
+        s.store.clone(),
+        collectives.clone(),
+    )?))?;
     let exposition = Arc::new(Exposition::with_detail(
         s.store.clone(),
         super::exposition::ExportDetail {
@@ -72,6 +77,7 @@ pub(crate) fn app(s: Sources) -> Result<(Router, Arc<Exposition>), prometheus::E
         s.access.clone(),
     ))
     .merge(super::steps::router(s.steps))
+    .merge(super::collectives::router(s.store.clone(), collectives))
     .merge(super::findings::router(s.analysis.clone()))
     .merge(super::jobs::router(s.store, s.analysis))
     .layer(axum::middleware::from_fn_with_state(s.access, guard));

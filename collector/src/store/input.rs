@@ -76,6 +76,10 @@ pub struct Batch {
     /// Markers of the batch that failed validation: dropped and counted, the batch and the stream go on (a
     /// training loop's bad marker must not cost the node its samples).
     pub invalid_markers: u64,
+    /// The batch's valid NCCL Inspector records (host and receipt time set when the batch is applied).
+    pub collectives: Vec<super::CollectiveEntry>,
+    /// Inspector records of the batch that failed validation: dropped and counted, the batch goes on.
+    pub invalid_collectives: u64,
 }
 
 impl Batch {

@@ -15,6 +15,7 @@
 //! lists) comes validated from the ingest edge or from replay; what only the store can refuse is a
 //! [`StoreError`]. Readers take copies ([`view`]) or run short closures under a node's lock.
 
+pub mod collectives;
 pub mod error;
 pub mod input;
 pub mod markers;
@@ -32,6 +33,7 @@ use tokio::sync::{oneshot, watch};
 
 use crate::config::Limits;
 pub use error::StoreError;
+pub use collectives::{CollectiveEntry, CollectiveLog, MAX_COLLECTIVES_PER_NODE};
 pub use input::{Batch, Hello, Inventory, JobList, LinkInfo, Marker, SeriesDesc, StepPhase};
 pub use markers::{MarkerLog, MAX_MARKERS_PER_NODE};
 use node::Conn;
@@ -383,6 +385,8 @@ mod tests {
             invalid_markers: 0,
         }
     }
+            collectives: vec![],
+            invalid_collectives: 0,
 
     #[test]
     fn link_attributes_reach_the_analysis_input() {

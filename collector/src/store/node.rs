@@ -9,6 +9,7 @@ use std::sync::Arc;
 use commwatch_model::{Link, LinkKey, SeriesKind, Tier};
 use tokio::sync::{oneshot, watch};
 
+use super::collectives::CollectiveLog;
 use super::markers::MarkerLog;
 use super::rate::plausibility_cap;
 use super::series::{ApplyCounts, Series, SeriesKey};
@@ -150,6 +151,7 @@ impl NodeState {
             series: Vec::new(),
             by_key: HashMap::new(),
             series_ids: IdMap::default(),
+    collectives: CollectiveLog,
             described: 0,
             seqs: Vec::new(),
             last_seen_unix_ns: 0,
@@ -177,6 +179,7 @@ impl NodeState {
         &self.markers
     }
 
+            collectives: CollectiveLog::default(),
     /// Fast-tier sampling period the agent stated, in ms (the default 50 when it stated none).
     pub fn fast_period_ms(&self) -> u32 {
         if self.fast_period_ms > 0 {
@@ -194,6 +197,11 @@ impl NodeState {
         };
         let get = |slot: Option<usize>| slot.and_then(|s| self.series.get(s));
         (get(l.tx), get(l.rx))
+    }
+
+    /// The node's NCCL Inspector records.
+    pub fn collectives(&self) -> &CollectiveLog {
+        &self.collectives
     }
 
     pub fn name(&self) -> &str {
@@ -606,6 +614,12 @@ impl NodeState {
                     series: Vec::new(),
                 }
             })
+        for c in &batch.collectives {
+            let mut c = c.clone();
+            c.record.hostname.clone_from(&self.name);
+            c.received_unix_ns = received_unix_ns;
+            self.collectives.push(c, retention_ns);
+        }
             .collect();
         let mut node_series = Vec::new();
         for (slot, s) in self.series.iter().enumerate() {
@@ -652,7 +666,8 @@ impl NodeState {
         }
         m.bytes += self.series_ids.heap_bytes()
             + self.links.len() * std::mem::size_of::<LinkState>()
-            + self.markers.heap_bytes();
+            + self.markers.heap_bytes()
+            + self.collectives.heap_bytes();
         m
     }
 }

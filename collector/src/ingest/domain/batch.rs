@@ -104,6 +104,14 @@ impl TryFrom<pb::SampleBatch> for Batch {
                 Err(_) => invalid_markers += 1,
             }
         }
+        let mut collectives = Vec::with_capacity(b.collectives.len());
+        let mut invalid_collectives = 0u64;
+        for c in &b.collectives {
+            match super::collective::collective_entry(c, "", 0) {
+                Ok(c) => collectives.push(c),
+                Err(_) => invalid_collectives += 1,
+            }
+        }
         Ok(Batch {
             seq: b.seq,
             timestamps_unix_ns: b.timestamps_unix_ns,
@@ -113,6 +121,8 @@ impl TryFrom<pb::SampleBatch> for Batch {
             dropped_batches_total: b.dropped_batches_total,
             markers,
             invalid_markers,
+            collectives,
+            invalid_collectives,
         })
     }
 }

@@ -4,7 +4,7 @@
 //! node's state) comes back as a [`StoreError`] and is mapped to the same statuses here.
 //!
 //! - [`inventory`]: `Hello` and inventory updates (links, series descriptors), node names and label rules.
-//! - [`batch`]: sample batches and their step markers.
+//! - [`batch`]: sample batches and their step markers; [`collective`]: their NCCL Inspector records.
 //! - [`job_list`]: a node's job list (ranks, NCCL settings and conflicts).
 //!
 //! Enum compatibility (per the proto's rules): an unknown link class or role maps to `Unknown` (still stored,
@@ -13,6 +13,7 @@
 //! the stream goes on.
 
 pub mod batch;
+pub mod collective;
 pub mod inventory;
 pub mod job_list;
 

@@ -1,0 +1,268 @@
+//! Per-collective figures from NCCL Inspector records: the stage that reads every node's records from the store
+//! (incrementally, as the step engine reads markers), aligns the ranks of each collective by communicator and
+//! sequence number, and keeps a bounded window per job; [`summary`] derives per collective and size class the
+//! count, bytes, time, median bus bandwidth, slowest rank and the share of the nodes' fabric.
+//!
+//! Bounds: [`MAX_JOBS`] jobs (the least recently updated goes), [`MAX_INSTANCES_PER_JOB`] collectives per job
+//! (the oldest go), [`MAX_RANKS_PER_INSTANCE`] ranks per collective. Readers call [`CollectiveStage::update`]
+//! first; it is cheap when nothing is new. Not persisted: after a restart the window fills again.
+
+pub mod summary;
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use crate::store::{CollectiveEntry, Store};
+pub use summary::{CollectiveSummary, Instance, RankFigure};
+
+pub const MAX_JOBS: usize = 256;
+pub const MAX_INSTANCES_PER_JOB: usize = 4096;
+pub const MAX_RANKS_PER_INSTANCE: usize = 4096;
+
+type InstanceKey = (String, u64);
+
+#[derive(Debug, Default)]
+struct JobState {
+    instances: HashMap<InstanceKey, Instance>,
+    order: VecDeque<InstanceKey>,
+    last_unix_ns: i64,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Per node, the sequence number of the next record to read.
+    cursors: HashMap<String, u64>,
+    jobs: HashMap<String, JobState>,
+    /// Records evicted from a node's log before they were read.
+    lost: u64,
+}
+
+/// The collectives stage; shared by the exporters and the analysis.
+#[derive(Debug, Default)]
+pub struct CollectiveStage {
+    state: Mutex<State>,
+}
+
+impl CollectiveStage {
+    pub fn new() -> Arc<CollectiveStage> {
+        Arc::new(CollectiveStage::default())
+    }
+
+    /// Reads the records every node received since the last update.
+    pub fn update(&self, store: &Store, now_unix_ns: i64) {
+        for node in store.node_names(now_unix_ns) {
+            let from = self.state.lock().cursors.get(&node).copied().unwrap_or(0);
+            let read = store.with_node(&node, |n| {
+                let log = n.collectives();
+                // A node recreated after expiry starts its numbering again.
+                let from = if log.next_seq() < from { 0 } else { from };
+                (log.since(from), log.next_seq())
+            });
+            let Some(((entries, lost), next)) = read else {
+                continue;
+            };
+            let mut st = self.state.lock();
+            st.cursors.insert(node, next);
+            st.lost += lost;
+            drop(st);
+            self.apply(entries);
+        }
+    }
+
+    /// Files records under their job and collective instance.
+    pub fn apply(&self, entries: impl IntoIterator<Item = CollectiveEntry>) {
+        let mut st = self.state.lock();
+        for e in entries {
+            if !st.jobs.contains_key(&e.job) && st.jobs.len() >= MAX_JOBS {
+                let oldest = st
+                    .jobs
+                    .iter()
+                    .min_by_key(|(_, j)| j.last_unix_ns)
+                    .map(|(k, _)| k.clone());
+                if let Some(k) = oldest {
+                    st.jobs.remove(&k);
+                }
+            }
+            let job = st.jobs.entry(e.job.clone()).or_default();
+            job.last_unix_ns = job.last_unix_ns.max(e.received_unix_ns);
+            file(job, e);
+        }
+    }
+
+    /// Jobs with records.
+    pub fn job_ids(&self) -> Vec<String> {
+        let mut ids: Vec<String> = self.state.lock().jobs.keys().cloned().collect();
+        ids.sort();
+        ids
+    }
+
+    /// The job's summaries, costliest first; `None` for a job without records. `capacity` gives a node's
+    /// fabric capacity in bytes/s.
+    pub fn summaries(
+        &self,
+        job: &str,
+        capacity: &dyn Fn(&str) -> Option<f64>,
+    ) -> Option<Vec<CollectiveSummary>> {
+        let st = self.state.lock();
+        let j = st.jobs.get(job)?;
+        Some(summary::summarize(j.instances.values(), capacity))
+    }
+
+    /// Records evicted from the nodes' logs before this stage read them.
+    pub fn lost(&self) -> u64 {
+        self.state.lock().lost
+    }
+}
+
+fn file(job: &mut JobState, e: CollectiveEntry) {
+    let r = e.record;
+    let key = (r.comm_id.clone(), r.sequence);
+    if !job.instances.contains_key(&key) {
+        while job.order.len() >= MAX_INSTANCES_PER_JOB {
+            if let Some(old) = job.order.pop_front() {
+                job.instances.remove(&old);
+            }
+        }
+        job.order.push_back(key.clone());
+        job.instances.insert(
+            key.clone(),
+            Instance {
+                collective: r.collective.clone(),
+                size_bytes: r.size_bytes,
+                n_ranks: r.n_ranks,
+                n_nodes: r.n_nodes,
+                first_received_unix_ns: e.received_unix_ns,
+                ranks: Vec::new(),
+            },
+        );
+    }
+    let Some(inst) = job.instances.get_mut(&key) else {
+        return;
+    };
+    let rank = e.job_rank.unwrap_or(r.rank);
+    // A rank reports a collective once; a resend or a second agent adds nothing.
+    if inst.ranks.len() >= MAX_RANKS_PER_INSTANCE || inst.ranks.iter().any(|x| x.rank == rank) {
+        return;
+    }
+    inst.ranks.push(RankFigure {
+        rank,
+        node: r.hostname,
+        bus_bandwidth_bytes_per_second: r.bus_bandwidth_bytes_per_second,
+        exec_time_us: r.exec_time_us,
+    });
+}
+
+/// One job's summaries, as the analysis reads them.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct JobCollectives {
+    pub job: String,
+    pub summaries: Vec<CollectiveSummary>,
+}
+
+/// Reads what is new and summarises every job, with the nodes' fabric capacities.
+pub fn job_summaries(
+    stage: &CollectiveStage,
+    store: &Store,
+    now_unix_ns: i64,
+) -> Vec<JobCollectives> {
+    stage.update(store, now_unix_ns);
+    let capacity = |node: &str| node_fabric_capacity(store, node);
+    stage
+        .job_ids()
+        .into_iter()
+        .filter_map(|job| {
+            let summaries = stage.summaries(&job, &capacity)?;
+            Some(JobCollectives { job, summaries })
+        })
+        .collect()
+}
+
+/// A node's fabric capacity: its fabric RDMA links' capacities summed, bytes/s.
+pub fn node_fabric_capacity(store: &Store, node: &str) -> Option<f64> {
+    store
+        .with_node(node, |n| {
+            n.links()
+                .iter()
+                .filter(|l| l.link.is_fabric_rdma())
+                .filter_map(|l| l.link.capacity_bytes_per_second)
+                .sum::<f64>()
+        })
+        .filter(|c| *c > 0.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use commwatch_model::inspector::CollectiveRecord;
+
+    use super::*;
+
+    pub(crate) fn entry(
+        job: &str,
+        comm: &str,
+        sn: u64,
+        rank: u32,
+        node: &str,
+        bw: f64,
+    ) -> CollectiveEntry {
+        CollectiveEntry {
+            job: job.into(),
+            job_rank: Some(rank),
+            record: CollectiveRecord {
+                comm_id: comm.into(),
+                rank,
+                n_ranks: 4,
+                n_nodes: 2,
+                hostname: node.into(),
+                pid: 1,
+                dump_timestamp_us: 0,
+                collective: "AllReduce".into(),
+                sequence: sn,
+                size_bytes: 220_000_000,
+                exec_time_us: 220e6 / (bw / 1.5) * 1e6,
+                timing_source: None,
+                algorithm: None,
+                algo_bandwidth_bytes_per_second: bw / 1.5,
+                bus_bandwidth_bytes_per_second: bw,
+            },
+            received_unix_ns: sn as i64,
+        }
+    }
+
+    #[test]
+    fn ranks_align_by_communicator_and_sequence_number() {
+        let stage = CollectiveStage::new();
+        let mut entries = Vec::new();
+        for sn in 0..3 {
+            for (rank, node, bw) in [
+                (0, "a", 9.9e9),
+                (1, "a", 9.8e9),
+                (2, "b", 9.8e9),
+                (3, "b", 9.3e9),
+            ] {
+                entries.push(entry("j", "0xc", sn, rank, node, bw));
+            }
+        }
+        // The same record twice (a resend) and another communicator with the same sequence numbers.
+        entries.push(entry("j", "0xc", 0, 3, "b", 1.0));
+        entries.push(entry("j", "0xd", 0, 0, "a", 9.8e9));
+        stage.apply(entries);
+        let s = stage.summaries("j", &|_| Some(22e9)).unwrap();
+        assert_eq!(s[0].count, 4, "three instances of 0xc and one of 0xd");
+        assert_eq!(s[0].slowest_rank, Some(3));
+        assert!((s[0].bus_bandwidth_bytes_per_second - 9.8e9).abs() < 1.0);
+        assert!(stage.summaries("other", &|_| None).is_none());
+        assert_eq!(stage.job_ids(), ["j"]);
+    }
+
+    #[test]
+    fn a_job_keeps_a_bounded_window() {
+        let stage = CollectiveStage::new();
+        stage.apply(
+            (0..MAX_INSTANCES_PER_JOB as u64 + 10).map(|sn| entry("j", "0xc", sn, 0, "a", 1e9)),
+        );
+        let s = stage.summaries("j", &|_| None).unwrap();
+        assert_eq!(s[0].count, MAX_INSTANCES_PER_JOB as u64);
+    }
+}
