@@ -21,13 +21,13 @@ import sys
 from collections import defaultdict
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CRATES = ["model", "proto", "httpd", "agent", "collector", "sim", "diagnose", "testdata", "."]
+CRATES = ["model", "proto", "httpd", "agent", "collector", "sim", "diagnose", "testdata", "probe", "."]
 
 # Stage order per crate: top-level modules, earliest first. A module may depend only on modules in
 # its own stage or an earlier one. Modules not listed are unconstrained (lib.rs wires everything).
 LAYERS = {
     "collector": [
-        ["stats", "pace", "config"],
+        ["stats", "pace", "config", "probes"],
         ["store"],
         ["telemetry"],
         ["ingest", "steps", "persist", "jobs", "collectives"],
@@ -38,7 +38,7 @@ LAYERS = {
     "agent": [
         ["telemetry", "nccl"],
         ["source"],
-        ["steps", "inspector"],
+        ["steps", "inspector", "probe"],
         ["sampler"],
         ["shipper"],
         ["config"],

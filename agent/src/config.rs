@@ -157,6 +157,8 @@ pub struct AgentConfig {
     pub steps_rate: f64,
     /// Sources to run; default all (`infiniband`, `netdev`, `host`).
     pub sources: Vec<String>,
+    /// Active probes this agent answers (`[probe]`; off unless `listen` is set).
+    pub probe: crate::probe::ProbeConfig,
 }
 
 impl Default for AgentConfig {
@@ -184,6 +186,7 @@ impl Default for AgentConfig {
             steps_socket: Some(PathBuf::from(DEFAULT_STEPS_SOCKET)),
             steps_rate: 2000.0,
             sources: SOURCE_NAMES.iter().map(|s| s.to_string()).collect(),
+            probe: crate::probe::ProbeConfig::default(),
         }
     }
 }
@@ -277,7 +280,10 @@ impl AgentConfig {
         self.validate_node()?;
         self.validate_transport()?;
         self.validate_timing()?;
-        self.validate_steps_and_sources()
+        self.validate_steps_and_sources()?;
+        self.probe
+            .validate()
+            .map_err(|(field, reason)| invalid(field, reason))
     }
 
     fn validate_node(&self) -> Result<(), ConfigError> {

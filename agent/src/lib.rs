@@ -15,6 +15,7 @@
 //!   inventory updates to the shipper.
 //! - [`shipper`]: the gRPC stream to the collector, the bounded resend buffer, acks, reconnects with
 //!   backoff.
+//! - [`probe`]: the probe server answering active probes (off by default), busy from the node's own counters.
 //! - [`config`]: defaults, the TOML file, validation; converted here into each part's plain settings.
 //! - [`http`]: the agent's own `/metrics` and `/healthz`.
 //! - [`coverage`]: what the agent cannot see (roots, absent hardware, interfaces left out), as coded warnings.
@@ -29,6 +30,7 @@ pub mod http;
 pub mod inspector;
 pub mod nccl;
 pub mod once;
+pub mod probe;
 pub mod sampler;
 pub mod shipper;
 pub mod source;
@@ -199,6 +201,22 @@ pub async fn start_with(
             addr: config.http_listen,
             error,
         })?;
+    let probe_token = config
+        .probe
+        .token_file
+        .as_deref()
+        .map(read_token_file)
+        .transpose()?;
+    if let Some(addr) = config.probe.listen {
+        probe::start(
+            &config.probe,
+            probe_token,
+            &config.sysfs_root,
+            shutdown_rx.clone(),
+        )
+        .await
+        .map_err(|error| AgentError::Listen { addr, error })?;
+    }
     let smp = discover_at_start(&config, extras, &metrics).await?;
     let inv = smp.full_inventory();
     // Said once, at the first start: later discoveries change the inventory, not these.

@@ -10,7 +10,7 @@ use serde::Deserialize;
 pub mod export_detail;
 pub mod nvlink_detail;
 pub mod remote_write;
-pub use export_detail::{CounterDetail, CpuDetail};
+pub use export_detail::{CounterDetail, CpuDetail, GpuDetail};
 pub use nvlink_detail::NvlinkDetail;
 pub use remote_write::RemoteWriteConfig;
 
@@ -124,9 +124,13 @@ pub struct CollectorConfig {
     pub http_listen: SocketAddr,
     /// SQLite persistence directory; `None` keeps everything in memory only.
     pub state_dir: Option<PathBuf>,
-    /// How long raw samples (and persisted batches) are kept.
+    /// How long raw samples (and persisted batches) are kept: the raw retention.
     #[serde(with = "humantime_serde")]
     pub retention: Duration,
+    /// How long each node's per-step summaries are kept (at most 1000 steps a node); meant to be longer than
+    /// `retention`, so the steps outlive the samples they summarise.
+    #[serde(with = "humantime_serde")]
+    pub step_retention: Duration,
     /// A node with no message for this long is removed from `/metrics` and `/api`.
     #[serde(with = "humantime_serde")]
     pub node_expiry: Duration,
@@ -160,7 +164,17 @@ pub struct CollectorConfig {
     /// `cpu_detail = "total" | "core"`: the node's CPU utilisation in `/metrics` and remote write as its
     /// total only (the default) or also per core (`cpu` label).
     pub cpu_detail: CpuDetail,
+    /// `gpu_detail = "summary" | "full"`: the GPU families in `/metrics` and remote write with the PCIe maxima
+    /// as a `max` label and without the GPU's NVLink rates (its NVLink links say them; the default), or every
+    /// GPU family as the agent sends it.
+    pub gpu_detail: GpuDetail,
+    /// `[probes]`: active probes between nodes through their agents (on request, and a sampled matrix).
+    pub probes: crate::probes::ProbesConfig,
 }
+
+/// How long a node's per-step summaries are kept by default (`step_retention`): longer than the raw samples
+/// they summarise (`retention`, 10 minutes by default), so the per-step figures outlive the samples.
+pub const DEFAULT_STEP_RETENTION: Duration = Duration::from_secs(3600);
 
 impl Default for CollectorConfig {
     fn default() -> Self {
@@ -169,6 +183,7 @@ impl Default for CollectorConfig {
             http_listen: SocketAddr::from(([127, 0, 0, 1], 9470)),
             state_dir: None,
             retention: Duration::from_secs(600),
+            step_retention: DEFAULT_STEP_RETENTION,
             node_expiry: Duration::from_secs(300),
             limits: Limits::default(),
             fast_period_ms: 0,
@@ -182,6 +197,8 @@ impl Default for CollectorConfig {
             nvlink_detail: NvlinkDetail::Gpu,
             counter_detail: CounterDetail::Family,
             cpu_detail: CpuDetail::Total,
+            gpu_detail: GpuDetail::Summary,
+            probes: crate::probes::ProbesConfig::default(),
         }
     }
 }
@@ -226,6 +243,12 @@ impl CollectorConfig {
         }
         if self.retention > Duration::from_secs(7 * 24 * 3600) {
             return bad("retention", "must be at most 7 days");
+        }
+        if self.step_retention < Duration::from_secs(1) {
+            return bad("step_retention", "must be at least 1s");
+        }
+        if self.step_retention > Duration::from_secs(7 * 24 * 3600) {
+            return bad("step_retention", "must be at most 7 days");
         }
         if !self.steps_interval.is_zero() && self.steps_interval < Duration::from_millis(50) {
             return bad("steps_interval", "must be 0s (off) or at least 50ms");
@@ -346,6 +369,18 @@ mod tests {
     }
 
     #[test]
+    fn step_retention_is_its_own_and_outlives_the_samples_by_default() {
+        let c = CollectorConfig::default();
+        assert!(c.step_retention > c.retention);
+        let c = CollectorConfig::from_toml_str("retention = \"2m\"\nstep_retention = \"6h\"\n")
+            .expect("parses");
+        assert_eq!(c.retention, Duration::from_secs(120));
+        assert_eq!(c.step_retention, Duration::from_secs(6 * 3600));
+        let err = CollectorConfig::from_toml_str("step_retention = \"0s\"\n").unwrap_err();
+        assert!(err.to_string().contains("`step_retention`"), "{err}");
+    }
+
+    #[test]
     fn toml_with_humantime() {
         let c = CollectorConfig::from_toml_str(
             r#"
@@ -373,13 +408,19 @@ mod tests {
         assert!(err.to_string().contains("nvlink_detail"), "{err}");
         assert_eq!(c.counter_detail, CounterDetail::Family);
         assert_eq!(c.cpu_detail, CpuDetail::Total);
-        let toml = "counter_detail = \"name\"\ncpu_detail = \"core\"\n";
+        assert_eq!(c.gpu_detail, GpuDetail::Summary);
+        let toml = "counter_detail = \"name\"\ncpu_detail = \"core\"\ngpu_detail = \"full\"\n";
         let c = CollectorConfig::from_toml_str(toml).expect("parses");
         assert_eq!(
             (c.counter_detail, c.cpu_detail),
             (CounterDetail::Name, CpuDetail::Core)
         );
-        for bad in ["counter_detail = \"names\"\n", "cpu_detail = \"all\"\n"] {
+        assert_eq!(c.gpu_detail, GpuDetail::Full);
+        for bad in [
+            "counter_detail = \"names\"\n",
+            "cpu_detail = \"all\"\n",
+            "gpu_detail = \"gpu\"\n",
+        ] {
             let err = CollectorConfig::from_toml_str(bad).unwrap_err();
             let key = bad.split(' ').next().unwrap_or_default();
             assert!(err.to_string().contains(key), "{err}");

@@ -41,6 +41,7 @@ pub mod jobs;
 pub mod lifecycle;
 pub mod pace;
 pub mod persist;
+pub mod probes;
 pub mod remote_write;
 pub mod steps;
 pub mod store;
@@ -239,7 +240,7 @@ pub async fn run(
         config.node_expiry,
         config.limits.clone(),
     ));
-    let steps = Arc::new(steps::StepStore::new());
+    let steps = Arc::new(steps::StepStore::with_retention(config.step_retention));
     let signal = Shutdown::new();
     let mut tasks = Tasks::new(signal.clone());
 
@@ -252,6 +253,13 @@ pub async fn run(
         analysis::AnalysisHandle::open(store.clone(), steps.clone(), analysis_config).await?;
     // Stored findings and baselines the start could not read were skipped (and logged): count them.
     health.persist_errors.inc_by(analysis.skipped_records());
+    let probe_token = config
+        .probes
+        .token_file
+        .as_deref()
+        .map(ingest::auth::load_token);
+    let probe_token = probe_token.transpose().map_err(CollectorError::Auth)?;
+    let prober = probes::Prober::new(config.probes.clone(), probe_token.map(|t| t.to_string()));
     let (router, exposition) = export::api::app(export::api::Sources {
         store: store.clone(),
         health: health.clone(),
@@ -261,6 +269,8 @@ pub async fn run(
         nvlink_detail: config.nvlink_detail,
         counter_detail: config.counter_detail,
         cpu_detail: config.cpu_detail,
+        gpu_detail: config.gpu_detail,
+        prober: prober.clone(),
     })?;
     let shared = ingest::Shared::new(
         store.clone(),
@@ -277,6 +287,9 @@ pub async fn run(
         tasks.spawn_loop("step engine", engine);
     }
     tasks.spawn_loop("analysis", analysis.clone().run());
+    let live = store.clone();
+    let matrix = prober.run_matrix(move || live.node_names(unix_now_ns()), signal.subscribe());
+    tasks.spawn_loop("probe matrix", matrix);
     let sweep = expire_nodes(store.clone(), health.clone(), config.node_expiry);
     tasks.spawn_loop("node expiry", sweep);
     let http = export::api::server(

@@ -63,6 +63,12 @@ pub struct AgentArgs {
     /// Allow an http:// (plain text) collector on another host; loopback is always allowed.
     #[arg(long)]
     allow_plaintext: bool,
+    /// Answer active probes on this address (the fabric interface's); off unless set.
+    #[arg(long, value_name = "HOST:PORT", requires = "probe_token_file")]
+    probe_listen: Option<std::net::SocketAddr>,
+    /// File holding the token probers must present.
+    #[arg(long, value_name = "F")]
+    probe_token_file: Option<PathBuf>,
 }
 
 fn agent_config(a: &AgentArgs) -> anyhow::Result<commwatch_agent::AgentConfig> {
@@ -115,6 +121,12 @@ fn agent_config(a: &AgentArgs) -> anyhow::Result<commwatch_agent::AgentConfig> {
         c.token_file = Some(v.clone());
     }
     c.allow_plaintext |= a.allow_plaintext;
+    if let Some(v) = a.probe_listen {
+        c.probe.listen = Some(v);
+    }
+    if let Some(v) = &a.probe_token_file {
+        c.probe.token_file = Some(v.clone());
+    }
     c.validate()?;
     Ok(c)
 }

@@ -37,6 +37,10 @@ pub(crate) struct Sources {
     pub counter_detail: crate::config::CounterDetail,
     /// The node's CPU total or per core in `/metrics` (`cpu_detail`).
     pub cpu_detail: crate::config::CpuDetail,
+    /// The GPU families as a summary or in full in `/metrics` (`gpu_detail`).
+    pub gpu_detail: crate::config::GpuDetail,
+    /// Active probes between nodes (`/api/v1/probes`, their series in `/metrics`).
+    pub prober: Arc<crate::probes::Prober>,
 }
 
 /// Registers the exporters' metric families in the health registry (they are scraped with `/metrics`) and
@@ -52,6 +56,9 @@ pub(crate) fn app(s: Sources) -> Result<(Router, Arc<Exposition>), prometheus::E
     )?))?;
     registry.register(Box::new(FindingsCollector::new(s.analysis.clone())?))?;
     registry.register(Box::new(JobsCollector::new(s.store.clone())?))?;
+    registry.register(Box::new(super::probes::ProbesCollector::new(
+        s.prober.clone(),
+    )?))?;
     let collectives = s.analysis.collectives();
     registry.register(Box::new(super::collectives::CollectivesCollector::new(
         s.store.clone(),
@@ -63,6 +70,7 @@ pub(crate) fn app(s: Sources) -> Result<(Router, Arc<Exposition>), prometheus::E
             nvlink: s.nvlink_detail,
             counter: s.counter_detail,
             cpu: s.cpu_detail,
+            gpu: s.gpu_detail,
         },
     ));
     let router = router(HttpState {
@@ -79,6 +87,7 @@ pub(crate) fn app(s: Sources) -> Result<(Router, Arc<Exposition>), prometheus::E
     .merge(super::steps::router(s.steps))
     .merge(super::collectives::router(s.store.clone(), collectives))
     .merge(super::findings::router(s.analysis.clone()))
+    .merge(super::probes::router(s.prober, s.store.clone()))
     .merge(super::jobs::router(s.store, s.analysis))
     .layer(axum::middleware::from_fn_with_state(s.access, guard));
     Ok((router, exposition))

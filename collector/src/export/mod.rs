@@ -10,6 +10,7 @@ pub mod jobs;
 pub mod names;
 pub mod nodes;
 pub mod page;
+pub mod probes;
 mod proto;
 pub mod steps;
 
