@@ -102,6 +102,8 @@ pub struct Shipper {
     order: Vec<usize>,
     /// Position in `order` of the collector in use.
     pos: usize,
+    /// Index into `urls` of the collector last dialled (a job change while connecting moves the target).
+    dialed: usize,
 }
 
 impl Shipper {
@@ -129,6 +131,7 @@ impl Shipper {
             urls: Vec::new(),
             order: Vec::new(),
             pos: 0,
+            dialed: 0,
         }
         .with_shards()
     }
@@ -191,6 +194,10 @@ impl Shipper {
                 Some((cause, Duration::ZERO))
             }
             Ended::Lost(cause) => Some((cause, backoff.next_delay())),
+            // The job moved while dialling: the new shard first, at once.
+            Ended::Failed(cause) if self.order[self.pos] != self.dialed => {
+                Some((cause, Duration::ZERO))
+            }
             Ended::Failed(cause) if self.order.len() > 1 => {
                 let from = self.target().to_string();
                 let wrapped = self.advance();
@@ -254,6 +261,7 @@ impl Shipper {
         events: &mut mpsc::Receiver<SamplerEvent>,
         shutdown: &mut watch::Receiver<bool>,
     ) -> Option<Result<Client, tonic::transport::Error>> {
+        self.dialed = self.order[self.pos];
         let connect = connect(
             self.target().to_string(),
             self.settings.connect_timeout,

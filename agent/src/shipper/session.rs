@@ -45,6 +45,10 @@ impl Shipper {
         while let Ok(ev) = events.try_recv() {
             self.absorb_event(ev);
         }
+        // A job list that arrived while connecting may have moved the node to another shard.
+        if self.order[self.pos] != self.dialed {
+            return Ended::Moved("job moved to another shard while connecting");
+        }
         let (tx, rx) = mpsc::channel::<pb::AgentMessage>(OUTBOUND_QUEUE);
         let mut inbound = match self.handshake(&mut client, &tx, rx, shutdown).await {
             Ok(inbound) => inbound,
@@ -301,14 +305,15 @@ impl<'a> Session<'a> {
             // Moving shards no longer matters: what is sent goes to this one.
             let _ = self.on_event(Some(ev));
         }
+        self.flush();
         self.drain(inbound).await;
         Ended::Shutdown
     }
 
-    /// Sends what the outbound queue takes and gives the collector a moment to acknowledge what is in flight
-    /// (best effort: what stays unacknowledged is resent on the next stream).
+    /// Gives the collector a moment to acknowledge what is in flight (best effort: what stays unacknowledged
+    /// is resent on the next stream). Sends nothing more: when moving shards, the new job list is for the new
+    /// one.
     async fn drain(&mut self, inbound: &mut Inbound) {
-        self.flush();
         let deadline = Instant::now() + SHUTDOWN_GRACE;
         while self.shipper.acked < self.sent_upto && Instant::now() < deadline {
             match tokio::time::timeout_at(deadline, inbound.message()).await {

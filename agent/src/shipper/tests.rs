@@ -441,3 +441,38 @@ async fn an_agent_on_a_fallback_returns_to_its_preferred_shard_when_it_is_back()
         .expect("the shipper stops at shutdown")
         .unwrap();
 }
+
+#[tokio::test]
+async fn a_job_list_queued_before_the_first_connection_sends_everything_to_the_jobs_shard() {
+    let (settings, home, away) = two_shards("n1").await;
+    let urls = shard::parse_list(&settings.collector);
+    let home_url = urls[shard::order("n1", &urls)[0]].clone();
+    let job = (0..)
+        .map(|i| format!("job-{i}"))
+        .find(|j| urls[shard::order(j, &urls)[0]] != home_url)
+        .unwrap();
+    let metrics = Arc::new(AgentMetrics::new());
+    let periods = Periods::new(Duration::from_millis(50), Duration::from_secs(1));
+    let shipper = Shipper::new(settings, metrics.clone(), periods, pb::Inventory::default());
+    let (ev_tx, ev_rx) = mpsc::channel(16);
+    ev_tx
+        .send(SamplerEvent::Jobs(pb::JobInventory {
+            jobs: vec![pb::Job {
+                id: job,
+                ..Default::default()
+            }],
+        }))
+        .await
+        .unwrap();
+    ev_tx.send(batch(1)).await.unwrap();
+    let (stop, stop_rx) = watch::channel(false);
+    let task = tokio::spawn(shipper.run(ev_rx, stop_rx));
+    until("batch 1 acked", || metrics.acked_seq.get() == 1).await;
+    assert_eq!(batches(&away), [1]);
+    assert!(batches(&home).is_empty(), "{:?}", batches(&home));
+    stop.send_replace(true);
+    tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .expect("the shipper stops at shutdown")
+        .unwrap();
+}
