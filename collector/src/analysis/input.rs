@@ -212,9 +212,9 @@ pub struct Extras {
 /// `(timestamp_ns, value)` samples, oldest first.
 type Samples = Vec<(i64, u64)>;
 
-/// `(ts, value)` of a ring from `since_ns` on.
-fn window(ring: &crate::store::ring::Ring, since_ns: i64) -> Vec<(i64, u64)> {
-    let mut v: Vec<(i64, u64)> = ring
+/// `(ts, value)` of a series' samples from `since_ns` on.
+fn window(samples: crate::store::Samples<'_>, since_ns: i64) -> Vec<(i64, u64)> {
+    let mut v: Vec<(i64, u64)> = samples
         .iter()
         .rev()
         .take_while(|(t, _)| *t >= since_ns)
@@ -227,10 +227,11 @@ fn window(ring: &crate::store::ring::Ring, since_ns: i64) -> Vec<(i64, u64)> {
 /// copied).
 fn counter_window(
     s: &crate::store::Series,
+    samples: crate::store::Samples<'_>,
     max_value: u64,
     since_ns: i64,
 ) -> Option<CounterWindow> {
-    let mut in_window = s.ring().iter().rev().take_while(|(t, _)| *t >= since_ns);
+    let mut in_window = samples.iter().rev().take_while(|(t, _)| *t >= since_ns);
     let last = in_window.next()?;
     let first = in_window.last().unwrap_or(last);
     let raw = s.last_raw().map_or(0, |r| r.1);
@@ -245,9 +246,8 @@ fn counter_window(
 }
 
 /// Mean of a gauge's finite values from `since_ns` on.
-fn gauge_mean(s: &crate::store::Series, since_ns: i64) -> Option<f64> {
-    let (sum, n) = s
-        .ring()
+fn gauge_mean(samples: crate::store::Samples<'_>, since_ns: i64) -> Option<f64> {
+    let (sum, n) = samples
         .iter()
         .rev()
         .take_while(|(t, _)| *t >= since_ns)
@@ -276,13 +276,13 @@ pub fn node_input(n: &NodeState, since_ns: i64) -> NodeInput {
                 };
                 match (key.metric.as_str(), s.kind()) {
                     ("tx_bytes", SeriesKind::Counter { .. }) => {
-                        bytes[i].0 = window(s.ring(), since_ns)
+                        bytes[i].0 = window(n.samples(s), since_ns)
                     }
                     ("rx_bytes", SeriesKind::Counter { .. }) => {
-                        bytes[i].1 = window(s.ring(), since_ns)
+                        bytes[i].1 = window(n.samples(s), since_ns)
                     }
                     (_, SeriesKind::Counter { max_value }) => {
-                        if let Some(c) = counter_window(s, max_value, since_ns) {
+                        if let Some(c) = counter_window(s, n.samples(s), max_value, since_ns) {
                             links[i].counters.push(c);
                         }
                     }
@@ -302,7 +302,7 @@ pub fn node_input(n: &NodeState, since_ns: i64) -> NodeInput {
                 match (gpu, s.kind()) {
                     (None, SeriesKind::Gauge) => {
                         if key.metric == "cpu_utilization_ratio" && key.labels.is_empty() {
-                            cpu = gauge_mean(s, since_ns);
+                            cpu = gauge_mean(n.samples(s), since_ns);
                         }
                     }
                     (Some(g), kind) => {
@@ -312,19 +312,29 @@ pub fn node_input(n: &NodeState, since_ns: i64) -> NodeInput {
                         });
                         match (key.metric.as_str(), kind) {
                             (_, SeriesKind::Counter { max_value }) => {
-                                if let Some(c) = counter_window(s, max_value, since_ns) {
+                                if let Some(c) =
+                                    counter_window(s, n.samples(s), max_value, since_ns)
+                                {
                                     e.counters.push(c);
                                 }
                             }
-                            ("gpu_utilization_ratio", _) => e.busy_share = gauge_mean(s, since_ns),
-                            ("gpu_sm_activity_ratio", _) => e.sm_activity = gauge_mean(s, since_ns),
-                            ("gpu_pcie_link_gen", _) => e.pcie_gen = gauge_mean(s, since_ns),
-                            ("gpu_pcie_link_gen_max", _) => {
-                                e.pcie_gen_max = gauge_mean(s, since_ns)
+                            ("gpu_utilization_ratio", _) => {
+                                e.busy_share = gauge_mean(n.samples(s), since_ns)
                             }
-                            ("gpu_pcie_link_width", _) => e.pcie_width = gauge_mean(s, since_ns),
+                            ("gpu_sm_activity_ratio", _) => {
+                                e.sm_activity = gauge_mean(n.samples(s), since_ns)
+                            }
+                            ("gpu_pcie_link_gen", _) => {
+                                e.pcie_gen = gauge_mean(n.samples(s), since_ns)
+                            }
+                            ("gpu_pcie_link_gen_max", _) => {
+                                e.pcie_gen_max = gauge_mean(n.samples(s), since_ns)
+                            }
+                            ("gpu_pcie_link_width", _) => {
+                                e.pcie_width = gauge_mean(n.samples(s), since_ns)
+                            }
                             ("gpu_pcie_link_width_max", _) => {
-                                e.pcie_width_max = gauge_mean(s, since_ns)
+                                e.pcie_width_max = gauge_mean(n.samples(s), since_ns)
                             }
                             _ => {}
                         }

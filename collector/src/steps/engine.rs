@@ -27,7 +27,6 @@ use super::history::StepStore;
 use super::inferred::InferenceTracker;
 use super::markers::MarkerTracker;
 use super::{NodeStep, StepSource};
-use crate::store::ring::Ring;
 use crate::store::{NodeState, Store};
 
 /// How often the engine runs by default.
@@ -74,11 +73,11 @@ struct Fresh {
     job: Option<String>,
 }
 
-/// Samples of `ring` from the last one at or before `from` to the end (oldest first). Walks from the newest,
-/// so the cost is the number of samples copied.
-fn tail_from(ring: &Ring, from: i64) -> Vec<(i64, u64)> {
+/// Of `samples` (oldest first), those from the last one at or before `from` to the end (oldest first). Walks
+/// from the newest, so the cost is the number of samples copied.
+fn tail_from(samples: impl DoubleEndedIterator<Item = (i64, u64)>, from: i64) -> Vec<(i64, u64)> {
     let mut v: Vec<(i64, u64)> = Vec::new();
-    for s in ring.iter().rev() {
+    for s in samples.rev() {
         v.push(s);
         if s.0 <= from {
             break;
@@ -88,11 +87,16 @@ fn tail_from(ring: &Ring, from: i64) -> Vec<(i64, u64)> {
     v
 }
 
-/// Samples of `ring` covering `[start, end]`: the last at or before `start` to the first at or after `end`.
-fn covering(ring: &Ring, start: i64, end: i64) -> Vec<(i64, u64)> {
+/// Of `samples` (oldest first), those covering `[start, end]`: the last at or before `start` to the first at
+/// or after `end`.
+fn covering(
+    samples: impl DoubleEndedIterator<Item = (i64, u64)>,
+    start: i64,
+    end: i64,
+) -> Vec<(i64, u64)> {
     let mut v: Vec<(i64, u64)> = Vec::new();
     let mut after: Option<(i64, u64)> = None;
-    for s in ring.iter().rev() {
+    for s in samples.rev() {
         if s.0 > end {
             // Walking back: ends as the oldest sample after `end`.
             after = Some(s);
@@ -133,11 +137,12 @@ fn copy_fresh(n: &NodeState, cursor: u64, traffic_from: i64) -> Fresh {
         let (tx, rx) = n.link_byte_series(i);
         for s in [tx, rx].into_iter().flatten() {
             has_byte_series = true;
-            if let Some((t, _)) = s.ring().last() {
+            let samples = n.samples(s);
+            if let Some((t, _)) = samples.last() {
                 newest_sample = newest_sample.max(t);
             }
             if l.link.key.class != LinkClass::Nvlink {
-                series.push(tail_from(s.ring(), traffic_from));
+                series.push(tail_from(samples.iter(), traffic_from));
             }
         }
     }
@@ -187,7 +192,7 @@ fn copy_covering(n: &NodeState, start: i64, end: i64) -> Covered {
             continue;
         }
         let c = |s: Option<&crate::store::Series>| {
-            s.map(|s| covering(s.ring(), start, end))
+            s.map(|s| covering(n.samples(s).iter(), start, end))
                 .unwrap_or_default()
         };
         out.push((l.link.clone(), c(tx), c(rx)));
@@ -348,6 +353,7 @@ pub async fn run(store: Arc<Store>, steps: Arc<StepStore>, every: Duration) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::ring::Ring;
 
     fn ring(samples: &[(i64, u64)]) -> Ring {
         let mut r = Ring::new(100);
@@ -360,11 +366,11 @@ mod tests {
     #[test]
     fn covering_and_tail_copy_only_what_is_needed() {
         let r = ring(&[(10, 1), (20, 2), (30, 3), (40, 4), (50, 5)]);
-        assert_eq!(covering(&r, 20, 35), vec![(20, 2), (30, 3), (40, 4)]);
-        assert_eq!(covering(&r, 25, 30), vec![(20, 2), (30, 3)]);
-        assert_eq!(covering(&r, 5, 60), r.iter().collect::<Vec<_>>());
-        assert_eq!(tail_from(&r, 35), vec![(30, 3), (40, 4), (50, 5)]);
-        assert_eq!(tail_from(&r, 50), vec![(50, 5)]);
+        assert_eq!(covering(r.iter(), 20, 35), vec![(20, 2), (30, 3), (40, 4)]);
+        assert_eq!(covering(r.iter(), 25, 30), vec![(20, 2), (30, 3)]);
+        assert_eq!(covering(r.iter(), 5, 60), r.iter().collect::<Vec<_>>());
+        assert_eq!(tail_from(r.iter(), 35), vec![(30, 3), (40, 4), (50, 5)]);
+        assert_eq!(tail_from(r.iter(), 50), vec![(50, 5)]);
         assert_eq!(clamped(&[(10, 5), (20, 15)], 15), 10.0);
         assert_eq!(clamped(&[(10, 5), (20, 15)], 0), 5.0);
         assert_eq!(clamped(&[(10, 5), (20, 15)], 99), 15.0);

@@ -11,8 +11,9 @@ use serde::Serialize;
 use super::inferred::PeriodEstimate;
 use super::{NodeStep, StepSource};
 
-/// Steps kept per node (newest last).
+/// Steps kept per node (newest last), at most.
 pub const STEPS_PER_NODE: usize = 1000;
+pub use crate::config::DEFAULT_STEP_RETENTION;
 
 #[derive(Debug, Default)]
 struct NodeHistory {
@@ -141,17 +142,35 @@ pub fn aggregate(job: &str, index: u64, mut nodes: Vec<NodeStep>) -> JobStep {
 }
 
 /// Every node's step history. Cheap to share (`Arc<StepStore>`).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct StepStore {
     nodes: RwLock<HashMap<String, NodeHistory>>,
+    /// Steps that ended more than this before the node's newest step's end are dropped.
+    retention_ns: i64,
+}
+
+impl Default for StepStore {
+    fn default() -> Self {
+        StepStore::with_retention(DEFAULT_STEP_RETENTION)
+    }
 }
 
 impl StepStore {
+    /// Keeps [`DEFAULT_STEP_RETENTION`] of steps.
     pub fn new() -> StepStore {
         StepStore::default()
     }
 
-    /// Appends completed steps of `node` (oldest first), keeping the newest [`STEPS_PER_NODE`].
+    /// Keeps each node's steps that ended within `retention` of its newest one, at most [`STEPS_PER_NODE`].
+    pub fn with_retention(retention: std::time::Duration) -> StepStore {
+        StepStore {
+            nodes: RwLock::default(),
+            retention_ns: i64::try_from(retention.as_nanos()).unwrap_or(i64::MAX),
+        }
+    }
+
+    /// Appends completed steps of `node` (oldest first), keeping the newest [`STEPS_PER_NODE`] of those that
+    /// ended within the retention of the newest one's end.
     pub(crate) fn push(&self, node: &str, steps: Vec<NodeStep>) {
         if steps.is_empty() {
             return;
@@ -167,6 +186,11 @@ impl StepStore {
                 h.steps.pop_front();
             }
             h.steps.push_back(s);
+        }
+        let newest = h.steps.iter().map(|s| s.end_unix_ns).max().unwrap_or(0);
+        let horizon = newest.saturating_sub(self.retention_ns);
+        while h.steps.front().is_some_and(|s| s.end_unix_ns < horizon) {
+            h.steps.pop_front();
         }
     }
 
@@ -469,5 +493,32 @@ mod tests {
         assert!(st.node_steps("nope", 3).is_none());
         st.retain(&[]);
         assert!(!st.has_node("n1"));
+    }
+
+    #[test]
+    fn steps_older_than_the_retention_are_dropped() {
+        let st = StepStore::with_retention(std::time::Duration::from_secs(10));
+        let at = |i: u64, end_s: i64| NodeStep {
+            end_unix_ns: end_s * 1_000_000_000,
+            start_unix_ns: (end_s - 1) * 1_000_000_000,
+            ..step("n1", i, vec![])
+        };
+        st.push("n1", (0..5).map(|i| at(i, 100 + i as i64)).collect());
+        assert_eq!(st.node_steps("n1", 100).map(|v| v.len()), Some(5));
+        // Ends at 115: steps that ended before 105 go; the one ending at 105 stays.
+        st.push("n1", vec![at(5, 105), at(6, 115)]);
+        let kept: Vec<u64> = st
+            .node_steps("n1", 100)
+            .expect("node")
+            .iter()
+            .map(|s| s.index)
+            .collect();
+        assert_eq!(kept, vec![5, 6]);
+        assert_eq!(
+            st.steps_total("n1"),
+            Some((7, 0)),
+            "totals count every step"
+        );
+        assert!(StepStore::new().retention_ns >= 3_600_000_000_000);
     }
 }

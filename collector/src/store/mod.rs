@@ -23,6 +23,7 @@ pub mod node;
 pub mod rate;
 pub mod ring;
 pub mod series;
+pub mod ticks;
 pub mod view;
 
 use std::collections::HashMap;
@@ -32,13 +33,14 @@ use parking_lot::{Mutex, RwLock};
 use tokio::sync::{oneshot, watch};
 
 use crate::config::Limits;
-pub use error::StoreError;
 pub use collectives::{CollectiveEntry, CollectiveLog, MAX_COLLECTIVES_PER_NODE};
+pub use error::StoreError;
 pub use input::{Batch, Hello, Inventory, JobList, LinkInfo, Marker, SeriesDesc, StepPhase};
 pub use markers::{MarkerLog, MAX_MARKERS_PER_NODE};
 use node::Conn;
 pub use node::{BatchOutcome, LinkState, NodeState, HARD_CAP_SAMPLES};
 pub use series::{ApplyCounts, Series, SeriesKey};
+pub use ticks::{Samples, Ticks};
 pub use view::{LinkSnapshot, NodeSnapshot, SeriesSnapshot};
 
 /// The store's own accounting of what it holds.
@@ -383,10 +385,10 @@ mod tests {
             dropped_batches_total: 0,
             markers: vec![],
             invalid_markers: 0,
-        }
-    }
             collectives: vec![],
             invalid_collectives: 0,
+        }
+    }
 
     #[test]
     fn link_attributes_reach_the_analysis_input() {

@@ -13,6 +13,7 @@ use super::collectives::CollectiveLog;
 use super::markers::MarkerLog;
 use super::rate::plausibility_cap;
 use super::series::{ApplyCounts, Series, SeriesKey};
+use super::ticks::{Samples, Ticks};
 use super::{
     Batch, Hello, Inventory, JobList, LinkSnapshot, NodeSnapshot, SeriesDesc, SeriesSnapshot,
     StoreError, StoreMemory,
@@ -31,6 +32,21 @@ const DENSE_ID_LIMIT: u32 = 1 << 17;
 
 const UNKNOWN: u32 = u32::MAX;
 const REFUSED: u32 = u32::MAX - 1;
+
+/// Samples a series read every `period_ms` holds over `retention_ns`: 1/8 headroom for jitter, plus the
+/// sample at each end.
+fn samples_for(retention_ns: i64, period_ms: u32) -> usize {
+    let n = (retention_ns / 1_000_000) as u64 / u64::from(period_ms.max(1));
+    (n + n / 8 + 2) as usize
+}
+
+/// Ticks a node holds over `retention_ns` with a fast period of `period_ms`: twice the fast tier's samples
+/// (room for slow-tier ticks of their own and for late ones), at most [`HARD_CAP_SAMPLES`] × 2 (1 MiB).
+fn tick_cap(retention_ns: i64, period_ms: u32) -> usize {
+    samples_for(retention_ns, period_ms)
+        .saturating_mul(2)
+        .min(2 * HARD_CAP_SAMPLES)
+}
 
 /// Result of offering a batch to a node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -130,9 +146,12 @@ pub struct NodeState {
     pub(super) conn: Option<Conn>,
     dropped_batches_total: u64,
     retention_ns: i64,
+    /// The timestamps of the node's ticks, which its series' rings refer to by number.
+    ticks: Ticks,
     /// How far past its receipt a tick's timestamp may be (`limits.max_clock_skew`).
     future_ns: i64,
     markers: MarkerLog,
+    collectives: CollectiveLog,
     /// The latest complete job list of the current agent instance (empty until one arrives).
     pub(super) jobs: Arc<JobList>,
 }
@@ -151,15 +170,16 @@ impl NodeState {
             series: Vec::new(),
             by_key: HashMap::new(),
             series_ids: IdMap::default(),
-    collectives: CollectiveLog,
             described: 0,
             seqs: Vec::new(),
             last_seen_unix_ns: 0,
             conn: None,
             dropped_batches_total: 0,
             retention_ns,
+            ticks: Ticks::new(tick_cap(retention_ns, DEFAULT_FAST_MS)),
             future_ns,
             markers: MarkerLog::default(),
+            collectives: CollectiveLog::default(),
             jobs: Arc::default(),
         }
     }
@@ -179,7 +199,11 @@ impl NodeState {
         &self.markers
     }
 
-            collectives: CollectiveLog::default(),
+    /// The node's NCCL Inspector records.
+    pub fn collectives(&self) -> &CollectiveLog {
+        &self.collectives
+    }
+
     /// Fast-tier sampling period the agent stated, in ms (the default 50 when it stated none).
     pub fn fast_period_ms(&self) -> u32 {
         if self.fast_period_ms > 0 {
@@ -197,11 +221,6 @@ impl NodeState {
         };
         let get = |slot: Option<usize>| slot.and_then(|s| self.series.get(s));
         (get(l.tx), get(l.rx))
-    }
-
-    /// The node's NCCL Inspector records.
-    pub fn collectives(&self) -> &CollectiveLog {
-        &self.collectives
     }
 
     pub fn name(&self) -> &str {
@@ -225,6 +244,12 @@ impl NodeState {
         &self.series
     }
 
+    /// The samples of `s`, one of this node's series, oldest first as `(timestamp_ns, value)`: for counters
+    /// the reset-corrected cumulative increase, for gauges the f64 bits.
+    pub fn samples<'a>(&'a self, s: &'a Series) -> Samples<'a> {
+        s.samples(&self.ticks)
+    }
+
     pub fn last_seen_unix_ns(&self) -> i64 {
         self.last_seen_unix_ns
     }
@@ -246,9 +271,7 @@ impl NodeState {
             Some(Tier::Fast) | None if self.fast_period_ms > 0 => self.fast_period_ms,
             Some(Tier::Fast) | None => DEFAULT_FAST_MS,
         };
-        let n = (self.retention_ns / 1_000_000) as u64 / u64::from(period_ms.max(1));
-        // 1/8 headroom for jitter, plus the sample at each end.
-        ((n + n / 8 + 2) as usize).min(HARD_CAP_SAMPLES)
+        samples_for(self.retention_ns, period_ms).min(HARD_CAP_SAMPLES)
     }
 
     fn seq_entry(&mut self, instance_id: u64) -> &mut InstanceSeq {
@@ -493,10 +516,14 @@ impl NodeState {
         let mut tx = vec![None; self.links.len()];
         let mut rx = vec![None; self.links.len()];
         let caps: Vec<usize> = self.series.iter().map(|s| self.ring_cap(s.tier)).collect();
+        let fast_ms = self.fast_period_ms();
+        self.ticks.set_cap(tick_cap(self.retention_ns, fast_ms));
+        let horizon = self.ticks.first() as i64;
         for (slot, s) in self.series.iter_mut().enumerate() {
             s.link = s.key.link.as_ref().and_then(|k| by_key.get(k).copied());
             s.cap_per_s = plausibility_cap(None);
             s.ring.set_cap(caps[slot]);
+            s.ring.evict_before(horizon);
             if let Some(li) = s.link {
                 let is_counter = matches!(s.kind, SeriesKind::Counter { .. });
                 if s.key.metric.ends_with("_bytes") && is_counter {
@@ -545,6 +572,7 @@ impl NodeState {
         let mut counts = ApplyCounts::default();
         let retention_ns = self.retention_ns;
         let latest = received_unix_ns.saturating_add(self.future_ns);
+        let first_tick = self.ticks.first();
         let mut i = 0usize;
         for (&ts, &n) in batch.timestamps_unix_ns.iter().zip(&batch.tick_lengths) {
             let end = i + n as usize;
@@ -557,21 +585,40 @@ impl NodeState {
                 i = end;
                 continue;
             }
+            // The tick gets its number with its first sample taken.
+            let mut tick: Option<i64> = None;
             for (&slot, &value) in slots.iter().zip(values) {
                 if slot == REFUSED {
                     counts.refused += 1;
                     continue;
                 }
-                if let Some(s) = self.series.get_mut(slot as usize) {
-                    s.ingest(ts, value, retention_ns, &mut counts);
+                let Some(s) = self.series.get_mut(slot as usize) else {
+                    continue;
+                };
+                if let Some(v) = s.accept(ts, value, &mut counts) {
+                    let n = *tick.get_or_insert_with(|| self.ticks.push(ts, retention_ns) as i64);
+                    s.ring.push_after(n, v, self.ticks.first() as i64);
                 }
             }
             i = end;
+        }
+        if self.ticks.first() != first_tick {
+            // Series that took no sample of these ticks drop what the node's ticks no longer stamp.
+            let horizon = self.ticks.first() as i64;
+            for s in &mut self.series {
+                s.ring.evict_before(horizon);
+            }
         }
         self.dropped_batches_total = batch.dropped_batches_total;
         for m in &batch.markers {
             self.markers.push(m.clone(), retention_ns);
             counts.markers += 1;
+        }
+        for c in &batch.collectives {
+            let mut c = c.clone();
+            c.record.hostname.clone_from(&self.name);
+            c.received_unix_ns = received_unix_ns;
+            self.collectives.push(c, retention_ns);
         }
         let entry = self.seq_entry(instance);
         let gap = batch.seq - entry.highest - 1;
@@ -603,7 +650,8 @@ impl NodeState {
                 // A link its agent no longer finds keeps its last totals but has no rate: it carries nothing.
                 let gone = super::input::is_gone(&l.link);
                 let rate = |slot: Option<usize>| {
-                    slot.filter(|_| !gone).and_then(|i| self.series[i].rate())
+                    slot.filter(|_| !gone)
+                        .and_then(|i| self.series[i].rate(&self.ticks))
                 };
                 LinkSnapshot {
                     link: l.link.clone(),
@@ -614,12 +662,6 @@ impl NodeState {
                     series: Vec::new(),
                 }
             })
-        for c in &batch.collectives {
-            let mut c = c.clone();
-            c.record.hostname.clone_from(&self.name);
-            c.received_unix_ns = received_unix_ns;
-            self.collectives.push(c, retention_ns);
-        }
             .collect();
         let mut node_series = Vec::new();
         for (slot, s) in self.series.iter().enumerate() {
@@ -664,7 +706,10 @@ impl NodeState {
                 // by_key entry
                 + 32;
         }
-        m.bytes += self.series_ids.heap_bytes()
+        // The tick timestamps are the samples' timestamps, held once for the node.
+        m.sample_bytes += self.ticks.heap_bytes();
+        m.bytes += self.ticks.heap_bytes()
+            + self.series_ids.heap_bytes()
             + self.links.len() * std::mem::size_of::<LinkState>()
             + self.markers.heap_bytes()
             + self.collectives.heap_bytes();

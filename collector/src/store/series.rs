@@ -8,6 +8,7 @@ use commwatch_model::{LinkKey, SeriesKind, Tier};
 
 use super::rate::{counter_step, plausibility_cap, window_rate, Step, RATE_WINDOW_NS};
 use super::ring::Ring;
+use super::ticks::{Samples, Ticks};
 
 /// Identity of a series across agent restarts.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -47,6 +48,7 @@ pub struct Series {
     pub(super) link: Option<usize>,
     /// Plausibility cap, units per second.
     pub(super) cap_per_s: f64,
+    /// `(tick number, value)`: the timestamps are the node's ([`Ticks`]).
     pub(super) ring: Ring,
     /// Previous reading (0 timestamp: none yet).
     pub(super) last_ts: i64,
@@ -89,10 +91,16 @@ impl Series {
         self.link
     }
 
-    /// Samples oldest first: `(timestamp_ns, acc)` for counters (reset-corrected cumulative increase),
-    /// `(timestamp_ns, f64 bits)` for gauges.
-    pub fn ring(&self) -> &Ring {
+    /// The ring of `(tick number, value)` samples.
+    #[cfg(test)]
+    pub(super) fn ring(&self) -> &Ring {
         &self.ring
+    }
+
+    /// Samples oldest first, stamped by `ticks` (its node's): `(timestamp_ns, acc)` for counters
+    /// (reset-corrected cumulative increase), `(timestamp_ns, f64 bits)` for gauges.
+    pub(super) fn samples<'a>(&'a self, ticks: &'a Ticks) -> Samples<'a> {
+        Samples::new(&self.ring, ticks)
     }
 
     /// The last reading as the agent sent it: `(timestamp_ns, raw)`.
@@ -102,10 +110,10 @@ impl Series {
 
     /// Counter rate per second over the last [`RATE_WINDOW_NS`]; `None` for gauges, with fewer than two
     /// readings, or while the counter sits at its saturation value (its true rate is unknown).
-    pub fn rate(&self) -> Option<f64> {
+    pub(super) fn rate(&self, ticks: &Ticks) -> Option<f64> {
         match self.kind {
             SeriesKind::Counter { .. } if !self.saturated => {
-                window_rate(self.ring.iter().rev(), RATE_WINDOW_NS)
+                window_rate(self.samples(ticks).iter().rev(), RATE_WINDOW_NS)
             }
             _ => None,
         }
@@ -118,17 +126,18 @@ impl Series {
         }
     }
 
+    /// Takes the reading `raw` at `ts`: the value its ring is to hold (the reading for a gauge, the
+    /// reset-corrected cumulative increase for a counter), or `None` when it is not newer than the previous
+    /// reading (counted, skipped). The caller pushes the value under the reading's tick.
     #[inline]
-    pub(super) fn ingest(&mut self, ts: i64, raw: u64, retention_ns: i64, c: &mut ApplyCounts) {
+    pub(super) fn accept(&mut self, ts: i64, raw: u64, c: &mut ApplyCounts) -> Option<u64> {
         if self.last_ts != 0 && ts <= self.last_ts {
             c.out_of_order += 1;
-            return;
+            return None;
         }
         c.samples += 1;
-        match self.kind {
-            SeriesKind::Gauge => {
-                self.ring.push(ts, raw, retention_ns);
-            }
+        let value = match self.kind {
+            SeriesKind::Gauge => raw,
             SeriesKind::Counter { max_value } => {
                 if self.last_ts != 0 {
                     match counter_step(
@@ -149,10 +158,11 @@ impl Series {
                     }
                 }
                 self.saturated = raw >= max_value;
-                self.ring.push(ts, self.acc, retention_ns);
+                self.acc
             }
-        }
+        };
         self.last_ts = ts;
         self.last_raw = raw;
+        Some(value)
     }
 }

@@ -1,4 +1,6 @@
-//! A bounded ring of `(timestamp_ns, value)` samples, held compressed.
+//! A bounded ring of `(timestamp_ns, value)` samples, held compressed. The store keys its series' samples by
+//! their node's tick number instead of a timestamp (`super::ticks`): the ring is the same, and consecutive
+//! ticks cost no bits (a strict period).
 //!
 //! Contract: after a push the ring holds at most `cap` samples and nothing older than `newest - retention`
 //! (the oldest samples go first: a push drops from the front while the ring is full or the front sample is
@@ -119,7 +121,13 @@ impl Ring {
     /// Appends a sample (timestamps are expected to increase) and evicts what fell out of `retention_ns`.
     #[inline]
     pub fn push(&mut self, ts: i64, value: u64, retention_ns: i64) {
-        self.evict(ts.saturating_sub(retention_ns));
+        self.push_after(ts, value, ts.saturating_sub(retention_ns));
+    }
+
+    /// Appends a sample after evicting the samples before `horizon` (and the oldest one when full).
+    #[inline]
+    pub fn push_after(&mut self, ts: i64, value: u64, horizon: i64) {
+        self.evict(horizon, self.cap);
         if self.head.len() >= HEAD_MAX {
             self.seal();
         }
@@ -132,20 +140,27 @@ impl Ring {
         self.head.push_back((ts, value));
     }
 
-    /// Drops from the front while the ring is full or the front sample is older than `horizon`.
+    /// Drops the samples older than `horizon` (none for the cap: the ring may stay full).
     #[inline]
-    fn evict(&mut self, horizon: i64) {
+    pub fn evict_before(&mut self, horizon: i64) {
+        self.evict(horizon, self.cap + 1);
+    }
+
+    /// Drops from the front while the ring holds `keep` samples or more or the front sample is older than
+    /// `horizon` (`keep` = the cap: room for one more).
+    #[inline]
+    fn evict(&mut self, horizon: i64, keep: usize) {
         while !self.chunks.is_empty() {
             let i = self.skip.wrapping_sub(self.front_at);
             let t = if i < FRONT {
                 self.front[i]
             } else {
-                match self.load_front(horizon) {
+                match self.load_front(horizon, keep) {
                     Some(t) => t,
                     None => continue,
                 }
             };
-            if t >= horizon && self.len() < self.cap {
+            if t >= horizon && self.len() < keep {
                 return;
             }
             self.skip += 1;
@@ -154,7 +169,7 @@ impl Ring {
             }
         }
         while let Some(&(t, _)) = self.head.front() {
-            if t < horizon || self.head.len() >= self.cap {
+            if t < horizon || self.head.len() >= keep {
                 self.head.pop_front();
             } else {
                 break;
@@ -166,10 +181,10 @@ impl Ring {
     /// first; or drops the rest of that chunk at once and returns `None` when all of it would go (over the cap,
     /// or older than `horizon`).
     #[inline(never)]
-    fn load_front(&mut self, horizon: i64) -> Option<i64> {
+    fn load_front(&mut self, horizon: i64, keep: usize) -> Option<i64> {
         let c = &self.chunks[0];
         let rest = CHUNK - self.skip;
-        if self.len() + 1 >= self.cap + rest || c.max_ts < horizon {
+        if self.len() + 1 >= keep + rest || c.max_ts < horizon {
             self.pop_chunk();
             return None;
         }
@@ -363,6 +378,12 @@ mod tests {
         fn set_cap(&mut self, cap: usize) {
             self.cap = cap.max(2);
             while self.buf.len() > self.cap {
+                self.buf.pop_front();
+            }
+        }
+
+        fn evict_before(&mut self, horizon: i64) {
+            while self.buf.front().is_some_and(|&(t, _)| t < horizon) {
                 self.buf.pop_front();
             }
         }
@@ -574,6 +595,13 @@ mod tests {
                 r.push(t, v, retention);
                 m.push(t, v, retention);
                 check(&r, &m, i);
+                if rng.random_range(0u64..50) == 0 {
+                    // The store's sweep: evict up to a horizon without a push (never for the cap).
+                    let h = t - rng.random_range(0u64..5_000) as i64;
+                    r.evict_before(h);
+                    m.evict_before(h);
+                    check(&r, &m, i);
+                }
                 if rng.random_range(0u64..400) == 0 {
                     let c = 2 + rng.random_range(0u64..1_500) as usize;
                     r.set_cap(c);
