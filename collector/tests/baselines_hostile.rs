@@ -145,3 +145,22 @@ async fn baselines_acknowledged_survive_a_kill() {
     );
     h.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_replayed_row_of_the_wrong_type_is_skipped_counted_and_never_fatal() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = with_state(dir.path()).await;
+    h.shutdown().await;
+    let db = rusqlite::Connection::open(dir.path().join("collector.sqlite3")).unwrap();
+    // A node name that is a blob, an instance id that is text: rows written by hand or damaged.
+    db.execute_batch(
+        "INSERT INTO hellos (node, instance_id, received_unix_ns, payload) VALUES (X'00ff', 1, 1, X'');
+         INSERT INTO seqs (node, instance_id, highest_seq, updated_unix_ns) VALUES ('n', 'one', 1, 0);
+         INSERT INTO jobs (node, instance_id, received_unix_ns, payload) VALUES ('n', 1, 1, 'text');",
+    )
+    .unwrap();
+    drop(db);
+    let h = with_state(dir.path()).await;
+    assert_eq!(persist_errors(&metrics(&h).await), 3.0);
+    h.shutdown().await;
+}

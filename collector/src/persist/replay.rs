@@ -4,7 +4,8 @@
 //!
 //! A row that cannot be decoded or validated any more (a collector that tightened a limit, a damaged file) is
 //! skipped, counted (`commwatch_collector_persist_errors_total`) and logged: replay never fails the start on
-//! one bad row. A database SQLite calls damaged or not a database at all is moved aside, named in the log and
+//! one bad row — nor on a row whose values have the wrong type (written by hand, damaged), which the load skips
+//! and counts the same way. A database SQLite calls damaged or not a database at all is moved aside, named in the log and
 //! counted (`commwatch_collector_persist_corrupt_databases_total`), and the collector starts on an empty one.
 //! Any other failure to read it (permissions, a lock, I/O) fails the start: moving aside a database that is
 //! merely unreadable now would discard it.
@@ -34,6 +35,8 @@ struct Loaded {
     items: Vec<Replay>,
     seqs: Vec<(String, u64, u64)>,
     jobs: Vec<PersistedJobs>,
+    /// Rows whose values could not be read (skipped and logged by the load).
+    skipped: u64,
 }
 
 /// Opens (creating if needed) the database in `dir`, replays what it holds within `retention` into `store`,
@@ -54,6 +57,7 @@ pub(crate) async fn open_and_replay(
             error: std::io::Error::other(e.to_string()),
         })??;
     let path = dir.join(DB_FILE);
+    health.persist_errors.inc_by(loaded.skipped);
     let (hellos, batches) = replay(store, loaded.items, loaded.seqs, health);
     let job_lists = replay_jobs(store, loaded.jobs, health);
     info!(path = %path.display(), hellos, batches, job_lists, "replayed persisted state");
@@ -82,13 +86,14 @@ fn open_state(dir: &Path, retention: Duration, health: &Health) -> Result<Loaded
 
 fn load_all(path: &Path, retention: Duration) -> Result<Loaded, PersistError> {
     let conn = open(path)?;
-    let (items, seqs) = load(&conn, path, retention)?;
-    let jobs = load_jobs(&conn, path)?;
+    let loaded = load(&conn, path, retention)?;
+    let (jobs, skipped_jobs) = load_jobs(&conn, path)?;
     Ok(Loaded {
         conn,
-        items,
-        seqs,
+        items: loaded.items,
+        seqs: loaded.seqs,
         jobs,
+        skipped: loaded.skipped + skipped_jobs,
     })
 }
 

@@ -62,14 +62,15 @@ pub(crate) fn load(
     conn: &Connection,
     path: &Path,
     retention: Duration,
-) -> Result<(Vec<Replay>, Vec<(String, u64, u64)>), PersistError> {
+) -> Result<Loaded, PersistError> {
     let sql = |error| PersistError::Sqlite {
         path: path.to_owned(),
         error,
     };
     let cutoff =
         unix_now_ns().saturating_sub(i64::try_from(retention.as_nanos()).unwrap_or(i64::MAX));
-    let mut hellos: Vec<Replay> = Vec::new();
+    let mut skipped = 0u64;
+    let hellos: Vec<Replay>;
     {
         let mut st = conn
             .prepare("SELECT node, instance_id, received_unix_ns, payload FROM hellos ORDER BY received_unix_ns, rowid")
@@ -84,11 +85,9 @@ pub(crate) fn load(
                 })
             })
             .map_err(sql)?;
-        for r in rows {
-            hellos.push(r.map_err(sql)?);
-        }
+        hellos = readable(rows, "hellos", &mut skipped).map_err(sql)?;
     }
-    let mut batches: Vec<Replay> = Vec::new();
+    let batches: Vec<Replay>;
     {
         let mut st = conn
             .prepare(
@@ -106,9 +105,7 @@ pub(crate) fn load(
                 })
             })
             .map_err(sql)?;
-        for r in rows {
-            batches.push(r.map_err(sql)?);
-        }
+        batches = readable(rows, "batches", &mut skipped).map_err(sql)?;
     }
     let t = |r: &Replay| match r {
         Replay::Hello {
@@ -133,7 +130,7 @@ pub(crate) fn load(
         let next = if take_hello { h.next() } else { b.next() };
         merged.extend(next);
     }
-    let mut seqs = Vec::new();
+    let seqs;
     {
         let mut st = conn
             .prepare("SELECT node, instance_id, highest_seq FROM seqs")
@@ -147,18 +144,55 @@ pub(crate) fn load(
                 ))
             })
             .map_err(sql)?;
-        for r in rows {
-            seqs.push(r.map_err(sql)?);
-        }
+        seqs = readable(rows, "seqs", &mut skipped).map_err(sql)?;
     }
-    Ok((merged, seqs))
+    Ok(Loaded {
+        items: merged,
+        seqs,
+        skipped,
+    })
 }
 
-/// Every node's persisted job list (one row per node: the latest).
+/// What [`load`] read: the Hellos and batches in receive order, each instance's highest sequence number, and
+/// how many rows were skipped because their values cannot be read.
+pub(crate) struct Loaded {
+    pub items: Vec<Replay>,
+    pub seqs: Vec<(String, u64, u64)>,
+    pub skipped: u64,
+}
+
+/// The rows of a query, leaving out (logged, counted in `skipped`) a row whose values do not convert — a
+/// value of the wrong type, written by hand or damaged — rather than failing the start on it. Other errors
+/// fail.
+fn readable<T>(
+    rows: impl Iterator<Item = rusqlite::Result<T>>,
+    table: &str,
+    skipped: &mut u64,
+) -> rusqlite::Result<Vec<T>> {
+    let mut out = Vec::new();
+    for r in rows {
+        match r {
+            Ok(x) => out.push(x),
+            Err(
+                e @ (rusqlite::Error::InvalidColumnType(..)
+                | rusqlite::Error::FromSqlConversionFailure(..)
+                | rusqlite::Error::IntegralValueOutOfRange(..)),
+            ) => {
+                *skipped += 1;
+                tracing::warn!(table, error = %e, "skipping a stored row whose values cannot be read");
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(out)
+}
+
+/// Every node's persisted job list (one row per node: the latest), and how many rows were skipped because their
+/// values cannot be read.
 pub(crate) fn load_jobs(
     conn: &Connection,
     path: &Path,
-) -> Result<Vec<PersistedJobs>, PersistError> {
+) -> Result<(Vec<PersistedJobs>, u64), PersistError> {
     let sql = |error| PersistError::Sqlite {
         path: path.to_owned(),
         error,
@@ -176,7 +210,9 @@ pub(crate) fn load_jobs(
             })
         })
         .map_err(sql)?;
-    rows.collect::<Result<Vec<_>, _>>().map_err(sql)
+    let mut skipped = 0;
+    let jobs = readable(rows, "jobs", &mut skipped).map_err(sql)?;
+    Ok((jobs, skipped))
 }
 
 pub(crate) fn commit(conn: &mut Connection, items: &[Item]) -> Result<(), rusqlite::Error> {
