@@ -89,7 +89,10 @@ impl Cluster {
                 write(&dir.join("stat"), stat.as_bytes())?;
                 let mut environ = Vec::new();
                 let inspector = crate::inspector::environment(self.root(), &name);
-                for (k, v) in rank_environment(spec, node, gpu).into_iter().chain(inspector) {
+                for (k, v) in rank_environment(spec, node, gpu)
+                    .into_iter()
+                    .chain(inspector)
+                {
                     environ.extend_from_slice(k.as_bytes());
                     environ.push(b'=');
                     environ.extend_from_slice(v.as_bytes());

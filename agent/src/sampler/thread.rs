@@ -190,7 +190,9 @@ impl SamplingLoop {
     /// Cuts the batch gathered so far, with the step markers queued since, and hands it over.
     fn cut_batch(&mut self) {
         let b = with_markers(self.builder.take(), self.settings.markers.as_deref());
-        if let Some(b) = crate::inspector::attach(b, self.settings.inspector.as_deref(), self.sampler.jobs()) {
+        if let Some(b) =
+            crate::inspector::attach(b, self.settings.inspector.as_deref(), self.sampler.jobs())
+        {
             self.send_batch(b);
         }
     }

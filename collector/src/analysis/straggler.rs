@@ -130,11 +130,25 @@ enum RankRole {
 }
 
 /// Per-collective evidence: the job's costliest collective whose latest or slowest rank runs on `node`.
-fn with_collective_rank(c: &mut Candidate, input: &AnalysisInput, job: Option<&str>, node: &str, role: RankRole) {
+fn with_collective_rank(
+    c: &mut Candidate,
+    input: &AnalysisInput,
+    job: Option<&str>,
+    node: &str,
+    role: RankRole,
+) {
     let found = input.collectives_of(job).iter().find_map(|s| {
         let (rank, on, bw) = match role {
-            RankRole::Latest => (s.latest_rank, &s.latest_rank_node, s.latest_rank_bus_bandwidth_bytes_per_second),
-            RankRole::Slowest => (s.slowest_rank, &s.slowest_rank_node, s.slowest_rank_bus_bandwidth_bytes_per_second),
+            RankRole::Latest => (
+                s.latest_rank,
+                &s.latest_rank_node,
+                s.latest_rank_bus_bandwidth_bytes_per_second,
+            ),
+            RankRole::Slowest => (
+                s.slowest_rank,
+                &s.slowest_rank_node,
+                s.slowest_rank_bus_bandwidth_bytes_per_second,
+            ),
         };
         (on.as_deref() == Some(node)).then_some((s, rank?, bw?))
     });
@@ -150,7 +164,10 @@ fn with_collective_rank(c: &mut Candidate, input: &AnalysisInput, job: Option<&s
         .detail("collective_size_bytes", s.size_bytes)
         .detail(key, rank)
         .detail("rank_bus_bandwidth_bytes_per_second", r4(bw))
-        .detail("collective_bus_bandwidth_bytes_per_second", r4(s.bus_bandwidth_bytes_per_second));
+        .detail(
+            "collective_bus_bandwidth_bytes_per_second",
+            r4(s.bus_bandwidth_bytes_per_second),
+        );
     c.summary.push_str(&format!(
         " NCCL Inspector: rank {rank} on it runs the job's {} of {:.0} MB at {} bus bandwidth against the median {}{}.",
         s.collective,
@@ -162,4 +179,78 @@ fn with_collective_rank(c: &mut Candidate, input: &AnalysisInput, job: Option<&s
             RankRole::Slowest => "",
         }
     ));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::input::{GpuInput, JobInput, RankInput};
+    use crate::collectives::{CollectiveSummary, JobCollectives};
+    use commwatch_model::Rank;
+
+    fn node(name: &str, busy: f64) -> NodeInput {
+        NodeInput {
+            name: name.into(),
+            gpus: vec![GpuInput {
+                busy_share: Some(busy),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_compute_straggler_names_the_rank_the_others_wait_for() {
+        let ranks = ["n1", "n2", "n3"]
+            .iter()
+            .map(|n| RankInput {
+                node: n.to_string(),
+                process: Rank::default(),
+            })
+            .collect();
+        let summary = CollectiveSummary {
+            collective: "AllReduce".into(),
+            size_class: "le_256MiB",
+            size_bytes: 220_000_000,
+            count: 20,
+            bytes: 4_400_000_000,
+            time_s: 0.7,
+            bus_bandwidth_bytes_per_second: 9.8e9,
+            slowest_rank: Some(0),
+            slowest_rank_node: Some("n1".into()),
+            slowest_rank_bus_bandwidth_bytes_per_second: Some(9.0e9),
+            latest_rank: Some(5),
+            latest_rank_node: Some("n3".into()),
+            latest_rank_bus_bandwidth_bytes_per_second: Some(14.0e9),
+            ranks: 6,
+            nodes: 3,
+            fabric_capacity_bytes_per_second: Some(25e9),
+            fabric_share: Some(0.392),
+        };
+        let input = AnalysisInput {
+            nodes: vec![node("n1", 0.6), node("n2", 0.6), node("n3", 0.9)],
+            jobs: vec![JobInput {
+                id: "j".into(),
+                ranks,
+                ..Default::default()
+            }],
+            collectives: vec![JobCollectives {
+                job: "j".into(),
+                summaries: vec![summary],
+            }],
+            ..Default::default()
+        };
+        let found = evaluate(&input);
+        assert_eq!(found.len(), 1, "{found:#?}");
+        let c = &found[0];
+        assert_eq!(c.subject.node, "n3");
+        assert_eq!(c.evidence.details["latest_rank"], 5);
+        assert_eq!(c.evidence.details["collective_size_bytes"], 220_000_000);
+        assert!(
+            c.summary
+                .contains("rank 5 on it runs the job's AllReduce of 220 MB at 14.00 GB/s"),
+            "{}",
+            c.summary
+        );
+    }
 }

@@ -20,8 +20,8 @@
 
 use super::exposed_comm::{compute_share, exposed_share, EXPOSED_SHARE_ABOVE};
 use super::input::{AnalysisInput, BareBaseline, NodeInput};
-use crate::collectives::CollectiveSummary;
 use super::{gbs, median, r4, Candidate, Evidence, FindingKind, Severity, Subject};
+use crate::collectives::CollectiveSummary;
 
 /// Confident steps (or resolved bursts) needed.
 pub const MIN_STEPS: usize = 5;
@@ -170,7 +170,10 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
 }
 
 /// The job's costliest collective that crosses nodes (NCCL Inspector), when its fabric capacity is known.
-fn costliest_inter_node<'a>(input: &'a AnalysisInput, job: Option<&str>) -> Option<&'a CollectiveSummary> {
+fn costliest_inter_node<'a>(
+    input: &'a AnalysisInput,
+    job: Option<&str>,
+) -> Option<&'a CollectiveSummary> {
     input
         .collectives_of(job)
         .iter()
@@ -183,7 +186,10 @@ fn with_collective(c: &mut Candidate, s: &CollectiveSummary, baseline: Option<&B
         .detail("collective", s.collective.as_str())
         .detail("collective_size_bytes", s.size_bytes)
         .detail("collective_count", s.count)
-        .detail("collective_bus_bandwidth_bytes_per_second", r4(s.bus_bandwidth_bytes_per_second));
+        .detail(
+            "collective_bus_bandwidth_bytes_per_second",
+            r4(s.bus_bandwidth_bytes_per_second),
+        );
     if let Some(share) = s.fabric_share {
         e = e.detail("collective_fabric_share", r4(share));
     }
@@ -194,12 +200,20 @@ fn with_collective(c: &mut Candidate, s: &CollectiveSummary, baseline: Option<&B
         gbs(s.bus_bandwidth_bytes_per_second)
     );
     if let (Some(share), Some(cap)) = (s.fabric_share, s.fabric_capacity_bytes_per_second) {
-        words.push_str(&format!(", {:.0}% of the node's fabric ({})", share * 100.0, gbs(cap)));
+        words.push_str(&format!(
+            ", {:.0}% of the node's fabric ({})",
+            share * 100.0,
+            gbs(cap)
+        ));
     }
     if let Some(b) = baseline.filter(|b| b.busbw_bytes_per_second > 0.0) {
         let share = s.bus_bandwidth_bytes_per_second / b.busbw_bytes_per_second;
         e = e.detail("collective_baseline_share", r4(share));
-        words.push_str(&format!(" and {:.0}% of the bare baseline ({})", share * 100.0, gbs(b.busbw_bytes_per_second)));
+        words.push_str(&format!(
+            " and {:.0}% of the bare baseline ({})",
+            share * 100.0,
+            gbs(b.busbw_bytes_per_second)
+        ));
     }
     words.push('.');
     c.evidence = e;
@@ -230,10 +244,15 @@ fn from_collective(
         .iter()
         .filter(|l| l.link.is_fabric_rdma())
         .max_by(|a, b| {
-            let cap = |x: &&super::input::LinkInput| x.link.capacity_bytes_per_second.unwrap_or(0.0);
+            let cap =
+                |x: &&super::input::LinkInput| x.link.capacity_bytes_per_second.unwrap_or(0.0);
             cap(a).total_cmp(&cap(b))
         })?;
-    let mut c = Candidate::new(FindingKind::LinkUnderutilized, severity, Subject::link(&n.name, &l.link));
+    let mut c = Candidate::new(
+        FindingKind::LinkUnderutilized,
+        severity,
+        Subject::link(&n.name, &l.link),
+    );
     c.summary = format!(
         "The collectives of {}'s job reach far less than its fabric ({} of {} collectives measured by NCCL Inspector).",
         n.name, s.count, s.collective

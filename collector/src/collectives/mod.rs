@@ -179,7 +179,9 @@ pub fn job_summaries(
         .collect()
 }
 
-/// A node's fabric capacity: its fabric RDMA links' capacities summed, bytes/s.
+/// The fabric capacity a rank's collectives are held against: one fabric RDMA link of its node (the largest),
+/// bytes/s. Bus bandwidth is a per-rank figure; each rank's traffic leaves on one rail, as nccl-tests' baseline
+/// is read against one link.
 pub fn node_fabric_capacity(store: &Store, node: &str) -> Option<f64> {
     store
         .with_node(node, |n| {
@@ -187,7 +189,7 @@ pub fn node_fabric_capacity(store: &Store, node: &str) -> Option<f64> {
                 .iter()
                 .filter(|l| l.link.is_fabric_rdma())
                 .filter_map(|l| l.link.capacity_bytes_per_second)
-                .sum::<f64>()
+                .fold(0.0, f64::max)
         })
         .filter(|c| *c > 0.0)
 }

@@ -45,7 +45,8 @@ pub struct CollectiveSummary {
     pub time_s: f64,
     /// Median over ranks and instances.
     pub bus_bandwidth_bytes_per_second: f64,
-    /// The rank with the lowest median bus bandwidth (null with one rank), its node and that median.
+    /// The rank with the lowest median bus bandwidth, its node and that median (null with one rank, or when
+    /// the ranks' medians are within 1 % of each other).
     pub slowest_rank: Option<u32>,
     pub slowest_rank_node: Option<String>,
     pub slowest_rank_bus_bandwidth_bytes_per_second: Option<f64>,
@@ -58,8 +59,9 @@ pub struct CollectiveSummary {
     /// Most ranks seen in one instance, and the nodes its communicator spans.
     pub ranks: u32,
     pub nodes: u32,
-    /// The slowest fabric capacity among the ranks' nodes (sum of a node's fabric RDMA links); null within one
-    /// node or when unknown. `fabric_share` = bus bandwidth ÷ it.
+    /// The smallest among the ranks' nodes of one fabric link's capacity (a rank's rail; see
+    /// [`crate::collectives::node_fabric_capacity`]); null within one node or when unknown. `fabric_share` = bus
+    /// bandwidth ÷ it.
     pub fabric_capacity_bytes_per_second: Option<f64>,
     pub fabric_share: Option<f64>,
 }
@@ -111,7 +113,10 @@ fn summarize_group(
         .collect();
     let by_bw =
         |a: &&(u32, String, f64), b: &&(u32, String, f64)| a.2.total_cmp(&b.2).then(b.0.cmp(&a.0));
-    let several = medians.len() > 1;
+    // A rank is named only when the ranks differ: more than 1 % between the lowest and the highest median.
+    let spread = |f: fn(f64, f64) -> f64, init| medians.iter().map(|m| m.2).fold(init, f);
+    let several =
+        medians.len() > 1 && spread(f64::max, 0.0) > 1.01 * spread(f64::min, f64::INFINITY);
     let slowest = medians.iter().min_by(by_bw).filter(|_| several).cloned();
     let latest = medians.iter().max_by(by_bw).filter(|_| several).cloned();
     let nodes = group.iter().map(|i| i.n_nodes).max().unwrap_or(1);

@@ -1,5 +1,5 @@
 //! The NCCL Inspector part of the report (`--nccl-inspector`): step 3 ranks the collectives by the time the job
-//! waited for them, step 4 holds the costliest one's bus bandwidth against the node's fabric capacity and the
+//! waited for them, step 4 holds the costliest one's bus bandwidth against one fabric link (a rank's rail) and the
 //! bare baseline. JSON key `nccl_inspector` (bandwidths `_gbps` in GB/s, times `_us` in µs); the text and HTML
 //! renderers call [`text_step3`], [`text_step4`] and `html::inspector::body`.
 
@@ -32,7 +32,7 @@ pub struct LinkFigures {
     pub bus_bandwidth_gbps: f64,
     /// Whether its communicator spans nodes (only then does the fabric bound it).
     pub inter_node: bool,
-    /// A node's fabric capacity (NICs × link rate), GB/s.
+    /// One fabric link's rate (the rail a rank's traffic leaves on), GB/s.
     pub fabric_capacity_gbps: Option<f64>,
     pub fabric_share: Option<f64>,
     /// The best inter-node nccl-tests peak of the same collective, GB/s.
@@ -70,7 +70,8 @@ fn figures(c: &CollectiveSummary, link: &LinkInfo, tests: &[TestReport]) -> Link
         .filter(|t| t.inter_node() && Some(t.test.collective.as_str()) == name)
         .filter_map(|t| t.summary.peak_busbw_gbps)
         .max_by(f64::total_cmp);
-    let capacity = link.capacity_gbps();
+    // Bus bandwidth is per rank: held against one link, the rail a rank's traffic leaves on.
+    let capacity = link.rate_gbps;
     let share = |of: Option<f64>| of.filter(|v| *v > 0.0).map(|v| c.bus_bandwidth_gbps / v);
     LinkFigures {
         collective: c.collective.clone(),

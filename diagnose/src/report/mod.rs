@@ -91,7 +91,8 @@ impl Report {
             .with_nics(inputs.nics_per_node, log_nics);
         let inspector_reads = read_inspector(&inputs.nccl_inspector, &mut records);
         let mut report = Report::assemble(records, link, tests, logs, traces, straggler);
-        report.nccl_inspector = inspector::build(&inspector_reads, &report.link, &report.nccl_tests);
+        report.nccl_inspector =
+            inspector::build(&inspector_reads, &report.link, &report.nccl_tests);
         report
     }
 
@@ -244,7 +245,10 @@ fn read_kineto(
 }
 
 /// Every Inspector directory or file; lines that gave no record make the input `partial`.
-fn read_inspector(paths: &[PathBuf], records: &mut Vec<InputRecord>) -> Vec<crate::inspector::InspectorRead> {
+fn read_inspector(
+    paths: &[PathBuf],
+    records: &mut Vec<InputRecord>,
+) -> Vec<crate::inspector::InspectorRead> {
     let mut reads = Vec::new();
     for path in paths {
         match crate::inspector::read_path(path) {
