@@ -353,8 +353,11 @@ impl AnalysisHandle {
         // One bare baseline per job is all the rules can use: they look one up per link.
         extras.bare_baselines = baselines::effective_bare(&extras.bare_baselines);
         let mut input = input::build(&self.inner.store, &self.inner.steps, now_unix_ns, &extras);
-        input.collectives =
-            crate::collectives::job_summaries(&self.inner.collectives, &self.inner.store, now_unix_ns);
+        input.collectives = crate::collectives::job_summaries(
+            &self.inner.collectives,
+            &self.inner.store,
+            now_unix_ns,
+        );
         self.apply(&input, started);
     }
 
