@@ -58,11 +58,18 @@ fn run_all(runs: Vec<matrix::Planned>, jobs: usize) -> Vec<Done> {
                 let r = harness::run::run(&p.run).map_err(|e| e.to_string());
                 match &r {
                     Ok(o) => eprintln!(
-                        "detect: [{}/{total}] {} ({:.0} s simulated) in {:.1} s",
+                        "detect: [{}/{total}] {} ({:.0} s simulated) in {:.1} s; store per node: \
+                         {} series, raw samples {:.2} MB, all {:.2} MB; raw samples with their own \
+                         timestamps {:.2} MB, with ±500 µs of jitter {:.2} MB",
                         k + 1,
                         p.label,
                         p.run.duration.as_secs_f64(),
-                        o.wall.as_secs_f64()
+                        o.wall.as_secs_f64(),
+                        o.store.series / o.store.nodes.max(1),
+                        o.store.sample_bytes as f64 / o.store.nodes.max(1) as f64 / 1e6,
+                        o.store.bytes as f64 / o.store.nodes.max(1) as f64 / 1e6,
+                        o.own_timestamps_bytes.0 as f64 / o.store.nodes.max(1) as f64 / 1e6,
+                        o.own_timestamps_bytes.1 as f64 / o.store.nodes.max(1) as f64 / 1e6,
                     ),
                     Err(e) => eprintln!("detect: [{}/{total}] {} failed: {e}", k + 1, p.label),
                 }

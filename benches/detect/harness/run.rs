@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use commwatch_agent::source::Tier;
 use commwatch_collector::analysis::FindingEvent;
+use commwatch_collector::StoreMemory;
 use commwatch_sim::{Cluster, ClusterSpec};
 
 use super::agent::{Shipped, SimAgent, FAST_PERIOD_MS, SLOW_PERIOD_MS};
@@ -54,6 +55,11 @@ pub struct RunOutcome {
     pub lagged: u64,
     /// Wall time the run took.
     pub wall: Duration,
+    /// The store's own accounting at the end of the run (its rings full after the retention).
+    pub store: StoreMemory,
+    /// What the same samples cost held as before the node's ticks were shared (each series a ring of its
+    /// own timestamps): `(exact timestamps, with a sampler's ±500 µs of jitter)`, bytes over all nodes.
+    pub own_timestamps_bytes: (usize, usize),
 }
 
 /// Runs `run` in a temporary directory.
@@ -86,6 +92,8 @@ pub fn run(run: &RunSpec) -> Result<RunOutcome, HarnessError> {
         agent_errors: 0,
         lagged: 0,
         wall: Duration::ZERO,
+        store: StoreMemory::default(),
+        own_timestamps_bytes: (0, 0),
     };
     // Per node: the end of the newest step already compared.
     let mut seen_until: Vec<i64> = vec![i64::MIN; agents.len()];
@@ -145,8 +153,44 @@ pub fn run(run: &RunSpec) -> Result<RunOutcome, HarnessError> {
         out.agent_errors += a.recent_errors();
     }
     out.lagged = collector.lagged;
+    out.store = collector.store.memory();
+    for a in &agents {
+        let (exact, jittered) = own_timestamps_bytes(&collector.store, a.name());
+        out.own_timestamps_bytes.0 += exact;
+        out.own_timestamps_bytes.1 += jittered;
+    }
     out.wall = started.elapsed();
     Ok(out)
+}
+
+/// The bytes `node`'s samples took when each series held its own timestamps (the store before its ticks were
+/// shared): every series' samples re-encoded in a ring of `(timestamp, value)` of the same bound, with the
+/// virtual clock's exact timestamps and with a deterministic ±500 µs of jitter per tick (what a sampler's
+/// reads show; one timestamp per tick, as the agent stamps them).
+fn own_timestamps_bytes(store: &commwatch_collector::Store, node: &str) -> (usize, usize) {
+    use commwatch_collector::store::ring::Ring;
+    let jitter = |t: i64| {
+        let mut x = (t as u64).wrapping_add(0x9E37_79B9_7F4A_7C15);
+        x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        t + ((x ^ (x >> 31)) % 1_000_001) as i64 - 500_000
+    };
+    store
+        .with_node(node, |n| {
+            let (mut exact, mut jittered) = (0, 0);
+            for s in n.series() {
+                let samples = n.samples(s);
+                let (mut a, mut b) = (Ring::new(samples.cap()), Ring::new(samples.cap()));
+                for (t, v) in samples.iter() {
+                    a.push(t, v, i64::MAX);
+                    b.push(jitter(t), v, i64::MAX);
+                }
+                exact += a.heap_bytes();
+                jittered += b.heap_bytes();
+            }
+            (exact, jittered)
+        })
+        .unwrap_or((0, 0))
 }
 
 /// The directory the cluster's trees are written to: in memory where the system has one (the simulator
