@@ -60,6 +60,9 @@ pub struct DemoArgs {
     /// CPU utilisation in /metrics: `total` (the node's) or `core` (also per core).
     #[arg(long, value_name = "total|core", default_value = "total")]
     pub cpu_detail: commwatch_collector::config::CpuDetail,
+    /// GPU series in /metrics: `summary` (PCIe maxima as labels, NVLink rate from the links) or `full`.
+    #[arg(long, value_name = "summary|full", default_value = "summary")]
+    pub gpu_detail: commwatch_collector::config::GpuDetail,
 }
 
 /// The simulator's traffic variants with their one-line summaries, for `--variant`'s help.
@@ -162,6 +165,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         nvlink_detail: args.nvlink_detail,
         counter_detail: args.counter_detail,
         cpu_detail: args.cpu_detail,
+        gpu_detail: args.gpu_detail,
         ..Default::default()
     })
     .await

@@ -1085,6 +1085,26 @@ scrape_configs:
     ] {
         assert!(text.contains(family), "{family} missing from /metrics");
     }
+    // The demo runs at the default detail, so every panel above was checked against it: a link's named
+    // counters summed (no `counter` label), the node's CPU total only, the PCIe maxima as a `max` label.
+    for (absent, why) in [
+        (",counter=\"", "counter_detail = \"family\""),
+        (",cpu=\"", "cpu_detail = \"total\""),
+        (
+            "commwatch_gpu_pcie_link_generation_max{",
+            "gpu_detail = \"summary\"",
+        ),
+        (
+            "commwatch_gpu_nvlink_transmit_bytes_per_second{",
+            "gpu_detail = \"summary\"",
+        ),
+    ] {
+        assert!(!text.contains(absent), "{absent} in /metrics with {why}");
+    }
+    assert!(
+        text.contains("commwatch_link_errors_total{") && text.contains(",max=\""),
+        "summed errors and PCIe maxima missing from /metrics"
+    );
     let (clean, msg) = promtool_check_metrics(&text);
     assert!(clean, "promtool check metrics on the collector:\n{msg}");
 

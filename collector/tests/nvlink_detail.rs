@@ -77,6 +77,10 @@ fn ticks() -> Vec<(i64, Vec<(u32, u64)>)> {
 async fn node_metrics(detail: NvlinkDetail) -> Vec<String> {
     let mut cfg = config();
     cfg.nvlink_detail = detail;
+    node_metrics_with(cfg).await
+}
+
+async fn node_metrics_with(cfg: commwatch_collector::CollectorConfig) -> Vec<String> {
     let h = collector(cfg).await;
     let (mut a, _) = Agent::connect(h.grpc_addr, hello_with_nvlinks()).await;
     a.send_batch(batch(1, &ticks())).await;
@@ -112,12 +116,14 @@ async fn nvlinks_are_one_series_set_per_gpu_by_default() {
     );
     let rate = value(&lines, &at("commwatch_link_transmit_bytes_per_second")).expect("rate");
     assert!((rate - 8000.0).abs() < 1.0, "{rate}");
+    // Both links' crc_data_errors, summed per family (counter_detail = "family", the default).
     assert_eq!(
-        value(
-            &lines,
-            &format!(r#"commwatch_link_errors_total{{{gpu},counter="crc_data_errors"}}"#)
-        ),
+        value(&lines, &format!(r#"commwatch_link_errors_total{{{gpu}}}"#)),
         Some(7.0)
+    );
+    assert!(
+        !lines.iter().any(|l| l.contains("counter=\"")),
+        "{lines:#?}"
     );
     assert_eq!(
         value(&lines, &format!(r#"commwatch_link_up{{{gpu},state="up"}}"#)),
@@ -162,4 +168,32 @@ async fn link_detail_exports_every_nvlink() {
             .count(),
         2
     );
+}
+
+/// `counter_detail = "name"` through a running collector: one series per agent counter name again, with the
+/// `counter` label, on the InfiniBand port and on the GPU's folded NVLinks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn name_detail_exports_every_counter_name() {
+    let mut cfg = config();
+    cfg.counter_detail = commwatch_collector::config::CounterDetail::Name;
+    let lines = node_metrics_with(cfg).await;
+    let gpu = r#"node="n1",class="nvlink",device="gpu0",role="fabric",gpu="0""#;
+    assert_eq!(
+        value(
+            &lines,
+            &format!(r#"commwatch_link_errors_total{{{gpu},counter="crc_data_errors"}}"#)
+        ),
+        Some(7.0),
+        "{lines:#?}"
+    );
+    let ib = r#"node="n1",class="infiniband",device="mlx5_0",port="1",role="fabric""#;
+    assert!(
+        lines.iter().any(|l| l.starts_with(&format!(
+            r#"commwatch_link_errors_total{{{ib},counter="symbol_errors"}}"#
+        ))),
+        "{lines:#?}"
+    );
+    assert!(!lines
+        .iter()
+        .any(|l| l.starts_with(&format!("commwatch_link_errors_total{{{gpu}}}"))));
 }

@@ -58,6 +58,10 @@ pub struct CollectorArgs {
     /// CPU utilisation in /metrics: `total` (the node's, the default) or `core` (also one per core).
     #[arg(long, value_name = "total|core")]
     cpu_detail: Option<commwatch_collector::config::CpuDetail>,
+    /// GPU series in /metrics: `summary` (PCIe maxima as a `max` label, the GPU's NVLink rate from its NVLink
+    /// links; the default) or `full` (every GPU family as the agent sends it).
+    #[arg(long, value_name = "summary|full")]
+    gpu_detail: Option<commwatch_collector::config::GpuDetail>,
 }
 
 fn collector_config(a: &CollectorArgs) -> anyhow::Result<commwatch_collector::CollectorConfig> {
@@ -102,6 +106,9 @@ fn collector_config(a: &CollectorArgs) -> anyhow::Result<commwatch_collector::Co
     }
     if let Some(v) = a.cpu_detail {
         c.cpu_detail = v;
+    }
+    if let Some(v) = a.gpu_detail {
+        c.gpu_detail = v;
     }
     c.validate()?;
     Ok(c)

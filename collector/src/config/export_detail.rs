@@ -1,8 +1,10 @@
-//! `counter_detail` and `cpu_detail`: how finely `/metrics` (and remote write) export a link's named counters
-//! and a node's CPU. An 8-GPU node's HCA ports and interfaces carry about 28 named error, congestion and other
+//! `counter_detail`, `cpu_detail` and `gpu_detail`: how finely `/metrics` (and remote write) export a link's
+//! named counters, a node's CPU and its GPUs. An 8-GPU node's HCA ports and interfaces carry about 28 named error, congestion and other
 //! counters each, and a node has a CPU series per core: per name and per core that is over a third of a node's
-//! series, per family and per node a few dozen. Per family and the node total are the defaults; the names and
-//! the cores are an explicit choice. The findings and `/api` read the store and keep every name either way.
+//! series, per family and per node a few dozen. A GPU's PCIe maxima never change and its NVLink rate is its
+//! NVLink links' (4 of its 17 series). Per family, the node total and the GPU summary are the defaults; the
+//! names, the cores and every GPU family are an explicit choice. The findings and `/api` read the store and
+//! keep every name either way.
 
 use std::fmt;
 use std::str::FromStr;
@@ -33,6 +35,19 @@ pub enum CpuDetail {
     Core,
 }
 
+/// The detail of the GPU families: `gpu_detail = "summary" | "full"`, `--gpu-detail`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GpuDetail {
+    /// The PCIe maxima (hardware constants) as a `max` label of `commwatch_gpu_pcie_link_generation` and
+    /// `commwatch_gpu_pcie_link_width`, no `_max` families; no `commwatch_gpu_nvlink_*_bytes_per_second` (the
+    /// GPU's NVLink rate is its NVLink links' `commwatch_link_*_bytes_per_second{class="nvlink"}` summed).
+    #[default]
+    Summary,
+    /// Every GPU family as the agent sends it.
+    Full,
+}
+
 /// A word that is not one of a detail setting's words.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{setting} must be {expected}, not {got:?}")]
@@ -58,6 +73,38 @@ impl CpuDetail {
         match self {
             CpuDetail::Total => "total",
             CpuDetail::Core => "core",
+        }
+    }
+}
+
+impl GpuDetail {
+    /// The configuration word: `summary` or `full`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GpuDetail::Summary => "summary",
+            GpuDetail::Full => "full",
+        }
+    }
+}
+
+impl fmt::Display for GpuDetail {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for GpuDetail {
+    type Err = ParseDetailError;
+
+    fn from_str(s: &str) -> Result<GpuDetail, ParseDetailError> {
+        match s {
+            "summary" => Ok(GpuDetail::Summary),
+            "full" => Ok(GpuDetail::Full),
+            other => Err(ParseDetailError {
+                setting: "gpu detail",
+                expected: "\"summary\" or \"full\"",
+                got: other.to_string(),
+            }),
         }
     }
 }
@@ -118,6 +165,11 @@ mod tests {
         for d in [CpuDetail::Total, CpuDetail::Core] {
             assert_eq!(d.as_str().parse::<CpuDetail>(), Ok(d));
         }
+        for d in [GpuDetail::Summary, GpuDetail::Full] {
+            assert_eq!(d.as_str().parse::<GpuDetail>(), Ok(d));
+        }
+        assert_eq!(GpuDetail::default(), GpuDetail::Summary);
+        assert!("all".parse::<GpuDetail>().is_err());
         assert_eq!(CounterDetail::default(), CounterDetail::Family);
         assert_eq!(CpuDetail::default(), CpuDetail::Total);
         let e = "Name".parse::<CounterDetail>().unwrap_err();

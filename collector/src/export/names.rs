@@ -70,7 +70,10 @@ pub const STEPS_TOTAL: &str = "commwatch_steps_total";
 /// Training throughput of a job from markers with samples (gauge, samples/s; `training_job`).
 pub const STEP_SAMPLES_PER_SECOND: &str = "commwatch_step_samples_per_second";
 
-/// GPU series (labels `node`, `gpu`), from the agent's `nvml` source; see [`gpu_family`].
+/// GPU series (labels `node`, `gpu`), from the agent's `nvml` source; see [`gpu_family`]. With the default
+/// `gpu_detail = "summary"` the PCIe generation and width carry their maximum as the label `max` and the
+/// `_max` families and the GPU's NVLink rates (GPM) are exported only with `"full"`
+/// ([`crate::export::exposition::apply_gpu_detail`]).
 pub const GPU_UTILIZATION_RATIO: &str = "commwatch_gpu_utilization_ratio";
 pub const GPU_MEMORY_UTILIZATION_RATIO: &str = "commwatch_gpu_memory_utilization_ratio";
 pub const GPU_SM_ACTIVITY_RATIO: &str = "commwatch_gpu_sm_activity_ratio";

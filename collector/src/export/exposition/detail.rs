@@ -1,6 +1,7 @@
 //! The exported view's detail ([`ExportDetail`]): NVLink per GPU or per link ([`super::apply_nvlink_detail`]),
 //! a link's named counters per family or per name ([`apply_counter_detail`]), a node's CPU as its total or per
-//! core ([`apply_cpu_detail`]). [`apply_export_detail`] applies all three to the store's snapshot before it is
+//! core ([`apply_cpu_detail`]), the GPU families as a summary or in full ([`apply_gpu_detail`]).
+//! [`apply_export_detail`] applies them all to the store's snapshot before it is
 //! written (`/metrics`) or sent (remote write, which renders through the same [`super::Exposition`]), so both
 //! export the same series. The store, the findings and `/api` keep every link, name and core.
 //!
@@ -15,20 +16,32 @@ use std::sync::Arc;
 use commwatch_model::SeriesKind;
 
 use super::nvlink::apply_nvlink_detail;
-use crate::config::{CounterDetail, CpuDetail, NvlinkDetail};
+use crate::config::{CounterDetail, CpuDetail, GpuDetail, NvlinkDetail};
 use crate::export::names::{link_counter_family, summed_counter_family};
 use crate::store::{LinkSnapshot, NodeSnapshot, SeriesKey, SeriesSnapshot};
 
 /// The agent's metric name of the node's CPU utilisation (the total without labels, a core with `cpu`).
 const CPU_METRIC: &str = "cpu_utilization_ratio";
 
-/// How finely the store's view is exported (`nvlink_detail`, `counter_detail`, `cpu_detail`); the default is
-/// the fleet's: per GPU, per family, the total.
+/// The agent's PCIe series of a GPU, each with the series of its maximum (a hardware constant).
+const PCIE_WITH_MAX: [(&str, &str); 2] = [
+    ("gpu_pcie_link_gen", "gpu_pcie_link_gen_max"),
+    ("gpu_pcie_link_width", "gpu_pcie_link_width_max"),
+];
+/// The agent's GPU NVLink rates (GPM): with the GPU summary, the GPU's NVLink links' rates say it.
+const GPU_NVLINK_RATES: [&str; 2] = [
+    "gpu_nvlink_tx_bytes_per_second",
+    "gpu_nvlink_rx_bytes_per_second",
+];
+
+/// How finely the store's view is exported (`nvlink_detail`, `counter_detail`, `cpu_detail`, `gpu_detail`); the
+/// default is the fleet's: per GPU, per family, the total, the GPU summary.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ExportDetail {
     pub nvlink: NvlinkDetail,
     pub counter: CounterDetail,
     pub cpu: CpuDetail,
+    pub gpu: GpuDetail,
 }
 
 impl ExportDetail {
@@ -38,6 +51,7 @@ impl ExportDetail {
             nvlink: NvlinkDetail::Link,
             counter: CounterDetail::Name,
             cpu: CpuDetail::Core,
+            gpu: GpuDetail::Full,
         }
     }
 }
@@ -48,6 +62,7 @@ pub fn apply_export_detail(nodes: &mut [NodeSnapshot], detail: ExportDetail) {
     apply_nvlink_detail(nodes, detail.nvlink);
     apply_counter_detail(nodes, detail.counter);
     apply_cpu_detail(nodes, detail.cpu);
+    apply_gpu_detail(nodes, detail.gpu);
 }
 
 /// With [`CounterDetail::Family`], every link's counters of a family that carries the `counter` label
@@ -120,6 +135,57 @@ pub fn apply_cpu_detail(nodes: &mut [NodeSnapshot], detail: CpuDetail) {
         n.series.retain(|s| {
             s.key.metric != CPU_METRIC || !s.key.labels.iter().any(|(k, _)| k == "cpu")
         });
+    }
+}
+
+/// With [`GpuDetail::Summary`], a GPU's PCIe maxima become the `max` label of its current PCIe generation and
+/// width (same agent labels; the value as an integer where it is one) and their own series are left out, and
+/// so are the GPU's NVLink rates ([`GPU_NVLINK_RATES`]). A current value without a known maximum, or with a
+/// `max` label of its own, is left as it is. [`GpuDetail::Full`] changes nothing.
+pub fn apply_gpu_detail(nodes: &mut [NodeSnapshot], detail: GpuDetail) {
+    if detail == GpuDetail::Full {
+        return;
+    }
+    for n in nodes {
+        let maxima: HashMap<(&str, Vec<(String, String)>), String> = n
+            .series
+            .iter()
+            .filter_map(|s| {
+                let (current, _) = PCIE_WITH_MAX.iter().find(|p| p.1 == s.key.metric)?;
+                Some(((*current, s.key.labels.clone()), label_number(s.value)))
+            })
+            .collect();
+        let series = std::mem::take(&mut n.series);
+        n.series = series
+            .into_iter()
+            .filter(|s| {
+                let m = s.key.metric.as_str();
+                !PCIE_WITH_MAX.iter().any(|p| p.1 == m) && !GPU_NVLINK_RATES.contains(&m)
+            })
+            .map(|s| {
+                let at = (s.key.metric.as_str(), s.key.labels.clone());
+                match maxima.get(&at) {
+                    Some(max) if !s.key.labels.iter().any(|(k, _)| k == "max") => {
+                        let mut key = SeriesKey::clone(&s.key);
+                        key.labels.push(("max".to_string(), max.clone()));
+                        SeriesSnapshot {
+                            key: Arc::new(key),
+                            ..s
+                        }
+                    }
+                    _ => s,
+                }
+            })
+            .collect();
+    }
+}
+
+/// A label value for a gauge's value: `5` for 5.0, else as Rust prints the number.
+fn label_number(v: f64) -> String {
+    if v.is_finite() && v.fract() == 0.0 && v.abs() < 1e15 {
+        format!("{}", v as i64)
+    } else {
+        format!("{v}")
     }
 }
 
@@ -196,6 +262,55 @@ mod tests {
                 series(CPU_METRIC, SeriesKind::Gauge, &[("cpu", "0")], 0.25, 1),
                 series("memory_used_bytes", SeriesKind::Gauge, &[], 1.0, 1),
                 series(CPU_METRIC, SeriesKind::Gauge, &[("cpu", "1")], 0.75, 1),
+                series(
+                    "gpu_pcie_link_gen",
+                    SeriesKind::Gauge,
+                    &[("gpu", "0")],
+                    4.0,
+                    1,
+                ),
+                series(
+                    "gpu_pcie_link_gen_max",
+                    SeriesKind::Gauge,
+                    &[("gpu", "0")],
+                    5.0,
+                    1,
+                ),
+                series(
+                    "gpu_pcie_link_width",
+                    SeriesKind::Gauge,
+                    &[("gpu", "0")],
+                    16.0,
+                    1,
+                ),
+                series(
+                    "gpu_pcie_link_width",
+                    SeriesKind::Gauge,
+                    &[("gpu", "1")],
+                    8.0,
+                    1,
+                ),
+                series(
+                    "gpu_pcie_link_width_max",
+                    SeriesKind::Gauge,
+                    &[("gpu", "0")],
+                    16.0,
+                    1,
+                ),
+                series(
+                    "gpu_nvlink_tx_bytes_per_second",
+                    SeriesKind::Gauge,
+                    &[("gpu", "0")],
+                    1e9,
+                    1,
+                ),
+                series(
+                    "gpu_power_watts",
+                    SeriesKind::Gauge,
+                    &[("gpu", "0")],
+                    300.5,
+                    1,
+                ),
             ],
             jobs: Default::default(),
         }
@@ -243,7 +358,40 @@ mod tests {
         apply_counter_detail(&mut nodes, CounterDetail::Name);
         apply_cpu_detail(&mut nodes, CpuDetail::Core);
         assert_eq!(shown(&nodes[0].links[0]), shown(&port()));
-        assert_eq!(nodes[0].series.len(), 4);
+        assert_eq!(nodes[0].series.len(), 11);
+    }
+
+    #[test]
+    fn gpu_summary_labels_the_pcie_maxima_and_leaves_out_the_nvlink_rates() {
+        let mut nodes = vec![node()];
+        apply_gpu_detail(&mut nodes, GpuDetail::Full);
+        assert_eq!(nodes[0].series.len(), 11);
+        apply_gpu_detail(&mut nodes, GpuDetail::Summary);
+        let left: Vec<(&str, Vec<(&str, &str)>, f64)> = nodes[0]
+            .series
+            .iter()
+            .filter(|s| s.key.metric.starts_with("gpu_"))
+            .map(|s| {
+                let labels = s.key.labels.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+                (s.key.metric.as_str(), labels.collect(), s.value)
+            })
+            .collect();
+        assert_eq!(
+            left,
+            [
+                ("gpu_pcie_link_gen", vec![("gpu", "0"), ("max", "5")], 4.0),
+                (
+                    "gpu_pcie_link_width",
+                    vec![("gpu", "0"), ("max", "16")],
+                    16.0
+                ),
+                // No maximum known for GPU 1: as it was.
+                ("gpu_pcie_link_width", vec![("gpu", "1")], 8.0),
+                ("gpu_power_watts", vec![("gpu", "0")], 300.5),
+            ]
+        );
+        assert_eq!(label_number(2.5), "2.5");
+        assert_eq!(label_number(f64::NAN), "NaN");
     }
 
     #[test]
@@ -255,7 +403,8 @@ mod tests {
             .iter()
             .map(|s| (s.key.metric.as_str(), s.key.labels.len()))
             .collect();
-        assert_eq!(left, [(CPU_METRIC, 0), ("memory_used_bytes", 0)]);
+        assert_eq!(left[..2], [(CPU_METRIC, 0), ("memory_used_bytes", 0)]);
+        assert_eq!(left.len(), 9);
     }
 
     #[test]
@@ -265,9 +414,10 @@ mod tests {
             (d.nvlink, d.counter, d.cpu),
             (NvlinkDetail::Gpu, CounterDetail::Family, CpuDetail::Total)
         );
+        assert_eq!(d.gpu, GpuDetail::Summary);
         let mut nodes = vec![node()];
         apply_export_detail(&mut nodes, ExportDetail::full());
         assert_eq!(shown(&nodes[0].links[0]), shown(&port()));
-        assert_eq!(nodes[0].series.len(), 4);
+        assert_eq!(nodes[0].series.len(), 11);
     }
 }

@@ -144,32 +144,32 @@ pub const FAMILIES: &[Family] = &[
     },
     Family {
         name: names::GPU_NVLINK_TRANSMIT_BYTES_PER_SECOND,
-        help: "NVLink transmit rate of the GPU, all links.",
+        help: "NVLink transmit rate of the GPU, all links (GPM; gpu_detail=full).",
         kind: MetricType::GAUGE,
     },
     Family {
         name: names::GPU_NVLINK_RECEIVE_BYTES_PER_SECOND,
-        help: "NVLink receive rate of the GPU, all links.",
+        help: "NVLink receive rate of the GPU, all links (GPM; gpu_detail=full).",
         kind: MetricType::GAUGE,
     },
     Family {
         name: names::GPU_PCIE_LINK_GENERATION,
-        help: "Current PCIe link generation of the GPU.",
+        help: "Current PCIe link generation of the GPU; its maximum in the max label (gpu_detail=summary).",
         kind: MetricType::GAUGE,
     },
     Family {
         name: names::GPU_PCIE_LINK_GENERATION_MAX,
-        help: "Maximum PCIe link generation of the GPU.",
+        help: "Maximum PCIe link generation of the GPU (gpu_detail=full).",
         kind: MetricType::GAUGE,
     },
     Family {
         name: names::GPU_PCIE_LINK_WIDTH,
-        help: "Current PCIe link width of the GPU (lanes).",
+        help: "Current PCIe link width of the GPU (lanes); its maximum in the max label (gpu_detail=summary).",
         kind: MetricType::GAUGE,
     },
     Family {
         name: names::GPU_PCIE_LINK_WIDTH_MAX,
-        help: "Maximum PCIe link width of the GPU (lanes).",
+        help: "Maximum PCIe link width of the GPU (lanes; gpu_detail=full).",
         kind: MetricType::GAUGE,
     },
     Family {

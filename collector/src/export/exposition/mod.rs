@@ -12,8 +12,8 @@
 //! values escaped as the format requires, values printed as `TextEncoder` prints an `f64`).
 //!
 //! The store's view is exported as [`apply_export_detail`] shapes it (NVLink per GPU, a link's named counters
-//! per family, the node's CPU total, by default); remote write renders through the same [`Exposition`], so
-//! both export the same series.
+//! per family, the node's CPU total, the GPU summary, by default); remote write renders through the same
+//! [`Exposition`], so both export the same series.
 //!
 //! Parts: `families` holds the family table ([`FAMILIES`]: names, help, types), which family each series goes
 //! to, and [`StoreDescs`]; `samples` gathers the store's samples per family in `gather`'s order; `writer`
@@ -40,7 +40,9 @@ use prometheus::proto::MetricFamily;
 use prometheus::{Encoder, TextEncoder};
 
 use commwatch_model::clock::unix_now_ns;
-pub use detail::{apply_counter_detail, apply_cpu_detail, apply_export_detail, ExportDetail};
+pub use detail::{
+    apply_counter_detail, apply_cpu_detail, apply_export_detail, apply_gpu_detail, ExportDetail,
+};
 pub use families::{Family, StoreDescs, FAMILIES};
 pub use nvlink::{apply_nvlink_detail, NvlinkDetail};
 use samples::Samples;

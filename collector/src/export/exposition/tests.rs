@@ -16,7 +16,7 @@ use super::{
     apply_export_detail, apply_nvlink_detail, reference, write_exposition, ExportDetail,
     Exposition, NvlinkDetail, StoreDescs,
 };
-use crate::config::{CounterDetail, CpuDetail};
+use crate::config::{CounterDetail, CpuDetail, GpuDetail};
 use crate::export::names;
 use crate::store::{
     Batch, Hello, Inventory, JobList, LinkInfo, LinkSnapshot, NodeSnapshot, SeriesDesc, SeriesKey,
@@ -418,6 +418,9 @@ fn random_nodes(rng: &mut StdRng, sorted: bool) -> Vec<NodeSnapshot> {
         "gpu_utilization_ratio",
         "gpu_power_watts",
         "gpu_pcie_replay_errors",
+        "gpu_pcie_link_gen",
+        "gpu_pcie_link_gen_max",
+        "gpu_nvlink_tx_bytes_per_second",
         "unexported",
     ];
     const LINK_METRICS: &[&str] = &[
@@ -574,6 +577,11 @@ fn summed_counters_and_cpu_total_match_the_reference() {
             } else {
                 CpuDetail::Total
             },
+            gpu: if round % 3 == 2 {
+                GpuDetail::Full
+            } else {
+                GpuDetail::Summary
+            },
         };
         apply_export_detail(&mut nodes, detail);
         assert_eq!(
@@ -676,8 +684,6 @@ fn render_matches_the_previous_registry_path() {
             dropped_batches_total: i as u64,
             markers: vec![],
             invalid_markers: 0,
-            collectives: vec![],
-            invalid_collectives: 0,
         };
         for t in 0..2u64 {
             for id in 1..=7u32 {
