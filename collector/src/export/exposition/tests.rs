@@ -684,6 +684,8 @@ fn render_matches_the_previous_registry_path() {
             dropped_batches_total: i as u64,
             markers: vec![],
             invalid_markers: 0,
+            collectives: vec![],
+            invalid_collectives: 0,
         };
         for t in 0..2u64 {
             for id in 1..=7u32 {
