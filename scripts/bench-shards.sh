@@ -14,8 +14,8 @@ secs=${3:-60}
 warmup=${WARMUP:-15}
 base=${BASE_PORT:-17100}
 root=$(cd "$(dirname "$0")/.." && pwd)
-bin=$root/target/release/commwatch
-gen=$root/target/release/loadgen
+bin=${COMMWATCH_BIN:-$root/target/release/commwatch}
+gen=${LOADGEN_BIN:-$root/target/release/loadgen}
 [ -x "$bin" ] && [ -x "$gen" ] || { echo "build first: see the header of $0" >&2; exit 2; }
 cores=$(nproc)
 work=$(mktemp -d)
@@ -48,9 +48,9 @@ for ((k = 0; k < shards; k++)); do
   curl -s "http://127.0.0.1:$http/metrics" >"$work/metrics-$k.txt" || true
   held=$(grep -c '^commwatch_[a-z_]*{[^}]*node="load-' "$work/metrics-$k.txt" || true)
   nodes_here=$(grep -o 'node="load-[0-9]*"' "$work/metrics-$k.txt" | sort -u | wc -l)
-  one=$(grep -o 'node="load-[0-9]*"' "$work/metrics-$k.txt" | head -1)
-  per_node=$(grep -c "$one" "$work/metrics-$k.txt" || true)
+  one=$(grep -o -m1 'node="load-[0-9]*"' "$work/metrics-$k.txt" || true)
+  per_node=$(grep -c "${one:-none}" "$work/metrics-$k.txt" || true)
   store=$(grep '^commwatch_collector_store_bytes' "$work/metrics-$k.txt" | tr '\n' ' ')
   echo "shard $k: $nodes_here nodes in /metrics, $held node series ($per_node for one node), $(wc -c <"$work/metrics-$k.txt") bytes of /metrics; $store"
-  grep -E ' (WARN|ERROR) ' "$work/collector-$k.log" | head -5 || true
+  grep -m5 -E ' (WARN|ERROR) ' "$work/collector-$k.log" || true
 done
