@@ -10,7 +10,7 @@ use commwatch_model::{FindingKind, Severity};
 
 use super::OutputFormat;
 use crate::api::{read_findings, sort_findings, Finding};
-use crate::cmd::status::shards::{tag, ShardArgs};
+use crate::cmd::shards::{tag, ShardArgs};
 use crate::outcome::CliError;
 
 #[derive(Args, Debug)]

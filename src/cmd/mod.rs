@@ -8,6 +8,7 @@ pub mod completions;
 pub mod findings;
 pub mod man;
 pub mod probe;
+pub mod shards;
 pub mod status;
 
 /// `--format` of the commands that print a result for people or for scripts.

@@ -2,7 +2,7 @@
 //! `/metrics` (only the `commwatch_build_info` line, for the version), `/api/v1/nodes` (up or stale),
 //! `/api/v1/jobs` and `/api/v1/findings` (the active root causes), and prints one screen of text or one JSON
 //! document ([`report::Report`]). With several `--collector` (shards), every shard is asked and the answers
-//! merged ([`shards`]): nodes counted once, jobs and root causes tagged with the shard that answered them, and a
+//! merged ([`crate::cmd::shards`]): nodes counted once, jobs and root causes tagged with the shard that answered them, and a
 //! line per shard.
 //!
 //! Exit status: 0 when the collector answered and no active root cause is critical; 3
@@ -11,7 +11,6 @@
 //! on a usage error.
 
 mod report;
-pub mod shards;
 mod text;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -21,9 +20,9 @@ use commwatch_diagnose::collector::{Client, ClientError};
 
 use super::OutputFormat;
 use crate::api::{read_findings, sort_findings, Finding, Job, Node};
+use crate::cmd::shards::{self, ShardArgs};
 use crate::outcome::{CliError, EXIT_CRITICAL};
 use report::{Report, ShardLine, Version};
-use shards::ShardArgs;
 
 #[derive(Args, Debug)]
 pub struct StatusArgs {
