@@ -260,6 +260,7 @@ pub async fn run(
         .map(ingest::auth::load_token);
     let probe_token = probe_token.transpose().map_err(CollectorError::Auth)?;
     let prober = probes::Prober::new(config.probes.clone(), probe_token.map(|t| t.to_string()));
+    analysis.use_probes(prober.book.clone());
     let (router, exposition) = export::api::app(export::api::Sources {
         store: store.clone(),
         health: health.clone(),

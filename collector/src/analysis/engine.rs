@@ -209,6 +209,8 @@ struct Inner {
     skipped_records: u64,
     /// NCCL Inspector records per job; the rules read its summaries, the exporters share it.
     collectives: Arc<crate::collectives::CollectiveStage>,
+    /// The prober's results, once the collector hands them over ([`AnalysisHandle::use_probes`]).
+    probes: std::sync::OnceLock<Arc<crate::probes::ProbeBook>>,
 }
 
 /// Shared handle to the engine (cheap to clone).
@@ -316,8 +318,14 @@ impl AnalysisHandle {
                 history,
                 skipped_records,
                 collectives: crate::collectives::CollectiveStage::new(),
+                probes: std::sync::OnceLock::new(),
             }),
         })
+    }
+
+    /// The probe results the rules read as bare link figures (set once; later calls are ignored).
+    pub fn use_probes(&self, book: Arc<crate::probes::ProbeBook>) {
+        let _ = self.inner.probes.set(book);
     }
 
     /// The collectives stage the rules read (shared with `/api/v1/collectives` and `/metrics`).
@@ -358,6 +366,13 @@ impl AnalysisHandle {
             &self.inner.store,
             now_unix_ns,
         );
+        if let Some(book) = self.inner.probes.get() {
+            let records = book.list();
+            input.probes = records
+                .iter()
+                .map(super::link_probes::ProbeBaseline::from_record)
+                .collect();
+        }
         self.apply(&input, started);
     }
 

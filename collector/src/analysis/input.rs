@@ -169,6 +169,8 @@ impl AnalysisInput {
     pub fn node(&self, name: &str) -> Option<&NodeInput> {
         self.nodes.iter().find(|n| n.name == name)
     }
+    /// Bare link figures from commwatch's own probes, per probed pair ([`super::link_probes`]).
+    pub probes: Vec<super::link_probes::ProbeBaseline>,
 
     /// The job's collectives from NCCL Inspector, costliest first (empty without records).
     pub fn collectives_of(&self, job: Option<&str>) -> &[crate::collectives::CollectiveSummary] {
@@ -187,6 +189,21 @@ impl AnalysisInput {
             let mut c: Vec<&BareBaseline> = self
                 .bare_baselines
                 .iter()
+    /// The probe that stands as `node`'s bare link figure (a peer in its job when it has one; see
+    /// [`super::link_probes::for_node`]), with why it may not be used (`None`: usable).
+    pub fn link_probe(
+        &self,
+        node: &str,
+        job: Option<&str>,
+    ) -> Option<(&super::link_probes::ProbeBaseline, Option<&'static str>)> {
+        let peers: Vec<&str> = job
+            .and_then(|j| self.jobs.iter().find(|x| x.id == j))
+            .map(|j| j.nodes().filter(|n| *n != node).collect())
+            .unwrap_or_default();
+        let now = self.now_unix_ns as f64 / 1e9;
+        super::link_probes::for_node(&self.probes, node, &peers, now)
+    }
+
                 .filter(|b| b.job.as_deref() == want_job)
                 .collect();
             c.sort_by_key(|b| !b.collective.to_ascii_lowercase().contains("all_reduce"));
@@ -389,6 +406,7 @@ pub fn build(store: &Store, steps: &StepStore, now_unix_ns: i64, extras: &Extras
 impl NodeInput {
     /// Mean over the node's GPUs of the kernel-running share (`gpu_utilization_ratio`).
     pub fn gpu_busy_share(&self) -> Option<f64> {
+        probes: Vec::new(),
         let v: Vec<f64> = self.gpus.iter().filter_map(|g| g.busy_share).collect();
         (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
     }

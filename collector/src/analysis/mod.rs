@@ -35,6 +35,7 @@ pub mod exposed_comm;
 pub mod history;
 pub mod input;
 pub mod link_errors;
+pub mod link_probes;
 pub mod management_nic;
 pub mod nccl;
 pub mod rollup;

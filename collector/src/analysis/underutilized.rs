@@ -9,6 +9,12 @@
 //! samples); the evidence says which was used. A figure from a burst shorter than a few samples is a lower
 //! bound (`confident: false`, or activity not `resolved`) and is never used.
 //!
+//! commwatch's own probes ([`super::link_probes`]) are a bare baseline per link: with a usable probe between
+//! the node and a peer of its job (ok, at most [`super::link_probes::PROBE_MAX_AGE_S`] old), achieved must also
+//! be below [`BASELINE_SHARE_BELOW`] × the probe's figure, and the words say "the bare link gives X (probe
+//! node-a -> node-b at T), the job gets Y" (`probe_bytes_per_second`, `probe_share`). A declined, failed or
+//! older probe is only named (`probe_unused`): no verdict, severity or action rests on it.
+//!
 //! Severity warning only when the link's own rate shows and costs the job time: the node's GPU data show its
 //! communication exposed (at least [`EXPOSED_SHARE_ABOVE`] of the time, see `exposed_comm`) and running mostly
 //! apart from compute (the fabric's busy share and the GPUs' compute share overlap by at most
@@ -20,6 +26,7 @@
 
 use super::exposed_comm::{compute_share, exposed_share, EXPOSED_SHARE_ABOVE};
 use super::input::{AnalysisInput, BareBaseline, NodeInput};
+use super::link_probes::ProbeBaseline;
 use super::{gbs, median, r4, Candidate, Evidence, FindingKind, Severity, Subject};
 use crate::collectives::CollectiveSummary;
 
@@ -60,6 +67,8 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
             .map(|j| j.id.clone())
             .or_else(|| n.steps.iter().rev().find_map(|s| s.job.clone()));
         let baseline = input.bare_baseline(job.as_deref());
+        let probe = input.link_probe(&n.name, job.as_deref());
+        let bare_link = usable_figure(probe);
         let collective = costliest_inter_node(input, job.as_deref());
         let before = out.len();
         for l in n.links.iter().filter(|l| l.link.is_fabric_rdma()) {
@@ -96,6 +105,7 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
                 }
                 None => UTILIZATION_BELOW * cap,
             };
+            let limit = bare_link.map_or(limit, |bw| limit.min(BASELINE_SHARE_BELOW * bw));
             let low = rates.iter().filter(|r| **r < limit).count();
             if (low as f64) < SUSTAINED_SHARE * rates.len() as f64 {
                 continue;
@@ -135,6 +145,7 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
                     .detail("baseline_bytes_per_second", r4(b.busbw_bytes_per_second))
                     .detail("baseline_share", r4(achieved / b.busbw_bytes_per_second));
             }
+            e = with_probe(&mut s, e, probe, achieved);
             s.push_str(match exposure {
                 "hidden" => "; the communication hides under compute, so it costs nothing now.",
                 "overlapped" => {
@@ -147,6 +158,7 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
             c.evidence = e;
             c.action = if baseline
                 .is_some_and(|b| b.busbw_bytes_per_second >= UTILIZATION_BELOW * cap)
+                || bare_link.is_some_and(|bw| bw >= UTILIZATION_BELOW * cap)
             {
                 "The bare baseline reaches the link's rate but training does not: look for overlap, synchronisation \
                  or contention (stragglers, other traffic, NCCL channels/algorithm), not the link itself."
@@ -167,6 +179,52 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
         }
     }
     out
+}
+
+/// The probe's figure, bytes/s, when it may be used (fresh, not declined, not failed).
+fn usable_figure(probe: Option<(&ProbeBaseline, Option<&'static str>)>) -> Option<f64> {
+    probe
+        .filter(|(_, why)| why.is_none())
+        .and_then(|(p, _)| p.bytes_per_second)
+}
+
+/// The probe's figure in the finding's words and evidence: "the bare link gives X (probe a -> b at T), the job
+/// gets Y" when it is usable; otherwise which probe was not used and why (it changes no verdict).
+fn with_probe(
+    s: &mut String,
+    e: Evidence,
+    probe: Option<(&ProbeBaseline, Option<&'static str>)>,
+    achieved: f64,
+) -> Evidence {
+    let Some((p, why)) = probe else { return e };
+    let e = e
+        .detail("probe", p.describe())
+        .detail("probe_transport", p.transport.as_str())
+        .detail("probe_at_unix_s", r4(p.at_unix_s));
+    match (why, p.bytes_per_second) {
+        (None, Some(bw)) => {
+            s.push_str(&format!(
+                "; the bare link gives {} (probe {}), the job gets {}",
+                gbs(bw),
+                p.describe(),
+                gbs(achieved)
+            ));
+            e.detail("probe_bytes_per_second", r4(bw))
+                .detail("probe_share", r4(achieved / bw))
+        }
+        (why, _) => {
+            let why = why.unwrap_or("failed");
+            s.push_str(&format!(
+                "; the probe {} is not used ({})",
+                p.describe(),
+                match why {
+                    "stale" => "older than an hour",
+                    other => other,
+                }
+            ));
+            e.detail("probe_unused", why)
+        }
+    }
 }
 
 /// The job's costliest collective that crosses nodes (NCCL Inspector), when its fabric capacity is known.
@@ -271,4 +329,128 @@ fn from_collective(
         s.size_bytes as f64 / 1e6
     );
     Some(c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::input::LinkInput;
+    use crate::steps::{NodeStep, StepLink, StepSource};
+    use commwatch_model::{Endpoint, LinkClass, LinkKey, LinkRole};
+
+    const NOW_S: f64 = 1_764_619_200.0;
+
+    /// `node-00`, one 25 GB/s HCA port achieving 8.8 GB/s over 30 confident steps, no GPU data.
+    fn slow_node() -> NodeInput {
+        let mut link = LinkInput::new(LinkClass::Infiniband, "mlx5_0", "1", LinkRole::Fabric);
+        link.link.capacity_bytes_per_second = Some(25e9);
+        let step = |index: u64| NodeStep {
+            node: "node-00".into(),
+            job: None,
+            index,
+            start_unix_ns: index as i64 * 310_000_000,
+            end_unix_ns: (index as i64 + 1) * 310_000_000,
+            source: StepSource::Inferred,
+            confidence: 0.9,
+            samples: None,
+            links: vec![StepLink {
+                key: LinkKey::new(LinkClass::Infiniband, "mlx5_0", "1"),
+                endpoint: Endpoint::HcaPort,
+                role: LinkRole::Fabric,
+                gpu: None,
+                link: None,
+                tx_bytes: 440_000_000,
+                rx_bytes: 440_000_000,
+                active_s: 0.05,
+                achieved_bytes_per_second: Some(8.8e9),
+                average_bytes_per_second: 1.42e9,
+                capacity_bytes_per_second: Some(25e9),
+                utilization: Some(0.352),
+                confident: true,
+            }],
+        };
+        NodeInput {
+            name: "node-00".into(),
+            links: vec![link],
+            steps: (0..30).map(step).collect(),
+            ..Default::default()
+        }
+    }
+
+    fn with_probe(age_s: f64, outcome: &str, bw: Option<f64>) -> AnalysisInput {
+        AnalysisInput {
+            now_unix_ns: (NOW_S * 1e9) as i64,
+            nodes: vec![slow_node()],
+            probes: vec![ProbeBaseline {
+                from: "node-00".into(),
+                to: "node-01".into(),
+                transport: "tcp".into(),
+                at_unix_s: NOW_S - age_s,
+                outcome: outcome.into(),
+                bytes_per_second: bw,
+            }],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_fresh_probe_is_the_bare_link_in_words_and_evidence() {
+        let c = evaluate(&with_probe(60.0, "ok", Some(20e9)));
+        assert_eq!(c.len(), 1, "{c:#?}");
+        assert!(
+            c[0].summary.contains(
+                "the bare link gives 20.00 GB/s (probe node-00 -> node-01 at 2025-12-01T19:59:00Z), \
+                 the job gets 8.80 GB/s"
+            ),
+            "{}",
+            c[0].summary
+        );
+        let d = &c[0].evidence.details;
+        assert_eq!(d["probe_bytes_per_second"], 20e9);
+        assert_eq!(d["probe_share"], 0.44);
+        assert!(!d.contains_key("probe_unused"));
+        assert!(
+            c[0].action.starts_with("The bare baseline reaches"),
+            "{}",
+            c[0].action
+        );
+    }
+
+    #[test]
+    fn a_fresh_probe_near_what_the_job_gets_clears_the_link() {
+        // 8.8 GB/s is more than 70 % of a bare 10 GB/s: the link gives what it can.
+        assert_eq!(evaluate(&with_probe(60.0, "ok", Some(10e9))), vec![]);
+    }
+
+    #[test]
+    fn stale_or_declined_probes_change_no_verdict_and_no_severity() {
+        let none = evaluate(&AnalysisInput {
+            nodes: vec![slow_node()],
+            ..Default::default()
+        });
+        assert_eq!(none.len(), 1);
+        for (age, outcome, bw, why) in [
+            (
+                crate::analysis::link_probes::PROBE_MAX_AGE_S + 1.0,
+                "ok",
+                Some(10e9),
+                "stale",
+            ),
+            (60.0, "declined", None, "declined"),
+            (60.0, "failed", None, "failed"),
+        ] {
+            let c = evaluate(&with_probe(age, outcome, bw));
+            assert_eq!(c.len(), 1, "{why}: {c:#?}");
+            assert_eq!(c[0].severity, none[0].severity, "{why}");
+            assert_eq!(c[0].action, none[0].action, "{why}");
+            let d = &c[0].evidence.details;
+            assert_eq!(d["probe_unused"], why);
+            assert!(!d.contains_key("probe_bytes_per_second"), "{why}");
+            assert!(
+                c[0].summary.contains("node-00 -> node-01"),
+                "{}",
+                c[0].summary
+            );
+        }
+    }
 }
