@@ -20,6 +20,9 @@ use crate::config::{CounterDetail, CpuDetail, GpuDetail, NvlinkDetail};
 use crate::export::names::{link_counter_family, summed_counter_family};
 use crate::store::{LinkSnapshot, NodeSnapshot, SeriesKey, SeriesSnapshot};
 
+/// A series' agent labels, in order.
+type Labels = Vec<(String, String)>;
+
 /// The agent's metric name of the node's CPU utilisation (the total without labels, a core with `cpu`).
 const CPU_METRIC: &str = "cpu_utilization_ratio";
 
@@ -97,7 +100,7 @@ fn sum_per_family(l: &mut LinkSnapshot) {
     }
     let series = std::mem::take(&mut l.series);
     let mut kept: Vec<SeriesSnapshot> = Vec::with_capacity(series.len());
-    let mut at: HashMap<(&'static str, Vec<(String, String)>), usize> = HashMap::new();
+    let mut at: HashMap<(&'static str, Labels), usize> = HashMap::new();
     for s in series {
         let Some(family) = summed_family(&s) else {
             kept.push(s);
@@ -147,7 +150,7 @@ pub fn apply_gpu_detail(nodes: &mut [NodeSnapshot], detail: GpuDetail) {
         return;
     }
     for n in nodes {
-        let maxima: HashMap<(&str, Vec<(String, String)>), String> = n
+        let maxima: HashMap<(&str, Labels), String> = n
             .series
             .iter()
             .filter_map(|s| {
@@ -367,7 +370,8 @@ mod tests {
         apply_gpu_detail(&mut nodes, GpuDetail::Full);
         assert_eq!(nodes[0].series.len(), 11);
         apply_gpu_detail(&mut nodes, GpuDetail::Summary);
-        let left: Vec<(&str, Vec<(&str, &str)>, f64)> = nodes[0]
+        type Shown<'a> = (&'a str, Vec<(&'a str, &'a str)>, f64);
+        let left: Vec<Shown<'_>> = nodes[0]
             .series
             .iter()
             .filter(|s| s.key.metric.starts_with("gpu_"))
