@@ -7,6 +7,7 @@
 //! (the oldest go), [`MAX_RANKS_PER_INSTANCE`] ranks per collective. Readers call [`CollectiveStage::update`]
 //! first; it is cheap when nothing is new. Not persisted: after a restart the window fills again.
 
+pub mod by_step;
 pub mod summary;
 
 use std::collections::{HashMap, VecDeque};
@@ -15,6 +16,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use crate::store::{CollectiveEntry, Store};
+pub use by_step::ByStep;
 pub use summary::{CollectiveSummary, Instance, RankFigure};
 
 pub const MAX_JOBS: usize = 256;
@@ -110,6 +112,25 @@ impl CollectiveStage {
         Some(summary::summarize(j.instances.values(), capacity))
     }
 
+    /// The job's collectives placed in `steps` (every held step of the job, oldest first), the newest `limit`
+    /// steps summarised ([`by_step::by_step`]); `None` for a job without records.
+    pub fn by_step(
+        &self,
+        job: &str,
+        steps: &[crate::steps::JobStep],
+        limit: usize,
+        capacity: &dyn Fn(&str) -> Option<f64>,
+    ) -> Option<ByStep> {
+        let st = self.state.lock();
+        let j = st.jobs.get(job)?;
+        Some(by_step::by_step(
+            j.instances.values(),
+            steps,
+            limit,
+            capacity,
+        ))
+    }
+
     /// Records evicted from the nodes' logs before this stage read them.
     pub fn lost(&self) -> u64 {
         self.state.lock().lost
@@ -151,7 +172,17 @@ fn file(job: &mut JobState, e: CollectiveEntry) {
         node: r.hostname,
         bus_bandwidth_bytes_per_second: r.bus_bandwidth_bytes_per_second,
         exec_time_us: r.exec_time_us,
+        time_unix_ns: midpoint_unix_ns(r.dump_timestamp_us, r.exec_time_us),
     });
+}
+
+/// The collective's estimated midpoint: the dump time less half the execution time, ns; `None` without a
+/// dump time (0) or past the range of an i64.
+fn midpoint_unix_ns(dump_timestamp_us: u64, exec_time_us: f64) -> Option<i64> {
+    let dump = i64::try_from(dump_timestamp_us.checked_mul(1_000)?).ok()?;
+    // A saturating cast: the ingest refuses non-finite and negative times.
+    let half = (exec_time_us * 500.0) as i64;
+    (dump > 0).then(|| dump.saturating_sub(half))
 }
 
 /// One job's summaries, as the analysis reads them.
@@ -256,6 +287,23 @@ mod tests {
         assert!((s[0].bus_bandwidth_bytes_per_second - 9.8e9).abs() < 1.0);
         assert!(stage.summaries("other", &|_| None).is_none());
         assert_eq!(stage.job_ids(), ["j"]);
+    }
+
+    #[test]
+    fn a_record_is_timed_at_its_midpoint() {
+        assert_eq!(midpoint_unix_ns(10_000_000, 2_000.0), Some(9_999_000_000));
+        assert_eq!(midpoint_unix_ns(0, 2_000.0), None);
+        assert_eq!(midpoint_unix_ns(u64::MAX, 1.0), None);
+        let stage = CollectiveStage::new();
+        let mut e = entry("j", "0xc", 0, 0, "a", 1e9);
+        e.record.dump_timestamp_us = 11_000_000;
+        e.record.exec_time_us = 1_000.0;
+        stage.apply([e]);
+        let b = stage.by_step("j", &[], 5, &|_| None).unwrap();
+        assert_eq!((b.steps.len(), b.outside_steps.count), (0, 1));
+        let st = stage.state.lock();
+        let inst = st.jobs["j"].instances.values().next().unwrap();
+        assert_eq!(inst.ranks[0].time_unix_ns, Some(10_999_500_000));
     }
 
     #[test]

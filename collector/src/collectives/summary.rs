@@ -15,6 +15,9 @@ pub struct RankFigure {
     pub node: String,
     pub bus_bandwidth_bytes_per_second: f64,
     pub exec_time_us: f64,
+    /// The collective's estimated midpoint on the rank's node clock (dump time − half the execution time), ns
+    /// since the Unix epoch; `None` without a dump time. Places the collective in a step ([`super::by_step`]).
+    pub time_unix_ns: Option<i64>,
 }
 
 /// One collective (one communicator's sequence number) with every rank that reported it.
@@ -174,6 +177,7 @@ mod tests {
                     bus_bandwidth_bytes_per_second: *bw,
                     // AllReduce on 4 ranks: time = size / (busbw / 1.5).
                     exec_time_us: size as f64 / (bw / 1.5) * 1e6,
+                    time_unix_ns: None,
                 })
                 .collect(),
         }
