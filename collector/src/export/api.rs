@@ -84,8 +84,12 @@ pub(crate) fn app(s: Sources) -> Result<(Router, Arc<Exposition>), prometheus::E
         s.analysis.clone(),
         s.access.clone(),
     ))
-    .merge(super::steps::router(s.steps))
-    .merge(super::collectives::router(s.store.clone(), collectives))
+    .merge(super::steps::router(s.steps.clone()))
+    .merge(super::collectives::router(
+        s.store.clone(),
+        collectives,
+        s.steps,
+    ))
     .merge(super::findings::router(s.analysis.clone()))
     .merge(super::probes::router(s.prober, s.store.clone()))
     .merge(super::jobs::router(s.store, s.analysis))

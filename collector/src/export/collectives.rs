@@ -4,8 +4,17 @@
 //! The API answers `{"job": ID, "collectives": [...]}`, costliest first; an element: `collective`,
 //! `size_class`, `size_bytes` (median), `count`, `bytes`, `time_s`, `bus_bandwidth_bytes_per_second` (median over
 //! ranks and instances), `slowest_rank`, `slowest_rank_node`, `slowest_rank_bus_bandwidth_bytes_per_second`,
-//! `ranks`, `nodes`, `fabric_capacity_bytes_per_second`, `fabric_share`. A missing, repeated or unknown parameter
-//! answers 400, a job without records 404, with `{"error": "..."}`. The metric is labelled `training_job`,
+//! `ranks`, `nodes`, `fabric_capacity_bytes_per_second`, `fabric_share`.
+//!
+//! `GET /api/v1/collectives?job=ID&by=step[&limit=N]` answers per training step (`crate::collectives::by_step`):
+//! `{"job", "by": "step", "source": "markers"|"inferred"|null, "steps": [...], "outside_steps": {"count",
+//! "collectives": [...]}}`, the newest `limit` (default [`DEFAULT_STEP_LIMIT`], at most
+//! [`STEPS_PER_NODE`]) steps oldest first; a step: `index`, `source`, `start_unix_ns`, `end_unix_ns`, `nodes`,
+//! `collectives` (the elements above, each with `per_rank`: `rank`, `node`, `bus_bandwidth_bytes_per_second`,
+//! `time_s`). A job without steps has `"steps": []` and every collective outside.
+//!
+//! A missing, repeated or unknown parameter, `by` other than `step`, or `limit` without `by=step` answers 400,
+//! a job without records 404, with `{"error": "..."}`. The metric is labelled `training_job`,
 //! `collective`, `size_class` (bounded: never by sequence number or communicator).
 
 use std::collections::HashMap;
@@ -22,27 +31,37 @@ use prometheus::proto::{MetricFamily, MetricType};
 
 use super::proto::{family, label, metric};
 use crate::collectives::{node_fabric_capacity, CollectiveStage};
+use crate::steps::history::STEPS_PER_NODE;
+use crate::steps::StepStore;
 use crate::store::Store;
 
 /// The metric's name.
 pub const BUS_BANDWIDTH: &str = "commwatch_collective_bus_bandwidth_bytes_per_second";
 const BUS_BANDWIDTH_HELP: &str = "Median bus bandwidth of a job's collectives of one kind and size class over its ranks and recent instances (NCCL Inspector), bytes/s.";
 
+/// Steps `by=step` returns when the query names no `limit`.
+pub const DEFAULT_STEP_LIMIT: usize = 20;
+
 #[derive(Clone)]
 struct ApiState {
     store: Arc<Store>,
     stage: Arc<CollectiveStage>,
+    steps: Arc<StepStore>,
 }
 
-pub fn router(store: Arc<Store>, stage: Arc<CollectiveStage>) -> Router {
+pub fn router(store: Arc<Store>, stage: Arc<CollectiveStage>, steps: Arc<StepStore>) -> Router {
     Router::new()
         .route("/api/v1/collectives", get(list))
-        .with_state(ApiState { store, stage })
+        .with_state(ApiState {
+            store,
+            stage,
+            steps,
+        })
 }
 
 async fn list(State(s): State<ApiState>, uri: Uri) -> Response {
     let (status, body) = match Query::<Vec<(String, String)>>::try_from_uri(&uri) {
-        Ok(Query(p)) => answer(&s.store, &s.stage, p),
+        Ok(Query(p)) => answer(&s.store, &s.stage, &s.steps, p),
         Err(e) => (
             StatusCode::BAD_REQUEST,
             serde_json::json!({ "error": format!("bad query: {e}") }),
@@ -51,31 +70,85 @@ async fn list(State(s): State<ApiState>, uri: Uri) -> Response {
     (status, Json(body)).into_response()
 }
 
+/// A query's parameters: the job, and the step limit when `by=step`.
+struct Params {
+    job: String,
+    by_step: Option<usize>,
+}
+
+fn parse_params(params: Vec<(String, String)>) -> Result<Params, String> {
+    let (mut job, mut by, mut limit) = (None, None, None);
+    for (k, v) in params {
+        let slot = match k.as_str() {
+            "job" => &mut job,
+            "by" => &mut by,
+            "limit" => &mut limit,
+            other => {
+                return Err(format!(
+                    "unknown parameter {other:?} (expected job, by, limit)"
+                ))
+            }
+        };
+        if slot.replace(v).is_some() {
+            return Err(format!("{k} given more than once"));
+        }
+    }
+    let job = job
+        .filter(|j| !j.is_empty())
+        .ok_or("give job=ID (non-empty)")?;
+    let by_step = match (by.as_deref(), limit) {
+        (None, None) => None,
+        (None, Some(_)) => return Err("limit needs by=step".into()),
+        (Some("step"), None) => Some(DEFAULT_STEP_LIMIT),
+        (Some("step"), Some(l)) => match l.parse::<usize>() {
+            Ok(n) if (1..=STEPS_PER_NODE).contains(&n) => Some(n),
+            _ => {
+                return Err(format!(
+                    "limit must be an integer from 1 to {STEPS_PER_NODE}, got {l:?}"
+                ))
+            }
+        },
+        (Some(other), _) => return Err(format!("by must be step, got {other:?}")),
+    };
+    Ok(Params { job, by_step })
+}
+
 /// The answer to a query's parameters: status and JSON body.
 fn answer(
     store: &Store,
     stage: &CollectiveStage,
+    steps: &StepStore,
     params: Vec<(String, String)>,
 ) -> (StatusCode, serde_json::Value) {
-    let bad = |msg: String| (StatusCode::BAD_REQUEST, serde_json::json!({ "error": msg }));
-    let mut job = None;
-    for (k, v) in params {
-        match k.as_str() {
-            "job" if job.is_none() => job = Some(v),
-            "job" => return bad("job given more than once".into()),
-            other => return bad(format!("unknown parameter {other:?} (expected job)")),
-        }
-    }
-    let Some(job) = job.filter(|j| !j.is_empty()) else {
-        return bad("give job=ID (non-empty)".into());
+    let Params { job, by_step } = match parse_params(params) {
+        Ok(p) => p,
+        Err(msg) => return (StatusCode::BAD_REQUEST, serde_json::json!({ "error": msg })),
     };
     stage.update(store, unix_now_ns());
     let capacity = |node: &str| node_fabric_capacity(store, node);
-    match stage.summaries(&job, &capacity) {
-        Some(list) => (
-            StatusCode::OK,
-            serde_json::json!({ "job": job, "collectives": list }),
-        ),
+    let body = match by_step {
+        None => stage
+            .summaries(&job, &capacity)
+            .map(|list| serde_json::json!({ "job": job, "collectives": list })),
+        Some(limit) => {
+            // Every held step: the collectives of steps older than the limit are placed, not called outside.
+            let (source, held) = match steps.job_steps(&job, STEPS_PER_NODE) {
+                Some(v) => (Some("markers"), v),
+                None => match steps.job_inferred_steps(&job, STEPS_PER_NODE) {
+                    Some(v) => (Some("inferred"), v),
+                    None => (None, Vec::new()),
+                },
+            };
+            stage.by_step(&job, &held, limit, &capacity).map(|b| {
+                serde_json::json!({
+                    "job": job, "by": "step", "source": source,
+                    "steps": b.steps, "outside_steps": b.outside_steps,
+                })
+            })
+        }
+    };
+    match body {
+        Some(body) => (StatusCode::OK, body),
         None => (
             StatusCode::NOT_FOUND,
             serde_json::json!({ "error": format!("no collective records for job {job:?}") }),
@@ -148,7 +221,13 @@ mod tests {
 
     fn stage() -> Arc<CollectiveStage> {
         let stage = CollectiveStage::new();
-        let entries = (0..4u32).map(|rank| CollectiveEntry {
+        stage.apply(entries(7, 0));
+        stage
+    }
+
+    /// Collective `sn` of job-1 on ranks 0–3 (nodes node-0 and node-1), dumped at `dump_us`.
+    fn entries(sn: u64, dump_us: u64) -> impl Iterator<Item = CollectiveEntry> {
+        (0..4u32).map(move |rank| CollectiveEntry {
             job: "job-1".into(),
             job_rank: Some(rank),
             record: CollectiveRecord {
@@ -158,9 +237,9 @@ mod tests {
                 n_nodes: 2,
                 hostname: format!("node-{}", rank / 2),
                 pid: 1,
-                dump_timestamp_us: 0,
+                dump_timestamp_us: dump_us,
                 collective: "AllReduce".into(),
-                sequence: 7,
+                sequence: sn,
                 size_bytes: 220_000_000,
                 exec_time_us: 33_673.0,
                 timing_source: None,
@@ -169,9 +248,7 @@ mod tests {
                 bus_bandwidth_bytes_per_second: if rank == 3 { 9.3e9 } else { 9.8e9 },
             },
             received_unix_ns: 1,
-        });
-        stage.apply(entries);
-        stage
+        })
     }
 
     fn store() -> Arc<Store> {
@@ -184,7 +261,89 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        answer(&store(), &stage(), params)
+        answer(&store(), &stage(), &StepStore::new(), params)
+    }
+
+    #[test]
+    fn by_step_places_collectives_in_their_steps() {
+        use crate::steps::{NodeStep, StepSource};
+        const S: i64 = 1_000_000_000;
+        let steps = StepStore::new();
+        for node in ["node-0", "node-1"] {
+            let step = |index: u64| NodeStep {
+                node: node.into(),
+                job: Some("job-1".into()),
+                index,
+                start_unix_ns: index as i64 * S,
+                end_unix_ns: (index as i64 + 1) * S,
+                source: StepSource::Markers,
+                confidence: 1.0,
+                samples: None,
+                links: vec![],
+            };
+            steps.push(node, vec![step(10), step(11), step(12)]);
+        }
+        let stage = CollectiveStage::new();
+        // Two collectives in step 10, one in step 12, one after every step (midpoint 13.48 s).
+        for (sn, dump_s) in [(0, 10.2), (1, 10.9), (2, 12.5), (3, 13.5)] {
+            stage.apply(entries(sn, (dump_s * 1e6) as u64));
+        }
+        let q = |query: &[(&str, &str)]| {
+            let params = query
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            answer(&store(), &stage, &steps, params)
+        };
+        let (status, v) = q(&[("job", "job-1"), ("by", "step"), ("limit", "2")]);
+        assert_eq!(status, StatusCode::OK, "{v}");
+        assert_eq!(
+            (v["by"].as_str(), v["source"].as_str()),
+            (Some("step"), Some("markers"))
+        );
+        let s = v["steps"].as_array().unwrap();
+        assert_eq!(s.len(), 2, "the newest two of three steps");
+        assert_eq!(
+            (s[0]["index"].as_u64(), s[1]["index"].as_u64()),
+            (Some(11), Some(12))
+        );
+        assert_eq!(s[0]["collectives"].as_array().unwrap().len(), 0);
+        let c = &s[1]["collectives"][0];
+        for key in [
+            "collective",
+            "size_bytes",
+            "count",
+            "bus_bandwidth_bytes_per_second",
+            "ranks",
+        ] {
+            assert!(c.get(key).is_some(), "{key} in {c}");
+        }
+        assert_eq!(
+            (c["count"].as_u64(), c["slowest_rank"].as_u64()),
+            (Some(1), Some(3))
+        );
+        assert_eq!(c["per_rank"][3]["bus_bandwidth_bytes_per_second"], 9.3e9);
+        assert_eq!(c["per_rank"][3]["node"], "node-1");
+        assert_eq!(v["outside_steps"]["count"], 1);
+        let (_, v) = q(&[("job", "job-1"), ("by", "step")]);
+        assert_eq!(v["steps"][0]["collectives"][0]["count"], 2);
+        for bad in [
+            &[("job", "job-1"), ("by", "node")][..],
+            &[("job", "job-1"), ("limit", "2")],
+            &[("job", "job-1"), ("by", "step"), ("limit", "0")],
+            &[("job", "job-1"), ("by", "step"), ("by", "step")],
+        ] {
+            assert_eq!(q(bad).0, StatusCode::BAD_REQUEST, "{bad:?}");
+        }
+        // A job without steps: every collective outside.
+        let by_step = vec![("job".into(), "job-1".into()), ("by".into(), "step".into())];
+        let (status, v) = answer(&store(), &stage, &StepStore::new(), by_step);
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(
+            (v["steps"].as_array().map(Vec::len), v["source"].is_null()),
+            (Some(0), true)
+        );
+        assert_eq!(v["outside_steps"]["count"], 4);
     }
 
     #[test]
