@@ -122,19 +122,8 @@ pub struct AgentMetrics {
     pub nvml_field_latency_seconds: Histogram,
     /// Training jobs the processes source sees on the node.
     pub jobs: IntGauge,
-    /// NCCL Inspector records read and sent on (`inspector`).
-    pub inspector_records: IntCounter,
-    /// Inspector lines or files dropped, by reason (`malformed`, `unknown_version`, `not_collective`, `too_long`,
-    /// `rate_limit`, `too_many_files`, `unattributed`).
-    pub inspector_dropped: IntCounterVec,
-    /// Fields of Inspector records this agent does not know (ignored).
-    pub inspector_unknown_fields: IntCounter,
-    /// Bytes of Inspector backlog skipped (further behind a file's end than the follower keeps).
-    pub inspector_skipped_bytes: IntCounter,
-    /// Inspector files rotated or truncated under the follower, by `kind`.
-    pub inspector_file_resets: IntCounterVec,
-    /// Inspector dump files followed now.
-    pub inspector_files: IntGauge,
+    /// The NCCL Inspector follower's counts ([`InspectorMetrics`]).
+    pub inspector: InspectorMetrics,
     /// HTTP connections closed at accept because `http::MAX_HTTP_CONNECTIONS` were open.
     pub http_connections_refused: IntCounter,
     /// HTTP connections open now.
@@ -267,32 +256,7 @@ impl AgentMetrics {
                 "commwatch_agent_jobs",
                 "Training jobs the processes source sees on the node.",
             ),
-            inspector_records: counter(
-                "commwatch_agent_inspector_records_total",
-                "NCCL Inspector records read from the training processes' dump files and sent.",
-            ),
-            inspector_dropped: counter_vec(
-                "commwatch_agent_inspector_dropped_total",
-                "NCCL Inspector lines or files dropped, by reason.",
-                &["reason"],
-            ),
-            inspector_unknown_fields: counter(
-                "commwatch_agent_inspector_unknown_fields_total",
-                "Fields of NCCL Inspector records this agent does not know (ignored).",
-            ),
-            inspector_skipped_bytes: counter(
-                "commwatch_agent_inspector_skipped_bytes_total",
-                "Bytes of NCCL Inspector backlog skipped to stay within the follower's bounds.",
-            ),
-            inspector_file_resets: counter_vec(
-                "commwatch_agent_inspector_file_resets_total",
-                "NCCL Inspector dump files rotated or truncated while followed.",
-                &["kind"],
-            ),
-            inspector_files: gauge(
-                "commwatch_agent_inspector_files",
-                "NCCL Inspector dump files followed now.",
-            ),
+            inspector: InspectorMetrics::new(),
             http_connections_refused: counter(
                 "commwatch_agent_http_connections_refused_total",
                 "HTTP connections closed at accept because the agent's connection limit was reached.",
@@ -319,7 +283,7 @@ impl AgentMetrics {
 
     /// Every metric handle, once: what `new` registers (and what [`METRIC_NAMES`] is checked against).
     fn collectors(&self) -> Vec<Box<dyn prometheus::core::Collector>> {
-        vec![
+        let own: Vec<Box<dyn prometheus::core::Collector>> = vec![
             Box::new(self.read_seconds.clone()),
             Box::new(self.read_errors.clone()),
             Box::new(self.samples.clone()),
@@ -346,16 +310,11 @@ impl AgentMetrics {
             Box::new(self.nvml_call_seconds.clone()),
             Box::new(self.nvml_field_latency_seconds.clone()),
             Box::new(self.jobs.clone()),
-            Box::new(self.inspector_records.clone()),
-            Box::new(self.inspector_dropped.clone()),
-            Box::new(self.inspector_unknown_fields.clone()),
-            Box::new(self.inspector_skipped_bytes.clone()),
-            Box::new(self.inspector_file_resets.clone()),
-            Box::new(self.inspector_files.clone()),
             Box::new(self.http_connections_refused.clone()),
             Box::new(self.http_connections.clone()),
             Box::new(self.build_info.clone()),
-        ]
+        ];
+        own.into_iter().chain(self.inspector.collectors()).collect()
     }
 
     /// Renders the Prometheus text exposition.
@@ -366,6 +325,68 @@ impl AgentMetrics {
             tracing::warn!(error = %e, "encoding agent metrics failed");
         }
         String::from_utf8(buf).unwrap_or_default()
+    }
+}
+
+/// What the NCCL Inspector follower counts (`commwatch_agent_inspector_*`).
+#[derive(Clone)]
+pub struct InspectorMetrics {
+    /// NCCL Inspector records read and sent on (`inspector`).
+    pub records: IntCounter,
+    /// Inspector lines or files dropped, by reason (`malformed`, `unknown_version`, `not_collective`, `too_long`,
+    /// `rate_limit`, `too_many_files`, `unattributed`).
+    pub dropped: IntCounterVec,
+    /// Fields of Inspector records this agent does not know (ignored).
+    pub unknown_fields: IntCounter,
+    /// Bytes of Inspector backlog skipped (further behind a file's end than the follower keeps).
+    pub skipped_bytes: IntCounter,
+    /// Inspector files rotated or truncated under the follower, by `kind`.
+    pub file_resets: IntCounterVec,
+    /// Inspector dump files followed now.
+    pub files: IntGauge,
+}
+
+impl InspectorMetrics {
+    fn new() -> InspectorMetrics {
+        InspectorMetrics {
+            records: counter(
+                "commwatch_agent_inspector_records_total",
+                "NCCL Inspector records read from the training processes' dump files and sent.",
+            ),
+            dropped: counter_vec(
+                "commwatch_agent_inspector_dropped_total",
+                "NCCL Inspector lines or files dropped, by reason.",
+                &["reason"],
+            ),
+            unknown_fields: counter(
+                "commwatch_agent_inspector_unknown_fields_total",
+                "Fields of NCCL Inspector records this agent does not know (ignored).",
+            ),
+            skipped_bytes: counter(
+                "commwatch_agent_inspector_skipped_bytes_total",
+                "Bytes of NCCL Inspector backlog skipped to stay within the follower's bounds.",
+            ),
+            file_resets: counter_vec(
+                "commwatch_agent_inspector_file_resets_total",
+                "NCCL Inspector dump files rotated or truncated while followed.",
+                &["kind"],
+            ),
+            files: gauge(
+                "commwatch_agent_inspector_files",
+                "NCCL Inspector dump files followed now.",
+            ),
+        }
+    }
+
+    fn collectors(&self) -> Vec<Box<dyn prometheus::core::Collector>> {
+        vec![
+            Box::new(self.records.clone()),
+            Box::new(self.dropped.clone()),
+            Box::new(self.unknown_fields.clone()),
+            Box::new(self.skipped_bytes.clone()),
+            Box::new(self.file_resets.clone()),
+            Box::new(self.files.clone()),
+        ]
     }
 }
 

@@ -152,7 +152,7 @@ impl Follower {
                 self.tails.insert(path.clone(), FileTail::new(&path));
             }
         }
-        self.metrics.inspector_files.set(self.tails.len() as i64);
+        self.metrics.inspector.files.set(self.tails.len() as i64);
     }
 
     /// One line to a wire record, or counted.
@@ -168,7 +168,8 @@ impl Follower {
         match parse_line(line) {
             Ok(parsed) => {
                 self.metrics
-                    .inspector_unknown_fields
+                    .inspector
+                    .unknown_fields
                     .inc_by(u64::from(parsed.unknown_fields));
                 let r = parsed.record;
                 let Some((job, job_rank)) = pids.get(&r.pid).or(dir_owner) else {
@@ -190,22 +191,26 @@ impl Follower {
 
     fn drop_one(&self, reason: &str) {
         self.metrics
-            .inspector_dropped
+            .inspector
+            .dropped
             .with_label_values(&[reason])
             .inc();
     }
 
     fn count(&self, c: &TailCounts, records: usize) {
         let m = &self.metrics;
-        m.inspector_records.inc_by(records as u64);
-        m.inspector_skipped_bytes.inc_by(c.skipped_bytes);
-        m.inspector_dropped
+        m.inspector.records.inc_by(records as u64);
+        m.inspector.skipped_bytes.inc_by(c.skipped_bytes);
+        m.inspector
+            .dropped
             .with_label_values(&["too_long"])
             .inc_by(c.long_lines);
-        m.inspector_file_resets
+        m.inspector
+            .file_resets
             .with_label_values(&["rotated"])
             .inc_by(c.rotations);
-        m.inspector_file_resets
+        m.inspector
+            .file_resets
             .with_label_values(&["truncated"])
             .inc_by(c.truncations);
     }

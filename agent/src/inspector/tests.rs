@@ -96,14 +96,15 @@ fn records_are_attributed_and_drops_counted() {
         "the unknown pid's record goes to the directory's job"
     );
     assert_eq!(recs[0].job, "job-a");
-    assert_eq!(m.inspector_records.get(), 3);
+    assert_eq!(m.inspector.records.get(), 3);
     assert_eq!(
-        m.inspector_dropped
+        m.inspector
+            .dropped
             .with_label_values(&["unknown_version"])
             .get(),
         1
     );
-    assert_eq!(m.inspector_files.get(), 1, "the .prom file is not followed");
+    assert_eq!(m.inspector.files.get(), 1, "the .prom file is not followed");
 }
 
 #[test]
@@ -115,7 +116,7 @@ fn a_poll_hands_on_at_most_its_bound_and_counts_the_rest() {
     append(&dump.path().join("x.log"), &(lines.join("\n") + "\n"));
     assert_eq!(f.poll(&jobs).len(), 2);
     assert_eq!(
-        m.inspector_dropped.with_label_values(&["rate_limit"]).get(),
+        m.inspector.dropped.with_label_values(&["rate_limit"]).get(),
         3
     );
 }
@@ -126,6 +127,6 @@ fn processes_without_inspector_settings_are_not_followed() {
     let (mut f, m, _proc) = follower(100);
     append(&dump.path().join("x.log"), &(line(10, 1, "v4.0") + "\n"));
     assert!(f.poll(&[job("j", 10, 0, None)]).is_empty());
-    assert_eq!(m.inspector_files.get(), 0);
+    assert_eq!(m.inspector.files.get(), 0);
     assert!(attach(None, None, &[]).is_none());
 }
