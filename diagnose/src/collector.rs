@@ -4,6 +4,7 @@
 //! asks a running collector.
 
 pub mod client;
+pub mod probes;
 
 use std::collections::BTreeMap;
 

@@ -132,10 +132,19 @@ pub fn run(args: &DiagnoseArgs) -> Result<i32, DiagnoseError> {
         return Err(DiagnoseError::InvalidNicsPerNode);
     }
     // Fetched even with --link-rate: the inventory also tells which interfaces are management NICs.
-    let inventory = args
+    let client = args
         .collector
         .as_deref()
-        .map(|url| fetch_inventory(url, args).map_err(|e| e.to_string()));
+        .map(|url| collector_client(url, args));
+    let inventory = client.as_ref().map(|c| {
+        let c = c.as_ref().map_err(String::clone)?;
+        collector::fetch_inventory_with(c).map_err(|e| e.to_string())
+    });
+    // Step 1's bare links: the collector's own probes of each pair of nodes.
+    let bare_links = client.as_ref().map(|c| {
+        let c = c.as_ref().map_err(String::clone)?;
+        collector::probes::fetch_probes_with(c).map_err(|e| e.to_string())
+    });
     let inputs = Inputs {
         nccl_tests: args.nccl_tests.clone(),
         nccl_logs: args.nccl_log.clone(),
@@ -145,6 +154,7 @@ pub fn run(args: &DiagnoseArgs) -> Result<i32, DiagnoseError> {
         link_rate_gbps: args.link_rate,
         nics_per_node: args.nics_per_node,
         inventory,
+        bare_links,
     };
     let report = Report::build(&inputs, &progress::Progress::auto());
     let body = match args.format {
@@ -176,8 +186,8 @@ pub fn run(args: &DiagnoseArgs) -> Result<i32, DiagnoseError> {
     })
 }
 
-/// The collector's inventory, through a client with the CA and the token the flags name.
-fn fetch_inventory(url: &str, args: &DiagnoseArgs) -> Result<collector::Inventory, String> {
+/// The client of the collector, with the CA and the token the flags name.
+fn collector_client(url: &str, args: &DiagnoseArgs) -> Result<collector::Client, String> {
     let token = match &args.api_token_file {
         Some(path) => {
             Some(commwatch_model::token::read_token_file(path).map_err(|e| e.to_string())?)
@@ -189,6 +199,5 @@ fn fetch_inventory(url: &str, args: &DiagnoseArgs) -> Result<collector::Inventor
         token,
         timeout: None,
     };
-    let client = collector::Client::new(url, &options).map_err(|e| e.to_string())?;
-    collector::fetch_inventory_with(&client).map_err(|e| e.to_string())
+    collector::Client::new(url, &options).map_err(|e| e.to_string())
 }

@@ -32,6 +32,7 @@ fn fixed_inputs() -> Option<Inputs> {
         link_rate_gbps: Some(50.0),
         nics_per_node: None,
         inventory: None,
+        bare_links: None,
     })
 }
 

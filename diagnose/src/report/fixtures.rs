@@ -178,5 +178,6 @@ pub fn report() -> Report {
             confident: false,
         },
         nccl_inspector: None,
+        bare_links: None,
     }
 }

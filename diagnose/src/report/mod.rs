@@ -48,6 +48,8 @@ pub struct Inputs {
     pub nics_per_node: Option<u32>,
     /// Inventory fetched from a collector, or why it could not be.
     pub inventory: Option<Result<Inventory, String>>,
+    /// Bare links from the collector's probes (`GET /api/v1/probes`), or why they could not be read.
+    pub bare_links: Option<Result<Vec<crate::collector::probes::BareLink>, String>>,
 }
 
 /// One rank's timeline as read: (file, `kineto` or `nsys`, timeline).
@@ -93,6 +95,10 @@ impl Report {
         let mut report = Report::assemble(records, link, tests, logs, traces, straggler);
         report.nccl_inspector =
             inspector::build(&inspector_reads, &report.link, &report.nccl_tests);
+        report.bare_links = inputs
+            .bare_links
+            .as_ref()
+            .map(crate::collector::probes::BareLinks::from_fetch);
         report
     }
 
@@ -124,6 +130,7 @@ impl Report {
             findings,
             conclusion,
             nccl_inspector: None,
+            bare_links: None,
         }
     }
 }

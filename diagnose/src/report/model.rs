@@ -88,6 +88,8 @@ pub struct Report {
     pub conclusion: Conclusion,
     /// What NCCL Inspector's files said (`--nccl-inspector`).
     pub nccl_inspector: Option<super::inspector::InspectorSection>,
+    /// Bare links from the collector's probes (`--collector`).
+    pub bare_links: Option<crate::collector::probes::BareLinks>,
 }
 
 impl Report {
@@ -124,6 +126,9 @@ pub struct ReportJson<'a> {
     pub conclusion: &'a Conclusion,
     /// Per collective and size class from NCCL Inspector, costliest first, and the costliest against the link.
     pub nccl_inspector: Option<&'a super::inspector::InspectorSection>,
+    /// Step 1's bare links from the collector's probes: `links` (usable first), `warning`; null without
+    /// `--collector`.
+    pub bare_links: Option<&'a crate::collector::probes::BareLinks>,
 }
 
 impl<'a> From<&'a Report> for ReportJson<'a> {
@@ -150,6 +155,7 @@ impl<'a> From<&'a Report> for ReportJson<'a> {
             findings: &r.findings,
             conclusion: &r.conclusion,
             nccl_inspector: r.nccl_inspector.as_ref(),
+            bare_links: r.bare_links.as_ref(),
         }
     }
 }

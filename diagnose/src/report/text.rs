@@ -100,6 +100,70 @@ fn baselines(o: &mut String, r: &Report) {
             );
         }
     }
+    bare_links(o, r);
+}
+
+/// Step 1's bare links from the collector's probes: "the bare link gives X" per probed pair, usable ones first,
+/// and the best inter-node nccl-tests peak against the lowest of them.
+fn bare_links(o: &mut String, r: &Report) {
+    let Some(b) = &r.bare_links else { return };
+    let _ = writeln!(o, "  bare links (commwatch probes, from the collector):");
+    if let Some(w) = &b.warning {
+        let _ = writeln!(o, "    not read: {w}");
+    } else if b.links.is_empty() {
+        let _ = writeln!(
+            o,
+            "    no probes yet (POST /api/v1/probes, or [probes] matrix_period)"
+        );
+    }
+    let mins = |s: f64| format!("{:.0} min ago", (s / 60.0).max(0.0));
+    for l in &b.links {
+        match (l.unused, l.bare_gbps) {
+            (None, Some(g)) => {
+                let _ = writeln!(
+                    o,
+                    "    the bare link gives {g:.2} GB/s  {} -> {}  {}  latency p50 {} µs, p99 {} µs  ({})",
+                    l.from,
+                    l.to,
+                    l.transport,
+                    l.latency_p50_us.map_or("?".into(), |v| format!("{v:.1}")),
+                    l.latency_p99_us.map_or("?".into(), |v| format!("{v:.1}")),
+                    mins(l.age_s)
+                );
+            }
+            (why, _) => {
+                let _ = writeln!(
+                    o,
+                    "    {} -> {}  {}  not used: {}{}  ({})",
+                    l.from,
+                    l.to,
+                    l.transport,
+                    why.unwrap_or("failed"),
+                    l.error
+                        .as_deref()
+                        .map_or(String::new(), |e| format!(" ({e})")),
+                    mins(l.age_s)
+                );
+            }
+        }
+    }
+    let lowest = b.links.iter().find(|l| l.unused.is_none());
+    let peak = r
+        .nccl_tests
+        .iter()
+        .filter(|t| t.test.nnodes().is_some_and(|n| n > 1))
+        .filter_map(|t| t.summary.peak_busbw_gbps)
+        .reduce(f64::max);
+    if let (Some(l), Some(bare), Some(p)) = (lowest, lowest.and_then(|l| l.bare_gbps), peak) {
+        let _ = writeln!(
+            o,
+            "    the lowest bare link ({} -> {}) gives {bare:.2} GB/s; the best inter-node nccl-tests peak, \
+             {p:.2} GB/s bus bandwidth, is {:.0} % of it",
+            l.from,
+            l.to,
+            p / bare * 100.0
+        );
+    }
 }
 
 /// A run's collective, scale, NCCL version, rows and file.
