@@ -119,6 +119,23 @@ async fn records_align_into_collectives_metrics_and_a_finding() {
         line,
         "commwatch_collective_bus_bandwidth_bytes_per_second{collective=\"AllReduce\",size_class=\"le_256MiB\",training_job=\"j\"} 9800000000"
     );
+    // The two malformed records, one per agent, counted by their bounded reason; the other reasons at 0.
+    for (reason, n) in [("rank", 2), ("text", 0), ("missing", 0), ("number", 0)] {
+        let want =
+            format!("commwatch_collector_refused_collectives_total{{reason=\"{reason}\"}} {n}");
+        assert!(text.lines().any(|l| l == want), "{want} in\n{text}");
+    }
+    // Per step: this job sends no markers and no traffic, so no step holds its collectives; they are counted
+    // apart, not dropped.
+    let (code, body) = get(format!(
+        "http://{}/api/v1/collectives?job=j&by=step&limit=5",
+        h.http_addr
+    ))
+    .await;
+    assert_eq!(code, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["steps"].as_array().map(Vec::len), Some(0), "{v}");
+    assert_eq!(v["outside_steps"]["count"], 6, "{v}");
 
     let now = unix_now_ns();
     let mut input = build(h.store(), h.steps(), now, &Extras::default());

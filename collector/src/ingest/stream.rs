@@ -574,7 +574,7 @@ impl StreamTask<'_> {
 }
 
 /// Counts an accepted batch: its samples, the sequence gap before it, what the store refused or corrected,
-/// and its step markers (accepted, and dropped as invalid at the edge).
+/// its step markers (accepted, and dropped as invalid at the edge) and its refused Inspector records.
 fn count_accepted(h: &Health, node: &str, batch: &Batch, gap: u64, counts: &ApplyCounts) {
     h.samples.inc_by(counts.samples);
     if gap > 0 {
@@ -611,6 +611,17 @@ fn count_accepted(h: &Health, node: &str, batch: &Batch, gap: u64, counts: &Appl
             seq = batch.seq,
             invalid = batch.invalid_markers,
             "invalid step markers dropped"
+        );
+    }
+    for reason in &batch.invalid_collectives {
+        h.refused_collectives.with_label_values(&[reason]).inc();
+    }
+    if !batch.invalid_collectives.is_empty() {
+        debug!(
+            node,
+            seq = batch.seq,
+            refused = batch.invalid_collectives.len(),
+            "invalid NCCL Inspector records dropped"
         );
     }
 }

@@ -78,8 +78,9 @@ pub struct Batch {
     pub invalid_markers: u64,
     /// The batch's valid NCCL Inspector records (host and receipt time set when the batch is applied).
     pub collectives: Vec<super::CollectiveEntry>,
-    /// Inspector records of the batch that failed validation: dropped and counted, the batch goes on.
-    pub invalid_collectives: u64,
+    /// Inspector records of the batch that failed validation, one bounded reason each (the label values of
+    /// `commwatch_collector_refused_collectives_total`): dropped and counted, the batch goes on.
+    pub invalid_collectives: Vec<&'static str>,
 }
 
 impl Batch {

@@ -386,7 +386,7 @@ mod tests {
             markers: vec![],
             invalid_markers: 0,
             collectives: vec![],
-            invalid_collectives: 0,
+            invalid_collectives: vec![],
         }
     }
 

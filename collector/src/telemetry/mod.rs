@@ -50,6 +50,8 @@ pub struct Health {
     pub throttled_seconds: Counter,
     /// Step markers in accepted batches, `result` = `accepted` | `invalid` (failed validation, dropped).
     pub step_markers: IntCounterVec,
+    /// NCCL Inspector records refused at the edge, `reason` = one of [`COLLECTIVE_REFUSE_REASONS`].
+    pub refused_collectives: IntCounterVec,
     /// Handles of `batches` and `step_markers` resolved once (the ingest path counts every batch).
     pub hot: HotCounters,
     /// HTTP connections open now, and those closed at accept because `limits.max_http_connections` were
@@ -131,6 +133,12 @@ pub const REJECT_REASONS: &[&str] = &[
     // The connection already reported as `limits.max_nodes_per_connection` other nodes.
     "max_nodes_per_connection",
 ];
+
+/// Bounded values of the `reason` label of `commwatch_collector_refused_collectives_total`: `text` (a string
+/// field — job, communicator, collective, timing source, algorithm — too long or holding control characters),
+/// `missing` (no job, communicator or collective), `number` (an execution time or bandwidth that is not a finite
+/// non-negative number), `rank` (no ranks, or a rank not below the communicator's size).
+pub const COLLECTIVE_REFUSE_REASONS: &[&str] = &["text", "missing", "number", "rank"];
 
 /// A counter family with one label, every value of `values` present from the start (at 0).
 fn counter_vec(
@@ -285,6 +293,13 @@ impl Health {
             )?,
             throttled_seconds,
             step_markers,
+            refused_collectives: counter_vec(
+                &registry,
+                names::COLLECTOR_REFUSED_COLLECTIVES_TOTAL,
+                "NCCL Inspector records refused at the edge (dropped, the batch goes on), by reason.",
+                "reason",
+                COLLECTIVE_REFUSE_REASONS,
+            )?,
             batches,
             samples: counter(names::COLLECTOR_SAMPLES_TOTAL, "Samples applied to the store.")?,
             streams,

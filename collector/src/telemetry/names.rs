@@ -47,6 +47,10 @@ pub const COLLECTOR_OUT_OF_WINDOW_SAMPLES_TOTAL: &str =
 /// Agent streams that ended by a transport failure (reset, broken pipe, keepalive timeout): not the agent's
 /// fault, not counted as rejected.
 pub const COLLECTOR_DROPPED_STREAMS_TOTAL: &str = "commwatch_collector_dropped_streams_total";
+/// NCCL Inspector records refused at the collector's edge (dropped, the batch goes on), by `reason`
+/// ([`super::COLLECTIVE_REFUSE_REASONS`]).
+pub const COLLECTOR_REFUSED_COLLECTIVES_TOTAL: &str =
+    "commwatch_collector_refused_collectives_total";
 /// Always 1, labels `version` and `revision`: which build of commwatch is running.
 pub const BUILD_INFO: &str = "commwatch_build_info";
 /// Remote write (`[remote_write]`): samples by `result` (`sent`; `failed`: refused with 4xx or retried past

@@ -685,7 +685,7 @@ fn render_matches_the_previous_registry_path() {
             markers: vec![],
             invalid_markers: 0,
             collectives: vec![],
-            invalid_collectives: 0,
+            invalid_collectives: vec![],
         };
         for t in 0..2u64 {
             for id in 1..=7u32 {

@@ -105,11 +105,11 @@ impl TryFrom<pb::SampleBatch> for Batch {
             }
         }
         let mut collectives = Vec::with_capacity(b.collectives.len());
-        let mut invalid_collectives = 0u64;
+        let mut invalid_collectives = Vec::new();
         for c in &b.collectives {
             match super::collective::collective_entry(c, "", 0) {
                 Ok(c) => collectives.push(c),
-                Err(_) => invalid_collectives += 1,
+                Err(e) => invalid_collectives.push(e.reason),
             }
         }
         Ok(Batch {

@@ -1,11 +1,28 @@
 //! NCCL Inspector records at the edge: a bad record is dropped and counted, the batch goes on (a plugin's odd
-//! line must not cost the node its samples). Strings bounded, numbers finite and non-negative.
+//! line must not cost the node its samples). Strings bounded, numbers finite and non-negative. A refusal names
+//! its bounded reason ([`RefusedCollective::reason`], one of [`crate::telemetry::COLLECTIVE_REFUSE_REASONS`]),
+//! counted in `commwatch_collector_refused_collectives_total{reason}`.
 
 use commwatch_proto::convert::collective_from_pb;
 use commwatch_proto::v1 as pb;
 
 use super::IngestError;
 use crate::store::CollectiveEntry;
+
+/// A refused record: the bounded reason (`text`, `missing`, `number`, `rank`) and what was wrong where.
+#[derive(Debug, thiserror::Error)]
+#[error("{error}")]
+pub struct RefusedCollective {
+    pub reason: &'static str,
+    pub error: IngestError,
+}
+
+fn refuse(reason: &'static str, field: &str, what: impl Into<String>) -> RefusedCollective {
+    RefusedCollective {
+        reason,
+        error: IngestError::invalid(field, what),
+    }
+}
 
 /// Longest job id, communicator id, collective name or timing source, in bytes.
 pub const MAX_COLLECTIVE_STR_LEN: usize = 128;
@@ -16,7 +33,7 @@ pub fn collective_entry(
     m: &pb::CollectiveRecord,
     node: &str,
     received_unix_ns: i64,
-) -> Result<CollectiveEntry, IngestError> {
+) -> Result<CollectiveEntry, RefusedCollective> {
     for (field, value) in [
         ("collective.job", &m.job),
         ("collective.comm_id", &m.comm_id),
@@ -25,14 +42,16 @@ pub fn collective_entry(
         ("collective.algorithm", &m.algorithm),
     ] {
         if value.len() > MAX_COLLECTIVE_STR_LEN || value.chars().any(|c| c.is_control()) {
-            return Err(IngestError::invalid(
+            return Err(refuse(
+                "text",
                 field,
                 "too long or holds control characters",
             ));
         }
     }
     if m.job.is_empty() || m.comm_id.is_empty() || m.collective.is_empty() {
-        return Err(IngestError::invalid(
+        return Err(refuse(
+            "missing",
             "collective",
             "job, comm_id and collective are required",
         ));
@@ -49,14 +68,16 @@ pub fn collective_entry(
         ),
     ] {
         if !(v.is_finite() && v >= 0.0) {
-            return Err(IngestError::invalid(
+            return Err(refuse(
+                "number",
                 field,
                 format!("{v} is not a finite non-negative number"),
             ));
         }
     }
     if m.n_ranks == 0 || m.rank >= m.n_ranks {
-        return Err(IngestError::invalid(
+        return Err(refuse(
+            "rank",
             "collective.rank",
             format!("rank {} of {} ranks", m.rank, m.n_ranks),
         ));
@@ -95,12 +116,23 @@ mod tests {
         let bad = |f: fn(&mut pb::CollectiveRecord)| {
             let mut r = record();
             f(&mut r);
-            collective_entry(&r, "n", 1).unwrap_err().to_string()
+            let e = collective_entry(&r, "n", 1).unwrap_err();
+            assert!(
+                crate::telemetry::COLLECTIVE_REFUSE_REASONS.contains(&e.reason),
+                "{} is a label value",
+                e.reason
+            );
+            (e.reason, e.to_string())
         };
-        assert!(bad(|r| r.job.clear()).contains("required"));
-        assert!(bad(|r| r.exec_time_us = f64::NAN).contains("collective.exec_time_us"));
-        assert!(bad(|r| r.rank = 2).contains("collective.rank"));
-        assert!(bad(|r| r.comm_id = "x\n".into()).contains("collective.comm_id"));
-        assert!(bad(|r| r.collective = "A".repeat(200)).contains("collective.collective"));
+        let (reason, msg) = bad(|r| r.job.clear());
+        assert!(reason == "missing" && msg.contains("required"), "{msg}");
+        let (reason, msg) = bad(|r| r.exec_time_us = f64::NAN);
+        assert!(reason == "number" && msg.contains("collective.exec_time_us"));
+        let (reason, msg) = bad(|r| r.rank = 2);
+        assert!(reason == "rank" && msg.contains("collective.rank"));
+        let (reason, msg) = bad(|r| r.comm_id = "x\n".into());
+        assert!(reason == "text" && msg.contains("collective.comm_id"));
+        let (reason, msg) = bad(|r| r.collective = "A".repeat(200));
+        assert!(reason == "text" && msg.contains("collective.collective"));
     }
 }
