@@ -423,6 +423,31 @@ mod tests {
     }
 
     #[test]
+    fn only_a_probe_to_a_peer_of_the_job_counts() {
+        // node-09 is outside the job: its 10 GB/s figure would clear the link, but it is not the job's link.
+        let mut input = with_probe(60.0, "ok", Some(20e9));
+        input.probes.push(ProbeBaseline {
+            to: "node-09".into(),
+            bytes_per_second: Some(10e9),
+            ..input.probes[0].clone()
+        });
+        input.jobs = vec![crate::analysis::input::JobInput {
+            id: "j".into(),
+            ranks: vec![
+                crate::jobs::FleetRank::from_markers("node-00", 0),
+                crate::jobs::FleetRank::from_markers("node-01", 1),
+            ],
+            ..Default::default()
+        }];
+        let c = evaluate(&input);
+        assert_eq!(c.len(), 1, "{c:#?}");
+        assert_eq!(c[0].evidence.details["probe_bytes_per_second"], 20e9);
+        // Without the job, the lowest of any peer is the node's bare link: 8.8 of 10 GB/s is no shortfall.
+        input.jobs.clear();
+        assert_eq!(evaluate(&input), vec![]);
+    }
+
+    #[test]
     fn stale_or_declined_probes_change_no_verdict_and_no_severity() {
         let none = evaluate(&AnalysisInput {
             nodes: vec![slow_node()],
