@@ -2,10 +2,19 @@
 //!
 //! A root cause explains symptoms in the same job:
 //! - `nccl_misconfiguration` on node X explains `management_network_traffic` on X;
-//! - `management_network_traffic` or `link_degraded` (of a fabric port) on node X explains
-//!   `link_underutilized`, `exposed_communication` and `scaling_efficiency_drop` on every node of the job
-//!   (the ring runs at its slowest link), and `congestion` on X;
+//! - a critical finding that throttles the job's communication on node X — `nccl_misconfiguration` that forces
+//!   traffic off the fabric (conflict `management_interface` or `ib_disabled`), `management_network_traffic`,
+//!   `link_degraded` or `link_errors` — explains `link_underutilized`, `exposed_communication` and
+//!   `scaling_efficiency_drop` on every node of the job and about the job (the ring runs at its slowest link,
+//!   the other nodes wait on it), a `straggler` on another node of the job, and `congestion` on X (not
+//!   `nccl_misconfiguration`). The configuration is linked directly, not only through the management traffic it
+//!   causes: the wire finding can miss an evaluation or clear while the setting stays, and the job's symptoms
+//!   must not turn into root causes meanwhile;
 //! - `straggler` on X explains `exposed_communication` and `scaling_efficiency_drop` in the job.
+//!
+//! A warning of those kinds (a PCIe link below its maximum, a few link errors, an NCCL setting that only
+//! narrows the fabric) throttles nothing measurable and explains nothing: a symptom beside it stays a root
+//! cause, as does every finding of a kind not listed, and any finding in another job.
 //!
 //! A job-level finding (a roll-up, a job's scaling) is in the job when the root cause's node runs that job (or,
 //! for a job no rank lists, when the node runs no known job either).
@@ -51,13 +60,36 @@ fn precedence(k: FindingKind) -> Option<u8> {
         FindingKind::NcclMisconfiguration => Some(0),
         FindingKind::ManagementNetworkTraffic => Some(1),
         FindingKind::LinkDegraded => Some(2),
-        FindingKind::Straggler => Some(3),
+        FindingKind::LinkErrors => Some(3),
+        FindingKind::Straggler => Some(4),
         _ => None,
     }
 }
 
-/// Whether a root cause of kind `root` on `root_node` explains `c`.
-fn explains(input: &AnalysisInput, root: FindingKind, root_node: &str, c: &Candidate) -> bool {
+/// Whether `root` throttles its job's communication: a critical finding of a kind that slows the ring at
+/// its node (an NCCL setting only when it forces traffic off the fabric).
+fn throttles(root: &Candidate) -> bool {
+    if root.severity < Severity::Critical {
+        return false;
+    }
+    match root.kind {
+        FindingKind::ManagementNetworkTraffic
+        | FindingKind::LinkDegraded
+        | FindingKind::LinkErrors => true,
+        FindingKind::NcclMisconfiguration => matches!(
+            root.evidence
+                .details
+                .get("conflict")
+                .and_then(|v| v.as_str()),
+            Some("management_interface" | "ib_disabled")
+        ),
+        _ => false,
+    }
+}
+
+/// Whether the root cause `root` explains `c`.
+fn explains(input: &AnalysisInput, root: &Candidate, c: &Candidate) -> bool {
+    let root_node = root.subject.node.as_str();
     let related = || {
         if c.subject.node.is_empty() {
             in_job(input, c.subject.job.as_deref(), root_node)
@@ -65,26 +97,29 @@ fn explains(input: &AnalysisInput, root: FindingKind, root_node: &str, c: &Candi
             same_job(input, root_node, &c.subject.node)
         }
     };
-    match (root, c.kind) {
-        (FindingKind::NcclMisconfiguration, FindingKind::ManagementNetworkTraffic) => {
-            c.subject.node == root_node
-        }
-        (
-            FindingKind::ManagementNetworkTraffic | FindingKind::LinkDegraded,
+    if root.kind == FindingKind::NcclMisconfiguration
+        && c.kind == FindingKind::ManagementNetworkTraffic
+    {
+        return c.subject.node == root_node;
+    }
+    if throttles(root) {
+        return match c.kind {
             FindingKind::LinkUnderutilized
             | FindingKind::ExposedCommunication
-            | FindingKind::ScalingEfficiencyDrop,
-        ) => related(),
-        (
-            FindingKind::ManagementNetworkTraffic | FindingKind::LinkDegraded,
-            FindingKind::Congestion,
-        ) => c.subject.node == root_node,
-        (
-            FindingKind::Straggler,
-            FindingKind::ExposedCommunication | FindingKind::ScalingEfficiencyDrop,
-        ) => related(),
-        _ => false,
+            | FindingKind::ScalingEfficiencyDrop => related(),
+            FindingKind::Straggler => c.subject.node != root_node && related(),
+            FindingKind::Congestion => {
+                root.kind != FindingKind::NcclMisconfiguration && c.subject.node == root_node
+            }
+            _ => false,
+        };
     }
+    root.kind == FindingKind::Straggler
+        && matches!(
+            c.kind,
+            FindingKind::ExposedCommunication | FindingKind::ScalingEfficiencyDrop
+        )
+        && related()
 }
 
 /// The severity of a finding of `kind` at `severity` (its rule's) once another finding explains it.
@@ -99,26 +134,22 @@ pub fn consequence_severity(kind: FindingKind, severity: Severity) -> Severity {
 /// documentation). Candidates that already name one (a roll-up's members) keep it. Severities are left as the
 /// rules gave them: the tracker lowers a consequence's once its cause is a finding.
 pub fn link_causes(input: &AnalysisInput, cands: &mut [Candidate]) {
-    // (index, precedence, node, severity, id) of every candidate that can be a root cause, in the order they
-    // are tried.
-    let mut roots: Vec<(usize, u8, String, Severity, String)> = cands
+    // (index, precedence, severity, id) of every candidate that can be a root cause, in the order they are
+    // tried.
+    let mut roots: Vec<(usize, u8, Severity, String)> = cands
         .iter()
         .enumerate()
-        .filter_map(|(i, c)| {
-            let p = precedence(c.kind)?;
-            Some((i, p, c.subject.node.clone(), c.severity, c.id()))
-        })
+        .filter_map(|(i, c)| Some((i, precedence(c.kind)?, c.severity, c.id())))
         .collect();
-    roots.sort_by(|a, b| a.1.cmp(&b.1).then(b.3.cmp(&a.3)).then(a.4.cmp(&b.4)));
+    roots.sort_by(|a, b| a.1.cmp(&b.1).then(b.2.cmp(&a.2)).then(a.3.cmp(&b.3)));
     let mut links: Vec<(usize, usize)> = Vec::new();
     for (i, c) in cands.iter().enumerate() {
         if c.caused_by.is_some() {
             continue;
         }
-        let root = roots.iter().find(|(ri, _, node, _, _)| {
-            let k = cands[*ri].kind;
-            *ri != i && explains(input, k, node, c)
-        });
+        let root = roots
+            .iter()
+            .find(|(ri, ..)| *ri != i && explains(input, &cands[*ri], c));
         if let Some(&(ri, ..)) = root {
             links.push((ri, i));
         }
@@ -153,6 +184,144 @@ mod tests {
                 .collect(),
             ..Default::default()
         }
+    }
+
+    fn cand(kind: FindingKind, severity: Severity, node: &str, job: Option<&str>) -> Candidate {
+        let mut s = if node.is_empty() {
+            Subject::job(job.unwrap_or_default())
+        } else {
+            Subject::node(node)
+        };
+        if !node.is_empty() {
+            s.job = job.map(str::to_string);
+        }
+        Candidate::new(kind, severity, s)
+    }
+
+    fn nccl(node: &str, conflict: &str, severity: Severity) -> Candidate {
+        let mut c = cand(
+            FindingKind::NcclMisconfiguration,
+            severity,
+            node,
+            Some("1001"),
+        );
+        c.subject.setting = Some("NCCL_SOCKET_IFNAME".into());
+        c.evidence = c.evidence.clone().detail("conflict", conflict);
+        c
+    }
+
+    /// The management-NIC demo's job-level symptoms in an evaluation where the management traffic itself is
+    /// missing: they stay under the setting that causes them, never root causes of their own.
+    #[test]
+    fn a_setting_that_forces_traffic_off_the_fabric_explains_the_jobs_symptoms() {
+        let input = AnalysisInput {
+            jobs: vec![
+                job("1001", &["node-00", "node-01", "node-02", "node-03"]),
+                job("2002", &["node-04", "node-05"]),
+            ],
+            ..Default::default()
+        };
+        let root = "nccl_misconfiguration:node-03:NCCL_SOCKET_IFNAME:job=1001";
+        for with_wire in [false, true] {
+            let mut cands = vec![
+                nccl("node-03", "management_interface", Severity::Critical),
+                cand(
+                    FindingKind::ExposedCommunication,
+                    Severity::Warning,
+                    "",
+                    Some("1001"),
+                ),
+                cand(
+                    FindingKind::LinkUnderutilized,
+                    Severity::Warning,
+                    "",
+                    Some("1001"),
+                ),
+                cand(
+                    FindingKind::ScalingEfficiencyDrop,
+                    Severity::Warning,
+                    "",
+                    Some("1001"),
+                ),
+                cand(FindingKind::Straggler, Severity::Warning, "node-01", None),
+                cand(FindingKind::Straggler, Severity::Warning, "node-03", None),
+                // Independent: another job's symptom, a host-side bottleneck.
+                cand(
+                    FindingKind::ExposedCommunication,
+                    Severity::Warning,
+                    "",
+                    Some("2002"),
+                ),
+                cand(FindingKind::CpuBound, Severity::Warning, "", Some("1001")),
+            ];
+            if with_wire {
+                let mut m = cand(
+                    FindingKind::ManagementNetworkTraffic,
+                    Severity::Critical,
+                    "node-03",
+                    Some("1001"),
+                );
+                m.subject.device = Some("eth0".into());
+                cands.push(m);
+            }
+            link_causes(&input, &mut cands);
+            for c in &cands[1..5] {
+                assert_eq!(c.caused_by.as_deref(), Some(root), "{}", c.id());
+            }
+            // The slow node itself, the other job and the CPU stay root causes.
+            for c in &cands[5..8] {
+                assert_eq!(c.caused_by, None, "{}", c.id());
+            }
+            if with_wire {
+                assert_eq!(cands[8].caused_by.as_deref(), Some(root));
+            }
+            assert_eq!(cands[0].caused_by, None);
+            assert_eq!(cands[0].consequences.len(), 4 + usize::from(with_wire));
+        }
+    }
+
+    #[test]
+    fn only_a_critical_throttle_explains_the_jobs_symptoms() {
+        let input = AnalysisInput {
+            jobs: vec![job("1001", &["n1", "n2"])],
+            ..Default::default()
+        };
+        let symptoms = || {
+            vec![
+                cand(
+                    FindingKind::ExposedCommunication,
+                    Severity::Warning,
+                    "",
+                    Some("1001"),
+                ),
+                cand(
+                    FindingKind::LinkUnderutilized,
+                    Severity::Warning,
+                    "n1",
+                    None,
+                ),
+            ]
+        };
+        // Warnings, and a setting that only narrows the fabric, explain nothing.
+        let mut cands = vec![
+            nccl("n2", "hca_excluded", Severity::Critical),
+            cand(FindingKind::LinkErrors, Severity::Warning, "n2", None),
+            cand(FindingKind::LinkDegraded, Severity::Warning, "n2", None),
+        ];
+        cands.extend(symptoms());
+        link_causes(&input, &mut cands);
+        assert!(cands.iter().all(|c| c.caused_by.is_none()), "{cands:#?}");
+        // Critical link errors on a node of the job explain them.
+        let mut cands = vec![cand(
+            FindingKind::LinkErrors,
+            Severity::Critical,
+            "n2",
+            None,
+        )];
+        cands.extend(symptoms());
+        link_causes(&input, &mut cands);
+        assert_eq!(cands[1].caused_by.as_deref(), Some("link_errors:n2"));
+        assert_eq!(cands[2].caused_by.as_deref(), Some("link_errors:n2"));
     }
 
     #[test]
