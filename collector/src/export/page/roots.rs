@@ -112,6 +112,57 @@ pub fn subject(sub: &Subject) -> String {
     format!("<span class=\"subject\">{}</span>", parts.join(" · "))
 }
 
+/// An evidence detail as text: a number in the unit its key implies (`min`/`max`/`median` in the evidence's
+/// `unit`, `…_bytes_per_second` as GB/s, `…_bytes` as GB, `…_share`/`…_ratio`/`…utilization`/`…efficiency`/
+/// `sm_activity` as %, `…_s`/`…_seconds` as ms or s, a Unix time plain), a list as comma-separated text, an
+/// object as `key value` pairs. Unescaped: the caller escapes.
+fn detail(key: &str, unit: &str, v: &serde_json::Value) -> String {
+    use serde_json::Value;
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Number(n) => n.as_f64().map_or(n.to_string(), |x| number(key, unit, x)),
+        Value::Array(items) => items
+            .iter()
+            .map(|x| detail(key, unit, x))
+            .collect::<Vec<_>>()
+            .join(", "),
+        Value::Object(m) => m
+            .iter()
+            .map(|(k, x)| format!("{} {}", k.replace('_', " "), detail(k, unit, x)))
+            .collect::<Vec<_>>()
+            .join(", "),
+        other => other.to_string(),
+    }
+}
+
+/// A number under `key` (see [`detail`]).
+fn number(key: &str, unit: &str, x: f64) -> String {
+    let ends = |s: &[&str]| s.iter().any(|e| key.ends_with(e));
+    if matches!(key, "min" | "max" | "median") {
+        units::in_unit(x, unit)
+    } else if ends(&["bytes_per_second"]) {
+        units::rate(Some(x))
+    } else if ends(&["_bytes", "bytes_per_step"]) || key == "bytes" {
+        units::bytes(Some(x))
+    } else if ends(&[
+        "share",
+        "_ratio",
+        "utilization",
+        "efficiency",
+        "sm_activity",
+    ]) {
+        units::percent(Some(x))
+    } else if ends(&["_unix_s"]) {
+        units::plain(x)
+    } else if ends(&["_s", "_seconds"]) {
+        units::seconds(Some(x))
+    } else if ends(&["_per_second"]) {
+        format!("{}/s", units::plain(x))
+    } else {
+        units::plain(x)
+    }
+}
+
 /// The evidence as a two-column table.
 fn evidence(e: &Evidence) -> String {
     let mut rows: Vec<(String, String)> =
@@ -126,12 +177,7 @@ fn evidence(e: &Evidence) -> String {
         rows.push(("over".into(), units::seconds(Some(t))));
     }
     for (k, v) in &e.details {
-        let text = match v {
-            serde_json::Value::String(s) => s.clone(),
-            serde_json::Value::Number(n) => n.as_f64().map_or(n.to_string(), units::plain),
-            other => other.to_string(),
-        };
-        rows.push((k.replace('_', " "), text));
+        rows.push((k.replace('_', " "), detail(k, &e.unit, v)));
     }
     let mut s = String::from("<table class=\"evidence\"><tbody>");
     for (k, v) in rows {
@@ -139,4 +185,40 @@ fn evidence(e: &Evidence) -> String {
     }
     s.push_str("</tbody></table>");
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn evidence_prints_units_and_lists_as_text_escaped() {
+        let e = Evidence::new(4.8e9, "bytes_per_second")
+            .detail("max", 4_899_999_973.3)
+            .detail("min", 4.66e9)
+            .detail("nodes", vec!["node-00", "node-01<b>"])
+            .detail("peer_fabric_bytes_per_second", 2.5e10)
+            .detail("bytes_per_step", 7.7e8)
+            .detail("busy_share", 0.203)
+            .detail("step_period_s", 0.354)
+            .detail("probe_at_unix_s", 1_700_000_000.0)
+            .detail("findings", 7);
+        let html = evidence(&e);
+        for want in [
+            "<th>max</th><td>4.90 GB/s</td>",
+            "<th>min</th><td>4.66 GB/s</td>",
+            "<th>nodes</th><td>node-00, node-01&lt;b&gt;</td>",
+            "<th>peer fabric bytes per second</th><td>25.00 GB/s</td>",
+            "<th>bytes per step</th><td>770 MB</td>",
+            "<th>busy share</th><td>20%</td>",
+            "<th>step period s</th><td>354 ms</td>",
+            "<th>probe at unix s</th><td>1700000000</td>",
+            "<th>findings</th><td>7</td>",
+        ] {
+            assert!(html.contains(want), "{want} in {html}");
+        }
+        assert!(!html.contains('['), "{html}");
+        let ratio = Evidence::new(0.17, "ratio").detail("max", 0.1702);
+        assert!(evidence(&ratio).contains("<th>max</th><td>17%</td>"));
+    }
 }

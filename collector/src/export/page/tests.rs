@@ -66,7 +66,10 @@ fn hostile_finding(id: &str, root: bool) -> Finding {
             setting: Some(EVIL.into()),
         },
         summary: EVIL.into(),
-        evidence: Evidence::new(1.0, EVIL).detail(EVIL, EVIL),
+        evidence: Evidence::new(1.0, EVIL)
+            .detail(EVIL, EVIL)
+            .detail("nodes", vec![EVIL, EVIL])
+            .detail("setting", serde_json::json!({ EVIL: [EVIL] })),
         action: EVIL.into(),
         first_seen_unix_s: 1.0,
         last_seen_unix_s: 2.0,
