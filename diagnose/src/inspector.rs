@@ -16,12 +16,8 @@ use serde::Serialize;
 /// Why a path could not be read at all.
 #[derive(Debug, thiserror::Error)]
 pub enum InspectorReadError {
-    #[error("{path}: {source}")]
-    Io {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error("{path}: {error}")]
+    Io { path: String, error: std::io::Error },
     #[error("{0}: no Inspector dump files (*.log, *.log.N, *.jsonl) in this directory")]
     Empty(String),
 }
@@ -53,9 +49,9 @@ pub fn is_dump_file(name: &str) -> bool {
 
 /// Reads a dump file, or every dump file of a directory (sorted by name).
 pub fn read_path(path: &Path) -> Result<InspectorRead, InspectorReadError> {
-    let io = |source| InspectorReadError::Io {
+    let io = |error| InspectorReadError::Io {
         path: path.display().to_string(),
-        source,
+        error,
     };
     let files: Vec<PathBuf> = if path.is_dir() {
         let mut files: Vec<PathBuf> = std::fs::read_dir(path)
@@ -77,9 +73,9 @@ pub fn read_path(path: &Path) -> Result<InspectorRead, InspectorReadError> {
     };
     let mut read = InspectorRead::default();
     for file in files {
-        let bytes = std::fs::read(&file).map_err(|source| InspectorReadError::Io {
+        let bytes = std::fs::read(&file).map_err(|error| InspectorReadError::Io {
             path: file.display().to_string(),
-            source,
+            error,
         })?;
         let text = String::from_utf8_lossy(&bytes);
         let mut counts = LineCounts::default();

@@ -31,12 +31,8 @@ use crate::timeline::{
 
 #[derive(Debug, thiserror::Error)]
 pub enum KinetoError {
-    #[error("{file}: cannot read: {source}")]
-    Io {
-        file: String,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error("{file}: cannot read: {error}")]
+    Io { file: String, error: std::io::Error },
     #[error("{file}: not a Kineto trace: no traceEvents")]
     NotATrace { file: String },
 }
@@ -76,9 +72,9 @@ pub fn trace_files(path: &Path) -> std::io::Result<Vec<PathBuf>> {
 /// Reads one trace file; gzip is recognised by its magic bytes.
 pub fn parse_file(path: &Path, progress: &Progress) -> Result<KinetoTrace, KinetoError> {
     let file = path.display().to_string();
-    let io = |source| KinetoError::Io {
+    let io = |error| KinetoError::Io {
         file: file.clone(),
-        source,
+        error,
     };
     let mut f = std::fs::File::open(path).map_err(io)?;
     let len = f.metadata().map(|m| m.len()).unwrap_or(0);
@@ -469,6 +465,28 @@ impl<'de> Visitor<'de> for EventsSeed<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The error and its `source()`s joined by `: `, as a chain printer (`{:#}`) says them.
+    fn chain(e: &dyn std::error::Error) -> String {
+        let mut out = e.to_string();
+        let mut next = e.source();
+        while let Some(cause) = next {
+            out = format!("{out}: {cause}");
+            next = cause.source();
+        }
+        out
+    }
+
+    #[test]
+    fn a_cause_is_said_once() {
+        let e = KinetoError::Io {
+            file: "rank0.json".into(),
+            error: std::io::Error::other("disk gone"),
+        };
+        let said = chain(&e);
+        assert_eq!(said.matches("disk gone").count(), 1, "{said}");
+        assert!(said.starts_with("rank0.json: cannot read"), "{said}");
+    }
 
     const SMALL: &str = r#"{"distributedInfo": {"rank": 3, "world_size": 8},
       "traceEvents": [

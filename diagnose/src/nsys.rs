@@ -25,20 +25,18 @@ use crate::timeline::{
 
 #[derive(Debug, thiserror::Error)]
 pub enum NsysError {
-    #[error("{file}: cannot open as SQLite: {source}")]
+    #[error("{file}: cannot open as SQLite: {error}")]
     Open {
         file: String,
-        #[source]
-        source: rusqlite::Error,
+        error: rusqlite::Error,
     },
     #[error("{file}: no CUPTI_ACTIVITY_KIND_KERNEL table: not an nsys export, or the profile traced no CUDA")]
     NoKernels { file: String },
-    #[error("{file}: reading {table}: {source}")]
+    #[error("{file}: reading {table}: {error}")]
     Query {
         file: String,
         table: &'static str,
-        #[source]
-        source: rusqlite::Error,
+        error: rusqlite::Error,
     },
 }
 
@@ -67,10 +65,10 @@ pub fn step_from_range(text: &str) -> Option<i64> {
 pub fn parse_file(path: &Path) -> Result<NsysTrace, NsysError> {
     let file = path.display().to_string();
     let conn =
-        Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY).map_err(|source| {
+        Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY).map_err(|error| {
             NsysError::Open {
                 file: file.clone(),
-                source,
+                error,
             }
         })?;
     let mut trace = read(&conn, &file)?;
@@ -134,10 +132,10 @@ struct Export<'a> {
 impl Export<'_> {
     /// The error for a failed read of `table`.
     fn query(&self, table: &'static str) -> impl Fn(rusqlite::Error) -> NsysError + '_ {
-        move |source| NsysError::Query {
+        move |error| NsysError::Query {
             file: self.file.to_string(),
             table,
-            source,
+            error,
         }
     }
 

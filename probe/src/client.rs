@@ -27,9 +27,9 @@ pub struct ClientOptions {
 }
 
 async fn connect(target: &str, bind: Option<IpAddr>) -> Result<Conn, ProbeError> {
-    let err = |source| ProbeError::Connect {
+    let err = |error| ProbeError::Connect {
         target: target.to_string(),
-        source,
+        error,
     };
     let addr: SocketAddr = tokio::net::lookup_host(target)
         .await
@@ -44,9 +44,9 @@ async fn connect(target: &str, bind: Option<IpAddr>) -> Result<Conn, ProbeError>
     .map_err(err)?;
     if let Some(ip) = bind {
         let local = SocketAddr::new(ip, 0);
-        socket.bind(local).map_err(|source| ProbeError::Bind {
+        socket.bind(local).map_err(|error| ProbeError::Bind {
             addr: local.to_string(),
-            source,
+            error,
         })?;
     }
     match tokio::time::timeout(GRACE, socket.connect(addr)).await {

@@ -17,7 +17,7 @@ fn bench(spec: ClusterSpec, ticks: u32) -> Result<(), commwatch_sim::SimError> {
     let tmp = tempfile::tempdir().map_err(|e| commwatch_sim::SimError::Io {
         op: "tempdir",
         path: std::env::temp_dir(),
-        source: e,
+        error: e,
     })?;
     let mut c = Cluster::create(tmp.path(), spec)?;
     let tick = Duration::from_millis(10);

@@ -40,24 +40,23 @@ pub enum SimError {
         count: usize,
     },
     /// Creating, opening or writing a file of the fake sysfs tree failed.
-    #[error("{op} {path}: {source}")]
+    #[error("{op} {path}: {error}")]
     Io {
         /// What was attempted ("create dir", "open", "write", ...).
         op: &'static str,
         /// The file or directory.
         path: PathBuf,
         /// The underlying error.
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
 }
 
 impl SimError {
-    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, error: std::io::Error) -> Self {
         SimError::Io {
             op,
             path: path.into(),
-            source,
+            error,
         }
     }
 
@@ -66,5 +65,27 @@ impl SimError {
             field,
             reason: reason.into(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The error and its `source()`s joined by `: `, as a chain printer (`{:#}`) says them.
+    fn chain(e: &dyn std::error::Error) -> String {
+        let mut out = e.to_string();
+        let mut next = e.source();
+        while let Some(cause) = next {
+            out = format!("{out}: {cause}");
+            next = cause.source();
+        }
+        out
+    }
+
+    #[test]
+    fn a_cause_is_said_once() {
+        let e = SimError::io("write", "/sys/x", std::io::Error::other("disk gone"));
+        assert_eq!(chain(&e), "write /sys/x: disk gone");
     }
 }

@@ -10,11 +10,11 @@ use tempfile::TempDir;
 /// Copying a tree failed; names the operation and the path.
 #[derive(Debug, thiserror::Error)]
 pub enum ComposeError {
-    #[error("{op} {}: {source}", path.display())]
+    #[error("{op} {}: {error}", path.display())]
     Io {
         op: &'static str,
         path: PathBuf,
-        source: io::Error,
+        error: io::Error,
     },
     /// Two source trees both hold this file: composing adds files, it never replaces one.
     #[error("{} exists already: composed trees only add files", .0.display())]
@@ -22,10 +22,10 @@ pub enum ComposeError {
 }
 
 fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> ComposeError + 'a {
-    move |source| ComposeError::Io {
+    move |error| ComposeError::Io {
         op,
         path: path.to_path_buf(),
-        source,
+        error,
     }
 }
 
@@ -89,6 +89,23 @@ impl ComposedTree {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The error and its `source()`s joined by `: `, as a chain printer (`{:#}`) says them.
+    fn chain(e: &dyn std::error::Error) -> String {
+        let mut out = e.to_string();
+        let mut next = e.source();
+        while let Some(cause) = next {
+            out = format!("{out}: {cause}");
+            next = cause.source();
+        }
+        out
+    }
+
+    #[test]
+    fn a_cause_is_said_once() {
+        let e = io_err("read", Path::new("/t"))(io::Error::other("disk gone"));
+        assert_eq!(chain(&e), "read /t: disk gone");
+    }
 
     fn write(path: &Path, text: &str) {
         fs::create_dir_all(path.parent().unwrap()).unwrap();

@@ -27,16 +27,35 @@ use commwatch_collector::ingest::domain::IngestError;
 use commwatch_sim::SimError;
 
 /// Why a run could not go on.
+/// Each message says its cause itself, so none is also a `source()`: a chain printer says it once.
 #[derive(Debug, thiserror::Error)]
 pub enum HarnessError {
     #[error("simulator: {0}")]
-    Sim(#[from] SimError),
+    Sim(SimError),
     #[error("the collector refused a message: {0}")]
-    Ingest(#[from] IngestError),
+    Ingest(IngestError),
     #[error("analysis: {0}")]
-    Analysis(#[from] HistoryError),
+    Analysis(HistoryError),
     #[error("temporary directory: {0}")]
     Io(std::io::Error),
     #[error("runtime: {0}")]
     Runtime(std::io::Error),
+}
+
+impl From<SimError> for HarnessError {
+    fn from(e: SimError) -> Self {
+        HarnessError::Sim(e)
+    }
+}
+
+impl From<IngestError> for HarnessError {
+    fn from(e: IngestError) -> Self {
+        HarnessError::Ingest(e)
+    }
+}
+
+impl From<HistoryError> for HarnessError {
+    fn from(e: HistoryError) -> Self {
+        HarnessError::Analysis(e)
+    }
 }

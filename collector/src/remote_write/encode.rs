@@ -58,10 +58,16 @@ pub struct Encoded {
     pub samples: usize,
 }
 
-/// Why a request could not be encoded.
+/// Why a request could not be encoded. The message says the cause itself, so it is not also a `source()`.
 #[derive(Debug, thiserror::Error)]
 #[error("snappy compression of a remote-write request failed: {0}")]
-pub struct EncodeError(#[from] snap::Error);
+pub struct EncodeError(snap::Error);
+
+impl From<snap::Error> for EncodeError {
+    fn from(e: snap::Error) -> Self {
+        EncodeError(e)
+    }
+}
 
 /// The label set of `s` as remote write sends it: `__name__`, its labels, then `external` labels it lacks;
 /// empty values left out; sorted by name. A name repeated on the line keeps its first value.

@@ -10,6 +10,7 @@ use reqwest::StatusCode;
 use crate::config::RemoteWriteConfig;
 
 /// Why the sender cannot be built (at start: the collector does not start).
+/// Each message says its cause itself, so none is also a `source()`: a chain printer says it once.
 #[derive(Debug, thiserror::Error)]
 pub enum SendSetupError {
     #[error("remote_write.url: {0}")]
@@ -17,9 +18,15 @@ pub enum SendSetupError {
     #[error("remote_write.ca_file {path}: {reason}")]
     Ca { path: String, reason: String },
     #[error("remote_write: {0}")]
-    Token(#[from] commwatch_model::token::TokenError),
+    Token(commwatch_model::token::TokenError),
     #[error("remote_write: cannot build the HTTP client: {0}")]
     Client(String),
+}
+
+impl From<commwatch_model::token::TokenError> for SendSetupError {
+    fn from(e: commwatch_model::token::TokenError) -> Self {
+        SendSetupError::Token(e)
+    }
 }
 
 /// What became of one attempt.
@@ -201,6 +208,31 @@ impl Backoff {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The error and its `source()`s joined by `: `, as a chain printer (`{:#}`) says them.
+    fn chain(e: &dyn std::error::Error) -> String {
+        let mut out = e.to_string();
+        let mut next = e.source();
+        while let Some(cause) = next {
+            out = format!("{out}: {cause}");
+            next = cause.source();
+        }
+        out
+    }
+
+    #[test]
+    fn a_cause_is_said_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("missing-token");
+        let e =
+            SendSetupError::from(commwatch_model::token::read_token_file(&missing).unwrap_err());
+        let said = chain(&e);
+        assert_eq!(said.matches("missing-token").count(), 1, "{said}");
+        assert!(
+            said.starts_with("remote_write: cannot read token file"),
+            "{said}"
+        );
+    }
 
     #[test]
     fn statuses_retried_or_refused() {

@@ -36,12 +36,8 @@ use crate::nccl_tests::{parse_rank_line, strip_mpi_tags};
 
 #[derive(Debug, thiserror::Error)]
 pub enum NcclLogError {
-    #[error("{file}: cannot read: {source}")]
-    Io {
-        file: String,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error("{file}: cannot read: {error}")]
+    Io { file: String, error: std::io::Error },
     #[error("{file}: no NCCL log lines found")]
     NotALog { file: String },
 }
@@ -133,9 +129,9 @@ pub const MAX_WARNINGS_KEPT: usize = 20;
 
 pub fn parse_file(path: &Path) -> Result<NcclLog, NcclLogError> {
     let file = path.display().to_string();
-    let bytes = std::fs::read(path).map_err(|source| NcclLogError::Io {
+    let bytes = std::fs::read(path).map_err(|error| NcclLogError::Io {
         file: file.clone(),
-        source,
+        error,
     })?;
     parse_str(&String::from_utf8_lossy(&bytes), &file)
 }

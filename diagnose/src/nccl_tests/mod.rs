@@ -37,12 +37,8 @@ pub use self::naming::collective_from_name;
 /// Errors that make a whole nccl-tests file unusable. Problems with single lines are [`LineWarning`]s.
 #[derive(Debug, thiserror::Error)]
 pub enum NcclTestsError {
-    #[error("{file}: cannot read: {source}")]
-    Io {
-        file: String,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error("{file}: cannot read: {error}")]
+    Io { file: String, error: std::io::Error },
     #[error("{file}: no nccl-tests result table found")]
     NoResults { file: String },
     #[error("{file}: invalid nccl-tests JSON at line {line}, column {column}: {message}")]
@@ -318,9 +314,9 @@ pub struct NcclTestsFile {
 /// Reads and parses a file (text, `-J` JSON or JSON lines, detected by content).
 pub fn parse_file(path: &Path) -> Result<NcclTestsFile, NcclTestsError> {
     let file = path.display().to_string();
-    let bytes = std::fs::read(path).map_err(|source| NcclTestsError::Io {
+    let bytes = std::fs::read(path).map_err(|error| NcclTestsError::Io {
         file: file.clone(),
-        source,
+        error,
     })?;
     let text = String::from_utf8_lossy(&bytes);
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned());

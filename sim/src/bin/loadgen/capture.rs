@@ -24,16 +24,35 @@ pub struct Capture {
 }
 
 /// Errors capturing the node shape.
+/// Each message says its cause itself, so none is also a `source()`: a chain printer says it once.
 #[derive(Debug, thiserror::Error)]
 pub enum CaptureError {
     #[error("simulated cluster: {0}")]
-    Sim(#[from] commwatch_sim::SimError),
+    Sim(commwatch_sim::SimError),
     #[error("temporary directory or listener: {0}")]
-    Io(#[from] std::io::Error),
+    Io(std::io::Error),
     #[error("starting the agent: {0}")]
-    Agent(#[from] commwatch_agent::AgentError),
+    Agent(commwatch_agent::AgentError),
     #[error("the agent sent no Hello within the capture")]
     NoHello,
+}
+
+impl From<commwatch_sim::SimError> for CaptureError {
+    fn from(e: commwatch_sim::SimError) -> Self {
+        CaptureError::Sim(e)
+    }
+}
+
+impl From<std::io::Error> for CaptureError {
+    fn from(e: std::io::Error) -> Self {
+        CaptureError::Io(e)
+    }
+}
+
+impl From<commwatch_agent::AgentError> for CaptureError {
+    fn from(e: commwatch_agent::AgentError) -> Self {
+        CaptureError::Agent(e)
+    }
 }
 
 /// Records what the agent sends; acks every batch.
