@@ -149,3 +149,82 @@ async fn records_align_into_collectives_metrics_and_a_finding() {
     assert_eq!(f.evidence.details["source"], "nccl_inspector");
     h.shutdown().await;
 }
+
+/// One node, job `j` with step markers for 3 steps of 1 s from T0 and collectives dumped at 0.5 s (step 0),
+/// 1.5 s and 1.9 s (step 1) and 10 s (after every step).
+#[tokio::test]
+async fn collectives_per_step_through_the_collector() {
+    let h = collector(config()).await;
+    let (mut a, _) = Agent::connect(h.grpc_addr, hello("n1", 1)).await;
+    a.send(job_list([0, 1])).await;
+    let marker = |rank: u32, step: u64, phase: pb::StepPhase, t: i64| pb::StepMarker {
+        job: "j".into(),
+        rank,
+        step,
+        phase: phase as i32,
+        sent_unix_ns: t,
+        received_unix_ns: t,
+        samples: None,
+    };
+    let mut seq = 0;
+    for b in 0..8i64 {
+        let mut ticks = Vec::new();
+        let mut markers = Vec::new();
+        for i in (b * 10)..(b * 10 + 10) {
+            let t = T0 + i * 50 * MS;
+            ticks.push((t, vec![(1, i as u64 * 1000), (2, i as u64 * 1000)]));
+            let k = (i / 20) as u64;
+            for rank in (i % 20 == 0).then_some(0..2u32).into_iter().flatten() {
+                if k > 0 && k <= 3 {
+                    markers.push(marker(rank, k - 1, pb::StepPhase::End, t));
+                }
+                if k < 3 {
+                    markers.push(marker(rank, k, pb::StepPhase::Begin, t));
+                }
+            }
+        }
+        seq += 1;
+        let mut batch = batch(seq, &ticks);
+        batch.markers = markers;
+        if b == 0 {
+            for (sn, dump_ms) in [(0u64, 500i64), (1, 1500), (2, 1900), (3, 10_000)] {
+                for rank in 0..2 {
+                    batch.collectives.push(pb::CollectiveRecord {
+                        dump_timestamp_us: ((T0 + dump_ms * MS) / 1000) as u64,
+                        ..record(rank, sn, 9.8e9 - rank as f64 * 0.5e9)
+                    });
+                }
+            }
+        }
+        a.send_batch(batch).await;
+    }
+    a.ack_at_least(seq).await;
+    let url = format!("http://{}/api/v1/collectives?job=j&by=step", h.http_addr);
+    let mut v = serde_json::Value::Null;
+    for _ in 0..100 {
+        let (code, body) = get(url.clone()).await;
+        assert_eq!(code, 200, "{body}");
+        v = serde_json::from_str(&body).unwrap();
+        if v["steps"].as_array().is_some_and(|s| s.len() >= 3) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(v["source"], "markers", "{v:#}");
+    let steps = v["steps"].as_array().expect("steps");
+    let counts: Vec<(u64, u64)> = steps
+        .iter()
+        .map(|s| {
+            let n = s["collectives"].as_array().map_or(0, |c| {
+                c.iter().map(|c| c["count"].as_u64().unwrap_or(0)).sum()
+            });
+            (s["index"].as_u64().unwrap_or(99), n)
+        })
+        .collect();
+    assert_eq!(counts, [(0, 1), (1, 2), (2, 0)], "{v:#}");
+    let c = &steps[1]["collectives"][0];
+    assert_eq!(c["slowest_rank"], 1, "{c}");
+    assert_eq!(c["per_rank"][1]["bus_bandwidth_bytes_per_second"], 9.3e9);
+    assert_eq!(v["outside_steps"]["count"], 1, "{v:#}");
+    h.shutdown().await;
+}
