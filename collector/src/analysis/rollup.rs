@@ -234,6 +234,65 @@ mod tests {
         assert_eq!(cands[3].severity, Severity::Warning);
     }
 
+    /// The management-NIC demo: the roll-ups over node-00…02 are filed under the setting on node-03 that
+    /// throttles the job, their members under the roll-ups; nothing but the setting is a root cause.
+    #[test]
+    fn a_roll_up_is_filed_under_the_fault_that_throttles_its_job() {
+        use super::super::causes::link_causes;
+        use super::super::input::{JobInput, RankInput};
+        let nodes = ["node-00", "node-01", "node-02", "node-03"];
+        let input = AnalysisInput {
+            jobs: vec![JobInput {
+                id: "1001".into(),
+                ranks: nodes
+                    .iter()
+                    .map(|n| RankInput {
+                        node: n.to_string(),
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let mut nccl = Candidate::new(
+            FindingKind::NcclMisconfiguration,
+            Severity::Critical,
+            Subject::node("node-03"),
+        );
+        nccl.subject.job = Some("1001".into());
+        nccl.subject.setting = Some("NCCL_SOCKET_IFNAME".into());
+        nccl.evidence = Evidence::new(1.0, "conflicts").detail("conflict", "management_interface");
+        let mut cands = vec![nccl];
+        for n in &nodes[..3] {
+            cands.push(cand(FindingKind::ExposedCommunication, n, None, 0.17));
+            cands.push(cand(
+                FindingKind::LinkUnderutilized,
+                n,
+                Some("mlx5_0"),
+                4.9e9,
+            ));
+        }
+        roll_up(&input, &mut cands);
+        link_causes(&input, &mut cands);
+        let root = "nccl_misconfiguration:node-03:NCCL_SOCKET_IFNAME:job=1001";
+        let roots: Vec<String> = cands
+            .iter()
+            .filter(|c| c.caused_by.is_none())
+            .map(|c| c.id())
+            .collect();
+        assert_eq!(roots, [root]);
+        for id in [
+            "exposed_communication:job=1001",
+            "link_underutilized:job=1001",
+        ] {
+            let r = cands.iter().find(|c| c.id() == id).expect(id);
+            assert_eq!(r.caused_by.as_deref(), Some(root));
+            assert_eq!(r.consequences.len(), 3);
+        }
+        assert_eq!(cands[0].consequences.len(), 2);
+    }
+
     #[test]
     fn one_node_or_links_of_one_node_do_not_roll_up() {
         let input = AnalysisInput::default();
