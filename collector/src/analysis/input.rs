@@ -139,6 +139,12 @@ pub struct JobReference {
     pub samples_per_second_per_gpu: Option<f64>,
     /// Seconds of history the reference rests on.
     pub over_seconds: f64,
+    /// The step source of the history's segment (the history restarts when it changes).
+    #[serde(skip)]
+    pub step_source: Option<crate::steps::StepSource>,
+    /// Median fabric bytes per second ([`super::scaling::JobFigures::fabric_bytes_per_second`]).
+    #[serde(default)]
+    pub fabric_bytes_per_second: Option<f64>,
 }
 
 /// Throughput per GPU of a job at a scale: from history, or set by an operator.

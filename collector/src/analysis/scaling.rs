@@ -27,6 +27,7 @@ use super::input::{AnalysisInput, JobReference, NodeInput, ThroughputBaseline};
 use super::straggler::groups;
 use super::{median, r4, Candidate, Evidence, FindingKind, Severity, Subject};
 use crate::steps::StepSource;
+use commwatch_model::link::is_fabric_rdma;
 
 /// The job name used when no job is known.
 pub const CLUSTER_JOB: &str = "cluster";
@@ -38,6 +39,8 @@ pub const MIN_MARKER_STEPS: usize = 5;
 pub const BOUND_METHOD: &str = "communication_share";
 /// The method of a drop against the job's own history.
 pub const HISTORY_METHOD: &str = "own_history";
+/// Seconds of a node's steps needed for its fabric bytes per second.
+pub const MIN_RATE_SPAN_S: f64 = 5.0;
 
 /// One job's figures.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -56,6 +59,13 @@ pub struct JobFigures {
     pub baseline: Option<ThroughputBaseline>,
     /// Steps (or bursts) the figures rest on.
     pub steps: usize,
+    /// Where the steps come from (`markers` or `inferred`); `None` when the step time is the bursts' period.
+    pub step_source: Option<StepSource>,
+    /// Work per unit time read from the links: the median over the job's nodes of the bytes their fabric
+    /// ports moved (max of tx and rx, summed over ports) during their steps ÷ those steps' time, bytes/s.
+    /// Unlike the step time, it does not change when the step engine finds a step of several bursts.
+    /// `None` below [`MIN_RATE_SPAN_S`] of steps on every node.
+    pub fabric_bytes_per_second: Option<f64>,
 }
 
 impl JobFigures {
@@ -96,6 +106,42 @@ pub(crate) fn step_time(nodes: &[&NodeInput]) -> (Option<f64>, usize) {
         .filter_map(|l| l.activity.as_ref()?.period_s)
         .collect();
     (median(&mut p), steps)
+}
+
+/// The source of the job's steps: the one most of its steps come from (`None` without steps).
+fn step_source(nodes: &[&NodeInput]) -> Option<StepSource> {
+    let (mut markers, mut inferred) = (0usize, 0usize);
+    for s in nodes.iter().flat_map(|n| n.steps.iter()) {
+        match s.source {
+            StepSource::Markers => markers += 1,
+            StepSource::Inferred => inferred += 1,
+        }
+    }
+    match (markers, inferred) {
+        (0, 0) => None,
+        (m, i) if m >= i => Some(StepSource::Markers),
+        _ => Some(StepSource::Inferred),
+    }
+}
+
+/// The median over the nodes of their fabric ports' bytes per second during their steps (see
+/// [`JobFigures::fabric_bytes_per_second`]).
+fn fabric_rate(nodes: &[&NodeInput]) -> Option<f64> {
+    let mut rates: Vec<f64> = nodes
+        .iter()
+        .filter_map(|n| {
+            let t: f64 = n.steps.iter().map(|s| s.duration_s().max(0.0)).sum();
+            let bytes: u64 = n
+                .steps
+                .iter()
+                .flat_map(|s| s.links.iter())
+                .filter(|l| is_fabric_rdma(l.key.class, l.endpoint, l.role))
+                .map(|l| l.tx_bytes.max(l.rx_bytes))
+                .fold(0u64, u64::saturating_add);
+            (t >= MIN_RATE_SPAN_S && bytes > 0).then(|| bytes as f64 / t)
+        })
+        .collect();
+    median(&mut rates)
 }
 
 /// Samples per second of the job from markers with samples (per node samples ÷ time, summed over nodes), and
@@ -198,6 +244,8 @@ pub fn job_figures(input: &AnalysisInput) -> Vec<JobFigures> {
             method: method.map(str::to_string),
             baseline,
             steps,
+            step_source: step_source(&nodes),
+            fabric_bytes_per_second: fabric_rate(&nodes).map(r4),
         });
     }
     out
@@ -218,24 +266,35 @@ fn severity(eff: f64) -> Option<Severity> {
 #[derive(Debug, Clone, PartialEq)]
 struct HistoryDrop {
     relative: f64,
-    /// `throughput_per_gpu` or `step_time`.
+    /// `throughput_per_gpu`, `step_time` (marker steps) or `fabric_bytes_per_second` (inferred steps).
     compares: &'static str,
     now: f64,
     reference: f64,
     over_seconds: f64,
 }
 
-/// The drop of `f` against `reference` (throughput per GPU when both have it, else step time).
+/// The drop of `f` against `reference`, like against like: throughput per GPU when both have it; else, on
+/// marker steps of the same segment, step time; else the fabric bytes per second — never the duration of
+/// inferred steps, which changes when the step engine reads several bursts as one step.
 fn drop_against(f: &JobFigures, reference: &JobReference) -> Option<HistoryDrop> {
+    if f.step_source != reference.step_source {
+        return None;
+    }
+    let markers = f.step_source == Some(StepSource::Markers);
     let (relative, compares, now, then) = match (
         f.samples_per_second_per_gpu,
         reference.samples_per_second_per_gpu,
-        f.step_time_s,
-        reference.step_time_s,
     ) {
-        (Some(now), Some(then), ..) if then > 0.0 => (now / then, "throughput_per_gpu", now, then),
-        (_, _, Some(now), Some(then)) if now > 0.0 => (then / now, "step_time", now, then),
-        _ => return None,
+        (Some(now), Some(then)) if then > 0.0 => (now / then, "throughput_per_gpu", now, then),
+        _ => match (f.step_time_s, reference.step_time_s) {
+            (Some(now), Some(then)) if markers && now > 0.0 => (then / now, "step_time", now, then),
+            _ => match (f.fabric_bytes_per_second, reference.fabric_bytes_per_second) {
+                (Some(now), Some(then)) if then > 0.0 => {
+                    (now / then, "fabric_bytes_per_second", now, then)
+                }
+                _ => return None,
+            },
+        },
     };
     Some(HistoryDrop {
         relative,
@@ -340,6 +399,10 @@ fn describe_drop(d: &HistoryDrop) -> String {
             "{:.1} samples/s per GPU against {:.1} over the previous {:.0} s",
             d.now, d.reference, d.over_seconds
         ),
+        "fabric_bytes_per_second" => format!(
+            "its fabric ports move {:.3e} B/s against {:.3e} B/s over the previous {:.0} s",
+            d.now, d.reference, d.over_seconds
+        ),
         _ => format!(
             "steps take {:.3} s against {:.3} s over the previous {:.0} s",
             d.now, d.reference, d.over_seconds
@@ -408,6 +471,8 @@ mod tests {
             method: Some(method.into()),
             baseline: None,
             steps: 60,
+            step_source: Some(StepSource::Markers),
+            fabric_bytes_per_second: None,
         }
     }
 
@@ -419,6 +484,8 @@ mod tests {
                 step_time_s: Some(step_time_s),
                 samples_per_second_per_gpu: None,
                 over_seconds: 300.0,
+                step_source: Some(StepSource::Markers),
+                fabric_bytes_per_second: None,
             },
         )
         .expect("drop")
@@ -466,5 +533,126 @@ mod tests {
         // No drop: the bound alone stays info.
         let c = candidate(&figures(0.55, BOUND_METHOD), Some(&history(0.31))).expect("candidate");
         assert_eq!(c.severity, Severity::Info);
+    }
+
+    /// Two nodes whose inferred steps last `period_s` from `from_s` to `to_s`, each moving
+    /// `bytes_per_s × period_s` bytes on its fabric port.
+    fn inferred(period_s: f64, bytes_per_s: f64, from_s: f64, to_s: f64) -> AnalysisInput {
+        use crate::steps::{NodeStep, StepLink};
+        use commwatch_model::{Endpoint, LinkClass, LinkKey, LinkRole};
+        let node = |name: &str| {
+            let mut n = NodeInput {
+                name: name.into(),
+                ..NodeInput::default()
+            };
+            let mut t = from_s;
+            while t + period_s <= to_s + 1e-9 {
+                let bytes = (bytes_per_s * period_s) as u64;
+                n.steps.push(NodeStep {
+                    node: name.into(),
+                    job: None,
+                    index: n.steps.len() as u64,
+                    start_unix_ns: (t * 1e9) as i64,
+                    end_unix_ns: ((t + period_s) * 1e9) as i64,
+                    source: StepSource::Inferred,
+                    confidence: 0.9,
+                    samples: None,
+                    links: vec![StepLink {
+                        key: LinkKey::new(LinkClass::Infiniband, "mlx5_0", "1"),
+                        endpoint: Endpoint::HcaPort,
+                        role: LinkRole::Fabric,
+                        gpu: None,
+                        link: None,
+                        tx_bytes: bytes,
+                        rx_bytes: bytes,
+                        active_s: 0.05,
+                        achieved_bytes_per_second: None,
+                        average_bytes_per_second: bytes_per_s,
+                        capacity_bytes_per_second: None,
+                        utilization: None,
+                        confident: false,
+                    }],
+                });
+                t += period_s;
+            }
+            n
+        };
+        AnalysisInput {
+            now_unix_ns: (to_s * 1e9) as i64,
+            nodes: vec![node("node-00"), node("node-01")],
+            ..AnalysisInput::default()
+        }
+    }
+
+    /// Observes a job every second over `[from_s, to_s)`, each evaluation seeing the last 20 s of steps,
+    /// and returns the candidates of the evaluation at `to_s` against its own history.
+    fn run(
+        trends: &mut super::super::trend::JobTrends,
+        period_s: f64,
+        bytes_per_s: f64,
+        from_s: u32,
+        to_s: u32,
+    ) -> Vec<Candidate> {
+        let mut last = Vec::new();
+        for now in from_s..=to_s {
+            let now = f64::from(now);
+            let mut input = inferred(period_s, bytes_per_s, (now - 20.0).max(0.0), now);
+            input.job_references = trends.references(now);
+            last = evaluate(&input);
+            trends.observe(&job_figures(&input), now);
+        }
+        last
+    }
+
+    #[test]
+    fn inferred_steps_that_merge_bursts_are_no_slowdown() {
+        // The step engine finds 3 s steps, then reads the same traffic as 5 s steps (several bursts each):
+        // the job moves the same bytes per second, and its own history raises nothing.
+        let mut t = super::super::trend::JobTrends::new();
+        assert!(run(&mut t, 3.0, 4e8, 0, 200).is_empty());
+        let c = run(&mut t, 5.0, 4e8, 201, 400);
+        assert!(c.is_empty(), "{c:?}");
+        // The old rule compared those step durations: 3 s against 5 s, a "critical" 60 %.
+        let f = &job_figures(&inferred(5.0, 4e8, 380.0, 400.0))[0];
+        assert_eq!(f.step_source, Some(StepSource::Inferred));
+        assert_eq!(f.step_time_s, Some(5.0));
+        assert!((f.fabric_bytes_per_second.expect("rate") - 4e8).abs() < 1.0);
+    }
+
+    #[test]
+    fn a_real_drop_on_inferred_steps_is_found() {
+        // Same period, 30 % less work per second (e.g. the same bytes moved in longer steps elsewhere):
+        // relative 70 %, a warning from the job's own history.
+        let mut t = super::super::trend::JobTrends::new();
+        assert!(run(&mut t, 3.0, 4e8, 0, 200).is_empty());
+        let c = run(&mut t, 3.0, 2.8e8, 201, 240);
+        assert_eq!(c.len(), 1, "{c:?}");
+        assert_eq!(c[0].severity, Severity::Warning);
+        assert_eq!(c[0].evidence.details["method"], HISTORY_METHOD);
+        assert_eq!(
+            c[0].evidence.details["history_compares"],
+            "fabric_bytes_per_second"
+        );
+        assert!((c[0].evidence.measured - 0.7).abs() < 0.01, "{c:?}");
+        // And a slower step of the same bytes (4.3 s instead of 3 s) is a drop too.
+        let mut t = super::super::trend::JobTrends::new();
+        run(&mut t, 3.0, 4e8, 0, 200);
+        let c = run(&mut t, 4.3, 4e8 * 3.0 / 4.3, 201, 240);
+        assert_eq!(c.len(), 1, "{c:?}");
+        assert_eq!(c[0].severity, Severity::Warning);
+    }
+
+    #[test]
+    fn a_new_step_source_starts_a_new_history() {
+        let markers = figures(1.0, "exposed_communication");
+        let reference = JobReference {
+            job: "j".into(),
+            step_time_s: Some(0.2),
+            samples_per_second_per_gpu: None,
+            over_seconds: 300.0,
+            step_source: Some(StepSource::Inferred),
+            fabric_bytes_per_second: Some(1e9),
+        };
+        assert_eq!(drop_against(&markers, &reference), None);
     }
 }

@@ -1,6 +1,8 @@
 //! `straggler`: a node the rest of the job waits for, consistently.
 //!
-//! Two signals, each over the window and against the job's median (at least [`MIN_NODES`] nodes):
+//! Two signals, each over the window and against the job's median (at least [`MIN_NODES`] nodes; in a job of
+//! two nodes, against the other node — the median of two would halve the gap, and a two-node job whose one
+//! node computes longer is as stalled as a larger one):
 //! - compute: its GPUs compute a larger share of the time than the job's median by more than
 //!   [`BUSY_EXCESS_ABOVE`] (absolute share) — in synchronous data-parallel training every other rank idles
 //!   while it finishes, so it is the one that is late at every step's collective. The share of time computing
@@ -18,8 +20,8 @@ use super::exposed_comm::compute_share;
 use super::input::{AnalysisInput, NodeInput};
 use super::{gbs, median, r4, Candidate, Evidence, FindingKind, Severity, Subject};
 
-/// Fewest nodes a median means something for.
-pub const MIN_NODES: usize = 3;
+/// Fewest nodes to compare: two, each compared with the other.
+pub const MIN_NODES: usize = 2;
 /// GPU busy share above the job median by more than this: the node computes longer.
 pub const BUSY_EXCESS_ABOVE: f64 = 0.05;
 /// Fabric rate below this share of the job's median: the node's links lag.
@@ -63,11 +65,19 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
             continue;
         }
         let (signal, share) = compute_signal(&nodes);
-        let mut busy: Vec<f64> = nodes.iter().filter_map(|n| share(n)).collect();
-        let busy_median = median(&mut busy);
-        let mut rates: Vec<f64> = nodes.iter().filter_map(|n| n.fabric_burst_rate()).collect();
-        let rate_median = median(&mut rates);
+        let against = if nodes.len() == 2 {
+            "the other node's"
+        } else {
+            "the job's median"
+        };
+        let busy_all = reference(&nodes, None, share);
+        let rate_all = reference(&nodes, None, NodeInput::fabric_burst_rate);
         for n in &nodes {
+            let pair = (nodes.len() == 2).then_some(n.name.as_str());
+            let busy_median = pair.map_or(busy_all, |p| reference(&nodes, Some(p), share));
+            let rate_median = pair.map_or(rate_all, |p| {
+                reference(&nodes, Some(p), NodeInput::fabric_burst_rate)
+            });
             let mut subject = Subject::node(&n.name);
             subject.job = job.clone();
             if let (Some(b), Some(m)) = (share(n), busy_median) {
@@ -75,7 +85,7 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
                     let mut c =
                         Candidate::new(FindingKind::Straggler, Severity::Warning, subject.clone());
                     c.summary = format!(
-                        "{} computes {:.0}% of the time against the job's median {:.0}%: the other {} nodes wait for it every step.",
+                        "{} computes {:.0}% of the time against {against} {:.0}%: the other {} nodes wait for it every step.",
                         n.name,
                         b * 100.0,
                         m * 100.0,
@@ -99,7 +109,7 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
                 if r < RATE_LAG_BELOW * m {
                     let mut c = Candidate::new(FindingKind::Straggler, Severity::Warning, subject);
                     c.summary = format!(
-                        "{}'s fabric ports achieve {} during communication against the job's median {}.",
+                        "{}'s fabric ports achieve {} during communication against {against} {}.",
                         n.name,
                         gbs(r),
                         gbs(m)
@@ -119,6 +129,21 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
         }
     }
     out
+}
+
+/// The median of the group's figures, leaving out `except` (in a group of two, a node is compared with the
+/// other).
+fn reference(
+    nodes: &[&NodeInput],
+    except: Option<&str>,
+    figure: impl Fn(&NodeInput) -> Option<f64>,
+) -> Option<f64> {
+    let mut v: Vec<f64> = nodes
+        .iter()
+        .filter(|n| Some(n.name.as_str()) != except)
+        .filter_map(|n| figure(n))
+        .collect();
+    median(&mut v)
 }
 
 /// Which rank of a collective a straggler shows as (NCCL Inspector): a node that computes longer arrives last,
@@ -244,6 +269,20 @@ mod tests {
         assert_eq!(found.len(), 1, "{found:#?}");
         let c = &found[0];
         assert_eq!(c.subject.node, "n3");
+        // Two nodes: the one computing longer is compared with the other, and only it is named.
+        let two = AnalysisInput {
+            nodes: vec![node("n1", 0.6), node("n3", 0.7)],
+            ..Default::default()
+        };
+        let found = evaluate(&two);
+        assert_eq!(found.len(), 1, "{found:#?}");
+        assert_eq!(found[0].subject.node, "n3");
+        assert!(found[0].summary.contains("against the other node's 60%"));
+        let even = AnalysisInput {
+            nodes: vec![node("n1", 0.6), node("n3", 0.62)],
+            ..Default::default()
+        };
+        assert!(evaluate(&even).is_empty());
         assert_eq!(c.evidence.details["latest_rank"], 5);
         assert_eq!(c.evidence.details["collective_size_bytes"], 220_000_000);
         assert!(

@@ -7,12 +7,21 @@
 //! reference — once at least [`MIN_REFERENCE_S`] of such history exists. Observations are kept one per
 //! [`OBSERVE_EVERY_S`] per job, so a fleet's history stays small. A job not observed for [`HISTORY_S`] is
 //! forgotten.
+//!
+//! Like is compared with like: the history is a *segment* of one step source. When a job's steps change
+//! source (markers appear or stop, a job falls back to inferred steps) its history starts again. Inferred
+//! steps are the step engine's reading of the traffic, and the same traffic can be read as steps of one
+//! burst or of several (its period found 3 s, later 5 s); their duration is therefore no measure of the
+//! job's speed, and only marker steps are compared by step time. For inferred steps the reference is the
+//! work per unit time the links show ([`JobFigures::fabric_bytes_per_second`]), which does not depend on
+//! where the step edges fall.
 
 use std::collections::{BTreeMap, VecDeque};
 
 use super::input::JobReference;
 use super::median;
 use super::scaling::JobFigures;
+use crate::steps::StepSource;
 
 /// How far back the reference reaches, seconds.
 pub const HISTORY_S: f64 = 900.0;
@@ -29,6 +38,8 @@ struct Observation {
     at_s: f64,
     step_time_s: Option<f64>,
     samples_per_second_per_gpu: Option<f64>,
+    step_source: Option<StepSource>,
+    fabric_bytes_per_second: Option<f64>,
 }
 
 /// Every job's recent figures.
@@ -50,6 +61,10 @@ impl JobTrends {
                 continue;
             }
             let h = self.jobs.entry(f.job.clone()).or_default();
+            // A new step source starts a new segment: its figures are not comparable with the old ones.
+            if h.back().is_some_and(|o| o.step_source != f.step_source) {
+                h.clear();
+            }
             if h.back().is_some_and(|o| now_s - o.at_s < OBSERVE_EVERY_S) {
                 continue;
             }
@@ -57,6 +72,8 @@ impl JobTrends {
                 at_s: now_s,
                 step_time_s: f.step_time_s,
                 samples_per_second_per_gpu: f.samples_per_second_per_gpu,
+                step_source: f.step_source,
+                fabric_bytes_per_second: f.fabric_bytes_per_second,
             });
         }
         for h in self.jobs.values_mut() {
@@ -87,11 +104,17 @@ impl JobTrends {
                     .iter()
                     .filter_map(|o| o.samples_per_second_per_gpu)
                     .collect();
+                let mut rate: Vec<f64> = old
+                    .iter()
+                    .filter_map(|o| o.fabric_bytes_per_second)
+                    .collect();
                 Some(JobReference {
                     job: job.clone(),
                     step_time_s: median(&mut steps),
                     samples_per_second_per_gpu: median(&mut per_gpu),
                     over_seconds: span,
+                    step_source: old.last().and_then(|o| o.step_source),
+                    fabric_bytes_per_second: median(&mut rate),
                 })
             })
             .collect()
@@ -113,6 +136,8 @@ mod tests {
             method: None,
             baseline: None,
             steps: 30,
+            step_source: None,
+            fabric_bytes_per_second: None,
         }
     }
 
@@ -142,5 +167,20 @@ mod tests {
         t.observe(&[figures("b", 0.5)], HISTORY_S + 1.0);
         assert!(!t.jobs.contains_key("a"));
         assert_eq!(t.jobs["b"].len(), 1);
+    }
+
+    #[test]
+    fn a_new_step_source_starts_the_history_again() {
+        let mut t = JobTrends::new();
+        for s in 0..=100 {
+            t.observe(&[figures("a", 3.0)], f64::from(s));
+        }
+        assert_eq!(t.references(100.0).len(), 1);
+        let mut markers = figures("a", 0.3);
+        markers.step_source = Some(StepSource::Markers);
+        t.observe(&[markers], 105.0);
+        // The old segment (steps without a source) is gone: no reference until a minute of the new one.
+        assert_eq!(t.jobs["a"].len(), 1);
+        assert!(t.references(130.0).is_empty());
     }
 }
