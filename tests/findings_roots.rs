@@ -113,6 +113,17 @@ fn management_nic_demo_names_its_root_cause_first() {
         expected.contains(nccl) && !expected.contains(mgmt),
         "{expected:?}"
     );
+    // For the job, the setting is the only root cause: its exposed communication and slow links (rolled up
+    // over the nodes that wait on node-03) are filed under it.
+    let job_roots = demo.findings("?root=true&job=1001");
+    assert_eq!(
+        ids(&job_roots),
+        BTreeSet::from([nccl.to_string()]),
+        "{job_roots:#?}"
+    );
+    for f in all.iter().filter(|f| f.subject.node.is_empty()) {
+        assert_eq!(f.caused_by.as_deref(), Some(nccl), "{f:#?}");
+    }
     let rest = demo.findings("?root=false");
     assert_eq!(ids(&rest).len() + expected.len(), all.len());
     assert!(rest.iter().all(|f| !f.root && f.caused_by.is_some()));
