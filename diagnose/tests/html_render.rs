@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use commwatch_diagnose::collector::probes::BareLink;
 use commwatch_diagnose::progress::Progress;
 use commwatch_diagnose::report::html::render_html;
 use commwatch_diagnose::report::{Inputs, Report};
@@ -408,12 +409,39 @@ fn the_repos_fixtures_fit_the_page() {
         "synth-alltoall-timestamps.txt",
         "synth-allreduce-J.json",
     ];
+    // Step 1 with the collector's probes too: a usable bare link and a declined one (`bare_links`).
+    let probe = |from: &str, bare: Option<f64>, unused: Option<&'static str>| BareLink {
+        from: from.into(),
+        to: "node-b".into(),
+        transport: "tcp".into(),
+        at_unix_s: 0.0,
+        age_s: 90.0,
+        outcome: if unused.is_none() { "ok" } else { "declined" }.into(),
+        error: unused.map(|_| "the node's fabric is busy".to_string()),
+        bare_gbps: bare,
+        tx_gbps: bare,
+        rx_gbps: bare,
+        latency_p50_us: Some(14.2),
+        latency_p99_us: Some(31.0),
+        unused,
+    };
     let inputs = Inputs {
         nccl_tests: files.iter().map(|f| repo_fixture(f)).collect(),
         link_rate_gbps: Some(25.0),
+        bare_links: Some(Ok(vec![
+            probe("node-a", Some(23.5), None),
+            probe("node-c", None, Some("declined")),
+        ])),
         ..Inputs::default()
     };
     let (page, m) = render_and_check_one(bin.as_deref(), "repo-fixtures", report(&inputs), true);
+    assert!(
+        page.contains(
+            "The bare link gives <strong>23.50 GB/s</strong> at its lowest (node-a -&gt; node-b)."
+        ),
+        "step 1 shows the bare link"
+    );
+    assert!(page.contains("not used: declined (the node&#39;s fabric is busy)"));
     assert_eq!(
         page.matches("<svg").count(),
         1,

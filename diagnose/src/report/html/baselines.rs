@@ -21,11 +21,13 @@ pub fn body(r: &Report) -> String {
             "<p class=\"missing\">No nccl-tests results given. Run <code>all_reduce_perf</code> across the same \
              nodes and pass its output with <code>--nccl-tests</code>.</p>",
         );
+        o.push_str(&super::bare_links::body(r));
         return o;
     }
     o.push_str(&curves(r));
     o.push_str(&super::results::table(r));
     o.push_str(&scaling(r));
+    o.push_str(&super::bare_links::body(r));
     o
 }
 

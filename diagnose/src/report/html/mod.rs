@@ -5,7 +5,7 @@
 //! each a section with its chart or table, and ends with the inputs as read:
 //! - [`conclusion`]: the verdict as a headline, the evidence behind it and the next action;
 //! - [`findings`]: each finding with a severity badge, its evidence as a table and its action;
-//! - [`baselines`] (step 1, with [`bandwidth_chart`] and the [`results`] table), [`timeline`] (step 2, with
+//! - [`baselines`] (step 1, with [`bandwidth_chart`], the [`results`] table and the probes' [`bare_links`]), [`timeline`] (step 2, with
 //!   [`timeline_chart`]), [`collectives`] (step 3, with the NCCL Inspector table of [`inspector`]),
 //!   [`link_algorithm`] (step 4); [`fabric`] names the link
 //!   and the NICs the baselines are held against;
@@ -18,6 +18,7 @@
 
 pub mod axis;
 pub mod bandwidth_chart;
+pub mod bare_links;
 pub mod baselines;
 pub mod collectives;
 pub mod conclusion;
