@@ -364,7 +364,20 @@ fn shipper_settings(
             Some(p) => Some(Arc::from(read_token_file(p)?)),
             None => None,
         },
+        probe_advert: probe_advert(config.probe.listen),
     }))
+}
+
+/// What the agent advertises as its probe address: `[probe] listen` unless it is loopback (no other node
+/// reaches it) or port 0; a wildcard host (`0.0.0.0`) is sent as is, and the collector takes the stream's
+/// peer IP for it.
+pub(crate) fn probe_advert(listen: Option<std::net::SocketAddr>) -> Option<String> {
+    let a = listen?;
+    if a.ip().is_loopback() || a.port() == 0 {
+        tracing::info!(listen = %a, "probe address not advertised (loopback or port 0)");
+        return None;
+    }
+    Some(a.to_string())
 }
 
 #[cfg(test)]

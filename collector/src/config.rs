@@ -276,6 +276,9 @@ impl CollectorConfig {
         }
         self.validate_connection_limits()?;
         self.remote_write.validate()?;
+        self.probes
+            .validate()
+            .map_err(|(field, reason)| ConfigError::Invalid { field, reason })?;
         if self.fast_period_ms != 0 && self.fast_period_ms < 10 {
             return bad(
                 "fast_period_ms",

@@ -273,13 +273,14 @@ pub async fn run(
         gpu_detail: config.gpu_detail,
         prober: prober.clone(),
     })?;
-    let shared = ingest::Shared::new(
+    let mut shared = ingest::Shared::new(
         store.clone(),
         health.clone(),
         persist,
         config.clone(),
         signal.subscribe(),
     );
+    shared.probe_adverts = prober.adverts.clone();
     let grpc = ingest::server(shared, agent_auth, remote_plaintext, listeners.grpc);
 
     tasks.spawn_server("grpc", grpc);

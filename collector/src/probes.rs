@@ -56,6 +56,122 @@ impl Default for ProbesConfig {
     }
 }
 
+/// Nodes whose advertised probe address is kept at most (the collector's `limits.max_nodes` default).
+pub const MAX_ADVERTS: usize = 10_000;
+
+/// Largest `[probes] max_pairs` accepted: each pair kept is a handful of `/metrics` series and a scan per
+/// evaluation, so the bound keeps both small (4096 pairs: 64 nodes probed all-to-all).
+pub const MAX_PAIRS_BOUND: usize = 4096;
+
+impl ProbesConfig {
+    /// Checks the bounds of `[probes]`; the error is the key (its dotted TOML path) and why.
+    pub fn validate(&self) -> Result<(), (&'static str, String)> {
+        let bad = |field: &'static str, reason: String| Err((field, reason));
+        if !(1..=MAX_PAIRS_BOUND).contains(&self.max_pairs) {
+            return bad(
+                "probes.max_pairs",
+                format!("must be 1 to {MAX_PAIRS_BOUND}"),
+            );
+        }
+        if !(1..=MAX_PAIRS_BOUND).contains(&self.matrix_pairs) {
+            return bad(
+                "probes.matrix_pairs",
+                format!("must be 1 to {MAX_PAIRS_BOUND}"),
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Longest advertised probe address accepted (a 253-byte host name, a colon and a port).
+pub const MAX_ADVERT_LEN: usize = 261;
+
+/// Where the collector reaches a node's probe server, from the agent's `ProbeAdvert` (pure): an `IP:PORT`
+/// with a routable IP as advertised; a wildcard IP (`0.0.0.0`, `::`) stands for the stream's peer IP
+/// (`peer`) with the advertised port; a `HOST:PORT` with a host name is kept as written. Refused: a loopback
+/// host (no other node reaches it), port 0, a wildcard without a peer, anything unparsable.
+pub fn advertised_address(
+    advertised: &str,
+    peer: Option<std::net::IpAddr>,
+) -> Result<String, &'static str> {
+    use std::net::SocketAddr;
+    if advertised.is_empty() || advertised.len() > MAX_ADVERT_LEN {
+        return Err("empty or longer than 261 bytes");
+    }
+    if let Ok(a) = advertised.parse::<SocketAddr>() {
+        if a.port() == 0 {
+            return Err("port 0");
+        }
+        if a.ip().is_loopback() {
+            return Err("loopback host: other nodes cannot reach it");
+        }
+        if a.ip().is_unspecified() {
+            let ip = peer.ok_or("wildcard host and no peer address for the stream")?;
+            return Ok(SocketAddr::new(ip, a.port()).to_string());
+        }
+        return Ok(a.to_string());
+    }
+    let (host, port) = advertised.rsplit_once(':').ok_or("not HOST:PORT")?;
+    let port: u16 = port.parse().map_err(|_| "not HOST:PORT")?;
+    let host_ok = !host.is_empty()
+        && host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.');
+    if !host_ok || port == 0 {
+        return Err("not HOST:PORT");
+    }
+    if host.eq_ignore_ascii_case("localhost") {
+        return Err("loopback host: other nodes cannot reach it");
+    }
+    Ok(advertised.to_string())
+}
+
+/// Probe addresses the agents advertised, per node (the latest wins), at most `max` nodes: a new node past
+/// the bound is not kept (counted in `dropped`). `[probes] addresses` takes precedence over these.
+#[derive(Debug, Default)]
+pub struct ProbeAdverts {
+    nodes: Mutex<BTreeMap<String, String>>,
+    max: usize,
+    /// Adverts refused (bad address) or not kept (bound).
+    pub dropped: AtomicU64,
+}
+
+impl ProbeAdverts {
+    pub fn new(max: usize) -> ProbeAdverts {
+        ProbeAdverts {
+            max: max.max(1),
+            ..ProbeAdverts::default()
+        }
+    }
+
+    /// Keeps `node`'s advertised address (see [`advertised_address`]); the error says why it was refused.
+    pub fn record(
+        &self,
+        node: &str,
+        advertised: &str,
+        peer: Option<std::net::IpAddr>,
+    ) -> Result<String, &'static str> {
+        let kept = advertised_address(advertised, peer).and_then(|a| {
+            let Ok(mut m) = self.nodes.lock() else {
+                return Err("lock poisoned");
+            };
+            if !m.contains_key(node) && m.len() >= self.max {
+                return Err("too many nodes advertised");
+            }
+            m.insert(node.to_string(), a.clone());
+            Ok(a)
+        });
+        if kept.is_err() {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+        kept
+    }
+
+    pub fn get(&self, node: &str) -> Option<String> {
+        self.nodes.lock().ok()?.get(node).cloned()
+    }
+}
+
 /// Pairs one request may schedule at most.
 pub const MAX_PAIRS_PER_REQUEST: usize = 64;
 
@@ -200,6 +316,8 @@ pub struct Prober {
     pub config: ProbesConfig,
     token: Option<String>,
     pub book: Arc<ProbeBook>,
+    /// The agents' advertised probe addresses (the ingest streams fill it).
+    pub adverts: Arc<ProbeAdverts>,
     running: AtomicBool,
 }
 
@@ -207,10 +325,20 @@ impl Prober {
     pub fn new(config: ProbesConfig, token: Option<String>) -> Arc<Prober> {
         Arc::new(Prober {
             book: Arc::new(ProbeBook::new(config.max_pairs)),
+            adverts: Arc::new(ProbeAdverts::new(MAX_ADVERTS)),
             config,
             token,
             running: AtomicBool::new(false),
         })
+    }
+
+    /// Where `node`'s probe server is reached: `[probes] addresses` first, else what its agent advertised.
+    pub fn address_of(&self, node: &str) -> Option<String> {
+        self.config
+            .addresses
+            .get(node)
+            .cloned()
+            .or_else(|| self.adverts.get(node))
     }
 
     pub fn is_running(&self) -> bool {
@@ -260,12 +388,12 @@ impl Prober {
             latency_p99_seconds: None,
             latency_max_seconds: None,
         };
-        let (Some(via), Some(to)) = (self.config.addresses.get(a), self.config.addresses.get(b))
-        else {
-            rec.error = Some("no probe address configured for one of the nodes".into());
+        let (Some(via), Some(to)) = (self.address_of(a), self.address_of(b)) else {
+            rec.error =
+                Some("no probe address configured or advertised for one of the nodes".into());
             return rec;
         };
-        match commwatch_probe::relay(via, to, self.token.as_deref(), params).await {
+        match commwatch_probe::relay(&via, &to, self.token.as_deref(), params).await {
             Ok(r) => {
                 rec.outcome = "ok";
                 rec.tx_bytes_per_second = Some(r.tx_bytes_per_second);
@@ -308,7 +436,7 @@ impl Prober {
             }
             let live: Vec<String> = nodes()
                 .into_iter()
-                .filter(|n| self.config.addresses.contains_key(n))
+                .filter(|n| self.address_of(n).is_some())
                 .collect();
             let pairs = matrix_sample(&live, &self.config.racks, self.config.matrix_pairs, round);
             if !pairs.is_empty() && !self.is_running() {
@@ -376,6 +504,81 @@ mod tests {
         assert_eq!(one.len(), 3);
         assert_ne!(one[0], one[1]);
         assert!(matrix_sample(&names(&["solo"]), &BTreeMap::new(), 4, 0).is_empty());
+    }
+
+    #[test]
+    fn the_advertised_address_is_routable_or_the_streams_peer() {
+        let peer: Option<std::net::IpAddr> = Some("10.0.0.7".parse().unwrap());
+        assert_eq!(
+            advertised_address("10.1.2.3:7400", peer),
+            Ok("10.1.2.3:7400".into())
+        );
+        assert_eq!(
+            advertised_address("0.0.0.0:7400", peer),
+            Ok("10.0.0.7:7400".into())
+        );
+        assert_eq!(
+            advertised_address("[::]:7400", peer),
+            Ok("10.0.0.7:7400".into())
+        );
+        let v6: Option<std::net::IpAddr> = Some("fd00::7".parse().unwrap());
+        assert_eq!(
+            advertised_address("0.0.0.0:7400", v6),
+            Ok("[fd00::7]:7400".into())
+        );
+        assert_eq!(
+            advertised_address("node-3.ib:7400", peer),
+            Ok("node-3.ib:7400".into())
+        );
+        assert!(advertised_address("0.0.0.0:7400", None).is_err());
+        for bad in [
+            "127.0.0.1:7400",
+            "[::1]:7400",
+            "localhost:7400",
+            "10.1.2.3:0",
+            "",
+            "x",
+            "a b:1",
+            "h:99999",
+        ] {
+            assert!(advertised_address(bad, peer).is_err(), "{bad}");
+        }
+        assert!(advertised_address(&"a".repeat(300), peer).is_err());
+    }
+
+    #[test]
+    fn the_config_wins_over_the_advert_and_adverts_are_bounded() {
+        let mut config = ProbesConfig::default();
+        config.addresses.insert("a".into(), "10.0.0.1:1".into());
+        let p = Prober::new(config, None);
+        let peer = Some("10.9.9.9".parse().unwrap());
+        p.adverts.record("a", "10.0.0.2:2", peer).unwrap();
+        p.adverts.record("b", "0.0.0.0:3", peer).unwrap();
+        assert_eq!(p.address_of("a").as_deref(), Some("10.0.0.1:1"));
+        assert_eq!(p.address_of("b").as_deref(), Some("10.9.9.9:3"));
+        assert_eq!(p.address_of("c"), None);
+        assert!(p.adverts.record("c", "127.0.0.1:4", peer).is_err());
+        let small = ProbeAdverts::new(1);
+        small.record("a", "10.0.0.2:2", peer).unwrap();
+        small.record("a", "10.0.0.3:2", peer).unwrap();
+        assert!(small.record("b", "10.0.0.4:2", peer).is_err());
+        assert_eq!(small.get("a").as_deref(), Some("10.0.0.3:2"));
+        assert_eq!(small.dropped.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn max_pairs_is_bounded_by_the_validation() {
+        let mut c = ProbesConfig::default();
+        assert!(c.validate().is_ok());
+        for bad in [0, MAX_PAIRS_BOUND + 1, usize::MAX] {
+            c.max_pairs = bad;
+            let (field, why) = c.validate().unwrap_err();
+            assert_eq!(field, "probes.max_pairs", "{why}");
+        }
+        c.max_pairs = MAX_PAIRS_BOUND;
+        assert!(c.validate().is_ok());
+        c.matrix_pairs = 0;
+        assert_eq!(c.validate().unwrap_err().0, "probes.matrix_pairs");
     }
 
     #[test]

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use common::*;
 use commwatch_probe::{NeverBusy, Server, ServerConfig};
+use commwatch_proto::v1 as pb;
 
 async fn agent_probe_port() -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -46,13 +47,24 @@ async fn the_collector_probes_a_pair_through_an_agent() {
     cfg.probes
         .addresses
         .insert("node-a".into(), agent_probe_port().await);
-    cfg.probes
-        .addresses
-        .insert("node-b".into(), agent_probe_port().await);
+    // node-b is not in the config: its agent advertises its probe port on its stream (a wildcard host, so the
+    // collector takes the stream's peer IP, 127.0.0.1).
+    let b_port = agent_probe_port().await.replace("127.0.0.1:", "0.0.0.0:");
     cfg.probes.size = 64 * 1024;
     cfg.probes.duration = Duration::from_millis(500);
     let h = collector(cfg).await;
     let api = format!("http://{}/api/v1/probes", h.http_addr);
+    let (mut b_agent, _) = Agent::connect(h.grpc_addr, hello("node-b", 2)).await;
+    b_agent
+        .send(pb::AgentMessage {
+            msg: Some(pb::agent_message::Msg::ProbeAdvert(pb::ProbeAdvert {
+                address: b_port,
+            })),
+        })
+        .await;
+    // A batch acked after the advert: the stream handled the advert before it.
+    b_agent.send_batch(batch(1, &traffic(0, 2, 1, 1))).await;
+    b_agent.ack_at_least(1).await;
 
     let (code, body) = post(api.clone(), r#"{"nodes": ["node-a", "node-zz"]}"#).await;
     assert_eq!(code, 400, "{body}");

@@ -68,6 +68,8 @@ pub struct ShipperSettings {
     pub tls: Option<tonic::transport::ClientTlsConfig>,
     /// Bearer token sent with every stream.
     pub token: Option<std::sync::Arc<str>>,
+    /// The probe server's address advertised after every Hello (`ProbeAdvert`); `None`: not sent.
+    pub probe_advert: Option<String>,
 }
 
 /// Why a connection ended.

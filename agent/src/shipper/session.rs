@@ -73,6 +73,17 @@ impl Shipper {
         if tx.try_send(self.hello()).is_err() {
             return Err(Ended::Lost("queue"));
         }
+        // Where the collector reaches this node's probe server (`[probe] listen`), right after the Hello.
+        if let Some(address) = &self.settings.probe_advert {
+            let advert = pb::AgentMessage {
+                msg: Some(AgentMsg::ProbeAdvert(pb::ProbeAdvert {
+                    address: address.clone(),
+                })),
+            };
+            if tx.try_send(advert).is_err() {
+                return Err(Ended::Lost("queue"));
+            }
+        }
         // A new stream knows no jobs: send them right after the Hello.
         self.jobs_unsent = self.jobs.is_some();
         self.send_jobs(tx);

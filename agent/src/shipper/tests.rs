@@ -127,6 +127,7 @@ fn settings(collector: String) -> ShipperSettings {
         connect_timeout: Duration::from_secs(2),
         tls: None,
         token: Some(Arc::from("t0k")),
+        probe_advert: None,
     }
 }
 
@@ -175,6 +176,7 @@ fn names(seen: &Seen) -> Vec<(usize, String)> {
                     (None, None) => "empty update".to_string(),
                 },
                 AgentMsg::Heartbeat(_) => return None,
+                AgentMsg::ProbeAdvert(a) => format!("probe {}", a.address),
             };
             Some((*s, name))
         })
@@ -252,6 +254,46 @@ async fn updates_go_ahead_of_the_batches_that_use_them_and_acks_empty_the_buffer
         .await
         .expect("the shipper ends once the sampler is gone and the buffer is empty")
         .unwrap();
+}
+
+#[tokio::test]
+async fn the_probe_address_is_advertised_right_after_the_hello() {
+    let fake = FakeCollector::default();
+    let url = serve(fake.clone()).await;
+    let metrics = Arc::new(AgentMetrics::new());
+    let periods = Periods::new(Duration::from_millis(50), Duration::from_secs(1));
+    let mut s = settings(url);
+    s.probe_advert = Some("0.0.0.0:7400".into());
+    let shipper = Shipper::new(s, metrics.clone(), periods, pb::Inventory::default());
+    let (ev_tx, ev_rx) = mpsc::channel(16);
+    let (_stop, stop_rx) = watch::channel(false);
+    let task = tokio::spawn(shipper.run(ev_rx, stop_rx));
+    until("connected", || metrics.connected.get() == 1).await;
+    ev_tx.send(batch(10)).await.unwrap();
+    until("the batch acked", || metrics.acked_seq.get() == 1).await;
+    let order: Vec<String> = names(&fake.seen.lock().unwrap())
+        .into_iter()
+        .map(|(_, n)| n)
+        .collect();
+    assert_eq!(order, ["hello", "probe 0.0.0.0:7400", "batch 1"]);
+    drop(ev_tx);
+    let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+}
+
+#[test]
+fn only_a_reachable_listen_address_is_advertised() {
+    let parse = |s: &str| Some(s.parse::<std::net::SocketAddr>().unwrap());
+    assert_eq!(crate::probe_advert(None), None);
+    assert_eq!(crate::probe_advert(parse("127.0.0.1:7400")), None);
+    assert_eq!(crate::probe_advert(parse("10.0.0.1:0")), None);
+    assert_eq!(
+        crate::probe_advert(parse("0.0.0.0:7400")).as_deref(),
+        Some("0.0.0.0:7400")
+    );
+    assert_eq!(
+        crate::probe_advert(parse("10.0.0.1:7400")).as_deref(),
+        Some("10.0.0.1:7400")
+    );
 }
 
 #[tokio::test]

@@ -169,14 +169,17 @@ pub struct AnalysisInput {
     pub job_references: Vec<JobReference>,
     /// Per job, its collectives from NCCL Inspector's records (`crate::collectives`), costliest first.
     pub collectives: Vec<crate::collectives::JobCollectives>,
+    /// Bare link figures from commwatch's own probes, per probed pair ([`super::link_probes`]).
+    pub probes: Vec<super::link_probes::ProbeBaseline>,
+    /// `probes` by node, built on first use ([`super::link_probes::ProbeIndex`]).
+    #[serde(skip)]
+    pub probe_index: super::link_probes::ProbeIndex,
 }
 
 impl AnalysisInput {
     pub fn node(&self, name: &str) -> Option<&NodeInput> {
         self.nodes.iter().find(|n| n.name == name)
     }
-    /// Bare link figures from commwatch's own probes, per probed pair ([`super::link_probes`]).
-    pub probes: Vec<super::link_probes::ProbeBaseline>,
 
     /// The job's collectives from NCCL Inspector, costliest first (empty without records).
     pub fn collectives_of(&self, job: Option<&str>) -> &[crate::collectives::CollectiveSummary] {
@@ -189,12 +192,6 @@ impl AnalysisInput {
         self.jobs.iter().find(|j| j.nodes().any(|n| n == node))
     }
 
-    /// The bare baseline for `job` (a job-specific one first, else a fleet-wide one; AllReduce preferred).
-    pub fn bare_baseline(&self, job: Option<&str>) -> Option<&BareBaseline> {
-        let pick = |want_job: Option<&str>| {
-            let mut c: Vec<&BareBaseline> = self
-                .bare_baselines
-                .iter()
     /// The probe that stands as `node`'s bare link figure (a peer in its job when it has one; see
     /// [`super::link_probes::for_node`]), with why it may not be used (`None`: usable).
     pub fn link_probe(
@@ -207,9 +204,16 @@ impl AnalysisInput {
             .map(|j| j.nodes().filter(|n| *n != node).collect())
             .unwrap_or_default();
         let now = self.now_unix_ns as f64 / 1e9;
-        super::link_probes::for_node(&self.probes, node, &peers, now)
+        let mine = self.probe_index.of(&self.probes, node);
+        super::link_probes::pick(mine, node, &peers, now)
     }
 
+    /// The bare baseline for `job` (a job-specific one first, else a fleet-wide one; AllReduce preferred).
+    pub fn bare_baseline(&self, job: Option<&str>) -> Option<&BareBaseline> {
+        let pick = |want_job: Option<&str>| {
+            let mut c: Vec<&BareBaseline> = self
+                .bare_baselines
+                .iter()
                 .filter(|b| b.job.as_deref() == want_job)
                 .collect();
             c.sort_by_key(|b| !b.collective.to_ascii_lowercase().contains("all_reduce"));
@@ -406,13 +410,14 @@ pub fn build(store: &Store, steps: &StepStore, now_unix_ns: i64, extras: &Extras
         throughput_baselines: extras.throughput_baselines.clone(),
         job_references: extras.job_references.clone(),
         collectives: Vec::new(),
+        probes: Vec::new(),
+        probe_index: Default::default(),
     }
 }
 
 impl NodeInput {
     /// Mean over the node's GPUs of the kernel-running share (`gpu_utilization_ratio`).
     pub fn gpu_busy_share(&self) -> Option<f64> {
-        probes: Vec::new(),
         let v: Vec<f64> = self.gpus.iter().filter_map(|g| g.busy_share).collect();
         (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
     }

@@ -8,6 +8,8 @@
 //! (any peer when the job is unknown or has no other node); of several usable ones the lowest figure is
 //! taken, so that "the job gets less than the bare link" is never claimed against the best link only.
 
+use std::collections::BTreeMap;
+
 use serde::Serialize;
 
 use crate::probes::ProbeRecord;
@@ -84,6 +86,45 @@ impl ProbeBaseline {
     }
 }
 
+/// The probes of each node (positions in the evaluation's probe list, both ends of each pair), built once per
+/// evaluation on first use so that a rule reading every node does not scan every probe per node. A clone
+/// starts empty (it is rebuilt from the clone's own list) and the index never makes two inputs differ.
+#[derive(Debug, Default)]
+pub struct ProbeIndex(std::sync::OnceLock<BTreeMap<String, Vec<usize>>>);
+
+impl Clone for ProbeIndex {
+    fn clone(&self) -> Self {
+        ProbeIndex::default()
+    }
+}
+
+impl PartialEq for ProbeIndex {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl ProbeIndex {
+    /// The probes of `node` in `probes` (the list the index is built from on first call; every later call must
+    /// pass the same list, as [`crate::analysis::input::AnalysisInput::link_probe`] does).
+    pub fn of<'a>(&self, probes: &'a [ProbeBaseline], node: &str) -> Vec<&'a ProbeBaseline> {
+        let index = self.0.get_or_init(|| {
+            let mut m: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+            for (i, p) in probes.iter().enumerate() {
+                m.entry(p.from.clone()).or_default().push(i);
+                if p.to != p.from {
+                    m.entry(p.to.clone()).or_default().push(i);
+                }
+            }
+            m
+        });
+        index
+            .get(node)
+            .map(|v| v.iter().filter_map(|i| probes.get(*i)).collect())
+            .unwrap_or_default()
+    }
+}
+
 /// The probe a rule reads for `node`: among the pairs of `node` with a peer in `peers` (any peer when `peers`
 /// is empty), the usable one with the lowest figure; when none is usable, the newest of them with the reason
 /// it is not.
@@ -93,8 +134,18 @@ pub fn for_node<'a>(
     peers: &[&str],
     now_unix_s: f64,
 ) -> Option<(&'a ProbeBaseline, Option<&'static str>)> {
-    let mine: Vec<&ProbeBaseline> = probes
-        .iter()
+    pick(probes.iter().collect(), node, peers, now_unix_s)
+}
+
+/// [`for_node`] over the probes of `node` already picked out (by a [`ProbeIndex`]).
+pub fn pick<'a>(
+    candidates: Vec<&'a ProbeBaseline>,
+    node: &str,
+    peers: &[&str],
+    now_unix_s: f64,
+) -> Option<(&'a ProbeBaseline, Option<&'static str>)> {
+    let mine: Vec<&ProbeBaseline> = candidates
+        .into_iter()
         .filter(|p| {
             p.peer_of(node)
                 .is_some_and(|q| q != node && (peers.is_empty() || peers.contains(&q)))
@@ -144,6 +195,31 @@ mod tests {
         // Without a job, any peer.
         assert_eq!(for_node(&all, "a", &[], now).unwrap().0.to, "x");
         assert!(for_node(&all, "z", &[], now).is_none());
+    }
+
+    #[test]
+    fn the_index_gives_each_node_its_own_pairs_and_the_same_choice() {
+        let now = 10_000.0;
+        let all = vec![
+            p("a", "b", now - 10.0, "ok", Some(20e9)),
+            p("c", "a", now - 20.0, "ok", Some(10e9)),
+            p("b", "c", now - 5.0, "ok", Some(1e9)),
+        ];
+        let index = ProbeIndex::default();
+        let of_a: Vec<(&str, &str)> = index
+            .of(&all, "a")
+            .iter()
+            .map(|q| (q.from.as_str(), q.to.as_str()))
+            .collect();
+        assert_eq!(of_a, vec![("a", "b"), ("c", "a")]);
+        assert!(index.of(&all, "z").is_empty());
+        for node in ["a", "b", "c"] {
+            assert_eq!(
+                pick(index.of(&all, node), node, &[], now),
+                for_node(&all, node, &[], now)
+            );
+        }
+        assert!(index.clone().0.get().is_none());
     }
 
     #[test]

@@ -133,16 +133,17 @@ impl ProbeRequest {
                 format!("at most {MAX_PAIRS_PER_REQUEST} pairs a request"),
             ));
         }
-        let addresses = &s.prober.config.addresses;
         if let Some(n) = pairs
             .iter()
             .flat_map(|(a, b)| [a, b])
-            .find(|n| !addresses.contains_key(*n))
+            .find(|n| s.prober.address_of(n).is_none())
         {
             return Err((
                 StatusCode::BAD_REQUEST,
                 "nodes",
-                format!("node {n:?} has no probe address in [probes] addresses"),
+                format!(
+                    "node {n:?} has no probe address: not in [probes] addresses, and its agent advertised none"
+                ),
             ));
         }
         Ok((pairs, params))

@@ -60,6 +60,8 @@ pub(crate) struct Shared {
     pub conns: Arc<ConnTable>,
     /// Flips to `true` when the collector shuts down: streams end with `UNAVAILABLE`.
     pub shutdown: watch::Receiver<bool>,
+    /// The agents' advertised probe addresses (`ProbeAdvert`), read by the prober.
+    pub probe_adverts: Arc<crate::probes::ProbeAdverts>,
 }
 
 impl Shared {
@@ -78,6 +80,7 @@ impl Shared {
             config,
             next_conn: AtomicU64::new(1),
             shutdown,
+            probe_adverts: Arc::new(crate::probes::ProbeAdverts::new(crate::probes::MAX_ADVERTS)),
         }
     }
 }

@@ -422,6 +422,26 @@ impl StreamTask<'_> {
             Some(Msg::Heartbeat(_)) => self.heartbeat(s, now),
             Some(Msg::InventoryUpdate(u)) => self.inventory_update(s, u, now).await,
             Some(Msg::Batch(b)) => self.batch(s, b, now).await,
+            Some(Msg::ProbeAdvert(a)) => {
+                self.probe_advert(&a.address);
+                s.node.lock().touch(now);
+                Ok(())
+            }
+        }
+    }
+
+    /// Keeps the node's advertised probe address ([`crate::probes::advertised_address`]); a refused one is
+    /// counted and logged, and the stream goes on.
+    fn probe_advert(&self, address: &str) {
+        let peer = self.peer.map(|p| p.ip());
+        let adverts = &self.shared.probe_adverts;
+        match adverts.record(&self.node_name, address, peer) {
+            Ok(a) => debug!(node = %self.node_name, address = %a, "probe address advertised"),
+            Err(why) => {
+                let shown: String = address.chars().take(64).collect();
+                warn!(node = %self.node_name, advertised = %shown.escape_debug(), %why,
+                    "advertised probe address refused")
+            }
         }
     }
 
