@@ -16,10 +16,17 @@ pub use client::{Client, ClientError, ClientOptions};
 pub enum CollectorError {
     #[error("collector {url}: {message}")]
     Unreachable { url: String, message: String },
+    /// The cause is in the message, not in `source()`, so a chain printer says it once.
     #[error("collector: {0}")]
-    Client(#[from] ClientError),
+    Client(ClientError),
     #[error("collector {url}: /api/v1/nodes is not the expected JSON: {message}")]
     BadResponse { url: String, message: String },
+}
+
+impl From<ClientError> for CollectorError {
+    fn from(e: ClientError) -> Self {
+        CollectorError::Client(e)
+    }
 }
 
 /// What the report uses from the inventory.

@@ -100,12 +100,9 @@ pub enum DiagnoseError {
     InvalidLinkRate(f64),
     #[error("--nics-per-node must be at least 1")]
     InvalidNicsPerNode,
-    #[error("cannot write the report to {path}: {source}")]
-    Output {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
+    /// The cause is in the message, not in `source()`, so a chain printer says it once.
+    #[error("cannot write the report to {path}: {error}")]
+    Output { path: String, error: std::io::Error },
 }
 
 /// Exit code when the report was written and every input was read.
@@ -167,9 +164,9 @@ pub fn run(args: &DiagnoseArgs) -> Result<i32, DiagnoseError> {
         Format::Html => report::html::render_html(&report),
     };
     let write = |path: &str, res: std::io::Result<()>| {
-        res.map_err(|source| DiagnoseError::Output {
+        res.map_err(|error| DiagnoseError::Output {
             path: path.to_string(),
-            source,
+            error,
         })
     };
     match &args.output {
