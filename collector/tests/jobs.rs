@@ -174,9 +174,9 @@ async fn jobs_are_merged_across_nodes_and_exported() {
         text.contains(r#"commwatch_nccl_setting_conflict{kind="management_interface",node="n1",setting="NCCL_SOCKET_IFNAME",training_job="4242"} 1"#),
         "{text}"
     );
-    assert!(!text.contains(
-        r#"commwatch_nccl_setting_conflict{kind="management_interface",node="n2","#
-    ));
+    assert!(
+        !text.contains(r#"commwatch_nccl_setting_conflict{kind="management_interface",node="n2","#)
+    );
     assert!(
         text.contains(r#"commwatch_job_ranks{node="n1",training_job="4242"} 2"#),
         "{text}"

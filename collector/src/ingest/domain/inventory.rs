@@ -15,8 +15,21 @@ pub const MAX_LINK_ATTRIBUTES: usize = 32;
 
 /// Label names the collector sets itself; an agent label with one of these names is refused.
 pub const RESERVED_LABELS: &[&str] = &[
-    "node", "class", "device", "port", "role", "gpu", "link", "counter", "job", "kind", "severity",
-    "le", "quantile", "instance", "training_job",
+    "node",
+    "class",
+    "device",
+    "port",
+    "role",
+    "gpu",
+    "link",
+    "counter",
+    "job",
+    "kind",
+    "severity",
+    "le",
+    "quantile",
+    "instance",
+    "training_job",
 ];
 
 /// Node name: non-empty, at most 253 bytes, no control characters.
