@@ -3,39 +3,26 @@
 //! run of `u64` values ([`xor_fields`], [`xor_decode`]).
 //!
 //! Readers take the buffer as it is, with no bounds on the fields they read beyond the slice's own: a field is
-//! read with one unaligned 8-byte load (and at most one more byte); the last fields of a buffer, with fewer
-//! than 8 bytes after them, are read byte by byte (as if the buffer ended in zeros), so a chunk needs no
-//! padding.
+//! read with one unaligned 8-byte load (and at most one more byte), so a buffer must hold 8 bytes from the byte
+//! of any field's first bit on (a chunk's bytes end in zero padding for that).
 
 /// Bits needed to write `x`.
 pub(super) fn width(x: u64) -> u32 {
     64 - x.leading_zeros()
 }
 
-/// `w` (≤ 64) bits at bit `pos` of `buf` (bits past its end read as 0).
+/// `w` (≤ 64) bits at bit `pos` of `buf`, which holds at least 8 bytes from byte `pos / 8` on (a chunk's
+/// bytes end in zero padding).
 #[inline]
 pub(super) fn bits(buf: &[u8], pos: usize, w: u32) -> u64 {
     let byte = pos >> 3;
     let shift = (pos & 7) as u32;
-    let word = match buf.get(byte..byte + 8) {
-        Some(b) => u64::from_le_bytes(b.try_into().expect("8 bytes")),
-        None => tail_word(buf, byte),
-    };
+    let word = u64::from_le_bytes(buf[byte..byte + 8].try_into().expect("8 bytes"));
     let mut v = word >> shift;
     if shift + w > 64 {
-        v |= u64::from(buf.get(byte + 8).copied().unwrap_or(0)) << (64 - shift);
+        v |= u64::from(buf[byte + 8]) << (64 - shift);
     }
     v & u64::MAX.checked_shr(64 - w).unwrap_or(0)
-}
-
-/// The 8 bytes of `buf` from `byte` on, as zeros past its end.
-#[cold]
-fn tail_word(buf: &[u8], byte: usize) -> u64 {
-    let mut w = [0u8; 8];
-    if let Some(rest) = buf.get(byte..) {
-        w[..rest.len().min(8)].copy_from_slice(&rest[..rest.len().min(8)]);
-    }
-    u64::from_le_bytes(w)
 }
 
 /// Packs bit fields, least significant first, into a byte slice sized for them.

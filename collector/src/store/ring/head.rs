@@ -170,12 +170,6 @@ impl Head {
         Some(out)
     }
 
-    /// Gives back the code bytes beyond those held (after a seal took the oldest samples), so that a head
-    /// costs what it holds rather than its peak.
-    pub(super) fn trim(&mut self) {
-        self.codes.shrink_to(self.codes.len() + CODE_MAX);
-    }
-
     /// Drops the oldest `n` samples (all of them when there are fewer).
     pub(super) fn drop_front(&mut self, n: usize) {
         for _ in 0..n {

@@ -206,7 +206,6 @@ impl Ring {
         for o in &mut s {
             *o = self.head.pop_front().unwrap_or_default();
         }
-        self.head.trim();
         if self.chunks.len() == self.chunks.capacity() {
             let len = self.chunks.len();
             let want = (len.max(2) * 2).min(self.chunk_limit());
