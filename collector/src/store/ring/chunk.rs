@@ -17,25 +17,17 @@ const TAG_XOR: u8 = 0x80;
 /// Most bytes of an XOR stream: 2 + 5 + 6 + 64 bits per value.
 const XOR_MAX: usize = (CHUNK - 1) * 77 / 8 + 1;
 
-/// `CHUNK` compressed samples, in one allocation (16 B inline: a ring holds a list of these).
+/// `CHUNK` compressed samples.
 ///
-/// `data`: a header of three varints — `zigzag(base)`, `zigzag(step)` (the timestamps' line) and
-/// `zigzag(max_ts - base)` (the largest timestamp, the last one when timestamps increase) — then
-/// `[timestamp width]` `[CHUNK residuals]` `[value tag]` then, for deltas, `varint(v_0)`
+/// `data`: `[timestamp width]` `[CHUNK residuals]` `[value tag]` then, for deltas, `varint(v_0)`
 /// `varint(zigzag(min_delta))` and `CHUNK - 1` packed deltas; for XOR, `v_0` as 8 bytes and the XOR stream.
 #[derive(Debug, Clone)]
 pub(super) struct Chunk {
-    data: Box<[u8]>,
-}
-
-/// A chunk's header, read from its first bytes.
-#[derive(Debug, Clone, Copy)]
-struct Header {
     base: i64,
     step: i64,
-    max_ts: i64,
-    /// Byte of the timestamp width, after the header.
-    body: usize,
+    /// Largest timestamp in the chunk (the last one when timestamps increase).
+    pub(super) max_ts: i64,
+    data: Box<[u8]>,
 }
 
 impl Chunk {
@@ -79,28 +71,16 @@ impl Chunk {
             None
         };
 
-        let base = t0.wrapping_add(emin);
-        let head = [
-            zigzag(base),
-            zigzag(step),
-            zigzag(max_ts.wrapping_sub(base)),
-        ];
-        let hlen: usize = head.iter().map(|&h| varint_len(h)).sum();
         let ts_len = (CHUNK * wt as usize).div_ceil(8);
         let xor_len = xor.as_ref().map_or(usize::MAX, |x| 8 + x.len());
-        let mut data =
-            vec![0u8; hlen + 2 + ts_len + delta_len.min(xor_len) + PAD].into_boxed_slice();
-        let mut pos = 0;
-        for h in head {
-            put_varint(&mut data, &mut pos, h);
-        }
-        data[pos] = wt as u8;
-        let mut bw = BitWriter::new(&mut data[pos + 1..pos + 1 + ts_len]);
+        let mut data = vec![0u8; 2 + ts_len + delta_len.min(xor_len) + PAD].into_boxed_slice();
+        data[0] = wt as u8;
+        let mut bw = BitWriter::new(&mut data[1..1 + ts_len]);
         for &r in &res {
             bw.put(r.wrapping_sub(emin as u64), wt);
         }
         bw.finish();
-        pos += 1 + ts_len;
+        let mut pos = 1 + ts_len;
         if let Some(xor) = xor {
             data[pos] = TAG_XOR;
             data[pos + 1..pos + 9].copy_from_slice(&v0.to_le_bytes());
@@ -116,25 +96,12 @@ impl Chunk {
             }
             bw.finish();
         }
-        Chunk { data }
-    }
-
-    fn header(&self) -> Header {
-        let mut pos = 0;
-        let base = unzigzag(get_varint(&self.data, &mut pos));
-        let step = unzigzag(get_varint(&self.data, &mut pos));
-        let max_ts = base.wrapping_add(unzigzag(get_varint(&self.data, &mut pos)));
-        Header {
-            base,
+        Chunk {
+            base: t0.wrapping_add(emin),
             step,
             max_ts,
-            body: pos,
+            data,
         }
-    }
-
-    /// Largest timestamp in the chunk (the last one when timestamps increase).
-    pub(super) fn max_ts(&self) -> i64 {
-        self.header().max_ts
     }
 
     /// Bytes allocated for the encoded samples.
@@ -144,13 +111,12 @@ impl Chunk {
 
     /// Timestamps of samples `k..k + out.len()` into `out`.
     pub(super) fn timestamps(&self, k: usize, out: &mut [i64]) {
-        let h = self.header();
-        let wt = u32::from(self.data[h.body]);
-        let mut t = h.base.wrapping_add((k as i64).wrapping_mul(h.step));
-        let mut bit = (h.body + 1) * 8 + k * wt as usize;
+        let wt = u32::from(self.data[0]);
+        let mut t = self.base.wrapping_add((k as i64).wrapping_mul(self.step));
+        let mut bit = 8 + k * wt as usize;
         for o in out {
             *o = t.wrapping_add(bits(&self.data, bit, wt) as i64);
-            t = t.wrapping_add(h.step);
+            t = t.wrapping_add(self.step);
             bit += wt as usize;
         }
     }
@@ -158,16 +124,15 @@ impl Chunk {
     /// All `CHUNK` samples into `out`.
     pub(super) fn decode(&self, out: &mut [(i64, u64)]) {
         let d = &self.data;
-        let h = self.header();
-        let wt = u32::from(d[h.body]);
-        let mut t = h.base;
-        let mut bit = (h.body + 1) * 8;
+        let wt = u32::from(d[0]);
+        let mut t = self.base;
+        let mut bit = 8;
         for o in out.iter_mut() {
             o.0 = t.wrapping_add(bits(d, bit, wt) as i64);
-            t = t.wrapping_add(h.step);
+            t = t.wrapping_add(self.step);
             bit += wt as usize;
         }
-        let mut pos = h.body + 1 + (CHUNK * wt as usize).div_ceil(8);
+        let mut pos = 1 + (CHUNK * wt as usize).div_ceil(8);
         let tag = d[pos];
         pos += 1;
         if tag == TAG_XOR {
@@ -236,17 +201,17 @@ mod tests {
 
     /// Bytes of `c`'s packed timestamps.
     fn ts_len(c: &Chunk) -> usize {
-        (CHUNK * usize::from(c.data[c.header().body])).div_ceil(8)
+        (CHUNK * usize::from(c.data[0])).div_ceil(8)
     }
 
     /// The value tag byte of `c`.
     fn tag(c: &Chunk) -> u8 {
-        c.data[c.header().body + 1 + ts_len(c)]
+        c.data[1 + ts_len(c)]
     }
 
     /// Bytes of `c`'s values after the tag.
     fn values_len(c: &Chunk) -> usize {
-        c.encoded_len() - c.header().body - 2 - ts_len(c) - PAD
+        c.encoded_len() - 2 - ts_len(c) - PAD
     }
 
     fn round_trip(s: &[(i64, u64)]) -> Chunk {
@@ -262,7 +227,7 @@ mod tests {
                 s[k..k + 3].iter().map(|p| p.0).collect::<Vec<_>>()[..]
             );
         }
-        assert_eq!(c.max_ts(), s.iter().map(|p| p.0).max().unwrap_or(i64::MIN));
+        assert_eq!(c.max_ts, s.iter().map(|p| p.0).max().unwrap_or(i64::MIN));
         c
     }
 
@@ -279,10 +244,7 @@ mod tests {
         // the first value and the zero delta as varints).
         let strict: Vec<_> = (0..CHUNK as i64).map(|k| (k * 10, 7)).collect();
         let constant = round_trip(&strict);
-        assert_eq!(
-            (constant.data[constant.header().body], tag(&constant)),
-            (0, 0)
-        );
+        assert_eq!((constant.data[0], tag(&constant)), (0, 0));
         assert_eq!(values_len(&constant), 2);
     }
 

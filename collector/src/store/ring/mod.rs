@@ -7,18 +7,14 @@
 //! older than the horizon). Iteration yields the samples oldest first, exactly as pushed (lossless), in either
 //! direction. Timestamps are expected to increase; the ring stays exact when they do not.
 //!
-//! Layout: the newest samples sit in an open head of at most `CHUNK` + `KEEP` (128 + 32) samples, held
-//! compactly (`head`: a one-byte timestamp gap and a varint value code a sample, 2 B for a repeat at the store's
-//! consecutive tick numbers); when it is full its oldest `CHUNK` samples are sealed into one compressed chunk,
-//! so the head always keeps the
+//! Layout: the newest samples sit uncompressed in an open head of at most `CHUNK` + `KEEP` (128 + 32) samples;
+//! when it is full its oldest `CHUNK` samples are sealed into one compressed chunk, so the head always keeps the
 //! newest `KEEP` or more and the usual readers (a rate over the newest second, a step engine's tail) walk them
-//! newest first without decoding a chunk. Eviction drops whole chunks and hides the evicted part of the oldest
+//! newest first without decoding anything. Eviction drops whole chunks and hides the evicted part of the oldest
 //! chunk behind a skip count, so `len()` and iteration are exact; the hidden samples still cost memory until the
 //! chunk is dropped (at most `CHUNK - 1` of them).
 //!
 //! Encoding of a chunk of `CHUNK` samples, bits packed least significant first:
-//! - a header of three varints: the line's base and step and the largest timestamp (the chunk is one
-//!   allocation, 16 B in the ring's list);
 //! - timestamps as residuals from a line: `t_k = base + k * step + r_k`, `step` the chunk's mean period, every
 //!   `r_k ≥ 0` packed at the one width its largest needs. Independent jitter of ±j costs about
 //!   `log2(2j)` bits per sample (±500 µs: 20 bits), a strict period 0 bits; any one timestamp is read in
@@ -33,24 +29,20 @@
 //! default retention (12,000 samples, timestamps with ±500 µs of jitter at ns precision) takes ≈6.5 B per sample
 //! for a busy byte counter, ≈3.3 B for an idle counter or a constant gauge (2.5 B of it the timestamps' jitter),
 //! ≈9.9 B for a gauge of random f64s, ≈0.7 B with a strict period and a constant increase; 16 B uncompressed.
-//! These include the open head (≈0.3–1.7 KiB once full), the chunk
-//! list (16 B per chunk) and the chunks' headers. A
+//! These include the open head (2.5 KiB once full), the chunk list (40 B per chunk) and the chunks' headers. A
 //! push appends to the head and compares with one cached timestamp; evicting reads the oldest chunk once per
 //! `FRONT` (8) samples; every `CHUNK` pushes one chunk is encoded (≈1–2 µs). An iterator decodes a chunk once per
-//! direction (≈4 ns per sealed sample walked) and walks the head adding (or, newest first, subtracting) its gaps.
+//! direction (≈4 ns per sealed sample walked) and walks the head as the plain `VecDeque` it is.
 //!
 //! Parts: the `chunk` module encodes and decodes a sealed chunk, the `bits` module holds the bit-level coding it
-//! uses (packed fields, zigzag and varints, XOR), the `head` module holds the open head; this one holds the
-//! ring: push, eviction and iteration.
+//! uses (packed fields, zigzag and varints, XOR); this one holds the ring: push, eviction and iteration.
 
 mod bits;
 mod chunk;
-mod head;
 
 use std::collections::VecDeque;
 
 use chunk::{Chunk, CHUNK};
-use head::Head;
 
 /// Samples the open head keeps after sealing a chunk (the newest ones).
 const KEEP: usize = 32;
@@ -66,8 +58,8 @@ pub struct Ring {
     chunks: VecDeque<Chunk>,
     /// Samples of the oldest chunk already evicted (0 without chunks).
     skip: usize,
-    /// The newest samples, not yet sealed.
-    head: Head,
+    /// The newest samples, uncompressed.
+    head: VecDeque<(i64, u64)>,
     /// Timestamps of samples `front_at..front_at + FRONT` of the oldest chunk (those it has; `front_at` =
     /// `CHUNK`: none), so that eviction reads that chunk once per `FRONT` samples evicted.
     front: [i64; FRONT],
@@ -81,7 +73,7 @@ impl Ring {
         Ring {
             chunks: VecDeque::new(),
             skip: 0,
-            head: Head::default(),
+            head: VecDeque::new(),
             front: [0; FRONT],
             front_at: CHUNK,
             cap: cap.max(2),
@@ -104,7 +96,7 @@ impl Ring {
         let mut excess = self.len().saturating_sub(self.cap);
         while excess > 0 {
             if self.chunks.is_empty() {
-                self.head.drop_front(excess);
+                self.head.drain(..excess);
                 break;
             }
             let rest = CHUNK - self.skip;
@@ -116,7 +108,10 @@ impl Ring {
                 excess = 0;
             }
         }
-        self.head.shrink_to(HEAD_MAX.min(self.cap));
+        let head_limit = HEAD_MAX.min(self.cap);
+        if self.head.capacity() > head_limit {
+            self.head.shrink_to(head_limit);
+        }
         let chunk_limit = self.chunk_limit();
         if self.chunks.capacity() > chunk_limit {
             self.chunks.shrink_to(chunk_limit);
@@ -136,7 +131,13 @@ impl Ring {
         if self.head.len() >= HEAD_MAX {
             self.seal();
         }
-        self.head.push(ts, value, HEAD_MAX.min(self.cap));
+        if self.head.len() == self.head.capacity() {
+            // Grow geometrically but never past the head's bound.
+            let len = self.head.len();
+            let want = (len.max(8) * 2).min(HEAD_MAX.min(self.cap));
+            self.head.reserve_exact(want.saturating_sub(len).max(1));
+        }
+        self.head.push_back((ts, value));
     }
 
     /// Drops the samples older than `horizon` (none for the cap: the ring may stay full).
@@ -167,7 +168,7 @@ impl Ring {
                 self.pop_chunk();
             }
         }
-        while let Some(t) = self.head.front_ts() {
+        while let Some(&(t, _)) = self.head.front() {
             if t < horizon || self.head.len() >= keep {
                 self.head.pop_front();
             } else {
@@ -183,7 +184,7 @@ impl Ring {
     fn load_front(&mut self, horizon: i64, keep: usize) -> Option<i64> {
         let c = &self.chunks[0];
         let rest = CHUNK - self.skip;
-        if self.len() + 1 >= keep + rest || c.max_ts() < horizon {
+        if self.len() + 1 >= keep + rest || c.max_ts < horizon {
             self.pop_chunk();
             return None;
         }
@@ -203,9 +204,11 @@ impl Ring {
     /// Seals the oldest `CHUNK` samples of the head into a chunk.
     fn seal(&mut self) {
         let mut s = [(0i64, 0u64); CHUNK];
-        for o in &mut s {
-            *o = self.head.pop_front().unwrap_or_default();
-        }
+        let (a, b) = self.head.as_slices();
+        let n = a.len().min(CHUNK);
+        s[..n].copy_from_slice(&a[..n]);
+        s[n..].copy_from_slice(&b[..CHUNK - n]);
+        self.head.drain(..CHUNK);
         if self.chunks.len() == self.chunks.capacity() {
             let len = self.chunks.len();
             let want = (len.max(2) * 2).min(self.chunk_limit());
@@ -228,7 +231,7 @@ impl Ring {
     /// The newest sample.
     pub fn last(&self) -> Option<(i64, u64)> {
         match self.head.back() {
-            Some(s) => Some(s),
+            Some(&s) => Some(s),
             None => self.iter().next_back(),
         }
     }
@@ -243,12 +246,12 @@ impl Ring {
             fbuf: Decoded::default(),
             bbuf: Decoded::default(),
         };
-        sealed.chain(self.head.iter())
+        sealed.chain(self.head.iter().copied())
     }
 
     /// Bytes allocated for the samples: the head, the chunk list and the chunks' encoded bytes.
     pub fn heap_bytes(&self) -> usize {
-        self.head.heap_bytes()
+        self.head.capacity() * std::mem::size_of::<(i64, u64)>()
             + self.chunks.capacity() * std::mem::size_of::<Chunk>()
             + self.chunks.iter().map(|c| c.encoded_len()).sum::<usize>()
     }
@@ -686,63 +689,6 @@ mod tests {
         back.reverse();
         both.extend(back);
         assert_eq!(both, fwd);
-    }
-
-    /// A node's reads (`cargo test -p commwatch-collector --lib ring::tests::read_cost -- --ignored
-    /// --nocapture`): every sample of 1,000 full rings of consecutive tick numbers, and their heads against
-    /// the same samples in the uncompressed `(i64, u64)` head rings used to hold. Prints figures, asserts none.
-    #[test]
-    #[ignore]
-    fn read_cost() {
-        let mut rng = StdRng::seed_from_u64(7);
-        let rings: Vec<Ring> = (0..1_000)
-            .map(|i| {
-                let mut r = Ring::new(13_502);
-                let mut acc = 0u64;
-                for n in 0..12_000 + rng.random_range(0i64..160) {
-                    acc += rng.random_range(0u64..1 << 20);
-                    r.push(n, if i % 2 == 0 { acc } else { 7 }, 12_000);
-                }
-                r
-            })
-            .collect();
-        let plain: Vec<VecDeque<(i64, u64)>> =
-            rings.iter().map(|r| r.head.iter().collect()).collect();
-        let time = |f: &dyn Fn() -> u64| {
-            let t = std::time::Instant::now();
-            let mut x = 0;
-            for _ in 0..5 {
-                x ^= std::hint::black_box(f());
-            }
-            (t.elapsed().as_secs_f64() / 5.0, x)
-        };
-        let fold = |a: u64, (t, v): (i64, u64)| a ^ v ^ t as u64;
-        let (all, _) = time(&|| rings.iter().map(|r| r.iter().fold(0, fold)).sum());
-        let (all_rev, _) = time(&|| rings.iter().map(|r| r.iter().rev().fold(0, fold)).sum());
-        let (head, a) = time(&|| {
-            rings
-                .iter()
-                .map(|r| r.head.iter().rev().fold(0, fold))
-                .sum()
-        });
-        let (old, b) = time(&|| {
-            plain
-                .iter()
-                .map(|h| h.iter().rev().copied().fold(0, fold))
-                .sum()
-        });
-        assert_eq!(a, b);
-        let n: usize = rings.iter().map(|r| r.len()).sum();
-        let nh: usize = rings.iter().map(|r| r.head.len()).sum();
-        println!(
-            "read_cost: all samples {:.2} ns/sample oldest first, {:.2} newest first; head newest first \
-             {:.2} ns/sample, uncompressed head {:.2} (ratio {:.2})",
-            all * 1e9 / n as f64,
-            all_rev * 1e9 / n as f64,
-            head * 1e9 / nh as f64,
-            old * 1e9 / nh as f64,
-            head / old
-        );
     }
 
     #[test]
