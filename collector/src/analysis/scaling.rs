@@ -274,13 +274,15 @@ struct HistoryDrop {
 }
 
 /// The drop of `f` against `reference`, like against like: throughput per GPU when both have it; else, on
-/// marker steps of the same segment, step time; else the fabric bytes per second — never the duration of
-/// inferred steps, which changes when the step engine reads several bursts as one step.
+/// marker steps of the same segment (or without steps, the bursts' period), step time; else the fabric
+/// bytes per second — never the duration of inferred steps, which changes when the step engine reads several
+/// bursts as one step.
 fn drop_against(f: &JobFigures, reference: &JobReference) -> Option<HistoryDrop> {
     if f.step_source != reference.step_source {
         return None;
     }
-    let markers = f.step_source == Some(StepSource::Markers);
+    // Marker steps, or no steps at all (the fabric bursts' period: no step engine reading to change).
+    let markers = f.step_source != Some(StepSource::Inferred);
     let (relative, compares, now, then) = match (
         f.samples_per_second_per_gpu,
         reference.samples_per_second_per_gpu,
