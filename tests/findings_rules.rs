@@ -115,7 +115,12 @@ fn management_nic_classic_case_with_root_cause() {
         .find(|(_, f)| f.kind == FindingKind::LinkUnderutilized && f.is_rollup())
         .expect("job-level link_underutilized");
     assert_eq!(rollup.id, "link_underutilized:job=job-42");
-    assert_eq!(rollup.caused_by.as_deref(), Some(f.id.as_str()));
+    // The roll-up nests under the setting that throttles the job, the root of the management traffic too.
+    let setting = f
+        .caused_by
+        .as_deref()
+        .expect("the setting causes the management traffic");
+    assert_eq!(rollup.caused_by.as_deref(), Some(setting));
     assert!(!rollup.root);
     assert_eq!(rollup.severity, Severity::Info);
     // A cause lists the findings raised under it (as they are now, not as they were at its raise).
@@ -126,7 +131,7 @@ fn management_nic_classic_case_with_root_cause() {
             .expect("listed")
             .consequences
     };
-    assert!(listed(&f.id).contains(&rollup.id));
+    assert!(listed(setting).contains(&rollup.id));
     let nodes: Vec<String> = (0..8)
         .filter(|n| *n != 3)
         .map(|n| format!("node-{n:02}"))

@@ -421,6 +421,7 @@ mod tests {
         assert_eq!(
             keys,
             [
+                "bare_links",
                 "conclusion",
                 "findings",
                 "inputs",
