@@ -3,9 +3,9 @@
 //! markers. Bounded by [`MAX_COLLECTIVES_PER_NODE`] and by the retention; only applied batches add records, so a
 //! resent batch adds nothing.
 
-use std::collections::VecDeque;
-
 use commwatch_model::inspector::CollectiveRecord;
+
+use super::seq_log::{Logged, SeqLog};
 
 /// Most records one node keeps (8 ranks × 2 collectives per step × 3 steps/s: ~3 minutes; the collectives
 /// stage reads them every few seconds).
@@ -21,60 +21,18 @@ pub struct CollectiveEntry {
     pub received_unix_ns: i64,
 }
 
-/// A node's records, each with a sequence number (0, 1, 2, … per node, never reused).
-#[derive(Debug, Default)]
-pub struct CollectiveLog {
-    buf: VecDeque<CollectiveEntry>,
-    next_seq: u64,
-}
+/// A node's records in the order they were applied.
+pub type CollectiveLog = SeqLog<CollectiveEntry, MAX_COLLECTIVES_PER_NODE>;
 
-impl CollectiveLog {
-    pub(super) fn push(&mut self, e: CollectiveEntry, retention_ns: i64) {
-        let horizon = e.received_unix_ns.saturating_sub(retention_ns);
-        while let Some(front) = self.buf.front() {
-            if self.buf.len() >= MAX_COLLECTIVES_PER_NODE || front.received_unix_ns < horizon {
-                self.buf.pop_front();
-            } else {
-                break;
-            }
-        }
-        self.buf.push_back(e);
-        self.next_seq += 1;
+impl Logged for CollectiveEntry {
+    fn received_unix_ns(&self) -> i64 {
+        self.received_unix_ns
     }
 
-    pub fn len(&self) -> usize {
-        self.buf.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.buf.is_empty()
-    }
-
-    /// Sequence number the next record will get (= records ever appended).
-    pub fn next_seq(&self) -> u64 {
-        self.next_seq
-    }
-
-    /// Copies of the records with sequence number ≥ `from`, oldest first, and how many of those were already
-    /// evicted (lost to the reader).
-    pub fn since(&self, from: u64) -> (Vec<CollectiveEntry>, u64) {
-        let first = self.next_seq - self.buf.len() as u64;
-        let lost = first.saturating_sub(from);
-        let skip = from.saturating_sub(first) as usize;
-        (self.buf.iter().skip(skip).cloned().collect(), lost)
-    }
-
-    pub(super) fn heap_bytes(&self) -> usize {
-        self.buf.capacity() * std::mem::size_of::<CollectiveEntry>()
-            + self
-                .buf
-                .iter()
-                .map(|e| {
-                    e.job.capacity()
-                        + e.record.comm_id.capacity()
-                        + e.record.collective.capacity()
-                        + e.record.hostname.capacity()
-                })
-                .sum::<usize>()
+    fn heap_extra(&self) -> usize {
+        self.job.capacity()
+            + self.record.comm_id.capacity()
+            + self.record.collective.capacity()
+            + self.record.hostname.capacity()
     }
 }

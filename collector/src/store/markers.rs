@@ -1,63 +1,22 @@
-//! A node's step markers, kept in the order they were applied and read incrementally by the step engine.
+//! A node's step markers, kept in the order they were applied and read incrementally by the step engine
+//! (a [`SeqLog`]).
 
-use std::collections::VecDeque;
-
+use super::seq_log::{Logged, SeqLog};
 use super::Marker;
 
 /// Most step markers one node keeps (at 2 markers per step and rank, 8 ranks and 3 steps/s: ~6 minutes).
 pub const MAX_MARKERS_PER_NODE: usize = 16_384;
 
-/// A node's step markers in the order they were applied (batch order, then arrival order within a batch),
-/// bounded by [`MAX_MARKERS_PER_NODE`] and by the retention. Every marker gets a sequence number (0, 1, 2, ...
-/// per node, never reused), so a reader can take only what is new since its last read ([`MarkerLog::since`]).
-/// Markers come only from applied batches: a resent batch is a duplicate and adds nothing.
-#[derive(Debug, Default)]
-pub struct MarkerLog {
-    buf: VecDeque<Marker>,
-    /// Sequence number the next marker will get.
-    next_seq: u64,
-}
+/// A node's step markers in the order they were applied (batch order, then arrival order within a batch).
+pub type MarkerLog = SeqLog<Marker, MAX_MARKERS_PER_NODE>;
 
-impl MarkerLog {
-    pub(super) fn push(&mut self, m: Marker, retention_ns: i64) {
-        let horizon = m.received_unix_ns.saturating_sub(retention_ns);
-        while let Some(front) = self.buf.front() {
-            if self.buf.len() >= MAX_MARKERS_PER_NODE || front.received_unix_ns < horizon {
-                self.buf.pop_front();
-            } else {
-                break;
-            }
-        }
-        self.buf.push_back(m);
-        self.next_seq += 1;
+impl Logged for Marker {
+    fn received_unix_ns(&self) -> i64 {
+        self.received_unix_ns
     }
 
-    /// Markers held.
-    pub fn len(&self) -> usize {
-        self.buf.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.buf.is_empty()
-    }
-
-    /// Sequence number the next marker will get (= markers ever appended).
-    pub fn next_seq(&self) -> u64 {
-        self.next_seq
-    }
-
-    /// Copies of the markers with sequence number ≥ `from`, oldest first, and how many of those were already
-    /// evicted (lost to the reader).
-    pub fn since(&self, from: u64) -> (Vec<Marker>, u64) {
-        let first = self.next_seq - self.buf.len() as u64;
-        let lost = first.saturating_sub(from);
-        let skip = from.saturating_sub(first) as usize;
-        (self.buf.iter().skip(skip).cloned().collect(), lost)
-    }
-
-    pub(super) fn heap_bytes(&self) -> usize {
-        self.buf.capacity() * std::mem::size_of::<Marker>()
-            + self.buf.iter().map(|m| m.job.capacity()).sum::<usize>()
+    fn heap_extra(&self) -> usize {
+        self.job.capacity()
     }
 }
 

@@ -22,6 +22,7 @@ pub mod markers;
 pub mod node;
 pub mod rate;
 pub mod ring;
+pub mod seq_log;
 pub mod series;
 pub mod ticks;
 pub mod view;
