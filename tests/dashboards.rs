@@ -501,23 +501,6 @@ fn every_recording_rule_is_read_by_a_dashboard_or_an_alert() {
 // ------------------------------------------------------------------------------------------------------------
 // Against a real Prometheus.
 
-/// `true` when `tool` can run; otherwise skips loudly, or fails in CI.
-fn have(tool: &str) -> bool {
-    let ok = Command::new(tool)
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        let ci = std::env::var("CI").is_ok_and(|v| v == "true");
-        assert!(
-            !ci,
-            "{tool} is required in CI (.ci/run installs Debian's prometheus package)"
-        );
-        eprintln!("\n*** SKIPPED: {tool} is not installed (apt-get install prometheus) ***\n");
-    }
-    ok
-}
-
 /// A `prometheus` server, killed on drop.
 struct Prometheus {
     child: Child,
@@ -799,7 +782,9 @@ fn send_markers(port: u16, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()>
 
 #[test]
 fn every_panel_query_and_rule_returns_data_from_a_real_prometheus() {
-    if !have("prometheus") || !have("promtool") {
+    if !have_tool("prometheus", "--version", "prometheus package")
+        || !have_tool("promtool", "--version", "prometheus package")
+    {
         return;
     }
     let started = Instant::now();

@@ -15,25 +15,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::{client, free_port, get_text, metric, wait_for};
-use serde_json::Value;
+use common::{client, free_port, get_text, have_tool, metric, wait_for};
 
-/// `true` when `tool` runs; otherwise skips loudly, or fails in CI.
-fn have(tool: &str, version_flag: &str) -> bool {
-    let ok = Command::new(tool)
-        .arg(version_flag)
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        let ci = std::env::var("CI").is_ok_and(|v| v == "true");
-        assert!(
-            !ci,
-            "{tool} is required in CI (.ci/run installs Debian's prometheus and victoria-metrics packages)"
-        );
-        eprintln!("\n*** SKIPPED: {tool} is not installed (apt-get install prometheus victoria-metrics) ***\n");
-    }
-    ok
-}
+/// What `.ci/run` installs for these tests.
+const PACKAGES: &str = "prometheus and victoria-metrics packages";
+use serde_json::Value;
 
 /// A time-series store as a child process, killed on drop.
 struct Tsdb {
@@ -282,7 +268,9 @@ fn delays(store: &Tsdb, expr: &str, window: Duration) -> Vec<f64> {
 
 #[test]
 fn derived_series_and_findings_reach_prometheus_and_victoria_metrics() {
-    if !have("prometheus", "--version") || !have("victoria-metrics", "-version") {
+    if !have_tool("prometheus", "--version", PACKAGES)
+        || !have_tool("victoria-metrics", "-version", PACKAGES)
+    {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -398,7 +386,7 @@ fn derived_series_and_findings_reach_prometheus_and_victoria_metrics() {
 #[ignore = "a benchmark: minutes of CPU on a small machine"]
 fn figures_for_the_8x8_demo() {
     use commwatch_collector::remote_write::{self, encode, parse, Gather, Metrics, Sender};
-    if !have("prometheus", "--version") {
+    if !have_tool("prometheus", "--version", PACKAGES) {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

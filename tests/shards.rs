@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::{client, free_port, get_json, get_text, wait_for};
+use common::{client, free_port, get_json, get_text, have_tool, wait_for};
 use commwatch_agent::shipper::shard;
 use serde_json::Value;
 
@@ -42,23 +42,6 @@ fn ports_splitting_the_jobs() -> ([u16; 2], [usize; 2]) {
 
 fn url(port: u16) -> String {
     format!("http://127.0.0.1:{port}")
-}
-
-/// `prometheus` runs here; else skips loudly (fails in CI).
-fn have_prometheus() -> bool {
-    let ok = Command::new("prometheus")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        let ci = std::env::var("CI").is_ok_and(|v| v == "true");
-        assert!(
-            !ci,
-            "prometheus is required in CI (.ci/run installs Debian's prometheus)"
-        );
-        eprintln!("\n*** SKIPPED the remote-write part: prometheus is not installed (apt-get install prometheus) ***\n");
-    }
-    ok
 }
 
 /// A Prometheus with the remote-write receiver, killed on drop.
@@ -216,7 +199,8 @@ fn job_nodes(job: &str) -> Vec<String> {
 #[test]
 fn jobs_land_on_their_shard_and_a_killed_shard_loses_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let prometheus = have_prometheus().then(|| Prometheus::start(dir.path()));
+    let prometheus = have_tool("prometheus", "--version", "prometheus package")
+        .then(|| Prometheus::start(dir.path()));
     let write = prometheus
         .as_ref()
         .map(|p| format!("{}/api/v1/write", p.base));

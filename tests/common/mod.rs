@@ -95,6 +95,24 @@ pub fn promtool_check_metrics(text: &str) -> (bool, String) {
 }
 
 /// A free loopback port (bound then released; the tests use it right away).
+/// `true` when `tool` runs (`tool version_flag` exits 0); otherwise it skips loudly, or fails when `CI=true`
+/// (`.ci/run` installs the Debian `packages` named).
+pub fn have_tool(tool: &str, version_flag: &str, packages: &str) -> bool {
+    let ok = Command::new(tool)
+        .arg(version_flag)
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+        assert!(
+            !ci,
+            "{tool} is required in CI (.ci/run installs Debian's {packages})"
+        );
+        eprintln!("\n*** SKIPPED: {tool} is not installed (apt-get install {packages}) ***\n");
+    }
+    ok
+}
+
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
