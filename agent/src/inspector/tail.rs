@@ -80,9 +80,10 @@ impl FileTail {
     pub fn poll(&mut self, limits: &TailLimits, counts: &mut TailCounts) -> Vec<String> {
         let mut lines = Vec::new();
         let mut budget = limits.max_bytes_per_poll;
-        let current = std::fs::metadata(&self.path)
+        // The dump directory belongs to the training job: a link or anything but a regular file is not followed.
+        let current = std::fs::symlink_metadata(&self.path)
             .ok()
-            .filter(|m| m.is_file())
+            .filter(|m| m.file_type().is_file())
             .map(|m| (m.dev(), m.ino()));
         if self.file.is_some() {
             budget -= self.read_open(limits, budget, &mut lines, counts);
@@ -96,7 +97,7 @@ impl FileTail {
             }
         }
         if self.file.is_none() && current.is_some() && budget > 0 {
-            if let Ok(f) = File::open(&self.path) {
+            if let Some(f) = open_regular(&self.path) {
                 self.identity = f.metadata().ok().map(|m| (m.dev(), m.ino()));
                 self.file = Some(f);
                 self.offset = 0;
@@ -202,6 +203,18 @@ impl FileTail {
     }
 }
 
+/// Opens `path` for reading only if it is a regular file and not a link: the open never blocks (a FIFO swapped
+/// in after the check) and never follows a link out of the dump directory.
+fn open_regular(path: &Path) -> Option<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_NOCTTY)
+        .open(path)
+        .ok()?;
+    f.metadata().ok().filter(|m| m.is_file()).map(|_| f)
+}
+
 #[cfg(test)]
 mod tests {
     use std::io::Write;
@@ -215,6 +228,23 @@ mod tests {
             .open(path)
             .unwrap();
         f.write_all(s.as_bytes()).unwrap();
+    }
+
+    #[test]
+    fn links_and_fifos_are_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().join("secret");
+        append(&secret, "{\"not\":\"a dump\"}\n");
+        let link = dir.path().join("a.log");
+        std::os::unix::fs::symlink(&secret, &link).unwrap();
+        let fifo = dir.path().join("b.log");
+        let c_path = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+        let (limits, mut c) = (TailLimits::default(), TailCounts::default());
+        assert!(FileTail::new(&link).poll(&limits, &mut c).is_empty());
+        assert!(FileTail::new(&fifo).poll(&limits, &mut c).is_empty());
+        assert!(open_regular(&link).is_none());
+        assert!(open_regular(&fifo).is_none());
     }
 
     #[test]
