@@ -10,8 +10,10 @@
 //! adds a staleness marker for each series the previous gather had and this one lacks (a cleared finding
 //! ends at once in the store instead of lingering for its lookback), and queues the requests ([`encode`]) in
 //! a queue bounded by samples ([`queue`]: the oldest dropped when full). One sender sends them in order
-//! ([`send`]): 5xx, 429 and network errors are retried with exponential backoff for up to `retry_for`; any
-//! other refusal is final. At stop the gather runs once more and the queue is sent for at most
+//! ([`send`]): 5xx, 429 and network errors are retried with exponential backoff for up to `retry_for`, each
+//! wait at least what the answer's `Retry-After` asks ([`retry_after`]; a request whose asked wait ends after
+//! `retry_for` is given up at once); any other refusal (4xx) is final. One request at a time: while the
+//! receiver pushes back, gathers pile up in the bounded queue, whose oldest are dropped (counted). At stop the gather runs once more and the queue is sent for at most
 //! `flush_timeout`; what is left is dropped. Every sample ends counted in
 //! `commwatch_collector_remote_write_samples_total{result="sent"|"failed"|"dropped"}` ([`metrics`]).
 //!
@@ -22,6 +24,7 @@ pub mod encode;
 pub mod metrics;
 pub mod parse;
 pub mod queue;
+pub mod retry_after;
 pub mod send;
 
 use std::sync::{Arc, OnceLock};
@@ -296,7 +299,7 @@ impl Consumer {
                 o = self.sender.send(q.request.body.clone()) => o,
                 _ = self.stop.deadline_reached() => return self.metrics.samples_dropped.inc_by(samples),
             };
-            let why = match attempt {
+            let (why, after) = match attempt {
                 Outcome::Sent => {
                     self.metrics.samples_sent.inc_by(samples);
                     self.metrics.requests_sent.inc();
@@ -308,16 +311,17 @@ impl Consumer {
                     return warn!(url = %self.sender.target(), error = %why, samples,
                         "remote write: request refused by the receiver; not retried");
                 }
-                Outcome::Retry(why) => why,
+                Outcome::Retry { why, after } => (why, after),
             };
-            if q.gathered.elapsed() >= self.cfg.retry_for {
+            // The receiver's Retry-After is a floor: never sooner than our own backoff step either.
+            let wait = backoff.next_wait().max(after.unwrap_or_default());
+            if q.gathered.elapsed() + wait > self.cfg.retry_for {
                 self.fail(samples);
-                return warn!(url = %self.sender.target(), error = %why, samples,
+                return warn!(url = %self.sender.target(), error = %why, samples, ?after,
                     "remote write: request failed for longer than retry_for; given up");
             }
             self.metrics.requests_retried.inc();
-            let wait = backoff.next_wait();
-            tracing::debug!(error = %why, ?wait, "remote write: retrying");
+            tracing::debug!(error = %why, ?wait, ?after, "remote write: retrying");
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {}
                 _ = self.stop.deadline_reached() => return self.metrics.samples_dropped.inc_by(samples),

@@ -1,10 +1,19 @@
 //! One remote-write request over HTTP, and what to do with its answer: protocol 1.0 headers, the receiver's
 //! TLS CA and credentials, and the classification of the answer (2xx sent; 5xx, 429 and network errors are
-//! retried with exponential backoff; any other status is refused for good).
+//! retried with exponential backoff, no sooner than the answer's `Retry-After` ([`retry_after`]); any other
+//! status is refused for good).
+//!
+//! Protocol: remote write 1.0 (`Content-Type: application/x-protobuf`, `X-Prometheus-Remote-Write-Version:
+//! 0.1.0`). A 2.0-only receiver would answer 415 to it; no receiver we target is one (Prometheus, Mimir,
+//! Thanos Receive and VictoriaMetrics all take 1.0), and a 415 is refused for good like any other 4xx.
+
+use super::retry_after;
 
 use std::time::Duration;
 
-use reqwest::header::{HeaderMap, HeaderValue, CONTENT_ENCODING, CONTENT_TYPE, USER_AGENT};
+use reqwest::header::{
+    HeaderMap, HeaderValue, CONTENT_ENCODING, CONTENT_TYPE, RETRY_AFTER, USER_AGENT,
+};
 use reqwest::StatusCode;
 
 use crate::config::RemoteWriteConfig;
@@ -33,8 +42,12 @@ impl From<commwatch_model::token::TokenError> for SendSetupError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
     Sent,
-    /// 5xx, 429 or a network error (timeout, refused, reset): try again later.
-    Retry(String),
+    /// 5xx, 429 or a network error (timeout, refused, reset): try again later, no sooner than `after` (the
+    /// answer's `Retry-After`, when it had a readable one).
+    Retry {
+        why: String,
+        after: Option<Duration>,
+    },
     /// Any other status: the receiver refuses this request; sending it again would not help.
     Refused(String),
 }
@@ -118,12 +131,23 @@ impl Sender {
                 if status.is_success() {
                     return Outcome::Sent;
                 }
+                let after = response
+                    .headers()
+                    .get(RETRY_AFTER)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| retry_after::parse(v, std::time::SystemTime::now()));
                 // The receiver says why in its body (Prometheus: "out of order sample", …); keep a line of it.
                 let text = response.text().await.unwrap_or_default();
                 let why = format!("{status}: {}", first_line(&text, 200));
-                classify(status, why)
+                match classify(status, why) {
+                    Outcome::Retry { why, .. } => Outcome::Retry { why, after },
+                    other => other,
+                }
             }
-            Err(e) => Outcome::Retry(error_chain(&e)),
+            Err(e) => Outcome::Retry {
+                why: error_chain(&e),
+                after: None,
+            },
         }
     }
 }
@@ -147,10 +171,11 @@ fn protocol_headers() -> HeaderMap {
     h
 }
 
-/// A non-2xx status: retried when the receiver is overloaded or failing (5xx, 429), refused otherwise.
+/// A non-2xx status: retried when the receiver is overloaded or failing (5xx, 429), refused otherwise (any
+/// other 4xx, 415 included: sending the same request again would not help).
 pub fn classify(status: StatusCode, why: String) -> Outcome {
     if status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS {
-        Outcome::Retry(why)
+        Outcome::Retry { why, after: None }
     } else {
         Outcome::Refused(why)
     }
@@ -239,11 +264,11 @@ mod tests {
         for code in [500, 502, 503, 504, 429] {
             let s = StatusCode::from_u16(code).unwrap();
             assert!(
-                matches!(classify(s, String::new()), Outcome::Retry(_)),
+                matches!(classify(s, String::new()), Outcome::Retry { .. }),
                 "{code}"
             );
         }
-        for code in [400, 401, 403, 404, 409, 413] {
+        for code in [400, 401, 403, 404, 409, 413, 415] {
             let s = StatusCode::from_u16(code).unwrap();
             assert!(
                 matches!(classify(s, String::new()), Outcome::Refused(_)),

@@ -256,7 +256,7 @@ async fn nothing_starts_without_a_url_and_a_refused_connection_is_retried() {
     let url = format!("http://{}/api/v1/write", closed.local_addr().unwrap());
     drop(closed);
     let sender = Sender::new(&config(&url)).unwrap();
-    assert!(matches!(sender.send(vec![1]).await, Outcome::Retry(_)));
+    assert!(matches!(sender.send(vec![1]).await, Outcome::Retry { .. }));
 }
 
 #[tokio::test]
@@ -292,4 +292,112 @@ async fn a_collector_with_a_url_sends_its_families_and_flushes_at_stop() {
     );
     handle.shutdown().await;
     assert_eq!(r.requests.lock().len(), 2, "the gather at stop is sent");
+}
+
+/// A receiver that answers each request with the next `(status, Retry-After)` of its script (then 204) and
+/// notes when each request came.
+#[derive(Default)]
+struct Pushback {
+    script: Mutex<VecDeque<(StatusCode, Option<String>)>>,
+    arrivals: Mutex<Vec<std::time::Instant>>,
+}
+
+async fn pushback(
+    State(r): State<Arc<Pushback>>,
+) -> (
+    StatusCode,
+    [(axum::http::HeaderName, String); 1],
+    &'static str,
+) {
+    r.arrivals.lock().push(std::time::Instant::now());
+    let (status, after) = r
+        .script
+        .lock()
+        .pop_front()
+        .unwrap_or((StatusCode::NO_CONTENT, None));
+    // An empty Retry-After is unreadable: the sender's own backoff applies.
+    let header = (axum::http::header::RETRY_AFTER, after.unwrap_or_default());
+    (status, [header], "slow down")
+}
+
+async fn pushback_receiver(script: Vec<(u16, Option<String>)>) -> (Arc<Pushback>, String) {
+    let r = Arc::new(Pushback::default());
+    r.script.lock().extend(
+        script
+            .into_iter()
+            .map(|(c, a)| (StatusCode::from_u16(c).unwrap(), a)),
+    );
+    let app = Router::new()
+        .route("/receive", post(pushback))
+        .with_state(r.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/receive", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (r, url)
+}
+
+/// The gaps between consecutive requests, seconds.
+fn gaps(r: &Pushback) -> Vec<f64> {
+    let at = r.arrivals.lock();
+    at.windows(2).map(|w| (w[1] - w[0]).as_secs_f64()).collect()
+}
+
+#[tokio::test]
+async fn retry_after_in_seconds_or_as_a_date_is_waited_for() {
+    // 429 "wait 1 s", then 503 with a date 4 s from now (answered about 1 s from now, so a wait of 2–3 s once
+    // the date's whole seconds are read), then 503 without the header (the own backoff: 10 ms), then accepted.
+    let date = httpdate::fmt_http_date(std::time::SystemTime::now() + Duration::from_secs(4));
+    let (r, url) = pushback_receiver(vec![
+        (429, Some("1".into())),
+        (503, Some(date)),
+        (503, None),
+    ])
+    .await;
+    let mut cfg = config(&url);
+    cfg.interval = Duration::from_secs(3600);
+    cfg.retry_for = Duration::from_secs(30);
+    let (m, stop, task) = start_over(&cfg, 50);
+    until("sent after the pushback", || m.samples_sent.get() == 50).await;
+    let g = gaps(&r);
+    eprintln!(
+        "gaps between attempts after 429 Retry-After: 1, 503 Retry-After: <now + 4s>, 503: {g:.3?}"
+    );
+    assert_eq!(g.len(), 3, "{g:?}");
+    assert!(g[0] >= 1.0, "429 Retry-After: 1 was not waited for: {g:?}");
+    assert!(
+        g[1] >= 1.5,
+        "503 Retry-After as a date was not waited for: {g:?}"
+    );
+    assert!(
+        g[2] < 0.5,
+        "without the header the own backoff applies: {g:?}"
+    );
+    assert_eq!((m.requests_retried.get(), m.requests_failed.get()), (3, 0));
+    stop.send_replace(true);
+    task.await.unwrap();
+}
+
+#[tokio::test]
+async fn a_wait_beyond_retry_for_gives_up_and_other_4xx_like_415_are_never_retried() {
+    let (r, url) = pushback_receiver(vec![(429, Some("3600".into()))]).await;
+    let mut cfg = config(&url);
+    cfg.interval = Duration::from_secs(3600);
+    cfg.retry_for = Duration::from_secs(60);
+    let (m, stop, task) = start_over(&cfg, 50);
+    until("given up", || m.samples_failed.get() == 50).await;
+    assert_eq!(r.arrivals.lock().len(), 1, "not retried within retry_for");
+    assert_eq!((m.requests_failed.get(), m.requests_retried.get()), (1, 0));
+    stop.send_replace(true);
+    task.await.unwrap();
+
+    // 415 (what a 2.0-only receiver answers a 1.0 request) with a Retry-After: refused, not retried.
+    let (r, url) = pushback_receiver(vec![(415, Some("1".into())), (400, None)]).await;
+    cfg.url = Some(url);
+    let (m, stop, task) = start_over(&cfg, 50);
+    until("refused", || m.samples_failed.get() == 50).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(r.arrivals.lock().len(), 1, "a 415 is not retried");
+    assert_eq!((m.requests_failed.get(), m.requests_retried.get()), (1, 0));
+    stop.send_replace(true);
+    task.await.unwrap();
 }
