@@ -104,8 +104,14 @@ pub struct AgentConfig {
     pub node: String,
     /// Collector URL (`https://HOST:PORT`, or `http://HOST:PORT` for plain text); `None` runs without shipping
     /// (only `/metrics` and `--once`). Several collectors (shards): their URLs separated by commas, all with
-    /// the same scheme; the agent picks one by rendezvous hashing on its job id (see `shipper::shard`).
+    /// the same scheme; the agent picks one by rendezvous hashing on its job id (see `shipper::shard`). An
+    /// entry `dns+https://NAME:PORT` (or `dns+http://`) stands for every address `NAME` resolves to, one shard
+    /// each (a Kubernetes headless Service; see `shipper::discovery`).
     pub collector: Option<String>,
+    /// How often `dns+` collector names are resolved again (also at once when a collector cannot be
+    /// reached); 1s to 1h.
+    #[serde(with = "humantime_serde")]
+    pub collector_refresh: Duration,
     /// Allows an `http://` (plain text) collector URL whose host is not this machine. Plain text to a loopback
     /// address (`localhost`, `127.0.0.0/8`, `::1`) is always allowed: nothing leaves the host. Without this a
     /// non-loopback `http://` URL is refused at start: counters, node names, job settings and any bearer token
@@ -166,6 +172,7 @@ impl Default for AgentConfig {
         AgentConfig {
             node: default_node_name(),
             collector: None,
+            collector_refresh: Duration::from_secs(30),
             allow_plaintext: false,
             sysfs_root: PathBuf::from("/sys"),
             procfs_root: PathBuf::from("/proc"),
@@ -237,6 +244,7 @@ impl AgentConfig {
     pub fn plaintext_to_remote(&self) -> bool {
         self.collector_urls()
             .iter()
+            .map(|u| crate::shipper::discovery::strip_dns(u))
             .any(|u| u.starts_with("http://") && !is_loopback_url(u))
     }
 
@@ -310,8 +318,11 @@ impl AgentConfig {
             if urls.is_empty() {
                 return Err(invalid("collector", "no URL given"));
             }
-            let tls = url.trim_start().starts_with("https://");
-            for u in &urls {
+            crate::shipper::discovery::parse_targets(&urls)
+                .map_err(|e| invalid("collector", e.to_string()))?;
+            let strip = crate::shipper::discovery::strip_dns;
+            let tls = strip(url.trim_start()).starts_with("https://");
+            for u in urls.iter().map(|u| strip(u)) {
                 if !(u.starts_with("https://") || u.starts_with("http://")) {
                     return Err(invalid(
                         "collector",
@@ -394,6 +405,10 @@ impl AgentConfig {
         if self.shard_retry < Duration::from_secs(1) || self.shard_retry > Duration::from_secs(3600)
         {
             return Err(invalid("shard_retry", "must be between 1s and 1h"));
+        }
+        let refresh = self.collector_refresh;
+        if refresh < Duration::from_secs(1) || refresh > Duration::from_secs(3600) {
+            return Err(invalid("collector_refresh", "must be between 1s and 1h"));
         }
         Ok(())
     }
@@ -636,5 +651,37 @@ include = ["eth*", "ib*"]
             .to_string();
         assert!(err.contains("\"ftp://b\" is not an http"), "{err}");
         assert!(with(" , ").validate().is_err());
+    }
+
+    #[test]
+    fn a_dns_name_stands_for_its_shards() {
+        let with = |url: &str| AgentConfig {
+            node: "n1".into(),
+            collector: Some(url.into()),
+            ..Default::default()
+        };
+        with("dns+https://commwatch-collector-headless.ns.svc:7070")
+            .validate()
+            .unwrap();
+        with("dns+http://localhost:7070").validate().unwrap();
+        with("dns+https://svc.ns.svc:7070,https://extra.example:7070")
+            .validate()
+            .unwrap();
+        let err = with("dns+http://svc.ns.svc:7070").validate().unwrap_err();
+        assert!(err.to_string().contains("allow_plaintext"), "{err}");
+        let err = with("dns+https://svc.ns.svc").validate().unwrap_err();
+        assert!(err.to_string().contains("port is required"), "{err}");
+        let err = with("dns+https://svc:7070,http://127.0.0.1:1").validate();
+        assert!(err.unwrap_err().to_string().contains("mix"));
+        let c: AgentConfig =
+            toml::from_str("collector = \"dns+https://s:7070\"\ncollector_refresh = \"5s\"")
+                .unwrap();
+        assert_eq!(c.collector_refresh, Duration::from_secs(5));
+        let fast = AgentConfig {
+            collector_refresh: Duration::from_millis(100),
+            ..with("dns+https://s:7070")
+        };
+        let err = fast.validate().unwrap_err().to_string();
+        assert!(err.contains("collector_refresh"), "{err}");
     }
 }

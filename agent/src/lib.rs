@@ -125,7 +125,7 @@ fn client_tls(
     let Some(url) = &config.collector else {
         return Ok(None);
     };
-    if !url.starts_with("https://") {
+    if !shipper::discovery::strip_dns(url.trim_start()).starts_with("https://") {
         return Ok(None);
     }
     let mut tls = tonic::transport::ClientTlsConfig::new();
@@ -350,6 +350,8 @@ fn shipper_settings(
     };
     Ok(Some(shipper::ShipperSettings {
         collector: url.clone(),
+        collector_refresh: config.collector_refresh,
+        tls_server_name: config.tls.server_name.clone(),
         node: config.node.clone(),
         boot_id: boot_id(&config.procfs_root),
         instance_id: rand::random::<u64>() | 1,

@@ -18,19 +18,29 @@
 //!   rises, so a batch acked by shard A is never replayed to shard B; the unacked ones are (at least once). A
 //!   collector that sees the agent again after a stint elsewhere counts the batches it did not get as a
 //!   sequence gap.
+//! - Shards by DNS: an entry `dns+http://NAME:PORT` (or `dns+https://`) stands for every address `NAME`
+//!   resolves to, one shard each, as a Kubernetes headless Service answers ([`discovery`]). The names are
+//!   resolved again every `collector_refresh` and at once when a collector cannot be reached ([`resolve`]);
+//!   when the set changes the order is computed again, and the agent moves when its preferred shard changed
+//!   or the one in use is gone (drained as for a job's move). Every agent that sees the same set picks the same
+//!   shard for a job, so a job's ranks meet again on one shard within one refresh after a change.
 //!
 //! Files: this one holds the state kept across connections and the reconnect loop; [`session`] one connected
 //! stream (a `select!` that dispatches each message kind to its method); [`buffer`] the resend buffer;
-//! [`backoff`] the reconnect delays; [`shard`] the choice of collector.
+//! [`backoff`] the reconnect delays; [`shard`] the choice of collector; [`discovery`] and [`resolve`] the
+//! shards behind a DNS name.
 
 mod backoff;
 mod buffer;
+pub mod discovery;
 mod failure;
+pub mod resolve;
 mod session;
 pub mod shard;
 #[cfg(test)]
 mod tests;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -42,6 +52,8 @@ use tokio::sync::{mpsc, watch};
 
 pub use backoff::Backoff;
 pub use buffer::ResendBuffer;
+use discovery::{ShardSet, Target};
+use resolve::{Discovery, Resolve};
 
 use crate::sampler::{Periods, SamplerEvent};
 use crate::telemetry::AgentMetrics;
@@ -52,8 +64,13 @@ type Client = pb::ingest_client::IngestClient<tonic::transport::Channel>;
 /// Settings of the shipper.
 #[derive(Debug, Clone)]
 pub struct ShipperSettings {
-    /// The collector URL, or several (shards) separated by commas.
+    /// The collector URL, or several (shards) separated by commas; `dns+` entries are names to resolve.
     pub collector: String,
+    /// How often `dns+` names are resolved again.
+    pub collector_refresh: Duration,
+    /// The configured `tls.server_name`: what a resolved shard's certificate is verified against (else the
+    /// `dns+` name).
+    pub tls_server_name: Option<String>,
     pub node: String,
     pub boot_id: String,
     pub instance_id: u64,
@@ -98,14 +115,22 @@ pub struct Shipper {
     next_seq: u64,
     acked: u64,
     events_closed: bool,
-    /// The collector URLs (shards), as configured.
+    /// The collector setting's entries.
+    targets: Vec<Target>,
+    /// The collector URLs (shards): as configured, or as last resolved; empty until the first resolution.
     urls: Vec<String>,
+    /// URL → TLS name, for shards resolved from a `dns+https` name.
+    server_names: BTreeMap<String, String>,
+    /// Resolves the `dns+` names (the system's resolver unless replaced).
+    resolver: Arc<dyn Resolve>,
+    /// The running discovery task's set and nudge; `None` without `dns+` names (or before `run`).
+    discovery: Option<Discovery>,
     /// Indices into `urls`: the preferred collector for the current key first.
     order: Vec<usize>,
     /// Position in `order` of the collector in use.
     pos: usize,
-    /// Index into `urls` of the collector last dialled (a job change while connecting moves the target).
-    dialed: usize,
+    /// URL of the collector last dialled (a job or shard set change while connecting moves the target).
+    dialed: String,
 }
 
 impl Shipper {
@@ -130,22 +155,90 @@ impl Shipper {
             next_seq: 1,
             acked: 0,
             events_closed: false,
+            targets: Vec::new(),
             urls: Vec::new(),
+            server_names: BTreeMap::new(),
+            resolver: Arc::new(resolve::SystemResolver),
+            discovery: None,
             order: Vec::new(),
             pos: 0,
-            dialed: 0,
+            dialed: String::new(),
         }
         .with_shards()
     }
 
-    /// Parses the collector list and orders it for the node name (no job known yet).
+    /// Parses the collector list and orders it for the node name (no job known yet). With `dns+` names the
+    /// resolved shards join at `run`.
     fn with_shards(mut self) -> Shipper {
-        self.urls = shard::parse_list(&self.settings.collector);
-        if self.urls.is_empty() {
+        let list = shard::parse_list(&self.settings.collector);
+        self.targets = discovery::parse_targets(&list).unwrap_or_else(|e| {
+            // Validated at start; a bad entry is dialled as is and fails there, said in the log.
+            tracing::error!(error = %e, "collector setting");
+            list.iter().cloned().map(Target::Url).collect()
+        });
+        let set = discovery::shard_set(&self.targets, &[], None);
+        self.urls = set.urls;
+        if self.urls.is_empty() && !discovery::has_dns(&self.targets) {
             self.urls.push(self.settings.collector.clone());
         }
         self.order = shard::order(&self.settings.node, &self.urls);
         self
+    }
+
+    /// Resolves `dns+` names with `resolver` instead of the system's (tests: recorded answers).
+    pub fn with_resolver(mut self, resolver: Arc<dyn Resolve>) -> Shipper {
+        self.resolver = resolver;
+        self
+    }
+
+    /// The key the shard is chosen by: the node's job id, else its name.
+    fn key(&self) -> String {
+        let ids = self
+            .jobs
+            .iter()
+            .flat_map(|j| j.jobs.iter().map(|job| job.id.as_str()));
+        shard::shard_key(&self.settings.node, ids).to_string()
+    }
+
+    /// A new set of shards from discovery: the order computed again. True when the stream should move: the
+    /// preferred shard changed, or the one in use is gone.
+    fn apply_set(&mut self, set: ShardSet) -> bool {
+        self.server_names = set.server_names;
+        if set.urls.is_empty() || set.urls == self.urls {
+            return false;
+        }
+        let before = (!self.urls.is_empty()).then(|| {
+            let preferred = self.urls[self.order[0]].clone();
+            (preferred, self.target().to_string())
+        });
+        self.urls = set.urls;
+        self.order = shard::order(&self.key(), &self.urls);
+        let preferred = self.urls[self.order[0]].clone();
+        let Some((was_preferred, current)) = before else {
+            self.pos = 0;
+            return false;
+        };
+        let still = self.order.iter().position(|&i| self.urls[i] == current);
+        match still {
+            Some(p) if was_preferred == preferred => {
+                self.pos = p;
+                false
+            }
+            _ => {
+                self.pos = 0;
+                if current != preferred {
+                    tracing::info!(from = %current, to = %preferred, "collector shards changed: moving");
+                }
+                current != preferred
+            }
+        }
+    }
+
+    /// Asks discovery for a lookup now (a collector could not be reached: its record may be gone).
+    fn nudge_discovery(&self) {
+        if let Some(d) = &self.discovery {
+            d.nudge.notify_one();
+        }
     }
 
     /// The URL of the collector in use.
@@ -156,11 +249,10 @@ impl Shipper {
     /// The shard key from the current job list; recomputes the order. True when the collector in use is no
     /// longer the preferred one (the stream should move).
     fn rekey(&mut self) -> bool {
-        let ids = self
-            .jobs
-            .iter()
-            .flat_map(|j| j.jobs.iter().map(|job| job.id.as_str()));
-        let key = shard::shard_key(&self.settings.node, ids).to_string();
+        if self.urls.is_empty() {
+            return false;
+        }
+        let key = self.key();
         let (preferred, current) = (self.order[0], self.order[self.pos]);
         self.order = shard::order(&key, &self.urls);
         if self.order[0] == preferred {
@@ -189,6 +281,10 @@ impl Shipper {
         outcome: Ended,
         backoff: &mut Backoff,
     ) -> Option<(&'static str, Duration)> {
+        if matches!(outcome, Ended::Failed(_) | Ended::Lost(_)) {
+            // The collector's record may be gone: look the names up again now.
+            self.nudge_discovery();
+        }
         match outcome {
             Ended::Shutdown => None,
             Ended::Moved(cause) => {
@@ -196,10 +292,8 @@ impl Shipper {
                 Some((cause, Duration::ZERO))
             }
             Ended::Lost(cause) => Some((cause, backoff.next_delay())),
-            // The job moved while dialling: the new shard first, at once.
-            Ended::Failed(cause) if self.order[self.pos] != self.dialed => {
-                Some((cause, Duration::ZERO))
-            }
+            // The job (or the set of shards) moved while dialling: the new shard first, at once.
+            Ended::Failed(cause) if self.target() != self.dialed => Some((cause, Duration::ZERO)),
             Ended::Failed(cause) if self.order.len() > 1 => {
                 let from = self.target().to_string();
                 let wrapped = self.advance();
@@ -223,7 +317,11 @@ impl Shipper {
         mut shutdown: watch::Receiver<bool>,
     ) {
         let mut backoff = Backoff::new(self.settings.backoff_min, self.settings.backoff_max);
+        self.start_discovery(&shutdown);
         while !*shutdown.borrow() {
+            if self.urls.is_empty() && !self.wait_for_shards(&mut events, &mut shutdown).await {
+                return;
+            }
             let Some(client) = self.connect_absorbing(&mut events, &mut shutdown).await else {
                 return;
             };
@@ -257,22 +355,75 @@ impl Shipper {
         }
     }
 
+    /// With `dns+` names: starts resolving them.
+    fn start_discovery(&mut self, shutdown: &watch::Receiver<bool>) {
+        if self.discovery.is_some() || !discovery::has_dns(&self.targets) {
+            return;
+        }
+        self.discovery = Some(resolve::spawn(
+            self.targets.clone(),
+            self.resolver.clone(),
+            self.settings.collector_refresh,
+            self.settings.tls_server_name.clone(),
+            shutdown.clone(),
+        ));
+    }
+
+    /// Until discovery knows a shard, absorbing the sampler's events; false when `shutdown` fired first.
+    async fn wait_for_shards(
+        &mut self,
+        events: &mut mpsc::Receiver<SamplerEvent>,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> bool {
+        while self.urls.is_empty() {
+            if self.discovery.is_none() {
+                tracing::error!("no collector shard and no way to find one");
+                return false;
+            }
+            tokio::select! {
+                ev = events.recv(), if !self.events_closed => self.absorb_or_close(ev),
+                set = resolve::next_set(&mut self.discovery) => {
+                    self.apply_set(set);
+                }
+                _ = shutdown.changed() => return false,
+            }
+        }
+        // What queued meanwhile (a job list known from the start) picks the first shard.
+        while let Ok(ev) = events.try_recv() {
+            self.absorb_event(ev);
+        }
+        true
+    }
+
+    /// The TLS settings for the collector in use: its `dns+https` name as the name to verify.
+    fn target_tls(&self) -> Option<tonic::transport::ClientTlsConfig> {
+        let tls = self.settings.tls.clone()?;
+        Some(match self.server_names.get(self.target()) {
+            Some(name) => tls.domain_name(name.clone()),
+            None => tls,
+        })
+    }
+
     /// Connects to the collector while absorbing the sampler's events; `None` when `shutdown` fired first.
     async fn connect_absorbing(
         &mut self,
         events: &mut mpsc::Receiver<SamplerEvent>,
         shutdown: &mut watch::Receiver<bool>,
     ) -> Option<Result<Client, tonic::transport::Error>> {
-        self.dialed = self.order[self.pos];
+        self.dialed = self.target().to_string();
         let connect = connect(
-            self.target().to_string(),
+            self.dialed.clone(),
             self.settings.connect_timeout,
-            self.settings.tls.clone(),
+            self.target_tls(),
         );
         tokio::pin!(connect);
         loop {
             tokio::select! {
                 ev = events.recv(), if !self.events_closed => self.absorb_or_close(ev),
+                // A move is noticed once connected (or failed): the session checks the target.
+                set = resolve::next_set(&mut self.discovery) => {
+                    self.apply_set(set);
+                }
                 res = &mut connect => return Some(res),
                 _ = shutdown.changed() => return None,
             }
@@ -291,6 +442,11 @@ impl Shipper {
         loop {
             tokio::select! {
                 ev = events.recv(), if !self.events_closed => self.absorb_or_close(ev),
+                set = resolve::next_set(&mut self.discovery) => {
+                    if self.apply_set(set) {
+                        return true;
+                    }
+                }
                 _ = &mut sleep => return true,
                 _ = shutdown.changed() => return false,
             }

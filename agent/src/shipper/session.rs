@@ -45,9 +45,9 @@ impl Shipper {
         while let Ok(ev) = events.try_recv() {
             self.absorb_event(ev);
         }
-        // A job list that arrived while connecting may have moved the node to another shard.
-        if self.order[self.pos] != self.dialed {
-            return Ended::Moved("job moved to another shard while connecting");
+        // A job list (or a set of shards) that arrived while connecting may have moved the node.
+        if self.target() != self.dialed {
+            return Ended::Moved("moved to another shard while connecting");
         }
         let (tx, rx) = mpsc::channel::<pb::AgentMessage>(OUTBOUND_QUEUE);
         let mut inbound = match self.handshake(&mut client, &tx, rx, shutdown).await {
@@ -178,6 +178,9 @@ impl<'a> Session<'a> {
                     Err(status) => Some(self.on_error(&status)),
                 },
                 _ = ticker.tick() => self.on_tick(backoff),
+                set = super::resolve::next_set(&mut self.shipper.discovery) => {
+                    self.shipper.apply_set(set).then_some(Ended::Moved("the set of shards changed"))
+                }
                 _ = shutdown.changed() => Some(self.on_shutdown(inbound, events).await),
             };
             if let Some(ended) = ended {

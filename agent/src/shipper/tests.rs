@@ -17,6 +17,8 @@ use tonic::{Request, Response, Status, Streaming};
 use super::*;
 use crate::sampler::Periods;
 
+mod dns;
+
 /// What the fake collector saw: every message in arrival order (with its stream's number) and the
 /// `authorization` header of each stream.
 #[derive(Default)]
@@ -116,6 +118,8 @@ async fn serve(fake: FakeCollector) -> String {
 fn settings(collector: String) -> ShipperSettings {
     ShipperSettings {
         collector,
+        collector_refresh: Duration::from_secs(30),
+        tls_server_name: None,
         node: "n1".into(),
         boot_id: "b".into(),
         instance_id: 7,
