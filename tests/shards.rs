@@ -4,9 +4,12 @@
 //! - Every job lands on the shard rendezvous hashing picks for its id (the test picks ports until the two jobs
 //!   hash apart): the shard lists the job with all its nodes, the other shard neither the job nor its nodes, and
 //!   the job's management-NIC finding is on its shard only.
-//! - With Debian's `prometheus` on the machine, both shards remote-write into one real Prometheus (external label
-//!   `shard`), and the finding is queryable there under the job's shard. Without it the test says so loudly and
-//!   goes on without remote write; in CI (`CI=true`) a missing `prometheus` is a failure.
+//! - Run twice, once per store: both shards remote-write into one real Prometheus (Debian's `prometheus`, with
+//!   `--web.enable-remote-write-receiver`), then into one real VictoriaMetrics (Debian's `victoria-metrics`),
+//!   external label `shard`; the finding is queryable there under the job's shard, and the moved nodes' series
+//!   come from the other shard while theirs is down and from theirs again after its restart. Without the
+//!   store's binary the run says so loudly and goes on without remote write; in CI (`CI=true`) a missing one
+//!   is a failure.
 //! - The job's shard is killed (aborted, as a crash: nothing flushed): its agents move to the other shard and
 //!   replay their unacknowledged batches there; it restarts on the same port and state directory, and they move
 //!   back (`shard_retry` = 2 s). Nothing is lost: no agent dropped a batch and every agent's buffer empties
@@ -44,46 +47,100 @@ fn url(port: u16) -> String {
     format!("http://127.0.0.1:{port}")
 }
 
-/// A Prometheus with the remote-write receiver, killed on drop.
-struct Prometheus {
+/// The remote-write store both shards send to.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Kind {
+    /// Debian's `prometheus` with `--web.enable-remote-write-receiver`.
+    Prometheus,
+    /// Debian's `victoria-metrics` (single node).
+    VictoriaMetrics,
+}
+
+/// What `.ci/run` installs for this test.
+const PACKAGES: &str = "prometheus and victoria-metrics packages";
+
+impl Kind {
+    fn bin(self) -> &'static str {
+        match self {
+            Kind::Prometheus => "prometheus",
+            Kind::VictoriaMetrics => "victoria-metrics",
+        }
+    }
+
+    fn version_flag(self) -> &'static str {
+        match self {
+            Kind::Prometheus => "--version",
+            Kind::VictoriaMetrics => "-version",
+        }
+    }
+
+    /// The arguments for a store on `port` keeping its data under `dir`, and its readiness path.
+    fn args(self, dir: &Path, port: u16) -> (Vec<String>, &'static str) {
+        match self {
+            Kind::Prometheus => {
+                let cfg = dir.join("prometheus.yml");
+                std::fs::write(&cfg, "global:\n  scrape_interval: 15s\n").unwrap();
+                let args = vec![
+                    format!("--config.file={}", cfg.display()),
+                    format!("--storage.tsdb.path={}", dir.join("prom").display()),
+                    format!("--web.listen-address=127.0.0.1:{port}"),
+                    "--web.enable-remote-write-receiver".into(),
+                ];
+                (args, "/-/ready")
+            }
+            Kind::VictoriaMetrics => {
+                let args = vec![
+                    format!("-httpListenAddr=127.0.0.1:{port}"),
+                    format!("-storageDataPath={}", dir.join("vm").display()),
+                    // Queries see samples at once (the default hides the last 30 s), uncached.
+                    "-search.latencyOffset=0s".into(),
+                    "-search.disableCache".into(),
+                ];
+                (args, "/health")
+            }
+        }
+    }
+}
+
+/// A remote-write store as a child process, killed on drop.
+struct Store {
+    kind: Kind,
     child: Child,
     base: String,
     log: PathBuf,
 }
 
-impl Prometheus {
-    fn start(dir: &Path) -> Prometheus {
+impl Store {
+    fn start(kind: Kind, dir: &Path) -> Store {
         let port = free_port();
-        let cfg = dir.join("prometheus.yml");
-        std::fs::write(&cfg, "global:\n  scrape_interval: 15s\n").unwrap();
-        let log = dir.join("prometheus.log");
-        let child = Command::new("prometheus")
-            .arg(format!("--config.file={}", cfg.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.join("prom").display()
-            ))
-            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-            .arg("--web.enable-remote-write-receiver")
+        let (args, ready) = kind.args(dir, port);
+        let log = dir.join(format!("{}.log", kind.bin()));
+        let child = Command::new(kind.bin())
+            .args(&args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
-            .expect("spawn prometheus");
-        let p = Prometheus {
+            .unwrap_or_else(|e| panic!("spawn {}: {e}", kind.bin()));
+        let p = Store {
+            kind,
             child,
             base: format!("http://127.0.0.1:{port}"),
             log,
         };
         let up = wait_for(Duration::from_secs(30), || {
-            get_text(&format!("{}/-/ready", p.base))
+            get_text(&format!("{}{ready}", p.base))
         });
         assert!(
             up.is_some(),
-            "prometheus not ready:\n{}",
+            "{kind:?} not ready:\n{}",
             std::fs::read_to_string(&p.log).unwrap_or_default()
         );
         p
+    }
+
+    fn write_url(&self) -> String {
+        format!("{}/api/v1/write", self.base)
     }
 
     fn query(&self, expr: &str) -> Option<Vec<Value>> {
@@ -93,15 +150,55 @@ impl Prometheus {
             .send()
             .ok()?;
         let v: Value = r.json().ok()?;
+        if v["status"] != "success" {
+            return None;
+        }
         v["data"]["result"].as_array().cloned()
+    }
+
+    /// The newest `commwatch_node_last_seen_timestamp_seconds` of `node` sent by `shard`, seconds.
+    fn last_seen(&self, node: &str, shard: &str) -> Option<f64> {
+        let expr = format!(
+            "commwatch_node_last_seen_timestamp_seconds{{node=\"{node}\",shard=\"{shard}\"}}"
+        );
+        let r = self.query(&expr)?;
+        r.iter()
+            .filter_map(|s| s["value"][1].as_str()?.parse::<f64>().ok())
+            .reduce(f64::max)
+    }
+
+    /// Waits until every node of `nodes` was seen by `shard` after `since` (unix seconds), as the store has it.
+    fn wait_seen(&self, nodes: &[String], shard: &str, since: f64) {
+        let seen = wait_for(Duration::from_secs(60), || {
+            nodes
+                .iter()
+                .all(|n| self.last_seen(n, shard).is_some_and(|t| t > since))
+                .then_some(())
+        });
+        assert!(
+            seen.is_some(),
+            "{:?}: {nodes:?} not seen by shard {shard} after {since}: {:?}",
+            self.kind,
+            nodes
+                .iter()
+                .map(|n| self.last_seen(n, shard))
+                .collect::<Vec<_>>()
+        );
     }
 }
 
-impl Drop for Prometheus {
+impl Drop for Store {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+fn now_s() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
 }
 
 /// A collector shard on a fixed gRPC port and state directory.
@@ -196,14 +293,26 @@ fn job_nodes(job: &str) -> Vec<String> {
     range.map(|i| format!("node-{i:02}")).collect()
 }
 
+/// The two runs (one per store) one after the other: each is eight agents, two shards and a store.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
-fn jobs_land_on_their_shard_and_a_killed_shard_loses_nothing() {
+fn jobs_land_on_their_shard_and_a_killed_shard_loses_nothing_prometheus() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    sharded(Kind::Prometheus);
+}
+
+#[test]
+fn jobs_land_on_their_shard_and_a_killed_shard_loses_nothing_victoria_metrics() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    sharded(Kind::VictoriaMetrics);
+}
+
+fn sharded(kind: Kind) {
     let dir = tempfile::tempdir().unwrap();
-    let prometheus = have_tool("prometheus", "--version", "prometheus package")
-        .then(|| Prometheus::start(dir.path()));
-    let write = prometheus
-        .as_ref()
-        .map(|p| format!("{}/api/v1/write", p.base));
+    let store = have_tool(kind.bin(), kind.version_flag(), PACKAGES)
+        .then(|| Store::start(kind, dir.path()));
+    let write = store.as_ref().map(Store::write_url);
     let rt = tokio::runtime::Runtime::new().unwrap();
 
     let spec = commwatch_sim::ClusterSpec {
@@ -330,21 +439,21 @@ fn jobs_land_on_their_shard_and_a_killed_shard_loses_nothing() {
         management_findings(shard(1 - k)).is_empty(),
         "the finding is on both shards"
     );
-    if let Some(p) = &prometheus {
+    if let Some(p) = &store {
         let expr = format!(
             "commwatch_finding_active{{kind=\"management_network_traffic\",node=\"{node}\"}}"
         );
         let series = wait_for(Duration::from_secs(60), || {
             p.query(&expr).filter(|r| !r.is_empty())
         })
-        .expect("the finding in Prometheus");
+        .unwrap_or_else(|| panic!("the finding in {kind:?}"));
         let labels: Vec<&str> = series
             .iter()
             .filter_map(|s| s["metric"]["shard"].as_str())
             .collect();
         assert_eq!(labels, [names[k]], "{series:?}");
         eprintln!(
-            "remote write: the finding about {node} is in Prometheus under shard {}",
+            "remote write: the finding about {node} is in {kind:?} under shard {}",
             names[k]
         );
     }
@@ -372,6 +481,7 @@ fn jobs_land_on_their_shard_and_a_killed_shard_loses_nothing() {
             .collect()
     };
     let moves_before = moves(&agents);
+    let killed_at = now_s();
     if let Some(h) = shards[dead].take() {
         h.abort();
     }
@@ -388,8 +498,18 @@ fn jobs_land_on_their_shard_and_a_killed_shard_loses_nothing() {
         "shard {} killed: job {} moved to shard {}",
         names[dead], JOBS[job], names[other]
     );
+    // The store follows: the moved nodes' series now come from the other shard.
+    if let Some(st) = &store {
+        st.wait_seen(&moved, names[other], killed_at);
+        eprintln!(
+            "{kind:?}: {moved:?} seen through shard {} {:.1} s after the kill",
+            names[other],
+            now_s() - killed_at
+        );
+    }
 
     // Restart it: the agents come back after shard_retry.
+    let restarted_at = now_s();
     shards[dead] = Some(rt.block_on(start_shard(
         names[dead],
         ports[dead],
@@ -410,6 +530,14 @@ fn jobs_land_on_their_shard_and_a_killed_shard_loses_nothing() {
         "{moved:?} did not come back to shard {}",
         names[dead]
     );
+    if let Some(st) = &store {
+        st.wait_seen(&moved, names[dead], restarted_at);
+        eprintln!(
+            "{kind:?}: {moved:?} seen through the restarted shard {} {:.1} s after the restart",
+            names[dead],
+            now_s() - restarted_at
+        );
+    }
 
     // Nothing lost: no agent dropped a batch, and every batch was acknowledged by some shard.
     let drained = wait_for(Duration::from_secs(30), || {
