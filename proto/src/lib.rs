@@ -7,6 +7,7 @@ pub mod v1 {
     tonic::include_proto!("commwatch.v1");
 }
 
+pub mod codec;
 pub mod convert;
 
 pub use v1::*;
