@@ -38,10 +38,13 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end -}}
 
-{{/* The collector URL agents stream to; with collector.replicas > 1, every shard's URL, comma-separated. */}}
+{{/* The collector URL agents stream to; with collector.replicas > 1, the headless Service's name to resolve
+     (agent.collectorDiscovery=dns) or every shard's URL, comma-separated (list). */}}
 {{- define "commwatch.collectorURL" -}}
 {{- if .Values.agent.collectorURL -}}
 {{ .Values.agent.collectorURL }}
+{{- else if and (gt (int .Values.collector.replicas) 1) (eq .Values.agent.collectorDiscovery "dns") -}}
+dns+{{ ternary "http" "https" (eq .Values.tls.mode "off") }}://{{ include "commwatch.collectorName" . }}-headless.{{ .Release.Namespace }}.svc:{{ .Values.collector.grpcPort }}
 {{- else if gt (int .Values.collector.replicas) 1 -}}
 {{- $scheme := ternary "http" "https" (eq .Values.tls.mode "off") -}}
 {{- $name := include "commwatch.collectorName" . -}}
