@@ -7,12 +7,17 @@
 //! older than the horizon). Iteration yields the samples oldest first, exactly as pushed (lossless), in either
 //! direction. Timestamps are expected to increase; the ring stays exact when they do not.
 //!
-//! Layout: the newest samples sit uncompressed in an open head of at most `CHUNK` + `KEEP` (128 + 32) samples;
-//! when it is full its oldest `CHUNK` samples are sealed into one compressed chunk, so the head always keeps the
-//! newest `KEEP` or more and the usual readers (a rate over the newest second, a step engine's tail) walk them
-//! newest first without decoding anything. Eviction drops whole chunks and hides the evicted part of the oldest
-//! chunk behind a skip count, so `len()` and iteration are exact; the hidden samples still cost memory until the
-//! chunk is dropped (at most `CHUNK - 1` of them).
+//! Layout, oldest to newest: sealed chunks of `CHUNK` (128) compressed samples; an open part of fewer than
+//! `CHUNK` samples in a byte code appended one sample at a time (`open`: 1 byte for a strict period and an
+//! unchanged value, a few more for a moving counter); and an uncompressed tail of the newest `keep` samples
+//! (32 for a ring of more than 4,096 samples, as a 20 Hz series has; 16 for a smaller one, as a 1 Hz series
+//! has; all of them for a ring of at most 160). A push appends to the tail and moves the tail's oldest sample
+//! into the open part; when that holds `CHUNK` samples it is sealed into a chunk. The usual readers (a rate
+//! over the newest second, a step engine's tail) walk the tail newest first without decoding anything; older
+//! reads decode the open part or a chunk once per direction, forward in one pass. Eviction drops whole chunks
+//! and hides the evicted part of the oldest chunk (or of the open part, when there is no chunk) behind a skip
+//! count, so `len()` and iteration are exact; the hidden samples still cost memory until they are dropped
+//! with their chunk (at most `CHUNK - 1` of them).
 //!
 //! Encoding of a chunk of `CHUNK` samples, bits packed least significant first:
 //! - timestamps as residuals from a line: `t_k = base + k * step + r_k`, `step` the chunk's mean period, every
@@ -29,25 +34,33 @@
 //! default retention (12,000 samples, timestamps with ±500 µs of jitter at ns precision) takes ≈6.5 B per sample
 //! for a busy byte counter, ≈3.3 B for an idle counter or a constant gauge (2.5 B of it the timestamps' jitter),
 //! ≈9.9 B for a gauge of random f64s, ≈0.7 B with a strict period and a constant increase; 16 B uncompressed.
-//! These include the open head (2.5 KiB once full), the chunk list (40 B per chunk) and the chunks' headers. A
-//! push appends to the head and compares with one cached timestamp; evicting reads the oldest chunk once per
-//! `FRONT` (8) samples; every `CHUNK` pushes one chunk is encoded (≈1–2 µs). An iterator decodes a chunk once per
-//! direction (≈4 ns per sealed sample walked) and walks the head as the plain `VecDeque` it is.
+//! These include the tail (512 B once full), the open part, the chunk list and the chunks' headers. A push
+//! appends to the tail and the open part and compares with one cached timestamp; evicting reads the oldest
+//! chunk once per `FRONT` (8) samples; every `CHUNK` pushes the open part is decoded and one chunk encoded
+//! (≈2–3 µs). An iterator decodes a chunk or the open part once per direction (≈4 ns per sample walked) and
+//! walks the tail as the plain `VecDeque` it is.
 //!
 //! Parts: the `chunk` module encodes and decodes a sealed chunk, the `bits` module holds the bit-level coding it
-//! uses (packed fields, zigzag and varints, XOR); this one holds the ring: push, eviction and iteration.
+//! uses (packed fields, zigzag and varints, XOR), the `open` module the open part's byte code; this one holds
+//! the ring: push, eviction and iteration.
 
 mod bits;
 mod chunk;
+mod open;
 
 use std::collections::VecDeque;
 
 use chunk::{Chunk, CHUNK};
+use open::Open;
 
-/// Samples the open head keeps after sealing a chunk (the newest ones).
+/// Samples the uncompressed tail keeps in a ring of more than [`BIG_RING`] samples.
 const KEEP: usize = 32;
-/// Most samples in the open head.
-const HEAD_MAX: usize = CHUNK + KEEP;
+/// Samples the tail keeps in a smaller ring.
+const KEEP_SMALL: usize = 16;
+/// Rings of more samples than this keep [`KEEP`] in their tail.
+const BIG_RING: usize = 4_096;
+/// Rings of at most this many samples keep them all in the tail, uncompressed.
+const TAIL_ONLY: usize = CHUNK + KEEP;
 /// Timestamps of the oldest chunk a ring keeps decoded for eviction.
 const FRONT: usize = 8;
 
@@ -58,8 +71,10 @@ pub struct Ring {
     chunks: VecDeque<Chunk>,
     /// Samples of the oldest chunk already evicted (0 without chunks).
     skip: usize,
-    /// The newest samples, uncompressed.
-    head: VecDeque<(i64, u64)>,
+    /// Samples after the chunks and before the tail (hidden ones only while there is no chunk).
+    open: Open,
+    /// The newest samples, uncompressed (at most [`Ring::keep`] after a push).
+    tail: VecDeque<(i64, u64)>,
     /// Timestamps of samples `front_at..front_at + FRONT` of the oldest chunk (those it has; `front_at` =
     /// `CHUNK`: none), so that eviction reads that chunk once per `FRONT` samples evicted.
     front: [i64; FRONT],
@@ -73,7 +88,8 @@ impl Ring {
         Ring {
             chunks: VecDeque::new(),
             skip: 0,
-            head: VecDeque::new(),
+            open: Open::default(),
+            tail: VecDeque::new(),
             front: [0; FRONT],
             front_at: CHUNK,
             cap: cap.max(2),
@@ -83,6 +99,16 @@ impl Ring {
     /// Most samples this ring keeps.
     pub fn cap(&self) -> usize {
         self.cap
+    }
+
+    /// Samples the tail keeps uncompressed.
+    #[inline]
+    fn keep(&self) -> usize {
+        match self.cap {
+            c if c <= TAIL_ONLY => c,
+            c if c > BIG_RING => KEEP,
+            _ => KEEP_SMALL,
+        }
     }
 
     /// Most chunks a ring of `cap` samples can hold (visible ones plus a partly hidden oldest one).
@@ -96,7 +122,12 @@ impl Ring {
         let mut excess = self.len().saturating_sub(self.cap);
         while excess > 0 {
             if self.chunks.is_empty() {
-                self.head.drain(..excess);
+                if self.open.len() > 0 {
+                    self.open.pop_front();
+                    excess -= 1;
+                    continue;
+                }
+                self.tail.drain(..excess);
                 break;
             }
             let rest = CHUNK - self.skip;
@@ -108,10 +139,11 @@ impl Ring {
                 excess = 0;
             }
         }
-        let head_limit = HEAD_MAX.min(self.cap);
-        if self.head.capacity() > head_limit {
-            self.head.shrink_to(head_limit);
+        let tail_limit = self.keep().max(self.tail.len());
+        if self.tail.capacity() > tail_limit {
+            self.tail.shrink_to(tail_limit);
         }
+        self.open.shrink();
         let chunk_limit = self.chunk_limit();
         if self.chunks.capacity() > chunk_limit {
             self.chunks.shrink_to(chunk_limit);
@@ -128,16 +160,31 @@ impl Ring {
     #[inline]
     pub fn push_after(&mut self, ts: i64, value: u64, horizon: i64) {
         self.evict(horizon, self.cap);
-        if self.head.len() >= HEAD_MAX {
-            self.seal();
+        let keep = self.keep();
+        if self.tail.len() >= keep {
+            self.spill(keep);
+        } else if self.tail.len() == self.tail.capacity() {
+            // Grow geometrically but never past the tail's bound.
+            let len = self.tail.len();
+            let want = (len.max(4) * 2).min(keep);
+            self.tail.reserve_exact(want.saturating_sub(len).max(1));
         }
-        if self.head.len() == self.head.capacity() {
-            // Grow geometrically but never past the head's bound.
-            let len = self.head.len();
-            let want = (len.max(8) * 2).min(HEAD_MAX.min(self.cap));
-            self.head.reserve_exact(want.saturating_sub(len).max(1));
+        self.tail.push_back((ts, value));
+    }
+
+    /// Moves the tail's oldest samples into the open part until it holds fewer than `keep`, sealing the open
+    /// part whenever it reaches `CHUNK` samples.
+    #[inline]
+    fn spill(&mut self, keep: usize) {
+        while self.tail.len() >= keep {
+            let Some((t, v)) = self.tail.pop_front() else {
+                return;
+            };
+            self.open.push(t, v);
+            if self.open.written() == CHUNK {
+                self.seal();
+            }
         }
-        self.head.push_back((ts, value));
     }
 
     /// Drops the samples older than `horizon` (none for the cap: the ring may stay full).
@@ -168,12 +215,29 @@ impl Ring {
                 self.pop_chunk();
             }
         }
-        while let Some(&(t, _)) = self.head.front() {
-            if t < horizon || self.head.len() >= keep {
-                self.head.pop_front();
+        if self.open.len() > 0 {
+            self.evict_open(horizon, keep);
+            if self.open.len() > 0 {
+                return;
+            }
+        }
+        while let Some(&(t, _)) = self.tail.front() {
+            if t < horizon || self.tail.len() >= keep {
+                self.tail.pop_front();
             } else {
                 break;
             }
+        }
+    }
+
+    /// Eviction's step through the open part, when there is no chunk.
+    #[inline(never)]
+    fn evict_open(&mut self, horizon: i64, keep: usize) {
+        while let Some((t, _)) = self.open.first() {
+            if t >= horizon && self.len() < keep {
+                return;
+            }
+            self.open.pop_front();
         }
     }
 
@@ -201,27 +265,31 @@ impl Ring {
         self.front_at = CHUNK;
     }
 
-    /// Seals the oldest `CHUNK` samples of the head into a chunk.
+    /// Seals the open part's `CHUNK` samples into a chunk. Its hidden samples (evicted while there was no
+    /// chunk) become the chunk's hidden ones, as copies of its first visible sample.
+    #[inline(never)]
     fn seal(&mut self) {
         let mut s = [(0i64, 0u64); CHUNK];
-        let (a, b) = self.head.as_slices();
-        let n = a.len().min(CHUNK);
-        s[..n].copy_from_slice(&a[..n]);
-        s[n..].copy_from_slice(&b[..CHUNK - n]);
-        self.head.drain(..CHUNK);
+        let hidden = self.open.hidden();
+        self.open.decode_into(&mut s[hidden..]);
+        let first = s[hidden];
+        s[..hidden].fill(first);
+        self.open.clear();
         if self.chunks.len() == self.chunks.capacity() {
             let len = self.chunks.len();
             let want = (len.max(2) * 2).min(self.chunk_limit());
             self.chunks.reserve_exact(want.saturating_sub(len).max(1));
         }
         if self.chunks.is_empty() {
+            self.skip = hidden;
             self.front_at = CHUNK;
         }
+        debug_assert!(hidden == 0 || self.skip == hidden);
         self.chunks.push_back(Chunk::encode(&s));
     }
 
     pub fn len(&self) -> usize {
-        self.chunks.len() * CHUNK - self.skip + self.head.len()
+        self.chunks.len() * CHUNK - self.skip + self.open.len() + self.tail.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -230,7 +298,7 @@ impl Ring {
 
     /// The newest sample.
     pub fn last(&self) -> Option<(i64, u64)> {
-        match self.head.back() {
+        match self.tail.back() {
             Some(&s) => Some(s),
             None => self.iter().next_back(),
         }
@@ -239,54 +307,56 @@ impl Ring {
     /// Samples oldest first.
     pub fn iter(&self) -> impl DoubleEndedIterator<Item = (i64, u64)> + '_ {
         let sealed = Sealed {
-            chunks: &self.chunks,
-            skip: self.skip,
+            ring: self,
             front: 0,
-            back: self.chunks.len() * CHUNK - self.skip,
+            back: self.chunks.len() * CHUNK - self.skip + self.open.len(),
             fbuf: Decoded::default(),
             bbuf: Decoded::default(),
         };
-        sealed.chain(self.head.iter().copied())
+        sealed.chain(self.tail.iter().copied())
     }
 
-    /// Bytes allocated for the samples: the head, the chunk list and the chunks' encoded bytes.
+    /// Bytes allocated for the samples: the tail, the open part, the chunk list and the chunks' encoded bytes.
     pub fn heap_bytes(&self) -> usize {
-        self.head.capacity() * std::mem::size_of::<(i64, u64)>()
+        self.tail.capacity() * std::mem::size_of::<(i64, u64)>()
+            + self.open.heap_bytes()
             + self.chunks.capacity() * std::mem::size_of::<Chunk>()
             + self.chunks.iter().map(|c| c.encoded_len()).sum::<usize>()
     }
 }
 
-/// One decoded chunk, kept by an iterator for the next samples it walks.
+/// One decoded chunk (or the open part), kept by an iterator for the next samples it walks.
 #[derive(Default)]
 struct Decoded {
-    /// Index of the chunk held.
+    /// Index of the chunk held (the number of chunks: the open part).
     chunk: Option<usize>,
     samples: Vec<(i64, u64)>,
 }
 
 impl Decoded {
     #[inline]
-    fn get(&mut self, chunks: &VecDeque<Chunk>, c: usize, k: usize) -> (i64, u64) {
+    fn get(&mut self, ring: &Ring, c: usize, k: usize) -> (i64, u64) {
         if self.chunk != Some(c) {
-            self.load(chunks, c);
+            self.load(ring, c);
         }
         self.samples[k]
     }
 
     #[inline(never)]
-    fn load(&mut self, chunks: &VecDeque<Chunk>, c: usize) {
+    fn load(&mut self, ring: &Ring, c: usize) {
         self.samples.resize(CHUNK, (0, 0));
-        chunks[c].decode(&mut self.samples);
+        match ring.chunks.get(c) {
+            Some(chunk) => chunk.decode(&mut self.samples),
+            None => ring.open.decode_into(&mut self.samples),
+        }
         self.chunk = Some(c);
     }
 }
 
-/// The visible samples of the chunks, positions `front..back` (0 = the oldest visible); each direction decodes
-/// its own chunk.
+/// The visible samples of the chunks and the open part, positions `front..back` (0 = the oldest visible);
+/// each direction decodes its own chunk.
 struct Sealed<'a> {
-    chunks: &'a VecDeque<Chunk>,
-    skip: usize,
+    ring: &'a Ring,
     front: usize,
     back: usize,
     fbuf: Decoded,
@@ -301,9 +371,9 @@ impl Iterator for Sealed<'_> {
         if self.front >= self.back {
             return None;
         }
-        let p = self.front + self.skip;
+        let p = self.front + self.ring.skip;
         self.front += 1;
-        Some(self.fbuf.get(self.chunks, p / CHUNK, p % CHUNK))
+        Some(self.fbuf.get(self.ring, p / CHUNK, p % CHUNK))
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
@@ -319,8 +389,8 @@ impl DoubleEndedIterator for Sealed<'_> {
             return None;
         }
         self.back -= 1;
-        let p = self.back + self.skip;
-        Some(self.bbuf.get(self.chunks, p / CHUNK, p % CHUNK))
+        let p = self.back + self.ring.skip;
+        Some(self.bbuf.get(self.ring, p / CHUNK, p % CHUNK))
     }
 }
 
@@ -733,5 +803,114 @@ mod tests {
             r.push(i, rng.random::<u64>(), i64::MAX);
         }
         assert!(r.heap_bytes() <= 100 * 16, "{}", r.heap_bytes());
+    }
+
+    #[test]
+    fn sparse_series_keep_a_short_tail_and_round_trip() {
+        // A 1 Hz series keyed by its node's tick numbers (20 fast ticks a second, now and then a slow tick of
+        // its own or a missed one), 10 minutes at the store's cap: a tail of 16, the rest coded.
+        let mut rng = StdRng::seed_from_u64(8);
+        let cap = 677;
+        let (mut r, mut m) = (Ring::new(cap), Model::new(cap));
+        let mut tick = 0i64;
+        let mut acc = 0u64;
+        for i in 0..5_000 {
+            tick += 20 + rng.random_range(0i64..3) - 1;
+            acc += if i % 9 == 0 {
+                rng.random_range(0u64..1 << 20)
+            } else {
+                0
+            };
+            r.push(tick, acc, 12_000);
+            m.push(tick, acc, 12_000);
+            if i % 61 == 0 || i > 4_900 {
+                check(&r, &m, i);
+            }
+            assert!(r.tail.len() <= KEEP_SMALL);
+        }
+        assert!(r.open.len() < CHUNK && !r.chunks.is_empty());
+        // 600 samples: the tail, the open part and the chunks in far less than 16 B a sample.
+        assert!(r.heap_bytes() < 600 * 4, "{}", r.heap_bytes());
+    }
+
+    #[test]
+    fn eviction_crosses_chunk_open_and_tail_boundaries() {
+        // Horizons landing in the oldest chunk, on its end, in the open part, in the tail, past the newest.
+        for cut in [
+            0, 1, 127, 128, 129, 200, 255, 256, 300, 330, 347, 348, 360, 380,
+        ] {
+            let (mut r, mut m) = (Ring::new(20_000), Model::new(20_000));
+            for i in 0..380i64 {
+                r.push(i * 10, i as u64 * 3, i64::MAX);
+                m.push(i * 10, i as u64 * 3, i64::MAX);
+            }
+            // 256 sealed, 92 open, 32 in the tail.
+            assert_eq!((r.chunks.len(), r.open.len(), r.tail.len()), (2, 92, 32));
+            r.evict_before(cut * 10);
+            m.evict_before(cut * 10);
+            check(&r, &m, cut as usize);
+            // Pushes after it seal the open part with whatever it hides.
+            for i in 380..700i64 {
+                r.push(i * 10, i as u64 * 3, i64::MAX);
+                m.push(i * 10, i as u64 * 3, i64::MAX);
+                if i % 13 == 0 {
+                    check(&r, &m, i as usize);
+                }
+            }
+            check(&r, &m, 700);
+        }
+    }
+
+    #[test]
+    fn eviction_into_the_open_part_seals_its_hidden_samples() {
+        for shrink in [false, true] {
+            let (mut r, mut m) = (Ring::new(1_000), Model::new(1_000));
+            for i in 0..140i64 {
+                r.push(i, i as u64, i64::MAX);
+                m.push(i, i as u64, i64::MAX);
+            }
+            // No chunk yet: 124 samples in the open part, 16 in the tail.
+            assert_eq!((r.chunks.len(), r.open.len(), r.tail.len()), (0, 124, 16));
+            if shrink {
+                r.set_cap(100);
+                m.set_cap(100);
+                check(&r, &m, 0);
+                r.set_cap(1_000);
+                m.set_cap(1_000);
+            }
+            // A horizon 40 samples back hides the open part's front; the next pushes fill it up and seal it.
+            for i in 140..600i64 {
+                r.push(i, !(i as u64), 40);
+                m.push(i, !(i as u64), 40);
+                check(&r, &m, i as usize);
+                if i == 143 {
+                    assert_eq!((r.chunks.len(), r.skip), (1, 103));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn random_pushes_match_a_vecdeque_at_every_size() {
+        let mut rng = StdRng::seed_from_u64(9);
+        for cap in [159, 161, 170, 677, 4_096, 4_097, 9_000] {
+            let (mut r, mut m) = (Ring::new(cap), Model::new(cap));
+            let mut t = 0i64;
+            for i in 0..12_000usize {
+                t += match rng.random_range(0u32..50) {
+                    0 => -rng.random_range(0i64..100),
+                    1 => rng.random_range(0i64..1 << 40),
+                    _ => 1,
+                };
+                let v = rng.random::<u64>() >> rng.random_range(0u32..64);
+                let retention = if i % 3_000 < 1_500 { i64::MAX } else { 2_000 };
+                r.push(t, v, retention);
+                m.push(t, v, retention);
+                if i % 41 == 0 {
+                    check(&r, &m, i);
+                }
+            }
+            check(&r, &m, 12_000);
+        }
     }
 }

@@ -1,0 +1,276 @@
+//! The open part of a ring: the samples after its sealed chunks and before its uncompressed tail, appended one
+//! at a time in a byte code that is read forward in one pass ([`Open`]). It holds fewer than `CHUNK` samples;
+//! the ring seals them into a chunk when there are `CHUNK`.
+//!
+//! Code of one sample, against the sample before it (the previous one appended, or the state the part started
+//! from): one header byte, then the timestamp's delta of delta (the gap minus the previous gap, zigzag, in 0,
+//! 1, 2, 3, 4, 5, 6 or 8 little-endian bytes: header bits 5–7), then the value (header bits 0–3: 0 to 8 bytes;
+//! bit 4: the value XOR the previous one, otherwise the zigzag of their difference), whichever of the two is
+//! shorter. A strict period costs no timestamp byte, an unchanged value no value byte; all arithmetic wraps,
+//! so any `i64` timestamps and `u64` values round-trip exactly.
+//!
+//! Evicting the oldest sample of the part moves a front cursor (one sample decoded); the bytes behind it stay
+//! until the part is sealed (at most `CHUNK - 1` samples).
+
+use super::chunk::CHUNK;
+
+/// Bytes of a delta of delta for each 3-bit length code.
+const DOD_LEN: [usize; 8] = [0, 1, 2, 3, 4, 5, 6, 8];
+/// Length code of a delta of delta of `n` significant bytes.
+const DOD_CODE: [u8; 9] = [0, 1, 2, 3, 4, 5, 6, 7, 7];
+/// Header bit of a value written as an XOR.
+const XOR: u8 = 0x10;
+/// Most bytes one sample takes.
+const MAX_SAMPLE: usize = 1 + 8 + 8;
+
+/// Where a reader of the code stands: the sample before the next one, and the gap before it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct State {
+    pub(super) t: i64,
+    pub(super) v: u64,
+    gap: i64,
+}
+
+impl State {
+    /// Reads the sample at byte `pos` of `b` (returns the byte after it) and moves onto it.
+    #[inline]
+    fn step(&mut self, b: &[u8], pos: usize) -> usize {
+        let h = b[pos];
+        let mut p = pos + 1;
+        let dn = DOD_LEN[usize::from(h >> 5)];
+        let dod = read_le(b, p, dn);
+        p += dn;
+        let vn = usize::from(h & 15);
+        let x = read_le(b, p, vn);
+        p += vn;
+        self.gap = self.gap.wrapping_add(unzigzag(dod));
+        self.t = self.t.wrapping_add(self.gap);
+        self.v = if h & XOR != 0 {
+            self.v ^ x
+        } else {
+            self.v.wrapping_add(unzigzag(x) as u64)
+        };
+        p
+    }
+}
+
+/// Samples after the sealed chunks, before the tail.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Open {
+    bytes: Vec<u8>,
+    /// Samples written (hidden ones included), fewer than `CHUNK`.
+    n: u16,
+    /// Samples at the front already evicted.
+    skip: u16,
+    /// Byte of the first visible sample.
+    pos: u32,
+    /// State before the first visible sample.
+    front: State,
+    /// State after the last sample.
+    back: State,
+}
+
+impl Open {
+    /// Samples written, hidden ones included.
+    #[inline]
+    pub(super) fn written(&self) -> usize {
+        usize::from(self.n)
+    }
+
+    /// Samples evicted from the front but still written.
+    pub(super) fn hidden(&self) -> usize {
+        usize::from(self.skip)
+    }
+
+    /// Samples visible.
+    #[inline]
+    pub(super) fn len(&self) -> usize {
+        usize::from(self.n - self.skip)
+    }
+
+    /// Bytes allocated.
+    pub(super) fn heap_bytes(&self) -> usize {
+        self.bytes.capacity()
+    }
+
+    /// Appends a sample.
+    #[inline]
+    pub(super) fn push(&mut self, t: i64, v: u64) {
+        debug_assert!(self.written() < CHUNK);
+        let b = self.back;
+        let gap = t.wrapping_sub(b.t);
+        let dod = zigzag(gap.wrapping_sub(b.gap));
+        let d = zigzag(v.wrapping_sub(b.v) as i64);
+        let x = v ^ b.v;
+        let (val, tag) = if byte_len(x) < byte_len(d) {
+            (x, XOR)
+        } else {
+            (d, 0)
+        };
+        let dcode = DOD_CODE[byte_len(dod)];
+        let dn = DOD_LEN[usize::from(dcode)];
+        let vn = byte_len(val);
+        if self.bytes.capacity() - self.bytes.len() < MAX_SAMPLE {
+            self.grow();
+        }
+        self.bytes.push(dcode << 5 | tag | vn as u8);
+        self.bytes.extend_from_slice(&dod.to_le_bytes()[..dn]);
+        self.bytes.extend_from_slice(&val.to_le_bytes()[..vn]);
+        self.back = State { t, v, gap };
+        self.n += 1;
+    }
+
+    /// Room for at least one more sample: doubles, from room for 8 samples of 4 bytes.
+    #[inline(never)]
+    fn grow(&mut self) {
+        let want = (self.bytes.capacity() * 2).max(32);
+        self.bytes.reserve_exact(want - self.bytes.len());
+    }
+
+    /// The oldest visible sample.
+    #[inline]
+    pub(super) fn first(&self) -> Option<(i64, u64)> {
+        if self.n == self.skip {
+            return None;
+        }
+        let mut s = self.front;
+        s.step(&self.bytes, self.pos as usize);
+        Some((s.t, s.v))
+    }
+
+    /// Hides the oldest visible sample; empties the part once none is visible.
+    #[inline]
+    pub(super) fn pop_front(&mut self) {
+        if self.n == self.skip {
+            return;
+        }
+        self.pos = self.front.step(&self.bytes, self.pos as usize) as u32;
+        self.skip += 1;
+        if self.skip == self.n {
+            self.clear();
+        }
+    }
+
+    /// Drops every sample; the code goes on from the newest one written.
+    pub(super) fn clear(&mut self) {
+        self.bytes.clear();
+        self.n = 0;
+        self.skip = 0;
+        self.pos = 0;
+        self.front = self.back;
+    }
+
+    /// The visible samples, oldest first, into the first [`Open::len`] slots of `out`.
+    pub(super) fn decode_into(&self, out: &mut [(i64, u64)]) {
+        let mut s = self.front;
+        let mut p = self.pos as usize;
+        for o in &mut out[..self.len()] {
+            p = s.step(&self.bytes, p);
+            *o = (s.t, s.v);
+        }
+    }
+
+    /// Frees the allocation when nothing is written, or what is over twice the bytes written (after a cap
+    /// shrank).
+    pub(super) fn shrink(&mut self) {
+        if self.n == 0 {
+            self.bytes = Vec::new();
+        } else if self.bytes.capacity() > 2 * self.bytes.len() {
+            self.bytes.shrink_to(self.bytes.len());
+        }
+    }
+}
+
+/// Bytes of `x` up to its highest set one (0 for 0).
+#[inline]
+fn byte_len(x: u64) -> usize {
+    (64 - x.leading_zeros() as usize).div_ceil(8)
+}
+
+/// `n` (≤ 8) little-endian bytes of `b` from `pos`.
+#[inline]
+fn read_le(b: &[u8], pos: usize, n: usize) -> u64 {
+    if n == 0 {
+        return 0;
+    }
+    if let Some(w) = b.get(pos..pos + 8) {
+        let w = u64::from_le_bytes(w.try_into().expect("8 bytes"));
+        return w & (u64::MAX >> (64 - 8 * n as u32));
+    }
+    let mut w = [0u8; 8];
+    w[..n].copy_from_slice(&b[pos..pos + n]);
+    u64::from_le_bytes(w)
+}
+
+fn zigzag(v: i64) -> u64 {
+    ((v << 1) ^ (v >> 63)) as u64
+}
+
+fn unzigzag(u: u64) -> i64 {
+    ((u >> 1) as i64) ^ -((u & 1) as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::rngs::StdRng;
+    use rand::{Rng as _, SeedableRng};
+
+    fn written(o: &Open) -> Vec<(i64, u64)> {
+        let mut v = vec![(0, 0); o.len()];
+        o.decode_into(&mut v);
+        v
+    }
+
+    #[test]
+    fn any_samples_round_trip_and_pop_from_the_front() {
+        let mut rng = StdRng::seed_from_u64(7);
+        let mut o = Open::default();
+        let mut model = std::collections::VecDeque::new();
+        for i in 0..20_000u64 {
+            if o.written() == CHUNK - 1 {
+                o.clear();
+                model.clear();
+            }
+            let t = match i % 5 {
+                0 => rng.random::<u64>() as i64,
+                _ => model.back().map_or(0, |s: &(i64, u64)| s.0) + 50,
+            };
+            let v = match i % 3 {
+                0 => rng.random::<u64>(),
+                1 => 42.5f64.to_bits(),
+                _ => i * 1_000,
+            };
+            o.push(t, v);
+            model.push_back((t, v));
+            if rng.random_range(0u32..4) == 0 {
+                assert_eq!(o.first(), model.front().copied());
+                o.pop_front();
+                model.pop_front();
+            }
+            assert_eq!(o.len(), model.len());
+            if i % 37 == 0 {
+                assert_eq!(written(&o), model.iter().copied().collect::<Vec<_>>());
+            }
+        }
+    }
+
+    #[test]
+    fn a_strict_period_and_an_idle_value_take_one_byte() {
+        let mut o = Open::default();
+        for k in 0..100i64 {
+            o.push(1_000 + k * 7, 5);
+        }
+        // The first sample's gap from 0 and its value, then header bytes only (the second one's gap is new).
+        assert!(o.bytes.len() <= 100 + 2 + 2 + 2, "{}", o.bytes.len());
+        assert_eq!(o.first(), Some((1_000, 5)));
+        for _ in 0..100 {
+            o.pop_front();
+        }
+        assert_eq!((o.len(), o.written(), o.bytes.len()), (0, 0, 0));
+        // The code goes on from the last sample written.
+        o.push(1_000 + 100 * 7, 5);
+        assert_eq!(o.bytes.len(), 1);
+        assert_eq!(written(&o), vec![(1_700, 5)]);
+    }
+}
