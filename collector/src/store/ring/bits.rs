@@ -3,26 +3,36 @@
 //! run of `u64` values ([`xor_fields`], [`xor_decode`]).
 //!
 //! Readers take the buffer as it is, with no bounds on the fields they read beyond the slice's own: a field is
-//! read with one unaligned 8-byte load (and at most one more byte), so a buffer must hold 8 bytes from the byte
-//! of any field's first bit on (a chunk's bytes end in zero padding for that).
+//! read with one unaligned 8-byte load (and at most one more byte), or byte by byte within the last 8 bytes.
 
 /// Bits needed to write `x`.
 pub(super) fn width(x: u64) -> u32 {
     64 - x.leading_zeros()
 }
 
-/// `w` (≤ 64) bits at bit `pos` of `buf`, which holds at least 8 bytes from byte `pos / 8` on (a chunk's
-/// bytes end in zero padding).
+/// `w` (≤ 64) bits at bit `pos` of `buf`; bits past the end of `buf` read as zeros.
 #[inline]
 pub(super) fn bits(buf: &[u8], pos: usize, w: u32) -> u64 {
     let byte = pos >> 3;
     let shift = (pos & 7) as u32;
-    let word = u64::from_le_bytes(buf[byte..byte + 8].try_into().expect("8 bytes"));
+    let word = match buf.get(byte..byte + 8) {
+        Some(b) => u64::from_le_bytes(b.try_into().expect("8 bytes")),
+        None => tail_word(buf, byte),
+    };
     let mut v = word >> shift;
     if shift + w > 64 {
-        v |= u64::from(buf[byte + 8]) << (64 - shift);
+        v |= u64::from(buf.get(byte + 8).copied().unwrap_or(0)) << (64 - shift);
     }
     v & u64::MAX.checked_shr(64 - w).unwrap_or(0)
+}
+
+/// The bytes of `buf` from `byte` on (fewer than 8), zero-extended.
+#[inline(never)]
+fn tail_word(buf: &[u8], byte: usize) -> u64 {
+    let rest = buf.get(byte..).unwrap_or(&[]);
+    let mut w = [0u8; 8];
+    w[..rest.len()].copy_from_slice(rest);
+    u64::from_le_bytes(w)
 }
 
 /// Packs bit fields, least significant first, into a byte slice sized for them.
@@ -194,10 +204,13 @@ mod tests {
             bw.put(v, w);
         }
         assert_eq!(bw.finish(), total.div_ceil(8));
-        let mut pos = 0;
-        for &(v, w) in &fields {
-            assert_eq!(bits(&buf, pos, w), v, "width {w} at bit {pos}");
-            pos += w as usize;
+        // With the spare bytes and without them (the end of a chunk's bytes).
+        for buf in [&buf[..], &buf[..total.div_ceil(8)]] {
+            let mut pos = 0;
+            for &(v, w) in &fields {
+                assert_eq!(bits(buf, pos, w), v, "width {w} at bit {pos}");
+                pos += w as usize;
+            }
         }
     }
 

@@ -9,25 +9,31 @@ use super::bits::{
 
 /// Samples per sealed chunk.
 pub(super) const CHUNK: usize = 128;
-/// Zero bytes at the end of a chunk's bytes, so that any field is read with one 8-byte load (and at most one
-/// more byte).
-const PAD: usize = 8;
 /// Value tag of an XOR-encoded chunk (otherwise the tag byte is the delta width, 0..=64).
 const TAG_XOR: u8 = 0x80;
 /// Most bytes of an XOR stream: 2 + 5 + 6 + 64 bits per value.
 const XOR_MAX: usize = (CHUNK - 1) * 77 / 8 + 1;
 
-/// `CHUNK` compressed samples.
+/// `CHUNK` compressed samples, in one allocation of their bytes (16 B in the ring's chunk list).
 ///
-/// `data`: `[timestamp width]` `[CHUNK residuals]` `[value tag]` then, for deltas, `varint(v_0)`
-/// `varint(zigzag(min_delta))` and `CHUNK - 1` packed deltas; for XOR, `v_0` as 8 bytes and the XOR stream.
+/// `data`: `[timestamp width]` the header as zigzag varints: `base`, `step`, and the largest timestamp (the
+/// last one when timestamps increase) minus `base`; `[CHUNK residuals]` `[value tag]` then, for deltas,
+/// `varint(v_0)` `varint(zigzag(min_delta))` and `CHUNK - 1` packed deltas; for XOR, `v_0` as 8 bytes and the
+/// XOR stream.
 #[derive(Debug, Clone)]
 pub(super) struct Chunk {
+    data: Box<[u8]>,
+}
+
+/// A chunk's header, read from its bytes.
+struct Header {
+    /// Bits per timestamp residual.
+    wt: u32,
     base: i64,
     step: i64,
-    /// Largest timestamp in the chunk (the last one when timestamps increase).
-    pub(super) max_ts: i64,
-    data: Box<[u8]>,
+    max_ts: i64,
+    /// Byte where the residuals start.
+    at: usize,
 }
 
 impl Chunk {
@@ -73,14 +79,25 @@ impl Chunk {
 
         let ts_len = (CHUNK * wt as usize).div_ceil(8);
         let xor_len = xor.as_ref().map_or(usize::MAX, |x| 8 + x.len());
-        let mut data = vec![0u8; 2 + ts_len + delta_len.min(xor_len) + PAD].into_boxed_slice();
+        let base = t0.wrapping_add(emin);
+        let head = [
+            zigzag(base),
+            zigzag(step),
+            zigzag(max_ts.wrapping_sub(base)),
+        ];
+        let at = 1 + head.iter().map(|&h| varint_len(h)).sum::<usize>();
+        let mut data = vec![0u8; at + ts_len + 1 + delta_len.min(xor_len)].into_boxed_slice();
         data[0] = wt as u8;
-        let mut bw = BitWriter::new(&mut data[1..1 + ts_len]);
+        let mut pos = 1;
+        for h in head {
+            put_varint(&mut data, &mut pos, h);
+        }
+        let mut bw = BitWriter::new(&mut data[at..at + ts_len]);
         for &r in &res {
             bw.put(r.wrapping_sub(emin as u64), wt);
         }
         bw.finish();
-        let mut pos = 1 + ts_len;
+        let mut pos = at + ts_len;
         if let Some(xor) = xor {
             data[pos] = TAG_XOR;
             data[pos + 1..pos + 9].copy_from_slice(&v0.to_le_bytes());
@@ -96,12 +113,29 @@ impl Chunk {
             }
             bw.finish();
         }
-        Chunk {
-            base: t0.wrapping_add(emin),
+        Chunk { data }
+    }
+
+    /// The header fields.
+    #[inline]
+    fn header(&self) -> Header {
+        let d = &self.data;
+        let mut pos = 1;
+        let base = unzigzag(get_varint(d, &mut pos));
+        let step = unzigzag(get_varint(d, &mut pos));
+        let max_ts = base.wrapping_add(unzigzag(get_varint(d, &mut pos)));
+        Header {
+            wt: u32::from(d[0]),
+            base,
             step,
             max_ts,
-            data,
+            at: pos,
         }
+    }
+
+    /// Largest timestamp in the chunk (the last one when timestamps increase).
+    pub(super) fn max_ts(&self) -> i64 {
+        self.header().max_ts
     }
 
     /// Bytes allocated for the encoded samples.
@@ -111,28 +145,28 @@ impl Chunk {
 
     /// Timestamps of samples `k..k + out.len()` into `out`.
     pub(super) fn timestamps(&self, k: usize, out: &mut [i64]) {
-        let wt = u32::from(self.data[0]);
-        let mut t = self.base.wrapping_add((k as i64).wrapping_mul(self.step));
-        let mut bit = 8 + k * wt as usize;
+        let h = self.header();
+        let mut t = h.base.wrapping_add((k as i64).wrapping_mul(h.step));
+        let mut bit = h.at * 8 + k * h.wt as usize;
         for o in out {
-            *o = t.wrapping_add(bits(&self.data, bit, wt) as i64);
-            t = t.wrapping_add(self.step);
-            bit += wt as usize;
+            *o = t.wrapping_add(bits(&self.data, bit, h.wt) as i64);
+            t = t.wrapping_add(h.step);
+            bit += h.wt as usize;
         }
     }
 
     /// All `CHUNK` samples into `out`.
     pub(super) fn decode(&self, out: &mut [(i64, u64)]) {
         let d = &self.data;
-        let wt = u32::from(d[0]);
-        let mut t = self.base;
-        let mut bit = 8;
+        let h = self.header();
+        let (wt, mut t) = (h.wt, h.base);
+        let mut bit = h.at * 8;
         for o in out.iter_mut() {
             o.0 = t.wrapping_add(bits(d, bit, wt) as i64);
-            t = t.wrapping_add(self.step);
+            t = t.wrapping_add(h.step);
             bit += wt as usize;
         }
-        let mut pos = 1 + (CHUNK * wt as usize).div_ceil(8);
+        let mut pos = h.at + (CHUNK * wt as usize).div_ceil(8);
         let tag = d[pos];
         pos += 1;
         if tag == TAG_XOR {
@@ -206,12 +240,12 @@ mod tests {
 
     /// The value tag byte of `c`.
     fn tag(c: &Chunk) -> u8 {
-        c.data[1 + ts_len(c)]
+        c.data[c.header().at + ts_len(c)]
     }
 
     /// Bytes of `c`'s values after the tag.
     fn values_len(c: &Chunk) -> usize {
-        c.encoded_len() - 2 - ts_len(c) - PAD
+        c.encoded_len() - 1 - c.header().at - ts_len(c)
     }
 
     fn round_trip(s: &[(i64, u64)]) -> Chunk {
@@ -227,7 +261,7 @@ mod tests {
                 s[k..k + 3].iter().map(|p| p.0).collect::<Vec<_>>()[..]
             );
         }
-        assert_eq!(c.max_ts, s.iter().map(|p| p.0).max().unwrap_or(i64::MIN));
+        assert_eq!(c.max_ts(), s.iter().map(|p| p.0).max().unwrap_or(i64::MIN));
         c
     }
 

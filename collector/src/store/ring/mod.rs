@@ -248,7 +248,7 @@ impl Ring {
     fn load_front(&mut self, horizon: i64, keep: usize) -> Option<i64> {
         let c = &self.chunks[0];
         let rest = CHUNK - self.skip;
-        if self.len() + 1 >= keep + rest || c.max_ts < horizon {
+        if self.len() + 1 >= keep + rest || c.max_ts() < horizon {
             self.pop_chunk();
             return None;
         }
