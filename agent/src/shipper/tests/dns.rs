@@ -315,3 +315,58 @@ async fn localhost_resolves_with_the_system_resolver() {
     .await;
     assert_eq!(batches(&fake), [1]);
 }
+
+/// A CA's PEM, and a certificate and key (PEM) for `name` it signs.
+fn pki(name: &str) -> (String, String, String) {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(rcgen::DnType::CommonName, "commwatch test CA");
+    let ca_pem = ca.self_signed(&ca_key).unwrap().pem();
+    let issuer = Issuer::new(ca, ca_key);
+    let key = KeyPair::generate().unwrap();
+    let cert = CertificateParams::new(vec![name.to_string()])
+        .unwrap()
+        .signed_by(&key, &issuer)
+        .unwrap();
+    (ca_pem, cert.pem(), key.serialize_pem())
+}
+
+/// The chart's case: the certificate names the headless Service, the agent dials a pod's address and checks
+/// the Service's name (without that, rustls would check the address and refuse).
+#[tokio::test]
+async fn a_resolved_tls_shard_is_verified_against_the_dns_name() {
+    let name = "commwatch-collector-headless.ns.svc";
+    let (ca, cert, key) = pki(name);
+    let listener = tokio::net::TcpListener::bind((ip(2), 0)).await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let fake = FakeCollector::default();
+    let identity = tonic::transport::Identity::from_pem(cert, key);
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .tls_config(tonic::transport::ServerTlsConfig::new().identity(identity))
+            .unwrap()
+            .add_service(pb::ingest_server::IngestServer::new(fake.clone()))
+            .serve_with_incoming(TcpListenerStream::new(listener)),
+    );
+    let resolver = Recorded::default();
+    resolver.set(&[ip(2)]);
+    let mut s = settings(format!("dns+https://{name}:{port}"));
+    s.tls = Some(
+        tonic::transport::ClientTlsConfig::new()
+            .ca_certificate(tonic::transport::Certificate::from_pem(ca)),
+    );
+    let metrics = Arc::new(AgentMetrics::new());
+    let periods = Periods::new(Duration::from_millis(50), Duration::from_secs(1));
+    let shipper = Shipper::new(s, metrics.clone(), periods, pb::Inventory::default())
+        .with_resolver(Arc::new(resolver.clone()));
+    let (ev_tx, ev_rx) = mpsc::channel(16);
+    let (_stop, stop_rx) = watch::channel(false);
+    tokio::spawn(shipper.run(ev_rx, stop_rx));
+    ev_tx.send(batch(1)).await.unwrap();
+    until("batch 1 acked over TLS", || metrics.acked_seq.get() == 1).await;
+    assert_eq!(batches(&fake), [1]);
+    assert_eq!(metrics.connects.with_label_values(&["error"]).get(), 0);
+}
