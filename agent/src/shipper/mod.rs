@@ -376,6 +376,9 @@ impl Shipper {
         shutdown: &mut watch::Receiver<bool>,
     ) -> bool {
         while self.urls.is_empty() {
+            if self.events_closed && self.buffer.is_empty() {
+                return false;
+            }
             if self.discovery.is_none() {
                 tracing::error!("no collector shard and no way to find one");
                 return false;

@@ -370,3 +370,64 @@ async fn a_resolved_tls_shard_is_verified_against_the_dns_name() {
     assert_eq!(batches(&fake), [1]);
     assert_eq!(metrics.connects.with_label_values(&["error"]).get(), 0);
 }
+
+/// The rules of a new set, without a network: stay on a fallback while the preferred shard is the same,
+/// move when the one in use is gone or the preferred one changed, ignore an empty set.
+#[test]
+fn a_new_set_moves_the_stream_only_when_it_must() {
+    let periods = Periods::new(Duration::from_millis(50), Duration::from_secs(1));
+    let metrics = Arc::new(AgentMetrics::new());
+    let mut s = Shipper::new(
+        settings("dns+http://shards.test:7070".into()),
+        metrics,
+        periods,
+        pb::Inventory::default(),
+    );
+    assert!(s.urls.is_empty(), "nothing known before the first answer");
+    let set = |lasts: &[u8]| discovery::ShardSet {
+        urls: {
+            let mut u: Vec<String> = lasts.iter().map(|&l| url_of(l, 7070)).collect();
+            u.sort();
+            u
+        },
+        server_names: Default::default(),
+    };
+    assert!(
+        !s.apply_set(set(&[2, 3, 4])),
+        "the first set: nothing to move from"
+    );
+    let preferred = s.target().to_string();
+    // On a fallback (its preferred shard failed): a set with the same preferred shard keeps it there.
+    s.advance();
+    let fallback = s.target().to_string();
+    let fifth: Vec<u8> = (5..=40)
+        .find(|&l| {
+            let mut with = set(&[2, 3, 4, l]).urls;
+            with.sort();
+            with[shard::order("n1", &with)[0]] == preferred
+        })
+        .map(|l| vec![2, 3, 4, l])
+        .expect("some fifth address keeps n1's preferred shard");
+    assert!(!s.apply_set(set(&fifth)));
+    assert_eq!(s.target(), fallback, "still on the fallback");
+    // The fallback's record goes: back to the preferred shard.
+    let without: Vec<u8> = fifth
+        .iter()
+        .copied()
+        .filter(|&l| url_of(l, 7070) != fallback)
+        .collect();
+    assert!(s.apply_set(set(&without)));
+    assert_eq!(s.target(), preferred);
+    // An empty answer is no set.
+    assert!(!s.apply_set(set(&[])));
+    assert_eq!(s.target(), preferred);
+    // The preferred shard's record goes: to the next, which is now preferred.
+    let rest: Vec<u8> = without
+        .iter()
+        .copied()
+        .filter(|&l| url_of(l, 7070) != preferred)
+        .collect();
+    assert!(s.apply_set(set(&rest)));
+    assert_eq!(s.pos, 0);
+    assert_ne!(s.target(), preferred);
+}
