@@ -585,21 +585,7 @@ impl NodeState {
                 i = end;
                 continue;
             }
-            // The tick gets its number with its first sample taken.
-            let mut tick: Option<i64> = None;
-            for (&slot, &value) in slots.iter().zip(values) {
-                if slot == REFUSED {
-                    counts.refused += 1;
-                    continue;
-                }
-                let Some(s) = self.series.get_mut(slot as usize) else {
-                    continue;
-                };
-                if let Some(v) = s.accept(ts, value, &mut counts) {
-                    let n = *tick.get_or_insert_with(|| self.ticks.push(ts, retention_ns) as i64);
-                    s.ring.push_after(n, v, self.ticks.first() as i64);
-                }
-            }
+            self.apply_tick(ts, slots, values, retention_ns, &mut counts);
             i = end;
         }
         if self.ticks.first() != first_tick {
@@ -624,6 +610,47 @@ impl NodeState {
         let gap = batch.seq - entry.highest - 1;
         entry.highest = batch.seq;
         Ok(BatchOutcome::Accepted { gap, counts })
+    }
+
+    /// Applies one tick's samples (`slots[k]` takes `values[k]`, stamped `ts` > 0). The tick gets its number
+    /// with its first sample taken: until then each sample is offered on its own, after it the rest go
+    /// straight into their rings under that number and horizon.
+    #[inline]
+    fn apply_tick(
+        &mut self,
+        ts: i64,
+        slots: &[u32],
+        values: &[u64],
+        retention_ns: i64,
+        counts: &mut ApplyCounts,
+    ) {
+        let mut k = 0;
+        let tick = loop {
+            let (Some(&slot), Some(&value)) = (slots.get(k), values.get(k)) else {
+                return;
+            };
+            k += 1;
+            let Some(s) = self.series.get_mut(slot as usize) else {
+                counts.refused += u64::from(slot == REFUSED);
+                continue;
+            };
+            if let Some(v) = s.accept(ts, value, counts) {
+                let n = self.ticks.push(ts, retention_ns) as i64;
+                s.ring.push_after(n, v, self.ticks.first() as i64);
+                break n;
+            }
+        };
+        let horizon = self.ticks.first() as i64;
+        let rest = slots.get(k..).unwrap_or(&[]).iter();
+        for (&slot, &value) in rest.zip(values.get(k..).unwrap_or(&[])) {
+            let Some(s) = self.series.get_mut(slot as usize) else {
+                counts.refused += u64::from(slot == REFUSED);
+                continue;
+            };
+            if let Some(v) = s.accept(ts, value, counts) {
+                s.ring.push_after(tick, v, horizon);
+            }
+        }
     }
 
     /// Raises the highest sequence number applied for an instance (dedup state restored at start; what is

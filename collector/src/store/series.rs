@@ -128,10 +128,12 @@ impl Series {
 
     /// Takes the reading `raw` at `ts`: the value its ring is to hold (the reading for a gauge, the
     /// reset-corrected cumulative increase for a counter), or `None` when it is not newer than the previous
-    /// reading (counted, skipped). The caller pushes the value under the reading's tick.
+    /// reading (counted, skipped). The caller pushes the value under the reading's tick; `ts` > 0 (the batch's
+    /// window check), so the first reading is always newer than "none yet" (0).
     #[inline]
     pub(super) fn accept(&mut self, ts: i64, raw: u64, c: &mut ApplyCounts) -> Option<u64> {
-        if self.last_ts != 0 && ts <= self.last_ts {
+        debug_assert!(ts > 0);
+        if ts <= self.last_ts {
             c.out_of_order += 1;
             return None;
         }

@@ -110,12 +110,17 @@ impl Open {
         let dcode = DOD_CODE[byte_len(dod)];
         let dn = DOD_LEN[usize::from(dcode)];
         let vn = byte_len(val);
-        if self.bytes.capacity() - self.bytes.len() < MAX_SAMPLE {
+        let at = self.bytes.len();
+        if self.bytes.capacity() - at < MAX_SAMPLE {
             self.grow();
         }
-        self.bytes.push(dcode << 5 | tag | vn as u8);
-        self.bytes.extend_from_slice(&dod.to_le_bytes()[..dn]);
-        self.bytes.extend_from_slice(&val.to_le_bytes()[..vn]);
+        // Whole words into room made for them, then the length cut to the bytes that count.
+        self.bytes.resize(at + MAX_SAMPLE, 0);
+        let w = &mut self.bytes[at..at + MAX_SAMPLE];
+        w[0] = dcode << 5 | tag | vn as u8;
+        w[1..9].copy_from_slice(&dod.to_le_bytes());
+        w[1 + dn..9 + dn].copy_from_slice(&val.to_le_bytes());
+        self.bytes.truncate(at + 1 + dn + vn);
         self.back = State { t, v, gap };
         self.n += 1;
     }
