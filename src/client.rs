@@ -29,6 +29,14 @@ pub struct ConnectArgs {
 
 /// The client for `args`; a token file that cannot be read, a bad URL or CA file are usage errors.
 pub fn connect(args: &ConnectArgs) -> Result<Client, CliError> {
+    connect_via(args, None)
+}
+
+/// [`connect`], reaching the collector at `addr` instead of the URL host's address (one shard of a DNS name).
+pub fn connect_via(
+    args: &ConnectArgs,
+    addr: Option<std::net::SocketAddr>,
+) -> Result<Client, CliError> {
     let token = args
         .api_token_file
         .as_deref()
@@ -38,6 +46,7 @@ pub fn connect(args: &ConnectArgs) -> Result<Client, CliError> {
         ca_file: args.tls_ca.clone(),
         token,
         timeout: Some(args.timeout),
+        connect_to: addr,
     };
     build(&args.collector, &options, "--tls-ca")
 }

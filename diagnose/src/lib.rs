@@ -195,6 +195,7 @@ fn collector_client(url: &str, args: &DiagnoseArgs) -> Result<collector::Client,
         ca_file: args.tls_ca.clone(),
         token,
         timeout: None,
+        connect_to: None,
     };
     collector::Client::new(url, &options).map_err(|e| e.to_string())
 }

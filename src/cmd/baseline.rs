@@ -47,6 +47,7 @@ pub fn run(command: &BaselineCommand) -> Result<(), CliError> {
         ca_file: tls_ca.clone(),
         token,
         timeout: None,
+        connect_to: None,
     };
     let client = build(collector, &options, "--tls-ca")?;
     let stored = commwatch_diagnose::baseline::import(file, &client, job.as_deref())

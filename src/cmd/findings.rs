@@ -126,11 +126,11 @@ pub fn run(args: &FindingsArgs) -> Result<(), CliError> {
         match fetch(client, &args.query()) {
             Ok(list) if sharded => findings.extend(
                 list.into_iter()
-                    .map(|(raw, f)| (tag(raw, client.base_url()), f)),
+                    .map(|(raw, f)| (tag(raw, client.name()), f)),
             ),
             Ok(list) => findings.extend(list),
             Err(e) if sharded => {
-                eprintln!("{}: {e}", client.base_url());
+                eprintln!("{}: {e}", client.name());
                 first_error.get_or_insert(e);
             }
             Err(e) => return Err(e),

@@ -12,7 +12,7 @@ use clap::Args;
 use commwatch_diagnose::collector::Client;
 
 use crate::api::Node;
-use crate::client::{connect, ConnectArgs};
+use crate::client::{connect, connect_via, ConnectArgs};
 use crate::outcome::CliError;
 
 /// The connection flags, `--collector` repeatable (shards).
@@ -20,6 +20,8 @@ use crate::outcome::CliError;
 pub struct ShardArgs {
     /// The collector's HTTP address: http://HOST:PORT, or https://HOST:PORT[/PREFIX] through a TLS proxy.
     /// Several collectors (shards): repeat the flag or separate the URLs by commas; their answers are merged.
+    /// dns+http://NAME:PORT (or dns+https://) stands for every address NAME resolves to, one shard each (a
+    /// headless Service); TLS checks the certificate against NAME.
     #[arg(
         long,
         value_name = "URL",
@@ -59,17 +61,61 @@ impl ShardArgs {
         if urls.is_empty() {
             return Err(CliError::Usage("--collector: no URL given".into()));
         }
-        urls.into_iter()
-            .map(|collector| {
-                connect(&ConnectArgs {
-                    collector,
-                    api_token_file: self.api_token_file.clone(),
-                    tls_ca: self.tls_ca.clone(),
-                    timeout: self.timeout,
-                })
-            })
-            .collect()
+        let mut clients = Vec::new();
+        for url in urls {
+            let Some(named) = url.strip_prefix("dns+") else {
+                clients.push(connect(&self.connect_args(url))?);
+                continue;
+            };
+            for addr in resolve_shards(named)? {
+                clients.push(connect_via(
+                    &self.connect_args(named.to_string()),
+                    Some(addr),
+                )?);
+            }
+        }
+        Ok(clients)
     }
+
+    fn connect_args(&self, collector: String) -> ConnectArgs {
+        ConnectArgs {
+            collector,
+            api_token_file: self.api_token_file.clone(),
+            tls_ca: self.tls_ca.clone(),
+            timeout: self.timeout,
+        }
+    }
+}
+
+/// Every address the host of `url` (`http(s)://NAME:PORT[/PREFIX]`, the `dns+` taken off) resolves to, with the
+/// URL's port, sorted and each once: the shards behind one name, in the order every agent sees them.
+fn resolve_shards(url: &str) -> Result<Vec<std::net::SocketAddr>, CliError> {
+    use std::net::ToSocketAddrs;
+    let usage = |why: &str| CliError::Usage(format!("--collector dns+{url}: {why}"));
+    let parsed = reqwest::Url::parse(url).map_err(|e| usage(&e.to_string()))?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(usage("the scheme after dns+ must be http or https"));
+    }
+    let host = parsed.host_str().ok_or_else(|| usage("no host name"))?;
+    let port = parsed
+        .port()
+        .ok_or_else(|| usage("a port is needed (the collectors' HTTP port)"))?;
+    let mut addrs: Vec<std::net::SocketAddr> = (host.trim_matches(['[', ']']), port)
+        .to_socket_addrs()
+        .map_err(|e| {
+            CliError::Other(anyhow::anyhow!(
+                "cannot resolve {host} (--collector dns+{url}): {e}"
+            ))
+        })?
+        .collect();
+    addrs.sort();
+    addrs.dedup();
+    if addrs.is_empty() {
+        return Err(CliError::Other(anyhow::anyhow!(
+            "{host} (--collector dns+{url}) resolves to no address"
+        )));
+    }
+    Ok(addrs)
 }
 
 /// Nodes of every shard, each name once with its newest `last_seen_unix_s`, sorted by name.
@@ -128,6 +174,41 @@ mod tests {
         assert_eq!(w.args.clients().unwrap().len(), 3);
         let empty = Wrap::try_parse_from(["x", "--collector", ","]).unwrap();
         assert!(matches!(empty.args.clients(), Err(CliError::Usage(_))));
+    }
+
+    #[test]
+    fn a_dns_name_stands_for_each_of_its_addresses() {
+        let w = Wrap::try_parse_from([
+            "x",
+            "--collector",
+            "dns+http://localhost:9470/p,http://b:9470",
+        ])
+        .unwrap();
+        let clients = w.args.clients().unwrap();
+        let names: Vec<&str> = clients.iter().map(|c| c.name()).collect();
+        // localhost: 127.0.0.1 and, where configured, [::1]; sorted (IPv4 first), then the plain URL.
+        assert_eq!(names[0], "http://127.0.0.1:9470/p", "{names:?}");
+        assert_eq!(names.last(), Some(&"http://b:9470"), "{names:?}");
+        assert!(names[..names.len() - 1]
+            .iter()
+            .all(|n| *n == "http://127.0.0.1:9470/p" || *n == "http://[::1]:9470/p"));
+        assert!(clients[..clients.len() - 1]
+            .iter()
+            .all(|c| c.base_url() == "http://localhost:9470/p"));
+        for (bad, says) in [
+            ("dns+http://localhost/", "a port is needed"),
+            ("dns+ftp://localhost:1", "must be http or https"),
+            ("dns+localhost:1", "must be http or https"),
+        ] {
+            let w = Wrap::try_parse_from(["x", "--collector", bad]).unwrap();
+            match w.args.clients() {
+                Err(CliError::Usage(m)) => assert!(m.contains(says), "{bad}: {m}"),
+                other => panic!("{bad}: {:?}", other.map(|c| c.len())),
+            }
+        }
+        let w =
+            Wrap::try_parse_from(["x", "--collector", "dns+http://shards.invalid:9470"]).unwrap();
+        assert!(matches!(w.args.clients(), Err(CliError::Other(_))));
     }
 
     #[test]

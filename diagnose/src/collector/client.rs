@@ -28,6 +28,10 @@ pub struct ClientOptions {
     pub token: Option<String>,
     /// Whole-request timeout; [`DEFAULT_TIMEOUT`] when `None`.
     pub timeout: Option<Duration>,
+    /// Connect to this address instead of resolving the URL's host (one shard of several behind one DNS
+    /// name); TLS still verifies the certificate against the URL's host. The client is then named by the
+    /// address ([`Client::name`]).
+    pub connect_to: Option<std::net::SocketAddr>,
 }
 
 /// Why a request got no usable answer. [`ClientError::is_usage`] tells a mistake of the caller (URL, CA file,
@@ -86,6 +90,9 @@ pub struct Answer {
 #[derive(Debug, Clone)]
 pub struct Client {
     base: String,
+    /// What reports call this collector: the base URL, or with [`ClientOptions::connect_to`] the URL with the
+    /// address in place of the host.
+    name: String,
     http: reqwest::blocking::Client,
     token: Option<String>,
 }
@@ -112,8 +119,29 @@ impl Client {
             }
         }
         let token = options.token.as_deref().map(check_token).transpose()?;
+        let mut name = base.clone();
+        if let Some(addr) = options.connect_to {
+            let url = reqwest::Url::parse(&base).map_err(|e| ClientError::BadUrl {
+                url: base_url.to_string(),
+                reason: e.to_string(),
+            })?;
+            let host = url.host_str().unwrap_or_default().to_string();
+            builder = builder.resolve(&host, addr);
+            name = named_by_address(&url, addr);
+        }
         let http = builder.build().map_err(|e| ClientError::Build(chain(&e)))?;
-        Ok(Client { base, http, token })
+        Ok(Client {
+            base,
+            name,
+            http,
+            token,
+        })
+    }
+
+    /// What reports call this collector: [`Client::base_url`], or `SCHEME://ADDRESS:PORT[/PREFIX]` when it was
+    /// given an address to connect to.
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
     /// The base URL, without a trailing `/`.
@@ -320,6 +348,12 @@ fn chain(e: &dyn std::error::Error) -> String {
     out
 }
 
+/// `url` with `addr` in place of its host and port, without a trailing `/`.
+fn named_by_address(url: &reqwest::Url, addr: std::net::SocketAddr) -> String {
+    let path = url.path().trim_end_matches('/');
+    format!("{}://{addr}{path}", url.scheme())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -368,6 +402,46 @@ mod tests {
         };
         let e = Client::new("https://127.0.0.1:1", &missing).unwrap_err();
         assert!(e.to_string().contains("absent.pem"), "{e}");
+    }
+
+    #[test]
+    fn an_address_to_connect_to_replaces_the_hosts_lookup() {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = std::thread::spawn(move || {
+            let (mut conn, _) = listener.accept().unwrap();
+            let mut buf = [0u8; 4096];
+            let n = conn.read(&mut buf).unwrap();
+            let request = String::from_utf8_lossy(&buf[..n]).to_string();
+            conn.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok")
+                .unwrap();
+            request
+        });
+        // `.invalid` never resolves (RFC 6761): only the given address can answer.
+        let url = format!("http://shards.invalid:{}/prefix", addr.port());
+        let options = ClientOptions {
+            connect_to: Some(addr),
+            ..Default::default()
+        };
+        let client = Client::new(&url, &options).unwrap();
+        assert_eq!(client.name(), format!("http://{addr}/prefix"));
+        assert_eq!(client.base_url(), url);
+        let answer = client.get("/api/v1/nodes", &[]).unwrap();
+        assert_eq!(answer.body, "ok");
+        let request = server.join().unwrap();
+        assert!(
+            request.starts_with("GET /prefix/api/v1/nodes "),
+            "{request}"
+        );
+        assert!(
+            request
+                .to_ascii_lowercase()
+                .contains(&format!("host: shards.invalid:{}", addr.port())),
+            "{request}"
+        );
+        let plain = Client::new(&url, &ClientOptions::default()).unwrap();
+        assert_eq!(plain.name(), url);
     }
 
     #[test]

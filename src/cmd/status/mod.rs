@@ -46,10 +46,10 @@ pub fn run(args: &StatusArgs) -> Result<u8, CliError> {
     }
     let client = &clients[0];
     let report = match gather(client) {
-        Ok(r) => r.report(client.base_url(), args.stale_after),
+        Ok(r) => r.report(client.name(), args.stale_after),
         Err((reachable, e)) => {
             if args.format == OutputFormat::Json {
-                let doc = report::failure(client.base_url(), reachable, &e.to_string());
+                let doc = report::failure(client.name(), reachable, &e.to_string());
                 println!("{doc:#}");
             }
             return Err(CliError::Collector(e));
@@ -68,7 +68,7 @@ fn run_shards(
     let mut lines = Vec::new();
     let mut first_error = None;
     for client in clients {
-        let url = client.base_url().to_string();
+        let url = client.name().to_string();
         match gather(client) {
             Ok(a) => {
                 lines.push(ShardLine::answered(
@@ -86,7 +86,7 @@ fn run_shards(
             }
         }
     }
-    let urls: Vec<&str> = clients.iter().map(|c| c.base_url()).collect();
+    let urls: Vec<&str> = clients.iter().map(|c| c.name()).collect();
     let mut report = Answer::merge(answers).report(&urls.join(","), args.stale_after);
     report.collector.reachable = first_error.is_none();
     report.collectors = lines;
