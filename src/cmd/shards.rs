@@ -92,14 +92,18 @@ impl ShardArgs {
 fn resolve_shards(url: &str) -> Result<Vec<std::net::SocketAddr>, CliError> {
     use std::net::ToSocketAddrs;
     let usage = |why: &str| CliError::Usage(format!("--collector dns+{url}: {why}"));
-    let parsed = reqwest::Url::parse(url).map_err(|e| usage(&e.to_string()))?;
-    if !matches!(parsed.scheme(), "http" | "https") {
-        return Err(usage("the scheme after dns+ must be http or https"));
-    }
-    let host = parsed.host_str().ok_or_else(|| usage("no host name"))?;
-    let port = parsed
-        .port()
+    let rest = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))
+        .ok_or_else(|| usage("the scheme after dns+ must be http or https"))?;
+    let authority = rest.split('/').next().unwrap_or_default();
+    let (host, port) = authority
+        .rsplit_once(':')
+        .filter(|(h, p)| !h.is_empty() && !p.is_empty() && !p.contains(']'))
         .ok_or_else(|| usage("a port is needed (the collectors' HTTP port)"))?;
+    let port: u16 = port
+        .parse()
+        .map_err(|_| usage(&format!("bad port {port:?}")))?;
     let mut addrs: Vec<std::net::SocketAddr> = (host.trim_matches(['[', ']']), port)
         .to_socket_addrs()
         .map_err(|e| {
