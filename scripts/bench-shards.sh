@@ -2,8 +2,9 @@
 # Collector load with the load generator: NODES simulated nodes (the sim's demo node shape, default rates)
 # against SHARDS collectors, each pinned to its own core; the generator on the next core (one shard) or on
 # every core (several: a 2-core machine has no spare one). Prints the generator's report (ack latency per
-# shard, keeps up or not), then per shard: series per node in /metrics, the store's bytes per node, and the
-# load average before and after.
+# shard, keeps up or not), then per shard: series per node in /metrics, the store's bytes per node, the
+# collector's CPU seconds per million samples and its passes' time per node, and the load average before and
+# after.
 #
 #   cargo build --release --bin commwatch && cargo build --release -p commwatch-sim --bin loadgen
 #   scripts/bench-shards.sh NODES [SHARDS=1] [SECS=60]        (env: WARMUP=15, BASE_PORT=17100, EXTRA=...)
@@ -52,5 +53,20 @@ for ((k = 0; k < shards; k++)); do
   per_node=$(grep -c "${one:-none}" "$work/metrics-$k.txt" || true)
   store=$(grep '^commwatch_collector_store_bytes' "$work/metrics-$k.txt" | tr '\n' ' ')
   echo "shard $k: $nodes_here nodes in /metrics, $held node series ($per_node for one node), $(wc -c <"$work/metrics-$k.txt") bytes of /metrics; $store"
+  # CPU per work over the whole run (warm-up included): the collector's CPU seconds (/proc, user + system) per
+  # million samples it accepted, and its passes' time per node (commwatch_collector_pass_seconds).
+  ticks=$(getconf CLK_TCK)
+  cpu_s=$(awk -v t="$ticks" '{ printf "%.2f", ($14 + $15) / t }' "/proc/${pids[$k]}/stat" 2>/dev/null || echo 0)
+  samples=$(awk '/^commwatch_collector_samples_total /{ printf "%.0f", $2 }' "$work/metrics-$k.txt")
+  awk -v c="$cpu_s" -v s="${samples:-0}" -v k="$k" 'BEGIN { if (s > 0) printf "shard %s: collector CPU %.2f s for %.1f M samples: %.3f CPU s per million samples\n", k, c, s / 1e6, c / (s / 1e6) }'
+  awk -v k="$k" '
+    /^commwatch_collector_pass_seconds_sum/ { match($0, /pass="[a-z_]*"/); p = substr($0, RSTART + 6, RLENGTH - 7); sum[p] = $2 }
+    /^commwatch_collector_pass_seconds_count/ { match($0, /pass="[a-z_]*"/); p = substr($0, RSTART + 6, RLENGTH - 7); cnt[p] = $2 }
+    /^commwatch_collector_pass_nodes_total/ { match($0, /pass="[a-z_]*"/); p = substr($0, RSTART + 6, RLENGTH - 7); nodes[p] = $2 }
+    /^commwatch_collector_ingest_seconds_sum/ { isum = $2 } /^commwatch_collector_ingest_seconds_count/ { icnt = $2 }
+    END {
+      for (p in sum) if (nodes[p] > 0) printf "shard %s: pass %s: %d passes, %.1f ms per pass, %.1f us per node\n", k, p, cnt[p], 1e3 * sum[p] / cnt[p], 1e6 * sum[p] / nodes[p]
+      if (icnt > 0) printf "shard %s: ingest (validate + apply): %.1f us per batch over %d batches\n", k, 1e6 * isum / icnt, icnt
+    }' "$work/metrics-$k.txt"
   grep -m5 -E ' (WARN|ERROR) ' "$work/collector-$k.log" || true
 done

@@ -17,7 +17,7 @@
 use serde::Serialize;
 
 use super::median;
-use crate::steps::bandwidth::interpolate;
+use crate::steps::bandwidth::interpolate_ascending;
 use crate::steps::busy::{self, Interval, Run};
 use commwatch_model::stats::median_i64;
 
@@ -153,6 +153,13 @@ fn delta(a: u64, b: u64) -> f64 {
 /// bytes the larger of `grid`'s and `other`'s (interpolated when its ticks differ), as the steps count them.
 fn intervals(grid: &[(i64, u64)], other: &[(i64, u64)]) -> Vec<(i64, i64, f64)> {
     let same_ticks = other.len() == grid.len() && other.iter().zip(grid).all(|(a, b)| a.0 == b.0);
+    // `other` at every tick of the grid, by one walk (the grid ascends), when its ticks differ.
+    let at = if same_ticks {
+        Vec::new()
+    } else {
+        let times: Vec<i64> = grid.iter().map(|p| p.0).collect();
+        interpolate_ascending(other, &times)
+    };
     grid.windows(2)
         .enumerate()
         .filter(|(_, p)| p[1].0 > p[0].0)
@@ -161,7 +168,7 @@ fn intervals(grid: &[(i64, u64)], other: &[(i64, u64)]) -> Vec<(i64, i64, f64)> 
             let theirs = if same_ticks {
                 delta(other[i].1, other[i + 1].1)
             } else {
-                match (interpolate(other, p[0].0), interpolate(other, p[1].0)) {
+                match (at[i], at[i + 1]) {
                     (Some(a), Some(b)) => (b - a).max(0.0),
                     _ => 0.0,
                 }
@@ -169,6 +176,18 @@ fn intervals(grid: &[(i64, u64)], other: &[(i64, u64)]) -> Vec<(i64, i64, f64)> 
             (p[0].0, p[1].0, own.max(theirs))
         })
         .collect()
+}
+
+/// Median length of the intervals, nanoseconds (0 without any): [`median_i64`], without its sort when every
+/// interval has the same length (regular sampling, the common case).
+fn median_interval(iv: &[(i64, i64, f64)]) -> i64 {
+    let mut lens = iv.iter().map(|x| x.1 - x.0);
+    let Some(first) = lens.next() else { return 0 };
+    if lens.all(|l| l == first) {
+        return first;
+    }
+    let mut dts: Vec<i64> = iv.iter().map(|x| x.1 - x.0).collect();
+    median_i64(&mut dts).unwrap_or(0)
 }
 
 /// A run of `iv[first..end]` as a [`Burst`].
@@ -243,8 +262,7 @@ pub fn analyse(
         return None;
     }
     let iv = intervals(grid, other);
-    let mut dts: Vec<i64> = iv.iter().map(|x| x.1 - x.0).collect();
-    let sample_period_s = median_i64(&mut dts).unwrap_or(0) as f64 / 1e9;
+    let sample_period_s = median_interval(&iv) as f64 / 1e9;
     let floor = busy::active_floor(capacity_bytes_per_second);
     let shape: Vec<Interval> = iv
         .iter()
@@ -300,6 +318,61 @@ mod tests {
                 (t, bytes_at(t))
             })
             .collect()
+    }
+
+    /// The window's intervals as they were computed before the walk: a search per grid tick.
+    fn intervals_by_search(grid: &[(i64, u64)], other: &[(i64, u64)]) -> Vec<(i64, i64, f64)> {
+        use crate::steps::bandwidth::interpolate;
+        let same = other.len() == grid.len() && other.iter().zip(grid).all(|(a, b)| a.0 == b.0);
+        grid.windows(2)
+            .enumerate()
+            .filter(|(_, p)| p[1].0 > p[0].0)
+            .map(|(i, p)| {
+                let theirs = if same {
+                    delta(other[i].1, other[i + 1].1)
+                } else {
+                    match (interpolate(other, p[0].0), interpolate(other, p[1].0)) {
+                        (Some(a), Some(b)) => (b - a).max(0.0),
+                        _ => 0.0,
+                    }
+                };
+                (p[0].0, p[1].0, delta(p[0].1, p[1].1).max(theirs))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn walked_intervals_and_median_equal_the_searched_and_sorted_ones() {
+        use rand::{Rng, SeedableRng};
+        let mut r = rand::rngs::StdRng::seed_from_u64(5);
+        let series = |r: &mut rand::rngs::StdRng, regular: bool| {
+            let n = r.random_range(0..50);
+            let (mut t, mut acc) = (r.random_range(0..80 * MS), 0u64);
+            (0..n)
+                .map(|_| {
+                    t += if regular {
+                        50 * MS
+                    } else {
+                        r.random_range(1..90 * MS)
+                    };
+                    acc += r.random_range(0..1u64 << 33);
+                    (t, acc)
+                })
+                .collect::<Vec<_>>()
+        };
+        for round in 0..400 {
+            let regular = round % 2 == 0;
+            let grid = series(&mut r, regular);
+            let other = if round % 3 == 0 {
+                grid.iter().map(|&(t, a)| (t, a / 3)).collect()
+            } else {
+                series(&mut r, regular)
+            };
+            let iv = intervals(&grid, &other);
+            assert_eq!(iv, intervals_by_search(&grid, &other));
+            let mut dts: Vec<i64> = iv.iter().map(|x| x.1 - x.0).collect();
+            assert_eq!(median_interval(&iv), median_i64(&mut dts).unwrap_or(0));
+        }
     }
 
     #[test]

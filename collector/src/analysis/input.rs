@@ -385,10 +385,12 @@ pub fn node_input(n: &NodeState, since_ns: i64) -> NodeInput {
 
 /// Builds the input from the store: every node seen within its expiry, windows of [`WINDOW_NS`] before
 /// `now_unix_ns`, each node's steps of that window (of its [`STEPS_READ`] newest), the fleet jobs, plus the
-/// engine's baselines and the jobs' references.
+/// engine's baselines and the jobs' references. The nodes' part is timed in
+/// `commwatch_collector_pass_seconds{pass="analysis_input"}`.
 pub fn build(store: &Store, steps: &StepStore, now_unix_ns: i64, extras: &Extras) -> AnalysisInput {
     let since = now_unix_ns - WINDOW_NS;
-    let nodes = store
+    let timer = crate::telemetry::PassTimer::start("analysis_input");
+    let nodes: Vec<NodeInput> = store
         .node_names(now_unix_ns)
         .iter()
         .filter_map(|name| {
@@ -402,6 +404,7 @@ pub fn build(store: &Store, steps: &StepStore, now_unix_ns: i64, extras: &Extras
             Some(n)
         })
         .collect();
+    timer.done(nodes.len());
     AnalysisInput {
         now_unix_ns,
         nodes,

@@ -43,6 +43,37 @@ pub fn interpolate(samples: &[(i64, u64)], t: i64) -> Option<f64> {
     acc_at(samples, t).map(|(a, f)| a as f64 + f)
 }
 
+/// [`interpolate`] at each of `times`, by one walk over `samples` (oldest first) while the times ascend
+/// instead of a search per time — the same values; a time earlier than its predecessor is searched for.
+pub fn interpolate_ascending(samples: &[(i64, u64)], times: &[i64]) -> Vec<Option<f64>> {
+    let (Some(first), Some(last)) = (samples.first(), samples.last()) else {
+        return vec![None; times.len()];
+    };
+    // `next`: the first sample with ts > the previous time (as `acc_at`'s partition point).
+    let mut next = 0usize;
+    times
+        .iter()
+        .map(|&t| {
+            if t < first.0 || t > last.0 {
+                return None;
+            }
+            if next > 0 && samples[next - 1].0 > t {
+                next = samples.partition_point(|s| s.0 <= t);
+            }
+            while next < samples.len() && samples[next].0 <= t {
+                next += 1;
+            }
+            let (t0, a0) = samples[next - 1];
+            if t0 == t || next == samples.len() {
+                return Some(a0 as f64);
+            }
+            let (t1, a1) = samples[next];
+            let frac = (t - t0) as f64 / (t1 - t0) as f64;
+            Some(a0 as f64 + a1.saturating_sub(a0) as f64 * frac)
+        })
+        .collect()
+}
+
 /// Bytes between `start` and `end` (`start < end`), `None` when the samples do not cover both edges.
 pub fn bytes_between(samples: &[(i64, u64)], start: i64, end: i64) -> Option<u64> {
     let (a0, f0) = acc_at(samples, start)?;
@@ -70,13 +101,9 @@ pub fn step_link(
     if tx_bytes.is_none() && rx_bytes.is_none() {
         return None;
     }
-    let (tx_bytes, rx_bytes) = (tx_bytes.unwrap_or(0), rx_bytes.unwrap_or(0));
     // Interval grid: the edges and the samples strictly inside (of whichever direction covers the step).
-    let grid_src = if bytes_between(tx, start_ns, end_ns).is_some() {
-        tx
-    } else {
-        rx
-    };
+    let grid_src = if tx_bytes.is_some() { tx } else { rx };
+    let (tx_bytes, rx_bytes) = (tx_bytes.unwrap_or(0), rx_bytes.unwrap_or(0));
     let mut points: Vec<i64> = Vec::with_capacity(16);
     points.push(start_ns);
     let from = grid_src.partition_point(|s| s.0 <= start_ns);
@@ -87,19 +114,24 @@ pub fn step_link(
             .take_while(|&t| t < end_ns),
     );
     points.push(end_ns);
+    // Both directions at every grid point, each by one walk (the grid ascends).
+    let (tx_at, rx_at) = (
+        interpolate_ascending(tx, &points),
+        interpolate_ascending(rx, &points),
+    );
     let mut intervals: Vec<Interval> = Vec::with_capacity(points.len());
-    for w in points.windows(2) {
+    for (j, w) in points.windows(2).enumerate() {
         let len_s = (w[1] - w[0]) as f64 / 1e9;
         if len_s <= 0.0 {
             continue;
         }
-        let d = |s: &[(i64, u64)]| match (interpolate(s, w[0]), interpolate(s, w[1])) {
+        let d = |at: &[Option<f64>]| match (at[j], at[j + 1]) {
             (Some(a), Some(b)) => (b - a).max(0.0),
             _ => 0.0,
         };
         intervals.push(Interval {
             len_s,
-            bytes: d(tx).max(d(rx)),
+            bytes: d(&tx_at).max(d(&rx_at)),
         });
     }
     let floor = active_floor(link.capacity_bytes_per_second);
@@ -219,6 +251,43 @@ mod tests {
         assert_eq!(l.utilization, None);
         assert_eq!(l.average_bytes_per_second, 1e6);
         assert!(l.confident);
+    }
+
+    /// Random cumulative samples: strictly increasing times with uneven gaps, counters that may stall.
+    fn random_samples(r: &mut impl rand::Rng, n: usize) -> Vec<(i64, u64)> {
+        let (mut t, mut acc) = (r.random_range(0..100 * MS), 0u64);
+        (0..n)
+            .map(|_| {
+                t += r.random_range(1..120 * MS);
+                acc += if r.random_bool(0.3) {
+                    0
+                } else {
+                    r.random_range(0..1u64 << 34)
+                };
+                (t, acc)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn interpolate_ascending_equals_a_search_per_time() {
+        use rand::{Rng, SeedableRng};
+        let mut r = rand::rngs::StdRng::seed_from_u64(17);
+        for round in 0..500 {
+            let n = r.random_range(0..40);
+            let s = random_samples(&mut r, n);
+            let span = s.last().map_or(S, |l| l.0 + 200 * MS);
+            let k = r.random_range(0..60);
+            let mut times: Vec<i64> = (0..k).map(|_| r.random_range(-50 * MS..span)).collect();
+            // Sample times themselves (exact hits), then ascending; every fourth round left unordered.
+            times.extend(s.iter().step_by(3).map(|x| x.0));
+            if round % 4 != 0 {
+                times.sort_unstable();
+            }
+            let walked = interpolate_ascending(&s, &times);
+            let searched: Vec<Option<f64>> = times.iter().map(|&t| interpolate(&s, t)).collect();
+            assert_eq!(walked, searched, "samples {s:?} times {times:?}");
+        }
     }
 
     #[test]

@@ -126,6 +126,21 @@ fn clamped(samples: &[(i64, u64)], t: i64) -> f64 {
     }
 }
 
+/// [`clamped`] at each of `times` (ascending: one walk over the samples), the same values.
+fn clamped_ascending(samples: &[(i64, u64)], times: &[i64]) -> Vec<f64> {
+    let inner = super::bandwidth::interpolate_ascending(samples, times);
+    times
+        .iter()
+        .zip(inner)
+        .map(|(&t, v)| match (samples.first(), samples.last()) {
+            (Some(f), _) if t <= f.0 => f.1 as f64,
+            (_, Some(l)) if t >= l.0 => l.1 as f64,
+            (Some(_), Some(_)) => v.unwrap_or(0.0),
+            _ => 0.0,
+        })
+        .collect()
+}
+
 fn copy_fresh(n: &NodeState, cursor: u64, traffic_from: i64) -> Fresh {
     let (markers, lost) = n.markers().since(cursor);
     let next_cursor = n.markers().next_seq();
@@ -162,9 +177,15 @@ fn copy_fresh(n: &NodeState, cursor: u64, traffic_from: i64) -> Fresh {
                 .collect()
         })
         .unwrap_or_default();
+    // Each series at every time by one walk ([`clamped_ascending`]), summed per time in series order.
+    let at: Vec<Vec<f64>> = series
+        .iter()
+        .map(|s| clamped_ascending(s, &times))
+        .collect();
     let traffic = times
-        .into_iter()
-        .map(|t| (t, series.iter().map(|s| clamped(s, t)).sum::<f64>()))
+        .iter()
+        .enumerate()
+        .map(|(j, &t)| (t, at.iter().map(|v| v[j]).sum::<f64>()))
         .collect();
     let job = match n.jobs().jobs.as_slice() {
         [only] => Some(only.id.clone()),
@@ -218,7 +239,9 @@ impl Engine {
 
     /// One pass over every node the store holds as fresh at `now_unix_ns`: new steps are appended to the
     /// [`StepStore`]. Returns how many steps were added.
+    /// Timed in `commwatch_collector_pass_seconds{pass="steps"}`.
     pub fn tick(&mut self, now_unix_ns: i64) -> usize {
+        let timer = crate::telemetry::PassTimer::start("steps");
         let names = self.store.node_names(now_unix_ns);
         self.nodes.retain(|n, _| names.binary_search(n).is_ok());
         self.steps.retain(&names);
@@ -226,6 +249,7 @@ impl Engine {
         for name in &names {
             added += self.tick_node(name);
         }
+        timer.done(names.len());
         added
     }
 
@@ -374,5 +398,27 @@ mod tests {
         assert_eq!(clamped(&[(10, 5), (20, 15)], 15), 10.0);
         assert_eq!(clamped(&[(10, 5), (20, 15)], 0), 5.0);
         assert_eq!(clamped(&[(10, 5), (20, 15)], 99), 15.0);
+    }
+
+    #[test]
+    fn clamped_walk_equals_clamped_per_time() {
+        use rand::{Rng, SeedableRng};
+        let mut r = rand::rngs::StdRng::seed_from_u64(3);
+        for _ in 0..300 {
+            let n = r.random_range(0..30);
+            let (mut t, mut acc) = (0i64, 0u64);
+            let s: Vec<(i64, u64)> = (0..n)
+                .map(|_| {
+                    t += r.random_range(1..100);
+                    acc += r.random_range(0..1u64 << 40);
+                    (t, acc)
+                })
+                .collect();
+            let k = r.random_range(0..40);
+            let mut times: Vec<i64> = (0..k).map(|_| r.random_range(-20..t + 20)).collect();
+            times.sort_unstable();
+            let per_time: Vec<f64> = times.iter().map(|&x| clamped(&s, x)).collect();
+            assert_eq!(clamped_ascending(&s, &times), per_time, "{s:?} {times:?}");
+        }
     }
 }

@@ -9,10 +9,131 @@ pub mod throttle;
 
 pub use build_info::{build_info, set_build_info, BuildInfo};
 
+use std::sync::OnceLock;
+use std::time::Duration;
+
 use prometheus::{
-    Counter, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
-    Registry,
+    Counter, CounterVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
+    IntGauge, IntGaugeVec, Opts, Registry,
 };
+
+/// The periodic passes over the fleet, timed ([`names::COLLECTOR_PASS_SECONDS`]): one set per process,
+/// registered by every [`Health`], since the passes run without a handle. Observe with [`pass_done`].
+#[derive(Debug, Clone)]
+pub struct Passes {
+    /// Seconds per pass, by `pass` (`steps`, `analysis_input`).
+    pub seconds: HistogramVec,
+    /// Nodes covered by the passes, by `pass`.
+    pub nodes: IntCounterVec,
+    /// CPU seconds of the passes' thread, by `pass` (where the OS says: `/proc/thread-self/schedstat`).
+    pub cpu_seconds: CounterVec,
+}
+
+impl Passes {
+    fn new() -> Result<Passes, prometheus::Error> {
+        let seconds = HistogramVec::new(
+            HistogramOpts::new(
+                names::COLLECTOR_PASS_SECONDS,
+                "Time of one periodic pass over the fleet, by pass (steps, analysis_input).",
+            )
+            .buckets(vec![
+                1e-4, 1e-3, 5e-3, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+            ]),
+            &["pass"],
+        )?;
+        let nodes = IntCounterVec::new(
+            Opts::new(
+                names::COLLECTOR_PASS_NODES_TOTAL,
+                "Nodes covered by the periodic passes, by pass: seconds_sum / nodes_total is the time per node.",
+            ),
+            &["pass"],
+        )?;
+        let cpu_seconds = CounterVec::new(
+            Opts::new(
+                names::COLLECTOR_PASS_CPU_SECONDS_TOTAL,
+                "CPU seconds of the periodic passes' thread, by pass (not inflated by a busy machine).",
+            ),
+            &["pass"],
+        )?;
+        for p in PASS_NAMES {
+            seconds.with_label_values(&[p]);
+            nodes.with_label_values(&[p]);
+            cpu_seconds.with_label_values(&[p]);
+        }
+        Ok(Passes {
+            seconds,
+            nodes,
+            cpu_seconds,
+        })
+    }
+}
+
+/// Times one pass: wall time, and the CPU time of the thread it runs on.
+#[derive(Debug)]
+pub struct PassTimer {
+    pass: &'static str,
+    wall: std::time::Instant,
+    cpu_ns: Option<u64>,
+}
+
+impl PassTimer {
+    /// Starts timing `pass` (one of [`PASS_NAMES`]) on this thread.
+    pub fn start(pass: &'static str) -> PassTimer {
+        PassTimer {
+            pass,
+            wall: std::time::Instant::now(),
+            cpu_ns: thread_cpu_ns(),
+        }
+    }
+
+    /// Records the pass, over `nodes` nodes (call on the thread that started it).
+    pub fn done(self, nodes: usize) {
+        let cpu = match (self.cpu_ns, thread_cpu_ns()) {
+            (Some(a), Some(b)) => Some(Duration::from_nanos(b.saturating_sub(a))),
+            _ => None,
+        };
+        pass_done(self.pass, self.wall.elapsed(), cpu, nodes);
+    }
+}
+
+/// CPU time the calling thread has run, nanoseconds; `None` where `/proc/thread-self/schedstat` is not
+/// readable (not Linux).
+pub fn thread_cpu_ns() -> Option<u64> {
+    parse_schedstat(&std::fs::read_to_string("/proc/thread-self/schedstat").ok()?)
+}
+
+/// The first field of a `schedstat` line: nanoseconds on the CPU.
+fn parse_schedstat(line: &str) -> Option<u64> {
+    line.split_whitespace().next()?.parse().ok()
+}
+
+/// The `pass` label values of [`Passes`].
+pub const PASS_NAMES: [&str; 2] = ["steps", "analysis_input"];
+
+static PASSES: OnceLock<Option<Passes>> = OnceLock::new();
+
+/// The process's pass metrics (`None` only if they could not be created; [`Health::new`] then fails).
+pub fn passes() -> Option<&'static Passes> {
+    PASSES.get_or_init(|| Passes::new().ok()).as_ref()
+}
+
+/// Records one pass `pass` (one of [`PASS_NAMES`]) over `nodes` nodes that took `took` (and `cpu` of its
+/// thread, when known).
+pub fn pass_done(pass: &str, took: Duration, cpu: Option<Duration>, nodes: usize) {
+    if let Some(p) = passes() {
+        p.seconds
+            .with_label_values(&[pass])
+            .observe(took.as_secs_f64());
+        if let Some(cpu) = cpu {
+            p.cpu_seconds
+                .with_label_values(&[pass])
+                .inc_by(cpu.as_secs_f64());
+        }
+        p.nodes
+            .with_label_values(&[pass])
+            .inc_by(u64::try_from(nodes).unwrap_or(u64::MAX));
+    }
+}
 
 /// Label values of the per-batch counters, resolved at start so that ingest does no label lookup.
 #[derive(Debug, Clone)]
@@ -236,6 +357,12 @@ impl Health {
             .buckets(vec![1e-4, 1e-3, 1e-2, 0.05, 0.1, 0.5, 1.0, 5.0]),
         )?;
         registry.register(Box::new(scrape_seconds.clone()))?;
+        let passes = passes().ok_or_else(|| {
+            prometheus::Error::Msg("the pass metrics could not be created".into())
+        })?;
+        registry.register(Box::new(passes.seconds.clone()))?;
+        registry.register(Box::new(passes.nodes.clone()))?;
+        registry.register(Box::new(passes.cpu_seconds.clone()))?;
         let step_markers = IntCounterVec::new(
             Opts::new(
                 names::COLLECTOR_STEP_MARKERS_TOTAL,
@@ -380,4 +507,46 @@ pub struct IngestStats {
     /// Streams open now.
     pub streams: i64,
     pub persist_errors: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schedstat_parses_and_a_pass_is_counted_in_every_registry() {
+        assert_eq!(
+            parse_schedstat("493954971 424169090 453\n"),
+            Some(493_954_971)
+        );
+        assert_eq!(parse_schedstat(""), None);
+        assert_eq!(parse_schedstat("x 1 2"), None);
+        let (a, b) = (
+            Health::new().expect("health"),
+            Health::new().expect("health"),
+        );
+        let nodes = || {
+            passes()
+                .expect("pass metrics")
+                .nodes
+                .with_label_values(&["steps"])
+                .get()
+        };
+        let before = nodes();
+        let t = PassTimer::start("steps");
+        std::hint::black_box((0..100_000u64).sum::<u64>());
+        t.done(7);
+        assert_eq!(nodes() - before, 7);
+        for h in [a, b] {
+            let text = prometheus::TextEncoder::new()
+                .encode_to_string(&h.registry.gather())
+                .expect("encode");
+            assert!(
+                text.contains("commwatch_collector_pass_seconds_count{pass=\"steps\"}"),
+                "{text}"
+            );
+            assert!(text
+                .contains("commwatch_collector_pass_cpu_seconds_total{pass=\"analysis_input\"}"));
+        }
+    }
 }

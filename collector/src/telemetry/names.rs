@@ -14,6 +14,13 @@ pub const COLLECTOR_OUT_OF_ORDER_SAMPLES_TOTAL: &str =
     "commwatch_collector_out_of_order_samples_total";
 pub const COLLECTOR_INGEST_SECONDS: &str = "commwatch_collector_ingest_seconds";
 pub const COLLECTOR_SCRAPE_SECONDS: &str = "commwatch_collector_scrape_seconds";
+/// Time of one periodic pass over the fleet, by `pass` (`steps`: the step engine; `analysis_input`: copying
+/// and analysing every node's windows for the rules), and the nodes the passes covered (counter): their ratio of
+/// sums is the time per node.
+pub const COLLECTOR_PASS_SECONDS: &str = "commwatch_collector_pass_seconds";
+pub const COLLECTOR_PASS_NODES_TOTAL: &str = "commwatch_collector_pass_nodes_total";
+/// CPU seconds of the passes' thread, by `pass` (what a pass costs, however busy the machine).
+pub const COLLECTOR_PASS_CPU_SECONDS_TOTAL: &str = "commwatch_collector_pass_cpu_seconds_total";
 pub const COLLECTOR_PERSIST_ERRORS_TOTAL: &str = "commwatch_collector_persist_errors_total";
 pub const COLLECTOR_PERSIST_COMMITS_TOTAL: &str = "commwatch_collector_persist_commits_total";
 pub const COLLECTOR_EXPIRED_NODES_TOTAL: &str = "commwatch_collector_expired_nodes_total";
