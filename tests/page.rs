@@ -412,6 +412,28 @@ fn the_page_takes_the_api_token_from_a_login_cookie_or_a_bearer_header() {
         "{cookie}"
     );
     let pair = cookie.split(';').next().unwrap().to_string();
+    assert!(
+        !cookie.contains("s3cret") && !cookie.contains("Secure"),
+        "{cookie}"
+    );
+    // Posted from an https:// page (a TLS proxy in front): the cookie is Secure.
+    let via_tls = no_redirect
+        .post(format!("{base}/login"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .header("origin", "https://commwatch.example")
+        .body("token=page+s3cret%3B")
+        .send()
+        .unwrap();
+    let tls_cookie = via_tls.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(tls_cookie.contains("; Secure"), "{tls_cookie}");
+    assert_ne!(
+        tls_cookie.split(';').next(),
+        Some(pair.as_str()),
+        "one session per login"
+    );
     let page = no_redirect
         .get(format!("{base}/"))
         .header("cookie", &pair)

@@ -20,6 +20,8 @@ use axum::Json;
 pub struct ApiAccess {
     /// Bearer token required under `/api/` when set.
     pub token: Option<Arc<str>>,
+    /// The page's logged-in sessions (`/login`): the cookie carries a session id, never the token.
+    pub page_sessions: crate::export::page::login::PageSessions,
 }
 
 fn deny(status: StatusCode, message: &str) -> Response {

@@ -1,11 +1,14 @@
 //! Access to the page: the same API token as `/api/` ([`ApiAccess`]). A browser cannot send a bearer header
-//! when it follows a link, so with a token configured the page also takes it from the `commwatch_page` cookie,
-//! which the form at `/login` sets (`HttpOnly`, `SameSite=Strict`, `Path=/`) once the token typed in matches.
-//! A request with neither is sent to `/login` (a fragment request of the page's script gets 401). Without a
-//! token the page is open, like the API's reads. `/login` and `/assets/` are always open.
+//! when it follows a link, so with a token configured the page also accepts a session: the form at `/login`,
+//! once the token typed in matches, opens one ([`PageSessions`]: a random 256-bit id, valid [`SESSION_TTL`])
+//! and sets the `commwatch_page` cookie to its id (`HttpOnly`, `SameSite=Strict`, `Path=/`, and `Secure` when
+//! the form was posted from an `https://` page, as behind a TLS proxy). The token itself never goes into the
+//! cookie. A request with neither is sent to `/login` (a fragment request of the page's script gets 401).
+//! Without a token the page is open, like the API's reads. `/login` and `/assets/` are always open.
 
+use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -18,22 +21,46 @@ use super::layout;
 use crate::export::access::ApiAccess;
 use crate::ingest::auth::{bearer, token_matches};
 
-/// The cookie that carries the token.
+/// The cookie that carries the session id.
 pub const COOKIE: &str = "commwatch_page";
-/// Largest login form accepted, bytes.
-pub const MAX_FORM: usize = 8 << 10;
-/// Time a client has to send the login form once its headers are in.
-const FORM_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a page session lasts after its login.
+pub const SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
+/// Most sessions held; a login past it ends the one closest to expiry.
+pub const MAX_SESSIONS: usize = 1024;
 
-/// The token a request presents: a bearer header, else the page's cookie (percent-decoded).
-pub fn presented(headers: &HeaderMap) -> Option<String> {
-    if let Some(t) = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(bearer)
-    {
-        return Some(t.to_string());
+/// The page's sessions: id (64 hex digits) → when it expires. Clones share the sessions.
+#[derive(Debug, Default, Clone)]
+pub struct PageSessions {
+    open: Arc<parking_lot::Mutex<HashMap<String, Instant>>>,
+}
+
+impl PageSessions {
+    /// Opens a session at `now` and returns its id; drops expired sessions, and the one closest to expiry
+    /// when [`MAX_SESSIONS`] are open.
+    pub fn open(&self, now: Instant) -> String {
+        let id: String = rand::random::<[u8; 32]>()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        let mut open = self.open.lock();
+        open.retain(|_, until| *until > now);
+        if open.len() >= MAX_SESSIONS {
+            if let Some(first) = open.iter().min_by_key(|(_, u)| **u).map(|(k, _)| k.clone()) {
+                open.remove(&first);
+            }
+        }
+        open.insert(id.clone(), now + SESSION_TTL);
+        id
     }
+
+    /// True when `id` is an open session at `now`.
+    pub fn valid(&self, id: &str, now: Instant) -> bool {
+        self.open.lock().get(id).is_some_and(|until| *until > now)
+    }
+}
+
+/// The page session id a request's cookie presents.
+fn session_cookie(headers: &HeaderMap) -> Option<String> {
     headers
         .get_all(header::COOKIE)
         .iter()
@@ -44,12 +71,28 @@ pub fn presented(headers: &HeaderMap) -> Option<String> {
         .and_then(|(_, v)| url_decode(v, false))
 }
 
+/// True when the request may see the page: the bearer token, or an open session's cookie.
+fn admitted(access: &ApiAccess, token: &str, headers: &HeaderMap, now: Instant) -> bool {
+    if let Some(t) = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(bearer)
+    {
+        return token_matches(t, token);
+    }
+    session_cookie(headers).is_some_and(|id| access.page_sessions.valid(&id, now))
+}
+/// Largest login form accepted, bytes.
+pub const MAX_FORM: usize = 8 << 10;
+/// Time a client has to send the login form once its headers are in.
+const FORM_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// The middleware of the page's routes.
 pub async fn guard(State(access): State<Arc<ApiAccess>>, req: Request, next: Next) -> Response {
     let Some(token) = &access.token else {
         return next.run(req).await;
     };
-    if presented(req.headers()).is_some_and(|t| token_matches(&t, token)) {
+    if admitted(&access, token, req.headers(), Instant::now()) {
         return next.run(req).await;
     }
     let partial = req.uri().query().is_some_and(|q| q.contains("partial=1"));
@@ -75,7 +118,11 @@ pub async fn form(State(access): State<Arc<ApiAccess>>) -> Response {
 
 /// `POST /login` (`application/x-www-form-urlencoded`, field `token`): sets the cookie and goes to `/` when the
 /// token matches; the form again with 401 when not.
-pub async fn submit(State(access): State<Arc<ApiAccess>>, body: Body) -> Response {
+pub async fn submit(
+    State(access): State<Arc<ApiAccess>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
     let Some(expected) = &access.token else {
         return layout::with_headers(Redirect::to("/").into_response());
     };
@@ -101,9 +148,12 @@ pub async fn submit(State(access): State<Arc<ApiAccess>>, body: Body) -> Respons
         let page = layout::login_page(Some("Wrong token."));
         return layout::with_headers(layout::html_response(StatusCode::UNAUTHORIZED, page));
     }
+    let id = access.page_sessions.open(Instant::now());
+    let secure = if from_https(&headers) { "; Secure" } else { "" };
     let cookie = format!(
-        "{COOKIE}={}; Path=/; HttpOnly; SameSite=Strict",
-        url_component(given.trim())
+        "{COOKIE}={}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}{secure}",
+        url_component(&id),
+        SESSION_TTL.as_secs()
     );
     let mut r = Redirect::to("/").into_response();
     if let Ok(v) = HeaderValue::from_str(&cookie) {
@@ -112,23 +162,84 @@ pub async fn submit(State(access): State<Arc<ApiAccess>>, body: Body) -> Respons
     layout::with_headers(r)
 }
 
+/// True when the browser posted from an `https://` page (its `Origin`, else its `Referer`): the collector
+/// sits behind a TLS proxy, so the cookie is marked `Secure`.
+fn from_https(headers: &HeaderMap) -> bool {
+    [header::ORIGIN, header::REFERER].iter().any(|h| {
+        headers
+            .get(h)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.to_ascii_lowercase().starts_with("https://"))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn the_token_comes_from_the_header_or_the_cookie() {
+    fn the_bearer_token_or_an_open_session_admits() {
+        let access = ApiAccess {
+            token: Some("tok".into()),
+            page_sessions: PageSessions::default(),
+        };
+        let now = Instant::now();
         let mut h = HeaderMap::new();
-        assert_eq!(presented(&h), None);
+        assert!(!admitted(&access, "tok", &h, now));
+        // The token in the cookie is not a session.
         h.insert(
             header::COOKIE,
-            HeaderValue::from_static("a=b; commwatch_page=s%3Bcr%20t"),
+            HeaderValue::from_static("a=b; commwatch_page=tok"),
         );
-        assert_eq!(presented(&h).as_deref(), Some("s;cr t"));
+        assert!(!admitted(&access, "tok", &h, now));
+        let id = access.page_sessions.open(now);
+        assert_eq!(id.len(), 64);
+        let cookie = format!("a=b; commwatch_page={id}");
+        h.insert(header::COOKIE, HeaderValue::from_str(&cookie).unwrap());
+        assert!(admitted(&access, "tok", &h, now));
+        assert!(!admitted(&access, "tok", &h, now + SESSION_TTL));
+        // A wrong bearer header is refused even with a good cookie.
         h.insert(
             header::AUTHORIZATION,
-            HeaderValue::from_static("Bearer abc"),
+            HeaderValue::from_static("Bearer nope"),
         );
-        assert_eq!(presented(&h).as_deref(), Some("abc"));
+        assert!(!admitted(&access, "tok", &h, now));
+        h.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_static("Bearer tok"),
+        );
+        assert!(admitted(&access, "tok", &h, now));
+    }
+
+    #[test]
+    fn sessions_are_bounded_and_expire() {
+        let s = PageSessions::default();
+        let t0 = Instant::now();
+        let first = s.open(t0);
+        for i in 1..MAX_SESSIONS {
+            s.open(t0 + Duration::from_millis(i as u64));
+        }
+        assert!(s.valid(&first, t0));
+        s.open(t0 + Duration::from_secs(1));
+        assert!(
+            !s.valid(&first, t0),
+            "the session closest to expiry goes first"
+        );
+        assert_eq!(s.open.lock().len(), MAX_SESSIONS);
+        s.open(t0 + SESSION_TTL + Duration::from_secs(2));
+        assert_eq!(s.open.lock().len(), 1, "expired sessions dropped");
+    }
+
+    #[test]
+    fn https_pages_get_a_secure_cookie() {
+        let mut h = HeaderMap::new();
+        assert!(!from_https(&h));
+        h.insert(header::ORIGIN, HeaderValue::from_static("http://c:9470"));
+        assert!(!from_https(&h));
+        h.insert(
+            header::REFERER,
+            HeaderValue::from_static("HTTPS://proxy/login"),
+        );
+        assert!(from_https(&h));
     }
 }
