@@ -245,6 +245,14 @@ pub async fn start_with(
         // No collector: drain the queue so the sampler never counts hand-off drops.
         None => tokio::spawn(async move { while ev_rx.recv().await.is_some() {} }),
     };
+    let feed =
+        inspector::feed::InspectorFeed::new(inspector::feed::DEFAULT_CAPACITY, metrics.clone());
+    let follower = inspector::Follower::new(
+        inspector::FollowerSettings::new(&config.procfs_root),
+        metrics.clone(),
+    );
+    inspector::feed::spawn(&feed, follower, config.batch_period).map_err(AgentError::Thread)?;
+    // The follower's thread ends by itself once the sampling loop drops the feed.
     let sampler = sampler::spawn(
         smp,
         periods,
@@ -252,10 +260,7 @@ pub async fn start_with(
             batch_period: config.batch_period,
             discover_period: config.discover_period,
             markers: Some(markers),
-            inspector: Some(Arc::new(std::sync::Mutex::new(inspector::Follower::new(
-                inspector::FollowerSettings::new(&config.procfs_root),
-                metrics.clone(),
-            )))),
+            inspector: Some(feed),
         },
         ev_tx,
         metrics.clone(),

@@ -334,7 +334,7 @@ pub struct InspectorMetrics {
     /// NCCL Inspector records read and sent on (`inspector`).
     pub records: IntCounter,
     /// Inspector lines or files dropped, by reason (`malformed`, `unknown_version`, `not_collective`, `too_long`,
-    /// `rate_limit`, `too_many_files`, `unattributed`).
+    /// `rate_limit`, `too_many_files`, `unattributed`, `queue_full`).
     pub dropped: IntCounterVec,
     /// Fields of Inspector records this agent does not know (ignored).
     pub unknown_fields: IntCounter,

@@ -5,7 +5,9 @@
 //! - [`dirs`]: where a process's Inspector writes (its allowlisted `NCCL_INSPECTOR_*` settings and its working
 //!   directory);
 //! - [`tail`]: one growing file followed through rotation, truncation and partial lines, in bounded memory;
-//! - this module: the [`Follower`], polled once per batch by the sampling thread.
+//! - this module: the [`Follower`];
+//! - [`feed`]: the follower on its own thread, and the queue its records wait in for the sampling thread's
+//!   next batch.
 //!
 //! Bounds: at most [`FollowerSettings::max_files`] files, [`tail::TailLimits`] per file, and
 //! [`FollowerSettings::max_records_per_poll`] records per poll (per batch); what is over is dropped and counted
@@ -14,11 +16,12 @@
 //! directory.
 
 pub mod dirs;
+pub mod feed;
 pub mod tail;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use commwatch_model::inspector::{parse_line, InspectorError};
 use commwatch_model::Job;
@@ -216,20 +219,14 @@ impl Follower {
     }
 }
 
-/// Attaches the records the follower reads now to a batch; a batch is made for records alone when there are
-/// no samples.
+/// Attaches the records waiting in `feed` (at most the follower's per-poll bound) to a batch; a batch is made
+/// for records alone when there are no samples.
 pub fn attach(
     batch: Option<pb::SampleBatch>,
-    follower: Option<&Mutex<Follower>>,
-    jobs: &[Job],
+    feed: Option<&feed::InspectorFeed>,
+    max_records: usize,
 ) -> Option<pb::SampleBatch> {
-    let records = match follower {
-        Some(f) => match f.lock() {
-            Ok(mut f) => f.poll(jobs),
-            Err(p) => p.into_inner().poll(jobs),
-        },
-        None => Vec::new(),
-    };
+    let records = feed.map(|f| f.take(max_records)).unwrap_or_default();
     match batch {
         Some(mut b) => {
             b.collectives = records;

@@ -128,5 +128,56 @@ fn processes_without_inspector_settings_are_not_followed() {
     append(&dump.path().join("x.log"), &(line(10, 1, "v4.0") + "\n"));
     assert!(f.poll(&[job("j", 10, 0, None)]).is_empty());
     assert_eq!(m.inspector.files.get(), 0);
-    assert!(attach(None, None, &[]).is_none());
+    assert!(attach(None, None, 10).is_none());
+}
+
+#[test]
+fn the_feed_queues_in_order_bounds_and_counts_what_is_over() {
+    let dump = tempfile::tempdir().unwrap();
+    let (mut f, m, _proc) = follower(100);
+    let feed = feed::InspectorFeed::new(5, m.clone());
+    let lines: String = (1..=8).map(|sn| line(10, sn, "v4.0") + "\n").collect();
+    append(&dump.path().join("x.log"), &lines);
+    // No jobs published yet: nothing followed.
+    assert_eq!(feed.poll_once(&mut f), 0);
+    feed.set_jobs(&[job("j", 10, 0, Some(dump.path()))]);
+    assert_eq!(feed.poll_once(&mut f), 5);
+    assert_eq!(
+        m.inspector.dropped.with_label_values(&["queue_full"]).get(),
+        3
+    );
+    let first: Vec<u64> = feed.take(2).iter().map(|r| r.sequence).collect();
+    assert_eq!(first, [1, 2]);
+    let batch = attach(None, Some(&feed), 10).expect("a batch for records alone");
+    let rest: Vec<u64> = batch.collectives.iter().map(|r| r.sequence).collect();
+    assert_eq!(rest, [3, 4, 5]);
+    assert!(attach(None, Some(&feed), 10).is_none());
+}
+
+#[test]
+fn the_follower_thread_delivers_and_ends_with_the_feed() {
+    let dump = tempfile::tempdir().unwrap();
+    let (f, m, _proc) = follower(100);
+    let feed = feed::InspectorFeed::new(feed::DEFAULT_CAPACITY, m);
+    feed.set_jobs(&[job("j", 10, 0, Some(dump.path()))]);
+    let thread = feed::spawn(&feed, f, std::time::Duration::from_millis(5)).unwrap();
+    append(&dump.path().join("x.log"), &(line(10, 7, "v4.0") + "\n"));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut got = Vec::new();
+    while got.is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        got = feed.take(10);
+    }
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].sequence, 7);
+    assert!(!thread.is_finished());
+    drop(feed);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !thread.is_finished() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert!(
+        thread.is_finished(),
+        "the thread ends once the feed is dropped"
+    );
 }

@@ -31,8 +31,9 @@ pub struct LoopSettings {
     pub discover_period: Duration,
     /// Step markers to attach to each batch.
     pub markers: Option<Arc<MarkerQueue>>,
-    /// NCCL Inspector follower, polled at each batch cut for the records to attach.
-    pub inspector: Option<Arc<std::sync::Mutex<crate::inspector::Follower>>>,
+    /// NCCL Inspector records read by the follower's own thread, attached at each batch cut; the loop
+    /// publishes the node's jobs to it after each discovery.
+    pub inspector: Option<Arc<crate::inspector::feed::InspectorFeed>>,
 }
 
 /// Handle of the sampling thread; dropping it does not stop the thread, call [`SamplerHandle::stop`].
@@ -107,6 +108,7 @@ impl SamplingLoop {
     /// Runs until the stop flag is set, then hands over the last partial batch.
     fn run(mut self) {
         self.flush_updates();
+        self.publish_jobs();
         let start = Instant::now();
         let mut due = Deadlines {
             fast: start,
@@ -185,14 +187,22 @@ impl SamplingLoop {
         if self.sampler.discover() {
             self.flush_updates();
         }
+        self.publish_jobs();
+    }
+
+    /// Tells the Inspector follower which processes to follow.
+    fn publish_jobs(&self) {
+        if let Some(feed) = &self.settings.inspector {
+            feed.set_jobs(self.sampler.jobs());
+        }
     }
 
     /// Cuts the batch gathered so far, with the step markers queued since, and hands it over.
     fn cut_batch(&mut self) {
         let b = with_markers(self.builder.take(), self.settings.markers.as_deref());
-        if let Some(b) =
-            crate::inspector::attach(b, self.settings.inspector.as_deref(), self.sampler.jobs())
-        {
+        let feed = self.settings.inspector.as_deref();
+        let most = crate::inspector::feed::MAX_RECORDS_PER_BATCH;
+        if let Some(b) = crate::inspector::attach(b, feed, most) {
             self.send_batch(b);
         }
     }
