@@ -63,9 +63,10 @@ for ((k = 0; k < shards; k++)); do
     /^commwatch_collector_pass_seconds_sum/ { match($0, /pass="[a-z_]*"/); p = substr($0, RSTART + 6, RLENGTH - 7); sum[p] = $2 }
     /^commwatch_collector_pass_seconds_count/ { match($0, /pass="[a-z_]*"/); p = substr($0, RSTART + 6, RLENGTH - 7); cnt[p] = $2 }
     /^commwatch_collector_pass_nodes_total/ { match($0, /pass="[a-z_]*"/); p = substr($0, RSTART + 6, RLENGTH - 7); nodes[p] = $2 }
+    /^commwatch_collector_pass_cpu_seconds_total/ { match($0, /pass="[a-z_]*"/); p = substr($0, RSTART + 6, RLENGTH - 7); cpu[p] = $2 }
     /^commwatch_collector_ingest_seconds_sum/ { isum = $2 } /^commwatch_collector_ingest_seconds_count/ { icnt = $2 }
     END {
-      for (p in sum) if (nodes[p] > 0) printf "shard %s: pass %s: %d passes, %.1f ms per pass, %.1f us per node\n", k, p, cnt[p], 1e3 * sum[p] / cnt[p], 1e6 * sum[p] / nodes[p]
+      for (p in sum) if (nodes[p] > 0) printf "shard %s: pass %s: %d passes over %d nodes in all, %.1f ms per pass; per node %.1f us wall, %.1f us CPU\n", k, p, cnt[p], nodes[p], 1e3 * sum[p] / cnt[p], 1e6 * sum[p] / nodes[p], 1e6 * cpu[p] / nodes[p]
       if (icnt > 0) printf "shard %s: ingest (validate + apply): %.1f us per batch over %d batches\n", k, 1e6 * isum / icnt, icnt
     }' "$work/metrics-$k.txt"
   grep -m5 -E ' (WARN|ERROR) ' "$work/collector-$k.log" || true

@@ -164,7 +164,7 @@ fn packed_varints<T>(payload: &[u8], out: &mut Vec<T>, f: impl Fn(u64) -> T) -> 
 
 /// Appends packed little-endian 64-bit values; `None` when the length is not a multiple of 8.
 fn packed_fixed64(payload: &[u8], out: &mut Vec<u64>) -> Option<()> {
-    if payload.len() % 8 != 0 {
+    if !payload.len().is_multiple_of(8) {
         return None;
     }
     out.reserve(payload.len() / 8);

@@ -116,7 +116,9 @@ fn covering(
     v
 }
 
-/// Clamped interpolation: before the first sample its value, after the last the last value.
+/// Clamped interpolation: before the first sample its value, after the last the last value (one time; the
+/// engine uses [`clamped_ascending`], tested against this).
+#[cfg(test)]
 fn clamped(samples: &[(i64, u64)], t: i64) -> f64 {
     match (samples.first(), samples.last()) {
         (Some(f), _) if t <= f.0 => f.1 as f64,
