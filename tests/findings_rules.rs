@@ -181,8 +181,8 @@ fn management_nic_classic_case_with_root_cause() {
     assert_eq!(roots, std::slice::from_ref(&nccl.1.id));
     // Scaling (GPU data: exposed communication), a consequence: 343.6 ms of 643.6 ms exposed, as the GPUs'
     // means estimate it — kernels run all the time (u = 1), SM activity (300·0.9 + 343.6·0.08) / 643.6, so
-    // 1 − (u − s/0.9) ≈ 0.51 (NCCL's kernels count a little as compute). Raised with its cause after 5 s
-    // (a window of 8 steps); its figure as of now, 23 steps.
+    // 1 − (u − s/0.9)/(1 − 0.08/0.9) ≈ 1 − 0.534 = 0.466 (NCCL's own SM activity counted as communication).
+    // Raised with its cause after 5 s (a window of 8 steps); its figure as of now, 23 steps.
     let sc = raised
         .iter()
         .find(|(_, f)| f.kind == FindingKind::ScalingEfficiencyDrop)
@@ -196,7 +196,7 @@ fn management_nic_classic_case_with_root_cause() {
         .expect("active");
     assert_eq!(sc.evidence.details["method"], "exposed_communication");
     assert!(
-        (sc.evidence.measured - 0.514).abs() < 0.02,
+        (sc.evidence.measured - 0.466).abs() < 0.02,
         "{}",
         sc.evidence.measured
     );
@@ -300,13 +300,14 @@ fn link_errors_rates_then_clear() {
             .unwrap()
             > 0.0
     );
-    // One symbol error every 25 ms, one port_rcv_error every 80 ms.
+    // One symbol error every 25 ms, one port_rcv_error every 80 ms; raised at first sight, its rates rest on
+    // the first two 1 Hz readings (whole counts over one second: 12 or 13 receive errors).
     let sym = f.evidence.details["symbol_errors_per_second"]
         .as_f64()
         .unwrap();
     let rcv = f.evidence.details["rx_errors_per_second"].as_f64().unwrap();
     assert!((sym - 40.0).abs() < 1.0, "{sym}");
-    assert!((rcv - 12.5).abs() < 0.5, "{rcv}");
+    assert!((rcv - 12.5).abs() <= 0.5, "{rcv}");
     eprintln!(
         "link_errors detection delay: {at} s = {:.1} steps",
         feed.steps_at(*at)

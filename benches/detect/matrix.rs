@@ -63,6 +63,17 @@ pub struct Planned {
     pub expect: Option<Expectation>,
     /// Nominal step period of the fault node's job (the first job's when healthy).
     pub period: Duration,
+    /// When the fault first shows, model time: 0 for a fault present from the first step; for `flapping`
+    /// the start of the port's first down step. Delays count from it.
+    pub onset: Duration,
+}
+
+/// When the fault of `spec` first shows on `timeline` (the fault node's job's): the first flapped step's
+/// start, else 0.
+fn onset(timeline: &commwatch_sim::model::StepTimeline) -> Duration {
+    (0..10_000)
+        .find(|&k| timeline.is_flapped(k))
+        .map_or(Duration::ZERO, |k| timeline.step_start(k))
 }
 
 /// The runs, and the combinations the simulator refuses (label, reason).
@@ -80,10 +91,8 @@ pub fn plan(o: &Options) -> (Vec<Planned>, Vec<(String, String)>) {
         };
         let expect = Expectation::of(&spec);
         let fault_node = spec.resolved_fault_node();
-        let period = model
-            .node_timeline(fault_node)
-            .unwrap_or(model.timeline())
-            .period;
+        let timeline = model.node_timeline(fault_node).unwrap_or(model.timeline());
+        let (period, onset) = (timeline.period, onset(timeline));
         let duration = match secs {
             None => (period * o.fault_steps).max(Duration::from_secs(o.fault_secs)),
             Some(s) => Duration::from_secs(s),
@@ -94,6 +103,7 @@ pub fn plan(o: &Options) -> (Vec<Planned>, Vec<(String, String)>) {
             run: RunSpec { spec, duration },
             expect,
             period,
+            onset,
         });
     };
     let spec = |scenario, variants: Vec<Variant>, seed| ClusterSpec {

@@ -50,7 +50,12 @@ struct FaultRun<'a> {
     background: &'static str,
     label: &'a str,
     score: FaultScore,
+    /// From the fault's onset to its finding, steps of the faulty job.
     delay_steps: Option<f64>,
+    /// From the onset, seconds.
+    delay_s: Option<f64>,
+    /// When the fault first shows, steps from the run's start (0 but for `flapping`).
+    onset_steps: f64,
     /// When the collector's first step ended, in steps of the faulty job.
     first_step: Option<f64>,
 }
@@ -64,11 +69,14 @@ fn fault_runs(done: &[Done]) -> Vec<FaultRun<'_>> {
         };
         let score = score_fault(expect, &o.events);
         let steps = |t: Duration| t.as_secs_f64() / p.period.as_secs_f64();
+        let since_onset = score.found_at.map(|t| t.saturating_sub(p.onset));
         out.push(FaultRun {
             fault,
             background,
             label: &p.label,
-            delay_steps: score.found_at.map(steps),
+            delay_steps: since_onset.map(steps),
+            delay_s: since_onset.map(|t| t.as_secs_f64()),
+            onset_steps: steps(p.onset),
             first_step: o.first_step.map(steps),
             score,
         });
@@ -84,9 +92,9 @@ fn faults_table(runs: &[FaultRun], s: &mut String) {
     );
     let _ = writeln!(
         s,
-        "| fault | runs | found | found as | as root cause | delay, steps: median / max | delay, s: median | first step found, steps (median) | raised at any severity | other root-cause alarms |"
+        "| fault | runs | found | found as | as root cause | fault starts, steps (median) | delay, steps: median / max | delay, s: median | first step found, steps (median) | raised at any severity | other root-cause alarms |"
     );
-    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|");
     let mut order: Vec<&str> = Vec::new();
     for r in runs {
         if !order.contains(&r.fault) {
@@ -122,14 +130,13 @@ fn faults_table(runs: &[FaultRun], s: &mut String) {
         }
         let mut first: Vec<f64> = rs.iter().filter_map(|r| r.first_step).collect();
         let first = median(&mut first).map_or("–".into(), |m| format!("{m:.1}"));
-        let mut secs: Vec<f64> = rs
-            .iter()
-            .filter_map(|r| r.score.found_at.map(|t| t.as_secs_f64()))
-            .collect();
+        let mut secs: Vec<f64> = rs.iter().filter_map(|r| r.delay_s).collect();
         let secs = median(&mut secs).map_or("–".into(), |m| format!("{m:.1}"));
+        let mut onset: Vec<f64> = rs.iter().map(|r| r.onset_steps).collect();
+        let onset = median(&mut onset).map_or("–".into(), |m| format!("{m:.1}"));
         let _ = writeln!(
             s,
-            "| {fault} | {} | {} | {} | {} | {delay} | {secs} | {first} | {} | {} |",
+            "| {fault} | {} | {} | {} | {} | {onset} | {delay} | {secs} | {first} | {} | {} |",
             rs.len(),
             pct(found, rs.len()),
             kinds(&found_as),

@@ -10,6 +10,10 @@
 //! *saturate* (stop at all ones): a counter at its saturation value has an unknown rate since; it is reported as
 //! saturated (with the errors counted until then), never as zero. Severity critical when the link went down or
 //! retrained (`link_downed`, `link_error_recoveries`, NVLink `recovery_*`), warning otherwise.
+//!
+//! Raised at its first sighting ([`Candidate::raise_after`] 1), not after the tracker's three: a counted
+//! increase is a measured fact, and it stays in the window once it is there, so the candidate cannot flicker
+//! across a line — a streak would add only its delay (two seconds). It clears as every finding does.
 
 use commwatch_model::LinkClass;
 
@@ -99,6 +103,7 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
                 e = e.detail(&format!("{m}_saturated_at"), *raw);
             }
             c.evidence = e;
+            c.raise_after = 1;
             c.action = if l.link.key.class == LinkClass::Nvlink {
                 "Run the GPU's NVLink diagnostics (nvidia-smi nvlink -e, dcgmi diag); rising CRC/replay/recovery \
                  counts precede link failures: drain and service the node."
@@ -112,4 +117,79 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::input::{CounterWindow, LinkInput, NodeInput};
+    use commwatch_model::LinkRole;
+
+    fn counter(metric: &str, increase: u64, window_s: f64) -> CounterWindow {
+        CounterWindow {
+            metric: metric.into(),
+            labels: Vec::new(),
+            increase,
+            window_s,
+            saturated: false,
+            raw: 1000 + increase,
+        }
+    }
+
+    fn input(counters: Vec<CounterWindow>) -> AnalysisInput {
+        let mut link = LinkInput::new(LinkClass::Infiniband, "mlx5_0", "1", LinkRole::Fabric);
+        link.counters = counters;
+        AnalysisInput {
+            nodes: vec![NodeInput {
+                name: "node-03".into(),
+                links: vec![link],
+                ..NodeInput::default()
+            }],
+            ..AnalysisInput::default()
+        }
+    }
+
+    #[test]
+    fn two_slow_readings_with_an_increase_raise_at_first_sight() {
+        // The link-errors fault: 40 symbol errors and 13 receive errors between two 1 Hz readings.
+        let c = evaluate(&input(vec![
+            counter("symbol_errors", 40, 1.0),
+            counter("rx_errors", 13, 1.0),
+        ]));
+        assert_eq!(c.len(), 1, "{c:#?}");
+        assert_eq!(c[0].id(), "link_errors:node-03:mlx5_0:1");
+        assert_eq!(c[0].severity, Severity::Warning);
+        assert_eq!(c[0].raise_after, 1);
+        assert_eq!(c[0].evidence.details["symbol_errors_per_second"], 40.0);
+    }
+
+    #[test]
+    fn a_flap_counted_in_link_downed_is_critical_at_first_sight() {
+        let c = evaluate(&input(vec![counter("link_downed", 1, 1.0)]));
+        assert_eq!(c.len(), 1, "{c:#?}");
+        assert_eq!(c[0].severity, Severity::Critical);
+        assert_eq!(c[0].raise_after, 1);
+    }
+
+    #[test]
+    fn healthy_counters_stay_silent() {
+        // No increase; one reading only; a counter that is not an error (congestion, traffic).
+        for counters in [
+            vec![
+                counter("symbol_errors", 0, 20.0),
+                counter("link_downed", 0, 20.0),
+            ],
+            vec![counter("symbol_errors", 5, 0.0)],
+            vec![
+                counter("xmit_wait_ticks", 1_000_000, 20.0),
+                counter("tx_packets", 9_000, 20.0),
+            ],
+            vec![],
+        ] {
+            assert!(
+                evaluate(&input(counters.clone())).is_empty(),
+                "{counters:?}"
+            );
+        }
+    }
 }

@@ -209,6 +209,10 @@ pub struct Candidate {
     pub caused_by: Option<String>,
     /// Ids of findings this one explains (set by [`rollup`] and [`link_causes`]).
     pub consequences: Vec<String>,
+    /// Consecutive evaluations (and intervals of wall time) it must be seen in before the tracker raises it,
+    /// 1..=[`tracker::RAISE_AFTER`] (the default). A rule lowers it only where its evidence cannot cross
+    /// the line by noise: e.g. 1 for a counted error increase, which stays in the window once there.
+    pub raise_after: u32,
 }
 
 impl Candidate {
@@ -222,6 +226,7 @@ impl Candidate {
             action: String::new(),
             caused_by: None,
             consequences: Vec::new(),
+            raise_after: tracker::RAISE_AFTER,
         }
     }
 

@@ -124,6 +124,12 @@ fn rollup_of(kind: FindingKind, job: &str, members: &[&Candidate]) -> Candidate 
     let mut ids: Vec<String> = members.iter().map(|m| m.id()).collect();
     ids.sort();
     c.consequences = ids;
+    // As cautious as its most cautious member.
+    c.raise_after = members
+        .iter()
+        .map(|m| m.raise_after)
+        .max()
+        .unwrap_or(c.raise_after);
     c
 }
 
@@ -232,6 +238,25 @@ mod tests {
         // Link errors never roll up.
         assert_eq!(cands[3].caused_by, None);
         assert_eq!(cands[3].severity, Severity::Warning);
+    }
+
+    #[test]
+    fn a_roll_up_waits_as_long_as_its_most_cautious_member() {
+        let mut quick = cand(FindingKind::ExposedCommunication, "node-00", None, 0.06);
+        quick.raise_after = 1;
+        let mut two = cand(FindingKind::ExposedCommunication, "node-01", None, 0.06);
+        two.raise_after = 2;
+        let mut cands = vec![quick.clone(), two];
+        roll_up(&AnalysisInput::default(), &mut cands);
+        assert_eq!(cands.len(), 3);
+        assert_eq!(cands[2].raise_after, 2);
+        let mut cands = vec![quick.clone(), {
+            let mut q = quick;
+            q.subject.node = "node-02".into();
+            q
+        }];
+        roll_up(&AnalysisInput::default(), &mut cands);
+        assert_eq!(cands[2].raise_after, 1);
     }
 
     /// The management-NIC demo: the roll-ups over node-00…02 are filed under the setting on node-03 that

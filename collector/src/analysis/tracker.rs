@@ -7,7 +7,10 @@
 //!   intervals of wall time — `latest − first sighting + interval ≥ RAISE_AFTER × interval` — and in at least
 //!   [`RAISE_AFTER`] evaluations. At the nominal pace that is its [`RAISE_AFTER`]-th sighting; under load, when
 //!   evaluations are farther apart, the evaluation count still holds (no finding from fewer looks); evaluations
-//!   closer together than the interval (a test, an extra evaluation) cannot raise it sooner.
+//!   closer together than the interval (a test, an extra evaluation) cannot raise it sooner. A candidate
+//!   may ask for fewer ([`Candidate::raise_after`], at least 1): a rule whose evidence cannot flicker across
+//!   its line — a counted error increase stays in the window once it is there — gains nothing from the
+//!   streak but its delay. Clearing is the same for every candidate.
 //! - An active finding clears once it has been missing for at least [`CLEAR_AFTER`] intervals since it was
 //!   last seen (`now − last_seen ≥ CLEAR_AFTER × interval`) and from at least [`CLEAR_AFTER`] evaluations in a
 //!   row; seen again before that, both counts start over.
@@ -30,7 +33,8 @@ use std::time::Duration;
 use super::causes::consequence_severity;
 use super::{Candidate, Finding, FindingKind};
 
-/// Intervals (and at least as many evaluations) a candidate must be seen for before it is raised.
+/// Intervals (and at least as many evaluations) a candidate must be seen for before it is raised, unless
+/// it asks for fewer ([`Candidate::raise_after`]).
 pub const RAISE_AFTER: u32 = 3;
 /// Intervals (and at least as many evaluations in a row) an active finding must be missing before it clears.
 pub const CLEAR_AFTER: u32 = 5;
@@ -142,7 +146,8 @@ impl Tracker {
             });
             p.seen += 1;
             let (seen, held_s) = (p.seen, now_unix_s - p.first_unix_s + self.interval_s);
-            if seen < RAISE_AFTER || !self.covers(held_s, RAISE_AFTER) {
+            let need = c.raise_after.clamp(1, RAISE_AFTER);
+            if seen < need || !self.covers(held_s, need) {
                 continue;
             }
             let cause_waits = c.caused_by.as_ref().is_some_and(|cause| {
@@ -480,6 +485,81 @@ mod tests {
             assert!(t.update(f64::from(s), vec![]).is_empty(), "{s}");
         }
         assert!(matches!(&t.update(70.0, vec![])[..], [Change::Cleared(_)]));
+    }
+
+    #[test]
+    fn a_candidate_may_ask_for_a_shorter_streak_but_clears_as_every_finding() {
+        let fact = |n: u32| {
+            let mut c = cand();
+            c.raise_after = n;
+            c
+        };
+        // 1: raised at its first sighting.
+        let mut t = Tracker::new();
+        assert!(
+            matches!(&t.update(1.0, vec![fact(1)])[..], [Change::Raised(f)] if f.first_seen_unix_s == 1.0)
+        );
+        // Clearing still takes five misses.
+        for s in 2..=5 {
+            assert!(t.update(f64::from(s), vec![]).is_empty(), "{s}");
+        }
+        assert!(matches!(&t.update(6.0, vec![])[..], [Change::Cleared(_)]));
+        // 2: at its second sighting, over two intervals of wall time.
+        let mut t = Tracker::new();
+        assert!(t.update(1.0, vec![fact(2)]).is_empty());
+        assert!(
+            t.update(1.5, vec![fact(2)]).is_empty(),
+            "two looks, half an interval apart"
+        );
+        assert!(matches!(
+            &t.update(2.0, vec![fact(2)])[..],
+            [Change::Raised(_)]
+        ));
+        // Out of range: 0 counts as 1, more than RAISE_AFTER as RAISE_AFTER.
+        let mut t = Tracker::new();
+        assert!(matches!(
+            &t.update(1.0, vec![fact(0)])[..],
+            [Change::Raised(_)]
+        ));
+        let mut t = Tracker::new();
+        assert!(t.update(1.0, vec![fact(9)]).is_empty());
+        assert!(t.update(2.0, vec![fact(9)]).is_empty());
+        assert!(matches!(
+            &t.update(3.0, vec![fact(9)])[..],
+            [Change::Raised(_)]
+        ));
+    }
+
+    #[test]
+    fn a_consequence_raised_at_first_sight_still_waits_for_its_cause() {
+        let mut effect = Candidate::new(
+            FindingKind::LinkErrors,
+            Severity::Warning,
+            Subject::node("n1"),
+        );
+        effect.raise_after = 1;
+        effect.caused_by = Some("link_degraded:n9".into());
+        let cause = Candidate::new(
+            FindingKind::LinkDegraded,
+            Severity::Critical,
+            Subject::node("n9"),
+        );
+        let mut t = Tracker::new();
+        assert!(t
+            .update(1.0, vec![effect.clone(), cause.clone()])
+            .is_empty());
+        assert!(t
+            .update(2.0, vec![effect.clone(), cause.clone()])
+            .is_empty());
+        let ch = t.update(3.0, vec![effect, cause]);
+        let ids: Vec<&str> = ch
+            .iter()
+            .map(|c| match c {
+                Change::Raised(f) => f.id.as_str(),
+                _ => "?",
+            })
+            .collect();
+        assert_eq!(ids, ["link_degraded:n9", "link_errors:n1"]);
     }
 
     #[test]
