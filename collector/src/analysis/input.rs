@@ -239,15 +239,14 @@ pub struct Extras {
 /// `(timestamp_ns, value)` samples, oldest first.
 type Samples = Vec<(i64, u64)>;
 
-/// `(ts, value)` of a series' samples from `since_ns` on.
-fn window(samples: crate::store::Samples<'_>, since_ns: i64) -> Vec<(i64, u64)> {
-    let mut v: Vec<(i64, u64)> = samples
-        .iter()
-        .rev()
-        .take_while(|(t, _)| *t >= since_ns)
-        .collect();
-    v.reverse();
-    v
+/// `(ts, value)` of a series' samples from `since_ns` on, oldest first, into `buf` (cleared first; left empty
+/// without samples), keeping its allocation.
+fn window_into(buf: &mut Samples, samples: Option<crate::store::Samples<'_>>, since_ns: i64) {
+    buf.clear();
+    if let Some(samples) = samples {
+        buf.extend(samples.iter().rev().take_while(|(t, _)| *t >= since_ns));
+        buf.reverse();
+    }
 }
 
 /// Increase of a counter over its samples from `since_ns` on (first and last of the window only: nothing is
@@ -291,7 +290,9 @@ pub fn node_input(n: &NodeState, since_ns: i64) -> NodeInput {
         .iter()
         .map(|l| LinkInput::from_link(l.link.clone()))
         .collect();
-    let mut bytes: Vec<(Samples, Samples)> = vec![Default::default(); links.len()];
+    // Each link's byte counters (the last of each direction, as the loop meets them), windowed after it.
+    let mut bytes: Vec<(Option<&crate::store::Series>, Option<&crate::store::Series>)> =
+        vec![(None, None); links.len()];
     let mut gpus: BTreeMap<String, GpuInput> = BTreeMap::new();
     let mut cpu = None;
     for s in n.series() {
@@ -302,12 +303,8 @@ pub fn node_input(n: &NodeState, since_ns: i64) -> NodeInput {
                     continue;
                 };
                 match (key.metric.as_str(), s.kind()) {
-                    ("tx_bytes", SeriesKind::Counter { .. }) => {
-                        bytes[i].0 = window(n.samples(s), since_ns)
-                    }
-                    ("rx_bytes", SeriesKind::Counter { .. }) => {
-                        bytes[i].1 = window(n.samples(s), since_ns)
-                    }
+                    ("tx_bytes", SeriesKind::Counter { .. }) => bytes[i].0 = Some(s),
+                    ("rx_bytes", SeriesKind::Counter { .. }) => bytes[i].1 = Some(s),
                     (_, SeriesKind::Counter { max_value }) => {
                         if let Some(c) = counter_window(s, n.samples(s), max_value, since_ns) {
                             links[i].counters.push(c);
@@ -371,7 +368,11 @@ pub fn node_input(n: &NodeState, since_ns: i64) -> NodeInput {
             }
         }
     }
-    for (l, (tx, rx)) in links.iter_mut().zip(bytes) {
+    // Two window buffers reused link after link: no allocation (and no fresh pages) per link.
+    let (mut tx, mut rx): (Samples, Samples) = Default::default();
+    for (l, (tx_s, rx_s)) in links.iter_mut().zip(bytes) {
+        window_into(&mut tx, tx_s.map(|s| n.samples(s)), since_ns);
+        window_into(&mut rx, rx_s.map(|s| n.samples(s)), since_ns);
         l.activity = activity::analyse(&tx, &rx, l.link.capacity_bytes_per_second);
     }
     NodeInput {
@@ -396,11 +397,8 @@ pub fn build(store: &Store, steps: &StepStore, now_unix_ns: i64, extras: &Extras
         .filter_map(|name| {
             let mut n = store.with_node(name, |n| node_input(n, since))?;
             n.steps = steps
-                .node_steps(name, STEPS_READ)
-                .unwrap_or_default()
-                .into_iter()
-                .filter(|s| s.end_unix_ns >= since)
-                .collect();
+                .node_steps_since(name, STEPS_READ, since)
+                .unwrap_or_default();
             Some(n)
         })
         .collect();

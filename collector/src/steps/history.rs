@@ -243,6 +243,32 @@ impl StepStore {
         Some(v)
     }
 
+    /// [`StepStore::node_steps`] of those that ended at or after `since_ns`, oldest first: the same steps as
+    /// filtering its answer, but only those are copied (the analysis reads a window of a few of them).
+    pub fn node_steps_since(
+        &self,
+        node: &str,
+        limit: usize,
+        since_ns: i64,
+    ) -> Option<Vec<NodeStep>> {
+        let map = self.nodes.read();
+        let h = map.get(node)?;
+        let Some(source) = h.steps.back().map(|s| s.source) else {
+            return Some(Vec::new());
+        };
+        let mut v: Vec<NodeStep> = h
+            .steps
+            .iter()
+            .rev()
+            .filter(|s| s.source == source)
+            .take(limit)
+            .filter(|s| s.end_unix_ns >= since_ns)
+            .cloned()
+            .collect();
+        v.reverse();
+        Some(v)
+    }
+
     /// Steps (by source) found for `node` since the collector started: `(markers, inferred)`.
     pub fn steps_total(&self, node: &str) -> Option<(u64, u64)> {
         let map = self.nodes.read();
@@ -493,6 +519,39 @@ mod tests {
         assert!(st.node_steps("nope", 3).is_none());
         st.retain(&[]);
         assert!(!st.has_node("n1"));
+    }
+
+    #[test]
+    fn steps_since_equal_the_filtered_newest_steps() {
+        use rand::{Rng, SeedableRng};
+        let mut r = rand::rngs::StdRng::seed_from_u64(11);
+        for _ in 0..100 {
+            let st = StepStore::new();
+            let n = r.random_range(0..150u64);
+            let mut end = 0i64;
+            let steps: Vec<NodeStep> = (0..n)
+                .map(|i| {
+                    end += r.random_range(1..3_000_000_000);
+                    NodeStep {
+                        end_unix_ns: end,
+                        start_unix_ns: end - 500_000_000,
+                        source: if r.random_bool(0.2) {
+                            StepSource::Inferred
+                        } else {
+                            StepSource::Markers
+                        },
+                        ..step("n1", i, vec![])
+                    }
+                })
+                .collect();
+            st.push("n1", steps);
+            let (limit, since) = (r.random_range(0..80), r.random_range(0..end.max(1)));
+            let filtered: Option<Vec<NodeStep>> = st
+                .node_steps("n1", limit)
+                .map(|v| v.into_iter().filter(|s| s.end_unix_ns >= since).collect());
+            assert_eq!(st.node_steps_since("n1", limit, since), filtered);
+        }
+        assert_eq!(StepStore::new().node_steps_since("x", 5, 0), None);
     }
 
     #[test]
