@@ -3,14 +3,16 @@
 //! smaller). Encoding and decoding are exact for any `i64` timestamps and `u64` values: all arithmetic wraps.
 
 use super::bits::{
-    bits, get_varint, put_varint, unzigzag, varint_len, width, xor_decode, xor_fields, zigzag,
-    BitWriter,
+    bits, dod_decode, dod_fields, get_varint, put_varint, unzigzag, varint_len, width, xor_decode,
+    xor_fields, zigzag, BitWriter,
 };
 
 /// Samples per sealed chunk.
 pub(super) const CHUNK: usize = 128;
 /// Value tag of an XOR-encoded chunk (otherwise the tag byte is the delta width, 0..=64).
 const TAG_XOR: u8 = 0x80;
+/// Value tag of a chunk coded as deltas of deltas.
+const TAG_DOD: u8 = 0x81;
 /// Most bytes of an XOR stream: 2 + 5 + 6 + 64 bits per value.
 const XOR_MAX: usize = (CHUNK - 1) * 77 / 8 + 1;
 
@@ -59,26 +61,8 @@ impl Chunk {
             max_ts = max_ts.max(t);
         }
         let wt = width(emax.wrapping_sub(emin) as u64);
-        let mut deltas = [0u64; CHUNK];
-        let (mut dmin, mut dmax) = (i64::MAX, i64::MIN);
-        for (d, w) in deltas[1..].iter_mut().zip(s.windows(2)) {
-            let x = w[1].1.wrapping_sub(w[0].1) as i64;
-            *d = x as u64;
-            dmin = dmin.min(x);
-            dmax = dmax.max(x);
-        }
-        let wv = width(dmax.wrapping_sub(dmin) as u64);
-        let v0 = s[0].1;
-        let delta_len =
-            varint_len(v0) + varint_len(zigzag(dmin)) + ((CHUNK - 1) * wv as usize).div_ceil(8);
-        let xor = if wv > 8 {
-            xor_if_smaller(s, delta_len)
-        } else {
-            None
-        };
-
+        let values = encode_values(s);
         let ts_len = (CHUNK * wt as usize).div_ceil(8);
-        let xor_len = xor.as_ref().map_or(usize::MAX, |x| 8 + x.len());
         let base = t0.wrapping_add(emin);
         let head = [
             zigzag(base),
@@ -86,7 +70,7 @@ impl Chunk {
             zigzag(max_ts.wrapping_sub(base)),
         ];
         let at = 1 + head.iter().map(|&h| varint_len(h)).sum::<usize>();
-        let mut data = vec![0u8; at + ts_len + 1 + delta_len.min(xor_len)].into_boxed_slice();
+        let mut data = vec![0u8; at + ts_len + values.len()].into_boxed_slice();
         data[0] = wt as u8;
         let mut pos = 1;
         for h in head {
@@ -97,22 +81,7 @@ impl Chunk {
             bw.put(r.wrapping_sub(emin as u64), wt);
         }
         bw.finish();
-        let mut pos = at + ts_len;
-        if let Some(xor) = xor {
-            data[pos] = TAG_XOR;
-            data[pos + 1..pos + 9].copy_from_slice(&v0.to_le_bytes());
-            data[pos + 9..pos + 9 + xor.len()].copy_from_slice(&xor);
-        } else {
-            data[pos] = wv as u8;
-            pos += 1;
-            put_varint(&mut data, &mut pos, v0);
-            put_varint(&mut data, &mut pos, zigzag(dmin));
-            let mut bw = BitWriter::new(&mut data[pos..]);
-            for &d in &deltas[1..] {
-                bw.put(d.wrapping_sub(dmin as u64), wv);
-            }
-            bw.finish();
-        }
+        data[at + ts_len..].copy_from_slice(&values);
         Chunk { data }
     }
 
@@ -169,7 +138,18 @@ impl Chunk {
         let mut pos = h.at + (CHUNK * wt as usize).div_ceil(8);
         let tag = d[pos];
         pos += 1;
-        if tag == TAG_XOR {
+        if tag == TAG_DOD {
+            let mut v = get_varint(d, &mut pos);
+            let d1 = unzigzag(get_varint(d, &mut pos));
+            let mut deltas = [0i64; CHUNK];
+            deltas[1] = d1;
+            dod_decode(d, pos * 8, d1, deltas[2..].iter_mut());
+            out[0].1 = v;
+            for (o, &dk) in out[1..].iter_mut().zip(&deltas[1..]) {
+                v = v.wrapping_add(dk as u64);
+                o.1 = v;
+            }
+        } else if tag == TAG_XOR {
             let v0 = u64::from_le_bytes(d[pos..pos + 8].try_into().expect("8 bytes"));
             out[0].1 = v0;
             xor_decode(d, (pos + 8) * 8, v0, out[1..].iter_mut().map(|o| &mut o.1));
@@ -186,6 +166,69 @@ impl Chunk {
             }
         }
     }
+}
+
+/// The values' bytes, tag first, in whichever of frame-of-reference deltas, XOR and delta of delta takes the
+/// fewest (the other two only tried for deltas of more than 8 bits).
+fn encode_values(s: &[(i64, u64)]) -> Vec<u8> {
+    let mut deltas = [0i64; CHUNK];
+    let (mut dmin, mut dmax) = (i64::MAX, i64::MIN);
+    for (d, w) in deltas[1..].iter_mut().zip(s.windows(2)) {
+        *d = w[1].1.wrapping_sub(w[0].1) as i64;
+        dmin = dmin.min(*d);
+        dmax = dmax.max(*d);
+    }
+    let wv = width(dmax.wrapping_sub(dmin) as u64);
+    let v0 = s[0].1;
+    let delta_len =
+        1 + varint_len(v0) + varint_len(zigzag(dmin)) + ((CHUNK - 1) * wv as usize).div_ceil(8);
+    if wv > 8 {
+        let dod = dod_if_smaller(v0, &deltas, delta_len);
+        let limit = dod.as_ref().map_or(delta_len, Vec::len);
+        if let Some(xor) = xor_if_smaller(s, limit - 1) {
+            let mut out = vec![TAG_XOR];
+            out.extend_from_slice(&v0.to_le_bytes());
+            out.extend_from_slice(&xor);
+            return out;
+        }
+        if let Some(dod) = dod {
+            return dod;
+        }
+    }
+    let mut out = vec![0u8; delta_len];
+    out[0] = wv as u8;
+    let mut pos = 1;
+    put_varint(&mut out, &mut pos, v0);
+    put_varint(&mut out, &mut pos, zigzag(dmin));
+    let mut bw = BitWriter::new(&mut out[pos..]);
+    for &d in &deltas[1..] {
+        bw.put((d as u64).wrapping_sub(dmin as u64), wv);
+    }
+    bw.finish();
+    out
+}
+
+/// The values as `[TAG_DOD]` `varint(v_0)` `varint(zigzag(d_1))` and the delta-of-delta fields of `d_2..`,
+/// if that takes fewer than `limit` bytes.
+fn dod_if_smaller(v0: u64, deltas: &[i64; CHUNK], limit: usize) -> Option<Vec<u8>> {
+    let mut n = 0usize;
+    dod_fields(deltas[1], deltas[2..].iter().copied(), |_, w| {
+        n += w as usize
+    });
+    let head = 1 + varint_len(v0) + varint_len(zigzag(deltas[1]));
+    let len = head + n.div_ceil(8);
+    if len >= limit {
+        return None;
+    }
+    let mut out = vec![0u8; len];
+    out[0] = TAG_DOD;
+    let mut pos = 1;
+    put_varint(&mut out, &mut pos, v0);
+    put_varint(&mut out, &mut pos, zigzag(deltas[1]));
+    let mut bw = BitWriter::new(&mut out[pos..]);
+    dod_fields(deltas[1], deltas[2..].iter().copied(), |v, w| bw.put(v, w));
+    bw.finish();
+    Some(out)
 }
 
 /// The XOR stream of `s`'s values after the first, if it and the first value's 8 bytes take fewer than the
@@ -267,9 +310,14 @@ mod tests {
 
     #[test]
     fn counters_take_deltas_and_repeating_gauges_xor() {
-        // A steady counter: deltas of 10 bits, far smaller than XOR.
-        let counter = round_trip(&samples(|k| (1 << 40) + k * 5_000_000 + (k * 31 % 1_000)));
-        assert_eq!(tag(&counter), 10);
+        // A steady counter with noise: deltas of 11 bits, smaller than XOR or deltas of deltas (12 bits).
+        let counter = round_trip(&samples(|k| {
+            (1 << 40) + k * 5_000_000 + (k.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 54)
+        }));
+        assert_eq!(tag(&counter), 11);
+        // Without the noise's jumps (a steady 31 more a tick, now and then 969 less) deltas of deltas win.
+        let steady = round_trip(&samples(|k| (1 << 40) + k * 5_000_000 + (k * 31 % 1_000)));
+        assert_eq!(tag(&steady), TAG_DOD);
         // A gauge repeating one f64 now and then changing: XOR's 1 bit per repeat beats 64-bit deltas.
         let gauge = round_trip(&samples(|k| (20.0 + (k / 16) as f64 * 0.1).to_bits()));
         assert_eq!(tag(&gauge), TAG_XOR);
@@ -280,6 +328,24 @@ mod tests {
         let constant = round_trip(&strict);
         assert_eq!((constant.data[0], tag(&constant)), (0, 0));
         assert_eq!(values_len(&constant), 2);
+    }
+
+    #[test]
+    fn bursts_at_a_steady_rate_take_deltas_of_deltas() {
+        // 5 GB a tick for 7 ticks, then idle for 7: 33-bit deltas, XOR as wide, 1 bit a tick as deltas of
+        // deltas.
+        let bursty = round_trip(&samples(|k| {
+            (1u64 << 45) + (k / 14 * 7 + (k % 14).min(7)) * 5_000_000_000
+        }));
+        assert_eq!(tag(&bursty), TAG_DOD);
+        assert!(values_len(&bursty) < 200, "{}", values_len(&bursty));
+        // Extreme deltas of deltas still round-trip.
+        round_trip(&samples(|k| match k % 4 {
+            0 => 0,
+            1 => u64::MAX,
+            2 => 1 << 63,
+            _ => k * 3,
+        }));
     }
 
     #[test]

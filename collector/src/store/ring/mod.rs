@@ -56,8 +56,8 @@ use open::Open;
 /// Most samples the uncompressed tail holds in a ring of more than [`BIG_RING`] samples; it keeps at least
 /// half of them (a rate over the newest second of a 20 Hz series reads 21).
 const KEEP: usize = 48;
-/// Most samples the tail holds in a smaller ring.
-const KEEP_SMALL: usize = 16;
+/// Most samples the tail holds in a smaller ring (a 1 Hz series: a rate reads 2).
+const KEEP_SMALL: usize = 8;
 /// Rings of more samples than this keep [`KEEP`] in their tail.
 const BIG_RING: usize = 4_096;
 /// Rings of at most this many samples keep them all in the tail, uncompressed.
@@ -277,8 +277,10 @@ impl Ring {
         s[..hidden].fill(first);
         self.open.clear();
         if self.chunks.len() == self.chunks.capacity() {
+            // Grow by an eighth (a chunk is sealed every `CHUNK` pushes: the copies are cheap), never past
+            // the most the ring can hold.
             let len = self.chunks.len();
-            let want = (len.max(2) * 2).min(self.chunk_limit());
+            let want = (len + len / 8).max(len + 2).min(self.chunk_limit());
             self.chunks.reserve_exact(want.saturating_sub(len).max(1));
         }
         if self.chunks.is_empty() {
@@ -870,8 +872,8 @@ mod tests {
                 r.push(i, i as u64, i64::MAX);
                 m.push(i, i as u64, i64::MAX);
             }
-            // No chunk yet: 120 samples in the open part, 10 in the tail.
-            assert_eq!((r.chunks.len(), r.open.len(), r.tail.len()), (0, 120, 10));
+            // No chunk yet: 124 samples in the open part, 6 in the tail (it moves 4 each time it holds 8).
+            assert_eq!((r.chunks.len(), r.open.len(), r.tail.len()), (0, 124, 6));
             if shrink {
                 r.set_cap(100);
                 m.set_cap(100);

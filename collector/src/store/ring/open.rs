@@ -125,10 +125,12 @@ impl Open {
         self.n += 1;
     }
 
-    /// Room for at least one more sample: doubles, from room for 8 samples of 4 bytes.
+    /// Room for at least one more sample: grows by half, from 48 bytes (the part keeps its allocation when
+    /// sealed, so this is its steady size: a little over what `CHUNK` samples of the series take).
     #[inline(never)]
     fn grow(&mut self) {
-        let want = (self.bytes.capacity() * 2).max(32);
+        let cap = self.bytes.capacity();
+        let want = (cap + cap / 2).max(48).max(self.bytes.len() + MAX_SAMPLE);
         self.bytes.reserve_exact(want - self.bytes.len());
     }
 
