@@ -19,7 +19,6 @@ use serde::Serialize;
 use super::median;
 use crate::steps::bandwidth::interpolate_ascending;
 use crate::steps::busy::{self, Interval, Run};
-use commwatch_model::stats::median_i64;
 
 /// Sample intervals a burst must span for its rate to be measured (first and last are partial).
 pub const RESOLVED_INTERVALS: usize = busy::RESOLVED_INTERVALS;
@@ -178,8 +177,8 @@ fn intervals(grid: &[(i64, u64)], other: &[(i64, u64)]) -> Vec<(i64, i64, f64)> 
         .collect()
 }
 
-/// Median length of the intervals, nanoseconds (0 without any): [`median_i64`], without its sort when every
-/// interval has the same length (regular sampling, the common case).
+/// Median length of the intervals, nanoseconds (0 without any): `commwatch_model::stats::median_i64`'s
+/// value, without a sort when every interval has the same length (regular sampling).
 fn median_interval(iv: &[(i64, i64, f64)]) -> i64 {
     let mut lens = iv.iter().map(|x| x.1 - x.0);
     let Some(first) = lens.next() else { return 0 };
@@ -190,8 +189,8 @@ fn median_interval(iv: &[(i64, i64, f64)]) -> i64 {
     median_by_selection(&mut dts).unwrap_or(0)
 }
 
-/// [`median_i64`] by selection instead of a sort (linear time): the same value — the middle element, or the
-/// midpoint of the two middle ones rounded towards the lower as `median_i64` does.
+/// `commwatch_model::stats::median_i64` by selection instead of a sort (linear time): the same value — the
+/// middle element, or the midpoint of the two middle ones rounded towards the lower, as `median_i64` does.
 fn median_by_selection(v: &mut [i64]) -> Option<i64> {
     let n = v.len();
     if n == 0 {
@@ -314,6 +313,7 @@ pub fn analyse(
 mod tests {
     use super::*;
     use crate::steps::bandwidth::step_link;
+    use commwatch_model::stats::median_i64;
     use commwatch_model::{Endpoint, Link, LinkClass, LinkKey, LinkRole};
 
     const MS: i64 = 1_000_000;

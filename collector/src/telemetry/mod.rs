@@ -68,6 +68,20 @@ impl Passes {
     }
 }
 
+impl Passes {
+    /// A new registry holding the process's pass metrics (every [`Health`] starts from one).
+    fn registry() -> Result<Registry, prometheus::Error> {
+        let p = passes().ok_or_else(|| {
+            prometheus::Error::Msg("the pass metrics could not be created".into())
+        })?;
+        let registry = Registry::new();
+        registry.register(Box::new(p.seconds.clone()))?;
+        registry.register(Box::new(p.nodes.clone()))?;
+        registry.register(Box::new(p.cpu_seconds.clone()))?;
+        Ok(registry)
+    }
+}
+
 /// Times one pass: wall time, and the CPU time of the thread it runs on.
 #[derive(Debug)]
 pub struct PassTimer {
@@ -311,7 +325,7 @@ impl GuardMetrics {
 
 impl Health {
     pub fn new() -> Result<Health, prometheus::Error> {
-        let registry = Registry::new();
+        let registry = Passes::registry()?;
         let counter = |name: &str, help: &str| -> Result<IntCounter, prometheus::Error> {
             let c = IntCounter::new(name, help)?;
             registry.register(Box::new(c.clone()))?;
@@ -357,12 +371,6 @@ impl Health {
             .buckets(vec![1e-4, 1e-3, 1e-2, 0.05, 0.1, 0.5, 1.0, 5.0]),
         )?;
         registry.register(Box::new(scrape_seconds.clone()))?;
-        let passes = passes().ok_or_else(|| {
-            prometheus::Error::Msg("the pass metrics could not be created".into())
-        })?;
-        registry.register(Box::new(passes.seconds.clone()))?;
-        registry.register(Box::new(passes.nodes.clone()))?;
-        registry.register(Box::new(passes.cpu_seconds.clone()))?;
         let step_markers = IntCounterVec::new(
             Opts::new(
                 names::COLLECTOR_STEP_MARKERS_TOTAL,
