@@ -116,14 +116,9 @@ pub(super) fn get_varint(buf: &[u8], pos: &mut usize) -> u64 {
     }
 }
 
-/// Most repeats one run field of [`xor_fields`] counts.
-const MAX_RUN: u32 = 33;
-
-/// Gorilla-style XOR of each value against the previous one, as `(bits, width)` fields: for a run of `n`
-/// repeats `0` then `0` (`n` = 1) or `1` and 5 bits of `n - 2` (2 ≤ `n` ≤ 33; a gauge read faster than it
-/// changes repeats for long runs); otherwise `1`, then `0` and the differing bits inside the previous window of
-/// meaningful bits, or `1`, 5 bits of leading zeros, 6 bits of meaningful width (64 as 0) and the meaningful
-/// bits.
+/// Gorilla-style XOR of each value against the previous one, as `(bits, width)` fields: `0` for a repeat;
+/// otherwise `1`, then `0` and the differing bits inside the previous window of meaningful bits, or `1`,
+/// 5 bits of leading zeros, 6 bits of meaningful width (64 as 0) and the meaningful bits.
 #[inline]
 pub(super) fn xor_fields(
     first: u64,
@@ -132,25 +127,13 @@ pub(super) fn xor_fields(
 ) {
     let mut prev = first;
     let (mut lead, mut trail) = (u32::MAX, 0u32);
-    let mut run = 0u32;
-    let flush = |run: u32, emit: &mut dyn FnMut(u64, u32)| match run {
-        0 => {}
-        1 => emit(0, 2),
-        n => emit(0b10 | u64::from(n - 2) << 2, 7),
-    };
     for v in rest {
         let x = v ^ prev;
         prev = v;
         if x == 0 {
-            run += 1;
-            if run == MAX_RUN {
-                flush(run, &mut emit);
-                run = 0;
-            }
+            emit(0, 1);
             continue;
         }
-        flush(run, &mut emit);
-        run = 0;
         let lz = x.leading_zeros().min(31);
         let tz = x.trailing_zeros();
         if lead != u32::MAX && lz >= lead && tz >= trail {
@@ -165,7 +148,6 @@ pub(super) fn xor_fields(
             (lead, trail) = (lz, tz);
         }
     }
-    flush(run, &mut emit);
 }
 
 /// Reads the fields [`xor_fields`] wrote from bit `bit` of `buf`, one value per slot of `out`, `first` being
@@ -179,24 +161,10 @@ pub(super) fn xor_decode<'a>(
 ) {
     let mut v = first;
     let (mut lead, mut trail) = (0u32, 0u32);
-    let mut run = 0u64;
     for o in out {
-        if run > 0 {
-            run -= 1;
-            *o = v;
-            continue;
-        }
         // The two control bits, and the window's 11 bits after them.
         let head = bits(buf, bit, 13);
-        if head & 1 == 0 {
-            // A run of repeats: this one and `run` more.
-            if head & 2 != 0 {
-                run = ((head >> 2) & 31) + 1;
-                bit += 7;
-            } else {
-                bit += 2;
-            }
-        } else {
+        if head & 1 != 0 {
             if head & 2 != 0 {
                 lead = (head >> 2) as u32 & 31;
                 let sig = match (head >> 7) as u32 & 63 {
@@ -210,6 +178,8 @@ pub(super) fn xor_decode<'a>(
             let sig = 64 - lead - trail;
             v ^= bits(buf, bit, sig) << trail;
             bit += sig as usize;
+        } else {
+            bit += 1;
         }
         *o = v;
     }
@@ -349,7 +319,7 @@ mod tests {
     }
 
     #[test]
-    fn xor_codes_runs_of_repeats_and_round_trips() {
+    fn xor_costs_one_bit_per_repeat_and_round_trips() {
         let values = [
             42.5f64.to_bits(),
             42.5f64.to_bits(),
@@ -360,26 +330,9 @@ mod tests {
             1,
             1 << 63,
         ];
-        // A run of 10 repeats in one field, of 70 in three (33 + 33 + 4), a lone repeat in 2 bits.
-        for (run, bits) in [(10, 7), (70, 21), (1, 2)] {
-            let mut n = 0;
-            xor_fields(values[0], std::iter::repeat_n(values[0], run), |_, w| {
-                n += w
-            });
-            assert_eq!(n, bits, "{run}");
-        }
-        // Runs of every length between changes round-trip.
-        let mut runs = vec![7u64];
-        for n in 0..80u64 {
-            runs.extend(std::iter::repeat_n(n, n as usize % 37 + 1));
-        }
-        let mut buf = vec![0u8; runs.len() * 10 + 8];
-        let mut bw = BitWriter::new(&mut buf);
-        xor_fields(runs[0], runs[1..].iter().copied(), |v, w| bw.put(v, w));
-        let len = bw.finish();
-        let mut got = vec![0u64; runs.len() - 1];
-        xor_decode(&buf[..len], 0, runs[0], got.iter_mut());
-        assert_eq!(got, runs[1..]);
+        let mut n = 0;
+        xor_fields(values[0], [values[0]; 10].into_iter(), |_, w| n += w);
+        assert_eq!(n, 10);
         let mut buf = vec![0u8; values.len() * 10 + 8];
         let mut bw = BitWriter::new(&mut buf);
         xor_fields(values[0], values[1..].iter().copied(), |v, w| bw.put(v, w));
