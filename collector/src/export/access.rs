@@ -6,8 +6,10 @@
 //!   loopback client (403 otherwise), so a collector whose HTTP port is reachable from the network cannot have
 //!   its baselines changed by anyone who can reach it.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{Method, StatusCode};
@@ -21,7 +23,7 @@ pub struct ApiAccess {
     /// Bearer token required under `/api/` when set.
     pub token: Option<Arc<str>>,
     /// The page's logged-in sessions (`/login`): the cookie carries a session id, never the token.
-    pub page_sessions: crate::export::page::login::PageSessions,
+    pub page_sessions: PageSessions,
 }
 
 fn deny(status: StatusCode, message: &str) -> Response {
@@ -61,4 +63,40 @@ pub async fn guard(
         }
     }
     next.run(req).await
+}
+
+/// How long a page session lasts after its login.
+pub const SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
+/// Most sessions held; a login past it ends the one closest to expiry.
+pub const MAX_SESSIONS: usize = 1024;
+
+/// The page's sessions: id (64 hex digits) → when it expires. Clones share the sessions.
+#[derive(Debug, Default, Clone)]
+pub struct PageSessions {
+    pub(crate) open: Arc<parking_lot::Mutex<HashMap<String, Instant>>>,
+}
+
+impl PageSessions {
+    /// Opens a session at `now` and returns its id; drops expired sessions, and the one closest to expiry
+    /// when [`MAX_SESSIONS`] are open.
+    pub fn open(&self, now: Instant) -> String {
+        let id: String = rand::random::<[u8; 32]>()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        let mut open = self.open.lock();
+        open.retain(|_, until| *until > now);
+        if open.len() >= MAX_SESSIONS {
+            if let Some(first) = open.iter().min_by_key(|(_, u)| **u).map(|(k, _)| k.clone()) {
+                open.remove(&first);
+            }
+        }
+        open.insert(id.clone(), now + SESSION_TTL);
+        id
+    }
+
+    /// True when `id` is an open session at `now`.
+    pub fn valid(&self, id: &str, now: Instant) -> bool {
+        self.open.lock().get(id).is_some_and(|until| *until > now)
+    }
 }

@@ -1,12 +1,11 @@
 //! Access to the page: the same API token as `/api/` ([`ApiAccess`]). A browser cannot send a bearer header
 //! when it follows a link, so with a token configured the page also accepts a session: the form at `/login`,
-//! once the token typed in matches, opens one ([`PageSessions`]: a random 256-bit id, valid [`SESSION_TTL`])
+//! once the token typed in matches, opens one ([`crate::export::access::PageSessions`]: a random 256-bit id, valid [`SESSION_TTL`])
 //! and sets the `commwatch_page` cookie to its id (`HttpOnly`, `SameSite=Strict`, `Path=/`, and `Secure` when
 //! the form was posted from an `https://` page, as behind a TLS proxy). The token itself never goes into the
 //! cookie. A request with neither is sent to `/login` (a fragment request of the page's script gets 401).
 //! Without a token the page is open, like the API's reads. `/login` and `/assets/` are always open.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -18,47 +17,13 @@ use axum::response::{IntoResponse, Redirect, Response};
 
 use super::escape::{url_component, url_decode};
 use super::layout;
-use crate::export::access::ApiAccess;
+use crate::export::access::{ApiAccess, SESSION_TTL};
+#[cfg(test)]
+use crate::export::access::{PageSessions, MAX_SESSIONS};
 use crate::ingest::auth::{bearer, token_matches};
 
 /// The cookie that carries the session id.
 pub const COOKIE: &str = "commwatch_page";
-/// How long a page session lasts after its login.
-pub const SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
-/// Most sessions held; a login past it ends the one closest to expiry.
-pub const MAX_SESSIONS: usize = 1024;
-
-/// The page's sessions: id (64 hex digits) → when it expires. Clones share the sessions.
-#[derive(Debug, Default, Clone)]
-pub struct PageSessions {
-    open: Arc<parking_lot::Mutex<HashMap<String, Instant>>>,
-}
-
-impl PageSessions {
-    /// Opens a session at `now` and returns its id; drops expired sessions, and the one closest to expiry
-    /// when [`MAX_SESSIONS`] are open.
-    pub fn open(&self, now: Instant) -> String {
-        let id: String = rand::random::<[u8; 32]>()
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
-        let mut open = self.open.lock();
-        open.retain(|_, until| *until > now);
-        if open.len() >= MAX_SESSIONS {
-            if let Some(first) = open.iter().min_by_key(|(_, u)| **u).map(|(k, _)| k.clone()) {
-                open.remove(&first);
-            }
-        }
-        open.insert(id.clone(), now + SESSION_TTL);
-        id
-    }
-
-    /// True when `id` is an open session at `now`.
-    pub fn valid(&self, id: &str, now: Instant) -> bool {
-        self.open.lock().get(id).is_some_and(|until| *until > now)
-    }
-}
-
 /// The page session id a request's cookie presents.
 fn session_cookie(headers: &HeaderMap) -> Option<String> {
     headers
