@@ -9,10 +9,10 @@
 //!
 //! Layout, oldest to newest: sealed chunks of `CHUNK` (128) compressed samples; an open part of fewer than
 //! `CHUNK` samples in a byte code appended one sample at a time (`open`: 1 byte for a strict period and an
-//! unchanged value, a few more for a moving counter); and an uncompressed tail of the newest `keep` samples
-//! (32 for a ring of more than 4,096 samples, as a 20 Hz series has; 16 for a smaller one, as a 1 Hz series
-//! has; all of them for a ring of at most 160). A push appends to the tail and moves the tail's oldest sample
-//! into the open part; when that holds `CHUNK` samples it is sealed into a chunk. The usual readers (a rate
+//! unchanged value, a few more for a moving counter); and an uncompressed tail of the newest samples (at most
+//! `keep`: 48 for a ring of more than 4,096 samples, as a 20 Hz series has; 8 for a smaller one, as a 1 Hz
+//! series has; all of them for a ring of at most 160). A push appends to the tail; a full tail moves its older
+//! half into the open part, which is sealed into a chunk when it holds `CHUNK` samples. The usual readers (a rate
 //! over the newest second, a step engine's tail) walk the tail newest first without decoding anything; older
 //! reads decode the open part or a chunk once per direction, forward in one pass. Eviction drops whole chunks
 //! and hides the evicted part of the oldest chunk (or of the open part, when there is no chunk) behind a skip
@@ -24,21 +24,23 @@
 //!   `r_k ≥ 0` packed at the one width its largest needs. Independent jitter of ±j costs about
 //!   `log2(2j)` bits per sample (±500 µs: 20 bits), a strict period 0 bits; any one timestamp is read in
 //!   O(1), which is what eviction needs;
-//! - values, whichever is smaller for the chunk (one tag byte): frame-of-reference deltas (`v_k - v_{k-1} -
+//! - values, whichever is smallest for the chunk (one tag byte): frame-of-reference deltas (`v_k - v_{k-1} -
 //!   min_delta`, packed at one width: a counter's steady increase costs the bits of its variation, an idle
-//!   counter or a constant gauge 0 bits), or Gorilla-style XOR against the previous value (for gauges' f64
+//!   counter or a constant gauge 0 bits), deltas of deltas (a counter in bursts at a steady rate: 1 bit a
+//!   sample and a field per change of rate), or Gorilla-style XOR against the previous value (for gauges' f64
 //!   bits: a repeated value costs 1 bit, a value sharing sign, exponent or trailing mantissa bits only the
 //!   differing bits). All arithmetic wraps, so any `u64` values and `i64` timestamps round-trip exactly.
 //!
 //! Cost (`cargo bench -p commwatch-collector --bench ring`, figures in BENCHMARKS.md): a 20 Hz series at the
-//! default retention (12,000 samples, timestamps with ±500 µs of jitter at ns precision) takes ≈6.5 B per sample
-//! for a busy byte counter, ≈3.3 B for an idle counter or a constant gauge (2.5 B of it the timestamps' jitter),
-//! ≈9.9 B for a gauge of random f64s, ≈0.7 B with a strict period and a constant increase; 16 B uncompressed.
-//! These include the tail (512 B once full), the open part, the chunk list and the chunks' headers. A push
-//! appends to the tail and the open part and compares with one cached timestamp; evicting reads the oldest
-//! chunk once per `FRONT` (8) samples; every `CHUNK` pushes the open part is decoded and one chunk encoded
-//! (≈2–3 µs). An iterator decodes a chunk or the open part once per direction (≈4 ns per sample walked) and
-//! walks the tail as the plain `VecDeque` it is.
+//! default retention (12,000 samples, timestamps with ±500 µs of jitter at ns precision) takes ≈6.3 B per sample
+//! for a busy byte counter, ≈3.0 B for an idle counter or a constant gauge (2.5 B of it the timestamps' jitter),
+//! ≈9.8 B for a gauge of random f64s, ≈0.5 B with a strict period and a constant increase; 16 B uncompressed.
+//! These include the tail (768 B once full), the open part, the chunk list (16 B a chunk) and the chunks'
+//! headers. A push appends to the tail and compares with one cached timestamp (≈40–80 ns over 1,000 rings,
+//! with the rest amortized); every 24 pushes the tail's older half is coded into the open part; evicting reads
+//! the oldest chunk once per `FRONT` (8) samples; every `CHUNK` pushes the open part is decoded and one chunk
+//! encoded. An iterator walks the tail as the plain `VecDeque` it is (≈1–2 ns per sample) and decodes a chunk or
+//! the open part once per direction (≈5–10 ns per sample walked).
 //!
 //! Parts: the `chunk` module encodes and decodes a sealed chunk, the `bits` module holds the bit-level coding it
 //! uses (packed fields, zigzag and varints, XOR), the `open` module the open part's byte code; this one holds
