@@ -1,10 +1,11 @@
 //! Access to the page: the same API token as `/api/` ([`ApiAccess`]). A browser cannot send a bearer header
 //! when it follows a link, so with a token configured the page also accepts a session: the form at `/login`,
-//! once the token typed in matches, opens one ([`crate::export::access::PageSessions`]: a random 256-bit id, valid [`SESSION_TTL`])
-//! and sets the `commwatch_page` cookie to its id (`HttpOnly`, `SameSite=Strict`, `Path=/`, and `Secure` when
-//! the form was posted from an `https://` page, as behind a TLS proxy). The token itself never goes into the
-//! cookie. A request with neither is sent to `/login` (a fragment request of the page's script gets 401).
-//! Without a token the page is open, like the API's reads. `/login` and `/assets/` are always open.
+//! once the token typed in matches, opens one ([`crate::export::access::PageSessions`]: a random 256-bit id,
+//! valid [`SESSION_TTL`]) and sets the `commwatch_page` cookie to its id (`HttpOnly`, `SameSite=Strict`,
+//! `Path=/`, and `Secure` when the form was posted from an `https://` page, as behind a TLS proxy). The token
+//! itself never goes into the cookie. A request with neither is sent to `/login` (a fragment request of the
+//! page's script gets 401). Without a token the page is open, like the API's reads. `/login` and `/assets/`
+//! are always open.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
