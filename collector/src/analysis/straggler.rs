@@ -14,7 +14,9 @@
 //!   median (when no `link_degraded` explains it, root-cause linking happens in `causes.rs`). Measured rates
 //!   only: confident steps or resolved bursts; a burst shorter than a few samples has no rate to compare.
 //!
-//! The window (20 s, tens of steps) and the tracker's hysteresis make it "consistent". Severity warning.
+//! The window (20 s, tens of steps) and the tracker's hysteresis make it "consistent" (two evaluations in a
+//! row for a compute straggler measured from SM activity, [`compute_raise_after`]; three otherwise). Severity
+//! warning.
 
 use super::exposed_comm::compute_share;
 use super::input::{AnalysisInput, NodeInput};
@@ -101,6 +103,7 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
                         n.name
                     );
                     with_collective_rank(&mut c, input, job.as_deref(), &n.name, RankRole::Latest);
+                    c.raise_after = compute_raise_after(signal);
                     out.push(c);
                     continue;
                 }
@@ -129,6 +132,19 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
         }
     }
     out
+}
+
+/// Evaluations in a row before a compute straggler is raised: with every node's SM activity (NVML GPM, a
+/// rate between two of the GPU's 1 Hz samples, so first seen two seconds in) the compared shares are measured
+/// over the whole window, and two looks in a row rest on two readings of each GPU: `exposed_comm`'s
+/// [`RAISE_AFTER`](super::exposed_comm::RAISE_AFTER). From the kernel-running share (NCCL's kernels
+/// included, which waiting ranks also run) the tracker's three.
+fn compute_raise_after(signal: &str) -> u32 {
+    if signal == "gpu_compute_share" {
+        super::exposed_comm::RAISE_AFTER
+    } else {
+        super::tracker::RAISE_AFTER
+    }
 }
 
 /// The median of the group's figures, leaving out `except` (in a group of two, a node is compared with the
@@ -269,6 +285,8 @@ mod tests {
         assert_eq!(found.len(), 1, "{found:#?}");
         let c = &found[0];
         assert_eq!(c.subject.node, "n3");
+        // The kernel-running share (no SM activity): the tracker's three evaluations.
+        assert_eq!(c.raise_after, crate::analysis::tracker::RAISE_AFTER);
         // Two nodes: the one computing longer is compared with the other, and only it is named.
         let two = AnalysisInput {
             nodes: vec![node("n1", 0.6), node("n3", 0.7)],
@@ -283,6 +301,32 @@ mod tests {
             ..Default::default()
         };
         assert!(evaluate(&even).is_empty());
+        // With SM activity on every node: the measured compute share, raised after two looks.
+        let with_sm = |name: &str, sm: f64| NodeInput {
+            name: name.into(),
+            gpus: vec![GpuInput {
+                busy_share: Some(0.95),
+                sm_activity: Some(sm),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let measured = AnalysisInput {
+            nodes: vec![
+                with_sm("n1", 0.54),
+                with_sm("n2", 0.54),
+                with_sm("n3", 0.72),
+            ],
+            ..Default::default()
+        };
+        let found = evaluate(&measured);
+        assert_eq!(found.len(), 1, "{found:#?}");
+        assert_eq!(found[0].subject.node, "n3");
+        assert_eq!(found[0].evidence.details["signal"], "gpu_compute_share");
+        assert_eq!(
+            found[0].raise_after,
+            crate::analysis::exposed_comm::RAISE_AFTER
+        );
         assert_eq!(c.evidence.details["latest_rank"], 5);
         assert_eq!(c.evidence.details["collective_size_bytes"], 220_000_000);
         assert!(
