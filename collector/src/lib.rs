@@ -345,10 +345,13 @@ fn load_auth(
     if let Some(w) = path.and_then(|p| ingest::auth::exposure_warning("API token file", p)) {
         warn!("{w}");
     }
-    Ok((agent_auth, Arc::new(export::access::ApiAccess {
-        token,
-        page_sessions: Default::default(),
-    })))
+    Ok((
+        agent_auth,
+        Arc::new(export::access::ApiAccess {
+            token,
+            page_sessions: Default::default(),
+        }),
+    ))
 }
 
 /// With a state directory: replays it into the store and starts the writer (the first task). `None` without.
