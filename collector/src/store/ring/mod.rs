@@ -7,7 +7,7 @@
 //! older than the horizon). Iteration yields the samples oldest first, exactly as pushed (lossless), in either
 //! direction. Timestamps are expected to increase; the ring stays exact when they do not.
 //!
-//! Layout, oldest to newest: sealed chunks of `CHUNK` (128) compressed samples; an open part of fewer than
+//! Layout, oldest to newest: sealed chunks of `CHUNK` (256) compressed samples; an open part of fewer than
 //! `CHUNK` samples in a byte code appended one sample at a time (`open`: 1 byte for a strict period and an
 //! unchanged value, a few more for a moving counter); and an uncompressed tail of the newest samples (at most
 //! `keep`: 48 for a ring of more than 4,096 samples, as a 20 Hz series has; 8 for a smaller one, as a 1 Hz
@@ -850,7 +850,10 @@ mod tests {
                 m.push(i * 10, i as u64 * 3, i64::MAX);
             }
             // 256 sealed, 80 open, 44 in the tail (it moves 24 to the open part each time it holds 48).
-            assert_eq!((r.chunks.len(), r.open.len(), r.tail.len()), (2, 80, 44));
+            assert_eq!(
+                (r.chunks.len(), r.open.len(), r.tail.len()),
+                (256 / CHUNK, 80, 44)
+            );
             r.evict_before(cut * 10);
             m.evict_before(cut * 10);
             check(&r, &m, cut as usize);
