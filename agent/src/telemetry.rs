@@ -6,7 +6,7 @@
 use std::sync::OnceLock;
 
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    Encoder, Gauge, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
     IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
@@ -47,6 +47,11 @@ pub const METRIC_NAMES: &[&str] = &[
     "commwatch_agent_inspector_files",
     "commwatch_agent_http_connections_refused_total",
     "commwatch_agent_http_connections",
+    "commwatch_agent_collector_info",
+    "commwatch_agent_collector_shards",
+    "commwatch_agent_collector_moves_total",
+    "commwatch_agent_discovery_resolves_total",
+    "commwatch_agent_discovery_last_success_unix_seconds",
     "commwatch_build_info",
 ];
 
@@ -128,6 +133,8 @@ pub struct AgentMetrics {
     pub http_connections_refused: IntCounter,
     /// HTTP connections open now.
     pub http_connections: IntGauge,
+    /// The collector shard in use, the moves between shards and the DNS discovery ([`ShardMetrics`]).
+    pub shards: ShardMetrics,
     /// `commwatch_build_info`, its one series at 1 ([`build_info`]).
     pub build_info: IntGaugeVec,
 }
@@ -265,6 +272,7 @@ impl AgentMetrics {
                 "commwatch_agent_http_connections",
                 "HTTP connections (/metrics, /healthz) open now.",
             ),
+            shards: ShardMetrics::new(),
             build_info: gauge_vec(
                 "commwatch_build_info",
                 "Always 1; the labels say which version and git revision of commwatch is running.",
@@ -314,7 +322,10 @@ impl AgentMetrics {
             Box::new(self.http_connections.clone()),
             Box::new(self.build_info.clone()),
         ];
-        own.into_iter().chain(self.inspector.collectors()).collect()
+        own.into_iter()
+            .chain(self.inspector.collectors())
+            .chain(self.shards.collectors())
+            .collect()
     }
 
     /// Renders the Prometheus text exposition.
@@ -386,6 +397,157 @@ impl InspectorMetrics {
             Box::new(self.skipped_bytes.clone()),
             Box::new(self.file_resets.clone()),
             Box::new(self.files.clone()),
+        ]
+    }
+}
+
+/// Why the stream moved to another collector shard: the `reason` label of `commwatch_agent_collector_moves_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MoveReason {
+    /// The node's job list gave it another preferred shard.
+    JobChanged,
+    /// The collector in use could not be reached (connect, stream open or first ack failed): the next in the
+    /// order was tried.
+    Unreachable,
+    /// A DNS answer changed the set of shards: the one in use is gone, or the preferred one changed.
+    ShardSetChanged,
+    /// After `shard_retry` on a fallback, back to the preferred shard.
+    RetryPreferred,
+}
+
+impl MoveReason {
+    /// Every reason, in the order of the docs.
+    pub const ALL: [MoveReason; 4] = [
+        MoveReason::JobChanged,
+        MoveReason::Unreachable,
+        MoveReason::ShardSetChanged,
+        MoveReason::RetryPreferred,
+    ];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MoveReason::JobChanged => "job_changed",
+            MoveReason::Unreachable => "unreachable",
+            MoveReason::ShardSetChanged => "shard_set_changed",
+            MoveReason::RetryPreferred => "retry_preferred",
+        }
+    }
+}
+
+/// How one lookup of a `dns+` collector name ended: the `result` label of
+/// `commwatch_agent_discovery_resolves_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResolveResult {
+    /// At least one address.
+    Ok,
+    /// The lookup succeeded with no address.
+    Empty,
+    /// The resolver failed (no such name, no answer, a resolver error).
+    Error,
+    /// No answer within the lookup timeout (5 s).
+    Timeout,
+}
+
+impl ResolveResult {
+    /// Every result, in the order of the docs.
+    pub const ALL: [ResolveResult; 4] = [
+        ResolveResult::Ok,
+        ResolveResult::Empty,
+        ResolveResult::Error,
+        ResolveResult::Timeout,
+    ];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ResolveResult::Ok => "ok",
+            ResolveResult::Empty => "empty",
+            ResolveResult::Error => "error",
+            ResolveResult::Timeout => "timeout",
+        }
+    }
+}
+
+/// Which collector shard the agent streams to, how often it moved, and how its DNS discovery fares
+/// (`commwatch_agent_collector_*`, `commwatch_agent_discovery_*`). Cheap to clone: the discovery task holds a
+/// copy.
+#[derive(Clone)]
+pub struct ShardMetrics {
+    /// 1 for the collector the open stream goes to, label `collector`: its URL as configured (or as resolved
+    /// from a `dns+` name), without user, password, query or fragment. No series while no stream is open;
+    /// never more than one.
+    pub collector_info: IntGaugeVec,
+    /// Collector shards known now: the configured URLs plus the addresses the `dns+` names last resolved to.
+    pub shards: IntGauge,
+    /// Streams opened on another collector than the previous stream's, by [`MoveReason`] (why the agent left
+    /// the previous one).
+    pub moves: IntCounterVec,
+    /// Lookups of `dns+` collector names, by [`ResolveResult`].
+    pub resolves: IntCounterVec,
+    /// Unix time, seconds, of the end of the last round of lookups in which every `dns+` name answered at
+    /// least one address; 0 before (and always without `dns+` names).
+    pub discovery_last_success: Gauge,
+}
+
+impl ShardMetrics {
+    fn new() -> ShardMetrics {
+        let m = ShardMetrics {
+            collector_info: gauge_vec(
+                "commwatch_agent_collector_info",
+                "1 for the collector (shard) the open stream goes to, by URL without credentials; \
+                 no series while no stream is open.",
+                &["collector"],
+            ),
+            shards: gauge(
+                "commwatch_agent_collector_shards",
+                "Collector shards known now: configured URLs plus the addresses dns+ names last resolved to.",
+            ),
+            moves: counter_vec(
+                "commwatch_agent_collector_moves_total",
+                "Streams opened on another collector than the previous stream's, by why the agent left it.",
+                &["reason"],
+            ),
+            resolves: counter_vec(
+                "commwatch_agent_discovery_resolves_total",
+                "Lookups of dns+ collector names, by result.",
+                &["result"],
+            ),
+            discovery_last_success: Gauge::new(
+                "commwatch_agent_discovery_last_success_unix_seconds",
+                "Unix time in seconds of the last round in which every dns+ collector name resolved to an \
+                 address; 0 before.",
+            )
+            .expect("valid metric"),
+        };
+        // Every label value exported from the start (at 0), so rates and alerts see a series before the event.
+        for r in MoveReason::ALL {
+            m.moves.with_label_values(&[r.as_str()]);
+        }
+        for r in ResolveResult::ALL {
+            m.resolves.with_label_values(&[r.as_str()]);
+        }
+        m
+    }
+
+    /// Says that the open stream goes to `collector` (already without credentials): its one series at 1.
+    pub fn set_collector(&self, collector: &str) {
+        self.collector_info.reset();
+        self.collector_info.with_label_values(&[collector]).set(1);
+    }
+
+    /// No stream open: no `commwatch_agent_collector_info` series.
+    pub fn clear_collector(&self) {
+        self.collector_info.reset();
+    }
+
+    fn collectors(&self) -> Vec<Box<dyn prometheus::core::Collector>> {
+        vec![
+            Box::new(self.collector_info.clone()),
+            Box::new(self.shards.clone()),
+            Box::new(self.moves.clone()),
+            Box::new(self.resolves.clone()),
+            Box::new(self.discovery_last_success.clone()),
         ]
     }
 }
@@ -470,5 +632,53 @@ mod tests {
         );
         assert_eq!(lines, [want.as_str()]);
         assert!(text.contains("# TYPE commwatch_build_info gauge"), "{text}");
+    }
+
+    fn lines_of<'a>(text: &'a str, name: &str) -> Vec<&'a str> {
+        text.lines()
+            .filter(|l| {
+                l.strip_prefix(name)
+                    .is_some_and(|r| r.starts_with(['{', ' ']))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_collector_info_is_one_escaped_series_and_none_without_a_stream() {
+        let m = AgentMetrics::new();
+        let info = "commwatch_agent_collector_info";
+        assert!(lines_of(&m.render(), info).is_empty(), "no stream yet");
+        m.shards.set_collector("http://10.0.0.9:7070");
+        // A value with a quote, a backslash and a newline (nothing a URL should hold) stays one escaped line.
+        m.shards.set_collector("http://a\"b\\c\nd:1");
+        let text = m.render();
+        assert_eq!(
+            lines_of(&text, info),
+            [r#"commwatch_agent_collector_info{collector="http://a\"b\\c\nd:1"} 1"#]
+        );
+        m.shards.clear_collector();
+        assert!(lines_of(&m.render(), info).is_empty());
+    }
+
+    #[test]
+    fn every_move_reason_and_resolve_result_is_exported_from_the_start() {
+        let text = AgentMetrics::new().render();
+        let moves = lines_of(&text, "commwatch_agent_collector_moves_total");
+        for r in MoveReason::ALL {
+            let want = format!(
+                "commwatch_agent_collector_moves_total{{reason=\"{}\"}} 0",
+                r.as_str()
+            );
+            assert!(moves.contains(&want.as_str()), "{moves:?}");
+        }
+        let resolves = lines_of(&text, "commwatch_agent_discovery_resolves_total");
+        assert_eq!(resolves.len(), ResolveResult::ALL.len(), "{resolves:?}");
+        assert_eq!(
+            lines_of(&text, "commwatch_agent_discovery_last_success_unix_seconds"),
+            ["commwatch_agent_discovery_last_success_unix_seconds 0"]
+        );
+        assert!(text.contains(
+            "# HELP commwatch_agent_discovery_last_success_unix_seconds Unix time in seconds"
+        ));
     }
 }

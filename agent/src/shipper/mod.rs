@@ -25,15 +25,21 @@
 //!   or the one in use is gone (drained as for a job's move). Every agent that sees the same set picks the same
 //!   shard for a job, so a job's ranks meet again on one shard within one refresh after a change.
 //!
+//! - Observable ([`observe`]): `/metrics` names the collector of the open stream
+//!   (`commwatch_agent_collector_info`), the shards known (`commwatch_agent_collector_shards`), the streams
+//!   that moved to another collector and why (`commwatch_agent_collector_moves_total{reason}`), and the DNS
+//!   lookups (`commwatch_agent_discovery_resolves_total{result}`, `..._last_success_unix_seconds`).
+//!
 //! Files: this one holds the state kept across connections and the reconnect loop; [`session`] one connected
 //! stream (a `select!` that dispatches each message kind to its method); [`buffer`] the resend buffer;
 //! [`backoff`] the reconnect delays; [`shard`] the choice of collector; [`discovery`] and [`resolve`] the
-//! shards behind a DNS name.
+//! shards behind a DNS name; [`observe`] the shard metrics.
 
 mod backoff;
 mod buffer;
 pub mod discovery;
 mod failure;
+pub mod observe;
 pub mod resolve;
 mod session;
 pub mod shard;
@@ -56,7 +62,7 @@ use discovery::{ShardSet, Target};
 use resolve::{Discovery, Resolve};
 
 use crate::sampler::{Periods, SamplerEvent};
-use crate::telemetry::AgentMetrics;
+use crate::telemetry::{AgentMetrics, MoveReason};
 
 /// The gRPC client of the collector's ingest service.
 type Client = pb::ingest_client::IngestClient<tonic::transport::Channel>;
@@ -131,6 +137,10 @@ pub struct Shipper {
     pos: usize,
     /// URL of the collector last dialled (a job or shard set change while connecting moves the target).
     dialed: String,
+    /// URL of the collector of the last stream opened; `None` before the first.
+    streamed: Option<String>,
+    /// Why the agent left `streamed`, once the collector in use is another one ([`observe`]).
+    move_reason: Option<MoveReason>,
 }
 
 impl Shipper {
@@ -163,6 +173,8 @@ impl Shipper {
             order: Vec::new(),
             pos: 0,
             dialed: String::new(),
+            streamed: None,
+            move_reason: None,
         }
         .with_shards()
     }
@@ -182,6 +194,7 @@ impl Shipper {
             self.urls.push(self.settings.collector.clone());
         }
         self.order = shard::order(&self.settings.node, &self.urls);
+        self.count_shards();
         self
     }
 
@@ -212,6 +225,7 @@ impl Shipper {
             (preferred, self.target().to_string())
         });
         self.urls = set.urls;
+        self.count_shards();
         self.order = shard::order(&self.key(), &self.urls);
         let preferred = self.urls[self.order[0]].clone();
         let Some((was_preferred, current)) = before else {
@@ -228,6 +242,7 @@ impl Shipper {
                 self.pos = 0;
                 if current != preferred {
                     tracing::info!(from = %current, to = %preferred, "collector shards changed: moving");
+                    self.note_retarget(&current, MoveReason::ShardSetChanged);
                 }
                 current != preferred
             }
@@ -264,7 +279,9 @@ impl Shipper {
         if current == self.order[0] {
             return false;
         }
-        tracing::info!(key, from = %self.urls[current], to = %self.target(), "job moved to another collector shard");
+        let from = self.urls[current].clone();
+        tracing::info!(key, from = %from, to = %self.target(), "job moved to another collector shard");
+        self.note_retarget(&from, MoveReason::JobChanged);
         true
     }
 
@@ -297,6 +314,7 @@ impl Shipper {
             Ended::Failed(cause) if self.order.len() > 1 => {
                 let from = self.target().to_string();
                 let wrapped = self.advance();
+                self.note_retarget(&from, MoveReason::Unreachable);
                 tracing::warn!(cause, from, to = %self.target(), "collector unreachable: trying the next shard");
                 let delay = if wrapped {
                     backoff.next_delay()
@@ -338,6 +356,7 @@ impl Shipper {
                 }
             };
             self.metrics.connected.set(0);
+            self.stream_closed();
             let Some((cause, delay)) = self.next_attempt(outcome, &mut backoff) else {
                 return;
             };
@@ -365,6 +384,7 @@ impl Shipper {
             self.resolver.clone(),
             self.settings.collector_refresh,
             self.settings.tls_server_name.clone(),
+            self.metrics.shards.clone(),
             shutdown.clone(),
         ));
     }

@@ -9,6 +9,9 @@
 //!   addresses (said in the log): a DNS outage or a moment with no ready pod never leaves the agent with
 //!   nowhere to ship. A set is published only when it is not empty and differs from the last one.
 //! - Until the first set, the names are retried every second ([`FIRST_RETRY`]).
+//! - Every lookup is counted by result (`commwatch_agent_discovery_resolves_total{result}`: `ok`, `empty`,
+//!   `error`, `timeout`); a round in which every name answered an address sets
+//!   `commwatch_agent_discovery_last_success_unix_seconds`.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -19,6 +22,7 @@ use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
 use super::discovery::{self, ShardSet, Target};
+use crate::telemetry::{ResolveResult, ShardMetrics};
 
 /// How long one name's lookup may take before it counts as failed.
 pub const LOOKUP_TIMEOUT: Duration = Duration::from_secs(5);
@@ -56,6 +60,7 @@ pub fn spawn(
     resolver: Arc<dyn Resolve>,
     refresh: Duration,
     tls_server_name: Option<String>,
+    metrics: ShardMetrics,
     shutdown: watch::Receiver<bool>,
 ) -> Discovery {
     let (tx, sets) = watch::channel(ShardSet::default());
@@ -67,6 +72,7 @@ pub fn spawn(
         tls_server_name,
         answers,
         tx,
+        metrics,
     };
     tokio::spawn(task.run(refresh, nudge.clone(), shutdown));
     Discovery { sets, nudge }
@@ -90,6 +96,8 @@ struct Refresher {
     /// The last non-empty answer per target.
     answers: Vec<Vec<IpAddr>>,
     tx: watch::Sender<ShardSet>,
+    /// The lookups counted, the last full success.
+    metrics: ShardMetrics,
 }
 
 impl Refresher {
@@ -122,25 +130,44 @@ impl Refresher {
 
     /// Looks every name up; publishes the set when it changed.
     async fn resolve_all(&mut self) {
+        let mut all_ok = true;
         for (i, t) in self.targets.iter().enumerate() {
             let Target::Dns { host, port, .. } = t else {
                 continue;
             };
             let lookup = self.resolver.lookup(host.clone(), *port);
-            match tokio::time::timeout(LOOKUP_TIMEOUT, lookup).await {
-                Ok(Ok(addrs)) if !addrs.is_empty() => self.answers[i] = addrs,
+            let result = match tokio::time::timeout(LOOKUP_TIMEOUT, lookup).await {
+                Ok(Ok(addrs)) if !addrs.is_empty() => {
+                    self.answers[i] = addrs;
+                    ResolveResult::Ok
+                }
                 Ok(Ok(_)) => {
                     tracing::warn!(
                         host,
                         "collector shards: the name has no address; keeping the last"
-                    )
+                    );
+                    ResolveResult::Empty
                 }
                 Ok(Err(e)) => {
-                    tracing::warn!(host, error = %e, "collector shards: lookup failed; keeping the last")
+                    tracing::warn!(host, error = %e, "collector shards: lookup failed; keeping the last");
+                    ResolveResult::Error
                 }
-                Err(_) => tracing::warn!(host, timeout = ?LOOKUP_TIMEOUT,
-                    "collector shards: lookup timed out; keeping the last"),
-            }
+                Err(_) => {
+                    tracing::warn!(host, timeout = ?LOOKUP_TIMEOUT,
+                        "collector shards: lookup timed out; keeping the last");
+                    ResolveResult::Timeout
+                }
+            };
+            all_ok &= result == ResolveResult::Ok;
+            self.metrics
+                .resolves
+                .with_label_values(&[result.as_str()])
+                .inc();
+        }
+        if all_ok {
+            self.metrics
+                .discovery_last_success
+                .set(commwatch_model::clock::unix_now_s());
         }
         let set = discovery::shard_set(
             &self.targets,

@@ -55,6 +55,7 @@ impl Shipper {
             Err(ended) => return ended,
         };
         self.metrics.connected.set(1);
+        self.stream_opened();
         tracing::info!(collector = %self.target(), acked = self.acked, buffered = self.buffer.len(), "connected");
         Session::new(self, tx)
             .run(&mut inbound, events, shutdown, backoff)
@@ -298,7 +299,10 @@ impl<'a> Session<'a> {
             }
         }
         if self.shipper.pos != 0 && self.opened.elapsed() > self.shipper.settings.shard_retry {
+            let from = self.shipper.target().to_string();
             self.shipper.pos = 0;
+            self.shipper
+                .note_retarget(&from, crate::telemetry::MoveReason::RetryPreferred);
             return Some(Ended::Moved("back to the preferred shard"));
         }
         if self.stable_since.elapsed() > STABLE_AFTER {

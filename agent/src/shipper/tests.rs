@@ -16,6 +16,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::*;
 use crate::sampler::Periods;
+use crate::telemetry::MoveReason;
 
 mod dns;
 
@@ -152,6 +153,25 @@ fn link(id: u32) -> pb::Link {
         port: "1".into(),
         ..Default::default()
     }
+}
+
+/// The `collector` label of every `commwatch_agent_collector_info` series (each at 1).
+fn info(metrics: &AgentMetrics) -> Vec<String> {
+    use prometheus::core::Collector;
+    metrics
+        .shards
+        .collector_info
+        .collect()
+        .iter()
+        .flat_map(|f| f.get_metric())
+        .inspect(|m| assert_eq!(m.get_gauge().value(), 1.0))
+        .flat_map(|m| m.get_label().iter().map(|l| l.value().to_string()))
+        .collect()
+}
+
+/// `commwatch_agent_collector_moves_total` for each reason, in [`MoveReason::ALL`]'s order.
+fn moves(metrics: &AgentMetrics) -> [u64; 4] {
+    MoveReason::ALL.map(|r| metrics.shards.moves.with_label_values(&[r.as_str()]).get())
 }
 
 /// Waits (up to 10 s) until `cond` holds.
@@ -392,9 +412,13 @@ fn start(
 #[tokio::test]
 async fn a_down_shard_moves_the_agent_to_the_next_which_gets_only_the_unacked_batches() {
     let (settings, preferred, next) = two_shards("n1").await;
+    let urls = shard::parse_list(&settings.collector);
+    let order = shard::order("n1", &urls);
     preferred.down_after_seq.store(2, Ordering::SeqCst);
     let (metrics, ev_tx, stop, task) = start(settings);
     until("connected", || metrics.connected.get() == 1).await;
+    assert_eq!(info(&metrics), [urls[order[0]].clone()]);
+    assert_eq!(metrics.shards.shards.get(), 2);
     ev_tx.send(batch(1)).await.unwrap();
     ev_tx.send(batch(2)).await.unwrap();
     until("batches 1 and 2 acked by the preferred shard", || {
@@ -409,6 +433,12 @@ async fn a_down_shard_moves_the_agent_to_the_next_which_gets_only_the_unacked_ba
     .await;
     ev_tx.send(batch(4)).await.unwrap();
     until("batch 4 acked", || metrics.acked_seq.get() == 4).await;
+    assert_eq!(
+        info(&metrics),
+        [urls[order[1]].clone()],
+        "the info series switched"
+    );
+    assert_eq!(moves(&metrics), [0, 1, 0, 0], "one move, unreachable");
     assert_eq!(batches(&preferred), [1, 2, 3]);
     assert_eq!(
         batches(&next),
@@ -450,6 +480,9 @@ async fn a_job_on_another_shard_moves_the_stream_there() {
     .await;
     ev_tx.send(batch(2)).await.unwrap();
     until("batch 2 acked", || metrics.acked_seq.get() == 2).await;
+    assert_eq!(moves(&metrics), [1, 0, 0, 0], "one move, job_changed");
+    assert_eq!(info(&metrics), [urls[shard::order(&job, &urls)[0]].clone()]);
+    assert_ne!(info(&metrics), [home_url]);
     assert_eq!(batches(&home), [1]);
     assert_eq!(
         batches(&away),
@@ -479,6 +512,8 @@ async fn an_agent_on_a_fallback_returns_to_its_preferred_shard_when_it_is_back()
     .await;
     ev_tx.send(batch(2)).await.unwrap();
     until("batch 2 acked", || metrics.acked_seq.get() == 2).await;
+    // Trying the fallback before any stream was open is no move; coming back is.
+    assert_eq!(moves(&metrics), [0, 0, 0, 1], "one move, retry_preferred");
     assert_eq!(batches(&fallback), [1]);
     assert_eq!(batches(&preferred), [2]);
     stop.send_replace(true);
@@ -521,4 +556,69 @@ async fn a_job_list_queued_before_the_first_connection_sends_everything_to_the_j
         .await
         .expect("the shipper stops at shutdown")
         .unwrap();
+}
+
+/// The move bookkeeping without a network: a move is counted when a stream opens on another collector than
+/// the previous stream's, under the reason the agent left that one; walking the order while nothing answers
+/// and coming back to the previous collector is no move.
+#[test]
+fn a_move_is_counted_once_a_stream_opens_elsewhere_under_why_it_left() {
+    let metrics = Arc::new(AgentMetrics::new());
+    let periods = Periods::new(Duration::from_millis(50), Duration::from_secs(1));
+    let list = "http://a:1,http://u:secret@b:2,http://c:3";
+    let mut s = Shipper::new(
+        settings(list.into()),
+        metrics.clone(),
+        periods,
+        pb::Inventory::default(),
+    );
+    let mut backoff = Backoff::new(Duration::from_millis(1), Duration::from_millis(2));
+    // The collector in use was dialled and could not be reached.
+    let mut fail = |s: &mut Shipper| {
+        s.dialed = s.target().to_string();
+        s.next_attempt(Ended::Failed("connect"), &mut backoff)
+    };
+    assert_eq!(metrics.shards.shards.get(), 3);
+    let label = |url: &str| observe::collector_label(url);
+    let first = s.target().to_string();
+    s.stream_opened();
+    assert_eq!(info(&metrics), [label(&first)]);
+    s.stream_closed();
+    assert!(info(&metrics).is_empty(), "no stream, no series");
+    // Two shards unreachable, the third answers: one move.
+    fail(&mut s);
+    fail(&mut s);
+    let third = s.target().to_string();
+    s.stream_opened();
+    assert_eq!(moves(&metrics), [0, 1, 0, 0]);
+    assert_eq!(info(&metrics), [label(&third)]);
+    assert!(
+        !info(&metrics)[0].contains("secret"),
+        "{:?}",
+        info(&metrics)
+    );
+    // Around the whole order and back to the third: no move.
+    s.stream_closed();
+    for _ in 0..3 {
+        fail(&mut s);
+    }
+    assert_eq!(s.target(), third);
+    s.stream_opened();
+    assert_eq!(moves(&metrics), [0, 1, 0, 0]);
+    // A job whose shard is the one in neither place: job_changed.
+    let urls = s.urls.clone();
+    let job = (0..)
+        .map(|i| format!("job-{i}"))
+        .find(|j| ![&first, &third].contains(&&urls[shard::order(j, &urls)[0]]))
+        .unwrap();
+    assert!(s.absorb_jobs(pb::JobInventory {
+        jobs: vec![pb::Job {
+            id: job,
+            ..Default::default()
+        }],
+    }));
+    s.stream_opened();
+    assert_eq!(moves(&metrics), [1, 1, 0, 0]);
+    assert_ne!(info(&metrics), [label(&third)]);
+    assert_eq!(info(&metrics).len(), 1, "one series at a time");
 }

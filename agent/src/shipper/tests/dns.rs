@@ -11,11 +11,12 @@ use futures::future::BoxFuture;
 use super::*;
 use crate::shipper::resolve::Resolve;
 
-/// Answers every lookup with the addresses the test set; counts the lookups.
+/// Answers every lookup with the addresses the test set (or fails while `fail` is set); counts the lookups.
 #[derive(Clone, Default)]
 struct Recorded {
     answer: Arc<Mutex<Vec<IpAddr>>>,
     lookups: Arc<AtomicUsize>,
+    fail: Arc<AtomicBool>,
 }
 
 impl Recorded {
@@ -31,6 +32,10 @@ impl Resolve for Recorded {
         _port: u16,
     ) -> BoxFuture<'static, std::io::Result<Vec<IpAddr>>> {
         self.lookups.fetch_add(1, Ordering::SeqCst);
+        if self.fail.load(Ordering::SeqCst) {
+            let e = std::io::Error::other("no answer from the name server (recorded)");
+            return Box::pin(async move { Err(e) });
+        }
         let answer = self.answer.lock().unwrap().clone();
         Box::pin(async move { Ok(answer) })
     }
@@ -134,6 +139,8 @@ async fn a_vanished_record_moves_the_agent_and_an_empty_answer_does_not() {
     let home = preferred("n1", &lasts, port);
     let other = 1 - home;
     until("connected", || metrics.connected.get() == 1).await;
+    assert_eq!(info(&metrics), [url_of(lasts[home], port)]);
+    assert_eq!(metrics.shards.shards.get(), 2);
     ev_tx.send(batch(1)).await.unwrap();
     until("batch 1 acked", || metrics.acked_seq.get() == 1).await;
     assert_eq!(
@@ -153,6 +160,16 @@ async fn a_vanished_record_moves_the_agent_and_an_empty_answer_does_not() {
     ev_tx.send(batch(2)).await.unwrap();
     until("batch 2 acked", || metrics.acked_seq.get() == 2).await;
     assert_eq!(batches(&fakes[home]), [1, 2]);
+    assert!(
+        resolves(&metrics, "empty") >= 3,
+        "the empty answers counted"
+    );
+    assert_eq!(
+        metrics.shards.shards.get(),
+        2,
+        "an empty answer keeps the last set"
+    );
+    assert_eq!(moves(&metrics), [0; 4]);
 
     // Its shard's record disappears (the pod is going away, still serving): the agent moves within one
     // refresh, drained, and the other shard gets only what comes after.
@@ -166,6 +183,13 @@ async fn a_vanished_record_moves_the_agent_and_an_empty_answer_does_not() {
     eprintln!("record removed → agent on the remaining shard in {took:?} (refresh {refresh:?})");
     assert!(took < Duration::from_secs(5), "{took:?}");
     assert_eq!(metrics.disconnects.with_label_values(&["moved"]).get(), 1);
+    assert_eq!(moves(&metrics), [0, 0, 1, 0], "one move, shard_set_changed");
+    assert_eq!(
+        info(&metrics),
+        [url_of(lasts[other], port)],
+        "the info series switched"
+    );
+    assert_eq!(metrics.shards.shards.get(), 1);
     ev_tx.send(batch(3)).await.unwrap();
     until("batch 3 acked", || metrics.acked_seq.get() == 3).await;
     assert_eq!(batches(&fakes[home]), [1, 2]);
@@ -174,6 +198,49 @@ async fn a_vanished_record_moves_the_agent_and_an_empty_answer_does_not() {
         [3],
         "acked batches are not replayed"
     );
+}
+
+/// `commwatch_agent_discovery_resolves_total{result}`.
+fn resolves(metrics: &AgentMetrics, result: &str) -> u64 {
+    metrics.shards.resolves.with_label_values(&[result]).get()
+}
+
+/// A failing name server: every failed lookup counted, the last success's time kept, the agent shipping on
+/// to the shard it had; once the name answers again, the time moves on.
+#[tokio::test]
+async fn failed_lookups_are_counted_and_the_last_success_stays_put() {
+    let lasts = [2, 3];
+    let (port, fakes) = pods(&lasts).await;
+    let resolver = Recorded::default();
+    resolver.set(&[ip(2), ip(3)]);
+    let (metrics, ev_tx, _stop) =
+        start_dns("n1", port, Duration::from_millis(100), &resolver, None);
+    let home = preferred("n1", &lasts, port);
+    until("connected", || metrics.connected.get() == 1).await;
+    let last_success = || metrics.shards.discovery_last_success.get();
+    let first = last_success();
+    let now = commwatch_model::clock::unix_now_s();
+    assert!(first > now - 60.0 && first <= now, "{first} vs {now}");
+    assert!(resolves(&metrics, "ok") >= 1);
+    assert_eq!(resolves(&metrics, "error"), 0);
+
+    resolver.fail.store(true, Ordering::SeqCst);
+    let at = resolver.lookups.load(Ordering::SeqCst);
+    until("three failed lookups", || resolves(&metrics, "error") >= 3).await;
+    let ok_during = resolves(&metrics, "ok");
+    assert!(resolver.lookups.load(Ordering::SeqCst) >= at + 3);
+    assert_eq!(last_success(), first, "a failed round is no success");
+    ev_tx.send(batch(1)).await.unwrap();
+    until("batch 1 acked", || metrics.acked_seq.get() == 1).await;
+    assert_eq!(batches(&fakes[home]), [1], "still shipping to its shard");
+    assert_eq!(metrics.shards.shards.get(), 2);
+    assert_eq!(info(&metrics), [url_of(lasts[home], port)]);
+
+    resolver.fail.store(false, Ordering::SeqCst);
+    until("answered again", || resolves(&metrics, "ok") > ok_during).await;
+    until("the last success moved on", || last_success() > first).await;
+    assert_eq!(resolves(&metrics, "timeout"), 0);
+    assert_eq!(moves(&metrics), [0; 4], "a DNS outage moves nobody");
 }
 
 #[tokio::test]
