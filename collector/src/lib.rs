@@ -249,8 +249,13 @@ pub async fn run(
         state_dir: config.state_dir.clone(),
         ..Default::default()
     };
-    let analysis =
-        analysis::AnalysisHandle::open(store.clone(), steps.clone(), analysis_config).await?;
+    let analysis = analysis::AnalysisHandle::open(
+        store.clone(),
+        steps.clone(),
+        health.passes.clone(),
+        analysis_config,
+    )
+    .await?;
     // Stored findings and baselines the start could not read were skipped (and logged): count them.
     health.persist_errors.inc_by(analysis.skipped_records());
     let probe_token = config
@@ -285,7 +290,9 @@ pub async fn run(
 
     tasks.spawn_server("grpc", grpc);
     if !config.steps_interval.is_zero() {
-        let engine = steps::engine::run(store.clone(), steps.clone(), config.steps_interval);
+        let passes = health.passes.clone();
+        let engine =
+            steps::engine::run(store.clone(), steps.clone(), passes, config.steps_interval);
         tasks.spawn_loop("step engine", engine);
     }
     tasks.spawn_loop("analysis", analysis.clone().run());

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use commwatch_collector::analysis::{AnalysisConfig, AnalysisHandle, FindingEvent};
 use commwatch_collector::steps::engine::Engine;
 use commwatch_collector::steps::StepStore;
-use commwatch_collector::{CollectorConfig, Store};
+use commwatch_collector::telemetry::Passes;
+use commwatch_collector::{CollectorConfig, CollectorError, Store};
 use tokio::sync::broadcast::{self, error::TryRecvError};
 
 use super::HarnessError;
@@ -15,6 +16,8 @@ use super::HarnessError;
 pub struct VirtualCollector {
     pub store: Arc<Store>,
     pub steps: Arc<StepStore>,
+    /// This collector's pass metrics (the step engine's and the input builds' times), its own alone.
+    pub passes: Passes,
     engine: Engine,
     analysis: AnalysisHandle,
     events: broadcast::Receiver<FindingEvent>,
@@ -32,6 +35,7 @@ impl VirtualCollector {
             config.limits.clone(),
         ));
         let steps = Arc::new(StepStore::new());
+        let passes = Passes::new().map_err(|e| HarnessError::Metrics(CollectorError::from(e)))?;
         // Without a state directory opening starts nothing: a throwaway runtime is enough.
         let runtime = tokio::runtime::Builder::new_current_thread()
             .build()
@@ -39,13 +43,15 @@ impl VirtualCollector {
         let analysis = runtime.block_on(AnalysisHandle::open(
             store.clone(),
             steps.clone(),
+            passes.clone(),
             AnalysisConfig::default(),
         ))?;
         let events = analysis.subscribe();
         Ok(VirtualCollector {
-            engine: Engine::new(store.clone(), steps.clone()),
+            engine: Engine::new(store.clone(), steps.clone(), passes.clone()),
             store,
             steps,
+            passes,
             analysis,
             events,
             lagged: 0,

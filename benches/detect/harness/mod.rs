@@ -40,6 +40,8 @@ pub enum HarnessError {
     Io(std::io::Error),
     #[error("runtime: {0}")]
     Runtime(std::io::Error),
+    #[error("collector metrics: {0}")]
+    Metrics(commwatch_collector::CollectorError),
 }
 
 impl From<SimError> for HarnessError {

@@ -25,6 +25,7 @@ use super::trend::JobTrends;
 use super::{evaluate, Finding, FindingKind, Severity};
 use crate::steps::StepStore;
 use crate::store::Store;
+use crate::telemetry::Passes;
 
 pub use super::DEFAULT_INTERVAL;
 /// An active finding's refreshed numbers are written to SQLite at most this often.
@@ -203,6 +204,8 @@ struct Inner {
     interval: Duration,
     /// The step engine's history, handed over at construction: the rules read each node's recent steps.
     steps: Arc<StepStore>,
+    /// The collector's pass metrics: each input build is timed there (`pass="analysis_input"`).
+    passes: Passes,
     events: broadcast::Sender<FindingEvent>,
     history: Option<std::sync::mpsc::Sender<HistoryMsg>>,
     /// Stored records the start could not read (skipped; see [`AnalysisHandle::skipped_records`]).
@@ -281,10 +284,12 @@ fn write_history(mut hist: History, rx: std::sync::mpsc::Receiver<HistoryMsg>) {
 impl AnalysisHandle {
     /// Opens the history (when a state directory is set) and restores findings and baselines from it. The
     /// rules read the `store`'s windows, the fleet jobs merged from it, and each node's recent steps from the
-    /// step engine's `steps`. Nothing is evaluated until [`AnalysisHandle::run`].
+    /// step engine's `steps`; each input build is timed in `passes` (the collector's own,
+    /// [`crate::telemetry::Health::passes`]). Nothing is evaluated until [`AnalysisHandle::run`].
     pub async fn open(
         store: Arc<Store>,
         steps: Arc<StepStore>,
+        passes: Passes,
         config: AnalysisConfig,
     ) -> Result<AnalysisHandle, HistoryError> {
         let mut tracker = Tracker::with_interval(config.interval);
@@ -313,6 +318,7 @@ impl AnalysisHandle {
                 }),
                 store,
                 steps,
+                passes,
                 interval: config.interval,
                 events,
                 history,
@@ -360,7 +366,14 @@ impl AnalysisHandle {
         let mut extras = self.inner.state.lock().extras.clone();
         // One bare baseline per job is all the rules can use: they look one up per link.
         extras.bare_baselines = baselines::effective_bare(&extras.bare_baselines);
-        let mut input = input::build(&self.inner.store, &self.inner.steps, now_unix_ns, &extras);
+        let inner = &self.inner;
+        let mut input = input::build(
+            &inner.store,
+            &inner.steps,
+            &inner.passes,
+            now_unix_ns,
+            &extras,
+        );
         input.collectives = crate::collectives::job_summaries(
             &self.inner.collectives,
             &self.inner.store,

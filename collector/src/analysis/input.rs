@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use super::activity::{self, Activity};
 use crate::steps::{NodeStep, StepStore};
 use crate::store::{NodeState, Store};
+use crate::telemetry::Passes;
 
 /// How much history one evaluation reads from the store, nanoseconds (20 s: ~30 steps of the classic case,
 /// 20 slow-tier samples).
@@ -386,11 +387,17 @@ pub fn node_input(n: &NodeState, since_ns: i64) -> NodeInput {
 
 /// Builds the input from the store: every node seen within its expiry, windows of [`WINDOW_NS`] before
 /// `now_unix_ns`, each node's steps of that window (of its [`STEPS_READ`] newest), the fleet jobs, plus the
-/// engine's baselines and the jobs' references. The nodes' part is timed in
-/// `commwatch_collector_pass_seconds{pass="analysis_input"}`.
-pub fn build(store: &Store, steps: &StepStore, now_unix_ns: i64, extras: &Extras) -> AnalysisInput {
+/// engine's baselines and the jobs' references. The nodes' part is timed in `passes`
+/// (`commwatch_collector_pass_seconds{pass="analysis_input"}` of the collector that owns them).
+pub fn build(
+    store: &Store,
+    steps: &StepStore,
+    passes: &Passes,
+    now_unix_ns: i64,
+    extras: &Extras,
+) -> AnalysisInput {
     let since = now_unix_ns - WINDOW_NS;
-    let timer = crate::telemetry::PassTimer::start("analysis_input");
+    let timer = passes.timer("analysis_input");
     let nodes: Vec<NodeInput> = store
         .node_names(now_unix_ns)
         .iter()

@@ -28,6 +28,7 @@ use super::inferred::InferenceTracker;
 use super::markers::MarkerTracker;
 use super::{NodeStep, StepSource};
 use crate::store::{NodeState, Store};
+use crate::telemetry::Passes;
 
 /// How often the engine runs by default.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_millis(500);
@@ -243,14 +244,19 @@ pub struct Engine {
     store: Arc<Store>,
     steps: Arc<StepStore>,
     nodes: HashMap<String, NodeEngine>,
+    /// The collector's pass metrics, where each pass is timed.
+    passes: Passes,
 }
 
 impl Engine {
-    pub fn new(store: Arc<Store>, steps: Arc<StepStore>) -> Engine {
+    /// An engine reading `store` and extending `steps`, timing its passes in `passes` (the collector's own,
+    /// [`crate::telemetry::Health::passes`]).
+    pub fn new(store: Arc<Store>, steps: Arc<StepStore>, passes: Passes) -> Engine {
         Engine {
             store,
             steps,
             nodes: HashMap::new(),
+            passes,
         }
     }
 
@@ -258,7 +264,7 @@ impl Engine {
     /// [`StepStore`]. Returns how many steps were added.
     /// Timed in `commwatch_collector_pass_seconds{pass="steps"}`.
     pub fn tick(&mut self, now_unix_ns: i64) -> usize {
-        let timer = crate::telemetry::PassTimer::start("steps");
+        let timer = self.passes.timer("steps");
         let names = self.store.node_names(now_unix_ns);
         self.nodes.retain(|n, _| names.binary_search(n).is_ok());
         self.steps.retain(&names);
@@ -371,9 +377,10 @@ impl Engine {
 }
 
 /// Runs [`Engine::tick`] every `every` (on the blocking pool, so the async workers that serve ingest never wait
-/// for it), extending `steps`, until the future is dropped (or a pass panics: logged, the engine stops).
-pub async fn run(store: Arc<Store>, steps: Arc<StepStore>, every: Duration) {
-    let engine = Arc::new(parking_lot::Mutex::new(Engine::new(store, steps)));
+/// for it), extending `steps`, until the future is dropped (or a pass panics: logged, the engine stops). Each
+/// pass is timed in `passes`.
+pub async fn run(store: Arc<Store>, steps: Arc<StepStore>, passes: Passes, every: Duration) {
+    let engine = Arc::new(parking_lot::Mutex::new(Engine::new(store, steps, passes)));
     // Every `every`, or less often when a pass over a large fleet is costly (`crate::pace`): the engine reads
     // only what is new since its last pass, so a longer pause costs no samples.
     crate::pace::run_paced(every, move || {

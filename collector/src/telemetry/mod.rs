@@ -9,7 +9,6 @@ pub mod throttle;
 
 pub use build_info::{build_info, set_build_info, BuildInfo};
 
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use prometheus::{
@@ -17,8 +16,9 @@ use prometheus::{
     IntGauge, IntGaugeVec, Opts, Registry,
 };
 
-/// The periodic passes over the fleet, timed ([`names::COLLECTOR_PASS_SECONDS`]): one set per process,
-/// registered by every [`Health`], since the passes run without a handle. Observe with [`pass_done`].
+/// The periodic passes over the fleet, timed ([`names::COLLECTOR_PASS_SECONDS`]): one set per collector, held
+/// by its [`Health`] (registered in its registry) and handed to the step engine and the analysis, which time
+/// their passes with [`Passes::timer`]. Cheap to clone (the clones share the metrics).
 #[derive(Debug, Clone)]
 pub struct Passes {
     /// Seconds per pass, by `pass` (`steps`, `analysis_input`).
@@ -30,7 +30,9 @@ pub struct Passes {
 }
 
 impl Passes {
-    fn new() -> Result<Passes, prometheus::Error> {
+    /// New pass metrics, every `pass` of [`PASS_NAMES`] present at 0, registered nowhere (see
+    /// [`Passes::register`]; [`Health::new`] does both).
+    pub fn new() -> Result<Passes, prometheus::Error> {
         let seconds = HistogramVec::new(
             HistogramOpts::new(
                 names::COLLECTOR_PASS_SECONDS,
@@ -66,47 +68,49 @@ impl Passes {
             cpu_seconds,
         })
     }
-}
 
-impl Passes {
-    /// A new registry holding the process's pass metrics (every [`Health`] starts from one).
-    fn registry() -> Result<Registry, prometheus::Error> {
-        let p = passes().ok_or_else(|| {
-            prometheus::Error::Msg("the pass metrics could not be created".into())
-        })?;
-        let registry = Registry::new();
-        registry.register(Box::new(p.seconds.clone()))?;
-        registry.register(Box::new(p.nodes.clone()))?;
-        registry.register(Box::new(p.cpu_seconds.clone()))?;
-        Ok(registry)
+    /// Registers the three families in `registry` (fails if it holds them already).
+    pub fn register(&self, registry: &Registry) -> Result<(), prometheus::Error> {
+        registry.register(Box::new(self.seconds.clone()))?;
+        registry.register(Box::new(self.nodes.clone()))?;
+        registry.register(Box::new(self.cpu_seconds.clone()))?;
+        Ok(())
+    }
+
+    /// Starts timing one pass `pass` (one of [`PASS_NAMES`]) on this thread; [`PassTimer::done`] records it.
+    pub fn timer(&self, pass: &'static str) -> PassTimer {
+        PassTimer {
+            seconds: self.seconds.with_label_values(&[pass]),
+            nodes: self.nodes.with_label_values(&[pass]),
+            cpu_seconds: self.cpu_seconds.with_label_values(&[pass]),
+            wall: std::time::Instant::now(),
+            cpu_ns: thread_cpu_ns(),
+        }
     }
 }
 
-/// Times one pass: wall time, and the CPU time of the thread it runs on.
+/// Times one pass of one collector ([`Passes::timer`]): wall time, and the CPU time of the thread it runs on.
 #[derive(Debug)]
 pub struct PassTimer {
-    pass: &'static str,
+    seconds: Histogram,
+    nodes: IntCounter,
+    cpu_seconds: Counter,
     wall: std::time::Instant,
     cpu_ns: Option<u64>,
 }
 
 impl PassTimer {
-    /// Starts timing `pass` (one of [`PASS_NAMES`]) on this thread.
-    pub fn start(pass: &'static str) -> PassTimer {
-        PassTimer {
-            pass,
-            wall: std::time::Instant::now(),
-            cpu_ns: thread_cpu_ns(),
-        }
-    }
-
     /// Records the pass, over `nodes` nodes (call on the thread that started it).
     pub fn done(self, nodes: usize) {
         let cpu = match (self.cpu_ns, thread_cpu_ns()) {
             (Some(a), Some(b)) => Some(Duration::from_nanos(b.saturating_sub(a))),
             _ => None,
         };
-        pass_done(self.pass, self.wall.elapsed(), cpu, nodes);
+        self.seconds.observe(self.wall.elapsed().as_secs_f64());
+        if let Some(cpu) = cpu {
+            self.cpu_seconds.inc_by(cpu.as_secs_f64());
+        }
+        self.nodes.inc_by(u64::try_from(nodes).unwrap_or(u64::MAX));
     }
 }
 
@@ -123,31 +127,6 @@ fn parse_schedstat(line: &str) -> Option<u64> {
 
 /// The `pass` label values of [`Passes`].
 pub const PASS_NAMES: [&str; 2] = ["steps", "analysis_input"];
-
-static PASSES: OnceLock<Option<Passes>> = OnceLock::new();
-
-/// The process's pass metrics (`None` only if they could not be created; [`Health::new`] then fails).
-pub fn passes() -> Option<&'static Passes> {
-    PASSES.get_or_init(|| Passes::new().ok()).as_ref()
-}
-
-/// Records one pass `pass` (one of [`PASS_NAMES`]) over `nodes` nodes that took `took` (and `cpu` of its
-/// thread, when known).
-pub fn pass_done(pass: &str, took: Duration, cpu: Option<Duration>, nodes: usize) {
-    if let Some(p) = passes() {
-        p.seconds
-            .with_label_values(&[pass])
-            .observe(took.as_secs_f64());
-        if let Some(cpu) = cpu {
-            p.cpu_seconds
-                .with_label_values(&[pass])
-                .inc_by(cpu.as_secs_f64());
-        }
-        p.nodes
-            .with_label_values(&[pass])
-            .inc_by(u64::try_from(nodes).unwrap_or(u64::MAX));
-    }
-}
 
 /// Label values of the per-batch counters, resolved at start so that ingest does no label lookup.
 #[derive(Debug, Clone)]
@@ -205,6 +184,8 @@ pub struct Health {
     pub dropped_streams: IntCounter,
     /// `commwatch_build_info`, its one series at 1 ([`build_info`]).
     pub build_info: IntGaugeVec,
+    /// This collector's periodic passes (the step engine's, the analysis input's), registered here.
+    pub passes: Passes,
 }
 
 /// Metrics of the gRPC listener's admission of connections (`ingest::connections`).
@@ -325,7 +306,9 @@ impl GuardMetrics {
 
 impl Health {
     pub fn new() -> Result<Health, prometheus::Error> {
-        let registry = Passes::registry()?;
+        let registry = Registry::new();
+        let passes = Passes::new()?;
+        passes.register(&registry)?;
         let counter = |name: &str, help: &str| -> Result<IntCounter, prometheus::Error> {
             let c = IntCounter::new(name, help)?;
             registry.register(Box::new(c.clone()))?;
@@ -398,6 +381,7 @@ impl Health {
         registry.register(Box::new(http_connections.clone()))?;
         Ok(Health {
             build_info: build_info::register(&registry)?,
+            passes,
             guard: GuardMetrics::new(&registry)?,
             persist_degraded: gauge(
                 &registry,
@@ -522,39 +506,54 @@ mod tests {
     use super::*;
 
     #[test]
-    fn schedstat_parses_and_a_pass_is_counted_in_every_registry() {
+    fn schedstat_parses() {
         assert_eq!(
             parse_schedstat("493954971 424169090 453\n"),
             Some(493_954_971)
         );
         assert_eq!(parse_schedstat(""), None);
         assert_eq!(parse_schedstat("x 1 2"), None);
+    }
+
+    /// The `/metrics` lines of `h`'s pass families.
+    fn pass_lines(h: &Health) -> Vec<String> {
+        prometheus::TextEncoder::new()
+            .encode_to_string(&h.registry.gather())
+            .expect("encode")
+            .lines()
+            .filter(|l| l.starts_with("commwatch_collector_pass_"))
+            .map(str::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn a_pass_is_counted_by_its_own_collector_only() {
         let (a, b) = (
             Health::new().expect("health"),
             Health::new().expect("health"),
         );
-        let nodes = || {
-            passes()
-                .expect("pass metrics")
-                .nodes
-                .with_label_values(&["steps"])
-                .get()
-        };
-        let before = nodes();
-        let t = PassTimer::start("steps");
+        let untouched = pass_lines(&b);
+        assert_eq!(pass_lines(&a), untouched);
+        assert!(
+            untouched.contains(&"commwatch_collector_pass_seconds_count{pass=\"steps\"} 0".into()),
+            "{untouched:?}"
+        );
+        let t = a.passes.timer("steps");
         std::hint::black_box((0..100_000u64).sum::<u64>());
         t.done(7);
-        assert_eq!(nodes() - before, 7);
-        for h in [a, b] {
-            let text = prometheus::TextEncoder::new()
-                .encode_to_string(&h.registry.gather())
-                .expect("encode");
-            assert!(
-                text.contains("commwatch_collector_pass_seconds_count{pass=\"steps\"}"),
-                "{text}"
-            );
-            assert!(text
-                .contains("commwatch_collector_pass_cpu_seconds_total{pass=\"analysis_input\"}"));
+        let steps = |h: &Health| h.passes.nodes.with_label_values(&["steps"]).get();
+        assert_eq!((steps(&a), steps(&b)), (7, 0));
+        let counted = pass_lines(&a);
+        for line in [
+            "commwatch_collector_pass_seconds_count{pass=\"steps\"} 1",
+            "commwatch_collector_pass_nodes_total{pass=\"steps\"} 7",
+            "commwatch_collector_pass_seconds_count{pass=\"analysis_input\"} 0",
+        ] {
+            assert!(counted.contains(&line.to_string()), "{line} in {counted:?}");
         }
+        // The other collector's families are as they were, byte for byte.
+        assert_eq!(pass_lines(&b), untouched);
+        // The same metrics cannot be registered twice in one registry.
+        assert!(a.passes.register(&a.registry).is_err());
     }
 }
