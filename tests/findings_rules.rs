@@ -5,12 +5,16 @@
 //! on every realistic background; that a burst shorter than a few samples raises nothing from its rate.
 
 mod fast_clock;
+/// The rules' step fixtures, shared with the collector's unit tests (the file names `crate::steps`).
+#[path = "../collector/src/analysis/test_support.rs"]
+#[allow(dead_code)]
+mod test_support;
 
 use commwatch_collector::analysis::input::{ConflictInput, JobInput, NodeInput, RankInput};
 use commwatch_collector::analysis::tracker::{CLEAR_AFTER, RAISE_AFTER};
 use commwatch_collector::analysis::{underutilized, Finding, FindingKind, Severity};
 use commwatch_collector::model::{NcclConflict, Rank};
-use commwatch_collector::steps::{NodeStep, StepLink, StepSource};
+use commwatch_collector::steps;
 use commwatch_sim::{Scenario, Variant};
 use fast_clock::{run, spec, spec_with, Feed, Monitor, Sources, Timed, LINKS_ONLY, WINDOW_S};
 
@@ -662,50 +666,23 @@ fn a_comm_heavy_job_from_links_alone_is_a_bound_at_info() {
     assert_eq!(ids(&raised), vec![sc.id.as_str()]);
 }
 
-/// A step of `node` whose one HCA moved its bytes in a burst too short to measure: achieved 8.8 GB/s of 25.
-fn short_burst_step(node: &str, index: u64) -> NodeStep {
-    let key = commwatch_collector::model::LinkKey::new(
-        commwatch_collector::model::LinkClass::Infiniband,
-        "mlx5_0",
-        "1",
-    );
-    NodeStep {
-        node: node.into(),
-        job: None,
-        index,
-        start_unix_ns: index as i64 * 310_000_000,
-        end_unix_ns: (index as i64 + 1) * 310_000_000,
-        source: StepSource::Inferred,
-        confidence: 0.9,
-        samples: None,
-        links: vec![StepLink {
-            key,
-            endpoint: commwatch_collector::model::Endpoint::HcaPort,
-            role: commwatch_collector::model::LinkRole::Fabric,
-            gpu: None,
-            link: None,
-            tx_bytes: 440_000_000,
-            rx_bytes: 440_000_000,
-            active_s: 0.05,
-            achieved_bytes_per_second: Some(8.8e9),
-            average_bytes_per_second: 1.42e9,
-            capacity_bytes_per_second: Some(25e9),
-            utilization: Some(0.352),
-            confident: false,
-        }],
-    }
-}
-
 #[test]
 fn unconfident_step_rates_raise_nothing() {
     use commwatch_collector::analysis::input::{AnalysisInput, LinkInput};
     use commwatch_collector::model::{LinkClass, LinkRole};
+    use test_support::{hca_step, periodic, HcaFigures};
     let mut link = LinkInput::new(LinkClass::Infiniband, "mlx5_0", "1", LinkRole::Fabric);
     link.link.capacity_bytes_per_second = Some(25e9);
     let mut node = NodeInput {
         name: "node-00".into(),
         links: vec![link],
-        steps: (0..30).map(|i| short_burst_step("node-00", i)).collect(),
+        // One HCA moved its bytes in bursts too short to measure: achieved 8.8 GB/s of 25, not confident.
+        steps: (0..30)
+            .map(|i| {
+                let burst = HcaFigures::short_burst(false);
+                hca_step("node-00", i, periodic(i, 310_000_000), burst)
+            })
+            .collect(),
         ..Default::default()
     };
     let input = |n: &NodeInput| AnalysisInput {

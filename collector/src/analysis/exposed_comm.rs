@@ -178,34 +178,17 @@ mod tests {
 
     /// `n` with a 25 GB/s HCA port whose 10 confident steps achieved `rate` bytes/s.
     fn paced(mut n: NodeInput, rate: f64) -> NodeInput {
-        use crate::steps::{NodeStep, StepLink, StepSource};
-        use commwatch_model::{Endpoint, LinkKey};
+        use crate::analysis::test_support::{hca_step, periodic, HcaFigures};
         n.links[0].link.capacity_bytes_per_second = Some(25e9);
-        let step = |index: u64| NodeStep {
-            node: n.name.clone(),
-            job: None,
-            index,
-            start_unix_ns: index as i64 * 643_600_000,
-            end_unix_ns: (index as i64 + 1) * 643_600_000,
-            source: StepSource::Inferred,
-            confidence: 0.9,
-            samples: None,
-            links: vec![StepLink {
-                key: LinkKey::new(LinkClass::Infiniband, "mlx5_0", "1"),
-                endpoint: Endpoint::HcaPort,
-                role: LinkRole::Fabric,
-                gpu: None,
-                link: None,
-                tx_bytes: (rate * 0.3436) as u64,
-                rx_bytes: (rate * 0.3436) as u64,
-                active_s: 0.3436,
-                achieved_bytes_per_second: Some(rate),
-                average_bytes_per_second: rate * 0.3436 / 0.6436,
-                capacity_bytes_per_second: Some(25e9),
-                utilization: Some(rate / 25e9),
-                confident: true,
-            }],
+        let figures = HcaFigures {
+            bytes: (rate * 0.3436) as u64,
+            active_s: 0.3436,
+            achieved: Some(rate),
+            average: rate * 0.3436 / 0.6436,
+            capacity: Some(25e9),
+            confident: true,
         };
+        let step = |i: u64| hca_step(&n.name, i, periodic(i, 643_600_000), figures);
         n.steps = (0..10).map(step).collect();
         n
     }

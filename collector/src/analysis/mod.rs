@@ -41,6 +41,8 @@ pub mod nccl;
 pub mod rollup;
 pub mod scaling;
 pub mod straggler;
+#[cfg(test)]
+pub(crate) mod test_support;
 pub mod tracker;
 pub mod trend;
 pub mod underutilized;

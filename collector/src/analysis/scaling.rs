@@ -540,8 +540,7 @@ mod tests {
     /// Two nodes whose inferred steps last `period_s` from `from_s` to `to_s`, each moving
     /// `bytes_per_s × period_s` bytes on its fabric port.
     fn inferred(period_s: f64, bytes_per_s: f64, from_s: f64, to_s: f64) -> AnalysisInput {
-        use crate::steps::{NodeStep, StepLink};
-        use commwatch_model::{Endpoint, LinkClass, LinkKey, LinkRole};
+        use crate::analysis::test_support::{hca_step, HcaFigures};
         let node = |name: &str| {
             let mut n = NodeInput {
                 name: name.into(),
@@ -550,31 +549,17 @@ mod tests {
             let mut t = from_s;
             while t + period_s <= to_s + 1e-9 {
                 let bytes = (bytes_per_s * period_s) as u64;
-                n.steps.push(NodeStep {
-                    node: name.into(),
-                    job: None,
-                    index: n.steps.len() as u64,
-                    start_unix_ns: (t * 1e9) as i64,
-                    end_unix_ns: ((t + period_s) * 1e9) as i64,
-                    source: StepSource::Inferred,
-                    confidence: 0.9,
-                    samples: None,
-                    links: vec![StepLink {
-                        key: LinkKey::new(LinkClass::Infiniband, "mlx5_0", "1"),
-                        endpoint: Endpoint::HcaPort,
-                        role: LinkRole::Fabric,
-                        gpu: None,
-                        link: None,
-                        tx_bytes: bytes,
-                        rx_bytes: bytes,
-                        active_s: 0.05,
-                        achieved_bytes_per_second: None,
-                        average_bytes_per_second: bytes_per_s,
-                        capacity_bytes_per_second: None,
-                        utilization: None,
-                        confident: false,
-                    }],
-                });
+                let span = ((t * 1e9) as i64, ((t + period_s) * 1e9) as i64);
+                let figures = HcaFigures {
+                    bytes,
+                    active_s: 0.05,
+                    achieved: None,
+                    average: bytes_per_s,
+                    capacity: None,
+                    confident: false,
+                };
+                n.steps
+                    .push(hca_step(name, n.steps.len() as u64, span, figures));
                 t += period_s;
             }
             n

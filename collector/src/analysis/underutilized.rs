@@ -335,8 +335,8 @@ fn from_collective(
 mod tests {
     use super::*;
     use crate::analysis::input::LinkInput;
-    use crate::steps::{NodeStep, StepLink, StepSource};
-    use commwatch_model::{Endpoint, LinkClass, LinkKey, LinkRole};
+    use crate::analysis::test_support::{hca_step, periodic, HcaFigures};
+    use commwatch_model::{LinkClass, LinkRole};
 
     const NOW_S: f64 = 1_764_619_200.0;
 
@@ -344,31 +344,8 @@ mod tests {
     fn slow_node() -> NodeInput {
         let mut link = LinkInput::new(LinkClass::Infiniband, "mlx5_0", "1", LinkRole::Fabric);
         link.link.capacity_bytes_per_second = Some(25e9);
-        let step = |index: u64| NodeStep {
-            node: "node-00".into(),
-            job: None,
-            index,
-            start_unix_ns: index as i64 * 310_000_000,
-            end_unix_ns: (index as i64 + 1) * 310_000_000,
-            source: StepSource::Inferred,
-            confidence: 0.9,
-            samples: None,
-            links: vec![StepLink {
-                key: LinkKey::new(LinkClass::Infiniband, "mlx5_0", "1"),
-                endpoint: Endpoint::HcaPort,
-                role: LinkRole::Fabric,
-                gpu: None,
-                link: None,
-                tx_bytes: 440_000_000,
-                rx_bytes: 440_000_000,
-                active_s: 0.05,
-                achieved_bytes_per_second: Some(8.8e9),
-                average_bytes_per_second: 1.42e9,
-                capacity_bytes_per_second: Some(25e9),
-                utilization: Some(0.352),
-                confident: true,
-            }],
-        };
+        let burst = HcaFigures::short_burst(true);
+        let step = |i: u64| hca_step("node-00", i, periodic(i, 310_000_000), burst);
         NodeInput {
             name: "node-00".into(),
             links: vec![link],
