@@ -52,23 +52,14 @@ fn reference_text(nodes: &[NodeSnapshot], memory: Option<&StoreMemory>) -> Strin
         }))
         .expect("register");
     TextEncoder::new()
-        .encode_to_string(&settled(health.registry.gather()))
+        .encode_to_string(&health.registry.gather())
         .expect("encode")
-}
-
-/// Families leaving out the periodic passes' metrics: they are the process's (`telemetry::passes`), so
-/// other tests running passes at the same time move them between the two renders compared.
-fn settled(families: Vec<MetricFamily>) -> Vec<MetricFamily> {
-    families
-        .into_iter()
-        .filter(|f| !f.name().starts_with("commwatch_collector_pass_"))
-        .collect()
 }
 
 fn writer_text(nodes: &[NodeSnapshot], memory: Option<&StoreMemory>) -> String {
     let health = Health::new().expect("health");
     let mut out = String::new();
-    write_exposition(&settled(health.registry.gather()), nodes, memory, &mut out).expect("write");
+    write_exposition(&health.registry.gather(), nodes, memory, &mut out).expect("write");
     out
 }
 
