@@ -680,5 +680,14 @@ mod tests {
         assert!(text.contains(
             "# HELP commwatch_agent_discovery_last_success_unix_seconds Unix time in seconds"
         ));
+        let ours: Vec<&str> = text
+            .lines()
+            .filter(|l| {
+                l.contains("commwatch_agent_collector_") || l.contains("commwatch_agent_discovery_")
+            })
+            .collect();
+        let samples = ours.iter().filter(|l| !l.starts_with('#')).count();
+        let bytes: usize = ours.iter().map(|l| l.len() + 1).sum();
+        eprintln!("shard families on /metrics before a stream opens: {samples} series, {bytes} bytes (with HELP and TYPE)");
     }
 }

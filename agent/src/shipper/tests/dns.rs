@@ -190,6 +190,12 @@ async fn a_vanished_record_moves_the_agent_and_an_empty_answer_does_not() {
         "the info series switched"
     );
     assert_eq!(metrics.shards.shards.get(), 1);
+    eprintln!(
+        "record removed → moves {:?} (job_changed, unreachable, shard_set_changed, retry_preferred), info {:?}, {} empty answers counted",
+        moves(&metrics),
+        info(&metrics),
+        resolves(&metrics, "empty")
+    );
     ev_tx.send(batch(3)).await.unwrap();
     until("batch 3 acked", || metrics.acked_seq.get() == 3).await;
     assert_eq!(batches(&fakes[home]), [1, 2]);
@@ -225,6 +231,7 @@ async fn failed_lookups_are_counted_and_the_last_success_stays_put() {
     assert_eq!(resolves(&metrics, "error"), 0);
 
     resolver.fail.store(true, Ordering::SeqCst);
+    let failing = tokio::time::Instant::now();
     let at = resolver.lookups.load(Ordering::SeqCst);
     until("three failed lookups", || resolves(&metrics, "error") >= 3).await;
     let ok_during = resolves(&metrics, "ok");
@@ -239,6 +246,12 @@ async fn failed_lookups_are_counted_and_the_last_success_stays_put() {
     resolver.fail.store(false, Ordering::SeqCst);
     until("answered again", || resolves(&metrics, "ok") > ok_during).await;
     until("the last success moved on", || last_success() > first).await;
+    eprintln!(
+        "name server failing for {:?}: {} failed lookups counted (refresh 100ms), last success held, then +{:.2}s once it answered",
+        failing.elapsed(),
+        resolves(&metrics, "error"),
+        last_success() - first
+    );
     assert_eq!(resolves(&metrics, "timeout"), 0);
     assert_eq!(moves(&metrics), [0; 4], "a DNS outage moves nobody");
 }
