@@ -77,6 +77,13 @@ impl Passes {
         Ok(())
     }
 
+    /// New pass metrics, registered in `registry` (a collector's, by [`Health::new`]).
+    pub fn registered(registry: &Registry) -> Result<Passes, prometheus::Error> {
+        let p = Passes::new()?;
+        p.register(registry)?;
+        Ok(p)
+    }
+
     /// Starts timing one pass `pass` (one of [`PASS_NAMES`]) on this thread; [`PassTimer::done`] records it.
     pub fn timer(&self, pass: &'static str) -> PassTimer {
         PassTimer {
@@ -307,35 +314,25 @@ impl GuardMetrics {
 impl Health {
     pub fn new() -> Result<Health, prometheus::Error> {
         let registry = Registry::new();
-        let passes = Passes::new()?;
-        passes.register(&registry)?;
         let counter = |name: &str, help: &str| -> Result<IntCounter, prometheus::Error> {
             let c = IntCounter::new(name, help)?;
             registry.register(Box::new(c.clone()))?;
             Ok(c)
         };
-        let batches = IntCounterVec::new(
-            Opts::new(
-                names::COLLECTOR_BATCHES_TOTAL,
-                "Sample batches received, by result.",
-            ),
-            &["result"],
+        let batches = counter_vec(
+            &registry,
+            names::COLLECTOR_BATCHES_TOTAL,
+            "Sample batches received, by result.",
+            "result",
+            &["accepted", "duplicate", "rejected"],
         )?;
-        registry.register(Box::new(batches.clone()))?;
-        for r in ["accepted", "duplicate", "rejected"] {
-            batches.with_label_values(&[r]);
-        }
-        let rejected_streams = IntCounterVec::new(
-            Opts::new(
-                names::COLLECTOR_REJECTED_STREAMS_TOTAL,
-                "Agent streams failed by the collector, by reason.",
-            ),
-            &["reason"],
+        let rejected_streams = counter_vec(
+            &registry,
+            names::COLLECTOR_REJECTED_STREAMS_TOTAL,
+            "Agent streams failed by the collector, by reason.",
+            "reason",
+            REJECT_REASONS,
         )?;
-        registry.register(Box::new(rejected_streams.clone()))?;
-        for r in REJECT_REASONS {
-            rejected_streams.with_label_values(&[r]);
-        }
         let streams = IntGauge::new(names::COLLECTOR_STREAMS, "Agent streams open now.")?;
         registry.register(Box::new(streams.clone()))?;
         let ingest_seconds = Histogram::with_opts(
@@ -381,7 +378,7 @@ impl Health {
         registry.register(Box::new(http_connections.clone()))?;
         Ok(Health {
             build_info: build_info::register(&registry)?,
-            passes,
+            passes: Passes::registered(&registry)?,
             guard: GuardMetrics::new(&registry)?,
             persist_degraded: gauge(
                 &registry,
