@@ -17,6 +17,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::{client, free_port, get_text, have_tool, metric, wait_for};
 
+// The test-only reader of the exposition text, to gather a `/metrics` fetched over HTTP.
+#[path = "../collector/src/remote_write/parse.rs"]
+mod parse;
+
 /// What `.ci/run` installs for these tests.
 const PACKAGES: &str = "prometheus and victoria-metrics packages";
 use serde_json::Value;
@@ -380,12 +384,29 @@ fn derived_series_and_findings_reach_prometheus_and_victoria_metrics() {
 /// The figures of the 8×8 demo (`cargo test --release --test remote_write -- --ignored --nocapture`): the
 /// demo's `/metrics` (its own collector, 64 agents) gathered by the remote-write sender every 5 s and sent to
 /// a real Prometheus. Prints the samples per gather (and per second at the default 15 s interval), requests
-/// and bytes per gather, the CPU time of one gather (render excluded: read over HTTP here), and the delay until
-/// queryable.
+/// and bytes per gather, the CPU time of parsing and encoding the text fetched over HTTP (the collector itself
+/// gathers its families as typed data, no text: `cargo bench -p commwatch-collector --bench exposition` times
+/// that), and the delay until queryable.
 #[test]
 #[ignore = "a benchmark: minutes of CPU on a small machine"]
 fn figures_for_the_8x8_demo() {
-    use commwatch_collector::remote_write::{self, encode, parse, Gather, Metrics, Sender};
+    use commwatch_collector::export::exposition::SampleRef;
+    use commwatch_collector::remote_write::{self, encode, Gather, Metrics, Sender};
+    /// The parsed samples, handed to `sink` as a gather hands them.
+    fn replay(samples: &[parse::TextSample], sink: &mut dyn FnMut(SampleRef<'_>)) {
+        for s in samples {
+            let labels: Vec<(&str, &str)> = s
+                .labels
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect();
+            sink(SampleRef {
+                name: &s.name,
+                labels: &labels,
+                value: s.value,
+            });
+        }
+    }
     if !have_tool("prometheus", "--version", PACKAGES) {
         return;
     }
@@ -414,8 +435,9 @@ fn figures_for_the_8x8_demo() {
     let started = Instant::now();
     let (samples, errors) = parse::parse_exposition(&text, |_| true);
     let n = samples.len();
-    let (series, _) = encode::gather_series(samples, &[], Vec::new(), 0);
-    let requests = encode::encode_requests(series, 5_000).unwrap();
+    let mut series = encode::GatherSeries::new(&[], 0);
+    replay(&samples, &mut |s| series.push(s));
+    let requests = encode::encode_requests(series.finish(Vec::new()).series, 5_000).unwrap();
     let cpu = started.elapsed();
     let bytes: usize = requests.iter().map(|r| r.body.len()).sum();
     assert_eq!(errors, []);
@@ -432,8 +454,20 @@ fn figures_for_the_8x8_demo() {
 
     struct Http(String);
     impl Gather for Http {
-        fn text(&self) -> Result<String, String> {
-            get_text(&self.0).ok_or_else(|| "no /metrics".to_string())
+        fn gather(
+            &self,
+            keep: &mut dyn FnMut(&str) -> bool,
+            sink: &mut dyn FnMut(SampleRef<'_>),
+        ) -> Result<(), String> {
+            let text = get_text(&self.0).ok_or_else(|| "no /metrics".to_string())?;
+            let (samples, errors) = parse::parse_exposition(&text, keep);
+            match errors.first() {
+                Some(e) => Err(e.to_string()),
+                None => {
+                    replay(&samples, sink);
+                    Ok(())
+                }
+            }
         }
     }
     let cfg = commwatch_collector::config::RemoteWriteConfig {

@@ -11,13 +11,22 @@
 //! renders run. Each repetition renders once each way (alternating which goes first) with a fresh health
 //! registry, checks that both texts are equal byte for byte, and times them: wall time and the calling thread's
 //! CPU time (`/proc/thread-self/stat`, 10 ms resolution); the store snapshot both start with is timed apart.
-//! Last, `/metrics` is fetched over HTTP from the running collector (render, transfer and read of the whole
+//! Then `/metrics` is fetched over HTTP from the running collector (render, transfer and read of the whole
 //! body).
+//!
+//! Last, one remote-write gather of the same store each way, once each, in one run: the previous path (render
+//! the text, read it back with the text parser remote write used, `remote_write/parse.rs`, now test-only) and
+//! the typed gather (`Exposition::gather`, the stage the text writer reads, its samples handed straight on).
+//! Timed twice: the gather alone (text rendered and parsed into owned samples, against a walk of the typed
+//! samples), and up to remote write's series (`GatherSeries`: labels sorted, external labels, stamps), the
+//! series of both checked equal; the encoding into requests, the same for both, is timed apart. Per gather and
+//! per series, wall time and the thread's CPU time.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use commwatch_collector::export::exposition::{Exposition, StoreDescs};
+use commwatch_collector::export::exposition::{Exposition, SampleRef, StoreDescs};
+use commwatch_collector::remote_write::encode::{self, GatherSeries, TimeSeries};
 use commwatch_collector::store::Store;
 use commwatch_collector::telemetry::Health;
 use commwatch_collector::{start, CollectorConfig, CollectorHandle};
@@ -34,6 +43,10 @@ use common::*;
 #[path = "../src/export/exposition/reference.rs"]
 mod reference;
 use commwatch_collector::{export, store};
+
+// The text reader remote write used before its typed gather (test-only now), for the previous path.
+#[path = "../src/remote_write/parse.rs"]
+mod parse;
 
 const CPU_ID: u32 = 1_000_000;
 const TICKS: u64 = 5;
@@ -224,6 +237,132 @@ fn fetch_over_http(rt: &tokio::runtime::Runtime, handle: &CollectorHandle, bytes
     median(&mut http)
 }
 
+/// Wall and thread CPU seconds of `f`, and its result.
+fn timed<R>(f: impl FnOnce() -> R) -> (R, f64, f64) {
+    let (t, c) = (Instant::now(), thread_cpu_s());
+    let r = f();
+    (r, t.elapsed().as_secs_f64(), thread_cpu_s() - c)
+}
+
+/// The previous gather: the text rendered, then read back into owned samples.
+fn text_gather(exposition: &Exposition, health: &Health) -> Vec<parse::TextSample> {
+    let text = exposition.render(health).expect("render");
+    let (samples, errors) = parse::parse_exposition(&text, |_| true);
+    assert!(errors.is_empty(), "{:?}", errors.first());
+    samples
+}
+
+/// The previous path up to remote write's series.
+fn text_series(
+    exposition: &Exposition,
+    health: &Health,
+    external: &[(String, String)],
+) -> Vec<TimeSeries> {
+    let samples = text_gather(exposition, health);
+    let mut series = GatherSeries::new(external, 1);
+    for s in &samples {
+        let labels: Vec<(&str, &str)> = s
+            .labels
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        series.push(SampleRef {
+            name: &s.name,
+            labels: &labels,
+            value: s.value,
+        });
+    }
+    series.finish(Vec::new()).series
+}
+
+/// The typed path up to remote write's series.
+fn typed_series(
+    exposition: &Exposition,
+    health: &Health,
+    external: &[(String, String)],
+) -> Vec<TimeSeries> {
+    let mut series = GatherSeries::new(external, 1);
+    exposition.gather(health, |g| {
+        g.for_each_sample(&mut |_| true, &mut |s| series.push(s))
+    });
+    series.finish(Vec::new()).series
+}
+
+/// One remote-write gather each way (see the module's doc); prints the figures.
+fn remote_write_gathers(exposition: &Exposition) {
+    let health = Health::new().expect("health");
+    health
+        .registry
+        .register(Box::new(StoreDescs::new().expect("descs")))
+        .expect("register");
+    let external = [("shard".to_string(), "0".to_string())];
+    // The typed gather first: the render observes the scrape histogram after its own gather only.
+    let (walked, tw, tc) = timed(|| {
+        let mut n = (0usize, 0usize);
+        exposition.gather(&health, |g| {
+            g.for_each_sample(&mut |_| true, &mut |s| {
+                n.0 += 1;
+                n.1 += s.labels.len();
+            })
+        });
+        n
+    });
+    let (parsed, pw, pc) = timed(|| text_gather(exposition, &health));
+    assert_eq!(walked.0, parsed.len(), "samples differ");
+    drop(parsed);
+    let (typed, sw_new, sc_new) = timed(|| typed_series(exposition, &health, &external));
+    let (text, sw_old, sc_old) = timed(|| text_series(exposition, &health, &external));
+    let n = typed.len();
+    assert_eq!(n, text.len(), "series differ");
+    let mut values_differ = 0;
+    for (a, b) in typed.iter().zip(&text) {
+        assert_eq!(a.labels, b.labels, "series labels differ");
+        let (x, y) = (a.samples[0].value, b.samples[0].value);
+        values_differ += usize::from(x.to_bits() != y.to_bits() && !(x.is_nan() && y.is_nan()));
+    }
+    drop(text);
+    let (requests, ew, ec) = timed(|| encode::encode_requests(typed, 5_000).expect("encode"));
+    let bytes: usize = requests.iter().map(|r| r.body.len()).sum();
+    let us = |s: f64| s * 1e6;
+    println!(
+        "remote-write gather, {n} series ({} labels), one run each, the same series both ways ({values_differ} values \
+         moved between the two):",
+        walked.1
+    );
+    for (what, (ow, oc), (nw, nc)) in [
+        (
+            "gather alone (text: render + parse into samples; typed: walk)",
+            (pw, pc),
+            (tw, tc),
+        ),
+        (
+            "gather up to remote write's series",
+            (sw_old, sc_old),
+            (sw_new, sc_new),
+        ),
+    ] {
+        println!(
+            "  {what}: previous {:.0} us ({:.3} us/series, CPU {:.0} us), typed {:.0} us ({:.3} us/series, CPU \
+             {:.0} us): {:.1}x (wall), {:.1}x (CPU)",
+            us(ow),
+            us(ow) / n as f64,
+            us(oc),
+            us(nw),
+            us(nw) / n as f64,
+            us(nc),
+            ow / nw,
+            if nc > 0.0 { oc / nc } else { f64::NAN }
+        );
+    }
+    println!(
+        "  encoding into {} requests of <=5,000 ({bytes} bytes), both ways: {:.0} us ({:.3} us/series, CPU {:.0} us)",
+        requests.len(),
+        us(ew),
+        us(ew) / n as f64,
+        us(ec)
+    );
+}
+
 fn main() {
     let nodes = env("NODES", 1000);
     let series = env("SERIES", 500) as u32;
@@ -301,5 +440,6 @@ fn main() {
         "GET /metrics over HTTP (render + transfer + read): median {:.0} ms",
         fetch_over_http(&rt, &handle, bytes) * 1e3
     );
+    remote_write_gathers(&exposition);
     rt.block_on(handle.shutdown());
 }

@@ -11,7 +11,8 @@ use std::hash::{Hash, Hasher};
 
 use prost::Message;
 
-use super::parse::TextSample;
+use crate::config::remote_write::is_label_name;
+use crate::export::exposition::SampleRef;
 
 /// `prometheus.WriteRequest`.
 #[derive(Clone, PartialEq, Message)]
@@ -69,25 +70,40 @@ impl From<snap::Error> for EncodeError {
     }
 }
 
-/// The label set of `s` as remote write sends it: `__name__`, its labels, then `external` labels it lacks;
-/// empty values left out; sorted by name. A name repeated on the line keeps its first value.
-pub fn series_labels(s: &TextSample, external: &[(String, String)]) -> Vec<Label> {
-    let mut labels: Vec<Label> = Vec::with_capacity(1 + s.labels.len() + external.len());
-    labels.push(Label {
+/// Why one sample is not sent (it is skipped and counted dropped; the others are sent). Names are checked as
+/// the text format requires them, so remote write never sends what `/metrics` could not show.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("sample of {name:?}: {reason}")]
+pub struct InvalidSample {
+    /// The sample's metric name.
+    pub name: String,
+    pub reason: &'static str,
+}
+
+/// The label set of a sample as remote write sends it: `__name__`, its labels, then `external` labels it
+/// lacks; empty values left out; sorted by name. A name repeated in `labels` keeps its first value.
+pub fn series_labels(
+    name: &str,
+    labels: &[(&str, &str)],
+    external: &[(String, String)],
+) -> Vec<Label> {
+    let mut out: Vec<Label> = Vec::with_capacity(1 + labels.len() + external.len());
+    out.push(Label {
         name: "__name__".into(),
-        value: s.name.clone(),
+        value: name.to_string(),
     });
-    for (name, value) in s.labels.iter().chain(external) {
-        if value.is_empty() || labels.iter().any(|l| l.name == *name) {
+    let external = external.iter().map(|(n, v)| (n.as_str(), v.as_str()));
+    for (name, value) in labels.iter().copied().chain(external) {
+        if value.is_empty() || out.iter().any(|l| l.name == name) {
             continue;
         }
-        labels.push(Label {
-            name: name.clone(),
-            value: value.clone(),
+        out.push(Label {
+            name: name.to_string(),
+            value: value.to_string(),
         });
     }
-    labels.sort_unstable_by(|a, b| a.name.cmp(&b.name));
-    labels
+    out.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+    out
 }
 
 /// A hash of a label set (to find the series that went away between two gathers).
@@ -97,37 +113,108 @@ pub fn labels_hash(labels: &[Label]) -> u64 {
     h.finish()
 }
 
-/// One gather's series: `samples` stamped `timestamp_ms`, plus a staleness marker for every series of
-/// `previous` not in it. Returns the series, and the label sets to hand in as `previous` next time.
-pub fn gather_series(
-    samples: Vec<TextSample>,
-    external: &[(String, String)],
-    previous: Vec<Vec<Label>>,
+/// One gather's series, built from its samples handed in one at a time ([`GatherSeries::push`]), each
+/// stamped with the gather's time.
+pub struct GatherSeries<'e> {
+    external: &'e [(String, String)],
     timestamp_ms: i64,
-) -> (Vec<TimeSeries>, Vec<Vec<Label>>) {
-    let mut series: Vec<TimeSeries> = samples
-        .into_iter()
-        .map(|s| TimeSeries {
-            labels: series_labels(&s, external),
+    series: Vec<TimeSeries>,
+    /// The last metric name found valid: a family's samples come together, so each name is checked once.
+    valid_name: String,
+    invalid: usize,
+    first_invalid: Option<InvalidSample>,
+}
+
+/// A gather's series ([`GatherSeries::finish`]), the label sets to hand in as `previous` next time, and the
+/// samples left out.
+pub struct Finished {
+    pub series: Vec<TimeSeries>,
+    pub now: Vec<Vec<Label>>,
+    /// Samples skipped (invalid names), and the first of them.
+    pub invalid: usize,
+    pub first_invalid: Option<InvalidSample>,
+}
+
+impl<'e> GatherSeries<'e> {
+    /// A gather stamped `timestamp_ms` (milliseconds since the Unix epoch), with `external` labels.
+    pub fn new(external: &'e [(String, String)], timestamp_ms: i64) -> GatherSeries<'e> {
+        GatherSeries {
+            external,
+            timestamp_ms,
+            series: Vec::new(),
+            valid_name: String::new(),
+            invalid: 0,
+            first_invalid: None,
+        }
+    }
+
+    /// Adds one sample as a series of its own. A NaN value is sent as the plain NaN (the text `/metrics`
+    /// shows), never with another bit pattern such as the staleness marker's. A sample with an invalid metric
+    /// or label name is skipped and counted.
+    pub fn push(&mut self, s: SampleRef<'_>) {
+        if let Err(reason) = self.check(s) {
+            self.invalid += 1;
+            self.first_invalid.get_or_insert_with(|| InvalidSample {
+                name: s.name.to_string(),
+                reason,
+            });
+            return;
+        }
+        let value = if s.value.is_nan() { f64::NAN } else { s.value };
+        self.series.push(TimeSeries {
+            labels: series_labels(s.name, s.labels, self.external),
             samples: vec![Sample {
-                value: s.value,
-                timestamp: timestamp_ms,
+                value,
+                timestamp: self.timestamp_ms,
             }],
-        })
-        .collect();
-    let present: HashSet<u64> = series.iter().map(|t| labels_hash(&t.labels)).collect();
-    let now: Vec<Vec<Label>> = series.iter().map(|t| t.labels.clone()).collect();
-    let stale = previous
-        .into_iter()
-        .filter(|l| !present.contains(&labels_hash(l)));
-    series.extend(stale.map(|labels| TimeSeries {
-        labels,
-        samples: vec![Sample {
-            value: f64::from_bits(STALE_NAN),
-            timestamp: timestamp_ms,
-        }],
-    }));
-    (series, now)
+        });
+    }
+
+    fn check(&mut self, s: SampleRef<'_>) -> Result<(), &'static str> {
+        if s.name != self.valid_name {
+            if !is_metric_name(s.name) {
+                return Err("invalid metric name");
+            }
+            s.name.clone_into(&mut self.valid_name);
+        }
+        if s.labels.iter().any(|(name, _)| !is_label_name(name)) {
+            return Err("invalid label name");
+        }
+        Ok(())
+    }
+
+    /// The series, plus a staleness marker for every series of `previous` not among them.
+    pub fn finish(self, previous: Vec<Vec<Label>>) -> Finished {
+        let mut series = self.series;
+        let present: HashSet<u64> = series.iter().map(|t| labels_hash(&t.labels)).collect();
+        let now: Vec<Vec<Label>> = series.iter().map(|t| t.labels.clone()).collect();
+        let stale = previous
+            .into_iter()
+            .filter(|l| !present.contains(&labels_hash(l)));
+        let timestamp = self.timestamp_ms;
+        series.extend(stale.map(|labels| TimeSeries {
+            labels,
+            samples: vec![Sample {
+                value: f64::from_bits(STALE_NAN),
+                timestamp,
+            }],
+        }));
+        Finished {
+            series,
+            now,
+            invalid: self.invalid,
+            first_invalid: self.first_invalid,
+        }
+    }
+}
+
+/// A Prometheus metric name: `[a-zA-Z_:][a-zA-Z0-9_:]*`.
+fn is_metric_name(s: &str) -> bool {
+    let mut bytes = s.bytes();
+    bytes
+        .next()
+        .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_' || b == b':')
+        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b':')
 }
 
 /// `series` in requests of at most `max_samples` samples each (one sample per series), encoded and compressed.
@@ -160,15 +247,20 @@ pub fn decode_request(body: &[u8]) -> Result<WriteRequest, String> {
 mod tests {
     use super::*;
 
-    fn sample(name: &str, labels: &[(&str, &str)], value: f64) -> TextSample {
-        TextSample {
-            name: name.into(),
-            labels: labels
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-            value,
+    /// A sample: name, labels, value.
+    type Owned<'s> = (&'s str, Vec<(&'s str, &'s str)>, f64);
+
+    /// One gather of `samples` at `timestamp_ms`.
+    fn gather(samples: &[Owned<'_>], previous: Vec<Vec<Label>>, timestamp_ms: i64) -> Finished {
+        let mut g = GatherSeries::new(&[], timestamp_ms);
+        for (name, labels, value) in samples {
+            g.push(SampleRef {
+                name,
+                labels,
+                value: *value,
+            });
         }
+        g.finish(previous)
     }
 
     fn names(labels: &[Label]) -> Vec<(&str, &str)> {
@@ -180,22 +272,19 @@ mod tests {
 
     #[test]
     fn labels_sorted_with_name_external_labels_never_override_empty_values_dropped() {
-        let s = sample(
-            "commwatch_link_up",
-            &[
-                ("node", "n1"),
-                ("device", "mlx5_0"),
-                ("port", ""),
-                ("shard", "own"),
-            ],
-            1.0,
-        );
+        let labels = [
+            ("node", "n1"),
+            ("device", "mlx5_0"),
+            ("port", ""),
+            ("shard", "own"),
+            ("node", "n2"),
+        ];
         let external = [
             ("shard".to_string(), "7".to_string()),
             ("a".into(), "x".into()),
         ];
         assert_eq!(
-            names(&series_labels(&s, &external)),
+            names(&series_labels("commwatch_link_up", &labels, &external)),
             [
                 ("__name__", "commwatch_link_up"),
                 ("a", "x"),
@@ -208,17 +297,14 @@ mod tests {
 
     #[test]
     fn round_trip_through_snappy_and_protobuf_in_chunks() {
-        let samples: Vec<TextSample> = (0..2_500)
-            .map(|i| {
-                sample(
-                    "commwatch_x",
-                    &[("node", &format!("node-{i:04}"))],
-                    i as f64 * 0.5,
-                )
-            })
+        let nodes: Vec<String> = (0..2_500).map(|i| format!("node-{i:04}")).collect();
+        let samples: Vec<_> = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| ("commwatch_x", vec![("node", n.as_str())], i as f64 * 0.5))
             .collect();
-        let (series, _) = gather_series(samples, &[], Vec::new(), 1_712_345_678_123);
-        let requests = encode_requests(series, 1_000).unwrap();
+        let g = gather(&samples, Vec::new(), 1_712_345_678_123);
+        let requests = encode_requests(g.series, 1_000).unwrap();
         assert_eq!(
             requests.iter().map(|r| r.samples).collect::<Vec<_>>(),
             [1_000, 1_000, 500]
@@ -279,27 +365,44 @@ mod tests {
 
     #[test]
     fn series_gone_since_the_previous_gather_get_one_staleness_marker() {
-        let first = vec![
-            sample("f", &[("kind", "a")], 1.0),
-            sample("f", &[("kind", "b")], 1.0),
-        ];
-        let (_, previous) = gather_series(first, &[], Vec::new(), 1_000);
-        let (series, previous) = gather_series(
-            vec![sample("f", &[("kind", "a")], 1.0)],
-            &[],
-            previous,
-            2_000,
+        let (a, b) = (
+            ("f", vec![("kind", "a")], 1.0),
+            ("f", vec![("kind", "b")], 1.0),
         );
+        let first = gather(&[a.clone(), b], Vec::new(), 1_000);
+        let second = gather(std::slice::from_ref(&a), first.now, 2_000);
+        let series = &second.series;
         assert_eq!(series.len(), 2);
         assert_eq!(names(&series[1].labels), [("__name__", "f"), ("kind", "b")]);
         assert_eq!(series[1].samples[0].value.to_bits(), STALE_NAN);
         assert_eq!(series[1].samples[0].timestamp, 2_000);
-        let (series, _) = gather_series(
-            vec![sample("f", &[("kind", "a")], 1.0)],
-            &[],
-            previous,
-            3_000,
+        let third = gather(&[a], second.now, 3_000);
+        assert_eq!(third.series.len(), 1, "the marker is sent once");
+    }
+
+    #[test]
+    fn invalid_names_are_skipped_and_counted_nan_is_the_plain_nan() {
+        let stale = f64::from_bits(STALE_NAN);
+        let g = gather(
+            &[
+                ("ok_a", vec![("node", "n")], stale),
+                ("9bad", vec![], 1.0),
+                ("ok_b", vec![("bad-label", "v")], 1.0),
+                ("ok_b", vec![("", "v")], 1.0),
+                ("ok_b", vec![("good", "v")], 2.0),
+            ],
+            Vec::new(),
+            0,
         );
-        assert_eq!(series.len(), 1, "the marker is sent once");
+        assert_eq!(g.series.len(), 2);
+        assert_eq!(g.invalid, 3);
+        let first = g.first_invalid.unwrap();
+        assert_eq!(
+            (first.name.as_str(), first.reason),
+            ("9bad", "invalid metric name")
+        );
+        assert!(g.series[0].samples[0].value.is_nan());
+        assert_ne!(g.series[0].samples[0].value.to_bits(), STALE_NAN);
+        assert_eq!(g.series[1].samples[0].value, 2.0);
     }
 }

@@ -5,8 +5,10 @@
 //! `Content-Type: application/x-protobuf`, `X-Prometheus-Remote-Write-Version: 0.1.0`. Off unless
 //! `[remote_write] url` (`--remote-write-url`) is set.
 //!
-//! Every `interval` a gather renders the exposition text `/metrics` serves ([`ExpositionSource`]), reads it
-//! back ([`parse`]), keeps the families `include`/`exclude` select, stamps every sample with the gather's time,
+//! Every `interval` a gather reads the families `/metrics` shows as typed data, never as text
+//! ([`ExpositionSource`]: the exposition's [`Gathered`](crate::export::exposition::Gathered), the stage its
+//! text writer reads too), keeps the samples whose names `include`/`exclude` select, stamps every sample with
+//! the gather's time,
 //! adds a staleness marker for each series the previous gather had and this one lacks (a cleared finding
 //! ends at once in the store instead of lingering for its lookback), and queues the requests ([`encode`]) in
 //! a queue bounded by samples ([`queue`]: the oldest dropped when full). One sender sends them in order
@@ -17,12 +19,16 @@
 //! `flush_timeout`; what is left is dropped. Every sample ends counted in
 //! `commwatch_collector_remote_write_samples_total{result="sent"|"failed"|"dropped"}` ([`metrics`]).
 //!
-//! Cost: one exposition render and parse per interval, off the async workers, and the previous gather's label
-//! sets (for the staleness markers) held between gathers.
+//! Cost: one gather of the exposition's families per interval (the store's snapshot and its samples, no text
+//! rendered or parsed), off the async workers, and the previous gather's label sets (for the staleness
+//! markers) held between gathers.
 
 pub mod encode;
 pub mod metrics;
-pub mod parse;
+#[cfg(test)]
+pub(crate) mod parse;
+#[cfg(test)]
+mod parse_tests;
 pub mod queue;
 pub mod retry_after;
 pub mod send;
@@ -36,7 +42,7 @@ use tokio::time::Instant;
 use tracing::{info, warn};
 
 use crate::config::RemoteWriteConfig;
-use crate::export::exposition::Exposition;
+use crate::export::exposition::{Exposition, SampleRef};
 use crate::telemetry::Health;
 use encode::Label;
 pub use metrics::Metrics;
@@ -52,25 +58,35 @@ pub enum RemoteWriteError {
     Metrics(prometheus::Error),
 }
 
-/// Where a gather reads the families: the exposition text, as `/metrics` serves it.
+/// Where a gather reads the families: every sample `/metrics` shows, as typed data.
 pub trait Gather: Send + Sync + 'static {
-    /// The whole exposition text now. CPU-bound (called on a blocking thread).
-    fn text(&self) -> Result<String, String>;
+    /// Hands `sink` every sample of the families now whose metric name `keep` accepts (tested before the
+    /// labels are gathered), in `/metrics` order. CPU-bound (called on a blocking thread). An error: nothing
+    /// was gathered.
+    fn gather(
+        &self,
+        keep: &mut dyn FnMut(&str) -> bool,
+        sink: &mut dyn FnMut(SampleRef<'_>),
+    ) -> Result<(), String>;
 }
 
-/// The collector's `/metrics` text, rendered by the very [`Exposition`] that serves `/metrics` (its families,
-/// names, labels and NVLink detail, whatever they become). Its renders are observed in
-/// `commwatch_collector_scrape_seconds` like a scrape's.
+/// The collector's families from the very [`Exposition`] that serves `/metrics` (its families, names, labels
+/// and NVLink detail, whatever they become), through its typed stage ([`Exposition::gather`]): nothing is
+/// rendered, so a gather is not observed in `commwatch_collector_scrape_seconds`.
 pub struct ExpositionSource {
     pub exposition: Arc<Exposition>,
     pub health: Health,
 }
 
 impl Gather for ExpositionSource {
-    fn text(&self) -> Result<String, String> {
+    fn gather(
+        &self,
+        keep: &mut dyn FnMut(&str) -> bool,
+        sink: &mut dyn FnMut(SampleRef<'_>),
+    ) -> Result<(), String> {
         self.exposition
-            .render(&self.health)
-            .map_err(|e| e.to_string())
+            .gather(&self.health, |g| g.for_each_sample(keep, sink));
+        Ok(())
     }
 }
 
@@ -179,7 +195,7 @@ impl Filter {
     }
 }
 
-/// The gathers: exposition text → requests in the queue.
+/// The gathers: the exposition's samples → requests in the queue.
 struct Producer {
     source: Arc<dyn Gather>,
     filter: Arc<Filter>,
@@ -203,26 +219,26 @@ impl Producer {
         self.gather_once().await;
     }
 
-    /// One gather, rendered, parsed and encoded on a blocking thread, its requests queued.
+    /// One gather, read and encoded on a blocking thread, its requests queued.
     async fn gather_once(&mut self) {
         let (source, filter) = (self.source.clone(), self.filter.clone());
         let (external, previous) = (self.external.clone(), std::mem::take(&mut self.previous));
         let max = self.max_samples;
         let gathered = Instant::now();
         let work = tokio::task::spawn_blocking(move || {
-            // A failed render keeps the previous series, for their staleness markers next time.
-            let text = match source.text() {
-                Ok(text) => text,
-                Err(e) => return Err((e, previous)),
-            };
-            let (samples, errors) = parse::parse_exposition(&text, |n| filter.keeps(n));
             let now_ms = (commwatch_model::clock::unix_now_ns() / 1_000_000) as i64;
-            let (series, now) = encode::gather_series(samples, &external, previous, now_ms);
+            let mut series = encode::GatherSeries::new(&external, now_ms);
+            let read = source.gather(&mut |n| filter.keeps(n), &mut |s| series.push(s));
+            // A failed gather keeps the previous series, for their staleness markers next time.
+            if let Err(e) = read {
+                return Err((e, previous));
+            }
+            let g = series.finish(previous);
             let requests =
-                encode::encode_requests(series, max).map_err(|e| (e.to_string(), Vec::new()))?;
-            Ok((requests, now, errors))
+                encode::encode_requests(g.series, max).map_err(|e| (e.to_string(), Vec::new()))?;
+            Ok((requests, g.now, g.invalid, g.first_invalid))
         });
-        let (requests, now, errors) = match work.await {
+        let (requests, now, invalid, first_invalid) = match work.await {
             Ok(Ok(done)) => done,
             Ok(Err((e, previous))) => {
                 self.previous = previous;
@@ -231,10 +247,10 @@ impl Producer {
             Err(e) => return warn!(error = %e, "remote write: the gather task failed"),
         };
         self.previous = now;
-        if let Some(first) = errors.first() {
-            // Unreadable exposition lines are samples not sent: counted as dropped.
-            self.metrics.samples_dropped.inc_by(errors.len() as u64);
-            warn!(lines = errors.len(), first = %first, "remote write: exposition lines skipped");
+        if let Some(first) = first_invalid {
+            // Samples whose names the text format refuses are not sent: counted as dropped.
+            self.metrics.samples_dropped.inc_by(invalid as u64);
+            warn!(samples = invalid, first = %first, "remote write: samples with invalid names skipped");
         }
         let mut dropped = 0;
         for request in requests {

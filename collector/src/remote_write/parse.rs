@@ -1,6 +1,8 @@
-//! The exposition text of `/metrics` (format 0.0.4) read back into samples: the one adapter between what
-//! `/metrics` renders and what remote write sends, so both always carry the same families, names and labels.
-//! Pure: no I/O.
+//! Test only: the exposition text of `/metrics` (format 0.0.4) read back into samples, to check that what
+//! remote write sends (read from the exposition's typed stage, never from text) is what `/metrics` shows.
+//! Remote write itself parses no text. Self-contained (no `crate::` paths), so the benches and integration
+//! tests compile it too (`#[path]`) to compare against, or to gather a `/metrics` fetched over HTTP. Pure: no
+//! I/O.
 
 /// One sample line: its metric name, its labels in the order written, its value. Timestamps on the line (the
 /// collector writes none) are ignored: a gather stamps all its samples with one time.
@@ -24,7 +26,7 @@ pub struct ParseError {
 /// errors of the lines that could not be read.
 pub fn parse_exposition(
     text: &str,
-    keep: impl Fn(&str) -> bool,
+    mut keep: impl FnMut(&str) -> bool,
 ) -> (Vec<TextSample>, Vec<ParseError>) {
     let mut samples = Vec::new();
     let mut errors = Vec::new();
@@ -33,7 +35,7 @@ pub fn parse_exposition(
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
-        match parse_line(line, &keep) {
+        match parse_line(line, &mut keep) {
             Ok(Some(s)) => samples.push(s),
             Ok(None) => {}
             Err(reason) => errors.push(ParseError {
@@ -46,7 +48,10 @@ pub fn parse_exposition(
 }
 
 /// One sample line; `None` when `keep` refuses its name.
-fn parse_line(line: &str, keep: impl Fn(&str) -> bool) -> Result<Option<TextSample>, &'static str> {
+fn parse_line(
+    line: &str,
+    keep: &mut impl FnMut(&str) -> bool,
+) -> Result<Option<TextSample>, &'static str> {
     let end = line
         .find(|c: char| c == '{' || c.is_ascii_whitespace())
         .ok_or("no value after the metric name")?;
@@ -86,7 +91,7 @@ fn parse_labels<'a>(
         }
         let eq = rest.find('=').ok_or("label without =")?;
         let name = rest[..eq].trim();
-        if !crate::config::remote_write::is_label_name(name) {
+        if !is_label_name(name) {
             return Err("invalid label name");
         }
         let quoted = rest[eq + 1..]
@@ -124,6 +129,15 @@ fn parse_value(s: &str) -> Option<f64> {
     s.parse::<f64>().ok()
 }
 
+/// A Prometheus label name: `[a-zA-Z_][a-zA-Z0-9_]*`.
+fn is_label_name(s: &str) -> bool {
+    let mut bytes = s.bytes();
+    bytes
+        .next()
+        .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
 /// A Prometheus metric name: `[a-zA-Z_:][a-zA-Z0-9_:]*`.
 fn is_metric_name(s: &str) -> bool {
     let mut bytes = s.bytes();
@@ -131,58 +145,4 @@ fn is_metric_name(s: &str) -> bool {
         .next()
         .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_' || b == b':')
         && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b':')
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn all(text: &str) -> (Vec<TextSample>, Vec<ParseError>) {
-        parse_exposition(text, |_| true)
-    }
-
-    #[test]
-    fn reads_names_labels_values_and_escapes() {
-        let text = "# HELP a_total A counter.\n# TYPE a_total counter\na_total 3\n\
-                    b{node=\"n1\",device=\"mlx5_0\"} 1.5e9\n\
-                    c{v=\"a\\\\b\\\"c\\nd ü\",} NaN\n\
-                    d_bucket{le=\"+Inf\"} +Inf\n  e -inf 1712345678000\n";
-        let (samples, errors) = all(text);
-        assert_eq!(errors, []);
-        assert_eq!(samples.len(), 5);
-        assert_eq!(samples[0].name, "a_total");
-        assert_eq!(samples[0].value, 3.0);
-        assert!(samples[0].labels.is_empty());
-        assert_eq!(
-            samples[1].labels,
-            [
-                ("node".into(), "n1".into()),
-                ("device".into(), "mlx5_0".into())
-            ]
-        );
-        assert_eq!(samples[1].value, 1.5e9);
-        assert_eq!(samples[2].labels, [("v".into(), "a\\b\"c\nd ü".into())]);
-        assert!(samples[2].value.is_nan());
-        assert_eq!(samples[3].value, f64::INFINITY);
-        assert_eq!(samples[4].value, f64::NEG_INFINITY);
-    }
-
-    #[test]
-    fn bad_lines_are_skipped_and_named_the_rest_kept() {
-        let text = "ok 1\n9bad 1\nnovalue\nx{a=\"1\" 2\nx{a=1} 2\nx{a=\"\\q\"} 2\nx{-a=\"1\"} 2\nx 1e\nok 2\n";
-        let (samples, errors) = all(text);
-        assert_eq!(samples.len(), 2);
-        let lines: Vec<usize> = errors.iter().map(|e| e.line).collect();
-        assert_eq!(lines, [2, 3, 4, 5, 6, 7, 8]);
-        assert!(errors[0].to_string().contains("line 2"), "{}", errors[0]);
-    }
-
-    #[test]
-    fn keep_filters_by_name_before_labels_are_read() {
-        let (samples, errors) =
-            parse_exposition("a_x{broken 1\nb_y{l=\"v\"} 2\n", |n| n.starts_with("b_"));
-        assert_eq!(errors, []);
-        assert_eq!(samples.len(), 1);
-        assert_eq!(samples[0].name, "b_y");
-    }
 }

@@ -14,17 +14,33 @@ use parking_lot::Mutex;
 
 use super::*;
 
-/// A fixed exposition of `n` samples.
+/// A fixed gather of `n` samples of `commwatch_t` (label `node`), then one of `other_family`.
 struct Fixed(usize);
 
 impl Gather for Fixed {
-    fn text(&self) -> Result<String, String> {
-        let mut out = String::from("# HELP commwatch_t A test family.\n# TYPE commwatch_t gauge\n");
-        for i in 0..self.0 {
-            out.push_str(&format!("commwatch_t{{node=\"node-{i}\"}} {i}\n"));
+    fn gather(
+        &self,
+        keep: &mut dyn FnMut(&str) -> bool,
+        sink: &mut dyn FnMut(SampleRef<'_>),
+    ) -> Result<(), String> {
+        if keep("commwatch_t") {
+            for i in 0..self.0 {
+                let node = format!("node-{i}");
+                sink(SampleRef {
+                    name: "commwatch_t",
+                    labels: &[("node", &node)],
+                    value: i as f64,
+                });
+            }
         }
-        out.push_str("other_family 1\n");
-        Ok(out)
+        if keep("other_family") {
+            sink(SampleRef {
+                name: "other_family",
+                labels: &[],
+                value: 1.0,
+            });
+        }
+        Ok(())
     }
 }
 

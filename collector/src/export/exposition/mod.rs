@@ -12,12 +12,14 @@
 //! values escaped as the format requires, values printed as `TextEncoder` prints an `f64`).
 //!
 //! The store's view is exported as [`apply_export_detail`] shapes it (NVLink per GPU, a link's named counters
-//! per family, the node's CPU total, the GPU summary, by default); remote write renders through the same
-//! [`Exposition`], so both export the same series.
+//! per family, the node's CPU total, the GPU summary, by default); remote write gathers through the same
+//! [`Exposition`] ([`Exposition::gather`]: the typed families, no text), so both export the same series.
 //!
 //! Parts: `families` holds the family table ([`FAMILIES`]: names, help, types), which family each series goes
-//! to, and [`StoreDescs`]; `samples` gathers the store's samples per family in `gather`'s order; `writer`
-//! writes them as text (escaping, values, headers); this module interleaves them with the registry's families.
+//! to, and [`StoreDescs`]; `samples` gathers the store's samples per family in `gather`'s order; `gathered`
+//! interleaves them with the registry's families into one typed gather ([`Gathered`]: per family its name,
+//! help, type, and per sample its labels and value), which the text writer (`writer`: escaping, values,
+//! headers) and remote write ([`Exposition::gather`]) both read.
 //!
 //! The store's family names are still registered in the health registry ([`StoreDescs`], no samples of its
 //! own), so a collector registering a family of the same name is refused at start, as before.
@@ -28,6 +30,7 @@
 
 mod detail;
 mod families;
+pub mod gathered;
 pub mod nvlink;
 mod samples;
 mod writer;
@@ -44,8 +47,8 @@ pub use detail::{
     apply_counter_detail, apply_cpu_detail, apply_export_detail, apply_gpu_detail, ExportDetail,
 };
 pub use families::{Family, StoreDescs, FAMILIES};
+pub use gathered::{Gathered, GatheredFamily, SampleRef};
 pub use nvlink::{apply_nvlink_detail, NvlinkDetail};
-use samples::Samples;
 
 use crate::store::{NodeSnapshot, Store, StoreMemory};
 use crate::telemetry::Health;
@@ -77,18 +80,26 @@ impl Exposition {
     /// workers (`spawn_blocking`) for large fleets. Observes `scrape_seconds`.
     pub fn render(&self, health: &Health) -> Result<String, prometheus::Error> {
         let started = Instant::now();
-        let registered = health.registry.gather();
-        let mut nodes = self.store.snapshot(unix_now_ns());
-        apply_export_detail(&mut nodes, self.detail);
-        let memory = self.store.memory();
         let last = self.last_len.load(Ordering::Relaxed);
         let mut out = String::with_capacity((last + last / 16).max(64 * 1024));
-        write_exposition(&registered, &nodes, Some(&memory), &mut out)?;
+        self.gather(health, |g| g.write_text(&mut out))?;
         self.last_len.store(out.len(), Ordering::Relaxed);
         health
             .scrape_seconds
             .observe(started.elapsed().as_secs_f64());
         Ok(out)
+    }
+
+    /// One gather of the families `/metrics` shows now, as typed data, handed to `f` (it borrows the store's
+    /// snapshot, which lives for the call): the registry's families, the store's snapshot at this
+    /// exposition's detail, its size gauges. [`Exposition::render`] writes it as text; remote write reads its
+    /// samples. CPU-bound like a render, less the text. Observes nothing.
+    pub fn gather<R>(&self, health: &Health, f: impl FnOnce(&Gathered<'_>) -> R) -> R {
+        let registered = health.registry.gather();
+        let mut nodes = self.store.snapshot(unix_now_ns());
+        apply_export_detail(&mut nodes, self.detail);
+        let memory = self.store.memory();
+        f(&Gathered::new(&registered, &nodes, Some(&memory)))
     }
 }
 
@@ -107,21 +118,7 @@ pub fn write_exposition(
     memory: Option<&StoreMemory>,
     out: &mut String,
 ) -> Result<(), prometheus::Error> {
-    let samples = Samples::collect(nodes, memory);
-    let mut order: Vec<usize> = (0..FAMILIES.len()).filter(|&i| samples.has(i)).collect();
-    order.sort_by_key(|&i| FAMILIES[i].name);
-    let encoder = TextEncoder::new();
-    let mut registered = registered.iter().peekable();
-    for i in order {
-        while let Some(mf) = registered.next_if(|mf| mf.name() < FAMILIES[i].name) {
-            encoder.encode_utf8(std::slice::from_ref(mf), out)?;
-        }
-        samples.write(i, out);
-    }
-    for mf in registered {
-        encoder.encode_utf8(std::slice::from_ref(mf), out)?;
-    }
-    Ok(())
+    Gathered::new(registered, nodes, memory).write_text(out)
 }
 
 #[cfg(test)]

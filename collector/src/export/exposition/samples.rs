@@ -21,6 +21,8 @@ struct Sample<'a> {
     prefix_len: u32,
     /// Number of labels (`gather` orders by it first).
     count: u32,
+    /// The `node` label's value (with `count > 0`).
+    node: &'a str,
     /// Rank of the link among the node's links by label values (0 for node-level samples).
     rank: u32,
     /// The link of a link sample.
@@ -40,6 +42,7 @@ impl<'a> Sample<'a> {
             prefix: 0,
             prefix_len: 0,
             count: 0,
+            node: "",
             rank: 0,
             link: None,
             state: None,
@@ -83,6 +86,27 @@ impl<'a> Sample<'a> {
                     .cmp(&other.rank)
                     .then_with(|| self.tail().cmp(other.tail())),
             })
+    }
+
+    /// Appends the sample's labels to `out`, in the order [`Sample::write`] writes them, unescaped: `node`, the
+    /// link's, `state`, `counter`, the series' own.
+    fn labels(&self, out: &mut Vec<(&'a str, &'a str)>) {
+        if self.count == 0 {
+            return;
+        }
+        out.push(("node", self.node));
+        if let Some(l) = self.link {
+            out.extend_from_slice(link_labels(&l.link).pairs());
+        }
+        if let Some(l) = self.state {
+            out.push(("state", l.link.state.as_str()));
+        }
+        if let Some(s) = self.series {
+            if self.counter {
+                out.push(("counter", s.key.metric.as_str()));
+            }
+            out.extend(s.key.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        }
     }
 
     /// Writes the sample's line: `name`, its labels (the prefix from `prefixes`, then the tail), its value.
@@ -193,6 +217,17 @@ impl<'a> Samples<'a> {
         self.fams.get(i).is_some_and(|f| !f.is_empty())
     }
 
+    /// Hands every sample of family `i` (of [`FAMILIES`]) to `f` in order: its labels ([`Sample::labels`], in a
+    /// buffer reused from one sample to the next) and its value.
+    pub(super) fn for_each(&self, i: usize, mut f: impl FnMut(&[(&'a str, &'a str)], f64)) {
+        let mut labels = Vec::with_capacity(16);
+        for s in self.fams.get(i).into_iter().flatten() {
+            labels.clear();
+            s.labels(&mut labels);
+            f(&labels, s.value);
+        }
+    }
+
     /// Writes family `i` (of [`FAMILIES`]): its header, then its samples.
     pub(super) fn write(&self, i: usize, out: &mut String) {
         let f = &FAMILIES[i];
@@ -231,6 +266,7 @@ impl<'a> Samples<'a> {
             prefix: node_prefix,
             prefix_len: node_prefix_len,
             count: label_count(1 + series.map_or(0, |s| s.key.labels.len())),
+            node: &first.name,
             series,
             ..Sample::bare(value)
         };
@@ -268,13 +304,14 @@ impl<'a> Samples<'a> {
 
     /// The samples of link `l` of node `node`: byte counters and rates, capacity, link up, and its exported
     /// counters.
-    fn add_link(&mut self, ix: &Ix, node: &str, l: &'a LinkSnapshot, rank: u32) {
+    fn add_link(&mut self, ix: &Ix, node: &'a str, l: &'a LinkSnapshot, rank: u32) {
         let prefix = self.prefixes.len();
         let count = push_link_labels(&mut self.prefixes, node, l);
         let sample = Sample {
             prefix,
             prefix_len: label_count(self.prefixes.len() - prefix),
             count,
+            node,
             rank,
             link: Some(l),
             ..Sample::bare(0.0)

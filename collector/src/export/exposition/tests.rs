@@ -14,7 +14,7 @@ use rand::{Rng, SeedableRng};
 
 use super::{
     apply_export_detail, apply_nvlink_detail, reference, write_exposition, ExportDetail,
-    Exposition, NvlinkDetail, StoreDescs,
+    Exposition, Gathered, NvlinkDetail, SampleRef, StoreDescs,
 };
 use crate::config::{CounterDetail, CpuDetail, GpuDetail};
 use crate::export::names;
@@ -739,4 +739,182 @@ fn render_matches_the_previous_registry_path() {
     // A family of the store's names cannot be registered by anyone else.
     let clash = prometheus::IntGauge::new(names::LINK_UP, "x").expect("gauge");
     assert!(health.registry.register(Box::new(clash)).is_err());
+}
+
+/// Registry families of every type the typed stage expands, with tricky label values: a counter, a gauge, a
+/// histogram from the registry (its `+Inf` bucket added by the text), one with its own `+Inf` bound, a summary.
+fn registry_families() -> Vec<MetricFamily> {
+    use prometheus::proto::{Bucket, Metric, MetricType, Quantile, Summary};
+    let registry = prometheus::Registry::new();
+    let counter =
+        prometheus::CounterVec::new(prometheus::Opts::new("a_total", "A \\ counter.\n"), &["k"])
+            .expect("counter");
+    counter.with_label_values(&["a\"b\\c\nd"]).inc_by(3.0);
+    counter.with_label_values(&[""]).inc();
+    let gauge = prometheus::Gauge::new("b_gauge", "A gauge.").expect("gauge");
+    gauge.set(-0.0);
+    let histogram = prometheus::HistogramVec::new(
+        prometheus::HistogramOpts::new("c_seconds", "A histogram.").buckets(vec![0.005, 0.1, 1.5]),
+        &["path"],
+    )
+    .expect("histogram");
+    for v in [0.001, 0.2, 7.0] {
+        histogram.with_label_values(&["/m\"x"]).observe(v);
+    }
+    registry.register(Box::new(counter)).expect("register");
+    registry.register(Box::new(gauge)).expect("register");
+    registry.register(Box::new(histogram)).expect("register");
+    let mut fams = registry.gather();
+    let family = |name: &str, kind: MetricType, m: Metric| {
+        let mut mf = MetricFamily::default();
+        mf.set_name(name.to_string());
+        mf.set_help(format!("{name} by hand."));
+        mf.set_field_type(kind);
+        mf.set_metric(vec![m]);
+        mf
+    };
+    let mut h = prometheus::proto::Histogram::default();
+    let bucket = |bound: f64, count: u64| {
+        let mut b = Bucket::default();
+        b.set_upper_bound(bound);
+        b.set_cumulative_count(count);
+        b
+    };
+    h.set_bucket(vec![bucket(0.25, 1), bucket(f64::INFINITY, 2)]);
+    h.set_sample_count(2);
+    h.set_sample_sum(f64::NAN);
+    let mut m = Metric::default();
+    m.set_histogram(h);
+    fams.push(family("d_inf", MetricType::HISTOGRAM, m));
+    let mut s = Summary::default();
+    s.set_quantile(
+        [(0.5, 1.25), (0.99, f64::INFINITY)]
+            .map(|(q, v)| {
+                let mut x = Quantile::default();
+                x.set_quantile(q);
+                x.set_value(v);
+                x
+            })
+            .to_vec(),
+    );
+    s.set_sample_count(9);
+    s.set_sample_sum(12.5);
+    let mut m = Metric::default();
+    m.set_summary(s);
+    fams.push(family("e_summary", MetricType::SUMMARY, m));
+    fams
+}
+
+/// The typed stage against its own text read back: the same samples, names, labels (in order, unescaped) and
+/// values, with a name filter and without; and remote write's requests made from the typed samples (as it
+/// sends them) equal those made from the parsed text, byte for byte.
+fn assert_typed_is_text(
+    registered: &[MetricFamily],
+    nodes: &[NodeSnapshot],
+    memory: Option<&StoreMemory>,
+    what: &str,
+) {
+    use crate::remote_write::encode::{encode_requests, GatherSeries};
+    use crate::remote_write::parse::parse_exposition;
+    let g = Gathered::new(registered, nodes, memory);
+    let mut text = String::new();
+    g.write_text(&mut text).expect("text");
+    let external = [("shard".to_string(), "s\"0".to_string())];
+    for filtered in [false, true] {
+        let keep =
+            |n: &str| !filtered || !(n.ends_with("_count") || n.starts_with("commwatch_link_u"));
+        let mut typed = Vec::new();
+        let mut series = GatherSeries::new(&external, 17);
+        g.for_each_sample(&mut |n| keep(n), &mut |s| {
+            let labels: Vec<(String, String)> = s
+                .labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            typed.push((s.name.to_string(), labels, s.value));
+            series.push(s);
+        });
+        let (parsed, errors) = parse_exposition(&text, keep);
+        assert_eq!(errors, [], "{what}");
+        assert_eq!(typed.len(), parsed.len(), "{what}");
+        for ((name, labels, value), p) in typed.iter().zip(&parsed) {
+            assert_eq!((name, labels), (&p.name, &p.labels), "{what}");
+            let same = value.to_bits() == p.value.to_bits() || (value.is_nan() && p.value.is_nan());
+            assert!(same, "{what}: {name} {value:?} vs {:?}", p.value);
+        }
+        let mut from_text = GatherSeries::new(&external, 17);
+        for p in &parsed {
+            let labels: Vec<(&str, &str)> = p
+                .labels
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect();
+            from_text.push(SampleRef {
+                name: &p.name,
+                labels: &labels,
+                value: p.value,
+            });
+        }
+        let (a, b) = (series.finish(Vec::new()), from_text.finish(Vec::new()));
+        assert_eq!((a.invalid, b.invalid), (0, 0), "{what}");
+        let body = |s| encode_requests(s, 50).expect("encode");
+        assert_eq!(body(a.series), body(b.series), "{what}");
+    }
+}
+
+#[test]
+fn typed_samples_are_the_text_samples() {
+    let registered = registry_families();
+    let mut nodes = tricky_nodes();
+    nodes.sort_by(|a, b| a.name.cmp(&b.name));
+    assert_typed_is_text(&registered, &nodes, Some(&memory()), "tricky");
+    for detail in [NvlinkDetail::Gpu, NvlinkDetail::Link] {
+        let mut nodes = nodes.clone();
+        apply_nvlink_detail(&mut nodes, detail);
+        assert_typed_is_text(&registered, &nodes, None, "nvlink detail");
+    }
+    assert_typed_is_text(&[], &[], None, "empty");
+    let mut rng = StdRng::seed_from_u64(0xFEED);
+    for round in 0..300 {
+        let nodes = random_nodes(&mut rng, round % 3 != 0);
+        let memory = rng.random_bool(0.5).then(memory);
+        assert_typed_is_text(
+            &registered,
+            &nodes,
+            memory.as_ref(),
+            &format!("round {round}"),
+        );
+    }
+}
+
+#[test]
+fn families_carry_name_help_and_type_in_text_order() {
+    use prometheus::proto::MetricType;
+    let registered = registry_families();
+    let nodes = tricky_nodes();
+    let g = Gathered::new(&registered, &nodes, Some(&memory()));
+    let families: Vec<(String, String, MetricType)> = g
+        .families()
+        .map(|f| (f.name().to_string(), f.help().to_string(), f.kind()))
+        .collect();
+    let mut text = String::new();
+    g.write_text(&mut text).expect("text");
+    let in_text: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split(' ').next())
+        .collect();
+    let names: Vec<&str> = families.iter().map(|f| f.0.as_str()).collect();
+    assert_eq!(names, in_text);
+    assert!(families.contains(&(
+        "c_seconds".into(),
+        "A histogram.".into(),
+        MetricType::HISTOGRAM
+    )));
+    let up = families
+        .iter()
+        .find(|f| f.0 == names::LINK_UP)
+        .expect("link up");
+    assert_eq!(up.2, MetricType::GAUGE);
+    assert!(up.1.starts_with("1 when the link state is up"), "{}", up.1);
 }
