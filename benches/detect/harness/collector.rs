@@ -16,8 +16,6 @@ use super::HarnessError;
 pub struct VirtualCollector {
     pub store: Arc<Store>,
     pub steps: Arc<StepStore>,
-    /// This collector's pass metrics (the step engine's and the input builds' times), its own alone.
-    pub passes: Passes,
     engine: Engine,
     analysis: AnalysisHandle,
     events: broadcast::Receiver<FindingEvent>,
@@ -35,6 +33,7 @@ impl VirtualCollector {
             config.limits.clone(),
         ));
         let steps = Arc::new(StepStore::new());
+        // Its own pass metrics (the step engine's and the input builds'), registered nowhere.
         let passes = Passes::new().map_err(|e| HarnessError::Metrics(CollectorError::from(e)))?;
         // Without a state directory opening starts nothing: a throwaway runtime is enough.
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -48,10 +47,9 @@ impl VirtualCollector {
         ))?;
         let events = analysis.subscribe();
         Ok(VirtualCollector {
-            engine: Engine::new(store.clone(), steps.clone(), passes.clone()),
+            engine: Engine::new(store.clone(), steps.clone(), passes),
             store,
             steps,
-            passes,
             analysis,
             events,
             lagged: 0,
