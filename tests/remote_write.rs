@@ -437,7 +437,8 @@ fn figures_for_the_8x8_demo() {
     let n = samples.len();
     let mut series = encode::GatherSeries::new(&[], 0);
     replay(&samples, &mut |s| series.push(s));
-    let requests = encode::encode_requests(series.finish(Vec::new()).series, 5_000).unwrap();
+    let requests =
+        encode::encode_requests(series.finish(encode::Previous::default()).series, 5_000).unwrap();
     let cpu = started.elapsed();
     let bytes: usize = requests.iter().map(|r| r.body.len()).sum();
     assert_eq!(errors, []);

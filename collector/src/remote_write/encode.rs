@@ -125,14 +125,31 @@ pub struct GatherSeries<'e> {
     first_invalid: Option<InvalidSample>,
 }
 
-/// A gather's series ([`GatherSeries::finish`]), the label sets to hand in as `previous` next time, and the
-/// samples left out.
+/// A gather's series ([`GatherSeries::finish`]) and the samples left out.
 pub struct Finished {
+    /// The gather's own series, then a staleness marker for each series of the previous gather it lacks.
     pub series: Vec<TimeSeries>,
-    pub now: Vec<Vec<Label>>,
+    /// The hashes of the gather's own series ([`labels_hash`]), in order.
+    hashes: Vec<u64>,
     /// Samples skipped (invalid names), and the first of them.
     pub invalid: usize,
     pub first_invalid: Option<InvalidSample>,
+}
+
+/// The series of a gather as the next one needs them, to send a staleness marker for each that went away:
+/// every label set with its hash. Empty before the first gather.
+#[derive(Debug, Default)]
+pub struct Previous(Vec<(u64, Vec<Label>)>);
+
+impl Previous {
+    /// How many series the gather had.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
 }
 
 impl<'e> GatherSeries<'e> {
@@ -184,13 +201,15 @@ impl<'e> GatherSeries<'e> {
     }
 
     /// The series, plus a staleness marker for every series of `previous` not among them.
-    pub fn finish(self, previous: Vec<Vec<Label>>) -> Finished {
+    pub fn finish(self, previous: Previous) -> Finished {
         let mut series = self.series;
-        let present: HashSet<u64> = series.iter().map(|t| labels_hash(&t.labels)).collect();
-        let now: Vec<Vec<Label>> = series.iter().map(|t| t.labels.clone()).collect();
+        let hashes: Vec<u64> = series.iter().map(|t| labels_hash(&t.labels)).collect();
+        let present: HashSet<u64> = hashes.iter().copied().collect();
         let stale = previous
+            .0
             .into_iter()
-            .filter(|l| !present.contains(&labels_hash(l)));
+            .filter(|(h, _)| !present.contains(h))
+            .map(|(_, labels)| labels);
         let timestamp = self.timestamp_ms;
         series.extend(stale.map(|labels| TimeSeries {
             labels,
@@ -201,7 +220,7 @@ impl<'e> GatherSeries<'e> {
         }));
         Finished {
             series,
-            now,
+            hashes,
             invalid: self.invalid,
             first_invalid: self.first_invalid,
         }
@@ -217,10 +236,34 @@ fn is_metric_name(s: &str) -> bool {
         && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b':')
 }
 
+impl Finished {
+    /// The series in requests ([`encode_requests`]), and the gather's own series for the next gather, their
+    /// label sets moved out of the encoded requests (not copied). On an error the next gather starts afresh.
+    pub fn encode(self, max_samples: usize) -> Result<(Vec<Encoded>, Previous), EncodeError> {
+        let mut hashes = self.hashes.into_iter();
+        let mut now = Vec::with_capacity(hashes.len());
+        let requests = encode_chunks(self.series, max_samples, |t| {
+            if let Some(h) = hashes.next() {
+                now.push((h, t.labels));
+            }
+        })?;
+        Ok((requests, Previous(now)))
+    }
+}
+
 /// `series` in requests of at most `max_samples` samples each (one sample per series), encoded and compressed.
 pub fn encode_requests(
     series: Vec<TimeSeries>,
     max_samples: usize,
+) -> Result<Vec<Encoded>, EncodeError> {
+    encode_chunks(series, max_samples, drop)
+}
+
+/// [`encode_requests`], handing each series to `done` once its request is encoded, in order.
+fn encode_chunks(
+    series: Vec<TimeSeries>,
+    max_samples: usize,
+    mut done: impl FnMut(TimeSeries),
 ) -> Result<Vec<Encoded>, EncodeError> {
     let mut out = Vec::new();
     let mut series = series.into_iter().peekable();
@@ -231,6 +274,7 @@ pub fn encode_requests(
         let request = WriteRequest { timeseries: chunk };
         let body = encoder.compress_vec(&request.encode_to_vec())?;
         out.push(Encoded { body, samples });
+        request.timeseries.into_iter().for_each(&mut done);
     }
     Ok(out)
 }
@@ -251,7 +295,7 @@ mod tests {
     type Owned<'s> = (&'s str, Vec<(&'s str, &'s str)>, f64);
 
     /// One gather of `samples` at `timestamp_ms`.
-    fn gather(samples: &[Owned<'_>], previous: Vec<Vec<Label>>, timestamp_ms: i64) -> Finished {
+    fn gather(samples: &[Owned<'_>], previous: Previous, timestamp_ms: i64) -> Finished {
         let mut g = GatherSeries::new(&[], timestamp_ms);
         for (name, labels, value) in samples {
             g.push(SampleRef {
@@ -303,7 +347,7 @@ mod tests {
             .enumerate()
             .map(|(i, n)| ("commwatch_x", vec![("node", n.as_str())], i as f64 * 0.5))
             .collect();
-        let g = gather(&samples, Vec::new(), 1_712_345_678_123);
+        let g = gather(&samples, Previous::default(), 1_712_345_678_123);
         let requests = encode_requests(g.series, 1_000).unwrap();
         assert_eq!(
             requests.iter().map(|r| r.samples).collect::<Vec<_>>(),
@@ -369,14 +413,21 @@ mod tests {
             ("f", vec![("kind", "a")], 1.0),
             ("f", vec![("kind", "b")], 1.0),
         );
-        let first = gather(&[a.clone(), b], Vec::new(), 1_000);
-        let second = gather(std::slice::from_ref(&a), first.now, 2_000);
+        let (_, first) = gather(&[a.clone(), b], Previous::default(), 1_000)
+            .encode(100)
+            .unwrap();
+        assert_eq!(first.len(), 2);
+        let second = gather(std::slice::from_ref(&a), first, 2_000);
         let series = &second.series;
         assert_eq!(series.len(), 2);
         assert_eq!(names(&series[1].labels), [("__name__", "f"), ("kind", "b")]);
         assert_eq!(series[1].samples[0].value.to_bits(), STALE_NAN);
         assert_eq!(series[1].samples[0].timestamp, 2_000);
-        let third = gather(&[a], second.now, 3_000);
+        // One request per series: the label sets kept for the next gather are the gather's own, not the marker.
+        let (requests, second) = second.encode(1).unwrap();
+        assert_eq!(requests.len(), 2);
+        assert_eq!(second.len(), 1);
+        let third = gather(&[a], second, 3_000);
         assert_eq!(third.series.len(), 1, "the marker is sent once");
     }
 
@@ -391,7 +442,7 @@ mod tests {
                 ("ok_b", vec![("", "v")], 1.0),
                 ("ok_b", vec![("good", "v")], 2.0),
             ],
-            Vec::new(),
+            Previous::default(),
             0,
         );
         assert_eq!(g.series.len(), 2);

@@ -44,7 +44,7 @@ use tracing::{info, warn};
 use crate::config::RemoteWriteConfig;
 use crate::export::exposition::{Exposition, SampleRef};
 use crate::telemetry::Health;
-use encode::Label;
+use encode::Previous;
 pub use metrics::Metrics;
 use queue::{Queue, Queued};
 pub use send::{Outcome, SendSetupError, Sender};
@@ -139,7 +139,7 @@ pub async fn run(
             exclude: cfg.exclude.clone(),
         }),
         external: cfg.external_labels.clone().into_iter().collect(),
-        previous: Vec::new(),
+        previous: Previous::default(),
         max_samples: cfg.max_samples_per_request,
         queue: queue.clone(),
         metrics: metrics.clone(),
@@ -200,7 +200,7 @@ struct Producer {
     source: Arc<dyn Gather>,
     filter: Arc<Filter>,
     external: Vec<(String, String)>,
-    previous: Vec<Vec<Label>>,
+    previous: Previous,
     max_samples: usize,
     queue: Arc<Queue>,
     metrics: Metrics,
@@ -234,9 +234,11 @@ impl Producer {
                 return Err((e, previous));
             }
             let g = series.finish(previous);
-            let requests =
-                encode::encode_requests(g.series, max).map_err(|e| (e.to_string(), Vec::new()))?;
-            Ok((requests, g.now, g.invalid, g.first_invalid))
+            let (invalid, first_invalid) = (g.invalid, g.first_invalid.clone());
+            let (requests, now) = g
+                .encode(max)
+                .map_err(|e| (e.to_string(), Previous::default()))?;
+            Ok((requests, now, invalid, first_invalid))
         });
         let (requests, now, invalid, first_invalid) = match work.await {
             Ok(Ok(done)) => done,

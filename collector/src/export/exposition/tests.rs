@@ -814,7 +814,7 @@ fn assert_typed_is_text(
     memory: Option<&StoreMemory>,
     what: &str,
 ) {
-    use crate::remote_write::encode::{encode_requests, GatherSeries};
+    use crate::remote_write::encode::{encode_requests, GatherSeries, Previous};
     use crate::remote_write::parse::parse_exposition;
     let g = Gathered::new(registered, nodes, memory);
     let mut text = String::new();
@@ -855,7 +855,10 @@ fn assert_typed_is_text(
                 value: p.value,
             });
         }
-        let (a, b) = (series.finish(Vec::new()), from_text.finish(Vec::new()));
+        let (a, b) = (
+            series.finish(Previous::default()),
+            from_text.finish(Previous::default()),
+        );
         assert_eq!((a.invalid, b.invalid), (0, 0), "{what}");
         let body = |s| encode_requests(s, 50).expect("encode");
         assert_eq!(body(a.series), body(b.series), "{what}");
