@@ -138,7 +138,8 @@ async fn records_align_into_collectives_metrics_and_a_finding() {
     assert_eq!(v["outside_steps"]["count"], 6, "{v}");
 
     let now = unix_now_ns();
-    let mut input = build(h.store(), h.steps(), now, &Extras::default());
+    let passes = commwatch_collector::telemetry::Passes::new().expect("pass metrics");
+    let mut input = build(h.store(), h.steps(), &passes, now, &Extras::default());
     input.collectives = job_summaries(&h.analysis().collectives(), h.store(), now);
     let found = underutilized::evaluate(&input);
     assert_eq!(found.len(), 2, "one per node: {found:#?}");

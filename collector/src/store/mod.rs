@@ -15,8 +15,11 @@
 //! lists) comes validated from the ingest edge or from replay; what only the store can refuse is a
 //! [`StoreError`]. Readers take copies ([`view`]) or run short closures under a node's lock.
 
+#[cfg(test)]
+mod apply_cost;
 pub mod collectives;
 pub mod error;
+mod head;
 pub mod input;
 pub mod markers;
 pub mod node;
@@ -534,5 +537,94 @@ mod tests {
         let n = out.node.lock();
         // 600 s at 20 Hz = 12000, + 1/8 + 2.
         assert_eq!(n.series()[0].ring().cap(), 13_502);
+    }
+
+    /// Three gauges (two fast, one slow) over ticks that go through the node's head into the rings several
+    /// times, with a tick that goes backwards, eviction by retention, and an agent restart that reorders the
+    /// series ids and slots midway: every series reads exactly the samples of its held ticks, in order, both ways.
+    #[test]
+    fn samples_read_the_same_through_head_and_rings() {
+        let store = Store::new(
+            std::time::Duration::from_secs(5),
+            std::time::Duration::from_secs(600),
+            Limits::default(),
+        );
+        let desc = |id: u32, metric: &str, tier: Tier| SeriesDesc {
+            id,
+            metric: metric.into(),
+            kind: Some(SeriesKind::Gauge),
+            link_id: 0,
+            labels: vec![],
+            tier: Some(tier),
+        };
+        let mut h = hello(1, false);
+        h.inventory.series = vec![
+            desc(1, "a", Tier::Fast),
+            desc(2, "b", Tier::Fast),
+            desc(3, "slow", Tier::Slow),
+        ];
+        let out = store.hello(&h, S, None).expect("hello");
+        let mut want: Vec<Vec<(i64, u64)>> = vec![vec![]; 3];
+        let mut scratch = Vec::new();
+        let (mut seq, mut ids, mut newest) = (0u64, [1u32, 2, 3], 0i64);
+        for t in 1..=400i64 {
+            if t == 230 {
+                // A restart: the new instance numbers the series the other way round.
+                let mut h2 = h.clone();
+                h2.instance_id = 2;
+                for d in &mut h2.inventory.series {
+                    d.id = 4 - d.id;
+                }
+                // Described in the other order too: the series take other slots.
+                h2.inventory.series.reverse();
+                ids = [3, 2, 1];
+                seq = 0;
+                store.hello(&h2, S + t * S / 20, None).expect("hello");
+            }
+            // Tick 150 goes backwards: every sample of it is out of order and skipped.
+            let ts = if t == 150 { S } else { S + t * S / 20 };
+            let n = if t % 20 == 0 { 3 } else { 2 };
+            seq += 1;
+            let b = Batch {
+                seq,
+                timestamps_unix_ns: vec![ts],
+                tick_lengths: vec![n as u32],
+                series_ids: ids[..n].to_vec(),
+                values: (0..n as u64).map(|k| t as u64 * 10 + k).collect(),
+                ..batch(seq, &[])
+            };
+            out.node
+                .lock()
+                .apply_batch(&b, ts, &mut scratch)
+                .expect("apply");
+            if t != 150 {
+                newest = ts;
+                for (k, w) in want.iter_mut().enumerate().take(n) {
+                    w.push((ts, t as u64 * 10 + k as u64));
+                }
+            }
+            let n = out.node.lock();
+            for (k, w) in want.iter().enumerate() {
+                let key = ["a", "b", "slow"][k];
+                let s = n
+                    .series()
+                    .iter()
+                    .find(|s| s.key().metric == key)
+                    .expect("series");
+                let samples = n.samples(s);
+                // 5 s of retention from the newest tick held.
+                let held: Vec<_> = w
+                    .iter()
+                    .copied()
+                    .filter(|x| x.0 >= newest - 5 * S)
+                    .collect();
+                let got: Vec<_> = samples.iter().collect();
+                assert_eq!(got, held, "series {key} after tick {t}");
+                let mut back: Vec<_> = samples.iter().rev().collect();
+                back.reverse();
+                assert_eq!(back, held, "series {key} newest first after tick {t}");
+                assert_eq!(samples.last(), held.last().copied());
+            }
+        }
     }
 }

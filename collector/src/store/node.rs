@@ -1,6 +1,10 @@
 //! Everything the collector holds about one node ([`NodeState`]): the current agent instance's inventory
 //! (links and series, with the agent-local id of each), the series' windows, per-instance sequence numbers for
-//! dedup and durability, the step markers and the job list. Applying a `Hello`, an inventory update or a batch
+//! dedup and durability, the step markers and the job list.
+//!
+//! A batch's ticks are written row-major into the node's head (`super::head`), each sample checked by its
+//! series on the way (order, resets, plausibility); every [`FLUSH`] rows the oldest go into the series' rings,
+//! series by series. Readers see both ([`NodeState::samples`]). Applying a `Hello`, an inventory update or a batch
 //! either changes the node as a whole or, refused ([`StoreError`]), not at all.
 
 use std::collections::HashMap;
@@ -10,6 +14,7 @@ use commwatch_model::{Link, LinkKey, SeriesKind, Tier};
 use tokio::sync::{oneshot, watch};
 
 use super::collectives::CollectiveLog;
+use super::head::{Head, FLUSH, KEEP_ROWS};
 use super::markers::MarkerLog;
 use super::rate::plausibility_cap;
 use super::series::{ApplyCounts, Series, SeriesKey};
@@ -146,8 +151,12 @@ pub struct NodeState {
     pub(super) conn: Option<Conn>,
     dropped_batches_total: u64,
     retention_ns: i64,
-    /// The timestamps of the node's ticks, which its series' rings refer to by number.
+    /// The timestamps of the node's ticks, which its series' rings and its head refer to by number.
     ticks: Ticks,
+    /// The newest ticks' samples, row-major, before they move into their series' rings.
+    head: Head,
+    /// [`Ticks::first`] when every ring was last told to evict before it.
+    evicted_before: u64,
     /// How far past its receipt a tick's timestamp may be (`limits.max_clock_skew`).
     future_ns: i64,
     markers: MarkerLog,
@@ -177,6 +186,8 @@ impl NodeState {
             dropped_batches_total: 0,
             retention_ns,
             ticks: Ticks::new(tick_cap(retention_ns, DEFAULT_FAST_MS)),
+            head: Head::default(),
+            evicted_before: 0,
             future_ns,
             markers: MarkerLog::default(),
             collectives: CollectiveLog::default(),
@@ -247,7 +258,7 @@ impl NodeState {
     /// The samples of `s`, one of this node's series, oldest first as `(timestamp_ns, value)`: for counters
     /// the reset-corrected cumulative increase, for gauges the f64 bits.
     pub fn samples<'a>(&'a self, s: &'a Series) -> Samples<'a> {
-        s.samples(&self.ticks)
+        Samples::new(&s.ring, &self.head, s.slot, &self.ticks)
     }
 
     pub fn last_seen_unix_ns(&self) -> i64 {
@@ -384,6 +395,8 @@ impl NodeState {
             })
             .collect();
         self.link_ids = link_ids;
+        // Slots change meaning below: every head row goes into its ring first.
+        self.flush_head(self.head.rows());
         let mut old: Vec<Option<Series>> = std::mem::take(&mut self.series)
             .into_iter()
             .map(Some)
@@ -428,6 +441,8 @@ impl NodeState {
             None => Series::new(Arc::new(key), kind, d.tier, self.ring_cap(d.tier)),
         };
         let slot = self.series.len();
+        let mut series = series;
+        series.slot = slot;
         self.by_key.insert(series.key.clone(), slot);
         self.series.push(series);
         self.series_ids.insert(d.id, slot as u32);
@@ -507,6 +522,7 @@ impl NodeState {
 
     /// Recomputes link ↔ series references, plausibility caps and ring bounds after an inventory change.
     fn reindex(&mut self) {
+        self.flush_head(self.head.rows());
         let by_key: HashMap<&LinkKey, usize> = self
             .links
             .iter()
@@ -572,7 +588,6 @@ impl NodeState {
         let mut counts = ApplyCounts::default();
         let retention_ns = self.retention_ns;
         let latest = received_unix_ns.saturating_add(self.future_ns);
-        let first_tick = self.ticks.first();
         let mut i = 0usize;
         for (&ts, &n) in batch.timestamps_unix_ns.iter().zip(&batch.tick_lengths) {
             let end = i + n as usize;
@@ -588,12 +603,8 @@ impl NodeState {
             self.apply_tick(ts, slots, values, retention_ns, &mut counts);
             i = end;
         }
-        if self.ticks.first() != first_tick {
-            // Series that took no sample of these ticks drop what the node's ticks no longer stamp.
-            let horizon = self.ticks.first() as i64;
-            for s in &mut self.series {
-                s.ring.evict_before(horizon);
-            }
+        if self.head.rows() >= FLUSH {
+            self.flush_head(self.head.rows() - KEEP_ROWS);
         }
         self.dropped_batches_total = batch.dropped_batches_total;
         for m in &batch.markers {
@@ -625,7 +636,7 @@ impl NodeState {
         counts: &mut ApplyCounts,
     ) {
         let mut k = 0;
-        let tick = loop {
+        loop {
             let (Some(&slot), Some(&value)) = (slots.get(k), values.get(k)) else {
                 return;
             };
@@ -636,11 +647,11 @@ impl NodeState {
             };
             if let Some(v) = s.accept(ts, value, counts) {
                 let n = self.ticks.push(ts, retention_ns) as i64;
-                s.ring.push_after(n, v, self.ticks.first() as i64);
-                break n;
+                self.head.begin(n);
+                self.head.push(slot, v);
+                break;
             }
-        };
-        let horizon = self.ticks.first() as i64;
+        }
         let rest = slots.get(k..).unwrap_or(&[]).iter();
         for (&slot, &value) in rest.zip(values.get(k..).unwrap_or(&[])) {
             let Some(s) = self.series.get_mut(slot as usize) else {
@@ -648,7 +659,27 @@ impl NodeState {
                 continue;
             };
             if let Some(v) = s.accept(ts, value, counts) {
-                s.ring.push_after(tick, v, horizon);
+                self.head.push(slot, v);
+            }
+        }
+        self.head.end();
+    }
+
+    /// Moves the oldest `rows` rows of the head into their series' rings, series by series, and has every ring
+    /// drop what the node's ticks no longer stamp (series that took no sample of these ticks too).
+    fn flush_head(&mut self, rows: usize) {
+        let horizon = self.ticks.first() as i64;
+        let series = &mut self.series;
+        self.head.flush(rows, |slot, run| {
+            if let Some(s) = series.get_mut(slot) {
+                let from = run.partition_point(|x| x.0 < horizon);
+                s.ring.extend_run(&run[from..], horizon);
+            }
+        });
+        if self.evicted_before != self.ticks.first() {
+            self.evicted_before = self.ticks.first();
+            for s in &mut self.series {
+                s.ring.evict_before(horizon);
             }
         }
     }
@@ -678,7 +709,7 @@ impl NodeState {
                 let gone = super::input::is_gone(&l.link);
                 let rate = |slot: Option<usize>| {
                     slot.filter(|_| !gone)
-                        .and_then(|i| self.series[i].rate(&self.ticks))
+                        .and_then(|i| self.series[i].rate(self.samples(&self.series[i])))
                 };
                 LinkSnapshot {
                     link: l.link.clone(),
@@ -733,9 +764,11 @@ impl NodeState {
                 // by_key entry
                 + 32;
         }
-        // The tick timestamps are the samples' timestamps, held once for the node.
-        m.sample_bytes += self.ticks.heap_bytes();
+        // The tick timestamps are the samples' timestamps, held once for the node; the head holds the newest.
+        m.samples += self.head.samples();
+        m.sample_bytes += self.ticks.heap_bytes() + self.head.heap_bytes();
         m.bytes += self.ticks.heap_bytes()
+            + self.head.heap_bytes()
             + self.series_ids.heap_bytes()
             + self.links.len() * std::mem::size_of::<LinkState>()
             + self.markers.heap_bytes()

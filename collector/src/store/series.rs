@@ -8,7 +8,7 @@ use commwatch_model::{LinkKey, SeriesKind, Tier};
 
 use super::rate::{counter_step, plausibility_cap, window_rate, Step, RATE_WINDOW_NS};
 use super::ring::Ring;
-use super::ticks::{Samples, Ticks};
+use super::ticks::Samples;
 
 /// Identity of a series across agent restarts.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -46,6 +46,8 @@ pub struct Series {
     pub(super) tier: Option<Tier>,
     /// Index into the node's links.
     pub(super) link: Option<usize>,
+    /// Its index in its node's series (its column in the node's head).
+    pub(super) slot: usize,
     /// Plausibility cap, units per second.
     pub(super) cap_per_s: f64,
     /// `(tick number, value)`: the timestamps are the node's ([`Ticks`]).
@@ -69,6 +71,7 @@ impl Series {
             kind,
             tier,
             link: None,
+            slot: 0,
             cap_per_s: plausibility_cap(None),
             ring: Ring::new(cap),
             last_ts: 0,
@@ -97,23 +100,18 @@ impl Series {
         &self.ring
     }
 
-    /// Samples oldest first, stamped by `ticks` (its node's): `(timestamp_ns, acc)` for counters
-    /// (reset-corrected cumulative increase), `(timestamp_ns, f64 bits)` for gauges.
-    pub(super) fn samples<'a>(&'a self, ticks: &'a Ticks) -> Samples<'a> {
-        Samples::new(&self.ring, ticks)
-    }
-
     /// The last reading as the agent sent it: `(timestamp_ns, raw)`.
     pub fn last_raw(&self) -> Option<(i64, u64)> {
         (self.last_ts > 0).then_some((self.last_ts, self.last_raw))
     }
 
-    /// Counter rate per second over the last [`RATE_WINDOW_NS`]; `None` for gauges, with fewer than two
-    /// readings, or while the counter sits at its saturation value (its true rate is unknown).
-    pub(super) fn rate(&self, ticks: &Ticks) -> Option<f64> {
+    /// Counter rate per second over the last [`RATE_WINDOW_NS`] of `samples` (its own); `None` for gauges,
+    /// with fewer than two readings, or while the counter sits at its saturation value (its true rate is
+    /// unknown).
+    pub(super) fn rate(&self, samples: Samples<'_>) -> Option<f64> {
         match self.kind {
             SeriesKind::Counter { .. } if !self.saturated => {
-                window_rate(self.samples(ticks).iter().rev(), RATE_WINDOW_NS)
+                window_rate(samples.iter().rev(), RATE_WINDOW_NS)
             }
             _ => None,
         }

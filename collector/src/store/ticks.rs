@@ -14,6 +14,7 @@
 
 use std::collections::VecDeque;
 
+use super::head::Head;
 use super::ring::Ring;
 
 /// The node's tick timestamps, oldest first.
@@ -96,17 +97,31 @@ impl Ticks {
     }
 }
 
-/// One series' samples as `(timestamp_ns, value)`, oldest first: its ring's `(tick, value)` read through
-/// the node's [`Ticks`]. Values: reset-corrected cumulative increase for counters, f64 bits for gauges.
+/// One series' samples as `(timestamp_ns, value)`, oldest first: its ring's `(tick, value)`, then its column
+/// of the node's [`Head`] (the newest ticks), read through the node's [`Ticks`]. Values: reset-corrected
+/// cumulative increase for counters, f64 bits for gauges.
 #[derive(Clone, Copy)]
 pub struct Samples<'a> {
     ring: &'a Ring,
+    head: &'a Head,
+    /// The series' slot in its node (its head column).
+    slot: usize,
     ticks: &'a Ticks,
 }
 
 impl<'a> Samples<'a> {
-    pub(super) fn new(ring: &'a Ring, ticks: &'a Ticks) -> Samples<'a> {
-        Samples { ring, ticks }
+    pub(super) fn new(
+        ring: &'a Ring,
+        head: &'a Head,
+        slot: usize,
+        ticks: &'a Ticks,
+    ) -> Samples<'a> {
+        Samples {
+            ring,
+            head,
+            slot,
+            ticks,
+        }
     }
 
     /// Samples oldest first, in either direction.
@@ -114,6 +129,7 @@ impl<'a> Samples<'a> {
         let ticks = self.ticks;
         self.ring
             .iter()
+            .chain(self.head.column(self.slot))
             .filter_map(move |(n, v)| Some((ticks.time(n as u64)?, v)))
     }
 
@@ -122,13 +138,14 @@ impl<'a> Samples<'a> {
         self.iter().next_back()
     }
 
-    /// Samples held.
+    /// Samples held (those of ticks no longer held among them until the node's next flush of its head:
+    /// [`Samples::iter`] skips them).
     pub fn len(&self) -> usize {
-        self.ring.len()
+        self.ring.len() + self.head.column(self.slot).count()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.ring.is_empty()
+        self.len() == 0
     }
 
     /// Most samples the series keeps.
@@ -194,7 +211,8 @@ mod tests {
             }
             r.evict_before(t.first() as i64);
         }
-        let s = Samples::new(&r, &t);
+        let head = Head::default();
+        let s = Samples::new(&r, &head, 0, &t);
         let got: Vec<_> = s.iter().collect();
         let want: Vec<_> = (0..300i64)
             .filter(|i| i % 7 != 3)

@@ -42,6 +42,10 @@
 //! encoded. An iterator walks the tail as the plain `VecDeque` it is (≈1–2 ns per sample) and decodes a chunk or
 //! the open part once per direction (≈5–10 ns per sample walked).
 //!
+//! A store's rings take their samples in runs ([`Ring::extend_run`]): their node's head holds the newest ticks
+//! row-major and hands each series its samples a few dozen at a time, straight into the open part, so their
+//! tail stays empty and the eviction is checked once per run.
+//!
 //! Parts: the `chunk` module encodes and decodes a sealed chunk, the `bits` module holds the bit-level coding it
 //! uses (packed fields, zigzag and varints, XOR), the `open` module the open part's byte code; this one holds
 //! the ring: push, eviction and iteration.
@@ -173,6 +177,29 @@ impl Ring {
             self.tail.reserve_exact(want.saturating_sub(len).max(1));
         }
         self.tail.push_back((ts, value));
+    }
+
+    /// Appends a run of samples (timestamps increasing, each at or after `horizon`) straight to the open part,
+    /// after evicting the samples before `horizon` and as many of the oldest as the run needs room for: the
+    /// same samples as pushing them one by one, with the eviction checked once. For a ring whose newest samples
+    /// are held elsewhere until they come in runs (a node's head): its tail stays empty, so the run goes after
+    /// everything held.
+    pub fn extend_run(&mut self, run: &[(i64, u64)], horizon: i64) {
+        if !self.tail.is_empty() {
+            for &(t, v) in run {
+                self.push_after(t, v, horizon);
+            }
+            return;
+        }
+        let run = &run[run.len().saturating_sub(self.cap)..];
+        // `evict` drops while the ring holds `keep` or more: `cap + 1 - k` leaves room for `k`.
+        self.evict(horizon, self.cap + 1 - run.len());
+        for &(t, v) in run {
+            self.open.push(t, v);
+            if self.open.written() == CHUNK {
+                self.seal();
+            }
+        }
     }
 
     /// Moves the tail's oldest samples into the open part until it holds half of `keep`, sealing the open part

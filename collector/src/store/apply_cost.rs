@@ -1,0 +1,192 @@
+//! The store's ingest cost per sample, measured in process (no gRPC): `NODES` nodes of the demo node's shape
+//! (322 series at 20 Hz, 1,147 at 1 Hz: 6,820 samples a second), batches of five fast ticks (250 ms) applied
+//! round-robin over the nodes as a collector under load applies them, at the default 10-minute retention.
+//!
+//! `cargo test --release -p commwatch-collector --lib store::apply_cost -- --ignored --nocapture`
+//! (env: `NODES` (200), `SECS` simulated (60)). Prints ns per sample for the second half of the run (the first
+//! fills the rings; thread CPU time, and wall time), reads of every series' newest second, and the store's bytes per node. A figure, not a
+//! check: it never fails because the machine is slow.
+
+use std::time::{Duration, Instant};
+
+use commwatch_model::{Endpoint, Link, LinkClass, LinkKey, LinkRole, SeriesKind, Tier};
+use rand::rngs::StdRng;
+use rand::{Rng as _, SeedableRng};
+
+use super::*;
+use crate::config::Limits;
+
+const FAST: u32 = 322;
+const SLOW: u32 = 1_147;
+const T0: i64 = 1_700_000_000_000_000_000;
+
+fn desc(id: u32) -> SeriesDesc {
+    let kind = if id.is_multiple_of(3) {
+        SeriesKind::Gauge
+    } else {
+        SeriesKind::Counter {
+            max_value: u64::MAX,
+        }
+    };
+    SeriesDesc {
+        id,
+        metric: format!("m{}", id % 40),
+        kind: Some(kind),
+        link_id: id % 36 + 1,
+        labels: vec![("i".into(), id.to_string())],
+        tier: Some(if id <= FAST { Tier::Fast } else { Tier::Slow }),
+    }
+}
+
+fn hello(node: usize) -> Hello {
+    let links = (1..=36)
+        .map(|id| LinkInfo {
+            id,
+            link: Link {
+                key: LinkKey::new(LinkClass::Infiniband, format!("mlx5_{id}"), "1"),
+                endpoint: Endpoint::HcaPort,
+                role: LinkRole::Fabric,
+                capacity_bytes_per_second: Some(50e9),
+                state: "ACTIVE".into(),
+                attributes: Default::default(),
+                gpu: None,
+                link: None,
+            },
+        })
+        .collect();
+    Hello {
+        node: format!("load-{node}"),
+        agent_version: "t".into(),
+        boot_id: "b".into(),
+        instance_id: 1,
+        inventory: Inventory {
+            links,
+            series: (1..=FAST + SLOW).map(desc).collect(),
+        },
+        fast_period_ms: 50,
+        slow_period_ms: 1000,
+    }
+}
+
+/// One node's generator: counters move by a random amount (busy ones by ~1 GB a tick, others by a little or
+/// not at all), gauges wander.
+struct Gen {
+    rng: StdRng,
+    raw: Vec<u64>,
+}
+
+impl Gen {
+    fn value(&mut self, id: u32) -> u64 {
+        let i = id as usize;
+        let v = &mut self.raw[i];
+        *v = match id % 3 {
+            0 => (self.rng.random_range(0.0..100.0f64)).to_bits(),
+            1 => v.wrapping_add(self.rng.random_range(900_000_000..1_100_000_000)),
+            _ => v.wrapping_add(u64::from(self.rng.random_ratio(1, 50))),
+        };
+        *v
+    }
+
+    fn batch(&mut self, seq: u64, first_tick: i64) -> Batch {
+        let mut b = Batch {
+            seq,
+            timestamps_unix_ns: vec![],
+            tick_lengths: vec![],
+            series_ids: vec![],
+            values: vec![],
+            dropped_batches_total: 0,
+            markers: vec![],
+            invalid_markers: 0,
+            collectives: vec![],
+            invalid_collectives: vec![],
+        };
+        for t in first_tick..first_tick + 5 {
+            let ts = T0 + t * 50_000_000 + self.rng.random_range(0..500_000);
+            let n = if t % 20 == 0 { FAST + SLOW } else { FAST };
+            b.timestamps_unix_ns.push(ts);
+            b.tick_lengths.push(n);
+            for id in 1..=n {
+                b.series_ids.push(id);
+                let v = self.value(id);
+                b.values.push(v);
+            }
+        }
+        b
+    }
+}
+
+/// CPU time of the calling thread, ns (`/proc/thread-self/schedstat`; 0 where unreadable).
+fn thread_cpu_ns() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|l| l.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+fn env(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+#[test]
+#[ignore = "a measurement: run with --release --ignored --nocapture"]
+fn apply_cost() {
+    let nodes = env("NODES", 200);
+    let secs = env("SECS", 60) as i64;
+    let store = Store::new(
+        Duration::from_secs(600),
+        Duration::from_secs(3_600),
+        Limits::default(),
+    );
+    let refs: Vec<_> = (0..nodes)
+        .map(|k| store.hello(&hello(k), T0, None).expect("hello").node)
+        .collect();
+    let mut gens: Vec<Gen> = (0..nodes)
+        .map(|k| Gen {
+            rng: StdRng::seed_from_u64(k as u64),
+            raw: vec![0; (FAST + SLOW + 1) as usize],
+        })
+        .collect();
+    let mut scratch = Vec::new();
+    let batches = secs * 4;
+    let cpu = thread_cpu_ns;
+    let (mut took, mut cpu_ns, mut samples) = (Duration::ZERO, 0u64, 0u64);
+    for seq in 1..=batches {
+        let first_tick = (seq - 1) * 5;
+        let pre: Vec<Batch> = gens
+            .iter_mut()
+            .map(|g| g.batch(seq as u64, first_tick))
+            .collect();
+        let now = T0 + (first_tick + 5) * 50_000_000;
+        let (start, cpu0) = (Instant::now(), cpu());
+        for (node, b) in refs.iter().zip(&pre) {
+            node.lock()
+                .apply_batch(b, now, &mut scratch)
+                .expect("apply");
+        }
+        if seq > batches / 2 {
+            took += start.elapsed();
+            cpu_ns += cpu() - cpu0;
+            samples += pre.iter().map(|b| b.values.len() as u64).sum::<u64>();
+        }
+    }
+    let cpu0 = cpu();
+    let mut read = 0u64;
+    for node in &refs {
+        let n = node.lock();
+        for s in n.series() {
+            read += n.samples(s).iter().rev().take(21).count() as u64;
+        }
+    }
+    let read_ns = (cpu() - cpu0) as f64 / read as f64;
+    let mem = store.memory();
+    println!(
+        "{nodes} nodes, {secs} s: apply {:.1} ns of thread CPU per sample ({:.1} ns wall; {samples} samples \
+         timed), newest-second reads {read_ns:.1} ns of CPU per sample, {:.2} MB of samples per node",
+        cpu_ns as f64 / samples as f64,
+        took.as_nanos() as f64 / samples as f64,
+        mem.sample_bytes as f64 / nodes as f64 / 1e6,
+    );
+}

@@ -1,0 +1,286 @@
+//! The newest ticks of one node, row-major ([`Head`]): what a batch's ticks write in one place before they reach
+//! their series' rings.
+//!
+//! Why: a tick carries a sample of hundreds of series. Pushing each into its series' ring touches every ring's
+//! state once per tick (a cache miss per sample at a few hundred nodes); writing the tick as one row and moving
+//! rows into the rings later, series by series, touches each ring once per [`FLUSH`] ticks, with its state hot.
+//!
+//! A row is a tick's accepted samples: its tick number, its *shape* (the series slots in the order the values
+//! come, shared by the rows with the same slots: a node's fast ticks all have one, its slow ticks another) and
+//! its values. Rows are oldest first; [`Head::flush`] hands the oldest ones over to the caller, series by series,
+//! in tick order, and drops them.
+//!
+//! Contract: every sample a row holds is newer (a higher tick number) than every sample of its series in the
+//! rings, so a series' samples are its ring's followed by its head column ([`Head::column`]).
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+
+/// Rows that make the head flush (2.4 s of 20 Hz ticks).
+pub(super) const FLUSH: usize = 48;
+/// Rows a flush keeps: the newest second and more stays row-major, where a rate reads it.
+pub(super) const KEEP_ROWS: usize = 24;
+/// Column of a slot a shape does not have.
+const NONE: u32 = u32::MAX;
+
+/// A flush's regrouping: where each slot's samples start, and the samples by slot.
+type Regrouped = (Vec<usize>, Vec<(i64, u64)>);
+
+thread_local! {
+    static SCRATCH: RefCell<Regrouped> = const { RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// The series slots of a row, in the order of its values, and each slot's column.
+#[derive(Debug, Default)]
+struct Shape {
+    slots: Vec<u32>,
+    /// Column by slot ([`NONE`]: not in this shape).
+    col: Vec<u32>,
+    /// Rows of this shape held.
+    rows: usize,
+}
+
+impl Shape {
+    fn set(&mut self, slots: &[u32]) {
+        self.slots.clear();
+        self.slots.extend_from_slice(slots);
+        self.col.clear();
+        let n = slots.iter().max().map_or(0, |&m| m as usize + 1);
+        self.col.resize(n, NONE);
+        for (c, &s) in slots.iter().enumerate() {
+            self.col[s as usize] = c as u32;
+        }
+    }
+
+    #[inline]
+    fn col(&self, slot: usize) -> Option<usize> {
+        match self.col.get(slot) {
+            Some(&c) if c != NONE => Some(c as usize),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Row {
+    tick: i64,
+    shape: u32,
+    /// Index of its first value in `values`.
+    start: usize,
+}
+
+/// One node's newest ticks, row-major.
+#[derive(Debug, Default)]
+pub(super) struct Head {
+    rows: VecDeque<Row>,
+    values: Vec<u64>,
+    shapes: Vec<Shape>,
+    /// The open row's tick and slots (values go straight to `values`).
+    open: Option<i64>,
+    open_slots: Vec<u32>,
+    /// Shape of the latest row.
+    last_shape: usize,
+}
+
+impl Head {
+    /// Starts the row of tick `tick` (newer than every row held).
+    #[inline]
+    pub(super) fn begin(&mut self, tick: i64) {
+        debug_assert!(self.open.is_none());
+        self.open = Some(tick);
+        self.open_slots.clear();
+    }
+
+    /// Appends a sample to the open row.
+    #[inline]
+    pub(super) fn push(&mut self, slot: u32, value: u64) {
+        self.open_slots.push(slot);
+        self.values.push(value);
+    }
+
+    /// Closes the open row.
+    pub(super) fn end(&mut self) {
+        let Some(tick) = self.open.take() else {
+            return;
+        };
+        let start = self.values.len() - self.open_slots.len();
+        let shape = self.shape_of_open();
+        self.shapes[shape].rows += 1;
+        self.last_shape = shape;
+        self.rows.push_back(Row {
+            tick,
+            shape: shape as u32,
+            start,
+        });
+    }
+
+    /// The shape of the open row's slots: the latest row's, another held one, or a new one.
+    fn shape_of_open(&mut self) -> usize {
+        let same = |s: &Shape| s.slots == self.open_slots;
+        if self.shapes.get(self.last_shape).is_some_and(same) {
+            return self.last_shape;
+        }
+        if let Some(i) = self.shapes.iter().position(|s| s.rows > 0 && same(s)) {
+            return i;
+        }
+        let i = match self.shapes.iter().position(|s| s.rows == 0) {
+            Some(i) => i,
+            None => {
+                self.shapes.push(Shape::default());
+                self.shapes.len() - 1
+            }
+        };
+        self.shapes[i].set(&self.open_slots);
+        i
+    }
+
+    /// Samples held.
+    pub(super) fn samples(&self) -> usize {
+        self.values.len()
+    }
+
+    /// Rows held.
+    pub(super) fn rows(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// The samples of `slot` in the rows, oldest first: `(tick, value)`.
+    pub(super) fn column(&self, slot: usize) -> impl DoubleEndedIterator<Item = (i64, u64)> + '_ {
+        self.rows.iter().filter_map(move |r| {
+            let c = self.shapes[r.shape as usize].col(slot)?;
+            Some((r.tick, self.values[r.start + c]))
+        })
+    }
+
+    /// Hands the oldest `n` rows to `to(slot, samples)`, once per slot with samples in them (ascending slots,
+    /// samples in tick order), and drops them. The rows are regrouped by slot in one counting pass and one
+    /// scattering pass over their samples (a buffer per thread, reused).
+    pub(super) fn flush(&mut self, n: usize, mut to: impl FnMut(usize, &[(i64, u64)])) {
+        let n = n.min(self.rows.len());
+        if n == 0 {
+            return;
+        }
+        SCRATCH.with_borrow_mut(|(at, buf)| {
+            let slots = self
+                .rows
+                .iter()
+                .take(n)
+                .map(|r| self.shapes[r.shape as usize].col.len());
+            at.clear();
+            at.resize(slots.max().unwrap_or(0) + 1, 0);
+            for r in self.rows.iter().take(n) {
+                for &s in &self.shapes[r.shape as usize].slots {
+                    at[s as usize + 1] += 1;
+                }
+            }
+            for i in 1..at.len() {
+                at[i] += at[i - 1];
+            }
+            buf.clear();
+            buf.resize(at[at.len() - 1], (0, 0));
+            let mut next = at.clone();
+            for r in self.rows.iter().take(n) {
+                let shape = &self.shapes[r.shape as usize];
+                let values = &self.values[r.start..r.start + shape.slots.len()];
+                for (&s, &v) in shape.slots.iter().zip(values) {
+                    buf[next[s as usize]] = (r.tick, v);
+                    next[s as usize] += 1;
+                }
+            }
+            for slot in 0..at.len() - 1 {
+                if at[slot] < at[slot + 1] {
+                    to(slot, &buf[at[slot]..at[slot + 1]]);
+                }
+            }
+        });
+        self.drop_front(n);
+    }
+
+    /// Drops the oldest `n` rows.
+    fn drop_front(&mut self, n: usize) {
+        for r in self.rows.drain(..n) {
+            self.shapes[r.shape as usize].rows -= 1;
+        }
+        let cut = self.rows.front().map_or(self.values.len(), |r| r.start);
+        self.values.drain(..cut);
+        for r in &mut self.rows {
+            r.start -= cut;
+        }
+    }
+
+    /// Bytes allocated.
+    pub(super) fn heap_bytes(&self) -> usize {
+        self.rows.capacity() * std::mem::size_of::<Row>()
+            + self.values.capacity() * 8
+            + self.open_slots.capacity() * 4
+            + self
+                .shapes
+                .iter()
+                .map(|s| (s.slots.capacity() + s.col.capacity()) * 4)
+                .sum::<usize>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(h: &mut Head, tick: i64, samples: &[(u32, u64)]) {
+        h.begin(tick);
+        for &(s, v) in samples {
+            h.push(s, v);
+        }
+        h.end();
+    }
+
+    #[test]
+    fn columns_and_flush_follow_the_rows() {
+        let mut h = Head::default();
+        row(&mut h, 0, &[(0, 10), (1, 11)]);
+        row(&mut h, 1, &[(0, 20), (1, 21), (2, 22)]);
+        row(&mut h, 2, &[(0, 30), (1, 31)]);
+        row(&mut h, 3, &[(1, 41), (0, 40)]);
+        assert_eq!(h.rows(), 4);
+        // Rows 0 and 2 share a shape; row 3 has the same slots in another order: its own.
+        assert_eq!(h.shapes.len(), 3);
+        assert_eq!(
+            h.column(0).collect::<Vec<_>>(),
+            [(0, 10), (1, 20), (2, 30), (3, 40)]
+        );
+        assert_eq!(h.column(2).collect::<Vec<_>>(), [(1, 22)]);
+        assert_eq!(h.column(1).next_back(), Some((3, 41)));
+        assert_eq!(h.column(7).count(), 0);
+        let mut got = Vec::new();
+        h.flush(2, |slot, run| got.push((slot, run.to_vec())));
+        assert_eq!(
+            got,
+            [
+                (0, vec![(0, 10), (1, 20)]),
+                (1, vec![(0, 11), (1, 21)]),
+                (2, vec![(1, 22)])
+            ]
+        );
+        assert_eq!(h.rows(), 2);
+        assert_eq!(h.column(0).collect::<Vec<_>>(), [(2, 30), (3, 40)]);
+        assert_eq!(h.values, [30, 31, 41, 40]);
+        // The shape of row 1 is free again and is reused by a new one.
+        row(&mut h, 4, &[(5, 50)]);
+        assert_eq!(h.shapes.len(), 3);
+        assert_eq!(h.column(5).collect::<Vec<_>>(), [(4, 50)]);
+        let mut n = 0;
+        h.flush(h.rows(), |_, run| n += run.len());
+        assert_eq!((n, h.rows(), h.values.len()), (5, 0, 0));
+        assert!(h.heap_bytes() > 0);
+    }
+
+    #[test]
+    fn an_empty_row_is_a_row_without_samples() {
+        let mut h = Head::default();
+        row(&mut h, 0, &[]);
+        assert_eq!(h.rows(), 1);
+        assert_eq!(h.column(0).count(), 0);
+        let mut calls = 0;
+        h.flush(1, |_, _| calls += 1);
+        assert_eq!((calls, h.rows()), (0, 0));
+    }
+}
