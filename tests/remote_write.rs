@@ -435,10 +435,9 @@ fn figures_for_the_8x8_demo() {
     let started = Instant::now();
     let (samples, errors) = parse::parse_exposition(&text, |_| true);
     let n = samples.len();
-    let mut series = encode::GatherSeries::new(&[], 0);
+    let mut series = remote_write::series::GatherSeries::new(&[], 0, Default::default());
     replay(&samples, &mut |s| series.push(s));
-    let requests =
-        encode::encode_requests(series.finish(encode::Previous::default()).series, 5_000).unwrap();
+    let requests = encode::encode_requests(series.finish().series, 5_000).unwrap();
     let cpu = started.elapsed();
     let bytes: usize = requests.iter().map(|r| r.body.len()).sum();
     assert_eq!(errors, []);

@@ -26,7 +26,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use commwatch_collector::export::exposition::{Exposition, SampleRef, StoreDescs};
-use commwatch_collector::remote_write::encode::{Finished, GatherSeries, Previous, TimeSeries};
+use commwatch_collector::remote_write::encode::TimeSeries;
+use commwatch_collector::remote_write::series::{Finished, GatherSeries, Previous};
 use commwatch_collector::store::Store;
 use commwatch_collector::telemetry::Health;
 use commwatch_collector::{start, CollectorConfig, CollectorHandle};
@@ -259,7 +260,7 @@ fn text_series(
     external: &[(String, String)],
 ) -> Vec<TimeSeries> {
     let samples = text_gather(exposition, health);
-    let mut series = GatherSeries::new(external, 1);
+    let mut series = GatherSeries::new(external, 1, Previous::default());
     for s in &samples {
         let labels: Vec<(&str, &str)> = s
             .labels
@@ -272,7 +273,7 @@ fn text_series(
             value: s.value,
         });
     }
-    series.finish(Previous::default()).series
+    series.finish().series
 }
 
 /// The typed path up to remote write's series.
@@ -282,11 +283,11 @@ fn typed_series(
     external: &[(String, String)],
     previous: Previous,
 ) -> Finished {
-    let mut series = GatherSeries::new(external, 1);
+    let mut series = GatherSeries::new(external, 1, previous);
     exposition.gather(health, |g| {
         g.for_each_sample(&mut |_| true, &mut |s| series.push(s))
     });
-    series.finish(previous)
+    series.finish()
 }
 
 /// One remote-write gather each way (see the module's doc); prints the figures.

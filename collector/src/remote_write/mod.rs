@@ -8,20 +8,23 @@
 //! Every `interval` a gather reads the families `/metrics` shows as typed data, never as text
 //! ([`ExpositionSource`]: the exposition's [`Gathered`](crate::export::exposition::Gathered), the stage its
 //! text writer reads too), keeps the samples whose names `include`/`exclude` select, stamps every sample with
-//! the gather's time,
-//! adds a staleness marker for each series the previous gather had and this one lacks (a cleared finding
-//! ends at once in the store instead of lingering for its lookback), and queues the requests ([`encode`]) in
-//! a queue bounded by samples ([`queue`]: the oldest dropped when full). One sender sends them in order
-//! ([`send`]): 5xx, 429 and network errors are retried with exponential backoff for up to `retry_for`, each
-//! wait at least what the answer's `Retry-After` asks ([`retry_after`]; a request whose asked wait ends after
-//! `retry_for` is given up at once); any other refusal (4xx) is final. One request at a time: while the
-//! receiver pushes back, gathers pile up in the bounded queue, whose oldest are dropped (counted). At stop the gather runs once more and the queue is sent for at most
-//! `flush_timeout`; what is left is dropped. Every sample ends counted in
+//! the gather's time, adds a staleness marker for each series the previous gather had and this one lacks (a
+//! cleared finding ends at once in the store instead of lingering for its lookback) ([`series`]), and queues
+//! the requests ([`encode`]) in a queue bounded by samples ([`queue`]: the oldest dropped when full). One
+//! sender sends them in order ([`send`]): 5xx, 429 and network errors are retried with exponential backoff for
+//! up to `retry_for`, each wait at least what the answer's `Retry-After` asks ([`retry_after`]; a request whose
+//! asked wait ends after `retry_for` is given up at once); any other refusal (4xx) is final. One request at a
+//! time: while the receiver pushes back, gathers pile up in the bounded queue, whose oldest are dropped
+//! (counted). At stop the gather runs once more and the queue is sent for at most `flush_timeout`; what is
+//! left is dropped. Every sample ends counted in
 //! `commwatch_collector_remote_write_samples_total{result="sent"|"failed"|"dropped"}` ([`metrics`]).
 //!
 //! Cost: one gather of the exposition's families per interval (the store's snapshot and its samples, no text
 //! rendered or parsed), off the async workers, and the previous gather's label sets (for the staleness
-//! markers) held between gathers.
+//! markers) held between gathers, which the next gather takes back for the series it finds again. At 1,000
+//! nodes × 500 series (554,112 series; `cargo bench -p commwatch-collector --bench exposition`) a whole
+//! gather, encoded, takes 1.5–2 s of CPU on a shared 2-core machine; the gather itself 0.3–0.5 s, against
+//! 0.8–1.4 s when the text was rendered and parsed back.
 
 pub mod encode;
 pub mod metrics;
@@ -32,6 +35,7 @@ mod parse_tests;
 pub mod queue;
 pub mod retry_after;
 pub mod send;
+pub mod series;
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -44,10 +48,10 @@ use tracing::{info, warn};
 use crate::config::RemoteWriteConfig;
 use crate::export::exposition::{Exposition, SampleRef};
 use crate::telemetry::Health;
-use encode::Previous;
 pub use metrics::Metrics;
 use queue::{Queue, Queued};
 pub use send::{Outcome, SendSetupError, Sender};
+use series::{GatherSeries, Previous};
 
 /// Why remote write cannot start (the collector does not start either).
 #[derive(Debug, thiserror::Error)]
@@ -227,13 +231,13 @@ impl Producer {
         let gathered = Instant::now();
         let work = tokio::task::spawn_blocking(move || {
             let now_ms = (commwatch_model::clock::unix_now_ns() / 1_000_000) as i64;
-            let mut series = encode::GatherSeries::new(&external, now_ms);
+            let mut series = GatherSeries::new(&external, now_ms, previous);
             let read = source.gather(&mut |n| filter.keeps(n), &mut |s| series.push(s));
             // A failed gather keeps the previous series, for their staleness markers next time.
             if let Err(e) = read {
-                return Err((e, previous));
+                return Err((e, series.abandon()));
             }
-            let g = series.finish(previous);
+            let g = series.finish();
             let (invalid, first_invalid) = (g.invalid, g.first_invalid.clone());
             let (requests, now) = g
                 .encode(max)

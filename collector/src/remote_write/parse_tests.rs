@@ -1,6 +1,6 @@
 //! The test-only text reader ([`super::parse`]): names, labels, escapes, values, bad lines, the name filter.
 
-use super::parse::{parse_exposition, ParseError};
+use super::parse::parse_exposition;
 
 #[test]
 fn reads_names_labels_values_and_escapes() {

@@ -814,8 +814,9 @@ fn assert_typed_is_text(
     memory: Option<&StoreMemory>,
     what: &str,
 ) {
-    use crate::remote_write::encode::{encode_requests, GatherSeries, Previous};
+    use crate::remote_write::encode::encode_requests;
     use crate::remote_write::parse::parse_exposition;
+    use crate::remote_write::series::{GatherSeries, Previous};
     let g = Gathered::new(registered, nodes, memory);
     let mut text = String::new();
     g.write_text(&mut text).expect("text");
@@ -824,7 +825,7 @@ fn assert_typed_is_text(
         let keep =
             |n: &str| !filtered || !(n.ends_with("_count") || n.starts_with("commwatch_link_u"));
         let mut typed = Vec::new();
-        let mut series = GatherSeries::new(&external, 17);
+        let mut series = GatherSeries::new(&external, 17, Previous::default());
         g.for_each_sample(&mut |n| keep(n), &mut |s| {
             let labels: Vec<(String, String)> = s
                 .labels
@@ -842,7 +843,7 @@ fn assert_typed_is_text(
             let same = value.to_bits() == p.value.to_bits() || (value.is_nan() && p.value.is_nan());
             assert!(same, "{what}: {name} {value:?} vs {:?}", p.value);
         }
-        let mut from_text = GatherSeries::new(&external, 17);
+        let mut from_text = GatherSeries::new(&external, 17, Previous::default());
         for p in &parsed {
             let labels: Vec<(&str, &str)> = p
                 .labels
@@ -855,13 +856,16 @@ fn assert_typed_is_text(
                 value: p.value,
             });
         }
-        let (a, b) = (
-            series.finish(Previous::default()),
-            from_text.finish(Previous::default()),
-        );
+        let (a, b) = (series.finish(), from_text.finish());
         assert_eq!((a.invalid, b.invalid), (0, 0), "{what}");
-        let body = |s| encode_requests(s, 50).expect("encode");
-        assert_eq!(body(a.series), body(b.series), "{what}");
+        let expected = encode_requests(b.series, 50).expect("encode");
+        let (requests, previous) = a.encode(50).expect("encode");
+        assert_eq!(requests, expected, "{what}");
+        // The next gather of the same store takes its labels back from this one's: the same requests.
+        let mut again = GatherSeries::new(&external, 17, previous);
+        g.for_each_sample(&mut |n| keep(n), &mut |s| again.push(s));
+        let (requests, _) = again.finish().encode(50).expect("encode");
+        assert_eq!(requests, expected, "{what}: the next gather");
     }
 }
 
