@@ -17,6 +17,7 @@ use super::collectives::CollectiveLog;
 use super::head::{Head, FLUSH, KEEP_ROWS};
 use super::markers::MarkerLog;
 use super::rate::plausibility_cap;
+use super::ring::Ring;
 use super::series::{ApplyCounts, Series, SeriesKey};
 use super::ticks::{Samples, Ticks};
 use super::{
@@ -758,6 +759,7 @@ impl NodeState {
             m.sample_bytes += s.ring.heap_bytes();
             m.bytes += s.ring.heap_bytes()
                 + std::mem::size_of::<Series>()
+                + std::mem::size_of::<Ring>()
                 + std::mem::size_of::<SeriesKey>()
                 + s.key.metric.capacity()
                 + s.key.labels.iter().map(|(k, v)| k.capacity() + v.capacity() + 48).sum::<usize>()

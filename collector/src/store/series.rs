@@ -50,8 +50,10 @@ pub struct Series {
     pub(super) slot: usize,
     /// Plausibility cap, units per second.
     pub(super) cap_per_s: f64,
-    /// `(tick number, value)`: the timestamps are the node's ([`Ticks`]).
-    pub(super) ring: Ring,
+    /// `(tick number, value)`: the timestamps are the node's (`Ticks`). Boxed: a batch checks every series'
+    /// reading (the fields above and below) a tick at a time, and the ring's state, only touched when the
+    /// node's head moves a run into it, would spread those readings over five times the cache lines.
+    pub(super) ring: Box<Ring>,
     /// Previous reading (0 timestamp: none yet).
     pub(super) last_ts: i64,
     pub(super) last_raw: u64,
@@ -73,7 +75,7 @@ impl Series {
             link: None,
             slot: 0,
             cap_per_s: plausibility_cap(None),
-            ring: Ring::new(cap),
+            ring: Box::new(Ring::new(cap)),
             last_ts: 0,
             last_raw: 0,
             acc: 0,

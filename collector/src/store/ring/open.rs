@@ -114,12 +114,13 @@ impl Open {
         if self.bytes.capacity() - at < MAX_SAMPLE {
             self.grow();
         }
-        // Whole words into room made for them, then the length cut to the bytes that count.
-        self.bytes.resize(at + MAX_SAMPLE, 0);
-        let w = &mut self.bytes[at..at + MAX_SAMPLE];
+        // Whole words into a buffer of fixed size, appended whole (no call to fill or copy a length only known
+        // here), then the length cut to the bytes that count.
+        let mut w = [0u8; MAX_SAMPLE];
         w[0] = dcode << 5 | tag | vn as u8;
         w[1..9].copy_from_slice(&dod.to_le_bytes());
         w[1 + dn..9 + dn].copy_from_slice(&val.to_le_bytes());
+        self.bytes.extend_from_slice(&w);
         self.bytes.truncate(at + 1 + dn + vn);
         self.back = State { t, v, gap };
         self.n += 1;
