@@ -16,10 +16,11 @@
 use std::cell::RefCell;
 use std::collections::VecDeque;
 
-/// Rows that make the head flush (2.4 s of 20 Hz ticks).
-pub(super) const FLUSH: usize = 48;
-/// Rows a flush keeps: the newest second and more stays row-major, where a rate reads it.
-pub(super) const KEEP_ROWS: usize = 24;
+/// Rows that make the head flush (6.4 s of 20 Hz ticks): a series' ring then takes a run of 96 samples, and
+/// what it costs to reach its state and its open part's bytes, cold by then, is shared by as many.
+pub(super) const FLUSH: usize = 128;
+/// Rows a flush keeps: the newest 1.6 s stay row-major, where a rate over the newest second reads them.
+pub(super) const KEEP_ROWS: usize = 32;
 /// Column of a slot a shape does not have.
 const NONE: u32 = u32::MAX;
 
