@@ -4,7 +4,7 @@
 # every core (several: a 2-core machine has no spare one). Prints the generator's report (ack latency per
 # shard, keeps up or not), then per shard: series per node in /metrics, the store's bytes per node, the
 # collector's CPU seconds per million samples and its passes' time per node, and the load average before and
-# after.
+# after, and how often each pass completed during the measured window.
 #
 #   cargo build --release --bin commwatch && cargo build --release -p commwatch-sim --bin loadgen
 #   scripts/bench-shards.sh NODES [SHARDS=1] [SECS=60]        (env: WARMUP=15, BASE_PORT=17100, EXTRA=...)
@@ -42,6 +42,14 @@ if [ "$shards" -eq 1 ] && [ "$cores" -gt 1 ]; then gen_cores=1; else gen_cores=0
 echo "== $nodes nodes, $shards shard(s) on cores 0..$((shards - 1)), generator on cores $gen_cores; load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 list=$(IFS=,; echo "${urls[*]}")
 pidlist=$(IFS=,; echo "${pids[*]}")
+# The passes' counters at the start of the measured window (after the capture's 5 s and the warm-up), so that
+# their refresh during the window is read apart from the ramp.
+(
+  sleep $((5 + warmup))
+  for ((k = 0; k < shards; k++)); do
+    curl -s "http://127.0.0.1:$((base + 100 + k))/metrics" >"$work/metrics-start-$k.txt" || true
+  done
+) &
 taskset -c "$gen_cores" "$gen" --collector "$list" --nodes "$nodes" --secs "$secs" --warmup "$warmup" --pid "$pidlist"
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 for ((k = 0; k < shards; k++)); do
@@ -69,5 +77,16 @@ for ((k = 0; k < shards; k++)); do
       for (p in sum) if (nodes[p] > 0) printf "shard %s: pass %s: %d passes over %d nodes in all, %.1f ms per pass; per node %.1f us wall, %.1f us CPU\n", k, p, cnt[p], nodes[p], 1e3 * sum[p] / cnt[p], 1e6 * sum[p] / nodes[p], 1e6 * cpu[p] / nodes[p]
       if (icnt > 0) printf "shard %s: ingest (validate + apply): %.1f us per batch over %d batches\n", k, 1e6 * isum / icnt, icnt
     }' "$work/metrics-$k.txt"
+  # Passes completed within the measured window: how often each refreshed while the load ran.
+  [ -s "$work/metrics-start-$k.txt" ] && awk -v k="$k" -v secs="$secs" '
+    /^commwatch_collector_pass_seconds_count/ || /^commwatch_collector_pass_nodes_total/ {
+      match($0, /pass="[a-z_]*"/); p = substr($0, RSTART + 6, RLENGTH - 7)
+      v = (FNR == NR) ? -$2 : $2
+      if ($1 ~ /_count/) cnt[p] += v; else nodes[p] += v
+    }
+    END {
+      for (p in cnt) if (cnt[p] > 0) printf "shard %s: pass %s in the measured %d s: %d passes over %.0f nodes each, one every %.1f s\n", k, p, secs, cnt[p], nodes[p] / cnt[p], secs / cnt[p]
+      else printf "shard %s: pass %s in the measured %d s: none completed\n", k, p, secs
+    }' "$work/metrics-start-$k.txt" "$work/metrics-$k.txt"
   grep -m5 -E ' (WARN|ERROR) ' "$work/collector-$k.log" || true
 done

@@ -3,8 +3,17 @@
 //! starts no sooner than `t / MAX_DUTY` after this one started. A pass's cost grows with the fleet; pacing
 //! keeps it from crowding out ingest on a small machine (the figures then refresh less often, and say so in
 //! their timestamps), while a small fleet keeps the configured interval.
+//!
+//! Priority: each periodic pass runs on a thread of its own ([`PassThread`]) whose scheduling priority is lowered
+//! to nice [`PASS_NICE`], so that on a busy core the ingest (acks within a second, or agents resend) comes first
+//! and the passes take what it leaves: under Linux's scheduler a nice-10 thread gets about a tenth of a core that
+//! a nice-0 thread wants, all of it when the core is otherwise idle.
 
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::mpsc;
 use std::time::Duration;
+
+use tokio::sync::oneshot;
 
 /// Largest share of wall time one periodic pass may take.
 pub const MAX_DUTY: f64 = 0.25;
@@ -33,6 +42,83 @@ where
     }
 }
 
+/// The nice value of the passes' threads (0 is the ingest's; 19 the lowest priority).
+pub const PASS_NICE: i32 = 10;
+
+type Job = Box<dyn FnOnce() + Send>;
+
+/// A thread that runs one pass at a time at nice [`PASS_NICE`] (see the module's doc). It ends when dropped.
+pub struct PassThread {
+    jobs: mpsc::Sender<Job>,
+}
+
+/// A pass that panicked on a [`PassThread`]; its message.
+#[derive(Debug, thiserror::Error)]
+#[error("pass panicked: {0}")]
+pub struct PassPanicked(pub String);
+
+impl PassThread {
+    /// Starts the thread, named `name` (as `ps -L` and `top -H` show it).
+    pub fn start(name: &str) -> std::io::Result<PassThread> {
+        let (jobs, rx) = mpsc::channel::<Job>();
+        std::thread::Builder::new()
+            .name(name.to_string())
+            .spawn(move || {
+                lower_priority();
+                while let Ok(job) = rx.recv() {
+                    job();
+                }
+            })?;
+        Ok(PassThread { jobs })
+    }
+
+    /// Runs `f` on the thread and waits for it; a panic in `f` is caught and returned as [`PassPanicked`]
+    /// (the thread goes on).
+    pub async fn run<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T, PassPanicked> {
+        let (tx, rx) = oneshot::channel();
+        let job: Job = Box::new(move || {
+            let out = catch_unwind(AssertUnwindSafe(f)).map_err(|e| {
+                let msg = e
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| e.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "(no message)".into());
+                PassPanicked(msg)
+            });
+            let _ = tx.send(out);
+        });
+        self.jobs
+            .send(job)
+            .map_err(|_| PassPanicked("the pass thread is gone".into()))?;
+        rx.await
+            .map_err(|_| PassPanicked("the pass thread is gone".into()))?
+    }
+}
+
+/// Lowers the calling thread's priority to nice [`PASS_NICE`] (Linux: the nice value is per thread). A failure
+/// is logged and the pass runs at the priority it has.
+fn lower_priority() {
+    // SAFETY: `gettid` and `setpriority` take no pointers; they only read and change the calling thread's
+    // scheduling attributes.
+    let rc = unsafe {
+        let tid = libc::gettid();
+        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, PASS_NICE)
+    };
+    if rc != 0 {
+        tracing::debug!(error = %std::io::Error::last_os_error(), "could not lower the pass thread's priority");
+    }
+}
+
+/// The calling thread's nice value (Linux), for tests.
+#[cfg(test)]
+fn current_nice() -> i32 {
+    // SAFETY: as in `lower_priority`.
+    unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t) }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -48,6 +134,29 @@ mod tests {
         assert_eq!(pause_after(s(1), ms(400)), ms(1200));
         // Longer than the interval itself.
         assert_eq!(pause_after(ms(500), s(2)), s(6));
+    }
+
+    #[tokio::test]
+    async fn a_pass_thread_runs_at_lower_priority_and_survives_a_panic() {
+        let before = current_nice();
+        let t = PassThread::start("pass-test").expect("thread");
+        let (nice, name) = t
+            .run(|| {
+                (
+                    current_nice(),
+                    std::thread::current().name().map(String::from),
+                )
+            })
+            .await
+            .expect("ran");
+        // PASS_NICE, or lower still when the tests themselves run at a lower priority.
+        assert_eq!(nice, PASS_NICE.max(before), "nice before: {before}");
+        assert_eq!(name.as_deref(), Some("pass-test"));
+        // The caller's own priority is untouched.
+        assert_eq!(current_nice(), before);
+        let e = t.run(|| panic!("boom")).await.unwrap_err();
+        assert_eq!(e.to_string(), "pass panicked: boom");
+        assert_eq!(t.run(|| 7).await.expect("after the panic"), 7);
     }
 
     #[tokio::test(start_paused = true)]

@@ -340,12 +340,19 @@ impl AnalysisHandle {
     }
 
     /// Evaluates every interval, or less often when an evaluation of a large fleet is costly
-    /// ([`crate::pace`]), on the blocking pool. Runs until the future is dropped.
+    /// ([`crate::pace`]), on a thread of its own at a priority below ingest's. Runs until the future is dropped.
     pub async fn run(self) {
+        let thread = match crate::pace::PassThread::start("commwatch-analysis") {
+            Ok(t) => std::sync::Arc::new(t),
+            Err(e) => {
+                warn!(error = %e, "could not start the analysis thread; nothing is evaluated");
+                return;
+            }
+        };
         crate::pace::run_paced(self.inner.interval, move || {
-            let h = self.clone();
+            let (h, thread) = (self.clone(), thread.clone());
             async move {
-                if let Err(e) = tokio::task::spawn_blocking(move || h.evaluate_once()).await {
+                if let Err(e) = thread.run(move || h.evaluate_once()).await {
                     warn!(error = %e, "analysis evaluation failed");
                 }
                 true

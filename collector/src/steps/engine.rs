@@ -381,12 +381,19 @@ impl Engine {
 /// pass is timed in `passes`.
 pub async fn run(store: Arc<Store>, steps: Arc<StepStore>, passes: Passes, every: Duration) {
     let engine = Arc::new(parking_lot::Mutex::new(Engine::new(store, steps, passes)));
-    // Every `every`, or less often when a pass over a large fleet is costly (`crate::pace`): the engine reads
-    // only what is new since its last pass, so a longer pause costs no samples.
+    let thread = match crate::pace::PassThread::start("commwatch-steps") {
+        Ok(t) => Arc::new(t),
+        Err(err) => {
+            tracing::error!(error = %err, "could not start the step engine's thread; the engine stops");
+            return;
+        }
+    };
+    // Every `every`, or less often when a pass over a large fleet is costly (`crate::pace`), at a priority
+    // below ingest's: the engine reads only what is new since its last pass, so a longer pause costs no samples.
     crate::pace::run_paced(every, move || {
-        let engine = engine.clone();
+        let (engine, thread) = (engine.clone(), thread.clone());
         async move {
-            match tokio::task::spawn_blocking(move || engine.lock().tick(unix_now_ns())).await {
+            match thread.run(move || engine.lock().tick(unix_now_ns())).await {
                 Ok(_) => true,
                 Err(err) => {
                     tracing::error!(error = %err, "step engine pass failed; the engine stops");
