@@ -6,6 +6,7 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -496,6 +497,18 @@ fn faketime_available() -> bool {
     ok
 }
 
+/// An agent under `faketime`, which forks the agent and waits for it: killing `faketime` alone would leave the
+/// agent running, so the pair gets a process group of its own and the whole group is killed when dropped.
+struct Skewed(Proc);
+
+impl Drop for Skewed {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.0.child.id())])
+            .status();
+    }
+}
+
 fn skewed_agent(
     dir: &Path,
     skew: &str,
@@ -504,7 +517,7 @@ fn skewed_agent(
     grpc: u16,
     http: u16,
     udp: u16,
-) -> Proc {
+) -> Skewed {
     let log = dir.join(format!("agent-{name}.log"));
     let child = Command::new("faketime")
         .args(["-f", skew, BIN, "agent", "--collector"])
@@ -519,9 +532,10 @@ fn skewed_agent(
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).unwrap())
+        .process_group(0)
         .spawn()
         .expect("spawn faketime agent");
-    Proc { child, log }
+    Skewed(Proc { child, log })
 }
 
 #[test]
@@ -559,8 +573,8 @@ fn clock_skew_between_agents_keeps_steps_aligned() {
         assert!(
             up.is_some(),
             "{name} never known\n{}\n{}",
-            agents[0].log_text(),
-            agents[1].log_text()
+            agents[0].0.log_text(),
+            agents[1].0.log_text()
         );
     }
 
