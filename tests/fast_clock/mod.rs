@@ -17,7 +17,7 @@ use commwatch_agent::source::gpu::GpuBackend;
 use commwatch_agent::source::host::HostBackend;
 use commwatch_collector::analysis::activity;
 use commwatch_collector::analysis::input::{
-    AnalysisInput, CounterWindow, GpuInput, JobInput, LinkInput, NodeInput, RankInput,
+    AnalysisInput, CounterKey, CounterWindow, GpuInput, JobInput, LinkInput, NodeInput, RankInput,
 };
 use commwatch_collector::analysis::scaling;
 use commwatch_collector::analysis::tracker::{Change, Tracker};
@@ -330,8 +330,13 @@ impl Feed {
                 let q = &lf.counters[k];
                 if let (Some(a), Some(b)) = (q.front(), q.back()) {
                     l.counters.push(CounterWindow {
-                        metric: metric.to_string(),
-                        labels: vec![],
+                        key: CounterKey(std::sync::Arc::new(
+                            commwatch_collector::store::SeriesKey {
+                                link: None,
+                                metric: metric.to_string(),
+                                labels: vec![],
+                            },
+                        )),
                         increase: b.1.saturating_sub(a.1),
                         window_s: (b.0 - a.0) as f64 / 1e9,
                         saturated: b.1 >= *max,

@@ -2,13 +2,15 @@
 //! node's lock is held only while its windows are copied), or built by tests from synthetic values.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use commwatch_model::{Endpoint, Link, LinkClass, LinkKey, LinkRole, SeriesKind};
-use serde::{Deserialize, Serialize};
+use serde::ser::SerializeStruct;
+use serde::{Deserialize, Serialize, Serializer};
 
 use super::activity::{self, Activity};
 use crate::steps::{NodeStep, StepStore};
-use crate::store::{NodeState, Store};
+use crate::store::{NodeState, SeriesKey, Store};
 use crate::telemetry::Passes;
 
 /// How much history one evaluation reads from the store, nanoseconds (20 s: ~30 steps of the classic case,
@@ -18,9 +20,10 @@ pub const WINDOW_NS: i64 = 20_000_000_000;
 /// A counter's increase over the window.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CounterWindow {
-    /// The agent's metric name (`symbol_errors`, `xmit_wait_ticks`, `hw_np_cnp_sent`, `crc_flit_errors`, ...).
-    pub metric: String,
-    pub labels: Vec<(String, String)>,
+    /// The series: its agent metric name (`symbol_errors`, `xmit_wait_ticks`, `hw_np_cnp_sent`,
+    /// `crc_flit_errors`, ...) and labels.
+    #[serde(flatten)]
+    pub key: CounterKey,
     /// Reset-corrected increase between the window's first and last samples.
     pub increase: u64,
     /// Seconds between those samples (0 with fewer than two).
@@ -32,7 +35,26 @@ pub struct CounterWindow {
     pub raw: u64,
 }
 
+/// A counter's identity as the rules read it: the store's own key, shared (an evaluation takes a reference,
+/// not a copy of its strings); serialized as its `metric` and `labels`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CounterKey(pub Arc<SeriesKey>);
+
+impl Serialize for CounterKey {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut st = s.serialize_struct("CounterKey", 2)?;
+        st.serialize_field("metric", &self.0.metric)?;
+        st.serialize_field("labels", &self.0.labels)?;
+        st.end()
+    }
+}
+
 impl CounterWindow {
+    /// The agent's metric name.
+    pub fn metric(&self) -> &str {
+        &self.key.0.metric
+    }
+
     /// Increase per second over the window; `None` when the window is empty.
     pub fn rate(&self) -> Option<f64> {
         (self.window_s > 0.0).then(|| self.increase as f64 / self.window_s)
@@ -79,7 +101,7 @@ impl LinkInput {
     }
 
     pub fn counter(&self, metric: &str) -> Option<&CounterWindow> {
-        self.counters.iter().find(|c| c.metric == metric)
+        self.counters.iter().find(|c| c.metric() == metric)
     }
 }
 
@@ -263,8 +285,7 @@ fn counter_window(
     let first = in_window.last().unwrap_or(last);
     let raw = s.last_raw().map_or(0, |r| r.1);
     Some(CounterWindow {
-        metric: s.key().metric.clone(),
-        labels: s.key().labels.clone(),
+        key: CounterKey(s.key().clone()),
         increase: last.1.saturating_sub(first.1),
         window_s: (last.0 - first.0) as f64 / 1e9,
         saturated: raw >= max_value,
@@ -467,5 +488,31 @@ impl NodeInput {
                 .collect()
         };
         super::median(&mut v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_counter_window_serializes_its_metric_and_labels_as_fields() {
+        let c = CounterWindow {
+            key: CounterKey(Arc::new(SeriesKey {
+                link: None,
+                metric: "symbol_errors".into(),
+                labels: vec![("lane".into(), "2".into())],
+            })),
+            increase: 7,
+            window_s: 20.0,
+            saturated: false,
+            raw: 107,
+        };
+        assert_eq!(c.metric(), "symbol_errors");
+        assert_eq!(
+            serde_json::to_value(&c).expect("json"),
+            serde_json::json!({"metric": "symbol_errors", "labels": [["lane", "2"]], "increase": 7,
+                "window_s": 20.0, "saturated": false, "raw": 107})
+        );
     }
 }

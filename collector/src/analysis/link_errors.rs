@@ -47,7 +47,7 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
             let mut critical = false;
             let mut window_s: f64 = 0.0;
             for c in &l.counters {
-                let Some(&(name, crit)) = WATCHED.iter().find(|(m, _)| *m == c.metric) else {
+                let Some(&(name, crit)) = WATCHED.iter().find(|(m, _)| *m == c.metric()) else {
                     continue;
                 };
                 if c.saturated {
@@ -122,13 +122,16 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::input::{CounterWindow, LinkInput, NodeInput};
+    use crate::analysis::input::{CounterKey, CounterWindow, LinkInput, NodeInput};
     use commwatch_model::LinkRole;
 
     fn counter(metric: &str, increase: u64, window_s: f64) -> CounterWindow {
         CounterWindow {
-            metric: metric.into(),
-            labels: Vec::new(),
+            key: CounterKey(std::sync::Arc::new(crate::store::SeriesKey {
+                link: None,
+                metric: metric.into(),
+                labels: Vec::new(),
+            })),
             increase,
             window_s,
             saturated: false,
