@@ -2,8 +2,9 @@
 //! their series' rings.
 //!
 //! Why: a tick carries a sample of hundreds of series. Pushing each into its series' ring touches every ring's
-//! state once per tick (a cache miss per sample at a few hundred nodes); writing the tick as one row and moving
-//! rows into the rings later, series by series, touches each ring once per [`FLUSH`] ticks, with its state hot.
+//! state once per tick (cache misses per sample at a few hundred nodes); writing the tick as one row and moving
+//! rows into the rings later, series by series, touches each ring once per run of `FLUSH - KEEP_ROWS` (96)
+//! samples: what it costs to reach its cold state and open bytes is shared by the run.
 //!
 //! A row is a tick's accepted samples: its tick number, its *shape* (the series slots in the order the values
 //! come, shared by the rows with the same slots: a node's fast ticks all have one, its slow ticks another) and
