@@ -85,8 +85,12 @@ for ((k = 0; k < shards; k++)); do
       if ($1 ~ /_count/) cnt[p] += v; else nodes[p] += v
     }
     END {
-      for (p in cnt) if (cnt[p] > 0) printf "shard %s: pass %s in the measured %d s: %d passes over %.0f nodes each, one every %.1f s\n", k, p, secs, cnt[p], nodes[p] / cnt[p], secs / cnt[p]
-      else printf "shard %s: pass %s in the measured %d s: none completed\n", k, p, secs
+      # An interval only from three passes or more: one or two in the window do not say how far apart they are.
+      for (p in cnt) {
+        if (cnt[p] >= 3) printf "shard %s: pass %s in the measured %d s: %d passes over %.0f nodes each, one every %.1f s\n", k, p, secs, cnt[p], nodes[p] / cnt[p], secs / cnt[p]
+        else if (cnt[p] > 0) printf "shard %s: pass %s in the measured %d s: %d pass(es) over %.0f nodes each\n", k, p, secs, cnt[p], nodes[p] / cnt[p]
+        else printf "shard %s: pass %s in the measured %d s: none completed\n", k, p, secs
+      }
     }' "$work/metrics-start-$k.txt" "$work/metrics-$k.txt"
   grep -m5 -E ' (WARN|ERROR) ' "$work/collector-$k.log" || true
 done

@@ -226,21 +226,7 @@ impl StepStore {
     /// Up to `limit` newest steps of `node` from the source of its newest step, oldest first. `None` when the
     /// node is unknown; empty when it has no step yet.
     pub fn node_steps(&self, node: &str, limit: usize) -> Option<Vec<NodeStep>> {
-        let map = self.nodes.read();
-        let h = map.get(node)?;
-        let Some(source) = h.steps.back().map(|s| s.source) else {
-            return Some(Vec::new());
-        };
-        let mut v: Vec<NodeStep> = h
-            .steps
-            .iter()
-            .rev()
-            .filter(|s| s.source == source)
-            .take(limit)
-            .cloned()
-            .collect();
-        v.reverse();
-        Some(v)
+        self.node_steps_since(node, limit, i64::MIN)
     }
 
     /// [`StepStore::node_steps`] of those that ended at or after `since_ns`, oldest first: the same steps as

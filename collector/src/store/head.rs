@@ -192,19 +192,21 @@ impl Head {
             }
             buf.clear();
             buf.resize(at[at.len() - 1], (0, 0));
-            let mut next = at.clone();
+            // `at[s]` is where slot `s` starts; as a cursor it ends where `s` ends, i.e. where `s + 1` starts.
             for r in self.rows.iter().take(n) {
                 let shape = &self.shapes[r.shape as usize];
                 let values = &self.values[r.start..r.start + shape.slots.len()];
                 for (&s, &v) in shape.slots.iter().zip(values) {
-                    buf[next[s as usize]] = (r.tick, v);
-                    next[s as usize] += 1;
+                    buf[at[s as usize]] = (r.tick, v);
+                    at[s as usize] += 1;
                 }
             }
-            for slot in 0..at.len() - 1 {
-                if at[slot] < at[slot + 1] {
-                    to(slot, &buf[at[slot]..at[slot + 1]]);
+            let mut start = 0;
+            for (slot, &end) in at.iter().enumerate().take(at.len() - 1) {
+                if start < end {
+                    to(slot, &buf[start..end]);
                 }
+                start = end;
             }
         });
         self.drop_front(n);

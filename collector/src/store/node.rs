@@ -434,7 +434,7 @@ impl NodeState {
                 _ => None,
             }
         });
-        let series = match reused {
+        let mut series = match reused {
             Some(mut s) => {
                 s.tier = d.tier;
                 s
@@ -442,7 +442,6 @@ impl NodeState {
             None => Series::new(Arc::new(key), kind, d.tier, self.ring_cap(d.tier)),
         };
         let slot = self.series.len();
-        let mut series = series;
         series.slot = slot;
         self.by_key.insert(series.key.clone(), slot);
         self.series.push(series);
