@@ -21,6 +21,30 @@ use cli::{Cli, Command};
 use outcome::CliError;
 pub(crate) use signal::shutdown_signal;
 
+/// The commands that only print a report or a file and exit (no server, no socket of their own to keep up).
+fn prints_only(command: &Command) -> bool {
+    matches!(
+        command,
+        Command::Status(_)
+            | Command::Findings(_)
+            | Command::Baseline(_)
+            | Command::Completions(_)
+            | Command::Man(_)
+            | Command::Diagnose(_)
+    )
+}
+
+/// Restores SIGPIPE's default action, so that a report written into a pipe whose reader went away
+/// (`commwatch findings … | head`) ends the process quietly, as Unix tools do, instead of panicking in
+/// `println!`. Only for [`prints_only`] commands: the servers keep Rust's default (ignored), where a peer that
+/// closed its socket is an error to handle, not a signal that ends the process.
+fn quiet_on_closed_pipe() {
+    // SAFETY: called once at start, before any thread is spawned; SIG_DFL is a valid disposition.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     logging::init(&cli.log, cli.log_format);
@@ -28,6 +52,9 @@ fn main() -> ExitCode {
     let (version, revision) = (env!("CARGO_PKG_VERSION"), env!("COMMWATCH_REVISION"));
     commwatch_collector::telemetry::set_build_info(version, revision);
     commwatch_agent::telemetry::set_build_info(version, revision);
+    if prints_only(&cli.command) {
+        quiet_on_closed_pipe();
+    }
     let result = match cli.command {
         Command::Status(args) => cmd::status::run(&args),
         Command::Findings(args) => cmd::findings::run(&args).map(|()| 0),

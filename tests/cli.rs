@@ -63,6 +63,32 @@ fn completions_name_every_command() {
     assert_eq!(code(&o), 2, "{}", stderr(&o));
 }
 
+/// A report written into a pipe whose reader is gone (`commwatch man | head -1`) ends quietly: by SIGPIPE, as
+/// Unix tools do, never by a panic.
+#[test]
+fn a_closed_pipe_ends_a_report_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::{Command, Stdio};
+    for args in [&["man"][..], &["completions", "bash"][..]] {
+        let mut child = Command::new(BIN)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        // The reader goes away before anything is written.
+        drop(child.stdout.take());
+        let o = child.wait_with_output().expect("wait");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert!(
+            o.status.signal() == Some(libc::SIGPIPE) || o.status.success(),
+            "{args:?}: {:?} {err}",
+            o.status
+        );
+    }
+}
+
 #[test]
 fn the_man_page_lists_the_commands() {
     let o = run(&["man"]);
