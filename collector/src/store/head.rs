@@ -182,9 +182,23 @@ impl Head {
                 .map(|r| self.shapes[r.shape as usize].col.len());
             at.clear();
             at.resize(slots.max().unwrap_or(0) + 1, 0);
+            // Counted by shape (a node's ticks have two or three), not by row.
+            let mut per_shape = [0usize; 8];
+            let mut counts = Vec::new();
+            let counts: &mut [usize] = if self.shapes.len() <= per_shape.len() {
+                &mut per_shape[..self.shapes.len()]
+            } else {
+                counts.resize(self.shapes.len(), 0);
+                &mut counts
+            };
             for r in self.rows.iter().take(n) {
-                for &s in &self.shapes[r.shape as usize].slots {
-                    at[s as usize + 1] += 1;
+                counts[r.shape as usize] += 1;
+            }
+            for (shape, &rows) in self.shapes.iter().zip(counts.iter()) {
+                if rows > 0 {
+                    for &s in &shape.slots {
+                        at[s as usize + 1] += rows;
+                    }
                 }
             }
             for i in 1..at.len() {

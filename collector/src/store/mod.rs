@@ -23,6 +23,7 @@ mod head;
 pub mod input;
 pub mod markers;
 pub mod node;
+mod prefetch;
 pub mod rate;
 pub mod ring;
 pub mod seq_log;

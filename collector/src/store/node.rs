@@ -3,8 +3,8 @@
 //! dedup and durability, the step markers and the job list.
 //!
 //! A batch's ticks are written row-major into the node's head (`super::head`), each sample checked by its
-//! series on the way (order, resets, plausibility); every [`FLUSH`] rows the oldest go into the series' rings,
-//! series by series. Readers see both ([`NodeState::samples`]). Applying a `Hello`, an inventory update or a batch
+//! series on the way (order, resets, plausibility); every [`FLUSH`] rows (the first time at a count of the
+//! node's own) the oldest go into the series' rings, series by series. Readers see both ([`NodeState::samples`]). Applying a `Hello`, an inventory update or a batch
 //! either changes the node as a whole or, refused ([`StoreError`]), not at all.
 
 use std::collections::HashMap;
@@ -16,6 +16,7 @@ use tokio::sync::{oneshot, watch};
 use super::collectives::CollectiveLog;
 use super::head::{Head, FLUSH, KEEP_ROWS};
 use super::markers::MarkerLog;
+use super::prefetch::prefetch;
 use super::rate::plausibility_cap;
 use super::ring::Ring;
 use super::series::{ApplyCounts, Series, SeriesKey};
@@ -52,6 +53,40 @@ fn tick_cap(retention_ns: i64, period_ms: u32) -> usize {
     samples_for(retention_ns, period_ms)
         .saturating_mul(2)
         .min(2 * HARD_CAP_SAMPLES)
+}
+
+/// Samples ahead of the one being checked whose series a tick asks for (`super::prefetch`).
+const AHEAD_TICK: usize = 8;
+/// Slots ahead of the one being flushed whose series, ring state and ring's open bytes a flush asks for, in
+/// that order: each hint reads the pointer that the one before it brought in.
+const AHEAD_SERIES: usize = 24;
+const AHEAD_RING: usize = 12;
+const AHEAD_OPEN: usize = 6;
+
+/// The hints of a flush at `slot` (slots ascend through a flush).
+#[inline]
+fn prefetch_flush(series: &[Series], slot: usize) {
+    if let Some(s) = series.get(slot + AHEAD_SERIES) {
+        prefetch(s, size_of::<Series>());
+    }
+    if let Some(s) = series.get(slot + AHEAD_RING) {
+        prefetch(&*s.ring, size_of::<Ring>());
+    }
+    if let Some(s) = series.get(slot + AHEAD_OPEN) {
+        s.ring.prefetch_open();
+    }
+}
+
+/// Rows at which the head of node `name` first flushes: between `KEEP_ROWS + 1` and [`FLUSH`], by a hash of the
+/// name. Why: nodes that start together (a job's, a fleet's after a collector restart) take their ticks in step,
+/// and a flush moves a node's whole head at once; at the same row count every node would flush within the same
+/// batch period, every `FLUSH - KEEP_ROWS` ticks, and the acks of that period would wait for all of them.
+/// Staggered once, they stay apart (each later flush comes `FLUSH - KEEP_ROWS` rows after the one before).
+fn first_flush(name: &str) -> usize {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    name.hash(&mut h);
+    KEEP_ROWS + 1 + (h.finish() % (FLUSH - KEEP_ROWS) as u64) as usize
 }
 
 /// Result of offering a batch to a node.
@@ -156,6 +191,9 @@ pub struct NodeState {
     ticks: Ticks,
     /// The newest ticks' samples, row-major, before they move into their series' rings.
     head: Head,
+    /// Rows at which the head flushes next: [`FLUSH`], except before the node's first flush, which comes at a
+    /// number of rows of its own ([`first_flush`]).
+    flush_at: usize,
     /// [`Ticks::first`] when every ring was last told to evict before it.
     evicted_before: u64,
     /// How far past its receipt a tick's timestamp may be (`limits.max_clock_skew`).
@@ -188,6 +226,7 @@ impl NodeState {
             retention_ns,
             ticks: Ticks::new(tick_cap(retention_ns, DEFAULT_FAST_MS)),
             head: Head::default(),
+            flush_at: first_flush(name),
             evicted_before: 0,
             future_ns,
             markers: MarkerLog::default(),
@@ -603,7 +642,8 @@ impl NodeState {
             self.apply_tick(ts, slots, values, retention_ns, &mut counts);
             i = end;
         }
-        if self.head.rows() >= FLUSH {
+        if self.head.rows() >= self.flush_at {
+            self.flush_at = FLUSH;
             self.flush_head(self.head.rows() - KEEP_ROWS);
         }
         self.dropped_batches_total = batch.dropped_batches_total;
@@ -652,8 +692,13 @@ impl NodeState {
                 break;
             }
         }
-        let rest = slots.get(k..).unwrap_or(&[]).iter();
-        for (&slot, &value) in rest.zip(values.get(k..).unwrap_or(&[])) {
+        let rest = slots.get(k..).unwrap_or(&[]);
+        for (j, (&slot, &value)) in rest.iter().zip(values.get(k..).unwrap_or(&[])).enumerate() {
+            if let Some(&ahead) = rest.get(j + AHEAD_TICK) {
+                if let Some(s) = self.series.get(ahead as usize) {
+                    prefetch(s, size_of::<Series>());
+                }
+            }
             let Some(s) = self.series.get_mut(slot as usize) else {
                 counts.refused += u64::from(slot == REFUSED);
                 continue;
@@ -671,6 +716,7 @@ impl NodeState {
         let horizon = self.ticks.first() as i64;
         let series = &mut self.series;
         self.head.flush(rows, |slot, run| {
+            prefetch_flush(series, slot);
             if let Some(s) = series.get_mut(slot) {
                 let from = run.partition_point(|x| x.0 < horizon);
                 s.ring.extend_run(&run[from..], horizon);
@@ -775,5 +821,30 @@ impl NodeState {
             + self.markers.heap_bytes()
             + self.collectives.heap_bytes();
         m
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn first_flushes_spread_over_the_rows_a_flush_moves() {
+        let at: Vec<usize> = (0..2_000)
+            .map(|i| first_flush(&format!("node-{i}")))
+            .collect();
+        assert!(at.iter().all(|&r| (KEEP_ROWS + 1..=FLUSH).contains(&r)));
+        // 96 possible row counts, 2,000 names: every quarter of the range is taken by hundreds of them.
+        let quarter = (FLUSH - KEEP_ROWS) / 4;
+        for q in 0..4 {
+            let lo = KEEP_ROWS + 1 + q * quarter;
+            let n = at
+                .iter()
+                .filter(|&&r| (lo..lo + quarter).contains(&r))
+                .count();
+            assert!(n > 300, "quarter {q}: {n} of 2,000");
+        }
+        // The same name, the same row count (a restart of the collector staggers the same way).
+        assert_eq!(first_flush("node-7"), at[7]);
     }
 }

@@ -54,6 +54,7 @@ mod bits;
 mod chunk;
 mod open;
 
+use std::cell::RefCell;
 use std::collections::VecDeque;
 
 use chunk::{Chunk, CHUNK};
@@ -70,6 +71,11 @@ const BIG_RING: usize = 4_096;
 const TAIL_ONLY: usize = CHUNK + 32;
 /// Timestamps of the oldest chunk a ring keeps decoded for eviction.
 const FRONT: usize = 8;
+
+thread_local! {
+    /// A seal's decoded samples: reused, not a fresh 4 KiB array set to zeros for every chunk.
+    static SEAL: RefCell<Box<[(i64, u64); CHUNK]>> = RefCell::new(Box::new([(0, 0); CHUNK]));
+}
 
 /// One series' sample window.
 #[derive(Debug, Clone, Default)]
@@ -299,7 +305,10 @@ impl Ring {
     /// chunk) become the chunk's hidden ones, as copies of its first visible sample.
     #[inline(never)]
     fn seal(&mut self) {
-        let mut s = [(0i64, 0u64); CHUNK];
+        SEAL.with_borrow_mut(|s| self.seal_with(s));
+    }
+
+    fn seal_with(&mut self, s: &mut [(i64, u64); CHUNK]) {
         let hidden = self.open.hidden();
         self.open.decode_into(&mut s[hidden..]);
         let first = s[hidden];
@@ -317,7 +326,14 @@ impl Ring {
             self.front_at = CHUNK;
         }
         debug_assert!(hidden == 0 || self.skip == hidden);
-        self.chunks.push_back(Chunk::encode(&s));
+        self.chunks.push_back(Chunk::encode(s));
+    }
+
+    /// Asks for the bytes the next run is appended to (a hint, for a walk over many rings: see
+    /// `store::prefetch`).
+    #[inline]
+    pub(crate) fn prefetch_open(&self) {
+        self.open.prefetch_end();
     }
 
     pub fn len(&self) -> usize {

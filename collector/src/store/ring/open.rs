@@ -93,6 +93,13 @@ impl Open {
         self.bytes.capacity()
     }
 
+    /// Asks for the bytes the next sample is appended to (a hint: see `store::prefetch`).
+    #[inline]
+    pub(super) fn prefetch_end(&self) {
+        let end = self.bytes.as_ptr().wrapping_add(self.bytes.len());
+        crate::store::prefetch::prefetch(end, MAX_SAMPLE);
+    }
+
     /// Appends a sample.
     #[inline]
     pub(super) fn push(&mut self, t: i64, v: u64) {
