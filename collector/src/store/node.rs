@@ -83,10 +83,22 @@ fn prefetch_flush(series: &[Series], slot: usize) {
 /// batch period, every `FLUSH - KEEP_ROWS` ticks, and the acks of that period would wait for all of them.
 /// Staggered once, they stay apart (each later flush comes `FLUSH - KEEP_ROWS` rows after the one before).
 fn first_flush(name: &str) -> usize {
+    KEEP_ROWS + 1 + (name_hash(name) % (FLUSH - KEEP_ROWS) as u64) as usize
+}
+
+/// A hash of a node's name, the same in every run (the phases of its flushes and of its series' chunks).
+fn name_hash(name: &str) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
     name.hash(&mut h);
-    KEEP_ROWS + 1 + (h.finish() % (FLUSH - KEEP_ROWS) as u64) as usize
+    h.finish()
+}
+
+/// The phase of the chunks of the series in `slot` of a node whose name hashes to `node`
+/// ([`Ring::start_staggered`]): a node's series apart from each other, and from other nodes'.
+fn chunk_phase(node: u64, slot: usize) -> u64 {
+    node.wrapping_add((slot as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15))
+        .rotate_left(17)
 }
 
 /// Result of offering a batch to a node.
@@ -715,11 +727,17 @@ impl NodeState {
     fn flush_head(&mut self, rows: usize) {
         let horizon = self.ticks.first() as i64;
         let series = &mut self.series;
+        let node = name_hash(&self.name);
         self.head.flush(rows, |slot, run| {
             prefetch_flush(series, slot);
             if let Some(s) = series.get_mut(slot) {
-                let from = run.partition_point(|x| x.0 < horizon);
-                s.ring.extend_run(&run[from..], horizon);
+                let mut run = &run[run.partition_point(|x| x.0 < horizon)..];
+                if let Some(&first) = run.first() {
+                    if s.ring.start_staggered(first, chunk_phase(node, slot)) {
+                        run = &run[1..];
+                    }
+                }
+                s.ring.extend_run(run, horizon);
             }
         });
         if self.evicted_before != self.ticks.first() {

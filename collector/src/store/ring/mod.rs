@@ -208,6 +208,30 @@ impl Ring {
         }
     }
 
+    /// Starts an empty ring that has no chunk, no open part and no tail with `first`, behind `phase % 255`
+    /// hidden copies of it stamped one apart before it: the ring then seals its chunks that many samples sooner,
+    /// for good. Returns whether it did (`false`: the ring holds or held samples; nothing changed).
+    ///
+    /// Why: series that start together (a node's, a fleet's) take samples in step, and sealing a chunk (decoding
+    /// the open part, encoding `CHUNK` samples) costs microseconds a series; without a phase of their own every
+    /// series of every node would seal in the same second, every `CHUNK` samples (12.8 s at 20 Hz, 256 s at
+    /// 1 Hz). The hidden copies cost what a strict period and an unchanged value cost (a header byte each), and
+    /// go with the ring's first chunk.
+    pub fn start_staggered(&mut self, first: (i64, u64), phase: u64) -> bool {
+        if !self.chunks.is_empty() || self.open.written() > 0 || !self.tail.is_empty() {
+            return false;
+        }
+        let k = phase % (CHUNK as u64 - 1);
+        for j in (1..=k).rev() {
+            self.open.push(first.0.wrapping_sub(j as i64), first.1);
+        }
+        self.open.push(first.0, first.1);
+        for _ in 0..k {
+            self.open.pop_front();
+        }
+        true
+    }
+
     /// Moves the tail's oldest samples into the open part until it holds half of `keep`, sealing the open part
     /// whenever it reaches `CHUNK` samples. Moving many at once touches the open part's bytes once for them.
     #[inline(never)]
@@ -966,6 +990,72 @@ mod tests {
                 }
             }
             check(&r, &m, 12_000);
+        }
+    }
+
+    #[test]
+    fn a_staggered_start_seals_sooner_and_shows_only_what_was_pushed() {
+        let mut rng = StdRng::seed_from_u64(11);
+        for (cap, phase) in [
+            (677, 0u64),
+            (677, 100),
+            (677, 254),
+            (677, 255 + 7),
+            (12_000, 200),
+            (300, 3),
+        ] {
+            let (mut r, mut m) = (Ring::new(cap), Model::new(cap));
+            let k = (phase % (CHUNK as u64 - 1)) as usize;
+            assert!(r.start_staggered((1_000, 5), phase));
+            m.push(1_000, 5, i64::MAX);
+            check(&r, &m, 0);
+            // Only once: a ring that holds a sample starts no more.
+            assert!(!r.start_staggered((1_001, 6), phase));
+            check(&r, &m, 0);
+            // The first chunk seals with the hidden copies in it: `CHUNK - k` samples in all.
+            let mut t = 1_000i64;
+            let mut i = 1usize;
+            while i < 3 * CHUNK {
+                let n = rng.random_range(1usize..120);
+                let run: Vec<(i64, u64)> = (0..n)
+                    .map(|_| {
+                        t += if rng.random_range(0u32..10) == 0 {
+                            2
+                        } else {
+                            1
+                        };
+                        (t, rng.random::<u64>() >> rng.random_range(0u32..64))
+                    })
+                    .collect();
+                let horizon = t - 400;
+                r.extend_run(&run, horizon);
+                m.evict_before(horizon);
+                for &(t, v) in &run {
+                    m.push(t, v, i64::MAX);
+                }
+                m.evict_before(horizon);
+                i += n;
+                check(&r, &m, i);
+                if i + k < CHUNK {
+                    assert!(r.chunks.is_empty(), "sealed after {i} of phase {k}");
+                }
+            }
+        }
+        // Without eviction the first chunk seals exactly at the `CHUNK - k`-th sample pushed.
+        for phase in [0u64, 1, 100, 254] {
+            let k = phase as usize;
+            let mut r = Ring::new(12_000);
+            assert!(r.start_staggered((0, 9), phase));
+            for t in 1..(CHUNK - k) as i64 {
+                assert!(r.chunks.is_empty(), "phase {k}: sealed at {t}");
+                r.extend_run(&[(t, 9 + t as u64)], i64::MIN);
+            }
+            assert_eq!((r.chunks.len(), r.len()), (1, CHUNK - k), "phase {k}");
+            assert_eq!(r.iter().next(), Some((0, 9)));
+            assert_eq!(
+                r.last(),
+                Some(((CHUNK - k - 1) as i64, (9 + CHUNK - k - 1) as u64))
+            );
         }
     }
 }

@@ -30,6 +30,9 @@ pub struct Figures {
     pub ack_max_ms: f64,
     /// Measured batches acked later than 1 s.
     pub acked_after_1s: usize,
+    /// Streams with at least one measured batch acked later than 1 s (a few streams always late, or all
+    /// of them now and then).
+    pub streams_late: usize,
     /// Every measured batch acked within 1 s, none blocked, no stream failed.
     pub keeps_up: bool,
 }
@@ -46,6 +49,7 @@ impl Figures {
             f.unacked_measured += s.unacked_measured;
             f.failed_streams += usize::from(s.error.is_some());
             lat.extend_from_slice(&s.latencies_us);
+            f.streams_late += usize::from(s.latencies_us.iter().any(|&us| us > 1_000_000));
         }
         lat.sort_unstable();
         let ms = |us: u32| f64::from(us) / 1000.0;
@@ -65,7 +69,7 @@ impl Figures {
     pub fn line(&self, name: &str) -> String {
         format!(
             "{name}: {} nodes, sent {} acked {} blocked {} failed streams {}; ack p50 {:.1} ms p99 {:.1} ms max {:.1} ms; \
-             {} of {} measured batches acked after 1 s, {} never; keeps up: {}",
+             {} of {} measured batches acked after 1 s (on {} streams), {} never; keeps up: {}",
             self.nodes,
             self.sent,
             self.acked,
@@ -76,6 +80,7 @@ impl Figures {
             self.ack_max_ms,
             self.acked_after_1s,
             self.measured_batches,
+            self.streams_late,
             self.unacked_measured,
             if self.keeps_up { "yes" } else { "no" }
         )
