@@ -732,8 +732,10 @@ impl NodeState {
             prefetch_flush(series, slot);
             if let Some(s) = series.get_mut(slot) {
                 let mut run = &run[run.partition_point(|x| x.0 < horizon)..];
-                if let Some(&first) = run.first() {
-                    if s.ring.start_staggered(first, chunk_phase(node, slot)) {
+                if let [first, second, ..] = *run {
+                    if s.ring
+                        .start_staggered(first, second, chunk_phase(node, slot))
+                    {
                         run = &run[1..];
                     }
                 }

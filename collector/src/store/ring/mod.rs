@@ -209,21 +209,26 @@ impl Ring {
     }
 
     /// Starts an empty ring that has no chunk, no open part and no tail with `first`, behind `phase % 255`
-    /// hidden copies of it stamped one apart before it: the ring then seals its chunks that many samples sooner,
-    /// for good. Returns whether it did (`false`: the ring holds or held samples; nothing changed).
+    /// hidden samples that go on the line from `second` (the sample after `first`) back through `first`: the
+    /// ring then seals its chunks that many samples sooner, for good. Returns whether it did (`false`: the ring
+    /// holds or held samples; nothing changed). The caller pushes `second` and what follows.
     ///
     /// Why: series that start together (a node's, a fleet's) take samples in step, and sealing a chunk (decoding
     /// the open part, encoding `CHUNK` samples) costs microseconds a series; without a phase of their own every
     /// series of every node would seal in the same second, every `CHUNK` samples (12.8 s at 20 Hz, 256 s at
-    /// 1 Hz). The hidden copies cost what a strict period and an unchanged value cost (a header byte each), and
-    /// go with the ring's first chunk.
-    pub fn start_staggered(&mut self, first: (i64, u64), phase: u64) -> bool {
+    /// 1 Hz). On the series' own line the hidden samples cost what its own samples cost in the first chunk (a
+    /// constant period and increase cost nothing), and go with that chunk.
+    pub fn start_staggered(&mut self, first: (i64, u64), second: (i64, u64), phase: u64) -> bool {
         if !self.chunks.is_empty() || self.open.written() > 0 || !self.tail.is_empty() {
             return false;
         }
         let k = phase % (CHUNK as u64 - 1);
+        let gap = second.0.wrapping_sub(first.0);
+        let step = second.1.wrapping_sub(first.1);
         for j in (1..=k).rev() {
-            self.open.push(first.0.wrapping_sub(j as i64), first.1);
+            let t = first.0.wrapping_sub(gap.wrapping_mul(j as i64));
+            self.open
+                .push(t, first.1.wrapping_sub(step.wrapping_mul(j)));
         }
         self.open.push(first.0, first.1);
         for _ in 0..k {
@@ -1006,11 +1011,11 @@ mod tests {
         ] {
             let (mut r, mut m) = (Ring::new(cap), Model::new(cap));
             let k = (phase % (CHUNK as u64 - 1)) as usize;
-            assert!(r.start_staggered((1_000, 5), phase));
+            assert!(r.start_staggered((1_000, 5), (1_001, 9), phase));
             m.push(1_000, 5, i64::MAX);
             check(&r, &m, 0);
             // Only once: a ring that holds a sample starts no more.
-            assert!(!r.start_staggered((1_001, 6), phase));
+            assert!(!r.start_staggered((1_001, 6), (1_002, 7), phase));
             check(&r, &m, 0);
             // The first chunk seals with the hidden copies in it: `CHUNK - k` samples in all.
             let mut t = 1_000i64;
@@ -1045,7 +1050,7 @@ mod tests {
         for phase in [0u64, 1, 100, 254] {
             let k = phase as usize;
             let mut r = Ring::new(12_000);
-            assert!(r.start_staggered((0, 9), phase));
+            assert!(r.start_staggered((0, 9), (1, 10), phase));
             for t in 1..(CHUNK - k) as i64 {
                 assert!(r.chunks.is_empty(), "phase {k}: sealed at {t}");
                 r.extend_run(&[(t, 9 + t as u64)], i64::MIN);
