@@ -91,7 +91,10 @@ pub struct Ring {
     /// Timestamps of samples `front_at..front_at + FRONT` of the oldest chunk (those it has; `front_at` =
     /// `CHUNK`: none), so that eviction reads that chunk once per `FRONT` samples evicted.
     front: [i64; FRONT],
-    front_at: usize,
+    front_at: u32,
+    /// The open part's code starts from the default state (a staggered start: [`Ring::start_staggered`]), so
+    /// its hidden samples decode as written; otherwise a seal writes them as copies of the first visible one.
+    open_from_start: bool,
     cap: usize,
 }
 
@@ -104,7 +107,8 @@ impl Ring {
             open: Open::default(),
             tail: VecDeque::new(),
             front: [0; FRONT],
-            front_at: CHUNK,
+            front_at: CHUNK as u32,
+            open_from_start: false,
             cap: cap.max(2),
         }
     }
@@ -136,7 +140,7 @@ impl Ring {
         while excess > 0 {
             if self.chunks.is_empty() {
                 if self.open.len() > 0 {
-                    self.open.pop_front();
+                    self.pop_open_front();
                     excess -= 1;
                     continue;
                 }
@@ -223,6 +227,8 @@ impl Ring {
             return false;
         }
         let k = phase % (CHUNK as u64 - 1);
+        self.open = Open::default();
+        self.open_from_start = true;
         let gap = second.0.wrapping_sub(first.0);
         let step = second.1.wrapping_sub(first.1);
         for j in (1..=k).rev() {
@@ -263,7 +269,7 @@ impl Ring {
     #[inline]
     fn evict(&mut self, horizon: i64, keep: usize) {
         while !self.chunks.is_empty() {
-            let i = self.skip.wrapping_sub(self.front_at);
+            let i = self.skip.wrapping_sub(self.front_at as usize);
             let t = if i < FRONT {
                 self.front[i]
             } else {
@@ -302,7 +308,7 @@ impl Ring {
             if t >= horizon && self.len() < keep {
                 return;
             }
-            self.open.pop_front();
+            self.pop_open_front();
         }
     }
 
@@ -319,15 +325,24 @@ impl Ring {
         }
         let n = rest.min(FRONT);
         c.timestamps(self.skip, &mut self.front[..n]);
-        self.front_at = self.skip;
+        self.front_at = self.skip as u32;
         Some(self.front[0])
+    }
+
+    /// Hides the open part's oldest visible sample; a part emptied so restarts its code from its last sample,
+    /// no longer from the default state.
+    fn pop_open_front(&mut self) {
+        self.open.pop_front();
+        if self.open.written() == 0 {
+            self.open_from_start = false;
+        }
     }
 
     /// Drops the oldest chunk.
     fn pop_chunk(&mut self) {
         self.chunks.pop_front();
         self.skip = 0;
-        self.front_at = CHUNK;
+        self.front_at = CHUNK as u32;
     }
 
     /// Seals the open part's `CHUNK` samples into a chunk. Its hidden samples (evicted while there was no
@@ -339,9 +354,13 @@ impl Ring {
 
     fn seal_with(&mut self, s: &mut [(i64, u64); CHUNK]) {
         let hidden = self.open.hidden();
-        self.open.decode_into(&mut s[hidden..]);
-        let first = s[hidden];
-        s[..hidden].fill(first);
+        if std::mem::take(&mut self.open_from_start) {
+            self.open.decode_all_into(&mut s[..]);
+        } else {
+            self.open.decode_into(&mut s[hidden..]);
+            let first = s[hidden];
+            s[..hidden].fill(first);
+        }
         self.open.clear();
         if self.chunks.len() == self.chunks.capacity() {
             // Grow by an eighth (a chunk is sealed every `CHUNK` pushes: the copies are cheap), never past
@@ -352,7 +371,7 @@ impl Ring {
         }
         if self.chunks.is_empty() {
             self.skip = hidden;
-            self.front_at = CHUNK;
+            self.front_at = CHUNK as u32;
         }
         debug_assert!(hidden == 0 || self.skip == hidden);
         self.chunks.push_back(Chunk::encode(s));
@@ -1062,5 +1081,44 @@ mod tests {
                 Some(((CHUNK - k - 1) as i64, (9 + CHUNK - k - 1) as u64))
             );
         }
+    }
+
+    #[test]
+    fn a_staggered_start_on_the_series_line_costs_no_more_bytes() {
+        // A counter at a steady rate, one tick apart: the hidden samples cost nothing more than its own.
+        let run: Vec<(i64, u64)> = (0..3 * CHUNK as i64)
+            .map(|t| (t, 1_000 * t as u64))
+            .collect();
+        let mut plain = Ring::new(12_000);
+        plain.extend_run(&run, i64::MIN);
+        for phase in [1u64, 100, 254] {
+            let mut r = Ring::new(12_000);
+            assert!(r.start_staggered(run[0], run[1], phase));
+            r.extend_run(&run[1..], i64::MIN);
+            assert_eq!(r.iter().collect::<Vec<_>>(), run);
+            // Its first chunk (hidden samples and all) is coded as small as the plain ring's.
+            // (Its header's varints may take a few bytes more: the line's start is further back.)
+            let (a, b) = (r.chunks[0].encoded_len(), plain.chunks[0].encoded_len());
+            assert!(a <= b + 16, "phase {phase}: {a} B staggered, {b} B plain");
+        }
+    }
+
+    #[test]
+    fn a_staggered_ring_emptied_before_its_first_seal_seals_what_it_holds() {
+        let (mut r, mut m) = (Ring::new(12_000), Model::new(12_000));
+        assert!(r.start_staggered((10, 100), (11, 110), 100));
+        m.push(10, 100, i64::MAX);
+        let early: Vec<(i64, u64)> = (11..20).map(|t| (t, 10 * t as u64)).collect();
+        r.extend_run(&early, i64::MIN);
+        early.iter().for_each(|&(t, v)| m.push(t, v, i64::MAX));
+        // Everything older than 10,000 goes: the open part empties, its code restarts from its last sample.
+        let late: Vec<(i64, u64)> = (10_000..10_000 + 2 * CHUNK as i64)
+            .map(|t| (t, 7 * t as u64 + 3))
+            .collect();
+        r.extend_run(&late, 10_000);
+        m.evict_before(10_000);
+        late.iter().for_each(|&(t, v)| m.push(t, v, i64::MAX));
+        assert!(!r.chunks.is_empty());
+        check(&r, &m, late.len());
     }
 }

@@ -185,6 +185,17 @@ impl Open {
         }
     }
 
+    /// Every sample written, hidden ones included, oldest first, into the first [`Open::written`] slots of
+    /// `out`: only for a part whose code starts from the default state (a fresh part, never cleared).
+    pub(super) fn decode_all_into(&self, out: &mut [(i64, u64)]) {
+        let mut s = State::default();
+        let mut p = 0;
+        for o in &mut out[..self.written()] {
+            p = s.step(&self.bytes, p);
+            *o = (s.t, s.v);
+        }
+    }
+
     /// Frees the allocation when nothing is written, or what is over twice the bytes written (after a cap
     /// shrank).
     pub(super) fn shrink(&mut self) {
