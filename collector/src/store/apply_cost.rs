@@ -4,8 +4,8 @@
 //!
 //! `cargo test --release -p commwatch-collector --lib store::apply_cost -- --ignored --nocapture`
 //! (env: `NODES` (200), `SECS` simulated (60)). Prints ns per sample for the second half of the run (the first
-//! fills the rings; thread CPU time, and wall time), reads of every series' newest second, and the store's bytes per node. A figure, not a
-//! check: it never fails because the machine is slow.
+//! fills the rings; thread CPU time, and wall time), reads of every series' newest second, and the store's
+//! bytes per node. A figure, not a check: it never fails because the machine is slow.
 
 use std::time::{Duration, Instant};
 

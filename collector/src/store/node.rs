@@ -4,8 +4,9 @@
 //!
 //! A batch's ticks are written row-major into the node's head (`super::head`), each sample checked by its
 //! series on the way (order, resets, plausibility); every [`FLUSH`] rows (the first time at a count of the
-//! node's own) the oldest go into the series' rings, series by series. Readers see both ([`NodeState::samples`]). Applying a `Hello`, an inventory update or a batch
-//! either changes the node as a whole or, refused ([`StoreError`]), not at all.
+//! node's own) the oldest go into the series' rings, series by series. Readers see both
+//! ([`NodeState::samples`]). Applying a `Hello`, an inventory update or a batch either changes the node as a
+//! whole or, refused ([`StoreError`]), not at all.
 
 use std::collections::HashMap;
 use std::sync::Arc;
