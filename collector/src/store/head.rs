@@ -183,14 +183,7 @@ impl Head {
             at.clear();
             at.resize(slots.max().unwrap_or(0) + 1, 0);
             // Counted by shape (a node's ticks have two or three), not by row.
-            let mut per_shape = [0usize; 8];
-            let mut counts = Vec::new();
-            let counts: &mut [usize] = if self.shapes.len() <= per_shape.len() {
-                &mut per_shape[..self.shapes.len()]
-            } else {
-                counts.resize(self.shapes.len(), 0);
-                &mut counts
-            };
+            let mut counts = vec![0usize; self.shapes.len()];
             for r in self.rows.iter().take(n) {
                 counts[r.shape as usize] += 1;
             }

@@ -78,13 +78,17 @@ fn prefetch_flush(series: &[Series], slot: usize) {
     }
 }
 
-/// Rows at which the head of node `name` first flushes: between `KEEP_ROWS + 1` and [`FLUSH`], by a hash of the
-/// name. Why: nodes that start together (a job's, a fleet's after a collector restart) take their ticks in step,
-/// and a flush moves a node's whole head at once; at the same row count every node would flush within the same
-/// batch period, every `FLUSH - KEEP_ROWS` ticks, and the acks of that period would wait for all of them.
+/// Fewest rows of a node's first flush: it moves `FIRST_FLUSH_MIN - KEEP_ROWS` rows (48, 2.3 s of ticks), so that
+/// a 1 Hz series has the two samples its staggered start reads its line from ([`Ring::start_staggered`]).
+const FIRST_FLUSH_MIN: usize = KEEP_ROWS + 48;
+
+/// Rows at which the head of a node whose name hashes to `phase` first flushes: between [`FIRST_FLUSH_MIN`] and
+/// [`FLUSH`]. Why: nodes that start together (a job's, a fleet's after a collector restart) take their ticks in
+/// step, and a flush moves a node's whole head at once; at the same row count every node would flush within the
+/// same batch period, every `FLUSH - KEEP_ROWS` ticks, and the acks of that period would wait for all of them.
 /// Staggered once, they stay apart (each later flush comes `FLUSH - KEEP_ROWS` rows after the one before).
-fn first_flush(name: &str) -> usize {
-    KEEP_ROWS + 1 + (name_hash(name) % (FLUSH - KEEP_ROWS) as u64) as usize
+fn first_flush(phase: u64) -> usize {
+    FIRST_FLUSH_MIN + (phase % (FLUSH - FIRST_FLUSH_MIN + 1) as u64) as usize
 }
 
 /// A hash of a node's name, the same in every run (the phases of its flushes and of its series' chunks).
@@ -207,6 +211,8 @@ pub struct NodeState {
     /// Rows at which the head flushes next: [`FLUSH`], except before the node's first flush, which comes at a
     /// number of rows of its own ([`first_flush`]).
     flush_at: usize,
+    /// A hash of the node's name ([`name_hash`]): the phase of its first flush and of its series' chunks.
+    phase: u64,
     /// [`Ticks::first`] when every ring was last told to evict before it.
     evicted_before: u64,
     /// How far past its receipt a tick's timestamp may be (`limits.max_clock_skew`).
@@ -239,7 +245,8 @@ impl NodeState {
             retention_ns,
             ticks: Ticks::new(tick_cap(retention_ns, DEFAULT_FAST_MS)),
             head: Head::default(),
-            flush_at: first_flush(name),
+            flush_at: first_flush(name_hash(name)),
+            phase: name_hash(name),
             evicted_before: 0,
             future_ns,
             markers: MarkerLog::default(),
@@ -728,14 +735,16 @@ impl NodeState {
     fn flush_head(&mut self, rows: usize) {
         let horizon = self.ticks.first() as i64;
         let series = &mut self.series;
-        let node = name_hash(&self.name);
+        let phase = self.phase;
         self.head.flush(rows, |slot, run| {
             prefetch_flush(series, slot);
             if let Some(s) = series.get_mut(slot) {
                 let mut run = &run[run.partition_point(|x| x.0 < horizon)..];
+                // The series' line from its first two samples (a first flush holds two of a 1 Hz series). One
+                // with a single sample starts unstaggered: a guessed line would cost its first chunk bits.
                 if let [first, second, ..] = *run {
                     if s.ring
-                        .start_staggered(first, second, chunk_phase(node, slot))
+                        .start_staggered(first, second, chunk_phase(phase, slot))
                     {
                         run = &run[1..];
                     }
@@ -852,13 +861,13 @@ mod tests {
     #[test]
     fn first_flushes_spread_over_the_rows_a_flush_moves() {
         let at: Vec<usize> = (0..2_000)
-            .map(|i| first_flush(&format!("node-{i}")))
+            .map(|i| first_flush(name_hash(&format!("node-{i}"))))
             .collect();
-        assert!(at.iter().all(|&r| (KEEP_ROWS + 1..=FLUSH).contains(&r)));
-        // 96 possible row counts, 2,000 names: every quarter of the range is taken by hundreds of them.
-        let quarter = (FLUSH - KEEP_ROWS) / 4;
+        assert!(at.iter().all(|&r| (FIRST_FLUSH_MIN..=FLUSH).contains(&r)));
+        // 49 possible row counts, 2,000 names: every quarter of the range is taken by hundreds of them.
+        let quarter = (FLUSH - FIRST_FLUSH_MIN + 1) / 4;
         for q in 0..4 {
-            let lo = KEEP_ROWS + 1 + q * quarter;
+            let lo = FIRST_FLUSH_MIN + q * quarter;
             let n = at
                 .iter()
                 .filter(|&&r| (lo..lo + quarter).contains(&r))
@@ -866,6 +875,6 @@ mod tests {
             assert!(n > 300, "quarter {q}: {n} of 2,000");
         }
         // The same name, the same row count (a restart of the collector staggers the same way).
-        assert_eq!(first_flush("node-7"), at[7]);
+        assert_eq!(first_flush(name_hash("node-7")), at[7]);
     }
 }

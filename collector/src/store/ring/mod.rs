@@ -91,10 +91,7 @@ pub struct Ring {
     /// Timestamps of samples `front_at..front_at + FRONT` of the oldest chunk (those it has; `front_at` =
     /// `CHUNK`: none), so that eviction reads that chunk once per `FRONT` samples evicted.
     front: [i64; FRONT],
-    front_at: u32,
-    /// The open part's code starts from the default state (a staggered start: [`Ring::start_staggered`]), so
-    /// its hidden samples decode as written; otherwise a seal writes them as copies of the first visible one.
-    open_from_start: bool,
+    front_at: usize,
     cap: usize,
 }
 
@@ -107,8 +104,7 @@ impl Ring {
             open: Open::default(),
             tail: VecDeque::new(),
             front: [0; FRONT],
-            front_at: CHUNK as u32,
-            open_from_start: false,
+            front_at: CHUNK,
             cap: cap.max(2),
         }
     }
@@ -140,7 +136,7 @@ impl Ring {
         while excess > 0 {
             if self.chunks.is_empty() {
                 if self.open.len() > 0 {
-                    self.pop_open_front();
+                    self.open.pop_front();
                     excess -= 1;
                     continue;
                 }
@@ -213,9 +209,9 @@ impl Ring {
     }
 
     /// Starts an empty ring that has no chunk, no open part and no tail with `first`, behind `phase % 255`
-    /// hidden samples that go on the line from `second` (the sample after `first`) back through `first`: the
-    /// ring then seals its chunks that many samples sooner, for good. Returns whether it did (`false`: the ring
-    /// holds or held samples; nothing changed). The caller pushes `second` and what follows.
+    /// hidden samples that go on the line from `second` (the series' next sample, or a guess at it) back through
+    /// `first`: the ring then seals its chunks that many samples sooner, for good. Returns whether it did
+    /// (`false`: the ring holds or held samples; nothing changed). The caller pushes what follows `first`.
     ///
     /// Why: series that start together (a node's, a fleet's) take samples in step, and sealing a chunk (decoding
     /// the open part, encoding `CHUNK` samples) costs microseconds a series; without a phase of their own every
@@ -227,8 +223,8 @@ impl Ring {
             return false;
         }
         let k = phase % (CHUNK as u64 - 1);
+        // A fresh part: its code starts from the default state, so the hidden samples seal as written.
         self.open = Open::default();
-        self.open_from_start = true;
         let gap = second.0.wrapping_sub(first.0);
         let step = second.1.wrapping_sub(first.1);
         for j in (1..=k).rev() {
@@ -269,7 +265,7 @@ impl Ring {
     #[inline]
     fn evict(&mut self, horizon: i64, keep: usize) {
         while !self.chunks.is_empty() {
-            let i = self.skip.wrapping_sub(self.front_at as usize);
+            let i = self.skip.wrapping_sub(self.front_at);
             let t = if i < FRONT {
                 self.front[i]
             } else {
@@ -308,7 +304,7 @@ impl Ring {
             if t >= horizon && self.len() < keep {
                 return;
             }
-            self.pop_open_front();
+            self.open.pop_front();
         }
     }
 
@@ -325,28 +321,19 @@ impl Ring {
         }
         let n = rest.min(FRONT);
         c.timestamps(self.skip, &mut self.front[..n]);
-        self.front_at = self.skip as u32;
+        self.front_at = self.skip;
         Some(self.front[0])
-    }
-
-    /// Hides the open part's oldest visible sample; a part emptied so restarts its code from its last sample,
-    /// no longer from the default state.
-    fn pop_open_front(&mut self) {
-        self.open.pop_front();
-        if self.open.written() == 0 {
-            self.open_from_start = false;
-        }
     }
 
     /// Drops the oldest chunk.
     fn pop_chunk(&mut self) {
         self.chunks.pop_front();
         self.skip = 0;
-        self.front_at = CHUNK as u32;
+        self.front_at = CHUNK;
     }
 
     /// Seals the open part's `CHUNK` samples into a chunk. Its hidden samples (evicted while there was no
-    /// chunk) become the chunk's hidden ones, as copies of its first visible sample.
+    /// chunk, or a staggered start's) become the chunk's hidden ones (`Open::decode_written_into`).
     #[inline(never)]
     fn seal(&mut self) {
         SEAL.with_borrow_mut(|s| self.seal_with(s));
@@ -354,13 +341,7 @@ impl Ring {
 
     fn seal_with(&mut self, s: &mut [(i64, u64); CHUNK]) {
         let hidden = self.open.hidden();
-        if std::mem::take(&mut self.open_from_start) {
-            self.open.decode_all_into(&mut s[..]);
-        } else {
-            self.open.decode_into(&mut s[hidden..]);
-            let first = s[hidden];
-            s[..hidden].fill(first);
-        }
+        self.open.decode_written_into(&mut s[..]);
         self.open.clear();
         if self.chunks.len() == self.chunks.capacity() {
             // Grow by an eighth (a chunk is sealed every `CHUNK` pushes: the copies are cheap), never past
@@ -371,7 +352,7 @@ impl Ring {
         }
         if self.chunks.is_empty() {
             self.skip = hidden;
-            self.front_at = CHUNK as u32;
+            self.front_at = CHUNK;
         }
         debug_assert!(hidden == 0 || self.skip == hidden);
         self.chunks.push_back(Chunk::encode(s));

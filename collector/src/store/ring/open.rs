@@ -62,8 +62,11 @@ pub(super) struct Open {
     n: u16,
     /// Samples at the front already evicted.
     skip: u16,
-    /// Byte of the first visible sample.
-    pos: u32,
+    /// Byte of the first visible sample (below `CHUNK * MAX_SAMPLE`, 4,352).
+    pos: u16,
+    /// The part was cleared: its code goes on from a sample before it, so its hidden samples cannot be read
+    /// from its first byte (a part never cleared starts from the default state).
+    cleared: bool,
     /// State before the first visible sample.
     front: State,
     /// State after the last sample.
@@ -159,7 +162,7 @@ impl Open {
         if self.n == self.skip {
             return;
         }
-        self.pos = self.front.step(&self.bytes, self.pos as usize) as u32;
+        self.pos = self.front.step(&self.bytes, self.pos as usize) as u16;
         self.skip += 1;
         if self.skip == self.n {
             self.clear();
@@ -173,6 +176,7 @@ impl Open {
         self.skip = 0;
         self.pos = 0;
         self.front = self.back;
+        self.cleared = true;
     }
 
     /// The visible samples, oldest first, into the first [`Open::len`] slots of `out`.
@@ -186,8 +190,16 @@ impl Open {
     }
 
     /// Every sample written, hidden ones included, oldest first, into the first [`Open::written`] slots of
-    /// `out`: only for a part whose code starts from the default state (a fresh part, never cleared).
-    pub(super) fn decode_all_into(&self, out: &mut [(i64, u64)]) {
+    /// `out`, as a seal takes them: the hidden ones as written when the part was never cleared (its code starts
+    /// from the default state), otherwise as copies of the first visible one.
+    pub(super) fn decode_written_into(&self, out: &mut [(i64, u64)]) {
+        let hidden = self.hidden();
+        if self.cleared {
+            self.decode_into(&mut out[hidden..]);
+            let first = out[hidden];
+            out[..hidden].fill(first);
+            return;
+        }
         let mut s = State::default();
         let mut p = 0;
         for o in &mut out[..self.written()] {
