@@ -11,6 +11,10 @@
 //! wait of the ingest for its sockets handed them a time slice) and the ingest thread waited for the CPU 12 % of
 //! the time; under `SCHED_IDLE` it waited 0 %. Where the policy is refused, the thread is lowered to nice
 //! [`PASS_NICE`] instead.
+//!
+//! Work that someone waits for (a `/metrics` scrape, a remote-write gather: seconds of CPU at a fleet of
+//! hundreds of nodes) runs on such a thread at a nice value instead ([`Yield::Nice`]): below the ingest, which
+//! had fallen seconds behind during every scrape at 600 demo nodes on one core, yet never starved.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::mpsc;
@@ -48,9 +52,45 @@ where
 /// The nice value of the passes' threads where `SCHED_IDLE` is refused (0 is the ingest's; 19 the lowest).
 pub const PASS_NICE: i32 = 10;
 
+/// The nice value of the threads that render `/metrics` and gather for remote write ([`Yield::Nice`]).
+pub const EXPORT_NICE: i32 = 10;
+
+/// Starts a thread for work someone waits for, at nice [`EXPORT_NICE`]; `None` (logged) where no thread could
+/// be started: [`run_on`] then uses tokio's blocking pool, at the ingest's priority.
+pub fn export_thread(name: &str) -> Option<PassThread> {
+    PassThread::start_with(name, Yield::Nice(EXPORT_NICE))
+        .map_err(|e| tracing::warn!(error = %e, name, "no thread of its own; on the blocking pool"))
+        .ok()
+}
+
+/// Runs `f` on `thread`, or on tokio's blocking pool without one; a panic or a lost thread is the error.
+pub async fn run_on<T: Send + 'static>(
+    thread: Option<&PassThread>,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, String> {
+    match thread {
+        Some(t) => t.run(f).await.map_err(|e| e.to_string()),
+        None => tokio::task::spawn_blocking(f)
+            .await
+            .map_err(|e| e.to_string()),
+    }
+}
+
+/// How a [`PassThread`] gives way to the ingest on a busy core.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Yield {
+    /// `SCHED_IDLE` (nice [`PASS_NICE`] where refused): only what the ingest leaves. For the periodic passes,
+    /// which may come late.
+    Idle,
+    /// A nice value above the ingest's 0: the ingest comes first, yet the thread keeps a share of a full core
+    /// (nice 10: about a tenth). For work someone waits for: a scrape, a remote-write gather.
+    Nice(i32),
+}
+
 type Job = Box<dyn FnOnce() + Send>;
 
-/// A thread that runs one pass at a time under `SCHED_IDLE` (see the module's doc). It ends when dropped.
+/// A thread that runs one pass at a time at a priority below the ingest's (see the module's doc). It ends when
+/// dropped.
 pub struct PassThread {
     jobs: mpsc::Sender<Job>,
 }
@@ -61,13 +101,18 @@ pub struct PassThread {
 pub struct PassPanicked(pub String);
 
 impl PassThread {
-    /// Starts the thread, named `name` (as `ps -L` and `top -H` show it).
+    /// Starts the thread under `SCHED_IDLE`, named `name` (as `ps -L` and `top -H` show it).
     pub fn start(name: &str) -> std::io::Result<PassThread> {
+        PassThread::start_with(name, Yield::Idle)
+    }
+
+    /// Starts the thread at `priority`, named `name`.
+    pub fn start_with(name: &str, priority: Yield) -> std::io::Result<PassThread> {
         let (jobs, rx) = mpsc::channel::<Job>();
         std::thread::Builder::new()
             .name(name.to_string())
             .spawn(move || {
-                lower_priority();
+                lower_priority(priority);
                 while let Ok(job) = rx.recv() {
                     job();
                 }
@@ -101,24 +146,32 @@ impl PassThread {
     }
 }
 
-/// Puts the calling thread under `SCHED_IDLE` (Linux: the policy is per thread), or lowers it to nice
-/// [`PASS_NICE`] where that is refused. A failure of both is logged and the pass runs at the priority it has.
-fn lower_priority() {
-    let param = libc::sched_param { sched_priority: 0 };
-    // SAFETY: `sched_setscheduler` reads `param`, a live local, and changes only the calling thread's (pid 0)
-    // scheduling attributes; `gettid` and `setpriority` take no pointers.
-    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
-    if rc == 0 {
-        return;
-    }
-    let idle_error = std::io::Error::last_os_error();
+/// Puts the calling thread under `SCHED_IDLE` (Linux: the policy is per thread; lowered to nice [`PASS_NICE`]
+/// where that is refused) or at the nice value of `priority`. A failure is logged and the work runs at the
+/// priority it has.
+fn lower_priority(priority: Yield) {
+    let nice = match priority {
+        Yield::Nice(n) => n,
+        Yield::Idle => {
+            let param = libc::sched_param { sched_priority: 0 };
+            // SAFETY: `sched_setscheduler` reads `param`, a live local, and changes only the calling thread's
+            // (pid 0) scheduling attributes.
+            let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
+            if rc == 0 {
+                return;
+            }
+            tracing::debug!(error = %std::io::Error::last_os_error(), "SCHED_IDLE refused; nice instead");
+            PASS_NICE
+        }
+    };
+    // SAFETY: `gettid` and `setpriority` take no pointers; this changes the calling thread's nice value only.
     let rc = unsafe {
         let tid = libc::gettid();
-        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, PASS_NICE)
+        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice)
     };
     if rc != 0 {
-        tracing::debug!(%idle_error, error = %std::io::Error::last_os_error(),
-            "could not lower the pass thread's priority");
+        tracing::debug!(error = %std::io::Error::last_os_error(), nice,
+            "could not lower the thread's priority");
     }
 }
 
@@ -180,6 +233,21 @@ mod tests {
         let e = t.run(|| panic!("boom")).await.unwrap_err();
         assert_eq!(e.to_string(), "pass panicked: boom");
         assert_eq!(t.run(|| 7).await.expect("after the panic"), 7);
+    }
+
+    #[tokio::test]
+    async fn a_nice_thread_keeps_the_normal_policy_at_its_nice_value() {
+        let (before, policy_before) = (current_nice(), current_policy());
+        let t = PassThread::start_with("nice-test", Yield::Nice(7)).expect("thread");
+        let (policy, nice) = t
+            .run(|| (current_policy(), current_nice()))
+            .await
+            .expect("ran");
+        // The caller's policy (a new thread inherits it), not SCHED_IDLE.
+        assert_eq!(policy, policy_before);
+        // Nice values only go up without privileges: a test run already below 7 stays where it is.
+        assert_eq!(nice, 7.max(before));
+        assert_eq!(current_nice(), before);
     }
 
     #[tokio::test(start_paused = true)]

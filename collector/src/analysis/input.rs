@@ -310,7 +310,7 @@ pub fn node_input(n: &NodeState, since_ns: i64) -> NodeInput {
     let mut links: Vec<LinkInput> = n
         .links()
         .iter()
-        .map(|l| LinkInput::from_link(l.link.clone()))
+        .map(|l| LinkInput::from_link(Link::clone(&l.link)))
         .collect();
     // Each link's byte counters (the last of each direction, as the loop meets them), windowed after it.
     let mut bytes: Vec<(Option<&crate::store::Series>, Option<&crate::store::Series>)> =

@@ -77,6 +77,7 @@ pub(crate) fn app(s: Sources) -> Result<(Router, Arc<Exposition>), prometheus::E
         store: s.store.clone(),
         health: s.health.clone(),
         exposition: exposition.clone(),
+        render: crate::pace::export_thread("commwatch-metrics").map(Arc::new),
     })
     .merge(super::page::router(
         s.store.clone(),
@@ -123,6 +124,8 @@ struct HttpState {
     pub store: Arc<Store>,
     pub health: Health,
     pub exposition: Arc<Exposition>,
+    /// Where `/metrics` is rendered: a thread below the ingest's priority (`pace::export_thread`).
+    pub render: Option<Arc<crate::pace::PassThread>>,
 }
 
 fn router(state: HttpState) -> Router {
@@ -146,7 +149,9 @@ async fn healthz(State(s): State<HttpState>) -> &'static str {
 
 /// The exposition, gzip-compressed when the request's `Accept-Encoding` allows gzip
 /// ([`commwatch_httpd::accepts_gzip`], as the agent's): the text of a large fleet is megabytes and compresses
-/// about tenfold. `Vary: Accept-Encoding` either way ([`commwatch_httpd::metrics_response`]).
+/// about tenfold. `Vary: Accept-Encoding` either way ([`commwatch_httpd::metrics_response`]). Rendered on the
+/// render thread, below the ingest's priority: a scrape of a large fleet takes seconds of CPU, which the ingest
+/// of a busy core had to share with it before (acks seconds late during every scrape at 600 demo nodes).
 async fn metrics(State(s): State<HttpState>, request: HeaderMap) -> Response {
     let gzip = commwatch_httpd::accepts_gzip(&request);
     let (health, exposition) = (s.health.clone(), s.exposition.clone());
@@ -158,7 +163,7 @@ async fn metrics(State(s): State<HttpState>, request: HeaderMap) -> Response {
             text.into_bytes()
         })
     };
-    match tokio::task::spawn_blocking(render).await {
+    match crate::pace::run_on(s.render.as_deref(), render).await {
         Ok(Ok(body)) => commwatch_httpd::metrics_response(body, gzip),
         Ok(Err(e)) => {
             warn!(error = %e, "rendering /metrics failed");

@@ -257,28 +257,32 @@ fn link_labels(node: &str, l: &StepLink) -> Vec<LabelPair> {
     v
 }
 
-/// Per link of a node: the newest confident, active figure of its last [`LINK_LOOKBACK`] steps, as (labels,
-/// achieved bytes/s, utilization). With [`NvlinkDetail::Gpu`] a GPU's NVLinks are one figure (labels `node`,
-/// `class`, `device`, `role`, `gpu`, as `/metrics` writes a GPU's folded links): their achieved rates summed,
-/// and the utilization of those with a capacity, their rates over their capacities.
-fn link_figures(
+/// Per link of a node: the newest confident, active figure of its last [`LINK_LOOKBACK`] steps (`steps`: oldest
+/// first), as (labels, achieved bytes/s, utilization). With [`NvlinkDetail::Gpu`] a GPU's NVLinks are one figure
+/// (labels `node`, `class`, `device`, `role`, `gpu`, as `/metrics` writes a GPU's folded links): their achieved
+/// rates summed, and the utilization of those with a capacity, their rates over their capacities.
+fn link_figures<'a>(
     node: &str,
-    steps: &[NodeStep],
+    steps: impl DoubleEndedIterator<Item = &'a NodeStep>,
     detail: NvlinkDetail,
 ) -> Vec<(Vec<LabelPair>, f64, Option<f64>)> {
     let mut out = Vec::new();
     // Per GPU (device, gpu): achieved sum, and the achieved and capacity sums of the links with a capacity.
     let mut gpus: Vec<(&StepLink, f64, f64, f64)> = Vec::new();
+    // Links already figured, sorted (a node has hundreds: a linear search was most of a scrape).
     let mut done: Vec<&LinkKey> = Vec::new();
-    for s in steps.iter().rev().take(LINK_LOOKBACK) {
+    for s in steps.rev().take(LINK_LOOKBACK) {
         for l in &s.links {
-            if done.contains(&&l.key) || !l.confident {
+            if !l.confident {
                 continue;
             }
             let Some(a) = l.achieved_bytes_per_second else {
                 continue;
             };
-            done.push(&l.key);
+            match done.binary_search(&&l.key) {
+                Ok(_) => continue,
+                Err(at) => done.insert(at, &l.key),
+            }
             if detail == NvlinkDetail::Link || l.key.class != LinkClass::Nvlink {
                 out.push((link_labels(node, l), a, l.utilization));
                 continue;
@@ -334,27 +338,42 @@ impl StepCollector {
     }
 }
 
-/// Metric families of the given recent steps per node and job throughputs (pure; used by the collector and
-/// by tests).
-pub fn step_families(
-    recent: &[(String, Vec<NodeStep>)],
-    totals: &[(String, u64, u64)],
-    throughput: &[(String, f64)],
+/// The step families, built node by node ([`StepFamilies::node`]) and job by job (pure; used by the
+/// collector and by tests).
+pub struct StepFamilies {
+    fams: BTreeMap<&'static str, MetricFamily>,
     detail: NvlinkDetail,
-) -> Vec<MetricFamily> {
-    let mut fams: BTreeMap<&'static str, MetricFamily> = BTreeMap::new();
-    let mut add = |name: &'static str, labels: Vec<LabelPair>, value: f64| {
+}
+
+impl StepFamilies {
+    /// NVLink figures per GPU or per link as `detail` says ([`link_figures`]).
+    pub fn new(detail: NvlinkDetail) -> StepFamilies {
+        StepFamilies {
+            fams: BTreeMap::new(),
+            detail,
+        }
+    }
+
+    fn add(&mut self, name: &'static str, labels: Vec<LabelPair>, value: f64) {
         let Some(f) = FAMILIES.iter().find(|f| f.name == name) else {
             return;
         };
-        fams.entry(name)
+        self.fams
+            .entry(name)
             .or_insert_with(|| family(name, f.help, f.kind))
             .mut_metric()
             .push(metric(f.kind, labels, value));
-    };
-    for (node, steps) in recent {
-        if let Some(last) = steps.last() {
-            add(
+    }
+
+    /// A node's figures from its recent steps (oldest first) and its step totals (from markers, inferred).
+    pub fn node<'a>(
+        &mut self,
+        node: &str,
+        steps: impl DoubleEndedIterator<Item = &'a NodeStep> + Clone,
+        (markers, inferred): (u64, u64),
+    ) {
+        if let Some(last) = steps.clone().next_back() {
+            self.add(
                 names::STEP_DURATION_SECONDS,
                 vec![
                     label("node", node),
@@ -363,39 +382,43 @@ pub fn step_families(
                 last.duration_s(),
             );
         }
-        for (labels, achieved, utilization) in link_figures(node, steps, detail) {
+        for (labels, achieved, utilization) in link_figures(node, steps, self.detail) {
             if let Some(u) = utilization {
-                add(names::LINK_UTILIZATION_RATIO, labels.clone(), u);
+                self.add(names::LINK_UTILIZATION_RATIO, labels.clone(), u);
             }
-            add(
+            self.add(
                 names::STEP_LINK_BANDWIDTH_BYTES_PER_SECOND,
                 labels,
                 achieved,
             );
         }
-    }
-    for (node, markers, inferred) in totals {
         for (source, n) in [
             (StepSource::Markers, markers),
             (StepSource::Inferred, inferred),
         ] {
-            if *n > 0 {
-                add(
+            if n > 0 {
+                self.add(
                     names::STEPS_TOTAL,
                     vec![label("node", node), label("source", source.as_str())],
-                    *n as f64,
+                    n as f64,
                 );
             }
         }
     }
-    for (job, v) in throughput {
-        add(
+
+    /// A job's training throughput (samples per second).
+    pub fn throughput(&mut self, job: &str, samples_per_second: f64) {
+        self.add(
             names::STEP_SAMPLES_PER_SECOND,
             vec![label("training_job", job)],
-            *v,
+            samples_per_second,
         );
     }
-    fams.into_values().collect()
+
+    /// The families, by name.
+    pub fn finish(self) -> Vec<MetricFamily> {
+        self.fams.into_values().collect()
+    }
 }
 
 impl Collector for StepCollector {
@@ -404,24 +427,19 @@ impl Collector for StepCollector {
     }
 
     fn collect(&self) -> Vec<MetricFamily> {
-        let recent = self.steps.recent_steps(LINK_LOOKBACK);
-        let totals: Vec<(String, u64, u64)> = recent
-            .iter()
-            .filter_map(|(n, _)| {
-                let (m, i) = self.steps.steps_total(n)?;
-                Some((n.clone(), m, i))
-            })
-            .collect();
+        let mut fams = StepFamilies::new(self.nvlink_detail);
+        self.steps
+            .visit_recent(LINK_LOOKBACK, |node, steps, totals| {
+                fams.node(node, steps, totals)
+            });
         let mut jobs = self.steps.jobs();
         jobs.truncate(MAX_JOBS_EXPORTED);
-        let throughput: Vec<(String, f64)> = jobs
-            .into_iter()
-            .filter_map(|j| {
-                let v = job_throughput(&self.steps.job_steps(&j, 4)?)?;
-                Some((j, v))
-            })
-            .collect();
-        step_families(&recent, &totals, &throughput, self.nvlink_detail)
+        for j in jobs {
+            if let Some(v) = self.steps.job_steps(&j, 4).and_then(|s| job_throughput(&s)) {
+                fams.throughput(&j, v);
+            }
+        }
+        fams.finish()
     }
 }
 
@@ -491,7 +509,7 @@ mod tests {
     fn nvlink_figures_per_gpu_or_per_link() {
         let steps = [step()];
         assert_eq!(
-            shown(&link_figures("n1", &steps, NvlinkDetail::Gpu)),
+            shown(&link_figures("n1", steps.iter(), NvlinkDetail::Gpu)),
             [
                 (
                     "node=n1,class=infiniband,device=mlx5_0,port=1,role=fabric".into(),
@@ -510,11 +528,42 @@ mod tests {
                 ),
             ]
         );
-        let per_link = link_figures("n1", &steps, NvlinkDetail::Link);
+        let per_link = link_figures("n1", steps.iter(), NvlinkDetail::Link);
         assert_eq!(per_link.len(), 4);
         assert_eq!(
             shown(&per_link)[1].0,
             "node=n1,class=nvlink,device=gpu0,port=1,role=fabric,gpu=0,link=1"
         );
+    }
+
+    #[test]
+    fn each_link_takes_its_newest_confident_figure() {
+        let older = step();
+        let mut newer = step();
+        newer.links[0].achieved_bytes_per_second = Some(11.0);
+        newer.links[2].confident = false;
+        newer.links[3].achieved_bytes_per_second = None;
+        let steps = [older, newer];
+        let per_link = shown(&link_figures("n1", steps.iter(), NvlinkDetail::Link));
+        let value = |port_gpu: &str| {
+            per_link
+                .iter()
+                .find(|f| f.0.contains(port_gpu))
+                .map(|f| f.1)
+        };
+        assert_eq!(per_link.len(), 4, "{per_link:?}");
+        assert_eq!(value("device=gpu0,port=0,"), Some(11.0));
+        assert_eq!(value("device=gpu0,port=1,"), Some(20.0));
+        assert_eq!(value("device=mlx5_0,port=1,"), Some(5.0));
+        assert_eq!(value("device=gpu1,port=0,"), Some(30.0));
+        let mut fams = StepFamilies::new(NvlinkDetail::Gpu);
+        fams.node("n1", steps.iter(), (0, 2));
+        fams.throughput("j", 3.0);
+        let fams = fams.finish();
+        let names: Vec<&str> = fams.iter().map(|f| f.name()).collect();
+        let mut sorted = names.clone();
+        sorted.sort_unstable();
+        assert_eq!(names, sorted);
+        assert_eq!(names.len(), 5);
     }
 }

@@ -147,6 +147,7 @@ pub async fn run(
         max_samples: cfg.max_samples_per_request,
         queue: queue.clone(),
         metrics: metrics.clone(),
+        thread: crate::pace::export_thread("commwatch-rw-gather"),
     };
     let mut consumer = Consumer {
         queue,
@@ -208,6 +209,8 @@ struct Producer {
     max_samples: usize,
     queue: Arc<Queue>,
     metrics: Metrics,
+    /// Where a gather runs: below the ingest's priority (`pace::export_thread`), as a `/metrics` render.
+    thread: Option<crate::pace::PassThread>,
 }
 
 impl Producer {
@@ -223,13 +226,13 @@ impl Producer {
         self.gather_once().await;
     }
 
-    /// One gather, read and encoded on a blocking thread, its requests queued.
+    /// One gather, read and encoded on the gather thread, its requests queued.
     async fn gather_once(&mut self) {
         let (source, filter) = (self.source.clone(), self.filter.clone());
         let (external, previous) = (self.external.clone(), std::mem::take(&mut self.previous));
         let max = self.max_samples;
         let gathered = Instant::now();
-        let work = tokio::task::spawn_blocking(move || {
+        let work = crate::pace::run_on(self.thread.as_ref(), move || {
             let now_ms = (commwatch_model::clock::unix_now_ns() / 1_000_000) as i64;
             let mut series = GatherSeries::new(&external, now_ms, previous);
             let read = source.gather(&mut |n| filter.keeps(n), &mut |s| series.push(s));

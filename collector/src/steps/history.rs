@@ -2,7 +2,7 @@
 //! the exporter. Readers get copies; the lock is held only while copying.
 
 use commwatch_model::stats::median;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{vec_deque, BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use commwatch_model::LinkClass;
 use parking_lot::RwLock;
@@ -278,31 +278,36 @@ impl StepStore {
         v
     }
 
-    /// Copies of the newest `per_node` steps of every node, sorted by node (for exporters that need more than
-    /// the newest, e.g. the latest confident figure of each link).
-    pub fn recent_steps(&self, per_node: usize) -> Vec<(String, Vec<NodeStep>)> {
+    /// Calls `f(node, steps, (marker steps total, inferred steps total))` for every node in name order, with up
+    /// to `per_node` of its newest steps (oldest first), for exporters that need more than the newest (the
+    /// latest confident figure of each link). Under the history's read lock, in place: copying them was a third
+    /// of a `/metrics` scrape's CPU at 400 demo nodes.
+    pub fn visit_recent(
+        &self,
+        per_node: usize,
+        mut f: impl FnMut(&str, vec_deque::Iter<'_, NodeStep>, (u64, u64)),
+    ) {
         let map = self.nodes.read();
-        let mut v: Vec<(String, Vec<NodeStep>)> = map
-            .iter()
-            .map(|(n, h)| {
-                let k = h.steps.len().saturating_sub(per_node);
-                (n.clone(), h.steps.iter().skip(k).cloned().collect())
-            })
-            .collect();
-        v.sort_by(|a, b| a.0.cmp(&b.0));
-        v
+        let mut order: Vec<(&String, &NodeHistory)> = map.iter().collect();
+        order.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        for (node, h) in order {
+            let k = h.steps.len().saturating_sub(per_node);
+            f(
+                node,
+                h.steps.range(k..),
+                (h.markers_total, h.inferred_total),
+            );
+        }
     }
 
     /// Job ids with marker-sourced steps held, sorted.
     pub fn jobs(&self) -> Vec<String> {
         let map = self.nodes.read();
-        let mut v: Vec<String> = map
+        let ids: BTreeSet<&str> = map
             .values()
-            .flat_map(|h| h.steps.iter().filter_map(|s| s.job.clone()))
+            .flat_map(|h| h.steps.iter().filter_map(|s| s.job.as_deref()))
             .collect();
-        v.sort();
-        v.dedup();
-        v
+        ids.into_iter().map(str::to_string).collect()
     }
 
     /// Up to `limit` newest steps of job `job`, oldest first: the marker-sourced steps of every node aligned by

@@ -19,7 +19,7 @@
 //!   of every node aligned by step index, with per-class min / median / max across nodes
 //!   ([`ClassAggregate`]);
 //! - [`StepStore::latest_steps`]`()` → the newest step of every node;
-//! - [`StepStore::recent_steps`]`(per_node)`, [`StepStore::node_source`], [`StepStore::jobs`],
+//! - [`StepStore::visit_recent`]`(per_node, f)`, [`StepStore::node_source`], [`StepStore::jobs`],
 //!   [`StepStore::inferred_period`] (the node's traffic period, also while markers are used),
 //!   [`StepStore::steps_total`].
 //!

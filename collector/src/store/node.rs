@@ -163,7 +163,7 @@ type OldSeries<'a> = (
 /// A link, as the latest inventory describes it, and the slots of its byte counters.
 #[derive(Debug)]
 pub struct LinkState {
-    pub link: Link,
+    pub link: Arc<Link>,
     tx: Option<usize>,
     rx: Option<usize>,
 }
@@ -449,7 +449,7 @@ impl NodeState {
             .links
             .iter()
             .map(|l| LinkState {
-                link: l.link.clone(),
+                link: Arc::new(l.link.clone()),
                 tx: None,
                 rx: None,
             })
@@ -549,11 +549,11 @@ impl NodeState {
         }
         for l in &inv.links {
             match self.link_ids.get(&l.id) {
-                Some(&i) => self.links[i].link = l.link.clone(),
+                Some(&i) => self.links[i].link = Arc::new(l.link.clone()),
                 None => {
                     self.link_ids.insert(l.id, self.links.len());
                     self.links.push(LinkState {
-                        link: l.link.clone(),
+                        link: Arc::new(l.link.clone()),
                         tx: None,
                         rx: None,
                     });

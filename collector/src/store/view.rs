@@ -22,7 +22,7 @@ pub struct SeriesSnapshot {
 #[derive(Debug, Clone)]
 pub struct LinkSnapshot {
     /// The link as the node's latest inventory describes it.
-    pub link: Link,
+    pub link: Arc<Link>,
     /// Raw counter values of the link's `tx_bytes` / `rx_bytes` series, bytes.
     pub tx_bytes_total: Option<u64>,
     pub rx_bytes_total: Option<u64>,

@@ -225,7 +225,7 @@ mod tests {
 
     fn port() -> LinkSnapshot {
         LinkSnapshot {
-            link: Link {
+            link: Arc::new(Link {
                 key: LinkKey::new(LinkClass::Infiniband, "mlx5_0", "1"),
                 endpoint: Endpoint::HcaPort,
                 role: LinkRole::Fabric,
@@ -234,7 +234,7 @@ mod tests {
                 attributes: Default::default(),
                 gpu: None,
                 link: None,
-            },
+            }),
             tx_bytes_total: Some(7),
             rx_bytes_total: Some(8),
             tx_bytes_per_second: None,

@@ -183,7 +183,7 @@ impl GpuFold {
         };
         let mut fold = GpuFold {
             snapshot: LinkSnapshot {
-                link,
+                link: Arc::new(link),
                 tx_bytes_total: None,
                 rx_bytes_total: None,
                 tx_bytes_per_second: None,
@@ -200,7 +200,7 @@ impl GpuFold {
     fn add(&mut self, l: &LinkSnapshot) {
         let s = &mut self.snapshot;
         add_f64(
-            &mut s.link.capacity_bytes_per_second,
+            &mut Arc::make_mut(&mut s.link).capacity_bytes_per_second,
             l.link.capacity_bytes_per_second,
         );
         add_u64(&mut s.tx_bytes_total, l.tx_bytes_total);
@@ -240,7 +240,7 @@ impl GpuFold {
 
     fn finish(mut self) -> LinkSnapshot {
         if let Some(state) = self.down_state {
-            self.snapshot.link.state = state;
+            Arc::make_mut(&mut self.snapshot.link).state = state;
         }
         self.snapshot
     }
@@ -282,7 +282,7 @@ mod tests {
 
     fn nvlink(gpu: u32, n: u32, state: &str, tx: u64, rate: Option<f64>) -> LinkSnapshot {
         LinkSnapshot {
-            link: Link {
+            link: Arc::new(Link {
                 key: LinkKey::new(LinkClass::Nvlink, format!("gpu{gpu}"), n.to_string()),
                 endpoint: Endpoint::GpuLink,
                 role: LinkRole::Fabric,
@@ -291,7 +291,7 @@ mod tests {
                 attributes: Default::default(),
                 gpu: Some(gpu.to_string()),
                 link: Some(n.to_string()),
-            },
+            }),
             tx_bytes_total: Some(tx),
             rx_bytes_total: None,
             tx_bytes_per_second: rate,
@@ -305,7 +305,7 @@ mod tests {
 
     fn ib() -> LinkSnapshot {
         LinkSnapshot {
-            link: Link {
+            link: Arc::new(Link {
                 key: LinkKey::new(LinkClass::Infiniband, "mlx5_0", "1"),
                 endpoint: Endpoint::HcaPort,
                 role: LinkRole::Fabric,
@@ -314,7 +314,7 @@ mod tests {
                 attributes: Default::default(),
                 gpu: None,
                 link: None,
-            },
+            }),
             tx_bytes_total: Some(7),
             rx_bytes_total: Some(8),
             tx_bytes_per_second: Some(1.0),

@@ -95,7 +95,7 @@ fn link(
     series: Vec<SeriesSnapshot>,
 ) -> LinkSnapshot {
     LinkSnapshot {
-        link: Link {
+        link: Arc::new(Link {
             key: LinkKey::new(class, device, port),
             endpoint: Endpoint::legacy(class, device, port),
             role: LinkRole::Fabric,
@@ -104,7 +104,7 @@ fn link(
             attributes: Default::default(),
             gpu: gpu.map(str::to_string),
             link: link.map(str::to_string),
-        },
+        }),
         tx_bytes_total: tx,
         rx_bytes_total: tx.map(|v| v / 2),
         tx_bytes_per_second: tx.map(|v| v as f64 / 3.0),
@@ -442,7 +442,7 @@ fn random_nodes(rng: &mut StdRng, sorted: bool) -> Vec<NodeSnapshot> {
         .map(|_| {
             let links = (0..rng.random_range(0..5))
                 .map(|_| LinkSnapshot {
-                    link: random_link(rng),
+                    link: Arc::new(random_link(rng)),
                     tx_bytes_total: rng.random_bool(0.7).then(|| rng.random()),
                     rx_bytes_total: rng.random_bool(0.7).then(|| rng.random_range(0..1000)),
                     tx_bytes_per_second: rng.random_bool(0.5).then(|| random_value(rng)),

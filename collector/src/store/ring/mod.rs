@@ -467,6 +467,13 @@ impl DoubleEndedIterator for Sealed<'_> {
         }
         self.back -= 1;
         let p = self.back + self.ring.skip;
+        // The open part's newest sample is where its code ends: a walk from the newest (a rate's) starts
+        // without decoding the part.
+        if p + 1 == self.ring.chunks.len() * CHUNK + self.ring.open.len() {
+            if let Some(last) = self.ring.open.last() {
+                return Some(last);
+            }
+        }
         Some(self.bbuf.get(self.ring, p / CHUNK, p % CHUNK))
     }
 }
@@ -787,6 +794,41 @@ mod tests {
         }
         check(&r, &m, 0);
         assert_eq!(r.len(), 2_502);
+    }
+
+    #[test]
+    fn newest_first_from_runs_matches_the_samples_at_every_length() {
+        // A ring fed in runs keeps no tail: its newest sample is the open part's code state, read without
+        // decoding; the walk newest first must still give every sample once, in order, as the part fills, seals
+        // and is evicted from, staggered or not.
+        for phase in [None, Some(0), Some(7), Some(200)] {
+            let mut rng = StdRng::seed_from_u64(9);
+            let mut r = Ring::new(600);
+            let mut all: Vec<(i64, u64)> = Vec::new();
+            let mut t = 1_000;
+            for round in 0..60 {
+                let n = rng.random_range(1..40);
+                let run: Vec<(i64, u64)> = (0..n)
+                    .map(|_| {
+                        t += 50;
+                        (t, rng.random::<u64>() >> rng.random_range(0..64))
+                    })
+                    .collect();
+                let mut rest = &run[..];
+                if let (0, Some(p)) = (round, phase) {
+                    if r.start_staggered(run[0], (run[0].0 + 50, run[0].1), p) {
+                        rest = &run[1..];
+                    }
+                }
+                r.extend_run(rest, i64::MIN);
+                all.extend_from_slice(&run);
+                let kept = &all[all.len().saturating_sub(600)..];
+                let mut rev: Vec<_> = r.iter().rev().collect();
+                rev.reverse();
+                assert_eq!(rev, kept, "phase {phase:?} round {round}");
+                assert_eq!(r.last(), kept.last().copied());
+            }
+        }
     }
 
     #[test]

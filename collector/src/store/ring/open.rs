@@ -156,6 +156,12 @@ impl Open {
         Some((s.t, s.v))
     }
 
+    /// The newest visible sample: the state the code ends in (nothing to decode).
+    #[inline]
+    pub(super) fn last(&self) -> Option<(i64, u64)> {
+        (self.n > self.skip).then_some((self.back.t, self.back.v))
+    }
+
     /// Hides the oldest visible sample; empties the part once none is visible.
     #[inline]
     pub(super) fn pop_front(&mut self) {

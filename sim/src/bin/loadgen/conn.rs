@@ -91,6 +91,9 @@ pub struct AgentStats {
     pub latencies_us: Vec<u32>,
     /// Batches sent after the warm-up and never acked.
     pub unacked_measured: u64,
+    /// Of the measured batches acked later than 1 s: when each was sent, whole seconds after the warm-up (when
+    /// a run's late batches came: a stall of the collector's, or all along).
+    pub late_sent_s: Vec<u16>,
     /// Why the stream failed, if it did.
     pub error: Option<String>,
 }
@@ -167,7 +170,7 @@ async fn stream(
                 }
             }
             m = inbound.message() => match m {
-                Ok(Some(msg)) => on_reply(msg, &mut pending, st),
+                Ok(Some(msg)) => on_reply(msg, &mut pending, warmup_end, st),
                 Ok(None) => return Err("closed by the collector".into()),
                 Err(s) => return Err(format!("stream failed: {:?} {}", s.code(), s.message())),
             },
@@ -182,6 +185,7 @@ async fn stream(
 fn on_reply(
     msg: pb::CollectorMessage,
     pending: &mut VecDeque<(u64, Instant, bool)>,
+    warmup_end: Instant,
     st: &mut AgentStats,
 ) {
     let Some(pb::collector_message::Msg::Ack(a)) = msg.msg else {
@@ -197,6 +201,10 @@ fn on_reply(
         if measured {
             let us = now.saturating_duration_since(at).as_micros();
             st.latencies_us.push(u32::try_from(us).unwrap_or(u32::MAX));
+            if us > 1_000_000 {
+                let s = at.saturating_duration_since(warmup_end).as_secs();
+                st.late_sent_s.push(u16::try_from(s).unwrap_or(u16::MAX));
+            }
         }
     }
 }

@@ -33,6 +33,8 @@ pub struct Figures {
     /// Streams with at least one measured batch acked later than 1 s (a few streams always late, or all
     /// of them now and then).
     pub streams_late: usize,
+    /// Late batches (acked after 1 s) by the second of the measured window they were sent in.
+    pub late_by_second: BTreeMap<u16, usize>,
     /// Every measured batch acked within 1 s, none blocked, no stream failed.
     pub keeps_up: bool,
 }
@@ -50,6 +52,9 @@ impl Figures {
             f.failed_streams += usize::from(s.error.is_some());
             lat.extend_from_slice(&s.latencies_us);
             f.streams_late += usize::from(s.latencies_us.iter().any(|&us| us > 1_000_000));
+            for &at in &s.late_sent_s {
+                *f.late_by_second.entry(at).or_default() += 1;
+            }
         }
         lat.sort_unstable();
         let ms = |us: u32| f64::from(us) / 1000.0;
@@ -67,7 +72,7 @@ impl Figures {
     }
 
     pub fn line(&self, name: &str) -> String {
-        format!(
+        let mut line = format!(
             "{name}: {} nodes, sent {} acked {} blocked {} failed streams {}; ack p50 {:.1} ms p99 {:.1} ms max {:.1} ms; \
              {} of {} measured batches acked after 1 s (on {} streams), {} never; keeps up: {}",
             self.nodes,
@@ -83,7 +88,14 @@ impl Figures {
             self.streams_late,
             self.unacked_measured,
             if self.keeps_up { "yes" } else { "no" }
-        )
+        );
+        if !self.late_by_second.is_empty() {
+            line.push_str("; late batches by the second they were sent in (s: n):");
+            for (s, n) in &self.late_by_second {
+                let _ = write!(line, " {s}: {n}");
+            }
+        }
+        line
     }
 }
 
@@ -145,6 +157,7 @@ mod tests {
             sent: 1,
             acked: 1,
             latencies_us: vec![1_000_001],
+            late_sent_s: vec![7],
             ..Default::default()
         };
         assert!(Figures::of([&good].into_iter()).keeps_up);
@@ -152,5 +165,7 @@ mod tests {
         assert!(!f.keeps_up);
         assert_eq!((f.acked_after_1s, f.measured_batches, f.nodes), (1, 3, 2));
         assert_eq!(f.ack_max_ms, 1000.001);
+        assert_eq!(f.late_by_second, BTreeMap::from([(7, 1)]));
+        assert!(f.line("x").ends_with("(s: n): 7: 1"), "{}", f.line("x"));
     }
 }
