@@ -7,12 +7,19 @@
 # after, and how often each pass completed during the measured window.
 #
 #   cargo build --release --bin commwatch && cargo build --release -p commwatch-sim --bin loadgen
-#   scripts/bench-shards.sh NODES [SHARDS=1] [SECS=60]        (env: WARMUP=15, BASE_PORT=17100, EXTRA=...)
+#   scripts/bench-shards.sh NODES [SHARDS=1] [SECS=60]        (env: WARMUP=15, BASE_PORT=17100, EXTRA=...,
+#                                                              SCRAPE_EVERY=15)
+#
+# During the measured window each shard's /metrics is scraped every SCRAPE_EVERY seconds with gzip, as a
+# Prometheus at its default interval would (deploy/prometheus/prometheus.yml's global 15 s; 0: no scrapes), and
+# the report says how long the scrapes took and how many took longer than the interval (Prometheus' timeout
+# then).
 set -euo pipefail
 nodes=${1:?NODES}
 shards=${2:-1}
 secs=${3:-60}
 warmup=${WARMUP:-15}
+scrape_every=${SCRAPE_EVERY:-15}
 base=${BASE_PORT:-17100}
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=${COMMWATCH_BIN:-$root/target/release/commwatch}
@@ -50,6 +57,22 @@ pidlist=$(IFS=,; echo "${pids[*]}")
     curl -s "http://127.0.0.1:$((base + 100 + k))/metrics" >"$work/metrics-start-$k.txt" || true
   done
 ) &
+# Prometheus' scrapes during the measured window (after the capture's 5 s and the warm-up).
+if [ "$scrape_every" -gt 0 ]; then
+  for ((k = 0; k < shards; k++)); do
+    (
+      sleep $((5 + warmup))
+      end=$((SECONDS + secs))
+      while [ "$SECONDS" -lt "$end" ]; do
+        started=$SECONDS
+        curl -s --compressed -o /dev/null --max-time 60 -w '%{time_total} %{http_code}\n' \
+          "http://127.0.0.1:$((base + 100 + k))/metrics" >>"$work/scrapes-$k.txt" || echo "60 timeout" >>"$work/scrapes-$k.txt"
+        left=$((scrape_every - (SECONDS - started)))
+        [ "$left" -gt 0 ] && sleep "$left"
+      done
+    ) &
+  done
+fi
 taskset -c "$gen_cores" "$gen" --collector "$list" --nodes "$nodes" --secs "$secs" --warmup "$warmup" --pid "$pidlist"
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 for ((k = 0; k < shards; k++)); do
@@ -92,5 +115,8 @@ for ((k = 0; k < shards; k++)); do
         else printf "shard %s: pass %s in the measured %d s: none completed\n", k, p, secs
       }
     }' "$work/metrics-start-$k.txt" "$work/metrics-$k.txt"
+  [ -s "$work/scrapes-$k.txt" ] && sort -n "$work/scrapes-$k.txt" | awk -v k="$k" -v every="$scrape_every" '
+    { t[NR] = $1; if ($2 != "200") bad++; if ($1 > every) slow++ }
+    END { printf "shard %s: %d scrapes of /metrics (every %d s, gzip): median %.2f s, max %.2f s; %d longer than %d s, %d failed\n", k, NR, every, t[int((NR + 1) / 2)], t[NR], slow, every, bad }'
   grep -m5 -E ' (WARN|ERROR) ' "$work/collector-$k.log" || true
 done

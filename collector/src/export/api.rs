@@ -150,8 +150,9 @@ async fn healthz(State(s): State<HttpState>) -> &'static str {
 /// The exposition, gzip-compressed when the request's `Accept-Encoding` allows gzip
 /// ([`commwatch_httpd::accepts_gzip`], as the agent's): the text of a large fleet is megabytes and compresses
 /// about tenfold. `Vary: Accept-Encoding` either way ([`commwatch_httpd::metrics_response`]). Rendered on the
-/// render thread, below the ingest's priority: a scrape of a large fleet takes seconds of CPU, which the ingest
-/// of a busy core had to share with it before (acks seconds late during every scrape at 600 demo nodes).
+/// render thread, below the ingest's priority (`pace::EXPORT_NICE`): a scrape of a large fleet takes seconds of
+/// CPU, which the ingest of a busy core had to share with it before (acks seconds late during every scrape at
+/// 600 demo nodes).
 async fn metrics(State(s): State<HttpState>, request: HeaderMap) -> Response {
     let gzip = commwatch_httpd::accepts_gzip(&request);
     let (health, exposition) = (s.health.clone(), s.exposition.clone());

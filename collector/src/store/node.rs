@@ -830,9 +830,10 @@ impl NodeState {
         };
         for s in &self.series {
             m.series += 1;
+            let ring_bytes = s.ring.heap_bytes();
             m.samples += s.ring.len();
-            m.sample_bytes += s.ring.heap_bytes();
-            m.bytes += s.ring.heap_bytes()
+            m.sample_bytes += ring_bytes;
+            m.bytes += ring_bytes
                 + std::mem::size_of::<Series>()
                 + std::mem::size_of::<Ring>()
                 + std::mem::size_of::<SeriesKey>()

@@ -93,6 +93,8 @@ pub struct Ring {
     front: [i64; FRONT],
     front_at: usize,
     cap: usize,
+    /// The chunks' encoded bytes, summed (kept at each seal and pop: a scrape reads every ring's size).
+    chunk_bytes: usize,
 }
 
 impl Ring {
@@ -106,6 +108,7 @@ impl Ring {
             front: [0; FRONT],
             front_at: CHUNK,
             cap: cap.max(2),
+            chunk_bytes: 0,
         }
     }
 
@@ -327,7 +330,9 @@ impl Ring {
 
     /// Drops the oldest chunk.
     fn pop_chunk(&mut self) {
-        self.chunks.pop_front();
+        if let Some(c) = self.chunks.pop_front() {
+            self.chunk_bytes -= c.encoded_len();
+        }
         self.skip = 0;
         self.front_at = CHUNK;
     }
@@ -355,7 +360,9 @@ impl Ring {
             self.front_at = CHUNK;
         }
         debug_assert!(hidden == 0 || self.skip == hidden);
-        self.chunks.push_back(Chunk::encode(s));
+        let chunk = Chunk::encode(s);
+        self.chunk_bytes += chunk.encoded_len();
+        self.chunks.push_back(chunk);
     }
 
     /// Asks for the bytes the next run is appended to (a hint, for a walk over many rings: see
@@ -398,7 +405,7 @@ impl Ring {
         self.tail.capacity() * std::mem::size_of::<(i64, u64)>()
             + self.open.heap_bytes()
             + self.chunks.capacity() * std::mem::size_of::<Chunk>()
-            + self.chunks.iter().map(|c| c.encoded_len()).sum::<usize>()
+            + self.chunk_bytes
     }
 }
 
@@ -557,6 +564,8 @@ mod tests {
 
     /// Everything observable about `r` equals `m`.
     fn check(r: &Ring, m: &Model, at: usize) {
+        let sum: usize = r.chunks.iter().map(Chunk::encoded_len).sum();
+        assert_eq!(r.chunk_bytes, sum, "chunk bytes at {at}");
         assert_eq!(r.len(), m.buf.len(), "len after push {at}");
         assert_eq!(r.is_empty(), m.buf.is_empty());
         assert_eq!(r.cap(), m.cap);
