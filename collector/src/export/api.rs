@@ -77,7 +77,7 @@ pub(crate) fn app(s: Sources) -> Result<(Router, Arc<Exposition>), prometheus::E
         store: s.store.clone(),
         health: s.health.clone(),
         exposition: exposition.clone(),
-        render: crate::pace::export_thread("commwatch-metrics").map(Arc::new),
+        render: crate::pace::export_thread("commwatch-prom").map(Arc::new),
     })
     .merge(super::page::router(
         s.store.clone(),

@@ -147,7 +147,7 @@ pub async fn run(
         max_samples: cfg.max_samples_per_request,
         queue: queue.clone(),
         metrics: metrics.clone(),
-        thread: crate::pace::export_thread("commwatch-rw-gather"),
+        thread: crate::pace::export_thread("commwatch-rw"),
     };
     let mut consumer = Consumer {
         queue,
