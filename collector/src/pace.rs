@@ -56,7 +56,10 @@ pub const PASS_NICE: i32 = 10;
 /// The nice value of the threads that render `/metrics` and gather for remote write ([`Yield::Nice`]): the
 /// lowest. Measured at 600 demo nodes on one core with a scrape every 15 s, two runs each, alternated: at nice
 /// 10 the acks still fell behind around the scrapes (283 and 514 batches later than 1 s) and a scrape took
-/// 4.2–9.7 s; at nice 19 none was late (p99 103–138 ms) and a scrape took 4.9–6.0 s.
+/// 4.2–9.7 s; at nice 19 none was late (p99 103–138 ms) and a scrape took 4.9–6.0 s. Such a thread takes
+/// locks others need (a node's while it copies the node, the step history's read lock): a thread that waits for
+/// one leaves the core it shared with the holder, which then runs; the wait is the copy and at most a
+/// scheduler slice.
 pub const EXPORT_NICE: i32 = 19;
 
 /// Starts a thread for work someone waits for, at nice [`EXPORT_NICE`]; `None` (logged) where no thread could

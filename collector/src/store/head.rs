@@ -195,7 +195,7 @@ impl Head {
                 .map(|r| self.shapes[r.shape as usize].end);
             at.clear();
             at.resize(slots.max().unwrap_or(0) + 1, 0);
-            // Counted by shape (a node's ticks have two or three), not by row.
+            // Counted by shape: rows that share one (an agent sending every series each tick) add its slots once.
             let mut counts = vec![0usize; self.shapes.len()];
             for r in self.rows.iter().take(n) {
                 counts[r.shape as usize] += 1;

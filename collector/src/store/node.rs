@@ -225,6 +225,7 @@ pub struct NodeState {
 
 impl NodeState {
     pub(super) fn new(name: &str, retention_ns: i64, future_ns: i64) -> NodeState {
+        let phase = name_hash(name);
         NodeState {
             name: name.to_string(),
             agent_version: String::new(),
@@ -245,8 +246,8 @@ impl NodeState {
             retention_ns,
             ticks: Ticks::new(tick_cap(retention_ns, DEFAULT_FAST_MS)),
             head: Head::default(),
-            flush_at: first_flush(name_hash(name)),
-            phase: name_hash(name),
+            flush_at: first_flush(phase),
+            phase,
             evicted_before: 0,
             future_ns,
             markers: MarkerLog::default(),
