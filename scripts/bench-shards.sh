@@ -49,30 +49,26 @@ if [ "$shards" -eq 1 ] && [ "$cores" -gt 1 ]; then gen_cores=1; else gen_cores=0
 echo "== $nodes nodes, $shards shard(s) on cores 0..$((shards - 1)), generator on cores $gen_cores; load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 list=$(IFS=,; echo "${urls[*]}")
 pidlist=$(IFS=,; echo "${pids[*]}")
-# The passes' counters at the start of the measured window (after the capture's 5 s and the warm-up), so that
-# their refresh during the window is read apart from the ramp.
-(
-  sleep $((5 + warmup))
-  for ((k = 0; k < shards; k++)); do
-    curl -s "http://127.0.0.1:$((base + 100 + k))/metrics" >"$work/metrics-start-$k.txt" || true
-  done
-) &
-# Prometheus' scrapes during the measured window (after the capture's 5 s and the warm-up).
-if [ "$scrape_every" -gt 0 ]; then
-  for ((k = 0; k < shards; k++)); do
-    (
-      sleep $((5 + warmup))
-      end=$((SECONDS + secs))
-      while [ "$SECONDS" -lt "$end" ]; do
-        started=$SECONDS
-        curl -s --compressed -o /dev/null --max-time 60 -w '%{time_total} %{http_code}\n' \
-          "http://127.0.0.1:$((base + 100 + k))/metrics" >>"$work/scrapes-$k.txt" || echo "60 timeout" >>"$work/scrapes-$k.txt"
-        left=$((scrape_every - (SECONDS - started)))
-        [ "$left" -gt 0 ] && sleep "$left"
-      done
-    ) &
-  done
-fi
+# From the start of the measured window (after the capture's 5 s and the warm-up): Prometheus' scrapes, every
+# SCRAPE_EVERY seconds, the first of them kept as the passes' counters at the window's start (so that their
+# refresh during the window is read apart from the ramp); with SCRAPE_EVERY=0 that one scrape alone.
+for ((k = 0; k < shards; k++)); do
+  (
+    sleep $((5 + warmup))
+    end=$((SECONDS + secs))
+    out="$work/metrics-start-$k.txt"
+    while :; do
+      started=$SECONDS
+      curl -s --compressed -o "$out" --max-time 60 -w '%{time_total} %{http_code}\n' \
+        "http://127.0.0.1:$((base + 100 + k))/metrics" >>"$work/scrapes-$k.txt" || echo "60 timeout" >>"$work/scrapes-$k.txt"
+      out=/dev/null
+      [ "$scrape_every" -gt 0 ] && [ "$SECONDS" -lt "$end" ] || break
+      left=$((scrape_every - (SECONDS - started)))
+      [ "$left" -gt 0 ] && sleep "$left"
+      [ "$SECONDS" -lt "$end" ] || break
+    done
+  ) &
+done
 taskset -c "$gen_cores" "$gen" --collector "$list" --nodes "$nodes" --secs "$secs" --warmup "$warmup" --pid "$pidlist"
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 for ((k = 0; k < shards; k++)); do
@@ -115,7 +111,7 @@ for ((k = 0; k < shards; k++)); do
         else printf "shard %s: pass %s in the measured %d s: none completed\n", k, p, secs
       }
     }' "$work/metrics-start-$k.txt" "$work/metrics-$k.txt"
-  [ -s "$work/scrapes-$k.txt" ] && sort -n "$work/scrapes-$k.txt" | awk -v k="$k" -v every="$scrape_every" '
+  [ "$scrape_every" -gt 0 ] && [ -s "$work/scrapes-$k.txt" ] && sort -n "$work/scrapes-$k.txt" | awk -v k="$k" -v every="$scrape_every" '
     { t[NR] = $1; if ($2 != "200") bad++; if ($1 > every) slow++ }
     END { printf "shard %s: %d scrapes of /metrics (every %d s, gzip): median %.2f s, max %.2f s; %d longer than %d s, %d failed\n", k, NR, every, t[int((NR + 1) / 2)], t[NR], slow, every, bad }'
   grep -m5 -E ' (WARN|ERROR) ' "$work/collector-$k.log" || true
