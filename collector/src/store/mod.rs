@@ -53,7 +53,8 @@ pub use view::{LinkSnapshot, NodeSnapshot, SeriesSnapshot};
 pub struct StoreMemory {
     pub nodes: usize,
     pub series: usize,
-    /// Samples held in all rings.
+    /// Samples held in all rings (among them a ring's samples past the retention that wait for the rest of their
+    /// chunk: see `Ring::extend_run`).
     pub samples: usize,
     /// Bytes allocated for samples.
     pub sample_bytes: usize,

@@ -756,7 +756,7 @@ impl NodeState {
         if self.evicted_before != self.ticks.first() {
             self.evicted_before = self.ticks.first();
             for s in &mut self.series {
-                s.ring.evict_before(horizon);
+                s.ring.drop_chunks_before(horizon);
             }
         }
     }

@@ -138,8 +138,9 @@ impl<'a> Samples<'a> {
         self.iter().next_back()
     }
 
-    /// Samples held (those of ticks no longer held among them until the node's next flush of its head:
-    /// [`Samples::iter`] skips them).
+    /// Samples held (those of ticks no longer held among them, [`Samples::iter`] skips them: until the node's
+    /// next flush of its head, and up to a chunk's worth per ring that its runs evict by whole chunks, see
+    /// `Ring::extend_run`).
     pub fn len(&self) -> usize {
         self.ring.len() + self.head.column(self.slot).count()
     }
