@@ -599,7 +599,7 @@ impl NodeState {
             s.link = s.key.link.as_ref().and_then(|k| by_key.get(k).copied());
             s.cap_per_s = plausibility_cap(None);
             s.ring.set_cap(caps[slot]);
-            s.ring.evict_before(horizon);
+            s.ring.drop_chunks_before(horizon);
             if let Some(li) = s.link {
                 let is_counter = matches!(s.kind, SeriesKind::Counter { .. });
                 if s.key.metric.ends_with("_bytes") && is_counter {
