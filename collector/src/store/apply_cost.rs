@@ -6,10 +6,18 @@
 //! (env: `NODES` (200), `SECS` simulated (60)). Prints ns per sample for the second half of the run (the first
 //! fills the rings; thread CPU time, and wall time), reads of every series' newest second, and the store's
 //! bytes per node. A figure, not a check: it never fails because the machine is slow.
+//!
+//! `tape_cost` does the same with a real agent's batches instead of generated ones: the demo node that
+//! `loadgen --dump-tape FILE` recorded (`TAPE=FILE`, `NODES` (20) copies, every batch of the file, `RETENTION`
+//! seconds (600)), and prints the raw sample bytes per node by part and by metric.
 
 use std::time::{Duration, Instant};
 
+use std::collections::BTreeMap;
+
 use commwatch_model::{Endpoint, Link, LinkClass, LinkKey, LinkRole, SeriesKind, Tier};
+use commwatch_proto::v1 as pb;
+use prost::Message as _;
 use rand::rngs::StdRng;
 use rand::{Rng as _, SeedableRng};
 
@@ -189,4 +197,97 @@ fn apply_cost() {
         took.as_nanos() as f64 / samples as f64,
         mem.sample_bytes as f64 / nodes as f64 / 1e6,
     );
+}
+
+/// The `Hello` and batches of a file `loadgen --dump-tape` wrote.
+fn read_tape(path: &str) -> (Hello, Vec<Batch>) {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("TAPE={path}: {e}"));
+    let mut buf = &bytes[..];
+    let mut msgs = Vec::new();
+    while !buf.is_empty() {
+        let m = pb::AgentMessage::decode_length_delimited(&mut buf)
+            .expect("a length-delimited message");
+        msgs.push(m.msg.expect("a message"));
+    }
+    let mut it = msgs.into_iter();
+    let Some(pb::agent_message::Msg::Hello(h)) = it.next() else {
+        panic!("{path} does not start with a Hello");
+    };
+    let batches = it
+        .filter_map(|m| match m {
+            pb::agent_message::Msg::Batch(b) => Some(Batch::try_from(b).expect("a valid batch")),
+            _ => None,
+        })
+        .collect();
+    (Hello::try_from(h).expect("a valid Hello"), batches)
+}
+
+#[test]
+#[ignore = "a measurement: run with --release --ignored --nocapture and TAPE=FILE"]
+fn tape_cost() {
+    let path = std::env::var("TAPE").expect("TAPE=FILE written by loadgen --dump-tape");
+    let (hello, batches) = read_tape(&path);
+    let nodes = env("NODES", 20);
+    let retention = Duration::from_secs(env("RETENTION", 600) as u64);
+    let store = Store::new(retention, Duration::from_secs(3_600), Limits::default());
+    let refs: Vec<_> = (0..nodes)
+        .map(|k| {
+            let mut h = hello.clone();
+            h.node = format!("tape-{k}");
+            let t0 = batches[0].timestamps_unix_ns[0];
+            store.hello(&h, t0, None).expect("hello").node
+        })
+        .collect();
+    let (mut scratch, mut cpu_ns, mut samples) = (Vec::new(), 0u64, 0u64);
+    for (i, b) in batches.iter().enumerate() {
+        let now = b.timestamps_unix_ns.last().copied().unwrap_or(0);
+        let cpu0 = thread_cpu_ns();
+        for node in &refs {
+            node.lock()
+                .apply_batch(b, now, &mut scratch)
+                .expect("apply");
+        }
+        if i >= batches.len() / 2 {
+            cpu_ns += thread_cpu_ns() - cpu0;
+            samples += (b.values.len() * nodes) as u64;
+        }
+    }
+    let mem = store.memory();
+    let node = refs[0].lock();
+    let (mut parts, mut by_metric) = ([0usize; 4], BTreeMap::<&str, (usize, usize, usize)>::new());
+    let mut open_fast = 0;
+    for s in node.series() {
+        let p = s.ring.heap_parts();
+        if s.tier == Some(Tier::Fast) {
+            open_fast += p[1];
+        }
+        for (a, b) in parts.iter_mut().zip(p) {
+            *a += b;
+        }
+        let e = by_metric.entry(s.key.metric.as_str()).or_default();
+        *e = (e.0 + 1, e.1 + s.ring.len(), e.2 + s.ring.heap_bytes());
+    }
+    println!(
+        "{nodes} nodes, {} batches, retention {retention:?}: apply {:.1} ns of thread CPU per sample (second half); \
+         {:.2} MB of samples per node ({} samples): tail {} B, open parts {} B, chunk lists {} B, chunks {} B, \
+         ticks and head {} B; store {:.2} MB per node; open parts of fast series {open_fast} B",
+        batches.len(),
+        cpu_ns as f64 / samples as f64,
+        mem.sample_bytes as f64 / nodes as f64 / 1e6,
+        mem.samples / nodes,
+        parts[0],
+        parts[1],
+        parts[2],
+        parts[3],
+        mem.sample_bytes / nodes - parts.iter().sum::<usize>(),
+        mem.bytes as f64 / nodes as f64 / 1e6,
+    );
+    let mut rows: Vec<_> = by_metric.into_iter().collect();
+    rows.sort_by_key(|r| std::cmp::Reverse(r.1 .2));
+    for (metric, (series, n, bytes)) in rows.iter().take(12) {
+        println!(
+            "  {metric:<36} {series:>4} series {n:>9} samples {bytes:>9} B ({:.2} B a sample)",
+            *bytes as f64 / (*n).max(1) as f64
+        );
+    }
 }

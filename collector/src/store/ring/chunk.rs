@@ -1,6 +1,6 @@
 //! A sealed chunk: [`CHUNK`] samples compressed as the ring's module documentation describes (timestamps as
-//! bit-packed residuals from the chunk's line, values as frame-of-reference deltas or XOR, whichever is
-//! smaller). Encoding and decoding are exact for any `i64` timestamps and `u64` values: all arithmetic wraps.
+//! bit-packed residuals from the chunk's line or as steps, values as frame-of-reference deltas, deltas of deltas
+//! or XOR, whichever is smallest). Encoding and decoding are exact for any `i64` timestamps and `u64` values: all arithmetic wraps.
 
 use std::cell::RefCell;
 
@@ -15,42 +15,57 @@ pub(super) const CHUNK: usize = 256;
 const TAG_XOR: u8 = 0x80;
 /// Value tag of a chunk coded as deltas of deltas.
 const TAG_DOD: u8 = 0x81;
+/// Value tag of frame-of-reference deltas that share trailing zero bits: a tag byte, the bits shifted out,
+/// then the width of what is left and the deltas as for the plain tag (a counter in KiB or 4-byte words read
+/// as bytes).
+const TAG_SHIFTED: u8 = 0x82;
+/// Flag of the timestamp width byte: the residuals are steps from the previous timestamp (a node's tick numbers
+/// for a series read in some of its ticks), not distances from the chunk's line.
+const TS_DELTAS: u8 = 0x80;
+/// Flag of the timestamp width byte, with [`TS_DELTAS`] (whose widths stay below 64): the steps after the
+/// first are a 0 bit for the chunk's most common step, else a 1 bit and the residual (two thirds of the bits
+/// for a series in two of every two or three of its node's ticks).
+const TS_COMMON: u8 = 0x40;
 /// Most bytes of an XOR stream: 2 + 5 + 6 + 64 bits per value.
 const XOR_MAX: usize = (CHUNK - 1) * 77 / 8 + 1;
 
 /// `CHUNK` compressed samples, in one allocation of their bytes (16 B in the ring's chunk list).
 ///
-/// `data`: `[timestamp width]` the header as zigzag varints: `base`, `step`, and the largest timestamp (the
-/// last one when timestamps increase) minus `base`; `[CHUNK residuals]` `[value tag]` then, for deltas,
-/// `varint(v_0)` `varint(zigzag(min_delta))` and `CHUNK - 1` packed deltas; for XOR, `v_0` as 8 bytes and the
-/// XOR stream.
+/// `data`: `[timestamp width | TS_DELTAS when coded as steps]` the header as zigzag varints: `base`, `step`,
+/// and the largest timestamp (the last one when timestamps increase) minus `base` ([`Stamps`]); `[CHUNK
+/// residuals]` `[value tag]` then, for deltas, (`shift` and `width` for [`TAG_SHIFTED`]) `varint(v_0)`
+/// `varint(zigzag(min_delta))` and `CHUNK - 1` packed deltas (less `min_delta`, shifted right by `shift`); for
+/// XOR, `v_0` as 8 bytes and the XOR stream; for deltas of deltas, `varint(v_0)`, `varint(zigzag(d_1))` and
+/// the fields.
 #[derive(Debug, Clone)]
 pub(super) struct Chunk {
     data: Box<[u8]>,
 }
 
-/// A chunk's header, read from its bytes.
-struct Header {
-    /// Bits per timestamp residual.
+/// A chunk's timestamps as coded: from the line `base + k * step` (`deltas` false: residual `r_k = t_k - base -
+/// k * step`, every one read in O(1)), or as steps (`deltas` true: `t_0 = base`, `r_k = t_k - t_{k-1} - step`,
+/// `step` the smallest, `r_0 = 0`), whichever needs the narrower fields.
+struct Stamps {
+    deltas: bool,
+    /// With `deltas`: the most common residual, coded as one bit ([`TS_COMMON`]).
+    common: Option<u64>,
+    /// Bits per residual.
     wt: u32,
     base: i64,
     step: i64,
     max_ts: i64,
-    /// Byte where the residuals start.
-    at: usize,
+    res: [u64; CHUNK],
 }
 
-impl Chunk {
-    /// Encodes `s` (`CHUNK` samples).
-    pub(super) fn encode(s: &[(i64, u64)]) -> Chunk {
-        debug_assert_eq!(s.len(), CHUNK);
+impl Stamps {
+    /// Residuals from the chunk's line: `step` its mean period, `base` moved so that every residual is ≥ 0.
+    fn line(s: &[(i64, u64)]) -> Stamps {
         let t0 = s[0].0;
         let t_last = s[CHUNK - 1].0;
         let step = match t_last.checked_sub(t0) {
             Some(span) => span / (CHUNK as i64 - 1),
             None => ((i128::from(t_last) - i128::from(t0)) / (CHUNK as i128 - 1)) as i64,
         };
-        // Timestamp residuals from the line, then deltas of the values.
         let mut res = [0u64; CHUNK];
         let (mut emin, mut emax, mut max_ts) = (i64::MAX, i64::MIN, i64::MIN);
         let mut line = t0;
@@ -62,40 +77,144 @@ impl Chunk {
             emax = emax.max(e);
             max_ts = max_ts.max(t);
         }
-        let wt = width(emax.wrapping_sub(emin) as u64);
-        SCRATCH.with_borrow_mut(|(values, xor)| {
-            encode_values(s, values, xor);
-            Chunk::assemble(t0, step, (emin, max_ts), wt, &res, values)
+        for r in &mut res {
+            *r = r.wrapping_sub(emin as u64);
+        }
+        Stamps {
+            deltas: false,
+            common: None,
+            wt: width(emax.wrapping_sub(emin) as u64),
+            base: t0.wrapping_add(emin),
+            step,
+            max_ts,
+            res,
+        }
+    }
+
+    /// Residuals as steps; `None` when a timestamp goes backwards (the line codes those).
+    fn deltas(s: &[(i64, u64)]) -> Option<Stamps> {
+        let (mut dmin, mut dmax) = (i64::MAX, 0i64);
+        for w in s.windows(2) {
+            let d = w[1].0.checked_sub(w[0].0).filter(|&d| d >= 0)?;
+            dmin = dmin.min(d);
+            dmax = dmax.max(d);
+        }
+        let mut res = [0u64; CHUNK];
+        for (r, w) in res[1..].iter_mut().zip(s.windows(2)) {
+            *r = (w[1].0 - w[0].0 - dmin) as u64;
+        }
+        let wt = width((dmax - dmin) as u64);
+        Some(Stamps {
+            deltas: true,
+            common: common_residual(&res[1..], wt),
+            wt,
+            base: s[0].0,
+            step: dmin,
+            max_ts: s[CHUNK - 1].0,
+            res,
         })
     }
 
-    /// A chunk's bytes from its parts: the timestamps' line (`t0`, `step`), their residuals (`res`, `wt` bits
-    /// each above `emin`), the largest timestamp, and the values' bytes.
-    fn assemble(
-        t0: i64,
-        step: i64,
-        (emin, max_ts): (i64, i64),
-        wt: u32,
-        res: &[u64; CHUNK],
-        values: &[u8],
-    ) -> Chunk {
-        let ts_len = (CHUNK * wt as usize).div_ceil(8);
-        let base = t0.wrapping_add(emin);
-        let head = [
-            zigzag(base),
-            zigzag(step),
-            zigzag(max_ts.wrapping_sub(base)),
+    /// Bytes of the residuals as coded.
+    fn len(&self) -> usize {
+        match self.common {
+            None => (CHUNK * self.wt as usize).div_ceil(8),
+            Some(c) => {
+                let others = self.res[1..].iter().filter(|&&r| r != c).count();
+                (CHUNK - 1 + others * self.wt as usize).div_ceil(8)
+            }
+        }
+    }
+}
+
+/// The most common of `res` (`wt`-bit residuals) when coding it as one bit takes fewer bits than `wt` bits
+/// each; tried for widths 2 to 6 (a series' steps through its node's ticks).
+fn common_residual(res: &[u64], wt: u32) -> Option<u64> {
+    if !(2..=6).contains(&wt) {
+        return None;
+    }
+    let mut counts = [0u16; 64];
+    for &r in res {
+        counts[r as usize] += 1;
+    }
+    let (c, &n) = counts.iter().enumerate().max_by_key(|&(_, n)| *n)?;
+    let others = res.len() - usize::from(n);
+    // One bit for each step, `wt` more for the others, and two header varints (at most 3 bytes).
+    (res.len() + others * wt as usize + 24 < res.len() * wt as usize).then_some(c as u64)
+}
+
+/// A chunk's header, read from its bytes.
+struct Header {
+    /// Bits per timestamp residual.
+    wt: u32,
+    /// The residuals are each timestamp's step from the one before, less `step` (the smallest step), not
+    /// its distance from the line `base + k * step`.
+    deltas: bool,
+    /// With `deltas`: the residual a 0 bit stands for ([`TS_COMMON`]).
+    common: Option<u64>,
+    base: i64,
+    step: i64,
+    max_ts: i64,
+    /// Byte where the residuals start.
+    at: usize,
+    /// Byte after them: the value tag.
+    values_at: usize,
+}
+
+impl Chunk {
+    /// Encodes `s` (`CHUNK` samples).
+    pub(super) fn encode(s: &[(i64, u64)]) -> Chunk {
+        debug_assert_eq!(s.len(), CHUNK);
+        let line = Stamps::line(s);
+        let stamps = match Stamps::deltas(s) {
+            Some(d) if d.wt < line.wt => d,
+            _ => line,
+        };
+        SCRATCH.with_borrow_mut(|(values, xor)| {
+            encode_values(s, values, xor);
+            Chunk::assemble(&stamps, values)
+        })
+    }
+
+    /// A chunk's bytes from its timestamps' fields and the values' bytes.
+    fn assemble(st: &Stamps, values: &[u8]) -> Chunk {
+        let ts_len = st.len();
+        let mut head = [
+            zigzag(st.base),
+            zigzag(st.step),
+            zigzag(st.max_ts.wrapping_sub(st.base)),
+            0,
+            0,
         ];
+        let mut flags = if st.deltas { TS_DELTAS } else { 0 };
+        let fields = match st.common {
+            Some(c) => {
+                head[3..].copy_from_slice(&[c, ts_len as u64]);
+                flags |= TS_COMMON;
+                5
+            }
+            None => 3,
+        };
+        let head = &head[..fields];
         let at = 1 + head.iter().map(|&h| varint_len(h)).sum::<usize>();
         let mut data = vec![0u8; at + ts_len + values.len()].into_boxed_slice();
-        data[0] = wt as u8;
+        data[0] = st.wt as u8 | flags;
         let mut pos = 1;
-        for h in head {
+        for &h in head {
             put_varint(&mut data, &mut pos, h);
         }
         let mut bw = BitWriter::new(&mut data[at..at + ts_len]);
-        for &r in res {
-            bw.put(r.wrapping_sub(emin as u64), wt);
+        match st.common {
+            None => st.res.iter().for_each(|&r| bw.put(r, st.wt)),
+            Some(c) => {
+                for &r in &st.res[1..] {
+                    if r == c {
+                        bw.put(0, 1);
+                    } else {
+                        bw.put(1 | r << 1, 1 + st.wt);
+                    }
+                }
+            }
         }
         bw.finish();
         data[at + ts_len..].copy_from_slice(values);
@@ -110,12 +229,28 @@ impl Chunk {
         let base = unzigzag(get_varint(d, &mut pos));
         let step = unzigzag(get_varint(d, &mut pos));
         let max_ts = base.wrapping_add(unzigzag(get_varint(d, &mut pos)));
+        let deltas = d[0] & TS_DELTAS != 0;
+        let (common, wt) = if deltas && d[0] & TS_COMMON != 0 {
+            (
+                Some(get_varint(d, &mut pos)),
+                u32::from(d[0] & !(TS_DELTAS | TS_COMMON)),
+            )
+        } else {
+            (None, u32::from(d[0] & !TS_DELTAS))
+        };
+        let ts_len = match common {
+            Some(_) => get_varint(d, &mut pos) as usize,
+            None => (CHUNK * wt as usize).div_ceil(8),
+        };
         Header {
-            wt: u32::from(d[0]),
+            wt,
+            deltas,
+            common,
             base,
             step,
             max_ts,
             at: pos,
+            values_at: pos + ts_len,
         }
     }
 
@@ -129,15 +264,45 @@ impl Chunk {
         self.data.len()
     }
 
-    /// Timestamps of samples `k..k + out.len()` into `out`.
+    /// Timestamps of samples `k..k + out.len()` into `out` (in O(1) from the line; from the chunk's first
+    /// sample on when its timestamps are coded as steps).
     pub(super) fn timestamps(&self, k: usize, out: &mut [i64]) {
         let h = self.header();
+        let wt = h.wt as usize;
+        if h.deltas {
+            let (d, mut t) = (&self.data, h.base);
+            // Plain steps keep a slot for the first sample; coded ones start with the second.
+            let mut bit = h.at * 8 + if h.common.is_none() { wt } else { 0 };
+            for j in 0..k + out.len() {
+                if j > 0 {
+                    let r = match h.common {
+                        Some(c) if bits(d, bit, 1) == 0 => {
+                            bit += 1;
+                            c
+                        }
+                        Some(_) => {
+                            bit += 1 + wt;
+                            bits(d, bit - wt, h.wt)
+                        }
+                        None => {
+                            bit += wt;
+                            bits(d, bit - wt, h.wt)
+                        }
+                    };
+                    t = t.wrapping_add(h.step).wrapping_add(r as i64);
+                }
+                if let Some(o) = j.checked_sub(k).and_then(|i| out.get_mut(i)) {
+                    *o = t;
+                }
+            }
+            return;
+        }
         let mut t = h.base.wrapping_add((k as i64).wrapping_mul(h.step));
-        let mut bit = h.at * 8 + k * h.wt as usize;
+        let mut bit = h.at * 8 + k * wt;
         for o in out {
             *o = t.wrapping_add(bits(&self.data, bit, h.wt) as i64);
             t = t.wrapping_add(h.step);
-            bit += h.wt as usize;
+            bit += wt;
         }
     }
 
@@ -145,14 +310,12 @@ impl Chunk {
     pub(super) fn decode(&self, out: &mut [(i64, u64)]) {
         let d = &self.data;
         let h = self.header();
-        let (wt, mut t) = (h.wt, h.base);
-        let mut bit = h.at * 8;
-        for o in out.iter_mut() {
-            o.0 = t.wrapping_add(bits(d, bit, wt) as i64);
-            t = t.wrapping_add(h.step);
-            bit += wt as usize;
+        let mut ts = [0i64; CHUNK];
+        self.timestamps(0, &mut ts);
+        for (o, t) in out.iter_mut().zip(ts) {
+            o.0 = t;
         }
-        let mut pos = h.at + (CHUNK * wt as usize).div_ceil(8);
+        let mut pos = h.values_at;
         let tag = d[pos];
         pos += 1;
         if tag == TAG_DOD {
@@ -171,13 +334,18 @@ impl Chunk {
             out[0].1 = v0;
             xor_decode(d, (pos + 8) * 8, v0, out[1..].iter_mut().map(|o| &mut o.1));
         } else {
-            let wv = u32::from(tag);
+            let (shift, wv) = if tag == TAG_SHIFTED {
+                pos += 2;
+                (u32::from(d[pos - 2]), u32::from(d[pos - 1]))
+            } else {
+                (0, u32::from(tag))
+            };
             let mut v = get_varint(d, &mut pos);
             let dmin = unzigzag(get_varint(d, &mut pos)) as u64;
             let mut bit = pos * 8;
             out[0].1 = v;
             for o in &mut out[1..] {
-                v = v.wrapping_add(dmin).wrapping_add(bits(d, bit, wv));
+                v = v.wrapping_add(dmin).wrapping_add(bits(d, bit, wv) << shift);
                 o.1 = v;
                 bit += wv as usize;
             }
@@ -193,7 +361,8 @@ thread_local! {
 }
 
 /// The values' bytes, tag first, into `out`, in whichever of frame-of-reference deltas, XOR and delta of delta
-/// takes the fewest (the other two only tried for deltas of more than 8 bits); `xor` is scratch space.
+/// takes the fewest (deltas of deltas tried for deltas of more than 1 bit, XOR for more than 8); `xor` is
+/// scratch space.
 fn encode_values(s: &[(i64, u64)], out: &mut Vec<u8>, xor: &mut Vec<u8>) {
     let mut deltas = [0i64; CHUNK];
     let (mut dmin, mut dmax) = (i64::MAX, i64::MIN);
@@ -202,15 +371,28 @@ fn encode_values(s: &[(i64, u64)], out: &mut Vec<u8>, xor: &mut Vec<u8>) {
         dmin = dmin.min(*d);
         dmax = dmax.max(*d);
     }
-    let wv = width(dmax.wrapping_sub(dmin) as u64);
+    // Bits every delta shares at the bottom (above `dmin`): a counter read in KiB or words as bytes.
+    let spread = deltas[1..]
+        .iter()
+        .fold(0u64, |acc, &d| acc | (d as u64).wrapping_sub(dmin as u64));
+    let shift = if spread == 0 {
+        0
+    } else {
+        spread.trailing_zeros()
+    };
+    let wv = width(dmax.wrapping_sub(dmin) as u64 >> shift);
     let v0 = s[0].1;
+    let head = if shift > 0 { 3 } else { 1 };
     let delta_len =
-        1 + varint_len(v0) + varint_len(zigzag(dmin)) + ((CHUNK - 1) * wv as usize).div_ceil(8);
+        head + varint_len(v0) + varint_len(zigzag(dmin)) + ((CHUNK - 1) * wv as usize).div_ceil(8);
     out.clear();
-    if wv > 8 {
+    if wv > 1 {
         let dod_len = dod_len(v0, &deltas);
         let limit = dod_len.min(delta_len);
-        if let Some(len) = xor_if_smaller(s, limit - 1, xor) {
+        if let Some(len) = (wv > 8)
+            .then(|| xor_if_smaller(s, limit - 1, xor))
+            .flatten()
+        {
             out.push(TAG_XOR);
             out.extend_from_slice(&v0.to_le_bytes());
             out.extend_from_slice(&xor[..len]);
@@ -221,13 +403,18 @@ fn encode_values(s: &[(i64, u64)], out: &mut Vec<u8>, xor: &mut Vec<u8>) {
         }
     }
     out.resize(delta_len, 0);
-    out[0] = wv as u8;
-    let mut pos = 1;
+    let mut pos = if shift > 0 {
+        out[..3].copy_from_slice(&[TAG_SHIFTED, shift as u8, wv as u8]);
+        3
+    } else {
+        out[0] = wv as u8;
+        1
+    };
     put_varint(out, &mut pos, v0);
     put_varint(out, &mut pos, zigzag(dmin));
     let mut bw = BitWriter::new(&mut out[pos..]);
     for &d in &deltas[1..] {
-        bw.put((d as u64).wrapping_sub(dmin as u64), wv);
+        bw.put((d as u64).wrapping_sub(dmin as u64) >> shift, wv);
     }
     bw.finish();
 }
@@ -300,12 +487,13 @@ mod tests {
 
     /// Bytes of `c`'s packed timestamps.
     fn ts_len(c: &Chunk) -> usize {
-        (CHUNK * usize::from(c.data[0])).div_ceil(8)
+        let h = c.header();
+        h.values_at - h.at
     }
 
     /// The value tag byte of `c`.
     fn tag(c: &Chunk) -> u8 {
-        c.data[c.header().at + ts_len(c)]
+        c.data[c.header().values_at]
     }
 
     /// Bytes of `c`'s values after the tag.
@@ -350,6 +538,95 @@ mod tests {
         let constant = round_trip(&strict);
         assert_eq!((constant.data[0], tag(&constant)), (0, 0));
         assert_eq!(values_len(&constant), 2);
+    }
+
+    #[test]
+    fn tick_numbers_of_a_series_read_in_some_ticks_take_steps() {
+        // A node's tick numbers for a series in two of every 2–3 ticks (the node's reads split over ticks),
+        // now and then 8 apart: from the line they wander by tens (6 bits), as steps they take 3 bits, and
+        // with the most common step (2) as one bit, 1 bit for it and 4 for the others.
+        let ticks: Vec<_> = (0..CHUNK as i64)
+            .scan(1_000, |t, k| {
+                *t += if k % 37 == 0 {
+                    8
+                } else {
+                    2 + (k * 7 % 5 == 0) as i64
+                };
+                Some((*t, k as u64 * 3))
+            })
+            .collect();
+        let c = round_trip(&ticks);
+        assert_eq!(c.data[0], TS_DELTAS | TS_COMMON | 3);
+        let others = ticks.windows(2).filter(|w| w[1].0 - w[0].0 != 2).count();
+        assert_eq!(ts_len(&c), (CHUNK - 1 + others * 3).div_ceil(8));
+        assert!(ts_len(&c) < CHUNK * 3 / 8 * 2 / 3, "{} bytes", ts_len(&c));
+        // Steps with no common one (1 to 4 in turn) keep the plain width (2 bits each).
+        let even: Vec<_> = (0..CHUNK as i64)
+            .scan(0, |t, k| {
+                *t += 1 + k % 4;
+                Some((*t, 0))
+            })
+            .collect();
+        let c = round_trip(&even);
+        assert_eq!((c.data[0], ts_len(&c)), (TS_DELTAS | 2, CHUNK * 2 / 8));
+        // Every width the common step is tried at, the common one being the largest residual or 0, with
+        // others of every size: exact.
+        for wt in 2..=7u32 {
+            for common in [0, (1i64 << wt) - 1] {
+                let mut x = 0x2545_F491_4F6C_DD1Du64;
+                let steps: Vec<_> = (0..CHUNK as i64)
+                    .scan(-7, |t, _| {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        let r = if x.is_multiple_of(4) {
+                            (x >> 8) as i64 & ((1 << wt) - 1)
+                        } else {
+                            common
+                        };
+                        *t += 5 + r;
+                        Some((*t, x))
+                    })
+                    .collect();
+                let c = round_trip(&steps);
+                assert_eq!(c.data[0] & TS_COMMON != 0, wt <= 6, "width {wt}");
+            }
+        }
+        let line = Stamps::line(&ticks);
+        assert!(line.wt > 3, "the line takes {} bits", line.wt);
+        // Consecutive numbers stay on the line (0 bits, every timestamp in O(1)); so does one going backwards.
+        let strict: Vec<_> = (0..CHUNK as i64).map(|k| (k + 5, 0)).collect();
+        assert_eq!(round_trip(&strict).data[0], 0);
+        let mut back = ticks.clone();
+        back[100].0 = back[99].0 - 1;
+        assert_eq!(round_trip(&back).data[0] & TS_DELTAS, 0);
+        // Equal timestamps are steps of 0.
+        let mut same = ticks;
+        same[10].0 = same[9].0;
+        assert_ne!(round_trip(&same).data[0] & TS_DELTAS, 0);
+    }
+
+    #[test]
+    fn deltas_sharing_low_zero_bits_are_shifted() {
+        // A busy link counted in KiB and read as bytes: every delta a multiple of 1024, 10 bits dropped.
+        let kib = round_trip(&samples(|k| {
+            ((1 << 30) + k * 4_000_000 + (k.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 52)) * 1024
+        }));
+        assert_eq!(tag(&kib), TAG_SHIFTED);
+        let at = kib.header().at + ts_len(&kib);
+        assert_eq!(kib.data[at + 1..at + 3], [10, 13]);
+        // The same counter with noise in its low bits too: 13 bits of noise plus the 10 the shift saved.
+        let bytes = round_trip(&samples(|k| {
+            (1 << 40) + k * 4_096_000_000 + (k.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 42)
+        }));
+        assert_eq!(tag(&bytes), 23);
+        assert!(values_len(&kib) + (CHUNK - 1) * 10 / 8 <= values_len(&bytes) + 2);
+        // Shifted deltas at any shift and width round-trip, wrapping included.
+        for shift in [1u32, 2, 31, 63] {
+            round_trip(&samples(|k| {
+                (u64::MAX - 7).wrapping_add((k.wrapping_mul(0x9E37_79B9) % 5) << shift)
+            }));
+        }
     }
 
     #[test]

@@ -136,8 +136,8 @@ impl Open {
         self.n += 1;
     }
 
-    /// Room for at least one more sample: grows by half, from 48 bytes (the part keeps its allocation when
-    /// sealed, so this is its steady size: a little over what `CHUNK` samples of the series take).
+    /// Room for at least one more sample: grows by half, from 48 bytes (a part keeps its allocation when
+    /// cleared, or gives half of it back: [`Open::release`]).
     #[inline(never)]
     fn grow(&mut self) {
         let cap = self.bytes.capacity();
@@ -212,6 +212,14 @@ impl Open {
             p = s.step(&self.bytes, p);
             *o = (s.t, s.v);
         }
+    }
+
+    /// Drops every sample, as [`Open::clear`], and cuts the allocation to half the bytes written: a part kept at
+    /// its peak for good holds about twice what it holds on average; cut to half, it grows twice a chunk.
+    pub(super) fn release(&mut self) {
+        let half = self.bytes.len() / 2;
+        self.clear();
+        self.bytes.shrink_to(half);
     }
 
     /// Frees the allocation when nothing is written, or what is over twice the bytes written (after a cap

@@ -46,7 +46,7 @@ use tape::{encode_message, Tape};
 )]
 struct Args {
     /// Collector URL; several (shards): repeat or separate by commas.
-    #[arg(long, value_delimiter = ',', required = true)]
+    #[arg(long, value_delimiter = ',', required_unless_present = "dump_tape")]
     collector: Vec<String>,
     /// Simulated nodes (one gRPC stream each).
     #[arg(long, default_value_t = 100)]
@@ -72,6 +72,13 @@ struct Args {
     /// `text` or `json`.
     #[arg(long, default_value = "text")]
     format: String,
+    /// Write the node's `Hello` and `--dump-secs` of its batches to this file instead of connecting (each a
+    /// length-delimited `AgentMessage`), for the store's in-process measurement (`store::apply_cost`, `TAPE`).
+    #[arg(long)]
+    dump_tape: Option<std::path::PathBuf>,
+    /// Seconds of batches `--dump-tape` writes.
+    #[arg(long, default_value_t = 660)]
+    dump_secs: u64,
 }
 
 /// The shared batch bodies: the tape's body for the current slot, encoded once per slot.
@@ -143,6 +150,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
     );
     let samples_per_s =
         tape.samples_per_lap() as f64 / (tape.len() as f64 * batch_period.as_secs_f64());
+    if let Some(path) = &args.dump_tape {
+        let slots = args.dump_secs * 1_000 / batch_period.as_millis().max(1) as u64;
+        return dump_tape(path, &cap, &tape, slots);
+    }
     let slots = Arc::new(Slots {
         period: batch_period,
         start: Instant::now(),
@@ -183,6 +194,38 @@ async fn run(args: Args) -> anyhow::Result<()> {
         samples_per_s,
         (before, after, window),
     )
+}
+
+/// Writes the node's `Hello` (every series the capture described) and the tape's first `slots` batches
+/// (numbered from 1, timestamps from now) to `path`, each a length-delimited `AgentMessage`.
+fn dump_tape(
+    path: &std::path::Path,
+    cap: &capture::Capture,
+    tape: &Tape,
+    slots: u64,
+) -> anyhow::Result<()> {
+    use prost::Message as _;
+    let mut hello = cap.hello.clone().unwrap_or_default();
+    hello.inventory.get_or_insert_with(Default::default).series = cap.series.clone();
+    let mut out = Vec::new();
+    pb::AgentMessage {
+        msg: Some(pb::agent_message::Msg::Hello(hello)),
+    }
+    .encode_length_delimited(&mut out)?;
+    let start_ns = unix_now_ns();
+    for slot in 0..slots {
+        let mut msg = Vec::new();
+        tape::frame_batch(slot + 1, &tape.body(slot, start_ns), &mut msg);
+        prost::encoding::encode_varint(msg.len() as u64, &mut out);
+        out.extend_from_slice(&msg);
+    }
+    std::fs::write(path, &out)?;
+    eprintln!(
+        "wrote {slots} batches ({} bytes) to {}",
+        out.len(),
+        path.display()
+    );
+    Ok(())
 }
 
 /// Node `i`'s stream: its shard, source address, Hello and job list.
