@@ -1,5 +1,5 @@
 //! Collector configuration: defaults in one place, TOML (`--config FILE`) with humantime durations
-//! (`retention = "10m"`), and [`CollectorConfig::validate`] naming the bad field.
+//! (`retention = "5m"`), and [`CollectorConfig::validate`] naming the bad field.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -172,8 +172,14 @@ pub struct CollectorConfig {
     pub probes: crate::probes::ProbesConfig,
 }
 
+/// How long raw samples are kept by default (`retention`): what the analysis reads (its longest window is the
+/// 2 minutes of markers that name a node's jobs; rates, steps and findings read 1–30 s) with room for late
+/// markers and for `/api` readers, at about 5 MB a node of the demo's shape (BENCHMARKS.md, "Collector: raw
+/// samples per node"); the per-step summaries and the exported series carry the longer history.
+pub const DEFAULT_RETENTION: Duration = Duration::from_secs(300);
+
 /// How long a node's per-step summaries are kept by default (`step_retention`): longer than the raw samples
-/// they summarise (`retention`, 10 minutes by default), so the per-step figures outlive the samples.
+/// they summarise (`retention`, 5 minutes by default), so the per-step figures outlive the samples.
 pub const DEFAULT_STEP_RETENTION: Duration = Duration::from_secs(3600);
 
 impl Default for CollectorConfig {
@@ -182,7 +188,7 @@ impl Default for CollectorConfig {
             grpc_listen: SocketAddr::from(([127, 0, 0, 1], 7070)),
             http_listen: SocketAddr::from(([127, 0, 0, 1], 9470)),
             state_dir: None,
-            retention: Duration::from_secs(600),
+            retention: DEFAULT_RETENTION,
             step_retention: DEFAULT_STEP_RETENTION,
             node_expiry: Duration::from_secs(300),
             limits: Limits::default(),
@@ -366,7 +372,7 @@ mod tests {
     fn defaults_are_valid() {
         let c = CollectorConfig::default();
         c.validate().expect("defaults valid");
-        assert_eq!(c.retention, Duration::from_secs(600));
+        assert_eq!(c.retention, Duration::from_secs(300));
         assert_eq!(c.node_expiry, Duration::from_secs(300));
         assert_eq!(c.limits.max_batch_bytes, 4 << 20);
     }

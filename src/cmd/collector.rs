@@ -23,7 +23,7 @@ pub struct CollectorArgs {
     /// Directory for the durable state (SQLite); without it batches are held in memory only.
     #[arg(long)]
     state_dir: Option<PathBuf>,
-    /// How long raw samples are kept, e.g. 10m.
+    /// How long raw samples are kept, e.g. 10m (default 5m).
     #[arg(long, value_parser = humantime::parse_duration)]
     retention: Option<Duration>,
     /// PEM certificate of the collector: serve gRPC over TLS.

@@ -57,6 +57,8 @@ pub const COLLECTOR_NODES: &str = "commwatch_collector_nodes";
 pub const COLLECTOR_SERIES: &str = "commwatch_collector_series";
 pub const COLLECTOR_STORE_SAMPLES: &str = "commwatch_collector_store_samples";
 pub const COLLECTOR_STORE_BYTES: &str = "commwatch_collector_store_bytes";
+/// Bytes of raw samples the store holds, part of [`COLLECTOR_STORE_BYTES`] (gauge).
+pub const COLLECTOR_STORE_SAMPLE_BYTES: &str = "commwatch_collector_store_sample_bytes";
 /// Duration of the node's latest training step (gauge, seconds; `node`, `training_job` — empty when inferred).
 pub const STEP_DURATION_SECONDS: &str = "commwatch_step_duration_seconds";
 /// Achieved bandwidth of a link — bytes ÷ active time — in its latest step with a confident figure (gauge,
@@ -171,6 +173,7 @@ pub const ALL: &[&str] = &[
     COLLECTOR_SERIES,
     COLLECTOR_STORE_SAMPLES,
     COLLECTOR_STORE_BYTES,
+    COLLECTOR_STORE_SAMPLE_BYTES,
     COLLECTOR_STEP_MARKERS_TOTAL,
     STEP_DURATION_SECONDS,
     STEP_LINK_BANDWIDTH_BYTES_PER_SECOND,

@@ -217,6 +217,11 @@ pub const FAMILIES: &[Family] = &[
         help: "The store's own estimate of its memory use.",
         kind: MetricType::GAUGE,
     },
+    Family {
+        name: names::COLLECTOR_STORE_SAMPLE_BYTES,
+        help: "Bytes of raw samples in the store (its series' rings, the nodes' tick timestamps and newest ticks), part of commwatch_collector_store_bytes.",
+        kind: MetricType::GAUGE,
+    },
 ];
 
 /// Index of the store family `name` in [`FAMILIES`].

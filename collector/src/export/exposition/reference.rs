@@ -199,6 +199,11 @@ pub fn store_families(nodes: &[NodeSnapshot], memory: Option<&StoreMemory>) -> V
         b.add(names::COLLECTOR_SERIES, vec![], m.series as f64);
         b.add(names::COLLECTOR_STORE_SAMPLES, vec![], m.samples as f64);
         b.add(names::COLLECTOR_STORE_BYTES, vec![], m.bytes as f64);
+        b.add(
+            names::COLLECTOR_STORE_SAMPLE_BYTES,
+            vec![],
+            m.sample_bytes as f64,
+        );
     }
     b.finish()
 }

@@ -203,6 +203,7 @@ impl<'a> Samples<'a> {
                 (names::COLLECTOR_SERIES, m.series),
                 (names::COLLECTOR_STORE_SAMPLES, m.samples),
                 (names::COLLECTOR_STORE_BYTES, m.bytes),
+                (names::COLLECTOR_STORE_SAMPLE_BYTES, m.sample_bytes),
             ] {
                 if let Some(i) = family_index(name) {
                     b.fams[i].push(Sample::bare(value as f64));

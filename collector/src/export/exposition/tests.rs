@@ -311,6 +311,10 @@ fn writer_matches_gather_and_text_encoder_byte_for_byte() {
         old.contains("commwatch_collector_store_bytes 9000000\n"),
         "{old}"
     );
+    assert!(
+        old.contains("commwatch_collector_store_sample_bytes 5000000\n"),
+        "{old}"
+    );
     assert!(old.contains("commwatch_collector_batches_total{"), "{old}");
     assert_eq!(old.matches("port_xmit_packets").count(), 0, "{old}");
     assert_eq!(new, old);

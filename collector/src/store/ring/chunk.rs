@@ -166,7 +166,8 @@ impl Chunk {
     pub(super) fn encode(s: &[(i64, u64)]) -> Chunk {
         debug_assert_eq!(s.len(), CHUNK);
         let line = Stamps::line(s);
-        let stamps = match Stamps::deltas(s) {
+        // A strict line (0 bits) is as narrow as timestamps get.
+        let stamps = match (line.wt > 0).then(|| Stamps::deltas(s)).flatten() {
             Some(d) if d.wt < line.wt => d,
             _ => line,
         };
