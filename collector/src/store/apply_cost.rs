@@ -230,11 +230,14 @@ fn tape_cost() {
     let nodes = env("NODES", 20);
     let retention = Duration::from_secs(env("RETENTION", 600) as u64);
     let store = Store::new(retention, Duration::from_secs(3_600), Limits::default());
+    let t0 = batches
+        .first()
+        .and_then(|b| b.timestamps_unix_ns.first().copied())
+        .expect("the tape holds a batch");
     let refs: Vec<_> = (0..nodes)
         .map(|k| {
             let mut h = hello.clone();
             h.node = format!("tape-{k}");
-            let t0 = batches[0].timestamps_unix_ns[0];
             store.hello(&h, t0, None).expect("hello").node
         })
         .collect();

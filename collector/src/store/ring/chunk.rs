@@ -42,19 +42,29 @@ pub(super) struct Chunk {
     data: Box<[u8]>,
 }
 
-/// A chunk's timestamps as coded: from the line `base + k * step` (`deltas` false: residual `r_k = t_k - base -
-/// k * step`, every one read in O(1)), or as steps (`deltas` true: `t_0 = base`, `r_k = t_k - t_{k-1} - step`,
-/// `step` the smallest, `r_0 = 0`), whichever needs the narrower fields.
+/// How a chunk's timestamp residuals are coded (one concept for the encoder's [`Stamps`] and the reader's
+/// [`Header`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TsCode {
+    /// From the line `base + k * step`: `r_k = t_k - base - k * step`, `CHUNK` fields, each read in O(1).
+    Line,
+    /// As steps: `t_0 = base`, `r_k = t_k - t_{k-1} - step` (`step` the smallest), `CHUNK` fields (`r_0 = 0`).
+    Steps,
+    /// As steps after the first, each a 0 bit for this residual ([`TS_COMMON`]), else a 1 bit and the field.
+    Common(u64),
+}
+
+/// A chunk's timestamps as coded, whichever [`TsCode`] needs the fewest bytes.
 struct Stamps {
-    deltas: bool,
-    /// With `deltas`: the most common residual, coded as one bit ([`TS_COMMON`]).
-    common: Option<u64>,
-    /// Bits per residual.
+    code: TsCode,
+    /// Bits per residual field.
     wt: u32,
     base: i64,
     step: i64,
     max_ts: i64,
     res: [u64; CHUNK],
+    /// Bytes of the residuals as coded.
+    len: usize,
 }
 
 impl Stamps {
@@ -80,14 +90,15 @@ impl Stamps {
         for r in &mut res {
             *r = r.wrapping_sub(emin as u64);
         }
+        let wt = width(emax.wrapping_sub(emin) as u64);
         Stamps {
-            deltas: false,
-            common: None,
-            wt: width(emax.wrapping_sub(emin) as u64),
+            code: TsCode::Line,
+            wt,
             base: t0.wrapping_add(emin),
             step,
             max_ts,
             res,
+            len: (CHUNK * wt as usize).div_ceil(8),
         }
     }
 
@@ -104,32 +115,26 @@ impl Stamps {
             *r = (w[1].0 - w[0].0 - dmin) as u64;
         }
         let wt = width((dmax - dmin) as u64);
+        let (code, len) = match common_residual(&res[1..], wt) {
+            Some((c, bits)) => (TsCode::Common(c), bits.div_ceil(8)),
+            None => (TsCode::Steps, (CHUNK * wt as usize).div_ceil(8)),
+        };
         Some(Stamps {
-            deltas: true,
-            common: common_residual(&res[1..], wt),
+            code,
             wt,
             base: s[0].0,
             step: dmin,
             max_ts: s[CHUNK - 1].0,
             res,
+            len,
         })
-    }
-
-    /// Bytes of the residuals as coded.
-    fn len(&self) -> usize {
-        match self.common {
-            None => (CHUNK * self.wt as usize).div_ceil(8),
-            Some(c) => {
-                let others = self.res[1..].iter().filter(|&&r| r != c).count();
-                (CHUNK - 1 + others * self.wt as usize).div_ceil(8)
-            }
-        }
     }
 }
 
-/// The most common of `res` (`wt`-bit residuals) when coding it as one bit takes fewer bits than `wt` bits
-/// each; tried for widths 2 to 6 (a series' steps through its node's ticks).
-fn common_residual(res: &[u64], wt: u32) -> Option<u64> {
+/// The most common of `res` (`wt`-bit residuals) and the bits of the code that writes it as one bit, when
+/// that takes fewer bits than `wt` bits each; tried for widths 2 to 6 (a series' steps through its node's
+/// ticks).
+fn common_residual(res: &[u64], wt: u32) -> Option<(u64, usize)> {
     if !(2..=6).contains(&wt) {
         return None;
     }
@@ -138,20 +143,16 @@ fn common_residual(res: &[u64], wt: u32) -> Option<u64> {
         counts[r as usize] += 1;
     }
     let (c, &n) = counts.iter().enumerate().max_by_key(|&(_, n)| *n)?;
-    let others = res.len() - usize::from(n);
-    // One bit for each step, `wt` more for the others, and two header varints (at most 3 bytes).
-    (res.len() + others * wt as usize + 24 < res.len() * wt as usize).then_some(c as u64)
+    let bits = res.len() + (res.len() - usize::from(n)) * wt as usize;
+    // Against `wt` bits each, with two header varints more (at most 3 bytes).
+    (bits + 24 < res.len() * wt as usize).then_some((c as u64, bits))
 }
 
 /// A chunk's header, read from its bytes.
 struct Header {
-    /// Bits per timestamp residual.
+    /// Bits per timestamp residual field.
     wt: u32,
-    /// The residuals are each timestamp's step from the one before, less `step` (the smallest step), not
-    /// its distance from the line `base + k * step`.
-    deltas: bool,
-    /// With `deltas`: the residual a 0 bit stands for ([`TS_COMMON`]).
-    common: Option<u64>,
+    code: TsCode,
     base: i64,
     step: i64,
     max_ts: i64,
@@ -168,7 +169,7 @@ impl Chunk {
         let line = Stamps::line(s);
         // A strict line (0 bits) is as narrow as timestamps get.
         let stamps = match (line.wt > 0).then(|| Stamps::deltas(s)).flatten() {
-            Some(d) if d.wt < line.wt => d,
+            Some(d) if d.len < line.len => d,
             _ => line,
         };
         SCRATCH.with_borrow_mut(|(values, xor)| {
@@ -179,7 +180,7 @@ impl Chunk {
 
     /// A chunk's bytes from its timestamps' fields and the values' bytes.
     fn assemble(st: &Stamps, values: &[u8]) -> Chunk {
-        let ts_len = st.len();
+        let ts_len = st.len;
         let mut head = [
             zigzag(st.base),
             zigzag(st.step),
@@ -187,14 +188,13 @@ impl Chunk {
             0,
             0,
         ];
-        let mut flags = if st.deltas { TS_DELTAS } else { 0 };
-        let fields = match st.common {
-            Some(c) => {
+        let (flags, fields) = match st.code {
+            TsCode::Line => (0, 3),
+            TsCode::Steps => (TS_DELTAS, 3),
+            TsCode::Common(c) => {
                 head[3..].copy_from_slice(&[c, ts_len as u64]);
-                flags |= TS_COMMON;
-                5
+                (TS_DELTAS | TS_COMMON, 5)
             }
-            None => 3,
         };
         let head = &head[..fields];
         let at = 1 + head.iter().map(|&h| varint_len(h)).sum::<usize>();
@@ -205,9 +205,9 @@ impl Chunk {
             put_varint(&mut data, &mut pos, h);
         }
         let mut bw = BitWriter::new(&mut data[at..at + ts_len]);
-        match st.common {
-            None => st.res.iter().for_each(|&r| bw.put(r, st.wt)),
-            Some(c) => {
+        match st.code {
+            TsCode::Line | TsCode::Steps => st.res.iter().for_each(|&r| bw.put(r, st.wt)),
+            TsCode::Common(c) => {
                 for &r in &st.res[1..] {
                     if r == c {
                         bw.put(0, 1);
@@ -230,23 +230,23 @@ impl Chunk {
         let base = unzigzag(get_varint(d, &mut pos));
         let step = unzigzag(get_varint(d, &mut pos));
         let max_ts = base.wrapping_add(unzigzag(get_varint(d, &mut pos)));
-        let deltas = d[0] & TS_DELTAS != 0;
-        let (common, wt) = if deltas && d[0] & TS_COMMON != 0 {
-            (
-                Some(get_varint(d, &mut pos)),
-                u32::from(d[0] & !(TS_DELTAS | TS_COMMON)),
-            )
-        } else {
-            (None, u32::from(d[0] & !TS_DELTAS))
+        let (code, wt) = match d[0] & (TS_DELTAS | TS_COMMON) {
+            TS_DELTAS => (TsCode::Steps, d[0] & !TS_DELTAS),
+            f if f == TS_DELTAS | TS_COMMON => (
+                TsCode::Common(get_varint(d, &mut pos)),
+                d[0] & !(TS_DELTAS | TS_COMMON),
+            ),
+            // A line's width may be 64 (0x40): only the step codes use the flag bits.
+            _ => (TsCode::Line, d[0]),
         };
-        let ts_len = match common {
-            Some(_) => get_varint(d, &mut pos) as usize,
-            None => (CHUNK * wt as usize).div_ceil(8),
+        let wt = u32::from(wt);
+        let ts_len = match code {
+            TsCode::Common(_) => get_varint(d, &mut pos) as usize,
+            _ => (CHUNK * wt as usize).div_ceil(8),
         };
         Header {
             wt,
-            deltas,
-            common,
+            code,
             base,
             step,
             max_ts,
@@ -270,33 +270,8 @@ impl Chunk {
     pub(super) fn timestamps(&self, k: usize, out: &mut [i64]) {
         let h = self.header();
         let wt = h.wt as usize;
-        if h.deltas {
-            let (d, mut t) = (&self.data, h.base);
-            // Plain steps keep a slot for the first sample; coded ones start with the second.
-            let mut bit = h.at * 8 + if h.common.is_none() { wt } else { 0 };
-            for j in 0..k + out.len() {
-                if j > 0 {
-                    let r = match h.common {
-                        Some(c) if bits(d, bit, 1) == 0 => {
-                            bit += 1;
-                            c
-                        }
-                        Some(_) => {
-                            bit += 1 + wt;
-                            bits(d, bit - wt, h.wt)
-                        }
-                        None => {
-                            bit += wt;
-                            bits(d, bit - wt, h.wt)
-                        }
-                    };
-                    t = t.wrapping_add(h.step).wrapping_add(r as i64);
-                }
-                if let Some(o) = j.checked_sub(k).and_then(|i| out.get_mut(i)) {
-                    *o = t;
-                }
-            }
-            return;
+        if h.code != TsCode::Line {
+            return self.steps(&h, k, out);
         }
         let mut t = h.base.wrapping_add((k as i64).wrapping_mul(h.step));
         let mut bit = h.at * 8 + k * wt;
@@ -304,6 +279,28 @@ impl Chunk {
             *o = t.wrapping_add(bits(&self.data, bit, h.wt) as i64);
             t = t.wrapping_add(h.step);
             bit += wt;
+        }
+    }
+
+    /// [`timestamps`](Self::timestamps) of a chunk coded as steps: summed from its first sample.
+    fn steps(&self, h: &Header, k: usize, out: &mut [i64]) {
+        let (d, wt) = (&self.data, h.wt as usize);
+        // Plain steps keep a field for the first sample; the one-bit code starts with the second.
+        let mut bit = h.at * 8 + if h.code == TsCode::Steps { wt } else { 0 };
+        let mut t = h.base;
+        for j in 0..k + out.len() {
+            if j > 0 {
+                let (r, used) = match h.code {
+                    TsCode::Common(c) if bits(d, bit, 1) == 0 => (c, 1),
+                    TsCode::Common(_) => (bits(d, bit + 1, h.wt), 1 + wt),
+                    _ => (bits(d, bit, h.wt), wt),
+                };
+                bit += used;
+                t = t.wrapping_add(h.step).wrapping_add(r as i64);
+            }
+            if let Some(o) = j.checked_sub(k).and_then(|i| out.get_mut(i)) {
+                *o = t;
+            }
         }
     }
 
