@@ -54,7 +54,9 @@ enum TsCode {
     Common(u64),
 }
 
-/// A chunk's timestamps as coded, whichever [`TsCode`] needs the fewest bytes.
+/// A chunk's timestamps as coded, whichever [`TsCode`] needs the fewest bytes: the code's fields, found
+/// without writing the residuals (the chunk's assembly computes them from the samples as it writes them; two
+/// 2 KiB arrays of residuals, one per trial, were a seal's largest copies).
 struct Stamps {
     code: TsCode,
     /// Bits per residual field.
@@ -62,7 +64,6 @@ struct Stamps {
     base: i64,
     step: i64,
     max_ts: i64,
-    res: [u64; CHUNK],
     /// Bytes of the residuals as coded.
     len: usize,
 }
@@ -76,19 +77,14 @@ impl Stamps {
             Some(span) => span / (CHUNK as i64 - 1),
             None => ((i128::from(t_last) - i128::from(t0)) / (CHUNK as i128 - 1)) as i64,
         };
-        let mut res = [0u64; CHUNK];
         let (mut emin, mut emax, mut max_ts) = (i64::MAX, i64::MIN, i64::MIN);
         let mut line = t0;
-        for (r, &(t, _)) in res.iter_mut().zip(s) {
+        for &(t, _) in s {
             let e = t.wrapping_sub(line);
             line = line.wrapping_add(step);
-            *r = e as u64;
             emin = emin.min(e);
             emax = emax.max(e);
             max_ts = max_ts.max(t);
-        }
-        for r in &mut res {
-            *r = r.wrapping_sub(emin as u64);
         }
         let wt = width(emax.wrapping_sub(emin) as u64);
         Stamps {
@@ -97,7 +93,6 @@ impl Stamps {
             base: t0.wrapping_add(emin),
             step,
             max_ts,
-            res,
             len: (CHUNK * wt as usize).div_ceil(8),
         }
     }
@@ -110,12 +105,8 @@ impl Stamps {
             dmin = dmin.min(d);
             dmax = dmax.max(d);
         }
-        let mut res = [0u64; CHUNK];
-        for (r, w) in res[1..].iter_mut().zip(s.windows(2)) {
-            *r = (w[1].0 - w[0].0 - dmin) as u64;
-        }
         let wt = width((dmax - dmin) as u64);
-        let (code, len) = match common_residual(&res[1..], wt) {
+        let (code, len) = match common_residual(step_residuals(s, dmin), wt) {
             Some((c, bits)) => (TsCode::Common(c), bits.div_ceil(8)),
             None => (TsCode::Steps, (CHUNK * wt as usize).div_ceil(8)),
         };
@@ -125,27 +116,58 @@ impl Stamps {
             base: s[0].0,
             step: dmin,
             max_ts: s[CHUNK - 1].0,
-            res,
             len,
         })
     }
+
+    /// Writes the residual fields of `s` (the samples these were found from).
+    fn write(&self, s: &[(i64, u64)], bw: &mut BitWriter<'_>) {
+        match self.code {
+            TsCode::Line => {
+                let mut line = self.base;
+                for &(t, _) in s {
+                    bw.put(t.wrapping_sub(line) as u64, self.wt);
+                    line = line.wrapping_add(self.step);
+                }
+            }
+            TsCode::Steps => {
+                bw.put(0, self.wt);
+                step_residuals(s, self.step).for_each(|r| bw.put(r, self.wt));
+            }
+            TsCode::Common(c) => {
+                for r in step_residuals(s, self.step) {
+                    if r == c {
+                        bw.put(0, 1);
+                    } else {
+                        bw.put(1 | r << 1, 1 + self.wt);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `t_k - t_{k-1} - step` for `k` ≥ 1: steps of timestamps that never go backwards, less the smallest.
+fn step_residuals(s: &[(i64, u64)], step: i64) -> impl ExactSizeIterator<Item = u64> + '_ {
+    s.windows(2).map(move |w| (w[1].0 - w[0].0 - step) as u64)
 }
 
 /// The most common of `res` (`wt`-bit residuals) and the bits of the code that writes it as one bit, when
 /// that takes fewer bits than `wt` bits each; tried for widths 2 to 6 (a series' steps through its node's
 /// ticks).
-fn common_residual(res: &[u64], wt: u32) -> Option<(u64, usize)> {
+fn common_residual(res: impl ExactSizeIterator<Item = u64>, wt: u32) -> Option<(u64, usize)> {
     if !(2..=6).contains(&wt) {
         return None;
     }
+    let len = res.len();
     let mut counts = [0u16; 64];
-    for &r in res {
+    for r in res {
         counts[r as usize] += 1;
     }
     let (c, &n) = counts.iter().enumerate().max_by_key(|&(_, n)| *n)?;
-    let bits = res.len() + (res.len() - usize::from(n)) * wt as usize;
+    let bits = len + (len - usize::from(n)) * wt as usize;
     // Against `wt` bits each, with two header varints more (at most 3 bytes).
-    (bits + 24 < res.len() * wt as usize).then_some((c as u64, bits))
+    (bits + 24 < len * wt as usize).then_some((c as u64, bits))
 }
 
 /// A chunk's header, read from its bytes.
@@ -174,12 +196,12 @@ impl Chunk {
         };
         SCRATCH.with_borrow_mut(|(values, xor)| {
             encode_values(s, values, xor);
-            Chunk::assemble(&stamps, values)
+            Chunk::assemble(s, &stamps, values)
         })
     }
 
-    /// A chunk's bytes from its timestamps' fields and the values' bytes.
-    fn assemble(st: &Stamps, values: &[u8]) -> Chunk {
+    /// A chunk's bytes from its samples' timestamps as `st` codes them and the values' bytes.
+    fn assemble(s: &[(i64, u64)], st: &Stamps, values: &[u8]) -> Chunk {
         let ts_len = st.len;
         let mut head = [
             zigzag(st.base),
@@ -205,18 +227,7 @@ impl Chunk {
             put_varint(&mut data, &mut pos, h);
         }
         let mut bw = BitWriter::new(&mut data[at..at + ts_len]);
-        match st.code {
-            TsCode::Line | TsCode::Steps => st.res.iter().for_each(|&r| bw.put(r, st.wt)),
-            TsCode::Common(c) => {
-                for &r in &st.res[1..] {
-                    if r == c {
-                        bw.put(0, 1);
-                    } else {
-                        bw.put(1 | r << 1, 1 + st.wt);
-                    }
-                }
-            }
-        }
+        st.write(s, &mut bw);
         bw.finish();
         data[at + ts_len..].copy_from_slice(values);
         Chunk { data }

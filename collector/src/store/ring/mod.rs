@@ -204,8 +204,9 @@ impl Ring {
 
     /// Appends a run of samples (timestamps increasing, each at or after `horizon`) straight to the open part,
     /// after dropping the chunks older than `horizon` ([`Ring::drop_chunks_before`]) and as many of the oldest
-    /// samples as the run needs room for. For a ring whose newest samples are held elsewhere until they come in
-    /// runs (a node's head): its tail stays empty, so the run goes after everything held.
+    /// samples as the run needs room for (those chunks go even when the run is empty). For a ring whose newest
+    /// samples are held elsewhere until they come in runs (a node's head): its tail stays empty, so the run goes
+    /// after everything held.
     ///
     /// Unlike [`Ring::push`], this evicts by whole chunks: up to `CHUNK - 1` samples older than `horizon` stay
     /// at the front, in the oldest chunk (or the open part, while there is no chunk), until the last of
@@ -216,6 +217,7 @@ impl Ring {
     /// the ticks no longer held). With a tail (samples pushed one by one), the run is pushed one by one.
     pub fn extend_run(&mut self, run: &[(i64, u64)], horizon: i64) {
         if !self.tail.is_empty() {
+            self.drop_chunks_before(horizon);
             for &(t, v) in run {
                 self.push_after(t, v, horizon);
             }

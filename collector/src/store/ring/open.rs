@@ -32,8 +32,11 @@ pub(super) struct State {
 }
 
 impl State {
-    /// Reads the sample at byte `pos` of `b` (returns the byte after it) and moves onto it.
-    #[inline]
+    /// Reads the sample at byte `pos` of `b` (returns the byte after it) and moves onto it. Always inlined: as a
+    /// call, the decoding loops read the state back from memory as one 16-byte pair right after the call wrote
+    /// it as 8-byte fields, and that read waited on the writes (three quarters of a seal's time besides its
+    /// encoding).
+    #[inline(always)]
     fn step(&mut self, b: &[u8], pos: usize) -> usize {
         let h = b[pos];
         let mut p = pos + 1;
@@ -124,13 +127,18 @@ impl Open {
         if self.bytes.capacity() - at < MAX_SAMPLE {
             self.grow();
         }
-        // Whole words into a buffer of fixed size, appended whole (no call to fill or copy a length only known
-        // here), then the length cut to the bytes that count.
-        let mut w = [0u8; MAX_SAMPLE];
-        w[0] = dcode << 5 | tag | vn as u8;
-        w[1..9].copy_from_slice(&dod.to_le_bytes());
-        w[1 + dn..9 + dn].copy_from_slice(&val.to_le_bytes());
-        self.bytes.extend_from_slice(&w);
+        // The code assembled in registers and appended as two whole words (no call to copy a length only known
+        // here), then the length cut to the bytes that count. (Built in a byte buffer on the stack and copied
+        // from there, the copy's 16-byte read waited on the smaller writes before it: two thirds of this
+        // function's time.) Only a sample of 8 bytes of timestamp and 8 of value has a 17th byte.
+        let header = u128::from(dcode << 5 | tag | vn as u8);
+        let code = header | u128::from(dod) << 8 | u128::from(val) << (8 * (1 + dn));
+        self.bytes.extend_from_slice(&(code as u64).to_le_bytes());
+        self.bytes
+            .extend_from_slice(&((code >> 64) as u64).to_le_bytes());
+        if 1 + dn + vn == MAX_SAMPLE {
+            self.bytes.push((val >> 56) as u8);
+        }
         self.bytes.truncate(at + 1 + dn + vn);
         self.back = State { t, v, gap };
         self.n += 1;
