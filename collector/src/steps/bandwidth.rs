@@ -49,8 +49,12 @@ pub fn interpolate_ascending(samples: &[(i64, u64)], times: &[i64]) -> Vec<Optio
     let (Some(first), Some(last)) = (samples.first(), samples.last()) else {
         return vec![None; times.len()];
     };
-    // `next`: the first sample with ts > the previous time (as `acc_at`'s partition point).
-    let mut next = 0usize;
+    // `next`: the first sample with ts > the previous time (as `acc_at`'s partition point); searched for the
+    // first time (the samples may cover many steps before it: a walk from the oldest cost a pass over them per
+    // step and link, the step engine's largest cost).
+    let mut next = times
+        .first()
+        .map_or(0, |&t| samples.partition_point(|s| s.0 <= t));
     times
         .iter()
         .map(|&t| {

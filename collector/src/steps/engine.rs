@@ -205,23 +205,9 @@ fn copy_fresh(n: &NodeState, cursor: u64, traffic_from: i64) -> Fresh {
     }
 }
 
-/// What [`step_link`] reads of a link — all but its state and attributes, which it never reads (so they are
-/// not copied under the node's lock on every pass).
-fn step_view(l: &Link) -> Link {
-    Link {
-        key: l.key.clone(),
-        endpoint: l.endpoint,
-        role: l.role,
-        capacity_bytes_per_second: l.capacity_bytes_per_second,
-        state: String::new(),
-        attributes: Default::default(),
-        gpu: l.gpu.clone(),
-        link: l.link.clone(),
-    }
-}
-
-/// The links with byte counters and their covering samples for the span `[start, end]`.
-type Covered = (Vec<(Link, Vec<(i64, u64)>, Vec<(i64, u64)>)>, f64);
+/// The links with byte counters (shared with the store: a pointer copied under the node's lock, not the link's
+/// strings and attributes) and their covering samples for the span `[start, end]`.
+type Covered = (Vec<(Arc<Link>, Vec<(i64, u64)>, Vec<(i64, u64)>)>, f64);
 
 fn copy_covering(n: &NodeState, start: i64, end: i64) -> Covered {
     let mut out = Vec::new();
@@ -234,7 +220,7 @@ fn copy_covering(n: &NodeState, start: i64, end: i64) -> Covered {
             s.map(|s| covering(n.samples(s).iter(), start, end))
                 .unwrap_or_default()
         };
-        out.push((step_view(&l.link), c(tx), c(rx)));
+        out.push((l.link.clone(), c(tx), c(rx)));
     }
     (out, f64::from(n.fast_period_ms()) / 1e3)
 }
