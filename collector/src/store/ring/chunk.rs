@@ -220,7 +220,10 @@ impl Chunk {
         };
         let head = &head[..fields];
         let at = 1 + head.iter().map(|&h| varint_len(h)).sum::<usize>();
-        let mut data = vec![0u8; at + ts_len + values.len()].into_boxed_slice();
+        // Allocated at its final length and zeroed only where fields are written into it (a zeroed allocation
+        // of the whole chunk, values included, was a `calloc` per seal: 2 % of the in-process ingest).
+        let mut data = Vec::with_capacity(at + ts_len + values.len());
+        data.resize(at + ts_len, 0);
         data[0] = st.wt as u8 | flags;
         let mut pos = 1;
         for &h in head {
@@ -229,8 +232,10 @@ impl Chunk {
         let mut bw = BitWriter::new(&mut data[at..at + ts_len]);
         st.write(s, &mut bw);
         bw.finish();
-        data[at + ts_len..].copy_from_slice(values);
-        Chunk { data }
+        data.extend_from_slice(values);
+        Chunk {
+            data: data.into_boxed_slice(),
+        }
     }
 
     /// The header fields.
