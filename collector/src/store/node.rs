@@ -757,10 +757,12 @@ impl NodeState {
         });
         // A run dropped its ring's old chunks already; when every series had one (a node whose agent sends all
         // its series), the walk over every ring, a cache miss each, is saved.
-        if self.evicted_before != self.ticks.first() && ran < self.series.len() {
+        if self.evicted_before != self.ticks.first() {
             self.evicted_before = self.ticks.first();
-            for s in &mut self.series {
-                s.ring.drop_chunks_before(horizon);
+            if ran < self.series.len() {
+                for s in &mut self.series {
+                    s.ring.drop_chunks_before(horizon);
+                }
             }
         }
     }

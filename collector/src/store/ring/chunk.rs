@@ -1,6 +1,7 @@
 //! A sealed chunk: [`CHUNK`] samples compressed as the ring's module documentation describes (timestamps as
 //! bit-packed residuals from the chunk's line or as steps, values as frame-of-reference deltas, deltas of deltas
-//! or XOR, whichever is smallest). Encoding and decoding are exact for any `i64` timestamps and `u64` values: all arithmetic wraps.
+//! or XOR, whichever is smallest). Encoding and decoding are exact for any `i64` timestamps and `u64` values:
+//! all arithmetic wraps.
 
 use std::cell::RefCell;
 
@@ -31,9 +32,10 @@ const XOR_MAX: usize = (CHUNK - 1) * 77 / 8 + 1;
 
 /// `CHUNK` compressed samples, in one allocation of their bytes (16 B in the ring's chunk list).
 ///
-/// `data`: `[timestamp width | TS_DELTAS when coded as steps]` the header as zigzag varints: `base`, `step`,
-/// and the largest timestamp (the last one when timestamps increase) minus `base` ([`Stamps`]); `[CHUNK
-/// residuals]` `[value tag]` then, for deltas, (`shift` and `width` for [`TAG_SHIFTED`]) `varint(v_0)`
+/// `data`: `[timestamp width | TS_DELTAS when coded as steps | TS_COMMON with the one-bit common step]` the
+/// header as zigzag varints: `base`, `step`, and the largest timestamp (the last one when timestamps increase)
+/// minus `base` ([`Stamps`]), then for [`TS_COMMON`] `varint(common residual)` `varint(residual bytes)`;
+/// `[residuals]` ([`TsCode`]) `[value tag]` then, for deltas, (`shift` and `width` for [`TAG_SHIFTED`]) `varint(v_0)`
 /// `varint(zigzag(min_delta))` and `CHUNK - 1` packed deltas (less `min_delta`, shifted right by `shift`); for
 /// XOR, `v_0` as 8 bytes and the XOR stream; for deltas of deltas, `varint(v_0)`, `varint(zigzag(d_1))` and
 /// the fields.
@@ -69,7 +71,7 @@ struct Stamps {
 }
 
 impl Stamps {
-    /// Residuals from the chunk's line: `step` its mean period, `base` moved so that every residual is ≥ 0.
+    /// The line code of `s`: `step` its mean period, `base` moved so that every residual is ≥ 0.
     fn line(s: &[(i64, u64)]) -> Stamps {
         let t0 = s[0].0;
         let t_last = s[CHUNK - 1].0;
@@ -97,7 +99,8 @@ impl Stamps {
         }
     }
 
-    /// Residuals as steps; `None` when a timestamp goes backwards (the line codes those).
+    /// The step code of `s` (with the common step as one bit when shorter); `None` when a timestamp goes
+    /// backwards (the line codes those).
     fn deltas(s: &[(i64, u64)]) -> Option<Stamps> {
         let (mut dmin, mut dmax) = (i64::MAX, 0i64);
         for w in s.windows(2) {
