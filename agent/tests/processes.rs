@@ -49,13 +49,20 @@ fn h100_links() -> Option<Vec<Link>> {
     Some(links)
 }
 
-/// `None` when the H100 links are (see [`h100_links`]).
+/// `None` when the H100 links are (see [`h100_links`]). A child just spawned can be caught half-way through
+/// its `exec` (no environment yet), as the agent's next discovery would read it again: with `until_found`,
+/// scans again for up to 5 s until a job appears.
 #[track_caller]
-fn scan(pids: Vec<u32>, root: PathBuf) -> Option<ProcessesSource> {
+fn scan(pids: Vec<u32>, root: PathBuf, until_found: bool) -> Option<ProcessesSource> {
     let links = h100_links()?;
     let mut src = ProcessesSource::new(root, None).only_pids(pids);
     src.node_links(&links);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
     src.discover().unwrap();
+    while until_found && src.jobs().unwrap().is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        src.discover().unwrap();
+    }
     Some(src)
 }
 
@@ -69,7 +76,7 @@ fn a_real_rank_is_found_with_its_nccl_setting_and_the_secret_is_dropped() {
         ("AWS_SECRET_ACCESS_KEY", SECRET),
     ]);
     let pid = child.0.id();
-    let Some(src) = scan(vec![pid], PathBuf::from("/proc")) else {
+    let Some(src) = scan(vec![pid], PathBuf::from("/proc"), true) else {
         return;
     };
     let jobs = src.jobs().unwrap();
@@ -112,7 +119,7 @@ fn naming_the_ipoib_interface_is_no_conflict() {
         ("WORLD_SIZE", "2"),
         ("NCCL_SOCKET_IFNAME", "ib0"),
     ]);
-    let Some(src) = scan(vec![child.0.id()], PathBuf::from("/proc")) else {
+    let Some(src) = scan(vec![child.0.id()], PathBuf::from("/proc"), true) else {
         return;
     };
     let jobs = src.jobs().unwrap();
@@ -130,6 +137,7 @@ fn processes_without_markers_are_not_jobs_and_vanished_ones_are_skipped() {
     let Some(src) = scan(
         vec![plain.0.id(), gone_pid, u32::MAX - 1],
         PathBuf::from("/proc"),
+        false,
     ) else {
         return;
     };
@@ -214,4 +222,50 @@ fn procfs_tree_pods_slurm_jobs_dataloader_workers_and_unreadable_entries() {
     std::fs::remove_dir_all(root.join("102")).unwrap();
     assert!(src.discover().unwrap());
     assert_eq!(src.jobs().unwrap()[0].ranks.len(), 1);
+}
+
+/// A `stat` line as the kernel writes it, with the image's code and stack addresses (fields 26–28).
+fn stat_with_image(pid: u32, start: u64, image: [u64; 3]) -> Vec<u8> {
+    let [code, end, stack] = image;
+    format!(
+        "{pid} (python3) S 1 {pid} 90 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 8 0 {start} 1000 100 \
+         18446744073709551615 {code} {end} {stack} 0 0 0 0 0 0 0 0 0 17 3 0 0 0 0 0\n"
+    )
+    .into_bytes()
+}
+
+#[test]
+fn a_process_read_half_way_through_exec_or_exec_ing_anew_is_read_again() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("300");
+    // Caught between the two halves of an exec: the new image's environment is not placed yet.
+    write(&d, "stat", &stat_with_image(300, 7000, [0, 0, 0]));
+    write(&d, "environ", b"");
+    let mut src = ProcessesSource::new(tmp.path().to_path_buf(), None);
+    src.discover().unwrap();
+    assert!(src.jobs().unwrap().is_empty());
+    // The exec completes: same pid and start time, the environment now there.
+    write(
+        &d,
+        "stat",
+        &stat_with_image(300, 7000, [0x5600_0000, 0x5600_4000, 0x7ffd_1000]),
+    );
+    write(&d, "environ", b"COMMWATCH_JOB=a\0RANK=2\0");
+    assert!(src.discover().unwrap(), "the rank appears at the next scan");
+    assert_eq!(src.jobs().unwrap()[0].ranks[0].rank, Some(2));
+    // A launcher script that sets its rank and execs its trainer (`exec python ...`) under the same pid:
+    // the new image's environment is read anew.
+    write(
+        &d,
+        "stat",
+        &stat_with_image(300, 7000, [0x5700_0000, 0x5700_8000, 0x7ffe_2000]),
+    );
+    write(&d, "environ", b"COMMWATCH_JOB=b\0RANK=5\0");
+    assert!(src.discover().unwrap());
+    let jobs = src.jobs().unwrap();
+    assert_eq!((jobs[0].id.as_str(), jobs[0].ranks[0].rank), ("b", Some(5)));
+    // An unchanged image is recalled, not read: an environ that changed in place (it cannot, in a real
+    // process) is not seen.
+    write(&d, "environ", b"COMMWATCH_JOB=c\0RANK=6\0");
+    assert!(!src.discover().unwrap());
 }

@@ -16,7 +16,9 @@
 //! a GPU is kept, else the oldest.
 //!
 //! Cost: each discovery lists `/proc` and reads `stat` of every process; `environ` and `cgroup` are read once
-//! per process (keyed by pid and start time).
+//! per process image (keyed by pid, start time and the image's code and stack addresses, so an `exec` under
+//! the same pid is read anew). A process caught half-way through an `exec` (its environment not yet placed)
+//! is read again at the next discovery.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -257,15 +259,38 @@ fn is_uid(s: &str) -> bool {
         })
 }
 
-/// `(session id, start time in clock ticks)` from `/proc/<pid>/stat`.
-pub fn parse_stat(text: &str) -> Option<(u32, u64)> {
+/// What `/proc/<pid>/stat` tells of a process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcStat {
+    /// Session id (field 6).
+    pub session: u32,
+    /// Start time since boot, in clock ticks (field 22); an `exec` keeps it, as it keeps the pid.
+    pub start: u64,
+    /// The running image: start and end of its code, start of its stack (fields 26–28, addresses). A new
+    /// image (`exec`) has new ones (the stack's at least, under address randomisation); zero for a kernel
+    /// thread, for a process half-way through an `exec`, and where the kernel's line stops short of them.
+    pub image: [u64; 3],
+    /// `PF_KTHREAD` in the flags (field 9): a kernel thread, never a rank, never with an environment.
+    pub kernel_thread: bool,
+}
+
+/// The kernel's `PF_KTHREAD` process flag.
+const PF_KTHREAD: u64 = 0x0020_0000;
+
+/// Parses `/proc/<pid>/stat`; `None` when the session or start time is missing or not a number.
+pub fn parse_stat(text: &str) -> Option<ProcStat> {
     // The command name (field 2) may hold spaces and parentheses: fields resume after the last ')'.
     let rest = &text[text.rfind(')')? + 1..];
     let f: Vec<&str> = rest.split_whitespace().collect();
-    // After ')': state(3) ppid(4) pgrp(5) session(6) ... starttime(22).
-    let session = f.get(3)?.parse().ok()?;
-    let start = f.get(19)?.parse().ok()?;
-    Some((session, start))
+    let num = |i: usize| f.get(i).and_then(|s| s.parse::<u64>().ok()).unwrap_or(0);
+    // After ')': state(3) ppid(4) pgrp(5) session(6) ... flags(9) ... starttime(22) ... startcode(26)
+    // endcode(27) startstack(28).
+    Some(ProcStat {
+        session: f.get(3)?.parse().ok()?,
+        start: f.get(19)?.parse().ok()?,
+        image: [num(23), num(24), num(25)],
+        kernel_thread: num(6) & PF_KTHREAD != 0,
+    })
 }
 
 /// [`Rank::found_by`] of a process on a GPU (NVML's compute process list).
@@ -286,10 +311,11 @@ pub const RANK_KEYS: &[&str] = &["RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"]
 /// Longest job id, in bytes (what the collector and the marker listener accept); longer ones are cut.
 pub const MAX_JOB_ID_BYTES: usize = 128;
 
-/// What was learnt about a process, cached by `(pid, start time)`.
+/// What was learnt about a process, cached by pid while its start time and image stay.
 #[derive(Debug, Clone)]
 struct Seen {
     start: u64,
+    image: [u64; 3],
     env: Option<BTreeMap<String, String>>,
     pod: Option<String>,
     container: Option<String>,
@@ -349,9 +375,9 @@ impl ProcessesSource {
     fn look(&mut self, pid: u32) -> Option<Seen> {
         let dir = self.procfs_root.join(pid.to_string());
         let stat = self.procfs_root.read_trimmed(&dir.join("stat"))?;
-        let (session, start) = parse_stat(&stat)?;
+        let stat = parse_stat(&stat)?;
         if let Some(s) = self.cache.get(&pid) {
-            if s.start == start {
+            if s.start == stat.start && s.image == stat.image {
                 return Some(s.clone());
             }
         }
@@ -361,14 +387,22 @@ impl ProcessesSource {
             .read_trimmed(&dir.join("cgroup"))
             .map(|t| parse_cgroup(&t))
             .unwrap_or((None, None));
+        // A process half-way through an `exec` shows an empty environment (the new image's is not placed
+        // yet) under its old pid and start time: such a reading is used once and read again next scan.
+        let settled = stat.kernel_thread || env.as_ref().is_none_or(|e| !e.raw_empty);
         let seen = Seen {
-            start,
-            env,
+            start: stat.start,
+            image: stat.image,
+            env: env.map(|e| e.vars),
             pod,
             container,
-            session,
+            session: stat.session,
         };
-        self.cache.insert(pid, seen.clone());
+        if settled {
+            self.cache.insert(pid, seen.clone());
+        } else {
+            self.cache.remove(&pid);
+        }
         Some(seen)
     }
 
@@ -582,15 +616,24 @@ fn cut_at_char(mut s: String, max: usize) -> String {
 /// its stack limit, 2 MiB by default.
 const MAX_ENVIRON_BYTES: usize = 8 << 20;
 
+/// A process's environment as read: the allowlisted variables, and whether `environ` held no byte at all.
+struct Environ {
+    vars: BTreeMap<String, String>,
+    raw_empty: bool,
+}
+
 /// Reads and filters `environ`; `None` when it cannot be read (vanished, denied, refused). The raw bytes are
 /// dropped before this returns. An environment cut at [`MAX_ENVIRON_BYTES`] loses its last, partial entry.
-fn read_environ(procfs: &FsRoot, dir: &Path) -> Option<BTreeMap<String, String>> {
+fn read_environ(procfs: &FsRoot, dir: &Path) -> Option<Environ> {
     let mut raw = procfs.read(&dir.join("environ"), MAX_ENVIRON_BYTES).ok()?;
     if raw.len() == MAX_ENVIRON_BYTES {
         let end = raw.iter().rposition(|b| *b == 0).unwrap_or(0);
         raw.truncate(end);
     }
-    Some(parse_environ(&raw))
+    Some(Environ {
+        raw_empty: raw.is_empty(),
+        vars: parse_environ(&raw),
+    })
 }
 
 impl Source for ProcessesSource {
@@ -718,8 +761,25 @@ mod tests {
 
     #[test]
     fn stat_fields() {
-        let s = "1234 (python3 (x) y) S 1 1234 1200 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 987654 1000 100";
-        assert_eq!(parse_stat(s), Some((1200, 987654)));
+        // A real line (`sleep`), with a command name holding spaces and parentheses put in.
+        let s = "2931 (sl (x) y) S 2930 2931 1200 34816 2931 4194560 96 0 0 0 0 0 0 0 20 0 1 0 987654 \
+                 8470528 384 18446744073709551615 94558460162048 94558460178409 140727564617008 0 0 0 0 0 0 0 0 \
+                 0 17 3 0 0 0 0 0 94558460190256 94558460191912 94558470684672 140727564621395 \
+                 140727564621404 140727564621404 140727564623853 0";
+        assert_eq!(
+            parse_stat(s),
+            Some(ProcStat {
+                session: 1200,
+                start: 987654,
+                image: [94558460162048, 94558460178409, 140727564617008],
+                kernel_thread: false,
+            })
+        );
+        // A kernel thread (kthreadd's flags); a line that stops before the image fields.
+        let k = "2 (kthreadd) S 0 0 0 0 -1 2129984 0 0 0 0 0 0 0 0 20 0 1 0 1 0 0 18446744073709551615 0 0 0";
+        assert!(parse_stat(k).unwrap().kernel_thread);
+        let short = "1 (init) S 0 1 1 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 5";
+        assert_eq!(parse_stat(short).unwrap().image, [0, 0, 0]);
         assert_eq!(parse_stat("garbage"), None);
     }
 
