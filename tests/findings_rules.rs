@@ -17,6 +17,7 @@ use commwatch_collector::model::{NcclConflict, Rank};
 use commwatch_collector::steps;
 use commwatch_sim::{Scenario, Variant};
 use fast_clock::{run, spec, spec_with, Feed, Monitor, Sources, Timed, LINKS_ONLY, WINDOW_S};
+use std::sync::Arc;
 
 #[test]
 fn healthy_ten_minutes_raises_nothing_at_warning_or_above() {
@@ -680,7 +681,7 @@ fn unconfident_step_rates_raise_nothing() {
         steps: (0..30)
             .map(|i| {
                 let burst = HcaFigures::short_burst(false);
-                hca_step("node-00", i, periodic(i, 310_000_000), burst)
+                Arc::new(hca_step("node-00", i, periodic(i, 310_000_000), burst))
             })
             .collect(),
         ..Default::default()
@@ -692,7 +693,7 @@ fn unconfident_step_rates_raise_nothing() {
     assert_eq!(underutilized::evaluate(&input(&node)), vec![]);
     // The same figures measured (a burst long enough): the link is slow.
     for s in &mut node.steps {
-        s.links[0].confident = true;
+        Arc::make_mut(s).links[0].confident = true;
     }
     let c = underutilized::evaluate(&input(&node));
     assert_eq!(c.len(), 1);

@@ -117,6 +117,7 @@ mod tests {
     use crate::analysis::activity::analyse;
     use crate::analysis::input::{GpuInput, LinkInput, NodeInput};
     use commwatch_model::{LinkClass, LinkRole};
+    use std::sync::Arc;
 
     /// A node whose 4 GPUs run kernels `u` of the time at mean SM activity `s`, its HCA moving bytes.
     fn node(u: f64, s: f64) -> NodeInput {
@@ -189,7 +190,7 @@ mod tests {
             confident: true,
         };
         let step = |i: u64| hca_step(&n.name, i, periodic(i, 643_600_000), figures);
-        n.steps = (0..10).map(step).collect();
+        n.steps = (0..10).map(step).map(Arc::new).collect();
         n
     }
 

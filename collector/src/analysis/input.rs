@@ -127,7 +127,7 @@ pub struct NodeInput {
     pub name: String,
     pub links: Vec<LinkInput>,
     /// Recent steps of the node, oldest first (from the steps engine).
-    pub steps: Vec<NodeStep>,
+    pub steps: Vec<Arc<NodeStep>>,
     pub gpus: Vec<GpuInput>,
     /// Mean host CPU utilisation over the window, 0..1.
     pub cpu_utilization: Option<f64>,

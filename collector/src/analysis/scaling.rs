@@ -461,6 +461,7 @@ fn evidence(f: &JobFigures, drop: Option<&HistoryDrop>, by_drop: bool) -> Eviden
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
 
     fn figures(eff: f64, method: &str) -> JobFigures {
         JobFigures {
@@ -558,8 +559,12 @@ mod tests {
                     capacity: None,
                     confident: false,
                 };
-                n.steps
-                    .push(hca_step(name, n.steps.len() as u64, span, figures));
+                n.steps.push(Arc::new(hca_step(
+                    name,
+                    n.steps.len() as u64,
+                    span,
+                    figures,
+                )));
                 t += period_s;
             }
             n

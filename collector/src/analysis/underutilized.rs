@@ -337,6 +337,7 @@ mod tests {
     use crate::analysis::input::LinkInput;
     use crate::analysis::test_support::{hca_step, periodic, HcaFigures};
     use commwatch_model::{LinkClass, LinkRole};
+    use std::sync::Arc;
 
     const NOW_S: f64 = 1_764_619_200.0;
 
@@ -349,7 +350,7 @@ mod tests {
         NodeInput {
             name: "node-00".into(),
             links: vec![link],
-            steps: (0..30).map(step).collect(),
+            steps: (0..30).map(step).map(Arc::new).collect(),
             ..Default::default()
         }
     }

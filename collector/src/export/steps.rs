@@ -430,7 +430,7 @@ impl Collector for StepCollector {
         let mut fams = StepFamilies::new(self.nvlink_detail);
         self.steps
             .visit_recent(LINK_LOOKBACK, |node, steps, totals| {
-                fams.node(node, steps, totals)
+                fams.node(node, steps.map(|s| &**s), totals)
             });
         let mut jobs = self.steps.jobs();
         jobs.truncate(MAX_JOBS_EXPORTED);

@@ -4,6 +4,7 @@
 
 use commwatch_model::stats::median;
 use std::collections::{vec_deque, BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
 
 use commwatch_model::LinkClass;
 use parking_lot::RwLock;
@@ -18,7 +19,9 @@ pub use crate::config::DEFAULT_STEP_RETENTION;
 
 #[derive(Debug, Default)]
 struct NodeHistory {
-    steps: VecDeque<NodeStep>,
+    /// Shared with the analysis's inputs, which read a window of them every pass (copying each step's links
+    /// there cost a tenth of a collector's core at 600 demo nodes, most of it in faulting fresh pages in).
+    steps: VecDeque<Arc<NodeStep>>,
     markers_total: u64,
     inferred_total: u64,
     period: Option<PeriodEstimate>,
@@ -186,7 +189,7 @@ impl StepStore {
             if h.steps.len() >= STEPS_PER_NODE {
                 h.steps.pop_front();
             }
-            h.steps.push_back(s);
+            h.steps.push_back(Arc::new(s));
         }
         let newest = h.steps.iter().map(|s| s.end_unix_ns).max().unwrap_or(0);
         let horizon = newest.saturating_sub(self.retention_ns);
@@ -227,23 +230,24 @@ impl StepStore {
     /// Up to `limit` newest steps of `node` from the source of its newest step, oldest first. `None` when the
     /// node is unknown; empty when it has no step yet.
     pub fn node_steps(&self, node: &str, limit: usize) -> Option<Vec<NodeStep>> {
-        self.node_steps_since(node, limit, i64::MIN)
+        let steps = self.node_steps_since(node, limit, i64::MIN)?;
+        Some(steps.into_iter().map(Arc::unwrap_or_clone).collect())
     }
 
-    /// [`StepStore::node_steps`] of those that ended at or after `since_ns`, oldest first: the same steps as
-    /// filtering its answer, but only those are copied (the analysis reads a window of a few of them).
+    /// [`StepStore::node_steps`] of those that ended at or after `since_ns`, oldest first, shared with the
+    /// history: the same steps as filtering its answer (the analysis reads a window of a few of them).
     pub fn node_steps_since(
         &self,
         node: &str,
         limit: usize,
         since_ns: i64,
-    ) -> Option<Vec<NodeStep>> {
+    ) -> Option<Vec<Arc<NodeStep>>> {
         let map = self.nodes.read();
         let h = map.get(node)?;
         let Some(source) = h.steps.back().map(|s| s.source) else {
             return Some(Vec::new());
         };
-        let mut v: Vec<NodeStep> = h
+        let mut v: Vec<Arc<NodeStep>> = h
             .steps
             .iter()
             .rev()
@@ -273,7 +277,7 @@ impl StepStore {
         let map = self.nodes.read();
         let mut v: Vec<NodeStep> = map
             .values()
-            .filter_map(|h| h.steps.back().cloned())
+            .filter_map(|h| h.steps.back().map(|s| NodeStep::clone(s)))
             .collect();
         v.sort_by(|a, b| a.node.cmp(&b.node));
         v
@@ -286,7 +290,7 @@ impl StepStore {
     pub fn visit_recent(
         &self,
         per_node: usize,
-        mut f: impl FnMut(&str, vec_deque::Iter<'_, NodeStep>, (u64, u64)),
+        mut f: impl FnMut(&str, vec_deque::Iter<'_, Arc<NodeStep>>, (u64, u64)),
     ) {
         let map = self.nodes.read();
         let mut order: Vec<(&String, &NodeHistory)> = map.iter().collect();
@@ -323,7 +327,10 @@ impl StepStore {
                         s.source == StepSource::Markers && s.job.as_deref() == Some(job)
                     })
                 {
-                    by_index.entry(s.index).or_default().push(s.clone());
+                    by_index
+                        .entry(s.index)
+                        .or_default()
+                        .push(NodeStep::clone(s));
                 }
             }
         }
@@ -355,7 +362,7 @@ impl StepStore {
                             s.source == StepSource::Inferred && s.job.as_deref() == Some(job)
                         })
                         .take(limit)
-                        .cloned()
+                        .map(|s| NodeStep::clone(s))
                 })
                 .collect()
         };
@@ -541,7 +548,10 @@ mod tests {
             let filtered: Option<Vec<NodeStep>> = st
                 .node_steps("n1", limit)
                 .map(|v| v.into_iter().filter(|s| s.end_unix_ns >= since).collect());
-            assert_eq!(st.node_steps_since("n1", limit, since), filtered);
+            let since_steps = st.node_steps_since("n1", limit, since);
+            let since_steps =
+                since_steps.map(|v| v.into_iter().map(Arc::unwrap_or_clone).collect());
+            assert_eq!(since_steps, filtered);
         }
         assert_eq!(StepStore::new().node_steps_since("x", 5, 0), None);
     }
