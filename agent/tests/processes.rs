@@ -264,8 +264,8 @@ fn a_process_read_half_way_through_exec_or_exec_ing_anew_is_read_again() {
     assert!(src.discover().unwrap());
     let jobs = src.jobs().unwrap();
     assert_eq!((jobs[0].id.as_str(), jobs[0].ranks[0].rank), ("b", Some(5)));
-    // An unchanged image is recalled, not read: an environ that changed in place (it cannot, in a real
-    // process) is not seen.
+    // An unchanged image is recalled, not read again: what a process later writes over its environment's
+    // memory (as `setproctitle` does) is not taken for its environment.
     write(&d, "environ", b"COMMWATCH_JOB=c\0RANK=6\0");
     assert!(!src.discover().unwrap());
 }
