@@ -149,9 +149,17 @@ fn write(dir: &Path, name: &str, content: &[u8]) {
     std::fs::write(dir.join(name), content).unwrap();
 }
 
+/// A `stat` line of a settled process (any image) in session `session`.
 fn stat(pid: u32, session: u32, start: u64) -> Vec<u8> {
+    stat_with_image(pid, session, start, [0x5500_0000, 0x5500_4000, 0x7ffc_0000])
+}
+
+/// A `stat` line as the kernel writes it, with the image's code and stack addresses (fields 26–28).
+fn stat_with_image(pid: u32, session: u32, start: u64, image: [u64; 3]) -> Vec<u8> {
+    let [code, end, stack] = image;
     format!(
-        "{pid} (python3) S 1 {pid} {session} 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 8 0 {start} 1000 100\n"
+        "{pid} (python3) S 1 {pid} {session} 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 8 0 {start} 1000 100 \
+         18446744073709551615 {code} {end} {stack} 0 0 0 0 0 0 0 0 0 17 3 0 0 0 0 0\n"
     )
     .into_bytes()
 }
@@ -224,22 +232,12 @@ fn procfs_tree_pods_slurm_jobs_dataloader_workers_and_unreadable_entries() {
     assert_eq!(src.jobs().unwrap()[0].ranks.len(), 1);
 }
 
-/// A `stat` line as the kernel writes it, with the image's code and stack addresses (fields 26–28).
-fn stat_with_image(pid: u32, start: u64, image: [u64; 3]) -> Vec<u8> {
-    let [code, end, stack] = image;
-    format!(
-        "{pid} (python3) S 1 {pid} 90 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 8 0 {start} 1000 100 \
-         18446744073709551615 {code} {end} {stack} 0 0 0 0 0 0 0 0 0 17 3 0 0 0 0 0\n"
-    )
-    .into_bytes()
-}
-
 #[test]
 fn a_process_read_half_way_through_exec_or_exec_ing_anew_is_read_again() {
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path().join("300");
     // Caught between the two halves of an exec: the new image's environment is not placed yet.
-    write(&d, "stat", &stat_with_image(300, 7000, [0, 0, 0]));
+    write(&d, "stat", &stat_with_image(300, 90, 7000, [0, 0, 0]));
     write(&d, "environ", b"");
     let mut src = ProcessesSource::new(tmp.path().to_path_buf(), None);
     src.discover().unwrap();
@@ -248,7 +246,7 @@ fn a_process_read_half_way_through_exec_or_exec_ing_anew_is_read_again() {
     write(
         &d,
         "stat",
-        &stat_with_image(300, 7000, [0x5600_0000, 0x5600_4000, 0x7ffd_1000]),
+        &stat_with_image(300, 90, 7000, [0x5600_0000, 0x5600_4000, 0x7ffd_1000]),
     );
     write(&d, "environ", b"COMMWATCH_JOB=a\0RANK=2\0");
     assert!(src.discover().unwrap(), "the rank appears at the next scan");
@@ -258,7 +256,7 @@ fn a_process_read_half_way_through_exec_or_exec_ing_anew_is_read_again() {
     write(
         &d,
         "stat",
-        &stat_with_image(300, 7000, [0x5700_0000, 0x5700_8000, 0x7ffe_2000]),
+        &stat_with_image(300, 90, 7000, [0x5700_0000, 0x5700_8000, 0x7ffe_2000]),
     );
     write(&d, "environ", b"COMMWATCH_JOB=b\0RANK=5\0");
     assert!(src.discover().unwrap());

@@ -20,7 +20,7 @@ pub use crate::config::DEFAULT_STEP_RETENTION;
 #[derive(Debug, Default)]
 struct NodeHistory {
     /// Shared with the analysis's inputs, which read a window of them every pass (copying each step's links
-    /// there cost a tenth of a collector's core at 600 demo nodes, most of it in faulting fresh pages in).
+    /// there took about 6 % of a collector's core at 600 demo nodes, most of it in faulting fresh pages in).
     steps: VecDeque<Arc<NodeStep>>,
     markers_total: u64,
     inferred_total: u64,
