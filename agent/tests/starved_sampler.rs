@@ -67,6 +67,9 @@ fn link(device: &str) -> Link {
 /// the sampler's sink returned), nanoseconds since the Unix epoch.
 type Reads = Arc<Mutex<HashMap<(String, u64), (i64, i64)>>>;
 
+/// Each counter's emitted (metric, [(timestamp, value)]) by series id, in the order sent.
+type Counters = BTreeMap<u32, (String, Vec<(i64, u64)>)>;
+
 /// Fast series on one link, read in order: byte counters at [`RATE`] (each read from the clock at the moment
 /// it is pushed), or a constant gauge. `stall` sleeps on the delay schedule before the read of that series.
 struct Paced {
@@ -197,11 +200,9 @@ fn run(sources: Vec<Box<dyn Source>>, reads: &Reads) -> Measured {
     measure(&counters, &reads.lock().unwrap(), overruns)
 }
 
-/// Each counter's emitted (metric, [(timestamp, value)]) by series id, in the order sent.
-fn collect_counters(
-    rx: &mut mpsc::Receiver<SamplerEvent>,
-) -> BTreeMap<u32, (String, Vec<(i64, u64)>)> {
-    let mut counters: BTreeMap<u32, (String, Vec<(i64, u64)>)> = BTreeMap::new();
+/// The counters' samples as the sampler emitted them.
+fn collect_counters(rx: &mut mpsc::Receiver<SamplerEvent>) -> Counters {
+    let mut counters: Counters = BTreeMap::new();
     while let Ok(ev) = rx.try_recv() {
         match ev {
             SamplerEvent::Inventory(inv) => {
@@ -228,7 +229,7 @@ fn collect_counters(
 
 /// Checks every stamp against its read's bracket and every interval's rate against the truth.
 fn measure(
-    counters: &BTreeMap<u32, (String, Vec<(i64, u64)>)>,
+    counters: &Counters,
     reads: &HashMap<(String, u64), (i64, i64)>,
     overruns: u64,
 ) -> Measured {
