@@ -8,7 +8,10 @@
 #
 #   cargo build --release --bin commwatch && cargo build --release -p commwatch-sim --bin loadgen
 #   scripts/bench-shards.sh NODES [SHARDS=1] [SECS=60]        (env: WARMUP=15, BASE_PORT=17100, EXTRA=...,
-#                                                              SCRAPE_EVERY=15)
+#                                                              SCRAPE_EVERY=15, GEN_EXTRA=...)
+#
+# EXTRA goes to each collector's command line, GEN_EXTRA to the generator's (e.g. `--batch-period 1s
+# --capture 12s`: the agents' batch period, and a capture long enough to hold several batches).
 #
 # During the measured window each shard's /metrics is scraped every SCRAPE_EVERY seconds with gzip, as a
 # Prometheus at its default interval would (deploy/prometheus/prometheus.yml's global 15 s; 0: no scrapes), and
@@ -69,7 +72,7 @@ for ((k = 0; k < shards; k++)); do
     done
   ) &
 done
-taskset -c "$gen_cores" "$gen" --collector "$list" --nodes "$nodes" --secs "$secs" --warmup "$warmup" --pid "$pidlist"
+taskset -c "$gen_cores" "$gen" --collector "$list" --nodes "$nodes" --secs "$secs" --warmup "$warmup" --pid "$pidlist" ${GEN_EXTRA:-}
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 for ((k = 0; k < shards; k++)); do
   http=$((base + 100 + k))

@@ -111,9 +111,9 @@ impl Recorder {
     }
 }
 
-/// Runs the demo cluster's first node's agent for `span` and returns what it sent (the first and last
-/// batches, which may be partial, left out).
-pub async fn capture(span: Duration) -> Result<Capture, CaptureError> {
+/// Runs the demo cluster's first node's agent for `span`, shipping a batch every `batch_period`, and returns
+/// what it sent (the first and last batches, which may be partial, left out).
+pub async fn capture(span: Duration, batch_period: Duration) -> Result<Capture, CaptureError> {
     let dir = tempfile::tempdir()?;
     let cluster = Cluster::create(dir.path(), ClusterSpec::demo())?;
     let procfs = cluster.write_procfs_trees()?;
@@ -140,6 +140,7 @@ pub async fn capture(span: Duration) -> Result<Capture, CaptureError> {
             .to_vec(),
         steps_udp: None,
         steps_socket: None,
+        batch_period,
         ..Default::default()
     };
     let extras = commwatch_agent::AgentExtras {

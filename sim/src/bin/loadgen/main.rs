@@ -63,6 +63,9 @@ struct Args {
     /// How long the real agent is recorded for the node shape.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "5s")]
     capture: Duration,
+    /// How often each simulated agent ships a batch (the agent's `batch_period`; its default when not given).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    batch_period: Option<Duration>,
     /// Worker threads of the generator's runtime.
     #[arg(long, default_value_t = 1)]
     threads: usize,
@@ -133,9 +136,14 @@ fn main() -> anyhow::Result<()> {
 
 async fn run(args: Args) -> anyhow::Result<()> {
     let urls: Vec<String> = shard::parse_list(&args.collector.join(","));
-    eprintln!("capturing the node shape for {:?}...", args.capture);
-    let cap = capture::capture(args.capture).await?;
-    let batch_period = commwatch_agent::AgentConfig::default().batch_period;
+    let batch_period = args
+        .batch_period
+        .unwrap_or_else(|| commwatch_agent::AgentConfig::default().batch_period);
+    eprintln!(
+        "capturing the node shape for {:?} (a batch every {batch_period:?})...",
+        args.capture
+    );
+    let cap = capture::capture(args.capture, batch_period).await?;
     let tape = Tape::new(
         cap.batches.clone(),
         &cap.series,
