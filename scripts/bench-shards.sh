@@ -8,10 +8,10 @@
 #
 #   cargo build --release --bin commwatch && cargo build --release -p commwatch-sim --bin loadgen
 #   scripts/bench-shards.sh NODES [SHARDS=1] [SECS=60]        (env: WARMUP=15, BASE_PORT=17100, EXTRA=...,
-#                                                              SCRAPE_EVERY=15, GEN_EXTRA=...)
+#                                                              SCRAPE_EVERY=15, CAPTURE=5, GEN_EXTRA=...)
 #
-# EXTRA goes to each collector's command line, GEN_EXTRA to the generator's (e.g. `--batch-period 1s
-# --capture 12s`: the agents' batch period, and a capture long enough to hold several batches).
+# EXTRA goes to each collector's command line, GEN_EXTRA to the generator's (e.g. `--batch-period 1s`, the
+# agents' batch period; then CAPTURE=12, seconds of the real agent recorded, so that it holds several batches).
 #
 # During the measured window each shard's /metrics is scraped every SCRAPE_EVERY seconds with gzip, as a
 # Prometheus at its default interval would (deploy/prometheus/prometheus.yml's global 15 s; 0: no scrapes), and
@@ -22,6 +22,7 @@ nodes=${1:?NODES}
 shards=${2:-1}
 secs=${3:-60}
 warmup=${WARMUP:-15}
+capture=${CAPTURE:-5}
 scrape_every=${SCRAPE_EVERY:-15}
 base=${BASE_PORT:-17100}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -52,12 +53,12 @@ if [ "$shards" -eq 1 ] && [ "$cores" -gt 1 ]; then gen_cores=1; else gen_cores=0
 echo "== $nodes nodes, $shards shard(s) on cores 0..$((shards - 1)), generator on cores $gen_cores; load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 list=$(IFS=,; echo "${urls[*]}")
 pidlist=$(IFS=,; echo "${pids[*]}")
-# From the start of the measured window (after the capture's 5 s and the warm-up): Prometheus' scrapes, every
+# From the start of the measured window (after the capture (CAPTURE s) and the warm-up): Prometheus' scrapes, every
 # SCRAPE_EVERY seconds, the first of them kept as the passes' counters at the window's start (so that their
 # refresh during the window is read apart from the ramp); with SCRAPE_EVERY=0 that one scrape alone.
 for ((k = 0; k < shards; k++)); do
   (
-    sleep $((5 + warmup))
+    sleep $((capture + warmup))
     end=$((SECONDS + secs))
     out="$work/metrics-start-$k.txt"
     while :; do
@@ -72,7 +73,8 @@ for ((k = 0; k < shards; k++)); do
     done
   ) &
 done
-taskset -c "$gen_cores" "$gen" --collector "$list" --nodes "$nodes" --secs "$secs" --warmup "$warmup" --pid "$pidlist" ${GEN_EXTRA:-}
+taskset -c "$gen_cores" "$gen" --collector "$list" --nodes "$nodes" --secs "$secs" --warmup "$warmup" --capture "${capture}s" \
+  --pid "$pidlist" ${GEN_EXTRA:-}
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 for ((k = 0; k < shards; k++)); do
   http=$((base + 100 + k))

@@ -30,9 +30,9 @@ use tokio::sync::mpsc;
 const RATE: f64 = 12.5e9;
 /// The fast sampling period.
 const PERIOD: Duration = Duration::from_millis(50);
-/// How far before its read a sample may be stamped: the sampling thread's resolution, 1/200 of the fast
+/// How far before its read a sample may be stamped: the sampling thread's resolution, a share of the fast
 /// period.
-const RESOLUTION_NS: i64 = PERIOD.as_nanos() as i64 / 200;
+const RESOLUTION_NS: i64 = PERIOD.as_nanos() as i64 / sampler::STAMP_SHARE as i64;
 /// How long each scenario samples.
 const RUN: Duration = Duration::from_millis(2_500);
 /// Delays before successive reads, in milliseconds, cycled: jitter within a period, a read that takes most

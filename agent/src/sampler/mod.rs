@@ -28,7 +28,7 @@ use commwatch_proto::v1 as pb;
 
 pub use batch::{BatchBuilder, DEFAULT_RESOLUTION};
 pub use periods::Periods;
-pub use thread::{spawn, LoopSettings, SamplerHandle};
+pub use thread::{spawn, LoopSettings, SamplerHandle, STAMP_SHARE};
 pub use wire::jobs_to_pb;
 
 use crate::source::{SeriesSpec, Source, Value};

@@ -22,7 +22,7 @@ const STOP_CHECK: Duration = Duration::from_millis(20);
 
 /// Samples read within this share of the fast period share a timestamp on the wire (one tick): a sample is
 /// stamped at most 1/200 of a period early, so a rate over one period is off by at most 0.5 %.
-const STAMP_SHARE: u32 = 200;
+pub const STAMP_SHARE: u32 = 200;
 
 /// Settings of the sampling thread.
 #[derive(Debug, Clone)]
