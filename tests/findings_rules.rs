@@ -673,7 +673,7 @@ fn unconfident_step_rates_raise_nothing() {
     use commwatch_collector::model::{LinkClass, LinkRole};
     use test_support::{hca_step, periodic, HcaFigures};
     let mut link = LinkInput::new(LinkClass::Infiniband, "mlx5_0", "1", LinkRole::Fabric);
-    link.link.capacity_bytes_per_second = Some(25e9);
+    Arc::make_mut(&mut link.link).capacity_bytes_per_second = Some(25e9);
     let mut node = NodeInput {
         name: "node-00".into(),
         links: vec![link],

@@ -315,11 +315,11 @@ impl Feed {
             ),
         };
         let mut l = LinkInput::new(class, &device, &port, role);
-        l.link.capacity_bytes_per_second = Some(lm.capacity_bytes_per_second as f64);
+        let link = std::sync::Arc::make_mut(&mut l.link);
+        link.capacity_bytes_per_second = Some(lm.capacity_bytes_per_second as f64);
         if matches!(lf.link, Link::Hca(_)) {
-            l.link.state = lf.state.0.to_string();
-            l.link
-                .attributes
+            link.state = lf.state.0.to_string();
+            link.attributes
                 .insert("phys_state".into(), lf.state.1.to_string());
         }
         let tx: Vec<_> = lf.tx.iter().copied().collect();

@@ -180,7 +180,7 @@ mod tests {
     /// `n` with a 25 GB/s HCA port whose 10 confident steps achieved `rate` bytes/s.
     fn paced(mut n: NodeInput, rate: f64) -> NodeInput {
         use crate::analysis::test_support::{hca_step, periodic, HcaFigures};
-        n.links[0].link.capacity_bytes_per_second = Some(25e9);
+        Arc::make_mut(&mut n.links[0].link).capacity_bytes_per_second = Some(25e9);
         let figures = HcaFigures {
             bytes: (rate * 0.3436) as u64,
             active_s: 0.3436,

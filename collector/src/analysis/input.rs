@@ -64,8 +64,11 @@ impl CounterWindow {
 /// One link of a node: the link as its inventory describes it, and what it did over the window.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct LinkInput {
-    pub link: Link,
-    /// What the byte counters did over the window.
+    /// The link, shared with the store (a pointer copied under the node's lock: copying every link's strings
+    /// and attributes was a tenth of the input's cost).
+    pub link: Arc<Link>,
+    /// What the byte counters did over the window: only for the links a rule reads it of
+    /// ([`reads_activity`]), `None` for the others.
     pub activity: Option<Activity>,
     /// Every other counter of the link.
     pub counters: Vec<CounterWindow>,
@@ -75,7 +78,7 @@ pub struct LinkInput {
 
 impl LinkInput {
     /// `link` with no traffic and no counters yet.
-    pub fn from_link(link: Link) -> LinkInput {
+    pub fn from_link(link: Arc<Link>) -> LinkInput {
         LinkInput {
             link,
             activity: None,
@@ -88,7 +91,7 @@ impl LinkInput {
     /// kind ([`Endpoint::legacy`]), `ACTIVE`, with no capacity, traffic or counters (tests and synthetic inputs
     /// fill in what they need).
     pub fn new(class: LinkClass, device: &str, port: &str, role: LinkRole) -> LinkInput {
-        LinkInput::from_link(Link {
+        LinkInput::from_link(Arc::new(Link {
             key: LinkKey::new(class, device, port),
             endpoint: Endpoint::legacy(class, device, port),
             role,
@@ -97,7 +100,7 @@ impl LinkInput {
             attributes: BTreeMap::new(),
             gpu: None,
             link: None,
-        })
+        }))
     }
 
     pub fn counter(&self, metric: &str) -> Option<&CounterWindow> {
@@ -305,12 +308,24 @@ fn gauge_mean(samples: crate::store::Samples<'_>, since_ns: i64) -> Option<f64> 
     (n > 0).then(|| sum / n as f64)
 }
 
+/// Whether a rule reads `link`'s [`LinkInput::activity`]: the fabric's RDMA ports (congestion,
+/// underutilization, the scaling bound, [`NodeInput::fabric_busy_share`] and
+/// [`NodeInput::fabric_burst_rate`], the management rule's check that the fabric was idle) and the management
+/// NICs (the management rule). [`node_input`] copies and analyses the byte windows of those links only; the
+/// others' activity stays `None`. An 8-GPU node has 144 NVLinks and a dozen such ports: analysing every link
+/// took about 9 ms of CPU per node and pass, most of the analysis input's cost (BENCHMARKS.md, "Fresh
+/// findings under load"). A rule that comes to read another link's activity must widen this first
+/// (`tests::no_rule_reads_the_activity_of_links_left_out`).
+pub fn reads_activity(link: &Link) -> bool {
+    (link.role == LinkRole::Fabric && link.key.class.is_rdma()) || link.role == LinkRole::Management
+}
+
 /// Copies one node's windows (under its lock; the caller holds it only for this call).
 pub fn node_input(n: &NodeState, since_ns: i64) -> NodeInput {
     let mut links: Vec<LinkInput> = n
         .links()
         .iter()
-        .map(|l| LinkInput::from_link(Link::clone(&l.link)))
+        .map(|l| LinkInput::from_link(l.link.clone()))
         .collect();
     // Each link's byte counters (the last of each direction, as the loop meets them), windowed after it.
     let mut bytes: Vec<(Option<&crate::store::Series>, Option<&crate::store::Series>)> =
@@ -393,6 +408,9 @@ pub fn node_input(n: &NodeState, since_ns: i64) -> NodeInput {
     // Two window buffers reused link after link: no allocation (and no fresh pages) per link.
     let (mut tx, mut rx): (Samples, Samples) = Default::default();
     for (l, (tx_s, rx_s)) in links.iter_mut().zip(bytes) {
+        if !reads_activity(&l.link) {
+            continue;
+        }
         window_into(&mut tx, tx_s.map(|s| n.samples(s)), since_ns);
         window_into(&mut rx, rx_s.map(|s| n.samples(s)), since_ns);
         l.activity = activity::analyse(&tx, &rx, l.link.capacity_bytes_per_second);
@@ -494,6 +512,73 @@ impl NodeInput {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// 20 s of cumulative bytes at 20 Hz: a 200 ms burst every second at `rate` bytes/s, idle between.
+    fn bursty(rate: f64) -> Samples {
+        let mut total = 0u64;
+        (0..400i64)
+            .map(|k| {
+                if k % 20 < 4 {
+                    total += (rate / 20.0) as u64;
+                }
+                (k * 50_000_000, total)
+            })
+            .collect()
+    }
+
+    /// One node with a link of every class and role, each with byte windows that carry slow periodic bursts
+    /// (5 % of a 25 GB/s capacity), and the rules' findings with `keep(link)` deciding whose activity stays.
+    fn findings_keeping(keep: impl Fn(&Link) -> bool) -> Vec<super::super::Candidate> {
+        let window = bursty(1.25e9);
+        let mut links = vec![
+            LinkInput::new(LinkClass::Nvlink, "gpu0", "0", LinkRole::Fabric),
+            LinkInput::new(LinkClass::Nvlink, "gpu1", "3", LinkRole::Unknown),
+            LinkInput::new(LinkClass::Infiniband, "mlx5_0", "1", LinkRole::Fabric),
+            LinkInput::new(LinkClass::Roce, "mlx5_1", "1", LinkRole::Fabric),
+            LinkInput::new(LinkClass::Ethernet, "eth1", "eth1", LinkRole::Fabric),
+            LinkInput::new(LinkClass::Ethernet, "eth2", "eth2", LinkRole::Unknown),
+            LinkInput::new(LinkClass::Ethernet, "eth0", "eth0", LinkRole::Management),
+        ];
+        for l in &mut links {
+            Arc::make_mut(&mut l.link).capacity_bytes_per_second = Some(25e9);
+            if keep(&l.link) {
+                l.activity = activity::analyse(&window, &window, Some(25e9));
+            }
+        }
+        let node = NodeInput {
+            name: "node-00".into(),
+            links,
+            ..Default::default()
+        };
+        super::super::evaluate(&AnalysisInput {
+            now_unix_ns: 20_000_000_000,
+            nodes: vec![node],
+            ..Default::default()
+        })
+    }
+
+    #[test]
+    fn no_rule_reads_the_activity_of_links_left_out() {
+        let every = findings_keeping(|_| true);
+        // The fixture's bursts are what the rules act on: without any activity the findings differ.
+        assert_ne!(every, findings_keeping(|_| false), "{every:#?}");
+        assert_eq!(
+            findings_keeping(reads_activity),
+            every,
+            "a rule reads the activity of a link that node_input leaves without it: widen reads_activity"
+        );
+    }
+
+    #[test]
+    fn reads_activity_keeps_rdma_fabric_ports_and_management_nics() {
+        let nvlink = LinkInput::new(LinkClass::Nvlink, "gpu0", "0", LinkRole::Fabric).link;
+        let hca = LinkInput::new(LinkClass::Infiniband, "mlx5_0", "1", LinkRole::Fabric).link;
+        let roce = LinkInput::new(LinkClass::Roce, "mlx5_1", "1", LinkRole::Fabric).link;
+        let mgmt = LinkInput::new(LinkClass::Ethernet, "eth0", "eth0", LinkRole::Management).link;
+        let other = LinkInput::new(LinkClass::Ethernet, "eth2", "eth2", LinkRole::Unknown).link;
+        assert!(!reads_activity(&nvlink) && !reads_activity(&other));
+        assert!(reads_activity(&hca) && reads_activity(&roce) && reads_activity(&mgmt));
+    }
 
     #[test]
     fn a_counter_window_serializes_its_metric_and_labels_as_fields() {

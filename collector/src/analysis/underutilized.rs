@@ -344,7 +344,7 @@ mod tests {
     /// `node-00`, one 25 GB/s HCA port achieving 8.8 GB/s over 30 confident steps, no GPU data.
     fn slow_node() -> NodeInput {
         let mut link = LinkInput::new(LinkClass::Infiniband, "mlx5_0", "1", LinkRole::Fabric);
-        link.link.capacity_bytes_per_second = Some(25e9);
+        Arc::make_mut(&mut link.link).capacity_bytes_per_second = Some(25e9);
         let burst = HcaFigures::short_burst(true);
         let step = |i: u64| hca_step("node-00", i, periodic(i, 310_000_000), burst);
         NodeInput {

@@ -10,7 +10,9 @@
 //!
 //! `tape_cost` does the same with a real agent's batches instead of generated ones: the demo node that
 //! `loadgen --dump-tape FILE` recorded (`TAPE=FILE`, `NODES` (20) copies, every batch of the file, `RETENTION`
-//! seconds (600)), and prints the raw sample bytes per node by part and by metric.
+//! seconds (600)), and prints the raw sample bytes per node by part and by metric. `tape_passes` applies the
+//! tape the same way (`RETENTION` (300)) and then times the periodic passes per node (`PASSES` rounds (5)): the
+//! analysis input's copy of every node's windows and the step engine's pass.
 
 use std::time::{Duration, Instant};
 
@@ -294,4 +296,68 @@ fn tape_cost() {
             *bytes as f64 / (*n).max(1) as f64
         );
     }
+}
+
+/// The periodic passes' cost per node on the tape's nodes (`TAPE`, `NODES`, `RETENTION` as for [`tape_cost`];
+/// `PASSES` (5) rounds): the analysis input (`analysis::input::node_input`, a 20 s window of every series) and
+/// the step engine's pass, each timed in thread CPU per node after the whole tape is applied.
+#[test]
+#[ignore = "a measurement: run with --release --ignored --nocapture and TAPE=FILE"]
+fn tape_passes() {
+    use crate::analysis::input::{node_input, WINDOW_NS};
+    let path = std::env::var("TAPE").expect("TAPE=FILE written by loadgen --dump-tape");
+    let (hello, batches) = read_tape(&path);
+    let nodes = env("NODES", 20);
+    let rounds = env("PASSES", 5);
+    let retention = Duration::from_secs(env("RETENTION", 300) as u64);
+    let store = std::sync::Arc::new(Store::new(
+        retention,
+        Duration::from_secs(3_600),
+        Limits::default(),
+    ));
+    let t0 = batches
+        .first()
+        .and_then(|b| b.timestamps_unix_ns.first().copied())
+        .expect("the tape holds a batch");
+    let refs: Vec<_> = (0..nodes)
+        .map(|k| {
+            let mut h = hello.clone();
+            h.node = format!("tape-{k}");
+            store.hello(&h, t0, None).expect("hello").node
+        })
+        .collect();
+    let mut scratch = Vec::new();
+    let mut now = t0;
+    for b in &batches {
+        now = b.timestamps_unix_ns.last().copied().unwrap_or(now);
+        for node in &refs {
+            node.lock()
+                .apply_batch(b, now, &mut scratch)
+                .expect("apply");
+        }
+    }
+    let names = store.node_names(now);
+    let per_node = |cpu_ns: u64| cpu_ns as f64 / (rounds * names.len()) as f64 / 1e3;
+    let cpu0 = thread_cpu_ns();
+    for _ in 0..rounds {
+        for name in &names {
+            std::hint::black_box(store.with_node(name, |n| node_input(n, now - WINDOW_NS)));
+        }
+    }
+    let input_us = per_node(thread_cpu_ns() - cpu0);
+    let steps = std::sync::Arc::new(crate::steps::StepStore::new());
+    let passes = crate::telemetry::Passes::new().expect("pass metrics");
+    let mut engine = crate::steps::engine::Engine::new(store.clone(), steps, passes);
+    engine.tick(now);
+    let cpu0 = thread_cpu_ns();
+    for r in 0..rounds {
+        // Each round as if one batch period had passed: what a pass finds new is what a collector's would.
+        engine.tick(now + r as i64);
+    }
+    let steps_us = per_node(thread_cpu_ns() - cpu0);
+    println!(
+        "{} nodes, {rounds} rounds: analysis input {input_us:.1} us of thread CPU per node, step engine \
+         {steps_us:.1} us per node (nothing new since its first pass)",
+        names.len()
+    );
 }

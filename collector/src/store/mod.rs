@@ -411,6 +411,49 @@ mod tests {
     }
 
     #[test]
+    fn the_analysis_input_analyses_the_links_its_rules_read() {
+        let store = Store::new(
+            std::time::Duration::from_secs(600),
+            std::time::Duration::from_secs(60),
+            Limits::default(),
+        );
+        let mut h = hello(7, false);
+        let mut nvlink = h.inventory.links[0].clone();
+        nvlink.id = 2;
+        nvlink.link.key = LinkKey::new(LinkClass::Nvlink, "gpu0", "0");
+        nvlink.link.endpoint = Endpoint::GpuLink;
+        h.inventory.links.push(nvlink);
+        let mut tx = h.inventory.series[0].clone();
+        (tx.id, tx.link_id) = (3, 2);
+        h.inventory.series.push(tx);
+        let out = store.hello(&h, S, None).expect("hello");
+        let mut n = out.node.lock();
+        // 2 s at 20 Hz, both links moving 1 MB a tick.
+        let ticks: Vec<i64> = (0..40).map(|k| S + k * S / 20).collect();
+        let b = Batch {
+            tick_lengths: vec![2; ticks.len()],
+            series_ids: ticks.iter().flat_map(|_| [1, 3]).collect(),
+            values: (0..ticks.len() as u64)
+                .flat_map(|k| [k << 20, k << 20])
+                .collect(),
+            timestamps_unix_ns: ticks,
+            ..batch(1, &[])
+        };
+        n.apply_batch(&b, 3 * S, &mut Vec::new()).expect("applied");
+        let input = crate::analysis::input::node_input(&n, 0);
+        let by_class = |c: LinkClass| {
+            input
+                .links
+                .iter()
+                .find(|l| l.link.key.class == c)
+                .expect("the link")
+        };
+        let hca = by_class(LinkClass::Infiniband).activity.as_ref();
+        assert_eq!(hca.map(|a| a.tx_bytes), Some(39 << 20));
+        assert_eq!(by_class(LinkClass::Nvlink).activity, None);
+    }
+
+    #[test]
     fn dedup_gap_and_rate() {
         let store = Store::new(
             std::time::Duration::from_secs(600),
