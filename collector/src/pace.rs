@@ -1,8 +1,15 @@
 //! Pacing of the periodic passes over the whole fleet (the analysis evaluation, the step engine): a pass runs
-//! every `interval`, but never more than [`MAX_DUTY`] of the time — after a pass that took `t`, the next one
+//! every `interval`, but never more than [`MAX_DUTY`] of the time — after a pass that cost `t`, the next one
 //! starts no sooner than `t / MAX_DUTY` after this one started. A pass's cost grows with the fleet; pacing
 //! keeps it from crowding out ingest on a small machine (the figures then refresh less often, and say so in
 //! their timestamps), while a small fleet keeps the configured interval.
+//!
+//! What a pass costs is its thread's CPU time when the thread runs under `SCHED_IDLE` ([`Paced::Ran`]): such a
+//! thread gets only what the ingest leaves, so on a busy core its wall time measures the ingest, not the pass.
+//! Charged by wall time, a pass over 400 demo nodes on one core took 4 s of wall time for 0.8 s of CPU and
+//! waited 12 s more: the rules ran every 18 s, the step engine once in 90 s (BENCHMARKS.md, "Fresh findings
+//! under load"). Where the policy was refused (a thread at a nice value competes with the ingest) and where
+//! the OS gives no thread CPU time, the wall time is charged.
 //!
 //! Priority: each periodic pass runs on a thread of its own ([`PassThread`]) under Linux's `SCHED_IDLE` policy,
 //! so that on a busy core the ingest (acks within a second, or agents resend) comes first and the passes take
@@ -26,27 +33,38 @@ use tokio::sync::oneshot;
 /// Largest share of wall time one periodic pass may take.
 pub const MAX_DUTY: f64 = 0.25;
 
-/// Pause after a pass that took `took`, for a pass every `interval`: `interval - took`, or longer so that the
-/// pass takes at most [`MAX_DUTY`] of the time.
-pub fn pause_after(interval: Duration, took: Duration) -> Duration {
-    let by_interval = interval.saturating_sub(took);
-    let by_duty = took.mul_f64(1.0 / MAX_DUTY - 1.0);
+/// Pause after a pass that took `wall` and cost `cost` (its wall time, or its CPU time under `SCHED_IDLE`),
+/// for a pass every `interval`: `interval - wall`, or longer so that the pass costs at most [`MAX_DUTY`] of
+/// the time.
+pub fn pause_after(interval: Duration, wall: Duration, cost: Duration) -> Duration {
+    let by_interval = interval.saturating_sub(wall);
+    let by_duty = cost.mul_f64(1.0 / MAX_DUTY - 1.0);
     by_interval.max(by_duty)
 }
 
-/// Runs `pass` forever: once now, then again after [`pause_after`] its duration. Returns only when `pass`
-/// returns `false`.
+/// What one pass of [`run_paced`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Paced {
+    /// It ran; `charged` is its cost when not its wall time (see the module's doc: [`PassThread::run_charged`]).
+    Ran { charged: Option<Duration> },
+    /// The passes end.
+    Stop,
+}
+
+/// Runs `pass` forever: once now, then again after [`pause_after`] its cost (what it says it was charged, else
+/// its wall time). Returns only when `pass` returns [`Paced::Stop`].
 pub async fn run_paced<F, Fut>(interval: Duration, mut pass: F)
 where
     F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
+    Fut: std::future::Future<Output = Paced>,
 {
     loop {
         let started = tokio::time::Instant::now();
-        if !pass().await {
+        let Paced::Ran { charged } = pass().await else {
             return;
-        }
-        tokio::time::sleep(pause_after(interval, started.elapsed())).await;
+        };
+        let wall = started.elapsed();
+        tokio::time::sleep(pause_after(interval, wall, charged.unwrap_or(wall))).await;
     }
 }
 
@@ -101,6 +119,8 @@ type Job = Box<dyn FnOnce() + Send>;
 /// dropped.
 pub struct PassThread {
     jobs: mpsc::Sender<Job>,
+    /// Whether the thread runs under `SCHED_IDLE` (not at a nice value: asked for, or where it was refused).
+    idle: bool,
 }
 
 /// A pass that panicked on a [`PassThread`]; its message.
@@ -117,15 +137,45 @@ impl PassThread {
     /// Starts the thread at `priority`, named `name`.
     pub fn start_with(name: &str, priority: Yield) -> std::io::Result<PassThread> {
         let (jobs, rx) = mpsc::channel::<Job>();
+        let (set_tx, set_rx) = mpsc::channel::<bool>();
         std::thread::Builder::new()
             .name(name.to_string())
             .spawn(move || {
-                lower_priority(priority);
+                let _ = set_tx.send(lower_priority(priority));
                 while let Ok(job) = rx.recv() {
                     job();
                 }
             })?;
-        Ok(PassThread { jobs })
+        let idle = set_rx.recv().unwrap_or(false);
+        Ok(PassThread { jobs, idle })
+    }
+
+    /// Whether the thread runs under `SCHED_IDLE`.
+    pub fn is_idle(&self) -> bool {
+        self.idle
+    }
+
+    /// [`PassThread::run`], with what the pass is charged for pacing: its thread's CPU time under
+    /// `SCHED_IDLE`, `None` (its wall time) otherwise or where the OS does not say ([`Paced::Ran`]).
+    pub async fn run_charged<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<(T, Paced), PassPanicked> {
+        let idle = self.idle;
+        let (out, cpu_ns) = self
+            .run(move || {
+                let before = idle.then(crate::telemetry::thread_cpu_ns).flatten();
+                let out = f();
+                let after = before.and(crate::telemetry::thread_cpu_ns());
+                (out, before.zip(after).map(|(b, a)| a.saturating_sub(b)))
+            })
+            .await?;
+        Ok((
+            out,
+            Paced::Ran {
+                charged: cpu_ns.map(Duration::from_nanos),
+            },
+        ))
     }
 
     /// Runs `f` on the thread and waits for it; a panic in `f` is caught and returned as [`PassPanicked`]
@@ -156,8 +206,8 @@ impl PassThread {
 
 /// Puts the calling thread under `SCHED_IDLE` (Linux: the policy is per thread; lowered to nice [`PASS_NICE`]
 /// where that is refused) or at the nice value of `priority`. A failure is logged and the work runs at the
-/// priority it has.
-fn lower_priority(priority: Yield) {
+/// priority it has. Returns whether the thread is under `SCHED_IDLE`.
+fn lower_priority(priority: Yield) -> bool {
     let nice = match priority {
         Yield::Nice(n) => n,
         Yield::Idle => {
@@ -166,7 +216,7 @@ fn lower_priority(priority: Yield) {
             // (pid 0) scheduling attributes.
             let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
             if rc == 0 {
-                return;
+                return true;
             }
             tracing::debug!(error = %std::io::Error::last_os_error(), "SCHED_IDLE refused; nice instead");
             PASS_NICE
@@ -181,6 +231,7 @@ fn lower_priority(priority: Yield) {
         tracing::debug!(error = %std::io::Error::last_os_error(), nice,
             "could not lower the thread's priority");
     }
+    false
 }
 
 /// The calling thread's scheduling policy (Linux), for tests.
@@ -205,13 +256,17 @@ mod tests {
     fn a_cheap_pass_keeps_the_interval_and_a_costly_one_is_spread_out() {
         let s = Duration::from_secs;
         let ms = Duration::from_millis;
-        assert_eq!(pause_after(s(1), ms(10)), ms(990));
+        assert_eq!(pause_after(s(1), ms(10), ms(10)), ms(990));
         // 250 ms of a 1 s interval is exactly the duty: no change.
-        assert_eq!(pause_after(s(1), ms(250)), ms(750));
+        assert_eq!(pause_after(s(1), ms(250), ms(250)), ms(750));
         // 400 ms would be 40 %: the next pass waits 1.2 s (one pass per 1.6 s).
-        assert_eq!(pause_after(s(1), ms(400)), ms(1200));
+        assert_eq!(pause_after(s(1), ms(400), ms(400)), ms(1200));
         // Longer than the interval itself.
-        assert_eq!(pause_after(ms(500), s(2)), s(6));
+        assert_eq!(pause_after(ms(500), s(2), s(2)), s(6));
+        // 2 s of wall time for 100 ms of CPU: the interval is over, the duty allows the next pass at once.
+        assert_eq!(pause_after(s(1), s(2), ms(100)), ms(300));
+        // 400 ms of CPU in 600 ms of wall time: 1.2 s more, as for 400 ms of wall time.
+        assert_eq!(pause_after(s(1), ms(600), ms(400)), ms(1200));
     }
 
     #[tokio::test]
@@ -259,6 +314,68 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_pass_charged_less_than_its_wall_time_is_paced_by_its_charge() {
+        let starts = std::sync::Arc::new(parking_lot::Mutex::new(Vec::new()));
+        let s2 = starts.clone();
+        let t0 = tokio::time::Instant::now();
+        run_paced(Duration::from_secs(1), move || {
+            let s2 = s2.clone();
+            async move {
+                let n = {
+                    let mut v = s2.lock();
+                    v.push(t0.elapsed());
+                    v.len()
+                };
+                // 2 s of wall time for 100 ms of CPU (a pass under SCHED_IDLE on a busy core): the next one
+                // starts 300 ms after it (its duty), not 6 s after it as a pass charged its wall time would.
+                if n == 2 {
+                    tokio::time::sleep(Duration::from_secs(2)).await;
+                }
+                match n {
+                    1 | 2 => Paced::Ran {
+                        charged: Some(Duration::from_millis(100)),
+                    },
+                    _ => Paced::Stop,
+                }
+            }
+        })
+        .await;
+        let secs = |s: f64| Duration::from_secs_f64(s);
+        assert_eq!(*starts.lock(), vec![secs(0.0), secs(1.0), secs(3.3)]);
+    }
+
+    #[tokio::test]
+    async fn a_pass_is_charged_its_cpu_time_only_under_sched_idle() {
+        let busy = || {
+            let t = std::time::Instant::now();
+            let mut x = 0u64;
+            while t.elapsed() < Duration::from_millis(30) {
+                x = std::hint::black_box(x.wrapping_add(1));
+            }
+            x
+        };
+        let idle = PassThread::start("charge-idle").expect("thread");
+        let (_, paced) = idle.run_charged(busy).await.expect("ran");
+        let Paced::Ran { charged } = paced else {
+            panic!("{paced:?}")
+        };
+        if idle.is_idle() && crate::telemetry::thread_cpu_ns().is_some() {
+            // CPU time: at most the 30 ms of wall time the loop ran (less when the core was shared).
+            let c = charged.expect("charged its CPU time");
+            assert!(
+                c > Duration::ZERO && c <= Duration::from_millis(40),
+                "{c:?}"
+            );
+        } else {
+            assert_eq!(charged, None);
+        }
+        let nice = PassThread::start_with("charge-nice", Yield::Nice(7)).expect("thread");
+        assert!(!nice.is_idle());
+        let (_, paced) = nice.run_charged(busy).await.expect("ran");
+        assert_eq!(paced, Paced::Ran { charged: None });
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn run_paced_spaces_passes_by_their_cost() {
         let starts = std::sync::Arc::new(parking_lot::Mutex::new(Vec::new()));
         let s2 = starts.clone();
@@ -275,7 +392,11 @@ mod tests {
                 if n == 2 {
                     tokio::time::sleep(Duration::from_secs(2)).await;
                 }
-                n < 3
+                if n < 3 {
+                    Paced::Ran { charged: None }
+                } else {
+                    Paced::Stop
+                }
             }
         })
         .await;

@@ -352,10 +352,13 @@ impl AnalysisHandle {
         crate::pace::run_paced(self.inner.interval, move || {
             let (h, thread) = (self.clone(), thread.clone());
             async move {
-                if let Err(e) = thread.run(move || h.evaluate_once()).await {
-                    warn!(error = %e, "analysis evaluation failed");
+                match thread.run_charged(move || h.evaluate_once()).await {
+                    Ok((_, paced)) => paced,
+                    Err(e) => {
+                        warn!(error = %e, "analysis evaluation failed");
+                        crate::pace::Paced::Ran { charged: None }
+                    }
                 }
-                true
             }
         })
         .await

@@ -379,11 +379,14 @@ pub async fn run(store: Arc<Store>, steps: Arc<StepStore>, passes: Passes, every
     crate::pace::run_paced(every, move || {
         let (engine, thread) = (engine.clone(), thread.clone());
         async move {
-            match thread.run(move || engine.lock().tick(unix_now_ns())).await {
-                Ok(_) => true,
+            match thread
+                .run_charged(move || engine.lock().tick(unix_now_ns()))
+                .await
+            {
+                Ok((_, paced)) => paced,
                 Err(err) => {
                     tracing::error!(error = %err, "step engine pass failed; the engine stops");
-                    false
+                    crate::pace::Paced::Stop
                 }
             }
         }
