@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
-/// Largest share of wall time one periodic pass may take.
+/// Largest share of the time one periodic pass may cost (its CPU time under `SCHED_IDLE`, else its wall time).
 pub const MAX_DUTY: f64 = 0.25;
 
 /// Pause after a pass that took `wall` and cost `cost` (its wall time, or its CPU time under `SCHED_IDLE`),
@@ -119,7 +119,8 @@ type Job = Box<dyn FnOnce() + Send>;
 /// dropped.
 pub struct PassThread {
     jobs: mpsc::Sender<Job>,
-    /// Whether the thread runs under `SCHED_IDLE` (not at a nice value: asked for, or where it was refused).
+    /// Whether the thread runs under `SCHED_IDLE` (false at a nice value, asked for or taken where the policy
+    /// was refused).
     idle: bool,
 }
 
@@ -134,7 +135,7 @@ impl PassThread {
         PassThread::start_with(name, Yield::Idle)
     }
 
-    /// Starts the thread at `priority`, named `name`.
+    /// Starts the thread at `priority`, named `name` (waits for the thread to have set it: microseconds).
     pub fn start_with(name: &str, priority: Yield) -> std::io::Result<PassThread> {
         let (jobs, rx) = mpsc::channel::<Job>();
         let (set_tx, set_rx) = mpsc::channel::<bool>();
@@ -164,9 +165,9 @@ impl PassThread {
         let idle = self.idle;
         let (out, cpu_ns) = self
             .run(move || {
-                let before = idle.then(crate::telemetry::thread_cpu_ns).flatten();
+                let before = idle.then(thread_cpu_ns).flatten();
                 let out = f();
-                let after = before.and(crate::telemetry::thread_cpu_ns());
+                let after = before.and(thread_cpu_ns());
                 (out, before.zip(after).map(|(b, a)| a.saturating_sub(b)))
             })
             .await?;
@@ -202,6 +203,18 @@ impl PassThread {
         rx.await
             .map_err(|_| PassPanicked("the pass thread is gone".into()))?
     }
+}
+
+/// CPU time the calling thread has run, nanoseconds; `None` where `/proc/thread-self/schedstat` is not
+/// readable (not Linux). What a pass under `SCHED_IDLE` is charged, and the passes' CPU metric
+/// (`telemetry::Passes`).
+pub fn thread_cpu_ns() -> Option<u64> {
+    parse_schedstat(&std::fs::read_to_string("/proc/thread-self/schedstat").ok()?)
+}
+
+/// The first field of a `schedstat` line: nanoseconds on the CPU.
+fn parse_schedstat(line: &str) -> Option<u64> {
+    line.split_whitespace().next()?.parse().ok()
 }
 
 /// Puts the calling thread under `SCHED_IDLE` (Linux: the policy is per thread; lowered to nice [`PASS_NICE`]
@@ -251,6 +264,16 @@ fn current_nice() -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn schedstat_parses() {
+        assert_eq!(
+            parse_schedstat("493954971 424169090 453\n"),
+            Some(493_954_971)
+        );
+        assert_eq!(parse_schedstat(""), None);
+        assert_eq!(parse_schedstat("x 1 2"), None);
+    }
 
     #[test]
     fn a_cheap_pass_keeps_the_interval_and_a_costly_one_is_spread_out() {
@@ -359,7 +382,7 @@ mod tests {
         let Paced::Ran { charged } = paced else {
             panic!("{paced:?}")
         };
-        if idle.is_idle() && crate::telemetry::thread_cpu_ns().is_some() {
+        if idle.is_idle() && thread_cpu_ns().is_some() {
             // CPU time: at most the 30 ms of wall time the loop ran (less when the core was shared).
             let c = charged.expect("charged its CPU time");
             assert!(

@@ -312,7 +312,7 @@ fn gauge_mean(samples: crate::store::Samples<'_>, since_ns: i64) -> Option<f64> 
 /// underutilization, the scaling bound, [`NodeInput::fabric_busy_share`] and
 /// [`NodeInput::fabric_burst_rate`], the management rule's check that the fabric was idle) and the management
 /// NICs (the management rule). [`node_input`] copies and analyses the byte windows of those links only; the
-/// others' activity stays `None`. An 8-GPU node has 144 NVLinks and a dozen such ports: analysing every link
+/// others' activity stays `None`. 144 of the demo node's 161 links are NVLinks: analysing every link
 /// took about 9 ms of CPU per node and pass, most of the analysis input's cost (BENCHMARKS.md, "Fresh
 /// findings under load"). A rule that comes to read another link's activity must widen this first
 /// (`tests::no_rule_reads_the_activity_of_links_left_out`).

@@ -91,7 +91,7 @@ impl Passes {
             nodes: self.nodes.with_label_values(&[pass]),
             cpu_seconds: self.cpu_seconds.with_label_values(&[pass]),
             wall: std::time::Instant::now(),
-            cpu_ns: thread_cpu_ns(),
+            cpu_ns: crate::pace::thread_cpu_ns(),
         }
     }
 }
@@ -109,7 +109,7 @@ pub struct PassTimer {
 impl PassTimer {
     /// Records the pass, over `nodes` nodes (call on the thread that started it).
     pub fn done(self, nodes: usize) {
-        let cpu = match (self.cpu_ns, thread_cpu_ns()) {
+        let cpu = match (self.cpu_ns, crate::pace::thread_cpu_ns()) {
             (Some(a), Some(b)) => Some(Duration::from_nanos(b.saturating_sub(a))),
             _ => None,
         };
@@ -119,17 +119,6 @@ impl PassTimer {
         }
         self.nodes.inc_by(u64::try_from(nodes).unwrap_or(u64::MAX));
     }
-}
-
-/// CPU time the calling thread has run, nanoseconds; `None` where `/proc/thread-self/schedstat` is not
-/// readable (not Linux).
-pub fn thread_cpu_ns() -> Option<u64> {
-    parse_schedstat(&std::fs::read_to_string("/proc/thread-self/schedstat").ok()?)
-}
-
-/// The first field of a `schedstat` line: nanoseconds on the CPU.
-fn parse_schedstat(line: &str) -> Option<u64> {
-    line.split_whitespace().next()?.parse().ok()
 }
 
 /// The `pass` label values of [`Passes`].
@@ -501,16 +490,6 @@ pub struct IngestStats {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn schedstat_parses() {
-        assert_eq!(
-            parse_schedstat("493954971 424169090 453\n"),
-            Some(493_954_971)
-        );
-        assert_eq!(parse_schedstat(""), None);
-        assert_eq!(parse_schedstat("x 1 2"), None);
-    }
 
     /// The `/metrics` lines of `h`'s pass families.
     fn pass_lines(h: &Health) -> Vec<String> {
