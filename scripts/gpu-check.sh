@@ -8,11 +8,24 @@
 #    and with it sampling at the default fast period (50 ms) and at 5x and 20x that rate; prints a table
 #    (rate, slowdown %, NVML call latency p50 from the agent's own /metrics).
 #
-# Takes a few minutes. Needs: cargo, python3 with torch (CUDA), nvidia-smi, curl.
+# Takes a few minutes. Needs: nvidia-smi (the driver, hence NVML), python3 with torch (CUDA), curl, and the agent:
+# COMMWATCH_BIN=PATH (an x86-64 binary built elsewhere, for a machine without cargo), else cargo builds it here.
+# Exits 2 with what is missing, before anything runs, on a machine without them.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
-BIN=target/release/commwatch
+BIN=${COMMWATCH_BIN:-target/release/commwatch}
+
+missing() { echo "gpu-check: $*" >&2; exit 2; }
+command -v nvidia-smi >/dev/null || missing "nvidia-smi not found: this check needs an NVIDIA GPU and its driver (NVML)"
+nvidia-smi -L >/dev/null 2>&1 || missing "nvidia-smi finds no GPU (or no driver/NVML): $(nvidia-smi -L 2>&1 | head -1)"
+command -v python3 >/dev/null || missing "python3 not found"
+python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null \
+    || missing "python3 has no torch with CUDA (import torch; torch.cuda.is_available() is false or fails)"
+command -v curl >/dev/null || missing "curl not found"
+if [[ -z "${COMMWATCH_BIN:-}" ]]; then
+    command -v cargo >/dev/null || missing "cargo not found: build the agent elsewhere and set COMMWATCH_BIN"
+fi
 WORK=$(mktemp -d)
 AGENT_PID=""
 cleanup() {
@@ -24,7 +37,8 @@ trap cleanup EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 echo "== build"
-cargo build --release --bin commwatch >/dev/null
+if [[ -z "${COMMWATCH_BIN:-}" ]]; then cargo build --release --bin commwatch >/dev/null; fi
+[[ -x "$BIN" ]] || missing "no agent binary at $BIN"
 
 echo "== agent --once (twice)"
 "$BIN" agent --once --node gpu-check --steps-udp off --steps-socket off >"$WORK/once1.json" 2>"$WORK/once1.log"
