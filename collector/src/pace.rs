@@ -151,11 +151,6 @@ impl PassThread {
         Ok(PassThread { jobs, idle })
     }
 
-    /// Whether the thread runs under `SCHED_IDLE`.
-    pub fn is_idle(&self) -> bool {
-        self.idle
-    }
-
     /// [`PassThread::run`], with what the pass is charged for pacing: its thread's CPU time under
     /// `SCHED_IDLE`, `None` (its wall time) otherwise or where the OS does not say ([`Paced::Ran`]).
     pub async fn run_charged<T: Send + 'static>(
@@ -336,8 +331,9 @@ mod tests {
         assert_eq!(current_nice(), before);
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn a_pass_charged_less_than_its_wall_time_is_paced_by_its_charge() {
+    /// When three passes of [`run_paced`] every second start, the second taking 2 s of wall time, each pass
+    /// charged `charged` (paused time: the clock advances only by the sleeps).
+    async fn starts_of_three_passes(charged: Option<Duration>) -> Vec<Duration> {
         let starts = std::sync::Arc::new(parking_lot::Mutex::new(Vec::new()));
         let s2 = starts.clone();
         let t0 = tokio::time::Instant::now();
@@ -349,22 +345,30 @@ mod tests {
                     v.push(t0.elapsed());
                     v.len()
                 };
-                // 2 s of wall time for 100 ms of CPU (a pass under SCHED_IDLE on a busy core): the next one
-                // starts 300 ms after it (its duty), not 6 s after it as a pass charged its wall time would.
                 if n == 2 {
                     tokio::time::sleep(Duration::from_secs(2)).await;
                 }
-                match n {
-                    1 | 2 => Paced::Ran {
-                        charged: Some(Duration::from_millis(100)),
-                    },
-                    _ => Paced::Stop,
+                if n < 3 {
+                    Paced::Ran { charged }
+                } else {
+                    Paced::Stop
                 }
             }
         })
         .await;
+        let v = starts.lock().clone();
+        v
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pass_charged_less_than_its_wall_time_is_paced_by_its_charge() {
+        // 2 s of wall time for 100 ms of CPU (a pass under SCHED_IDLE on a busy core): the next one starts 300 ms
+        // after it (its duty), not 6 s after it as a pass charged its wall time would.
         let secs = |s: f64| Duration::from_secs_f64(s);
-        assert_eq!(*starts.lock(), vec![secs(0.0), secs(1.0), secs(3.3)]);
+        assert_eq!(
+            starts_of_three_passes(Some(Duration::from_millis(100))).await,
+            vec![secs(0.0), secs(1.0), secs(3.3)]
+        );
     }
 
     #[tokio::test]
@@ -382,7 +386,8 @@ mod tests {
         let Paced::Ran { charged } = paced else {
             panic!("{paced:?}")
         };
-        if idle.is_idle() && thread_cpu_ns().is_some() {
+        let under_idle = idle.run(current_policy).await.expect("ran") == libc::SCHED_IDLE;
+        if under_idle && thread_cpu_ns().is_some() {
             // CPU time: at most the 30 ms of wall time the loop ran (less when the core was shared).
             let c = charged.expect("charged its CPU time");
             assert!(
@@ -393,39 +398,15 @@ mod tests {
             assert_eq!(charged, None);
         }
         let nice = PassThread::start_with("charge-nice", Yield::Nice(7)).expect("thread");
-        assert!(!nice.is_idle());
         let (_, paced) = nice.run_charged(busy).await.expect("ran");
         assert_eq!(paced, Paced::Ran { charged: None });
     }
 
     #[tokio::test(start_paused = true)]
     async fn run_paced_spaces_passes_by_their_cost() {
-        let starts = std::sync::Arc::new(parking_lot::Mutex::new(Vec::new()));
-        let s2 = starts.clone();
-        let t0 = tokio::time::Instant::now();
-        run_paced(Duration::from_secs(1), move || {
-            let s2 = s2.clone();
-            async move {
-                let n = {
-                    let mut v = s2.lock();
-                    v.push(t0.elapsed());
-                    v.len()
-                };
-                // The second pass is costly (2 s): the third starts 8 s after the second.
-                if n == 2 {
-                    tokio::time::sleep(Duration::from_secs(2)).await;
-                }
-                if n < 3 {
-                    Paced::Ran { charged: None }
-                } else {
-                    Paced::Stop
-                }
-            }
-        })
-        .await;
-        let v = starts.lock().clone();
+        // The second pass is costly (2 s) and charged its wall time: the third starts 8 s after the second.
         assert_eq!(
-            v,
+            starts_of_three_passes(None).await,
             vec![
                 Duration::ZERO,
                 Duration::from_secs(1),

@@ -126,12 +126,9 @@ impl Gen {
     }
 }
 
-/// CPU time of the calling thread, ns (`/proc/thread-self/schedstat`; 0 where unreadable).
+/// CPU time of the calling thread, ns ([`crate::pace::thread_cpu_ns`]; 0 where unreadable).
 fn thread_cpu_ns() -> u64 {
-    std::fs::read_to_string("/proc/thread-self/schedstat")
-        .ok()
-        .and_then(|l| l.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
+    crate::pace::thread_cpu_ns().unwrap_or(0)
 }
 
 fn env(name: &str, default: usize) -> usize {
@@ -225,25 +222,39 @@ fn read_tape(path: &str) -> (Hello, Vec<Batch>) {
     (Hello::try_from(h).expect("a valid Hello"), batches)
 }
 
-#[test]
-#[ignore = "a measurement: run with --release --ignored --nocapture and TAPE=FILE"]
-fn tape_cost() {
+/// A store of `retention` holding `nodes` copies of the tape's node (`TAPE`; their Hellos only), and the tape's
+/// batches.
+fn tape_nodes(
+    nodes: usize,
+    retention: Duration,
+) -> (std::sync::Arc<Store>, Vec<NodeRef>, Vec<Batch>) {
     let path = std::env::var("TAPE").expect("TAPE=FILE written by loadgen --dump-tape");
     let (hello, batches) = read_tape(&path);
-    let nodes = env("NODES", 20);
-    let retention = Duration::from_secs(env("RETENTION", 600) as u64);
-    let store = Store::new(retention, Duration::from_secs(3_600), Limits::default());
+    let store = std::sync::Arc::new(Store::new(
+        retention,
+        Duration::from_secs(3_600),
+        Limits::default(),
+    ));
     let t0 = batches
         .first()
         .and_then(|b| b.timestamps_unix_ns.first().copied())
         .expect("the tape holds a batch");
-    let refs: Vec<_> = (0..nodes)
+    let refs = (0..nodes)
         .map(|k| {
             let mut h = hello.clone();
             h.node = format!("tape-{k}");
             store.hello(&h, t0, None).expect("hello").node
         })
         .collect();
+    (store, refs, batches)
+}
+
+#[test]
+#[ignore = "a measurement: run with --release --ignored --nocapture and TAPE=FILE"]
+fn tape_cost() {
+    let nodes = env("NODES", 20);
+    let retention = Duration::from_secs(env("RETENTION", 600) as u64);
+    let (store, refs, batches) = tape_nodes(nodes, retention);
     let (mut scratch, mut cpu_ns, mut samples) = (Vec::new(), 0u64, 0u64);
     for (i, b) in batches.iter().enumerate() {
         let now = b.timestamps_unix_ns.last().copied().unwrap_or(0);
@@ -305,29 +316,11 @@ fn tape_cost() {
 #[ignore = "a measurement: run with --release --ignored --nocapture and TAPE=FILE"]
 fn tape_passes() {
     use crate::analysis::input::{node_input, WINDOW_NS};
-    let path = std::env::var("TAPE").expect("TAPE=FILE written by loadgen --dump-tape");
-    let (hello, batches) = read_tape(&path);
-    let nodes = env("NODES", 20);
     let rounds = env("PASSES", 5);
     let retention = Duration::from_secs(env("RETENTION", 300) as u64);
-    let store = std::sync::Arc::new(Store::new(
-        retention,
-        Duration::from_secs(3_600),
-        Limits::default(),
-    ));
-    let t0 = batches
-        .first()
-        .and_then(|b| b.timestamps_unix_ns.first().copied())
-        .expect("the tape holds a batch");
-    let refs: Vec<_> = (0..nodes)
-        .map(|k| {
-            let mut h = hello.clone();
-            h.node = format!("tape-{k}");
-            store.hello(&h, t0, None).expect("hello").node
-        })
-        .collect();
+    let (store, refs, batches) = tape_nodes(env("NODES", 20), retention);
     let mut scratch = Vec::new();
-    let mut now = t0;
+    let mut now = 0;
     for b in &batches {
         now = b.timestamps_unix_ns.last().copied().unwrap_or(now);
         for node in &refs {

@@ -332,6 +332,15 @@ mod tests {
 
     const S: i64 = 1_000_000_000;
 
+    /// A store of 10 minutes' retention whose nodes expire after a minute.
+    fn test_store() -> Store {
+        Store::new(
+            std::time::Duration::from_secs(600),
+            std::time::Duration::from_secs(60),
+            Limits::default(),
+        )
+    }
+
     fn hello(instance: u64, with_rx: bool) -> Hello {
         let mut series = vec![SeriesDesc {
             id: 1,
@@ -398,11 +407,7 @@ mod tests {
 
     #[test]
     fn link_attributes_reach_the_analysis_input() {
-        let store = Store::new(
-            std::time::Duration::from_secs(600),
-            std::time::Duration::from_secs(60),
-            Limits::default(),
-        );
+        let store = test_store();
         let out = store.hello(&hello(7, false), S, None).expect("hello");
         let n = out.node.lock();
         assert_eq!(n.links()[0].link.attributes["phys_state"], "LinkUp");
@@ -412,11 +417,7 @@ mod tests {
 
     #[test]
     fn the_analysis_input_analyses_the_links_its_rules_read() {
-        let store = Store::new(
-            std::time::Duration::from_secs(600),
-            std::time::Duration::from_secs(60),
-            Limits::default(),
-        );
+        let store = test_store();
         let mut h = hello(7, false);
         let mut nvlink = h.inventory.links[0].clone();
         nvlink.id = 2;
@@ -455,11 +456,7 @@ mod tests {
 
     #[test]
     fn dedup_gap_and_rate() {
-        let store = Store::new(
-            std::time::Duration::from_secs(600),
-            std::time::Duration::from_secs(60),
-            Limits::default(),
-        );
+        let store = test_store();
         let out = store.hello(&hello(7, false), S, None).expect("hello");
         let mut scratch = Vec::new();
         let mut n = out.node.lock();
@@ -492,11 +489,7 @@ mod tests {
 
     #[test]
     fn restart_keeps_series_by_identity() {
-        let store = Store::new(
-            std::time::Duration::from_secs(600),
-            std::time::Duration::from_secs(60),
-            Limits::default(),
-        );
+        let store = test_store();
         let mut scratch = Vec::new();
         let out = store.hello(&hello(1, false), S, None).expect("hello");
         out.node
@@ -537,11 +530,7 @@ mod tests {
 
     #[test]
     fn markers_logged_once_and_read_incrementally() {
-        let store = Store::new(
-            std::time::Duration::from_secs(600),
-            std::time::Duration::from_secs(60),
-            Limits::default(),
-        );
+        let store = test_store();
         let out = store.hello(&hello(7, false), S, None).expect("hello");
         let mut scratch = Vec::new();
         let mut n = out.node.lock();
@@ -573,11 +562,7 @@ mod tests {
 
     #[test]
     fn ring_cap_follows_period() {
-        let store = Store::new(
-            std::time::Duration::from_secs(600),
-            std::time::Duration::from_secs(60),
-            Limits::default(),
-        );
+        let store = test_store();
         let out = store.hello(&hello(1, true), S, None).expect("hello");
         let n = out.node.lock();
         // 600 s at 20 Hz = 12000, + 1/8 + 2.
