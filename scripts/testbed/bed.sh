@@ -1,0 +1,615 @@
+#!/usr/bin/env bash
+# The real-traffic test bed: N network namespaces as nodes, a real collective library (OpenMPI or
+# torch.distributed with gloo) running a training-like loop over shaped veth links, one commwatch agent per node,
+# one collector, and an evaluator that compares what commwatch says with the job's own log (the truth).
+#
+#   scripts/testbed/bed.sh setup [--torch]          compile the MPI job; create the torch venv (with --torch)
+#   scripts/testbed/bed.sh list                     the scenarios
+#   scripts/testbed/bed.sh run [options] SCENARIO.. run scenarios; each one's outputs under OUT/<lib>-<scenario>/
+#   scripts/testbed/bed.sh cleanup                  remove what earlier runs left (namespaces, links, cgroups)
+#
+# run options: --lib mpi|torch (default mpi), --nodes N (default 4), --out DIR (default
+#   /tmp/commwatch-testbed/<time>), --markers (the job sends step markers; default off: steps are inferred),
+#   --steps N (override every scenario's step count).
+# Environment: COMMWATCH_BIN (default target/debug/commwatch), BED_CACHE (default ~/.cache/commwatch-testbed: the
+#   compiled MPI job and the torch venv), BED_FABRIC_RATE (2gbit), BED_MGMT_RATE (200mbit), BED_PREFIX (the
+#   run's prefix, cwb and up to 7 letters or digits; default random), BED_LINGER_S (8: seconds the collector
+#   keeps running after the job, for its last steps and findings).
+#
+# Topology (everything named with a per-run prefix `cwb<hex>`): a "switch" namespace with two bridges (fabric,
+# management); each node namespace has `fab0` (10.10.0.k+1/24) and `mgmt0` (10.11.0.k+1/24) into them, shaped
+# with tbf on both directions, and `ctl0` (10.200.X.k+10/24) to a bridge in the root namespace holding the
+# collector's gRPC address 10.200.X.1 (its HTTP API listens on 127.0.0.1 only). No default route anywhere; nothing
+# leaves the machine. Each node runs in its own pid, mount and UTS namespace (hostname nodeK), so its agent sees
+# only its node's processes; inside, /sys shows the namespace's own net devices. The job's processes on a node
+# sit in a per-node cgroup (cpu limit for the straggler). A trap removes everything on exit and on failure.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+CACHE=${BED_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/commwatch-testbed}
+BIN=${COMMWATCH_BIN:-$REPO/target/debug/commwatch}
+FAB_RATE=${BED_FABRIC_RATE:-2gbit}
+MGMT_RATE=${BED_MGMT_RATE:-200mbit}
+PREFIX_GLOB=cwb
+VENV=$CACHE/venv
+MPI_PROG=$CACHE/allreduce_mpi
+
+log() { printf '[bed %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+# ---------------------------------------------------------------------------------------------------- setup
+
+setup_mpi() {
+  command -v mpicc >/dev/null || die "mpicc not found (Debian: openmpi-bin libopenmpi-dev)"
+  mkdir -p "$CACHE"
+  if [ ! -x "$MPI_PROG" ] || [ "$HERE/allreduce_mpi.c" -nt "$MPI_PROG" ]; then
+    mpicc -O2 -Wall -o "$MPI_PROG.tmp" "$HERE/allreduce_mpi.c" && mv "$MPI_PROG.tmp" "$MPI_PROG"
+    log "compiled $MPI_PROG"
+  fi
+}
+
+setup_torch() {
+  if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c 'import torch, numpy' 2>/dev/null; then
+    return 0
+  fi
+  log "creating $VENV with torch (a large download; log in $CACHE/pip.log)"
+  mkdir -p "$CACHE"
+  python3 -m venv "$VENV"
+  # shellcheck disable=SC2086
+  "$VENV/bin/pip" install -q ${BED_PIP_ARGS:-} torch numpy >"$CACHE/pip.log" 2>&1 \
+    || die "pip install torch failed (see $CACHE/pip.log)"
+  echo "rc=0" >>"$CACHE/pip.log"
+}
+
+check_tools() {
+  local t
+  for t in ip tc nsenter unshare python3; do
+    command -v "$t" >/dev/null || die "$t not found (Debian: iproute2, util-linux)"
+  done
+  [ "$(id -u)" = 0 ] || die "needs root (network namespaces, tc, cgroups)"
+  [ -x "$BIN" ] || die "commwatch binary not found at $BIN (set COMMWATCH_BIN)"
+}
+
+# -------------------------------------------------------------------------------------------------- cleanup
+
+# Removes everything named with prefix $1 (a glob such as cwb* or one run's prefix): processes in its
+# namespaces, the namespaces, root-namespace links, cgroups, /etc/netns entries.
+cleanup_prefix() {
+  local p=$1 ns pid d
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}'); do
+    # shellcheck disable=SC2053
+    [[ $ns == $p ]] || continue
+    for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -KILL "$pid" 2>/dev/null || true; done
+  done
+  sleep 0.2
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}'); do
+    # shellcheck disable=SC2053
+    [[ $ns == $p ]] || continue
+    ip netns del "$ns" 2>/dev/null || true
+  done
+  for d in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | cut -d@ -f1); do
+    # shellcheck disable=SC2053
+    [[ $d == $p ]] && ip link del "$d" 2>/dev/null || true
+  done
+  for d in /etc/netns/$p; do [ -d "$d" ] && rm -rf "$d"; done
+  local root
+  for root in /sys/fs/cgroup /sys/fs/cgroup/unified /sys/fs/cgroup/cpu; do
+    for d in "$root"/$p; do
+      [ -d "$d" ] || continue
+      local leaf
+      for leaf in "$d"/*/; do
+        [ -d "$leaf" ] || continue
+        if [ -f "$leaf/cgroup.procs" ]; then
+          for pid in $(cat "$leaf/cgroup.procs" 2>/dev/null); do kill -KILL "$pid" 2>/dev/null || true; done
+        fi
+        rmdir "$leaf" 2>/dev/null || true
+      done
+      rmdir "$d" 2>/dev/null || true
+    done
+  done
+}
+
+# ------------------------------------------------------------------------------------------------- topology
+
+# Globals of one run: P (prefix), N (nodes), RUN (state dir), CTL_NET (10.200.X), CG (cgroup dir), CGV.
+node_ns() { echo "$P-node$1"; }
+fab_addr() { echo "10.10.0.$(($1 + 1))"; }
+mgmt_addr() { echo "10.11.0.$(($1 + 1))"; }
+ctl_addr() { echo "$CTL_NET.$(($1 + 10))"; }
+
+pick_ctl_net() {
+  local x used
+  used=$(ip -4 -o addr show | awk '{print $4}')
+  for _ in $(seq 1 50); do
+    x=$((RANDOM % 200 + 20))
+    if ! grep -q "^10\.200\.$x\." <<<"$used"; then CTL_NET=10.200.$x; return 0; fi
+  done
+  die "no free 10.200.X.0/24 for the control bridge"
+}
+
+shape() { # shape NS DEV RATE: tbf on DEV's egress (replaces what is there)
+  ip netns exec "$1" tc qdisc replace dev "$2" root handle 1: tbf rate "$3" burst 256kb latency 50ms
+}
+
+# Writes node k's /etc/netns hosts file: every node name at its fabric address, except the names listed in
+# $2 (space separated), which resolve to their management address (the "route" variants of the seed's fault).
+write_hosts() {
+  local k=$1 mgmt_names=" ${2:-} " j name
+  mkdir -p "/etc/netns/$(node_ns "$k")"
+  {
+    echo "127.0.0.1 localhost"
+    for j in $(seq 0 $((N - 1))); do
+      name=node$j
+      if [[ $mgmt_names == *" $name "* ]]; then echo "$(mgmt_addr "$j") $name"; else echo "$(fab_addr "$j") $name"; fi
+    done
+  } >"/etc/netns/$(node_ns "$k")/hosts"
+}
+
+topo_up() {
+  local sw=$P-sw k ns
+  ip netns add "$sw"
+  ip -n "$sw" link set lo up
+  ip -n "$sw" link add brf type bridge
+  ip -n "$sw" link add brm type bridge
+  ip -n "$sw" link set brf up
+  ip -n "$sw" link set brm up
+  ip link add "${P}ctl" type bridge
+  ip addr add "$CTL_NET.1/24" dev "${P}ctl"
+  ip link set "${P}ctl" up
+  for k in $(seq 0 $((N - 1))); do
+    ns=$(node_ns "$k")
+    ip netns add "$ns"
+    ip -n "$ns" link set lo up
+    ip link add fab0 netns "$ns" type veth peer name "f$k" netns "$sw"
+    ip link add mgmt0 netns "$ns" type veth peer name "m$k" netns "$sw"
+    ip link add "${P}c$k" type veth peer name ctl0 netns "$ns"
+    ip -n "$sw" link set "f$k" master brf up
+    ip -n "$sw" link set "m$k" master brm up
+    ip link set "${P}c$k" master "${P}ctl" up
+    ip -n "$ns" addr add "$(fab_addr "$k")/24" dev fab0
+    ip -n "$ns" addr add "$(mgmt_addr "$k")/24" dev mgmt0
+    ip -n "$ns" addr add "$(ctl_addr "$k")/24" dev ctl0
+    ip -n "$ns" link set fab0 up
+    ip -n "$ns" link set mgmt0 up
+    ip -n "$ns" link set ctl0 up
+    shape_node "$k" "$FAB_RATE" "$MGMT_RATE"
+    write_hosts "$k"
+  done
+  cgroup_up
+}
+
+shape_node() { # shape_node K FABRATE MGMTRATE: both directions of node K's links
+  shape "$(node_ns "$1")" fab0 "$2"
+  shape "$P-sw" "f$1" "$2"
+  shape "$(node_ns "$1")" mgmt0 "$3"
+  shape "$P-sw" "m$1" "$3"
+}
+
+cgroup_up() {
+  CG= CGV=
+  if grep -qw cpu /sys/fs/cgroup/cgroup.controllers 2>/dev/null; then
+    CGV=2 CG=/sys/fs/cgroup/$P
+  elif grep -qw cpu /sys/fs/cgroup/unified/cgroup.controllers 2>/dev/null; then
+    CGV=2 CG=/sys/fs/cgroup/unified/$P
+  elif [ -d /sys/fs/cgroup/cpu ]; then
+    CGV=1 CG=/sys/fs/cgroup/cpu/$P
+  else
+    log "no cgroup cpu controller: the straggler scenario cannot run"
+    return 0
+  fi
+  mkdir -p "$CG"
+  if [ "$CGV" = 2 ]; then
+    echo +cpu >"$(dirname "$CG")/cgroup.subtree_control" 2>/dev/null || true
+    echo +cpu >"$CG/cgroup.subtree_control" 2>/dev/null || true
+  fi
+  local k
+  for k in $(seq 0 $((N - 1))); do mkdir -p "$CG/node$k"; done
+  echo "$CG" >"$RUN/cgroup"
+  echo "$CGV" >"$RUN/cgroup_version"
+}
+
+cpu_limit() { # cpu_limit K PERCENT|max: the cpu share of node K's job processes
+  [ -n "$CG" ] || die "no cgroup cpu controller"
+  local d=$CG/node$1
+  if [ "$CGV" = 2 ]; then
+    if [ "$2" = max ]; then echo "max 100000" >"$d/cpu.max"; else echo "$(($2 * 1000)) 100000" >"$d/cpu.max"; fi
+  else
+    echo 100000 >"$d/cpu.cfs_period_us"
+    if [ "$2" = max ]; then echo -1 >"$d/cpu.cfs_quota_us"; else echo $(($2 * 1000)) >"$d/cpu.cfs_quota_us"; fi
+  fi
+}
+
+# Starts node k's init (pid 1 of its pid namespace, in its own mount and UTS namespaces) and records its pid
+# as the root namespace sees it.
+node_up() {
+  local k=$1 upid child=
+  ip netns exec "$(node_ns "$k")" unshare --pid --fork --mount-proc --uts -- \
+    sh -c "hostname node$k; exec sleep infinity" 2>>"$RUN/node$k.init.log" &
+  upid=$!
+  disown "$upid" # ended by node_down (SIGKILL), never waited for
+  # The init is unshare's child once it runs `sleep` (other short-lived children may come and go before).
+  local c
+  for _ in $(seq 1 200); do
+    for c in $(cat "/proc/$upid/task/$upid/children" 2>/dev/null); do
+      [ "$(cat "/proc/$c/comm" 2>/dev/null)" = sleep ] && child=$c
+    done
+    [ -n "$child" ] && break
+    sleep 0.05
+  done
+  [ -n "$child" ] || die "node$k's init did not start"
+  echo "$child" >"$RUN/node$k.pid"
+  echo "$upid" >"$RUN/node$k.unshare"
+}
+
+node_down() {
+  local k=$1 pid
+  for f in "$RUN/node$k.unshare" "$RUN/node$k.pid"; do
+    [ -f "$f" ] || continue
+    pid=$(cat "$f")
+    kill -KILL "$pid" 2>/dev/null || true
+    rm -f "$f"
+  done
+}
+
+# node_exec [--job] K CMD...: runs CMD inside node K (its net, pid, mount and UTS namespaces); with --job, in
+# node K's job cgroup. Used as mpirun's rsh agent through $RUN/rsh (host name nodeK).
+node_exec() {
+  local job=0
+  if [ "$1" = --job ]; then job=1; shift; fi
+  local k=$1; shift
+  [ -f "$RUN/node$k.pid" ] || die "node$k is not up"
+  if [ "$job" = 1 ] && [ -f "$RUN/cgroup" ]; then echo $BASHPID >"$(cat "$RUN/cgroup")/node$k/cgroup.procs"; fi
+  exec nsenter -t "$(cat "$RUN/node$k.pid")" -n -p -m -u -- "$@"
+}
+
+# ---------------------------------------------------------------------------------------------- components
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+start_collector() {
+  GRPC_PORT=$(free_port)
+  HTTP_PORT=$(free_port)
+  "$BIN" collector --grpc-listen "$CTL_NET.1:$GRPC_PORT" --http-listen "127.0.0.1:$HTTP_PORT" --allow-plaintext \
+    >"$SOUT/collector.log" 2>&1 &
+  COLLECTOR_PID=$!
+  API=http://127.0.0.1:$HTTP_PORT
+  python3 "$HERE/evaluate.py" wait --url "$API" --nodes 0 --timeout 30 || die "collector did not start"
+}
+
+write_agent_config() { # write_agent_config K
+  cat >"$RUN/agent-node$1.toml" <<EOF
+# The bed's agent: only the two training links are read (veths are virtual and skipped unless included);
+# ctl0, the control link to the collector, is not read at all.
+steps_socket = "$RUN/steps-node$1.sock"
+[netdev]
+include = ["fab0", "mgmt0"]
+fabric = ["fab0"]
+management = ["mgmt0"]
+EOF
+}
+
+start_agents() {
+  local k
+  for k in $(seq 0 $((N - 1))); do
+    write_agent_config "$k"
+    (node_exec "$k" "$BIN" agent --collector "http://$CTL_NET.1:$GRPC_PORT" --node "node$k" \
+      --config "$RUN/agent-node$k.toml" --allow-plaintext >"$SOUT/agent-node$k.log" 2>&1) &
+    disown $! # ends with its node
+  done
+  python3 "$HERE/evaluate.py" wait --url "$API" --nodes "$N" --timeout 60 || die "agents did not register"
+}
+
+# ------------------------------------------------------------------------------------------------ scenarios
+
+SCENARIOS="healthy healthy-short healthy-long healthy-overlap mgmt-one mgmt-all mgmt-one-env mgmt-all-env
+mgmt-one-route mgmt-all-route ratecut loss straggler twojobs"
+
+list_scenarios() {
+  cat <<'EOF'
+healthy          16 MiB all-reduce, ~0.4 s compute, 20 steps
+healthy-short    8 MiB, ~0.2 s compute, 30 steps
+healthy-long     48 MiB, ~1.2 s compute, 12 steps
+healthy-overlap  16 MiB in 4 buckets all-reduced asynchronously during the backward compute (DDP-like)
+mgmt-one         node1's rank on mgmt0 (mpi: its btl_tcp_if_include; torch: GLOO_SOCKET_IFNAME alone)
+mgmt-all         every rank on mgmt0 (likewise)
+mgmt-one-env     torch: node1 with GLOO_SOCKET_IFNAME=mgmt0 and NCCL_SOCKET_IFNAME=mgmt0 (the variable commwatch reads)
+mgmt-all-env     torch: every rank likewise
+mgmt-one-route   torch: no variable; node1's host name resolves to its management address, gloo picks mgmt0
+mgmt-all-route   torch: every node's name resolves to its management address
+ratecut          node2's fabric link cut to 1/4 of its rate (tc) from step 6 for 10 steps
+loss             2 % packet loss on node2's fabric link (netem, both directions) from step 6 for 10 steps
+straggler        node3's job CPU-limited to 25 % of a core (cgroup) from step 6 for 10 steps
+twojobs          two jobs at once: A on node0,node1 (16 MiB, 0.4 s), B on node2,node3 (8 MiB, 0.8 s)
+EOF
+}
+
+# Sets the scenario's parameters: STEPS BYTES COMPUTE_MS BUCKETS FAULT FAULT_NODES FAULT_AT FAULT_LEN IFACE_MODE
+scenario_params() {
+  STEPS=20 BYTES=$((16 << 20)) COMPUTE_MS=400 BUCKETS=1 FAULT=none FAULT_NODES= FAULT_AT=0 FAULT_LEN=0
+  IFACE_MODE=fabric
+  case $1 in
+    healthy) ;;
+    healthy-short) STEPS=30 BYTES=$((8 << 20)) COMPUTE_MS=200 ;;
+    healthy-long) STEPS=12 BYTES=$((48 << 20)) COMPUTE_MS=1200 ;;
+    healthy-overlap) BUCKETS=4 COMPUTE_MS=600 ;;
+    mgmt-one | mgmt-one-env | mgmt-one-route) FAULT=management FAULT_NODES=node1 IFACE_MODE=${1#mgmt-one} ;;
+    mgmt-all | mgmt-all-env | mgmt-all-route)
+      FAULT=management FAULT_NODES=$(seq -s' ' -f 'node%g' 0 $((N - 1))) IFACE_MODE=${1#mgmt-all} ;;
+    ratecut) STEPS=24 FAULT=ratecut FAULT_NODES=node2 FAULT_AT=6 FAULT_LEN=10 ;;
+    loss) STEPS=24 FAULT=loss FAULT_NODES=node2 FAULT_AT=6 FAULT_LEN=10 ;;
+    straggler) STEPS=24 FAULT=straggler FAULT_NODES=node3 FAULT_AT=6 FAULT_LEN=10 ;;
+    twojobs) ;;
+    *) die "unknown scenario $1 (see: bed.sh list)" ;;
+  esac
+  IFACE_MODE=${IFACE_MODE#-}
+  [ -n "$IFACE_MODE" ] || IFACE_MODE=plain
+  if [ "$FAULT" = management ] && [ "$LIB" = mpi ] && [ "$IFACE_MODE" != plain ]; then
+    die "$1 is a torch scenario (mpi has mgmt-one and mgmt-all)"
+  fi
+  [ -z "$STEPS_OVERRIDE" ] || STEPS=$STEPS_OVERRIDE
+  if [ -n "$FAULT_NODES" ]; then
+    local n
+    for n in $FAULT_NODES; do [ "${n#node}" -lt "$N" ] || die "$1 needs node ${n#node} (--nodes $N)"; done
+  fi
+  if [ "$1" = twojobs ] && [ "$N" -lt 4 ]; then die "twojobs needs 4 nodes"; fi
+  return 0
+}
+
+# Per-node environment and host names for the management fault. Writes $RUN/nodeK.env (sourced by rank-env.sh
+# on the node before the job's program starts) and the hosts files.
+prepare_iface() {
+  local k name mgmt_names=
+  for k in $(seq 0 $((N - 1))); do
+    name=node$k
+    : >"$RUN/$name.env"
+    if [[ " $FAULT_NODES " == *" $name "* ]] && [ "$FAULT" = management ]; then
+      case $LIB:$IFACE_MODE in
+        mpi:plain) echo "export OMPI_MCA_btl_tcp_if_include=mgmt0" >>"$RUN/$name.env" ;;
+        torch:plain) echo "export GLOO_SOCKET_IFNAME=mgmt0" >>"$RUN/$name.env" ;;
+        torch:env) printf 'export GLOO_SOCKET_IFNAME=mgmt0\nexport NCCL_SOCKET_IFNAME=mgmt0\n' >>"$RUN/$name.env" ;;
+        torch:route) mgmt_names="$mgmt_names $name" ;;
+      esac
+    elif [ "$LIB" = mpi ]; then
+      echo "export OMPI_MCA_btl_tcp_if_include=fab0" >>"$RUN/$name.env"
+    elif [ "$IFACE_MODE" != route ]; then
+      echo "export GLOO_SOCKET_IFNAME=fab0" >>"$RUN/$name.env"
+      [ "$IFACE_MODE" != env ] || echo "export NCCL_SOCKET_IFNAME=fab0" >>"$RUN/$name.env"
+    fi
+  done
+  for k in $(seq 0 $((N - 1))); do
+    # Only a node's own name matters to gloo's choice; every hosts file says the same.
+    write_hosts "$k" "$mgmt_names"
+  done
+}
+
+# launch_job JOBNAME "K K ..." BYTES COMPUTE_MS BUCKETS: starts the job in the background; sets JOB_PID.
+launch_job() {
+  local name=$1 nodes=$2 bytes=$3 compute=$4 buckets=$5 first k hosts= r=0 n
+  local truth=$SOUT/truth/$name
+  JOB_INDEX=$((JOB_INDEX + 1))
+  mkdir -p "$SOUT/truth"
+  n=$(wc -w <<<"$nodes")
+  first=${nodes%% *}
+  local args=(--bytes "$bytes" --compute-ms "$compute" --steps "$STEPS" --buckets "$buckets" --truth "$truth")
+  [ "$MARKERS" = 0 ] || args+=(--markers)
+  if [ "$LIB" = mpi ]; then
+    for k in $nodes; do hosts="$hosts,node$k:1"; done
+    # mpirun runs in the first node's network namespace only: its rsh agent must see the root namespace's
+    # processes and cgroups to start every node's orted inside that node (host names resolve nowhere here, so
+    # every node, the first one included, is started through the agent).
+    (exec nsenter --net="/run/netns/$(node_ns "$first")" mpirun --allow-run-as-root -np "$n" --host "${hosts#,}" \
+      --mca plm rsh --mca plm_rsh_agent "$RUN/rsh" --mca plm_rsh_no_tree_spawn 1 \
+      --mca btl tcp,self --mca oob_tcp_if_include fab0 --mca btl_tcp_if_include fab0 --mca mpi_yield_when_idle 1 \
+      -x COMMWATCH_JOB="$P-$SCEN-$name" \
+      "$RUN/rank-env.sh" "$MPI_PROG" "${args[@]}" --job "$P-$SCEN-$name" \
+      >"$SOUT/job-$name.log" 2>&1) &
+    JOB_PIDS="$JOB_PIDS $!"
+    echo "{\"name\":\"$name\",\"id\":\"$P-$SCEN-$name\",\"nodes\":\"$nodes\"}" >>"$SOUT/jobs.jsonl"
+  else
+    local port=$((29500 + JOB_INDEX))
+    for k in $nodes; do
+      (node_exec --job "$k" env RANK=$r WORLD_SIZE="$n" MASTER_ADDR="$(fab_addr "$first")" MASTER_PORT=$port \
+        COMMWATCH_STEPS_SOCKET="$RUN/steps-node$k.sock" PYTHONPATH="$REPO/clients/python" \
+        "$RUN/rank-env.sh" "$VENV/bin/python" "$HERE/train_torch.py" "${args[@]}" \
+        >"$SOUT/job-$name-rank$r.log" 2>&1) &
+      JOB_PIDS="$JOB_PIDS $!"
+      r=$((r + 1))
+    done
+    echo "{\"name\":\"$name\",\"id\":\"$(fab_addr "$first"):$port\",\"nodes\":\"$nodes\"}" >>"$SOUT/jobs.jsonl"
+  fi
+}
+
+write_run_helpers() {
+  cat >"$RUN/rsh" <<EOF
+#!/usr/bin/env bash
+# mpirun's rsh agent: \$1 is a host name nodeK; the rest is the command, run as a remote shell would.
+host=\$1; shift
+exec env BED_RUN="$RUN" BED_NODES="$N" "$HERE/bed.sh" node-exec --job "\${host#node}" sh -c "\$*"
+EOF
+  cat >"$RUN/rank-env.sh" <<EOF
+#!/bin/sh
+# Runs on a node: this node's job environment (the fault's interface choice), then the program.
+[ -f "$RUN/\$(hostname).env" ] && . "$RUN/\$(hostname).env"
+exec "\$@"
+EOF
+  chmod +x "$RUN/rsh" "$RUN/rank-env.sh"
+}
+
+now_ns() { date +%s%N; }
+
+truth_lines() { # lines in rank 0's truth file of the first job
+  local f
+  f=$(ls "$SOUT"/truth/*-rank0.jsonl 2>/dev/null | head -1)
+  [ -n "$f" ] && wc -l <"$f" || echo 0
+}
+
+apply_fault() { # apply_fault on|off
+  local n k
+  for n in $FAULT_NODES; do
+    k=${n#node}
+    case $FAULT:$1 in
+      ratecut:on) shape_node "$k" "$(rate_quarter "$FAB_RATE")" "$MGMT_RATE" ;;
+      ratecut:off) shape_node "$k" "$FAB_RATE" "$MGMT_RATE" ;;
+      loss:on)
+        ip netns exec "$(node_ns "$k")" tc qdisc add dev fab0 parent 1:1 handle 10: netem loss 2%
+        ip netns exec "$P-sw" tc qdisc add dev "f$k" parent 1:1 handle 10: netem loss 2% ;;
+      loss:off)
+        ip netns exec "$(node_ns "$k")" tc qdisc del dev fab0 parent 1:1 handle 10: || true
+        ip netns exec "$P-sw" tc qdisc del dev "f$k" parent 1:1 handle 10: || true ;;
+      straggler:on) cpu_limit "$k" 25 ;;
+      straggler:off) cpu_limit "$k" max ;;
+    esac
+  done
+}
+
+rate_quarter() { # 2gbit -> 500mbit
+  python3 -c 'import re,sys; m=re.fullmatch(r"([0-9.]+)([kmg]?)bit", sys.argv[1]); \
+u={"":1,"k":1e3,"m":1e6,"g":1e9}[m.group(2)]; print("%dkbit" % (float(m.group(1))*u/4/1e3))' "$1"
+}
+
+# Runs in the background during a mid-run fault: on at step FAULT_AT of rank 0, off FAULT_LEN steps later.
+fault_controller() {
+  while [ "$(truth_lines)" -lt "$FAULT_AT" ]; do sleep 0.1; done
+  apply_fault on
+  echo "{\"fault\":\"$FAULT\",\"nodes\":\"$FAULT_NODES\",\"event\":\"start\",\"time_ns\":$(now_ns),\"step\":$FAULT_AT}" \
+    >>"$SOUT/faults.jsonl"
+  log "fault $FAULT on $FAULT_NODES"
+  while [ "$(truth_lines)" -lt $((FAULT_AT + FAULT_LEN)) ]; do sleep 0.1; done
+  apply_fault off
+  echo "{\"fault\":\"$FAULT\",\"nodes\":\"$FAULT_NODES\",\"event\":\"end\",\"time_ns\":$(now_ns),\"step\":$((FAULT_AT + FAULT_LEN))}" \
+    >>"$SOUT/faults.jsonl"
+  log "fault $FAULT cleared"
+}
+
+run_scenario() {
+  SCEN=$1
+  scenario_params "$SCEN"
+  SOUT=$OUT/$LIB-$SCEN
+  rm -rf "$SOUT"
+  mkdir -p "$SOUT"
+  log "scenario $LIB:$SCEN ($STEPS steps) -> $SOUT"
+  local k
+  for k in $(seq 0 $((N - 1))); do node_up "$k"; done
+  prepare_iface
+  start_collector
+  start_agents
+  cat >"$SOUT/scenario.json" <<EOF
+{"lib":"$LIB","scenario":"$SCEN","prefix":"$P","nodes":$N,"steps":$STEPS,"bytes":$BYTES,"compute_ms":$COMPUTE_MS,
+ "buckets":$BUCKETS,"fault":"$FAULT","fault_nodes":"$FAULT_NODES","fault_at":$FAULT_AT,"fault_len":$FAULT_LEN,
+ "iface_mode":"$IFACE_MODE","markers":$MARKERS,"fabric_rate":"$FAB_RATE","mgmt_rate":"$MGMT_RATE",
+ "commwatch":"$("$BIN" --version 2>/dev/null | head -1)","api":"$API"}
+EOF
+  python3 "$HERE/evaluate.py" poll --url "$API" --nodes "$N" --out "$SOUT" --interval 2 &
+  POLL_PID=$!
+  JOB_PIDS= JOB_INDEX=0
+  : >"$SOUT/jobs.jsonl"
+  if [ "$SCEN" = twojobs ]; then
+    launch_job a "0 1" $((16 << 20)) 400 1
+    launch_job b "2 3" $((8 << 20)) 800 1
+  else
+    launch_job main "$(seq -s' ' 0 $((N - 1)))" "$BYTES" "$COMPUTE_MS" "$BUCKETS"
+  fi
+  local rc=0 p deadline=$(($(date +%s) + STEPS * 20 + 90))
+  FAULT_PID=
+  if [ "$FAULT_AT" -gt 0 ]; then fault_controller & FAULT_PID=$!; fi
+  for p in $JOB_PIDS; do
+    while kill -0 "$p" 2>/dev/null && [ "$(date +%s)" -lt "$deadline" ]; do sleep 0.5; done
+    if kill -0 "$p" 2>/dev/null; then log "job timed out"; rc=1; break; fi
+    wait "$p" || { log "job process $p failed (see $SOUT/job-*.log)"; rc=1; }
+  done
+  [ -z "$FAULT_PID" ] || { kill "$FAULT_PID" 2>/dev/null || true; wait "$FAULT_PID" 2>/dev/null || true; }
+  FAULT_PID=
+  [ "$FAULT_AT" -eq 0 ] || apply_fault off 2>/dev/null || true
+  # Let the collector's step engine and rules catch up with the last steps, then take the final snapshots.
+  sleep "${BED_LINGER_S:-8}"
+  kill -TERM "$POLL_PID" 2>/dev/null || true
+  wait "$POLL_PID" 2>/dev/null || true
+  for k in $(seq 0 $((N - 1))); do node_down "$k"; done
+  kill -TERM "$COLLECTOR_PID" 2>/dev/null || true
+  wait "$COLLECTOR_PID" 2>/dev/null || true
+  echo "$rc" >"$SOUT/bed_rc"
+  python3 "$HERE/evaluate.py" report --out "$SOUT" | tee "$SOUT/report.txt" || log "evaluator failed"
+  return "$rc"
+}
+
+on_exit() {
+  local rc=$?
+  set +e
+  [ -z "${FAULT_PID:-}" ] || kill "$FAULT_PID" 2>/dev/null
+  [ -z "${POLL_PID:-}" ] || kill -TERM "$POLL_PID" 2>/dev/null
+  [ -z "${COLLECTOR_PID:-}" ] || kill -TERM "$COLLECTOR_PID" 2>/dev/null
+  if [ -n "${P:-}" ]; then
+    local k
+    for k in $(seq 0 $((N - 1))); do node_down "$k" 2>/dev/null; done
+    cleanup_prefix "$P*"
+    [ -z "${RUN:-}" ] || rm -rf "$RUN"
+    log "cleaned up $P"
+  fi
+  exit "$rc"
+}
+
+cmd_run() {
+  LIB=mpi N=4 OUT= MARKERS=0 STEPS_OVERRIDE=
+  local scen=()
+  while [ $# -gt 0 ]; do
+    case $1 in
+      --lib) LIB=$2; shift 2 ;;
+      --nodes) N=$2; shift 2 ;;
+      --out) OUT=$2; shift 2 ;;
+      --markers) MARKERS=1; shift ;;
+      --steps) STEPS_OVERRIDE=$2; shift 2 ;;
+      -*) die "unknown option $1" ;;
+      *) scen+=("$1"); shift ;;
+    esac
+  done
+  [ ${#scen[@]} -gt 0 ] || die "no scenario (see: bed.sh list)"
+  [[ $LIB == mpi || $LIB == torch ]] || die "--lib mpi|torch"
+  [[ $N =~ ^[0-9]+$ ]] && [ "$N" -ge 2 ] && [ "$N" -le 32 ] || die "--nodes 2..32"
+  check_tools
+  if [ "$LIB" = mpi ]; then setup_mpi; else setup_torch; fi
+  OUT=${OUT:-/tmp/commwatch-testbed/$(date -u +%Y%m%dT%H%M%SZ)}
+  mkdir -p "$OUT"
+  OUT=$(cd "$OUT" && pwd)
+  P=${BED_PREFIX:-$PREFIX_GLOB$(printf '%04x' $((RANDOM % 65536)))}
+  # Interface names are at most 15 characters: the prefix plus "ctl" or "c<k>" must fit.
+  [[ $P =~ ^cwb[0-9a-z]{1,7}$ ]] || die "BED_PREFIX must be cwb and 1 to 7 lower-case letters or digits"
+  RUN=/run/commwatch-testbed/$P
+  mkdir -p "$RUN"
+  trap on_exit EXIT
+  trap 'exit 130' INT TERM
+  pick_ctl_net
+  log "run $P: $N nodes, control net $CTL_NET.0/24, outputs in $OUT"
+  topo_up
+  write_run_helpers
+  local s rc=0
+  for s in "${scen[@]}"; do
+    run_scenario "$s" || rc=1
+  done
+  python3 "$HERE/evaluate.py" summary "$OUT" | tee "$OUT/summary.txt" || true
+  return "$rc"
+}
+
+main() {
+case ${1:-} in
+  setup)
+    shift
+    setup_mpi
+    [ "${1:-}" != --torch ] || setup_torch ;;
+  list) list_scenarios ;;
+  run) shift; cmd_run "$@" ;;
+  cleanup)
+    cleanup_prefix "$PREFIX_GLOB*"
+    rm -rf /run/commwatch-testbed
+    log "removed leftovers of earlier runs" ;;
+  node-exec)
+    # Internal (mpirun's rsh agent): BED_RUN names the run's state directory.
+    shift
+    RUN=${BED_RUN:?}
+    node_exec "$@" ;;
+  *) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+esac
+}
+
+# Sourcing the script (for a test of its functions) defines them without running anything.
+if [[ ${BASH_SOURCE[0]} == "$0" ]]; then main "$@"; fi
