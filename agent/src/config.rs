@@ -1,6 +1,7 @@
 //! Agent configuration: defaults in one place, a TOML file (`--config FILE`), command-line overrides, and
 //! `validate()` naming the bad field.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -67,6 +68,58 @@ pub struct NetdevConfig {
     pub management: Vec<String>,
     /// Interfaces to ignore; `None` keeps the built-in list (`lo`, `ifb*`, `veth*`, `docker*`, ...).
     pub exclude: Option<Vec<String>>,
+    /// Capacities per direction by interface pattern, for links whose nominal speed is not the truth (a
+    /// shaped port, a veth): `{ "fab0" = "2Gbit/s", "ens*" = "100Gbit/s" }` ([`parse_link_rate`] units). Read
+    /// in file order is not kept by TOML tables: the most specific pattern (fewest `*`, then longest) wins.
+    pub capacities: BTreeMap<String, String>,
+}
+
+/// A link rate as configured: a number and a unit, `bit/s` (also `b/s`, `bps`) or `B/s` (bytes), with an
+/// optional SI prefix `k`, `M`, `G`, `T` (`"2Gbit/s"`, `"400 Gb/s"`, `"12.5GB/s"`) → bytes per second.
+pub fn parse_link_rate(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == 'e' || c == 'E'))
+        .unwrap_or(t.len());
+    let (num, unit) = (t[..split].trim(), t[split..].trim());
+    let value: f64 = num.parse().map_err(|_| {
+        format!("{text:?}: expected a number and a unit such as \"2Gbit/s\" or \"25GB/s\"")
+    })?;
+    let (scale, rest) = match unit.chars().next() {
+        Some('k') => (1e3, &unit[1..]),
+        Some('M') => (1e6, &unit[1..]),
+        Some('G') => (1e9, &unit[1..]),
+        Some('T') => (1e12, &unit[1..]),
+        _ => (1.0, unit),
+    };
+    let per_unit = match rest {
+        "bit/s" | "b/s" | "bps" => 1.0 / 8.0,
+        "B/s" | "Bps" => 1.0,
+        _ => {
+            return Err(format!(
+                "{text:?}: unknown unit {unit:?}; use bit/s, b/s or B/s with k, M, G or T"
+            ))
+        }
+    };
+    let bytes = value * scale * per_unit;
+    if !(1.0..1e15).contains(&bytes) {
+        return Err(format!("{text:?}: out of range (1 B/s to 1 PB/s)"));
+    }
+    Ok(bytes.round() as u64)
+}
+
+impl NetdevConfig {
+    /// The configured capacities, most specific pattern first (bad values left out: [`AgentConfig::validate`]
+    /// refuses them).
+    fn capacities(&self) -> Vec<(String, u64)> {
+        let mut v: Vec<(String, u64)> = self
+            .capacities
+            .iter()
+            .filter_map(|(p, r)| Some((p.clone(), parse_link_rate(r).ok()?)))
+            .collect();
+        v.sort_by_key(|(p, _)| (p.matches('*').count(), std::cmp::Reverse(p.len())));
+        v
+    }
 }
 
 impl From<&NetdevConfig> for NetdevOptions {
@@ -78,6 +131,7 @@ impl From<&NetdevConfig> for NetdevOptions {
             fabric: c.fabric.clone(),
             management: c.management.clone(),
             exclude: c.exclude.clone().unwrap_or(defaults.exclude),
+            capacities: c.capacities(),
         }
     }
 }
@@ -155,9 +209,11 @@ pub struct AgentConfig {
     pub tls: AgentTlsConfig,
     /// File holding the bearer token sent to the collector (`authorization: Bearer …`).
     pub token_file: Option<PathBuf>,
-    /// Loopback UDP address for step markers; `None` disables UDP markers.
+    /// Loopback UDP address for step markers; `None` disables UDP markers (`"off"` in the file, as the flag).
+    #[serde(deserialize_with = "de_steps_udp")]
     pub steps_udp: Option<SocketAddr>,
-    /// Unix datagram socket for step markers; `None` disables it.
+    /// Unix datagram socket for step markers; `None` disables it (`"off"` in the file, as the flag).
+    #[serde(deserialize_with = "de_steps_socket")]
     pub steps_socket: Option<PathBuf>,
     /// Step markers accepted per second and transport; more are dropped and counted.
     pub steps_rate: f64,
@@ -196,6 +252,33 @@ impl Default for AgentConfig {
             probe: crate::probe::ProbeConfig::default(),
         }
     }
+}
+
+/// The word that turns a step-marker transport off, in the file and on the command line alike.
+pub const OFF: &str = "off";
+
+/// `--steps-udp` / `steps_udp`: `off`, or a socket address.
+pub fn parse_steps_udp(v: &str) -> Result<Option<SocketAddr>, String> {
+    if v.trim() == OFF {
+        return Ok(None);
+    }
+    v.trim()
+        .parse()
+        .map(Some)
+        .map_err(|e| format!("{v:?} is neither `off` nor an address HOST:PORT ({e})"))
+}
+
+/// `--steps-socket` / `steps_socket`: `off`, or a path.
+pub fn parse_steps_socket(v: &str) -> Option<PathBuf> {
+    (v.trim() != OFF).then(|| PathBuf::from(v))
+}
+
+fn de_steps_udp<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<SocketAddr>, D::Error> {
+    parse_steps_udp(&String::deserialize(d)?).map_err(serde::de::Error::custom)
+}
+
+fn de_steps_socket<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<PathBuf>, D::Error> {
+    Ok(parse_steps_socket(&String::deserialize(d)?))
 }
 
 /// The host name from `/proc/sys/kernel/hostname`, or `unknown-node`.
@@ -422,6 +505,10 @@ impl AgentConfig {
                 ));
             }
         }
+        for (pattern, rate) in &self.netdev.capacities {
+            parse_link_rate(rate)
+                .map_err(|e| invalid("netdev.capacities", format!("{pattern}: {e}")))?;
+        }
         if !(self.steps_rate > 0.0 && self.steps_rate <= 1e6) {
             return Err(invalid("steps_rate", "must be in (0, 1e6]"));
         }
@@ -453,6 +540,56 @@ fn loose_permissions(what: &str, path: &Path) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn off_in_the_file_means_what_the_flag_means() {
+        let c: AgentConfig =
+            toml::from_str("steps_socket = \"off\"\nsteps_udp = \"off\"\n").unwrap();
+        assert_eq!((c.steps_socket, c.steps_udp), (None, None));
+        let c: AgentConfig =
+            toml::from_str("steps_socket = \"/tmp/s.sock\"\nsteps_udp = \"127.0.0.1:9999\"\n")
+                .unwrap();
+        assert_eq!(c.steps_socket, Some(PathBuf::from("/tmp/s.sock")));
+        assert_eq!(c.steps_udp, Some("127.0.0.1:9999".parse().unwrap()));
+        let e = toml::from_str::<AgentConfig>("steps_udp = \"nope\"\n").unwrap_err();
+        assert!(e.to_string().contains("neither `off`"), "{e}");
+        // Absent keys keep the defaults.
+        let c: AgentConfig = toml::from_str("").unwrap();
+        assert_eq!(c.steps_socket, Some(PathBuf::from(DEFAULT_STEPS_SOCKET)));
+    }
+
+    #[test]
+    fn link_rates_in_bits_and_bytes() {
+        assert_eq!(parse_link_rate("2Gbit/s"), Ok(250_000_000));
+        assert_eq!(parse_link_rate(" 400 Gb/s "), Ok(50_000_000_000));
+        assert_eq!(parse_link_rate("12.5GB/s"), Ok(12_500_000_000));
+        assert_eq!(parse_link_rate("100Mbps"), Ok(12_500_000));
+        assert_eq!(parse_link_rate("800B/s"), Ok(800));
+        for bad in [
+            "", "fast", "2 Gbit", "2Xbit/s", "-1Gbit/s", "0b/s", "1e30B/s",
+        ] {
+            assert!(parse_link_rate(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn capacities_most_specific_pattern_first_and_validated() {
+        let c: AgentConfig = toml::from_str(
+            "[netdev.capacities]\n\"fab*\" = \"10Gbit/s\"\nfab0 = \"2Gbit/s\"\n\"*\" = \"1Gbit/s\"\n",
+        )
+        .unwrap();
+        let o = NetdevOptions::from(&c.netdev);
+        assert_eq!(o.capacity_of("fab0"), Some(250_000_000));
+        assert_eq!(o.capacity_of("fab1"), Some(1_250_000_000));
+        assert_eq!(o.capacity_of("eth0"), Some(125_000_000));
+        let mut c = AgentConfig {
+            node: "n1".into(),
+            ..AgentConfig::default()
+        };
+        c.netdev.capacities.insert("eth0".into(), "fast".into());
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("netdev.capacities") && e.contains("eth0"), "{e}");
+    }
 
     #[test]
     fn defaults_validate() {

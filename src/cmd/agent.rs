@@ -100,15 +100,12 @@ fn agent_config(a: &AgentArgs) -> anyhow::Result<commwatch_agent::AgentConfig> {
     if let Some(v) = a.buffer_bytes {
         c.buffer_bytes = Some(v);
     }
-    match a.steps_udp.as_deref() {
-        None => {}
-        Some("off") => c.steps_udp = None,
-        Some(v) => c.steps_udp = Some(v.parse().with_context(|| format!("--steps-udp {v:?}"))?),
+    if let Some(v) = a.steps_udp.as_deref() {
+        c.steps_udp = commwatch_agent::config::parse_steps_udp(v)
+            .map_err(|e| anyhow::anyhow!("--steps-udp: {e}"))?;
     }
-    match a.steps_socket.as_deref() {
-        None => {}
-        Some("off") => c.steps_socket = None,
-        Some(v) => c.steps_socket = Some(PathBuf::from(v)),
+    if let Some(v) = a.steps_socket.as_deref() {
+        c.steps_socket = commwatch_agent::config::parse_steps_socket(v);
     }
     if let Some(v) = &a.tls_ca {
         c.tls.ca_file = Some(v.clone());

@@ -10,10 +10,14 @@
 //! Virtual means what sysfs says: the interface's `class/net/<if>` entry resolves into `devices/virtual/`
 //! (loopback, `ifb*`, `veth*`, bridges, tunnels: the kernel places every netdev without a parent device
 //! there), except IPoIB (`type` 32) and bond masters (a `bonding/` directory), which are kept. Bond slaves are
-//! physical ports and are read. Trees that are plain directories (a copied sysfs, the simulated cluster's)
+//! physical ports and are read. An RDMA port's netdev is read though virtual or named by a built-in pattern
+//! (Soft-RoCE's veth): only the operator's own `exclude` or `include` patterns leave it out. Trees that are plain directories (a copied sysfs, the simulated cluster's)
 //! have no such links: there the built-in name patterns of [`DEFAULT_EXCLUDE`] do the same work.
-//! State: `operstate`. Capacity: `speed` (Mb/s × 125000 → bytes/s; unknown when `-1` or unreadable).
-//! Attributes: `type`, `mtu`, `speed_mbps` (when known), `operstate`.
+//! State: `operstate`. Capacity: the configured one when a [`NetdevOptions::capacities`] pattern matches the
+//! interface (a veth or a shaped port reports a nominal speed it does not carry), else `speed` (Mb/s × 125000
+//! → bytes/s; unknown when `-1` or unreadable).
+//! Attributes: `type`, `mtu`, `speed_mbps` (when known), `operstate`, `capacity_source` = `configured` when
+//! the capacity comes from the configuration.
 //!
 //! Series (64-bit counters from `statistics/`):
 //! - fast tier: `tx_bytes`, `rx_bytes`;
@@ -55,6 +59,9 @@ pub struct NetdevOptions {
     pub management: Vec<String>,
     /// Interfaces not read at all; wins over `fabric` and `management`. Default: [`DEFAULT_EXCLUDE`].
     pub exclude: Vec<String>,
+    /// Capacities, bytes per second per direction, by interface pattern (the first match wins over the
+    /// interface's nominal `speed`).
+    pub capacities: Vec<(String, u64)>,
 }
 
 impl Default for NetdevOptions {
@@ -64,6 +71,7 @@ impl Default for NetdevOptions {
             fabric: Vec::new(),
             management: Vec::new(),
             exclude: DEFAULT_EXCLUDE.iter().map(|s| s.to_string()).collect(),
+            capacities: Vec::new(),
         }
     }
 }
@@ -72,6 +80,14 @@ impl NetdevOptions {
     /// Whether `name` is excluded.
     pub fn is_excluded(&self, name: &str) -> bool {
         self.exclude.iter().any(|p| glob_match(p, name))
+    }
+
+    /// The configured capacity of `name`, bytes/s (the first matching pattern's).
+    pub fn capacity_of(&self, name: &str) -> Option<u64> {
+        self.capacities
+            .iter()
+            .find(|(p, _)| glob_match(p, name))
+            .map(|(_, c)| *c)
     }
 
     /// Whether `name` matches an `include` pattern (false when there are none).
@@ -110,6 +126,23 @@ pub fn selection(name: &str, virtual_device: bool, options: &NetdevOptions) -> S
     }
 }
 
+/// [`selection`] for an RDMA port's netdev: it carries the port's traffic in bytes, so neither sysfs's
+/// virtual placement (Soft-RoCE on a veth, RoCE on a VLAN) nor a built-in pattern of [`DEFAULT_EXCLUDE`] leaves
+/// it out; an `exclude` pattern of the operator's own, or `include` patterns none of which names it, still do.
+pub fn rdma_netdev_selection(name: &str, options: &NetdevOptions) -> Selection {
+    let own_exclude = options
+        .exclude
+        .iter()
+        .any(|p| !DEFAULT_EXCLUDE.contains(&p.as_str()) && glob_match(p, name));
+    if own_exclude {
+        Selection::Excluded
+    } else if !options.include.is_empty() && !options.is_included(name) {
+        Selection::NotIncluded
+    } else {
+        Selection::Read
+    }
+}
+
 /// Whether `<root>/class/net/<name>` is a virtual interface by sysfs's own layout: its entry is a link into
 /// `devices/virtual/`, and it is neither IPoIB (`type` 32) nor a bond master (`bonding/`). Only the link is
 /// read (`readlink`), no file is opened but `type`, through the root.
@@ -136,8 +169,8 @@ pub fn is_virtual(root: &FsRoot, name: &str) -> bool {
     !(ipoib || bond)
 }
 
-/// Every interface under `<root>/class/net` with whether it is read; sorted by name. An absent `class/net`
-/// gives none.
+/// Every interface under `<root>/class/net` with whether it is read ([`selection`], or
+/// [`rdma_netdev_selection`] for an RDMA port's netdev); sorted by name. An absent `class/net` gives none.
 pub fn select(
     root: &FsRoot,
     options: &NetdevOptions,
@@ -150,10 +183,15 @@ pub fn select(
         }
         Err(e) => return Err(e),
     };
+    let rdma = rdma_netdevs(root);
     Ok(names
         .into_iter()
         .map(|name| {
-            let s = selection(&name, is_virtual(root, &name), options);
+            let s = if rdma.contains(&name) {
+                rdma_netdev_selection(&name, options)
+            } else {
+                selection(&name, is_virtual(root, &name), options)
+            };
             (name, s)
         })
         .collect())
@@ -265,7 +303,18 @@ impl NetdevSource {
             }
         }
         let mut capacity = None;
-        if let Some(idx) = files.upsert(
+        if let Some(configured) = self.options.capacity_of(name) {
+            // One source of capacity: the configuration's; the nominal speed stays an attribute.
+            if let Some(mbps) = self
+                .sysfs_root
+                .read_trimmed(&dir.join("speed"))
+                .and_then(|t| parse_netdev_speed(&t))
+            {
+                attributes.insert("speed_mbps".to_string(), mbps.to_string());
+            }
+            attributes.insert("capacity_source".to_string(), "configured".to_string());
+            capacity = Some(configured as f64);
+        } else if let Some(idx) = files.upsert(
             series,
             gauge("capacity_bytes_per_second"),
             dir.join("speed"),

@@ -1,24 +1,32 @@
-//! Steps without markers: inferred from the periodicity of a node's link traffic (the communication burst
-//! every step).
+//! Steps without markers: inferred from the periodicity of a node's link traffic (the communication every
+//! step).
 //!
 //! Input: the node's *traffic total*: the cumulative bytes (tx + rx) summed over its fabric and management
 //! links (NVLink excluded: it stays inside the node), as `(timestamp_ns, bytes)` on the node's sample times.
 //! The tracker keeps the last [`WINDOW_NS`] of it and, from the interval rates:
 //!
-//! - **Period**: the autocorrelation of the rate series (mean removed, normalised per lag) over lags of
-//!   [`MIN_LAG`] intervals to a third of the window. The period is the smallest lag whose autocorrelation peak
-//!   reaches [`PEAK_SHARE`] of the highest peak (so a multiple of the period is never taken for it), refined
-//!   by a parabola through the peak; then, when the burst ends in the window are regular, by their mean
-//!   spacing (sub-sample precision over many steps). **Strength** is the autocorrelation at the peak (0..1).
-//! - **Bursts**: intervals whose rate is above `low + BURST_LEVEL × (high − low)` (`low` the
-//!   [`LOW_PERCENTILE`]th percentile rate, `high` the highest), with gaps shorter than a quarter period
-//!   filled. A burst *ends* at the first sample after its last busy interval — or after the interval that
-//!   follows, when that one still carries the burst's tail (above [`TAIL_LEVEL`]) — once a quarter period of
-//!   quiet has followed. Edges are on samples, so per-step byte counts are exact counter differences.
-//! - **Steps**: from one burst end to the next. Confidence = strength × how close the step's duration is to
-//!   the period (1 at the period, 0 at ±100%).
+//! - **Period**: the autocorrelation of the rate series (mean removed, normalised per lag) over lags from its
+//!   first fall below zero to a third of the window. Below that lag the autocorrelation only says the rate is
+//!   smooth: a collective paced by a slow link, with dips every 50–150 ms inside one 3 s all-reduce, has small
+//!   peaks there that are not the step. The period is the smallest lag whose peak reaches [`PEAK_SHARE`] of
+//!   the highest peak (so a multiple of the period is never taken for it), refined by a parabola through the
+//!   peak, then by the mean spacing of the steps found. **Strength** is the autocorrelation at the peak (0..1).
+//! - **Quiet**: intervals whose rate is at most `low + BURST_LEVEL × (high − low)` (`low` the
+//!   [`LOW_PERCENTILE`]th percentile rate, low enough for a node whose communication fills most of the step;
+//!   `high` the highest). Every end of a busy run is a candidate edge: the sample closing its last busy
+//!   interval, or the next one when that interval still carries the burst's tail (above [`TAIL_LEVEL`]).
+//!   Edges are on samples, so per-step byte counts are exact counter differences.
+//! - **Steps are the period, not the bursts**: from one edge, the next is the candidate between half a period
+//!   and one and a half periods later with the **longest quiet after it** (the gap between one step's
+//!   communication and the next step's; a dip inside a collective is shorter), the nearest to one period on a
+//!   tie. Where no candidate lies in that span (communication filling the whole step), the edge is the sample
+//!   nearest one period on, at half the confidence. An edge is decided once the samples reach one and a half
+//!   periods past the previous one, so a step appears about half a period after its end. The first edge is
+//!   the candidate with the longest quiet in the window's first period and a half.
+//!   Confidence = strength × how close the step's duration is to the period (1 at the period, 0 at ±100%).
 //!
-//! No steps while the traffic swings less than [`MIN_SWING_BYTES_PER_SECOND`] (an idle node), while the
+//! No steps while the traffic swings less than [`MIN_SWING_BYTES_PER_SECOND`] (an idle node) or less than
+//! [`MIN_SWING_SHARE`] of its highest rate (a steady stream with a ripple), while the
 //! strength is below [`MIN_STRENGTH`], or before [`MIN_POINTS`] samples are held; the sequence restarts
 //! (no step spans a quiet spell) when periodicity is lost.
 
@@ -34,15 +42,25 @@ pub const MIN_LAG: usize = 2;
 pub const PEAK_SHARE: f64 = 0.8;
 /// Weakest periodicity that yields steps.
 pub const MIN_STRENGTH: f64 = 0.3;
-/// Smallest swing of the total rate (high − low) that can be a communication burst, bytes/s.
-pub const MIN_SWING_BYTES_PER_SECOND: f64 = 20e6;
-/// Burst threshold, as a share of the swing above the low rate.
+/// Smallest swing of the total rate (high − low) that can be a communication burst, bytes/s: 40 Mbit/s, so
+/// that a job on a 100 Mbit/s management link still has steps, while the agents' own batches (tens of kB a
+/// quarter second) do not make an idle node's.
+pub const MIN_SWING_BYTES_PER_SECOND: f64 = 5e6;
+/// Smallest swing as a share of the highest rate: a steady stream with a ripple has no steps.
+pub const MIN_SWING_SHARE: f64 = 0.25;
+/// Busy threshold, as a share of the swing above the low rate.
 pub const BURST_LEVEL: f64 = 0.3;
+/// Span after an edge, in periods, in which the next edge is sought (half a period either side of one).
+pub const SEEK_LO: f64 = 0.5;
+pub const SEEK_HI: f64 = 1.5;
+/// Edges kept for the period's refinement by their spacing.
+const REFINE_EDGES: usize = 8;
 /// A burst's last partly busy interval (its tail: the burst ended just after a sample) belongs to the burst
 /// when its rate is above `low + TAIL_LEVEL × (high − low)`, so the edge falls after all of the burst's bytes.
 pub const TAIL_LEVEL: f64 = 0.02;
-/// Percentile of the interval rates taken as the quiet ("low") level.
-pub const LOW_PERCENTILE: f64 = 20.0;
+/// Percentile of the interval rates taken as the quiet ("low") level: low enough that a node whose
+/// communication fills 85 % of the step still has its quiet level there.
+pub const LOW_PERCENTILE: f64 = 5.0;
 /// The period is re-estimated at most this often (ns of sample time).
 pub const REESTIMATE_NS: i64 = 2_000_000_000;
 
@@ -85,7 +103,9 @@ pub fn estimate_period(rates: &[f64], dt_s: f64) -> Option<PeriodEstimate> {
             s / (m as f64 * var)
         })
         .collect();
-    let peaks: Vec<usize> = (MIN_LAG..=max_lag)
+    // Below the first fall below zero the autocorrelation only measures smoothness (see the module docs).
+    let first_negative = (1..=max_lag).find(|&l| ac[l] <= 0.0)?;
+    let peaks: Vec<usize> = (MIN_LAG.max(first_negative)..=max_lag)
         .filter(|&l| ac[l] > ac[l - 1] && ac[l] >= ac[l + 1] && ac[l] > 0.0)
         .collect();
     let best = peaks.iter().map(|&l| ac[l]).fold(0.0, f64::max);
@@ -110,29 +130,59 @@ fn percentile(v: &[f64], p: f64) -> f64 {
     s.get(i).copied().unwrap_or(0.0)
 }
 
-/// Indices `i` of the intervals that end a burst in `busy` (interval `i` busy, then at least `quiet` quiet
-/// intervals), after filling quiet gaps shorter than `quiet`.
-pub fn burst_ends(busy: &[bool], quiet: usize) -> Vec<usize> {
-    let quiet = quiet.max(1);
-    let mut b = busy.to_vec();
-    // Fill short gaps between busy runs.
+/// The ends of the busy runs in `busy`: `(i, quiet)` for each interval `i` that is busy and followed by a
+/// quiet one, with the number of quiet intervals that follow it (to the end of `busy` when still quiet).
+pub fn quiet_after(busy: &[bool]) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
     let mut i = 0;
-    while i < b.len() {
-        if !b[i] {
-            let start = i;
-            while i < b.len() && !b[i] {
-                i += 1;
-            }
-            if start > 0 && i < b.len() && i - start < quiet {
-                b[start..i].iter_mut().for_each(|v| *v = true);
-            }
+    while i + 1 < busy.len() {
+        if busy[i] && !busy[i + 1] {
+            let quiet = busy[i + 1..].iter().take_while(|b| !**b).count();
+            out.push((i, quiet));
+            i += quiet;
         } else {
             i += 1;
         }
     }
-    (0..b.len())
-        .filter(|&i| b[i] && i + quiet < b.len() && b[i + 1..=i + quiet].iter().all(|v| !v))
-        .collect()
+    out
+}
+
+/// A candidate edge: a sample time and the quiet intervals after it.
+#[derive(Debug, Clone, Copy)]
+struct Candidate {
+    t: i64,
+    quiet: usize,
+}
+
+/// The next edge after `prev` for period `p_ns`: the candidate in `(prev + SEEK_LO·p, prev + SEEK_HI·p]` with
+/// the longest quiet after it (the nearest to `prev + p` on a tie), else the sample nearest `prev + p`
+/// (`false`: predicted, not seen).
+fn next_edge(cands: &[Candidate], times: &[i64], prev: i64, p_ns: i64) -> (i64, bool) {
+    let target = prev + p_ns;
+    let (lo, hi) = (
+        prev + (SEEK_LO * p_ns as f64) as i64,
+        prev + (SEEK_HI * p_ns as f64) as i64,
+    );
+    let best = cands
+        .iter()
+        .filter(|c| c.t > lo && c.t <= hi)
+        .max_by(|a, b| {
+            a.quiet
+                .cmp(&b.quiet)
+                .then_with(|| (b.t - target).abs().cmp(&(a.t - target).abs()))
+        });
+    match best {
+        Some(c) => (c.t, true),
+        None => {
+            let nearest = times
+                .iter()
+                .copied()
+                .filter(|&t| t > prev)
+                .min_by_key(|&t| (t - target).abs())
+                .unwrap_or(target);
+            (nearest, false)
+        }
+    }
 }
 
 /// Inference state of one node.
@@ -143,6 +193,8 @@ pub struct InferenceTracker {
     period: Option<PeriodEstimate>,
     estimated_at: i64,
     last_edge: Option<i64>,
+    /// The newest edges found (at most [`REFINE_EDGES`]), for the period's refinement.
+    recent_edges: VecDeque<i64>,
 }
 
 impl InferenceTracker {
@@ -179,24 +231,12 @@ impl InferenceTracker {
             return Vec::new();
         }
         let pts: Vec<(i64, f64)> = self.points.iter().copied().collect();
-        let mut rates = Vec::with_capacity(pts.len() - 1);
-        let mut dts = Vec::with_capacity(pts.len() - 1);
-        for w in pts.windows(2) {
-            let dt = (w[1].0 - w[0].0) as f64 / 1e9;
-            dts.push(dt);
-            rates.push(if dt > 0.0 {
-                (w[1].1 - w[0].1).max(0.0) / dt
-            } else {
-                0.0
-            });
-        }
-        let dt = percentile(&dts, 50.0);
+        let (rates, dt) = interval_rates(&pts);
         let low = percentile(&rates, LOW_PERCENTILE);
         let high = rates.iter().copied().fold(0.0, f64::max);
         let newest = self.newest_ns();
-        if high - low < MIN_SWING_BYTES_PER_SECOND {
-            self.period = None;
-            self.last_edge = None;
+        if high - low < MIN_SWING_BYTES_PER_SECOND || high - low < MIN_SWING_SHARE * high {
+            self.lose_periodicity();
             return Vec::new();
         }
         if self.period.is_none() || newest - self.estimated_at >= REESTIMATE_NS {
@@ -204,57 +244,127 @@ impl InferenceTracker {
             self.estimated_at = newest;
         }
         let Some(est) = self.period.filter(|p| p.strength >= MIN_STRENGTH) else {
-            self.last_edge = None;
+            self.lose_periodicity();
             return Vec::new();
         };
-        let threshold = low + BURST_LEVEL * (high - low);
-        let busy: Vec<bool> = rates.iter().map(|&r| r > threshold).collect();
-        let quiet = ((0.25 * est.period_s / dt).floor() as usize).max(1);
-        // Edge of a burst ending at interval i: the sample closing it (pts[i + 1]), or the one closing its tail.
-        let tail = low + TAIL_LEVEL * (high - low);
-        let edges: Vec<i64> = burst_ends(&busy, quiet)
-            .into_iter()
-            .map(|i| if rates[i + 1] > tail { i + 1 } else { i })
-            .map(|i| pts[i + 1].0)
-            .collect();
-        // Refine the period by the mean spacing of regular burst ends.
-        if edges.len() >= 4 {
-            let ok = edges.windows(2).all(|w| {
-                let d = (w[1] - w[0]) as f64 / 1e9;
-                (d / est.period_s - 1.0).abs() < 0.5
-            });
-            if ok {
-                let span = (edges[edges.len() - 1] - edges[0]) as f64 / 1e9;
-                self.period = Some(PeriodEstimate {
-                    period_s: span / (edges.len() - 1) as f64,
-                    strength: est.strength,
-                });
-            }
+        let p_ns = (est.period_s * 1e9) as i64;
+        if p_ns <= 0 {
+            return Vec::new();
         }
-        let period_s = self.period.map_or(est.period_s, |p| p.period_s);
-        let mut out = Vec::new();
-        for e in edges {
-            match self.last_edge {
-                None => self.last_edge = Some(e),
-                Some(prev) if e > prev => {
-                    let d = (e - prev) as f64 / 1e9;
-                    if d < 0.5 * period_s {
-                        // A second end too close to the previous one: part of the same burst.
-                        continue;
-                    }
-                    let regular = (1.0 - (d / period_s - 1.0).abs()).clamp(0.0, 1.0);
-                    out.push(InferredStep {
-                        start_unix_ns: prev,
-                        end_unix_ns: e,
-                        confidence: (est.strength * regular).clamp(0.0, 1.0),
-                    });
-                    self.last_edge = Some(e);
+        let cands = candidates(&pts, &rates, low, high);
+        let times: Vec<i64> = pts.iter().map(|p| p.0).collect();
+        let first = pts[0].0;
+        let mut prev = match self.last_edge.filter(|&e| e >= first) {
+            Some(e) => e,
+            None => {
+                // The anchor: the longest quiet in the window's first period and a half (an edge may fall just
+                // after the first period), once two periods are held.
+                if newest < first + 2 * p_ns {
+                    return Vec::new();
                 }
-                Some(_) => {}
+                let Some(anchor) = cands
+                    .iter()
+                    .filter(|c| c.t < first + p_ns + p_ns / 2)
+                    .max_by_key(|c| c.quiet)
+                else {
+                    return Vec::new();
+                };
+                self.recent_edges.clear();
+                self.recent_edges.push_back(anchor.t);
+                anchor.t
             }
+        };
+        let mut out = Vec::new();
+        while newest >= prev + (SEEK_HI * p_ns as f64) as i64 {
+            let (e, seen) = next_edge(&cands, &times, prev, p_ns);
+            if e <= prev {
+                break;
+            }
+            let d = (e - prev) as f64 / 1e9;
+            let regular = (1.0 - (d / est.period_s - 1.0).abs()).clamp(0.0, 1.0);
+            let seen_share = if seen { 1.0 } else { 0.5 };
+            out.push(InferredStep {
+                start_unix_ns: prev,
+                end_unix_ns: e,
+                confidence: (est.strength * regular * seen_share).clamp(0.0, 1.0),
+            });
+            self.recent_edges.push_back(e);
+            if self.recent_edges.len() > REFINE_EDGES {
+                self.recent_edges.pop_front();
+            }
+            prev = e;
         }
+        self.last_edge = Some(prev);
+        self.refine(est);
         out
     }
+
+    /// Forgets the step sequence (no step spans a spell without periodicity).
+    fn lose_periodicity(&mut self) {
+        self.period = None;
+        self.last_edge = None;
+        self.recent_edges.clear();
+    }
+
+    /// Refines the period by the mean spacing of the recent edges, when they are regular (each spacing within
+    /// half a period of it).
+    fn refine(&mut self, est: PeriodEstimate) {
+        let e = &self.recent_edges;
+        if e.len() < 4 {
+            return;
+        }
+        let regular = e.iter().zip(e.iter().skip(1)).all(|(a, b)| {
+            let d = (b - a) as f64 / 1e9;
+            (d / est.period_s - 1.0).abs() < 0.5
+        });
+        if let (true, Some(f), Some(l)) = (regular, e.front(), e.back()) {
+            self.period = Some(PeriodEstimate {
+                period_s: (l - f) as f64 / 1e9 / (e.len() - 1) as f64,
+                strength: est.strength,
+            });
+        }
+    }
+}
+
+/// Interval rates of cumulative `pts` (bytes/s; a counter going back counts as zero) and the median interval,
+/// seconds.
+fn interval_rates(pts: &[(i64, f64)]) -> (Vec<f64>, f64) {
+    let mut rates = Vec::with_capacity(pts.len().saturating_sub(1));
+    let mut dts = Vec::with_capacity(pts.len().saturating_sub(1));
+    for w in pts.windows(2) {
+        let dt = (w[1].0 - w[0].0) as f64 / 1e9;
+        dts.push(dt);
+        rates.push(if dt > 0.0 {
+            (w[1].1 - w[0].1).max(0.0) / dt
+        } else {
+            0.0
+        });
+    }
+    (rates, percentile(&dts, 50.0))
+}
+
+/// The candidate edges of `pts` (see the module docs), given the quiet (`low`) and highest rates.
+fn candidates(pts: &[(i64, f64)], rates: &[f64], low: f64, high: f64) -> Vec<Candidate> {
+    let threshold = low + BURST_LEVEL * (high - low);
+    let tail = low + TAIL_LEVEL * (high - low);
+    let busy: Vec<bool> = rates.iter().map(|&r| r > threshold).collect();
+    quiet_after(&busy)
+        .into_iter()
+        .map(|(i, quiet)| {
+            // The burst's tail: its last partly busy interval belongs to it.
+            if rates[i + 1] > tail {
+                Candidate {
+                    t: pts[i + 2].0,
+                    quiet: quiet - 1,
+                }
+            } else {
+                Candidate {
+                    t: pts[i + 1].0,
+                    quiet,
+                }
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -333,12 +443,126 @@ mod tests {
     }
 
     #[test]
-    fn burst_end_detection_fills_short_gaps() {
+    fn quiet_after_busy_runs() {
         let b = |s: &str| s.chars().map(|c| c == '#').collect::<Vec<_>>();
-        assert_eq!(burst_ends(&b("..###...###..."), 2), vec![4, 10]);
-        // A one-interval dip inside a burst is filled.
-        assert_eq!(burst_ends(&b("..##.##....."), 2), vec![6]);
-        // Not enough quiet after the last burst yet.
-        assert_eq!(burst_ends(&b("..###...###."), 2), vec![4]);
+        assert_eq!(quiet_after(&b("..###...###...")), vec![(4, 3), (10, 3)]);
+        assert_eq!(quiet_after(&b("..##.##.....")), vec![(3, 1), (6, 5)]);
+        assert_eq!(quiet_after(&b("..###...###")), vec![(4, 3)]);
+    }
+
+    /// Cumulative traffic every 50 ms of a job whose steps are `period_ms` ± `jitter_ms` long and whose
+    /// all-reduce fills `comm_share` of each step at `rate` B/s, with `dips` dips of 50–150 ms inside each
+    /// all-reduce (a ring paced by one slow link), and the true step ends (ns).
+    fn paced_traffic(
+        seconds: f64,
+        period_ms: f64,
+        jitter_ms: f64,
+        comm_share: f64,
+        dips: usize,
+        seed: u64,
+    ) -> (Vec<(i64, f64)>, Vec<i64>) {
+        use rand::{Rng, SeedableRng};
+        let mut r = rand::rngs::StdRng::seed_from_u64(seed);
+        let rate = 24e6; // a 200 Mbit/s management link
+                         // Busy spans in ms.
+        let (mut spans, mut ends) = (Vec::new(), Vec::new());
+        let mut t = 0.0;
+        while t < seconds * 1e3 {
+            let step = period_ms + r.random_range(-jitter_ms..=jitter_ms);
+            let comm = comm_share * step;
+            let start = t + step - comm;
+            let mut cuts: Vec<f64> = (0..dips)
+                .map(|_| r.random_range(0.05..0.95) * comm)
+                .collect();
+            cuts.sort_by(f64::total_cmp);
+            let mut s0 = start;
+            for c in cuts {
+                let dip = r.random_range(50.0..150.0);
+                spans.push((s0, start + c));
+                s0 = start + c + dip;
+            }
+            spans.push((s0, t + step));
+            t += step;
+            ends.push(1_000_000 * MS + (t * 1e6) as i64);
+        }
+        let bytes_at = |ms: f64| -> f64 {
+            spans
+                .iter()
+                .map(|&(a, b): &(f64, f64)| (ms.min(b) - a).max(0.0))
+                .sum::<f64>()
+                / 1e3
+                * rate
+        };
+        let n = (seconds * 20.0) as usize;
+        let pts = (0..n)
+            .map(|i| {
+                (
+                    1_000_000 * MS + i as i64 * 50 * MS,
+                    bytes_at(i as f64 * 50.0),
+                )
+            })
+            .collect();
+        (pts, ends)
+    }
+
+    /// Feeds `pts` a second at a time (as the engine does) and returns every step found.
+    fn feed(pts: &[(i64, f64)]) -> Vec<InferredStep> {
+        let mut tr = InferenceTracker::default();
+        let mut out = Vec::new();
+        for chunk in pts.chunks(20) {
+            tr.extend(chunk.iter().copied());
+            out.extend(tr.steps());
+        }
+        out
+    }
+
+    /// Steps whose both edges are within `tol_ms` of a true step end, and the step count.
+    fn matching(steps: &[InferredStep], ends: &[i64], tol_ms: i64) -> usize {
+        let near = |t: i64| ends.iter().any(|&e| (e - t).abs() <= tol_ms * MS);
+        steps
+            .iter()
+            .filter(|s| near(s.start_unix_ns) && near(s.end_unix_ns))
+            .count()
+    }
+
+    #[test]
+    fn dips_inside_a_slow_all_reduce_do_not_cut_the_step() {
+        for seed in 0..6 {
+            let (pts, ends) = paced_traffic(90.0, 3780.0, 60.0, 0.85, 4, seed);
+            let steps = feed(&pts);
+            let mean = steps
+                .iter()
+                .map(|s| (s.end_unix_ns - s.start_unix_ns) as f64 / 1e9)
+                .sum::<f64>()
+                / steps.len().max(1) as f64;
+            assert!(
+                (mean / 3.78 - 1.0).abs() < 0.05,
+                "seed {seed}: mean {mean} over {} steps",
+                steps.len()
+            );
+            // Every step from its first edge on: ~90 s less the warm-up (one window third, one period and a half).
+            assert!(steps.len() >= 15, "seed {seed}: {} steps", steps.len());
+            let ok = matching(&steps, &ends, 100);
+            assert!(
+                ok * 10 >= steps.len() * 9,
+                "seed {seed}: {ok} of {} steps on the job's edges",
+                steps.len()
+            );
+        }
+    }
+
+    #[test]
+    fn communication_filling_most_of_the_step_still_has_steps() {
+        for seed in 0..4 {
+            let (pts, ends) = paced_traffic(60.0, 930.0, 20.0, 0.85, 0, seed);
+            let steps = feed(&pts);
+            assert!(steps.len() >= 40, "seed {seed}: {} steps", steps.len());
+            let ok = matching(&steps, &ends, 60);
+            assert!(
+                ok * 10 >= steps.len() * 9,
+                "seed {seed}: {ok} of {}",
+                steps.len()
+            );
+        }
     }
 }
