@@ -38,5 +38,7 @@ pub struct TraceReport {
     pub file: String,
     /// `kineto` or `nsys`.
     pub source: &'static str,
+    /// The NCCL version the trace records.
+    pub nccl_version: Option<String>,
     pub analysis: TraceAnalysis,
 }

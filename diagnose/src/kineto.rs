@@ -25,8 +25,8 @@ use serde::Deserialize;
 
 use crate::progress::Progress;
 use crate::timeline::{
-    classify_kernel, collective_from_kernel, dtype_bytes, CollectiveKey, GpuEvent, KernelClass,
-    StepWindow, Timeline,
+    classify_kernel, collective_from_kernel, dtype_bytes, protocol_from_kernel, CollectiveKey,
+    GpuEvent, KernelClass, StepWindow, Timeline,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -227,6 +227,7 @@ impl Accumulator {
             size_bytes,
             dtype: args.dtype.clone(),
             group_size: args.group_size.map(|g| g.min(u64::from(u32::MAX)) as u32),
+            protocol: protocol_from_kernel(kernel),
         })
     }
 

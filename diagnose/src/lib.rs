@@ -4,9 +4,12 @@
 //! (overlap, synchronisation, contention).
 //!
 //! Module map, in the order data flows; a module uses only modules listed before it:
+//! - [`lines`]: input lines made plain (launcher prefixes, timestamps, colours) and the [`lines::Cite`] that
+//!   quotes one;
 //! - [`progress`]: the progress bar for long inputs; [`timeline`]: one rank's GPU timeline, which both trace
 //!   readers produce, with the kernel classification; [`units`]: quantities written for people;
 //! - parsers, one per input kind: [`nccl_tests`], [`nccl_log`], [`kineto`] (streaming), [`nsys`], and
+//!   [`kernels`] (`nsys stats` kernel tables, and kernel time summed from a timeline),
 //!   [`collector`] (a running collector's inventory: link rate, interface roles), [`inspector`] (NCCL
 //!   Inspector dump files and their per-collective summary);
 //! - [`analysis`]: bandwidth curves, overlap per step, stragglers (pure functions of parser output);
@@ -25,7 +28,9 @@ pub mod baseline;
 pub mod collector;
 pub mod findings;
 pub mod inspector;
+pub mod kernels;
 pub mod kineto;
+pub mod lines;
 pub mod link;
 pub mod nccl_log;
 pub mod nccl_tests;

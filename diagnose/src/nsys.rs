@@ -19,8 +19,8 @@ use std::path::Path;
 use rusqlite::{Connection, OpenFlags};
 
 use crate::timeline::{
-    classify_kernel, collective_from_kernel, CollectiveKey, GpuEvent, KernelClass, StepWindow,
-    Timeline,
+    classify_kernel, collective_from_kernel, protocol_from_kernel, CollectiveKey, GpuEvent,
+    KernelClass, StepWindow, Timeline,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -210,6 +210,7 @@ impl Export<'_> {
                     size_bytes: None,
                     dtype: None,
                     group_size: None,
+                    protocol: protocol_from_kernel(&name),
                 })
             });
             tl.events.push(GpuEvent {

@@ -42,6 +42,8 @@ pub struct CollectiveKey {
     pub size_bytes: Option<u64>,
     pub dtype: Option<String>,
     pub group_size: Option<u32>,
+    /// NCCL's protocol as the kernel's name gives it: `LL`, `LL128`, `SIMPLE`.
+    pub protocol: Option<String>,
 }
 
 /// One GPU activity. Times are microseconds on the trace's clock.
@@ -103,6 +105,19 @@ pub fn collective_from_kernel(name: &str) -> Option<String> {
     } else {
         Some(op.to_ascii_lowercase())
     }
+}
+
+/// The protocol an NCCL kernel's name gives: `ncclKernel_AllReduce_RING_LL_Sum_float` is `LL`,
+/// `ncclDevKernel_AllGather_RING_LL128` `LL128`; `None` for a name without one (`ncclDevKernel_Generic`).
+pub fn protocol_from_kernel(name: &str) -> Option<String> {
+    let name = name.trim_start_matches("void ");
+    if !name.starts_with("nccl") {
+        return None;
+    }
+    let stem = name.split(['(', '<']).next().unwrap_or(name);
+    stem.split('_')
+        .find(|p| matches!(*p, "LL" | "LL128" | "SIMPLE"))
+        .map(str::to_string)
 }
 
 /// Size in bytes of a PyTorch dtype name as the profiler records it (`Float`, `BFloat16`, ...).

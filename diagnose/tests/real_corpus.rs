@@ -1,10 +1,12 @@
-//! `diagnose` on real-world inputs: the 36 nccl-tests outputs and NCCL debug logs people posted publicly
-//! (`nccl/real/` of the shared test data, read in place), each against `expected.json`, the facts a careful
-//! engineer reads from it.
+//! `diagnose` on real-world inputs: two corpora of nccl-tests outputs, NCCL/RCCL debug logs, profiler traces
+//! and `nsys stats` tables people posted publicly (`nccl/real/`, 36 files, and `nccl/real2/`, 25 files, of the
+//! shared test data, read in place), each against its `expected.json`, the facts a careful engineer reads
+//! from it.
 //!
-//! Every file is copied to a temporary directory as `input-NN.txt`, so that its name (which tells the case)
-//! cannot help, and given to the report as a new user would: an nccl-tests output with `--nccl-tests`, a log
-//! with `--nccl-log`. Each fact of `expected.json` is checked against the JSON report (see `facts` for the
+//! Every file is copied to a temporary directory as `input-NN.txt` (`input-NN.json` for a trace), so that its
+//! name (which tells the case) cannot help, and given to the report as a new user would: an nccl-tests output
+//! with `--nccl-tests`, a log with `--nccl-log`, a Kineto trace with `--trace`, an `nsys stats` table with
+//! `--nsys`. Each fact of `expected.json` is checked against the JSON report (see `facts` for the
 //! generic ones and `flags` for the flags an expert would raise); the test prints, per file, which facts agree,
 //! and the total "N of M facts agree". Facts that the file itself does not show (a maintainer's diagnosis
 //! later in the thread) are listed as not checkable and left out of M.
@@ -48,7 +50,7 @@ pub struct Case {
     /// The corpus name (for the printout only; the report never sees it).
     pub name: String,
     pub neutral: PathBuf,
-    /// `nccl_tests` or `nccl_log`.
+    /// `nccl_tests`, `nccl_log`, `kineto` or `nsys_stats`.
     pub kind: String,
     pub expected: Value,
     /// The JSON report, without a link rate.
@@ -62,10 +64,11 @@ impl Case {
             link_rate_gbps,
             ..Inputs::default()
         };
-        if self.kind == "nccl_tests" {
-            inputs.nccl_tests.push(self.neutral.clone());
-        } else {
-            inputs.nccl_logs.push(self.neutral.clone());
+        match self.kind.as_str() {
+            "nccl_tests" => inputs.nccl_tests.push(self.neutral.clone()),
+            "kineto" => inputs.traces.push(self.neutral.clone()),
+            "nsys_stats" => inputs.nsys.push(self.neutral.clone()),
+            _ => inputs.nccl_logs.push(self.neutral.clone()),
         }
         render_json(&Report::build(&inputs, &Progress::hidden()))
     }
@@ -76,6 +79,10 @@ impl Case {
 
     pub fn logs(&self) -> Vec<&Value> {
         array(&self.report["nccl_logs"])
+    }
+
+    pub fn traces(&self) -> Vec<&Value> {
+        array(&self.report["traces"])
     }
 
     pub fn findings(&self) -> Vec<&Value> {
@@ -134,6 +141,7 @@ fn single_node(expected: &Value) -> bool {
 }
 
 fn load_cases(dir: &Path, tmp: &Path) -> Vec<Case> {
+    std::fs::create_dir_all(tmp).unwrap();
     let expected: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("expected.json")).unwrap())
             .expect("expected.json");
@@ -143,12 +151,14 @@ fn load_cases(dir: &Path, tmp: &Path) -> Vec<Case> {
         .into_iter()
         .enumerate()
         .map(|(i, name)| {
-            let neutral = tmp.join(format!("input-{:02}.txt", i + 1));
+            let kind = expected[name]["kind"].as_str().unwrap().to_string();
+            let ext = if kind == "kineto" { "json" } else { "txt" };
+            let neutral = tmp.join(format!("input-{:02}.{ext}", i + 1));
             std::fs::copy(dir.join(name), &neutral).unwrap();
             let mut case = Case {
                 name: name.clone(),
                 neutral,
-                kind: expected[name]["kind"].as_str().unwrap().to_string(),
+                kind,
                 expected: expected[name].clone(),
                 report: Value::Null,
             };
@@ -158,14 +168,11 @@ fn load_cases(dir: &Path, tmp: &Path) -> Vec<Case> {
         .collect()
 }
 
-#[test]
-fn every_fact_of_the_real_corpus() {
-    let Some(dir) = shared_testdata!("nccl/real") else {
-        return;
-    };
+/// Checks every fact of every file of one corpus; prints each and the total, and returns the disagreements.
+fn score(dir: &Path, files: usize) -> Vec<String> {
     let tmp = tempfile::tempdir().unwrap();
-    let cases = load_cases(&dir, tmp.path());
-    assert_eq!(cases.len(), 36, "the corpus holds 36 files");
+    let cases = load_cases(dir, tmp.path());
+    assert_eq!(cases.len(), files, "the corpus holds {files} files");
     let (mut agree, mut total, mut not_in_file) = (0, 0, 0);
     let mut failures = Vec::new();
     for case in &cases {
@@ -192,17 +199,41 @@ fn every_fact_of_the_real_corpus() {
         }
     }
     println!("{agree} of {total} facts agree ({not_in_file} not checkable from the file)");
+    failures
+}
+
+#[test]
+fn every_fact_of_the_real_corpus() {
+    let Some(dir) = shared_testdata!("nccl/real") else {
+        return;
+    };
+    let failures = score(&dir, 36);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn every_fact_of_the_second_real_corpus() {
+    let Some(dir) = shared_testdata!("nccl/real2") else {
+        return;
+    };
+    let failures = score(&dir, 25);
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
 #[test]
 fn single_node_runs_make_no_network_claim_and_crashes_are_findings() {
-    let Some(dir) = shared_testdata!("nccl/real") else {
+    let (Some(real), Some(real2)) = (
+        shared_testdata!("nccl/real"),
+        shared_testdata!("nccl/real2"),
+    ) else {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
     let mut problems = Vec::new();
-    for case in load_cases(&dir, tmp.path()) {
+    let cases = load_cases(&real, &tmp.path().join("real"))
+        .into_iter()
+        .chain(load_cases(&real2, &tmp.path().join("real2")));
+    for case in cases {
         if single_node(&case.expected) {
             let claims: Vec<String> = case
                 .findings()

@@ -310,7 +310,7 @@ fn the_json_document_has_a_schema_version_and_units_in_its_keys() {
         return;
     };
     let v = render_json(&Report::build(&inputs, &Progress::hidden()));
-    assert_eq!(v["schema_version"], 1);
+    assert_eq!(v["schema_version"], 2);
     let t = &v["nccl_tests"][1];
     assert_eq!(t["complete"], true);
     assert_eq!(t["tests_version"], "2.17.8");

@@ -66,6 +66,8 @@ mod tests {
                 rank,
                 host: format!("h{rank}"),
                 device: Some(0),
+                bus: None,
+                line: 0,
             })
             .collect();
         t

@@ -38,6 +38,8 @@ pub struct CollectiveStats {
     pub size_bytes: Option<u64>,
     pub dtype: Option<String>,
     pub group_size: Option<u32>,
+    /// NCCL's protocol (`LL`, `LL128`, `SIMPLE`) where the kernel's name gives it.
+    pub protocol: Option<String>,
     pub count: usize,
     pub total_time_us: f64,
     pub mean_time_us: f64,
@@ -228,6 +230,7 @@ pub fn top_collectives(tl: &Timeline) -> Vec<CollectiveStats> {
                 size_bytes: key.size_bytes,
                 dtype: key.dtype.clone(),
                 group_size: key.group_size,
+                protocol: key.protocol.clone(),
                 count,
                 total_time_us: sum,
                 mean_time_us: mean,

@@ -1,24 +1,91 @@
-//! A run that did not finish: it crashed (nccl-tests printed `Test NCCL failure …`), or its table stops
-//! before the last size it announced without the footer. Its numbers are no baseline, and a run that failed
-//! before its first size has none at all: the report says why instead.
+//! A run that did not finish: it crashed (nccl-tests printed `Test NCCL failure …`, or an NCCL log shows an
+//! error returned through init or bootstrap), its table stops before the last size it announced without the
+//! footer, or it stops without a footer at all (a hang, or a cut paste), or a log stops before `Init
+//! COMPLETE`. Its numbers are no baseline, and a run that failed before its first size has none at all: the
+//! report says why instead. Failures come first, whatever else parses.
 
 use super::{Context, Finding, Severity};
-use crate::analysed::TestReport;
+use crate::analysed::{LogReport, TestReport};
 use crate::units::human_bytes;
 
 pub fn check(ctx: &Context) -> Vec<Finding> {
-    ctx.tests
+    let tests = ctx.tests.iter().filter_map(|t| {
+        if t.test.failure.is_some() {
+            Some(failed(t))
+        } else if t.test.cut_short() {
+            Some(cut_short(t))
+        } else if !t.test.footer && !t.test.rows.is_empty() {
+            Some(no_footer(t))
+        } else {
+            None
+        }
+    });
+    let logs = ctx.logs.iter().filter_map(|l| {
+        if l.log.failure.is_some() {
+            Some(log_failed(l))
+        } else if l.log.init_complete == Some(false) {
+            Some(log_stopped(l))
+        } else {
+            None
+        }
+    });
+    tests.chain(logs).collect()
+}
+
+/// The log shows an error NCCL returned up through its init or bootstrap, or a failure line.
+fn log_failed(l: &LogReport) -> Finding {
+    let f = l.log.failure.as_ref().expect("checked by the caller");
+    Finding::new(
+        "test_failed",
+        Severity::Critical,
+        format!("the run failed: {}", f.message),
+        "fix what the failing line names (an unreachable peer: the interface NCCL binds to, a firewall, the          route), then run again",
+    )
+    .subject("file", &l.file)
+    .evidence("failure", f.message.clone())
+    .evidence("failure_line", f.line as u64)
+    .cite(l.log.cited("failure"))
+}
+
+/// Init began and the log stops before any communicator finished it, without an error.
+fn log_stopped(l: &LogReport) -> Finding {
+    Finding::new(
+        "results_incomplete",
+        Severity::Info,
+        "the log stops before Init COMPLETE and shows no results: the run hung in its init, or the log was cut          there"
+            .to_string(),
+        "if the run hung, take a stack of the hung ranks (py-spy dump, gdb) and run with NCCL_DEBUG=INFO          NCCL_DEBUG_SUBSYS=INIT,NET; else pass the whole log",
+    )
+    .subject("file", &l.file)
+    .cite(l.log.cited("last_line"))
+}
+
+/// Rows without a footer: the run stopped (a hang, a kill) or the paste was cut; which, the file does not say.
+fn no_footer(t: &TestReport) -> Finding {
+    let last = t.test.largest_size_bytes().unwrap_or(0);
+    let last_row = t
+        .test
+        .rows
         .iter()
-        .filter_map(|t| {
-            if t.test.failure.is_some() {
-                Some(failed(t))
-            } else if t.test.cut_short() {
-                Some(cut_short(t))
-            } else {
-                None
-            }
-        })
-        .collect()
+        .filter(|r| r.line > 0)
+        .max_by_key(|r| r.line);
+    let mut f = Finding::new(
+        "results_incomplete",
+        Severity::Info,
+        format!(
+            "{}'s table ends at {} without its footer (no average line): the run stopped there or the output              was cut",
+            t.test.collective,
+            human_bytes(last)
+        ),
+        "pass the whole output; if the run hung, take a stack of the hung ranks",
+    )
+    .subject("file", &t.file)
+    .subject("collective", &t.test.collective)
+    .evidence("last_size_bytes", last);
+    if let Some(r) = last_row {
+        f = f.cite_line(&t.file, r.line);
+    }
+    f
 }
 
 /// The run crashed: where, how, and the NCCL warning before it.
@@ -49,7 +116,8 @@ fn failed(t: &TestReport) -> Finding {
     .evidence("failure", f.message.clone())
     .evidence("failure_line", f.line as u64)
     .evidence("rows", t.test.rows.len() as u64)
-    .evidence("hosts", u64::from(f.hosts));
+    .evidence("hosts", u64::from(f.hosts))
+    .cite_line(&t.file, f.line);
     if let Some(b) = f.after_bytes {
         finding = finding.evidence("after_bytes", b);
     }
@@ -82,12 +150,14 @@ fn cut_short(t: &TestReport) -> Finding {
     .subject("collective", &t.test.collective)
     .evidence("last_size_bytes", last)
     .evidence("max_bytes", max)
+    .cite(&super::test_rows(t, &[last]))
+    .cite_line(&t.file, t.test.header_line.unwrap_or(0))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::findings::testing::{on_tests, table, tests};
+    use crate::findings::testing::{log, on_logs, on_tests, table, tests};
     use crate::link::LinkInfo;
 
     #[test]
@@ -121,6 +191,35 @@ mod tests {
     }
 
     #[test]
+    fn a_log_that_failed_and_one_that_stopped() {
+        let failed = log("h:1:2 [0] include/socket.h:361 NCCL WARN Call to connect timeout : Connection refused\n\
+                          h:1:2 [0] NCCL INFO bootstrap.cu:19 -> 2\n\
+                          h:1:2 [0] NCCL INFO init.cu:420 -> 2\n");
+        let f = on_logs(check, &[failed]);
+        assert_eq!(
+            (f[0].kind, f[0].severity),
+            ("test_failed", Severity::Critical)
+        );
+        assert!(f[0].summary.contains("Connection refused"));
+        let lines: Vec<Option<usize>> = f[0].cites.iter().map(|c| c.line).collect();
+        assert_eq!(lines, [Some(1), Some(2)]);
+        let stopped = log(
+            "h:1:2 [0] NCCL INFO comm 0x1 rank 0 nranks 2 cudaDev 0 busId 1000 - Init START\n\
+                           h:1:2 [0] NCCL INFO P2P Chunksize set to 131072\n",
+        );
+        let f = on_logs(check, &[stopped]);
+        assert_eq!(
+            (f[0].kind, f[0].severity),
+            ("results_incomplete", Severity::Info)
+        );
+        assert!(f[0].cites[0].text.contains("P2P Chunksize"));
+        let done = log(
+            "h:1:2 [0] NCCL INFO comm 0x1 rank 0 nranks 2 cudaDev 0 busId 1000 - Init COMPLETE\n",
+        );
+        assert!(on_logs(check, &[done]).is_empty());
+    }
+
+    #[test]
     fn a_cut_table_is_incomplete_a_whole_one_is_not() {
         let header =
             "# nThread 1 nGpus 1 minBytes 8 maxBytes 1048576 step: 2(factor) validation: 1\n";
@@ -135,5 +234,13 @@ mod tests {
             .contains("stops at 16 B of the 1 MiB it announced"));
         let whole = format!("{cut}# Avg bus bandwidth    : 0\n");
         assert!(on_tests(check, &tests(&whole), &LinkInfo::default()).is_empty());
+        // Rows without a header's sizes and without a footer: stopped or cut, said at info.
+        let bare = table(&[(8, 0.0, 0.0), (16, 0.0, 0.0)]);
+        let f = on_tests(check, &tests(&bare), &LinkInfo::default());
+        assert_eq!(
+            (f[0].kind, f[0].severity),
+            ("results_incomplete", Severity::Info)
+        );
+        assert_eq!(f[0].cites[0].line, Some(3));
     }
 }

@@ -16,7 +16,7 @@ pub fn log(text: &str) -> LogReport {
 
 /// The runs of an nccl-tests output parsed from `text`, named `out.txt`.
 pub fn tests(text: &str) -> Vec<TestReport> {
-    crate::nccl_tests::parse_str(text, "out.txt", None)
+    crate::nccl_tests::parse_str(text, "out.txt")
         .expect("an output")
         .tests
         .into_iter()

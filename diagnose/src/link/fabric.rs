@@ -187,6 +187,8 @@ mod tests {
                 rank,
                 host: format!("h{}", rank / per_node),
                 device: Some(rank % per_node),
+                bus: None,
+                line: 0,
             })
             .collect();
         let p = Placement {

@@ -27,6 +27,7 @@ pub fn read_channel(log: &mut NcclLog, scan: &mut Scan, prefix: &str, rest: &str
         return;
     }
     log.channels = Some(log.channels.map_or(total, |c| c.max(total)));
+    log.note("channels", &scan.here.clone());
     // Keep the rings of the first rank that printed them (every rank prints the same rings).
     match &scan.ring_owner {
         None => {
@@ -43,6 +44,7 @@ pub fn read_channel(log: &mut NcclLog, scan: &mut Scan, prefix: &str, rest: &str
 fn connection(log: &mut NcclLog, scan: &mut Scan, ends: &str, via: &str) {
     let (kind, gdr) = transport_kind(via);
     if kind.starts_with("NET/") {
+        log.note("connections", &scan.here.clone());
         if gdr {
             log.net_connections_gdr += 1;
         }
@@ -53,6 +55,7 @@ fn connection(log: &mut NcclLog, scan: &mut Scan, ends: &str, via: &str) {
         }
         if !gdr {
             push_evidence(log, &format!("via {via} (no GDRDMA)"));
+            log.note("gdr", &scan.here.clone());
         }
     }
     *log.transports.entry(kind).or_insert(0) += 1;
@@ -102,7 +105,8 @@ pub fn transport_kind(via: &str) -> (String, bool) {
 }
 
 /// `16 coll channels, 16 collnet channels, 16 nvls channels, 16 p2p channels, 2 p2p channels per peer`.
-pub fn read_channel_counts(log: &mut NcclLog, msg: &str) {
+pub fn read_channel_counts(log: &mut NcclLog, scan: &Scan, msg: &str) {
+    log.note("channels", &scan.here);
     for part in msg.split(',') {
         let tokens: Vec<&str> = part.split_whitespace().collect();
         let Some(n) = tokens.first().and_then(|t| t.parse::<u32>().ok()) else {

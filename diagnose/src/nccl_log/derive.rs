@@ -25,8 +25,48 @@ pub fn derive(log: &mut NcclLog, scan: &Scan) {
         None => None,
     }
     .filter(|n| *n > 0);
-    log.gdr = gdr(log, scan);
     log.network_carries_data = carries_data(log);
+    if log.nnodes.is_none() {
+        let hosts = log.hosts.len() as u32;
+        let crossed = log.network_carries_data == Some(true)
+            && log.transports.keys().any(|k| k.starts_with("NET/"));
+        log.nnodes_at_least = Some(hosts.max(if crossed { 2 } else { 0 })).filter(|n| *n > 1);
+    }
+    log.gdr = match log.network_carries_data {
+        Some(false) => None,
+        _ => gdr(log, scan),
+    };
+    log.init_complete = if scan.init_done || scan.results_seen {
+        Some(true)
+    } else if scan.init_begun && log.failure.is_none() {
+        Some(false)
+    } else {
+        None
+    };
+    log.plugin_fallback = plugin_fallback(log, scan);
+}
+
+/// A net plugin that loaded and returned an error, where NCCL then used another network.
+fn plugin_fallback(log: &mut NcclLog, scan: &Scan) -> Option<super::PluginFallback> {
+    let (plugin, _) = scan.plugin_loaded.as_ref()?;
+    let failed = scan.plugin_failed.as_ref()?;
+    let network = log.network.clone()?;
+    if network == *plugin || scan.network_line.is_none() {
+        return None;
+    }
+    log.note("plugin", failed);
+    Some(super::PluginFallback {
+        plugin: plugin.clone(),
+        network,
+    })
+}
+
+/// Whether the OFI plugin's Libfabric provider is TCP (`tcp;ofi_rxm`, `sockets`, `udp`): no RDMA.
+pub fn is_tcp_provider(provider: &str) -> bool {
+    provider
+        .split(';')
+        .next()
+        .is_some_and(|p| matches!(p, "tcp" | "sockets" | "udp"))
 }
 
 /// Ranks listed under an nccl-tests `Using devices` header, when the list holds ranks 0 to n-1 once each.
@@ -53,6 +93,15 @@ fn counts(log: &mut NcclLog, scan: &Scan) {
         hosts.sort_unstable();
         hosts.dedup();
         log.nnodes = Some(hosts.len() as u32);
+    }
+    // Every rank's init line, each from a known host: the nodes are those hosts.
+    if let (None, Some(n)) = (log.nnodes, log.nranks) {
+        if n > 0 && (0..n).all(|r| scan.rank_hosts.contains_key(&r)) {
+            let mut hosts: Vec<&String> = scan.rank_hosts.values().collect();
+            hosts.sort_unstable();
+            hosts.dedup();
+            log.nnodes = Some(hosts.len() as u32);
+        }
     }
     if log.nranks.is_none() {
         let highest = log
@@ -114,7 +163,9 @@ fn gdr(log: &NcclLog, scan: &Scan) -> Option<bool> {
         Some(false)
     } else if scan.ring_gdr.is_some() {
         None
-    } else if log.network.as_deref().is_some_and(is_tcp) {
+    } else if log.network.as_deref().is_some_and(is_tcp)
+        || log.net_provider.as_deref().is_some_and(is_tcp_provider)
+    {
         Some(false)
     } else {
         None

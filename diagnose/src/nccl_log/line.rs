@@ -1,17 +1,83 @@
 //! One line of a log: its `host:pid:tid [dev]` prefix, level and message.
 
-/// Splits `host:pid:tid [dev] NCCL INFO msg` into (`host:pid:tid [dev]`, `INFO`, `msg`).
+/// Splits `host:pid:tid [dev] NCCL INFO msg` into (`host:pid:tid [dev]`, `INFO`, `msg`), in every form:
+/// with or without the `host:pid:tid [dev]` part (`NCCL INFO msg` at the start of a line), and without the
+/// word `NCCL` as before NCCL 2.3 (`host:1:2 [0] INFO msg`, `host:1:2 [0] include/socket.h:360 WARN msg`).
 pub fn split_nccl_line(line: &str) -> Option<(&str, &str, &str)> {
     for (level, tag) in [
-        ("INFO", " NCCL INFO "),
-        ("WARN", " NCCL WARN "),
-        ("ERROR", " NCCL ERROR "),
+        ("INFO", "NCCL INFO "),
+        ("WARN", "NCCL WARN "),
+        ("ERROR", "NCCL ERROR "),
     ] {
         if let Some(pos) = line.find(tag) {
+            if pos == 0 || line.as_bytes()[pos - 1] == b' ' {
+                return Some((
+                    line[..pos].trim_end(),
+                    level,
+                    line[pos + tag.len()..].trim(),
+                ));
+            }
+        }
+    }
+    for (level, tag) in [("INFO", " INFO "), ("WARN", " WARN ")] {
+        let Some(pos) = line.find(tag) else {
+            continue;
+        };
+        let before: Vec<&str> = line[..pos].split_whitespace().collect();
+        let device = |t: &str| {
+            t.strip_prefix('[')
+                .and_then(|t| t.strip_suffix(']'))
+                .is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
+        };
+        let tagged = match before.as_slice() {
+            [.., d] if device(d) => true,
+            [.., d, src] if device(d) && src.contains(':') => true,
+            _ => false,
+        };
+        if tagged {
             return Some((&line[..pos], level, line[pos + tag.len()..].trim()));
         }
     }
     None
+}
+
+/// `init.cc:1234 -> 2` (`bootstrap.cu:28 -> 2 [Net]`): NCCL returning an error up its calls: (site, code).
+pub fn error_return(msg: &str) -> Option<(&str, u32)> {
+    let (site, rest) = msg.split_once(" -> ")?;
+    let site = site.trim();
+    if site.contains(' ') || !site.contains(':') {
+        return None;
+    }
+    let code = rest.split_whitespace().next()?.parse().ok()?;
+    Some((site, code))
+}
+
+/// A line outside NCCL's own that reports a failure: nccl-tests' (`NCCL failure all_reduce.cu:95 '…'`,
+/// `Test NCCL failure …`), a framework's (`RuntimeError: NCCL error …`, `unhandled system error`), a signal.
+pub fn failure_in(line: &str) -> Option<String> {
+    const MARKERS: [&str; 7] = [
+        "NCCL failure ",
+        "CUDA failure ",
+        "NCCL error",
+        "unhandled system error",
+        "unhandled cuda error",
+        "Segmentation fault",
+        "exited on signal",
+    ];
+    let lower = line.to_ascii_lowercase();
+    MARKERS
+        .iter()
+        .any(|m| lower.contains(&m.to_ascii_lowercase()))
+        .then(|| line.trim().to_string())
+}
+
+/// A results table row (`8 2 float sum -1 …`): the run was past its init.
+pub fn is_result_row(line: &str) -> bool {
+    let tokens: Vec<&str> = line.split_whitespace().collect();
+    tokens.len() >= 8
+        && tokens[0].bytes().all(|b| b.is_ascii_digit())
+        && tokens[1].bytes().all(|b| b.is_ascii_digit())
+        && tokens[2].bytes().any(|b| b.is_ascii_alphabetic())
 }
 
 /// The host of a prefix: the `host` of its `host:pid:tid` token, in every form logs come in: plain,
@@ -35,12 +101,13 @@ pub fn host_of(prefix: &str) -> Option<String> {
     None
 }
 
-/// `NCCL version 2.4.7+cuda9.2` in a line NCCL printed without its prefix.
+/// `NCCL version 2.4.7+cuda9.2` (or RCCL's `RCCL version 2.18.3+hip6.0`) in a line.
 pub fn version_in(line: &str) -> Option<String> {
-    let pos = line.find("NCCL version ")?;
-    let v = line[pos + "NCCL version ".len()..]
-        .split_whitespace()
-        .next()?;
+    let (pos, tag) = match line.find("NCCL version ") {
+        Some(p) => (p, "NCCL version "),
+        None => (line.find("RCCL version ")?, "RCCL version "),
+    };
+    let v = line[pos + tag.len()..].split_whitespace().next()?;
     v.starts_with(|c: char| c.is_ascii_digit())
         .then(|| v.to_string())
 }
@@ -82,7 +149,41 @@ mod tests {
     }
 
     #[test]
+    fn lines_of_every_generation() {
+        let split = |l| split_nccl_line(l).map(|(p, lvl, m)| (p.to_string(), lvl, m.to_string()));
+        assert_eq!(
+            split("gpu-1:18553:18553 [0] INFO NET : Using interface enp3s0:192.168.144.103<0>"),
+            Some((
+                "gpu-1:18553:18553 [0]".to_string(),
+                "INFO",
+                "NET : Using interface enp3s0:192.168.144.103<0>".to_string()
+            ))
+        );
+        assert_eq!(
+            split("gpu-1:1:2 [0] include/socket.h:360 WARN Call to connect failed : Connection timed out")
+                .map(|x| x.1),
+            Some("WARN")
+        );
+        assert_eq!(
+            split("NCCL INFO Connected all trees"),
+            Some((String::new(), "INFO", "Connected all trees".to_string()))
+        );
+        assert_eq!(split("INFO: nothing to see"), None);
+        assert_eq!(split("Using NCCL INFOX"), None);
+        assert_eq!(error_return("init.cu:420 -> 2"), Some(("init.cu:420", 2)));
+        assert_eq!(
+            error_return("bootstrap.cu:28 -> 2 [Net]"),
+            Some(("bootstrap.cu:28", 2))
+        );
+        assert_eq!(error_return("Trees [0] 1/-1/-1->0->-1"), None);
+    }
+
+    #[test]
     fn versions_without_a_prefix() {
+        assert_eq!(
+            version_in("RCCL version 2.18.3+hip6.0 HEAD:2f6d59e+").as_deref(),
+            Some("2.18.3+hip6.0")
+        );
         assert_eq!(
             version_in("NCCL version 2.4.7+cuda9.2").as_deref(),
             Some("2.4.7+cuda9.2")

@@ -1,14 +1,16 @@
 //! Parser for NCCL debug logs (`NCCL_DEBUG=INFO`, optionally `NCCL_DEBUG_SUBSYS=INIT,COLL,NET`), from one rank
-//! or many interleaved, of NCCL 2.4 to 2.29. Prefixes are removed: `mpirun --tag-output` tags, `pdsh`'s
-//! `host: `, and lines without the `host:pid:tid` part are read as well.
+//! or many interleaved, of NCCL 2.0 to 2.29 and RCCL. Lines are made plain first ([`crate::lines`]: launcher
+//! labels, timestamps, colours); lines without the `host:pid:tid` part and, before NCCL 2.3, without the word
+//! `NCCL` (`host:1:2 [0] INFO …`) are read as well.
 //!
 //! Lines read (after the `host:pid:tid [dev] NCCL INFO ` prefix), by module:
-//! - here: `NCCL version 2.22.3+cuda12.6`; any line with `rank R` and `nranks N`/`nRanks N` (`comm 0x… rank 0
+//! - here: `NCCL version 2.22.3+cuda12.6`, `RCCL version 2.18.3+hip6.0`; any line with `rank R` and `nranks N`/`nRanks N` (`comm 0x… rank 0
 //!   nRanks 16 nNodes 2 localRanks 8 …`, `ncclCommInitRank comm 0x… rank 8 nranks 16 … Init COMPLETE`,
 //!   `Init timings - ncclCommInitRank: rank 8 nranks 16 …`); `NCCL_IB_DISABLE set by environment to 1.` and
 //!   `NCCL_SOCKET_IFNAME set to lo` (settings, without NCCL's trailing period); `Check P2P Type
 //!   intraNodeP2pSupport 0`; `NCCL WARN …`; and the nccl-tests lines a log often carries (`#  Rank 1 … on
-//!   HOST`, `# nThread 1 nGpus 2 … validation: 0`);
+//!   HOST`, `# nThread 1 nGpus 2 … validation: 0`); `NCCL_*=…` settings on a command line; how the log ends
+//!   ([`NcclLog::init_complete`], [`NcclLog::failure`]);
 //! - [`net`]: the network: `Using network IB`, `NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/RoCE ; OOB eth0:…`,
 //!   `NET/Socket : Using [0]eth0:…`, `NET/IB : No device found.`, `NET/IB: Dev 0 Port 1 qpn …`, `Bootstrap :
 //!   Using [0]br0:…` (all generations), `NET/OFI Selected provider is efa (found 16 nics)`, `NET/OFI NIC group
@@ -31,15 +33,20 @@ use std::path::Path;
 use serde::Serialize;
 
 pub use self::channels::transport_kind;
-pub use self::derive::is_tcp;
-use crate::nccl_tests::{parse_rank_line, strip_mpi_tags};
+pub use self::derive::{is_tcp, is_tcp_provider};
+use crate::lines::Cite;
+use crate::nccl_tests::parse_rank_line;
 
 #[derive(Debug, thiserror::Error)]
 pub enum NcclLogError {
     #[error("{file}: cannot read: {error}")]
     Io { file: String, error: std::io::Error },
-    #[error("{file}: no NCCL log lines found")]
-    NotALog { file: String },
+    /// No line was an NCCL log line; the first lines that were not, to show what the file holds.
+    #[error("{file}: no NCCL log lines found (first lines: {})", first_lines.join(" | "))]
+    NotALog {
+        file: String,
+        first_lines: Vec<String>,
+    },
 }
 
 /// A network interface NCCL said it uses.
@@ -122,6 +129,58 @@ pub struct NcclLog {
     pub warning_count: usize,
     /// Lines with an NCCL prefix in total.
     pub nccl_lines: usize,
+    /// `RCCL` when the log is ROCm's RCCL, `NCCL` otherwise.
+    pub library: &'static str,
+    /// A lower bound on the nodes when `nnodes` is unknown: the hosts that wrote lines, or 2 where a
+    /// connection went through the network.
+    pub nnodes_at_least: Option<u32>,
+    /// `Some(true)` when a communicator finished its init (`Init COMPLETE`) or results follow; `Some(false)`
+    /// when init began and the log stops before either, without a failure; `None` when the log shows neither.
+    pub init_complete: Option<bool>,
+    /// How the run failed, when the log shows it: an error NCCL returned through its init or bootstrap
+    /// (`init.cc:1234 -> 2`), or a failure line.
+    pub failure: Option<LogFailure>,
+    /// A net plugin that loaded and failed, and the network NCCL used instead.
+    pub plugin_fallback: Option<PluginFallback>,
+    /// The lines each fact rests on, by topic (`version`, `network`, `interfaces`, `gdr`, `warnings`,
+    /// `failure`, `last_line`, `plugin`, `provider`, `settings.NCCL_X`, `connections`, `hosts`), at most
+    /// [`CITES_KEPT`] each.
+    #[serde(skip)]
+    pub cites: BTreeMap<String, Vec<Cite>>,
+}
+
+/// How a run failed, as its log shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LogFailure {
+    /// The warning before the error (`Call to connect timeout : Connection refused`), else the failure line.
+    pub message: String,
+    /// 1-based line of the error.
+    pub line: usize,
+}
+
+/// A net plugin that NCCL loaded, that failed, and the network used instead.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PluginFallback {
+    pub plugin: String,
+    pub network: String,
+}
+
+/// How many lines are kept per topic of [`NcclLog::cites`].
+pub const CITES_KEPT: usize = 4;
+
+impl NcclLog {
+    /// Keeps `cite` under `topic` (once, at most [`CITES_KEPT`]).
+    pub fn note(&mut self, topic: &str, cite: &Cite) {
+        let list = self.cites.entry(topic.to_string()).or_default();
+        if list.len() < CITES_KEPT && !list.contains(cite) {
+            list.push(cite.clone());
+        }
+    }
+
+    /// The lines under `topic`.
+    pub fn cited(&self, topic: &str) -> &[Cite] {
+        self.cites.get(topic).map(Vec::as_slice).unwrap_or(&[])
+    }
 }
 
 /// How many `NCCL WARN` texts are kept (all are counted).
@@ -155,28 +214,63 @@ struct Scan {
     fastsocket: bool,
     /// The highest rank a connection line names (`15[7] -> 6[6]`: 15).
     highest_rank_named: Option<u32>,
+    /// The line being read, to cite.
+    here: Cite,
+    /// The host of the line being read.
+    line_host: Option<String>,
+    /// The host each rank's init line came from.
+    rank_hosts: BTreeMap<u32, String>,
+    /// The last `NCCL WARN` and its line: a failure's message.
+    last_warning: Option<(String, Cite)>,
+    init_begun: bool,
+    init_done: bool,
+    /// A table row or average after the log's lines: the run got past its init.
+    results_seen: bool,
+    /// A net plugin's line (`Loaded net plugin AWS Libfabric`, `Initialized NET plugin AWS Libfabric`).
+    plugin_loaded: Option<(String, Cite)>,
+    /// The plugin's error return (`plugin/net.cc:118 -> 2`).
+    plugin_failed: Option<Cite>,
+    /// `Using network IB`, `Assigned NET plugin IB to comm`: the network NCCL settled on, and its line.
+    network_line: Option<Cite>,
 }
 
 pub fn parse_str(text: &str, file: &str) -> Result<NcclLog, NcclLogError> {
-    let mut log = NcclLog::default();
+    let mut log = NcclLog {
+        library: "NCCL",
+        ..NcclLog::default()
+    };
     let mut scan = Scan::default();
-    for raw in text.lines() {
-        let stripped = strip_mpi_tags(raw);
-        let Some((prefix, level, msg)) = line::split_nccl_line(&stripped) else {
-            read_other(&mut log, stripped.trim());
+    let mut first_lines = Vec::new();
+    for line in crate::lines::lines(text) {
+        let t = line.text.as_ref();
+        if t.is_empty() {
+            continue;
+        }
+        scan.here = line.cite(file);
+        let Some((prefix, level, msg)) = line::split_nccl_line(t) else {
+            if first_lines.len() < 5 {
+                first_lines.push(format!("{}: {}", line.number, scan.here.text));
+            }
+            read_other(&mut log, &mut scan, t);
             continue;
         };
         log.nccl_lines += 1;
-        if let Some(host) = line::host_of(prefix) {
-            if !log.hosts.contains(&host) {
+        log.note_last(&scan.here);
+        if let Some(host) = line::host_of(prefix).or_else(|| line.label.clone()) {
+            scan.line_host = Some(host.clone());
+            if line::host_of(prefix).is_some() && !log.hosts.contains(&host) {
                 log.hosts.push(host);
             }
+        } else {
+            scan.line_host = None;
         }
         if level == "WARN" {
             log.warning_count += 1;
             if log.warnings.len() < MAX_WARNINGS_KEPT {
                 log.warnings.push(msg.to_string());
             }
+            log.note("warnings", &scan.here);
+            scan.last_warning = Some((msg.to_string(), scan.here.clone()));
             continue;
         }
         read_info(&mut log, &mut scan, prefix, msg);
@@ -184,22 +278,47 @@ pub fn parse_str(text: &str, file: &str) -> Result<NcclLog, NcclLogError> {
     if log.nccl_lines == 0 {
         return Err(NcclLogError::NotALog {
             file: file.to_string(),
+            first_lines,
         });
     }
     derive::derive(&mut log, &scan);
     Ok(log)
 }
 
-/// A line without the NCCL prefix: the version NCCL prints bare, and the nccl-tests header and rank list.
-fn read_other(log: &mut NcclLog, line: &str) {
+impl NcclLog {
+    /// The last NCCL line read so far (where a log that stops, stops).
+    fn note_last(&mut self, cite: &Cite) {
+        self.cites
+            .insert("last_line".to_string(), vec![cite.clone()]);
+    }
+}
+
+/// A line without the NCCL prefix: the version NCCL prints bare, the nccl-tests header and rank list, a
+/// command line's `NCCL_*` settings, results (the run got past its init) and failure lines.
+fn read_other(log: &mut NcclLog, scan: &mut Scan, line: &str) {
     if let Some(v) = line::version_in(line) {
+        if line.contains("RCCL version ") {
+            log.library = "RCCL";
+        }
         log.version.get_or_insert(v);
+        log.note("version", &scan.here);
         return;
     }
+    if let Some(message) = line::failure_in(line) {
+        fail(log, scan, message);
+        return;
+    }
+    command_settings(log, scan, line);
     let Some(comment) = line.strip_prefix('#').map(str::trim) else {
+        if line::is_result_row(line) {
+            scan.results_seen = true;
+        }
         return;
     };
-    if let Some(rank) = parse_rank_line(comment) {
+    if comment.starts_with("Avg bus bandwidth") {
+        scan.results_seen = true;
+    } else if let Some(rank) = parse_rank_line(comment) {
+        log.note("ranks", &scan.here);
         log.listed_ranks.push((rank.rank, rank.host));
     } else if comment.starts_with("nThread") {
         let tokens: Vec<&str> = comment
@@ -215,6 +334,48 @@ fn read_other(log: &mut NcclLog, line: &str) {
     }
 }
 
+/// `NCCL_P2P_DISABLE=1 ./all_reduce_perf`, `export NCCL_IB_DISABLE=1`, `mpirun -x NCCL_ALGO=Ring`: settings a
+/// command line gives (the log's own `… set by environment to …` echo wins where both exist).
+fn command_settings(log: &mut NcclLog, scan: &mut Scan, line: &str) {
+    for token in line.split_whitespace() {
+        let token = token.trim_matches(|c: char| "'\"`;".contains(c));
+        let Some((key, value)) = token.split_once('=') else {
+            continue;
+        };
+        let named = key.starts_with("NCCL_")
+            && key.len() > 5
+            && key[5..]
+                .bytes()
+                .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_');
+        if named && !value.is_empty() {
+            log.settings
+                .entry(key.to_string())
+                .or_insert_with(|| value.to_string());
+            log.note(&format!("settings.{key}"), &scan.here);
+        }
+    }
+}
+
+/// A failure: the first one is kept, with the warning before it as its message where there is one.
+fn fail(log: &mut NcclLog, scan: &mut Scan, message: String) {
+    if log.failure.is_some() {
+        return;
+    }
+    if let Some((warning, cite)) = scan.last_warning.clone() {
+        log.note("failure", &cite);
+        log.failure = Some(LogFailure {
+            message: warning,
+            line: scan.here.line.unwrap_or(0),
+        });
+    } else {
+        log.failure = Some(LogFailure {
+            message,
+            line: scan.here.line.unwrap_or(0),
+        });
+    }
+    log.note("failure", &scan.here.clone());
+}
+
 /// Value after `key` in a whitespace-separated message.
 fn after<'a>(tokens: &[&'a str], key: &str) -> Option<&'a str> {
     tokens
@@ -225,14 +386,17 @@ fn after<'a>(tokens: &[&'a str], key: &str) -> Option<&'a str> {
 
 fn read_info(log: &mut NcclLog, scan: &mut Scan, prefix: &str, msg: &str) {
     let tokens: Vec<&str> = msg.split_whitespace().collect();
-    read_ranks(log, &tokens);
+    read_ranks(log, scan, &tokens);
+    lifecycle(log, scan, msg);
     if net::read(log, scan, msg) {
         return;
     }
-    if let Some(v) = msg.strip_prefix("NCCL version ") {
-        if let Some(v) = v.split_whitespace().next() {
-            log.version.get_or_insert(v.to_string());
+    if let Some(v) = line::version_in(msg) {
+        if msg.contains("RCCL version ") {
+            log.library = "RCCL";
         }
+        log.version.get_or_insert(v);
+        log.note("version", &scan.here.clone());
     } else if let Some(rest) = msg
         .strip_prefix("Channel ")
         .or_else(|| msg.strip_prefix("Ring "))
@@ -243,7 +407,7 @@ fn read_info(log: &mut NcclLog, scan: &mut Scan, prefix: &str, msg: &str) {
             log.trees = msg.matches('[').count();
         }
     } else if msg.contains(" coll channels") {
-        channels::read_channel_counts(log, msg);
+        channels::read_channel_counts(log, scan, msg);
     } else if msg.starts_with("NVLS multicast support is available") {
         log.nvls = true;
     } else if msg.starts_with("NCCL_") && msg.contains(" set ") {
@@ -252,23 +416,65 @@ fn read_info(log: &mut NcclLog, scan: &mut Scan, prefix: &str, msg: &str) {
             let value = msg[pos + 4..].trim().trim_end_matches('.');
             log.settings
                 .insert(tokens[0].to_string(), value.to_string());
+            log.note(&format!("settings.{}", tokens[0]), &scan.here.clone());
         }
     } else if let Some(v) = after(&tokens, "intraNodeP2pSupport") {
         log.intra_node_p2p = v.parse::<u32>().ok().map(|v| v != 0);
+        log.note("p2p", &scan.here.clone());
     } else if msg.contains("Loaded net plugin") || msg.starts_with("P2P plugin") {
         log.net_plugin = Some(msg.to_string());
+        log.note("plugin", &scan.here.clone());
+    }
+}
+
+/// Where the run is: init begun (`Init START`, a communicator's `comm 0x… rank`), init done (`Init
+/// COMPLETE`, `Destroy COMPLETE`), or an error returned up through init or bootstrap (`init.cc:1234 -> 2`).
+fn lifecycle(log: &mut NcclLog, scan: &mut Scan, msg: &str) {
+    if msg.contains("Init COMPLETE") || msg.contains("Destroy COMPLETE") {
+        scan.init_done = true;
+        log.note("init", &scan.here.clone());
+    } else if msg.contains("Init START")
+        || msg.starts_with("comm 0x")
+        || msg.starts_with("Channel ")
+        || msg.starts_with("Trees ")
+        || msg.starts_with("Ring ")
+    {
+        scan.init_begun = true;
+    }
+    if let Some((site, code)) = line::error_return(msg) {
+        if code != 0 {
+            let fatal = [
+                "init",
+                "bootstrap",
+                "enqueue",
+                "group",
+                "collectives",
+                "transport/net_socket",
+            ]
+            .iter()
+            .any(|k| site.contains(k));
+            if fatal {
+                fail(log, scan, format!("{site} -> {code}"));
+            } else if site.contains("plugin") {
+                scan.plugin_failed.get_or_insert_with(|| scan.here.clone());
+            }
+        }
     }
 }
 
 /// `rank R` with `nranks N`/`nRanks N` (and `nNodes`, `localRanks`) in any line that has both.
-fn read_ranks(log: &mut NcclLog, tokens: &[&str]) {
+fn read_ranks(log: &mut NcclLog, scan: &mut Scan, tokens: &[&str]) {
     let num = |k: &str| after(tokens, k).and_then(|v| v.trim_end_matches(',').parse::<u32>().ok());
     let Some(n) = num("nRanks").or_else(|| num("nranks")) else {
         return;
     };
     log.nranks = Some(n);
+    log.note("ranks", &scan.here.clone());
     if let Some(r) = num("rank") {
         log.ranks_seen.push(r);
+        if let Some(h) = &scan.line_host {
+            scan.rank_hosts.insert(r, h.clone());
+        }
     }
     log.nnodes = num("nNodes").or(log.nnodes);
     log.local_ranks = num("localRanks").or(log.local_ranks);

@@ -5,8 +5,55 @@ use super::{after, NcclLog, NetInterface, Scan};
 
 /// Reads a network line; `false` when the message is not one.
 pub fn read(log: &mut NcclLog, scan: &mut Scan, msg: &str) -> bool {
-    if let Some(net) = msg.strip_prefix("Using network ") {
+    let here = scan.here.clone();
+    if let Some(net) = msg
+        .strip_prefix("Using network ")
+        .or_else(|| msg.strip_prefix("Using internal Network "))
+    {
         log.network = Some(net.trim().to_string());
+        log.note("network", &here);
+        scan.network_line = Some(here);
+    } else if let Some(rest) = msg.strip_prefix("Assigned NET plugin ") {
+        let net = rest.split(" to ").next().unwrap_or("").trim();
+        if !net.is_empty() {
+            log.note("network", &here);
+            scan.network_line = Some(here);
+        }
+    } else if let Some(name) = msg
+        .strip_prefix("Initialized NET plugin ")
+        .or_else(|| msg.strip_prefix("NET/Plugin: Loaded net plugin "))
+        .or_else(|| msg.strip_prefix("NET/Plugin : Loaded net plugin "))
+    {
+        let name = name.split(" (").next().unwrap_or(name).trim().to_string();
+        if !matches!(name.as_str(), "IB" | "Socket") && scan.plugin_loaded.is_none() {
+            log.note("plugin", &here);
+            scan.plugin_loaded = Some((name, here));
+        }
+        return false;
+    } else if let Some(rest) = msg.strip_prefix("NET : Using interface ") {
+        // NCCL 2.0 to 2.4: one line per socket interface.
+        let (name, addr) = endpoint(rest.trim());
+        if !name.is_empty() {
+            push_interface(log, "Socket", name, addr);
+            log.note("interfaces", &here);
+        }
+    } else if let Some(rest) = msg.strip_prefix("NET/IB : Using interface ") {
+        // NCCL 2.0 to 2.4: `… enp3s0 for sideband communication`.
+        if let Some(name) = rest.split_whitespace().next() {
+            push_interface(log, "Bootstrap", name, None);
+            log.bootstrap_interface
+                .get_or_insert_with(|| name.to_string());
+            log.note("interfaces", &here);
+        }
+    } else if msg.starts_with("NET/Socket") && msg.ends_with("interfaces found") {
+        let n = msg
+            .split_whitespace()
+            .rev()
+            .nth(2)
+            .and_then(|n| n.parse::<u32>().ok());
+        if let Some(n) = n {
+            scan.socket_list_max = scan.socket_list_max.max(n);
+        }
     } else if msg.starts_with("NET/IB") && msg.contains("No device found") {
         log.ib_no_device = true;
     } else if msg.starts_with("NET/IB: Dev ") {
@@ -15,8 +62,10 @@ pub fn read(log: &mut NcclLog, scan: &mut Scan, msg: &str) -> bool {
         .strip_prefix("Bootstrap : Using ")
         .or_else(|| msg.strip_prefix("Bootstrap: Using "))
     {
+        log.note("interfaces", &here);
         bootstrap(log, rest);
     } else if msg.contains("GPU Direct RDMA") {
+        log.note("gdr", &here);
         gdr_line(log, scan, msg);
     } else if let Some(rest) = msg.strip_prefix("NET/OFI ") {
         ofi(log, scan, rest);
@@ -27,10 +76,12 @@ pub fn read(log: &mut NcclLog, scan: &mut Scan, msg: &str) -> bool {
             log.connect_retries_max = Some(log.connect_retries_max.map_or(n, |m| m.max(n)));
         }
     } else if msg.starts_with("NET/") && msg.contains(" Using [") {
+        log.note("interfaces", &here);
         device_list(log, scan, msg);
     } else if msg.starts_with("Connected all rings") && msg.contains(" GDR ") {
         let tokens: Vec<&str> = msg.split_whitespace().collect();
         scan.ring_gdr = after(&tokens, "GDR").map(|v| v != "0");
+        log.note("gdr", &here);
         if scan.ring_gdr == Some(false) {
             push_evidence(log, msg);
         }
@@ -149,6 +200,7 @@ fn ofi(log: &mut NcclLog, scan: &mut Scan, rest: &str) {
     let tokens: Vec<&str> = rest.split_whitespace().collect();
     let lower = rest.to_ascii_lowercase();
     if let Some(pos) = lower.find("selected provider is ") {
+        log.note("provider", &scan.here.clone());
         let provider = rest[pos + "selected provider is ".len()..]
             .split([' ', ','])
             .next()
@@ -167,6 +219,7 @@ fn ofi(log: &mut NcclLog, scan: &mut Scan, rest: &str) {
             push_interface(log, "OFI", name, None);
         }
     } else if rest.contains("disabling GDR") || rest.contains("GDR not supported") {
+        log.note("gdr", &scan.here.clone());
         scan.ofi_gdr_off = true;
         push_evidence(log, &format!("NET/OFI {rest}"));
     }

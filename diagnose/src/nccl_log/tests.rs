@@ -103,8 +103,8 @@ a:1:1 [0] NCCL INFO Using network Socket
     let log = parse(one_node);
     assert_eq!((log.nranks, log.nnodes), (Some(2), Some(1)));
     assert_eq!(log.network_carries_data, Some(false));
-    // TCP: no GPU Direct RDMA.
-    assert_eq!(log.gdr, Some(false));
+    // Nothing crosses a network: GPU Direct RDMA does not apply.
+    assert_eq!(log.gdr, None);
     assert_eq!(log.nics_per_node, Some(2));
     // A list that starts at rank 1 is a paste cut above it.
     let log = parse(

@@ -23,8 +23,36 @@ pub fn launcher_in(tokens: &[&str]) -> Option<(Launcher, usize)> {
 }
 
 /// The process count among a launcher's options; `None` when they do not give one. A count of 0 is passed
-/// over (`-c 0` beside `-np 1024` in a real command line cannot be what ran).
+/// over (`-c 0` beside `-np 1024` in a real command line cannot be what ran). Slurm's nodes times tasks per
+/// node (`--nodes=4 --ntasks-per-node=8`) count where no task count is given.
 pub fn processes_in(launcher: Launcher, tokens: &[&str]) -> Option<u32> {
+    tasks_in(launcher, tokens).or_else(|| match launcher {
+        Launcher::Srun => {
+            let nodes = srun_option(tokens, "-N", "--nodes")?;
+            let per_node = srun_option(tokens, "", "--ntasks-per-node")?;
+            nodes.checked_mul(per_node).filter(|n| *n > 0)
+        }
+        Launcher::Mpi => None,
+    })
+}
+
+/// An srun option's number: `-N 4`, `-N4`, `--nodes 4`, `--nodes=4` (a range `2-4` is no count).
+fn srun_option(tokens: &[&str], short: &str, long: &str) -> Option<u32> {
+    tokens.iter().enumerate().find_map(|(i, t)| {
+        let next = || tokens.get(i + 1).and_then(|v| v.parse::<u32>().ok());
+        if *t == long || (!short.is_empty() && *t == short) {
+            return next();
+        }
+        t.strip_prefix(long)
+            .and_then(|v| v.strip_prefix('='))
+            .or_else(|| (!short.is_empty()).then(|| t.strip_prefix(short)).flatten())
+            .filter(|v| !v.is_empty())
+            .and_then(|v| v.parse().ok())
+    })
+}
+
+/// The explicit task count among a launcher's options.
+fn tasks_in(launcher: Launcher, tokens: &[&str]) -> Option<u32> {
     for (i, t) in tokens.iter().enumerate() {
         let next = || tokens.get(i + 1).and_then(|v| v.parse::<u32>().ok());
         let value = match (launcher, *t) {
@@ -86,6 +114,14 @@ mod tests {
         assert_eq!(
             processes_in(l, &words("srun -N2 --gpus-per-node=4 x")),
             None
+        );
+        assert_eq!(
+            processes_in(l, &words("srun --nodes=4 --ntasks-per-node=8 --label")),
+            Some(32)
+        );
+        assert_eq!(
+            processes_in(l, &words("srun -N 2 --ntasks-per-node 4")),
+            Some(8)
         );
         assert_eq!(
             launcher_in(&words("/usr/bin/mpirun --hostfile f"))

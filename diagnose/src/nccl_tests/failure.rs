@@ -23,6 +23,9 @@ pub fn failure_line(line: &str) -> Option<FailureLine> {
         ("Test NCCL failure", true),
         ("Test CUDA failure", true),
         ("Test failure", false),
+        // nccl-tests of the NCCL 1.x era: `NCCL failure all_reduce.cu:95 'unhandled cuda error'`.
+        ("NCCL failure ", true),
+        ("CUDA failure ", true),
     ] {
         if let Some(pos) = line.find(marker) {
             return Some(FailureLine {

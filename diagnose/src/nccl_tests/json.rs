@@ -37,6 +37,8 @@ pub fn parse_json(text: &str, file: &str) -> Result<NcclTestsFile, NcclTestsErro
                         rank: d.get("rank")?.as_u64()? as u32,
                         host: d.get("hostname")?.as_str()?.to_string(),
                         device: d.get("device").and_then(|v| v.as_u64()).map(|v| v as u32),
+                        bus: d.get("busId").and_then(|v| v.as_str()).map(str::to_string),
+                        line: 0,
                     })
                 })
                 .collect()

@@ -129,6 +129,10 @@ pub struct RankDevice {
     pub rank: u32,
     pub host: String,
     pub device: Option<u32>,
+    /// The device's bus id as listed (`0000:02:00`, `0x04`).
+    pub bus: Option<String>,
+    /// 1-based line of the listing (0 where the format has no lines).
+    pub line: usize,
 }
 
 /// How a run failed, as the file shows it: nccl-tests' own failure line (`HOST: Test NCCL failure
@@ -155,7 +159,7 @@ pub struct NcclTest {
     /// `all_reduce_perf`, `all_gather_perf`, ...; see [`NcclTest::collective_source`].
     pub collective: String,
     /// Where the name came from: `marker` (the test said), `json`, `command_line` (the binary the file names),
-    /// `file_name`, `inferred` (busbw/algbw ratio), `unknown`.
+    /// `inferred` (busbw/algbw ratio), `unknown`.
     pub collective_source: &'static str,
     pub generation: Generation,
     pub tests_version: Option<String>,
@@ -185,6 +189,12 @@ pub struct NcclTest {
     pub validation: Option<bool>,
     /// How the run failed, when the file shows it.
     pub failure: Option<Failure>,
+    /// Whether the run's footer (`Avg bus bandwidth`, `Out of bounds values`, `Collective test concluded`)
+    /// was printed: a run without it stopped, or its output was cut.
+    pub footer: bool,
+    /// 1-based lines of the run's header (`nThread …`) and of its average, when printed.
+    pub header_line: Option<usize>,
+    pub avg_line: Option<usize>,
 }
 
 impl NcclTest {
@@ -210,6 +220,9 @@ impl NcclTest {
             step: None,
             validation: None,
             failure: None,
+            footer: false,
+            header_line: None,
+            avg_line: None,
         }
     }
 
@@ -255,6 +268,34 @@ impl NcclTest {
             Some(_) => None,
             None => Some(self.highest_listed_rank()).filter(|n| *n > 0),
         }
+    }
+
+    /// A lower bound on the hosts when [`NcclTest::nnodes`] does not know them: the distinct hosts listed,
+    /// when more than one.
+    pub fn nnodes_at_least(&self) -> Option<u32> {
+        if self.nnodes().is_some() {
+            return None;
+        }
+        let mut hosts: Vec<&str> = self.ranks.iter().map(|r| r.host.as_str()).collect();
+        hosts.sort_unstable();
+        hosts.dedup();
+        Some(hosts.len() as u32).filter(|n| *n > 1)
+    }
+
+    /// Ranks listed on the same host with the same device and bus id: processes sharing one GPU.
+    pub fn ranks_sharing_a_gpu(&self) -> Vec<&RankDevice> {
+        self.ranks
+            .iter()
+            .filter(|r| {
+                r.device.is_some()
+                    && self.ranks.iter().any(|o| {
+                        o.rank != r.rank
+                            && o.host == r.host
+                            && o.device == r.device
+                            && o.bus == r.bus
+                    })
+            })
+            .collect()
     }
 
     /// Number of distinct hosts, when the `Using devices` list holds every rank.
@@ -319,20 +360,15 @@ pub fn parse_file(path: &Path) -> Result<NcclTestsFile, NcclTestsError> {
         error,
     })?;
     let text = String::from_utf8_lossy(&bytes);
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
-    parse_str(&text, &file, name.as_deref())
+    parse_str(&text, &file)
 }
 
-/// Parses file content. `file` names the input in errors; `file_name` helps to name a test that does not say
-/// which collective it ran (after the binary the file names, before inference from the numbers).
+/// Parses file content. `file` names the input in errors and nothing else: a file's name is never evidence
+/// (a descriptive name must not score better than the content).
 ///
 /// A run that failed before its first row is kept (with its [`Failure`]); a file with neither rows nor a
 /// failure is [`NcclTestsError::NoResults`].
-pub fn parse_str(
-    text: &str,
-    file: &str,
-    file_name: Option<&str>,
-) -> Result<NcclTestsFile, NcclTestsError> {
+pub fn parse_str(text: &str, file: &str) -> Result<NcclTestsFile, NcclTestsError> {
     let mut parsed = if json::is_json_lines(text) {
         json::parse_json_lines(text)
     } else if text.trim_start().starts_with('{') {
@@ -350,7 +386,7 @@ pub fn parse_str(
     }
     for test in &mut parsed.tests {
         if test.collective.is_empty() {
-            naming::name_test(test, file_name);
+            naming::name_test(test);
         }
     }
     Ok(parsed)
@@ -425,12 +461,21 @@ pub fn parse_rank_line(c: &str) -> Option<RankDevice> {
     let rank = tokens.get(1)?.parse().ok()?;
     let on = tokens.iter().position(|t| *t == "on")?;
     let host = tokens.get(on + 1)?.to_string();
-    let device = tokens
-        .iter()
-        .position(|t| *t == "device")
+    let at = tokens.iter().position(|t| *t == "device");
+    let device = at
         .and_then(|i| tokens.get(i + 1))
         .and_then(|d| d.parse().ok());
-    Some(RankDevice { rank, host, device })
+    let bus = at
+        .and_then(|i| tokens.get(i + 2))
+        .filter(|b| b.starts_with('[') && b.ends_with(']'))
+        .map(|b| b.trim_matches(['[', ']']).to_string());
+    Some(RankDevice {
+        rank,
+        host,
+        device,
+        bus,
+        line: 0,
+    })
 }
 
 #[cfg(test)]

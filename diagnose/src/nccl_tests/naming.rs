@@ -1,20 +1,19 @@
 //! Naming a run that does not say which collective it measured: from the binary its command line names,
-//! then the file name, then the ratio of bus to algorithm bandwidth nccl-tests applies per collective.
+//! then the ratio of bus to algorithm bandwidth nccl-tests applies per collective. The file's name is never
+//! read: it is no evidence of what ran.
 
 use super::NcclTest;
 
-/// Names a test from what the file names, its file name or its numbers, in that order of trust.
-pub fn name_test(test: &mut NcclTest, file_name: Option<&str>) {
-    let named = [
-        (test.command_binary.as_deref(), "command_line"),
-        (file_name, "file_name"),
-    ];
-    for (name, source) in named {
-        if let Some(c) = name.and_then(collective_from_name) {
-            test.collective = c.to_string();
-            test.collective_source = source;
-            return;
-        }
+/// Names a test from the binary the file names, else from its numbers.
+pub fn name_test(test: &mut NcclTest) {
+    if let Some(c) = test
+        .command_binary
+        .as_deref()
+        .and_then(collective_from_name)
+    {
+        test.collective = c.to_string();
+        test.collective_source = "command_line";
+        return;
     }
     if let Some(name) = infer_collective(test) {
         test.collective = name.to_string();
@@ -65,7 +64,8 @@ fn bandwidth_ratio(test: &NcclTest) -> Option<f64> {
 }
 
 /// Infers the collective from busbw/algbw, which nccl-tests sets per collective: 2(n-1)/n for all-reduce,
-/// (n-1)/n for all-gather, reduce-scatter and all-to-all (told apart by the `redop` column), 1 for the rooted
+/// (n-1)/n for all-gather, reduce-scatter and all-to-all (reduce-scatter told apart by the `redop` column,
+/// all-gather and all-to-all not at all, so neither is named), 1 for the rooted
 /// ones. Without a known rank count, a ratio between 1 and 2 is all-reduce when 2/(2-ratio) is a whole rank
 /// count no lower than the ranks listed (72 ranks give 1.972).
 fn infer_collective(test: &NcclTest) -> Option<&'static str> {
@@ -92,11 +92,8 @@ fn infer_collective(test: &NcclTest) -> Option<&'static str> {
     if close(2.0 * (n - 1.0) / n) {
         Some("all_reduce_perf")
     } else if close((n - 1.0) / n) {
-        Some(if has_redop {
-            "reduce_scatter_perf"
-        } else {
-            "all_gather_perf"
-        })
+        // Without a reduction the ratio is all-gather's and all-to-all's alike: no name then.
+        has_redop.then_some("reduce_scatter_perf")
     } else if close(1.0) && has_root {
         Some(if has_redop {
             "reduce_perf"
@@ -121,6 +118,8 @@ mod tests {
                 rank: *r,
                 host: "h".to_string(),
                 device: None,
+                bus: None,
+                line: 0,
             })
             .collect();
         let p = Placement {
@@ -162,10 +161,10 @@ mod tests {
     }
 
     #[test]
-    fn the_binary_the_file_names_comes_before_the_file_name() {
+    fn the_binary_the_file_names_comes_before_the_numbers() {
         let mut t = test_with(&[0, 1], 10.0, 10.0);
         t.command_binary = Some("sendrecv_perf".to_string());
-        name_test(&mut t, Some("all_reduce.txt"));
+        name_test(&mut t);
         assert_eq!(
             (t.collective.as_str(), t.collective_source),
             ("sendrecv_perf", "command_line")
@@ -176,25 +175,25 @@ mod tests {
     fn all_reduce_from_the_ratio_with_or_without_a_rank_count() {
         // 4 ranks: 2 * 3/4 = 1.5.
         let mut t = test_with(&[0, 1, 2, 3], 6.27, 9.40);
-        name_test(&mut t, None);
+        name_test(&mut t);
         assert_eq!(
             (t.collective.as_str(), t.collective_source),
             ("all_reduce_perf", "inferred")
         );
         // Only rank 71 listed: 834.57 / 423.16 = 1.972 = 2 * 71/72.
         let mut t = test_with(&[71], 423.16, 834.57);
-        name_test(&mut t, None);
+        name_test(&mut t);
         assert_eq!(t.collective, "all_reduce_perf");
         // No list: 187.91 / 100.22 = 1.875 = 2 * 15/16.
         let mut t = test_with(&[], 100.22, 187.91);
-        name_test(&mut t, None);
+        name_test(&mut t);
         assert_eq!(t.collective, "all_reduce_perf");
         // A ratio of 1.2 is no whole rank count (2/0.8 = 2.5); a ratio of 1 without ranks says nothing.
         let mut t = test_with(&[], 10.0, 12.0);
-        name_test(&mut t, None);
+        name_test(&mut t);
         assert_eq!(t.collective, "unknown");
         let mut t = test_with(&[], 10.0, 10.0);
-        name_test(&mut t, None);
+        name_test(&mut t);
         assert_eq!(t.collective_source, "unknown");
     }
 }

@@ -36,14 +36,17 @@ impl Layout {
 
     /// The layout a header line announces (`size count type redop root time algbw busbw #wrong …`, with or
     /// without its `#`); `None` for any other line.
+    /// NCCL 1.x's tests print `bytes N type op time algbw busbw res`.
     pub fn from_header(tokens: &[&str]) -> Option<Layout> {
-        if tokens.first() != Some(&"size") || tokens.get(1) != Some(&"count") {
+        let modern = tokens.first() == Some(&"size") && tokens.get(1) == Some(&"count");
+        let nccl1 = tokens.first() == Some(&"bytes") && tokens.get(1) == Some(&"N");
+        if !modern && !nccl1 {
             return None;
         }
         Some(Layout {
-            has_redop: tokens.contains(&"redop"),
+            has_redop: tokens.contains(&"redop") || tokens.contains(&"op"),
             has_root: tokens.contains(&"root"),
-            legacy_error: tokens.contains(&"error"),
+            legacy_error: tokens.contains(&"error") || tokens.contains(&"res"),
             per_iteration: tokens.contains(&"i_min"),
             timestamp: tokens.contains(&"timestamp"),
         })

@@ -12,7 +12,7 @@ fn row(size: u64, busbw: f64) -> String {
 }
 
 fn parse(text: &str) -> NcclTestsFile {
-    parse_str(text, "t", None).unwrap()
+    parse_str(text, "t").unwrap()
 }
 
 #[test]
@@ -175,7 +175,7 @@ GENOA-06: Test NCCL failure common.cu:392 'unhandled cuda error (run with NCCL_D
     // Without the failure line, a header alone is no result.
     let cut = &text[..text.find("GENOA-06: Test").unwrap()];
     assert!(matches!(
-        parse_str(cut, "t", None),
+        parse_str(cut, "t"),
         Err(NcclTestsError::NoResults { .. })
     ));
 }

@@ -7,8 +7,8 @@ use super::command::{binary_in, launcher_in, processes_in, Launcher};
 use super::failure::{exit_code, failure_line, FailureLine, WARNINGS_KEPT};
 use super::row::{parse_row, Layout};
 use super::{
-    nccl_version_from_code, parse_rank_line, strip_mpi_tags, Failure, Generation, LineWarning,
-    NcclTest, NcclTestsFile,
+    nccl_version_from_code, parse_rank_line, Failure, Generation, LineWarning, NcclTest,
+    NcclTestsFile,
 };
 
 #[derive(Default)]
@@ -21,8 +21,9 @@ struct TextState {
     pending_binary: Option<String>,
     pending_processes: Option<u32>,
     layout: Option<Layout>,
-    /// The launcher of a command line that continues on the next line (it ended with `\`).
-    continued_launcher: Option<Launcher>,
+    /// The launcher of a command line that continues on the next line (it ended with `\`), and its options
+    /// so far.
+    continued_launcher: Option<(Launcher, Vec<String>)>,
     /// The last `NCCL WARN` messages, a failure's likely cause.
     recent_warnings: Vec<String>,
     /// Hosts that printed a failure line for the current run.
@@ -35,11 +36,9 @@ struct TextState {
 
 pub fn parse_text(text: &str) -> NcclTestsFile {
     let mut st = TextState::default();
-    for (idx, raw) in text.lines().enumerate() {
-        let stripped = strip_mpi_tags(raw);
-        let line = stripped.trim();
-        if !line.is_empty() {
-            st.line(line, idx + 1);
+    for line in crate::lines::lines(text) {
+        if !line.text.is_empty() {
+            st.line(&line.text, line.number);
         }
     }
     st.finish();
@@ -193,10 +192,17 @@ impl TextState {
             .unwrap_or(tokens.len());
         let mut processes = None;
         if let Some((launcher, at)) = launcher_in(&tokens[..program]) {
-            processes = processes_in(launcher, &tokens[at + 1..program]);
-            self.continued_launcher = Some(launcher);
-        } else if let Some(launcher) = self.continued_launcher {
-            processes = processes_in(launcher, &tokens[..program]);
+            let options: Vec<String> = tokens[at + 1..program]
+                .iter()
+                .map(|t| t.to_string())
+                .collect();
+            let refs: Vec<&str> = options.iter().map(String::as_str).collect();
+            processes = processes_in(launcher, &refs);
+            self.continued_launcher = Some((launcher, options));
+        } else if let Some((launcher, options)) = self.continued_launcher.as_mut() {
+            options.extend(tokens[..program].iter().map(|t| t.to_string()));
+            let refs: Vec<&str> = options.iter().map(String::as_str).collect();
+            processes = processes_in(*launcher, &refs);
         }
         if tokens.last() != Some(&"\\") && !tokens.last().is_some_and(|t| t.ends_with('\\')) {
             self.continued_launcher = None;
@@ -234,14 +240,25 @@ impl TextState {
                 self.finish();
             }
             let test = self.current(lineno);
-            test.collective = name.trim().to_string();
+            test.collective = marker_name(name);
             test.collective_source = "marker";
             test.generation = Generation::Versioned;
-        } else if c.starts_with("Collective test concluded:") {
+        } else if let Some(name) = c.strip_prefix("Collective test concluded:") {
+            // The footer names the collective too: a paste that starts below `starting` still tells it.
+            if let Some(t) = self.current.as_mut() {
+                if t.collective.is_empty() {
+                    t.collective = marker_name(name);
+                    t.collective_source = "marker";
+                }
+                t.footer = true;
+            }
             self.finish();
         } else if c.starts_with("nThread") {
             self.run_header(c, lineno);
-        } else if let Some(rank) = parse_rank_line(c) {
+        } else if let Some(mut rank) = parse_rank_line(c) {
+            // A rank list after a run's results or failure is the next run's.
+            self.boundary();
+            rank.line = lineno;
             self.current(lineno).ranks.push(rank);
         } else if let Some(rest) = c.strip_prefix("Reducing maxBytes to") {
             let max = rest.split_whitespace().next().and_then(|v| v.parse().ok());
@@ -254,7 +271,9 @@ impl TextState {
                 .split_whitespace()
                 .next();
             if let Some(n) = value.and_then(|v| v.parse::<u64>().ok()) {
-                self.current(lineno).out_of_bounds = Some(n);
+                let test = self.current(lineno);
+                test.out_of_bounds = Some(n);
+                test.footer = true;
             }
         } else if let Some(rest) = c.strip_prefix("Avg bus bandwidth") {
             self.average(rest, c, lineno);
@@ -313,6 +332,7 @@ impl TextState {
             Some((n.parse::<u64>().ok()?, unit.starts_with("factor")))
         });
         let test = self.current(lineno);
+        test.header_line = Some(lineno);
         test.nthreads = value("nThread").and_then(|v| v.parse().ok());
         test.ngpus = value("nGpus").and_then(|v| v.parse().ok());
         test.max_bytes = value("maxBytes").and_then(|v| v.parse().ok());
@@ -329,7 +349,12 @@ impl TextState {
             .split_whitespace()
             .next();
         match value.and_then(|v| v.parse::<f64>().ok()) {
-            Some(v) if v.is_finite() => self.current(lineno).avg_busbw_gbps = Some(v),
+            Some(v) if v.is_finite() => {
+                let test = self.current(lineno);
+                test.avg_busbw_gbps = Some(v);
+                test.avg_line = Some(lineno);
+                test.footer = true;
+            }
             _ => self.warnings.push(LineWarning {
                 line: lineno,
                 message: format!("unreadable average bus bandwidth line: {line:?}"),
@@ -370,6 +395,12 @@ impl TextState {
             }
         }
     }
+}
+
+/// A collective as a marker names it: `reduce_scatter_perf_mpi` is `reduce_scatter_perf` built with MPI.
+fn marker_name(name: &str) -> String {
+    let name = name.trim();
+    name.strip_suffix("_mpi").unwrap_or(name).to_string()
 }
 
 /// `NCCL version 2.22.3+cuda12.6` anywhere in a line that is not part of the table.

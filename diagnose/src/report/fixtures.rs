@@ -26,6 +26,8 @@ pub fn test_report(collective: &str, hosts: &[&str], peak: Option<f64>) -> TestR
                     rank: i as u32,
                     host: h.to_string(),
                     device: Some(0),
+                    bus: None,
+                    line: 0,
                 })
                 .collect(),
             ..NcclTest::new(1)
@@ -77,6 +79,7 @@ pub fn trace_report(rank: u32, steps: usize, top: Option<(&str, u64, f64)>) -> T
         kernels: 12,
     };
     TraceReport {
+        nccl_version: None,
         file: format!("rank-{rank}.json"),
         source: "kineto",
         analysis: TraceAnalysis {
@@ -102,6 +105,7 @@ pub fn trace_report(rank: u32, steps: usize, top: Option<(&str, u64, f64)>) -> T
                     size_bytes: Some(size),
                     dtype: Some("Float".to_string()),
                     group_size: Some(2),
+                    protocol: None,
                     count: 10,
                     total_time_us: 30_000.0,
                     mean_time_us: 3_000.0,
@@ -176,8 +180,10 @@ pub fn report() -> Report {
             evidence: vec!["link rate 50.00 GB/s (from flag)".to_string()],
             action: "look for stragglers".to_string(),
             confident: false,
+            cites: Vec::new(),
         },
         nccl_inspector: None,
         bare_links: None,
+        kernel_summaries: Vec::new(),
     }
 }

@@ -63,7 +63,13 @@ impl Report {
         let mut logs = read_nccl_logs(&inputs.nccl_logs, &mut records);
         logs.extend(logs_in_test_outputs(&inputs.nccl_tests, &inputs.nccl_logs));
         let mut timelines = read_kineto(&inputs.traces, progress, &mut records);
-        timelines.extend(read_nsys(&inputs.nsys, &mut records));
+        let mut kernel_summaries: Vec<crate::kernels::KernelSummary> = timelines
+            .iter()
+            .map(|(file, _, tl)| crate::kernels::from_timeline(file, tl))
+            .collect();
+        let (nsys, tables) = read_nsys(&inputs.nsys, &mut records);
+        timelines.extend(nsys);
+        kernel_summaries.extend(tables);
         // A trace without a rank of its own is numbered by its place among the traces.
         let traces: Vec<TraceReport> = timelines
             .iter()
@@ -71,6 +77,7 @@ impl Report {
             .map(|(i, (file, source, tl))| TraceReport {
                 file: file.clone(),
                 source,
+                nccl_version: tl.nccl_version.clone(),
                 analysis: overlap::analyze(tl, i as u32),
             })
             .collect();
@@ -99,6 +106,8 @@ impl Report {
             .bare_links
             .as_ref()
             .map(crate::collector::probes::BareLinks::from_fetch);
+        report.kernel_summaries = kernel_summaries;
+        quote_cites(&mut report);
         report
     }
 
@@ -131,8 +140,45 @@ impl Report {
             conclusion,
             nccl_inspector: None,
             bare_links: None,
+            kernel_summaries: Vec::new(),
         }
     }
+}
+
+/// Fills the text of every cited line that a rule named by number only ([`crate::lines::Cite::at`]), reading
+/// each file once; a line the file no longer has is dropped rather than quoted wrong.
+fn quote_cites(report: &mut Report) {
+    let mut files: std::collections::BTreeMap<String, Option<Vec<String>>> = Default::default();
+    let mut quote = |cites: &mut Vec<crate::lines::Cite>| {
+        cites.retain_mut(|c| {
+            if !c.text.is_empty() {
+                return true;
+            }
+            let Some(n) = c.line else {
+                return false;
+            };
+            let lines = files.entry(c.file.clone()).or_insert_with(|| {
+                let bytes = std::fs::read(&c.file).ok()?;
+                Some(
+                    String::from_utf8_lossy(&bytes)
+                        .lines()
+                        .map(str::to_string)
+                        .collect(),
+                )
+            });
+            match lines.as_ref().and_then(|l| l.get(n.wrapping_sub(1))) {
+                Some(text) => {
+                    *c = crate::lines::Cite::new(&c.file, n, text);
+                    true
+                }
+                None => false,
+            }
+        });
+    };
+    for f in &mut report.findings {
+        quote(&mut f.cites);
+    }
+    quote(&mut report.conclusion.cites);
 }
 
 /// Every test of every nccl-tests file, with its curve summary; a file with warnings is `partial`.
@@ -282,9 +328,29 @@ fn read_inspector(
     reads
 }
 
-fn read_nsys(paths: &[PathBuf], records: &mut Vec<InputRecord>) -> Vec<ReadTimeline> {
+/// Every Nsight Systems input: a SQLite export gives a timeline, an `nsys stats` table (text or CSV) the
+/// kernel time by kernel; which one a file is, its content says.
+fn read_nsys(
+    paths: &[PathBuf],
+    records: &mut Vec<InputRecord>,
+) -> (Vec<ReadTimeline>, Vec<crate::kernels::KernelSummary>) {
     let mut timelines = Vec::new();
+    let mut tables = Vec::new();
     for path in paths {
+        let sqlite = std::fs::File::open(path).and_then(|mut f| {
+            let mut magic = [0u8; 16];
+            std::io::Read::read_exact(&mut f, &mut magic).map(|_| magic == *b"SQLite format 3\0")
+        });
+        if let Ok(false) = sqlite {
+            match crate::kernels::parse_file(path) {
+                Ok(s) => {
+                    records.push(InputRecord::ok(path, "nsys"));
+                    tables.push(s);
+                }
+                Err(e) => records.push(InputRecord::failed(path, "nsys", e)),
+            }
+            continue;
+        }
         match crate::nsys::parse_file(path) {
             Ok(t) => {
                 let mut rec = InputRecord::ok(path, "nsys");
@@ -295,7 +361,7 @@ fn read_nsys(paths: &[PathBuf], records: &mut Vec<InputRecord>) -> Vec<ReadTimel
             Err(e) => records.push(InputRecord::failed(path, "nsys", e)),
         }
     }
-    timelines
+    (timelines, tables)
 }
 
 #[cfg(test)]

@@ -21,8 +21,11 @@ use crate::nccl_log::NetInterface;
 use crate::nccl_tests::{Failure, Generation, Row};
 
 /// The version of the JSON document's shape: raised when a key is renamed or removed or changes its meaning
-/// or unit, never for an added key. 1: the first version that carries it.
-pub const SCHEMA_VERSION: u32 = 1;
+/// or unit, never for an added key. 1: the first version that carries it. 2: findings and the conclusion
+/// carry `cites` (the input lines they rest on); wrong results are the kind `wrong_results` (no longer
+/// `link_errors`, a cause the input does not show), their possible causes a `possible_causes` finding;
+/// `gdr` is null where no data crosses a network.
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// One input file and how reading it went.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -73,6 +76,8 @@ pub struct Conclusion {
     pub action: String,
     /// `false` when too few steps were traced to rule out warm-up effects.
     pub confident: bool,
+    /// The input lines the conclusion rests on: those of the findings it weighs and of the baseline's rows.
+    pub cites: Vec<crate::lines::Cite>,
 }
 
 /// The whole report.
@@ -90,6 +95,8 @@ pub struct Report {
     pub nccl_inspector: Option<super::inspector::InspectorSection>,
     /// Bare links from the collector's probes (`--collector`).
     pub bare_links: Option<crate::collector::probes::BareLinks>,
+    /// Kernel time by kernel: `nsys stats` tables given with `--nsys`, and each trace's timeline.
+    pub kernel_summaries: Vec<crate::kernels::KernelSummary>,
 }
 
 impl Report {
@@ -129,6 +136,9 @@ pub struct ReportJson<'a> {
     /// Step 1's bare links from the collector's probes: `links` (usable first), `warning`; null without
     /// `--collector`.
     pub bare_links: Option<&'a crate::collector::probes::BareLinks>,
+    /// Kernel time by kernel (`file`, `source`, `kernel_time_us`, `nccl_kernel_time_us`, `nccl_time_share`,
+    /// `nccl_kernels` and `other_comm_kernels` [`name`, `instances`, `total_time_us`, `time_share`, `cite`]).
+    pub kernel_summaries: &'a [crate::kernels::KernelSummary],
 }
 
 impl<'a> From<&'a Report> for ReportJson<'a> {
@@ -156,6 +166,7 @@ impl<'a> From<&'a Report> for ReportJson<'a> {
             conclusion: &r.conclusion,
             nccl_inspector: r.nccl_inspector.as_ref(),
             bare_links: r.bare_links.as_ref(),
+            kernel_summaries: &r.kernel_summaries,
         }
     }
 }
@@ -176,9 +187,13 @@ pub struct TestJson<'a> {
     pub nranks: Option<u32>,
     pub nranks_at_least: Option<u32>,
     pub nnodes: Option<u32>,
+    /// A lower bound on the nodes when `nnodes` is unknown: the distinct hosts listed.
+    pub nnodes_at_least: Option<u32>,
     pub rows: Vec<RowJson<'a>>,
     /// False when the run failed or its table stops before the last size it announced: no baseline then.
     pub complete: bool,
+    /// Whether the run's footer was printed (false: the run stopped or the output was cut).
+    pub footer: bool,
     /// How the run failed, when it did: `message`, `line`, `hosts`, `nccl_warnings`, `after_bytes`,
     /// `exit_code`.
     pub failure: Option<&'a Failure>,
@@ -214,8 +229,10 @@ impl<'a> TestJson<'a> {
             nranks: t.test.nranks(),
             nranks_at_least: t.test.nranks_at_least(),
             nnodes: t.test.nnodes(),
+            nnodes_at_least: t.test.nnodes_at_least(),
             rows: t.test.rows.iter().flat_map(RowJson::placements).collect(),
             complete: t.test.complete(),
+            footer: t.test.footer,
             failure: t.test.failure.as_ref(),
             validation: t.test.validation,
             avg_busbw_gbps: t.test.avg_busbw_gbps,
@@ -274,12 +291,23 @@ impl<'a> RowJson<'a> {
 #[derive(Debug, Serialize)]
 pub struct LogJson<'a> {
     pub file: &'a str,
+    /// `NCCL` or `RCCL`.
+    pub library: &'static str,
     pub version: Option<&'a str>,
     pub nranks: Option<u32>,
     /// A lower bound on the ranks when `nranks` is unknown.
     pub nranks_at_least: Option<u32>,
     pub nnodes: Option<u32>,
+    /// A lower bound on the nodes when `nnodes` is unknown.
+    pub nnodes_at_least: Option<u32>,
     pub local_ranks: Option<u32>,
+    /// True when a communicator finished its init or results follow; false when init began and the log
+    /// stops before it finished, without a failure; null when the log shows neither.
+    pub init_complete: Option<bool>,
+    /// How the run failed (`message`, `line`), when the log shows it.
+    pub failure: Option<&'a crate::nccl_log::LogFailure>,
+    /// A net plugin that failed and the network used instead (`plugin`, `network`).
+    pub plugin_fallback: Option<&'a crate::nccl_log::PluginFallback>,
     /// Hosts that wrote lines into the log.
     pub hosts: &'a [String],
     /// The network NCCL used across nodes, however the log shows it.
@@ -324,11 +352,16 @@ impl<'a> From<&'a LogReport> for LogJson<'a> {
         let g = &l.log;
         LogJson {
             file: &l.file,
+            library: g.library,
             version: g.version.as_deref(),
             nranks: g.nranks,
             nranks_at_least: g.nranks_at_least,
             nnodes: g.nnodes,
+            nnodes_at_least: g.nnodes_at_least,
             local_ranks: g.local_ranks,
+            init_complete: g.init_complete,
+            failure: g.failure.as_ref(),
+            plugin_fallback: g.plugin_fallback.as_ref(),
             hosts: &g.hosts,
             network: g.network.as_deref(),
             network_carries_data: g.network_carries_data,
@@ -367,6 +400,8 @@ pub struct TraceJson<'a> {
     pub source: &'static str,
     pub rank: u32,
     pub world_size: Option<u32>,
+    /// The NCCL version the trace records.
+    pub nccl_version: Option<&'a str>,
     pub comm_time_us: f64,
     pub compute_time_us: f64,
     pub memory_time_us: f64,
@@ -390,6 +425,7 @@ impl<'a> From<&'a TraceReport> for TraceJson<'a> {
             source: t.source,
             rank: a.rank,
             world_size: a.world_size,
+            nccl_version: t.nccl_version.as_deref(),
             comm_time_us: a.comm_time_us,
             compute_time_us: a.compute_time_us,
             memory_time_us: a.memory_time_us,
@@ -425,6 +461,7 @@ mod tests {
                 "conclusion",
                 "findings",
                 "inputs",
+                "kernel_summaries",
                 "link",
                 "nccl_inspector",
                 "nccl_logs",
@@ -560,7 +597,7 @@ mod tests {
         assert_eq!(t["top_collectives"][0]["busbw_gbps"], 12.5);
         assert_eq!(
             v["findings"][0],
-            json!({"kind": "management_network_traffic", "severity": "critical",
+            json!({"kind": "management_network_traffic", "severity": "critical", "cites": [],
                    "subject": {"interface": "eth0"}, "summary": "NCCL data moves over eth0 <management>",
                    "evidence": {"socket_connections": 7}, "action": "bind NCCL to the fabric & retry"})
         );

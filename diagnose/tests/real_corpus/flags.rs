@@ -187,6 +187,107 @@ const CHECKS: &[(&str, &str, Check)] = &[
         "NCCL_SOCKET_IFNAME=lo set by the user",
         loopback_shown_single_node,
     ),
+    // The second corpus.
+    (
+        "nccllog-roce-8hca-ofi-plugin-fallback-to-ib-gdrdma-nccl2.27-rank8.txt",
+        "NCCL_NET_PLUGIN=libnccl-net.so loads aws-ofi-nccl",
+        plugin_fell_back_to_ib,
+    ),
+    (
+        "rccltests-mi100-2gpu-p2p-disabled-single-node-allreduce.txt",
+        "single node, 2 MI100",
+        single_node_test_no_network,
+    ),
+    (
+        "rccltests-mi100-2gpu-p2p-disabled-single-node-allreduce.txt",
+        "~11 GB/s is PCIe-class",
+        |_| Outcome::NotInFile("NCCL_P2P_DISABLE=1 is in the thread, not in the file"),
+    ),
+    (
+        "nccllog-rccl2.18-mi100-single-node-socket-hang-after-init.txt",
+        "log stops after channel/tree setup",
+        stops_before_init_complete,
+    ),
+    (
+        "nccllog-rccl2.18-mi100-single-node-socket-hang-after-init.txt",
+        "NCCL WARN Missing 'iommu=pt'",
+        |c| warning_quoted(c, "iommu=pt"),
+    ),
+    (
+        "nccltests-dgx-h100-a100-bond0-100gbe-wrong-nonzero-excerpt.txt",
+        "#wrong 237858",
+        wrong_without_a_cause,
+    ),
+    (
+        "nccllog-gtx1050ti-gtx950-single-node-socket-virbr0-p2p-disabled-nccl2.16.txt",
+        "NCCL_P2P_DISABLE=1 on the command line",
+        p2p_disabled,
+    ),
+    (
+        "nccllog-gtx1050ti-gtx950-single-node-socket-virbr0-p2p-disabled-nccl2.16.txt",
+        "WARN Could not find a path for pattern 4",
+        |c| warning_quoted(c, "Could not find a path for pattern 4"),
+    ),
+    (
+        "nccllog-horovod-old-nccl-lo-loopback-picked-multinode-connect-refused.txt",
+        "NCCL uses loopback lo",
+        loopback_among_socket_interfaces,
+    ),
+    (
+        "nccllog-horovod-old-nccl-lo-loopback-picked-multinode-connect-refused.txt",
+        "bootstrap 'Call to connect timeout : Connection refused'",
+        |c| failure_quoted(c, "Connection refused"),
+    ),
+    (
+        "nccllog-nccl2.2.13-2rank-enp3s0-connect-timed-out-no-nccl-prefix.txt",
+        "bootstrap 'Call to connect failed : Connection timed out'",
+        |c| failure_quoted(c, "Connection timed out"),
+    ),
+    (
+        "nccllog-nccl2.4-16rank-docker-container-ring-via-net-socket.txt",
+        "inter-node traffic over TCP sockets",
+        socket_connections_flagged,
+    ),
+    (
+        "nccllog-nccl2.3.7-docker-bridge-eth0-172.17-socket-4rank.txt",
+        "container has no libibverbs and sits on the docker bridge",
+        docker_bridge_noted,
+    ),
+    (
+        "nccltests-reducescatter-2rank-same-gpu-rtx5090-gbps-suffix-v2.18.txt",
+        "both ranks on the same GPU",
+        ranks_share_a_gpu,
+    ),
+    (
+        "nccltests-allreduce-rank-prefix-interleaved-midline-collapse-excerpt.txt",
+        "bandwidth collapse above 32 MiB",
+        collapse_32m,
+    ),
+    (
+        "kineto-a100-2rank-allreduce-ring-ll-nccl2.17-rank0.json",
+        "RING LL protocol used for multi-MB allreduce",
+        ll_protocol_flagged,
+    ),
+    (
+        "kineto-128rank-sampled-sendrecv-rank0.json",
+        "all-to-all SendRecv kernels are ~65%",
+        |c| nccl_kernel_share(c, 0.6, 0.7),
+    ),
+    (
+        "nsys-stats-kern-sum-vllm-dsr1-b200-allgather-ring-ll-table-format.txt",
+        "communication is <1% of GPU kernel time",
+        not_comm_bound,
+    ),
+    (
+        "nccllog-efa-p4-2node-nccl2.7.8-libfabric-no-gdrdma-16rank.txt",
+        "GPUDirect RDMA not used on p4",
+        gdr_not_used_on_ofi,
+    ),
+    (
+        "nccllog-efa-instance-ofi-tcp-provider-nccl2.4.6-2node.txt",
+        "OFI selected the tcp;ofi_rxm provider",
+        tcp_provider_on_ofi,
+    ),
 ];
 
 /// Every flag of the file (its own and its `also_nccl_log`'s), or the one fact that there are none.
@@ -385,7 +486,7 @@ fn wrong_at_every_size(case: &Case) -> Outcome {
     let every = array(&t["rows"])
         .iter()
         .all(|r| r["wrong"].as_f64().is_some_and(|w| w > 0.0));
-    let finding = case.findings_of("link_errors").first().copied().cloned();
+    let finding = case.findings_of("wrong_results").first().copied().cloned();
     Outcome::check(
         every
             && finding
@@ -590,4 +691,179 @@ fn loopback_shown_single_node(case: &Case) -> Outcome {
         socket_lo && log["nnodes"] == 1 && log["network_carries_data"] == false,
         || format!("interfaces {}, nnodes {}", log["interfaces"], log["nnodes"]),
     )
+}
+
+fn plugin_fell_back_to_ib(case: &Case) -> Outcome {
+    let log = log(case);
+    let finding = case.findings().into_iter().find(|f| {
+        let text = finding_text(f);
+        f["kind"] == "net_plugin_fallback" && text.contains("AWS Libfabric") && text.contains("IB")
+    });
+    Outcome::check(finding.is_some() && log["network"] == "IB", || {
+        format!("network {}, findings {:?}", log["network"], case.findings())
+    })
+}
+
+fn single_node_test_no_network(case: &Case) -> Outcome {
+    let t = case
+        .tests()
+        .first()
+        .copied()
+        .cloned()
+        .unwrap_or(Value::Null);
+    let network: Vec<&Value> = case
+        .serious_findings()
+        .into_iter()
+        .filter(|f| f["subject"].get("interface").is_some() || f["kind"] == "link_underutilized")
+        .collect();
+    Outcome::check(t["nnodes"] == 1 && network.is_empty(), || {
+        format!("nnodes {}, findings {network:?}", t["nnodes"])
+    })
+}
+
+fn stops_before_init_complete(case: &Case) -> Outcome {
+    let log = log(case);
+    let finding = case.findings_of("results_incomplete").into_iter().any(|f| {
+        array(&f["cites"]).iter().any(|c| {
+            c["text"]
+                .as_str()
+                .is_some_and(|t| t.contains("P2P Chunksize"))
+        })
+    });
+    Outcome::check(log["init_complete"] == false && finding, || {
+        format!(
+            "init_complete {}, findings {:?}",
+            log["init_complete"],
+            case.findings()
+        )
+    })
+}
+
+fn wrong_without_a_cause(case: &Case) -> Outcome {
+    let f = case.findings_of("wrong_results").first().copied().cloned();
+    let named_cause = !case.findings_of("link_errors").is_empty();
+    Outcome::check(
+        f.as_ref().is_some_and(|f| {
+            f["severity"] == "critical" && f["evidence"]["wrong_elements"] == 475896.0
+        }) && !named_cause,
+        || format!("findings {:?}", case.findings()),
+    )
+}
+
+fn p2p_disabled(case: &Case) -> Outcome {
+    let found = case.findings().into_iter().any(|f| {
+        f["subject"]["setting"] == "NCCL_P2P_DISABLE"
+            && array(&f["cites"]).iter().any(|c| {
+                c["text"]
+                    .as_str()
+                    .is_some_and(|t| t.contains("NCCL_P2P_DISABLE=1"))
+            })
+    });
+    Outcome::check(found, || format!("findings {:?}", case.findings()))
+}
+
+fn loopback_among_socket_interfaces(case: &Case) -> Outcome {
+    let found = case
+        .findings_of("nccl_misconfiguration")
+        .into_iter()
+        .any(|f| {
+            f["subject"]["interface"] == "lo"
+                && format!("{} {}", finding_text(f), f["action"]).contains("NCCL_SOCKET_IFNAME")
+        });
+    Outcome::check(
+        found && has_interface(case, "eth1") == Outcome::Agree,
+        || format!("findings {:?}", case.findings()),
+    )
+}
+
+fn failure_quoted(case: &Case, words: &str) -> Outcome {
+    Outcome::check(
+        finding_with(case, "test_failed", &[words]).is_some(),
+        || format!("no failure quotes {words:?}: {:?}", case.findings()),
+    )
+}
+
+fn docker_bridge_noted(case: &Case) -> Outcome {
+    let found = case
+        .findings()
+        .into_iter()
+        .any(|f| f["subject"]["interface"] == "eth0" && finding_text(f).contains("172.17."));
+    Outcome::check(found, || format!("findings {:?}", case.findings()))
+}
+
+fn ranks_share_a_gpu(case: &Case) -> Outcome {
+    let f = case
+        .findings_of("ranks_share_gpu")
+        .first()
+        .copied()
+        .cloned();
+    Outcome::check(
+        f.as_ref().is_some_and(|f| f["evidence"]["ranks"] == 2),
+        || format!("findings {:?}", case.findings()),
+    )
+}
+
+fn collapse_32m(case: &Case) -> Outcome {
+    let Some(f) = case
+        .findings_of("bandwidth_collapse")
+        .first()
+        .copied()
+        .cloned()
+    else {
+        return Outcome::Disagree(format!(
+            "no bandwidth_collapse finding: {:?}",
+            case.findings()
+        ));
+    };
+    let e = &f["evidence"];
+    Outcome::check(
+        e["before_bytes"] == 32u64 << 20 && e["before_busbw_gbps"] == 29.5,
+        || format!("evidence {e}"),
+    )
+}
+
+fn ll_protocol_flagged(case: &Case) -> Outcome {
+    let found = case
+        .findings()
+        .into_iter()
+        .any(|f| f["kind"] == "low_bandwidth_protocol" && finding_text(f).contains("AllReduce"));
+    Outcome::check(found, || format!("findings {:?}", case.findings()))
+}
+
+fn nccl_kernel_share(case: &Case, low: f64, high: f64) -> Outcome {
+    let t = array(&case.report["kernel_summaries"])
+        .first()
+        .copied()
+        .cloned()
+        .unwrap_or(Value::Null);
+    let share = match (
+        t["nccl_kernel_time_us"].as_f64(),
+        t["kernel_time_us"].as_f64(),
+    ) {
+        (Some(n), Some(k)) if k > 0.0 => n / k,
+        _ => -1.0,
+    };
+    Outcome::check((low..=high).contains(&share), || format!("share {share}"))
+}
+
+fn not_comm_bound(case: &Case) -> Outcome {
+    match nccl_kernel_share(case, 0.0, 0.01) {
+        Outcome::Agree => nothing_serious(case, "communication is under 1 % of kernel time"),
+        other => other,
+    }
+}
+
+fn gdr_not_used_on_ofi(case: &Case) -> Outcome {
+    let log = log(case);
+    let finding = finding_with(case, "nccl_misconfiguration", &["GDRDMA"]);
+    Outcome::check(log["gdr"] == false && finding.is_some(), || {
+        format!("gdr {}, findings {:?}", log["gdr"], case.findings())
+    })
+}
+
+fn tcp_provider_on_ofi(case: &Case) -> Outcome {
+    let found = finding_with(case, "nccl_misconfiguration", &["tcp;ofi_rxm"]);
+    Outcome::check(found.is_some(), || {
+        format!("findings {:?}", case.findings())
+    })
 }

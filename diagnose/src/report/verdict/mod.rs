@@ -44,6 +44,7 @@ pub fn conclude(ctx: &Context, findings: &[Finding]) -> Conclusion {
     Conclusion {
         verdict,
         evidence: facts.evidence(ctx),
+        cites: facts.cites(),
         summary,
         action,
         confident,
@@ -56,7 +57,13 @@ pub fn conclude(ctx: &Context, findings: &[Finding]) -> Conclusion {
 pub fn baseline<'a>(tests: &'a [TestReport]) -> Option<&'a TestReport> {
     let inter: Vec<&TestReport> = tests
         .iter()
-        .filter(|t| t.test.nnodes().is_some_and(|n| n > 1) && trustworthy(&t.test, &t.summary))
+        .filter(|t| {
+            t.test
+                .nnodes()
+                .or(t.test.nnodes_at_least())
+                .is_some_and(|n| n > 1)
+                && trustworthy(&t.test, &t.summary)
+        })
         .collect();
     let pick = |v: &[&'a TestReport]| {
         v.iter().copied().max_by(|a, b| {
@@ -142,7 +149,7 @@ impl<'a> Facts<'a> {
             mixed: findings
                 .iter()
                 .find(|f| f.kind == "mixed_inputs" && f.severity >= Severity::Warning),
-            failed: first("test_failed").or_else(|| first("link_errors")),
+            failed: first("test_failed").or_else(|| first("wrong_results")),
             impossible: first("impossible_bandwidth"),
             base_collapse: base.and_then(|b| {
                 findings.iter().find(|f| {
@@ -180,6 +187,40 @@ impl<'a> Facts<'a> {
                 .map(|bare| *bw < TRAINING_MEETS_BASELINE * bare),
             _ => None,
         }
+    }
+
+    /// The input lines the verdict rests on: the baseline's peak row and average, and those of the findings it
+    /// weighs (two each), the most severe first.
+    fn cites(&self) -> Vec<crate::lines::Cite> {
+        let mut out: Vec<crate::lines::Cite> = Vec::new();
+        let mut push = |c: &crate::lines::Cite| {
+            if !out.contains(c) {
+                out.push(c.clone());
+            }
+        };
+        let weighed = [
+            self.worst,
+            self.mixed,
+            self.failed,
+            self.impossible,
+            self.base_collapse,
+            self.exposed,
+            self.cpu_bound,
+        ];
+        for f in weighed
+            .into_iter()
+            .flatten()
+            .chain(self.binding.iter().copied())
+        {
+            f.cites.iter().take(2).for_each(&mut push);
+        }
+        if let Some(b) = self.base.filter(|_| self.mixed.is_none()) {
+            let peak = b.summary.peak_at_bytes.map(|p| vec![p]).unwrap_or_default();
+            crate::findings::test_rows(b, &peak)
+                .iter()
+                .for_each(&mut push);
+        }
+        out
     }
 
     /// The lines that back the verdict: baseline, link (and the fabric when it is more than one link),
