@@ -163,12 +163,17 @@ int main(int argc, char **argv) {
         A[i] = (float)(i % 7) * 0.01f;
         B[i] = (float)(i % 5) * 0.02f;
     }
-    /* Calibrate the compute unit under the same sharing of cores as the loop (all ranks at once); every rank
-     * takes the slowest rank's figure so the ranks do the same work. */
+    /* Calibrate the compute unit under the same sharing of cores as the loop (all ranks at once, over at least
+     * 0.3 s); every rank takes the slowest rank's figure so the ranks do the same work. */
+    for (int i = 0; i < 20; i++) compute_unit(); /* warm-up */
     MPI_Barrier(MPI_COMM_WORLD);
     long long t0 = now_ns();
-    for (int i = 0; i < 20; i++) compute_unit();
-    double unit_ms = (now_ns() - t0) / 20e6, slowest;
+    long n = 0;
+    while (n < 20 || now_ns() - t0 < 300000000LL) {
+        compute_unit();
+        n++;
+    }
+    double unit_ms = (now_ns() - t0) / 1e6 / (double)n, slowest;
     MPI_Allreduce(&unit_ms, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     long units = (long)(compute_ms / slowest + 0.5);
     if (units < buckets * 2) units = buckets * 2;

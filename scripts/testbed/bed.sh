@@ -17,7 +17,7 @@
 #   keeps running after the job, for its last steps and findings).
 #
 # Topology (everything named with a per-run prefix `cwb<hex>`): a "switch" namespace with two bridges (fabric,
-# management); each node namespace has `fab0` (10.10.0.k+1/24) and `mgmt0` (10.11.0.k+1/24) into them, shaped
+# management); each node namespace has `fab0` (10.10.0.k+1/24) and `mgmt0` (10.9.0.k+1/24) into them, shaped
 # with tbf on both directions, and `ctl0` (10.200.X.k+10/24) to a bridge in the root namespace holding the
 # collector's gRPC address 10.200.X.1 (its HTTP API listens on 127.0.0.1 only). No default route anywhere; nothing
 # leaves the machine. Each node runs in its own pid, mount and UTS namespace (hostname nodeK), so its agent sees
@@ -115,7 +115,10 @@ cleanup_prefix() {
 # Globals of one run: P (prefix), N (nodes), RUN (state dir), CTL_NET (10.200.X), CG (cgroup dir), CGV.
 node_ns() { echo "$P-node$1"; }
 fab_addr() { echo "10.10.0.$(($1 + 1))"; }
-mgmt_addr() { echo "10.11.0.$(($1 + 1))"; }
+# The management subnet sorts below the fabric's: gloo's pairs connect from the higher address to the lower
+# one's listener, so a rank bound to its management address is connected to by its peers, over their
+# management links (the seed's fault as the issue saw it), instead of connecting out itself over its fabric.
+mgmt_addr() { echo "10.9.0.$(($1 + 1))"; }
 ctl_addr() { echo "$CTL_NET.$(($1 + 10))"; }
 
 pick_ctl_net() {

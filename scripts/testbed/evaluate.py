@@ -625,7 +625,9 @@ def print_report(r, out=sys.stdout):
         for key, d in fault["during"].items():
             w(f"   during, {key}: {d.get('inferred_steps')} steps for {d.get('truth_steps')}, period "
               f"{fmt(d.get('inferred_period_s'), ' s', 3)} vs {fmt(d.get('truth_period_s'), ' s', 3)} "
-              f"({fmt(d.get('period_off_pct'), ' %', 1)})")
+              f"({fmt(d.get('period_off_pct'), ' %', 1)}); management tx/rx "
+              f"{fmt(d.get('management_tx_truth_mb_median'), '', 1)}/{fmt(d.get('management_rx_truth_mb_median'), '', 1)}"
+              f" MB/step, fabric tx {fmt(d.get('fabric_tx_truth_mb_median'), '', 1)} MB/step (kernel)")
     warn = sum(1 for f in r["findings"] if f.get("severity") in ("warning", "critical"))
     w(f"findings: {len(r['findings'])} ({warn} warning/critical)")
     for f in r["findings"]:

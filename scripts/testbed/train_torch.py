@@ -79,12 +79,16 @@ def main():
     def unit():
         return torch.mm(m, m)
 
-    # Calibrate under the same sharing of cores as the loop; every rank takes the slowest rank's figure.
-    dist.barrier()
-    t0 = time.perf_counter()
+    # Calibrate under the same sharing of cores as the loop (after a warm-up: the first products are slow),
+    # over at least 0.3 s; every rank takes the slowest rank's figure.
     for _ in range(20):
         unit()
-    per = torch.tensor([(time.perf_counter() - t0) / 20])
+    dist.barrier()
+    t0, n = time.perf_counter(), 0
+    while n < 20 or time.perf_counter() - t0 < 0.3:
+        unit()
+        n += 1
+    per = torch.tensor([(time.perf_counter() - t0) / n])
     dist.all_reduce(per, op=dist.ReduceOp.MAX)
     units = max(2 * a.buckets, int(round(a.compute_ms / 1000 / per.item())))
     grad = torch.ones(a.bytes // 4)
