@@ -207,17 +207,21 @@ pub fn cite_by_subject(f: Finding, ctx: &Context) -> Finding {
                 "version",
             ]
         };
-        let more = topics.iter().flat_map(|t| log.cited(t));
-        let f = f.cite(&cites);
-        return if f.cites.is_empty() {
-            let f = f.cite(more);
-            if f.cites.is_empty() {
-                f.cite(log.cited("last_line"))
-            } else {
-                f
-            }
-        } else {
+        // The first two topics that have lines, two lines each: enough to check, short enough to read.
+        let more: Vec<&Cite> = topics
+            .iter()
+            .map(|t| log.cited(t))
+            .filter(|c| !c.is_empty())
+            .take(2)
+            .flat_map(|c| c.iter().take(2))
+            .collect();
+        let f = f.cite(cites.iter().take(4));
+        return if !f.cites.is_empty() {
             f
+        } else if !more.is_empty() {
+            f.cite(more)
+        } else {
+            f.cite(log.cited("last_line"))
         };
     }
     if let Some(t) = ctx.tests.iter().find(|t| t.file == file) {

@@ -39,8 +39,13 @@ pub use self::naming::collective_from_name;
 pub enum NcclTestsError {
     #[error("{file}: cannot read: {error}")]
     Io { file: String, error: std::io::Error },
-    #[error("{file}: no nccl-tests result table found")]
-    NoResults { file: String },
+    /// Nothing in the file was a result table or a failed run; the first lines that could not be placed, to
+    /// show what the file holds.
+    #[error("{file}: no nccl-tests result table found (first lines: {})", first_lines.join(" | "))]
+    NoResults {
+        file: String,
+        first_lines: Vec<String>,
+    },
     #[error("{file}: invalid nccl-tests JSON at line {line}, column {column}: {message}")]
     Json {
         file: String,
@@ -380,8 +385,14 @@ pub fn parse_str(text: &str, file: &str) -> Result<NcclTestsFile, NcclTestsError
         .tests
         .retain(|t| !t.rows.is_empty() || t.failure.is_some());
     if parsed.tests.is_empty() {
+        let first_lines = crate::lines::lines(text)
+            .filter(|l| !l.text.is_empty())
+            .take(5)
+            .map(|l| format!("{}: {}", l.number, l.raw.trim()))
+            .collect();
         return Err(NcclTestsError::NoResults {
             file: file.to_string(),
+            first_lines,
         });
     }
     for test in &mut parsed.tests {

@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use super::model::Report;
+use super::model::{InputRecord, Report};
 use super::scaling::scaling_table;
 use super::units::human_bytes;
 use crate::analysed::TestReport;
@@ -77,8 +77,17 @@ fn inputs(o: &mut String, r: &Report) {
 /// Step 1: each nccl-tests result against the fabric, then how the peak holds up with scale.
 fn baselines(o: &mut String, r: &Report) {
     let _ = writeln!(o, "Step 1. Baselines: bare communication (nccl-tests)");
-    if r.nccl_tests.is_empty() {
+    let unread: Vec<&InputRecord> = r
+        .inputs
+        .iter()
+        .filter(|i| i.kind == "nccl_tests" && i.status == "error")
+        .collect();
+    if r.nccl_tests.is_empty() && unread.is_empty() {
         let _ = writeln!(o, "  no nccl-tests results given (--nccl-tests)");
+    }
+    for i in unread {
+        let why = i.warnings.first().map(String::as_str).unwrap_or("");
+        let _ = writeln!(o, "  {} gave no results: {why}", i.path);
     }
     for t in &r.nccl_tests {
         test_heading(o, t);
@@ -466,6 +475,19 @@ fn findings(o: &mut String, r: &Report) {
         let ev: Vec<String> = f.evidence.iter().map(|(k, v)| format!("{k}={v}")).collect();
         let _ = writeln!(o, "      evidence: {}", ev.join(" "));
         let _ = writeln!(o, "      action: {}", f.action);
+        cited(o, "      ", &f.cites);
+    }
+}
+
+/// The input lines a claim rests on, one per line: `file:line: the line`.
+fn cited(o: &mut String, indent: &str, cites: &[crate::lines::Cite]) {
+    if cites.is_empty() {
+        return;
+    }
+    let _ = writeln!(o, "{indent}lines:");
+    for c in cites {
+        let at = c.line.map(|l| format!(":{l}")).unwrap_or_default();
+        let _ = writeln!(o, "{indent}  {}{at}: {}", c.file, c.text);
     }
 }
 
@@ -476,6 +498,7 @@ fn conclusion(o: &mut String, r: &Report) {
         let _ = writeln!(o, "  - {e}");
     }
     let _ = writeln!(o, "  action: {}", r.conclusion.action);
+    cited(o, "  ", &r.conclusion.cites);
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use super::super::model::{worst_severity, Conclusion, Report};
-use super::markup::{badge, esc, inline};
+use super::markup::{badge, cites, esc, inline};
 use crate::findings::Severity;
 
 /// How the verdict reads: good news, a problem, or not known yet.
@@ -124,6 +124,10 @@ pub fn section(r: &Report) -> String {
             let _ = write!(o, "<li>{}</li>", inline(e));
         }
         o.push_str("</ul>");
+    }
+    if !c.cites.is_empty() {
+        o.push_str("<h3>Lines it rests on</h3>");
+        o.push_str(&cites(&c.cites));
     }
     let _ = write!(
         o,

@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::super::model::Report;
 use super::super::units::human_bytes;
-use super::markup::{badge, code, duration, esc, file, inline, Align, Table, UNKNOWN};
+use super::markup::{badge, cites, code, duration, esc, file, inline, Align, Table, UNKNOWN};
 use crate::findings::{Finding, Severity};
 
 /// The section's body.
@@ -95,6 +95,7 @@ fn instance(f: &Finding) -> String {
             .collect();
         let _ = write!(o, "<p class=\"subject\">About: {}</p>", about.join(" · "));
     }
+    o.push_str(&cites(&f.cites));
     o.push_str("</div>");
     if !f.evidence.is_empty() {
         let mut t = Table::new(

@@ -98,6 +98,25 @@ pub fn file(path: &str) -> String {
     )
 }
 
+/// The input lines a claim rests on: each as `file:line` (the path in its tooltip) and the line quoted.
+pub fn cites(list: &[crate::lines::Cite]) -> String {
+    if list.is_empty() {
+        return String::new();
+    }
+    let mut o = String::from("<ul class=\"cites\" title=\"the input lines this rests on\">");
+    for c in list {
+        let at = c.line.map(|l| format!(":{l}")).unwrap_or_default();
+        o.push_str(&format!(
+            "<li>{}<span class=\"at\">{}</span> <code>{}</code></li>",
+            file(&c.file),
+            esc(&at),
+            esc(&c.text)
+        ));
+    }
+    o.push_str("</ul>");
+    o
+}
+
 /// Shown where a value is unknown.
 pub const UNKNOWN: &str = "<span class=\"unknown\" title=\"unknown\">–</span>";
 

@@ -174,6 +174,10 @@ fn about_training(f: &Facts) -> Option<Judgment> {
 /// What the judgment lacks; a critical finding, which stands without it, is named too.
 fn missing(f: &Facts) -> Judgment {
     let missing = match (f.base.is_some(), f.rate.is_some()) {
+        (false, _) if f.tests_given > 0 => {
+            "a multi-node nccl-tests baseline (--nccl-tests): the runs given ran on one node, failed, or do not \
+             show their nodes"
+        }
         (false, _) => "a multi-node nccl-tests baseline (--nccl-tests)",
         (true, false) => "the link rate (--link-rate or --collector)",
         _ => "a training trace (--trace or --nsys)",

@@ -130,6 +130,8 @@ struct Facts<'a> {
     /// Findings that blame the NIC binding or the link, in report order.
     binding: Vec<&'a Finding>,
     misconfigured: Option<&'a Finding>,
+    /// nccl-tests runs read (whether or not one is a baseline).
+    tests_given: usize,
     /// The most severe finding (the first: findings come most severe first).
     worst: Option<&'a Finding>,
     traced: bool,
@@ -163,6 +165,7 @@ impl<'a> Facts<'a> {
                 .filter(|f| is_binding(f) || f.kind == "link_underutilized")
                 .collect(),
             misconfigured: findings.iter().find(|f| is_binding(f)),
+            tests_given: ctx.tests.len(),
             worst: findings.first(),
             traced: !ctx.traces.is_empty(),
         }
