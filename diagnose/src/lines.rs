@@ -61,6 +61,9 @@ pub struct Line<'a> {
     pub text: Cow<'a, str>,
     /// The first host or rank label removed from the start, when there was one (`0`, `worker-1`).
     pub label: Option<String>,
+    /// The host label removed from the start (`pdsh`'s `worker-1: `, nccl-tests' own `HOST: Test NCCL
+    /// failure`), when there was one.
+    pub host: Option<String>,
 }
 
 impl Line<'_> {
@@ -73,18 +76,25 @@ impl Line<'_> {
 /// Every line of `text`, normalised, with its number.
 pub fn lines(text: &str) -> impl Iterator<Item = Line<'_>> {
     text.lines().enumerate().map(|(i, raw)| {
-        let (text, label) = normalize(raw);
+        let (text, label, host) = normalize_labels(raw);
         Line {
             number: i + 1,
             raw,
             text,
             label,
+            host,
         }
     })
 }
 
 /// A raw line without its prefixes, colours and tabs, trimmed; and the first label removed.
 pub fn normalize(raw: &str) -> (Cow<'_, str>, Option<String>) {
+    let (text, label, _) = normalize_labels(raw);
+    (text, label)
+}
+
+/// [`normalize`], and the host label removed, apart.
+fn normalize_labels(raw: &str) -> (Cow<'_, str>, Option<String>, Option<String>) {
     let mut text: Cow<'_, str> = Cow::Borrowed(raw.trim_end_matches('\r'));
     if text.contains('\x1b') {
         text = Cow::Owned(strip_ansi(&text));
@@ -96,8 +106,9 @@ pub fn normalize(raw: &str) -> (Cow<'_, str>, Option<String>) {
         text = Cow::Owned(crate::nccl_tests::strip_mpi_tags(&text).into_owned());
     }
     let mut label = None;
+    let mut host = None;
     let mut start = 0;
-    let mut rank_tag = None;
+    let mut rank_tags: Vec<String> = Vec::new();
     loop {
         let rest = text[start..].trim_start();
         let skipped = text.len() - start - rest.len();
@@ -105,7 +116,10 @@ pub fn normalize(raw: &str) -> (Cow<'_, str>, Option<String>) {
             break;
         };
         if let Prefix::RankTag(tag) = &what {
-            rank_tag.get_or_insert_with(|| tag.clone());
+            rank_tags.push(tag.clone());
+        }
+        if let Prefix::Host(h) = &what {
+            host.get_or_insert_with(|| h.clone());
         }
         if label.is_none() {
             label = what.label();
@@ -113,9 +127,13 @@ pub fn normalize(raw: &str) -> (Cow<'_, str>, Option<String>) {
         start += skipped + len;
     }
     let body = text[start..].trim();
-    let text = match rank_tag {
-        Some(tag) if !body.contains("NCCL ") && body.contains(tag.as_str()) => {
-            Cow::Owned(body.replace(tag.as_str(), " ").trim().to_string())
+    let text = match rank_tags.is_empty() {
+        false if !body.contains("NCCL ") && rank_tags.iter().any(|t| body.contains(t.as_str())) => {
+            let mut b = body.to_string();
+            for t in &rank_tags {
+                b = b.replace(t.as_str(), " ");
+            }
+            Cow::Owned(b.trim().to_string())
         }
         _ if start == 0 => match text {
             Cow::Borrowed(b) => Cow::Borrowed(b.trim()),
@@ -123,7 +141,7 @@ pub fn normalize(raw: &str) -> (Cow<'_, str>, Option<String>) {
         },
         _ => Cow::Owned(body.to_string()),
     };
-    (text, label)
+    (text, label, host)
 }
 
 /// What a leading label was.
@@ -188,7 +206,9 @@ fn leading_label(s: &str) -> Option<(usize, Prefix)> {
     host_label(s)
 }
 
-/// `pdsh`'s `host: ` before a table line, a comment, an NCCL line or the same host's own prefix.
+/// `pdsh`'s `host: `: a host name that looks like one (with a digit, `-`, `.` or `_`: `node03`, `HCA-128`,
+/// not `Note` or `Error`), or any name before a table line, a comment, an NCCL line or the same host's own
+/// `host:pid:tid` prefix.
 fn host_label(s: &str) -> Option<(usize, Prefix)> {
     let colon = s.find(": ")?;
     let host = &s[..colon];
@@ -202,7 +222,11 @@ fn host_label(s: &str) -> Option<(usize, Prefix)> {
         return None;
     }
     let rest = s[colon + 2..].trim_start();
-    let follows = rest.starts_with('#')
+    let named = host
+        .bytes()
+        .any(|c| c.is_ascii_digit() || c == b'-' || c == b'.' || c == b'_');
+    let follows = named
+        || rest.starts_with('#')
         || rest.starts_with(|c: char| c.is_ascii_digit())
         || rest.starts_with("NCCL ")
         || rest.starts_with(&format!("{host}:"));
@@ -362,6 +386,11 @@ mod tests {
             plain("[0]   1048576  262144  float  sum  -1[0]  1626.5  0.64  1.24  0[0]  2302.3  0.46  0.87  0"),
             "1048576  262144  float  sum  -1   1626.5  0.64  1.24  0   2302.3  0.46  0.87  0"
         );
+        // Tags of two launchers, both repeated mid-line.
+        assert_eq!(
+            plain("[3] [0]  8  2  float  sum  -1[0]  10.0  0.00  0.00  0"),
+            "8  2  float  sum  -1   10.0  0.00  0.00  0"
+        );
         // NCCL's own tags stay: they are the log's data.
         let nccl = "[0] NCCL INFO Channel 00 : 0[0] -> 1[1] via P2P/IPC";
         assert_eq!(plain(nccl), nccl);
@@ -371,9 +400,19 @@ mod tests {
             plain(pdsh),
             "w-0:19487:21056 [3] NCCL INFO Using network IBext"
         );
-        // A host before prose is kept: it may be the failing host of a failure line.
+        // The host before nccl-tests' failure line goes, and is kept apart as the line's host.
         let failure = "c2211f46f318: Test NCCL failure common.cu:1005 'unhandled CUDA error'";
-        assert_eq!(plain(failure), failure);
+        assert_eq!(
+            plain(failure),
+            "Test NCCL failure common.cu:1005 'unhandled CUDA error'"
+        );
+        assert_eq!(normalize_labels(failure).2.as_deref(), Some("c2211f46f318"));
+        // A word before prose is no host.
+        assert_eq!(plain("Note: see below"), "Note: see below");
+        assert_eq!(
+            plain("rccl-tests: Version develop:3f7f785"),
+            "Version develop:3f7f785"
+        );
     }
 
     #[test]

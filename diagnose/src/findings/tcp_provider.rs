@@ -25,7 +25,7 @@ pub fn check(ctx: &Context) -> Vec<Finding> {
                      are present (fi_info -p efa)",
                 )
                 .subject("file", &l.file)
-                .subject("setting", "FI_PROVIDER")
+                .subject("provider", provider)
                 .evidence("provider", provider.to_string())
                 .evidence("network", l.log.network.clone().unwrap_or_default())
                 .cite(l.log.cited("provider")),

@@ -374,10 +374,21 @@ pub fn parse_file(path: &Path) -> Result<NcclTestsFile, NcclTestsError> {
 /// A run that failed before its first row is kept (with its [`Failure`]); a file with neither rows nor a
 /// failure is [`NcclTestsError::NoResults`].
 pub fn parse_str(text: &str, file: &str) -> Result<NcclTestsFile, NcclTestsError> {
-    let mut parsed = if json::is_json_lines(text) {
-        json::parse_json_lines(text)
-    } else if text.trim_start().starts_with('{') {
-        json::parse_json(text, file)?
+    // JSON passed through a launcher carries its prefixes too: detected and read on the plain lines.
+    let plain: Option<String> = (!json::is_json_lines(text) && !text.trim_start().starts_with('{'))
+        .then(|| {
+            crate::lines::lines(text)
+                .map(|l| l.text.into_owned() + "\n")
+                .collect()
+        });
+    let json_text = plain
+        .as_deref()
+        .filter(|p| json::is_json_lines(p) || p.trim_start().starts_with('{'))
+        .unwrap_or(text);
+    let mut parsed = if json::is_json_lines(json_text) {
+        json::parse_json_lines(json_text)
+    } else if json_text.trim_start().starts_with('{') {
+        json::parse_json(json_text, file)?
     } else {
         text::parse_text(text)
     };

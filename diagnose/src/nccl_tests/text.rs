@@ -32,12 +32,15 @@ struct TextState {
     failure_primary: bool,
     warnings: Vec<LineWarning>,
     skipped: usize,
+    /// The host label the line being read came with (`HCA-128: Test NCCL failure …`).
+    host: Option<String>,
 }
 
 pub fn parse_text(text: &str) -> NcclTestsFile {
     let mut st = TextState::default();
     for line in crate::lines::lines(text) {
         if !line.text.is_empty() {
+            st.host = line.host.clone();
             st.line(&line.text, line.number);
         }
     }
@@ -62,7 +65,10 @@ impl TextState {
             }
             return;
         }
-        if let Some(f) = failure_line(line) {
+        if let Some(mut f) = failure_line(line) {
+            if f.host.is_none() {
+                f.host = self.host.clone();
+            }
             self.failure(f, lineno);
             return;
         }
