@@ -195,7 +195,36 @@ fn leading_label(s: &str) -> Option<(usize, Prefix)> {
             let len = close + 1 + usize::from(after.starts_with(':'));
             return Some((len, Prefix::Rank(r.to_string())));
         }
+        // torchrun's `[default0]:`, `[worker3]:`: a word and a local rank, then a colon.
+        let word = inner.trim_end_matches(|c: char| c.is_ascii_digit());
+        if after.starts_with(':')
+            && word.len() < inner.len()
+            && !word.is_empty()
+            && word
+                .bytes()
+                .all(|c| c.is_ascii_alphabetic() || c == b'_' || c == b'-')
+        {
+            return Some((close + 2, Prefix::Rank(inner.to_string())));
+        }
+        // `kubectl logs --prefix`'s `[pod/trainer-worker-0/main] `.
+        if inner.starts_with("pod/") && after.starts_with(' ') {
+            let pod = inner.split('/').nth(1).unwrap_or(inner);
+            return Some((close + 1, Prefix::Host(pod.to_string())));
+        }
         return None;
+    }
+    // `docker compose logs`' `worker-1  | `.
+    if let Some(bar) = s.find(" | ") {
+        let name = s[..bar].trim_end();
+        if !name.is_empty()
+            && !name.contains(' ')
+            && name
+                .bytes()
+                .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_' || c == b'.')
+            && name.bytes().any(|c| c.is_ascii_alphabetic())
+        {
+            return Some((bar + 3, Prefix::Host(name.to_string())));
+        }
     }
     if let Some(r) = s.strip_prefix("rank") {
         let d = r.bytes().take_while(|c| c.is_ascii_digit()).count();
@@ -386,6 +415,12 @@ mod tests {
             plain("[0]   1048576  262144  float  sum  -1[0]  1626.5  0.64  1.24  0[0]  2302.3  0.46  0.87  0"),
             "1048576  262144  float  sum  -1   1626.5  0.64  1.24  0   2302.3  0.46  0.87  0"
         );
+        assert_eq!(plain(&format!("[default3]:{row}")), row);
+        assert_eq!(plain(&format!("[pod/trainer-worker-1/main] {row}")), row);
+        assert_eq!(plain(&format!("trainer-1  | {row}")), row);
+        // A table's own bars are no compose prefix.
+        let bars = "|     0.2 |        46702618 |       621 | ncclDevKernel_AllGather_RING_LL |";
+        assert_eq!(plain(bars), bars);
         // Tags of two launchers, both repeated mid-line.
         assert_eq!(
             plain("[3] [0]  8  2  float  sum  -1[0]  10.0  0.00  0.00  0"),

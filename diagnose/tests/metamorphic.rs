@@ -3,7 +3,8 @@
 //! value; and every finding must cite lines of its input that show what it claims.
 //!
 //! Transforms: each launcher prefix (`srun --label`'s ` 3: `, `mpirun --tag-output`'s `[1,3]<stdout>:`, a
-//! `pdsh` host, a rank tag `[3]`, a timestamp), CRLF line ends, ANSI colours, tabs for runs of spaces, two
+//! `pdsh` host, a rank tag `[3]`, torchrun's `[default3]:`, `kubectl logs --prefix`, `docker compose logs`,
+//! a timestamp), CRLF line ends, ANSI colours, tabs for runs of spaces, two
 //! ranks' NCCL lines interleaved, the file renamed to `input.txt`, and the file cut at a line.
 //!
 //! The facts compared are what a reader takes from a report: per run its collective, ranks, nodes, rows,
@@ -235,6 +236,15 @@ fn transforms(text: &str) -> Vec<(&'static str, String)> {
             per_line(text, |_, l| format!("gpu-node-07: {l}")),
         ),
         ("rank tag", per_line(text, |_, l| format!("[3] {l}"))),
+        ("torchrun", per_line(text, |_, l| format!("[default3]:{l}"))),
+        (
+            "kubectl --prefix",
+            per_line(text, |_, l| format!("[pod/trainer-worker-1/main] {l}")),
+        ),
+        (
+            "compose",
+            per_line(text, |_, l| format!("trainer-1  | {l}")),
+        ),
         (
             "timestamp",
             per_line(text, |i, l| {

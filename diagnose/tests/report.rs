@@ -407,3 +407,84 @@ fn the_collector_inventory_request_carries_the_api_token() {
         "{request}"
     );
 }
+
+/// A report on one file given as `kind`, as JSON and as text.
+fn report_on(text: &str, kind: &str) -> (serde_json::Value, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("input.txt");
+    std::fs::write(&path, text).unwrap();
+    let mut inputs = Inputs::default();
+    match kind {
+        "nccl_tests" => inputs.nccl_tests.push(path),
+        _ => inputs.nccl_logs.push(path),
+    }
+    let r = Report::build(&inputs, &Progress::hidden());
+    (render_json(&r), render_text(&r))
+}
+
+#[test]
+fn an_input_that_gives_nothing_is_unreadable_with_its_reason_and_first_lines() {
+    let prose = "We ran the test on Friday.\n\nIt was slow, see below.\n";
+    let (v, text) = report_on(prose, "nccl_tests");
+    let input = &v["inputs"][0];
+    assert_eq!(input["status"], "error");
+    let why = input["warnings"][0].as_str().unwrap();
+    assert!(why.contains("no nccl-tests result table found"), "{why}");
+    assert!(
+        why.contains("1: We ran the test on Friday. | 3: It was slow, see below."),
+        "{why}"
+    );
+    assert!(text.contains("input.txt gave no results: "), "{text}");
+    assert!(!text.contains("no nccl-tests results given"), "{text}");
+    assert!(!v["conclusion"]["summary"]
+        .as_str()
+        .unwrap()
+        .contains("most severe"));
+    let (v, _) = report_on(prose, "nccl_log");
+    let why = v["inputs"][0]["warnings"][0].as_str().unwrap();
+    assert!(
+        why.contains("no NCCL log lines found (first lines: 1: We ran the test on Friday."),
+        "{why}"
+    );
+}
+
+#[test]
+fn a_crash_is_a_finding_first_and_cites_its_line() {
+    // NCCL 1.0's tests, as pasted: the header, the rank list, the table header, the crash.
+    let out = "nThread 1 nGpus 2 minBytes 8 maxBytes 134217728 step: 2(factor) warmup iters: 5 iters: 20 validation: 1\n\
+               #   Rank  0 on     node03 device  0 [0x00] Tesla P100-PCIE-16GB\n\
+               #   Rank  1 on     node03 device  1 [0x00] Tesla P100-PCIE-16GB\n\
+               #      bytes             N    type      op     time  algbw  busbw      res     time  algbw  busbw      res\n\
+               NCCL failure all_reduce.cu:95 'unhandled cuda error'\n";
+    let (v, text) = report_on(out, "nccl_tests");
+    let f = &v["findings"][0];
+    assert_eq!(
+        (f["kind"].as_str(), f["severity"].as_str()),
+        (Some("test_failed"), Some("critical"))
+    );
+    assert_eq!(f["cites"][0]["line"], 5);
+    assert_eq!(
+        f["cites"][0]["text"],
+        "NCCL failure all_reduce.cu:95 'unhandled cuda error'"
+    );
+    assert_eq!(v["nccl_tests"][0]["nranks"], 2);
+    assert_eq!(v["conclusion"]["verdict"], "run_failed");
+    assert!(!v["conclusion"]["cites"].as_array().unwrap().is_empty());
+    assert!(
+        text.contains("input.txt:5: NCCL failure all_reduce.cu:95 'unhandled cuda error'"),
+        "{text}"
+    );
+    // The same crash in an NCCL log: an error returned up through init, after the warning that says why.
+    let log =
+        "h1:1:2 [0] include/socket.h:361 NCCL WARN Call to connect timeout : Connection refused\n\
+               h1:1:2 [0] NCCL INFO bootstrap.cu:19 -> 2\n\
+               h1:1:2 [0] NCCL INFO init.cu:420 -> 2\n";
+    let (v, _) = report_on(log, "nccl_log");
+    let f = &v["findings"][0];
+    assert_eq!(f["kind"], "test_failed");
+    assert!(f["summary"]
+        .as_str()
+        .unwrap()
+        .contains("Connection refused"));
+    assert_eq!(v["nccl_logs"][0]["failure"]["line"], 2);
+}

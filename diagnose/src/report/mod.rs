@@ -59,7 +59,8 @@ impl Report {
     /// Reads every input (a bad one is recorded and the rest still analysed) and builds the report.
     pub fn build(inputs: &Inputs, progress: &Progress) -> Report {
         let mut records = Vec::new();
-        let tests = read_nccl_tests(&inputs.nccl_tests, &mut records);
+        let mut tests = read_nccl_tests(&inputs.nccl_tests, &mut records);
+        tests.extend(tests_in_logs(&inputs.nccl_logs, &inputs.nccl_tests));
         let mut logs = read_nccl_logs(&inputs.nccl_logs, &mut records);
         logs.extend(logs_in_test_outputs(&inputs.nccl_tests, &inputs.nccl_logs));
         let mut timelines = read_kineto(&inputs.traces, progress, &mut records);
@@ -248,6 +249,31 @@ fn logs_in_test_outputs(paths: &[PathBuf], given_logs: &[PathBuf]) -> Vec<LogRep
                 log,
             })
         })
+        .collect()
+}
+
+/// The nccl-tests results a log carries (the log of an nccl-tests run, given with `--nccl-log`): its runs
+/// with rows. A file also given with `--nccl-tests` is read there, not twice; a failure is the log's own
+/// finding already.
+fn tests_in_logs(paths: &[PathBuf], given_tests: &[PathBuf]) -> Vec<TestReport> {
+    paths
+        .iter()
+        .filter(|p| !given_tests.contains(p))
+        .filter_map(|path| {
+            let f = crate::nccl_tests::parse_file(path).ok()?;
+            Some(
+                f.tests
+                    .into_iter()
+                    .filter(|t| !t.rows.is_empty())
+                    .map(|test| TestReport {
+                        file: path.display().to_string(),
+                        summary: summarize(&test),
+                        test,
+                    })
+                    .collect::<Vec<_>>(),
+            )
+        })
+        .flatten()
         .collect()
 }
 
