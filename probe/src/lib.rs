@@ -3,7 +3,8 @@
 //!
 //! Module map, each using only those before it:
 //! - [`wire`]: the frames and control messages (pure), [`params`]: parameters, limits, accept or refuse (pure),
-//!   [`stats`]: bandwidth and quantiles (pure), [`error`], [`busy`]: the [`BusyCheck`] a server asks;
+//!   [`pace`]: the window and waits of a bulk phase from its measured rate (pure), [`stats`]: bandwidth and
+//!   quantiles (pure), [`error`], [`busy`]: the [`BusyCheck`] a server asks;
 //! - [`conn`]: frame I/O on the control connection, [`transport`]: the [`Transport`] trait and TCP, [`rdma`]:
 //!   the verbs transport (cargo feature `rdma`) and its pure plan;
 //! - [`session`]: the phases on either side, [`result`]: the figures, [`client`] and [`server`]
@@ -13,6 +14,7 @@ pub mod busy;
 pub mod client;
 pub mod conn;
 pub mod error;
+pub mod pace;
 pub mod params;
 pub mod rdma;
 pub mod result;

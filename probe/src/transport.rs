@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::conn::{Conn, GRACE};
 use crate::error::ProbeError;
+use crate::pace::{self, Rate};
 use crate::params::{MAX_PINGS, PING_BYTES};
 use crate::wire::{FrameKind, QpInfo, TransportKind};
 
@@ -20,7 +21,8 @@ pub struct Measure {
 /// A data path. Contract: `connect` runs once, after the two ends exchanged their `local_qp`; a bulk phase is
 /// `send_bulk` on one end and `recv_bulk` on the other, each returning its own measure when this transport
 /// measures on that side (TCP measures at the receiver, RDMA WRITE at the sender); a latency phase is `pings`
-/// on the client and `pongs` on the server. Every wait is bounded by the span plus [`GRACE`].
+/// on the client and `pongs` on the server. Every wait is bounded: by the span plus [`GRACE`], or in a bulk
+/// phase by what the rate measured so far allows ([`crate::pace`]), at least [`GRACE`].
 pub trait Transport: Send {
     fn kind(&self) -> TransportKind;
     /// This end's queue pair, sent to the peer in `Hello`/`Accept` (`None` for TCP).
@@ -93,18 +95,32 @@ impl Transport for Tcp {
     ) -> Result<Option<Measure>, ProbeError> {
         let start = Instant::now();
         let mut bytes = 0u64;
+        let mut frame = 0u64;
         loop {
-            let h = conn.recv_header(span + GRACE).await?;
+            let rate = Rate {
+                bytes,
+                seconds: start.elapsed().as_secs_f64(),
+            };
+            // The first frame may come at the span's end; then each within its time at the rate so far.
+            let wait = if bytes == 0 {
+                span + GRACE
+            } else {
+                pace::wait_for(rate, frame, GRACE)
+            };
+            let h = conn.recv_header(wait).await?;
             match h.kind {
                 FrameKind::Data => {
                     conn.recv_payload(h.len).await?;
-                    bytes += u64::from(h.len);
+                    frame = u64::from(h.len);
+                    bytes += frame;
                 }
                 FrameKind::End => break,
                 k => return Err(ProbeError::Protocol(format!("{k:?} frame in a bulk phase"))),
             }
-            if start.elapsed() > span + GRACE {
-                return Err(ProbeError::Timeout(span + GRACE));
+            // What the sender queued before its span ended drains at the rate: a slow path is slow, not late.
+            let limit = pace::tcp_phase_limit(span, rate, GRACE);
+            if start.elapsed() > limit {
+                return Err(ProbeError::Timeout(limit));
             }
         }
         Ok(Some(Measure {

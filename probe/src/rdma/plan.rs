@@ -6,12 +6,17 @@ use crate::wire::QpInfo;
 
 /// Largest value of a 24-bit field (queue pair number, packet sequence number).
 pub const MAX_24: u32 = 0x00ff_ffff;
-/// RDMA WRITEs in flight at most (perftest's default tx depth is 128).
+/// RDMA WRITEs in flight at most (perftest's default tx depth is 128); fewer on a slower path
+/// ([`crate::pace::window`]).
 pub const WINDOW: u32 = 128;
 /// Receives kept posted for the ping-pong.
 pub const RECV_DEPTH: u32 = 16;
 /// Payload of a SEND that ends the ping-pong (a sequence number no run reaches).
 pub const PING_END: u64 = u64::MAX;
+/// One ping SEND (and its pong) in this many asks for a completion, as perftest's latency tests do: a ping's
+/// round trip ends when the answer arrives, not when the peer's acknowledgement of the ping does. The
+/// unsignalled SENDs before a signalled one leave the send queue when it completes.
+pub const SIGNAL_EVERY: u64 = 32;
 /// Work request ids, so one completion queue serves every kind.
 pub const WR_WRITE: u64 = 1;
 pub const WR_SEND: u64 = 2;
@@ -101,7 +106,8 @@ pub fn needs_grh(peer: &QpInfo) -> bool {
     peer.lid == 0
 }
 
-/// The window of RDMA WRITEs: at most [`WINDOW`] in flight, every one signalled, bytes counted at completion.
+/// The window of RDMA WRITEs: at most a limit in flight (from [`crate::pace::window`], never above [`WINDOW`]),
+/// every one signalled, bytes counted at completion.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Window {
     pub posted: u64,
@@ -120,9 +126,9 @@ impl Window {
     pub fn in_flight(&self) -> u64 {
         self.posted - self.completed
     }
-    /// How many more WRITEs may be posted now.
-    pub fn room(&self) -> u64 {
-        u64::from(WINDOW).saturating_sub(self.in_flight())
+    /// How many more WRITEs may be posted now with at most `limit` in flight.
+    pub fn room(&self, limit: u64) -> u64 {
+        limit.saturating_sub(self.in_flight())
     }
     pub fn on_posted(&mut self, n: u64) {
         self.posted += n;
@@ -144,7 +150,13 @@ impl Window {
     }
 }
 
-/// One ping's progress: its SEND and the peer's answer complete in either order.
+/// Whether the SEND of ping `seq` (and of its pong, which echoes `seq`) asks for a completion: one in
+/// [`SIGNAL_EVERY`], and the end marker's, so the send queue is empty before the queue pair is torn down.
+pub fn signaled(seq: u64) -> bool {
+    seq == PING_END || seq % SIGNAL_EVERY == SIGNAL_EVERY - 1
+}
+
+/// One ping's progress: its SEND (when signalled) and the peer's answer complete in either order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Ping {
     pub sent: bool,
@@ -152,6 +164,14 @@ pub struct Ping {
 }
 
 impl Ping {
+    /// The ping of sequence number `seq`: an unsignalled SEND gives no completion to wait for.
+    pub fn new(seq: u64) -> Ping {
+        Ping {
+            sent: !signaled(seq),
+            answered: false,
+        }
+    }
+
     /// Takes a completion by work request id; `Err` for one that does not belong to a ping.
     pub fn on_completion(&mut self, wr_id: u64) -> Result<(), String> {
         match wr_id {
@@ -246,16 +266,38 @@ mod tests {
     #[test]
     fn the_window_bounds_writes_in_flight_and_counts_completed_bytes() {
         let mut w = Window::new(4096);
-        assert_eq!(w.room(), 128);
+        let limit = u64::from(WINDOW);
+        assert_eq!(w.room(limit), 128);
         w.on_posted(128);
-        assert_eq!(w.room(), 0);
+        assert_eq!(w.room(limit), 0);
         w.on_completed(100).unwrap();
         assert_eq!(w.in_flight(), 28);
-        assert_eq!(w.room(), 100);
+        assert_eq!(w.room(limit), 100);
+        // A smaller limit (a slower path) leaves no room until enough complete.
+        assert_eq!(w.room(3), 0);
         assert_eq!(w.bytes(), 409_600);
         assert!(w.on_completed(29).is_err());
         w.on_completed(28).unwrap();
         assert_eq!(w.bytes(), 128 * 4096);
+    }
+
+    #[test]
+    fn one_send_in_thirty_two_and_the_end_are_signalled() {
+        let n = (0..320).filter(|&s| signaled(s)).count();
+        assert_eq!(n, 10);
+        assert!(!signaled(0) && signaled(31) && !signaled(32) && signaled(63));
+        assert!(signaled(PING_END));
+        // An unsignalled ping is done when its answer arrives; its SEND gives no completion.
+        let mut p = Ping::new(0);
+        assert!(!p.done());
+        p.on_completion(WR_RECV).unwrap();
+        assert!(p.done());
+        assert!(p.on_completion(WR_SEND).is_err());
+        let mut p = Ping::new(31);
+        p.on_completion(WR_RECV).unwrap();
+        assert!(!p.done());
+        p.on_completion(WR_SEND).unwrap();
+        assert!(p.done());
     }
 
     #[test]

@@ -13,6 +13,7 @@ use rdma_sys::*;
 use super::plan::{self, Ping, QpState, Window, WR_RECV, WR_SEND, WR_WRITE};
 use crate::conn::{Conn, GRACE};
 use crate::error::ProbeError;
+use crate::pace;
 use crate::params::MAX_PINGS;
 use crate::transport::{Measure, Transport};
 use crate::wire::{FrameKind, QpInfo, TransportKind};
@@ -341,8 +342,10 @@ impl Res {
         Ok(())
     }
 
-    /// Polls completions until one arrives or `deadline`; their work request ids.
+    /// Polls completions until one arrives or `deadline`; their work request ids. A timeout names the time
+    /// this call waited.
     unsafe fn poll(&mut self, deadline: Instant) -> Result<Vec<u64>, ProbeError> {
+        let entered = Instant::now();
         // SAFETY: the caller's; `wc` has room for the 16 entries asked for.
         unsafe {
             let mut wc: [ibv_wc; 16] = std::mem::zeroed();
@@ -365,15 +368,18 @@ impl Res {
                     return Ok(ids);
                 }
                 if Instant::now() > deadline {
-                    return Err(ProbeError::Timeout(GRACE));
+                    return Err(ProbeError::Timeout(
+                        deadline.saturating_duration_since(entered),
+                    ));
                 }
                 std::hint::spin_loop();
             }
         }
     }
 
-    /// Posts one work request: an RDMA WRITE of the bulk region into the peer's, or a SEND of the send slot.
-    unsafe fn post(&mut self, write: bool) -> Result<(), ProbeError> {
+    /// Posts one work request: an RDMA WRITE of the bulk region into the peer's, or a SEND of the send slot;
+    /// `signaled`: whether it gives a completion.
+    unsafe fn post(&mut self, write: bool, signaled: bool) -> Result<(), ProbeError> {
         let peer = self
             .peer
             .clone()
@@ -393,7 +399,9 @@ impl Res {
             let mut wr: ibv_send_wr = std::mem::zeroed();
             wr.sg_list = &mut sge;
             wr.num_sge = 1;
-            wr.send_flags = ibv_send_flags::IBV_SEND_SIGNALED.0 as c_uint;
+            if signaled {
+                wr.send_flags = ibv_send_flags::IBV_SEND_SIGNALED.0 as c_uint;
+            }
             if write {
                 wr.wr_id = WR_WRITE;
                 wr.opcode = ibv_wr_opcode::IBV_WR_RDMA_WRITE;
@@ -411,26 +419,40 @@ impl Res {
         Ok(())
     }
 
-    /// RDMA WRITEs for `span`, at most a window in flight; bytes and seconds until the last completion.
+    /// RDMA WRITEs for `span`; bytes and seconds until the last completion. The window and each wait follow
+    /// the rate measured so far ([`pace`]): on a slow path fewer writes are in flight and waits are longer, so
+    /// the phase ends soon after `span` with a slow figure; a path with no completion for the wait fails.
     fn bulk(&mut self, span: Duration) -> Result<Measure, ProbeError> {
-        let mut w = Window::new(self.size as u64);
+        let size = self.size as u64;
+        let mut w = Window::new(size);
         let start = Instant::now();
         let stop = start + span;
+        let mut progress = start;
         // SAFETY: connected queue pair; see `post` and `poll`.
         unsafe {
-            while Instant::now() < stop {
-                for _ in 0..w.room() {
-                    self.post(true)?;
-                    w.on_posted(1);
+            loop {
+                let now = Instant::now();
+                let rate = pace::Rate {
+                    bytes: w.bytes(),
+                    seconds: now.duration_since(start).as_secs_f64(),
+                };
+                if now < stop {
+                    let limit = pace::window(rate, size, u64::from(plan::WINDOW));
+                    for _ in 0..w.room(limit) {
+                        self.post(true, true)?;
+                        w.on_posted(1);
+                    }
                 }
-                let ids = self.poll(stop + GRACE)?;
-                w.on_completed(ids.iter().filter(|i| **i == WR_WRITE).count() as u64)
-                    .map_err(ProbeError::Verbs)?;
-            }
-            while w.in_flight() > 0 {
-                let ids = self.poll(stop + GRACE)?;
-                w.on_completed(ids.iter().filter(|i| **i == WR_WRITE).count() as u64)
-                    .map_err(ProbeError::Verbs)?;
+                if w.in_flight() == 0 {
+                    break;
+                }
+                // FIFO completions: the next one is due within one write's time at the rate.
+                let ids = self.poll(progress + pace::wait_for(rate, size, GRACE))?;
+                let n = ids.iter().filter(|i| **i == WR_WRITE).count() as u64;
+                w.on_completed(n).map_err(ProbeError::Verbs)?;
+                if n > 0 {
+                    progress = Instant::now();
+                }
             }
         }
         Ok(Measure {
@@ -439,14 +461,15 @@ impl Res {
         })
     }
 
-    /// Sends `seq` from the send slot and waits for its completion and the peer's answer.
+    /// Sends `seq` from the send slot and waits for the peer's answer (and the SEND's completion when it is
+    /// signalled: [`plan::signaled`]). The slot is rewritten only after the answer, so the peer had the bytes.
     unsafe fn exchange(&mut self, seq: u64, deadline: Instant) -> Result<u64, ProbeError> {
         let s = self.size;
         self.buf[s..s + SLOT].copy_from_slice(&seq.to_be_bytes());
-        let mut p = Ping::default();
+        let mut p = Ping::new(seq);
         // SAFETY: the caller's.
         unsafe {
-            self.post(false)?;
+            self.post(false, plan::signaled(seq))?;
             while !p.done() {
                 for id in self.poll(deadline)? {
                     p.on_completion(id).map_err(ProbeError::Verbs)?;
@@ -483,6 +506,8 @@ impl Res {
         let deadline = Instant::now() + span + GRACE;
         let s = self.size;
         // SAFETY: connected queue pair; the receive slot is read after its completion.
+        // Signalled pong SENDs posted and completed: the last one is waited for before teardown.
+        let (mut signaled, mut completed) = (0u64, 0u64);
         unsafe {
             loop {
                 let mut got = false;
@@ -490,7 +515,7 @@ impl Res {
                     for id in self.poll(deadline)? {
                         match id {
                             WR_RECV => got = true,
-                            WR_SEND => {}
+                            WR_SEND => completed += 1,
                             other => {
                                 return Err(ProbeError::Verbs(format!(
                                     "unexpected completion {other}"
@@ -503,10 +528,17 @@ impl Res {
                 seq.copy_from_slice(&self.buf[s + SLOT..s + 2 * SLOT]);
                 self.post_recv()?;
                 self.buf.copy_within(s + SLOT..s + 2 * SLOT, s);
-                self.post(false)?;
-                if u64::from_be_bytes(seq) == plan::PING_END {
-                    // Wait for the last SEND before the queue pair may be torn down.
-                    let _ = self.poll(deadline)?;
+                let seq = u64::from_be_bytes(seq);
+                let signal = plan::signaled(seq);
+                self.post(false, signal)?;
+                signaled += u64::from(signal);
+                if seq == plan::PING_END {
+                    // Every signalled SEND, the end's last, completes before the queue pair may be torn down.
+                    while completed < signaled {
+                        for id in self.poll(deadline)? {
+                            completed += u64::from(id == WR_SEND);
+                        }
+                    }
                     return Ok(());
                 }
             }
