@@ -14,7 +14,8 @@
 # Environment: COMMWATCH_BIN (default target/debug/commwatch), BED_CACHE (default ~/.cache/commwatch-testbed: the
 #   compiled MPI job and the torch venv), BED_FABRIC_RATE (2gbit), BED_MGMT_RATE (200mbit), BED_PREFIX (the
 #   run's prefix, cwb and up to 7 letters or digits; default random), BED_LINGER_S (8: seconds the collector
-#   keeps running after the job, for its last steps and findings).
+#   keeps running after the job, for its last steps and findings), BED_STRAGGLER_PCT (5: the straggler's CPU
+#   share, % of one core).
 #
 # Topology (everything named with a per-run prefix `cwb<hex>`): a "switch" namespace with two bridges (fabric,
 # management); each node namespace has `fab0` (10.10.0.k+1/24) and `mgmt0` (10.9.0.k+1/24) into them, shaped
@@ -31,6 +32,8 @@ CACHE=${BED_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/commwatch-testbed}
 BIN=${COMMWATCH_BIN:-$REPO/target/debug/commwatch}
 FAB_RATE=${BED_FABRIC_RATE:-2gbit}
 MGMT_RATE=${BED_MGMT_RATE:-200mbit}
+# The straggler's share of one CPU, %: well below what a rank gets on a busy 2-core machine (~20 %), so it bites.
+STRAGGLER_PCT=${BED_STRAGGLER_PCT:-5}
 PREFIX_GLOB=cwb
 VENV=$CACHE/venv
 MPI_PROG=$CACHE/allreduce_mpi
@@ -322,7 +325,7 @@ mgmt-one-route   torch: no variable; node1's host name resolves to its managemen
 mgmt-all-route   torch: every node's name resolves to its management address
 ratecut          node2's fabric link cut to 1/4 of its rate (tc) from step 6 for 10 steps
 loss             2 % packet loss on node2's fabric link (netem, both directions) from step 6 for 10 steps
-straggler        node3's job CPU-limited to 25 % of a core (cgroup) from step 6 for 10 steps
+straggler        node3's job CPU-limited to 5 % of a core (cgroup; BED_STRAGGLER_PCT) from step 6 for 10 steps
 twojobs          two jobs at once: A on node0,node1 (16 MiB, 0.4 s), B on node2,node3 (8 MiB, 0.8 s)
 EOF
 }
@@ -460,7 +463,7 @@ apply_fault() { # apply_fault on|off
       loss:off)
         ip netns exec "$(node_ns "$k")" tc qdisc del dev fab0 parent 1:1 handle 10: || true
         ip netns exec "$P-sw" tc qdisc del dev "f$k" parent 1:1 handle 10: || true ;;
-      straggler:on) cpu_limit "$k" 25 ;;
+      straggler:on) cpu_limit "$k" "$STRAGGLER_PCT" ;;
       straggler:off) cpu_limit "$k" max ;;
     esac
   done
@@ -615,4 +618,9 @@ esac
 }
 
 # Sourcing the script (for a test of its functions) defines them without running anything.
-if [[ ${BASH_SOURCE[0]} == "$0" ]]; then main "$@"; fi
+# `exit` in the same command: bash reads a script as it runs, so nothing after this line is ever read (an
+# edit of the file during a run cannot change what the run does next).
+if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
+  main "$@"
+  exit $?
+fi

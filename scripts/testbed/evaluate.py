@@ -5,6 +5,7 @@
   evaluate.py poll --url URL --nodes N --out DIR          snapshots of the API every --interval s until SIGTERM
   evaluate.py report --out DIR [--json]                   one scenario's figures and goals against the truth
   evaluate.py summary DIR                                 one line per scenario of a run
+  evaluate.py table DIR...                                a markdown table of the runs' figures (REALITY.md)
 
 The truth is the job's own log (truth/<job>-rank<r>.jsonl, one line per step: wall-clock edges in ns, the
 kernel's counters of the node at each edge); the bed writes scenario.json, jobs.jsonl and faults.jsonl beside
@@ -661,6 +662,53 @@ def cmd_summary(a):
     return 0
 
 
+def table_row(r):
+    """One markdown table row of a scenario's report (the figures REALITY.md keeps)."""
+    sc = r.get("scenario", {})
+    jobs = r.get("jobs", {})
+    nodes = [f for j in jobs.values() for f in j.get("nodes", {}).values() if f.get("truth_steps")]
+    steps = " ".join(f"{f.get('found')}/{f.get('truth_steps')}" for f in nodes)
+    extra = " ".join(str(f.get("extra")) for f in nodes)
+    dup = sum((f.get("duplicate_steps") or 0) + (f.get("overlapping_steps") or 0) for f in nodes)
+    bytes_off = max((f.get(k) or 0 for f in nodes for k in ("fabric_tx_off_pct_max", "fabric_rx_off_pct_max")),
+                    default=None)
+    per_off = max((abs(f["period_off_pct"]) for f in nodes if f.get("period_off_pct") is not None), default=None)
+    period = " ".join(fmt(j.get("truth_period_s"), "", 2) for j in jobs.values())
+    st = " ".join(f"{fmt(j.get('api_step_time_s'), '', 2)} ({fmt(j.get('step_time_off_pct'), '%', 0)})"
+                  for j in jobs.values())
+    warn = sum(1 for f in r.get("findings", []) if f.get("severity") in ("warning", "critical"))
+    kinds = sorted({f"{f.get('kind')}@{f.get('node')}" for f in r.get("findings", [])})
+    fault = []
+    for ff in r.get("faults", []):
+        for node, e in ff.get("per_node", {}).items():
+            fault.append(f"{node}: {e.get('kind')} after {e.get('steps_to_raise')} steps, {e.get('state')}"
+                         if e.get("found") else f"{node}: none")
+        during = ff.get("during", {})
+        fault.append("during: " + " ".join(f"{d.get('inferred_steps')}/{d.get('truth_steps')}"
+                                           for d in during.values()))
+    goals_ = r.get("goals", [])
+    passed = sum(1 for g in goals_ if g[1] == "PASS")
+    return (f"| {sc.get('lib')}:{sc.get('scenario')} | {period} | {steps} | {extra} | {dup} | {fmt(bytes_off, '', 2)} "
+            f"| {fmt(per_off, '', 1)} | {st} | {len(r.get('findings', []))} ({warn}) {' '.join(kinds)} "
+            f"| {'; '.join(fault) or '-'} | {passed}/{len(goals_)} |")
+
+
+TABLE_HEAD = ("| scenario | job period s | steps found/job per node | extra steps per node | listed twice or "
+              "overlapping | fabric bytes worst % off | period worst % off (nodes) | job step time s (off) | "
+              "findings (warn+) | fault: finding per node; steps during (inferred/job) | goals passed |\n"
+              "|---|---|---|---|---|---|---|---|---|---|---|")
+
+
+def cmd_table(a):
+    print(TABLE_HEAD)
+    for d in a.dirs:
+        for sub in sorted(os.listdir(d)):
+            r = read_json(os.path.join(d, sub, "report.json"))
+            if isinstance(r, dict):
+                print(table_row(r))
+    return 0
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -678,8 +726,11 @@ def main(argv=None):
     s.add_argument("--json", action="store_true")
     s = sub.add_parser("summary")
     s.add_argument("dir")
+    s = sub.add_parser("table")
+    s.add_argument("dirs", nargs="+")
     a = p.parse_args(argv)
-    return {"wait": cmd_wait, "poll": cmd_poll, "report": cmd_report, "summary": cmd_summary}[a.cmd](a)
+    cmds = {"wait": cmd_wait, "poll": cmd_poll, "report": cmd_report, "summary": cmd_summary, "table": cmd_table}
+    return cmds[a.cmd](a)
 
 
 if __name__ == "__main__":
