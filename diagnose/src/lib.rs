@@ -58,10 +58,11 @@ pub enum Format {
 /// `commwatch diagnose` flags; their names are part of the command line's contract.
 #[derive(clap::Args, Debug, Clone)]
 pub struct DiagnoseArgs {
-    /// nccl-tests output (text of any generation, or the JSON of `-J`); repeatable.
+    /// nccl-tests or rccl-tests output (text of any generation, the JSON of `-J`, rccl-tests' JSON lines);
+    /// repeatable.
     #[arg(long = "nccl-tests", value_name = "F")]
     pub nccl_tests: Vec<PathBuf>,
-    /// NCCL debug log (NCCL_DEBUG=INFO); repeatable.
+    /// NCCL or RCCL debug log (NCCL_DEBUG=INFO), of any generation; repeatable.
     #[arg(long = "nccl-log", value_name = "F")]
     pub nccl_log: Vec<PathBuf>,
     /// PyTorch profiler trace (.json, .json.gz) or a directory of them, one per rank; repeatable.
@@ -70,7 +71,8 @@ pub struct DiagnoseArgs {
     /// NCCL Inspector dump directory (or one dump file), as `NCCL_INSPECTOR_DUMP_DIR` names it; repeatable.
     #[arg(long = "nccl-inspector", value_name = "DIR")]
     pub nccl_inspector: Vec<PathBuf>,
-    /// Nsight Systems export (`nsys export --type sqlite`); repeatable.
+    /// Nsight Systems export (`nsys export --type sqlite`), or an `nsys stats` kernel or NVTX summary table
+    /// (text or CSV); repeatable.
     #[arg(long = "nsys", value_name = "F")]
     pub nsys: Vec<PathBuf>,
     /// A running collector: its inventory gives the fabric link rate when --link-rate is absent.
