@@ -12,6 +12,21 @@ pub struct Node {
     /// Seconds since the Unix epoch (the collector's clock) of the node's last message.
     #[serde(default)]
     pub last_seen_unix_s: Option<f64>,
+    /// What the node's agent cannot see though a GPU node must have it (collectors before the key: none).
+    #[serde(default)]
+    pub blind: Vec<Blind>,
+}
+
+/// `/api/v1/nodes` `blind` element.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
+pub struct Blind {
+    #[serde(default)]
+    pub code: String,
+    /// `gpu` or `fabric`.
+    #[serde(default)]
+    pub what: String,
+    #[serde(default)]
+    pub reason: String,
 }
 
 /// `/api/v1/jobs` element.

@@ -59,15 +59,25 @@ fn once_on_the_h100_tree_reports_every_port_with_values_from_the_files() {
     let root = h100.path();
     let (doc, _) = once(root);
     assert_eq!(doc["node"], "t1");
-    // A complete tree: nothing to fix. Noted: the IPoIB interface that is down has no speed, and NVML where
-    // this machine lacks it.
+    // A complete tree: nothing to fix but NVML where this machine lacks it (a warning: the agent is blind to
+    // GPUs). Noted: the IPoIB interface that is down has no speed.
     let warnings = doc["warnings"].as_array().unwrap();
     assert!(
         warnings
             .iter()
-            .all(|w| w["level"] == "info"
-                && (w["code"] == "no_nvml" || w["code"] == "speed_unknown")),
+            .all(|w| (w["level"] == "warn" && w["code"] == "no_nvml")
+                || (w["level"] == "info" && w["code"] == "speed_unknown")),
         "{warnings:?}"
+    );
+    // Fabric is there: blind to GPUs at most.
+    assert!(
+        doc["blind"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|b| b["what"] == "gpu"),
+        "{}",
+        doc["blind"]
     );
     assert_eq!(
         warning(&doc, "speed_unknown"),

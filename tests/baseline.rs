@@ -159,7 +159,9 @@ fn without_a_token_api_writes_come_from_loopback_only() {
         .map(|a| a.ip())
         .filter(|ip| !ip.is_loopback() && !ip.is_unspecified())
     else {
-        eprintln!("\n*** SKIPPED: this host has no non-loopback address to test a remote client with ***\n");
+        commwatch_testdata::skip::skip(
+            "this host has no non-loopback address to test a remote client with",
+        );
         return;
     };
     let dir = tempfile::tempdir().unwrap();

@@ -5,6 +5,13 @@
 //!
 //! [`check_roots`] needs only the configuration; [`check_discovery`] also the sources built and what their
 //! first discovery found.
+//!
+//! Some of what is missing leaves the agent **blind** ([`Blindness`]): a GPU node's agent whose NVML does not
+//! load (deployed without the NVIDIA runtime) or that finds no GPU, or one that finds no fabric link at all,
+//! measures nothing of what it is there for while its other sources look healthy. Those are warnings, the
+//! agent's `/healthz` says `degraded` with the reason, its `/metrics` has `commwatch_agent_blind`, and the
+//! collector hears of them in the `Hello` (its `status`, page and `commwatch_node_blind` say which nodes are
+//! blind).
 
 use std::path::Path;
 
@@ -29,7 +36,7 @@ pub enum Level {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct SetupWarning {
     /// Short stable code: `root_absent`, `root_unused`, `no_rdma_devices`, `no_network_interfaces`,
-    /// `interfaces_left_out`, `no_nvml`, `speed_unknown`.
+    /// `interfaces_left_out`, `no_nvml`, `no_fabric`, `speed_unknown`, `no_byte_counters`.
     pub code: &'static str,
     pub level: Level,
     /// One sentence for a person.
@@ -103,12 +110,93 @@ fn absent(what: &str, root: &Path, consequence: &str) -> SetupWarning {
     )
 }
 
+/// What the agent cannot see though a GPU node must have it. Sent to the collector in `Hello.blind`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Blindness {
+    /// Short stable code: `no_nvml` (NVML does not load, or loads and reports no GPU: the reason says which),
+    /// `no_fabric` (no InfiniBand/RoCE port and no fabric interface).
+    pub code: &'static str,
+    /// What the node is blind to: `gpu` (GPU and NVLink figures) or `fabric` (inter-node traffic).
+    pub what: &'static str,
+    /// One sentence for a person: why, and what to do.
+    pub reason: String,
+}
+
+impl Blindness {
+    /// The wire form.
+    pub fn to_pb(&self) -> pb::Blindness {
+        pb::Blindness {
+            code: self.code.to_string(),
+            what: self.what.to_string(),
+            reason: self.reason.clone(),
+        }
+    }
+}
+
+/// What the agent is blind to after a discovery. `sources`: the names of the sources built; `unavailable`:
+/// the sources that said they can read nothing ([`crate::sampler::Sampler::unavailable_sources`]);
+/// `inventory`: what the sources found.
+///
+/// - `gpu`: the `nvml` source is configured (it is by default) and NVML did not load or reports no GPU.
+/// - `fabric`: the `infiniband` source is configured (by default) and no source found a fabric link (an
+///   InfiniBand/RoCE port, an RDMA port's netdev, IPoIB, or an interface of `[netdev] fabric`).
+///
+/// A node that truly has no GPU or no fabric leaves `nvml` or `infiniband` out of `sources`.
+pub fn blindness(
+    config: &AgentConfig,
+    sources: &[&str],
+    unavailable: &[(&str, String)],
+    inventory: &pb::Inventory,
+) -> Vec<Blindness> {
+    let wants = |name: &str| config.sources.iter().any(|s| s == name);
+    let mut out = Vec::new();
+    if wants("nvml") {
+        let why = match unavailable.iter().find(|(name, _)| *name == "nvml") {
+            Some((_, why)) => Some(why.clone()),
+            // Not built at all: the library did not load.
+            None if !sources.contains(&"nvml") => Some(NvmlBackend::init().err().map_or_else(
+                || "NVML not loaded".into(),
+                |e| format!("NVML not loaded ({e})"),
+            )),
+            None => None,
+        };
+        if let Some(why) = why {
+            out.push(Blindness {
+                code: "no_nvml",
+                what: "gpu",
+                reason: format!(
+                    "{why}: no NVLink or GPU figures from this node (run the agent with the NVIDIA runtime and \
+                     the driver's libnvidia-ml.so.1; on a node without GPUs, leave nvml out of sources)"
+                ),
+            });
+        }
+    }
+    let fabric = inventory.links.iter().any(|l| {
+        convert::link_role(l.role) == crate::source::LinkRole::Fabric
+            && convert::link_class(l.class) != LinkClass::Nvlink
+    });
+    if wants("infiniband") && !fabric {
+        out.push(Blindness {
+            code: "no_fabric",
+            what: "fabric",
+            reason: format!(
+                "no fabric link under {}: no InfiniBand/RoCE port and no fabric interface (an RDMA port's netdev, \
+                 IPoIB, or one named in [netdev] fabric); inter-node traffic is not measured (on a node without \
+                 a fabric, leave infiniband out of sources)",
+                config.sysfs_root.join("class").display()
+            ),
+        });
+    }
+    out
+}
+
 /// What the first discovery shows missing: no RDMA device, no interface read (and which were left out), no
-/// NVML, links whose speed is unknown. `sources` are the names of the sources built; `inventory` what they
-/// found.
+/// NVML or GPU, no fabric, links whose speed is unknown. `blind` is [`blindness`]'s answer (each a warning);
+/// `sources` are the names of the sources built; `inventory` what they found.
 pub fn check_discovery(
     config: &AgentConfig,
     sources: &[&str],
+    blind: &[Blindness],
     inventory: &pb::Inventory,
 ) -> Vec<SetupWarning> {
     let sysfs = FsRoot::new(&config.sysfs_root);
@@ -122,20 +210,12 @@ pub fn check_discovery(
             &NetdevOptions::from(&config.netdev),
         ));
     }
-    // NVML is the only source that is not built when its library fails to load.
-    if config.sources.iter().any(|s| s == "nvml") && !sources.contains(&"nvml") {
-        let why = NvmlBackend::init()
-            .err()
-            .map(|e| format!(" ({e})"))
-            .unwrap_or_default();
-        w.push(SetupWarning::new(
-            "no_nvml",
-            Level::Info,
-            format!("NVML not loaded{why}: no NVLink or GPU figures"),
-        ));
+    for b in blind {
+        w.push(SetupWarning::new(b.code, Level::Warn, b.reason.clone()));
     }
     for link in &inventory.links {
         w.extend(check_speed(&sysfs, link));
+        w.extend(check_byte_counters(link));
     }
     w
 }
@@ -233,6 +313,34 @@ fn check_speed(sysfs: &FsRoot, link: &pb::Link) -> Option<SetupWarning> {
         format!(
             "{name}: link speed unknown ({raw}), state {}: capacity not known",
             link.state
+        ),
+    ))
+}
+
+/// An RDMA port without byte counters (no `ports/<n>/counters/`: no PMA, as Soft-RoCE's): what it gives
+/// instead (packets), what it cannot give (bytes, rates, utilisation), and where its bytes are counted.
+fn check_byte_counters(link: &pb::Link) -> Option<SetupWarning> {
+    use crate::source::infiniband::{BYTE_COUNTERS_ATTRIBUTE, NO_BYTE_COUNTERS};
+    if link
+        .attributes
+        .get(BYTE_COUNTERS_ATTRIBUTE)
+        .map(String::as_str)
+        != Some(NO_BYTE_COUNTERS)
+    {
+        return None;
+    }
+    let bytes_elsewhere = match link.attributes.get("netdev") {
+        Some(nd) => format!("; its netdev {nd} counts the same traffic in bytes"),
+        None => String::new(),
+    };
+    Some(SetupWarning::new(
+        "no_byte_counters",
+        Level::Warn,
+        format!(
+            "{} port {}: no byte counters (no ports/{}/counters/: a device without a PMA, as Soft-RoCE): its \
+             traffic is counted in packets only (tx_packets, rx_packets from hw_counters/, retries and errors as \
+             hw_*), so its byte totals, rates and utilisation are unknown{bytes_elsewhere}",
+            link.device, link.port, link.port
         ),
     ))
 }

@@ -36,19 +36,28 @@ async fn metrics_handler(State(m): State<Arc<AgentMetrics>>, request: HeaderMap)
     }
 }
 
-/// `GET /healthz`: `ok`; while a source is stalled (a read that has not returned within its deadline,
-/// `commwatch_agent_source_stalled` at 1), `degraded: ` naming the sources — still `200`, as the collector's
-/// (the agent serves and ships its other sources, and a restart would not unblock a hung read).
+/// `GET /healthz`: `ok`; `degraded: ` with one line per reason while a source is stalled (a read that has not
+/// returned within its deadline, `commwatch_agent_source_stalled` at 1) and for each thing the agent is blind
+/// to (`commwatch_agent_blind`: NVML not loaded, no fabric link) — still `200`, as the collector's (the agent
+/// serves and ships its other sources, and a restart would not unblock a hung read nor load a library).
 async fn healthz(State(m): State<Arc<AgentMetrics>>) -> String {
-    let stalled = stalled_sources(&m);
-    if stalled.is_empty() {
+    health_text(&stalled_sources(&m), &m.blind_reasons())
+}
+
+/// The `/healthz` text for the stalled sources and the blind reasons.
+fn health_text(stalled: &[String], blind: &[String]) -> String {
+    let mut reasons: Vec<String> = Vec::new();
+    if !stalled.is_empty() {
+        reasons.push(format!(
+            "source {} stalled: a read has not returned within its deadline; its series stop until it answers",
+            stalled.join(", ")
+        ));
+    }
+    reasons.extend(blind.iter().cloned());
+    if reasons.is_empty() {
         "ok\n".into()
     } else {
-        format!(
-            "degraded: source {} stalled: a read has not returned within its deadline; its series stop until \
-             it answers\n",
-            stalled.join(", ")
-        )
+        format!("degraded: {}\n", reasons.join("\ndegraded: "))
     }
 }
 
@@ -222,8 +231,36 @@ mod tests {
         );
         metrics.source_stalled.with_label_values(&["sysfs"]).set(0);
         assert_eq!(body(healthz(addr).await.unwrap()), "ok\n");
+        // A blind agent is degraded for as long as it runs, with the reason.
+        metrics.set_blind(&[(
+            "gpu",
+            "no_nvml",
+            "NVML not loaded (libnvidia-ml.so.1: not found)",
+        )]);
+        assert_eq!(
+            body(healthz(addr).await.unwrap()),
+            "degraded: blind to gpu: NVML not loaded (libnvidia-ml.so.1: not found)\n"
+        );
+        let m = get(addr, "/metrics").await.unwrap();
+        assert!(
+            m.contains("commwatch_agent_blind{code=\"no_nvml\",what=\"gpu\"} 1"),
+            "{m}"
+        );
         stop.send_replace(true);
         tokio::time::timeout(PROMPT, task).await.unwrap().unwrap();
+    }
+
+    #[test]
+    fn every_reason_is_a_degraded_line() {
+        assert_eq!(health_text(&[], &[]), "ok\n");
+        assert_eq!(
+            health_text(
+                &["nvml".into(), "sysfs".into()],
+                &["blind to fabric: no fabric link".into()]
+            ),
+            "degraded: source nvml, sysfs stalled: a read has not returned within its deadline; its series \
+             stop until it answers\ndegraded: blind to fabric: no fabric link\n"
+        );
     }
 
     #[tokio::test]

@@ -220,9 +220,21 @@ pub async fn start_with(
     let smp = discover_at_start(&config, extras, &metrics).await?;
     let inv = smp.full_inventory();
     // Said once, at the first start: later discoveries change the inventory, not these.
+    let blind = coverage::blindness(
+        &config,
+        &smp.source_names(),
+        &smp.unavailable_sources(),
+        &inv,
+    );
     coverage::log(
         &config.node,
-        &coverage::check_discovery(&config, &smp.source_names(), &inv),
+        &coverage::check_discovery(&config, &smp.source_names(), &blind, &inv),
+    );
+    metrics.set_blind(
+        &blind
+            .iter()
+            .map(|b| (b.what, b.code, b.reason.as_str()))
+            .collect::<Vec<_>>(),
     );
     let buffer_bytes = resend_buffer_bytes(&config, &inv);
     tracing::info!(
@@ -237,7 +249,7 @@ pub async fn start_with(
     let periods = sampler::Periods::new(config.fast_period, config.slow_period);
     // Room for a minute of batches at the default batch period while the shipper is busy.
     let (ev_tx, mut ev_rx) = mpsc::channel(256);
-    let shipper = match shipper_settings(&config, buffer_bytes)? {
+    let shipper = match shipper_settings(&config, buffer_bytes, &blind)? {
         Some(settings) => {
             let sh = shipper::Shipper::new(settings, metrics.clone(), periods.clone(), inv);
             tokio::spawn(sh.run(ev_rx, shutdown_rx))
@@ -349,6 +361,7 @@ async fn start_markers(
 fn shipper_settings(
     config: &AgentConfig,
     buffer_bytes: usize,
+    blind: &[coverage::Blindness],
 ) -> Result<Option<shipper::ShipperSettings>, AgentError> {
     let Some(url) = &config.collector else {
         return Ok(None);
@@ -372,6 +385,7 @@ fn shipper_settings(
             None => None,
         },
         probe_advert: probe_advert(config.probe.listen),
+        blind: blind.iter().map(coverage::Blindness::to_pb).collect(),
     }))
 }
 

@@ -1,8 +1,10 @@
 //! `commwatch agent --once`: samples every source once (two fast ticks, so rates exist, and one slow tick)
 //! and describes the node as one JSON document. This is how an operator checks a node and how tests check a
 //! source. The document's top-level keys are a contract: `node`, `agent_version`, `sysfs_root`,
-//! `procfs_root`, `warnings` (what the agent cannot see: `code`, `level`, `message`), `sources`, `inventory` (`links`, `series`), `links` (with byte totals and
-//! rates), `samples`, `jobs`, `errors`.
+//! `procfs_root`, `warnings` (what the agent cannot see: `code`, `level`, `message`), `blind` (what a GPU node
+//! must have and this one does not show: `code`, `what`, `reason`; each also a `warn` warning), `sources`
+//! (`name`, `status` `ok` or `unavailable` with a `reason`, `errors`), `inventory` (`links`, `series`), `links`
+//! (with byte and packet totals and rates), `samples`, `jobs`, `errors`.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -71,10 +73,13 @@ pub fn run_once_with(config: &AgentConfig, extras: crate::AgentExtras) -> Json {
     sampler.discover();
     let ticks = Ticks::read(&mut sampler, config.fast_period);
     let inv = sampler.full_inventory();
+    let unavailable = sampler.unavailable_sources();
+    let blind = crate::coverage::blindness(config, &sampler.source_names(), &unavailable, &inv);
     let mut warnings = crate::coverage::check_roots(config);
     warnings.extend(crate::coverage::check_discovery(
         config,
         &sampler.source_names(),
+        &blind,
         &inv,
     ));
     crate::coverage::log(&config.node, &warnings);
@@ -86,7 +91,8 @@ pub fn run_once_with(config: &AgentConfig, extras: crate::AgentExtras) -> Json {
         "sysfs_root": config.sysfs_root,
         "procfs_root": config.procfs_root,
         "warnings": warnings,
-        "sources": sources_json(&sampler),
+        "blind": blind,
+        "sources": sources_json(&sampler, &unavailable),
         // The inventory as the collector receives it: every link with its facts, and every series.
         "inventory": {
             "links": link_facts,
@@ -169,22 +175,28 @@ fn link_facts_json(l: &pb::Link) -> Json {
     o
 }
 
-/// Each link's facts with its byte totals and rates between the two ticks (`null` where it has none).
+/// The link counters `links` reports: bytes, and packets (a port without byte counters, as Soft-RoCE's, has
+/// only these: never converted to bytes).
+const LINK_TOTALS: [&str; 4] = ["tx_bytes", "rx_bytes", "tx_packets", "rx_packets"];
+
+/// Each link's facts with its byte and packet totals (the newest value) and rates between the two ticks (a
+/// counter read in both: the fast tier's); `null` where it has none.
 fn links_json(inv: &pb::Inventory, link_facts: &[Json], ticks: &Ticks) -> Vec<Json> {
     let mut per_link: BTreeMap<u32, serde_json::Map<String, Json>> = BTreeMap::new();
     for d in &inv.series {
-        if d.link_id == 0 || !(d.metric == "tx_bytes" || d.metric == "rx_bytes") {
+        if d.link_id == 0 || !LINK_TOTALS.contains(&d.metric.as_str()) {
             continue;
         }
-        let (Some(a), Some(b)) = (ticks.first.get(&d.id), ticks.second.get(&d.id)) else {
+        let Some(b) = ticks.latest(d.id) else {
             continue;
         };
         let entry = per_link.entry(d.link_id).or_default();
         entry.insert(format!("{}_total", d.metric), json!(b));
-        let rate = if b >= a && ticks.dt > 0.0 {
-            json!((b - a) as f64 / ticks.dt)
-        } else {
-            Json::Null
+        let rate = match ticks.first.get(&d.id) {
+            Some(&a) if ticks.second.contains_key(&d.id) && b >= a && ticks.dt > 0.0 => {
+                json!((b - a) as f64 / ticks.dt)
+            }
+            _ => Json::Null,
         };
         entry.insert(format!("{}_per_second", d.metric), rate);
     }
@@ -193,13 +205,9 @@ fn links_json(inv: &pb::Inventory, link_facts: &[Json], ticks: &Ticks) -> Vec<Js
         .zip(link_facts)
         .map(|(l, facts)| {
             let mut o = facts.clone();
-            for k in [
-                "tx_bytes_total",
-                "rx_bytes_total",
-                "tx_bytes_per_second",
-                "rx_bytes_per_second",
-            ] {
-                o[k] = Json::Null;
+            for m in LINK_TOTALS {
+                o[format!("{m}_total").as_str()] = Json::Null;
+                o[format!("{m}_per_second").as_str()] = Json::Null;
             }
             if let Some(extra) = per_link.get(&l.id) {
                 for (k, v) in extra {
@@ -230,16 +238,24 @@ fn samples_json(sampler: &Sampler, inv: &pb::Inventory, ticks: &Ticks) -> Vec<Js
         .collect()
 }
 
-/// Each source with the number of its recent errors.
-fn sources_json(sampler: &Sampler) -> Vec<Json> {
+/// Each source with its status — `ok`, or `unavailable` with the reason when it can read nothing here
+/// (`unavailable`: [`Sampler::unavailable_sources`]) — and the number of its recent errors.
+fn sources_json(sampler: &Sampler, unavailable: &[(&str, String)]) -> Vec<Json> {
     sampler
         .source_names()
         .into_iter()
         .map(|name| {
-            json!({
-                "name": name,
-                "errors": sampler.recent_errors().iter().filter(|(s, _)| *s == name).count(),
-            })
+            let errors = sampler
+                .recent_errors()
+                .iter()
+                .filter(|(s, _)| *s == name)
+                .count();
+            match unavailable.iter().find(|(s, _)| *s == name) {
+                Some((_, reason)) => json!({
+                    "name": name, "status": "unavailable", "reason": reason, "errors": errors,
+                }),
+                None => json!({"name": name, "status": "ok", "errors": errors}),
+            }
         })
         .collect()
 }
@@ -297,6 +313,7 @@ mod tests {
             keys(&doc),
             [
                 "agent_version",
+                "blind",
                 "errors",
                 "inventory",
                 "jobs",
@@ -310,7 +327,12 @@ mod tests {
             ]
         );
         assert_eq!(doc["node"], "t1");
-        assert_eq!(doc["sources"], json!([{"name": "netdev", "errors": 0}]));
+        assert_eq!(
+            doc["sources"],
+            json!([{"name": "netdev", "status": "ok", "errors": 0}])
+        );
+        // Only netdev asked for: neither GPU nor fabric is expected.
+        assert_eq!(doc["blind"], json!([]));
         assert_eq!(doc["jobs"], json!([]));
         let facts = &doc["inventory"]["links"][0];
         assert_eq!(

@@ -20,6 +20,7 @@ pub const METRIC_NAMES: &[&str] = &[
     "commwatch_agent_source_links",
     "commwatch_agent_source_discover_errors_total",
     "commwatch_agent_source_stalled",
+    "commwatch_agent_blind",
     "commwatch_agent_tick_overruns_total",
     "commwatch_agent_tick_duration_seconds",
     "commwatch_agent_handoff_dropped_batches_total",
@@ -96,6 +97,11 @@ pub struct AgentMetrics {
     pub discover_errors: IntCounterVec,
     /// 1 while a source's call has not returned within its deadline (`source::watchdog`), by source.
     pub source_stalled: IntGaugeVec,
+    /// 1 for each thing the agent is blind to (`what`: `gpu`, `fabric`; `code`: `no_nvml`, `no_fabric`), set
+    /// once at start ([`AgentMetrics::set_blind`]).
+    pub blind: IntGaugeVec,
+    /// The sentences of what the agent is blind to, for `/healthz`.
+    blind_reasons: std::sync::Mutex<Vec<String>>,
     /// Ticks that started late by more than one period, by tier.
     pub tick_overruns: IntCounterVec,
     /// Wall time of a whole tick (all sources), by tier.
@@ -179,6 +185,13 @@ impl AgentMetrics {
                 "1 while a source has not answered within its deadline; its series stop meanwhile.",
                 &["source"],
             ),
+            blind: gauge_vec(
+                "commwatch_agent_blind",
+                "1 for each thing the agent cannot see though a GPU node must have it (what: gpu or fabric); \
+                 see its /healthz.",
+                &["what", "code"],
+            ),
+            blind_reasons: std::sync::Mutex::new(Vec::new()),
             tick_overruns: counter_vec(
                 "commwatch_agent_tick_overruns_total",
                 "Ticks that started more than one period late.",
@@ -299,6 +312,7 @@ impl AgentMetrics {
             Box::new(self.links.clone()),
             Box::new(self.discover_errors.clone()),
             Box::new(self.source_stalled.clone()),
+            Box::new(self.blind.clone()),
             Box::new(self.tick_overruns.clone()),
             Box::new(self.tick_seconds.clone()),
             Box::new(self.handoff_drops.clone()),
@@ -326,6 +340,31 @@ impl AgentMetrics {
             .chain(self.inspector.collectors())
             .chain(self.shards.collectors())
             .collect()
+    }
+
+    /// Records what the agent is blind to: each `(what, code, reason)` sets `commwatch_agent_blind` and is
+    /// said by `/healthz`. Replaces what was set before.
+    pub fn set_blind(&self, blind: &[(&str, &str, &str)]) {
+        self.blind.reset();
+        for (what, code, _) in blind {
+            self.blind.with_label_values(&[what, code]).set(1);
+        }
+        let reasons = blind
+            .iter()
+            .map(|(what, _, reason)| format!("blind to {what}: {reason}"))
+            .collect();
+        *self
+            .blind_reasons
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = reasons;
+    }
+
+    /// What [`set_blind`](Self::set_blind) recorded, one sentence each.
+    pub fn blind_reasons(&self) -> Vec<String> {
+        self.blind_reasons
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// Renders the Prometheus text exposition.

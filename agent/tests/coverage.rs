@@ -67,7 +67,12 @@ fn an_empty_sysfs_tree_lists_every_missing_part() {
     let w = warnings(&doc);
     assert_eq!(
         codes(&doc),
-        ["root_unused", "no_rdma_devices", "no_network_interfaces"],
+        [
+            "root_unused",
+            "no_rdma_devices",
+            "no_network_interfaces",
+            "no_fabric"
+        ],
         "{w:?}"
     );
     assert_eq!(w[0].1, "warn");
@@ -134,19 +139,34 @@ fn a_tree_of_virtual_interfaces_reads_none_of_them() {
         code("interfaces_left_out").2,
         "interfaces not read (virtual: mgmtvirt; excluded by pattern: ifb0, ifb1, lo, veth3a)"
     );
-    // NVML is absent on the machines the tests run on, or present: either way it is said, or not needed.
-    if !doc["sources"]
+    // No fabric link at all: the agent is blind to inter-node traffic, and says so as a warning.
+    let (_, level, message) = code("no_fabric");
+    assert_eq!(level, "warn");
+    assert!(message.starts_with("no fabric link under "), "{message}");
+    let blind = doc["blind"].as_array().unwrap();
+    assert!(
+        blind
+            .iter()
+            .any(|b| b["what"] == "fabric" && b["code"] == "no_fabric"),
+        "{blind:?}"
+    );
+    // NVML is absent on the machines the tests run on, or present: where absent the source says it is
+    // unavailable (not `ok` with no errors), and the agent warns that it is blind to GPUs.
+    let nvml = doc["sources"]
         .as_array()
         .unwrap()
         .iter()
-        .any(|s| s["name"] == "nvml")
-    {
+        .find(|s| s["name"] == "nvml")
+        .expect("the nvml source is listed");
+    if nvml["status"] == "unavailable" {
         let (_, level, message) = code("no_nvml");
-        assert_eq!(level, "info");
-        assert!(
-            message.starts_with("NVML not loaded")
-                && message.ends_with(": no NVLink or GPU figures")
-        );
+        assert_eq!(level, "warn");
+        assert!(message.starts_with("NVML "), "{message}");
+        assert!(message.contains(": no NVLink or GPU figures"), "{message}");
+        assert!(nvml["reason"].as_str().unwrap().starts_with("NVML "));
+        assert!(blind.iter().any(|b| b["what"] == "gpu"), "{blind:?}");
+    } else {
+        assert_eq!(nvml["status"], "ok");
     }
     assert!(!codes(&doc).iter().any(|c| c.starts_with("root_")), "{w:?}");
 }

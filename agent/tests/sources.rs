@@ -660,15 +660,61 @@ fn infiniband_files_replaced_by_rename_are_reopened_at_discovery() {
 // ---------------------------------------------------------------------------------------------------------
 // netdev.
 
+/// `class/net/eth0` of node_exporter's fixture: a symbolic link into `devices/` as on every real machine, or a
+/// plain file holding the link's target where the tree was copied without links.
+const NODE_EXPORTER_ETH0: &str = "class/net/eth0";
+
+/// node_exporter's netdev fixture read in place: `eth0` is read when its link is intact (node_exporter reads
+/// it too) and skipped when the tree was flattened; the other interfaces either way.
 #[test]
 fn netdev_node_exporter() {
     let Some(root) = node_exporter() else { return };
-    let mut src = NetdevSource::new(root, NetdevOptions::default());
+    let linked = root.join(NODE_EXPORTER_ETH0).is_dir();
+    check_node_exporter_netdev(&root, linked);
+}
+
+/// The same fixture in both layouts, whichever one the shared data holds: with `eth0` a link into `devices/`
+/// and with it flattened to a plain file.
+#[test]
+fn netdev_node_exporter_linked_and_flattened() {
+    let Some(shared) = node_exporter() else {
+        return;
+    };
+    for linked in [true, false] {
+        let tree = commwatch_testdata::ComposedTree::new("sys")
+            .unwrap()
+            .add("", &shared)
+            .unwrap();
+        let eth0 = tree.path().join(NODE_EXPORTER_ETH0);
+        let target = match fs::read_link(&eth0) {
+            Ok(target) => target,
+            Err(_) => PathBuf::from(fs::read_to_string(&eth0).unwrap().trim()),
+        };
+        fs::remove_file(&eth0).unwrap();
+        if linked {
+            std::os::unix::fs::symlink(&target, &eth0).unwrap();
+        } else {
+            write(&eth0, &format!("{}\n", target.display()));
+        }
+        check_node_exporter_netdev(tree.path(), linked);
+    }
+}
+
+/// What the netdev source reads from node_exporter's fixture at `root`; `eth0_linked`: whether `eth0` is a
+/// link to its directory (read) rather than a flattened plain file (not an interface: skipped).
+#[track_caller]
+fn check_node_exporter_netdev(root: &Path, eth0_linked: bool) {
+    let mut src = NetdevSource::new(root.to_path_buf(), NetdevOptions::default());
     assert!(src.discover().unwrap());
     let inv = src.inventory();
-    // `eth0` (a flattened symlink, a plain file here) and `bonding_masters` are not directories: skipped.
+    // `bonding_masters` is a file, not an interface; so is `eth0` when flattened.
     let names: Vec<&str> = inv.links.iter().map(|l| l.key.device.as_str()).collect();
-    assert_eq!(names, ["bond0", "dmz", "int"]);
+    let expected: &[&str] = if eth0_linked {
+        &["bond0", "dmz", "eth0", "int"]
+    } else {
+        &["bond0", "dmz", "int"]
+    };
+    assert_eq!(names, expected, "eth0 linked: {eth0_linked}");
     for l in &inv.links {
         assert_eq!(l.key.class, LinkClass::Ethernet);
         assert_eq!(l.key.port, l.key.device);
@@ -686,8 +732,10 @@ fn netdev_node_exporter() {
     let dmz = link(inv, "dmz", "dmz");
     assert_eq!(dmz.capacity_bytes_per_second, Some(1.25e8));
     assert_eq!(dmz.attributes["speed_mbps"], "1000");
-    // No statistics/ in this tree: only the gauges are series.
-    assert_eq!(inv.series.len(), 6);
+    // A link with a known speed has two series (state, capacity), bond0 one; no statistics/ in this tree.
+    let extra = if eth0_linked { 2 } else { 0 };
+    assert_eq!(inv.series.len(), 6 + extra);
+    let eth0_capacity = eth0_linked.then(|| link(inv, "eth0", "eth0").capacity_bytes_per_second);
 
     let fast = sample(&mut src, Tier::Fast);
     assert_eq!((fast.values.len(), fast.report.failed), (0, 0));
@@ -699,15 +747,25 @@ fn netdev_node_exporter() {
     assert!(!slow
         .values
         .contains_key("bond0/bond0/capacity_bytes_per_second"));
-    assert_eq!(slow.values.len(), 5);
+    assert_eq!(slow.values.len(), 5 + extra);
     assert_eq!(src.not_available_reads(), 1);
 
-    if let Some(text) = shared_expected("node_exporter_netclass_expected.txt") {
-        let expected = exposition(&text);
-        assert_eq!(expected["node_network_up{device=\"bond0\"}"], 1.0);
-        assert_eq!(expected["node_network_mtu_bytes{device=\"bond0\"}"], 1500.0);
-        // node_exporter drops bond0's invalid speed as we do.
-        assert!(!expected.contains_key("node_network_speed_bytes{device=\"bond0\"}"));
+    let Some(text) = shared_expected("node_exporter_netclass_expected.txt") else {
+        return;
+    };
+    let expected = exposition(&text);
+    assert_eq!(expected["node_network_up{device=\"bond0\"}"], 1.0);
+    assert_eq!(expected["node_network_mtu_bytes{device=\"bond0\"}"], 1500.0);
+    // node_exporter drops bond0's invalid speed as we do.
+    assert!(!expected.contains_key("node_network_speed_bytes{device=\"bond0\"}"));
+    if eth0_linked {
+        // node_exporter, reading the link, exports eth0: the same speed and state here.
+        assert_eq!(
+            eth0_capacity,
+            Some(Some(expected["node_network_speed_bytes{device=\"eth0\"}"]))
+        );
+        assert_eq!(expected["node_network_up{device=\"eth0\"}"], 1.0);
+        assert_eq!(gauge(&slow, "eth0/eth0/state_code"), 1.0);
     }
 }
 

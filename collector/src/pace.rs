@@ -213,10 +213,12 @@ fn parse_schedstat(line: &str) -> Option<u64> {
 }
 
 /// Puts the calling thread under `SCHED_IDLE` (Linux: the policy is per thread; lowered to nice [`PASS_NICE`]
-/// where that is refused) or at the nice value of `priority`. A failure is logged and the work runs at the
-/// priority it has. Returns whether the thread is under `SCHED_IDLE`.
+/// where that is refused) or at the nice value of `priority`. It only ever lowers: a thread already nicer than
+/// asked (the collector started under `nice -n 10`) keeps its value, even where privileges would allow raising
+/// it. A failure is logged and the work runs at the priority it has. Returns whether the thread is under
+/// `SCHED_IDLE`.
 fn lower_priority(priority: Yield) -> bool {
-    let nice = match priority {
+    let asked = match priority {
         Yield::Nice(n) => n,
         Yield::Idle => {
             let param = libc::sched_param { sched_priority: 0 };
@@ -230,6 +232,7 @@ fn lower_priority(priority: Yield) -> bool {
             PASS_NICE
         }
     };
+    let nice = asked.max(current_nice());
     // SAFETY: `gettid` and `setpriority` take no pointers; this changes the calling thread's nice value only.
     let rc = unsafe {
         let tid = libc::gettid();
@@ -249,10 +252,9 @@ fn current_policy() -> i32 {
     unsafe { libc::sched_getscheduler(0) }
 }
 
-/// The calling thread's nice value (Linux), for tests.
-#[cfg(test)]
+/// The calling thread's nice value (Linux). `getpriority` cannot fail for the calling thread's own id.
 fn current_nice() -> i32 {
-    // SAFETY: as in `lower_priority`.
+    // SAFETY: `gettid` and `getpriority` take no pointers; this reads the calling thread's nice value.
     unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t) }
 }
 
@@ -326,7 +328,8 @@ mod tests {
             .expect("ran");
         // The caller's policy (a new thread inherits it), not SCHED_IDLE.
         assert_eq!(policy, policy_before);
-        // Nice values only go up without privileges: a test run already below 7 stays where it is.
+        // Passes are only ever made nicer: a test run already nicer than 7 (`nice -n 10`) stays where it is,
+        // root included (root may lower a nice value; the pass thread must not).
         assert_eq!(nice, 7.max(before));
         assert_eq!(current_nice(), before);
     }

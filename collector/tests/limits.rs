@@ -232,11 +232,9 @@ fn promtool_check(text: &str) {
         .stderr(std::process::Stdio::piped())
         .spawn();
     let Ok(mut child) = child else {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "promtool is required in CI"
+        commwatch_testdata::skip::unavailable(
+            "promtool is not installed (apt-get install prometheus)",
         );
-        eprintln!("SKIPPED promtool check: promtool not installed");
         return;
     };
     child

@@ -122,22 +122,21 @@ fn resolve_shards(url: &str) -> Result<Vec<std::net::SocketAddr>, CliError> {
     Ok(addrs)
 }
 
-/// Nodes of every shard, each name once with its newest `last_seen_unix_s`, sorted by name.
+/// Nodes of every shard, each name once with its newest `last_seen_unix_s` (and what the shard that heard
+/// it last says it is blind to), sorted by name.
 pub fn merge_nodes(shards: impl IntoIterator<Item = Vec<Node>>) -> Vec<Node> {
-    let mut by_name: std::collections::BTreeMap<String, Option<f64>> = Default::default();
+    let mut by_name: std::collections::BTreeMap<String, Node> = Default::default();
     for n in shards.into_iter().flatten() {
-        let seen = by_name.entry(n.name).or_insert(n.last_seen_unix_s);
-        if n.last_seen_unix_s.unwrap_or(f64::MIN) > seen.unwrap_or(f64::MIN) {
-            *seen = n.last_seen_unix_s;
+        match by_name.get(&n.name) {
+            Some(seen)
+                if n.last_seen_unix_s.unwrap_or(f64::MIN)
+                    <= seen.last_seen_unix_s.unwrap_or(f64::MIN) => {}
+            _ => {
+                by_name.insert(n.name.clone(), n);
+            }
         }
     }
-    by_name
-        .into_iter()
-        .map(|(name, last_seen_unix_s)| Node {
-            name,
-            last_seen_unix_s,
-        })
-        .collect()
+    by_name.into_values().collect()
 }
 
 /// Adds `"collector": url` to a finding (or any JSON object) as the API returned it.
@@ -220,6 +219,7 @@ mod tests {
         let n = |name: &str, t: Option<f64>| Node {
             name: name.into(),
             last_seen_unix_s: t,
+            blind: Vec::new(),
         };
         let merged = merge_nodes([
             vec![n("b", Some(10.0)), n("a", None)],

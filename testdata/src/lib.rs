@@ -11,7 +11,8 @@
 //! A test that needs shared data asks for it with [`shared_testdata!`]. When the data is absent the test cannot
 //! check what it is there for, so it never passes quietly: with `CI=true` it fails naming the path and the
 //! variable; elsewhere a `SKIPPED` line goes straight to stderr (past the test harness's output capture) and
-//! the test returns early:
+//! the test returns early; the skip is also recorded in the run's skip log, which `.ci/run` prints at the end
+//! ([`skip`], whose [`skip::unavailable`] does the same for a missing tool):
 //!
 //! ```no_run
 //! #[test]
@@ -29,6 +30,7 @@
 pub mod compose;
 pub mod locate;
 pub mod policy;
+pub mod skip;
 pub mod sysfs;
 
 use std::panic::Location;

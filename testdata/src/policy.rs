@@ -7,13 +7,20 @@ use std::path::{Path, PathBuf};
 use crate::locate::{Env, Lookup, SHARED_VAR};
 
 /// The path when found. When missing: panics under `CI=true` (the message names the path and the variable);
-/// otherwise writes [`skip_line`] to stderr and returns `None`.
+/// otherwise writes [`skip_line`] to stderr, records the skip in the skip log ([`crate::skip`]) and returns
+/// `None`.
 ///
 /// The line is written to the process's stderr directly, not through `eprintln!`: the test harness captures
 /// `eprintln!` of passing tests, which would make the skip silent.
 #[track_caller]
 pub fn found_or_skip(env: &Env, lookup: Lookup, test: &str) -> Option<PathBuf> {
-    found_or_skip_to(env, lookup, test, &mut std::io::stderr().lock())
+    match lookup {
+        Lookup::Missing(path) if !env.ci => {
+            crate::skip::record(test, &missing_reason(&path));
+            None
+        }
+        lookup => found_or_skip_to(env, lookup, test, &mut std::io::stderr().lock()),
+    }
 }
 
 /// [`found_or_skip`] writing the skip line to `out`.
@@ -37,8 +44,13 @@ pub fn found_or_skip_to(
 
 /// `SKIPPED <test>: shared test data not found at <path>; set COMMWATCH_SHARED_TESTDATA`, framed to stand out.
 pub fn skip_line(test: &str, path: &Path) -> String {
+    crate::skip::loud_line(test, &missing_reason(path))
+}
+
+/// Why a test skips when the shared data is missing at `path`.
+fn missing_reason(path: &Path) -> String {
     format!(
-        "*** SKIPPED {test}: shared test data not found at {}; set {SHARED_VAR} ***",
+        "shared test data not found at {}; set {SHARED_VAR}",
         path.display()
     )
 }

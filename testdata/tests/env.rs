@@ -28,20 +28,25 @@ fn probe_gpud_h100() {
     );
 }
 
-/// Runs one probe with `COMMWATCH_SHARED_TESTDATA=shared` and `CI` as given (unset when `None`).
+/// Runs one probe with `COMMWATCH_SHARED_TESTDATA=shared` and `CI` as given (unset when `None`); its output,
+/// and what it wrote to its own skip log after a `SKIP LOG:` line (the run's log is left alone).
 fn probe(name: &str, shared: &Path, ci: Option<&str>) -> (Output, String) {
+    let logs = tempfile::tempdir().unwrap();
+    let log = logs.path().join("skips.txt");
     let mut cmd = Command::new(std::env::current_exe().unwrap());
     cmd.args(["--exact", name, "--ignored", "--nocapture"])
         .env("COMMWATCH_SHARED_TESTDATA", shared)
+        .env(commwatch_testdata::skip::SKIP_LOG_VAR, &log)
         .env_remove("CI");
     if let Some(ci) = ci {
         cmd.env("CI", ci);
     }
     let out = cmd.output().expect("run the probe");
     let text = format!(
-        "{}{}",
+        "{}{}\nSKIP LOG:\n{}",
         String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+        String::from_utf8_lossy(&out.stderr),
+        std::fs::read_to_string(&log).unwrap_or_default()
     );
     (out, text)
 }
@@ -56,6 +61,14 @@ fn absent_outside_ci_skips_loudly_and_passes() {
         stderr.contains(
             "*** SKIPPED probe_shared: shared test data not found at /nonexistent/cw/sysfs/gpud_h100; \
              set COMMWATCH_SHARED_TESTDATA ***"
+        ),
+        "{text}"
+    );
+    // And it is recorded by name for the end of the run.
+    assert!(
+        text.ends_with(
+            "SKIP LOG:\nprobe_shared: shared test data not found at /nonexistent/cw/sysfs/gpud_h100; \
+             set COMMWATCH_SHARED_TESTDATA\n"
         ),
         "{text}"
     );

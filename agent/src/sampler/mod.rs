@@ -122,6 +122,15 @@ impl Sampler {
         self.slots.iter().map(|s| s.source.name()).collect()
     }
 
+    /// The sources that cannot read anything here, by name, with why ([`Source::unavailable`] after the last
+    /// discovery).
+    pub fn unavailable_sources(&self) -> Vec<(&'static str, String)> {
+        self.slots
+            .iter()
+            .filter_map(|s| Some((s.source.name(), s.source.unavailable()?)))
+            .collect()
+    }
+
     /// Rescans every source and assigns ids to new links and series. Changes are queued for
     /// [`take_update`](Self::take_update). Returns whether anything changed.
     pub fn discover(&mut self) -> bool {

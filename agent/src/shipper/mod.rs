@@ -93,6 +93,8 @@ pub struct ShipperSettings {
     pub token: Option<std::sync::Arc<str>>,
     /// The probe server's address advertised after every Hello (`ProbeAdvert`); `None`: not sent.
     pub probe_advert: Option<String>,
+    /// What the agent is blind to (`coverage::blindness` at start), sent in every Hello.
+    pub blind: Vec<pb::Blindness>,
 }
 
 /// Why a connection ended.
@@ -623,6 +625,7 @@ impl Shipper {
                 inventory: Some(self.inventory.clone()),
                 fast_period_ms: self.periods.fast().as_millis() as u32,
                 slow_period_ms: self.periods.slow().as_millis() as u32,
+                blind: self.settings.blind.clone(),
             })),
         }
     }

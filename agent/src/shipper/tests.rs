@@ -133,6 +133,7 @@ fn settings(collector: String) -> ShipperSettings {
         tls: None,
         token: Some(Arc::from("t0k")),
         probe_advert: None,
+        blind: Vec::new(),
     }
 }
 

@@ -236,4 +236,11 @@ pub trait Source: Send {
     fn jobs(&self) -> Option<&[Job]> {
         None
     }
+    /// Why the last `discover()` found this source unable to read anything on this node (its library does
+    /// not load, it reports no device), in one sentence; `None` while it can read. A source whose hardware is
+    /// merely absent where that is normal (no InfiniBand on an Ethernet node) stays `None`: the node-level
+    /// checks (`coverage`) decide what a GPU node must have.
+    fn unavailable(&self) -> Option<String> {
+        None
+    }
 }

@@ -56,6 +56,7 @@ struct Discovered {
     result: Result<bool, SourceError>,
     inventory: Inventory,
     jobs: Option<Vec<Job>>,
+    unavailable: Option<String>,
 }
 
 /// A call that has not been answered yet.
@@ -74,6 +75,8 @@ pub struct Watched {
     /// The inventory and jobs of the last discovery that was answered.
     inventory: Inventory,
     jobs: Option<Vec<Job>>,
+    /// What the source's last answered discovery said of its availability.
+    unavailable: Option<String>,
     /// Series per tier (`[fast, slow]`) in `inventory`: what a stalled tick fails.
     tier_series: [usize; 2],
     /// Links for the next discovery's `node_links`.
@@ -123,6 +126,7 @@ pub fn watch_with(
         discover_deadline,
         inventory: Inventory::default(),
         jobs: None,
+        unavailable: None,
         tier_series: [0, 0],
         links: None,
         pending: None,
@@ -149,6 +153,7 @@ fn serve(mut source: Box<dyn Source>, requests: Receiver<Request>, replies: Send
                     result,
                     inventory: source.inventory().clone(),
                     jobs: source.jobs().map(<[Job]>::to_vec),
+                    unavailable: source.unavailable(),
                 }))
             }
             Request::Sample(tier) => {
@@ -296,8 +301,10 @@ impl Source for Watched {
                     result,
                     inventory,
                     jobs,
+                    unavailable,
                 } = *d;
                 self.absorb(inventory, jobs);
+                self.unavailable = unavailable;
                 let missed = std::mem::take(&mut self.missed_change);
                 result.map(|changed| changed || missed)
             }
@@ -343,6 +350,10 @@ impl Source for Watched {
 
     fn jobs(&self) -> Option<&[Job]> {
         self.jobs.as_deref()
+    }
+
+    fn unavailable(&self) -> Option<String> {
+        self.unavailable.clone()
     }
 }
 

@@ -100,6 +100,7 @@ impl SimAgent {
             inventory: Some(sampler.full_inventory()),
             fast_period_ms: FAST_PERIOD_MS,
             slow_period_ms: SLOW_PERIOD_MS,
+            blind: Vec::new(),
         };
         let conn = DirectAgent::hello(store, hello, clock.unix_ns())?;
         let mut agent = SimAgent {

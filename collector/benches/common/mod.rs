@@ -112,5 +112,6 @@ pub fn node_hello(
         }),
         fast_period_ms: 50,
         slow_period_ms: 1000,
+        blind: Vec::new(),
     }
 }

@@ -56,6 +56,9 @@ pub(crate) fn app(s: Sources) -> Result<(Router, Arc<Exposition>), prometheus::E
     )?))?;
     registry.register(Box::new(FindingsCollector::new(s.analysis.clone())?))?;
     registry.register(Box::new(JobsCollector::new(s.store.clone())?))?;
+    registry.register(Box::new(super::nodes::BlindCollector::new(
+        s.store.clone(),
+    )?))?;
     registry.register(Box::new(super::probes::ProbesCollector::new(
         s.prober.clone(),
     )?))?;

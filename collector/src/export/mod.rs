@@ -2,6 +2,7 @@
 
 pub mod access;
 pub mod api;
+pub mod capped;
 pub mod collectives;
 pub mod exposition;
 pub mod findings;

@@ -102,6 +102,9 @@ pub const GPU_NVLINKS: &str = "commwatch_gpu_nvlinks";
 pub const NCCL_SETTING_CONFLICT: &str = "commwatch_nccl_setting_conflict";
 /// Ranks (processes) of a job the node's agent found (gauge; labels `node`, `training_job`).
 pub const JOB_RANKS: &str = "commwatch_job_ranks";
+/// 1 for each thing a node's agent cannot see though a GPU node must have it (gauge; labels `node`, `what`
+/// (`gpu`, `fabric`), `code` (`no_nvml`, `no_fabric`)); absent when it sees what it should.
+pub const NODE_BLIND: &str = "commwatch_node_blind";
 
 /// 1 while a finding is active, absent once cleared (gauge; labels `kind`, `severity`, `node`, and the
 /// subject's `device`, `port`, `gpu`, `link`, `training_job` where set).
@@ -199,6 +202,7 @@ pub const ALL: &[&str] = &[
     GPU_NVLINKS,
     NCCL_SETTING_CONFLICT,
     JOB_RANKS,
+    NODE_BLIND,
 ];
 
 /// The exported family of an agent's node-level GPU series (`SeriesDescriptor.metric`), if it is one.

@@ -1,10 +1,18 @@
 //! `/api/v1/nodes`: the JSON view of each node and its links, built from the store's [`NodeSnapshot`]. The key
 //! names are a contract: add, never rename. Unknown numbers are `null`, never 0.
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use commwatch_model::clock::unix_now_ns;
 use commwatch_model::LinkClass;
+use prometheus::core::{Collector, Desc};
+use prometheus::proto::{MetricFamily, MetricType};
 use serde::{Deserialize, Serialize};
 
-use crate::store::{LinkSnapshot, NodeSnapshot};
+use super::names;
+use super::proto::{family, label, metric};
+use crate::store::{LinkSnapshot, NodeSnapshot, Store};
 
 /// `/api/v1/nodes` element.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -21,6 +29,21 @@ pub struct NodeView {
     /// NCCL settings of those jobs that contradict the node's hardware (addition to the contract).
     #[serde(default)]
     pub nccl_conflicts: Vec<ConflictView>,
+    /// What the node's agent cannot see though a GPU node must have it — NVML not loaded or no GPU
+    /// (`what` = `gpu`), no fabric link (`fabric`) — each with `code`, `what` and the agent's `reason`; empty
+    /// when it sees what it should (addition to the contract).
+    #[serde(default)]
+    pub blind: Vec<BlindView>,
+}
+
+/// `/api/v1/nodes` `blind` element.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlindView {
+    /// `no_nvml`, `no_fabric`, or a code a newer agent knows.
+    pub code: String,
+    /// `gpu` or `fabric`.
+    pub what: String,
+    pub reason: String,
 }
 
 /// `/api/v1/nodes` `nccl_conflicts` element: one NCCL setting of one job that contradicts the node's hardware.
@@ -87,6 +110,15 @@ impl From<&NodeSnapshot> for NodeView {
                 })
                 .collect(),
             links: n.links.iter().map(LinkView::from).collect(),
+            blind: n
+                .blind
+                .iter()
+                .map(|b| BlindView {
+                    code: b.code.clone(),
+                    what: b.what.clone(),
+                    reason: b.reason.clone(),
+                })
+                .collect(),
         }
     }
 }
@@ -111,6 +143,60 @@ impl From<&LinkSnapshot> for LinkView {
             state: l.state.clone(),
             gpu: nv(&l.gpu),
             link: nv(&l.link),
+        }
+    }
+}
+
+const BLIND_HELP: &str =
+    "1 for each thing the node's agent cannot see though a GPU node must have it (what: gpu \
+                          or fabric; code: no_nvml, no_fabric); see /api/v1/nodes for the reason.";
+
+/// Renders `commwatch_node_blind{node,what,code}` (1 per thing a node's agent is blind to) at scrape time.
+/// Bounded: at most [`crate::ingest::domain::MAX_BLINDNESS`] per node, codes of bounded length.
+pub struct BlindCollector {
+    store: Arc<Store>,
+    descs: Vec<Desc>,
+}
+
+impl BlindCollector {
+    pub fn new(store: Arc<Store>) -> Result<BlindCollector, prometheus::Error> {
+        let desc = Desc::new(
+            names::NODE_BLIND.to_string(),
+            BLIND_HELP.to_string(),
+            vec![],
+            HashMap::new(),
+        )?;
+        Ok(BlindCollector {
+            store,
+            descs: vec![desc],
+        })
+    }
+}
+
+impl Collector for BlindCollector {
+    fn desc(&self) -> Vec<&Desc> {
+        self.descs.iter().collect()
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        let mut blind = family(names::NODE_BLIND, BLIND_HELP, MetricType::GAUGE);
+        for (node, list) in self.store.node_blind(unix_now_ns()) {
+            for b in list.iter() {
+                blind.mut_metric().push(metric(
+                    MetricType::GAUGE,
+                    vec![
+                        label("code", &b.code),
+                        label("node", &node),
+                        label("what", &b.what),
+                    ],
+                    1.0,
+                ));
+            }
+        }
+        if blind.get_metric().is_empty() {
+            Vec::new()
+        } else {
+            vec![blind]
         }
     }
 }

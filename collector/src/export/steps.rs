@@ -52,8 +52,14 @@ fn secs(ns: i64) -> f64 {
     ns as f64 / 1e9
 }
 
-/// JSON of one link of a step; `node` set in job views.
+/// JSON of one link of a step; `node` set in job views. An achieved rate above the capacity is shown at the
+/// capacity with `capped: true` ([`super::capped`]).
 pub fn link_json(l: &StepLink, node: Option<&str>) -> Value {
+    let shown = super::capped::within_capacity(
+        l.achieved_bytes_per_second,
+        l.capacity_bytes_per_second,
+        l.utilization,
+    );
     let mut v = json!({
         "class": l.key.class.as_str(),
         "device": l.key.device,
@@ -62,10 +68,11 @@ pub fn link_json(l: &StepLink, node: Option<&str>) -> Value {
         "tx_bytes": l.tx_bytes,
         "rx_bytes": l.rx_bytes,
         "active_s": l.active_s,
-        "achieved_bytes_per_second": l.achieved_bytes_per_second,
+        "achieved_bytes_per_second": shown.achieved_bytes_per_second,
         "average_bytes_per_second": l.average_bytes_per_second,
         "capacity_bytes_per_second": l.capacity_bytes_per_second,
-        "utilization": l.utilization,
+        "utilization": shown.utilization,
+        "capped": shown.capped,
         "confident": l.confident,
     });
     if let Some(m) = v.as_object_mut() {
@@ -382,9 +389,14 @@ impl StepFamilies {
                 last.duration_s(),
             );
         }
-        for (labels, achieved, utilization) in link_figures(node, steps, self.detail) {
+        for (labels, mut achieved, utilization) in link_figures(node, steps, self.detail) {
             if let Some(u) = utilization {
-                self.add(names::LINK_UTILIZATION_RATIO, labels.clone(), u);
+                // Above the capacity is a sampling artefact: exported at the capacity ([`super::capped`]).
+                let (shown, capped) = super::capped::ratio_within(u);
+                if capped {
+                    achieved /= u;
+                }
+                self.add(names::LINK_UTILIZATION_RATIO, labels.clone(), shown);
             }
             self.add(
                 names::STEP_LINK_BANDWIDTH_BYTES_PER_SECOND,

@@ -124,6 +124,7 @@ mod tests {
             }),
             fast_period_ms: 50,
             slow_period_ms: 1000,
+            blind: Vec::new(),
         }
     }
 

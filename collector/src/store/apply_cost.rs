@@ -76,6 +76,7 @@ fn hello(node: usize) -> Hello {
         },
         fast_period_ms: 50,
         slow_period_ms: 1000,
+        blind: Vec::new(),
     }
 }
 

@@ -58,6 +58,20 @@ pub struct Hello {
     /// Sampling periods the agent uses, ms; 0 when it did not say.
     pub fast_period_ms: u32,
     pub slow_period_ms: u32,
+    /// What the agent cannot see though a GPU node must have it (empty: it sees what it should).
+    pub blind: Vec<Blindness>,
+}
+
+/// Something an agent is blind to, as its `Hello` says: NVML that does not load or reports no GPU
+/// (`what` = `gpu`), no fabric link at all (`fabric`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Blindness {
+    /// Short stable code (`no_nvml`, `no_fabric`, or one a newer agent knows).
+    pub code: String,
+    /// What the node is blind to: `gpu`, `fabric`.
+    pub what: String,
+    /// The agent's sentence: why, and what to do.
+    pub reason: String,
 }
 
 /// A batch of samples whose shape holds: `len(timestamps) == len(tick_lengths)`,

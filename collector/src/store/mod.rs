@@ -40,7 +40,9 @@ use tokio::sync::{oneshot, watch};
 use crate::config::Limits;
 pub use collectives::{CollectiveEntry, CollectiveLog, MAX_COLLECTIVES_PER_NODE};
 pub use error::StoreError;
-pub use input::{Batch, Hello, Inventory, JobList, LinkInfo, Marker, SeriesDesc, StepPhase};
+pub use input::{
+    Batch, Blindness, Hello, Inventory, JobList, LinkInfo, Marker, SeriesDesc, StepPhase,
+};
 pub use markers::{MarkerLog, MAX_MARKERS_PER_NODE};
 use node::Conn;
 pub use node::{BatchOutcome, LinkState, NodeState, HARD_CAP_SAMPLES};
@@ -119,6 +121,21 @@ impl Store {
     /// Changes whenever a node's job list is replaced (the value counts replacements).
     pub fn jobs_changed(&self) -> watch::Receiver<u64> {
         self.jobs_version.subscribe()
+    }
+
+    /// Every node seen within `node_expiry` whose agent said it is blind to something, with what, sorted by
+    /// node name.
+    pub fn node_blind(&self, now_unix_ns: i64) -> Vec<(String, Arc<Vec<Blindness>>)> {
+        let mut v: Vec<(String, Arc<Vec<Blindness>>)> = self
+            .fresh_nodes(now_unix_ns)
+            .iter()
+            .filter_map(|n| {
+                let n = n.lock();
+                (!n.blind.is_empty()).then(|| (n.name.clone(), n.blind.clone()))
+            })
+            .collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
     }
 
     /// Every node seen within `node_expiry` that has jobs, with its job list, sorted by node name.
@@ -387,6 +404,7 @@ mod tests {
             },
             fast_period_ms: 50,
             slow_period_ms: 1000,
+            blind: Vec::new(),
         }
     }
 

@@ -221,6 +221,8 @@ pub struct NodeState {
     collectives: CollectiveLog,
     /// The latest complete job list of the current agent instance (empty until one arrives).
     pub(super) jobs: Arc<JobList>,
+    /// What the current agent instance's `Hello` said it is blind to.
+    pub(super) blind: Arc<Vec<super::Blindness>>,
 }
 
 impl NodeState {
@@ -253,10 +255,16 @@ impl NodeState {
             markers: MarkerLog::default(),
             collectives: CollectiveLog::default(),
             jobs: Arc::default(),
+            blind: Arc::default(),
         }
     }
 
     /// The node's latest job list (empty when the agent sent none since its instance started).
+    /// What the current agent instance said it is blind to (empty: nothing).
+    pub fn blind(&self) -> &Arc<Vec<super::Blindness>> {
+        &self.blind
+    }
+
     pub fn jobs(&self) -> &Arc<JobList> {
         &self.jobs
     }
@@ -439,6 +447,7 @@ impl NodeState {
         }
         self.agent_version = hello.agent_version.clone();
         self.boot_id = hello.boot_id.clone();
+        self.blind = Arc::new(hello.blind.clone());
         if self.instance_id != hello.instance_id {
             // A new agent instance knows its own jobs and sends them after its Hello; the old list is gone.
             self.jobs = Arc::default();
@@ -827,6 +836,7 @@ impl NodeState {
             links,
             series: node_series,
             jobs: self.jobs.clone(),
+            blind: self.blind.clone(),
         }
     }
 

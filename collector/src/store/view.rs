@@ -49,4 +49,6 @@ pub struct NodeSnapshot {
     pub series: Vec<SeriesSnapshot>,
     /// The node's latest job list.
     pub jobs: Arc<JobList>,
+    /// What its agent said it is blind to (NVML not loaded, no fabric); empty when it sees what it should.
+    pub blind: Arc<Vec<super::Blindness>>,
 }

@@ -82,6 +82,7 @@ pub fn hello(node: &str, instance_id: u64) -> pb::Hello {
         }),
         fast_period_ms: 50,
         slow_period_ms: 1000,
+        blind: Vec::new(),
     }
 }
 

@@ -97,6 +97,14 @@ pub struct StaleNode {
     pub age_s: Option<f64>,
 }
 
+/// A node whose agent cannot see what a GPU node must have (NVML, a fabric link).
+#[derive(Debug, Serialize)]
+pub struct BlindNode {
+    pub name: String,
+    /// What it is blind to, as `/api/v1/nodes` says: `code`, `what` (`gpu`, `fabric`), `reason`.
+    pub blind: Vec<crate::api::Blind>,
+}
+
 #[derive(Debug, Serialize)]
 pub struct Nodes {
     pub total: usize,
@@ -104,6 +112,9 @@ pub struct Nodes {
     pub stale: usize,
     pub stale_after_s: f64,
     pub stale_nodes: Vec<StaleNode>,
+    /// Nodes whose agent is blind to its GPUs or its fabric.
+    pub blind: usize,
+    pub blind_nodes: Vec<BlindNode>,
 }
 
 #[derive(Debug, Serialize)]
@@ -208,6 +219,14 @@ impl Report {
                 })
             })
             .collect();
+        let blind_nodes: Vec<BlindNode> = nodes
+            .iter()
+            .filter(|n| !n.blind.is_empty())
+            .map(|n| BlindNode {
+                name: n.name.clone(),
+                blind: n.blind.clone(),
+            })
+            .collect();
         let critical = findings
             .iter()
             .any(|(_, f)| f.severity() == Some(Severity::Critical));
@@ -225,6 +244,8 @@ impl Report {
                 stale: stale_nodes.len(),
                 stale_after_s: limit,
                 stale_nodes,
+                blind: blind_nodes.len(),
+                blind_nodes,
             },
             jobs: jobs
                 .iter()
@@ -305,6 +326,7 @@ mod tests {
         Node {
             name: name.into(),
             last_seen_unix_s: last,
+            blind: Vec::new(),
         }
     }
 

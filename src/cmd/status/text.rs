@@ -44,6 +44,24 @@ pub fn render(r: &Report) -> String {
         line("", &format!("  stale: {} ({age})", s.name));
     }
     more(&mut line, r.nodes.stale_nodes.len());
+    if !r.nodes.blind_nodes.is_empty() {
+        line(
+            "blind",
+            &format!(
+                "{} node(s) whose agent cannot see its GPUs or fabric",
+                r.nodes.blind
+            ),
+        );
+    }
+    for b in r.nodes.blind_nodes.iter().take(MAX_LISTED) {
+        let what: Vec<&str> = b.blind.iter().map(|x| x.what.as_str()).collect();
+        let why = b.blind.first().map_or("", |x| x.reason.as_str());
+        line(
+            "",
+            &format!("  blind: {} to {}: {why}", b.name, what.join(", ")),
+        );
+    }
+    more(&mut line, r.nodes.blind_nodes.len());
     line("jobs", &r.jobs.len().to_string());
     for j in r.jobs.iter().take(MAX_LISTED) {
         let mut text = format!("  {}: {} nodes, {} ranks", j.id, j.nodes, j.ranks);
@@ -127,10 +145,16 @@ mod tests {
             Node {
                 name: "node-00".into(),
                 last_seen_unix_s: Some(999.5),
+                blind: vec![crate::api::Blind {
+                    code: "no_nvml".into(),
+                    what: "gpu".into(),
+                    reason: "NVML not loaded (libnvidia-ml.so.1: not found)".into(),
+                }],
             },
             Node {
                 name: "node-01".into(),
                 last_seen_unix_s: Some(800.0),
+                blind: Vec::new(),
             },
         ];
         let job: Job = serde_json::from_value(serde_json::json!({
@@ -162,6 +186,8 @@ mod tests {
             "collector   http://127.0.0.1:9470 reachable, version 0.1.0 (rev abc1234)\n\
              nodes       1 up, 1 stale (no message for over 30s)\n\
              \x20             stale: node-01 (last seen 3m 20s ago)\n\
+             blind       1 node(s) whose agent cannot see its GPUs or fabric\n\
+             \x20             blind: node-00 to gpu: NVML not loaded (libnvidia-ml.so.1: not found)\n\
              jobs        1\n\
              \x20             1001: 2 nodes, 2 ranks, step 0.250 s, scaling efficiency 87%\n\
              root causes 1 active\n\

@@ -21,6 +21,7 @@ impl NvmlSource {
                     tracing::info!(error = %e, "nvml source: NVML not available");
                     self.absent_logged = true;
                 }
+                self.unavailable = Some(format!("NVML not available ({e})"));
                 return Ok(false);
             }
             Err(e) => return Err(SourceError::Other(format!("nvml: device count: {e}"))),

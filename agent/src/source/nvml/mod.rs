@@ -135,6 +135,8 @@ pub struct NvmlSource {
     metrics: Option<Arc<AgentMetrics>>,
     slow_ticks: u64,
     absent_logged: bool,
+    /// Why NVML cannot be read here (not loaded, no GPU), as [`Source::unavailable`] says it.
+    unavailable: Option<String>,
 }
 
 fn link_key(gpu: u32, link: u32) -> LinkKey {
@@ -160,9 +162,10 @@ impl NvmlSource {
             Ok(b) => (Some(b), None),
             Err(e) => (None, Some(e)),
         };
-        if let Some(e) = absent {
+        let unavailable = absent.map(|e| {
             tracing::info!(error = %e, "nvml source: NVML not available; no GPU metrics on this node");
-        }
+            format!("NVML not loaded ({e})")
+        });
         NvmlSource {
             backend,
             inventory: Inventory::default(),
@@ -171,6 +174,7 @@ impl NvmlSource {
             metrics: None,
             slow_ticks: 0,
             absent_logged: true,
+            unavailable,
         }
     }
 
@@ -305,7 +309,17 @@ impl Source for NvmlSource {
             return Ok(false);
         };
         let mut b = lock(&backend);
-        self.discover_gpus(&mut **b)
+        let changed = self.discover_gpus(&mut **b);
+        if changed.is_ok() && self.unavailable.is_none() && self.gpus.is_empty() {
+            self.unavailable = Some("NVML is loaded but reports no GPU".into());
+        } else if !self.gpus.is_empty() {
+            self.unavailable = None;
+        }
+        changed
+    }
+
+    fn unavailable(&self) -> Option<String> {
+        self.unavailable.clone()
     }
 
     fn inventory(&self) -> &Inventory {

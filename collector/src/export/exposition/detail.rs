@@ -316,6 +316,7 @@ mod tests {
                 ),
             ],
             jobs: Default::default(),
+            blind: Default::default(),
         }
     }
 

@@ -341,6 +341,7 @@ mod tests {
             ],
             series: vec![],
             jobs: Default::default(),
+            blind: Default::default(),
         }
     }
 

@@ -123,6 +123,7 @@ fn node(name: &str, links: Vec<LinkSnapshot>, series: Vec<SeriesSnapshot>) -> No
         links,
         series,
         jobs: Arc::new(JobList::default()),
+        blind: Default::default(),
     }
 }
 
@@ -468,6 +469,7 @@ fn random_nodes(rng: &mut StdRng, sorted: bool) -> Vec<NodeSnapshot> {
                 links,
                 series,
                 jobs: Arc::new(JobList::default()),
+                blind: Default::default(),
             }
         })
         .collect();
@@ -675,6 +677,7 @@ fn render_matches_the_previous_registry_path() {
             },
             fast_period_ms: 50,
             slow_period_ms: 1000,
+            blind: Vec::new(),
         };
         let out = store.hello(&hello, now, None).expect("hello");
         let mut scratch = Vec::new();

@@ -4,6 +4,12 @@
 //! management links are a heatmap of their own beside it. A node whose agent stream is closed, or that sent
 //! nothing for [`STALE_AFTER_S`], is marked stale (its row faded, its name flagged).
 //!
+//! Each cell says which it shows: a burst figure (`steps`, its percentage upright) or the live rate (`live`,
+//! italic and prefixed `~`: a link whose bursts are shorter than the sampling period has no confident step
+//! figure, and its live rate averages the bursts with the gaps between them, so it reads far below the burst).
+//! No cell shows more than 100 % ([`units::utilization`]). A cell whose link is the subject of an active
+//! critical finding or root cause is outlined ([`mark_faulty`]).
+//!
 //! Pure: rows are built from the API's node views and the steps' store types, rendered as inline SVG (no
 //! script, no style attribute: colours are presentation attributes, allowed by the page's CSP).
 
@@ -49,6 +55,8 @@ pub struct Cell {
     /// Links folded into the cell (the GPU's NVLink links; 1 otherwise).
     pub links: usize,
     pub state: String,
+    /// The link is the subject of an active critical finding or root cause ([`mark_faulty`]).
+    pub faulty: bool,
 }
 
 /// One node's row.
@@ -147,6 +155,7 @@ pub fn row(node: &NodeView, steps: &[NodeStep], now_unix_s: f64) -> (Row, Vec<Co
                 source,
                 links,
                 state,
+                faulty: false,
             };
             (key, cell)
         })
@@ -158,6 +167,27 @@ pub fn row(node: &NodeView, steps: &[NodeStep], now_unix_s: f64) -> (Row, Vec<Co
         cells,
     };
     (row, columns.into_values().collect())
+}
+
+/// Marks the cells whose link is the subject of one of `findings` that is active and a root cause or critical
+/// (its node, and its interface or device and port).
+pub fn mark_faulty(rows: &mut [Row], findings: &[crate::analysis::Finding]) {
+    for f in findings
+        .iter()
+        .filter(|f| f.active && (f.root || f.severity == commwatch_model::Severity::Critical))
+    {
+        let sub = &f.subject;
+        let key = match (&sub.interface, &sub.device, &sub.port) {
+            (Some(i), _, _) => format!("{i}:{i}"),
+            (None, Some(d), Some(p)) => format!("{d}:{p}"),
+            _ => continue,
+        };
+        for row in rows.iter_mut().filter(|r| r.node == sub.node) {
+            if let Some(cell) = row.cells.get_mut(&key) {
+                cell.faulty = true;
+            }
+        }
+    }
 }
 
 /// Every column of `columns` once, in display order.
@@ -280,12 +310,23 @@ fn render_row(s: &mut String, r: usize, row: &Row, cols: &[&Column]) {
         } else {
             String::new()
         };
+        let (what, mark) = if cell.source == "steps" {
+            ("burst: median of the last steps' achieved ÷ capacity", "")
+        } else {
+            ("live rate ÷ capacity: no confident step figure", "~")
+        };
+        let faulty = if cell.faulty {
+            " faulty\" stroke=\"#b3261e\" stroke-width=\"3"
+        } else {
+            ""
+        };
         let _ = write!(
             s,
-            "<rect class=\"cell\" data-node=\"{}\" data-link=\"{}\" x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" \
-             fill=\"{}\"{opacity}><title>{} · {}: {} ({}{}, {})</title></rect>",
+            "<rect class=\"cell{faulty}\" data-node=\"{}\" data-link=\"{}\" data-source=\"{}\" x=\"{}\" y=\"{}\" \
+             width=\"{}\" height=\"{}\" fill=\"{}\"{opacity}><title>{} · {}: {} ({what}{}, {}){}</title></rect>",
             Esc(&row.node),
             Esc(&c.key),
+            cell.source,
             x + 1,
             y + 1,
             CELL_W - 2,
@@ -293,10 +334,10 @@ fn render_row(s: &mut String, r: usize, row: &Row, cols: &[&Column]) {
             colour(u),
             Esc(&row.node),
             Esc(&c.label),
-            units::percent(u),
-            cell.source,
+            units::utilization(u),
             folded,
-            Esc(&cell.state)
+            Esc(&cell.state),
+            if cell.faulty { " — the subject of an active finding" } else { "" }
         );
         let ink = if u.is_some_and(|u| u > 0.5) {
             "#fff"
@@ -305,10 +346,11 @@ fn render_row(s: &mut String, r: usize, row: &Row, cols: &[&Column]) {
         };
         let _ = write!(
             s,
-            "<text class=\"pct\" x=\"{}\" y=\"{}\" text-anchor=\"middle\" fill=\"{ink}\"{opacity}>{}</text>",
+            "<text class=\"pct {}\" x=\"{}\" y=\"{}\" text-anchor=\"middle\" fill=\"{ink}\"{opacity}>{mark}{}</text>",
+            cell.source,
             x + CELL_W / 2,
             y + CELL_H / 2 + 4,
-            units::percent(u)
+            units::utilization(u)
         );
     }
 }

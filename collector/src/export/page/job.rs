@@ -1,7 +1,8 @@
 //! The job view (`/job/ID`, `/?job=ID`): its figures (step time, throughput, scaling efficiency and the
-//! method behind it), charts over its last steps (step time; achieved bandwidth per link class, the median
-//! across nodes; bytes sent per step per link class), its ranks with their NCCL settings, the settings that
-//! contradict a node's hardware, and its findings.
+//! method behind it), then its findings — root causes first, each with what it explains folded beneath it,
+//! the `link_underutilized` findings folded into one summary — then charts over its last steps (step time;
+//! achieved bandwidth per link class, the median across nodes; bytes sent per step per link class), the
+//! settings that contradict a node's hardware, and its ranks (the NCCL settings every rank shares said once).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
@@ -158,6 +159,7 @@ pub fn section(job: &JobView, steps: &[JobStep], source: &str, findings: &[Findi
         Esc(&job.id)
     );
     s.push_str(&figures(job, steps.len(), source));
+    s.push_str(&findings_block(findings));
     let [time, achieved, sent] = series(steps);
     let axes = |title, y: fn(Option<f64>) -> String| Axes { title, y, x: ago };
     s.push_str("<div class=\"charts\" id=\"job-chart\">");
@@ -177,17 +179,63 @@ pub fn section(job: &JobView, steps: &[JobStep], source: &str, findings: &[Findi
         &sent,
     ));
     s.push_str("</div>");
-    s.push_str(&ranks(job));
     s.push_str(&conflicts(job));
-    s.push_str("<h3>Findings</h3>");
+    s.push_str(&ranks(job));
+    s.push_str("</section>");
+    s
+}
+
+/// The job's findings, first on its page: each root cause as a card with the findings it explains folded
+/// beneath it; the other findings (their root cause outside this job, or none) as cards saying what causes
+/// them; the `link_underutilized` ones not explained by a root cause here folded into one summary line with
+/// the detail on demand (a fleet has many such links; each card would bury the cause).
+pub fn findings_block(findings: &[Finding]) -> String {
+    let mut s = String::from("<div id=\"job-findings\"><h3>Findings</h3>");
     if findings.is_empty() {
-        s.push_str("<p class=\"ok\">No active finding about this job.</p>");
+        s.push_str("<p class=\"ok\">No active finding about this job.</p></div>");
+        return s;
     }
     let by_id: HashMap<&str, &Finding> = findings.iter().map(|f| (f.id.as_str(), f)).collect();
-    for f in findings {
+    let roots: Vec<&Finding> = findings.iter().filter(|f| f.root).collect();
+    let explained = |f: &Finding| {
+        f.caused_by
+            .as_deref()
+            .is_some_and(|c| roots.iter().any(|r| r.id == c))
+    };
+    for f in &roots {
+        s.push_str(&roots::finding(f, &by_id, true));
+    }
+    let rest: Vec<&Finding> = findings
+        .iter()
+        .filter(|f| !f.root && !explained(f))
+        .collect();
+    let (under, others): (Vec<&Finding>, Vec<&Finding>) = rest
+        .into_iter()
+        .partition(|f| f.kind == crate::analysis::FindingKind::LinkUnderutilized);
+    for f in others {
         s.push_str(&roots::finding(f, &by_id, false));
     }
-    s.push_str("</section>");
+    if !under.is_empty() {
+        let nodes: BTreeSet<&str> = under.iter().map(|f| f.subject.node.as_str()).collect();
+        let _ = write!(
+            s,
+            "<details class=\"underutilized\"><summary>{} <span class=\"kind\">link_underutilized</span> \
+             finding(s) on {} node(s)</summary><ul>",
+            under.len(),
+            nodes.len()
+        );
+        for f in under {
+            let _ = write!(
+                s,
+                "<li data-id=\"{}\">{} — {}</li>",
+                Esc(&f.id),
+                roots::subject(&f.subject),
+                Esc(&f.summary)
+            );
+        }
+        s.push_str("</ul></details>");
+    }
+    s.push_str("</div>");
     s
 }
 
@@ -216,18 +264,38 @@ fn figures(job: &JobView, steps: usize, source: &str) -> String {
     )
 }
 
+/// The settings (name and value) every rank of `job` has, said once above the rank table.
+fn shared_settings(job: &JobView) -> BTreeMap<&str, &str> {
+    let Some((first, rest)) = job.ranks.split_first() else {
+        return BTreeMap::new();
+    };
+    first
+        .nccl
+        .iter()
+        .filter(|(k, v)| rest.iter().all(|r| r.nccl.get(*k) == Some(*v)))
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect()
+}
+
 fn ranks(job: &JobView) -> String {
-    let mut s = format!(
-        "<h3>Ranks ({})</h3><table class=\"ranks\"><thead><tr><th>rank</th><th>node</th><th>local</th>\
-         <th>world</th><th>GPU</th><th>pid</th><th>found by</th><th>NCCL settings</th></tr></thead><tbody>",
-        job.ranks.len()
+    let shared = shared_settings(job);
+    let code = |k: &str, v: &str| format!("<code>{}={}</code>", Esc(k), Esc(v));
+    let mut s = format!("<h3>Ranks ({})</h3>", job.ranks.len());
+    if !shared.is_empty() && job.ranks.len() > 1 {
+        let all: Vec<String> = shared.iter().map(|(k, v)| code(k, v)).collect();
+        let _ = write!(s, "<p class=\"shared\">Every rank: {}</p>", all.join(" "));
+    }
+    s.push_str(
+        "<table class=\"ranks\"><thead><tr><th>rank</th><th>node</th><th>local</th><th>world</th><th>GPU</th>\
+         <th>pid</th><th>found by</th><th>other NCCL settings</th></tr></thead><tbody>",
     );
     let opt = |v: Option<u32>| v.map_or("–".to_string(), |v| v.to_string());
     for r in &job.ranks {
         let nccl: Vec<String> = r
             .nccl
             .iter()
-            .map(|(k, v)| format!("<code>{}={}</code>", Esc(k), Esc(v)))
+            .filter(|(k, v)| job.ranks.len() < 2 || shared.get(k.as_str()) != Some(&v.as_str()))
+            .map(|(k, v)| code(k, v))
             .collect();
         let _ = write!(
             s,

@@ -191,7 +191,6 @@ fn active(filter: FindingFilter) -> FindingFilter {
 /// The fleet view: root causes, the heatmaps, the jobs.
 fn fleet(s: &PageState) -> String {
     let findings = s.analysis.findings(&active(FindingFilter::default()));
-    let mut out = roots::section(&findings);
     let now_ns = unix_now_ns();
     let nodes: Vec<NodeView> = s
         .store
@@ -199,6 +198,8 @@ fn fleet(s: &PageState) -> String {
         .iter()
         .map(NodeView::from)
         .collect();
+    let mut out = roots::section(&findings);
+    out.push_str(&blind_section(&nodes));
     let now = now_ns as f64 / 1e9;
     let mut rows = Vec::new();
     let mut columns = Vec::new();
@@ -212,12 +213,17 @@ fn fleet(s: &PageState) -> String {
         columns.extend(c);
     }
     let columns = heatmap::union(columns);
+    heatmap::mark_faulty(&mut rows, &findings);
     let stale = rows.iter().filter(|r| r.stale).count();
     let _ = write!(
         out,
-        "<section id=\"fleet\"><h2>Fleet</h2><p>{} node(s), {stale} stale. Utilisation of each link \
-         (achieved ÷ capacity), the median over the node's last {} steps, else its live rate; NVLink folded \
-         per GPU. Hover a cell for its figures; a node's name opens it.</p>",
+        "<section id=\"fleet\"><h2>Fleet</h2><p>{} node(s), {stale} stale. Utilisation of each link: upright, \
+         the <b>burst</b> figure (achieved ÷ capacity while the link carried traffic, the median over the node's \
+         last {} steps); italic with <i>~</i>, the <i>live rate</i> ÷ capacity where no step gives a confident \
+         figure (bursts shorter than the sampling period), which averages bursts with the gaps between them and \
+         reads far below them. Never above 100 %: a figure above the capacity is a sampling artefact, shown as \
+         100%*. Outlined in red: the link of an active critical finding or root cause. NVLink folded per GPU. \
+         Hover a cell for its figures; a node's name opens it.</p>",
         rows.len(),
         heatmap::STEPS
     );
@@ -236,6 +242,37 @@ fn fleet(s: &PageState) -> String {
     }
     out.push_str("</section>");
     out.push_str(&jobs_table(s));
+    out
+}
+
+/// The nodes whose agent cannot see its GPUs or its fabric, each with why; nothing when every agent sees what
+/// it should. Findings cannot be raised about what an agent does not see, so the root causes above say
+/// nothing of these nodes.
+pub fn blind_section(nodes: &[NodeView]) -> String {
+    let blind: Vec<&NodeView> = nodes.iter().filter(|n| !n.blind.is_empty()).collect();
+    if blind.is_empty() {
+        return String::new();
+    }
+    let mut out = format!(
+        "<section id=\"blind\"><h2>Blind agents</h2><p class=\"warn\">{} node(s) whose agent cannot see \
+         its GPUs or its fabric: nothing is concluded about what they do not see.</p><ul>",
+        blind.len()
+    );
+    for n in blind {
+        for b in &n.blind {
+            let _ = write!(
+                out,
+                "<li data-node=\"{node}\" data-what=\"{what}\"><a class=\"node\" href=\"/node/{href}\">{node}</a> \
+                 blind to <strong>{what}</strong> <code>{code}</code>: {reason}</li>",
+                node = Esc(&n.name),
+                href = url_component(&n.name),
+                what = Esc(&b.what),
+                code = Esc(&b.code),
+                reason = Esc(&b.reason),
+            );
+        }
+    }
+    out.push_str("</ul></section>");
     out
 }
 

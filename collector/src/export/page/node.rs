@@ -60,6 +60,15 @@ pub fn section(
         if jobs.is_empty() { "none".into() } else { jobs.join(", ") },
         steps.len()
     );
+    for b in &node.blind {
+        let _ = write!(
+            s,
+            "<p class=\"warn blind\">The agent is blind to <strong>{}</strong> (<code>{}</code>): {}</p>",
+            Esc(&b.what),
+            Esc(&b.code),
+            Esc(&b.reason)
+        );
+    }
     s.push_str(&links(node, steps));
     s.push_str(&gpu_table(gpus));
     for c in &node.nccl_conflicts {
@@ -119,6 +128,9 @@ fn links(node: &NodeView, steps: &[NodeStep]) -> String {
         }
         s.push_str("</tbody></table></details>");
     }
+    if s.contains(&format!("{}</td>", units::CAPPED_MARK)) {
+        let _ = write!(s, "<p class=\"note\">{}</p>", Esc(units::CAPPED_NOTE));
+    }
     s
 }
 
@@ -137,11 +149,14 @@ fn link_row(l: &LinkView, last: &HashMap<(String, String, String), &StepLink>) -
         units::rate(l.capacity_bytes_per_second),
         units::rate(l.tx_bytes_per_second),
         units::rate(l.rx_bytes_per_second),
-        units::percent(now),
+        units::utilization(now),
         units::bytes(step.map(|s| s.tx_bytes as f64)),
         units::bytes(step.map(|s| s.rx_bytes as f64)),
-        units::rate(step.and_then(|s| s.achieved_bytes_per_second)),
-        units::percent(step.and_then(|s| s.utilization)),
+        units::rate_within(
+            step.and_then(|s| s.achieved_bytes_per_second),
+            l.capacity_bytes_per_second
+        ),
+        units::utilization(step.and_then(|s| s.utilization)),
     )
 }
 

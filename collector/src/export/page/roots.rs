@@ -38,6 +38,16 @@ pub fn finding(f: &Finding, by_id: &HashMap<&str, &Finding>, explain: bool) -> S
         subject = subject(&f.subject),
         summary = Esc(&f.summary),
     );
+    if let (false, Some(cause)) = (f.root, &f.caused_by) {
+        let kind = by_id.get(cause.as_str()).map_or("", |c| c.kind.as_str());
+        let _ = write!(
+            s,
+            "<p class=\"caused-by\">Caused by <span class=\"kind\">{}</span> <code>{}</code>: act on that \
+             root cause first.</p>",
+            kind,
+            Esc(cause)
+        );
+    }
     s.push_str(&evidence(&f.evidence));
     if !f.action.is_empty() {
         let _ = write!(
@@ -62,7 +72,8 @@ pub fn finding(f: &Finding, by_id: &HashMap<&str, &Finding>, explain: bool) -> S
         for c in explained {
             let _ = write!(
                 s,
-                "<li><span class=\"badge {sev}\">{sev}</span> <span class=\"kind\">{}</span> {} — {}</li>",
+                "<li data-id=\"{}\"><span class=\"badge {sev}\">{sev}</span> <span class=\"kind\">{}</span> {} — {}</li>",
+                Esc(&c.id),
                 c.kind.as_str(),
                 subject(&c.subject),
                 Esc(&c.summary),

@@ -7,7 +7,7 @@ use super::heatmap::{self, Group};
 use super::{job, node, roots};
 use crate::analysis::{Evidence, Finding, FindingKind, Severity, Subject};
 use crate::export::jobs::{JobConflictView, JobView, RankView};
-use crate::export::nodes::{ConflictView, LinkView, NodeView};
+use crate::export::nodes::{BlindView, ConflictView, LinkView, NodeView};
 
 const EVIL: &str = "<script>alert(1)</script>\"'><img src=x onerror=alert(2)>&";
 
@@ -45,6 +45,11 @@ fn hostile_node() -> NodeView {
             setting: EVIL.into(),
             value: EVIL.into(),
             kind: EVIL.into(),
+            reason: EVIL.into(),
+        }],
+        blind: vec![BlindView {
+            code: EVIL.into(),
+            what: EVIL.into(),
             reason: EVIL.into(),
         }],
     }
@@ -151,6 +156,15 @@ fn hostile_names_are_escaped_in_every_view() {
     assert_escaped("job", &job::section(&hostile_job(), &[], EVIL, &findings));
     let gpus = node::GpuReadings::from([(EVIL.to_string(), vec![(EVIL.to_string(), 1.0)])]);
     assert_escaped("node", &node::section(&n, true, &[], &gpus, &findings));
+    let blind = super::blind_section(std::slice::from_ref(&n));
+    assert_escaped("blind agents", &blind);
+    assert!(
+        blind.contains("1 node(s) whose agent cannot see"),
+        "{blind}"
+    );
+    let mut seeing = n.clone();
+    seeing.blind.clear();
+    assert_eq!(super::blind_section(&[seeing]), "");
     let title = super::layout::document(EVIL, "");
     assert!(!title.contains("<script>alert"), "{title}");
 }
@@ -173,5 +187,115 @@ fn the_heatmap_has_a_cell_per_node_and_column_and_marks_stale_nodes() {
     assert_eq!(svg.matches("<rect class=\"cell absent\"").count(), 1);
     assert!(svg.contains("(stale)"));
     // Live utilisation: the busier direction over capacity.
-    assert!(svg.contains(">20%</text>"), "{svg}");
+    assert!(svg.contains(">~20%</text>"), "{svg}");
+    assert!(svg.contains("data-source=\"live\""), "{svg}");
+}
+
+#[test]
+fn the_heatmap_never_shows_over_100_percent_and_outlines_the_faulty_link() {
+    let mut n = hostile_node();
+    n.name = "node-03".into();
+    n.links = vec![link("ethernet", "eth0", "eth0", "management", None)];
+    // 34 GB/s live on a 25 GB/s link: a sampling artefact.
+    n.links[0].tx_bytes_per_second = Some(34e9);
+    let (row, columns) = heatmap::row(&n, &[], 100.0);
+    let mut rows = vec![row];
+    let mut f = hostile_finding("m", true);
+    f.subject = Subject {
+        node: "node-03".into(),
+        interface: Some("eth0".into()),
+        ..Subject::default()
+    };
+    heatmap::mark_faulty(&mut rows, &[f]);
+    let svg = heatmap::render(&rows, &heatmap::union(columns), Group::Management, "m").unwrap();
+    assert!(svg.contains(">~100%*</text>"), "{svg}");
+    assert!(!svg.contains("136%"), "{svg}");
+    assert!(svg.contains("<rect class=\"cell faulty\""), "{svg}");
+}
+
+fn finding(
+    id: &str,
+    kind: FindingKind,
+    node: &str,
+    root: bool,
+    caused_by: Option<&str>,
+) -> Finding {
+    let mut f = hostile_finding(id, root);
+    f.kind = kind;
+    f.summary = format!("summary of {id}");
+    f.subject = Subject {
+        node: node.into(),
+        ..Subject::default()
+    };
+    f.caused_by = caused_by.map(str::to_string);
+    f.consequences = vec![];
+    f
+}
+
+#[test]
+fn the_job_page_opens_on_its_root_cause_and_folds_the_underutilized_links() {
+    let mut root = finding(
+        "r",
+        FindingKind::NcclMisconfiguration,
+        "node-03",
+        true,
+        None,
+    );
+    root.consequences = vec!["m".into()];
+    let m = finding(
+        "m",
+        FindingKind::ManagementNetworkTraffic,
+        "node-03",
+        false,
+        Some("r"),
+    );
+    let elsewhere = finding(
+        "s",
+        FindingKind::Straggler,
+        "node-01",
+        false,
+        Some("other-root"),
+    );
+    let under: Vec<Finding> = (0..3)
+        .map(|i| {
+            finding(
+                &format!("u{i}"),
+                FindingKind::LinkUnderutilized,
+                &format!("node-0{}", i % 2),
+                false,
+                None,
+            )
+        })
+        .collect();
+    let findings: Vec<Finding> = [root, m, elsewhere].into_iter().chain(under).collect();
+    let mut job = hostile_job();
+    job.ranks.push(job.ranks[0].clone());
+    let html = job::section(&job, &[], "inferred", &findings);
+    // The findings come before the charts and the ranks; the root cause's card first.
+    let at = |needle: &str| {
+        html.find(needle)
+            .unwrap_or_else(|| panic!("{needle} in {html}"))
+    };
+    assert!(at("id=\"job-findings\"") < at("id=\"job-chart\""));
+    assert!(at("data-id=\"r\"") < at("data-id=\"s\""));
+    // Its consequence is folded beneath it, not a card of its own.
+    assert!(html.contains("<li data-id=\"m\""), "{html}");
+    assert!(!html.contains("<article class=\"finding critical\" data-id=\"m\""));
+    // A consequence of a root cause outside the job says what causes it.
+    assert!(
+        html.contains("Caused by <span class=\"kind\"></span> <code>other-root</code>"),
+        "{html}"
+    );
+    // The underutilised links: one summary, the detail on demand.
+    assert!(
+        html.contains("3 <span class=\"kind\">link_underutilized</span> finding(s) on 2 node(s)"),
+        "{html}"
+    );
+    assert_eq!(html.matches("<article").count(), 2, "{html}");
+    // Settings every rank shares are said once.
+    assert_eq!(
+        html.matches("<p class=\"shared\">Every rank:").count(),
+        1,
+        "{html}"
+    );
 }

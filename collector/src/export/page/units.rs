@@ -26,6 +26,32 @@ pub fn percent(v: Option<f64>) -> String {
     }
 }
 
+/// What marks a figure held to its link's capacity ([`crate::export::capped`]); [`CAPPED_NOTE`] says why.
+pub const CAPPED_MARK: &str = "*";
+/// The note under a table with a [`CAPPED_MARK`].
+pub const CAPPED_NOTE: &str =
+    "* above the link's capacity in the samples — a burst shorter than the sampling \
+                               period, not a measurement — shown at the capacity";
+
+/// A utilisation: as [`percent`], and never above 100 %: a value above is shown as `100%*` (capped, marked).
+pub fn utilization(v: Option<f64>) -> String {
+    match v {
+        Some(v) if v.is_finite() && v > 1.0 => format!("100%{CAPPED_MARK}"),
+        _ => percent(v),
+    }
+}
+
+/// An achieved rate on a link of `capacity`: as [`rate`], and never above the capacity: a rate above it is
+/// shown at the capacity, marked.
+pub fn rate_within(v: Option<f64>, capacity: Option<f64>) -> String {
+    match (v, capacity) {
+        (Some(v), Some(c)) if v.is_finite() && c > 0.0 && v > c => {
+            format!("{}{CAPPED_MARK}", rate(Some(c)))
+        }
+        _ => rate(v),
+    }
+}
+
 /// Seconds: `812 ms`, `1.42 s`.
 pub fn seconds(v: Option<f64>) -> String {
     match v {
@@ -113,5 +139,11 @@ mod tests {
         assert_eq!(by_name("gpu_sm_clock_hz", 1.98e9), "1.98 GHz");
         assert_eq!(by_name("gpu_power_watts", 536.1), "536 W");
         assert_eq!(by_name("gpu_memory_used_bytes", 71303168000.0), "71.30 GB");
+        // No figure above its capacity: the demo's 136 % on a 12.5 GB/s link.
+        assert_eq!(utilization(Some(1.36)), "100%*");
+        assert_eq!(utilization(Some(0.88)), "88%");
+        assert_eq!(rate_within(Some(17.03e9), Some(12.5e9)), "12.50 GB/s*");
+        assert_eq!(rate_within(Some(5e9), Some(12.5e9)), "5.00 GB/s");
+        assert_eq!(rate_within(Some(5e9), None), "5.00 GB/s");
     }
 }

@@ -8,10 +8,16 @@ use commwatch_proto::v1 as pb;
 use super::IngestError;
 use crate::config::Limits;
 use crate::store::input::LINK_GONE;
-use crate::store::{Hello, Inventory, LinkInfo, SeriesDesc};
+use crate::store::{Blindness, Hello, Inventory, LinkInfo, SeriesDesc};
 
 /// Most attributes one link may carry.
 pub const MAX_LINK_ATTRIBUTES: usize = 32;
+/// Most things one `Hello` may say its agent is blind to.
+pub const MAX_BLINDNESS: usize = 8;
+/// Longest `code` and `what` of a [`Blindness`], bytes.
+pub const MAX_BLINDNESS_CODE_LEN: usize = 64;
+/// Longest `reason` of a [`Blindness`], bytes.
+pub const MAX_BLINDNESS_REASON_LEN: usize = 1024;
 
 /// Label names the collector sets itself; an agent label with one of these names is refused.
 pub const RESERVED_LABELS: &[&str] = &[
@@ -212,7 +218,20 @@ impl TryFrom<pb::Hello> for Hello {
         if h.instance_id == 0 {
             return Err(IngestError::invalid("hello.instance_id", "must be > 0"));
         }
+        if h.blind.len() > MAX_BLINDNESS {
+            return Err(IngestError::invalid(
+                "hello.blind",
+                format!("{} entries, at most {MAX_BLINDNESS}", h.blind.len()),
+            ));
+        }
+        let blind = h
+            .blind
+            .into_iter()
+            .enumerate()
+            .map(|(i, b)| blindness(i, b))
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(Hello {
+            blind,
             inventory: Inventory::try_from(h.inventory)?,
             node: h.node,
             agent_version: h.agent_version,
@@ -222,6 +241,36 @@ impl TryFrom<pb::Hello> for Hello {
             slow_period_ms: h.slow_period_ms,
         })
     }
+}
+
+/// Entry `i` of `Hello.blind`: a code and a `what` of word characters, a reason of bounded length.
+fn blindness(i: usize, b: pb::Blindness) -> Result<Blindness, IngestError> {
+    let word = |field: &str, v: &str| -> Result<(), IngestError> {
+        let ok = !v.is_empty()
+            && v.len() <= MAX_BLINDNESS_CODE_LEN
+            && v.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_');
+        if ok {
+            Ok(())
+        } else {
+            Err(IngestError::invalid(
+                format!("hello.blind[{i}].{field}"),
+                format!("must be 1 to {MAX_BLINDNESS_CODE_LEN} letters, digits or '_'"),
+            ))
+        }
+    };
+    word("code", &b.code)?;
+    word("what", &b.what)?;
+    if b.reason.len() > MAX_BLINDNESS_REASON_LEN {
+        return Err(IngestError::invalid(
+            format!("hello.blind[{i}].reason"),
+            format!("longer than {MAX_BLINDNESS_REASON_LEN} bytes"),
+        ));
+    }
+    Ok(Blindness {
+        code: b.code,
+        what: b.what,
+        reason: b.reason,
+    })
 }
 
 // The limits are checked at the edge, beside the conversions: the store trusts what it is given.

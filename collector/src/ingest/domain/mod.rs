@@ -22,7 +22,7 @@ use tonic::Status;
 use crate::store::StoreError;
 
 pub use batch::MAX_MARKER_JOB_LEN;
-pub use inventory::{validate_node_name, MAX_LINK_ATTRIBUTES, RESERVED_LABELS};
+pub use inventory::{validate_node_name, MAX_BLINDNESS, MAX_LINK_ATTRIBUTES, RESERVED_LABELS};
 pub use job_list::{
     MAX_CONFLICTS_PER_JOB, MAX_GPUS_PER_RANK, MAX_JOBS_PER_NODE, MAX_JOB_ID_LEN, MAX_NCCL_KEY_LEN,
     MAX_NCCL_SETTINGS_PER_RANK, MAX_RANKS_PER_NODE,
