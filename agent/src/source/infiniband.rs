@@ -14,6 +14,12 @@
 //!   `excessive_buffer_overrun_errors`, `vl15_dropped`, `xmit_wait_ticks`, `hw_<name>` for every file of
 //!   `hw_counters/` (64-bit), and the gauges `state_code`, `phys_state_code`, `capacity_bytes_per_second`.
 //!
+//! Ports without a PMA (Soft-RoCE `rxe`, whose port has no `counters/` directory) have no byte counters at
+//! all: their link gets the attribute `byte_counters` = `none` (`agent --once` and the start-up log say so),
+//! and the packet counters of `hw_counters/` stand in as `tx_packets`/`rx_packets` (`sent_pkts`/`rcvd_pkts`),
+//! in the fast tier since they are the only data counters of the port: packets, never converted to bytes.
+//! Their retries and errors stay `hw_<name>`. The port's netdev counts the same traffic in bytes.
+//!
 //! Counter widths. The data and packet counters of `counters/` are 64-bit on kernels that use the extended
 //! PMA set. The legacy mlx4 layout (a `counters_ext/` directory beside `counters/`) keeps the 32-bit
 //! `PortCounters` values in `counters/` and the 64-bit ones in `counters_ext/*_64`, `counters_ext/port_*`: there
@@ -105,6 +111,15 @@ const COUNTERS: &[CounterDef] = {
     ]
 };
 
+/// Packet counters of `hw_counters/` read as `tx_packets`/`rx_packets` on a port without `counters/`:
+/// (file, metric). `sent_pkts`/`rcvd_pkts` are Soft-RoCE's (`rxe`).
+const HW_PACKETS: &[(&str, &str)] = &[("sent_pkts", "tx_packets"), ("rcvd_pkts", "rx_packets")];
+
+/// The link attribute that says a port has no byte counters (`byte_counters` = [`NO_BYTE_COUNTERS`]).
+pub const BYTE_COUNTERS_ATTRIBUTE: &str = "byte_counters";
+/// The value of [`BYTE_COUNTERS_ATTRIBUTE`] on a port without `counters/`.
+pub const NO_BYTE_COUNTERS: &str = "none";
+
 /// Files of `hw_counters/` that are settings, not counters (`lifespan`: how long the driver caches the
 /// counters, in milliseconds).
 const HW_NOT_COUNTERS: &[&str] = &["lifespan"];
@@ -162,7 +177,9 @@ impl InfinibandSource {
         if let Some(nd) = port_netdev(&self.sysfs_root, dev_dir, &port_dir, port) {
             attributes.insert("netdev".into(), nd);
         }
-        self.port_counters(&key, &port_dir, changed);
+        if !self.port_counters(&key, &port_dir, changed) {
+            attributes.insert(BYTE_COUNTERS_ATTRIBUTE.into(), NO_BYTE_COUNTERS.into());
+        }
         Link {
             key,
             endpoint: Endpoint::HcaPort,
@@ -236,13 +253,15 @@ impl InfinibandSource {
     }
 
     /// Registers the port's counters: the table of `counters/` (or their `counters_ext/` twins in the
-    /// legacy layout) with their PMA widths, and every file of `hw_counters/`.
-    fn port_counters(&mut self, key: &LinkKey, port_dir: &Path, changed: &mut bool) {
+    /// legacy layout) with their PMA widths, and every file of `hw_counters/`; on a port without either
+    /// directory of PMA counters, [`HW_PACKETS`] as its packet counters. Whether the port has PMA counters.
+    fn port_counters(&mut self, key: &LinkKey, port_dir: &Path, changed: &mut bool) -> bool {
         let series = &mut self.inventory.series;
         let files = &mut self.files;
         let counters = port_dir.join("counters");
         let counters_ext = port_dir.join("counters_ext");
         let legacy = counters_ext.is_dir();
+        let pma = legacy || counters.is_dir();
         for d in COUNTERS {
             let ext_path = d.ext.filter(|_| legacy).map(|f| counters_ext.join(f));
             let (path, bits) = match ext_path {
@@ -281,6 +300,18 @@ impl InfinibandSource {
                 changed,
             );
         }
+        if !pma {
+            for (file, metric) in HW_PACKETS {
+                files.upsert(
+                    series,
+                    SeriesSpec::for_link(metric, SeriesKind::COUNTER64, Tier::Fast, key),
+                    hw_dir.join(file),
+                    Decode::Counter { scale: 1 },
+                    changed,
+                );
+            }
+        }
+        pma
     }
 }
 
