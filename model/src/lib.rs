@@ -33,6 +33,6 @@ pub mod token;
 
 pub use finding::{FindingKind, Severity};
 pub use job::{Job, Rank};
-pub use link::{Endpoint, Link, LinkClass, LinkKey, LinkRole};
+pub use link::{Endpoint, FabricData, Link, LinkClass, LinkKey, LinkRole};
 pub use nccl::{ConflictKind, NcclConflict, NcclList};
 pub use series::{SeriesKind, Tier};

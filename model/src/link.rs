@@ -190,6 +190,54 @@ impl Link {
     }
 }
 
+/// Which of a node's links carry its fabric data. A node with RDMA ports on the fabric moves its collectives
+/// through them (their netdevs count only what bypasses RDMA, IPoIB's sockets); a node without any has a TCP
+/// fabric, whose data crosses its fabric network interfaces (`[netdev] fabric`, an RDMA-less Ethernet port):
+/// the rules read those as they read RDMA ports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FabricData {
+    /// The node's RDMA ports on the fabric.
+    RdmaPorts,
+    /// The node's fabric network interfaces (no RDMA port on the fabric).
+    Interfaces,
+}
+
+impl FabricData {
+    /// The kind for a node with these links.
+    pub fn of<'a>(links: impl IntoIterator<Item = &'a Link>) -> FabricData {
+        if links.into_iter().any(Link::is_fabric_rdma) {
+            FabricData::RdmaPorts
+        } else {
+            FabricData::Interfaces
+        }
+    }
+
+    /// Whether a link of these facts carries the node's fabric data.
+    pub fn carries(self, class: LinkClass, endpoint: Endpoint, role: LinkRole) -> bool {
+        match self {
+            FabricData::RdmaPorts => is_fabric_rdma(class, endpoint, role),
+            FabricData::Interfaces => {
+                role == LinkRole::Fabric
+                    && endpoint == Endpoint::Interface
+                    && class != LinkClass::Nvlink
+            }
+        }
+    }
+
+    /// Whether `link` carries the node's fabric data.
+    pub fn carries_link(self, link: &Link) -> bool {
+        self.carries(link.key.class, link.endpoint, link.role)
+    }
+
+    /// How the links are named in words: `InfiniBand/RoCE port` or `fabric interface`.
+    pub fn noun(self) -> &'static str {
+        match self {
+            FabricData::RdmaPorts => "InfiniBand/RoCE port",
+            FabricData::Interfaces => "fabric interface",
+        }
+    }
+}
+
 /// A port of an InfiniBand or RoCE adapter on the fabric: the predicate behind [`Link::is_fabric_rdma`], for
 /// types that carry the three facts without a whole [`Link`].
 pub fn is_fabric_rdma(class: LinkClass, endpoint: Endpoint, role: LinkRole) -> bool {

@@ -2,6 +2,9 @@
 //!
 //! A root cause explains symptoms in the same job:
 //! - `nccl_misconfiguration` on node X explains `management_network_traffic` on X;
+//! - `management_network_traffic` on X that causes it (`ring_role` `cause`) explains the same kind on a node of
+//!   its job that is a ring neighbour (`ring_role` `neighbour`: it only moves X's traffic); a neighbour's
+//!   explains nothing;
 //! - a critical finding that throttles the job's communication on node X — `nccl_misconfiguration` that forces
 //!   traffic off the fabric (conflict `management_interface` or `ib_disabled`), `management_network_traffic`,
 //!   `link_degraded` or `link_errors` — explains `link_underutilized`, `exposed_communication` and
@@ -25,6 +28,7 @@
 //! which keeps its own: it is what the operator sees on the wire.
 
 use super::input::AnalysisInput;
+use super::management_nic;
 use super::{Candidate, FindingKind, Severity};
 
 /// Whether two nodes belong to the same job as far as the input knows: both in one job's ranks, or, when no
@@ -87,6 +91,13 @@ fn throttles(root: &Candidate) -> bool {
     }
 }
 
+/// The management rule's `ring_role` of `c` (`cause` or `neighbour`), when it says one.
+fn ring_role(c: &Candidate) -> Option<&str> {
+    (c.kind == FindingKind::ManagementNetworkTraffic)
+        .then(|| c.evidence.details.get(management_nic::RING_ROLE)?.as_str())
+        .flatten()
+}
+
 /// Whether the root cause `root` explains `c`.
 fn explains(input: &AnalysisInput, root: &Candidate, c: &Candidate) -> bool {
     let root_node = root.subject.node.as_str();
@@ -101,6 +112,17 @@ fn explains(input: &AnalysisInput, root: &Candidate, c: &Candidate) -> bool {
         && c.kind == FindingKind::ManagementNetworkTraffic
     {
         return c.subject.node == root_node;
+    }
+    // A ring neighbour's management traffic explains nothing; its cause's explains it.
+    if ring_role(root) == Some(management_nic::NEIGHBOUR) {
+        return false;
+    }
+    if root.kind == FindingKind::ManagementNetworkTraffic
+        && c.kind == FindingKind::ManagementNetworkTraffic
+    {
+        return ring_role(c) == Some(management_nic::NEIGHBOUR)
+            && c.subject.node != root_node
+            && related();
     }
     if throttles(root) {
         return match c.kind {

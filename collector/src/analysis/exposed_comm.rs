@@ -38,9 +38,7 @@ pub const OWN_PACE_SHARE: f64 = 0.5;
 /// resolved bursts) below [`OWN_PACE_SHARE`] of the median capacity of its fabric ports.
 pub fn raise_after(n: &super::input::NodeInput) -> u32 {
     let mut caps: Vec<f64> = n
-        .links
-        .iter()
-        .filter(|l| l.link.is_fabric_rdma())
+        .fabric_links()
         .filter_map(|l| l.link.capacity_bytes_per_second)
         .filter(|c| *c > 0.0)
         .collect();

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use commwatch_model::{Endpoint, Link, LinkClass, LinkKey, LinkRole, SeriesKind};
+use commwatch_model::{Endpoint, FabricData, Link, LinkClass, LinkKey, LinkRole, SeriesKind};
 use serde::ser::SerializeStruct;
 use serde::{Deserialize, Serialize, Serializer};
 
@@ -308,7 +308,8 @@ fn gauge_mean(samples: crate::store::Samples<'_>, since_ns: i64) -> Option<f64> 
     (n > 0).then(|| sum / n as f64)
 }
 
-/// Whether a rule reads `link`'s [`LinkInput::activity`]: the fabric's RDMA ports (congestion,
+/// Whether a rule reads `link`'s [`LinkInput::activity`]: the fabric's network links, RDMA ports and, on a TCP
+/// fabric, its interfaces ([`commwatch_model::FabricData`]) (congestion,
 /// underutilization, the scaling bound, [`NodeInput::fabric_busy_share`] and
 /// [`NodeInput::fabric_burst_rate`], the management rule's check that the fabric was idle) and the management
 /// NICs (the management rule). [`node_input`] copies and analyses the byte windows of those links only; the
@@ -317,7 +318,8 @@ fn gauge_mean(samples: crate::store::Samples<'_>, since_ns: i64) -> Option<f64> 
 /// findings under load"). A rule that comes to read another link's activity must widen this first
 /// (`tests::no_rule_reads_the_activity_of_links_left_out`).
 pub fn reads_activity(link: &Link) -> bool {
-    (link.role == LinkRole::Fabric && link.key.class.is_rdma()) || link.role == LinkRole::Management
+    (link.role == LinkRole::Fabric && link.key.class != LinkClass::Nvlink)
+        || link.role == LinkRole::Management
 }
 
 /// Copies one node's windows (under its lock; the caller holds it only for this call).
@@ -463,6 +465,39 @@ pub fn build(
 }
 
 impl NodeInput {
+    /// Which of the node's links carry its fabric data (RDMA ports, or on a TCP fabric its fabric interfaces).
+    pub fn fabric_data(&self) -> FabricData {
+        let steps_rdma = || {
+            self.steps.iter().rev().take(1).any(|s| {
+                s.links
+                    .iter()
+                    .any(|l| commwatch_model::link::is_fabric_rdma(l.key.class, l.endpoint, l.role))
+            })
+        };
+        match FabricData::of(self.links.iter().map(|l| l.link.as_ref())) {
+            FabricData::Interfaces if steps_rdma() => FabricData::RdmaPorts,
+            fd => fd,
+        }
+    }
+
+    /// The links that carry the node's fabric data ([`FabricData`]).
+    pub fn fabric_links(&self) -> impl Iterator<Item = &LinkInput> {
+        let fd = self.fabric_data();
+        self.links.iter().filter(move |l| fd.carries_link(&l.link))
+    }
+
+    /// Whether a link of these facts is one the node's fabric figures read: an RDMA class link on the fabric
+    /// (ports and IPoIB), or, on a TCP fabric, a fabric interface.
+    fn fabric_figure_link(
+        fd: FabricData,
+        class: LinkClass,
+        endpoint: Endpoint,
+        role: LinkRole,
+    ) -> bool {
+        (role == LinkRole::Fabric && class.is_rdma())
+            || (fd == FabricData::Interfaces && fd.carries(class, endpoint, role))
+    }
+
     /// Mean over the node's GPUs of the kernel-running share (`gpu_utilization_ratio`).
     pub fn gpu_busy_share(&self) -> Option<f64> {
         let v: Vec<f64> = self.gpus.iter().filter_map(|g| g.busy_share).collect();
@@ -477,19 +512,25 @@ impl NodeInput {
 
     /// The busiest fabric port's busy share over the window (0 when none moved traffic; `None` without data).
     pub fn fabric_busy_share(&self) -> Option<f64> {
+        let fd = self.fabric_data();
         self.links
             .iter()
-            .filter(|l| l.link.role == LinkRole::Fabric && l.link.key.class.is_rdma())
+            .filter(|l| {
+                Self::fabric_figure_link(fd, l.link.key.class, l.link.endpoint, l.link.role)
+            })
             .filter_map(|l| l.activity.as_ref().map(|a| a.busy_share()))
             .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))))
     }
 
     /// Median achieved burst rate over the node's fabric ports, bytes/s (resolved bursts or confident steps).
     pub fn fabric_burst_rate(&self) -> Option<f64> {
+        let fd = self.fabric_data();
         let mut v: Vec<f64> = if self.steps.is_empty() {
             self.links
                 .iter()
-                .filter(|l| l.link.role == LinkRole::Fabric && l.link.key.class.is_rdma())
+                .filter(|l| {
+                    Self::fabric_figure_link(fd, l.link.key.class, l.link.endpoint, l.link.role)
+                })
                 .filter_map(|l| {
                     let a = l.activity.as_ref()?;
                     a.resolved
@@ -501,7 +542,9 @@ impl NodeInput {
             self.steps
                 .iter()
                 .flat_map(|s| s.links.iter())
-                .filter(|l| l.confident && l.role == LinkRole::Fabric && l.key.class.is_rdma())
+                .filter(|l| {
+                    l.confident && Self::fabric_figure_link(fd, l.key.class, l.endpoint, l.role)
+                })
                 .filter_map(|l| l.achieved_bytes_per_second)
                 .collect()
         };

@@ -18,9 +18,18 @@
 //! Severity critical: the whole ring runs at this NIC's pace. When the job's settings on the node explain
 //! it (`NCCL_SOCKET_IFNAME` naming the interface, `NCCL_IB_DISABLE=1`, `NCCL_NET=Socket`, or the agent's
 //! conflict report), the summary says so and the action names the fix.
+//!
+//! **Who causes it, from traffic alone.** One node bound to its management network moves its ring
+//! neighbours' traffic too: a peer sending to that node's management address sends on its own management NIC,
+//! and the node's replies reach a peer's management NIC. The direction of the NIC's bytes over the node's
+//! steps ([`Direction`]) tells them apart: the node whose NIC both sends and receives the step's traffic is
+//! the cause (its setting or route); where none does, the node whose NIC receives it (peers address it
+//! there). The others of the job are its neighbours (`ring_role` `neighbour`): still critical on the wire,
+//! and filed under the cause (`super::causes`). Without steps the direction is unknown and the NIC is its own
+//! cause, as before.
 
 use commwatch_model::nccl::{self, NcclList};
-use commwatch_model::{ConflictKind, LinkClass, LinkRole};
+use commwatch_model::{ConflictKind, FabricData, LinkClass, LinkRole};
 
 use super::activity::{Activity, Burst};
 use super::input::{AnalysisInput, LinkInput, NodeInput};
@@ -40,6 +49,76 @@ pub const MAX_BYTES_CV: f64 = 0.25;
 pub const PERIOD_MATCH: f64 = 0.15;
 /// Share of the NIC's bursts that must coincide with the node's fabric bursts when the fabric is busy.
 pub const COINCIDE_SHARE: f64 = 0.8;
+/// The smaller direction's share of the larger above which a NIC both sends and receives the step's traffic
+/// (TCP's acknowledgements alone are a few per cent).
+pub const BOTH_WAYS_SHARE: f64 = 0.25;
+
+/// Which way a management NIC moved the training traffic over the node's steps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    Both,
+    Sends,
+    Receives,
+    /// No step of the node covers the NIC: the direction is not known.
+    Unknown,
+}
+
+impl Direction {
+    /// From the bytes sent and received over the node's steps.
+    pub fn of(tx: u64, rx: u64) -> Direction {
+        let (lo, hi) = (tx.min(rx) as f64, tx.max(rx) as f64);
+        if hi <= 0.0 {
+            Direction::Unknown
+        } else if lo >= BOTH_WAYS_SHARE * hi {
+            Direction::Both
+        } else if tx > rx {
+            Direction::Sends
+        } else {
+            Direction::Receives
+        }
+    }
+
+    fn verb(self) -> &'static str {
+        match self {
+            Direction::Both => "sends and receives",
+            Direction::Sends => "sends",
+            Direction::Receives => "receives",
+            Direction::Unknown => "carries",
+        }
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Direction::Both => "both",
+            Direction::Sends => "sends",
+            Direction::Receives => "receives",
+            Direction::Unknown => "unknown",
+        }
+    }
+}
+
+/// Bytes the management link `l` sent and received over the node's steps, as [`Direction`].
+fn direction(n: &NodeInput, l: &LinkInput) -> Direction {
+    let (tx, rx) = n
+        .steps
+        .iter()
+        .filter_map(|s| s.links.iter().find(|x| x.key == l.link.key))
+        .fold((0u64, 0u64), |(t, r), x| {
+            (t.saturating_add(x.tx_bytes), r.saturating_add(x.rx_bytes))
+        });
+    Direction::of(tx, rx)
+}
+
+/// Whether a NIC moving the job's traffic `dir` is its cause, among the job's NICs moving it `all` (see the
+/// module documentation).
+fn is_cause(dir: Direction, all: &[Direction]) -> bool {
+    match dir {
+        Direction::Unknown | Direction::Both => true,
+        _ if all.contains(&Direction::Both) => false,
+        Direction::Receives => true,
+        Direction::Sends => !all.contains(&Direction::Receives),
+    }
+}
 
 /// The NIC's traffic, when it is training traffic: its bursts at its own level and what they match.
 struct Training<'a> {
@@ -78,9 +157,7 @@ fn training<'a>(n: &NodeInput, nodes: &[&NodeInput], l: &'a LinkInput) -> Option
         return None;
     }
     let fabric: Vec<&Burst> = n
-        .links
-        .iter()
-        .filter(|x| x.link.is_fabric_rdma())
+        .fabric_links()
         .filter_map(|x| x.activity.as_ref())
         .flat_map(|x| x.bursts.iter())
         // Background (a few small bursts on ports NCCL left) is not the fabric carrying the step.
@@ -181,6 +258,7 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
     let mut out = Vec::new();
     // Every job's nodes (all nodes when no job is known); a node in none runs no training traffic.
     for (_, nodes) in groups(input) {
+        let mut found = Vec::new();
         for n in &nodes {
             for l in n
                 .links
@@ -188,9 +266,14 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
                 .filter(|l| l.link.role == LinkRole::Management)
             {
                 if let Some(t) = training(n, &nodes, l) {
-                    out.push(candidate(input, n, &nodes, l, &t));
+                    found.push((*n, l, t, direction(n, l)));
                 }
             }
+        }
+        let all: Vec<Direction> = found.iter().map(|f| f.3).collect();
+        for (n, l, t, dir) in &found {
+            let cause = is_cause(*dir, &all);
+            out.push(candidate(input, n, &nodes, l, t, (*dir, cause)));
         }
     }
     out
@@ -203,6 +286,7 @@ fn candidate(
     nodes: &[&NodeInput],
     l: &LinkInput,
     t: &Training,
+    (dir, cause): (Direction, bool),
 ) -> Candidate {
     let (a, p) = (t.activity, &t.activity.peaks);
     let per_burst = p.bytes_per_burst.unwrap_or(0.0);
@@ -212,9 +296,7 @@ fn candidate(
         .unwrap_or(per_burst / a.sample_period_s.max(1e-9));
     // What one fabric port of the node could carry, and what the job's other nodes' fabric achieves.
     let mut caps: Vec<f64> = n
-        .links
-        .iter()
-        .filter(|x| x.link.is_fabric_rdma())
+        .fabric_links()
         .filter_map(|x| x.link.capacity_bytes_per_second)
         .collect();
     let fabric_ports = caps.len();
@@ -222,8 +304,7 @@ fn candidate(
     let mut peers: Vec<f64> = nodes
         .iter()
         .filter(|m| m.name != n.name)
-        .flat_map(|m| m.links.iter())
-        .filter(|x| x.link.is_fabric_rdma())
+        .flat_map(|m| m.fabric_links())
         .filter_map(|x| x.activity.as_ref()?.burst_rate_bytes_per_second)
         .collect();
     let peer_rate = median(&mut peers);
@@ -236,9 +317,11 @@ fn candidate(
     if let Some(j) = input.job_of(&n.name) {
         c.subject.job = Some(j.id.clone());
     }
+    let fd = n.fabric_data();
     let mut s = format!(
-        "{} sends training traffic over management NIC {}: {:.2} GB per step at {} every {:.3} s ({} steps)",
+        "{} {} training traffic over management NIC {}: {:.2} GB per step at {} every {:.3} s ({} steps)",
         n.name,
+        dir.verb(),
         l.link.key.device,
         per_burst / 1e9,
         gbs(rate),
@@ -246,24 +329,41 @@ fn candidate(
         t.big
     );
     if let Some(cap) = port_capacity {
+        let noun = match fd {
+            FabricData::RdmaPorts => "InfiniBand port(s)",
+            FabricData::Interfaces => "fabric interface(s)",
+        };
         s.push_str(&format!(
-            " instead of its {} InfiniBand port(s) of {} each",
-            fabric_ports,
+            " instead of its {fabric_ports} {noun} of {} each",
             gbs(cap)
         ));
     }
     if let Some(p) = peer_rate {
+        let noun = match fd {
+            FabricData::RdmaPorts => "InfiniBand",
+            FabricData::Interfaces => "fabric",
+        };
         s.push_str(&format!(
-            "; the other nodes' InfiniBand achieves only {} during communication",
+            "; the other nodes' {noun} achieves only {} during communication",
             gbs(p)
         ));
     }
     match &why {
         Some((setting, reason)) => s.push_str(&format!("; explained by {setting}: {reason}.")),
+        None if !cause => s.push_str(
+            "; a ring neighbour of a node whose training traffic uses its management network: the fix is there.",
+        ),
         None => s.push('.'),
     }
     c.summary = s;
-    c.action = action(n, why.as_ref().map(|w| w.0.as_str()));
+    c.action = if cause || why.is_some() {
+        action(n, fd, why.as_ref().map(|w| w.0.as_str()))
+    } else {
+        format!(
+            "Nothing to change on {}: fix the node this finding is filed under (caused_by), whose job traffic uses its management network; this NIC's traffic stops with it.",
+            n.name
+        )
+    };
     let mut e = Evidence::new(r4(rate), "bytes_per_second")
         .steps(t.big)
         .seconds(r4(a.window_s))
@@ -272,7 +372,9 @@ fn candidate(
         .detail("period_cv", r4(p.period_cv.unwrap_or(0.0)))
         .detail("bytes_cv", r4(p.bytes_cv.unwrap_or(0.0)))
         .detail("busy_share", r4(a.busy_share()))
-        .detail("fabric_idle", t.fabric_idle);
+        .detail("fabric_idle", t.fabric_idle)
+        .detail("direction", dir.as_str())
+        .detail(RING_ROLE, if cause { CAUSE } else { NEIGHBOUR });
     if let Some(step) = t.step_period_s {
         e = e.detail("job_step_period_s", r4(step));
     }
@@ -289,9 +391,21 @@ fn candidate(
     c
 }
 
+/// The evidence detail that says whether the NIC's node causes the traffic ([`CAUSE`]) or is a ring
+/// [`NEIGHBOUR`] of one that does.
+pub const RING_ROLE: &str = "ring_role";
+pub const CAUSE: &str = "cause";
+pub const NEIGHBOUR: &str = "neighbour";
+
 /// What to do on node `n`, given the setting that explains the traffic (if any).
-fn action(n: &NodeInput, setting: Option<&str>) -> String {
+fn action(n: &NodeInput, fd: FabricData, setting: Option<&str>) -> String {
     let fabric_if = fabric_interface(n).unwrap_or_else(|| "the fabric interface".into());
+    if fd == FabricData::Interfaces && setting.is_none() {
+        return format!(
+            "Bind the job's sockets on {} to {fabric_if} (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME or the MPI transport's interface list), and check that the address its ranks publish (host name, rendezvous address) and its routes are on the fabric, not the management network; restart the job.",
+            n.name
+        );
+    }
     match setting {
         Some(setting) if setting.starts_with(nccl::SOCKET_IFNAME) => format!(
             "Set NCCL_SOCKET_IFNAME={fabric_if} (or unset it) for the job's ranks on {} instead of {setting}, keep NCCL_IB_DISABLE unset, and restart the job; verify with NCCL_DEBUG=INFO that NCCL uses NET/IB.",

@@ -27,7 +27,6 @@ use super::input::{AnalysisInput, JobReference, NodeInput, ThroughputBaseline};
 use super::straggler::groups;
 use super::{median, r4, Candidate, Evidence, FindingKind, Severity, Subject};
 use crate::steps::StepSource;
-use commwatch_model::link::is_fabric_rdma;
 
 /// The job name used when no job is known.
 pub const CLUSTER_JOB: &str = "cluster";
@@ -86,23 +85,31 @@ fn gpus_of(input: &AnalysisInput, job: Option<&String>, nodes: &[&NodeInput]) ->
     }
 }
 
-/// Median step duration and the steps it rests on: the nodes' steps, else the period of their fabric ports'
-/// bursts (a management NIC's storage traffic has a period of its own).
+/// The job's step duration and the steps it rests on: the median over the nodes of each node's median step
+/// (every node of a synchronous job runs the same steps: one vote each, so a node whose steps were cut wrong
+/// cannot decide it by their number), else the period of their fabric ports' bursts (a management NIC's
+/// storage traffic has a period of its own).
 pub(crate) fn step_time(nodes: &[&NodeInput]) -> (Option<f64>, usize) {
-    let mut durations: Vec<f64> = nodes
+    let mut steps = 0;
+    let mut per_node: Vec<f64> = nodes
         .iter()
-        .flat_map(|n| n.steps.iter())
-        .map(|s| s.duration_s())
-        .filter(|d| *d > 0.0)
+        .filter_map(|n| {
+            let mut d: Vec<f64> = n
+                .steps
+                .iter()
+                .map(|s| s.duration_s())
+                .filter(|d| *d > 0.0)
+                .collect();
+            steps += d.len();
+            median(&mut d)
+        })
         .collect();
-    let steps = durations.len();
-    if let Some(t) = median(&mut durations) {
+    if let Some(t) = median(&mut per_node) {
         return (Some(t), steps);
     }
     let mut p: Vec<f64> = nodes
         .iter()
-        .flat_map(|n| n.links.iter())
-        .filter(|l| l.link.is_fabric_rdma())
+        .flat_map(|n| n.fabric_links())
         .filter_map(|l| l.activity.as_ref()?.period_s)
         .collect();
     (median(&mut p), steps)
@@ -130,12 +137,13 @@ fn fabric_rate(nodes: &[&NodeInput]) -> Option<f64> {
     let mut rates: Vec<f64> = nodes
         .iter()
         .filter_map(|n| {
+            let fd = n.fabric_data();
             let t: f64 = n.steps.iter().map(|s| s.duration_s().max(0.0)).sum();
             let bytes: u64 = n
                 .steps
                 .iter()
                 .flat_map(|s| s.links.iter())
-                .filter(|l| is_fabric_rdma(l.key.class, l.endpoint, l.role))
+                .filter(|l| fd.carries(l.key.class, l.endpoint, l.role))
                 .map(|l| l.tx_bytes.max(l.rx_bytes))
                 .fold(0u64, u64::saturating_add);
             (t >= MIN_RATE_SPAN_S && bytes > 0).then(|| bytes as f64 / t)
@@ -183,8 +191,7 @@ fn baseline(input: &AnalysisInput, job: &str, gpus: u32) -> Option<ThroughputBas
 fn communication_share(nodes: &[&NodeInput]) -> Option<(f64, usize)> {
     nodes
         .iter()
-        .flat_map(|n| n.links.iter())
-        .filter(|l| l.link.is_fabric_rdma())
+        .flat_map(|n| n.fabric_links())
         .filter_map(|l| {
             let a = l.activity.as_ref()?;
             (a.resolved && a.complete_bursts() >= MIN_MARKER_STEPS)

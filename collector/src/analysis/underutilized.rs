@@ -71,7 +71,7 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
         let bare_link = usable_figure(probe);
         let collective = costliest_inter_node(input, job.as_deref());
         let before = out.len();
-        for l in n.links.iter().filter(|l| l.link.is_fabric_rdma()) {
+        for l in n.fabric_links() {
             let Some(cap) = l.link.capacity_bytes_per_second.filter(|c| *c > 0.0) else {
                 continue;
             };
@@ -297,15 +297,10 @@ fn from_collective(
     if (s.count as usize) < MIN_STEPS || share >= UTILIZATION_BELOW || !below_baseline {
         return None;
     }
-    let l = n
-        .links
-        .iter()
-        .filter(|l| l.link.is_fabric_rdma())
-        .max_by(|a, b| {
-            let cap =
-                |x: &&super::input::LinkInput| x.link.capacity_bytes_per_second.unwrap_or(0.0);
-            cap(a).total_cmp(&cap(b))
-        })?;
+    let l = n.fabric_links().max_by(|a, b| {
+        let cap = |x: &&super::input::LinkInput| x.link.capacity_bytes_per_second.unwrap_or(0.0);
+        cap(a).total_cmp(&cap(b))
+    })?;
     let mut c = Candidate::new(
         FindingKind::LinkUnderutilized,
         severity,

@@ -13,6 +13,14 @@
 //! Source: a node whose markers were seen within [`MARKERS_FRESH_NS`] (agent clock, against its newest sample)
 //! gets marker steps; otherwise inferred steps. Inference keeps following the traffic while markers are used,
 //! so the switch back is immediate.
+//!
+//! **Inferred steps are the job's, aligned across its nodes.** Every node of a synchronous job runs the same
+//! steps, but not every node's counters show them: a ring neighbour of a slow link waits inside the collective
+//! as long as it computes, and its own traffic repeats at half the step. The job's period is the longest of its
+//! nodes' periods (each node's traffic repeats at the job's step or at a fraction of it), and the node with that
+//! period (the strongest, on a tie within [`SAME_PERIOD`]) is the job's reference: its steps are every node's
+//! steps, with one index sequence per job (the same index on every node), each node's bytes counted on its
+//! own samples. A node that runs no job, or the only node of its job, keeps its own steps.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -37,6 +45,8 @@ pub const MARKERS_FRESH_NS: i64 = 30_000_000_000;
 /// Steps waiting for samples to cover them, per node; beyond it the oldest is completed with the links whose
 /// samples cover it.
 pub const MAX_AWAITING: usize = 64;
+/// Periods within this share of each other are the same period (the job's reference is then the strongest).
+pub const SAME_PERIOD: f64 = 0.1;
 
 /// Edges of a step whose link figures are not computed yet.
 #[derive(Debug, Clone)]
@@ -59,6 +69,27 @@ struct NodeEngine {
     awaiting: VecDeque<Edges>,
     /// Markers lost to the log's bound before the engine read them.
     lost_markers: u64,
+    /// What this pass read of the node (set by the first phase of [`Engine::tick`]).
+    newest_sample: i64,
+    has_byte_series: bool,
+    markers_fresh: bool,
+    /// End of the last inferred step queued: no inferred step starts before it.
+    inferred_until: i64,
+}
+
+/// One node's inference in a pass: its job and the steps its own traffic gave.
+struct NodeInferred {
+    node: String,
+    job: Option<String>,
+    steps: Vec<super::inferred::InferredStep>,
+    period: Option<super::PeriodEstimate>,
+}
+
+/// A job's inferred step sequence: the next index and the end of the last step given out.
+#[derive(Debug, Default)]
+struct JobSequence {
+    next: u64,
+    until: i64,
 }
 
 /// New data of one node, copied under its lock.
@@ -230,6 +261,7 @@ pub struct Engine {
     store: Arc<Store>,
     steps: Arc<StepStore>,
     nodes: HashMap<String, NodeEngine>,
+    jobs: HashMap<String, JobSequence>,
     /// The collector's pass metrics, where each pass is timed.
     passes: Passes,
 }
@@ -242,6 +274,7 @@ impl Engine {
             store,
             steps,
             nodes: HashMap::new(),
+            jobs: HashMap::new(),
             passes,
         }
     }
@@ -254,24 +287,24 @@ impl Engine {
         let names = self.store.node_names(now_unix_ns);
         self.nodes.retain(|n, _| names.binary_search(n).is_ok());
         self.steps.retain(&names);
+        let inferred: Vec<NodeInferred> = names.iter().filter_map(|n| self.read_node(n)).collect();
+        self.queue_inferred(inferred);
         let mut added = 0;
         for name in &names {
-            added += self.tick_node(name);
+            added += self.complete_node(name);
         }
         timer.done(names.len());
         added
     }
 
-    fn tick_node(&mut self, name: &str) -> usize {
+    /// First phase for one node: reads what is new, queues its marker steps and runs its inference.
+    fn read_node(&mut self, name: &str) -> Option<NodeInferred> {
         let st = self.nodes.entry(name.to_string()).or_default();
         let cursor = st.marker_cursor;
         let traffic_from = st.inference.newest_ns();
-        let Some(fresh) = self
+        let fresh = self
             .store
-            .with_node(name, |n| copy_fresh(n, cursor, traffic_from))
-        else {
-            return 0;
-        };
+            .with_node(name, |n| copy_fresh(n, cursor, traffic_from))?;
         st.marker_cursor = fresh.next_cursor;
         if fresh.lost > 0 {
             st.lost_markers += fresh.lost;
@@ -298,29 +331,111 @@ impl Engine {
         let agent_now = fresh.newest_sample.max(st.markers.newest_unix_ns());
         st.markers.forget_idle(agent_now);
         st.inference.extend(fresh.traffic);
-        let inferred = st.inference.steps();
-        let markers_fresh = st.markers.newest_unix_ns() > 0
+        let steps = st.inference.steps();
+        st.markers_fresh = st.markers.newest_unix_ns() > 0
             && agent_now - st.markers.newest_unix_ns() <= MARKERS_FRESH_NS;
-        if !markers_fresh {
-            for s in inferred {
-                st.awaiting.push_back(Edges {
-                    job: fresh.job.clone(),
-                    index: st.next_inferred,
-                    start: s.start_unix_ns,
-                    end: s.end_unix_ns,
-                    source: StepSource::Inferred,
-                    confidence: s.confidence,
-                    samples: None,
-                });
-                st.next_inferred += 1;
+        st.newest_sample = fresh.newest_sample;
+        st.has_byte_series = fresh.has_byte_series;
+        let period = st.inference.period();
+        self.steps.set_period(name, period);
+        Some(NodeInferred {
+            node: name.to_string(),
+            job: fresh.job,
+            steps,
+            period,
+        })
+    }
+
+    /// Queues the inferred steps of this pass: a job's reference steps on each of its nodes, a lone node's own
+    /// (see the module documentation).
+    fn queue_inferred(&mut self, inferred: Vec<NodeInferred>) {
+        let mut by_job: HashMap<String, Vec<&NodeInferred>> = HashMap::new();
+        for n in &inferred {
+            if let Some(j) = &n.job {
+                by_job.entry(j.clone()).or_default().push(n);
             }
         }
-        self.steps.set_period(name, st.inference.period());
+        self.jobs.retain(|j, _| by_job.contains_key(j));
+        for n in &inferred {
+            let group = n
+                .job
+                .as_ref()
+                .and_then(|j| by_job.get(j))
+                .filter(|g| g.len() > 1);
+            let Some(group) = group else {
+                let own: Vec<(u64, i64, i64, f64)> = {
+                    let st = self.nodes.entry(n.node.clone()).or_default();
+                    n.steps
+                        .iter()
+                        .map(|s| {
+                            let i = st.next_inferred;
+                            st.next_inferred += 1;
+                            (i, s.start_unix_ns, s.end_unix_ns, s.confidence)
+                        })
+                        .collect()
+                };
+                self.queue_on(&n.node, n.job.as_ref(), &own);
+                continue;
+            };
+            // The job's steps are queued once, from its reference, on every node of the group.
+            let Some(reference) = reference(group) else {
+                continue;
+            };
+            if reference.node != n.node {
+                continue;
+            }
+            let job = n.job.clone().unwrap_or_default();
+            let seq = self.jobs.entry(job.clone()).or_default();
+            let mut steps = Vec::new();
+            for s in &reference.steps {
+                if s.start_unix_ns < seq.until {
+                    continue;
+                }
+                steps.push((seq.next, s.start_unix_ns, s.end_unix_ns, s.confidence));
+                seq.next += 1;
+                seq.until = s.end_unix_ns;
+            }
+            for m in group.iter() {
+                self.queue_on(&m.node, Some(&job), &steps);
+            }
+        }
+    }
 
+    /// Queues inferred steps `(index, start, end, confidence)` on `node`, unless its markers are fresh; none
+    /// starts before the node's last inferred step ends.
+    fn queue_on(&mut self, node: &str, job: Option<&String>, steps: &[(u64, i64, i64, f64)]) {
+        let Some(st) = self.nodes.get_mut(node) else {
+            return;
+        };
+        if st.markers_fresh {
+            return;
+        }
+        for &(index, start, end, confidence) in steps {
+            if start < st.inferred_until {
+                continue;
+            }
+            st.awaiting.push_back(Edges {
+                job: job.cloned(),
+                index,
+                start,
+                end,
+                source: StepSource::Inferred,
+                confidence,
+                samples: None,
+            });
+            st.inferred_until = end;
+        }
+    }
+
+    /// Last phase for one node: computes the figures of the queued steps its samples now cover.
+    fn complete_node(&mut self, name: &str) -> usize {
+        let Some(st) = self.nodes.get_mut(name) else {
+            return 0;
+        };
         // Steps whose end the samples reach (or every step when the node has no byte counters, or too many wait).
         let mut ready: Vec<Edges> = Vec::new();
         while let Some(e) = st.awaiting.front() {
-            let covered = !fresh.has_byte_series || e.end <= fresh.newest_sample;
+            let covered = !st.has_byte_series || e.end <= st.newest_sample;
             if covered || st.awaiting.len() > MAX_AWAITING {
                 if let Some(e) = st.awaiting.pop_front() {
                     ready.push(e);
@@ -360,6 +475,26 @@ impl Engine {
         self.steps.push(name, steps);
         n
     }
+}
+
+/// The reference of a job's nodes: the node with the longest period (its traffic repeats at the job's step;
+/// the others' at it or a fraction of it), the strongest among those within [`SAME_PERIOD`] of it.
+fn reference<'a>(group: &[&'a NodeInferred]) -> Option<&'a NodeInferred> {
+    let longest = group
+        .iter()
+        .filter_map(|n| n.period.map(|p| p.period_s))
+        .fold(0.0, f64::max);
+    group
+        .iter()
+        .filter(|n| {
+            n.period
+                .is_some_and(|p| p.period_s >= (1.0 - SAME_PERIOD) * longest)
+        })
+        .max_by(|a, b| {
+            let s = |n: &&&NodeInferred| n.period.map_or(0.0, |p| p.strength);
+            s(a).total_cmp(&s(b)).then_with(|| b.node.cmp(&a.node))
+        })
+        .copied()
 }
 
 /// Runs [`Engine::tick`] every `every` (on the blocking pool, so the async workers that serve ingest never wait

@@ -5,24 +5,32 @@
 //! links (NVLink excluded: it stays inside the node), as `(timestamp_ns, bytes)` on the node's sample times.
 //! The tracker keeps the last [`WINDOW_NS`] of it and, from the interval rates:
 //!
-//! - **Period**: the autocorrelation of the rate series (mean removed, normalised per lag) over lags from its
-//!   first fall below zero to a third of the window. Below that lag the autocorrelation only says the rate is
-//!   smooth: a collective paced by a slow link, with dips every 50–150 ms inside one 3 s all-reduce, has small
-//!   peaks there that are not the step. The period is the smallest lag whose peak reaches [`PEAK_SHARE`] of
-//!   the highest peak (so a multiple of the period is never taken for it), refined by a parabola through the
-//!   peak, then by the mean spacing of the steps found. **Strength** is the autocorrelation at the peak (0..1).
-//! - **Quiet**: intervals whose rate is at most `low + BURST_LEVEL × (high − low)` (`low` the
-//!   [`LOW_PERCENTILE`]th percentile rate, low enough for a node whose communication fills most of the step;
-//!   `high` the highest). Every end of a busy run is a candidate edge: the sample closing its last busy
-//!   interval, or the next one when that interval still carries the burst's tail (above [`TAIL_LEVEL`]).
-//!   Edges are on samples, so per-step byte counts are exact counter differences.
-//! - **Steps are the period, not the bursts**: from one edge, the next is the candidate between half a period
-//!   and one and a half periods later with the **longest quiet after it** (the gap between one step's
-//!   communication and the next step's; a dip inside a collective is shorter), the nearest to one period on a
-//!   tie. Where no candidate lies in that span (communication filling the whole step), the edge is the sample
-//!   nearest one period on, at half the confidence. An edge is decided once the samples reach one and a half
-//!   periods past the previous one, so a step appears about half a period after its end. The first edge is
-//!   the candidate with the longest quiet in the window's first period and a half.
+//! - **Activity**: an interval is busy when its rate is above `low + BUSY_LEVEL × (high − low)` (`low` the
+//!   [`LOW_PERCENTILE`]th percentile rate, low enough for a node whose communication fills 85 % of the step;
+//!   `high` the highest). The level is low on purpose: a node whose ring crosses a slow link moves a fast
+//!   link's chunk in one sample and the slow link's for several at a tenth of the rate, and both are the step's
+//!   communication.
+//! - **Period**: the autocorrelation of the activity (1 busy, 0 quiet; mean removed, normalised per lag) over
+//!   lags from its first fall below zero to a third of the window. Below that lag the autocorrelation only
+//!   says that activity comes in runs; the chunks of one collective repeat there too, and are not the step.
+//!   The period is the smallest lag whose peak reaches [`PEAK_SHARE`] of the highest peak (so a multiple of the
+//!   period is never taken for it), refined by a parabola through the peak, then by the mean spacing of the
+//!   steps found. **Strength** is the autocorrelation at the peak (0..1).
+//! - **Edges**: every end of a busy run is a candidate: the sample closing its last busy interval, or the next
+//!   one when that interval still carries the burst's tail (above [`TAIL_LEVEL`]), with the quiet intervals
+//!   that follow it. Edges are on samples, so per-step byte counts are exact counter differences.
+//! - **Steps are the period, not the bursts**: the step's gap (compute between one step's communication and
+//!   the next) is the longest quiet of each period; its typical length is the median over the window's
+//!   periods. From one edge, the next is the first candidate at least half a period later whose quiet is at
+//!   least [`GAP_SHARE`] of that typical gap (a dip inside a collective is shorter), within one and a half
+//!   periods; else the candidate with the longest quiet there; else, with none (communication filling the
+//!   whole step), the sample nearest one period on, at half the confidence, as long as the node moved traffic
+//!   in that period (a job that paused or ended gets no made-up steps). An edge is decided once the
+//!   samples reach one and a half periods past the previous one, so a step appears about half a period after
+//!   its end. The first edge is the candidate with the longest quiet in the first period and a half of the
+//!   window (or after the last step given out).
+//!   No step starts before the end of the last step given out, so a sequence found anew (after a spell
+//!   without periodicity) never repeats a step.
 //!   Confidence = strength × how close the step's duration is to the period (1 at the period, 0 at ±100%).
 //!
 //! No steps while the traffic swings less than [`MIN_SWING_BYTES_PER_SECOND`] (an idle node) or less than
@@ -49,7 +57,9 @@ pub const MIN_SWING_BYTES_PER_SECOND: f64 = 5e6;
 /// Smallest swing as a share of the highest rate: a steady stream with a ripple has no steps.
 pub const MIN_SWING_SHARE: f64 = 0.25;
 /// Busy threshold, as a share of the swing above the low rate.
-pub const BURST_LEVEL: f64 = 0.3;
+pub const BUSY_LEVEL: f64 = 0.05;
+/// Share of the typical gap between steps a quiet must last to end a step.
+pub const GAP_SHARE: f64 = 0.5;
 /// Span after an edge, in periods, in which the next edge is sought (half a period either side of one).
 pub const SEEK_LO: f64 = 0.5;
 pub const SEEK_HI: f64 = 1.5;
@@ -154,23 +164,47 @@ struct Candidate {
     quiet: usize,
 }
 
-/// The next edge after `prev` for period `p_ns`: the candidate in `(prev + SEEK_LO·p, prev + SEEK_HI·p]` with
-/// the longest quiet after it (the nearest to `prev + p` on a tie), else the sample nearest `prev + p`
-/// (`false`: predicted, not seen).
-fn next_edge(cands: &[Candidate], times: &[i64], prev: i64, p_ns: i64) -> (i64, bool) {
+/// The typical gap between steps, in intervals: the median over the window's consecutive spans of one period
+/// of the longest quiet that starts in each (0 without candidates).
+fn typical_gap(cands: &[Candidate], p_ns: i64) -> usize {
+    let (Some(first), Some(last)) = (cands.first(), cands.last()) else {
+        return 0;
+    };
+    let mut longest: Vec<usize> = Vec::new();
+    let mut from = first.t;
+    while from <= last.t {
+        if let Some(q) = cands
+            .iter()
+            .filter(|c| c.t >= from && c.t < from + p_ns)
+            .map(|c| c.quiet)
+            .max()
+        {
+            longest.push(q);
+        }
+        from += p_ns;
+    }
+    longest.sort_unstable();
+    longest.get(longest.len() / 2).copied().unwrap_or(0)
+}
+
+/// The next edge after `prev` for period `p_ns` and typical gap `gap` (see the module docs), and whether it was
+/// seen (`false`: predicted).
+fn next_edge(cands: &[Candidate], times: &[i64], prev: i64, p_ns: i64, gap: usize) -> (i64, bool) {
     let target = prev + p_ns;
     let (lo, hi) = (
         prev + (SEEK_LO * p_ns as f64) as i64,
         prev + (SEEK_HI * p_ns as f64) as i64,
     );
-    let best = cands
-        .iter()
-        .filter(|c| c.t > lo && c.t <= hi)
-        .max_by(|a, b| {
-            a.quiet
-                .cmp(&b.quiet)
-                .then_with(|| (b.t - target).abs().cmp(&(a.t - target).abs()))
-        });
+    let in_span = || cands.iter().filter(|c| c.t > lo && c.t <= hi);
+    let min_quiet = ((GAP_SHARE * gap as f64).ceil() as usize).max(1);
+    if let Some(c) = in_span().find(|c| c.quiet >= min_quiet) {
+        return (c.t, true);
+    }
+    let best = in_span().max_by(|a, b| {
+        a.quiet
+            .cmp(&b.quiet)
+            .then_with(|| (b.t - target).abs().cmp(&(a.t - target).abs()))
+    });
     match best {
         Some(c) => (c.t, true),
         None => {
@@ -195,6 +229,8 @@ pub struct InferenceTracker {
     last_edge: Option<i64>,
     /// The newest edges found (at most [`REFINE_EDGES`]), for the period's refinement.
     recent_edges: VecDeque<i64>,
+    /// End of the last step given out: no step starts before it.
+    given_until: i64,
 }
 
 impl InferenceTracker {
@@ -240,7 +276,11 @@ impl InferenceTracker {
             return Vec::new();
         }
         if self.period.is_none() || newest - self.estimated_at >= REESTIMATE_NS {
-            self.period = estimate_period(&rates, dt);
+            let active: Vec<f64> = busy(&rates, low, high)
+                .into_iter()
+                .map(|b| if b { 1.0 } else { 0.0 })
+                .collect();
+            self.period = estimate_period(&active, dt);
             self.estimated_at = newest;
         }
         let Some(est) = self.period.filter(|p| p.strength >= MIN_STRENGTH) else {
@@ -254,17 +294,19 @@ impl InferenceTracker {
         let cands = candidates(&pts, &rates, low, high);
         let times: Vec<i64> = pts.iter().map(|p| p.0).collect();
         let first = pts[0].0;
+        let gap = typical_gap(&cands, p_ns);
         let mut prev = match self.last_edge.filter(|&e| e >= first) {
             Some(e) => e,
             None => {
                 // The anchor: the longest quiet in the window's first period and a half (an edge may fall just
                 // after the first period), once two periods are held.
-                if newest < first + 2 * p_ns {
+                let from = first.max(self.given_until);
+                if newest < from + 2 * p_ns {
                     return Vec::new();
                 }
                 let Some(anchor) = cands
                     .iter()
-                    .filter(|c| c.t < first + p_ns + p_ns / 2)
+                    .filter(|c| c.t >= from && c.t < from + p_ns + p_ns / 2)
                     .max_by_key(|c| c.quiet)
                 else {
                     return Vec::new();
@@ -274,10 +316,17 @@ impl InferenceTracker {
                 anchor.t
             }
         };
+        let active = busy(&rates, low, high);
         let mut out = Vec::new();
+        let mut paused = false;
         while newest >= prev + (SEEK_HI * p_ns as f64) as i64 {
-            let (e, seen) = next_edge(&cands, &times, prev, p_ns);
+            let (e, seen) = next_edge(&cands, &times, prev, p_ns, gap);
             if e <= prev {
+                break;
+            }
+            if !seen && !busy_between(&times, &active, prev, e) {
+                // No traffic for a whole period: the job paused or ended; no step is made up.
+                paused = true;
                 break;
             }
             let d = (e - prev) as f64 / 1e9;
@@ -294,7 +343,10 @@ impl InferenceTracker {
             }
             prev = e;
         }
-        self.last_edge = Some(prev);
+        self.last_edge = (!paused).then_some(prev);
+        if let Some(last) = out.last() {
+            self.given_until = last.end_unix_ns;
+        }
         self.refine(est);
         out
     }
@@ -344,11 +396,24 @@ fn interval_rates(pts: &[(i64, f64)]) -> (Vec<f64>, f64) {
 }
 
 /// The candidate edges of `pts` (see the module docs), given the quiet (`low`) and highest rates.
+/// Whether any interval between `from` and `to` (sample times) is busy; `active[i]` is the interval ending at
+/// `times[i + 1]`.
+fn busy_between(times: &[i64], active: &[bool], from: i64, to: i64) -> bool {
+    active
+        .iter()
+        .zip(times.iter().skip(1))
+        .any(|(&b, &t)| b && t > from && t <= to)
+}
+
+/// Whether each interval is busy (see the module docs).
+fn busy(rates: &[f64], low: f64, high: f64) -> Vec<bool> {
+    let threshold = low + BUSY_LEVEL * (high - low);
+    rates.iter().map(|&r| r > threshold).collect()
+}
+
 fn candidates(pts: &[(i64, f64)], rates: &[f64], low: f64, high: f64) -> Vec<Candidate> {
-    let threshold = low + BURST_LEVEL * (high - low);
     let tail = low + TAIL_LEVEL * (high - low);
-    let busy: Vec<bool> = rates.iter().map(|&r| r > threshold).collect();
-    quiet_after(&busy)
+    quiet_after(&busy(rates, low, high))
         .into_iter()
         .map(|(i, quiet)| {
             // The burst's tail: its last partly busy interval belongs to it.
