@@ -36,9 +36,15 @@ pub fn derive(log: &mut NcclLog, scan: &Scan) {
         Some(false) => None,
         _ => gdr(log, scan),
     };
+    // NCCL prints `Init COMPLETE` from 2.4 on: an older log never does, and says nothing by it.
+    let prints_complete = log.library == "RCCL"
+        || log.version.as_deref().is_none_or(|v| {
+            let mut p = v.split(['.', '+']).map(|x| x.parse::<u32>().unwrap_or(0));
+            (p.next().unwrap_or(0), p.next().unwrap_or(0)) >= (2, 4)
+        });
     log.init_complete = if scan.init_done || scan.results_seen {
         Some(true)
-    } else if scan.init_begun && log.failure.is_none() {
+    } else if scan.init_begun && log.failure.is_none() && prints_complete {
         Some(false)
     } else {
         None

@@ -55,14 +55,16 @@ pub fn error_return(msg: &str) -> Option<(&str, u32)> {
 /// A line outside NCCL's own that reports a failure: nccl-tests' (`NCCL failure all_reduce.cu:95 '…'`,
 /// `Test NCCL failure …`), a framework's (`RuntimeError: NCCL error …`, `unhandled system error`), a signal.
 pub fn failure_in(line: &str) -> Option<String> {
-    const MARKERS: [&str; 7] = [
+    const MARKERS: [&str; 9] = [
         "NCCL failure ",
         "CUDA failure ",
-        "NCCL error",
+        "NCCL error in:",
         "unhandled system error",
         "unhandled cuda error",
         "Segmentation fault",
         "exited on signal",
+        "Caught signal",
+        "core dumped",
     ];
     let lower = line.to_ascii_lowercase();
     MARKERS

@@ -34,6 +34,7 @@ use serde::Serialize;
 
 pub use self::channels::transport_kind;
 pub use self::derive::{is_tcp, is_tcp_provider};
+pub use self::line::version_in;
 use crate::lines::Cite;
 use crate::nccl_tests::parse_rank_line;
 
@@ -430,7 +431,10 @@ fn read_info(log: &mut NcclLog, scan: &mut Scan, prefix: &str, msg: &str) {
 /// Where the run is: init begun (`Init START`, a communicator's `comm 0x… rank`), init done (`Init
 /// COMPLETE`, `Destroy COMPLETE`), or an error returned up through init or bootstrap (`init.cc:1234 -> 2`).
 fn lifecycle(log: &mut NcclLog, scan: &mut Scan, msg: &str) {
-    if msg.contains("Init COMPLETE") || msg.contains("Destroy COMPLETE") {
+    if msg.contains("Init COMPLETE")
+        || msg.contains("Destroy COMPLETE")
+        || msg.starts_with("Launch mode ")
+    {
         scan.init_done = true;
         log.note("init", &scan.here.clone());
     } else if msg.contains("Init START")
@@ -450,6 +454,7 @@ fn lifecycle(log: &mut NcclLog, scan: &mut Scan, msg: &str) {
                 "group",
                 "collectives",
                 "transport/net_socket",
+                "proxy",
             ]
             .iter()
             .any(|k| site.contains(k));

@@ -36,6 +36,49 @@ pub fn processes_in(launcher: Launcher, tokens: &[&str]) -> Option<u32> {
     })
 }
 
+/// The nodes a launcher's options name: Slurm's `-N`/`--nodes`; for MPI the distinct hosts of `-H`/`--host`,
+/// else the processes over the processes per node (`-npernode`, `-N`, `-ppn`, `--map-by ppr:8:node`).
+pub fn nodes_in(launcher: Launcher, tokens: &[&str]) -> Option<u32> {
+    match launcher {
+        Launcher::Srun => srun_option(tokens, "-N", "--nodes").filter(|n| *n > 0),
+        Launcher::Mpi => {
+            let value = |keys: &[&str]| {
+                tokens.iter().enumerate().find_map(|(i, t)| {
+                    keys.iter().find_map(|k| {
+                        if t == k {
+                            tokens.get(i + 1).map(|v| v.to_string())
+                        } else {
+                            t.strip_prefix(&format!("{k}=")).map(str::to_string)
+                        }
+                    })
+                })
+            };
+            if let Some(hosts) = value(&["-H", "--host", "-host", "--hosts", "-hosts"]) {
+                let mut names: Vec<&str> = hosts
+                    .split(',')
+                    .map(|h| h.split(':').next().unwrap_or(h))
+                    .filter(|h| !h.is_empty())
+                    .collect();
+                names.sort_unstable();
+                names.dedup();
+                return Some(names.len() as u32).filter(|n| *n > 0);
+            }
+            let ppn = value(&["-npernode", "--npernode", "-N", "-ppn", "--ppn", "-perhost"])
+                .and_then(|v| v.parse::<u32>().ok())
+                .or_else(|| {
+                    value(&["--map-by", "-map-by"]).and_then(|m| {
+                        let rest = m.strip_prefix("ppr:")?;
+                        let (n, unit) = rest.split_once(':')?;
+                        unit.starts_with("node").then(|| n.parse().ok()).flatten()
+                    })
+                })
+                .filter(|n| *n > 0)?;
+            let np = tasks_in(Launcher::Mpi, tokens)?;
+            Some(np.div_ceil(ppn))
+        }
+    }
+}
+
 /// An srun option's number: `-N 4`, `-N4`, `--nodes 4`, `--nodes=4` (a range `2-4` is no count).
 fn srun_option(tokens: &[&str], short: &str, long: &str) -> Option<u32> {
     tokens.iter().enumerate().find_map(|(i, t)| {
@@ -123,6 +166,16 @@ mod tests {
             processes_in(l, &words("srun -N 2 --ntasks-per-node 4")),
             Some(8)
         );
+        assert_eq!(
+            nodes_in(l, &words("srun -N 2 --ntasks-per-node 4")),
+            Some(2)
+        );
+        assert_eq!(nodes_in(l, &words("srun --nodes=4 -n 32")), Some(4));
+        let mpi = Launcher::Mpi;
+        assert_eq!(nodes_in(mpi, &words("-np 16 -H a:8,b:8")), Some(2));
+        assert_eq!(nodes_in(mpi, &words("-np 16 -npernode 8")), Some(2));
+        assert_eq!(nodes_in(mpi, &words("-np 16 --map-by ppr:8:node")), Some(2));
+        assert_eq!(nodes_in(mpi, &words("-np 16 --hostfile h")), None);
         assert_eq!(
             launcher_in(&words("/usr/bin/mpirun --hostfile f"))
                 .unwrap()

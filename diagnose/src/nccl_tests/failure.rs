@@ -26,6 +26,11 @@ pub fn failure_line(line: &str) -> Option<FailureLine> {
         // nccl-tests of the NCCL 1.x era: `NCCL failure all_reduce.cu:95 'unhandled cuda error'`.
         ("NCCL failure ", true),
         ("CUDA failure ", true),
+        // A framework's (`RuntimeError: NCCL error in: …, unhandled system error`) and the system's.
+        ("NCCL error in:", true),
+        ("Segmentation fault", true),
+        ("Caught signal", true),
+        ("core dumped", true),
     ] {
         if let Some(pos) = line.find(marker) {
             return Some(FailureLine {

@@ -183,6 +183,8 @@ pub struct NcclTest {
     pub command_binary: Option<String>,
     /// Processes the launcher starts (`mpirun -np 1024`, `srun -n 16`), when its command line is in the file.
     pub launched_processes: Option<u32>,
+    /// Nodes the launcher's command line names (`srun -N 4`, `mpirun -H a,b`, `-np 16 -npernode 8`).
+    pub launched_nodes: Option<u32>,
     /// Ranks the output declares without listing them (rccl-tests JSON lines: `gpus`).
     pub declared_ranks: Option<u32>,
     /// The largest size the run set out to measure (`maxBytes`, or what memory reduced it to), bytes.
@@ -220,6 +222,7 @@ impl NcclTest {
             first_line,
             command_binary: None,
             launched_processes: None,
+            launched_nodes: None,
             declared_ranks: None,
             max_bytes: None,
             step: None,
@@ -303,11 +306,11 @@ impl NcclTest {
             .collect()
     }
 
-    /// Number of distinct hosts, when the `Using devices` list holds every rank.
+    /// Number of distinct hosts, when the `Using devices` list holds every rank; else the nodes the
+    /// launcher's command line names.
     pub fn nnodes(&self) -> Option<u32> {
-        let listed = self.listed_ranks()?;
-        if Some(listed) != self.nranks() {
-            return None;
+        if self.listed_ranks().is_none_or(|l| Some(l) != self.nranks()) {
+            return self.launched_nodes;
         }
         let mut hosts: Vec<&str> = self.ranks.iter().map(|r| r.host.as_str()).collect();
         hosts.sort_unstable();

@@ -3,7 +3,7 @@
 //! other line is filed with the run it belongs to, or kept for the next run when it comes before one (the
 //! command line, the NCCL version).
 
-use super::command::{binary_in, launcher_in, processes_in, Launcher};
+use super::command::{binary_in, launcher_in, nodes_in, processes_in, Launcher};
 use super::failure::{exit_code, failure_line, FailureLine, WARNINGS_KEPT};
 use super::row::{parse_row, Layout};
 use super::{
@@ -20,6 +20,7 @@ struct TextState {
     pending_tests_version: Option<String>,
     pending_binary: Option<String>,
     pending_processes: Option<u32>,
+    pending_nodes: Option<u32>,
     layout: Option<Layout>,
     /// The launcher of a command line that continues on the next line (it ended with `\`), and its options
     /// so far.
@@ -107,6 +108,7 @@ impl TextState {
             t.nccl_version = self.pending_version.clone();
             t.command_binary = self.pending_binary.take();
             t.launched_processes = self.pending_processes.take();
+            t.launched_nodes = self.pending_nodes.take();
             self.current = Some(t);
         }
         self.current.as_mut().expect("set above")
@@ -197,6 +199,7 @@ impl TextState {
             .position(|t| binary_in(&[t]).is_some())
             .unwrap_or(tokens.len());
         let mut processes = None;
+        let mut nodes = None;
         if let Some((launcher, at)) = launcher_in(&tokens[..program]) {
             let options: Vec<String> = tokens[at + 1..program]
                 .iter()
@@ -204,17 +207,19 @@ impl TextState {
                 .collect();
             let refs: Vec<&str> = options.iter().map(String::as_str).collect();
             processes = processes_in(launcher, &refs);
+            nodes = nodes_in(launcher, &refs);
             self.continued_launcher = Some((launcher, options));
         } else if let Some((launcher, options)) = self.continued_launcher.as_mut() {
             options.extend(tokens[..program].iter().map(|t| t.to_string()));
             let refs: Vec<&str> = options.iter().map(String::as_str).collect();
             processes = processes_in(*launcher, &refs);
+            nodes = nodes_in(*launcher, &refs);
         }
         if tokens.last() != Some(&"\\") && !tokens.last().is_some_and(|t| t.ends_with('\\')) {
             self.continued_launcher = None;
         }
         let binary = binary_in(tokens);
-        if binary.is_none() && processes.is_none() {
+        if binary.is_none() && processes.is_none() && nodes.is_none() {
             return;
         }
         match self
@@ -225,10 +230,12 @@ impl TextState {
             Some(t) => {
                 t.command_binary = t.command_binary.take().or(binary);
                 t.launched_processes = t.launched_processes.or(processes);
+                t.launched_nodes = t.launched_nodes.or(nodes);
             }
             None => {
                 self.pending_binary = self.pending_binary.take().or(binary);
                 self.pending_processes = self.pending_processes.or(processes);
+                self.pending_nodes = self.pending_nodes.or(nodes);
             }
         }
     }
@@ -409,15 +416,8 @@ fn marker_name(name: &str) -> String {
     name.strip_suffix("_mpi").unwrap_or(name).to_string()
 }
 
-/// `NCCL version 2.22.3+cuda12.6` anywhere in a line that is not part of the table.
+/// `NCCL version 2.22.3+cuda12.6` (RCCL's `RCCL version 2.18.3+hip6.0`) anywhere in a line that is not part of
+/// the table.
 fn nccl_version_in(line: &str) -> Option<String> {
-    let pos = line.find("NCCL version ")?;
-    let v = line[pos + "NCCL version ".len()..]
-        .split_whitespace()
-        .next()?;
-    if v.starts_with(|c: char| c.is_ascii_digit()) {
-        Some(v.to_string())
-    } else {
-        None
-    }
+    crate::nccl_log::version_in(line)
 }

@@ -107,7 +107,7 @@ pub fn cites(list: &[crate::lines::Cite]) -> String {
     for c in list {
         let at = c.line.map(|l| format!(":{l}")).unwrap_or_default();
         o.push_str(&format!(
-            "<li>{}<span class=\"at\">{}</span> <code>{}</code></li>",
+            "<li>{}<span class=\"at\">{}</span> <code class=\"long\">{}</code></li>",
             file(&c.file),
             esc(&at),
             esc(&c.text)
