@@ -4,8 +4,10 @@
 //! - carriage returns (CRLF files), ANSI colour and cursor sequences, tabs (read as spaces);
 //! - `mpirun --tag-output` tags `[1,0]<stdout>:` anywhere in the line;
 //! - leading labels, repeatedly and in any order: `srun --label`'s ` 0: `, rank tags `[0]`, `[rank0]:`,
-//!   `rank0:`, timestamps (`2024-05-01T10:00:00.123Z`, `[2024-05-01 10:00:00,123]`, `May  1 10:00:00`,
-//!   `[10:00:00]`), and `pdsh`'s `host: ` where what follows is a table line, a comment or an NCCL line;
+//!   `rank0:`, torchrun's `[default0]:`, timestamps (`2024-05-01T10:00:00.123Z`, `[2024-05-01 10:00:00,123]`,
+//!   `May  1 10:00:00`, `[10:00:00]`) and journald's `host prog[123]: `, `pdsh`'s `host: ` (a name that looks
+//!   like a host, or any before a table line, a comment or an NCCL line), `kubectl logs --prefix`'s
+//!   `[pod/…] `, `docker compose logs`' `name | `, Ray's `(RayTrainWorker pid=…, ip=…) `, a Markdown `> `;
 //! - a rank tag that labels the line again in its middle, where two ranks' output was interleaved
 //!   (`[0]  1048576 … -1[0]  1626.5 …`), in lines that are not NCCL's own (whose `0[0] -> 1[1]` are data).
 //!
@@ -152,6 +154,8 @@ enum Prefix {
     /// `[0]` before the line's content.
     RankTag(String),
     Timestamp,
+    /// A Markdown quote's `> `.
+    Quote,
     /// `pdsh`'s `host:`.
     Host(String),
 }
@@ -161,7 +165,7 @@ impl Prefix {
         match self {
             Prefix::Rank(r) | Prefix::Host(r) => Some(r.clone()),
             Prefix::RankTag(t) => Some(t.trim_matches(['[', ']']).to_string()),
-            Prefix::Timestamp => None,
+            Prefix::Timestamp | Prefix::Quote => None,
         }
     }
 }
@@ -172,6 +176,27 @@ fn leading_label(s: &str) -> Option<(usize, Prefix)> {
         return Some((len, Prefix::Timestamp));
     }
     let b = s.as_bytes();
+    // A Markdown quote: `> ` (a paste quoted in an issue).
+    if s.starts_with("> ") || s == ">" {
+        return Some((s.len().min(2), Prefix::Quote));
+    }
+    // Ray's `(RayTrainWorker pid=1234, ip=10.0.0.2) `.
+    if b.first() == Some(&b'(') {
+        let close = s.find(") ")?;
+        let inner = &s[1..close];
+        if inner.contains("pid=") && !inner.contains('(') {
+            let ip = inner
+                .split([',', ' '])
+                .find_map(|t| t.strip_prefix("ip="))
+                .unwrap_or(inner);
+            return Some((close + 2, Prefix::Host(ip.to_string())));
+        }
+        return None;
+    }
+    // A syslog tag after its timestamp: `host prog[123]: ` (journalctl).
+    if let Some(len) = syslog_tag_len(s) {
+        return Some(len);
+    }
     // ` 0: ` (srun --label) and `12:` before anything.
     let digits = b.iter().take_while(|c| c.is_ascii_digit()).count();
     if digits > 0 && digits <= 6 && b.get(digits) == Some(&b':') && b.get(digits + 1) == Some(&b' ')
@@ -233,6 +258,22 @@ fn leading_label(s: &str) -> Option<(usize, Prefix)> {
         }
     }
     host_label(s)
+}
+
+/// `host prog[123]: ` as syslog and journald print a line's origin: (length, the host).
+fn syslog_tag_len(s: &str) -> Option<(usize, Prefix)> {
+    let (host, rest) = s.split_once(' ')?;
+    let colon = rest.find("]: ")?;
+    let tag = &rest[..colon];
+    let (prog, pid) = tag.split_once('[')?;
+    let ok = !host.is_empty()
+        && host
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'.' || c == b'_')
+        && !prog.is_empty()
+        && !prog.contains(' ')
+        && is_digits(pid);
+    ok.then(|| (host.len() + 1 + colon + 3, Prefix::Host(host.to_string())))
 }
 
 /// `pdsh`'s `host: `: a host name that looks like one (with a digit, `-`, `.` or `_`: `node03`, `HCA-128`,
@@ -416,6 +457,15 @@ mod tests {
             "1048576  262144  float  sum  -1   1626.5  0.64  1.24  0   2302.3  0.46  0.87  0"
         );
         assert_eq!(plain(&format!("[default3]:{row}")), row);
+        assert_eq!(plain(&format!("> {row}")), row);
+        assert_eq!(
+            plain(&format!("(RayTrainWorker pid=1234, ip=10.0.0.2) {row}")),
+            row
+        );
+        assert_eq!(
+            plain(&format!("May  1 10:00:00 gpu-7 python[4242]: {row}")),
+            row
+        );
         assert_eq!(plain(&format!("[pod/trainer-worker-1/main] {row}")), row);
         assert_eq!(plain(&format!("trainer-1  | {row}")), row);
         // A table's own bars are no compose prefix.

@@ -4,7 +4,7 @@
 //!
 //! Transforms: each launcher prefix (`srun --label`'s ` 3: `, `mpirun --tag-output`'s `[1,3]<stdout>:`, a
 //! `pdsh` host, a rank tag `[3]`, torchrun's `[default3]:`, `kubectl logs --prefix`, `docker compose logs`,
-//! a timestamp), CRLF line ends, ANSI colours, tabs for runs of spaces, two
+//! Ray's `(RayTrainWorker pid=…, ip=…)`, journald's timestamp and tag, a Markdown quote, a timestamp), CRLF line ends, ANSI colours, tabs for runs of spaces, two
 //! ranks' NCCL lines interleaved, the file renamed to `input.txt`, and the file cut at a line.
 //!
 //! The facts compared are what a reader takes from a report: per run its collective, ranks, nodes, rows,

@@ -24,6 +24,7 @@ mod nccl_warnings;
 pub mod network;
 mod p2p_disabled;
 mod plugin_fallback;
+mod protocol_forced;
 mod results_unvalidated;
 mod shared_gpu;
 mod socket_fallback;
@@ -140,6 +141,7 @@ pub const RULES: &[Rule] = &[
     virtual_interface::check,
     docker_bridge::check,
     p2p_disabled::check,
+    protocol_forced::check,
     gdr_disabled::check,
     few_channels::check,
     nccl_warnings::check,
