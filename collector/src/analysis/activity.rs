@@ -54,7 +54,7 @@ pub struct Bursts {
 }
 
 /// Coefficient of variation of `v` (`None` with fewer than two values or a zero mean).
-fn cv(v: &[f64]) -> Option<f64> {
+pub(crate) fn cv(v: &[f64]) -> Option<f64> {
     if v.len() < 2 {
         return None;
     }

@@ -6,7 +6,9 @@
 //! - **its own level**: the NIC's bursts at its own level ([`super::activity::Activity::peaks`], so that a
 //!   lower storage load underneath does not merge them) — at least [`MIN_BURSTS`] complete ones of at least
 //!   [`MIN_BURST_BYTES`], regularly spaced (coefficient of variation at most [`MAX_PERIOD_CV`]) and of one
-//!   size (at most [`MAX_BYTES_CV`]): each step moves the same gradients;
+//!   size (at most [`MAX_BYTES_CV`]): each step moves the same gradients; or, where a collective paced by
+//!   the slow NIC comes in chunks with pauses, **its bytes in the node's steps** ([`from_steps`]): the same
+//!   amount step after step, the NIC not busy all the time;
 //! - **the job's step period**: their spacing within [`PERIOD_MATCH`] of the step period of the node's job
 //!   (its nodes' steps, else their fabric ports' burst period). A node that runs no job while jobs are known
 //!   carries no training traffic. Without a step period anywhere in the job, the bursts must match another
@@ -31,7 +33,7 @@
 use commwatch_model::nccl::{self, NcclList};
 use commwatch_model::{ConflictKind, FabricData, LinkClass, LinkRole};
 
-use super::activity::{Activity, Burst};
+use super::activity::Burst;
 use super::input::{AnalysisInput, LinkInput, NodeInput};
 use super::scaling::step_time;
 use super::straggler::groups;
@@ -49,6 +51,11 @@ pub const MAX_BYTES_CV: f64 = 0.25;
 pub const PERIOD_MATCH: f64 = 0.15;
 /// Share of the NIC's bursts that must coincide with the node's fabric bursts when the fabric is busy.
 pub const COINCIDE_SHARE: f64 = 0.8;
+/// Steps of the node the per-step path needs, and the share of them that must carry the traffic.
+pub const MIN_STEPS: usize = 4;
+pub const STEPS_SHARE: f64 = 0.8;
+/// Most of its steps a NIC may be busy and still carry step traffic (a steady stream fills them).
+pub const MAX_STEP_BUSY_SHARE: f64 = 0.9;
 /// The smaller direction's share of the larger above which a NIC both sends and receives the step's traffic
 /// (TCP's acknowledgements alone are a few per cent).
 pub const BOTH_WAYS_SHARE: f64 = 0.25;
@@ -120,14 +127,24 @@ fn is_cause(dir: Direction, all: &[Direction]) -> bool {
     }
 }
 
-/// The NIC's traffic, when it is training traffic: its bursts at its own level and what they match.
-struct Training<'a> {
-    activity: &'a Activity,
-    /// Complete bursts of at least [`MIN_BURST_BYTES`].
+/// The NIC's traffic, when it is training traffic: its figures and what they match.
+struct Training {
+    /// What the figures rest on: `bursts` (the NIC's own bursts at its level) or `steps` (its bytes in the
+    /// node's steps).
+    basis: &'static str,
+    /// Complete bursts, or steps, that carried at least [`MIN_BURST_BYTES`].
     big: usize,
-    /// The job's step period the bursts match (`None`: matched another node's NIC instead).
+    bytes_per_step: f64,
+    /// Spacing of the bursts, or the steps' median duration, seconds.
+    period_s: f64,
+    /// Rate while busy, bytes/s (`None` when not measured).
+    rate: Option<f64>,
+    period_cv: Option<f64>,
+    bytes_cv: Option<f64>,
+    busy_share: f64,
+    /// The job's step period the traffic matches (`None`: matched another node's NIC instead).
     step_period_s: Option<f64>,
-    /// Whether the node's fabric carried nothing during the bursts.
+    /// Whether the node's fabric carried nothing while the NIC was busy.
     fabric_idle: bool,
 }
 
@@ -141,9 +158,45 @@ fn same_period(period: f64, reference: f64) -> bool {
     reference > 0.0 && (period - reference).abs() <= PERIOD_MATCH * reference
 }
 
-/// The management link's activity when it is training traffic (see the module documentation); `nodes` are
-/// the nodes of `n`'s job.
-fn training<'a>(n: &NodeInput, nodes: &[&NodeInput], l: &'a LinkInput) -> Option<Training<'a>> {
+/// Whether the NIC's bursts `nic` are the step's communication as far as the node's fabric tells:
+/// `Some(true)` when the fabric carried nothing (NCCL left it), `Some(false)` when at least
+/// [`COINCIDE_SHARE`] of them coincide with the fabric's bursts (the step's traffic split between them),
+/// `None` otherwise (traffic of its own, such as a data loader's reads during compute).
+fn with_fabric(n: &NodeInput, nic: &[&Burst]) -> Option<bool> {
+    let fabric: Vec<&Burst> = n
+        .fabric_links()
+        .filter_map(|x| x.activity.as_ref())
+        .flat_map(|x| x.bursts.iter())
+        // Background (a few small bursts on ports NCCL left) is not the fabric carrying the step.
+        .filter(|b| b.bytes as f64 >= MIN_BURST_BYTES)
+        .collect();
+    let coinciding = nic
+        .iter()
+        .filter(|b| fabric.iter().any(|f| overlap(b, f)))
+        .count();
+    if coinciding == 0 {
+        Some(true)
+    } else {
+        ((coinciding as f64) >= COINCIDE_SHARE * nic.len() as f64).then_some(false)
+    }
+}
+
+/// The management link's traffic when it is training traffic (see the module documentation): from its own
+/// bursts, else from its bytes in the node's steps; `nodes` are the nodes of `n`'s job.
+fn training(n: &NodeInput, nodes: &[&NodeInput], l: &LinkInput) -> Option<Training> {
+    let step_period_s = step_time(nodes).0;
+    let t = from_bursts(n, nodes, l, step_period_s).or_else(|| from_steps(n, l, step_period_s))?;
+    // With the fabric idle, the traffic must be a job's exchange between nodes: a job on one node has none.
+    (!t.fabric_idle || nodes.len() > 1).then_some(t)
+}
+
+/// [`training`] from the NIC's bursts at its own level: regular, of one size, at the job's step period.
+fn from_bursts(
+    n: &NodeInput,
+    nodes: &[&NodeInput],
+    l: &LinkInput,
+    step_period_s: Option<f64>,
+) -> Option<Training> {
     let a = l.activity.as_ref()?;
     let p = &a.peaks;
     let big = p
@@ -156,23 +209,8 @@ fn training<'a>(n: &NodeInput, nodes: &[&NodeInput], l: &'a LinkInput) -> Option
     if big < MIN_BURSTS || !regular {
         return None;
     }
-    let fabric: Vec<&Burst> = n
-        .fabric_links()
-        .filter_map(|x| x.activity.as_ref())
-        .flat_map(|x| x.bursts.iter())
-        // Background (a few small bursts on ports NCCL left) is not the fabric carrying the step.
-        .filter(|b| b.bytes as f64 >= MIN_BURST_BYTES)
-        .collect();
     let nic: Vec<&Burst> = p.complete().collect();
-    let coinciding = nic
-        .iter()
-        .filter(|b| fabric.iter().any(|f| overlap(b, f)))
-        .count();
-    let fabric_idle = coinciding == 0;
-    if !fabric_idle && (coinciding as f64) < COINCIDE_SHARE * nic.len() as f64 {
-        return None;
-    }
-    let step_period_s = step_time(nodes).0;
+    let fabric_idle = with_fabric(n, &nic)?;
     let matched = match step_period_s {
         Some(step) => same_period(period, step),
         // No step period in the job: another node's NIC must burst alike, and this node's fabric be idle.
@@ -187,9 +225,73 @@ fn training<'a>(n: &NodeInput, nodes: &[&NodeInput], l: &'a LinkInput) -> Option
                 })
         }
     };
+    let per_burst = p.bytes_per_burst.unwrap_or(0.0);
     matched.then_some(Training {
-        activity: a,
+        basis: "bursts",
         big,
+        bytes_per_step: per_burst,
+        period_s: period,
+        rate: p.rate_bytes_per_second,
+        period_cv: p.period_cv,
+        bytes_cv: p.bytes_cv,
+        busy_share: a.busy_share(),
+        step_period_s,
+        fabric_idle,
+    })
+}
+
+/// [`training`] from the NIC's bytes in the node's steps: a collective paced by a slow link comes in chunks
+/// with pauses, so its bursts are neither one per step nor of one size, but every step moves the same
+/// gradients. At least [`MIN_STEPS`] steps, [`STEPS_SHARE`] of them moving at least [`MIN_BURST_BYTES`] on
+/// the NIC, of one size (at most [`MAX_BYTES_CV`]), the NIC busy at most [`MAX_STEP_BUSY_SHARE`] of the
+/// steps (a steady stream fills them), and its bursts the step's communication ([`with_fabric`]).
+fn from_steps(n: &NodeInput, l: &LinkInput, step_period_s: Option<f64>) -> Option<Training> {
+    let per: Vec<(f64, f64, f64)> = n
+        .steps
+        .iter()
+        .filter_map(|s| {
+            let x = s.links.iter().find(|x| x.key == l.link.key)?;
+            Some((
+                x.tx_bytes.max(x.rx_bytes) as f64,
+                x.active_s,
+                s.duration_s(),
+            ))
+        })
+        .collect();
+    if per.len() < MIN_STEPS {
+        return None;
+    }
+    let mut big: Vec<f64> = per
+        .iter()
+        .map(|p| p.0)
+        .filter(|b| *b >= MIN_BURST_BYTES)
+        .collect();
+    if (big.len() as f64) < STEPS_SHARE * per.len() as f64 {
+        return None;
+    }
+    let bytes_cv = super::activity::cv(&big);
+    let (active, span): (f64, f64) = per.iter().fold((0.0, 0.0), |(a, d), p| (a + p.1, d + p.2));
+    let busy_share = if span > 0.0 { active / span } else { 1.0 };
+    if bytes_cv.is_none_or(|cv| cv > MAX_BYTES_CV) || busy_share > MAX_STEP_BUSY_SHARE {
+        return None;
+    }
+    let nic: Vec<&Burst> = l.activity.as_ref()?.bursts.iter().collect();
+    let fabric_idle = with_fabric(n, &nic)?;
+    let mut durations: Vec<f64> = per.iter().map(|p| p.2).collect();
+    let mut rates: Vec<f64> = per
+        .iter()
+        .filter(|p| p.1 > 0.0 && p.0 >= MIN_BURST_BYTES)
+        .map(|p| p.0 / p.1)
+        .collect();
+    Some(Training {
+        basis: "steps",
+        big: big.len(),
+        bytes_per_step: median(&mut big).unwrap_or(0.0),
+        period_s: median(&mut durations).unwrap_or(0.0),
+        rate: median(&mut rates),
+        period_cv: super::activity::cv(&durations),
+        bytes_cv,
+        busy_share,
         step_period_s,
         fabric_idle,
     })
@@ -288,12 +390,11 @@ fn candidate(
     t: &Training,
     (dir, cause): (Direction, bool),
 ) -> Candidate {
-    let (a, p) = (t.activity, &t.activity.peaks);
-    let per_burst = p.bytes_per_burst.unwrap_or(0.0);
-    let period = p.period_s.unwrap_or(0.0);
-    let rate = p
-        .rate_bytes_per_second
-        .unwrap_or(per_burst / a.sample_period_s.max(1e-9));
+    let per_burst = t.bytes_per_step;
+    let period = t.period_s;
+    let sample_period_s = l.activity.as_ref().map_or(0.05, |a| a.sample_period_s);
+    let window_s = l.activity.as_ref().map_or(0.0, |a| a.window_s);
+    let rate = t.rate.unwrap_or(per_burst / sample_period_s.max(1e-9));
     // What one fabric port of the node could carry, and what the job's other nodes' fabric achieves.
     let mut caps: Vec<f64> = n
         .fabric_links()
@@ -366,12 +467,13 @@ fn candidate(
     };
     let mut e = Evidence::new(r4(rate), "bytes_per_second")
         .steps(t.big)
-        .seconds(r4(a.window_s))
+        .seconds(r4(window_s))
         .detail("bytes_per_step", r4(per_burst))
         .detail("step_period_s", r4(period))
-        .detail("period_cv", r4(p.period_cv.unwrap_or(0.0)))
-        .detail("bytes_cv", r4(p.bytes_cv.unwrap_or(0.0)))
-        .detail("busy_share", r4(a.busy_share()))
+        .detail("period_cv", r4(t.period_cv.unwrap_or(0.0)))
+        .detail("bytes_cv", r4(t.bytes_cv.unwrap_or(0.0)))
+        .detail("busy_share", r4(t.busy_share))
+        .detail("basis", t.basis)
         .detail("fabric_idle", t.fabric_idle)
         .detail("direction", dir.as_str())
         .detail(RING_ROLE, if cause { CAUSE } else { NEIGHBOUR });
@@ -461,5 +563,151 @@ mod tests {
         // `=` applies to the whole list, as NCCL reads it.
         assert!(!ifname_explains("=eth,ib"));
         assert!(ifname_explains("^=eth"));
+    }
+
+    const MS: i64 = 1_000_000;
+
+    /// Cumulative bytes every 50 ms over `steps` steps of 1.6 s: from 0.4 s into each step, six chunks of
+    /// `chunk` bytes, each moved at 25 MB/s (a 200 Mbit/s link) with a 100 ms pause after it.
+    fn chunked(steps: i64, chunk: f64) -> Vec<(i64, u64)> {
+        let bytes_at = |t: i64| -> f64 {
+            let (k, tau) = (t / (1600 * MS), t % (1600 * MS));
+            let per_step = 6.0 * chunk;
+            let mut done = 0.0;
+            for c in 0..6 {
+                let start = 400 * MS + c * (chunk / 25e6 * 1e9) as i64 + c * 100 * MS;
+                let len = (chunk / 25e6 * 1e9) as i64;
+                done += chunk * ((tau - start).clamp(0, len) as f64 / len as f64);
+            }
+            k as f64 * per_step + done
+        };
+        (0..steps * 32)
+            .map(|i| (i * 50 * MS, bytes_at(i * 50 * MS) as u64))
+            .collect()
+    }
+
+    /// A node whose management link `mgmt0` sends `tx` and receives `rx` (cumulative samples), with `steps`
+    /// 1.6 s steps holding those links' figures, and an idle fabric link.
+    fn node(name: &str, tx: &[(i64, u64)], rx: &[(i64, u64)], steps: i64) -> NodeInput {
+        use crate::steps::bandwidth::step_link;
+        use crate::steps::{NodeStep, StepSource};
+        use commwatch_model::{Endpoint, Link, LinkKey};
+        let mgmt = Link {
+            key: LinkKey::new(LinkClass::Ethernet, "mgmt0", "mgmt0"),
+            endpoint: Endpoint::Interface,
+            role: LinkRole::Management,
+            capacity_bytes_per_second: Some(25e6),
+            state: "up".into(),
+            attributes: Default::default(),
+            gpu: None,
+            link: None,
+        };
+        let fab = Link {
+            key: LinkKey::new(LinkClass::Ethernet, "fab0", "fab0"),
+            role: LinkRole::Fabric,
+            capacity_bytes_per_second: Some(250e6),
+            ..mgmt.clone()
+        };
+        let flat: Vec<(i64, u64)> = tx.iter().map(|s| (s.0, 0)).collect();
+        let mut m = LinkInput::from_link(std::sync::Arc::new(mgmt.clone()));
+        m.activity = crate::analysis::activity::analyse(tx, rx, Some(25e6));
+        let mut f = LinkInput::from_link(std::sync::Arc::new(fab.clone()));
+        f.activity = crate::analysis::activity::analyse(&flat, &flat, Some(250e6));
+        let steps = (0..steps)
+            .map(|k| {
+                let (start, end) = (k * 1600 * MS, (k + 1) * 1600 * MS);
+                let links = [(&mgmt, tx, rx), (&fab, &flat[..], &flat[..])]
+                    .into_iter()
+                    .filter_map(|(l, t, r)| step_link(l, t, r, start, end, 0.05))
+                    .collect();
+                std::sync::Arc::new(NodeStep {
+                    node: name.into(),
+                    job: None,
+                    index: k as u64,
+                    start_unix_ns: start,
+                    end_unix_ns: end,
+                    source: StepSource::Inferred,
+                    confidence: 0.8,
+                    samples: None,
+                    links,
+                })
+            })
+            .collect();
+        NodeInput {
+            name: name.into(),
+            links: vec![m, f],
+            steps,
+            ..NodeInput::default()
+        }
+    }
+
+    #[test]
+    fn chunked_traffic_is_found_from_steps_and_the_receiver_is_the_cause() {
+        // 12 steps of 1.6 s: node-1's management NIC receives 6 chunks of 4.2 MB a step (peers address it
+        // there); node-0 sends them; node-2's stays idle. No chunk is 10 MB: the bursts alone find nothing.
+        let data = chunked(12, 4.2e6);
+        let idle: Vec<(i64, u64)> = data.iter().map(|s| (s.0, 0)).collect();
+        let input = AnalysisInput {
+            nodes: vec![
+                node("node-0", &data, &idle, 12),
+                node("node-1", &idle, &data, 12),
+                node("node-2", &idle, &idle, 12),
+            ],
+            ..AnalysisInput::default()
+        };
+        let c = evaluate(&input);
+        assert_eq!(c.len(), 2, "{c:#?}");
+        let by = |n: &str| c.iter().find(|x| x.subject.node == n).expect(n);
+        let (cause, neighbour) = (by("node-1"), by("node-0"));
+        assert_eq!(cause.evidence.details[RING_ROLE], CAUSE);
+        assert_eq!(cause.evidence.details["direction"], "receives");
+        assert_eq!(cause.evidence.details["basis"], "steps");
+        assert!(
+            cause
+                .summary
+                .starts_with("node-1 receives training traffic"),
+            "{}",
+            cause.summary
+        );
+        let per_step = cause.evidence.details["bytes_per_step"].as_f64().unwrap();
+        assert!((per_step / 25.2e6 - 1.0).abs() < 0.01, "{per_step}");
+        assert_eq!(neighbour.evidence.details[RING_ROLE], NEIGHBOUR);
+        assert!(
+            neighbour
+                .summary
+                .starts_with("node-0 sends training traffic"),
+            "{}",
+            neighbour.summary
+        );
+        assert!(
+            neighbour.action.starts_with("Nothing to change on node-0"),
+            "{}",
+            neighbour.action
+        );
+        // The cause explains its neighbour's finding; the neighbour explains nothing.
+        let mut linked = c.clone();
+        crate::analysis::causes::link_causes(&input, &mut linked);
+        let n0 = linked.iter().find(|x| x.subject.node == "node-0").unwrap();
+        assert_eq!(n0.caused_by.as_deref(), Some(cause.id().as_str()));
+        let n1 = linked.iter().find(|x| x.subject.node == "node-1").unwrap();
+        assert_eq!(n1.caused_by, None);
+    }
+
+    #[test]
+    fn a_steady_stream_or_too_few_bytes_is_not_training_traffic() {
+        // 30 MB/s of storage reads all the time: the NIC is busy through every step.
+        let steady: Vec<(i64, u64)> = (0..12 * 32)
+            .map(|i| (i * 50 * MS, (i * 1_500_000) as u64))
+            .collect();
+        let idle: Vec<(i64, u64)> = steady.iter().map(|s| (s.0, 0)).collect();
+        let small = chunked(12, 1.0e6);
+        let input = AnalysisInput {
+            nodes: vec![
+                node("node-0", &idle, &steady, 12),
+                node("node-1", &idle, &small, 12),
+            ],
+            ..AnalysisInput::default()
+        };
+        assert!(evaluate(&input).is_empty(), "{:#?}", evaluate(&input));
     }
 }

@@ -83,6 +83,8 @@ struct NodeInferred {
     job: Option<String>,
     steps: Vec<super::inferred::InferredStep>,
     period: Option<super::PeriodEstimate>,
+    /// Whether its inference follows a step sequence (a node still warming up cannot lead the job).
+    following: bool,
 }
 
 /// A job's inferred step sequence: the next index and the end of the last step given out.
@@ -343,6 +345,7 @@ impl Engine {
             job: fresh.job,
             steps,
             period,
+            following: st.inference.following(),
         })
     }
 
@@ -477,19 +480,15 @@ impl Engine {
     }
 }
 
-/// The reference of a job's nodes: the node with the longest period (its traffic repeats at the job's step;
-/// the others' at it or a fraction of it), the strongest among those within [`SAME_PERIOD`] of it.
+/// The reference of a job's nodes: of those whose inference follows a step sequence, the node with the
+/// longest period (its traffic repeats at the job's step; the others' at it or a fraction of it), the
+/// strongest among those within [`SAME_PERIOD`] of it.
 fn reference<'a>(group: &[&'a NodeInferred]) -> Option<&'a NodeInferred> {
-    let longest = group
-        .iter()
-        .filter_map(|n| n.period.map(|p| p.period_s))
-        .fold(0.0, f64::max);
+    let period = |n: &NodeInferred| n.period.filter(|_| n.following).map(|p| p.period_s);
+    let longest = group.iter().filter_map(|n| period(n)).fold(0.0, f64::max);
     group
         .iter()
-        .filter(|n| {
-            n.period
-                .is_some_and(|p| p.period_s >= (1.0 - SAME_PERIOD) * longest)
-        })
+        .filter(|n| period(n).is_some_and(|p| p >= (1.0 - SAME_PERIOD) * longest))
         .max_by(|a, b| {
             let s = |n: &&&NodeInferred| n.period.map_or(0.0, |p| p.strength);
             s(a).total_cmp(&s(b)).then_with(|| b.node.cmp(&a.node))

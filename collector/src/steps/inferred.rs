@@ -239,6 +239,11 @@ impl InferenceTracker {
         self.points.back().map_or(0, |p| p.0)
     }
 
+    /// Whether the tracker follows a step sequence (an edge found, periodicity not lost since).
+    pub fn following(&self) -> bool {
+        self.last_edge.is_some()
+    }
+
     /// The current period estimate (refined by burst spacing), when the node's traffic is periodic.
     pub fn period(&self) -> Option<PeriodEstimate> {
         self.period
