@@ -191,7 +191,8 @@ def truth_steps(records):
     A step's bytes are counted between quiet points: from the counters read when its compute ends (just before
     its all-reduce: `edge_comm`) to the same point of the next step. At a step's own end the kernel has not yet
     sent everything the library handed it (the shaped link drains after the call returns), so the end edges
-    would move bytes between neighbouring steps; the last step, with no next one, uses its own edges."""
+    would move bytes between neighbouring steps; the last step, with no next one, uses its own edges. Steps cut
+    at the job's markers hold the bytes between the step's own edges: `<role>_<dir>_edges`."""
     steps = []
     records = sorted((r for r in records if num(r.get("step")) is not None), key=lambda r: r["step"])
     for i, r in enumerate(records):
@@ -207,6 +208,9 @@ def truth_steps(records):
             for d in ("tx", "rx"):
                 a, b = num(get(r, a_key, f"{dev}_{d}")), num(get(b_rec, b_key, f"{dev}_{d}"))
                 s[f"{role}_{d}"] = b - a if a is not None and b is not None and a >= 0 and b >= a else None
+                # Between the step's own edges: what steps cut at the job's markers hold.
+                a, b = num(get(r, "edge_start", f"{dev}_{d}")), num(get(r, "edge_end", f"{dev}_{d}"))
+                s[f"{role}_{d}_edges"] = b - a if a is not None and b is not None and a >= 0 and b >= a else None
         a, b = num(get(r, "edge_start", "retrans")), num(get(r, "edge_end", "retrans"))
         s["retrans"] = b - a if a is not None and b is not None and a >= 0 else None
         steps.append(s)
@@ -353,8 +357,9 @@ def found(t, s):
     return dt > 0 and abs((s["end"] - s["start"]) - dt) <= 0.1 * dt and overlap(t, s) >= 0.5 * dt
 
 
-def node_figures(tsteps, isteps, window=None):
-    """Steps and bytes of one node of one job (optionally only the truth steps inside window)."""
+def node_figures(tsteps, isteps, window=None, markers=False):
+    """Steps and bytes of one node of one job (optionally only the truth steps inside window); with markers,
+    a step's bytes are compared with the counters at the job's own step edges."""
     if window:
         lo, hi = window
         tsteps = [t for t in tsteps if t["start"] >= lo - 1e-3 and (hi is None or t["end"] <= hi + 1e-3)]
@@ -381,12 +386,13 @@ def node_figures(tsteps, isteps, window=None):
         for d in ("tx", "rx"):
             key = f"{role}_{d}"
             offs, abs_mb = [], []
+            tkey = key + "_edges" if markers else key
             for t, s in inner:
-                if t[key] is None:
+                if t[tkey] is None:
                     continue
-                if t[key] >= 1e6:
-                    offs.append(pct_off(s[key], t[key]))
-                abs_mb.append((s[key] - t[key]) / 1e6)
+                if t[tkey] >= 1e6:
+                    offs.append(pct_off(s[key], t[tkey]))
+                abs_mb.append((s[key] - t[tkey]) / 1e6)
             fig[f"{key}_off_pct_median"] = median(offs)
             fig[f"{key}_off_pct_max"] = max((abs(o) for o in offs), default=None)
             fig[f"{key}_off_mb_max"] = max((abs(x) for x in abs_mb), default=None)
@@ -475,7 +481,7 @@ def evaluate(out):
                 "api_scaling_efficiency": num(get(api_job, "scaling_efficiency")), "nodes": {}}
         jfig["step_time_off_pct"] = pct_off(jfig["api_step_time_s"], period)
         for node, tsteps in sorted(entry["nodes"].items()):
-            fig = node_figures(tsteps, isteps.get(node, []))
+            fig = node_figures(tsteps, isteps.get(node, []), markers=sources.get(node) == "markers")
             fig["source"] = sources.get(node)
             fig["allreduce_s_median"] = median([t["allreduce_s"] for t in tsteps])
             fig["retrans_total"] = sum(t["retrans"] or 0 for t in tsteps)
@@ -688,7 +694,8 @@ def table_row(r):
                                            for d in during.values()))
     goals_ = r.get("goals", [])
     passed = sum(1 for g in goals_ if g[1] == "PASS")
-    return (f"| {sc.get('lib')}:{sc.get('scenario')} | {period} | {steps} | {extra} | {dup} | {fmt(bytes_off, '', 2)} "
+    name = f"{sc.get('lib')}:{sc.get('scenario')}" + (" (markers)" if sc.get("markers") else "")
+    return (f"| {name} | {period} | {steps} | {extra} | {dup} | {fmt(bytes_off, '', 2)} "
             f"| {fmt(per_off, '', 1)} | {st} | {len(r.get('findings', []))} ({warn}) {' '.join(kinds)} "
             f"| {'; '.join(fault) or '-'} | {passed}/{len(goals_)} |")
 
