@@ -6,7 +6,9 @@
 #   scripts/testbed/bed.sh setup [--torch]          compile the MPI job; create the torch venv (with --torch)
 #   scripts/testbed/bed.sh list                     the scenarios
 #   scripts/testbed/bed.sh run [options] SCENARIO.. run scenarios; each one's outputs under OUT/<lib>-<scenario>/
-#   scripts/testbed/bed.sh cleanup                  remove what earlier runs left (namespaces, links, cgroups)
+#   scripts/testbed/bed.sh cleanup [--force]        remove what ended runs left (namespaces, links, cgroups);
+#                                                   runs still going are left alone (--force: and runs that
+#                                                   name no owner, i.e. of an older bed)
 #
 # run options: --lib mpi|torch (default mpi), --nodes N (default 4), --out DIR (default
 #   /tmp/commwatch-testbed/<time>), --markers (the job sends step markers; default off: steps are inferred),
@@ -110,6 +112,37 @@ cleanup_prefix() {
       done
       rmdir "$d" 2>/dev/null || true
     done
+  done
+}
+
+# Prefixes of earlier runs found on the machine: namespaces (<prefix>-...), root bridges (<prefix>ctl), state
+# directories; one per line.
+known_prefixes() {
+  {
+    ip netns list 2>/dev/null | awk '{print $1}' | sed -n 's/^\(cwb[0-9a-z]*\)-.*/\1/p'
+    ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | cut -d@ -f1 | sed -n 's/^\(cwb[0-9a-z]*\)ctl$/\1/p'
+    ls /run/commwatch-testbed 2>/dev/null
+  } | sort -u
+}
+
+# Removes what runs that are no longer running left: a run whose bed is alive (its pid in
+# /run/commwatch-testbed/<prefix>/owner) is another bed at work and is left alone, and so is a run that names no
+# owner (a bed of an older version may still be at work) unless $1 is --force.
+cleanup_stale() {
+  local p owner force=${1:-}
+  for p in $(known_prefixes); do
+    owner=$(cat "/run/commwatch-testbed/$p/owner" 2>/dev/null || true)
+    if [ -n "$owner" ] && [ "$(cat "/proc/$owner/comm" 2>/dev/null)" = bed.sh ]; then
+      log "$p belongs to a running bed (pid $owner): left alone"
+      continue
+    fi
+    if [ -z "$owner" ] && [ "$force" != --force ]; then
+      log "$p names no owner: left alone (cleanup --force removes it)"
+      continue
+    fi
+    cleanup_prefix "$p*"
+    rm -rf "/run/commwatch-testbed/$p"
+    log "removed the leftovers of $p"
   done
 }
 
@@ -581,7 +614,9 @@ cmd_run() {
   # Interface names are at most 15 characters: the prefix plus "ctl" or "c<k>" must fit.
   [[ $P =~ ^cwb[0-9a-z]{1,7}$ ]] || die "BED_PREFIX must be cwb and 1 to 7 lower-case letters or digits"
   RUN=/run/commwatch-testbed/$P
+  [ ! -e "$RUN" ] || die "$RUN exists: prefix $P is in use"
   mkdir -p "$RUN"
+  echo $$ >"$RUN/owner"
   trap on_exit EXIT
   trap 'exit 130' INT TERM
   pick_ctl_net
@@ -604,16 +639,13 @@ case ${1:-} in
     [ "${1:-}" != --torch ] || setup_torch ;;
   list) list_scenarios ;;
   run) shift; cmd_run "$@" ;;
-  cleanup)
-    cleanup_prefix "$PREFIX_GLOB*"
-    rm -rf /run/commwatch-testbed
-    log "removed leftovers of earlier runs" ;;
+  cleanup) cleanup_stale "${2:-}" ;;
   node-exec)
     # Internal (mpirun's rsh agent): BED_RUN names the run's state directory.
     shift
     RUN=${BED_RUN:?}
     node_exec "$@" ;;
-  *) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac
 }
 
