@@ -268,6 +268,14 @@ pub fn cite_by_subject(f: Finding, ctx: &Context) -> Finding {
     f.cite(&cites)
 }
 
+/// A run as a sentence names it: its collective, or "the run" where the file does not tell which.
+pub(crate) fn run_name(t: &TestReport) -> &str {
+    match t.test.collective.as_str() {
+        "" | "unknown" => "the run",
+        c => c,
+    }
+}
+
 /// The lines of a test to cite for a claim about its results: the rows at `sizes` (all rows when empty, at
 /// most 3), and its average line.
 pub fn test_rows(t: &TestReport, sizes: &[u64]) -> Vec<Cite> {

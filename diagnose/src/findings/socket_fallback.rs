@@ -1,6 +1,8 @@
 //! Inter-node traffic over TCP sockets (`NET/Socket`) where the job should use RDMA: NCCL found no RDMA device
 //! (`NET/IB : No device found`) and fell back, or its connections show sockets. Sockets a setting forced are
-//! `sockets_forced`'s, and a run on one node sends nothing over any network.
+//! `sockets_forced`'s, and a run on one node sends nothing over any network. Where no line (and no inventory)
+//! shows that the cluster has RDMA at all, sockets may be all it has: the finding says so, at `info`, as a
+//! possibility rather than a misconfiguration.
 
 use super::network::{forcing_setting, on_sockets, socket_interfaces};
 use super::{Context, Finding, Severity};
@@ -29,7 +31,7 @@ pub fn check(ctx: &Context) -> Vec<Finding> {
             } else if ctx.link.fabric_rdma_links > 0 {
                 "the collector's inventory lists RDMA fabric links"
             } else {
-                "no RDMA transport was selected"
+                "the input shows no RDMA device: if the cluster has one (InfiniBand, RoCE, EFA), NCCL did not use it"
             };
             let how = if socket_conns > 0 {
                 format!("NET/Socket, {socket_conns} connections")
@@ -38,8 +40,12 @@ pub fn check(ctx: &Context) -> Vec<Finding> {
             };
             let mut f = Finding::new(
                 "nccl_misconfiguration",
-                if rdma_expected { Severity::Critical } else { Severity::Warning },
-                format!("inter-node NCCL traffic goes over TCP sockets ({how}) instead of RDMA: {why}"),
+                if rdma_expected { Severity::Critical } else { Severity::Info },
+                if rdma_expected {
+                    format!("inter-node NCCL traffic goes over TCP sockets ({how}) instead of RDMA: {why}")
+                } else {
+                    format!("inter-node NCCL traffic goes over TCP sockets ({how}); {why}")
+                },
                 "make the RDMA devices visible to the job (device plugin / --device /dev/infiniband, NCCL_IB_HCA, the net \
                  plugin's libraries), check that NCCL_NET is not forcing Socket, then confirm `Using network IB` and \
                  `via NET/IB/…/GDRDMA` in the log",
@@ -80,11 +86,12 @@ b:2:2 [0] NCCL INFO NET/Socket : Using [0]ens3:172.31.15.113<0>
             "inter-node NCCL traffic goes over TCP sockets (NET/Socket on ens3) instead of RDMA: NCCL found no \
              InfiniBand device (`NET/IB : No device found`)"
         );
-        // Connections on a socket, without a word about IB: a warning.
+        // Connections on a socket, without a word about RDMA: the cluster may have none; info, as a possibility.
         let conns =
             log("c:1:1 [7] NCCL INFO Channel 03/0 : 15[7] -> 6[6] [send] via NET/Socket/3\n");
         let f = on_logs(check, &[conns]);
-        assert_eq!(f[0].severity, Severity::Warning);
+        assert_eq!(f[0].severity, Severity::Info);
+        assert!(f[0].summary.contains("if the cluster has one"));
         assert_eq!(f[0].evidence["socket_connections"], 1);
     }
 

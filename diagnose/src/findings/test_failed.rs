@@ -39,7 +39,7 @@ fn log_failed(l: &LogReport) -> Finding {
         "test_failed",
         Severity::Critical,
         format!("the run failed: {}", f.message),
-        "fix what the failing line names (an unreachable peer: the interface NCCL binds to, a firewall, the          route), then run again",
+        "fix what the failing line names (an unreachable peer: the interface NCCL binds to, a firewall, the route), then run again",
     )
     .subject("file", &l.file)
     .evidence("failure", f.message.clone())
@@ -52,7 +52,7 @@ fn log_stopped(l: &LogReport) -> Finding {
     Finding::new(
         "results_incomplete",
         Severity::Info,
-        "the log stops before Init COMPLETE and shows no results: the run hung in its init, or the log was cut          there"
+        "the log stops before Init COMPLETE and shows no results: the run hung in its init, or the log was cut there"
             .to_string(),
         "if the run hung, take a stack of the hung ranks (py-spy dump, gdb) and run with NCCL_DEBUG=INFO          NCCL_DEBUG_SUBSYS=INIT,NET; else pass the whole log",
     )
@@ -73,8 +73,8 @@ fn no_footer(t: &TestReport) -> Finding {
         "results_incomplete",
         Severity::Info,
         format!(
-            "{}'s table ends at {} without its footer (no average line): the run stopped there or the output              was cut",
-            t.test.collective,
+            "{}'s table ends at {} without its footer (no average line): the run stopped there or the output was cut",
+            super::run_name(t),
             human_bytes(last)
         ),
         "pass the whole output; if the run hung, take a stack of the hung ranks",
@@ -107,7 +107,7 @@ fn failed(t: &TestReport) -> Finding {
     let mut finding = Finding::new(
         "test_failed",
         Severity::Critical,
-        format!("{} failed {when}: {}{warn}{hosts}", t.test.collective, f.message),
+        format!("{} failed {when}: {}{warn}{hosts}", super::run_name(t), f.message),
         "read the NCCL WARN lines before the failure (NCCL_DEBUG=INFO) and fix their cause; the run's table is \
          partial and no baseline: re-run it to the end",
     )
@@ -140,7 +140,7 @@ fn cut_short(t: &TestReport) -> Finding {
         format!(
             "{}'s table stops at {} of the {} it announced, without its footer: the output was cut or the run \
              stopped",
-            t.test.collective,
+            super::run_name(t),
             human_bytes(last),
             human_bytes(max)
         ),
@@ -175,7 +175,7 @@ mod tests {
         assert_eq!(f[0].severity, Severity::Critical);
         assert_eq!(
             f[0].summary,
-            "unknown failed after its 16 GiB row: Test NCCL failure common.cu:1204 'unhandled cuda error' after \
+            "the run failed after its 16 GiB row: Test NCCL failure common.cu:1204 'unhandled cuda error' after \
              NCCL WARN Cuda failure 1 'invalid argument' on 2 hosts"
         );
         assert_eq!(f[0].evidence["after_bytes"], 16u64 << 30);

@@ -22,12 +22,12 @@ pub fn check(ctx: &Context) -> Vec<Finding> {
                 "wrong_results",
                 Severity::Critical,
                 format!(
-                    "{} returned wrong results ({} wrong elements, {} out-of-bounds values): the data is                      corrupt and its figures are no measurement",
-                    t.test.collective,
+                    "{} returned wrong results ({} wrong elements, {} out-of-bounds values): the data is corrupt and its figures are no measurement",
+                    super::run_name(t),
                     t.summary.wrong_total,
                     t.test.out_of_bounds.unwrap_or(0)
                 ),
-                "do not use this run's bandwidth; find the corruption's cause (see the possible causes) and run                  again with validation",
+                "do not use this run's bandwidth; find the corruption's cause (see the possible causes) and run again with validation",
             )
             .subject("file", &t.file)
             .subject("collective", &t.test.collective)
@@ -42,7 +42,7 @@ pub fn check(ctx: &Context) -> Vec<Finding> {
                     "the input does not show why {} returned wrong results; possible causes: link errors \
                      (symbol errors, retransmissions), GPU memory errors (ECC), a bug of the NCCL version or \
                      its protocol settings, in-network reduction (SHARP) faults",
-                    t.test.collective
+                    super::run_name(t)
                 ),
                 "check the link error counters and the GPUs' ECC counters of the ranks, and run again with another \
                  NCCL version or NCCL_PROTO to tell these apart",

@@ -56,7 +56,7 @@ fn stopped_short(f: &Facts) -> Option<Judgment> {
             return Some(Judgment::new(
                 "run_failed",
                 format!(
-                    "The nccl-tests run gave no valid result: {}. Its numbers are no baseline.",
+                    "The run gave no valid result: {}. Its numbers are no baseline.",
                     failed.summary
                 ),
                 failed.action.clone(),

@@ -120,7 +120,7 @@ fn mixed_runs_failed_runs_and_impossible_bandwidth_stop_the_judgment() {
     assert_eq!(c.verdict, "run_failed");
     assert!(c
         .summary
-        .starts_with("The nccl-tests run gave no valid result: test_failed seen."));
+        .starts_with("The run gave no valid result: test_failed seen."));
     // A complete baseline beside the crashed run still decides.
     let c = Case::new(Some(45.0), Some(50.0))
         .found("test_failed")
