@@ -369,6 +369,7 @@ fn collectives(o: &mut String, r: &Report) {
     if let Some(s) = &r.nccl_inspector {
         super::inspector::text_step3(o, s);
     }
+    kernel_time(o, r);
     if let Some(s) = &r.straggler {
         let _ = writeln!(o, "  across ranks ({} collectives compared):", s.compared);
         for rl in &s.ranks {
@@ -387,6 +388,36 @@ fn collectives(o: &mut String, r: &Report) {
             s.straggler
                 .map_or("none".to_string(), |r| format!("rank {r}"))
         );
+    }
+}
+
+/// Step 3's kernel time: NCCL's kernels against all kernels, per `nsys stats` table or trace.
+fn kernel_time(o: &mut String, r: &Report) {
+    for k in &r.kernel_summaries {
+        let _ = writeln!(
+            o,
+            "  kernel time ({}, {}): NCCL kernels {} of {} ({})",
+            k.source,
+            k.file,
+            ms(k.nccl_kernel_time_us),
+            ms(k.kernel_time_us),
+            pct(k.nccl_time_share)
+        );
+        for (what, rows) in [
+            ("NCCL", &k.nccl_kernels),
+            ("other comm", &k.other_comm_kernels),
+        ] {
+            for row in rows.iter().take(5) {
+                let _ = writeln!(
+                    o,
+                    "    {what:<10} {} x{} {} ({:.1} %)",
+                    row.name,
+                    row.instances,
+                    ms(row.total_time_us),
+                    row.time_share * 100.0
+                );
+            }
+        }
     }
 }
 

@@ -27,20 +27,74 @@ pub fn body(r: &Report) -> String {
          they reached, to hold against the baselines of step 1.</p>",
     );
     let costly = gather(r);
-    if costly.is_empty() {
+    if costly.is_empty() && r.kernel_summaries.is_empty() {
         o.push_str(if r.traces.is_empty() {
             "<p class=\"missing\">No traces given: the costly collectives come from a training trace \
              (<code>--trace</code>, <code>--nsys</code>).</p>"
         } else {
             "<p class=\"missing\">The traces hold no NCCL collective.</p>"
         });
-    } else {
+    } else if !costly.is_empty() {
         o.push_str(&table(&costly));
     }
+    o.push_str(&kernel_time(r));
     if let Some(s) = &r.nccl_inspector {
         o.push_str(&super::inspector::body(s));
     }
     o.push_str(&stragglers(r));
+    o
+}
+
+/// NCCL's kernels against all kernels, per `nsys stats` table or trace, each with the line it was read from.
+fn kernel_time(r: &Report) -> String {
+    let mut o = String::new();
+    for k in &r.kernel_summaries {
+        let _ = std::fmt::Write::write_fmt(
+            &mut o,
+            format_args!(
+                "<p>Kernel time ({}, {}): NCCL kernels {} of {}, {}.</p>",
+                esc(&k.source),
+                super::markup::file(&k.file),
+                ms(k.nccl_kernel_time_us),
+                ms(k.kernel_time_us),
+                pct(k.nccl_time_share)
+            ),
+        );
+        let rows: Vec<&crate::kernels::KernelRow> = k
+            .nccl_kernels
+            .iter()
+            .chain(&k.other_comm_kernels)
+            .take(10)
+            .collect();
+        if rows.is_empty() {
+            continue;
+        }
+        let mut t = Table::new(
+            "kernels",
+            &[
+                ("kernel", Align::Text),
+                ("instances", Align::Num),
+                ("total", Align::Num),
+                ("share", Align::Num),
+            ],
+        );
+        for row in rows {
+            t.row(&[
+                format!("<code class=\"long\">{}</code>", esc(&row.name)),
+                row.instances.to_string(),
+                ms(row.total_time_us),
+                pct(Some(row.time_share)),
+            ]);
+        }
+        o.push_str(&t.finish());
+        let cites: Vec<crate::lines::Cite> = k
+            .nccl_kernels
+            .iter()
+            .filter_map(|r| r.cite.clone())
+            .take(3)
+            .collect();
+        o.push_str(&super::markup::cites(&cites));
+    }
     o
 }
 
