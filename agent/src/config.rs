@@ -217,7 +217,7 @@ pub struct AgentConfig {
     pub steps_socket: Option<PathBuf>,
     /// Step markers accepted per second and transport; more are dropped and counted.
     pub steps_rate: f64,
-    /// Sources to run; default all (`infiniband`, `netdev`, `host`).
+    /// Sources to run; default all ([`SOURCE_NAMES`](crate::source::SOURCE_NAMES)).
     pub sources: Vec<String>,
     /// Active probes this agent answers (`[probe]`; off unless `listen` is set).
     pub probe: crate::probe::ProbeConfig,

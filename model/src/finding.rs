@@ -52,10 +52,11 @@ pub enum FindingKind {
     CpuBound,
     ScalingEfficiencyDrop,
     NcclMisconfiguration,
+    TcpRetransmits,
 }
 
 impl FindingKind {
-    pub const ALL: [FindingKind; 10] = [
+    pub const ALL: [FindingKind; 11] = [
         FindingKind::ManagementNetworkTraffic,
         FindingKind::LinkUnderutilized,
         FindingKind::LinkDegraded,
@@ -66,6 +67,7 @@ impl FindingKind {
         FindingKind::CpuBound,
         FindingKind::ScalingEfficiencyDrop,
         FindingKind::NcclMisconfiguration,
+        FindingKind::TcpRetransmits,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -80,6 +82,7 @@ impl FindingKind {
             FindingKind::CpuBound => "cpu_bound",
             FindingKind::ScalingEfficiencyDrop => "scaling_efficiency_drop",
             FindingKind::NcclMisconfiguration => "nccl_misconfiguration",
+            FindingKind::TcpRetransmits => "tcp_retransmits",
         }
     }
 

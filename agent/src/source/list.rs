@@ -14,12 +14,13 @@ use super::netdev::{NetdevOptions, NetdevSource};
 use super::nvml::NvmlSource;
 use super::nvml_lib::NvmlBackend;
 use super::processes::ProcessesSource;
+use super::tcp::TcpSource;
 use super::watchdog::watch;
 use super::Source;
 
 /// Names of the sources, in the order they are built and sampled (`processes` last: it checks NCCL settings
 /// against the links the others found).
-pub const SOURCE_NAMES: &[&str] = &["infiniband", "netdev", "host", "nvml", "processes"];
+pub const SOURCE_NAMES: &[&str] = &["infiniband", "netdev", "host", "tcp", "nvml", "processes"];
 
 /// What the sources are built from: plain values, handed down by the agent from its configuration.
 #[derive(Debug, Clone, PartialEq)]
@@ -101,6 +102,7 @@ pub fn build_sources_with(settings: &SourceSettings, extras: SourceExtras) -> Ve
                 Some(b) => HostSource::with_backend(b),
                 None => HostSource::new(settings.procfs_root.clone()),
             })),
+            "tcp" => out.push(Box::new(TcpSource::new(settings.procfs_root.clone()))),
             "nvml" => {
                 if let Some(g) = &gpu {
                     out.push(Box::new(NvmlSource::new(g.clone())));

@@ -33,6 +33,7 @@ pub mod nvml;
 pub mod nvml_lib;
 pub mod processes;
 pub mod sysfs;
+pub mod tcp;
 pub mod watchdog;
 
 pub use commwatch_model::{

@@ -7,7 +7,7 @@
 //!   explains nothing;
 //! - a critical finding that throttles the job's communication on node X — `nccl_misconfiguration` that forces
 //!   traffic off the fabric (conflict `management_interface` or `ib_disabled`), `management_network_traffic`,
-//!   `link_degraded` or `link_errors` — explains `link_underutilized`, `exposed_communication` and
+//!   `link_degraded`, `link_errors` or `tcp_retransmits` — explains `link_underutilized`, `exposed_communication` and
 //!   `scaling_efficiency_drop` on every node of the job and about the job (the ring runs at its slowest link,
 //!   the other nodes wait on it), a `straggler` on another node of the job, and `congestion` on X (not
 //!   `nccl_misconfiguration`). The configuration is linked directly, not only through the management traffic it
@@ -65,7 +65,8 @@ fn precedence(k: FindingKind) -> Option<u8> {
         FindingKind::ManagementNetworkTraffic => Some(1),
         FindingKind::LinkDegraded => Some(2),
         FindingKind::LinkErrors => Some(3),
-        FindingKind::Straggler => Some(4),
+        FindingKind::TcpRetransmits => Some(4),
+        FindingKind::Straggler => Some(5),
         _ => None,
     }
 }
@@ -79,7 +80,8 @@ fn throttles(root: &Candidate) -> bool {
     match root.kind {
         FindingKind::ManagementNetworkTraffic
         | FindingKind::LinkDegraded
-        | FindingKind::LinkErrors => true,
+        | FindingKind::LinkErrors
+        | FindingKind::TcpRetransmits => true,
         FindingKind::NcclMisconfiguration => matches!(
             root.evidence
                 .details

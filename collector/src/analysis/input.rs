@@ -134,6 +134,9 @@ pub struct NodeInput {
     pub gpus: Vec<GpuInput>,
     /// Mean host CPU utilisation over the window, 0..1.
     pub cpu_utilization: Option<f64>,
+    /// The node's own counters over the window (no link, no GPU: `tcp_out_segments_total`,
+    /// `tcp_retransmitted_segments_total`).
+    pub counters: Vec<CounterWindow>,
 }
 
 /// The jobs as the rules see them: the fleet jobs merged once for every reader ([`crate::jobs`]), under the
@@ -334,6 +337,7 @@ pub fn node_input(n: &NodeState, since_ns: i64) -> NodeInput {
         vec![(None, None); links.len()];
     let mut gpus: BTreeMap<String, GpuInput> = BTreeMap::new();
     let mut cpu = None;
+    let mut counters = Vec::new();
     for s in n.series() {
         let key = s.key();
         match &key.link {
@@ -402,7 +406,11 @@ pub fn node_input(n: &NodeState, since_ns: i64) -> NodeInput {
                             _ => {}
                         }
                     }
-                    (None, SeriesKind::Counter { .. }) => {}
+                    (None, SeriesKind::Counter { max_value }) => {
+                        if let Some(c) = counter_window(s, n.samples(s), max_value, since_ns) {
+                            counters.push(c);
+                        }
+                    }
                 }
             }
         }
@@ -423,6 +431,7 @@ pub fn node_input(n: &NodeState, since_ns: i64) -> NodeInput {
         steps: Vec::new(),
         gpus: gpus.into_values().collect(),
         cpu_utilization: cpu,
+        counters,
     }
 }
 
@@ -496,6 +505,11 @@ impl NodeInput {
     ) -> bool {
         (role == LinkRole::Fabric && class.is_rdma())
             || (fd == FabricData::Interfaces && fd.carries(class, endpoint, role))
+    }
+
+    /// The node's own counter `metric` over the window.
+    pub fn counter(&self, metric: &str) -> Option<&CounterWindow> {
+        self.counters.iter().find(|c| c.metric() == metric)
     }
 
     /// Mean over the node's GPUs of the kernel-running share (`gpu_utilization_ratio`).

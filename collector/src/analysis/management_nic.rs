@@ -243,7 +243,7 @@ fn from_bursts(
 /// [`training`] from the NIC's bytes in the node's steps: a collective paced by a slow link comes in chunks
 /// with pauses, so its bursts are neither one per step nor of one size, but every step moves the same
 /// gradients. At least [`MIN_STEPS`] steps, [`STEPS_SHARE`] of them moving at least [`MIN_BURST_BYTES`] on
-/// the NIC, of one size (at most [`MAX_BYTES_CV`]), the NIC busy at most [`MAX_STEP_BUSY_SHARE`] of the
+/// the NIC and within [`MAX_BYTES_CV`] of their median, the NIC busy at most [`MAX_STEP_BUSY_SHARE`] of the
 /// steps (a steady stream fills them), and its bursts the step's communication ([`with_fabric`]).
 fn from_steps(n: &NodeInput, l: &LinkInput, step_period_s: Option<f64>) -> Option<Training> {
     let per: Vec<(f64, f64, f64)> = n
@@ -266,13 +266,20 @@ fn from_steps(n: &NodeInput, l: &LinkInput, step_period_s: Option<f64>) -> Optio
         .map(|p| p.0)
         .filter(|b| *b >= MIN_BURST_BYTES)
         .collect();
-    if (big.len() as f64) < STEPS_SHARE * per.len() as f64 {
+    let typical = median(&mut big)?;
+    // One size: most steps within MAX_BYTES_CV of the median (a job's first step, with its connections'
+    // set-up, or a step cut by the window may differ; the rest move the same gradients).
+    let alike = big
+        .iter()
+        .filter(|b| (*b / typical - 1.0).abs() <= MAX_BYTES_CV)
+        .count();
+    if (alike as f64) < STEPS_SHARE * per.len() as f64 {
         return None;
     }
     let bytes_cv = super::activity::cv(&big);
     let (active, span): (f64, f64) = per.iter().fold((0.0, 0.0), |(a, d), p| (a + p.1, d + p.2));
     let busy_share = if span > 0.0 { active / span } else { 1.0 };
-    if bytes_cv.is_none_or(|cv| cv > MAX_BYTES_CV) || busy_share > MAX_STEP_BUSY_SHARE {
+    if busy_share > MAX_STEP_BUSY_SHARE {
         return None;
     }
     let nic: Vec<&Burst> = l.activity.as_ref()?.bursts.iter().collect();
@@ -286,7 +293,7 @@ fn from_steps(n: &NodeInput, l: &LinkInput, step_period_s: Option<f64>) -> Optio
     Some(Training {
         basis: "steps",
         big: big.len(),
-        bytes_per_step: median(&mut big).unwrap_or(0.0),
+        bytes_per_step: typical,
         period_s: median(&mut durations).unwrap_or(0.0),
         rate: median(&mut rates),
         period_cv: super::activity::cv(&durations),

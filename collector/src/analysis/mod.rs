@@ -41,6 +41,7 @@ pub mod nccl;
 pub mod rollup;
 pub mod scaling;
 pub mod straggler;
+pub mod tcp_retransmits;
 #[cfg(test)]
 pub(crate) mod test_support;
 pub mod tracker;
@@ -293,6 +294,7 @@ pub const RULES: &[(&str, Rule)] = &[
     ("cpu_bound", cpu_bound::evaluate),
     ("scaling", scaling::evaluate),
     ("nccl", nccl::evaluate),
+    ("tcp_retransmits", tcp_retransmits::evaluate),
 ];
 
 /// Runs every rule on `input`, rolls identical node-level findings of a job up ([`rollup`]) and links
