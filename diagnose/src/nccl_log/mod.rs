@@ -143,6 +143,9 @@ pub struct NcclLog {
     pub failure: Option<LogFailure>,
     /// A net plugin that loaded and failed, and the network NCCL used instead.
     pub plugin_fallback: Option<PluginFallback>,
+    /// Two ranks on one GPU: (rank, other rank, host, bus id), from their init lines or NCCL's `Duplicate GPU
+    /// detected` warning.
+    pub shared_gpu: Option<(u32, u32, String, String)>,
     /// The lines each fact rests on, by topic (`version`, `network`, `interfaces`, `gdr`, `warnings`,
     /// `failure`, `last_line`, `plugin`, `provider`, `settings.NCCL_X`, `connections`, `hosts`), at most
     /// [`CITES_KEPT`] each.
@@ -219,8 +222,12 @@ struct Scan {
     here: Cite,
     /// The host of the line being read.
     line_host: Option<String>,
+    /// Whether that host is the one NCCL printed (`host:pid:tid`), not a launcher's label.
+    own_host: bool,
     /// The host each rank's init line came from.
     rank_hosts: BTreeMap<u32, String>,
+    /// (host, bus id) of each GPU a rank's init line names: the first rank on it and that line.
+    rank_gpus: BTreeMap<(String, String), (u32, Cite)>,
     /// The last `NCCL WARN` and its line: a failure's message.
     last_warning: Option<(String, Cite)>,
     init_begun: bool,
@@ -257,15 +264,17 @@ pub fn parse_str(text: &str, file: &str) -> Result<NcclLog, NcclLogError> {
         };
         log.nccl_lines += 1;
         log.note_last(&scan.here);
-        if let Some(host) = line::host_of(prefix).or_else(|| line.label.clone()) {
-            scan.line_host = Some(host.clone());
-            if line::host_of(prefix).is_some() && !log.hosts.contains(&host) {
+        // The host NCCL printed, else a launcher's host label (pdsh, kubectl, Ray); a rank label is no host.
+        let own = line::host_of(prefix);
+        scan.own_host = own.is_some();
+        scan.line_host = own.clone().or_else(|| line.host.clone());
+        if let Some(host) = own {
+            if !log.hosts.contains(&host) {
                 log.hosts.push(host);
             }
-        } else {
-            scan.line_host = None;
         }
         if level == "WARN" {
+            duplicate_gpu(&mut log, &scan, msg);
             log.warning_count += 1;
             if log.warnings.len() < MAX_WARNINGS_KEPT {
                 log.warnings.push(msg.to_string());
@@ -291,6 +300,28 @@ impl NcclLog {
     fn note_last(&mut self, cite: &Cite) {
         self.cites
             .insert("last_line".to_string(), vec![cite.clone()]);
+    }
+}
+
+/// `Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 2000`: NCCL's own word that two ranks share
+/// a GPU.
+fn duplicate_gpu(log: &mut NcclLog, scan: &Scan, msg: &str) {
+    let Some(rest) = msg.split("Duplicate GPU detected").nth(1) else {
+        return;
+    };
+    let tokens: Vec<&str> = rest.split_whitespace().collect();
+    let rank_after = |i: usize| tokens.get(i + 1).and_then(|v| v.parse::<u32>().ok());
+    let ranks: Vec<u32> = tokens
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| **t == "rank")
+        .filter_map(|(i, _)| rank_after(i))
+        .collect();
+    let bus = tokens.last().map(|b| b.to_string()).unwrap_or_default();
+    if let [a, b, ..] = ranks[..] {
+        let host = scan.line_host.clone().unwrap_or_default();
+        log.shared_gpu.get_or_insert((b, a, host, bus));
+        log.note("shared_gpu", &scan.here);
     }
 }
 
@@ -479,6 +510,25 @@ fn read_ranks(log: &mut NcclLog, scan: &mut Scan, tokens: &[&str]) {
         log.ranks_seen.push(r);
         if let Some(h) = &scan.line_host {
             scan.rank_hosts.insert(r, h.clone());
+            // `comm 0x… rank 1 nranks 2 cudaDev 0 busId 2000`: the GPU this rank runs on, on the host NCCL
+            // itself printed (a launcher's label may stand for several machines).
+            if let Some(bus) = after(tokens, "busId").filter(|_| scan.own_host) {
+                let gpu = (h.clone(), bus.to_string());
+                let here = scan.here.clone();
+                match scan.rank_gpus.get(&gpu) {
+                    Some((other, first)) if *other != r => {
+                        let (other, first) = (*other, first.clone());
+                        log.shared_gpu
+                            .get_or_insert((other, r, gpu.0.clone(), gpu.1.clone()));
+                        log.note("shared_gpu", &first);
+                        log.note("shared_gpu", &here);
+                    }
+                    Some(_) => {}
+                    None => {
+                        scan.rank_gpus.insert(gpu, (r, here));
+                    }
+                }
+            }
         }
     }
     log.nnodes = num("nNodes").or(log.nnodes);
