@@ -43,6 +43,16 @@ pub struct SetupWarning {
     pub message: String,
 }
 
+impl Level {
+    /// The name it has in `agent --once` and in the `level` label of `commwatch_agent_setup_warnings`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Level::Warn => "warn",
+            Level::Info => "info",
+        }
+    }
+}
+
 impl SetupWarning {
     fn new(code: &'static str, level: Level, message: String) -> SetupWarning {
         SetupWarning {

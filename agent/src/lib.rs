@@ -226,9 +226,16 @@ pub async fn start_with(
         &smp.unavailable_sources(),
         &inv,
     );
-    coverage::log(
-        &config.node,
-        &coverage::check_discovery(&config, &smp.source_names(), &blind, &inv),
+    let warnings = coverage::check_discovery(&config, &smp.source_names(), &blind, &inv);
+    coverage::log(&config.node, &warnings);
+    // The health counts the roots' warnings (logged before the sources started) with the discovery's.
+    let roots = coverage::check_roots(&config);
+    metrics.set_setup_warnings(
+        &roots
+            .iter()
+            .chain(&warnings)
+            .map(|w| (w.code, w.level.as_str()))
+            .collect::<Vec<_>>(),
     );
     metrics.set_blind(
         &blind

@@ -21,6 +21,7 @@ pub const METRIC_NAMES: &[&str] = &[
     "commwatch_agent_source_discover_errors_total",
     "commwatch_agent_source_stalled",
     "commwatch_agent_blind",
+    "commwatch_agent_setup_warnings",
     "commwatch_agent_tick_overruns_total",
     "commwatch_agent_tick_duration_seconds",
     "commwatch_agent_handoff_dropped_batches_total",
@@ -100,6 +101,9 @@ pub struct AgentMetrics {
     /// 1 for each thing the agent is blind to (`what`: `gpu`, `fabric`; `code`: `no_nvml`, `no_fabric`), set
     /// once at start ([`AgentMetrics::set_blind`]).
     pub blind: IntGaugeVec,
+    /// What the agent cannot see, counted by warning `code` and `level` at start
+    /// ([`AgentMetrics::set_setup_warnings`]): the `warnings` of `agent --once`.
+    pub setup_warnings: IntGaugeVec,
     /// The sentences of what the agent is blind to, for `/healthz`.
     blind_reasons: std::sync::Mutex<Vec<String>>,
     /// Ticks that started late by more than one period, by tier.
@@ -190,6 +194,12 @@ impl AgentMetrics {
                 "1 for each thing the agent cannot see though a GPU node must have it (what: gpu or fabric); \
                  see its /healthz.",
                 &["what", "code"],
+            ),
+            setup_warnings: gauge_vec(
+                "commwatch_agent_setup_warnings",
+                "Warnings the agent gave at start about what it cannot see, by code and level (as agent --once \
+                 lists them; e.g. no_byte_counters for an RDMA port without byte counters).",
+                &["code", "level"],
             ),
             blind_reasons: std::sync::Mutex::new(Vec::new()),
             tick_overruns: counter_vec(
@@ -313,6 +323,7 @@ impl AgentMetrics {
             Box::new(self.discover_errors.clone()),
             Box::new(self.source_stalled.clone()),
             Box::new(self.blind.clone()),
+            Box::new(self.setup_warnings.clone()),
             Box::new(self.tick_overruns.clone()),
             Box::new(self.tick_seconds.clone()),
             Box::new(self.handoff_drops.clone()),
@@ -357,6 +368,15 @@ impl AgentMetrics {
             .blind_reasons
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = reasons;
+    }
+
+    /// Records the start's warnings, each `(code, level)`: `commwatch_agent_setup_warnings` counts them by
+    /// code and level. Replaces what was set before.
+    pub fn set_setup_warnings(&self, warnings: &[(&str, &str)]) {
+        self.setup_warnings.reset();
+        for (code, level) in warnings {
+            self.setup_warnings.with_label_values(&[code, level]).inc();
+        }
     }
 
     /// What [`set_blind`](Self::set_blind) recorded, one sentence each.
@@ -655,6 +675,27 @@ mod tests {
         let mut listed: Vec<String> = METRIC_NAMES.iter().map(|n| n.to_string()).collect();
         listed.sort();
         assert_eq!(registered, listed);
+    }
+
+    #[test]
+    fn setup_warnings_are_counted_by_code_and_level() {
+        let m = AgentMetrics::new();
+        m.set_setup_warnings(&[("speed_unknown", "info")]);
+        m.set_setup_warnings(&[
+            ("no_byte_counters", "warn"),
+            ("no_byte_counters", "warn"),
+            ("interfaces_left_out", "info"),
+        ]);
+        let text = m.render();
+        let mut lines = lines_of(&text, "commwatch_agent_setup_warnings");
+        lines.sort();
+        assert_eq!(
+            lines,
+            [
+                "commwatch_agent_setup_warnings{code=\"interfaces_left_out\",level=\"info\"} 1",
+                "commwatch_agent_setup_warnings{code=\"no_byte_counters\",level=\"warn\"} 2",
+            ]
+        );
     }
 
     #[test]
