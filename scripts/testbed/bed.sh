@@ -342,7 +342,7 @@ start_agents() {
 # ------------------------------------------------------------------------------------------------ scenarios
 
 SCENARIOS="healthy healthy-short healthy-long healthy-overlap mgmt-one mgmt-all mgmt-one-env mgmt-all-env
-mgmt-one-route mgmt-all-route ratecut loss straggler twojobs"
+mgmt-one-route mgmt-all-route ratecut loss straggler twojobs rerun-slow"
 
 list_scenarios() {
   cat <<'EOF'
@@ -360,6 +360,8 @@ ratecut          node2's fabric link cut to 1/4 of its rate (tc) from step 6 for
 loss             2 % packet loss on node2's fabric link (netem, both directions) from step 6 for 10 steps
 straggler        node3's job CPU-limited to 5 % of a core (cgroup; BED_STRAGGLER_PCT) from step 6 for 10 steps
 twojobs          two jobs at once: A on node0,node1 (16 MiB, 0.4 s), B on node2,node3 (8 MiB, 0.8 s)
+rerun-slow       the same job twice in one collector, 12 steps each: healthy, then with node1 on mgmt0 (as
+                 mgmt-one): a job of the same shape running slower than its own earlier run
 EOF
 }
 
@@ -379,6 +381,7 @@ scenario_params() {
     loss) STEPS=24 FAULT=loss FAULT_NODES=node2 FAULT_AT=6 FAULT_LEN=10 ;;
     straggler) STEPS=24 FAULT=straggler FAULT_NODES=node3 FAULT_AT=6 FAULT_LEN=10 ;;
     twojobs) ;;
+    rerun-slow) STEPS=12 FAULT=management FAULT_NODES=node1 IFACE_MODE=plain ;;
     *) die "unknown scenario $1 (see: bed.sh list)" ;;
   esac
   IFACE_MODE=${IFACE_MODE#-}
@@ -422,7 +425,8 @@ prepare_iface() {
   done
 }
 
-# launch_job JOBNAME "K K ..." BYTES COMPUTE_MS BUCKETS: starts the job in the background; sets JOB_PID.
+# launch_job JOBNAME "K K ..." BYTES COMPUTE_MS BUCKETS: starts the job in the background; adds its processes
+# to JOB_PIDS and its name, id and nodes to jobs.jsonl.
 launch_job() {
   local name=$1 nodes=$2 bytes=$3 compute=$4 buckets=$5 first k hosts= r=0 n
   local truth=$SOUT/truth/$name
@@ -511,14 +515,29 @@ u={"":1,"k":1e3,"m":1e6,"g":1e9}[m.group(2)]; print("%dkbit" % (float(m.group(1)
 fault_controller() {
   while [ "$(truth_lines)" -lt "$FAULT_AT" ]; do sleep 0.1; done
   apply_fault on
-  echo "{\"fault\":\"$FAULT\",\"nodes\":\"$FAULT_NODES\",\"event\":\"start\",\"time_ns\":$(now_ns),\"step\":$FAULT_AT}" \
-    >>"$SOUT/faults.jsonl"
+  fault_event start "$FAULT_AT"
   log "fault $FAULT on $FAULT_NODES"
   while [ "$(truth_lines)" -lt $((FAULT_AT + FAULT_LEN)) ]; do sleep 0.1; done
   apply_fault off
-  echo "{\"fault\":\"$FAULT\",\"nodes\":\"$FAULT_NODES\",\"event\":\"end\",\"time_ns\":$(now_ns),\"step\":$((FAULT_AT + FAULT_LEN))}" \
-    >>"$SOUT/faults.jsonl"
+  fault_event end $((FAULT_AT + FAULT_LEN))
   log "fault $FAULT cleared"
+}
+
+# Waits for the jobs of JOB_PIDS, each at most the scenario's deadline; 1 when one failed or timed out.
+wait_jobs() {
+  local p rc=0 deadline=$(($(date +%s) + STEPS * 20 + 90))
+  for p in $JOB_PIDS; do
+    while kill -0 "$p" 2>/dev/null && [ "$(date +%s)" -lt "$deadline" ]; do sleep 0.5; done
+    if kill -0 "$p" 2>/dev/null; then log "job timed out"; rc=1; break; fi
+    wait "$p" || { log "job process $p failed (see $SOUT/job-*.log)"; rc=1; }
+  done
+  JOB_PIDS=
+  return "$rc"
+}
+
+fault_event() { # fault_event start|end STEP: the fault's edge in faults.jsonl
+  echo "{\"fault\":\"$FAULT\",\"nodes\":\"$FAULT_NODES\",\"event\":\"$1\",\"time_ns\":$(now_ns),\"step\":$2}" \
+    >>"$SOUT/faults.jsonl"
 }
 
 run_scenario() {
@@ -546,17 +565,22 @@ EOF
   if [ "$SCEN" = twojobs ]; then
     launch_job a "0 1" $((16 << 20)) 400 1
     launch_job b "2 3" $((8 << 20)) 800 1
+  elif [ "$SCEN" = rerun-slow ]; then
+    # The same job twice, one collector: healthy, then with the seed's fault on node1 (several times slower).
+    FAULT=none prepare_iface
+    launch_job a "$(seq -s' ' 0 $((N - 1)))" "$BYTES" "$COMPUTE_MS" "$BUCKETS"
+    wait_jobs || { log "the first run failed"; }
+    prepare_iface
+    fault_event start 0
+    launch_job b "$(seq -s' ' 0 $((N - 1)))" "$BYTES" "$COMPUTE_MS" "$BUCKETS"
   else
     launch_job main "$(seq -s' ' 0 $((N - 1)))" "$BYTES" "$COMPUTE_MS" "$BUCKETS"
   fi
-  local rc=0 p deadline=$(($(date +%s) + STEPS * 20 + 90))
+  local rc=0
   FAULT_PID=
   if [ "$FAULT_AT" -gt 0 ]; then fault_controller & FAULT_PID=$!; fi
-  for p in $JOB_PIDS; do
-    while kill -0 "$p" 2>/dev/null && [ "$(date +%s)" -lt "$deadline" ]; do sleep 0.5; done
-    if kill -0 "$p" 2>/dev/null; then log "job timed out"; rc=1; break; fi
-    wait "$p" || { log "job process $p failed (see $SOUT/job-*.log)"; rc=1; }
-  done
+  wait_jobs || rc=1
+  [ "$SCEN" != rerun-slow ] || fault_event end "$STEPS"
   [ -z "$FAULT_PID" ] || { kill "$FAULT_PID" 2>/dev/null || true; wait "$FAULT_PID" 2>/dev/null || true; }
   FAULT_PID=
   [ "$FAULT_AT" -eq 0 ] || apply_fault off 2>/dev/null || true

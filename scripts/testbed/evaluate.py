@@ -508,7 +508,11 @@ def evaluate(out):
 
 def fault_figures(kind, fnodes, start, end, truth, isteps, timeline, times):
     """Per fault: the findings that name it (traffic only), raise in steps, held or not, steps during it."""
-    main = next(iter(truth.values()), {"nodes": {}})
+    # Steps are counted on the first rank of the job that ran during the fault (the one with most steps in it).
+    def inside(entry):
+        return sum(1 for steps in entry["nodes"].values() for t in steps
+                   if start is not None and t["end"] > start and (end is None or t["start"] < end))
+    main = max(truth.values(), key=inside, default={"nodes": {}})
     rank0 = next(iter(main["nodes"].values()), [])
     expected = TRAFFIC_KINDS_BY_FAULT.get(kind, set())
     ff = {"kind": kind, "nodes": fnodes, "start": start, "end": end, "per_node": {}, "during": {}}
@@ -536,6 +540,8 @@ def fault_figures(kind, fnodes, start, end, truth, isteps, timeline, times):
         for name, entry in truth.items():
             for node, tsteps in sorted(entry["nodes"].items()):
                 fig = node_figures(tsteps, isteps.get(node, []), (start, end))
+                if not fig.get("truth_steps"):
+                    continue
                 ff["during"][f"{name}/{node}"] = {k: fig.get(k) for k in (
                     "truth_steps", "inferred_steps", "found", "truth_period_s", "inferred_period_s",
                     "period_off_pct", "management_tx_truth_mb_median", "management_rx_truth_mb_median",
@@ -571,6 +577,12 @@ def goals(report):
                   "PASS" if max(offs) <= 2 else "FAIL", f"worst {fmt(max(offs), ' %')}"))
         g.append(("0 warnings", "PASS" if not warn else "FAIL", f"{len(warn)} warning/critical findings"))
         return g
+    if sc.get("scenario") == "rerun-slow":
+        start = next((f["start"] for f in report["faults"] if f.get("start") is not None), None)
+        scal = [f for f in report["findings"] if f.get("kind") == "scaling_efficiency_drop"
+                and (start is None or (f.get("first_seen") or f.get("first_active_poll") or 0) >= start)]
+        g.append(("a scaling finding for the rerun that ran slower than its earlier run",
+                  "PASS" if scal else "FAIL", f"{len(scal)} scaling_efficiency_drop findings after the rerun began"))
     for fault in report["faults"]:
         for node, e in fault["per_node"].items():
             ok = e.get("found") and e.get("as_root") and e.get("steps_to_raise") is not None \
@@ -589,7 +601,8 @@ def goals(report):
                 bad.append(f"{key} {fmt(d.get('inferred_period_s'), ' s')} vs {fmt(d.get('truth_period_s'), ' s')}"
                            f" ({d.get('inferred_steps')} steps for {d.get('truth_steps')})")
         g.append((f"steps during {fault['kind']} within 10 % of the job's period on every node",
-                  "FAIL" if bad or not fault["during"] else "PASS", "; ".join(bad) or "all nodes"))
+                  "FAIL" if bad or not fault["during"] else "PASS",
+                  "; ".join(bad) or ("all nodes" if fault["during"] else "no job step in the fault's window")))
     return g
 
 
@@ -648,6 +661,9 @@ def print_report(r, out=sys.stdout):
 
 
 def cmd_report(a):
+    if not os.path.isdir(a.out):
+        print(f"evaluate.py report: {a.out} is not a scenario's output directory", file=sys.stderr)
+        return 2
     r = evaluate(a.out)
     with open(os.path.join(a.out, "report.json"), "w") as f:
         json.dump(r, f, indent=1, default=str)
@@ -659,6 +675,9 @@ def cmd_report(a):
 
 
 def cmd_summary(a):
+    if not os.path.isdir(a.dir):
+        print(f"evaluate.py summary: {a.dir} is not a directory", file=sys.stderr)
+        return 2
     for d in sorted(os.listdir(a.dir)):
         r = read_json(os.path.join(a.dir, d, "report.json"))
         if not isinstance(r, dict):
@@ -709,6 +728,9 @@ TABLE_HEAD = ("| scenario | job period s | steps found/job per node | extra step
 def cmd_table(a):
     print(TABLE_HEAD)
     for d in a.dirs:
+        if not os.path.isdir(d):
+            print(f"evaluate.py table: {d} is not a directory", file=sys.stderr)
+            continue
         for sub in sorted(os.listdir(d)):
             r = read_json(os.path.join(d, sub, "report.json"))
             if isinstance(r, dict):
