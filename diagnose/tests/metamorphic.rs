@@ -1,4 +1,5 @@
-//! Metamorphic tests over both real corpora (`nccl/real/`, `nccl/real2/`): every text input, transformed as
+//! Metamorphic tests over both real corpora (`nccl/real/`, `nccl/real2/`) and the other text inputs of the
+//! shared data (`nccl/*.txt`) and of this crate (`tests/data/nccl/`): every text input, transformed as
 //! people's pastes transform it, must give the same facts, or the same with some unknown, never a different
 //! value; and every finding must cite lines of its input that show what it claims.
 //!
@@ -45,10 +46,41 @@ fn cases(dir: &Path) -> Vec<Case> {
     out
 }
 
+/// The other text inputs of the shared data and of this crate (`nccl/*.txt`, `tests/data/nccl/*.txt`), each
+/// given as an nccl-tests output (whose NCCL lines are read as a log too).
+fn others(dirs: &[PathBuf]) -> Vec<Case> {
+    let mut out = Vec::new();
+    for dir in dirs {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let path = e.path();
+            if path.extension().is_some_and(|x| x == "txt") {
+                out.push(Case {
+                    name: path.file_name().unwrap().to_string_lossy().into_owned(),
+                    path,
+                    kind: "nccl_tests".to_string(),
+                });
+            }
+        }
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out
+}
+
 fn corpora() -> Option<Vec<Case>> {
     let real = shared_testdata!("nccl/real")?;
     let real2 = shared_testdata!("nccl/real2")?;
-    Some(cases(&real).into_iter().chain(cases(&real2)).collect())
+    let shared = shared_testdata!("nccl")?;
+    let own = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/nccl");
+    Some(
+        cases(&real)
+            .into_iter()
+            .chain(cases(&real2))
+            .chain(others(&[shared, own]))
+            .collect(),
+    )
 }
 
 fn report(path: &Path, kind: &str) -> Value {

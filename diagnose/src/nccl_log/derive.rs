@@ -77,13 +77,19 @@ pub fn is_tcp_provider(provider: &str) -> bool {
 
 /// Ranks listed under an nccl-tests `Using devices` header, when the list holds ranks 0 to n-1 once each.
 fn complete_list(log: &NcclLog) -> Option<u32> {
-    let mut ranks: Vec<u32> = log.listed_ranks.iter().map(|(r, _)| *r).collect();
-    ranks.sort_unstable();
-    ranks.dedup();
-    let complete = !ranks.is_empty()
-        && ranks.len() == log.listed_ranks.len()
-        && ranks.iter().enumerate().all(|(i, r)| *r as usize == i);
-    complete.then_some(ranks.len() as u32)
+    // Several runs in one file list their ranks again from rank 0: each list must be complete, and the same.
+    let mut lists: Vec<Vec<&(u32, String)>> = Vec::new();
+    for entry in &log.listed_ranks {
+        match lists.last_mut() {
+            Some(list) if entry.0 != 0 => list.push(entry),
+            _ => lists.push(vec![entry]),
+        }
+    }
+    let first = lists.first()?;
+    let complete =
+        |list: &Vec<&(u32, String)>| list.iter().enumerate().all(|(i, (r, _))| *r as usize == i);
+    let same = lists.iter().all(|l| l == first);
+    (same && complete(first)).then_some(first.len() as u32)
 }
 
 /// Ranks: printed, else a ring's length (a ring holds every rank once), else a complete rank list; nodes:
