@@ -491,15 +491,24 @@ def evaluate(out):
     if odd:
         problems.append(f"{odd} findings answers or entries of an odd shape")
     times = poll_times(out)
+    windows = fault_windows(out, scenario, truth)
+    # Every finding is placed against the (first) fault: job steps from its start to the raise, and whether it
+    # stayed active until the fault's end (or, without a fault, until the last poll).
+    w_start, w_end = (windows[0][2], windows[0][3]) if windows else (None, None)
+    rank0 = next((steps for e in truth.values() for steps in e["nodes"].values()), [])
     for fid, f in sorted(timeline.items(), key=lambda kv: (kv[1].get("first_seen") or 0)):
         first_active = next((t for t, act in f["polls"] if act), None)
+        raised = f.get("first_seen") or first_active
         report["findings"].append({
             "id": fid, "kind": f.get("kind"), "severity": f.get("severity"), "node": f.get("node"),
             "root": f.get("root"), "caused_by": f.get("caused_by"), "first_seen": f.get("first_seen"),
             "last_seen": f.get("last_seen"), "first_active_poll": first_active,
             "active_polls": sum(1 for _, a in f["polls"] if a), "polls": len(f["polls"]),
+            "steps_from_fault": steps_between(rank0, w_start, raised)
+            if w_start is not None and raised is not None and raised >= w_start else None,
+            "state": held_state(times, f["polls"], first_active, w_end)[0],
             "summary": f.get("summary"), "subject": f.get("subject")})
-    for kind, fnodes, start, end in fault_windows(out, scenario, truth):
+    for kind, fnodes, start, end in windows:
         report["faults"].append(fault_figures(kind, fnodes, start, end, truth, isteps, timeline, times))
     report["problems"] = problems
     report["goals"] = goals(report)
@@ -653,7 +662,9 @@ def print_report(r, out=sys.stdout):
     for f in r["findings"]:
         w(f"   {f['kind']} {f['severity']} node={f['node']} root={f['root']} caused_by={f['caused_by']} "
           f"first {fmt(f['first_seen'], '', 1)} last {fmt(f['last_seen'], '', 1)} "
-          f"active {f['active_polls']}/{f['polls']} polls")
+          f"active {f['active_polls']}/{f['polls']} polls, {f['state']}"
+          + (f", raised {f['steps_from_fault']} steps after the fault began"
+             if f.get("steps_from_fault") is not None else ""))
     for p in r["problems"]:
         w(f"problem: {p}")
     for name, verdict, detail in r["goals"]:
