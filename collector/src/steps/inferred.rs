@@ -10,8 +10,8 @@
 //!   `high` the highest). The level is low on purpose: a node whose ring crosses a slow link moves a fast
 //!   link's chunk in one sample and the slow link's for several at a tenth of the rate, and both are the step's
 //!   communication.
-//! - **Period**: the autocorrelation of the activity (1 busy, 0 quiet; mean removed, normalised per lag) over
-//!   lags from its first fall below zero to a third of the window. Below that lag the autocorrelation only
+//! - **Period**: the autocorrelation of the activity (1 busy, 0 quiet; mean removed, normalised per lag) from
+//!   the window's first busy interval on, over lags from its first fall below zero to a third of that span. Below that lag the autocorrelation only
 //!   says that activity comes in runs; the chunks of one collective repeat there too, and are not the step.
 //!   The period is the smallest lag whose peak reaches [`PEAK_SHARE`] of the highest peak (so a multiple of the
 //!   period is never taken for it), refined by a parabola through the peak, then by the mean spacing of the
@@ -27,8 +27,8 @@
 //!   whole step), the sample nearest one period on, at half the confidence, as long as the node moved traffic
 //!   in that period (a job that paused or ended gets no made-up steps). An edge is decided once the
 //!   samples reach one and a half periods past the previous one, so a step appears about half a period after
-//!   its end. The first edge is the candidate with the longest quiet in the first period and a half of the
-//!   window (or after the last step given out).
+//!   its end. The first edge is the candidate with the longest quiet in the period and a half from the
+//!   window's first candidate (or the first after the last step given out).
 //!   No step starts before the end of the last step given out, so a sequence found anew (after a spell
 //!   without periodicity) never repeats a step.
 //!   Confidence = strength × how close the step's duration is to the period (1 at the period, 0 at ±100%).
@@ -281,8 +281,11 @@ impl InferenceTracker {
             return Vec::new();
         }
         if self.period.is_none() || newest - self.estimated_at >= REESTIMATE_NS {
+            // From the first busy interval: a quiet spell before the job would dilute the autocorrelation
+            // (its strength grows only as the job fills the window).
             let active: Vec<f64> = busy(&rates, low, high)
                 .into_iter()
+                .skip_while(|b| !b)
                 .map(|b| if b { 1.0 } else { 0.0 })
                 .collect();
             self.period = estimate_period(&active, dt);
@@ -305,7 +308,14 @@ impl InferenceTracker {
             None => {
                 // The anchor: the longest quiet in the window's first period and a half (an edge may fall just
                 // after the first period), once two periods are held.
-                let from = first.max(self.given_until);
+                // From the first candidate: the window may open on a spell without traffic (before the job).
+                let Some(from) = cands
+                    .iter()
+                    .map(|c| c.t)
+                    .find(|&t| t >= first.max(self.given_until))
+                else {
+                    return Vec::new();
+                };
                 if newest < from + 2 * p_ns {
                     return Vec::new();
                 }
@@ -634,5 +644,33 @@ mod tests {
                 steps.len()
             );
         }
+    }
+
+    #[test]
+    fn a_job_after_an_idle_spell_has_steps_within_a_few_periods() {
+        // 20 s idle (the agents start before the job), then 1.5 s steps.
+        let (job, ends) = paced_traffic(60.0, 1500.0, 30.0, 0.6, 2, 7);
+        let offset = 20 * 1_000 * MS;
+        let mut pts: Vec<(i64, f64)> = (0..400).map(|i| (1_000_000 * MS + i * 50 * MS, 0.0)).collect();
+        pts.extend(job.iter().map(|&(t, b)| (t + offset, b)));
+        let mut tr = InferenceTracker::default();
+        let mut first_at = None;
+        let mut steps = Vec::new();
+        for chunk in pts.chunks(20) {
+            tr.extend(chunk.iter().copied());
+            let new = tr.steps();
+            if first_at.is_none() && !new.is_empty() {
+                first_at = Some(tr.newest_ns());
+            }
+            steps.extend(new);
+        }
+        let start = 1_000_000 * MS + offset;
+        let delay_s = (first_at.expect("steps") - start) as f64 / 1e9;
+        assert!(delay_s < 12.0, "first steps {delay_s} s after the job started");
+        // And they are the job's steps from its start (the first ones rest on a period of three steps, so a
+        // few of those may be cut off the job's edges).
+        let shifted: Vec<i64> = ends.iter().map(|e| e + offset).collect();
+        let ok = matching(&steps, &shifted, 100);
+        assert!(ok * 20 >= steps.len() * 17 && steps.len() >= 30, "{ok} of {}", steps.len());
     }
 }
