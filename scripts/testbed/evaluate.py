@@ -706,8 +706,10 @@ def table_row(r):
     steps = " ".join(f"{f.get('found')}/{f.get('truth_steps')}" for f in nodes)
     extra = " ".join(str(f.get("extra")) for f in nodes)
     dup = sum((f.get("duplicate_steps") or 0) + (f.get("overlapping_steps") or 0) for f in nodes)
-    bytes_off = max((f.get(k) or 0 for f in nodes for k in ("fabric_tx_off_pct_max", "fabric_rx_off_pct_max")),
-                    default=None)
+    bytes_off = max((f.get(k) for f in nodes for k in ("fabric_tx_off_pct_max", "fabric_rx_off_pct_max")
+                     if f.get(k) is not None), default=None)
+    mgmt_off = max((f.get(k) for f in nodes for k in ("management_tx_off_pct_max", "management_rx_off_pct_max")
+                    if f.get(k) is not None), default=None)
     per_off = max((abs(f["period_off_pct"]) for f in nodes if f.get("period_off_pct") is not None), default=None)
     period = " ".join(fmt(j.get("truth_period_s"), "", 2) for j in jobs.values())
     st = " ".join(f"{fmt(j.get('api_step_time_s'), '', 2)} ({fmt(j.get('step_time_off_pct'), '%', 0)})"
@@ -725,15 +727,15 @@ def table_row(r):
     goals_ = r.get("goals", [])
     passed = sum(1 for g in goals_ if g[1] == "PASS")
     name = f"{sc.get('lib')}:{sc.get('scenario')}" + (" (markers)" if sc.get("markers") else "")
-    return (f"| {name} | {period} | {steps} | {extra} | {dup} | {fmt(bytes_off, '', 2)} "
+    return (f"| {name} | {period} | {steps} | {extra} | {dup} | {fmt(bytes_off, '', 2)} | {fmt(mgmt_off, '', 2)} "
             f"| {fmt(per_off, '', 1)} | {st} | {len(r.get('findings', []))} ({warn}) {' '.join(kinds)} "
             f"| {'; '.join(fault) or '-'} | {passed}/{len(goals_)} |")
 
 
 TABLE_HEAD = ("| scenario | job period s | steps found/job per node | extra steps per node | listed twice or "
-              "overlapping | fabric bytes worst % off | period worst % off (nodes) | job step time s (off) | "
+              "overlapping | fabric bytes worst % off | management bytes worst % off | period worst % off (nodes) | job step time s (off) | "
               "findings (warn+) | fault: finding per node; steps during (inferred/job) | goals passed |\n"
-              "|---|---|---|---|---|---|---|---|---|---|---|")
+              "|---|---|---|---|---|---|---|---|---|---|---|---|")
 
 
 def cmd_table(a):
