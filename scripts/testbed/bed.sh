@@ -352,7 +352,7 @@ healthy-long     48 MiB, ~1.2 s compute, 12 steps
 healthy-overlap  16 MiB in 4 buckets all-reduced asynchronously during the backward compute (DDP-like)
 mgmt-one         node1's rank on mgmt0 (mpi: its btl_tcp_if_include; torch: GLOO_SOCKET_IFNAME alone)
 mgmt-all         every rank on mgmt0 (likewise)
-mgmt-one-env     torch: node1 with GLOO_SOCKET_IFNAME=mgmt0 and NCCL_SOCKET_IFNAME=mgmt0 (the variable commwatch reads)
+mgmt-one-env     torch: node1 with GLOO_SOCKET_IFNAME=mgmt0 and NCCL_SOCKET_IFNAME=mgmt0 (which commwatch reads)
 mgmt-all-env     torch: every rank likewise
 mgmt-one-route   torch: no variable; node1's host name resolves to its management address, gloo picks mgmt0
 mgmt-all-route   torch: every node's name resolves to its management address

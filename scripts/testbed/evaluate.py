@@ -602,7 +602,8 @@ def goals(report):
                       if e.get("found") else "no traffic finding on that node"))
             g.append((f"{fault['kind']} on {node} held until the fault ends",
                       "PASS" if e.get("state") == "held" else "FAIL",
-                      f"{e.get('state', 'never raised')} ({e.get('active_polls', 0)}/{e.get('span_polls', 0)} polls)"))
+                      f"{e.get('state', 'never raised')} "
+                      f"({e.get('active_polls', 0)}/{e.get('span_polls', 0)} polls)"))
         bad = []
         for key, d in fault["during"].items():
             off = d.get("period_off_pct")
@@ -655,7 +656,8 @@ def print_report(r, out=sys.stdout):
             w(f"   during, {key}: {d.get('inferred_steps')} steps for {d.get('truth_steps')}, period "
               f"{fmt(d.get('inferred_period_s'), ' s', 3)} vs {fmt(d.get('truth_period_s'), ' s', 3)} "
               f"({fmt(d.get('period_off_pct'), ' %', 1)}); management tx/rx "
-              f"{fmt(d.get('management_tx_truth_mb_median'), '', 1)}/{fmt(d.get('management_rx_truth_mb_median'), '', 1)}"
+              f"{fmt(d.get('management_tx_truth_mb_median'), '', 1)}/"
+              f"{fmt(d.get('management_rx_truth_mb_median'), '', 1)}"
               f" MB/step, fabric tx {fmt(d.get('fabric_tx_truth_mb_median'), '', 1)} MB/step (kernel)")
     warn = sum(1 for f in r["findings"] if f.get("severity") in ("warning", "critical"))
     w(f"findings: {len(r['findings'])} ({warn} warning/critical)")
@@ -733,7 +735,8 @@ def table_row(r):
 
 
 TABLE_HEAD = ("| scenario | job period s | steps found/job per node | extra steps per node | listed twice or "
-              "overlapping | fabric bytes worst % off | management bytes worst % off | period worst % off (nodes) | job step time s (off) | "
+              "overlapping | fabric bytes worst % off | management bytes worst % off | period worst % off (nodes) | "
+              "job step time s (off) | "
               "findings (warn+) | fault: finding per node; steps during (inferred/job) | goals passed |\n"
               "|---|---|---|---|---|---|---|---|---|---|---|---|")
 
