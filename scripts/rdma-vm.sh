@@ -71,8 +71,10 @@ qemu_debs=(qemu-system-x86 qemu-system-common qemu-system-data seabios ipxe-qemu
 if [ ! -x "$qemu" ]; then
   echo "== unpacking QEMU into $qemu_root"
   debs=$(mktemp -d)
-  (cd "$debs" && apt-get download "${qemu_debs[@]}" >/dev/null 2>&1) \
-    || { rm -rf "$debs"; die "apt-get download ${qemu_debs[*]} failed (run apt-get update?)"; }
+  # A machine whose package lists are stale or absent downloads after one update.
+  (cd "$debs" && { apt-get download "${qemu_debs[@]}" >/dev/null 2>&1 \
+    || { apt-get update -qq && apt-get download "${qemu_debs[@]}" >/dev/null 2>&1; }; }) \
+    || { rm -rf "$debs"; die "apt-get download ${qemu_debs[*]} failed"; }
   rm -rf "$qemu_root.new"
   for d in "$debs"/*.deb; do dpkg -x "$d" "$qemu_root.new"; done
   rm -rf "$debs" "$qemu_root"
