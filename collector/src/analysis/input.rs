@@ -174,6 +174,10 @@ pub struct JobReference {
     /// Median fabric bytes per second ([`super::scaling::JobFigures::fabric_bytes_per_second`]).
     #[serde(default)]
     pub fabric_bytes_per_second: Option<f64>,
+    /// The earlier run of the same shape (another job id) the reference comes from, when the job's own
+    /// history is too short ([`super::trend`]); `None`: the job's own history.
+    #[serde(default)]
+    pub earlier_run: Option<String>,
 }
 
 /// Throughput per GPU of a job at a scale: from history, or set by an operator.

@@ -65,6 +65,10 @@ pub struct JobFigures {
     /// Unlike the step time, it does not change when the step engine finds a step of several bursts.
     /// `None` below [`MIN_RATE_SPAN_S`] of steps on every node.
     pub fabric_bytes_per_second: Option<f64>,
+    /// What runs of the job are compared by when its own history is too short ([`super::trend`]): its ranks
+    /// and nodes, `"8 ranks on 2 nodes"`; `None` for a job no rank lists.
+    #[serde(skip)]
+    pub shape: Option<String>,
 }
 
 impl JobFigures {
@@ -241,7 +245,14 @@ pub fn job_figures(input: &AnalysisInput) -> Vec<JobFigures> {
         } else {
             (None, None)
         };
+        let shape = input
+            .jobs
+            .iter()
+            .find(|j| Some(&j.id) == job.as_ref())
+            .filter(|j| !j.ranks.is_empty())
+            .map(|j| format!("{} ranks on {} nodes", j.ranks.len(), nodes.len()));
         out.push(JobFigures {
+            shape,
             job: name,
             step_time_s: step_time.map(r4),
             throughput_samples_per_second: throughput.map(r4),
@@ -278,6 +289,8 @@ struct HistoryDrop {
     now: f64,
     reference: f64,
     over_seconds: f64,
+    /// The earlier run of the same shape compared against (`None`: the job's own earlier steps).
+    earlier_run: Option<String>,
 }
 
 /// The drop of `f` against `reference`, like against like: throughput per GPU when both have it; else, on
@@ -311,6 +324,7 @@ fn drop_against(f: &JobFigures, reference: &JobReference) -> Option<HistoryDrop>
         now,
         reference: then,
         over_seconds: reference.over_seconds,
+        earlier_run: reference.earlier_run.clone(),
     })
 }
 
@@ -403,19 +417,23 @@ fn describe(f: &JobFigures, eff: f64) -> String {
 }
 
 fn describe_drop(d: &HistoryDrop) -> String {
+    let then = match &d.earlier_run {
+        Some(run) => format!(
+            "in its earlier run of the same shape ({run}, {:.0} s)",
+            d.over_seconds
+        ),
+        None => format!("over the previous {:.0} s", d.over_seconds),
+    };
     match d.compares {
         "throughput_per_gpu" => format!(
-            "{:.1} samples/s per GPU against {:.1} over the previous {:.0} s",
-            d.now, d.reference, d.over_seconds
+            "{:.1} samples/s per GPU against {:.1} {then}",
+            d.now, d.reference
         ),
         "fabric_bytes_per_second" => format!(
-            "its fabric ports move {:.3e} B/s against {:.3e} B/s over the previous {:.0} s",
-            d.now, d.reference, d.over_seconds
+            "its fabric ports move {:.3e} B/s against {:.3e} B/s {then}",
+            d.now, d.reference
         ),
-        _ => format!(
-            "steps take {:.3} s against {:.3} s over the previous {:.0} s",
-            d.now, d.reference, d.over_seconds
-        ),
+        _ => format!("steps take {:.3} s against {:.3} s {then}", d.now, d.reference),
     }
 }
 
@@ -483,6 +501,7 @@ mod tests {
             steps: 60,
             step_source: Some(StepSource::Markers),
             fabric_bytes_per_second: None,
+            shape: None,
         }
     }
 
@@ -496,6 +515,7 @@ mod tests {
                 over_seconds: 300.0,
                 step_source: Some(StepSource::Markers),
                 fabric_bytes_per_second: None,
+                earlier_run: None,
             },
         )
         .expect("drop")
@@ -651,7 +671,32 @@ mod tests {
             over_seconds: 300.0,
             step_source: Some(StepSource::Inferred),
             fabric_bytes_per_second: Some(1e9),
+            earlier_run: None,
         };
         assert_eq!(drop_against(&markers, &reference), None);
+    }
+
+    #[test]
+    fn a_drop_against_an_earlier_run_names_it() {
+        let mut now = figures(1.0, "exposed_communication");
+        now.step_source = Some(StepSource::Inferred);
+        now.fabric_bytes_per_second = Some(1e8);
+        let reference = JobReference {
+            job: "j".into(),
+            step_time_s: None,
+            samples_per_second_per_gpu: None,
+            over_seconds: 40.0,
+            step_source: Some(StepSource::Inferred),
+            fabric_bytes_per_second: Some(4e8),
+            earlier_run: Some("run-1".into()),
+        };
+        let d = drop_against(&now, &reference).expect("drop");
+        let c = candidate(&now, Some(&d)).expect("candidate");
+        assert_eq!(c.severity, Severity::Critical);
+        assert!(
+            c.summary.contains("in its earlier run of the same shape (run-1, 40 s)"),
+            "{}",
+            c.summary
+        );
     }
 }

@@ -8,6 +8,12 @@
 //! [`OBSERVE_EVERY_S`] per job, so a fleet's history stays small. A job not observed for [`HISTORY_S`] is
 //! forgotten.
 //!
+//! **Earlier runs of the same shape.** A job that starts slow has no history of its own to drop against; a
+//! rerun of a training job gets a new job id. When a job is no longer observed for [`RUN_ENDED_S`], its
+//! history becomes a *run* of its shape ([`JobFigures::shape`]: ranks and nodes), kept [`RUNS_KEPT_S`]. A job
+//! whose own reference does not exist yet is compared with the newest earlier run of its shape and step source
+//! that spans at least [`MIN_RUN_S`] (its `earlier_run` names that run's job).
+//!
 //! Like is compared with like: the history is a *segment* of one step source. When a job's steps change
 //! source (markers appear or stop, a job falls back to inferred steps) its history starts again. Inferred
 //! steps are the step engine's reading of the traffic, and the same traffic can be read as steps of one
@@ -31,6 +37,14 @@ pub const RECENT_S: f64 = 20.0;
 pub const MIN_REFERENCE_S: f64 = 60.0;
 /// One observation per job at most this often, seconds.
 pub const OBSERVE_EVERY_S: f64 = 5.0;
+/// A job unobserved this long has ended: its history becomes a run of its shape, seconds.
+pub const RUN_ENDED_S: f64 = 15.0;
+/// How long runs are kept, seconds.
+pub const RUNS_KEPT_S: f64 = 86_400.0;
+/// Shortest run a later job of its shape is compared with, seconds of observations.
+pub const MIN_RUN_S: f64 = 10.0;
+/// Runs kept per shape (the newest).
+pub const RUNS_PER_SHAPE: usize = 8;
 
 /// What a job did at one time.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -42,10 +56,21 @@ struct Observation {
     fabric_bytes_per_second: Option<f64>,
 }
 
-/// Every job's recent figures.
+/// A finished run of a job: its shape and its history's reference.
+#[derive(Debug, Clone, PartialEq)]
+struct Run {
+    ended_at_s: f64,
+    reference: JobReference,
+}
+
+/// Every job's recent figures, and earlier runs by shape.
 #[derive(Debug, Clone, Default)]
 pub struct JobTrends {
     jobs: BTreeMap<String, VecDeque<Observation>>,
+    /// Each observed job's shape, when known.
+    shapes: BTreeMap<String, String>,
+    /// Finished runs by shape, oldest first.
+    runs: BTreeMap<String, VecDeque<Run>>,
 }
 
 impl JobTrends {
@@ -59,6 +84,9 @@ impl JobTrends {
         for f in figures {
             if f.step_time_s.is_none() && f.samples_per_second_per_gpu.is_none() {
                 continue;
+            }
+            if let Some(shape) = &f.shape {
+                self.shapes.insert(f.job.clone(), shape.clone());
             }
             let h = self.jobs.entry(f.job.clone()).or_default();
             // A new step source starts a new segment: its figures are not comparable with the old ones.
@@ -76,6 +104,7 @@ impl JobTrends {
                 fabric_bytes_per_second: f.fabric_bytes_per_second,
             });
         }
+        self.end_runs(now_s);
         for h in self.jobs.values_mut() {
             while h.front().is_some_and(|o| now_s - o.at_s > HISTORY_S) {
                 h.pop_front();
@@ -84,41 +113,94 @@ impl JobTrends {
         self.jobs.retain(|_, h| !h.is_empty());
     }
 
+    /// Files the history of every job unobserved for [`RUN_ENDED_S`] as a run of its shape, and forgets runs
+    /// older than [`RUNS_KEPT_S`].
+    fn end_runs(&mut self, now_s: f64) {
+        let ended: Vec<String> = self
+            .jobs
+            .iter()
+            .filter(|(_, h)| h.back().is_some_and(|o| now_s - o.at_s >= RUN_ENDED_S))
+            .map(|(j, _)| j.clone())
+            .collect();
+        for job in ended {
+            let (Some(h), shape) = (self.jobs.remove(&job), self.shapes.remove(&job)) else {
+                continue;
+            };
+            let Some(shape) = shape else {
+                continue;
+            };
+            let all: Vec<&Observation> = h.iter().collect();
+            if let Some(reference) = reference_of(&job, &all) {
+                let runs = self.runs.entry(shape).or_default();
+                runs.push_back(Run {
+                    ended_at_s: h.back().map_or(now_s, |o| o.at_s),
+                    reference,
+                });
+                if runs.len() > RUNS_PER_SHAPE {
+                    runs.pop_front();
+                }
+            }
+        }
+        for runs in self.runs.values_mut() {
+            runs.retain(|r| now_s - r.ended_at_s <= RUNS_KEPT_S);
+        }
+        self.runs.retain(|_, r| !r.is_empty());
+    }
+
+    /// The newest earlier run of `job`'s shape and step source, as `job`'s reference.
+    fn earlier_run(&self, job: &str, source: Option<StepSource>) -> Option<JobReference> {
+        let shape = self.shapes.get(job)?;
+        let run = self.runs.get(shape)?.iter().rev().find(|r| {
+            r.reference.job != job
+                && r.reference.step_source == source
+                && r.reference.over_seconds >= MIN_RUN_S
+        })?;
+        Some(JobReference {
+            job: job.to_string(),
+            earlier_run: Some(run.reference.job.clone()),
+            ..run.reference.clone()
+        })
+    }
+
     /// Each job's reference at `now_s`: the median of its observations from [`HISTORY_S`] to [`RECENT_S`]
-    /// ago, when they span at least [`MIN_REFERENCE_S`].
+    /// ago, when they span at least [`MIN_REFERENCE_S`]; else the newest earlier run of its shape.
     pub fn references(&self, now_s: f64) -> Vec<JobReference> {
         self.jobs
             .iter()
             .filter_map(|(job, h)| {
                 let old: Vec<&Observation> =
                     h.iter().filter(|o| now_s - o.at_s >= RECENT_S).collect();
-                let span = match (old.first(), old.last()) {
-                    (Some(a), Some(b)) => b.at_s - a.at_s,
-                    _ => return None,
-                };
-                if span < MIN_REFERENCE_S {
-                    return None;
-                }
-                let mut steps: Vec<f64> = old.iter().filter_map(|o| o.step_time_s).collect();
-                let mut per_gpu: Vec<f64> = old
-                    .iter()
-                    .filter_map(|o| o.samples_per_second_per_gpu)
-                    .collect();
-                let mut rate: Vec<f64> = old
-                    .iter()
-                    .filter_map(|o| o.fabric_bytes_per_second)
-                    .collect();
-                Some(JobReference {
-                    job: job.clone(),
-                    step_time_s: median(&mut steps),
-                    samples_per_second_per_gpu: median(&mut per_gpu),
-                    over_seconds: span,
-                    step_source: old.last().and_then(|o| o.step_source),
-                    fabric_bytes_per_second: median(&mut rate),
-                })
+                let own = reference_of(job, &old).filter(|r| r.over_seconds >= MIN_REFERENCE_S);
+                own.or_else(|| self.earlier_run(job, h.back().and_then(|o| o.step_source)))
             })
             .collect()
     }
+}
+
+/// The medians of `observations` (oldest first) as `job`'s reference; `None` without two of them.
+fn reference_of(job: &str, observations: &[&Observation]) -> Option<JobReference> {
+    let span = match (observations.first(), observations.last()) {
+        (Some(a), Some(b)) if observations.len() >= 2 => b.at_s - a.at_s,
+        _ => return None,
+    };
+    let mut steps: Vec<f64> = observations.iter().filter_map(|o| o.step_time_s).collect();
+    let mut per_gpu: Vec<f64> = observations
+        .iter()
+        .filter_map(|o| o.samples_per_second_per_gpu)
+        .collect();
+    let mut rate: Vec<f64> = observations
+        .iter()
+        .filter_map(|o| o.fabric_bytes_per_second)
+        .collect();
+    Some(JobReference {
+        job: job.to_string(),
+        step_time_s: median(&mut steps),
+        samples_per_second_per_gpu: median(&mut per_gpu),
+        over_seconds: span,
+        step_source: observations.last().and_then(|o| o.step_source),
+        fabric_bytes_per_second: median(&mut rate),
+        earlier_run: None,
+    })
 }
 
 #[cfg(test)]
@@ -138,6 +220,7 @@ mod tests {
             steps: 30,
             step_source: None,
             fabric_bytes_per_second: None,
+            shape: None,
         }
     }
 
@@ -182,5 +265,37 @@ mod tests {
         // The old segment (steps without a source) is gone: no reference until a minute of the new one.
         assert_eq!(t.jobs["a"].len(), 1);
         assert!(t.references(130.0).is_empty());
+    }
+
+    #[test]
+    fn a_rerun_of_the_same_shape_is_compared_with_the_earlier_run() {
+        let run = |job: &str, rate: f64| JobFigures {
+            step_source: Some(StepSource::Inferred),
+            fabric_bytes_per_second: Some(rate),
+            shape: Some("8 ranks on 2 nodes".into()),
+            ..figures(job, 0.6)
+        };
+        let mut t = JobTrends::new();
+        for s in 0..=40 {
+            t.observe(&[run("run-1", 4e8)], f64::from(s));
+        }
+        // run-2 starts after run-1 ended; its own history is too short, run-1 stands in for it.
+        for s in 60..=70 {
+            t.observe(&[run("run-2", 1e8)], f64::from(s));
+        }
+        let r = t.references(70.0);
+        assert_eq!(r.len(), 1, "{r:?}");
+        assert_eq!(r[0].job, "run-2");
+        assert_eq!(r[0].earlier_run.as_deref(), Some("run-1"));
+        assert_eq!(r[0].fabric_bytes_per_second, Some(4e8));
+        assert_eq!(r[0].over_seconds, 40.0);
+        // Another shape, or another step source, is not compared.
+        let mut other = run("run-3", 1e8);
+        other.shape = Some("16 ranks on 4 nodes".into());
+        let mut markers = run("run-4", 1e8);
+        markers.step_source = Some(StepSource::Markers);
+        t.observe(&[run("run-2", 1e8), other, markers], 71.0);
+        let jobs: Vec<String> = t.references(71.0).into_iter().map(|r| r.job).collect();
+        assert_eq!(jobs, ["run-2"]);
     }
 }

@@ -16,10 +16,9 @@
 //!
 //! **Inferred steps are the job's, aligned across its nodes.** Every node of a synchronous job runs the same
 //! steps, but not every node's counters show them: a ring neighbour of a slow link waits inside the collective
-//! as long as it computes, and its own traffic repeats at half the step. The job's period is the longest of its
-//! nodes' periods (each node's traffic repeats at the job's step or at a fraction of it), and the node with that
-//! period (the strongest, on a tie within [`SAME_PERIOD`]) is the job's reference: its steps are every node's
-//! steps, with one index sequence per job (the same index on every node), each node's bytes counted on its
+//! as long as it computes, and its own traffic repeats at half the step. Each node's traffic repeats at the
+//! job's step or at a fraction of it, so the job's reference is the node whose period the most of its nodes
+//! share, the longest on a tie ([`reference`]): its steps are every node's steps, with one index sequence per job (the same index on every node), each node's bytes counted on its
 //! own samples. A node that runs no job, or the only node of its job, keeps its own steps.
 
 use std::collections::{HashMap, VecDeque};
@@ -45,8 +44,8 @@ pub const MARKERS_FRESH_NS: i64 = 30_000_000_000;
 /// Steps waiting for samples to cover them, per node; beyond it the oldest is completed with the links whose
 /// samples cover it.
 pub const MAX_AWAITING: usize = 64;
-/// Periods within this share of each other are the same period (the job's reference is then the strongest).
-pub const SAME_PERIOD: f64 = 0.1;
+/// Periods within this share of each other are the same period.
+pub const SAME_PERIOD: f64 = 0.12;
 
 /// Edges of a step whose link figures are not computed yet.
 #[derive(Debug, Clone)]
@@ -480,20 +479,32 @@ impl Engine {
     }
 }
 
-/// The reference of a job's nodes: of those whose inference follows a step sequence, the node with the
-/// longest period (its traffic repeats at the job's step; the others' at it or a fraction of it), the
-/// strongest among those within [`SAME_PERIOD`] of it.
+/// The reference of a job's nodes, of those whose inference follows a step sequence: the node whose period
+/// the most nodes share (within [`SAME_PERIOD`]), the longest such period on a tie (each node's traffic repeats
+/// at the job's step or at a fraction of it: a ring neighbour of a slow link at half of it), then the strongest.
 fn reference<'a>(group: &[&'a NodeInferred]) -> Option<&'a NodeInferred> {
-    let period = |n: &NodeInferred| n.period.filter(|_| n.following).map(|p| p.period_s);
-    let longest = group.iter().filter_map(|n| period(n)).fold(0.0, f64::max);
+    let period = |n: &NodeInferred| n.period.filter(|_| n.following);
+    let periods: Vec<f64> = group
+        .iter()
+        .filter_map(|n| period(n).map(|p| p.period_s))
+        .collect();
+    let support = |p: f64| periods.iter().filter(|&&q| same_period(q, p)).count();
     group
         .iter()
-        .filter(|n| period(n).is_some_and(|p| p >= (1.0 - SAME_PERIOD) * longest))
-        .max_by(|a, b| {
-            let s = |n: &&&NodeInferred| n.period.map_or(0.0, |p| p.strength);
-            s(a).total_cmp(&s(b)).then_with(|| b.node.cmp(&a.node))
+        .filter_map(|n| period(n).map(|p| (*n, p)))
+        .max_by(|(a, pa), (b, pb)| {
+            support(pa.period_s)
+                .cmp(&support(pb.period_s))
+                .then_with(|| pa.period_s.total_cmp(&pb.period_s))
+                .then_with(|| pa.strength.total_cmp(&pb.strength))
+                .then_with(|| b.node.cmp(&a.node))
         })
-        .copied()
+        .map(|(n, _)| n)
+}
+
+/// Whether two periods are the same within [`SAME_PERIOD`].
+fn same_period(q: f64, p: f64) -> bool {
+    q > 0.0 && (p / q - 1.0).abs() <= SAME_PERIOD
 }
 
 /// Runs [`Engine::tick`] every `every` (on the blocking pool, so the async workers that serve ingest never wait
@@ -574,5 +585,38 @@ mod tests {
             let per_time: Vec<f64> = times.iter().map(|&x| clamped(&s, x)).collect();
             assert_eq!(clamped_ascending(&s, &times), per_time, "{s:?} {times:?}");
         }
+    }
+
+    fn inferred(node: &str, period_s: f64, strength: f64) -> NodeInferred {
+        NodeInferred {
+            node: node.into(),
+            job: Some("j".into()),
+            steps: Vec::new(),
+            period: Some(crate::steps::PeriodEstimate { period_s, strength }),
+            following: true,
+        }
+    }
+
+    #[test]
+    fn the_reference_is_the_period_the_nodes_share() {
+        // A neighbour at half the step, two nodes at the step, one reading two steps as one: the two agree.
+        let g = [
+            inferred("node0", 0.73, 0.45),
+            inferred("node1", 1.50, 0.37),
+            inferred("node2", 2.93, 0.6),
+            inferred("node3", 1.58, 0.31),
+        ];
+        let group: Vec<&NodeInferred> = g.iter().collect();
+        assert_eq!(reference(&group).map(|n| n.node.as_str()), Some("node3"));
+        // Alone against its neighbour at half the step, the step wins.
+        let g1 = [inferred("node0", 0.73, 0.45), inferred("node1", 1.50, 0.37)];
+        let group: Vec<&NodeInferred> = g1.iter().collect();
+        assert_eq!(reference(&group).map(|n| n.node.as_str()), Some("node1"));
+        // A node still warming up cannot lead.
+        let mut g2 = [inferred("node0", 1.5, 0.5), inferred("node1", 3.0, 0.9)];
+        g2[0].following = false;
+        let group: Vec<&NodeInferred> = g2.iter().collect();
+        assert_eq!(reference(&group).map(|n| n.node.as_str()), Some("node1"));
+        assert!(same_period(1.5, 1.6) && !same_period(0.75, 1.5));
     }
 }
