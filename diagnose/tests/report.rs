@@ -408,7 +408,7 @@ fn the_collector_inventory_request_carries_the_api_token() {
     );
 }
 
-/// A report on one file given as `kind`, as JSON and as text.
+/// A report on one file given as `kind`: the JSON, and the text report followed by the HTML page.
 fn report_on(text: &str, kind: &str) -> (serde_json::Value, String) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("input.txt");
@@ -419,7 +419,7 @@ fn report_on(text: &str, kind: &str) -> (serde_json::Value, String) {
         _ => inputs.nccl_logs.push(path),
     }
     let r = Report::build(&inputs, &Progress::hidden());
-    (render_json(&r), render_text(&r))
+    (render_json(&r), render_text(&r) + &html::render_html(&r))
 }
 
 #[test]
@@ -436,6 +436,11 @@ fn an_input_that_gives_nothing_is_unreadable_with_its_reason_and_first_lines() {
     );
     assert!(text.contains("input.txt gave no results: "), "{text}");
     assert!(!text.contains("no nccl-tests results given"), "{text}");
+    assert!(
+        text.contains("input.txt</span> gave no results: "),
+        "the HTML page says it too"
+    );
+    assert!(!text.contains("No nccl-tests results given"), "{text}");
     assert!(!v["conclusion"]["summary"]
         .as_str()
         .unwrap()

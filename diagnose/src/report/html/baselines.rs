@@ -16,11 +16,25 @@ pub fn body(r: &Report) -> String {
         "<p class=\"lead\">The bus bandwidth NCCL reaches alone, by message size: the most training can expect \
          from the same nodes.</p>",
     );
+    let unread: Vec<&super::super::model::InputRecord> = r
+        .inputs
+        .iter()
+        .filter(|i| i.kind == "nccl_tests" && i.status == "error")
+        .collect();
+    for i in &unread {
+        o.push_str(&format!(
+            "<p class=\"missing\">{} gave no results: {}</p>",
+            super::markup::file(&i.path),
+            super::markup::inline(i.warnings.first().map(String::as_str).unwrap_or(""))
+        ));
+    }
     if r.nccl_tests.is_empty() {
-        o.push_str(
-            "<p class=\"missing\">No nccl-tests results given. Run <code>all_reduce_perf</code> across the same \
-             nodes and pass its output with <code>--nccl-tests</code>.</p>",
-        );
+        if unread.is_empty() {
+            o.push_str(
+                "<p class=\"missing\">No nccl-tests results given. Run <code>all_reduce_perf</code> across the \
+                 same nodes and pass its output with <code>--nccl-tests</code>.</p>",
+            );
+        }
         o.push_str(&super::bare_links::body(r));
         return o;
     }
