@@ -23,11 +23,15 @@ pub fn check(ctx: &Context) -> Vec<Finding> {
                 .iter()
                 .map(|i| i.name.as_str())
                 .collect();
+            let ib_listed = log.interfaces.iter().any(|i| i.transport == "IB");
             let rdma_expected = log.ib_no_device
                 || log.net_plugin.is_some()
+                || ib_listed
                 || ctx.link.fabric_rdma_links > 0;
             let why = if log.ib_no_device {
                 "NCCL found no InfiniBand device (`NET/IB : No device found`)"
+            } else if ib_listed {
+                "NCCL lists RDMA devices (`NET/IB : Using …`) yet sends over sockets"
             } else if ctx.link.fabric_rdma_links > 0 {
                 "the collector's inventory lists RDMA fabric links"
             } else {
@@ -54,7 +58,10 @@ pub fn check(ctx: &Context) -> Vec<Finding> {
             .evidence("network", log.network.clone().unwrap_or_default())
             .evidence("socket_connections", socket_conns)
             .evidence("socket_interfaces", ifaces.join(","))
-            .evidence("ib_no_device", log.ib_no_device);
+            .evidence("ib_no_device", log.ib_no_device)
+            .cite(log.cited("network"))
+            .cite(log.cited("connections").iter().take(2))
+            .cite(log.cited("interfaces").iter().take(2));
             if let Some(n) = log.nnodes {
                 f = f.evidence("nnodes", n);
             }
