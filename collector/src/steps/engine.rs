@@ -46,6 +46,10 @@ pub const MARKERS_FRESH_NS: i64 = 30_000_000_000;
 pub const MAX_AWAITING: usize = 64;
 /// Periods within this share of each other are the same period.
 pub const SAME_PERIOD: f64 = 0.12;
+/// A node's own steps kept for its job.
+pub const RECENT_OWN: usize = 16;
+/// A reference's step starting within this share of the period of the job's last step end continues it.
+pub const CONTINUES_WITHIN: f64 = 0.25;
 
 /// Edges of a step whose link figures are not computed yet.
 #[derive(Debug, Clone)]
@@ -74,13 +78,19 @@ struct NodeEngine {
     markers_fresh: bool,
     /// End of the last inferred step queued: no inferred step starts before it.
     inferred_until: i64,
+    /// The newest steps the node's own inference found (at most [`RECENT_OWN`]), for its job when it becomes
+    /// the job's reference.
+    recent: VecDeque<super::inferred::InferredStep>,
 }
 
 /// One node's inference in a pass: its job and the steps its own traffic gave.
 struct NodeInferred {
     node: String,
     job: Option<String>,
+    /// Steps found in this pass.
     steps: Vec<super::inferred::InferredStep>,
+    /// The newest steps found, this pass's included (oldest first).
+    recent: Vec<super::inferred::InferredStep>,
     period: Option<super::PeriodEstimate>,
     /// Whether its inference follows a step sequence (a node still warming up cannot lead the job).
     following: bool,
@@ -333,6 +343,10 @@ impl Engine {
         st.markers.forget_idle(agent_now);
         st.inference.extend(fresh.traffic);
         let steps = st.inference.steps();
+        st.recent.extend(steps.iter().copied());
+        while st.recent.len() > RECENT_OWN {
+            st.recent.pop_front();
+        }
         st.markers_fresh = st.markers.newest_unix_ns() > 0
             && agent_now - st.markers.newest_unix_ns() <= MARKERS_FRESH_NS;
         st.newest_sample = fresh.newest_sample;
@@ -343,6 +357,7 @@ impl Engine {
             node: name.to_string(),
             job: fresh.job,
             steps,
+            recent: st.recent.iter().copied().collect(),
             period,
             following: st.inference.following(),
         })
@@ -387,18 +402,42 @@ impl Engine {
                 continue;
             }
             let job = n.job.clone().unwrap_or_default();
-            let seq = self.jobs.entry(job.clone()).or_default();
+            // A new sequence goes on from its nodes' own (indices never go back, steps never overlap).
+            let (next, until) = group
+                .iter()
+                .filter_map(|m| self.nodes.get(&m.node))
+                .fold((0, 0), |(i, u), st| {
+                    (st.next_inferred.max(i), st.inferred_until.max(u))
+                });
+            let seq = self
+                .jobs
+                .entry(job.clone())
+                .or_insert(JobSequence { next, until });
+            let tol = reference
+                .period
+                .map_or(0, |p| (CONTINUES_WITHIN * p.period_s * 1e9) as i64);
             let mut steps = Vec::new();
-            for s in &reference.steps {
-                if s.start_unix_ns < seq.until {
+            for s in &reference.recent {
+                if s.end_unix_ns <= seq.until || s.start_unix_ns < seq.until - tol {
                     continue;
                 }
-                steps.push((seq.next, s.start_unix_ns, s.end_unix_ns, s.confidence));
+                // A step that starts near the last end continues it (a new reference's edges differ slightly).
+                let continues = seq.until > 0 && s.start_unix_ns <= seq.until + tol;
+                let start = if continues {
+                    seq.until
+                } else {
+                    s.start_unix_ns
+                };
+                steps.push((seq.next, start, s.end_unix_ns, s.confidence));
                 seq.next += 1;
                 seq.until = s.end_unix_ns;
             }
+            let next = seq.next;
             for m in group.iter() {
                 self.queue_on(&m.node, Some(&job), &steps);
+                if let Some(st) = self.nodes.get_mut(&m.node) {
+                    st.next_inferred = st.next_inferred.max(next);
+                }
             }
         }
     }
@@ -592,6 +631,7 @@ mod tests {
             node: node.into(),
             job: Some("j".into()),
             steps: Vec::new(),
+            recent: Vec::new(),
             period: Some(crate::steps::PeriodEstimate { period_s, strength }),
             following: true,
         }
