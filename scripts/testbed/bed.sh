@@ -627,6 +627,10 @@ cmd_run() {
     esac
   done
   [ ${#scen[@]} -gt 0 ] || die "no scenario (see: bed.sh list)"
+  local s
+  for s in "${scen[@]}"; do
+    [[ " $(echo $SCENARIOS) " == *" $s "* ]] || die "unknown scenario $s (see: bed.sh list)"
+  done
   [[ $LIB == mpi || $LIB == torch ]] || die "--lib mpi|torch"
   [[ $N =~ ^[0-9]+$ ]] && [ "$N" -ge 2 ] && [ "$N" -le 32 ] || die "--nodes 2..32"
   check_tools
