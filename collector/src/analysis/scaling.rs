@@ -465,6 +465,9 @@ fn evidence(f: &JobFigures, drop: Option<&HistoryDrop>, by_drop: bool) -> Eviden
             .detail("history_compares", d.compares)
             .detail("history_reference", r4(d.reference))
             .detail("history_seconds", r4(d.over_seconds));
+        if let Some(run) = &d.earlier_run {
+            e = e.detail("earlier_run", run.clone());
+        }
     }
     if let Some(t) = f.step_time_s {
         e = e.detail("step_time_s", t);
@@ -698,5 +701,6 @@ mod tests {
             "{}",
             c.summary
         );
+        assert_eq!(c.evidence.details["earlier_run"], "run-1");
     }
 }
