@@ -12,7 +12,7 @@
 #
 # run options: --lib mpi|torch (default mpi), --nodes N (default 4), --out DIR (default
 #   /tmp/commwatch-testbed/<time>), --markers (the job sends step markers; default off: steps are inferred),
-#   --steps N (override every scenario's step count).
+#   --steps N (override every scenario's step count), --compute-ms MS (likewise its compute per step).
 # Environment: COMMWATCH_BIN (default target/debug/commwatch), BED_CACHE (default ~/.cache/commwatch-testbed: the
 #   compiled MPI job and the torch venv), BED_FABRIC_RATE (2gbit), BED_MGMT_RATE (200mbit), BED_PREFIX (the
 #   run's prefix, cwb and up to 7 letters or digits; default random), BED_LINGER_S (8: seconds the collector
@@ -390,6 +390,7 @@ scenario_params() {
     die "$1 is a torch scenario (mpi has mgmt-one and mgmt-all)"
   fi
   [ -z "$STEPS_OVERRIDE" ] || STEPS=$STEPS_OVERRIDE
+  [ -z "$COMPUTE_OVERRIDE" ] || COMPUTE_MS=$COMPUTE_OVERRIDE
   if [ -n "$FAULT_NODES" ]; then
     local n
     for n in $FAULT_NODES; do [ "${n#node}" -lt "$N" ] || die "$1 needs node ${n#node} (--nodes $N)"; done
@@ -613,7 +614,7 @@ on_exit() {
 }
 
 cmd_run() {
-  LIB=mpi N=4 OUT= MARKERS=0 STEPS_OVERRIDE=
+  LIB=mpi N=4 OUT= MARKERS=0 STEPS_OVERRIDE= COMPUTE_OVERRIDE=
   local scen=()
   while [ $# -gt 0 ]; do
     case $1 in
@@ -622,6 +623,7 @@ cmd_run() {
       --out) OUT=$2; shift 2 ;;
       --markers) MARKERS=1; shift ;;
       --steps) STEPS_OVERRIDE=$2; shift 2 ;;
+      --compute-ms) COMPUTE_OVERRIDE=$2; shift 2 ;;
       -*) die "unknown option $1" ;;
       *) scen+=("$1"); shift ;;
     esac
