@@ -91,8 +91,31 @@ fn goals(report: &Path) -> Vec<(String, String, String)> {
         .collect()
 }
 
-/// Namespaces and links whose name starts with `prefix` (what a run must remove).
+/// Namespaces, links, `/etc/netns` entries, cgroups and state directories whose name starts with `prefix`
+/// (what a run must remove).
 fn leftovers(prefix: &str) -> Vec<String> {
+    let mut left: Vec<String> = [
+        "/etc/netns",
+        "/run/commwatch-testbed",
+        "/sys/fs/cgroup",
+        "/sys/fs/cgroup/unified",
+        "/sys/fs/cgroup/cpu",
+    ]
+    .iter()
+    .flat_map(|dir| std::fs::read_dir(dir).into_iter().flatten().flatten())
+    .map(|e| e.path())
+    .filter(|p| {
+        p.file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with(prefix))
+    })
+    .map(|p| p.display().to_string())
+    .collect();
+    left.extend(ip_leftovers(prefix));
+    left
+}
+
+/// Namespaces and links whose name starts with `prefix`.
+fn ip_leftovers(prefix: &str) -> Vec<String> {
     let list = |args: &[&str]| {
         Command::new("ip")
             .args(args)
