@@ -202,3 +202,69 @@ G:1:1 [0] NCCL INFO Connected all rings, use ring PXN 0 GDR 1
     assert_eq!(log.network_carries_data, Some(false));
     assert_eq!((log.ranks_seen.clone(), log.nranks), (vec![0], Some(2)));
 }
+
+#[test]
+fn nccl_2_2_to_2_4_lines_without_the_word_nccl_or_a_host() {
+    let log = parse(
+        "gpu-a:1:1 [0] INFO NET : Using interface enp3s0:192.168.144.103<0>
+gpu-a:1:1 [0] INFO NET/IB : Using interface enp3s0 for sideband communication
+gpu-a:1:1 [0] INFO Using internal Network Socket
+gpu-a:1:1 [0] INFO NET/Socket : 1 interfaces found
+NCCL version 2.2.13+cuda9.0
+gpu-a:1:2 [0] INFO comm 0x7fa42c00a3b0 rank 0 nranks 2
+gpu-b:3:4 [0] INFO comm 0x7fa42c00a3b1 rank 1 nranks 2
+",
+    );
+    assert_eq!(log.version.as_deref(), Some("2.2.13+cuda9.0"));
+    assert_eq!(log.network.as_deref(), Some("Socket"));
+    assert_eq!(names(&log), [("Socket", "enp3s0"), ("Bootstrap", "enp3s0")]);
+    assert_eq!((log.nranks, log.nnodes), (Some(2), Some(2)));
+    // NCCL 2.2 prints no `Init COMPLETE`: the log says nothing by its absence.
+    assert_eq!(log.init_complete, None);
+    let bare = parse(
+        "NCCL INFO Channel 00 : 0[101c0] -> 8[101c0] [receive] via NET/AWS Libfabric/0/GDRDMA\n",
+    );
+    assert_eq!(bare.network.as_deref(), Some("AWS Libfabric"));
+    assert_eq!(bare.gdr, Some(true));
+    assert_eq!(bare.nnodes_at_least, Some(2));
+}
+
+#[test]
+fn rccl_a_stopped_init_a_failure_and_command_line_settings() {
+    let log = parse(
+        "$ NCCL_DEBUG=INFO NCCL_P2P_DISABLE=1 ./build/all_reduce_perf -g 2
+RCCL version 2.18.3+hip6.0 HEAD:2f6d59e+
+h:1:2 [0] NCCL INFO comm 0x1 rank 0 nranks 2 cudaDev 0 busId 2f000 commId 0x5 - Init START
+h:1:3 [1] NCCL INFO comm 0x2 rank 1 nranks 2 cudaDev 1 busId 3000 commId 0x5 - Init START
+h:1:2 [0] NCCL INFO P2P Chunksize set to 131072
+",
+    );
+    assert_eq!(
+        (log.library, log.version.as_deref()),
+        ("RCCL", Some("2.18.3+hip6.0"))
+    );
+    assert_eq!(log.settings["NCCL_P2P_DISABLE"], "1");
+    assert_eq!(log.init_complete, Some(false));
+    assert_eq!(log.nnodes, Some(1));
+    assert_eq!(log.cited("last_line")[0].line, Some(5));
+    let failed = parse(
+        "h:1:2 [0] include/socket.h:361 NCCL WARN Call to connect timeout : Connection refused
+h:1:2 [0] NCCL INFO bootstrap.cu:19 -> 2
+",
+    );
+    let f = failed.failure.unwrap();
+    assert_eq!(f.message, "Call to connect timeout : Connection refused");
+    assert_eq!(failed.init_complete, None);
+    // A plugin's error return is no failure of the run: NCCL goes on with another network.
+    let plugin = parse(
+        "h:1:1 [0] NCCL INFO NET/Plugin: Loaded net plugin AWS Libfabric (v6)
+h:1:1 [0] NCCL INFO plugin/net.cc:118 -> 2
+h:1:1 [0] NCCL INFO Using network IB
+",
+    );
+    assert!(plugin.failure.is_none());
+    assert_eq!(
+        plugin.plugin_fallback.map(|p| (p.plugin, p.network)),
+        Some(("AWS Libfabric".to_string(), "IB".to_string()))
+    );
+}

@@ -285,3 +285,60 @@ fn rccl_json_lines() {
     assert!(t.rows[1].in_place.is_none());
     assert_eq!(t.rows[0].out_of_place.as_ref().unwrap().wrong, Some(0.0));
 }
+
+#[test]
+fn launcher_labels_a_continued_srun_line_and_a_concluded_marker() {
+    let t = parse(
+        "srun --nodes=4 --ntasks-per-node=8 --label \\
+    -- all_gather_perf -b 64K -e 4G -f 2 -g 1
+ 0: #       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
+ 0:        65536           512     float    none      -1    107.5    0.61    0.59      0    105.6    0.62    0.60      0
+ 0: # Collective test concluded: all_gather_perf
+",
+    );
+    let r = &t.tests[0];
+    assert_eq!(
+        (r.collective.as_str(), r.collective_source),
+        ("all_gather_perf", "marker")
+    );
+    assert_eq!((r.nranks(), r.nnodes()), (Some(32), Some(4)));
+    assert!(r.footer);
+    let concluded = parse(
+        "  8589934592      67108864     float    none      -1   165769   51.82   50.20      0   164522   52.21   50.58    N/A
+# Avg bus bandwidth    : 20.8042
+# Collective test concluded: alltoall_perf
+",
+    );
+    assert_eq!(concluded.tests[0].collective, "alltoall_perf");
+    let mpi = parse("# Collective test starting: reduce_scatter_perf_mpi\n1048576 131072 float sum -1 2678.52 0.39 0.20 0 3748.54 0.28 0.14 0\n");
+    assert_eq!(mpi.tests[0].collective, "reduce_scatter_perf");
+}
+
+#[test]
+fn nccl_1_tables_and_a_rank_list_after_a_failed_run() {
+    let old = parse(
+        "#      bytes             N    type      op     time  algbw  busbw      res     time  algbw  busbw      res
+NCCL failure all_reduce.cu:95 'unhandled cuda error'
+",
+    );
+    let f = old.tests[0].failure.as_ref().unwrap();
+    assert_eq!(
+        f.message,
+        "NCCL failure all_reduce.cu:95 'unhandled cuda error'"
+    );
+    let two = parse(
+        "c2211f46f318: Test NCCL failure common.cu:1005 'unhandled CUDA error'
+#  Rank 0 Group 0 Pid 3590 on c2211f46f318 device 0 [0x16] NVIDIA GeForce RTX 4090
+#  Rank 1 Group 0 Pid 3590 on c2211f46f318 device 1 [0x3c] NVIDIA GeForce RTX 4090
+#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
+8             2     float     sum      -1    97.98    0.00    0.00      0    190.2    0.00    0.00      0
+",
+    );
+    assert_eq!(two.tests.len(), 2);
+    assert_eq!(two.tests[0].failure.as_ref().unwrap().hosts, 1);
+    assert!(two.tests[0].ranks.is_empty());
+    assert_eq!(
+        (two.tests[1].nranks(), two.tests[1].rows.len()),
+        (Some(2), 1)
+    );
+}
