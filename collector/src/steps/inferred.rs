@@ -14,9 +14,9 @@
 //!   the window's first busy interval on, over lags from its first fall below zero to a third of that span. Below that lag the autocorrelation only
 //!   says that activity comes in runs; the chunks of one collective repeat there too, and are not the step.
 //!   The period is the smallest lag whose peak reaches [`PEAK_SHARE`] of the highest peak (so a multiple of the
-//!   period is never taken for it), refined by a parabola through the peak (never by the steps found: their
-//!   spacing is the tracker's own choice and would feed back into it). **Strength** is the autocorrelation at
-//!   the peak (0..1).
+//!   period is never taken for it), refined by a parabola through the peak, then by the mean spacing of the
+//!   last edges seen in the traffic when every spacing is within [`SAME_SPACING`] of their median (so that a
+//!   few early cuts do not drag it down). **Strength** is the autocorrelation at the peak (0..1).
 //! - **Edges**: every end of a busy run is a candidate: the sample closing its last busy interval, or the next
 //!   one when that interval still carries the burst's tail (above [`TAIL_LEVEL`]), with the quiet intervals
 //!   that follow it. Edges are on samples, so per-step byte counts are exact counter differences.
@@ -67,6 +67,10 @@ pub const SEEK_LO: f64 = 0.5;
 pub const SEEK_HI: f64 = 1.5;
 /// Span after an edge, in periods, where the next edge is sought first (the step's own jitter).
 pub const NEAR_LO: f64 = 0.7;
+/// Seen edges whose spacing refines the period.
+pub const REFINE_EDGES: usize = 9;
+/// Most a seen edge spacing may differ from their median for the median to refine the period.
+pub const SAME_SPACING: f64 = 0.3;
 pub const NEAR_HI: f64 = 1.3;
 /// A burst's last partly busy interval (its tail: the burst ended just after a sample) belongs to the burst
 /// when its rate is above `low + TAIL_LEVEL × (high − low)`, so the edge falls after all of the burst's bytes.
@@ -245,6 +249,9 @@ pub struct InferenceTracker {
     last_edge: Option<i64>,
     /// End of the last step given out: no step starts before it.
     given_until: i64,
+    /// The newest edges seen in the traffic (not predicted), at most [`REFINE_EDGES`], for the period's
+    /// refinement.
+    seen_edges: VecDeque<i64>,
 }
 
 impl InferenceTracker {
@@ -359,6 +366,14 @@ impl InferenceTracker {
             let d = (e - prev) as f64 / 1e9;
             let regular = (1.0 - (d / est.period_s - 1.0).abs()).clamp(0.0, 1.0);
             let seen_share = if seen { 1.0 } else { 0.5 };
+            if seen {
+                self.seen_edges.push_back(e);
+                if self.seen_edges.len() > REFINE_EDGES {
+                    self.seen_edges.pop_front();
+                }
+            } else {
+                self.seen_edges.clear();
+            }
             out.push(InferredStep {
                 start_unix_ns: prev,
                 end_unix_ns: e,
@@ -367,15 +382,41 @@ impl InferenceTracker {
             prev = e;
         }
         self.last_edge = (!paused).then_some(prev);
+        self.refine(est);
         if let Some(last) = out.last() {
             self.given_until = last.end_unix_ns;
         }
         out
     }
 
+    /// Refines the period by the mean spacing of the consecutive seen edges, when every spacing is within
+    /// [`SAME_SPACING`] of their median (the autocorrelation's lag is a whole number of samples, and smears when the
+    /// job's own steps vary).
+    fn refine(&mut self, est: PeriodEstimate) {
+        let e = &self.seen_edges;
+        if e.len() < REFINE_EDGES {
+            return;
+        }
+        let mut d: Vec<f64> = e
+            .iter()
+            .zip(e.iter().skip(1))
+            .map(|(a, b)| (b - a) as f64 / 1e9)
+            .collect();
+        d.sort_by(f64::total_cmp);
+        let m = d[d.len() / 2];
+        if d.iter().all(|x| (x / m - 1.0).abs() <= SAME_SPACING) {
+            // Regular: their mean, finer than any one spacing on its samples.
+            self.period = Some(PeriodEstimate {
+                period_s: d.iter().sum::<f64>() / d.len() as f64,
+                strength: est.strength,
+            });
+        }
+    }
+
     /// Forgets the step sequence (no step spans a spell without periodicity).
     fn lose_periodicity(&mut self) {
         self.period = None;
+        self.seen_edges.clear();
         self.last_edge = None;
     }
 }
