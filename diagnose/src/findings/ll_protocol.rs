@@ -111,6 +111,7 @@ mod tests {
         let run = |t: TraceReport| {
             let traces = [t];
             let ctx = Context {
+                kernels: &[],
                 tests: &[],
                 logs: &[],
                 traces: &traces,

@@ -11,6 +11,7 @@
 
 mod bandwidth_collapse;
 mod baseline_below_link;
+mod comm_share;
 mod cpu_bound;
 mod docker_bridge;
 mod exposed_communication;
@@ -122,6 +123,8 @@ pub struct Context<'a> {
     pub traces: &'a [TraceReport],
     pub straggler: Option<&'a StragglerAnalysis>,
     pub link: &'a LinkInfo,
+    /// Kernel time by kernel (`nsys stats` tables, traces).
+    pub kernels: &'a [crate::kernels::KernelSummary],
 }
 
 type Rule = fn(&Context) -> Vec<Finding>;
@@ -150,6 +153,7 @@ pub const RULES: &[Rule] = &[
     baseline_below_link::check,
     bandwidth_collapse::check,
     ll_protocol::check,
+    comm_share::check,
     exposed_communication::check,
     cpu_bound::check,
     straggler::check,

@@ -65,6 +65,7 @@ pub fn run(
     link: &LinkInfo,
 ) -> Vec<Finding> {
     rule(&Context {
+        kernels: &[],
         tests,
         logs,
         traces,

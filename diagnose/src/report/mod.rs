@@ -100,14 +100,21 @@ impl Report {
         let link = LinkInfo::new(inputs.link_rate_gbps, inputs.inventory.as_ref())
             .with_nics(inputs.nics_per_node, log_nics);
         let inspector_reads = read_inspector(&inputs.nccl_inspector, &mut records);
-        let mut report = Report::assemble(records, link, tests, logs, traces, straggler);
+        let mut report = Report::assemble(
+            records,
+            link,
+            tests,
+            logs,
+            traces,
+            straggler,
+            kernel_summaries,
+        );
         report.nccl_inspector =
             inspector::build(&inspector_reads, &report.link, &report.nccl_tests);
         report.bare_links = inputs
             .bare_links
             .as_ref()
             .map(crate::collector::probes::BareLinks::from_fetch);
-        report.kernel_summaries = kernel_summaries;
         quote_cites(&mut report);
         report
     }
@@ -120,8 +127,10 @@ impl Report {
         nccl_logs: Vec<LogReport>,
         traces: Vec<TraceReport>,
         straggler: Option<StragglerAnalysis>,
+        kernel_summaries: Vec<crate::kernels::KernelSummary>,
     ) -> Report {
         let ctx = Context {
+            kernels: &kernel_summaries,
             tests: &nccl_tests,
             logs: &nccl_logs,
             traces: &traces,
@@ -141,7 +150,7 @@ impl Report {
             conclusion,
             nccl_inspector: None,
             bare_links: None,
-            kernel_summaries: Vec::new(),
+            kernel_summaries,
         }
     }
 }

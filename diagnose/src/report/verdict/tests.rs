@@ -54,6 +54,7 @@ impl Case {
     fn conclude(&self) -> Conclusion {
         let logs: Vec<LogReport> = Vec::new();
         let ctx = Context {
+            kernels: &[],
             tests: &self.tests,
             logs: &logs,
             traces: &self.traces,
