@@ -377,17 +377,19 @@ pub fn parse_file(path: &Path) -> Result<NcclTestsFile, NcclTestsError> {
 /// A run that failed before its first row is kept (with its [`Failure`]); a file with neither rows nor a
 /// failure is [`NcclTestsError::NoResults`].
 pub fn parse_str(text: &str, file: &str) -> Result<NcclTestsFile, NcclTestsError> {
-    // JSON passed through a launcher carries its prefixes too: detected and read on the plain lines.
-    let plain: Option<String> = (!json::is_json_lines(text) && !text.trim_start().starts_with('{'))
-        .then(|| {
-            crate::lines::lines(text)
-                .map(|l| l.text.into_owned() + "\n")
-                .collect()
-        });
-    let json_text = plain
-        .as_deref()
-        .filter(|p| json::is_json_lines(p) || p.trim_start().starts_with('{'))
-        .unwrap_or(text);
+    // JSON passed through a launcher carries its prefixes too: detected and read on the plain lines (built only
+    // when the first plain line opens an object).
+    let raw_json = json::is_json_lines(text) || text.trim_start().starts_with('{');
+    let prefixed_json = !raw_json
+        && crate::lines::lines(text)
+            .find(|l| !l.text.is_empty())
+            .is_some_and(|l| l.text.starts_with('{'));
+    let plain: Option<String> = prefixed_json.then(|| {
+        crate::lines::lines(text)
+            .map(|l| l.text.into_owned() + "\n")
+            .collect()
+    });
+    let json_text = plain.as_deref().unwrap_or(text);
     let mut parsed = if json::is_json_lines(json_text) {
         json::parse_json_lines(json_text)
     } else if json_text.trim_start().starts_with('{') {
