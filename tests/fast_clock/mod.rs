@@ -394,6 +394,7 @@ impl Feed {
                 steps: vec![],
                 gpus,
                 cpu_utilization,
+                counters: Vec::new(),
             });
         }
         AnalysisInput {
