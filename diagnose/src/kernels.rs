@@ -127,6 +127,8 @@ fn cells(line: &str, sep: Sep) -> Vec<String> {
 }
 
 fn header(line: &str) -> Option<(Columns, &'static str)> {
+    // Older nsys prints `Time(%)`.
+    let line = &line.replace("Time(%)", "Time (%)");
     if !line.contains("Time (%)") || !line.contains("Total Time") {
         return None;
     }
@@ -314,6 +316,13 @@ mod tests {
                    100.0             5000          5    1000.0  ncclDevKernel_SendRecv\n";
         let s = parse_str(col, "k.txt").unwrap();
         assert_eq!(s.nccl_kernels[0].name, "ncclDevKernel_SendRecv");
+        let old = "Time(%)  Total Time (ns)  Instances  Average  Minimum  Maximum  Name\n\
+                   -------  ---------------  ---------  -------  -------  -------  ----\n\
+                      70.0             7000          7   1000.0      900     1100  ncclKernel_AllReduce_RING_LL_Sum_float\n";
+        assert_eq!(
+            parse_str(old, "o.txt").unwrap().nccl_kernels[0].instances,
+            7
+        );
         let nvtx = "Time (%),Total Time (ns),Instances,Avg (ns),Style,Range\n90.0,900,9,100,PushPop,ncclAllReduce\n";
         assert_eq!(parse_str(nvtx, "n.csv").unwrap().source, "nvtx_sum");
         assert!(matches!(
