@@ -55,7 +55,7 @@ pub fn error_return(msg: &str) -> Option<(&str, u32)> {
 /// A line outside NCCL's own that reports a failure: nccl-tests' (`NCCL failure all_reduce.cu:95 '…'`,
 /// `Test NCCL failure …`), a framework's (`RuntimeError: NCCL error …`, `unhandled system error`), a signal.
 pub fn failure_in(line: &str) -> Option<String> {
-    const MARKERS: [&str; 9] = [
+    const MARKERS: [&str; 11] = [
         "NCCL failure ",
         "CUDA failure ",
         "NCCL error in:",
@@ -65,6 +65,8 @@ pub fn failure_in(line: &str) -> Option<String> {
         "exited on signal",
         "Caught signal",
         "core dumped",
+        "Exited with exit code",
+        "exited with non-zero status",
     ];
     let lower = line.to_ascii_lowercase();
     MARKERS

@@ -47,6 +47,21 @@ pub fn failure_line(line: &str) -> Option<FailureLine> {
             primary: true,
         });
     }
+    // The launcher's word that a rank failed: `srun: error: node-3: task 5: Exited with exit code 1`, `mpirun
+    // detected that one or more processes exited with non-zero status`: a failure whose cause is elsewhere.
+    for marker in [
+        "Exited with exit code",
+        "exited with non-zero status",
+        "returned a non-zero exit code",
+    ] {
+        if line.contains(marker) {
+            return Some(FailureLine {
+                host: None,
+                message: line.to_string(),
+                primary: false,
+            });
+        }
+    }
     None
 }
 
@@ -67,6 +82,16 @@ pub fn exit_code(line: &str) -> Option<i32> {
     line.trim()
         .strip_prefix("Exit code:")
         .and_then(|v| v.trim().parse().ok())
+}
+
+/// The exit code a failure line names: srun's `… Exited with exit code 1`.
+pub fn exit_code_in(message: &str) -> Option<i32> {
+    let (_, rest) = message.split_once("exit code")?;
+    rest.split_whitespace()
+        .next()?
+        .trim_end_matches('.')
+        .parse()
+        .ok()
 }
 
 #[cfg(test)]
@@ -96,6 +121,17 @@ mod tests {
         )
         .unwrap();
         assert_eq!((s.host, s.primary), (None, true));
+    }
+
+    #[test]
+    fn launchers_say_a_rank_failed() {
+        let f = failure_line("srun: error: node-3: task 5: Exited with exit code 1").unwrap();
+        assert!(!f.primary);
+        assert_eq!(exit_code_in(&f.message), Some(1));
+        assert!(failure_line(
+            "mpirun detected that one or more processes exited with non-zero status, thus causing"
+        )
+        .is_some());
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! command line, the NCCL version).
 
 use super::command::{binary_in, launcher_in, nodes_in, processes_in, Launcher};
-use super::failure::{exit_code, failure_line, FailureLine, WARNINGS_KEPT};
+use super::failure::{exit_code, exit_code_in, failure_line, FailureLine, WARNINGS_KEPT};
 use super::row::{parse_row, Layout};
 use super::{
     nccl_version_from_code, parse_rank_line, Failure, Generation, LineWarning, NcclTest,
@@ -164,6 +164,14 @@ impl TextState {
 
     /// A failure line: the run's failure, and one more host that reported one.
     fn failure(&mut self, f: FailureLine, lineno: usize) {
+        // A launcher's word after a run printed its footer concerns its teardown, not its results.
+        let finished = self
+            .current
+            .as_ref()
+            .is_some_and(|t| t.footer && t.failure.is_none());
+        if !f.primary && finished {
+            return;
+        }
         if let Some(h) = f.host {
             if !self.failure_hosts.contains(&h) {
                 self.failure_hosts.push(h);
@@ -182,6 +190,9 @@ impl TextState {
             after_bytes: after,
             ..Failure::default()
         });
+        if failure.exit_code.is_none() {
+            failure.exit_code = exit_code_in(&f.message);
+        }
         if replace {
             failure.message = f.message;
             failure.line = lineno;
