@@ -237,7 +237,12 @@ impl<'a> Facts<'a> {
                 evidence.push(format!(
                     "bare {} ({} ranks): peak bus bandwidth {:.2} GB/s ({})",
                     b.test.collective,
-                    b.test.nranks().map_or("?".to_string(), |n| n.to_string()),
+                    b.test.nranks().map_or_else(
+                        || b.test
+                            .nranks_at_least()
+                            .map_or("?".to_string(), |n| format!(">= {n}")),
+                        |n| n.to_string()
+                    ),
                     p,
                     b.file
                 ));
