@@ -30,7 +30,9 @@ cd "$(dirname "$0")/.."
 repo=$(pwd)
 
 version=$(sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Cargo.toml)
-image=ghcr.io/example/commwatch
+# The image's name: --image, else $COMMWATCH_IMAGE (your registry, e.g. registry.example.org/ops/commwatch), else
+# the name the Kubernetes manifests and the chart run until you set theirs (README, "Install").
+image=${COMMWATCH_IMAGE:-ghcr.io/example/commwatch}
 tag=$version
 binary=""
 mode=prebuilt

@@ -20,7 +20,8 @@ pub const LONG_VERSION: &str = concat!(
 #[command(
     name = "commwatch",
     version = LONG_VERSION,
-    about = "Watches the communication of distributed GPU training: which link, on which node, slows which job, and why."
+    about = "Watches the communication of distributed GPU training: which link, on which node, slows which job, and why.",
+    after_help = crate::outcome::EXIT_STATUS_HELP
 )]
 pub struct Cli {
     /// Log filter (`info`, `debug`, `commwatch_agent=debug`, ...); also read from RUST_LOG.
@@ -49,19 +50,25 @@ pub enum LogFormat {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Run the node agent: sample InfiniBand, NIC and host counters and stream them to a collector.
+    #[command(after_help = crate::outcome::EXIT_STATUS_HELP)]
     Agent(cmd::agent::AgentArgs),
     /// Run the collector: ingest agents' streams, derive rates, export Prometheus metrics and the JSON API.
+    #[command(after_help = crate::outcome::EXIT_STATUS_HELP)]
     Collector(cmd::collector::CollectorArgs),
     /// Run a simulated cluster through the real agent and collector code.
+    #[command(after_help = crate::outcome::EXIT_STATUS_HELP)]
     Demo(crate::demo::DemoArgs),
     /// Offline diagnosis of nccl-tests results, NCCL debug logs, PyTorch profiler traces, Nsight exports.
+    #[command(after_help = crate::outcome::DIAGNOSE_EXIT_HELP)]
     Diagnose(commwatch_diagnose::DiagnoseArgs),
     /// Bare-communication baselines kept by a collector.
-    #[command(subcommand)]
+    #[command(subcommand, after_help = crate::outcome::EXIT_STATUS_HELP)]
     Baseline(cmd::baseline::BaselineCommand),
     /// A running collector at a glance: health, nodes up and stale, jobs, active root causes.
+    #[command(after_help = crate::outcome::STATUS_EXIT_HELP)]
     Status(cmd::status::StatusArgs),
     /// A running collector's findings, filtered.
+    #[command(after_help = crate::outcome::EXIT_STATUS_HELP)]
     Findings(cmd::findings::FindingsArgs),
     /// Active probes between two hosts: bare bandwidth both ways and latency, over TCP or RDMA.
     #[command(subcommand)]

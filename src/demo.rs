@@ -22,7 +22,8 @@ pub struct DemoArgs {
     /// GPUs (and InfiniBand HCAs) per node.
     #[arg(long, default_value_t = 8)]
     pub gpus_per_node: usize,
-    /// Fault to inject: healthy, management-nic, degraded-link, link-errors, straggler, no-overlap, cpu-bound.
+    /// Fault to inject: healthy, management-nic, degraded-link, link-errors, straggler, no-overlap, cpu-bound;
+    /// or constant:TX:RX, every HCA port at TX and RX bytes/s with no fault (for measurements).
     #[arg(long, default_value = "management-nic")]
     pub scenario: String,
     /// Realistic traffic on top of the scenario (repeat the flag or separate names with commas).
@@ -125,6 +126,9 @@ fn is_fabric_port(l: &LinkView) -> bool {
     l.role == "fabric" && l.endpoint == "hca_port"
 }
 
+/// How long after an evaluation's first finding event its others are awaited before the batch is printed.
+const EVENT_BATCH_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// `first` and every event already waiting behind it.
 fn drain(
     first: FindingEvent,
@@ -187,9 +191,11 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
 
 /// The simulated cluster the flags ask for.
 fn cluster_spec(args: &DemoArgs) -> anyhow::Result<commwatch_sim::ClusterSpec> {
-    let scenario: commwatch_sim::Scenario = args.scenario.parse().with_context(|| {
-        format!(
-            "--scenario {:?} (known: {})",
+    // The parser's error lists the scenarios already: said once, here.
+    let scenario: commwatch_sim::Scenario = args.scenario.parse().map_err(|_| {
+        anyhow::anyhow!(
+            "--scenario {:?}: no such scenario; one of {}, or constant:TX:RX (every HCA port at TX and RX \
+             bytes/s, no fault: for measurements)",
             args.scenario,
             commwatch_sim::Scenario::NAMES.join(", ")
         )
@@ -318,8 +324,10 @@ async fn watch(args: &DemoArgs, collector: &CollectorHandle) {
             _ = every.tick() => print_summary(&collector.snapshot_nodes(), started.elapsed()),
             ev = events.recv() => match ev {
                 Ok(ev) => {
-                    // One evaluation's events arrive together: printed as one batch, causes before what
-                    // they explain.
+                    // One evaluation's events are printed as one batch, causes before what they explain;
+                    // they are sent one by one, so the rest of them is given a moment to arrive (an
+                    // evaluation every second: the batch is never a later one's).
+                    tokio::time::sleep(EVENT_BATCH_WAIT).await;
                     let batch = drain(ev, &mut events);
                     let all = collector.analysis().findings(&FindingFilter::default());
                     for line in printer.events(&batch, &all, started.elapsed().as_secs()) {

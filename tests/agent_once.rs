@@ -212,3 +212,23 @@ fn virtual_interfaces_are_no_links_and_are_said() {
     assert!(warning(&doc, "no_rdma_devices").is_some());
     assert!(stderr.contains("interfaces not read"), "{stderr}");
 }
+
+#[test]
+fn once_ignores_a_plain_text_remote_collector_it_never_connects_to() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(BIN)
+        .args(["agent", "--once", "--node", "t1", "--fast-period", "20ms"])
+        .args([
+            "--collector",
+            "http://collector.example:7070",
+            "--sysfs-root",
+        ])
+        .arg(dir.path())
+        .output()
+        .expect("run agent --once");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+    assert_eq!(doc["node"], "t1");
+    assert!(!stderr.contains("allow-plaintext"), "{stderr}");
+}

@@ -111,12 +111,14 @@ fn bad_flags_are_usage_errors_with_exit_status_2() {
     let missing = dir.path().join("absent-token").display().to_string();
     let http = "http://127.0.0.1:9";
     let cases: &[(&[&str], &str)] = &[
-        (&["status"], "--collector"),
         (
             &["status", "--collector", "ftp://c:1"],
             "http:// or https://",
         ),
-        (&["status", "--collector", "c:9470"], "collector URL"),
+        (
+            &["status", "--collector", "c:9470"],
+            "not a URL (no scheme); did you mean http://c:9470?",
+        ),
         (
             &["status", "--collector", http, "--api-token-file", &missing],
             "--api-token-file",
@@ -172,6 +174,17 @@ fn bad_flags_are_usage_errors_with_exit_status_2() {
     ]);
     assert_eq!(code(&o), 2, "{}", stderr(&o));
     assert!(stderr(&o).contains("--tls-ca"), "{}", stderr(&o));
+}
+
+#[test]
+fn without_collector_status_says_where_it_looks() {
+    for cmd in ["status", "findings"] {
+        let o = run(&[cmd, "--help"]);
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+        let help = stdout(&o);
+        assert!(help.contains("COMMWATCH_COLLECTOR"), "{help}");
+        assert!(help.contains("http://127.0.0.1:9470"), "{help}");
+    }
 }
 
 #[test]
@@ -521,7 +534,7 @@ fn status_findings_and_baseline_import_over_https_with_a_token() {
         &url,
         "--tls-ca",
         &ca,
-        "--token-file",
+        "--api-token-file",
         &token_arg,
         "--job",
         "cli-https",

@@ -19,13 +19,18 @@ fn root() -> &'static Path {
 
 /// `true` when `tool` can run; otherwise skips loudly, or fails in CI.
 fn have(tool: &str) -> bool {
+    have_from(tool, "prometheus systemd")
+}
+
+/// [`have`] for a tool of the Debian `packages`.
+fn have_from(tool: &str, packages: &str) -> bool {
     let ok = Command::new(tool)
         .arg("--version")
         .output()
         .is_ok_and(|o| o.status.success());
     if !ok {
         commwatch_testdata::skip::unavailable(&format!(
-            "{tool} is not installed (apt-get install prometheus systemd; .ci/run installs them)"
+            "{tool} is not installed (apt-get install {packages}; .ci/run installs them)"
         ));
     }
     ok
@@ -181,6 +186,13 @@ fn kubernetes_manifests_and_helm_chart_validate() {
     );
     assert!(
         out.contains("ok   default values: no PrometheusRule, no dashboards ConfigMaps"),
+        "{out}"
+    );
+    // Without its TLS Secret the chart fails the render, saying what to do.
+    assert!(
+        out.contains(
+            "ok   without its TLS Secret the chart fails early: tls.mode=tls mounts the Secret"
+        ),
         "{out}"
     );
 }
@@ -342,8 +354,9 @@ fn manifests_and_chart_run_the_image_the_script_builds() {
     let script = read("scripts/build-image.sh");
     let name = script
         .lines()
-        .find_map(|l| l.strip_prefix("image="))
-        .expect("build-image.sh: image=NAME");
+        .find_map(|l| l.strip_prefix("image=${COMMWATCH_IMAGE:-"))
+        .and_then(|l| l.strip_suffix('}'))
+        .expect("build-image.sh: image=${COMMWATCH_IMAGE:-NAME}");
     assert!(
         script.lines().any(|l| l == "tag=$version"),
         "the script tags the workspace version"
@@ -379,4 +392,118 @@ fn manifests_and_chart_run_the_image_the_script_builds() {
             && containerfile.contains(&format!("/out/commwatch {binary}")),
         "Containerfile installs and runs {binary}"
     );
+}
+
+#[test]
+fn the_release_script_packages_a_stripped_binary_its_debug_information_and_checksums() {
+    if !have_from("objcopy", "binutils") || !have_from("readelf", "binutils") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = run(Command::new("bash")
+        .arg(root().join("scripts/release.sh"))
+        .args(["--binary", BIN, "--no-image", "--out"])
+        .arg(dir.path()));
+    let version = env!("CARGO_PKG_VERSION");
+    let arch = run(Command::new("uname").arg("-m"));
+    let name = format!("commwatch-{version}-{}-linux-gnu", arch.trim());
+    assert!(out.contains("release.sh: "), "{out}");
+    let sums = std::fs::read_to_string(dir.path().join("SHA256SUMS")).unwrap();
+    let listed: Vec<&str> = sums
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .collect();
+    assert_eq!(
+        listed,
+        [format!("{name}.tar.gz"), format!("{name}.debug.tar.gz")]
+    );
+    let checked = run(Command::new("sha256sum")
+        .args(["-c", "SHA256SUMS"])
+        .current_dir(dir.path()));
+    assert_eq!(checked.matches(": OK").count(), 2, "{checked}");
+    // The binary without debug information, naming its debug file; the deployment files as files.
+    let unpacked = dir.path().join("unpacked");
+    std::fs::create_dir(&unpacked).unwrap();
+    run(Command::new("tar")
+        .arg("xzf")
+        .arg(dir.path().join(format!("{name}.tar.gz")))
+        .arg("-C")
+        .arg(&unpacked));
+    let top = unpacked.join(format!("commwatch-{version}"));
+    let bin = top.join("bin/commwatch");
+    let sections = run(Command::new("readelf").arg("-S").arg(&bin));
+    assert!(!sections.contains(".debug_info"), "{sections}");
+    assert!(sections.contains(".gnu_debuglink"), "{sections}");
+    let said = run(Command::new(&bin).arg("--version"));
+    assert!(said.starts_with(&format!("commwatch {version} ")), "{said}");
+    let rules = top.join("deploy/helm/commwatch/files/rules");
+    assert!(
+        rules.is_dir() && !rules.is_symlink(),
+        "the chart's links resolved"
+    );
+    assert!(rules.join("commwatch-alerts.yml").is_file());
+}
+
+/// The value of `key = value` in a TOML file (the first, comments and quotes removed).
+fn toml_value<'a>(text: &'a str, key: &str) -> Option<&'a str> {
+    text.lines()
+        .filter_map(|l| l.trim().strip_prefix(key)?.trim_start().strip_prefix('='))
+        .map(|v| v.split('#').next().unwrap_or("").trim().trim_matches('"'))
+        .next()
+}
+
+/// Mebibytes of a systemd size (`256M`) or a Kubernetes quantity (`256Mi`).
+fn mebibytes(v: &str) -> Option<u64> {
+    let n = v.trim_end_matches("Mi").trim_end_matches('M');
+    n.parse().ok()
+}
+
+#[test]
+fn deployment_files_agree_with_each_other() {
+    let read = |p: &str| std::fs::read_to_string(root().join(p)).unwrap();
+    // Prometheus scrapes the collector where its example config listens, at 15 s or slower.
+    let prometheus = read("deploy/prometheus/prometheus.yml");
+    let collector_toml = read("deploy/systemd/collector.toml");
+    let listen = toml_value(&collector_toml, "http_listen").unwrap();
+    let collector_job = &prometheus[prometheus
+        .find("job_name: commwatch-collector")
+        .expect("the collector's scrape job")..];
+    let collector_job = &collector_job[..collector_job
+        .find("- job_name:")
+        .unwrap_or(collector_job.len())];
+    assert!(
+        collector_job.contains(&format!("targets: [\"{listen}\"]")),
+        "prometheus.yml does not scrape collector.toml's http_listen {listen}: {collector_job}"
+    );
+    for interval in yaml_values(&prometheus, "scrape_interval") {
+        let secs = humantime::parse_duration(interval).unwrap().as_secs();
+        assert!(
+            secs >= 15,
+            "scrape_interval {interval}: the chart's advice is 15 s or more"
+        );
+    }
+    // The agent's memory limit is one figure everywhere.
+    let unit = read("deploy/systemd/commwatch-agent.service");
+    let systemd = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("MemoryMax="))
+        .and_then(mebibytes)
+        .expect("MemoryMax=");
+    let daemonset = read("deploy/kubernetes/agent-daemonset.yaml");
+    let values = read("deploy/helm/commwatch/values.yaml");
+    let agent_values = &values[values.find("\nagent:").expect("agent: in values.yaml")..];
+    for (file, text) in [
+        ("agent-daemonset.yaml", &daemonset[..]),
+        ("values.yaml agent", agent_values),
+    ] {
+        let limits = &text[text.find("limits:").expect("limits")..];
+        let memory = yaml_values(limits, "memory")
+            .first()
+            .and_then(|m| mebibytes(m))
+            .expect("memory limit");
+        assert_eq!(
+            memory, systemd,
+            "{file}: agent memory {memory} MiB, systemd {systemd} MiB"
+        );
+    }
 }

@@ -75,6 +75,12 @@ pub fn log(node: &str, warnings: &[SetupWarning]) {
 
 /// The sysfs and procfs roots: absent, or present without what the sources read there.
 pub fn check_roots(config: &AgentConfig) -> Vec<SetupWarning> {
+    check_roots_with(config, false)
+}
+
+/// [`check_roots`]; `host_injected`: the host source reads an injected backend (the demo's simulated nodes),
+/// not the procfs root's `stat`, whose absence then costs nothing.
+pub fn check_roots_with(config: &AgentConfig, host_injected: bool) -> Vec<SetupWarning> {
     let mut w = Vec::new();
     let wants = |names: &[&str]| names.iter().any(|n| config.sources.iter().any(|s| s == n));
     if wants(&["infiniband", "netdev"]) {
@@ -98,7 +104,7 @@ pub fn check_roots(config: &AgentConfig) -> Vec<SetupWarning> {
         let what = "the host and processes sources will find nothing";
         if !root.is_dir() {
             w.push(absent("procfs", root, what));
-        } else if !root.join("stat").is_file() {
+        } else if !host_injected && !root.join("stat").is_file() {
             w.push(SetupWarning::new(
                 "root_unused",
                 Level::Warn,

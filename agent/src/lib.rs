@@ -57,8 +57,14 @@ pub type AgentExtras = source::SourceExtras;
 pub enum AgentError {
     #[error(transparent)]
     Config(#[from] config::ConfigError),
-    #[error("cannot listen on {addr}: {error}")]
+    /// `flag` is the option that chose the address (`--http-listen`, `--probe-listen`): a busy port names it.
+    #[error("cannot listen on {addr}: {error}{}", if error.kind() == std::io::ErrorKind::AddrInUse {
+        format!(" (another process has this port: stop it, or choose another with {flag} HOST:PORT)")
+    } else {
+        String::new()
+    })]
     Listen {
+        flag: &'static str,
         addr: SocketAddr,
         error: std::io::Error,
     },
@@ -192,12 +198,16 @@ pub async fn start_with(
     for w in config.warnings() {
         tracing::warn!(node = %config.node, "{w}");
     }
-    coverage::log(&config.node, &coverage::check_roots(&config));
+    coverage::log(
+        &config.node,
+        &coverage::check_roots_with(&config, extras.host.is_some()),
+    );
     let metrics = Arc::new(telemetry::AgentMetrics::new());
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let (http_addr, http) = http::serve(config.http_listen, metrics.clone(), shutdown_rx.clone())
         .await
         .map_err(|error| AgentError::Listen {
+            flag: "--http-listen",
             addr: config.http_listen,
             error,
         })?;
@@ -215,7 +225,11 @@ pub async fn start_with(
             shutdown_rx.clone(),
         )
         .await
-        .map_err(|error| AgentError::Listen { addr, error })?;
+        .map_err(|error| AgentError::Listen {
+            flag: "--probe-listen",
+            addr,
+            error,
+        })?;
     }
     let smp = discover_at_start(&config, extras, &metrics).await?;
     let inv = smp.full_inventory();
@@ -429,11 +443,26 @@ mod tests {
     }
 
     #[test]
+    fn a_busy_port_names_the_flag_that_picks_another() {
+        let busy = AgentError::Listen {
+            flag: "--probe-listen",
+            addr: "127.0.0.1:9472".parse().unwrap(),
+            error: std::io::Error::from(std::io::ErrorKind::AddrInUse),
+        };
+        assert!(
+            busy.to_string()
+                .ends_with("(another process has this port: stop it, or choose another with --probe-listen HOST:PORT)"),
+            "{busy}"
+        );
+    }
+
+    #[test]
     fn no_error_of_the_agent_says_its_cause_twice() {
         let io = || std::io::Error::from(std::io::ErrorKind::AddrInUse);
         let missing = std::path::Path::new("/nonexistent/commwatch/token");
         let errors: Vec<Box<dyn Error>> = vec![
             Box::new(AgentError::Listen {
+                flag: "--http-listen",
                 addr: "127.0.0.1:1".parse().unwrap(),
                 error: io(),
             }),

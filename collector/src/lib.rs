@@ -74,7 +74,7 @@ use telemetry::Health;
 pub enum CollectorError {
     #[error(transparent)]
     Config(#[from] ConfigError),
-    #[error("cannot listen on {addr} ({what}): {error}")]
+    #[error("cannot listen on {addr} ({what}): {error}{}", busy_hint(what, error))]
     Bind {
         what: &'static str,
         addr: SocketAddr,
@@ -90,6 +90,19 @@ pub enum CollectorError {
     Auth(ingest::auth::AuthError),
     #[error(transparent)]
     RemoteWrite(#[from] remote_write::RemoteWriteError),
+}
+
+/// For a port in use: which flag picks another (`--grpc-listen`, `--http-listen`); nothing otherwise.
+fn busy_hint(what: &str, error: &std::io::Error) -> String {
+    if error.kind() != std::io::ErrorKind::AddrInUse {
+        return String::new();
+    }
+    let flag = if what == "grpc" {
+        "--grpc-listen"
+    } else {
+        "--http-listen"
+    };
+    format!(" (another process has this port: stop it, or choose another with {flag} HOST:PORT)")
 }
 
 impl From<prometheus::Error> for CollectorError {
@@ -410,6 +423,30 @@ mod tests {
             cur = err.source();
         }
         out
+    }
+
+    #[test]
+    fn a_busy_port_names_the_flag_that_picks_another() {
+        let busy = CollectorError::Bind {
+            what: "http",
+            addr: "127.0.0.1:9470".parse().unwrap(),
+            error: std::io::Error::from(std::io::ErrorKind::AddrInUse),
+        };
+        let text = busy.to_string();
+        assert!(
+            text.starts_with("cannot listen on 127.0.0.1:9470 (http): "),
+            "{text}"
+        );
+        assert!(
+            text.ends_with("(another process has this port: stop it, or choose another with --http-listen HOST:PORT)"),
+            "{text}"
+        );
+        let denied = CollectorError::Bind {
+            what: "grpc",
+            addr: "127.0.0.1:1".parse().unwrap(),
+            error: std::io::Error::from(std::io::ErrorKind::PermissionDenied),
+        };
+        assert!(!denied.to_string().contains("--grpc-listen"));
     }
 
     #[test]

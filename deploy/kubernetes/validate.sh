@@ -86,11 +86,13 @@ else
   echo "NOTE: kubectl not found: the kustomize build is not checked (the files were, one by one)"
 fi
 
-# 2. The Helm chart: lint and render with each values set.
+# 2. The Helm chart: lint and render with each values set. Renders cannot see a cluster here, so they say the
+#    TLS Secret exists (tls.secretCreated); 5. checks the render fails without it.
+secret=(--set tls.secretCreated=true)
 for values in default "$chart"/ci/*-values.yaml; do
   name=helm-$(basename "$values" -values.yaml)
-  vals=()
-  [ "$values" = default ] || vals=(-f "$values")
+  vals=("${secret[@]}")
+  [ "$values" = default ] || vals+=(-f "$values")
   if ! "$helm" lint "$chart" "${vals[@]}" >"$work/lint.out" 2>&1; then
     cat "$work/lint.out"; fail "$name: helm lint"; continue
   fi
@@ -105,7 +107,7 @@ done
 #    scrape job replaced; promtool (when installed) accepts the rendered rules.
 obs=$chart/ci/observability-values.yaml
 echo "== chart files"
-if "$helm" template commwatch "$chart" --namespace commwatch --kube-version "$k8s" -f "$obs" \
+if "$helm" template commwatch "$chart" --namespace commwatch --kube-version "$k8s" "${secret[@]}" -f "$obs" \
     >"$work/observability.yaml" 2>"$work/template.err"; then
   python3 "$here/check_chart_files.py" --values "$obs" --repo "$here/../.." --rules-out "$work/rendered-rules.yml" \
     "$work/observability.yaml" || fail "chart files: dashboards or rules differ from the repository's"
@@ -122,7 +124,9 @@ else
   cat "$work/template.err"; fail "helm template with $obs"
 fi
 # By default the chart renders neither.
-if "$helm" template commwatch "$chart" --kube-version "$k8s" 2>/dev/null | grep -qE 'kind: PrometheusRule|grafana_dashboard'; then
+if ! "$helm" template commwatch "$chart" --kube-version "$k8s" "${secret[@]}" >"$work/default.yaml" 2>"$work/template.err"; then
+  cat "$work/template.err"; fail "helm template with the default values"
+elif grep -qE 'kind: PrometheusRule|grafana_dashboard' "$work/default.yaml"; then
   fail "the default values render a PrometheusRule or dashboards ConfigMaps (both are off by default)"
 else
   echo "ok   default values: no PrometheusRule, no dashboards ConfigMaps"
@@ -131,10 +135,29 @@ fi
 # 4. values.schema.json refuses what the templates cannot render.
 for bad in tls.mode=bogus agent.stepsUDP=anywhere networkPolicy.agentCIDRs[0]=nodes \
     prometheusRule.runbookURL=runbooks.md prometheusRule.grafanaURL=grafana:3000 grafanaDashboards.label=; do
-  if "$helm" template commwatch "$chart" --kube-version "$k8s" --set "$bad" >/dev/null 2>&1; then
+  if "$helm" template commwatch "$chart" --kube-version "$k8s" "${secret[@]}" --set "$bad" >/dev/null 2>"$work/schema.err"; then
     fail "helm template accepted --set $bad"
+  elif ! grep -q "values don't meet the specifications of the schema" "$work/schema.err"; then
+    cat "$work/schema.err"; fail "helm template refused --set $bad, but not by values.schema.json"
   else
     echo "ok   values.schema.json refuses $bad"
+  fi
+done
+
+# 5. Without its TLS Secret the chart fails the render at once, saying what to do (a pod would otherwise wait in
+#    ContainerCreating); with cert-manager issuing it, or TLS off, nothing is needed.
+if "$helm" template commwatch "$chart" --namespace commwatch --kube-version "$k8s" >/dev/null 2>"$work/secret.err"; then
+  fail "the chart rendered tls.mode=tls without its Secret"
+elif ! grep -q 'mounts the Secret "commwatch-tls".*set tls.secretCreated=true' "$work/secret.err"; then
+  cat "$work/secret.err"; fail "the chart failed without its Secret, but not with the message that says what to do"
+else
+  echo "ok   without its TLS Secret the chart fails early: $(grep -o 'tls.mode=tls mounts[^:]*' "$work/secret.err")"
+fi
+for set in tls.mode=off "tls.certManager.enabled=true,tls.certManager.issuerRef.name=ca"; do
+  if "$helm" template commwatch "$chart" --namespace commwatch --kube-version "$k8s" --set "$set" >/dev/null 2>"$work/secret.err"; then
+    echo "ok   $set needs no Secret made by hand"
+  else
+    cat "$work/secret.err"; fail "the chart refused $set without a Secret made by hand"
   fi
 done
 

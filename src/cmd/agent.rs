@@ -123,6 +123,11 @@ fn agent_config(a: &AgentArgs) -> anyhow::Result<commwatch_agent::AgentConfig> {
     if let Some(v) = &a.probe_token_file {
         c.probe.token_file = Some(v.clone());
     }
+    if a.once {
+        // `--once` never connects: a collector URL from the flags or the file (plain text to another host
+        // included) is not its concern.
+        c.collector = None;
+    }
     c.validate()?;
     Ok(c)
 }

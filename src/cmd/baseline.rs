@@ -21,8 +21,14 @@ pub enum BaselineCommand {
         /// The job the baseline is for (default: the fabric's, for every job).
         #[arg(long)]
         job: Option<String>,
-        /// File holding the collector's API token (when the collector has `api_token_file`).
-        #[arg(long)]
+        /// File holding the collector's API token (when the collector has `api_token_file`); as the other
+        /// clients' `--api-token-file` (`--token-file`, its old name, still works).
+        #[arg(
+            long = "api-token-file",
+            value_name = "FILE",
+            env = "COMMWATCH_API_TOKEN_FILE",
+            alias = "token-file"
+        )]
         token_file: Option<PathBuf>,
         /// PEM CA that signed the collector's (or its proxy's) certificate, with an https:// URL.
         #[arg(long, value_name = "FILE")]
@@ -41,7 +47,7 @@ pub fn run(command: &BaselineCommand) -> Result<(), CliError> {
     } = command;
     let token = token_file
         .as_deref()
-        .map(|p| read_token(p, "--token-file"))
+        .map(|p| read_token(p, "--api-token-file"))
         .transpose()?;
     let options = ClientOptions {
         ca_file: tls_ca.clone(),

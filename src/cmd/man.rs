@@ -53,5 +53,16 @@ mod tests {
         }
         let status = std::fs::read_to_string(dir.path().join("commwatch-status.1")).unwrap();
         assert!(status.contains("stale"), "{status}");
+        // Each page says its exit statuses.
+        assert!(
+            status.contains("Exit status: 0 the collector answered"),
+            "{status}"
+        );
+        assert!(
+            status.contains("3 it answered and one is critical"),
+            "{status}"
+        );
+        let main = std::fs::read_to_string(dir.path().join("commwatch.1")).unwrap();
+        assert!(main.contains("Exit status: 0 success"), "{main}");
     }
 }

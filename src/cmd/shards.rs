@@ -18,7 +18,8 @@ use crate::outcome::CliError;
 /// The connection flags, `--collector` repeatable (shards).
 #[derive(Args, Debug)]
 pub struct ShardArgs {
-    /// The collector's HTTP address: http://HOST:PORT, or https://HOST:PORT[/PREFIX] through a TLS proxy.
+    /// The collector's HTTP address: http://HOST:PORT, or https://HOST:PORT[/PREFIX] through a TLS proxy;
+    /// else $COMMWATCH_COLLECTOR, else the collector's default listener on this host.
     /// Several collectors (shards): repeat the flag or separate the URLs by commas; their answers are merged.
     /// dns+http://NAME:PORT (or dns+https://) stands for every address NAME resolves to, one shard each (a
     /// headless Service); TLS checks the certificate against NAME.
@@ -27,7 +28,7 @@ pub struct ShardArgs {
         value_name = "URL",
         env = "COMMWATCH_COLLECTOR",
         value_delimiter = ',',
-        required = true
+        default_value = "http://127.0.0.1:9470"
     )]
     pub collector: Vec<String>,
     /// File holding the collector's API token (its --api-token-file), sent as `authorization: Bearer`.
@@ -60,6 +61,14 @@ impl ShardArgs {
         let urls = self.urls();
         if urls.is_empty() {
             return Err(CliError::Usage("--collector: no URL given".into()));
+        }
+        if let Some(bare) = urls
+            .iter()
+            .find(|u| !u.starts_with("dns+") && !u.contains("://"))
+        {
+            return Err(CliError::Usage(format!(
+                "--collector {bare}: not a URL (no scheme); did you mean http://{bare}?"
+            )));
         }
         let mut clients = Vec::new();
         for url in urls {

@@ -135,11 +135,12 @@ pub fn subject(f: &Finding) -> String {
     out
 }
 
-/// A figure in its unit: GB/s, a percentage, or the number and the unit.
+/// A figure in its unit: GB/s, a percentage, or the number and the unit (`1 conflict`, `2 conflicts`).
 fn figure(v: f64, unit: &str) -> String {
     match unit {
         "bytes_per_second" => format!("{:.2} GB/s", v / 1e9),
         "ratio" => format!("{:.1}%", v * 100.0),
+        _ if v == 1.0 => format!("1 {}", unit.strip_suffix('s').unwrap_or(unit)),
         _ => format!("{v} {unit}"),
     }
 }
@@ -211,8 +212,8 @@ struct Group<'a> {
     shown: Vec<&'a Finding>,
     /// Node-level findings inside a roll-up: counted per roll-up id.
     in_rollups: Vec<(String, usize)>,
-    /// Consequences cleared.
-    cleared: usize,
+    /// Consequences cleared, each named on its line.
+    cleared: Vec<&'a Finding>,
 }
 
 impl Printer {
@@ -286,7 +287,7 @@ impl Printer {
             let g = &mut groups[at].1;
             let parent = f.caused_by.as_deref().and_then(|c| tree.by_id.get(c));
             if cleared {
-                g.cleared += 1;
+                g.cleared.push(f);
             } else if let Some(r) = parent.filter(|p| p.is_rollup()) {
                 match g.in_rollups.iter_mut().find(|(id, _)| *id == r.id) {
                     Some(x) => x.1 += 1,
@@ -362,11 +363,13 @@ fn group_lines(tree: &Tree, root: &str, g: &Group, stamp: &str, out: &mut Vec<St
             ));
         }
     }
-    if g.cleared > 0 {
+    for c in &g.cleared {
         out.push(format!(
-            "*** {stamp} {} consequence{} of {} on {} cleared",
-            g.cleared,
-            plural(g.cleared),
+            "*** {stamp} CLEARED [{}] {} on {} (id {}), a consequence of {} on {}",
+            c.severity,
+            c.kind.as_str(),
+            subject(c),
+            c.id,
             r.kind.as_str(),
             subject(r)
         ));
@@ -603,5 +606,24 @@ mod tests {
             .iter()
             .any(|l| l.contains("scaling_efficiency_drop on job 1001")));
         assert_eq!(lines.len(), 9, "{lines:#?}");
+    }
+
+    #[test]
+    fn a_cleared_consequence_is_named_and_a_count_of_one_is_singular() {
+        let all = management_nic();
+        let mut p = Printer::default();
+        let _ = p.events(&[FindingEvent::Raised(all[0].clone())], &all, 1);
+        let mgmt = all.iter().find(|f| f.id == "mgmt").unwrap().clone();
+        let lines = p.events(&[FindingEvent::Cleared(mgmt)], &all, 7);
+        assert_eq!(lines.len(), 1, "{lines:#?}");
+        assert!(
+            lines[0]
+                .starts_with("*** t+   7s CLEARED [info] management_network_traffic on node-03")
+                && lines[0]
+                    .ends_with("(id mgmt), a consequence of nccl_misconfiguration on node-03"),
+            "{lines:#?}"
+        );
+        assert_eq!(figure(1.0, "conflicts"), "1 conflict");
+        assert_eq!(figure(0.0, "conflicts"), "0 conflicts");
     }
 }

@@ -4,6 +4,9 @@
 //! management links are a heatmap of their own beside it. A node whose agent stream is closed, or that sent
 //! nothing for [`STALE_AFTER_S`], is marked stale (its row faded, its name flagged).
 //!
+//! An RDMA port's network interface (IPoIB, a RoCE netdev) has no column of its own where its node has
+//! adapter ports of its class: its bytes are the port's ([`duplicates_a_port`]).
+//!
 //! Each cell says which it shows: a burst figure (`steps`, its percentage upright) or the live rate (`live`,
 //! italic and prefixed `~`: a link whose bursts are shorter than the sampling period has no confident step
 //! figure, and its live rate averages the bursts with the gaps between them, so it reads far below the burst).
@@ -133,7 +136,7 @@ pub fn row(node: &NodeView, steps: &[NodeStep], now_unix_s: f64) -> (Row, Vec<Co
     }
     let mut columns: BTreeMap<String, Column> = BTreeMap::new();
     let mut live_values: HashMap<String, (Vec<f64>, usize, String)> = HashMap::new();
-    for l in &node.links {
+    for l in node.links.iter().filter(|l| !duplicates_a_port(node, l)) {
         let c = view_column(l);
         let e = live_values.entry(c.key.clone()).or_default();
         e.0.extend(live(l));
@@ -188,6 +191,18 @@ pub fn mark_faulty(rows: &mut [Row], findings: &[crate::analysis::Finding]) {
             }
         }
     }
+}
+
+/// Whether `l` is an RDMA port's network interface (IPoIB, a RoCE netdev) on a node that has adapter ports of
+/// its class: its bytes are its port's, so the port's column stands for it (a column of its own would read
+/// 0 % or repeat the port).
+pub fn duplicates_a_port(node: &NodeView, l: &LinkView) -> bool {
+    l.endpoint == "interface"
+        && matches!(l.class.as_str(), "infiniband" | "roce")
+        && node
+            .links
+            .iter()
+            .any(|p| p.endpoint == "hca_port" && p.class == l.class)
 }
 
 /// Every column of `columns` once, in display order.

@@ -217,12 +217,16 @@ pub fn findings_block(findings: &[Finding]) -> String {
     }
     if !under.is_empty() {
         let nodes: BTreeSet<&str> = under.iter().map(|f| f.subject.node.as_str()).collect();
+        let plural = |n: usize| if n == 1 { "" } else { "s" };
         let _ = write!(
             s,
             "<details class=\"underutilized\"><summary>{} <span class=\"kind\">link_underutilized</span> \
-             finding(s) on {} node(s)</summary><ul>",
+             finding{} on {} node{}: links that carry less than their capacity (the detail on demand)\
+             </summary><ul>",
             under.len(),
-            nodes.len()
+            plural(under.len()),
+            nodes.len(),
+            plural(nodes.len())
         );
         for f in under {
             let _ = write!(

@@ -222,8 +222,9 @@ fn fleet(s: &PageState) -> String {
          last {} steps); italic with <i>~</i>, the <i>live rate</i> ÷ capacity where no step gives a confident \
          figure (bursts shorter than the sampling period), which averages bursts with the gaps between them and \
          reads far below them. Never above 100 %: a figure above the capacity is a sampling artefact, shown as \
-         100%*. Outlined in red: the link of an active critical finding or root cause. NVLink folded per GPU. \
-         Hover a cell for its figures; a node's name opens it.</p>",
+         100%*. Outlined in red: the link of an active critical finding or root cause. NVLink folded per GPU; IPoIB \
+         and RoCE interfaces folded into their ports (the same bytes). Hover a cell for its figures; a node's \
+         name opens it.</p>",
         rows.len(),
         heatmap::STEPS
     );

@@ -152,7 +152,10 @@ fn hostile_names_are_escaped_in_every_view() {
     let findings = vec![root, consequence];
     let section = roots::section(&findings);
     assert_escaped("root causes", &section);
-    assert!(section.contains("Explains 1 finding(s)"));
+    assert!(
+        section.contains("Explains 1 finding on 1 node"),
+        "{section}"
+    );
     assert_escaped("job", &job::section(&hostile_job(), &[], EVIL, &findings));
     let gpus = node::GpuReadings::from([(EVIL.to_string(), vec![(EVIL.to_string(), 1.0)])]);
     assert_escaped("node", &node::section(&n, true, &[], &gpus, &findings));
@@ -288,7 +291,7 @@ fn the_job_page_opens_on_its_root_cause_and_folds_the_underutilized_links() {
     );
     // The underutilised links: one summary, the detail on demand.
     assert!(
-        html.contains("3 <span class=\"kind\">link_underutilized</span> finding(s) on 2 node(s)"),
+        html.contains("3 <span class=\"kind\">link_underutilized</span> findings on 2 nodes"),
         "{html}"
     );
     assert_eq!(html.matches("<article").count(), 2, "{html}");

@@ -68,3 +68,22 @@ readOnlyRootFilesystem: true
 capabilities:
   drop: ["ALL"]
 {{- end -}}
+
+{{/*
+Fails the render early when the TLS Secret the pods mount is not there (a pod would otherwise wait in
+ContainerCreating). Where the render can see the cluster (helm install, helm upgrade), the Secret must exist in
+the release's namespace; where it cannot (helm template, helm lint, a client-side dry run), tls.secretCreated
+must say it will. cert-manager issues it (tls.certManager.enabled); tls.mode=off mounts none.
+*/}}
+{{- define "commwatch.checkTlsSecret" -}}
+{{- if and (ne .Values.tls.mode "off") (not .Values.tls.certManager.enabled) -}}
+{{- $create := "create it first (README, \"Kubernetes and Helm\": ca.crt, tls.crt, tls.key), or let cert-manager issue it (tls.certManager.enabled=true), or stream in plain text (tls.mode=off)" -}}
+{{- if lookup "v1" "Namespace" "" .Release.Namespace -}}
+{{- if not (lookup "v1" "Secret" .Release.Namespace .Values.tls.secretName) -}}
+{{- fail (printf "tls.mode=%s mounts the Secret %q, which namespace %q does not have: %s" .Values.tls.mode .Values.tls.secretName .Release.Namespace $create) -}}
+{{- end -}}
+{{- else if not .Values.tls.secretCreated -}}
+{{- fail (printf "tls.mode=%s mounts the Secret %q, and this render cannot see the cluster to check it: %s; when it is created by other means, set tls.secretCreated=true" .Values.tls.mode .Values.tls.secretName $create) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
