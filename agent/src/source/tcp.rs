@@ -156,7 +156,9 @@ mod tests {
 
     #[test]
     fn bad_snmp_files_say_what_is_wrong() {
-        assert!(parse_snmp("Ip: a\nIp: 1\n").unwrap_err().contains("no Tcp:"));
+        assert!(parse_snmp("Ip: a\nIp: 1\n")
+            .unwrap_err()
+            .contains("no Tcp:"));
         assert!(parse_snmp("Tcp: OutSegs RetransSegs\nTcp: 1\n")
             .unwrap_err()
             .contains("2 names but 1 values"));
@@ -174,7 +176,10 @@ mod tests {
         let mut src = TcpSource::new(PathBuf::from("/proc"));
         assert!(src.discover().unwrap(), "/proc/net/snmp readable");
         let mut got = Vec::new();
-        assert_eq!(src.sample(Tier::Slow, &mut |i, v| got.push((i, v))).failed, 0);
+        assert_eq!(
+            src.sample(Tier::Slow, &mut |i, v| got.push((i, v))).failed,
+            0
+        );
         assert_eq!(got.len(), 2);
     }
 
@@ -182,18 +187,26 @@ mod tests {
     fn samples_a_procfs_tree_and_stays_quiet_without_one() {
         let dir = tempfile::tempdir().unwrap();
         let mut absent = TcpSource::new(dir.path().to_path_buf());
-        assert_eq!(absent.discover().unwrap(), false);
+        assert!(!absent.discover().unwrap());
         assert!(absent.inventory().series.is_empty());
         std::fs::create_dir_all(dir.path().join("net")).unwrap();
         std::fs::write(dir.path().join("net/snmp"), SNMP).unwrap();
         let mut src = TcpSource::new(dir.path().to_path_buf());
         assert!(src.discover().unwrap());
-        let metrics: Vec<&str> = src.inventory().series.iter().map(|s| s.metric.as_str()).collect();
+        let metrics: Vec<&str> = src
+            .inventory()
+            .series
+            .iter()
+            .map(|s| s.metric.as_str())
+            .collect();
         assert_eq!(metrics, METRICS);
         let mut got = Vec::new();
         let r = src.sample(Tier::Slow, &mut |i, v| got.push((i, v)));
         assert_eq!(r.read, 2);
-        assert_eq!(got, vec![(0, Value::Counter(654321)), (1, Value::Counter(789))]);
+        assert_eq!(
+            got,
+            vec![(0, Value::Counter(654321)), (1, Value::Counter(789))]
+        );
         assert!(src.sample(Tier::Fast, &mut |_, _| panic!("fast tier")).read == 0);
     }
 }
