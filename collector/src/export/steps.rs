@@ -7,8 +7,9 @@
 //! `index`, `start_unix_s`, `end_unix_s`, `duration_s`, `confidence`, `confident`, `samples`, `job`, and
 //! `links` [`class`, `device`, `port`, `role`, (`gpu`, `link` on NVLink), `tx_bytes`, `rx_bytes`, `active_s`,
 //! `achieved_bytes_per_second` (null when idle), `average_bytes_per_second`, `capacity_bytes_per_second`,
-//! `utilization`, `confident`]. Job steps add `nodes`, a `node` key on each link, and `aggregates` per link
-//! class (`achieved_bytes_per_second` / `utilization`: `min`, `median`, `max`, `min_node`, `max_node`).
+//! `utilization`, `capped`, `confident`]. Job steps add `nodes`, a `node` key on each link, and `aggregates`
+//! per link class (`achieved_bytes_per_second` / `utilization`: `min`, `median`, `max`, `min_node`,
+//! `max_node`; `capped`). No utilisation is above 1 ([`super::capped`]).
 //! `limit` defaults to [`DEFAULT_LIMIT`], at most [`history::STEPS_PER_NODE`](crate::steps::history::STEPS_PER_NODE).
 //! A bad query is a 400 with `{"error": "..."}`; an unknown node or job a 404 with the same shape.
 //!
@@ -121,8 +122,35 @@ pub fn job_step_json(s: &JobStep) -> Value {
         "links": s.nodes.iter()
             .flat_map(|n| n.links.iter().map(|l| link_json(l, Some(&n.node))))
             .collect::<Vec<_>>(),
-        "aggregates": s.classes,
+        "aggregates": aggregates_json(&s.classes),
     })
+}
+
+/// A job step's per-class aggregates, no utilisation above 1: a class whose spread of utilisation goes above
+/// its capacity (a sampling artefact, see [`super::capped`]) has those figures at 1 and `capped: true`; its
+/// achieved spread is as measured.
+fn aggregates_json(classes: &[crate::steps::ClassAggregate]) -> Value {
+    let list = classes
+        .iter()
+        .map(|c| {
+            let mut v = serde_json::to_value(c).unwrap_or(Value::Null);
+            let mut capped = false;
+            if let Some(u) = v.get_mut("utilization").and_then(Value::as_object_mut) {
+                for k in ["min", "median", "max"] {
+                    if let Some(x) = u.get(k).and_then(Value::as_f64) {
+                        let (shown, over) = super::capped::ratio_within(x);
+                        capped |= over;
+                        u.insert(k.into(), json!(shown));
+                    }
+                }
+            }
+            if let Some(o) = v.as_object_mut() {
+                o.insert("capped".into(), json!(capped));
+            }
+            v
+        })
+        .collect();
+    Value::Array(list)
 }
 
 /// Routes of the steps API (merged into the collector's HTTP router).
@@ -458,6 +486,7 @@ impl Collector for StepCollector {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::steps::Spread;
     use commwatch_model::{Endpoint, LinkRole};
 
     fn link(
@@ -577,5 +606,45 @@ mod tests {
         sorted.sort_unstable();
         assert_eq!(names, sorted);
         assert_eq!(names.len(), 5);
+    }
+
+    #[test]
+    fn no_utilisation_above_one_in_the_steps_api() {
+        // 17.03 GB/s "achieved" on a 12.5 GB/s link: shown at the capacity, marked.
+        let l = link(
+            LinkClass::Ethernet,
+            "eth0",
+            "eth0",
+            None,
+            17.03e9,
+            Some(12.5e9),
+        );
+        let v = link_json(&l, None);
+        assert_eq!(v["achieved_bytes_per_second"], json!(12.5e9));
+        assert_eq!(v["utilization"], json!(1.0));
+        assert_eq!(v["capped"], json!(true));
+        let within = link_json(
+            &link(LinkClass::Infiniband, "mlx5_0", "1", None, 5e9, Some(25e9)),
+            None,
+        );
+        assert_eq!(within["utilization"], json!(0.2));
+        assert_eq!(within["capped"], json!(false));
+        let spread = |min: f64, median: f64, max: f64| Spread {
+            min,
+            median,
+            max,
+            min_node: "a".into(),
+            max_node: "b".into(),
+        };
+        let agg = crate::steps::ClassAggregate {
+            class: LinkClass::Ethernet,
+            nodes: 2,
+            achieved_bytes_per_second: spread(5e9, 9e9, 17e9),
+            utilization: Some(spread(0.4, 0.72, 1.36)),
+        };
+        let v = aggregates_json(&[agg]);
+        assert_eq!(v[0]["utilization"]["max"], json!(1.0));
+        assert_eq!(v[0]["utilization"]["median"], json!(0.72));
+        assert_eq!(v[0]["capped"], json!(true));
     }
 }

@@ -84,10 +84,12 @@ fn rounds(steps: &[JobStep]) -> Vec<Round> {
         r.nodes.extend(s.nodes.iter().map(|n| n.node.clone()));
         r.durations.push(s.duration_s());
         for c in &s.classes {
+            // A median above the capacity is a sampling artefact: charted at the capacity.
+            let over = c.utilization.as_ref().map_or(1.0, |u| u.median.max(1.0));
             r.achieved
                 .entry(c.class)
                 .or_default()
-                .push(c.achieved_bytes_per_second.median);
+                .push(c.achieved_bytes_per_second.median / over);
         }
         for n in &s.nodes {
             for (c, b) in bytes_per_class(n) {
