@@ -433,7 +433,10 @@ fn describe_drop(d: &HistoryDrop) -> String {
             "its fabric ports move {:.3e} B/s against {:.3e} B/s {then}",
             d.now, d.reference
         ),
-        _ => format!("steps take {:.3} s against {:.3} s {then}", d.now, d.reference),
+        _ => format!(
+            "steps take {:.3} s against {:.3} s {then}",
+            d.now, d.reference
+        ),
     }
 }
 
@@ -697,7 +700,8 @@ mod tests {
         let c = candidate(&now, Some(&d)).expect("candidate");
         assert_eq!(c.severity, Severity::Critical);
         assert!(
-            c.summary.contains("in its earlier run of the same shape (run-1, 40 s)"),
+            c.summary
+                .contains("in its earlier run of the same shape (run-1, 40 s)"),
             "{}",
             c.summary
         );
