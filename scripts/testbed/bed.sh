@@ -316,15 +316,29 @@ start_collector() {
   python3 "$HERE/evaluate.py" wait --url "$API" --nodes 0 --timeout 30 || die "collector did not start"
 }
 
+# A tc rate (2gbit, 200mbit, 500kbit) as the agent's [netdev.capacities] takes it (2Gbit/s, ...).
+capacity_of() {
+  case "$1" in
+    *gbit) echo "${1%gbit}Gbit/s" ;;
+    *mbit) echo "${1%mbit}Mbit/s" ;;
+    *kbit) echo "${1%kbit}kbit/s" ;;
+    *) die "rate $1: use tc's kbit, mbit or gbit" ;;
+  esac
+}
+
 write_agent_config() { # write_agent_config K
   cat >"$RUN/agent-node$1.toml" <<EOF
 # The bed's agent: only the two training links are read (veths are virtual and skipped unless included);
-# ctl0, the control link to the collector, is not read at all.
+# ctl0, the control link to the collector, is not read at all. A veth reports 10 Gb/s whatever tc shapes it
+# to: the capacities are the shaped rates.
 steps_socket = "$RUN/steps-node$1.sock"
 [netdev]
 include = ["fab0", "mgmt0"]
 fabric = ["fab0"]
 management = ["mgmt0"]
+[netdev.capacities]
+fab0 = "$(capacity_of "$FAB_RATE")"
+mgmt0 = "$(capacity_of "$MGMT_RATE")"
 EOF
 }
 
