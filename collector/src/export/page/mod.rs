@@ -198,7 +198,8 @@ fn fleet(s: &PageState) -> String {
         .iter()
         .map(NodeView::from)
         .collect();
-    let mut out = roots::section(&findings);
+    let blind = nodes.iter().filter(|n| !n.blind.is_empty()).count();
+    let mut out = roots::section(&findings, blind);
     out.push_str(&blind_section(&nodes));
     let now = now_ns as f64 / 1e9;
     let mut rows = Vec::new();

@@ -10,13 +10,20 @@ use super::escape::{url_component, Esc};
 use super::units;
 use crate::analysis::{Evidence, Finding, Subject};
 
-/// The section of the active `findings` (in the API's order: root causes first).
-pub fn section(findings: &[Finding]) -> String {
+/// The section of the active `findings` (in the API's order: root causes first); `blind_nodes`: how many
+/// nodes' agents cannot see their GPUs or fabric (nothing can be concluded about what they do not see).
+pub fn section(findings: &[Finding], blind_nodes: usize) -> String {
     let by_id: HashMap<&str, &Finding> = findings.iter().map(|f| (f.id.as_str(), f)).collect();
     let roots: Vec<&Finding> = findings.iter().filter(|f| f.active && f.root).collect();
     let mut s = String::from("<section id=\"root-causes\"><h2>Root causes</h2>");
-    if roots.is_empty() {
+    if roots.is_empty() && blind_nodes == 0 {
         s.push_str("<p class=\"ok\">No active root cause: nothing slows the fleet's jobs now.</p>");
+    } else if roots.is_empty() {
+        let _ = write!(
+            s,
+            "<p class=\"warn\">No active root cause in what the agents see; {blind_nodes} node(s) are blind to \
+             their GPUs or fabric (below), and nothing is concluded about what they do not see.</p>"
+        );
     }
     for f in roots {
         s.push_str(&finding(f, &by_id, true));

@@ -150,7 +150,7 @@ fn hostile_names_are_escaped_in_every_view() {
     let root = hostile_finding(EVIL, true);
     let consequence = hostile_finding(&format!("{EVIL}2"), false);
     let findings = vec![root, consequence];
-    let section = roots::section(&findings);
+    let section = roots::section(&findings, 0);
     assert_escaped("root causes", &section);
     assert!(
         section.contains("Explains 1 finding on 1 node"),
@@ -161,6 +161,11 @@ fn hostile_names_are_escaped_in_every_view() {
     assert_escaped("node", &node::section(&n, true, &[], &gpus, &findings));
     let blind = super::blind_section(std::slice::from_ref(&n));
     assert_escaped("blind agents", &blind);
+    // With no root cause, the fleet is not called healthy while a node is blind.
+    let quiet = roots::section(&[], 1);
+    assert!(quiet.contains("1 node(s) are blind"), "{quiet}");
+    assert!(!quiet.contains("nothing slows"), "{quiet}");
+    assert!(roots::section(&[], 0).contains("nothing slows the fleet's jobs now"));
     assert!(
         blind.contains("1 node(s) whose agent cannot see"),
         "{blind}"
