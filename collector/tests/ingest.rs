@@ -519,3 +519,76 @@ async fn the_api_token_scheme_is_matched_in_any_case() {
     }
     h.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_blind_agent_is_said_in_the_api_and_metrics_and_bad_blindness_is_refused() {
+    let h = collector(config()).await;
+    let mut blind = hello("gpu-07", 21);
+    blind.blind = vec![pb::Blindness {
+        code: "no_nvml".into(),
+        what: "gpu".into(),
+        reason: "NVML not loaded (libnvidia-ml.so.1: cannot open shared object file)".into(),
+    }];
+    let (mut a, _) = Agent::connect(h.grpc_addr, blind).await;
+    a.send_batch(batch(1, &traffic(0, 3, 1, 1))).await;
+    assert_eq!(a.ack_at_least(1).await, 1);
+    let (mut b, _) = Agent::connect(h.grpc_addr, hello("gpu-08", 22)).await;
+    b.send_batch(batch(1, &traffic(0, 3, 1, 1))).await;
+    assert_eq!(b.ack_at_least(1).await, 1);
+
+    let v = nodes_json(&h).await;
+    let node = |name: &str| {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["name"] == name)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(
+        node("gpu-07")["blind"],
+        serde_json::json!([{
+            "code": "no_nvml",
+            "what": "gpu",
+            "reason": "NVML not loaded (libnvidia-ml.so.1: cannot open shared object file)"
+        }])
+    );
+    assert_eq!(node("gpu-08")["blind"], serde_json::json!([]));
+    let m = metrics(&h).await;
+    let blind_lines: Vec<&str> = m
+        .lines()
+        .filter(|l| l.starts_with("commwatch_node_blind{"))
+        .collect();
+    assert_eq!(
+        blind_lines,
+        ["commwatch_node_blind{code=\"no_nvml\",node=\"gpu-07\",what=\"gpu\"} 1"]
+    );
+
+    // A code that is not a word, or a reason past its bound, fails that stream only.
+    let mut bad = hello("gpu-09", 23);
+    bad.blind = vec![pb::Blindness {
+        code: "no nvml\n".into(),
+        what: "gpu".into(),
+        reason: String::new(),
+    }];
+    let s = rejected(h.grpc_addr, vec![msg_hello(bad)]).await;
+    assert_eq!(s.code(), Code::InvalidArgument);
+    assert!(
+        s.message().contains("hello.blind[0].code"),
+        "{}",
+        s.message()
+    );
+    let mut long = hello("gpu-09", 24);
+    long.blind = vec![pb::Blindness {
+        code: "no_fabric".into(),
+        what: "fabric".into(),
+        reason: "x".repeat(2000),
+    }];
+    let s = rejected(h.grpc_addr, vec![msg_hello(long)]).await;
+    assert!(
+        s.message().contains("hello.blind[0].reason"),
+        "{}",
+        s.message()
+    );
+    h.shutdown().await;
+}
