@@ -103,8 +103,12 @@ fn links(node: &NodeView, steps: &[NodeStep]) -> String {
     let last = latest(steps);
     let mut s = format!("<h3>Links</h3><table class=\"links\">{LINK_HEAD}<tbody>");
     let mut nvlink: BTreeMap<String, Vec<&LinkView>> = BTreeMap::new();
+    // IPoIB and RoCE interfaces carry their ports' bytes: listed apart, not as links of their own.
+    let mut port_interfaces: Vec<&LinkView> = Vec::new();
     for l in &node.links {
-        if l.class == "nvlink" {
+        if super::heatmap::duplicates_a_port(node, l) {
+            port_interfaces.push(l);
+        } else if l.class == "nvlink" {
             nvlink
                 .entry(l.gpu.clone().unwrap_or_default())
                 .or_default()
@@ -124,6 +128,19 @@ fn links(node: &NodeView, steps: &[NodeStep]) -> String {
             ls.len()
         );
         for l in ls {
+            s.push_str(&link_row(l, &last));
+        }
+        s.push_str("</tbody></table></details>");
+    }
+    if !port_interfaces.is_empty() {
+        let _ = write!(
+            s,
+            "<details class=\"port-interfaces\"><summary>{} IPoIB/RoCE interface(s): the network interfaces of \
+             the ports above, carrying the same bytes (their state is the interface's, e.g. <code>up</code>, \
+             where the port says <code>ACTIVE</code>)</summary><table class=\"links\">{LINK_HEAD}<tbody>",
+            port_interfaces.len()
+        );
+        for l in port_interfaces {
             s.push_str(&link_row(l, &last));
         }
         s.push_str("</tbody></table></details>");

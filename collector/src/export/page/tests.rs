@@ -307,3 +307,21 @@ fn the_job_page_opens_on_its_root_cause_and_folds_the_underutilized_links() {
         "{html}"
     );
 }
+
+#[test]
+fn the_node_view_lists_an_ipoib_interface_apart_from_its_port() {
+    let mut n = hostile_node();
+    n.name = "node-00".into();
+    let mut ipoib = link("infiniband", "ib0", "ib0", "fabric", None);
+    ipoib.endpoint = "interface".into();
+    ipoib.state = "up".into();
+    n.links = vec![link("infiniband", "mlx5_0", "1", "fabric", None), ipoib];
+    let html = node::section(&n, false, &[], &node::GpuReadings::new(), &[]);
+    let main = &html[..html.find("</table>").unwrap()];
+    assert!(main.contains("<td>mlx5_0</td>"), "{main}");
+    assert!(!main.contains("<td>ib0</td>"), "{main}");
+    let apart = &html[html
+        .find("<details class=\"port-interfaces\"")
+        .expect("listed apart")..];
+    assert!(apart.contains("<td>ib0</td>"), "{apart}");
+}
