@@ -128,9 +128,20 @@ if [ -w /dev/kvm ] && grep -qwE 'vmx|svm' /proc/cpuinfo; then
 fi
 out=$(mktemp -d /tmp/commwatch-rdma-vm.XXXXXX)
 vng_pid=
+watch_pid=
+# Ends the guest's whole process group (vng, virtme-run, QEMU): TERM, then KILL after 5 s.
+stop_guest() {
+  kill -TERM -- -"$1" 2>/dev/null || return 0
+  for _ in $(seq 50); do
+    kill -0 -- -"$1" 2>/dev/null || return 0
+    sleep 0.1
+  done
+  kill -KILL -- -"$1" 2>/dev/null || true
+}
 cleanup() {
-  if [ -n "$vng_pid" ] && kill -0 "$vng_pid" 2>/dev/null; then
-    kill -- -"$vng_pid" 2>/dev/null || kill "$vng_pid" 2>/dev/null || true
+  [ -z "$watch_pid" ] || stop_guest "$watch_pid"
+  if [ -n "$vng_pid" ]; then
+    stop_guest "$vng_pid"
     wait "$vng_pid" 2>/dev/null || true
   fi
   rm -rf "$out"
@@ -140,26 +151,34 @@ trap 'exit 130' INT TERM
 
 echo "== booting $(basename "$kernel") with virtme-ng under $how (limit ${limit}s)"
 start=$(date +%s.%N)
-# Its own process group, so a timeout takes QEMU with it; vng's console output goes through cat (it wants a
+# Its own process group, so stopping it takes QEMU with it; vng's console output goes through cat (it wants a
 # pipe, not a terminal).
 set -m
 (
-  PATH=$venv/bin:$PATH LD_LIBRARY_PATH=$qemu_libs timeout --kill-after=10 "$limit" \
+  PATH=$venv/bin:$PATH LD_LIBRARY_PATH=$qemu_libs \
     vng --run "$kernel" "${accel[@]}" --qemu "$qemu" --qemu-opts="$qemu_firmware" --memory 2G --cpus 2 \
     --rwdir "$out" --exec "bash $repo/scripts/rdma-vm/guest.sh $out $bin $testbin $mode $reps" \
     </dev/null 2>&1 | cat >"$out/console.txt"
 ) &
 vng_pid=$!
+# The limit covers boot and checks: past it a watchdog ends the guest's group (vng, virtme-run and QEMU all
+# stay in it).
+( sleep "$limit"; touch "$out/.timed-out"; stop_guest "$vng_pid" ) &
+watch_pid=$!
 set +m
 rc=0
 wait "$vng_pid" || rc=$?
+stop_guest "$watch_pid"
+wait "$watch_pid" 2>/dev/null || true
+watch_pid=
+[ -e "$out/.timed-out" ] && rc=124
 vng_pid=
 wall=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
 [ -n "$keep" ] && mkdir -p "$keep" && cp -r "$out"/. "$keep"/
 
 fig=$out/figures
 if [ ! -s "$fig" ]; then
-  last=$(grep -v '^\s*$' "$out/console.txt" 2>/dev/null | tail -1 | cut -c1-200)
+  last=$({ grep -v '^\s*$' "$out/console.txt" 2>/dev/null || true; } | tail -1 | cut -c1-200)
   die "the guest did not boot within ${limit}s under $how (exit $rc; last console line: ${last:-none})"
 fi
 python3 "$repo/scripts/rdma-vm/report.py" "$out" "$mode" "$how, $profile build" "$wall"

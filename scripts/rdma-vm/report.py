@@ -177,6 +177,8 @@ def main():
     print(line)
     if mode == "full":
         print("\n".join(once_lines(out)))
+        print(f"  agent --once took {f.get('agent_once_s')} s; rxe0's own sent_pkts moved "
+              f"{f.get('rxe0_sent_pkts_per_s_around_once')} packets/s on average meanwhile")
         print(f"  the port's own hw_counters after the run: sent_pkts {f.get('rxe0_hw_sent_pkts')}, "
               f"rcvd_pkts {f.get('rxe0_hw_rcvd_pkts')}; ports/1/counters/ present: "
               f"{f.get('rxe0_has_counters_dir')}")
