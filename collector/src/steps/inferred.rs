@@ -14,7 +14,8 @@
 //!   the window's first busy interval on, over lags from its first fall below zero to a third of that span. Below that lag the autocorrelation only
 //!   says that activity comes in runs; the chunks of one collective repeat there too, and are not the step.
 //!   The period is the smallest lag whose peak reaches [`PEAK_SHARE`] of the highest peak (so a multiple of the
-//!   period is never taken for it), refined by a parabola through the peak, then by the mean spacing of the
+//!   period is never taken for it), or a half or a third of it where the peak is split over two lags there
+//!   (a period that is not a whole number of samples), refined by a parabola through the peak, then by the mean spacing of the
 //!   last edges seen in the traffic when every spacing is within [`SAME_SPACING`] of their median (so that a
 //!   few early cuts do not drag it down). **Strength** is the autocorrelation at the peak (0..1).
 //! - **Edges**: every end of a busy run is a candidate: the sample closing its last busy interval, or the next
@@ -50,6 +51,8 @@ pub const MIN_POINTS: usize = 120;
 pub const MIN_LAG: usize = 2;
 /// A shorter lag's peak counts as the period when it reaches this share of the highest peak.
 pub const PEAK_SHARE: f64 = 0.8;
+/// Each of the two lags of a split peak reaches this share of the highest peak ([`split_peak`]).
+pub const SPLIT_SHARE: f64 = 0.3;
 /// Weakest periodicity that yields steps.
 pub const MIN_STRENGTH: f64 = 0.3;
 /// Smallest swing of the total rate (high − low) that can be a communication burst, bytes/s: 40 Mbit/s, so
@@ -134,10 +137,34 @@ pub fn estimate_period(rates: &[f64], dt_s: f64) -> Option<PeriodEstimate> {
     } else {
         0.0
     };
+    let lags = lag as f64 + delta;
+    // A period that is not a whole number of samples splits its peak over two lags, each below the share,
+    // while its double lands on one: the step would read twice as long (a 329 ms step sampled every 50 ms
+    // read as 658 ms). A split peak at a third or a half of the lag found is the period.
+    let k = [3usize, 2]
+        .into_iter()
+        .find(|&k| split_peak(&ac, lags / k as f64, first_negative, b))
+        .unwrap_or(1);
     Some(PeriodEstimate {
-        period_s: (lag as f64 + delta) * dt_s,
+        period_s: lags / k as f64 * dt_s,
         strength: b.clamp(0.0, 1.0),
     })
+}
+
+/// Whether the autocorrelation `ac` has a peak split over the two lags around `sub` (a fractional lag): the
+/// pair stands above its neighbours, each of the two reaches [`SPLIT_SHARE`] of `best` and together they
+/// reach [`PEAK_SHARE`] of it.
+fn split_peak(ac: &[f64], sub: f64, first_negative: usize, best: f64) -> bool {
+    let lo = sub.floor() as usize;
+    if lo < MIN_LAG.max(first_negative) || lo + 2 >= ac.len() || best <= 0.0 {
+        return false;
+    }
+    let (x, y) = (ac[lo], ac[lo + 1]);
+    let top = x.max(y);
+    x.min(y) >= SPLIT_SHARE * best
+        && x + y >= PEAK_SHARE * best
+        && ac[lo - 1] < top
+        && ac[lo + 2] < top
 }
 
 fn percentile(v: &[f64], p: f64) -> f64 {
@@ -708,6 +735,26 @@ mod tests {
         assert!(
             ok * 20 >= steps.len() * 17 && steps.len() >= 30,
             "{ok} of {}",
+            steps.len()
+        );
+    }
+
+    #[test]
+    fn a_period_between_two_sample_lags_is_not_read_as_its_double() {
+        // The demo's degraded-link step: 329.375 ms, a 39.375 ms burst, sampled every 50 ms.
+        let mut tr = InferenceTracker::default();
+        tr.extend(traffic(600, 329.375, 39.375, 290.0, 11e9, 2e5));
+        let steps = tr.steps();
+        let p = tr.period().expect("periodic");
+        assert!((p.period_s / 0.329375 - 1.0).abs() < 0.02, "{p:?}");
+        let mean = steps
+            .iter()
+            .map(|s| (s.end_unix_ns - s.start_unix_ns) as f64 / 1e9)
+            .sum::<f64>()
+            / steps.len().max(1) as f64;
+        assert!(
+            (mean / 0.329375 - 1.0).abs() < 0.02,
+            "{mean} over {} steps",
             steps.len()
         );
     }
