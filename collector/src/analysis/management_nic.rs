@@ -56,6 +56,9 @@ pub const MIN_STEPS: usize = 4;
 /// Inferred steps cut a little off the job's own now and then (a stall inside a collective as long as its
 /// gap): three in five steps carrying the traffic alike is the job's, and keeps the finding raised.
 pub const STEPS_SHARE: f64 = 0.6;
+/// How far a step's bytes may stray from the median of the steps' and still be the same traffic: inferred
+/// steps cut now and then a little off the job's own edges (the bed's OpenMPI fault: 18–36 MB for 25.2).
+pub const MAX_STEP_BYTES_SPREAD: f64 = 0.4;
 /// Most of its steps a NIC may be busy and still carry step traffic (a steady stream fills them).
 pub const MAX_STEP_BUSY_SHARE: f64 = 0.9;
 /// The smaller direction's share of the larger above which a NIC both sends and receives the step's traffic
@@ -245,8 +248,9 @@ fn from_bursts(
 /// [`training`] from the NIC's bytes in the node's steps: a collective paced by a slow link comes in chunks
 /// with pauses, so its bursts are neither one per step nor of one size, but every step moves the same
 /// gradients. At least [`MIN_STEPS`] steps, [`STEPS_SHARE`] of them moving at least [`MIN_BURST_BYTES`] on
-/// the NIC and within [`MAX_BYTES_CV`] of their median, the NIC busy at most [`MAX_STEP_BUSY_SHARE`] of the
-/// steps (a steady stream fills them), and its bursts the step's communication ([`with_fabric`]).
+/// the NIC and within [`MAX_STEP_BYTES_SPREAD`] of their median, the NIC busy at most
+/// [`MAX_STEP_BUSY_SHARE`] of the steps (a steady stream fills them), and its bursts the step's communication
+/// ([`with_fabric`]).
 fn from_steps(n: &NodeInput, l: &LinkInput, step_period_s: Option<f64>) -> Option<Training> {
     let per: Vec<(f64, f64, f64)> = n
         .steps
@@ -269,11 +273,11 @@ fn from_steps(n: &NodeInput, l: &LinkInput, step_period_s: Option<f64>) -> Optio
         .filter(|b| *b >= MIN_BURST_BYTES)
         .collect();
     let typical = median(&mut big)?;
-    // One size: most steps within MAX_BYTES_CV of the median (a job's first step, with its connections'
+    // One size: most steps within MAX_STEP_BYTES_SPREAD of the median (a job's first step, with its connections'
     // set-up, or a step cut by the window may differ; the rest move the same gradients).
     let alike = big
         .iter()
-        .filter(|b| (*b / typical - 1.0).abs() <= MAX_BYTES_CV)
+        .filter(|b| (*b / typical - 1.0).abs() <= MAX_STEP_BYTES_SPREAD)
         .count();
     if (alike as f64) < STEPS_SHARE * per.len() as f64 {
         return None;
