@@ -105,7 +105,7 @@ fn normalize_labels(raw: &str) -> (Cow<'_, str>, Option<String>, Option<String>)
         text = Cow::Owned(text.replace(['\t', '\r'], " "));
     }
     if text.contains("]<std") {
-        text = Cow::Owned(crate::nccl_tests::strip_mpi_tags(&text).into_owned());
+        text = Cow::Owned(strip_mpi_tags(&text).into_owned());
     }
     let mut label = None;
     let mut host = None;
@@ -432,6 +432,66 @@ fn strip_ansi(s: &str) -> String {
         }
     }
     out
+}
+
+/// Removes every `[x,y]<stdout>:` / `[x,y]<stderr>:` tag that `mpirun --tag-output` inserts, wherever it is.
+pub fn strip_mpi_tags(line: &str) -> std::borrow::Cow<'_, str> {
+    if !line.contains("]<std") {
+        return std::borrow::Cow::Borrowed(line);
+    }
+    let mut out = String::with_capacity(line.len());
+    let mut rest = line;
+    while let Some(pos) = rest.find('[') {
+        out.push_str(&rest[..pos]);
+        let candidate = &rest[pos..];
+        match mpi_tag_len(candidate) {
+            Some(len) => rest = &candidate[len..],
+            None => {
+                out.push('[');
+                rest = &candidate[1..];
+            }
+        }
+    }
+    out.push_str(rest);
+    std::borrow::Cow::Owned(out)
+}
+
+/// Length of an `[digits,digits]<stdout>:` tag at the start of `s`.
+fn mpi_tag_len(s: &str) -> Option<usize> {
+    let b = s.as_bytes();
+    let mut i = 1;
+    let digits = |i: &mut usize| {
+        let start = *i;
+        while *i < b.len() && b[*i].is_ascii_digit() {
+            *i += 1;
+        }
+        *i > start
+    };
+    if !digits(&mut i) || b.get(i) != Some(&b',') {
+        return None;
+    }
+    i += 1;
+    if !digits(&mut i) || b.get(i) != Some(&b']') {
+        return None;
+    }
+    i += 1;
+    for tag in ["<stdout>:", "<stderr>:"] {
+        if s[i..].starts_with(tag) {
+            return Some(i + tag.len());
+        }
+    }
+    None
+}
+
+/// `NCCL version 2.4.7+cuda9.2` (or RCCL's `RCCL version 2.18.3+hip6.0`) in a line.
+pub fn version_in(line: &str) -> Option<String> {
+    let (pos, tag) = match line.find("NCCL version ") {
+        Some(p) => (p, "NCCL version "),
+        None => (line.find("RCCL version ")?, "RCCL version "),
+    };
+    let v = line[pos + tag.len()..].split_whitespace().next()?;
+    v.starts_with(|c: char| c.is_ascii_digit())
+        .then(|| v.to_string())
 }
 
 #[cfg(test)]

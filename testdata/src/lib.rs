@@ -49,7 +49,7 @@ pub use locate::{Env, Lookup, CI_VAR, SHARED_VAR};
 pub fn shared(manifest_dir: &str, rel: &str) -> Option<PathBuf> {
     let env = Env::from_process();
     let lookup = locate::lookup(&env, Path::new(manifest_dir), rel);
-    policy::found_or_skip(&env, lookup, &policy::test_name(Location::caller()))
+    policy::found_or_skip(&env, lookup, &skip::test_name(Location::caller()))
 }
 
 /// `shared_testdata!("sysfs/gpud_h100")`: [`shared`] with the calling crate's `CARGO_MANIFEST_DIR`.

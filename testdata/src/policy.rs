@@ -1,7 +1,6 @@
 //! What a test does when the shared data is absent: fail under CI, say so loudly elsewhere.
 
 use std::io::Write;
-use std::panic::Location;
 use std::path::{Path, PathBuf};
 
 use crate::locate::{Env, Lookup, SHARED_VAR};
@@ -63,18 +62,10 @@ pub fn ci_failure(test: &str, path: &Path) -> String {
     )
 }
 
-/// The running test's name: the test harness names each test's thread after it. Outside a named thread
-/// (a bench's `main`, `--test-threads=1` on some harnesses) the caller's file and line stand in.
-pub fn test_name(caller: &Location<'_>) -> String {
-    match std::thread::current().name() {
-        Some(name) if name != "main" => name.to_string(),
-        _ => format!("{}:{}", caller.file(), caller.line()),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::panic::Location;
 
     const CI: Env = Env {
         shared_dir: None,
@@ -127,14 +118,14 @@ mod tests {
 
     #[test]
     fn the_test_name_is_the_harness_thread_name() {
-        let name = test_name(Location::caller());
+        let name = crate::skip::test_name(Location::caller());
         assert_eq!(
             name,
             "policy::tests::the_test_name_is_the_harness_thread_name"
         );
         let outside = std::thread::Builder::new()
             .name("main".into())
-            .spawn(|| test_name(Location::caller()))
+            .spawn(|| crate::skip::test_name(Location::caller()))
             .unwrap()
             .join()
             .unwrap();

@@ -12,7 +12,6 @@ use std::panic::Location;
 use std::path::{Path, PathBuf};
 
 use crate::locate::Env;
-use crate::policy;
 
 /// Overrides where skipped tests are recorded.
 pub const SKIP_LOG_VAR: &str = "COMMWATCH_SKIP_LOG";
@@ -24,7 +23,7 @@ pub const SKIP_LOG_NAME: &str = "commwatch-skipped-tests.txt";
 /// everything the tests need; elsewhere it [`skip`]s. The caller returns early after it.
 #[track_caller]
 pub fn unavailable(reason: &str) {
-    let test = policy::test_name(Location::caller());
+    let test = test_name(Location::caller());
     assert!(
         !Env::from_process().ci,
         "{test}: {reason} (required when CI=true)"
@@ -36,7 +35,7 @@ pub fn unavailable(reason: &str) {
 /// an RDMA device): says so loudly and records it in the skip log. The caller returns early after it.
 #[track_caller]
 pub fn skip(reason: &str) {
-    record(&policy::test_name(Location::caller()), reason);
+    record(&test_name(Location::caller()), reason);
 }
 
 /// Writes the loud line for `test` to stderr and appends `<test>: <reason>` to the skip log. Neither can fail
@@ -84,6 +83,15 @@ pub fn log_path(var: Option<PathBuf>, exe: Option<&Path>) -> Option<PathBuf> {
         _ => dir,
     };
     Some(profile.join(SKIP_LOG_NAME))
+}
+
+/// The running test's name: the test harness names each test's thread after it. Outside a named thread
+/// (a bench's `main`, `--test-threads=1` on some harnesses) the caller's file and line stand in.
+pub fn test_name(caller: &Location<'_>) -> String {
+    match std::thread::current().name() {
+        Some(name) if name != "main" => name.to_string(),
+        _ => format!("{}:{}", caller.file(), caller.line()),
+    }
 }
 
 #[cfg(test)]

@@ -28,7 +28,6 @@
 //! which keeps its own: it is what the operator sees on the wire.
 
 use super::input::AnalysisInput;
-use super::management_nic;
 use super::{Candidate, FindingKind, Severity};
 
 /// Whether two nodes belong to the same job as far as the input knows: both in one job's ranks, or, when no
@@ -96,7 +95,7 @@ fn throttles(root: &Candidate) -> bool {
 /// The management rule's `ring_role` of `c` (`cause` or `neighbour`), when it says one.
 fn ring_role(c: &Candidate) -> Option<&str> {
     (c.kind == FindingKind::ManagementNetworkTraffic)
-        .then(|| c.evidence.details.get(management_nic::RING_ROLE)?.as_str())
+        .then(|| c.evidence.details.get(super::RING_ROLE)?.as_str())
         .flatten()
 }
 
@@ -116,15 +115,13 @@ fn explains(input: &AnalysisInput, root: &Candidate, c: &Candidate) -> bool {
         return c.subject.node == root_node;
     }
     // A ring neighbour's management traffic explains nothing; its cause's explains it.
-    if ring_role(root) == Some(management_nic::NEIGHBOUR) {
+    if ring_role(root) == Some(super::NEIGHBOUR) {
         return false;
     }
     if root.kind == FindingKind::ManagementNetworkTraffic
         && c.kind == FindingKind::ManagementNetworkTraffic
     {
-        return ring_role(c) == Some(management_nic::NEIGHBOUR)
-            && c.subject.node != root_node
-            && related();
+        return ring_role(c) == Some(super::NEIGHBOUR) && c.subject.node != root_node && related();
     }
     if throttles(root) {
         return match c.kind {

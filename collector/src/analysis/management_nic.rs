@@ -37,7 +37,10 @@ use super::activity::Burst;
 use super::input::{AnalysisInput, LinkInput, NodeInput};
 use super::scaling::step_time;
 use super::straggler::groups;
-use super::{gbs, median, r4, Candidate, Evidence, FindingKind, Severity, Subject};
+use super::{
+    gbs, median, r4, Candidate, Evidence, FindingKind, Severity, Subject, CAUSE, NEIGHBOUR,
+    RING_ROLE,
+};
 
 /// Complete bursts needed in the window.
 pub const MIN_BURSTS: usize = 4;
@@ -505,12 +508,6 @@ fn candidate(
     c.evidence = e;
     c
 }
-
-/// The evidence detail that says whether the NIC's node causes the traffic ([`CAUSE`]) or is a ring
-/// [`NEIGHBOUR`] of one that does.
-pub const RING_ROLE: &str = "ring_role";
-pub const CAUSE: &str = "cause";
-pub const NEIGHBOUR: &str = "neighbour";
 
 /// What to do on node `n`, given the setting that explains the traffic (if any).
 fn action(n: &NodeInput, fd: FabricData, setting: Option<&str>) -> String {

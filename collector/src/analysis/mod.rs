@@ -279,6 +279,13 @@ impl Finding {
     }
 }
 
+/// The evidence detail of `management_network_traffic` that says whether the NIC's node causes the traffic
+/// ([`CAUSE`]) or is a ring [`NEIGHBOUR`] of one that does (read by [`causes`] to file neighbours under their
+/// cause).
+pub const RING_ROLE: &str = "ring_role";
+pub const CAUSE: &str = "cause";
+pub const NEIGHBOUR: &str = "neighbour";
+
 /// A rule: a pure function of the input.
 pub type Rule = fn(&AnalysisInput) -> Vec<Candidate>;
 

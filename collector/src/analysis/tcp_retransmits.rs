@@ -34,7 +34,8 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
             continue;
         };
         let window_s = re.window_s.min(sent.window_s);
-        if window_s < MIN_WINDOW_S || sent.increase < MIN_SEGMENTS || re.increase < MIN_RETRANSMITS {
+        if window_s < MIN_WINDOW_S || sent.increase < MIN_SEGMENTS || re.increase < MIN_RETRANSMITS
+        {
             continue;
         }
         // OutSegs excludes retransmissions: the share of all segments put on the wire.
@@ -50,7 +51,11 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
             .fabric_links()
             .map(|l| l.link.key.device.as_str())
             .collect();
-        let mut c = Candidate::new(FindingKind::TcpRetransmits, severity, Subject::node(&n.name));
+        let mut c = Candidate::new(
+            FindingKind::TcpRetransmits,
+            severity,
+            Subject::node(&n.name),
+        );
         if let Some(j) = input.job_of(&n.name) {
             c.subject.job = Some(j.id.clone());
         }
@@ -121,8 +126,16 @@ mod tests {
         assert_eq!(c.len(), 1);
         assert_eq!(c[0].severity, Severity::Warning);
         assert!((c[0].evidence.measured - 0.03).abs() < 1e-9);
-        assert!(c[0].summary.starts_with("node-2 retransmits 3.0% of its TCP segments"), "{}", c[0].summary);
-        assert_eq!(evaluate(&node(6_000, 94_000, 20.0))[0].severity, Severity::Critical);
+        assert!(
+            c[0].summary
+                .starts_with("node-2 retransmits 3.0% of its TCP segments"),
+            "{}",
+            c[0].summary
+        );
+        assert_eq!(
+            evaluate(&node(6_000, 94_000, 20.0))[0].severity,
+            Severity::Critical
+        );
     }
 
     #[test]

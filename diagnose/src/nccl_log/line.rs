@@ -105,16 +105,7 @@ pub fn host_of(prefix: &str) -> Option<String> {
     None
 }
 
-/// `NCCL version 2.4.7+cuda9.2` (or RCCL's `RCCL version 2.18.3+hip6.0`) in a line.
-pub fn version_in(line: &str) -> Option<String> {
-    let (pos, tag) = match line.find("NCCL version ") {
-        Some(p) => (p, "NCCL version "),
-        None => (line.find("RCCL version ")?, "RCCL version "),
-    };
-    let v = line[pos + tag.len()..].split_whitespace().next()?;
-    v.starts_with(|c: char| c.is_ascii_digit())
-        .then(|| v.to_string())
-}
+pub use crate::lines::version_in;
 
 #[cfg(test)]
 mod tests {

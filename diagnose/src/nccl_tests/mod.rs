@@ -419,54 +419,7 @@ pub fn parse_str(text: &str, file: &str) -> Result<NcclTestsFile, NcclTestsError
     Ok(parsed)
 }
 
-/// Removes every `[x,y]<stdout>:` / `[x,y]<stderr>:` tag that `mpirun --tag-output` inserts, wherever it is.
-pub fn strip_mpi_tags(line: &str) -> std::borrow::Cow<'_, str> {
-    if !line.contains("]<std") {
-        return std::borrow::Cow::Borrowed(line);
-    }
-    let mut out = String::with_capacity(line.len());
-    let mut rest = line;
-    while let Some(pos) = rest.find('[') {
-        out.push_str(&rest[..pos]);
-        let candidate = &rest[pos..];
-        match mpi_tag_len(candidate) {
-            Some(len) => rest = &candidate[len..],
-            None => {
-                out.push('[');
-                rest = &candidate[1..];
-            }
-        }
-    }
-    out.push_str(rest);
-    std::borrow::Cow::Owned(out)
-}
-
-/// Length of an `[digits,digits]<stdout>:` tag at the start of `s`.
-fn mpi_tag_len(s: &str) -> Option<usize> {
-    let b = s.as_bytes();
-    let mut i = 1;
-    let digits = |i: &mut usize| {
-        let start = *i;
-        while *i < b.len() && b[*i].is_ascii_digit() {
-            *i += 1;
-        }
-        *i > start
-    };
-    if !digits(&mut i) || b.get(i) != Some(&b',') {
-        return None;
-    }
-    i += 1;
-    if !digits(&mut i) || b.get(i) != Some(&b']') {
-        return None;
-    }
-    i += 1;
-    for tag in ["<stdout>:", "<stderr>:"] {
-        if s[i..].starts_with(tag) {
-            return Some(i + tag.len());
-        }
-    }
-    None
-}
+pub use crate::lines::strip_mpi_tags;
 
 /// NCCL_VERSION_CODE to a version: `major*10000 + minor*100 + patch` since 2.9, `major*1000 + minor*100 + patch`
 /// before.

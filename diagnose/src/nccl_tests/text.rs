@@ -430,5 +430,5 @@ fn marker_name(name: &str) -> String {
 /// `NCCL version 2.22.3+cuda12.6` (RCCL's `RCCL version 2.18.3+hip6.0`) anywhere in a line that is not part of
 /// the table.
 fn nccl_version_in(line: &str) -> Option<String> {
-    crate::nccl_log::version_in(line)
+    crate::lines::version_in(line)
 }
