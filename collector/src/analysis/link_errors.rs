@@ -120,12 +120,13 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::analysis::input::{CounterKey, CounterWindow, LinkInput, NodeInput};
     use commwatch_model::LinkRole;
 
-    fn counter(metric: &str, increase: u64, window_s: f64) -> CounterWindow {
+    /// A counter `metric` that rose by `increase` over `window_s` (the `tcp_retransmits` tests use it too).
+    pub(crate) fn counter(metric: &str, increase: u64, window_s: f64) -> CounterWindow {
         CounterWindow {
             key: CounterKey(std::sync::Arc::new(crate::store::SeriesKey {
                 link: None,

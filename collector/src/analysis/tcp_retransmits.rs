@@ -88,23 +88,8 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::input::{CounterKey, CounterWindow, NodeInput};
-    use crate::store::SeriesKey;
-    use std::sync::Arc;
-
-    fn counter(metric: &str, increase: u64, window_s: f64) -> CounterWindow {
-        CounterWindow {
-            key: CounterKey(Arc::new(SeriesKey {
-                link: None,
-                metric: metric.into(),
-                labels: Vec::new(),
-            })),
-            increase,
-            window_s,
-            saturated: false,
-            raw: increase,
-        }
-    }
+    use crate::analysis::input::NodeInput;
+    use crate::analysis::link_errors::tests::counter;
 
     fn node(retransmitted: u64, sent: u64, window_s: f64) -> AnalysisInput {
         AnalysisInput {
