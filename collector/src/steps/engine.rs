@@ -89,8 +89,6 @@ struct NodeInferred {
     job: Option<String>,
     /// Steps found in this pass.
     steps: Vec<super::inferred::InferredStep>,
-    /// The newest steps found, this pass's included (oldest first).
-    recent: Vec<super::inferred::InferredStep>,
     period: Option<super::PeriodEstimate>,
     /// Whether its inference follows a step sequence (a node still warming up cannot lead the job).
     following: bool,
@@ -357,7 +355,6 @@ impl Engine {
             node: name.to_string(),
             job: fresh.job,
             steps,
-            recent: st.recent.iter().copied().collect(),
             period,
             following: st.inference.following(),
         })
@@ -409,6 +406,12 @@ impl Engine {
                 .fold((0, 0), |(i, u), st| {
                     (st.next_inferred.max(i), st.inferred_until.max(u))
                 });
+            // The reference's newest own steps, copied once per job and pass (not every node's every pass).
+            let recent: Vec<super::inferred::InferredStep> = self
+                .nodes
+                .get(&reference.node)
+                .map(|st| st.recent.iter().copied().collect())
+                .unwrap_or_default();
             let seq = self
                 .jobs
                 .entry(job.clone())
@@ -417,7 +420,7 @@ impl Engine {
                 .period
                 .map_or(0, |p| (CONTINUES_WITHIN * p.period_s * 1e9) as i64);
             let mut steps = Vec::new();
-            for s in &reference.recent {
+            for s in &recent {
                 if s.end_unix_ns <= seq.until || s.start_unix_ns < seq.until - tol {
                     continue;
                 }
@@ -631,7 +634,6 @@ mod tests {
             node: node.into(),
             job: Some("j".into()),
             steps: Vec::new(),
-            recent: Vec::new(),
             period: Some(crate::steps::PeriodEstimate { period_s, strength }),
             following: true,
         }
