@@ -98,14 +98,8 @@ pub struct AgentMetrics {
     pub discover_errors: IntCounterVec,
     /// 1 while a source's call has not returned within its deadline (`source::watchdog`), by source.
     pub source_stalled: IntGaugeVec,
-    /// 1 for each thing the agent is blind to (`what`: `gpu`, `fabric`; `code`: `no_nvml`, `no_fabric`), set
-    /// once at start ([`AgentMetrics::set_blind`]).
-    pub blind: IntGaugeVec,
-    /// What the agent cannot see, counted by warning `code` and `level` at start
-    /// ([`AgentMetrics::set_setup_warnings`]): the `warnings` of `agent --once`.
-    pub setup_warnings: IntGaugeVec,
-    /// The sentences of what the agent is blind to, for `/healthz`.
-    blind_reasons: std::sync::Mutex<Vec<String>>,
+    /// What the agent cannot see, set once at start ([`CoverageMetrics`]).
+    coverage: CoverageMetrics,
     /// Ticks that started late by more than one period, by tier.
     pub tick_overruns: IntCounterVec,
     /// Wall time of a whole tick (all sources), by tier.
@@ -189,19 +183,7 @@ impl AgentMetrics {
                 "1 while a source has not answered within its deadline; its series stop meanwhile.",
                 &["source"],
             ),
-            blind: gauge_vec(
-                "commwatch_agent_blind",
-                "1 for each thing the agent cannot see though a GPU node must have it (what: gpu or fabric); \
-                 see its /healthz.",
-                &["what", "code"],
-            ),
-            setup_warnings: gauge_vec(
-                "commwatch_agent_setup_warnings",
-                "Warnings the agent gave at start about what it cannot see, by code and level (as agent --once \
-                 lists them; e.g. no_byte_counters for an RDMA port without byte counters).",
-                &["code", "level"],
-            ),
-            blind_reasons: std::sync::Mutex::new(Vec::new()),
+            coverage: CoverageMetrics::new(),
             tick_overruns: counter_vec(
                 "commwatch_agent_tick_overruns_total",
                 "Ticks that started more than one period late.",
@@ -322,8 +304,6 @@ impl AgentMetrics {
             Box::new(self.links.clone()),
             Box::new(self.discover_errors.clone()),
             Box::new(self.source_stalled.clone()),
-            Box::new(self.blind.clone()),
-            Box::new(self.setup_warnings.clone()),
             Box::new(self.tick_overruns.clone()),
             Box::new(self.tick_seconds.clone()),
             Box::new(self.handoff_drops.clone()),
@@ -348,9 +328,73 @@ impl AgentMetrics {
             Box::new(self.build_info.clone()),
         ];
         own.into_iter()
+            .chain(self.coverage.collectors())
             .chain(self.inspector.collectors())
             .chain(self.shards.collectors())
             .collect()
+    }
+
+    /// Records what the agent is blind to ([`CoverageMetrics::set_blind`]).
+    pub fn set_blind(&self, blind: &[(&str, &str, &str)]) {
+        self.coverage.set_blind(blind);
+    }
+
+    /// Records the start's warnings ([`CoverageMetrics::set_setup_warnings`]).
+    pub fn set_setup_warnings(&self, warnings: &[(&str, &str)]) {
+        self.coverage.set_setup_warnings(warnings);
+    }
+
+    /// What [`set_blind`](Self::set_blind) recorded, one sentence each.
+    pub fn blind_reasons(&self) -> Vec<String> {
+        self.coverage.blind_reasons()
+    }
+
+    /// Renders the Prometheus text exposition.
+    pub fn render(&self) -> String {
+        let mut buf = Vec::new();
+        let families = self.registry.gather();
+        if let Err(e) = TextEncoder::new().encode(&families, &mut buf) {
+            tracing::warn!(error = %e, "encoding agent metrics failed");
+        }
+        String::from_utf8(buf).unwrap_or_default()
+    }
+}
+
+/// What the agent cannot see, recorded once at start (`commwatch_agent_blind`, `commwatch_agent_setup_warnings`)
+/// and said by `/healthz`.
+pub struct CoverageMetrics {
+    /// 1 for each thing the agent is blind to (`what`: `gpu`, `fabric`; `code`: `no_nvml`, `no_fabric`).
+    blind: IntGaugeVec,
+    /// What the agent cannot see, counted by warning `code` and `level`: the `warnings` of `agent --once`.
+    setup_warnings: IntGaugeVec,
+    /// The sentences of what the agent is blind to, for `/healthz`.
+    blind_reasons: std::sync::Mutex<Vec<String>>,
+}
+
+impl CoverageMetrics {
+    fn new() -> CoverageMetrics {
+        CoverageMetrics {
+            blind: gauge_vec(
+                "commwatch_agent_blind",
+                "1 for each thing the agent cannot see though a GPU node must have it (what: gpu or fabric); \
+                 see its /healthz.",
+                &["what", "code"],
+            ),
+            setup_warnings: gauge_vec(
+                "commwatch_agent_setup_warnings",
+                "Warnings the agent gave at start about what it cannot see, by code and level (as agent --once \
+                 lists them; e.g. no_byte_counters for an RDMA port without byte counters).",
+                &["code", "level"],
+            ),
+            blind_reasons: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    fn collectors(&self) -> Vec<Box<dyn prometheus::core::Collector>> {
+        vec![
+            Box::new(self.blind.clone()),
+            Box::new(self.setup_warnings.clone()),
+        ]
     }
 
     /// Records what the agent is blind to: each `(what, code, reason)` sets `commwatch_agent_blind` and is
@@ -385,16 +429,6 @@ impl AgentMetrics {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
-    }
-
-    /// Renders the Prometheus text exposition.
-    pub fn render(&self) -> String {
-        let mut buf = Vec::new();
-        let families = self.registry.gather();
-        if let Err(e) = TextEncoder::new().encode(&families, &mut buf) {
-            tracing::warn!(error = %e, "encoding agent metrics failed");
-        }
-        String::from_utf8(buf).unwrap_or_default()
     }
 }
 
