@@ -19,6 +19,8 @@
 //!   and by `baseline import` alike.
 //! - [`clock`], [`stats`], [`token`]: the wall clock in the project's units, the median, and bearer-token
 //!   files — each written once.
+//! - [`text`]: the one sanitiser of outside text (control characters shown as `\u001b`, never interpreted),
+//!   applied before a string from an agent or a file is stored, logged or printed.
 
 pub mod baseline;
 pub mod clock;
@@ -29,6 +31,7 @@ pub mod link;
 pub mod nccl;
 pub mod series;
 pub mod stats;
+pub mod text;
 pub mod token;
 
 pub use finding::{FindingKind, Severity};
