@@ -3,6 +3,10 @@
 //! source, and the records appended to its dump file come out of the follower, attributed to its job and rank,
 //! through rotation and a partial last line. Of its environment only the allowlist leaves: the four Inspector
 //! settings, not Inspector's other settings nor anything else.
+//!
+//! And the hostile job (issue #34): a real process whose dump directory is a link, and one running as another
+//! user whose directory holds a file it does not own (as `/var/log` would), are refused and counted; nothing
+//! of either file leaves.
 
 use std::io::Write;
 use std::path::Path;
@@ -22,6 +26,32 @@ impl Drop for Sleeper {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
+    }
+}
+
+/// A `sleep 30` with the Inspector settings naming `dump`, as `uid` when given, found by the processes source.
+fn sleeper_job(job: &str, dump: &Path, uid: Option<u32>) -> (Sleeper, Vec<commwatch_model::Job>) {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = Command::new("sleep");
+    cmd.arg("30")
+        .env("COMMWATCH_JOB", job)
+        .env("RANK", "0")
+        .env("WORLD_SIZE", "1")
+        .env("NCCL_INSPECTOR_ENABLE", "1")
+        .env("NCCL_INSPECTOR_DUMP_DIR", dump);
+    if let Some(uid) = uid {
+        cmd.uid(uid).gid(uid);
+    }
+    let child = Sleeper(cmd.spawn().expect("spawn sleep"));
+    let mut src = ProcessesSource::new("/proc".into(), None).only_pids(vec![child.0.id()]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        src.discover().unwrap();
+        let jobs = src.jobs().unwrap().to_vec();
+        if !jobs.is_empty() || std::time::Instant::now() > deadline {
+            return (child, jobs);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
 
@@ -113,4 +143,71 @@ fn a_real_process_dump_directory_is_followed() {
     );
     assert!(rendered.contains("commwatch_agent_inspector_file_resets_total{kind=\"rotated\"} 1"));
     assert!(!rendered.contains(SECRET));
+}
+
+#[test]
+fn a_real_job_cannot_make_the_agent_follow_a_link_or_read_anothers_file() {
+    let base = tempfile::tempdir().unwrap();
+    let real = base.path().join("real");
+    std::fs::create_dir(&real).unwrap();
+    let linked = base.path().join("linked");
+    std::os::unix::fs::symlink(&real, &linked).unwrap();
+    let (_a, mut jobs) = sleeper_job("linked-job", &linked, None);
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    append(&real.join("h-pid1.log"), &format!("{}\n", line(1, 1)));
+
+    // As root, a job running as another user (nobody) naming a directory with a root-owned file in it.
+    let root = euid() == 0;
+    let mut _b = None;
+    let shared = base.path().join("shared");
+    if root {
+        std::fs::create_dir(&shared).unwrap();
+        std::fs::set_permissions(&shared, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        std::fs::set_permissions(
+            base.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
+        append(&shared.join("syslog.log"), &format!("{}\n", line(2, 2)));
+        let (b, more) = sleeper_job("nobody-job", &shared, Some(65534));
+        assert_eq!(more.len(), 1, "{more:?}");
+        jobs.extend(more);
+        _b = Some(b);
+    } else {
+        commwatch_testdata::skip::skip(
+            "starting a process as another user needs root: the foreign-owner half is not run",
+        );
+    }
+    let metrics = Arc::new(AgentMetrics::new());
+    let mut follower = Follower::new(FollowerSettings::new(Path::new("/proc")), metrics.clone());
+    assert!(follower.poll(&jobs).is_empty());
+    let rendered = metrics.render();
+    assert!(
+        rendered.contains("commwatch_agent_inspector_dropped_total{reason=\"symlink\"} 1"),
+        "{rendered}"
+    );
+    if root {
+        assert!(
+            rendered
+                .contains("commwatch_agent_inspector_dropped_total{reason=\"foreign_owner\"} 1"),
+            "{rendered}"
+        );
+    }
+    assert!(
+        rendered.contains("commwatch_agent_inspector_records_total 0"),
+        "{rendered}"
+    );
+    assert!(
+        rendered.contains("commwatch_agent_inspector_files 0"),
+        "{rendered}"
+    );
+}
+
+/// The effective user of this test process (from `/proc/self`, whose owner it is).
+fn euid() -> u32 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self")
+        .map(|m| m.uid())
+        .unwrap_or(u32::MAX)
 }

@@ -1,13 +1,11 @@
-//! Where a training process's NCCL Inspector writes, from its allowlisted settings (pure), and that place seen
-//! from the agent (through `--procfs-root`).
+//! Where a training process's NCCL Inspector writes, from its allowlisted settings (pure). The place is then
+//! opened inside the process's own root ([`super::confine`]).
 //!
 //! The plugin writes to `NCCL_INSPECTOR_DUMP_DIR`, else to `nccl-inspector-<SLURM_JOB_ID>` or
-//! `nccl-inspector-unknown-jobid` in the process's working directory. A relative directory is resolved against
-//! `<procfs-root>/<pid>/cwd`; an absolute one is looked up through `<procfs-root>/<pid>/root` first (the process's
-//! own mount namespace, as in a container) and as it is otherwise.
+//! `nccl-inspector-unknown-jobid` in the process's working directory.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use commwatch_model::inspector::{ENV_DUMP_DIR, ENV_ENABLE, ENV_PROM_DUMP};
 
@@ -40,24 +38,6 @@ pub fn dump_mode(nccl: &BTreeMap<String, String>, job: &str) -> DumpMode {
             PathBuf::from("nccl-inspector-unknown-jobid"),
         ]),
     }
-}
-
-/// The directory seen from the agent, when it exists.
-pub fn resolve(procfs_root: &Path, pid: u32, dir: &Path) -> Option<PathBuf> {
-    let proc = procfs_root.join(pid.to_string());
-    let candidates = if dir.is_absolute() {
-        let inside = dir.strip_prefix("/").unwrap_or(dir);
-        vec![proc.join("root").join(inside), dir.to_path_buf()]
-    } else {
-        let cwd = std::fs::read_link(proc.join("cwd")).ok()?;
-        vec![
-            proc.join("root")
-                .join(cwd.strip_prefix("/").unwrap_or(&cwd))
-                .join(dir),
-            cwd.join(dir),
-        ]
-    };
-    candidates.into_iter().find(|p| p.is_dir())
 }
 
 #[cfg(test)]
@@ -94,27 +74,5 @@ mod tests {
             (ENV_DUMP_DIR, "/d"),
         ]);
         assert_eq!(dump_mode(&prom, "j"), DumpMode::Prometheus);
-    }
-
-    #[test]
-    fn relative_directories_resolve_against_the_working_directory() {
-        let proc = tempfile::tempdir().unwrap();
-        let work = tempfile::tempdir().unwrap();
-        std::fs::create_dir(work.path().join("nccl-inspector-7")).unwrap();
-        std::fs::create_dir(proc.path().join("12")).unwrap();
-        std::os::unix::fs::symlink(work.path(), proc.path().join("12/cwd")).unwrap();
-        assert_eq!(
-            resolve(proc.path(), 12, Path::new("nccl-inspector-7")),
-            Some(work.path().join("nccl-inspector-7"))
-        );
-        assert_eq!(resolve(proc.path(), 12, Path::new("absent")), None);
-        assert_eq!(
-            resolve(proc.path(), 12, work.path()),
-            Some(work.path().to_path_buf())
-        );
-        assert_eq!(
-            resolve(proc.path(), 13, Path::new("nccl-inspector-7")),
-            None
-        );
     }
 }

@@ -8,11 +8,16 @@
 //! - Truncation (the file is shorter than what was read): reading restarts at its start.
 //! - A partial last line waits for its newline; a line longer than `max_line_bytes` is dropped and counted.
 //! - At most `max_bytes_per_poll` bytes are read per poll; the rest waits for the next poll.
+//! - The file is named in its dump directory's handle ([`DumpDir`]) and opened from it, never through a link
+//!   and only as a regular file of the process's user; a refusal is counted ([`TailCounts::refused`]). While
+//!   the directory is not found, the open handle is read to its end and nothing new is opened.
 
+use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+
+use super::confine::{DumpDir, Refusal};
 
 /// Bounds of one file's follower.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,7 +38,7 @@ impl Default for TailLimits {
 }
 
 /// What following met besides lines.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TailCounts {
     /// Bytes of backlog skipped (more than `max_backlog_bytes` behind the end).
     pub skipped_bytes: u64,
@@ -41,12 +46,16 @@ pub struct TailCounts {
     pub long_lines: u64,
     pub rotations: u64,
     pub truncations: u64,
+    /// Files not opened, by why (a link or a FIFO swapped in for a followed file).
+    pub refused: Vec<Refusal>,
 }
 
 /// One followed file.
 #[derive(Debug)]
 pub struct FileTail {
-    path: PathBuf,
+    name: OsString,
+    /// Whether the last poll found the name in its directory (a regular file).
+    present: bool,
     file: Option<File>,
     identity: Option<(u64, u64)>,
     offset: u64,
@@ -56,9 +65,11 @@ pub struct FileTail {
 }
 
 impl FileTail {
-    pub fn new(path: &Path) -> FileTail {
+    /// The file `name` of a dump directory (not opened until [`FileTail::poll`]).
+    pub fn new(name: &OsStr) -> FileTail {
         FileTail {
-            path: path.to_path_buf(),
+            name: name.to_os_string(),
+            present: true,
             file: None,
             identity: None,
             offset: 0,
@@ -67,24 +78,36 @@ impl FileTail {
         }
     }
 
-    pub fn path(&self) -> &Path {
-        &self.path
+    pub fn name(&self) -> &OsStr {
+        &self.name
     }
 
-    /// Whether the path still names a file or the open handle has bytes left.
+    /// Whether the last poll found the name in its directory or the open handle has bytes left.
     pub fn alive(&self) -> bool {
-        self.path.exists() || !self.at_end()
+        self.present || !self.at_end()
     }
 
-    /// The complete lines appended since the last poll (without their newlines).
-    pub fn poll(&mut self, limits: &TailLimits, counts: &mut TailCounts) -> Vec<String> {
+    /// The complete lines appended since the last poll (without their newlines). `dir`: the file's dump
+    /// directory as found in this poll; `None` (not found now) reads only what the open handle has left.
+    pub fn poll(
+        &mut self,
+        dir: Option<&DumpDir>,
+        limits: &TailLimits,
+        counts: &mut TailCounts,
+    ) -> Vec<String> {
         let mut lines = Vec::new();
         let mut budget = limits.max_bytes_per_poll;
-        // The dump directory belongs to the training job: a link or anything but a regular file is not followed.
-        let current = std::fs::symlink_metadata(&self.path)
-            .ok()
-            .filter(|m| m.file_type().is_file())
-            .map(|m| (m.dev(), m.ino()));
+        // The dump directory belongs to the training job: a link or anything but a regular file of the
+        // process's user is not followed.
+        let current = match dir.map(|d| d.identity_of(&self.name)) {
+            Some(Ok(id)) => id,
+            Some(Err(why)) => {
+                counts.refused.push(why);
+                None
+            }
+            None => None,
+        };
+        self.present = current.is_some();
         if self.file.is_some() {
             budget -= self.read_open(limits, budget, &mut lines, counts);
             if current.is_some() && current != self.identity && self.at_end() {
@@ -96,8 +119,13 @@ impl FileTail {
                 counts.rotations += 1;
             }
         }
-        if self.file.is_none() && current.is_some() && budget > 0 {
-            if let Some(f) = open_regular(&self.path) {
+        let dir = dir.filter(|_| self.file.is_none() && current.is_some() && budget > 0);
+        if let Some(dir) = dir {
+            let opened = dir.open_file(&self.name).unwrap_or_else(|why| {
+                counts.refused.push(why);
+                None
+            });
+            if let Some(f) = opened {
                 self.identity = f.metadata().ok().map(|m| (m.dev(), m.ino()));
                 self.file = Some(f);
                 self.offset = 0;
@@ -155,7 +183,7 @@ impl FileTail {
         let n = match read {
             Ok(n) => n,
             Err(e) => {
-                tracing::debug!(file = %self.path.display(), error = %e, "inspector file read failed");
+                tracing::debug!(file = ?self.name, error = %e, "inspector file read failed");
                 return 0;
             }
         };
@@ -203,22 +231,12 @@ impl FileTail {
     }
 }
 
-/// Opens `path` for reading only if it is a regular file and not a link: the open never blocks (a FIFO swapped
-/// in after the check) and never follows a link out of the dump directory.
-fn open_regular(path: &Path) -> Option<File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_NOCTTY)
-        .open(path)
-        .ok()?;
-    f.metadata().ok().filter(|m| m.is_file()).map(|_| f)
-}
-
 #[cfg(test)]
 mod tests {
     use std::io::Write;
+    use std::path::Path;
 
+    use super::super::confine::open_plain;
     use super::*;
 
     fn append(path: &Path, s: &str) {
@@ -241,10 +259,13 @@ mod tests {
         let c_path = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
         assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
         let (limits, mut c) = (TailLimits::default(), TailCounts::default());
-        assert!(FileTail::new(&link).poll(&limits, &mut c).is_empty());
-        assert!(FileTail::new(&fifo).poll(&limits, &mut c).is_empty());
-        assert!(open_regular(&link).is_none());
-        assert!(open_regular(&fifo).is_none());
+        let d = open_plain(dir.path());
+        let mut link = FileTail::new(OsStr::new("a.log"));
+        assert!(link.poll(Some(&d), &limits, &mut c).is_empty());
+        let mut fifo = FileTail::new(OsStr::new("b.log"));
+        assert!(fifo.poll(Some(&d), &limits, &mut c).is_empty());
+        assert_eq!(c.refused, [Refusal::Symlink, Refusal::NotRegular]);
+        assert!(!link.alive() && !fifo.alive());
     }
 
     #[test]
@@ -252,13 +273,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("a.log");
         let (limits, mut c) = (TailLimits::default(), TailCounts::default());
-        let mut t = FileTail::new(&p);
-        assert!(t.poll(&limits, &mut c).is_empty(), "no file yet");
+        let d = open_plain(dir.path());
+        let mut t = FileTail::new(OsStr::new("a.log"));
+        assert!(t.poll(Some(&d), &limits, &mut c).is_empty(), "no file yet");
         append(&p, "one\ntw");
-        assert_eq!(t.poll(&limits, &mut c), vec!["one"]);
+        assert_eq!(t.poll(Some(&d), &limits, &mut c), vec!["one"]);
         append(&p, "o\nthree\n");
-        assert_eq!(t.poll(&limits, &mut c), vec!["two", "three"]);
-        assert!(t.poll(&limits, &mut c).is_empty());
+        assert_eq!(t.poll(Some(&d), &limits, &mut c), vec!["two", "three"]);
+        assert!(t.poll(Some(&d), &limits, &mut c).is_empty());
     }
 
     #[test]
@@ -266,13 +288,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("a.log");
         let (limits, mut c) = (TailLimits::default(), TailCounts::default());
-        let mut t = FileTail::new(&p);
+        let d = open_plain(dir.path());
+        let mut t = FileTail::new(OsStr::new("a.log"));
         append(&p, "1\n");
-        assert_eq!(t.poll(&limits, &mut c), vec!["1"]);
+        assert_eq!(t.poll(Some(&d), &limits, &mut c), vec!["1"]);
         append(&p, "2\n3-cut");
         std::fs::rename(&p, dir.path().join("a.log.1")).unwrap();
         append(&p, "4\n");
-        assert_eq!(t.poll(&limits, &mut c), vec!["2", "3-cut", "4"]);
+        assert_eq!(t.poll(Some(&d), &limits, &mut c), vec!["2", "3-cut", "4"]);
         assert_eq!(c.rotations, 1);
     }
 
@@ -281,11 +304,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("a.log");
         let (limits, mut c) = (TailLimits::default(), TailCounts::default());
-        let mut t = FileTail::new(&p);
+        let d = open_plain(dir.path());
+        let mut t = FileTail::new(OsStr::new("a.log"));
         append(&p, "aaaa\nbbbb\n");
-        assert_eq!(t.poll(&limits, &mut c).len(), 2);
+        assert_eq!(t.poll(Some(&d), &limits, &mut c).len(), 2);
         std::fs::write(&p, "c\n").unwrap();
-        assert_eq!(t.poll(&limits, &mut c), vec!["c"]);
+        assert_eq!(t.poll(Some(&d), &limits, &mut c), vec!["c"]);
         assert_eq!(c.truncations, 1);
     }
 
@@ -299,20 +323,21 @@ mod tests {
             max_line_bytes: 8,
         };
         let mut c = TailCounts::default();
-        let mut t = FileTail::new(&p);
+        let d = open_plain(dir.path());
+        let mut t = FileTail::new(OsStr::new("a.log"));
         // 10 lines of 4 bytes: 40 bytes, 16 skipped, then "line" boundary found.
         append(&p, &"abc\n".repeat(10));
-        let first = t.poll(&limits, &mut c);
+        let first = t.poll(Some(&d), &limits, &mut c);
         assert_eq!(c.skipped_bytes, 16);
         assert_eq!(
             first,
             vec!["abc"; 3],
             "the skipped-into line is dropped, 16 bytes per poll"
         );
-        assert_eq!(t.poll(&limits, &mut c), vec!["abc"; 2]);
+        assert_eq!(t.poll(Some(&d), &limits, &mut c), vec!["abc"; 2]);
         append(&p, "0123456789abcdef\nok\n");
-        assert_eq!(t.poll(&limits, &mut c), Vec::<String>::new());
-        assert_eq!(t.poll(&limits, &mut c), vec!["ok"]);
+        assert_eq!(t.poll(Some(&d), &limits, &mut c), Vec::<String>::new());
+        assert_eq!(t.poll(Some(&d), &limits, &mut c), vec!["ok"]);
         assert_eq!(c.long_lines, 1);
     }
 }
