@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use commwatch_model::token::exposure_warning;
 use serde::Deserialize;
 
 use crate::source::netdev::NetdevOptions;
@@ -357,9 +358,10 @@ impl AgentConfig {
         let secrets = [
             ("TLS client key", self.tls.key_file.as_deref()),
             ("token file", self.token_file.as_deref()),
+            ("probe token file", self.probe.token_file.as_deref()),
         ];
         for (what, path) in secrets {
-            if let Some(w_) = path.and_then(|p| loose_permissions(what, p)) {
+            if let Some(w_) = path.and_then(|p| exposure_warning(what, p)) {
                 w.push(w_);
             }
         }
@@ -522,19 +524,6 @@ impl AgentConfig {
         }
         Ok(())
     }
-}
-
-/// A warning when the secret file `path` can be read or written by its group or others.
-fn loose_permissions(what: &str, path: &Path) -> Option<String> {
-    use std::os::unix::fs::PermissionsExt;
-    let mode = std::fs::metadata(path).ok()?.permissions().mode() & 0o777;
-    (mode & 0o077 != 0).then(|| {
-        format!(
-            "{what} {} can be read or changed by group or others (mode {mode:04o}): chmod 600 {}",
-            path.display(),
-            path.display()
-        )
-    })
 }
 
 #[cfg(test)]
@@ -720,6 +709,19 @@ include = ["eth*", "ib*"]
         assert!(
             w[0].starts_with("TLS client key ") && w[0].contains("(mode 0640)"),
             "{w:?}"
+        );
+        // The probe token too: a world-readable one is warned about at every start.
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let probe_token = token.with_file_name("probe-token");
+        std::fs::write(&probe_token, "p\n").unwrap();
+        std::fs::set_permissions(&probe_token, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let mut c = c;
+        c.probe.token_file = Some(probe_token.clone());
+        let w = c.warnings();
+        let p = probe_token.display();
+        assert_eq!(
+            w,
+            [format!("probe token file {p} can be read or changed by group or others (mode 0644): chmod 600 {p}")]
         );
     }
 

@@ -222,6 +222,7 @@ pub async fn start_with(
             &config.probe,
             probe_token,
             &config.sysfs_root,
+            metrics.probe.clone(),
             shutdown_rx.clone(),
         )
         .await

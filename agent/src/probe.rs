@@ -3,6 +3,9 @@
 //! and at most one per `min_interval`, size- and duration-limited, and it declines while the node's fabric is
 //! busy: a probe must never compete with training. Busy is read from the node's own InfiniBand/RoCE port byte
 //! counters (`port_xmit_data`, `port_rcv_data`, octets ÷ 4) once a second while probes are enabled.
+//! Like every listener, it holds at most `max_connections` connections and closes one whose `hello` does not
+//! arrive within 5 s; wrong tokens are throttled per address (`commwatch_probe::server`), and all three are
+//! counted in the agent's `/metrics` (`commwatch_agent_probe_*`).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -10,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use commwatch_probe::{BusyCheck, Limits, Server, ServerConfig};
+use commwatch_probe::{BusyCheck, Limits, Server, ServerConfig, ServerMetrics};
 use serde::Deserialize;
 use tokio::sync::watch;
 
@@ -39,6 +42,8 @@ pub struct ProbeConfig {
     pub relay: bool,
     /// RDMA device for RDMA probes (needs the `rdma` build); `None`: the first.
     pub rdma_device: Option<String>,
+    /// Most connections the probe listener holds at once; one beyond is closed at accept and counted.
+    pub max_connections: usize,
 }
 
 impl Default for ProbeConfig {
@@ -52,6 +57,7 @@ impl Default for ProbeConfig {
             busy_fraction: 0.05,
             relay: true,
             rdma_device: None,
+            max_connections: commwatch_probe::server::DEFAULT_MAX_CONNECTIONS,
         }
     }
 }
@@ -75,6 +81,12 @@ impl ProbeConfig {
                 "must be above 0 and at most 60s".into(),
             ));
         }
+        if !(1..=MAX_PROBE_CONNECTIONS).contains(&self.max_connections) {
+            return Err((
+                "probe.max_connections",
+                format!("must be 1 to {MAX_PROBE_CONNECTIONS}"),
+            ));
+        }
         if !(self.busy_fraction > 0.0 && self.busy_fraction <= 1.0) {
             return Err((
                 "probe.busy_fraction",
@@ -84,6 +96,9 @@ impl ProbeConfig {
         Ok(())
     }
 }
+
+/// Largest `probe.max_connections`: more would only let a flood hold more of the agent's descriptors.
+pub const MAX_PROBE_CONNECTIONS: usize = 4096;
 
 /// One port's byte counters at one time.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -182,11 +197,13 @@ async fn watch_fabric(
     }
 }
 
-/// Starts the probe server when `config.listen` is set; where it listens. It stops on `shutdown`.
+/// Starts the probe server when `config.listen` is set, counting in `metrics` (the agent's registry); where it
+/// listens. It stops on `shutdown`.
 pub async fn start(
     config: &ProbeConfig,
     token: Option<String>,
     sysfs_root: &Path,
+    metrics: ServerMetrics,
     shutdown: watch::Receiver<bool>,
 ) -> std::io::Result<Option<SocketAddr>> {
     let Some(listen) = config.listen else {
@@ -202,7 +219,7 @@ pub async fn start(
         busy.clone(),
         shutdown.clone(),
     ));
-    let server = Server::new(
+    let server = Server::with_metrics(
         ServerConfig {
             token,
             limits: Limits {
@@ -213,8 +230,11 @@ pub async fn start(
             rdma_device: config.rdma_device.clone(),
             relay: config.relay,
             bind: Some(addr.ip()).filter(|ip| !ip.is_unspecified()),
+            max_connections: config.max_connections,
+            ..ServerConfig::default()
         },
         busy,
+        metrics,
     );
     let mut stop = shutdown;
     tokio::spawn(server.serve(listener, async move {
@@ -295,5 +315,10 @@ mod tests {
             ..ProbeConfig::default()
         };
         assert_eq!(big.validate().unwrap_err().0, "probe.max_size");
+        let none = ProbeConfig {
+            max_connections: 0,
+            ..ProbeConfig::default()
+        };
+        assert_eq!(none.validate().unwrap_err().0, "probe.max_connections");
     }
 }

@@ -49,6 +49,10 @@ pub const METRIC_NAMES: &[&str] = &[
     "commwatch_agent_inspector_files",
     "commwatch_agent_http_connections_refused_total",
     "commwatch_agent_http_connections",
+    "commwatch_agent_probe_connections",
+    "commwatch_agent_probe_connections_refused_total",
+    "commwatch_agent_probe_handshake_timeouts_total",
+    "commwatch_agent_probe_auth_failures_total",
     "commwatch_agent_collector_info",
     "commwatch_agent_collector_shards",
     "commwatch_agent_collector_moves_total",
@@ -137,10 +141,21 @@ pub struct AgentMetrics {
     pub http_connections_refused: IntCounter,
     /// HTTP connections open now.
     pub http_connections: IntGauge,
+    /// The probe server's connections, handshake timeouts and wrong tokens (`[probe]`; zero while off).
+    pub probe: commwatch_probe::ServerMetrics,
     /// The collector shard in use, the moves between shards and the DNS discovery ([`ShardMetrics`]).
     pub shards: ShardMetrics,
     /// `commwatch_build_info`, its one series at 1 ([`build_info`]).
     pub build_info: IntGaugeVec,
+}
+
+/// `commwatch_build_info{version,revision}`, named like the collector's.
+fn build_info_gauge() -> IntGaugeVec {
+    gauge_vec(
+        "commwatch_build_info",
+        "Always 1; the labels say which version and git revision of commwatch is running.",
+        &["version", "revision"],
+    )
 }
 
 impl AgentMetrics {
@@ -277,12 +292,9 @@ impl AgentMetrics {
                 "commwatch_agent_http_connections",
                 "HTTP connections (/metrics, /healthz) open now.",
             ),
+            probe: commwatch_probe::ServerMetrics::unregistered("commwatch_agent_probe"),
             shards: ShardMetrics::new(),
-            build_info: gauge_vec(
-                "commwatch_build_info",
-                "Always 1; the labels say which version and git revision of commwatch is running.",
-                &["version", "revision"],
-            ),
+            build_info: build_info_gauge(),
         };
         let b = build_info();
         m.build_info
@@ -325,6 +337,10 @@ impl AgentMetrics {
             Box::new(self.jobs.clone()),
             Box::new(self.http_connections_refused.clone()),
             Box::new(self.http_connections.clone()),
+            Box::new(self.probe.connections.open.clone()),
+            Box::new(self.probe.connections.refused.clone()),
+            Box::new(self.probe.handshake_timeouts.clone()),
+            Box::new(self.probe.auth_failures.clone()),
             Box::new(self.build_info.clone()),
         ];
         own.into_iter()

@@ -1,6 +1,7 @@
 //! The HTTP/1.1 server of the collector's (`/metrics`, `/api/v1/*`, `/healthz`) and the agent's (`/metrics`,
 //! `/healthz`) endpoints, bounded against connection floods and slow clients:
-//! - at most [`HttpBounds::max_connections`] connections are served at once (`limits.max_http_connections`).
+//! - at most [`HttpBounds::max_connections`] connections are served at once (`limits.max_http_connections`),
+//!   through the project's one connection cap ([`cap::ConnectionCap`], the probe servers' too).
 //!   A connection accepted beyond that is closed at once — it is taken off the kernel's backlog, not left
 //!   there — and counted in `commwatch_collector_http_connections_refused_total`; the connections open now are
 //!   `commwatch_collector_http_connections`.
@@ -23,7 +24,6 @@ use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -32,13 +32,14 @@ use axum::Router;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use prometheus::{IntCounter, IntGauge};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::watch;
 use tracing::{debug, error, warn};
 
+pub mod cap;
 mod gzip;
+pub use cap::{ConnectionCap, ConnectionMetrics, Slot, MAX_CONNECTIONS_BOUND};
 pub use gzip::{accepts_gzip, gzip_fast, metrics_response, TEXT_FORMAT};
 
 /// Time a client has to send a request's headers (production value of [`HttpBounds::header_read_timeout`]).
@@ -49,10 +50,6 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// receiver reopens its TCP window only once a good part of its buffer is drained (a client reading 16 KiB
 /// every 50 ms blocked the writer for over a second in the tests), so this is generous.
 pub const WRITE_STALL_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// Most connections a server accepts at once whatever it is configured with (the validation bound of
-/// `limits.max_http_connections`).
-pub const MAX_CONNECTIONS_BOUND: usize = 1_000_000;
 
 /// After shutdown is asked, how long [`serve`] waits for open connections to finish their responses.
 const DRAIN_GRACE: Duration = Duration::from_secs(3);
@@ -83,28 +80,6 @@ impl HttpBounds {
     }
 }
 
-/// Where a server counts its connections.
-#[derive(Debug, Clone)]
-pub struct ConnectionMetrics {
-    /// Connections open now.
-    pub open: IntGauge,
-    /// Connections closed at accept because [`HttpBounds::max_connections`] were open.
-    pub refused: IntCounter,
-}
-
-/// A served connection's slot: returns the permit and lowers the gauge when the connection ends, however it
-/// ends.
-struct Slot {
-    _permit: OwnedSemaphorePermit,
-    open: IntGauge,
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        self.open.dec();
-    }
-}
-
 /// Serves `router` on `listener` within `bounds` until `shutdown` holds `true` (or its sender is dropped).
 /// Then it accepts nothing more, asks open connections to finish their current response and close, and
 /// returns once they have — or after a 3 s grace (within the collector's 5 s shutdown grace), leaving the rest
@@ -116,8 +91,8 @@ pub async fn serve(
     metrics: ConnectionMetrics,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let max = bounds.max_connections.clamp(1, MAX_CONNECTIONS_BOUND);
-    let slots = Arc::new(Semaphore::new(max));
+    let cap = ConnectionCap::new(bounds.max_connections, metrics);
+    let max = cap.max();
     loop {
         let accepted = tokio::select! {
             a = listener.accept() => a,
@@ -134,16 +109,10 @@ pub async fn serve(
                 }
             }
         };
-        let Ok(permit) = slots.clone().try_acquire_owned() else {
-            metrics.refused.inc();
+        let Some(slot) = cap.admit() else {
             debug!(%peer, max, "HTTP connection refused: connection limit reached");
             drop(stream);
             continue;
-        };
-        metrics.open.inc();
-        let slot = Slot {
-            _permit: permit,
-            open: metrics.open.clone(),
         };
         tokio::spawn(serve_connection(
             stream,
@@ -156,13 +125,9 @@ pub async fn serve(
     }
     drop(listener);
     // Every slot returned: every connection has ended.
-    let all = u32::try_from(max).unwrap_or(u32::MAX);
-    if tokio::time::timeout(DRAIN_GRACE, slots.acquire_many(all))
-        .await
-        .is_err()
-    {
+    if let Err(open) = cap.drained(DRAIN_GRACE).await {
         warn!(
-            open = max - slots.available_permits(),
+            open,
             "HTTP connections still open after the shutdown grace period"
         );
     }
@@ -347,10 +312,7 @@ mod tests {
             );
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let metrics = ConnectionMetrics {
-            open: IntGauge::new("open", "open").unwrap(),
-            refused: IntCounter::new("refused", "refused").unwrap(),
-        };
+        let metrics = ConnectionMetrics::unregistered("t");
         let (stop, rx) = watch::channel(false);
         let task = tokio::spawn(serve(listener, router, bounds, metrics.clone(), rx));
         Server {

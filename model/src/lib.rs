@@ -19,6 +19,7 @@
 //!   and by `baseline import` alike.
 //! - [`clock`], [`stats`], [`token`]: the wall clock in the project's units, the median, and bearer-token
 //!   files — each written once.
+//! - [`throttle`]: the one log throttle for warnings a peer can repeat at will.
 //! - [`text`]: the one sanitiser of outside text (control characters shown as `\u001b`, never interpreted),
 //!   applied before a string from an agent or a file is stored, logged or printed.
 
@@ -32,6 +33,7 @@ pub mod nccl;
 pub mod series;
 pub mod stats;
 pub mod text;
+pub mod throttle;
 pub mod token;
 
 pub use finding::{FindingKind, Severity};

@@ -32,6 +32,21 @@ pub fn read_token_file(path: &Path) -> Result<String, TokenError> {
     Ok(token.to_string())
 }
 
+/// A warning when the secret file `path` can be read or changed by its group or others, naming the file and
+/// `chmod 600` (`None` when it cannot, or its mode cannot be read). Said at every start, as ssh does for a
+/// private key: a token others on the host can read is a token they hold.
+pub fn exposure_warning(what: &str, path: &Path) -> Option<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(path).ok()?.permissions().mode() & 0o777;
+    (mode & 0o077 != 0).then(|| {
+        format!(
+            "{what} {} can be read or changed by group or others (mode {mode:04o}): chmod 600 {}",
+            path.display(),
+            path.display()
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -49,6 +64,21 @@ mod tests {
         let missing = dir.path().join("missing");
         let e = read_token_file(&missing).unwrap_err();
         assert!(e.to_string().contains("missing"), "{e}");
+    }
+
+    #[test]
+    fn a_file_others_can_read_is_warned_about() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t");
+        std::fs::write(&p, "s3cret\n").unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(exposure_warning("probe token file", &p), None);
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let w = exposure_warning("probe token file", &p).unwrap();
+        assert!(w.starts_with("probe token file "), "{w}");
+        assert!(w.contains("(mode 0644): chmod 600"), "{w}");
+        assert_eq!(exposure_warning("x", &dir.path().join("absent")), None);
     }
 
     #[test]

@@ -78,7 +78,8 @@ impl Conn {
         Ok(&self.scratch)
     }
 
-    /// Reads the next frame, which must be a control message.
+    /// Reads the next frame, which must be a control message: its header within `within`, then its payload
+    /// within `within` again (a message sent half is not waited for beyond that).
     pub async fn recv_message(&mut self, within: Duration) -> Result<Message, ProbeError> {
         let h = self.recv_header(within).await?;
         if h.kind != FrameKind::Control {
@@ -87,7 +88,9 @@ impl Conn {
                 h.kind
             )));
         }
-        let body = self.recv_payload(h.len).await?;
+        let body = tokio::time::timeout(within, self.recv_payload(h.len))
+            .await
+            .map_err(|_| ProbeError::Timeout(within))??;
         Ok(wire::decode_message(body)?)
     }
 }

@@ -4,12 +4,14 @@
 //! Module map, each using only those before it:
 //! - [`wire`]: the frames and control messages (pure), [`params`]: parameters, limits, accept or refuse (pure),
 //!   [`pace`]: the window and waits of a bulk phase from its measured rate (pure), [`stats`]: bandwidth and
-//!   quantiles (pure), [`error`], [`busy`]: the [`BusyCheck`] a server asks;
+//!   quantiles (pure), [`error`], [`busy`]: the [`BusyCheck`] a server asks, [`auth`]: wrong tokens throttled
+//!   per address (pure);
 //! - [`conn`]: frame I/O on the control connection, [`transport`]: the [`Transport`] trait and TCP, [`rdma`]:
 //!   the verbs transport (cargo feature `rdma`) and its pure plan;
 //! - [`session`]: the phases on either side, [`result`]: the figures, [`client`] and [`server`]
 //!   (which relays a probe with the client: a collector asks agent A to probe agent B).
 
+pub mod auth;
 pub mod busy;
 pub mod client;
 pub mod conn;
@@ -29,6 +31,6 @@ pub use client::{relay, run, ClientOptions};
 pub use error::ProbeError;
 pub use params::{Limits, Params};
 pub use result::ProbeResult;
-pub use server::{Server, ServerConfig};
+pub use server::{Server, ServerConfig, ServerMetrics};
 pub use transport::Transport;
 pub use wire::{Refusal, TransportKind};

@@ -93,17 +93,26 @@ pub async fn client<T: Transport>(
     })
 }
 
-/// The server's side after it accepted: serves phases until `done`. No phase lasts longer than `max_span`.
+/// The server's side after it accepted: serves phases until `done`. The phases' spans add up to at most
+/// `budget` (the probe's duration): a client that asks for more phases, or longer ones, than its `hello` said
+/// gets what is left of the budget, then an error — a probe asked for 5 s never sends for longer.
 pub async fn server<T: Transport>(
     conn: &mut Conn,
     t: &mut T,
     size: usize,
-    max_span: Duration,
+    budget: Duration,
 ) -> Result<(), ProbeError> {
+    let mut left = budget;
     loop {
-        let (phase, span) = match conn.recv_message(max_span + GRACE).await? {
+        let (phase, span) = match conn.recv_message(left + GRACE).await? {
             Message::Phase { phase, span_ms } => {
-                (phase, Duration::from_millis(span_ms).min(max_span))
+                let span = phase_span(&mut left, span_ms).ok_or_else(|| {
+                    ProbeError::Protocol(format!(
+                        "a phase asked beyond the probe's duration of {:.3} s",
+                        budget.as_secs_f64()
+                    ))
+                })?;
+                (phase, span)
             }
             Message::Done => return Ok(()),
             other => return Err(ProbeError::Protocol(format!("unexpected {other:?}"))),
@@ -122,5 +131,42 @@ pub async fn server<T: Transport>(
             seconds: m.seconds,
         })
         .await?;
+    }
+}
+
+/// The span a phase asked for as `span_ms` gets out of what is `left` of the budget (taken from it); `None`
+/// once the budget is spent.
+pub fn phase_span(left: &mut Duration, span_ms: u64) -> Option<Duration> {
+    if left.is_zero() {
+        return None;
+    }
+    let span = Duration::from_millis(span_ms).min(*left);
+    *left -= span;
+    Some(span)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn phases_share_the_duration_and_no_more() {
+        let params = crate::params::Params::default();
+        let spans = params.spans();
+        let mut left = params.duration;
+        for s in [spans.upload, spans.download, spans.latency] {
+            assert_eq!(phase_span(&mut left, millis(s)), Some(s));
+        }
+        assert_eq!(phase_span(&mut left, 1000), None);
+        // Asking long phases over and over gets the budget once.
+        let mut left = Duration::from_secs(5);
+        assert_eq!(phase_span(&mut left, 30_000), Some(Duration::from_secs(5)));
+        assert_eq!(phase_span(&mut left, 30_000), None);
+        let mut left = Duration::from_secs(5);
+        for _ in 0..4 {
+            assert!(phase_span(&mut left, 1000).is_some());
+        }
+        assert_eq!(phase_span(&mut left, 2000), Some(Duration::from_secs(1)));
+        assert_eq!(phase_span(&mut left, 2000), None);
     }
 }

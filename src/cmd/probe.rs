@@ -44,6 +44,10 @@ pub struct ServeArgs {
     /// RDMA device to answer RDMA probes on (default: the first; needs the `rdma` build).
     #[arg(long, value_name = "DEV")]
     pub device: Option<String>,
+    /// Most connections held at once; one beyond is closed at accept (a client also has 5 s to say hello).
+    #[arg(long, value_name = "N", default_value_t = commwatch_probe::server::DEFAULT_MAX_CONNECTIONS,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=65536))]
+    pub max_connections: usize,
 }
 
 /// `--transport`.
@@ -82,7 +86,15 @@ pub struct RunArgs {
     pub format: OutputFormat,
 }
 
+/// The token in the file at `path`; a file that group or others can read or change is warned about, naming
+/// it and `chmod 600`, as the agent and the collector do for their secrets (the token still works: refusing
+/// would stop a probe over a mode bit, and the warning is said at every start).
 fn token(path: Option<&PathBuf>) -> anyhow::Result<Option<String>> {
+    if let Some(w) =
+        path.and_then(|p| commwatch_model::token::exposure_warning("probe token file", p))
+    {
+        tracing::warn!("{w}");
+    }
     path.map(|p| commwatch_model::token::read_token_file(p))
         .transpose()
         .map_err(anyhow::Error::from)
@@ -114,6 +126,8 @@ fn serve(a: &ServeArgs) -> anyhow::Result<()> {
         rdma_device: a.device.clone(),
         relay: false,
         bind: None,
+        max_connections: a.max_connections,
+        ..ServerConfig::default()
     };
     if config.token.is_none() {
         tracing::warn!("no --token-file: any client that reaches this address may probe it");
