@@ -259,12 +259,26 @@ cpu_limit() { # cpu_limit K PERCENT|max: the cpu share of node K's job processes
   fi
 }
 
+# The commands that mount, inside a node's mount namespace, the cgroup hierarchy holding the cpu controller at
+# /sys/fs/cgroup as a host shows it (`ip netns exec` mounts the namespace's own sysfs over /sys, without the
+# cgroup file systems under it): the agent's `cgroup` source reads the job's CPU throttling there.
+cgroup_mounts() {
+  local ctl
+  if [ "$CGV" = 2 ]; then
+    echo "mount -t cgroup2 cgroup2 /sys/fs/cgroup"
+  elif [ "$CGV" = 1 ]; then
+    ctl=$(awk -F: '$2 ~ /(^|,)cpu(,|$)/ {print $2; exit}' /proc/self/cgroup)
+    [ -n "$ctl" ] || return 0
+    echo "mount -t tmpfs cgroup /sys/fs/cgroup && mkdir -p /sys/fs/cgroup/$ctl && mount -t cgroup -o $ctl cgroup /sys/fs/cgroup/$ctl"
+  fi
+}
+
 # Starts node k's init (pid 1 of its pid namespace, in its own mount and UTS namespaces) and records its pid
 # as the root namespace sees it.
 node_up() {
   local k=$1 upid child=
   ip netns exec "$(node_ns "$k")" unshare --pid --fork --mount-proc --uts -- \
-    sh -c "hostname node$k; exec sleep infinity" 2>>"$RUN/node$k.init.log" &
+    sh -c "hostname node$k; $(cgroup_mounts); exec sleep infinity" 2>>"$RUN/node$k.init.log" &
   upid=$!
   disown "$upid" # ended by node_down (SIGKILL), never waited for
   # The init is unshare's child once it runs `sleep` (other short-lived children may come and go before).

@@ -7,6 +7,7 @@
 
 use std::path::PathBuf;
 
+use super::cgroup::{shared_job_cgroups, CgroupSource};
 use super::gpu::{self, GpuBackend, GpuError, SharedGpu};
 use super::host::{HostBackend, HostSource};
 use super::infiniband::InfinibandSource;
@@ -18,9 +19,18 @@ use super::tcp::TcpSource;
 use super::watchdog::watch;
 use super::Source;
 
-/// Names of the sources, in the order they are built and sampled (`processes` last: it checks NCCL settings
-/// against the links the others found).
-pub const SOURCE_NAMES: &[&str] = &["infiniband", "netdev", "host", "tcp", "nvml", "processes"];
+/// Names of the sources, in the order they are built and sampled (`processes` after the hardware: it checks
+/// NCCL settings against the links the others found; `cgroup` after it: it reads the cgroups of the jobs that
+/// `processes` found).
+pub const SOURCE_NAMES: &[&str] = &[
+    "infiniband",
+    "netdev",
+    "host",
+    "tcp",
+    "nvml",
+    "processes",
+    "cgroup",
+];
 
 /// What the sources are built from: plain values, handed down by the agent from its configuration.
 #[derive(Debug, Clone, PartialEq)]
@@ -90,6 +100,8 @@ pub fn build_sources_with(settings: &SourceSettings, extras: SourceExtras) -> Ve
             Some(b) => Ok(gpu::shared(b)),
             None => NvmlBackend::init().map(|b| gpu::shared(Box::new(b) as Box<dyn GpuBackend>)),
         });
+    // The jobs' cgroups, from `processes` to `cgroup` (each scan of the first, read at the second's discovery).
+    let cgroups = shared_job_cgroups();
     let mut out: Vec<Box<dyn Source>> = Vec::new();
     for name in SOURCE_NAMES.iter().filter(|n| settings.wants(n)) {
         match *name {
@@ -108,9 +120,16 @@ pub fn build_sources_with(settings: &SourceSettings, extras: SourceExtras) -> Ve
                     out.push(Box::new(NvmlSource::new(g.clone())));
                 }
             }
-            "processes" => out.push(Box::new(ProcessesSource::new(
-                settings.procfs_root.clone(),
-                gpu.as_ref().and_then(|g| g.as_ref().ok()).cloned(),
+            "processes" => out.push(Box::new(
+                ProcessesSource::new(
+                    settings.procfs_root.clone(),
+                    gpu.as_ref().and_then(|g| g.as_ref().ok()).cloned(),
+                )
+                .with_cgroups(cgroups.clone()),
+            )),
+            "cgroup" => out.push(Box::new(CgroupSource::new(
+                settings.sysfs_root.clone(),
+                cgroups.clone(),
             ))),
             _ => {}
         }

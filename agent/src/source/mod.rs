@@ -21,6 +21,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 pub mod attr_file;
+pub mod cgroup;
 pub mod file_series;
 pub mod fsroot;
 pub mod gpu;

@@ -20,11 +20,12 @@
 //! the same pid is read anew). A process caught half-way through an `exec` (its environment not yet placed)
 //! is read again at the next discovery.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 use commwatch_model::{Job, Link, LinkClass, NcclConflict, Rank};
 
+use super::cgroup::{parse_proc_cgroup, CpuCgroup, SharedJobCgroups};
 use super::fsroot::FsRoot;
 use super::gpu::{GpuProcess, SharedGpu};
 use super::{Inventory, ReadReport, Source, SourceError, Tier, Value};
@@ -319,6 +320,8 @@ struct Seen {
     env: Option<BTreeMap<String, String>>,
     pod: Option<String>,
     container: Option<String>,
+    /// Its CPU cgroup (for the `cgroup` source).
+    cpu_cgroup: Option<CpuCgroup>,
     session: u32,
 }
 
@@ -330,6 +333,8 @@ pub struct ProcessesSource {
     inventory: Inventory,
     jobs: Vec<Job>,
     cache: HashMap<u32, Seen>,
+    /// Where each scan leaves the jobs' CPU cgroups for the `cgroup` source; `None`: nobody reads them.
+    cgroups: Option<SharedJobCgroups>,
     /// Only these pids are looked at (tests); `None`: every process.
     only: Option<Vec<u32>>,
 }
@@ -349,8 +354,15 @@ impl ProcessesSource {
             inventory: Inventory::default(),
             jobs: Vec::new(),
             cache: HashMap::new(),
+            cgroups: None,
             only: None,
         }
+    }
+
+    /// Leaves each scan's jobs' CPU cgroups in `cgroups` (read by the `cgroup` source).
+    pub fn with_cgroups(mut self, cgroups: SharedJobCgroups) -> ProcessesSource {
+        self.cgroups = Some(cgroups);
+        self
     }
 
     /// Restricts the scan to these pids (for tests on a live `/proc`).
@@ -382,11 +394,9 @@ impl ProcessesSource {
             }
         }
         let env = read_environ(&self.procfs_root, &dir);
-        let (pod, container) = self
-            .procfs_root
-            .read_trimmed(&dir.join("cgroup"))
-            .map(|t| parse_cgroup(&t))
-            .unwrap_or((None, None));
+        let cgroup = self.procfs_root.read_trimmed(&dir.join("cgroup"));
+        let (pod, container) = cgroup.as_deref().map(parse_cgroup).unwrap_or((None, None));
+        let cpu_cgroup = cgroup.as_deref().and_then(parse_proc_cgroup);
         // A process half-way through an `exec` shows an empty environment (the new image's is not placed
         // yet) under its old pid and start time: such a reading is used once and read again next scan.
         let settled = stat.kernel_thread || env.as_ref().is_none_or(|e| !e.raw_empty);
@@ -396,6 +406,7 @@ impl ProcessesSource {
             env: env.map(|e| e.vars),
             pod,
             container,
+            cpu_cgroup,
             session: stat.session,
         };
         if settled {
@@ -428,6 +439,7 @@ impl ProcessesSource {
         // Of the processes claiming one (job, rank), the best so far; a process without a rank number is
         // keyed by its pid (never merged with another).
         let mut ranks: BTreeMap<(String, i64), Candidate> = BTreeMap::new();
+        let mut cgroups: BTreeMap<String, BTreeSet<CpuCgroup>> = BTreeMap::new();
         let mut live = Vec::with_capacity(pids.len());
         for pid in pids {
             let Some(seen) = self.look(pid) else {
@@ -438,6 +450,9 @@ impl ProcessesSource {
             let Some((id, c)) = candidate(pid, &seen, gpus_of.get(&pid)) else {
                 continue;
             };
+            if let Some(cg) = &seen.cpu_cgroup {
+                cgroups.entry(id.clone()).or_default().insert(cg.clone());
+            }
             let key = (id, c.rank.rank.map(i64::from).unwrap_or(-i64::from(pid)));
             if ranks.get(&key).is_none_or(|prev| c.better_than(prev)) {
                 ranks.insert(key, c);
@@ -449,6 +464,11 @@ impl ProcessesSource {
                 unreadable,
                 "processes source: some processes vanished or could not be read"
             );
+        }
+        if let Some(shared) = &self.cgroups {
+            *shared
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = cgroups;
         }
         let mut jobs: BTreeMap<String, Vec<Rank>> = BTreeMap::new();
         for ((id, _), c) in ranks {

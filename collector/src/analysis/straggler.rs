@@ -10,6 +10,12 @@
 //!   SM activity, else the share of time a kernel runs (`gpu_utilization_ratio`). The first leaves out NCCL's
 //!   kernels: when gradient buckets overlap backward, the other ranks run NCCL kernels while they wait for the
 //!   straggler's buckets, so their kernel-running share is as high as its own;
+//! - CPU limit: its training processes stopped by their cgroup's CPU quota in at least [`THROTTLED_ABOVE`] of
+//!   the CFS enforcement periods, more than [`THROTTLED_EXCESS`] above the job's median (a node without a
+//!   limit counts as never throttled) — the `cgroup` source's `cpu_cfs_throttled_periods_total` ÷
+//!   `cpu_cfs_periods_total` of the job's cgroups, over at least [`MIN_CFS_PERIODS`] periods. The rank is
+//!   stopped for the rest of each period it outgrows, and the others wait for it at every collective; GPUs,
+//!   where there are any, then idle on it too, so the compute signal may not see it;
 //! - network: its fabric ports' achieved rate during communication below [`RATE_LAG_BELOW`] × the job's
 //!   median (when no `link_degraded` explains it, root-cause linking happens in `causes.rs`). Measured rates
 //!   only: confident steps or resolved bursts; a burst shorter than a few samples has no rate to compare.
@@ -28,6 +34,16 @@ pub const MIN_NODES: usize = 2;
 pub const BUSY_EXCESS_ABOVE: f64 = 0.05;
 /// Fabric rate below this share of the job's median: the node's links lag.
 pub const RATE_LAG_BELOW: f64 = 0.7;
+/// Share of CFS periods throttled at or above which a node's training processes wait on their CPU limit.
+pub const THROTTLED_ABOVE: f64 = 0.25;
+/// ... and by more than this above the job's median share.
+pub const THROTTLED_EXCESS: f64 = 0.2;
+/// Fewest CFS periods over the window for a throttled share (2 s of the kernel's default 100 ms period).
+pub const MIN_CFS_PERIODS: u64 = 20;
+/// The `cgroup` source's counters of a job's cgroups on a node, and the label naming the job.
+pub const CFS_PERIODS: &str = "cpu_cfs_periods_total";
+pub const CFS_THROTTLED: &str = "cpu_cfs_throttled_periods_total";
+pub const JOB_LABEL: &str = "job_id";
 
 /// The groups of nodes to compare: each job's nodes, or all nodes when no job is known.
 pub(crate) fn groups(
@@ -108,6 +124,10 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
                     continue;
                 }
             }
+            if let Some(c) = throttled(&nodes, n, job.as_deref(), against) {
+                out.push(c);
+                continue;
+            }
             if let (Some(r), Some(m)) = (n.fabric_burst_rate(), rate_median) {
                 if r < RATE_LAG_BELOW * m {
                     let mut c = Candidate::new(FindingKind::Straggler, Severity::Warning, subject);
@@ -132,6 +152,81 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
         }
     }
     out
+}
+
+/// The CFS periods and throttled periods of `job`'s cgroups on `n` over the window (every job's when `None`);
+/// `None` without the `cgroup` source's counters.
+pub fn cfs_periods(n: &NodeInput, job: Option<&str>) -> Option<(u64, u64)> {
+    let of_job = |c: &&super::input::CounterWindow| {
+        job.is_none_or(|j| c.key.0.labels.iter().any(|(k, v)| k == JOB_LABEL && v == j))
+    };
+    let sum = |metric: &str| {
+        let v: Vec<u64> = n
+            .counters
+            .iter()
+            .filter(|c| c.metric() == metric)
+            .filter(of_job)
+            .map(|c| c.increase)
+            .collect();
+        (!v.is_empty()).then(|| v.iter().sum::<u64>())
+    };
+    Some((sum(CFS_PERIODS)?, sum(CFS_THROTTLED)?))
+}
+
+/// The share of CFS periods in which `job`'s processes on `n` were throttled, over at least
+/// [`MIN_CFS_PERIODS`]; 0 with fewer periods (no limit set, or never runnable against it), `None` without the
+/// counters.
+fn throttled_share(n: &NodeInput, job: Option<&str>) -> Option<f64> {
+    let (periods, throttled) = cfs_periods(n, job)?;
+    Some(if periods < MIN_CFS_PERIODS {
+        0.0
+    } else {
+        (throttled as f64 / periods as f64).min(1.0)
+    })
+}
+
+/// A straggler held back by its CPU limit: `n`'s throttled share against the median of the others (a node
+/// without the counters counts as never throttled).
+fn throttled(
+    nodes: &[&NodeInput],
+    n: &NodeInput,
+    job: Option<&str>,
+    against: &str,
+) -> Option<Candidate> {
+    let x = throttled_share(n, job)?;
+    let mut others: Vec<f64> = nodes
+        .iter()
+        .filter(|o| o.name != n.name)
+        .map(|o| throttled_share(o, job).unwrap_or(0.0))
+        .collect();
+    let m = median(&mut others)?;
+    if x < THROTTLED_ABOVE || x - m <= THROTTLED_EXCESS {
+        return None;
+    }
+    let (periods, _) = cfs_periods(n, job)?;
+    let mut subject = Subject::node(&n.name);
+    subject.job = job.map(str::to_string);
+    let mut c = Candidate::new(FindingKind::Straggler, Severity::Warning, subject);
+    c.summary = format!(
+        "{}'s training processes were stopped by their CPU limit in {:.0}% of the kernel's enforcement periods \
+         against {against} {:.0}%: the other {} nodes wait for it at every step's collective.",
+        n.name,
+        x * 100.0,
+        m * 100.0,
+        nodes.len() - 1
+    );
+    c.evidence = Evidence::new(r4(x), "ratio")
+        .expected(r4(m))
+        .detail("signal", "cpu_throttled")
+        .detail("cfs_periods", periods)
+        .detail("nodes", nodes.len() as u64);
+    c.action = format!(
+        "Raise or remove the CPU limit of the training processes on {} (Kubernetes resources.limits.cpu, \
+         systemd CPUQuota, Slurm's cgroup CPU constraint: their cgroup's cpu.max or cpu.cfs_quota_us), or move \
+         what else runs under it (data-loader workers) out of that cgroup.",
+        n.name
+    );
+    Some(c)
 }
 
 /// Evaluations in a row before a compute straggler is raised: with every node's SM activity (NVML GPM, a
@@ -335,5 +430,99 @@ mod tests {
             "{}",
             c.summary
         );
+    }
+
+    /// A node of job `j` whose cgroup counted `periods` CFS periods, `throttled` of them throttled.
+    fn limited(name: &str, periods: u64, throttled: u64) -> NodeInput {
+        use crate::analysis::input::{CounterKey, CounterWindow};
+        let c = |metric: &str, increase: u64| CounterWindow {
+            key: CounterKey(std::sync::Arc::new(crate::store::SeriesKey {
+                link: None,
+                metric: metric.into(),
+                labels: vec![(JOB_LABEL.into(), "j".into())],
+            })),
+            increase,
+            window_s: 20.0,
+            saturated: false,
+            raw: increase,
+        };
+        NodeInput {
+            name: name.into(),
+            counters: vec![c(CFS_PERIODS, periods), c(CFS_THROTTLED, throttled)],
+            ..Default::default()
+        }
+    }
+
+    fn job_of(nodes: Vec<NodeInput>) -> AnalysisInput {
+        let ranks = nodes
+            .iter()
+            .map(|n| RankInput {
+                node: n.name.clone(),
+                process: Rank::default(),
+            })
+            .collect();
+        AnalysisInput {
+            nodes,
+            jobs: vec![JobInput {
+                id: "j".into(),
+                ranks,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_node_held_back_by_its_cpu_limit_is_the_straggler() {
+        // node3 throttled in 90 % of 150 periods; the others have no limit (no period counted) or none at all.
+        let input = job_of(vec![
+            limited("node0", 0, 0),
+            limited("node1", 0, 0),
+            NodeInput {
+                name: "node2".into(),
+                ..Default::default()
+            },
+            limited("node3", 150, 135),
+        ]);
+        let c = evaluate(&input);
+        assert_eq!(c.len(), 1, "{c:?}");
+        assert_eq!(c[0].subject.node, "node3");
+        assert_eq!(c[0].subject.job.as_deref(), Some("j"));
+        assert_eq!(c[0].evidence.measured, 0.9);
+        assert!(
+            c[0].summary.contains("CPU limit in 90%"),
+            "{}",
+            c[0].summary
+        );
+        assert!(c[0].action.contains("cpu.max"), "{}", c[0].action);
+    }
+
+    #[test]
+    fn the_job_label_is_one_an_agent_may_send() {
+        assert!(!crate::ingest::domain::RESERVED_LABELS.contains(&JOB_LABEL));
+    }
+
+    #[test]
+    fn throttling_shared_by_the_job_or_too_short_to_count_raises_nothing() {
+        // Every node equally throttled: a job-wide limit, not one node the others wait for.
+        let all = job_of(vec![
+            limited("a", 200, 150),
+            limited("b", 200, 160),
+            limited("c", 200, 140),
+        ]);
+        assert!(evaluate(&all).is_empty());
+        // Too few periods to tell, and a little throttling against none.
+        let few = job_of(vec![
+            limited("a", 10, 10),
+            limited("b", 0, 0),
+            limited("c", 0, 0),
+        ]);
+        assert!(evaluate(&few).is_empty());
+        let mild = job_of(vec![
+            limited("a", 200, 40),
+            limited("b", 0, 0),
+            limited("c", 0, 0),
+        ]);
+        assert!(evaluate(&mild).is_empty());
     }
 }

@@ -246,11 +246,9 @@ pub fn findings_block(findings: &[Finding]) -> String {
 }
 
 fn figures(job: &JobView, steps: usize, source: &str) -> String {
-    let method = job
-        .scaling_efficiency_method
-        .as_deref()
+    let method = units::efficiency_method(job.scaling_efficiency_method.as_deref())
         .map_or(String::new(), |m| {
-            format!(" <span class=\"method\">({})</span>", Esc(m))
+            format!(" <span class=\"method\">({})</span>", Esc(&m))
         });
     let nodes: Vec<String> = job
         .nodes

@@ -299,7 +299,9 @@ fn jobs_table(s: &PageState) -> String {
             j.ranks.len(),
             units::seconds(j.step_time_s),
             units::percent(j.scaling_efficiency),
-            Esc(j.scaling_efficiency_method.as_deref().unwrap_or("")),
+            units::efficiency_method(j.scaling_efficiency_method.as_deref())
+                .map(|m| format!("<span class=\"method\">({})</span>", Esc(&m)))
+                .unwrap_or_default(),
             j.conflicts.len()
         );
     }

@@ -26,6 +26,21 @@ pub fn percent(v: Option<f64>) -> String {
     }
 }
 
+/// How a scaling efficiency was measured, in words (the figure's `method`): an operator reads "97 %
+/// exposed_communication" as 97 % of the step exposed. `None` for no method; an unknown method as it is.
+pub fn efficiency_method(method: Option<&str>) -> Option<String> {
+    let words = match method? {
+        "throughput_per_gpu" => "throughput per GPU against the job's baseline",
+        "exposed_communication" => {
+            "from the communication not hidden under compute; idle GPU time from other causes is not counted"
+        }
+        "communication_share" => "at least: from the links' busy share, overlap unseen",
+        "own_history" => "against the job's own earlier steps",
+        other => return Some(other.to_string()),
+    };
+    Some(words.to_string())
+}
+
 /// What marks a figure held to its link's capacity ([`crate::export::capped`]); [`CAPPED_NOTE`] says why.
 pub const CAPPED_MARK: &str = "*";
 /// The note under a table with a [`CAPPED_MARK`].
@@ -145,5 +160,20 @@ mod tests {
         assert_eq!(rate_within(Some(17.03e9), Some(12.5e9)), "12.50 GB/s*");
         assert_eq!(rate_within(Some(5e9), Some(12.5e9)), "5.00 GB/s");
         assert_eq!(rate_within(Some(5e9), None), "5.00 GB/s");
+    }
+}
+
+#[cfg(test)]
+mod method_tests {
+    #[test]
+    fn efficiency_methods_read_as_words() {
+        let w = super::efficiency_method(Some("exposed_communication")).unwrap();
+        assert!(w.starts_with("from the communication not hidden"), "{w}");
+        assert!(!w.contains("exposed_communication"));
+        assert_eq!(super::efficiency_method(None), None);
+        assert_eq!(
+            super::efficiency_method(Some("new_method")).as_deref(),
+            Some("new_method")
+        );
     }
 }
