@@ -142,13 +142,24 @@ pub fn sort_findings(findings: &mut [(serde_json::Value, Finding)]) {
     });
 }
 
-/// Reads a findings list, keeping each element as the collector sent it beside its typed view.
+/// Reads a findings list, keeping each element as the collector sent it beside its typed view. The view's
+/// strings have their control characters escaped (`commwatch_model::text`): it is what the text outputs lay
+/// out on a terminal; the raw element (for `--format json`) is JSON-escaped when printed.
 pub fn read_findings(
     list: Vec<serde_json::Value>,
 ) -> Result<Vec<(serde_json::Value, Finding)>, serde_json::Error> {
     list.into_iter()
-        .map(|raw| serde_json::from_value(raw.clone()).map(|f| (raw, f)))
+        .map(|raw| escaped_view(&raw).map(|f| (raw, f)))
         .collect()
+}
+
+/// `raw` as a `T`, every string of it with its control characters escaped first.
+pub fn escaped_view<T: serde::de::DeserializeOwned>(
+    raw: &serde_json::Value,
+) -> Result<T, serde_json::Error> {
+    let mut v = raw.clone();
+    commwatch_model::text::escape_json_strings(&mut v);
+    serde_json::from_value(v)
 }
 
 #[cfg(test)]
@@ -157,6 +168,31 @@ mod tests {
 
     fn finding(json: serde_json::Value) -> Finding {
         serde_json::from_value(json).unwrap()
+    }
+
+    /// A finding whose summary and subject carry terminal escapes (an agent's device name, a hostile or older
+    /// collector's text) reads as visible text in the text outputs; the raw element keeps them for JSON.
+    #[test]
+    fn terminal_escapes_in_a_finding_are_shown_not_interpreted() {
+        let raw = serde_json::json!({
+            "id": "a\x07", "kind": "link_errors", "severity": "critical",
+            "subject": {"node": "n1", "device": "mlx5_\x1b[2J", "port": "1"},
+            "summary": "bad\x1b]0;owned\x07\x1b]8;;http://evil.example\x1b\\link\r\nERROR forged",
+        });
+        let read = read_findings(vec![raw.clone()]).unwrap();
+        assert_eq!(read[0].0, raw, "kept as sent for --format json");
+        let views: Vec<&Finding> = read.iter().map(|(_, f)| f).collect();
+        let text = crate::cmd::findings::render_lines(&views);
+        assert_eq!(text.lines().count(), 1, "{text}");
+        assert!(
+            !text.chars().any(|c| c.is_control() && c != '\n'),
+            "{text:?}"
+        );
+        assert!(text.contains("mlx5_\\u001b[2J:1"), "{text}");
+        assert!(
+            text.contains("bad\\u001b]0;owned\\u0007\\u001b]8;;http://evil.example\\u001b\\link\\u000d\\u000aERROR forged"),
+            "{text}"
+        );
     }
 
     #[test]

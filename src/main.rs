@@ -16,6 +16,7 @@ mod signal;
 use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser};
+use commwatch_model::text::EscapedLines;
 
 use cli::{Cli, Command};
 use outcome::CliError;
@@ -78,8 +79,10 @@ fn main() -> ExitCode {
         Err(e) => {
             match &e {
                 // The error's context chain, as these commands always printed it, each cause said once.
-                CliError::Other(inner) => eprintln!("error: {}", said_once(inner)),
-                other => eprintln!("error: {other}"),
+                // A peer's error body or a file's text may be part of the message: no control character of
+                // theirs reaches the terminal (`commwatch_model::text`).
+                CliError::Other(inner) => eprintln!("error: {}", EscapedLines(&said_once(inner))),
+                other => eprintln!("error: {}", EscapedLines(&other.to_string())),
             }
             ExitCode::from(e.exit_code())
         }

@@ -1,7 +1,8 @@
 //! The collector's ingest on what a hostile agent sends, without a stream: messages decoded from arbitrary bytes
 //! (split at 0xff) — Hellos, inventory updates, batches — applied as a stream applies them to a store with tight
 //! limits. Nothing panics; the store never holds more nodes than `max_nodes` nor more series per node than
-//! `max_series`; no sample stamped beyond the clock window is held; a link the agent said is gone has no rate.
+//! `max_series`; no sample stamped beyond the clock window is held; a link the agent said is gone has no rate;
+//! no string the agent sent is held with a control character (they are stored escaped, `\u001b`).
 #![no_main]
 use std::sync::Arc;
 use std::time::Duration;
@@ -67,6 +68,38 @@ fuzz_target!(|data: &[u8]| {
             }
         }
     }
+    for node in store.snapshot(NOW) {
+        no_controls(&node.agent_version);
+        node.blind.iter().for_each(|b| no_controls(&b.reason));
+        for l in &node.links {
+            let link = &l.link;
+            for s in [&link.key.device, &link.key.port, &link.state] {
+                no_controls(s);
+            }
+            link.gpu.iter().chain(&link.link).for_each(|s| no_controls(s));
+            for (k, v) in &link.attributes {
+                no_controls(k);
+                no_controls(v);
+            }
+        }
+        for s in node.series.iter().chain(node.links.iter().flat_map(|l| &l.series)) {
+            s.key.labels.iter().for_each(|(_, v)| no_controls(v));
+        }
+        for job in &node.jobs.jobs {
+            for r in &job.ranks {
+                r.nccl.values().chain(&r.gpus).for_each(|v| no_controls(v));
+            }
+            for c in &job.conflicts {
+                no_controls(&c.value);
+                no_controls(&c.reason);
+            }
+        }
+    }
     let m = store.memory();
     assert!(m.series <= limits.max_nodes * limits.max_series);
 });
+
+/// A stored string holds no control character (C0, DEL, C1): what an agent sent is escaped at the edge.
+fn no_controls(s: &str) {
+    assert!(!s.chars().any(char::is_control), "{s:?} was stored raw");
+}

@@ -177,8 +177,10 @@ fn print_findings(
             let views: Vec<&Finding> = findings.iter().map(|(_, f)| f).collect();
             let text = render_lines(&views);
             for (l, (raw, _)) in text.lines().zip(&findings) {
+                // The views' strings are escaped (`read_findings`); the line is again, whole.
+                let l = commwatch_model::text::Escaped(l);
                 match raw.get("collector").and_then(|c| c.as_str()) {
-                    Some(c) => println!("{l} (on {c})"),
+                    Some(c) => println!("{l} (on {})", commwatch_model::text::Escaped(c)),
                     None => println!("{l}"),
                 }
             }

@@ -12,7 +12,10 @@ use crate::link::fabric::{compare, FabricVerdict};
 
 // Writing to a `String` cannot fail, hence the ignored `fmt::Result`s below.
 
-/// The report for the terminal.
+/// The report for the terminal. The inputs' text in it (file names, quoted lines, NCCL versions and interface
+/// names, a collector's answers) has every control character but its line feeds escaped
+/// ([`commwatch_model::text::EscapedLines`]): a crafted log line cannot move the cursor, retitle the window or
+/// clear the screen; a quoted line holds no line feed of its own (inputs are read line by line).
 pub fn render_text(r: &Report) -> String {
     let mut o = String::new();
     let _ = writeln!(o, "commwatch diagnose: four-step report");
@@ -30,7 +33,7 @@ pub fn render_text(r: &Report) -> String {
     findings(&mut o, r);
     let _ = writeln!(o);
     conclusion(&mut o, r);
-    o
+    commwatch_model::text::EscapedLines(&o).to_string()
 }
 
 /// Milliseconds from microseconds: `12.35 ms`.
@@ -593,6 +596,32 @@ mod tests {
             "    all_gather_perf          1 ranks     200.00 GB/s    100 % of the smallest scale"
         );
         assert_eq!(s.len(), 12);
+    }
+
+    /// Terminal escapes in an input (a window title, a hyperlink, a screen clear, a bell, a carriage return)
+    /// come out as visible `\u001b`-style text.
+    #[test]
+    fn terminal_escapes_from_the_inputs_come_out_escaped() {
+        let mut r = fixtures::report();
+        r.nccl_tests[0].test.failure = Some(crate::nccl_tests::Failure {
+            message:
+                "\x1b]0;owned\x07\x1b]8;;http://evil.example\x1b\\link\x1b]8;;\x1b\\\x1b[2J\rERROR"
+                    .into(),
+            line: 120,
+            hosts: 1,
+            nccl_warnings: vec!["\u{9b}31mred".into()],
+            after_bytes: None,
+            exit_code: None,
+        });
+        let text = render_text(&r);
+        assert!(
+            !text.chars().any(|c| c.is_control() && c != '\n'),
+            "{text:?}"
+        );
+        assert!(text.contains(
+            "\\u001b]0;owned\\u0007\\u001b]8;;http://evil.example\\u001b\\link\\u001b]8;;\\u001b\\\\u001b[2J\\u000dERROR"
+        ), "{text}");
+        assert!(text.contains("\\u009b31mred"), "{text}");
     }
 
     #[test]

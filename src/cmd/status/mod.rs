@@ -103,7 +103,11 @@ fn print_report(args: &StatusArgs, report: &Report) -> Result<u8, CliError> {
             "{}",
             serde_json::to_string_pretty(&report).map_err(anyhow::Error::from)?
         ),
-        OutputFormat::Text => print!("{}", text::render(report)),
+        // The values are escaped where they were read (`parse`); the laid-out text is escaped again whole.
+        OutputFormat::Text => print!(
+            "{}",
+            commwatch_model::text::EscapedLines(&text::render(report))
+        ),
     }
     Ok(if report.is_critical() {
         EXIT_CRITICAL
@@ -190,7 +194,10 @@ fn gather(client: &Client) -> Result<Answer, (bool, ClientError)> {
         .unwrap_or_else(SystemTime::now)
         .duration_since(UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64());
-    let jobs: Vec<Job> = client.get_json("/api/v1/jobs", &[]).map_err(reached)?;
+    let jobs: serde_json::Value = client.get_json("/api/v1/jobs", &[]).map_err(reached)?;
+    let jobs: Vec<Job> = crate::api::escaped_view(&jobs)
+        .map_err(|e| bad_body(client, "/api/v1/jobs", e))
+        .map_err(reached)?;
     let query = [("active", "true".to_string()), ("root", "true".to_string())];
     let list: Vec<serde_json::Value> = client
         .get_json("/api/v1/findings", &query)
@@ -209,12 +216,15 @@ fn gather(client: &Client) -> Result<Answer, (bool, ClientError)> {
     })
 }
 
+/// `body` as a `T`, its strings' control characters escaped (they reach the terminal).
 fn parse<T: serde::de::DeserializeOwned>(
     client: &Client,
     path: &str,
     body: &str,
 ) -> Result<T, ClientError> {
-    serde_json::from_str(body).map_err(|e| bad_body(client, path, e))
+    serde_json::from_str(body)
+        .and_then(|v: serde_json::Value| crate::api::escaped_view(&v))
+        .map_err(|e| bad_body(client, path, e))
 }
 
 fn bad_body(client: &Client, path: &str, e: serde_json::Error) -> ClientError {

@@ -1,6 +1,7 @@
 //! `Hello` and `InventoryUpdate`: node names, links (with their endpoint kind) and series descriptors, and the
 //! per-agent string limits of an inventory.
 
+use commwatch_model::text::escape_controls_owned as escaped;
 use commwatch_model::{Link, LinkKey, SeriesKind};
 use commwatch_proto::convert;
 use commwatch_proto::v1 as pb;
@@ -99,21 +100,27 @@ impl TryFrom<pb::Link> for LinkInfo {
         }
         let class = convert::link_class(l.class);
         let endpoint = convert::endpoint(l.endpoint, class, &l.device, &l.port);
+        // Every name is stored with its control characters escaped (`commwatch_model::text`): they reach the
+        // page, the API, logs and the CLI's terminal.
         Ok(LinkInfo {
             id: l.id,
             link: Link {
-                key: LinkKey::new(class, l.device, l.port),
+                key: LinkKey::new(class, escaped(l.device), escaped(l.port)),
                 endpoint,
                 role: convert::link_role(l.role),
                 capacity_bytes_per_second: (cap > 0.0).then_some(cap),
                 state: if l.gone {
                     LINK_GONE.to_string()
                 } else {
-                    l.state
+                    escaped(l.state)
                 },
-                attributes: l.attributes.into_iter().collect(),
-                gpu: opt(l.gpu),
-                link: opt(l.link),
+                attributes: l
+                    .attributes
+                    .into_iter()
+                    .map(|(k, v)| (escaped(k), escaped(v)))
+                    .collect(),
+                gpu: opt(escaped(l.gpu)),
+                link: opt(escaped(l.link)),
             },
         })
     }
@@ -133,7 +140,8 @@ impl TryFrom<pb::SeriesDescriptor> for SeriesDesc {
                 format!("{:?} is not lower_snake_case", s.metric),
             ));
         }
-        let mut labels: Vec<(String, String)> = s.labels.into_iter().collect();
+        let mut labels: Vec<(String, String)> =
+            s.labels.into_iter().map(|(k, v)| (k, escaped(v))).collect();
         labels.sort();
         for (k, _) in &labels {
             if !is_label_name(k) {
@@ -234,8 +242,8 @@ impl TryFrom<pb::Hello> for Hello {
             blind,
             inventory: Inventory::try_from(h.inventory)?,
             node: h.node,
-            agent_version: h.agent_version,
-            boot_id: h.boot_id,
+            agent_version: escaped(h.agent_version),
+            boot_id: escaped(h.boot_id),
             instance_id: h.instance_id,
             fast_period_ms: h.fast_period_ms,
             slow_period_ms: h.slow_period_ms,
@@ -269,7 +277,7 @@ fn blindness(i: usize, b: pb::Blindness) -> Result<Blindness, IngestError> {
     Ok(Blindness {
         code: b.code,
         what: b.what,
-        reason: b.reason,
+        reason: escaped(b.reason),
     })
 }
 
@@ -355,6 +363,70 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("instance_id"));
+    }
+
+    /// What an agent says is stored with its terminal escapes shown, not interpreted (issue 34): the version
+    /// that forged a log line, a device that clears the screen, a state that retitles the window, a hyperlink.
+    #[test]
+    fn control_characters_are_stored_escaped() {
+        let mut attributes = std::collections::HashMap::new();
+        attributes.insert("fw\x07".to_string(), "\u{9b}1m".to_string());
+        let link = pb::Link {
+            id: 1,
+            class: pb::LinkClass::Nvlink as i32,
+            device: "mlx5_\x1b[2J".into(),
+            port: "1\r".into(),
+            state: "ACT\x1b]8;;http://evil.example\x1b\\IVE".into(),
+            gpu: "0\x1b]0;owned\x07".into(),
+            link: "\x7f".into(),
+            attributes,
+            ..Default::default()
+        };
+        let mut labels = std::collections::HashMap::new();
+        labels.insert("cpu".to_string(), "3\n".to_string());
+        let hello = Hello::try_from(pb::Hello {
+            node: "n1".into(),
+            instance_id: 1,
+            agent_version: "1.0\n2026-12-06T04:00:00Z ERROR forged".into(),
+            boot_id: "\x1b[31m".into(),
+            blind: vec![pb::Blindness {
+                code: "c".into(),
+                what: "gpu".into(),
+                reason: "\x1b]0;t\x07".into(),
+            }],
+            inventory: Some(pb::Inventory {
+                links: vec![link],
+                series: vec![pb::SeriesDescriptor {
+                    id: 1,
+                    metric: "cpu_utilization_ratio".into(),
+                    kind: pb::SeriesKind::Gauge as i32,
+                    labels,
+                    ..Default::default()
+                }],
+            }),
+            ..Default::default()
+        })
+        .expect("accepted, escaped");
+        assert_eq!(
+            hello.agent_version,
+            "1.0\\u000a2026-12-06T04:00:00Z ERROR forged"
+        );
+        assert_eq!(hello.boot_id, "\\u001b[31m");
+        assert_eq!(hello.blind[0].reason, "\\u001b]0;t\\u0007");
+        let l = &hello.inventory.links[0].link;
+        assert_eq!(l.key.device, "mlx5_\\u001b[2J");
+        assert_eq!(l.key.port, "1\\u000d");
+        assert_eq!(l.state, "ACT\\u001b]8;;http://evil.example\\u001b\\IVE");
+        assert_eq!(l.gpu.as_deref(), Some("0\\u001b]0;owned\\u0007"));
+        assert_eq!(l.link.as_deref(), Some("\\u007f"));
+        assert_eq!(
+            l.attributes.get("fw\\u0007").map(String::as_str),
+            Some("\\u009b1m")
+        );
+        assert_eq!(
+            hello.inventory.series[0].labels,
+            vec![("cpu".to_string(), "3\\u000a".to_string())]
+        );
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! A node's job list: bounded counts and lengths, `NCCL_*` setting names only (a secret in the environment must
 //! never reach the store or a log), conflict kinds typed.
 
+use commwatch_model::text::escape_controls_owned as escaped;
 use commwatch_model::{ConflictKind, Job, NcclConflict, Rank};
 use commwatch_proto::v1 as pb;
 
@@ -94,17 +95,18 @@ impl TryFrom<pb::JobInventory> for JobList {
                         format!("a key of {} bytes is not an NCCL_* setting name", k.len()),
                     ));
                 }
-                let opt = |s: String| (!s.is_empty()).then_some(s);
+                let opt = |s: String| (!s.is_empty()).then(|| escaped(s));
+                // Values are stored with their control characters escaped (`commwatch_model::text`).
                 ranks.push(Rank {
                     pid: r.pid,
                     rank: r.rank,
                     local_rank: r.local_rank,
                     world_size: r.world_size,
-                    gpus: r.gpus,
+                    gpus: r.gpus.into_iter().map(escaped).collect(),
                     pod_uid: opt(r.pod_uid),
                     container_id: opt(r.container_id),
-                    nccl: r.nccl.into_iter().collect(),
-                    found_by: r.found_by,
+                    nccl: r.nccl.into_iter().map(|(k, v)| (k, escaped(v))).collect(),
+                    found_by: escaped(r.found_by),
                 });
             }
             let mut conflicts = Vec::with_capacity(j.conflicts.len());
@@ -125,8 +127,8 @@ impl TryFrom<pb::JobInventory> for JobList {
                 conflicts.push(NcclConflict {
                     kind: ConflictKind::parse(&c.kind),
                     setting: c.setting,
-                    value: c.value,
-                    reason: c.reason,
+                    value: escaped(c.value),
+                    reason: escaped(c.reason),
                 });
             }
             jobs.push(Job {
@@ -233,6 +235,30 @@ mod tests {
 
     fn is_invalid(r: Result<JobList, IngestError>) -> bool {
         matches!(r, Err(ref e @ IngestError::Invalid { .. }) if e.to_status().code() == tonic::Code::InvalidArgument)
+    }
+
+    /// NCCL values, GPU and container strings and conflict values and reasons are stored with their terminal
+    /// escapes shown as `\u001b`, not interpreted (issue 34).
+    #[test]
+    fn control_characters_in_values_are_stored_escaped() {
+        let mut r = rank(1, &[("NCCL_SOCKET_IFNAME", "eth0\x1b]0;owned\x07")]);
+        r.gpus = vec!["0\x1b[2J".into()];
+        r.container_id = "c\r".into();
+        r.pod_uid = "p\u{9b}".into();
+        r.found_by = "env\x07".into();
+        let mut j = job("j1", vec![r]);
+        j.conflicts[0].value = "eth0\x1b[2J".into();
+        j.conflicts[0].reason = "bad\x1b]8;;http://evil.example\x1b\\here".into();
+        let l = JobList::try_from(inv(vec![j])).expect("accepted, escaped");
+        let r = &l.jobs[0].ranks[0];
+        assert_eq!(r.nccl["NCCL_SOCKET_IFNAME"], "eth0\\u001b]0;owned\\u0007");
+        assert_eq!(r.gpus, vec!["0\\u001b[2J".to_string()]);
+        assert_eq!(r.container_id.as_deref(), Some("c\\u000d"));
+        assert_eq!(r.pod_uid.as_deref(), Some("p\\u009b"));
+        assert_eq!(r.found_by, "env\\u0007");
+        let c = &l.jobs[0].conflicts[0];
+        assert_eq!(c.value, "eth0\\u001b[2J");
+        assert_eq!(c.reason, "bad\\u001b]8;;http://evil.example\\u001b\\here");
     }
 
     #[test]
