@@ -288,9 +288,7 @@ fn plan(
 type Usage = Vec<Option<(f64, u64)>>;
 
 fn usage(pids: &[u32]) -> Usage {
-    pids.iter()
-        .map(|p| report::proc_usage(&p.to_string()))
-        .collect()
+    pids.iter().map(|p| report::proc_usage(Some(*p))).collect()
 }
 
 fn print_report(
@@ -326,7 +324,7 @@ fn print_report(
             _ => serde_json::json!({ "pid": pid, "error": "process not readable" }),
         })
         .collect();
-    let own = report::proc_usage("self").map_or(0.0, |u| u.0);
+    let own = report::proc_usage(None).map_or(0.0, |u| u.0);
     if args.format == "json" {
         let doc = serde_json::json!({
             "nodes": args.nodes, "secs": args.secs, "samples_per_second_offered": samples_per_s * args.nodes as f64,

@@ -99,21 +99,22 @@ impl Figures {
     }
 }
 
-/// CPU seconds (user + system) and RSS bytes of process `pid` (`self` for this one).
-pub fn proc_usage(pid: &str) -> Option<(f64, u64)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let close = stat.rfind(')')?;
-    let mut f = stat[close + 1..].split_whitespace().skip(11);
-    let u: f64 = f.next()?.parse().ok()?;
-    let s: f64 = f.next()?.parse().ok()?;
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let rss_kb: u64 = status
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    Some(((u + s) / 100.0, rss_kb * 1024))
+/// CPU seconds (user + system) and resident bytes of process `pid` (this one when `None`), as the system
+/// reports them (`sysinfo`); `None` when the process is gone.
+pub fn proc_usage(pid: Option<u32>) -> Option<(f64, u64)> {
+    use sysinfo::{Pid, ProcessRefreshKind, ProcessesToUpdate, System};
+    let pid = match pid {
+        Some(p) => Pid::from_u32(p),
+        None => sysinfo::get_current_pid().ok()?,
+    };
+    let mut system = System::new().ok()?;
+    system.refresh_processes_specifics(
+        ProcessesToUpdate::Some(&[pid]),
+        true,
+        ProcessRefreshKind::nothing().with_cpu().with_memory(),
+    );
+    let p = system.process(pid)?;
+    Some((p.accumulated_cpu_time() as f64 / 1000.0, p.memory()))
 }
 
 /// The distinct stream errors and how many streams had each.
@@ -167,5 +168,23 @@ mod tests {
         assert_eq!(f.ack_max_ms, 1000.001);
         assert_eq!(f.late_by_second, BTreeMap::from([(7, 1)]));
         assert!(f.line("x").ends_with("(s: n): 7: 1"), "{}", f.line("x"));
+    }
+}
+
+#[cfg(test)]
+mod usage_tests {
+    #[test]
+    fn this_process_has_cpu_time_and_memory_and_a_gone_one_has_none() {
+        let (cpu0, rss) = super::proc_usage(None).expect("this process");
+        assert!(rss > 0);
+        let spin = std::time::Instant::now();
+        let mut x = 0u64;
+        while spin.elapsed() < std::time::Duration::from_millis(50) {
+            x = x.wrapping_add(std::hint::black_box(1));
+        }
+        std::hint::black_box(x);
+        let (cpu1, _) = super::proc_usage(None).expect("this process");
+        assert!(cpu1 >= cpu0, "{cpu0} then {cpu1}");
+        assert_eq!(super::proc_usage(Some(u32::MAX - 1)), None);
     }
 }
