@@ -189,3 +189,94 @@ fn without_a_token_api_writes_come_from_loopback_only() {
     assert_eq!(post_baseline(&remote, None), 403);
     assert_eq!(post_baseline(&format!("127.0.0.1:{http}"), None), 200);
 }
+
+/// A cross-site forgery with no API token (the default on loopback): a web page's `text/plain` POST, or a
+/// JSON one from a foreign `Origin`, is refused and counted, and stores nothing; the CLI's own writes (JSON,
+/// no `Origin`) and a same-origin write still pass, as does the page's login form from its own origin only.
+#[test]
+fn forged_writes_are_refused_and_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let (grpc, http) = (free_port(), free_port());
+    let _c = collector(dir.path(), "collector", grpc, http, &[]);
+    let base = format!("http://127.0.0.1:{http}");
+    let body = r#"{"job":"forged","gpus":8,"samples_per_second_per_gpu":100.0}"#;
+    let post = |path: &str, headers: &[(&str, &str)], body: &str| {
+        let mut r = client()
+            .post(format!("{base}{path}"))
+            .body(body.to_string());
+        for (k, v) in headers {
+            r = r.header(*k, *v);
+        }
+        let r = r.send().expect("an answer");
+        (r.status().as_u16(), r.text().unwrap_or_default())
+    };
+    let text_plain = [
+        ("content-type", "text/plain"),
+        ("origin", "http://evil.example"),
+    ];
+    let (status, text) = post("/api/v1/baselines", &text_plain, body);
+    assert_eq!(status, 403, "{text}");
+    let (status, text) = post("/api/v1/baselines", &[("content-type", "text/plain")], body);
+    assert_eq!(status, 415, "{text}");
+    assert!(text.contains("application/json"), "{text}");
+    let foreign = [
+        ("content-type", "application/json"),
+        ("origin", "http://evil.example"),
+    ];
+    assert_eq!(post("/api/v1/baselines", &foreign, body).0, 403);
+    let cross = [
+        ("content-type", "application/json"),
+        ("sec-fetch-site", "cross-site"),
+    ];
+    assert_eq!(post("/api/v1/probes", &cross, "{}").0, 403);
+    let baselines = get_json(&format!("{base}/api/v1/baselines")).unwrap();
+    assert!(
+        !baselines.to_string().contains("forged"),
+        "a refused write stored nothing: {baselines}"
+    );
+    let metrics = get_text(&format!("{base}/metrics")).unwrap();
+    let refused = |reason| {
+        metric(
+            &metrics,
+            "commwatch_collector_http_writes_refused_total",
+            &[("reason", reason)],
+        )
+    };
+    assert_eq!(refused("origin"), Some(3.0), "{metrics}");
+    assert_eq!(refused("content_type"), Some(1.0));
+
+    // The CLI's shape (JSON, no Origin) and a same-origin page's both pass.
+    let json = [("content-type", "application/json")];
+    assert_eq!(post("/api/v1/baselines", &json, body).0, 200);
+    let own = format!("http://127.0.0.1:{http}");
+    let same = [
+        ("content-type", "application/json"),
+        ("origin", own.as_str()),
+    ];
+    assert_eq!(post("/api/v1/baselines", &same, body).0, 200);
+    // The login form: from the page's own origin only (no token here, so it goes back to the page).
+    let form = ("content-type", "application/x-www-form-urlencoded");
+    assert_eq!(post("/login", &[form], "token=x").0, 403);
+    assert_eq!(
+        post(
+            "/login",
+            &[form, ("origin", "http://evil.example")],
+            "token=x"
+        )
+        .0,
+        403
+    );
+    let no_redirect = reqwest::blocking::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let ok = no_redirect
+        .post(format!("{base}/login"))
+        .header(form.0, form.1)
+        .header("origin", "null")
+        .header("sec-fetch-site", "same-origin")
+        .body("token=x")
+        .send()
+        .unwrap();
+    assert_eq!(ok.status().as_u16(), 303);
+}

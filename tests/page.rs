@@ -396,11 +396,12 @@ fn the_page_takes_the_api_token_from_a_login_cookie_or_a_bearer_header() {
         .unwrap()
         .starts_with("text/javascript"));
 
-    // A wrong token: the form again, no cookie.
+    // A wrong token: the form again, no cookie. (The form is taken from the page's own origin only.)
     let post = |t: &str| {
         no_redirect
             .post(format!("{base}/login"))
             .header("content-type", "application/x-www-form-urlencoded")
+            .header("origin", base.as_str())
             .body(format!("token={t}"))
             .send()
             .unwrap()
@@ -426,6 +427,7 @@ fn the_page_takes_the_api_token_from_a_login_cookie_or_a_bearer_header() {
         .post(format!("{base}/login"))
         .header("content-type", "application/x-www-form-urlencoded")
         .header("origin", "https://commwatch.example")
+        .header("host", "commwatch.example")
         .body("token=page+s3cret%3B")
         .send()
         .unwrap();

@@ -5,6 +5,8 @@
 //! (one accepted beyond that is closed at once and counted in `commwatch_agent_http_connections_refused_total`;
 //! open now: `commwatch_agent_http_connections`), with the header-read and write-stall timeouts of
 //! [`commwatch_httpd::HttpBounds::new`]. HTTP/1.1 only. `/metrics` is gzip-compressed when the scraper asks.
+//! A write (any method but `GET`/`HEAD`) passes the cross-site guard first ([`commwatch_httpd::csrf`]; counted
+//! in `commwatch_agent_http_writes_refused_total`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -97,6 +99,14 @@ pub async fn serve(
     let app = Router::new()
         .route("/metrics", get(metrics_handler))
         .route("/healthz", get(healthz))
+        // The agent takes no write today; any that comes is refused and counted like the collector's.
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::new(commwatch_httpd::csrf::WriteGuard {
+                refused: metrics.http_writes_refused.clone(),
+                form_paths: &[],
+            }),
+            commwatch_httpd::csrf::guard,
+        ))
         .with_state(metrics);
     let task = tokio::spawn(commwatch_httpd::serve(
         listener,
@@ -151,6 +161,39 @@ mod tests {
             .expect("a head");
         let head = String::from_utf8_lossy(&out[..at]).to_ascii_lowercase();
         (head, out[at + 4..].to_vec())
+    }
+
+    /// The agent takes no write: a forged one (a web page's `text/plain` POST, or JSON from a foreign origin)
+    /// is refused before routing and counted; a JSON one without an origin reaches the router (405).
+    #[tokio::test]
+    async fn forged_writes_are_refused_and_counted() {
+        let (stop, rx) = watch::channel(false);
+        let metrics = Arc::new(AgentMetrics::new());
+        let (addr, task) = serve("127.0.0.1:0".parse().unwrap(), metrics.clone(), rx)
+            .await
+            .unwrap();
+        let post = |headers: &'static str| async move {
+            let mut s = TcpStream::connect(addr).await.unwrap();
+            let request = format!(
+                "POST /metrics HTTP/1.1\r\nhost: {addr}\r\n{headers}content-length: 2\r\n\
+                 connection: close\r\n\r\n{{}}"
+            );
+            s.write_all(request.as_bytes()).await.unwrap();
+            let mut out = Vec::new();
+            let _ = tokio::time::timeout(PROMPT, s.read_to_end(&mut out)).await;
+            String::from_utf8_lossy(&out).into_owned()
+        };
+        let plain = post("content-type: text/plain\r\n").await;
+        assert!(plain.starts_with("HTTP/1.1 415"), "{plain}");
+        let foreign =
+            post("content-type: application/json\r\norigin: http://evil.example\r\n").await;
+        assert!(foreign.starts_with("HTTP/1.1 403"), "{foreign}");
+        let json = post("content-type: application/json\r\n").await;
+        assert!(json.starts_with("HTTP/1.1 405"), "{json}");
+        let refused = |r| metrics.http_writes_refused.with_label_values(&[r]).get();
+        assert_eq!((refused("content_type"), refused("origin")), (1, 1));
+        stop.send_replace(true);
+        tokio::time::timeout(PROMPT, task).await.unwrap().unwrap();
     }
 
     #[tokio::test]

@@ -48,6 +48,7 @@ pub const METRIC_NAMES: &[&str] = &[
     "commwatch_agent_inspector_file_resets_total",
     "commwatch_agent_inspector_files",
     "commwatch_agent_http_connections_refused_total",
+    "commwatch_agent_http_writes_refused_total",
     "commwatch_agent_http_connections",
     "commwatch_agent_probe_connections",
     "commwatch_agent_probe_connections_refused_total",
@@ -139,6 +140,8 @@ pub struct AgentMetrics {
     pub inspector: InspectorMetrics,
     /// HTTP connections closed at accept because `http::MAX_HTTP_CONNECTIONS` were open.
     pub http_connections_refused: IntCounter,
+    /// State-changing HTTP requests refused by the cross-site guard, by `reason` (`commwatch_httpd::csrf`).
+    pub http_writes_refused: IntCounterVec,
     /// HTTP connections open now.
     pub http_connections: IntGauge,
     /// The probe server's connections, handshake timeouts and wrong tokens (`[probe]`; zero while off).
@@ -288,6 +291,7 @@ impl AgentMetrics {
                 "commwatch_agent_http_connections_refused_total",
                 "HTTP connections closed at accept because the agent's connection limit was reached.",
             ),
+            http_writes_refused: http_writes_refused(),
             http_connections: gauge(
                 "commwatch_agent_http_connections",
                 "HTTP connections (/metrics, /healthz) open now.",
@@ -336,6 +340,7 @@ impl AgentMetrics {
             Box::new(self.nvml_field_latency_seconds.clone()),
             Box::new(self.jobs.clone()),
             Box::new(self.http_connections_refused.clone()),
+            Box::new(self.http_writes_refused.clone()),
             Box::new(self.http_connections.clone()),
             Box::new(self.probe.connections.open.clone()),
             Box::new(self.probe.connections.refused.clone()),
@@ -672,6 +677,15 @@ const DUR_BUCKETS: &[f64] = &[
 
 fn counter(name: &str, help: &str) -> IntCounter {
     IntCounter::new(name, help).expect("valid metric")
+}
+
+/// `commwatch_agent_http_writes_refused_total{reason}` (`commwatch_httpd::csrf`).
+fn http_writes_refused() -> IntCounterVec {
+    counter_vec(
+        "commwatch_agent_http_writes_refused_total",
+        "State-changing HTTP requests refused: a foreign origin or not a JSON body, by reason.",
+        &["reason"],
+    )
 }
 
 fn counter_vec(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {

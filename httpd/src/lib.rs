@@ -38,6 +38,7 @@ use tokio::sync::watch;
 use tracing::{debug, error, warn};
 
 pub mod cap;
+pub mod csrf;
 mod gzip;
 pub use cap::{ConnectionCap, ConnectionMetrics, Slot, MAX_CONNECTIONS_BOUND};
 pub use gzip::{accepts_gzip, gzip_fast, metrics_response, TEXT_FORMAT};

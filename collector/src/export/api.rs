@@ -1,7 +1,9 @@
 //! HTTP: the collector's whole HTTP surface is assembled here ([`app`]): `GET /healthz`, `GET /metrics` and
 //! `GET /api/v1/nodes` served by this file, merged with the steps, findings (and baselines) and jobs routes,
 //! everything under `/api/` behind the access guard ([`super::access`]). Read-only except where a route says
-//! otherwise: other methods get 405. The paths and keys are a contract: add, never rename.
+//! otherwise: other methods get 405. Every write (any method but `GET` and `HEAD`) passes the cross-site
+//! guard first ([`commwatch_httpd::csrf`]: JSON only, never from a foreign `Origin`; the page's `/login` form
+//! from its own origin only). The paths and keys are a contract: add, never rename.
 
 use std::sync::Arc;
 
@@ -97,7 +99,15 @@ pub(crate) fn app(s: Sources) -> Result<(Router, Arc<Exposition>), prometheus::E
     .merge(super::findings::router(s.analysis.clone()))
     .merge(super::probes::router(s.prober, s.store.clone()))
     .merge(super::jobs::router(s.store, s.analysis))
-    .layer(axum::middleware::from_fn_with_state(s.access, guard));
+    .layer(axum::middleware::from_fn_with_state(s.access, guard))
+    // Outermost: a forged write is refused before the token is even looked at.
+    .layer(axum::middleware::from_fn_with_state(
+        Arc::new(commwatch_httpd::csrf::WriteGuard {
+            refused: s.health.http_writes_refused.clone(),
+            form_paths: &["/login"],
+        }),
+        commwatch_httpd::csrf::guard,
+    ));
     Ok((router, exposition))
 }
 

@@ -168,6 +168,8 @@ pub struct Health {
     /// open (the HTTP server counts them).
     pub http_connections: IntGauge,
     pub http_connections_refused: IntCounter,
+    /// State-changing requests refused as possible cross-site forgeries, by `reason` (`commwatch_httpd::csrf`).
+    pub http_writes_refused: IntCounterVec,
     /// The gRPC listener's own guard ([`GuardMetrics`]).
     pub guard: GuardMetrics,
     /// 1 while the state directory cannot be written: batches are not acknowledged (persistence sets it).
@@ -251,6 +253,17 @@ pub const REJECT_REASONS: &[&str] = &[
 /// `missing` (no job, communicator or collective), `number` (an execution time or bandwidth that is not a finite
 /// non-negative number), `rank` (no ranks, or a rank not below the communicator's size).
 pub const COLLECTIVE_REFUSE_REASONS: &[&str] = &["text", "missing", "number", "rank"];
+
+/// `commwatch_collector_http_writes_refused_total{reason}` (`commwatch_httpd::csrf`), registered.
+fn writes_refused(registry: &Registry) -> Result<IntCounterVec, prometheus::Error> {
+    counter_vec(
+        registry,
+        names::COLLECTOR_HTTP_WRITES_REFUSED_TOTAL,
+        "State-changing HTTP requests refused: a foreign origin or not a JSON body, by reason.",
+        "reason",
+        &["origin", "content_type"],
+    )
+}
 
 /// A counter family with one label, every value of `values` present from the start (at 0).
 fn counter_vec(
@@ -392,6 +405,7 @@ impl Health {
                 names::COLLECTOR_HTTP_CONNECTIONS_REFUSED_TOTAL,
                 "HTTP connections closed at accept because limits.max_http_connections were open.",
             )?,
+            http_writes_refused: writes_refused(&registry)?,
             throttled_batches: counter(
                 names::COLLECTOR_THROTTLED_BATCHES_TOTAL,
                 "Batches after which an agent stream was paused by limits.max_samples_per_second.",

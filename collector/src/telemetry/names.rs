@@ -32,6 +32,10 @@ pub const COLLECTOR_THROTTLED_SECONDS_TOTAL: &str = "commwatch_collector_throttl
 pub const COLLECTOR_HTTP_CONNECTIONS: &str = "commwatch_collector_http_connections";
 pub const COLLECTOR_HTTP_CONNECTIONS_REFUSED_TOTAL: &str =
     "commwatch_collector_http_connections_refused_total";
+/// State-changing HTTP requests refused as possible cross-site forgeries, by `reason` (`origin`: a foreign
+/// `Origin` or `Sec-Fetch-Site`; `content_type`: not JSON), see `commwatch_httpd::csrf`.
+pub const COLLECTOR_HTTP_WRITES_REFUSED_TOTAL: &str =
+    "commwatch_collector_http_writes_refused_total";
 /// Step markers received in applied batches, by `result` (`accepted`, `invalid`: failed validation, dropped).
 pub const COLLECTOR_STEP_MARKERS_TOTAL: &str = "commwatch_collector_step_markers_total";
 /// gRPC connections (agents) open now (gauge), and those closed by the collector before any stream, by `reason`
