@@ -507,3 +507,29 @@ fn deployment_files_agree_with_each_other() {
         );
     }
 }
+
+/// Every systemd unit sets its descriptor limit: each listener caps its connections, and the limit keeps a
+/// flood on one from using the descriptors the others (and the sources) need.
+#[test]
+fn every_unit_sets_a_descriptor_limit() {
+    let dir = root().join("deploy/systemd");
+    let mut units = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "service") {
+            continue;
+        }
+        units += 1;
+        let text = std::fs::read_to_string(&path).unwrap();
+        let limit = text
+            .lines()
+            .find_map(|l| l.strip_prefix("LimitNOFILE="))
+            .and_then(|v| v.trim().parse::<u64>().ok());
+        assert!(
+            limit.is_some_and(|n| n >= 1024),
+            "{}: no LimitNOFILE= of at least 1024",
+            path.display()
+        );
+    }
+    assert!(units >= 2, "no units under {}", dir.display());
+}
