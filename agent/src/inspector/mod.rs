@@ -211,17 +211,7 @@ impl Follower {
         for (job, share) in &shares {
             let kept = self.evict(job, *share);
             let new = candidates.get(job).map(Vec::as_slice).unwrap_or_default();
-            let room = share.saturating_sub(kept);
-            for (key, owner) in new.iter().take(room) {
-                self.admissions += 1;
-                let followed = Followed {
-                    tail: FileTail::new(&key.1),
-                    owner: owner.clone(),
-                    admitted: self.admissions,
-                };
-                self.tails.insert(key.clone(), followed);
-            }
-            let left_out = new.len().saturating_sub(room);
+            let left_out = self.follow(new, share.saturating_sub(kept), found);
             if left_out > 0 {
                 self.over_share(job, demand.get(job).copied().unwrap_or(0), *share, left_out);
             }
@@ -229,8 +219,45 @@ impl Follower {
         self.metrics.inspector.files.set(self.tails.len() as i64);
     }
 
-    /// Each job's dump files in `found` not followed yet (regular files of the process's user; refusals
-    /// counted), sorted by name.
+    /// Starts following the files of `new` in their order, up to `room` of them: each only once it is found
+    /// a regular file of its process's user (a refusal is counted and takes no room). Returns how many were
+    /// left out for want of room (not looked at).
+    fn follow(
+        &mut self,
+        new: &[(FileKey, Owner)],
+        room: usize,
+        found: &BTreeMap<(u64, u64), Found>,
+    ) -> usize {
+        let mut admitted = 0;
+        for (i, (key, owner)) in new.iter().enumerate() {
+            if admitted == room {
+                return new.len() - i;
+            }
+            let Some(f) = found.get(&key.0) else {
+                continue;
+            };
+            match f.dir.identity_of(&key.1) {
+                Ok(Some(_)) => {}
+                Ok(None) => continue,
+                Err(why) => {
+                    self.refuse(why, &owner.job, &f.dir.shown().join(&key.1));
+                    continue;
+                }
+            }
+            self.admissions += 1;
+            let followed = Followed {
+                tail: FileTail::new(&key.1),
+                owner: owner.clone(),
+                admitted: self.admissions,
+            };
+            self.tails.insert(key.clone(), followed);
+            admitted += 1;
+        }
+        0
+    }
+
+    /// Each job's files in `found` named like dump files and not followed yet, sorted by name (not checked
+    /// yet: [`Follower::follow`] does, for those it has room for).
     fn candidates(
         &mut self,
         found: &BTreeMap<(u64, u64), Found>,
@@ -251,16 +278,8 @@ impl Follower {
                 .filter(|n| !self.tails.contains_key(&(*id, n.clone())))
                 .collect();
             live.sort();
-            for name in live {
-                match f.dir.identity_of(&name) {
-                    Ok(Some(_)) => out
-                        .entry(f.owner.job.clone())
-                        .or_default()
-                        .push(((*id, name), f.owner.clone())),
-                    Ok(None) => {}
-                    Err(why) => self.refuse(why, &f.owner.job, &f.dir.shown().join(&name)),
-                }
-            }
+            let mine = out.entry(f.owner.job.clone()).or_default();
+            mine.extend(live.into_iter().map(|n| ((*id, n), f.owner.clone())));
         }
         out
     }
