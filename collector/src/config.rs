@@ -131,6 +131,15 @@ pub struct CollectorConfig {
     /// `retention`, so the steps outlive the samples they summarise.
     #[serde(with = "humantime_serde")]
     pub step_retention: Duration,
+    /// How long cleared findings and their raise and clear events stay in the state database (`state_dir`);
+    /// active findings are never pruned. 1h to 366 days.
+    #[serde(with = "humantime_serde")]
+    pub findings_retention: Duration,
+    /// Most cleared findings kept in the state database (the most recently seen), at least 1.
+    pub findings_max_cleared: usize,
+    /// Most finding events (raises and clears) kept in the state database (the newest; those of active
+    /// findings are never pruned), at least 1.
+    pub findings_max_events: usize,
     /// A node with no message for this long is removed from `/metrics` and `/api`.
     #[serde(with = "humantime_serde")]
     pub node_expiry: Duration,
@@ -182,6 +191,14 @@ pub const DEFAULT_RETENTION: Duration = Duration::from_secs(300);
 /// they summarise (`retention`, 5 minutes by default), so the per-step figures outlive the samples.
 pub const DEFAULT_STEP_RETENTION: Duration = Duration::from_secs(3600);
 
+/// How long cleared findings and their events stay in the state database by default (`findings_retention`):
+/// two weeks of history for `/api/v1/findings?active=false` and post-mortems.
+pub const DEFAULT_FINDINGS_RETENTION: Duration = Duration::from_secs(14 * 24 * 3600);
+/// Most cleared findings kept in the state database by default (`findings_max_cleared`; about 1.5 KB each).
+pub const DEFAULT_FINDINGS_MAX_CLEARED: usize = 10_000;
+/// Most finding events kept in the state database by default (`findings_max_events`; about 150 B each).
+pub const DEFAULT_FINDINGS_MAX_EVENTS: usize = 100_000;
+
 impl Default for CollectorConfig {
     fn default() -> Self {
         CollectorConfig {
@@ -190,6 +207,9 @@ impl Default for CollectorConfig {
             state_dir: None,
             retention: DEFAULT_RETENTION,
             step_retention: DEFAULT_STEP_RETENTION,
+            findings_retention: DEFAULT_FINDINGS_RETENTION,
+            findings_max_cleared: DEFAULT_FINDINGS_MAX_CLEARED,
+            findings_max_events: DEFAULT_FINDINGS_MAX_EVENTS,
             node_expiry: Duration::from_secs(300),
             limits: Limits::default(),
             fast_period_ms: 0,
@@ -256,6 +276,7 @@ impl CollectorConfig {
         if self.step_retention > Duration::from_secs(7 * 24 * 3600) {
             return bad("step_retention", "must be at most 7 days");
         }
+        self.validate_findings_history()?;
         if !self.steps_interval.is_zero() && self.steps_interval < Duration::from_millis(50) {
             return bad("steps_interval", "must be 0s (off) or at least 50ms");
         }
@@ -306,6 +327,27 @@ impl CollectorConfig {
             if t.cert_file.as_os_str().is_empty() || t.key_file.as_os_str().is_empty() {
                 return bad("tls", "cert_file and key_file are required");
             }
+        }
+        Ok(())
+    }
+
+    /// `findings_retention`, `findings_max_cleared`, `findings_max_events`.
+    fn validate_findings_history(&self) -> Result<(), ConfigError> {
+        let bad = |field: &'static str, reason: &str| {
+            Err(ConfigError::Invalid {
+                field,
+                reason: reason.to_string(),
+            })
+        };
+        let age = Duration::from_secs(3600)..=Duration::from_secs(366 * 24 * 3600);
+        if !age.contains(&self.findings_retention) {
+            return bad("findings_retention", "must be 1h to 366 days");
+        }
+        if self.findings_max_cleared == 0 {
+            return bad("findings_max_cleared", "must be at least 1");
+        }
+        if self.findings_max_events == 0 {
+            return bad("findings_max_events", "must be at least 1");
         }
         Ok(())
     }
@@ -375,6 +417,29 @@ mod tests {
         assert_eq!(c.retention, Duration::from_secs(300));
         assert_eq!(c.node_expiry, Duration::from_secs(300));
         assert_eq!(c.limits.max_batch_bytes, 4 << 20);
+    }
+
+    #[test]
+    fn findings_history_keeps_two_weeks_by_default_and_names_a_bad_field() {
+        let c = CollectorConfig::default();
+        assert_eq!(c.findings_retention, Duration::from_secs(14 * 24 * 3600));
+        assert_eq!(c.findings_max_cleared, 10_000);
+        let c = CollectorConfig::from_toml_str(
+            "findings_retention = \"30days\"\nfindings_max_cleared = 5\nfindings_max_events = 7\n",
+        )
+        .unwrap();
+        assert_eq!(c.findings_retention, Duration::from_secs(30 * 24 * 3600));
+        assert_eq!((c.findings_max_cleared, c.findings_max_events), (5, 7));
+        for bad in [
+            "findings_retention = \"10m\"",
+            "findings_retention = \"400days\"",
+            "findings_max_cleared = 0",
+            "findings_max_events = 0",
+        ] {
+            let err = CollectorConfig::from_toml_str(bad).unwrap_err().to_string();
+            let field = bad.split(' ').next().unwrap();
+            assert!(err.contains(&format!("`{field}`")), "{bad}: {err}");
+        }
     }
 
     #[test]

@@ -260,6 +260,12 @@ pub async fn run(
     let persist = open_persistence(&config, &store, &health, &mut tasks).await?;
     let analysis_config = analysis::AnalysisConfig {
         state_dir: config.state_dir.clone(),
+        history_retention: analysis::history::Retention {
+            max_age: config.findings_retention,
+            max_cleared: config.findings_max_cleared,
+            max_events: config.findings_max_events,
+        },
+        history_pruned: Some(analysis::history::pruned_counter(&health.registry)?),
         ..Default::default()
     };
     let analysis = analysis::AnalysisHandle::open(

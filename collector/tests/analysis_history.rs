@@ -17,7 +17,8 @@ fn config(dir: &std::path::Path) -> CollectorConfig {
     }
 }
 
-fn finding() -> Finding {
+/// A finding seen just before `now` (within the history's retention: the start prunes what is older).
+fn finding(now: f64) -> Finding {
     Finding {
         id: "link_errors:node-03:mlx5_0:1".into(),
         kind: FindingKind::LinkErrors,
@@ -31,8 +32,8 @@ fn finding() -> Finding {
         summary: "node-03 mlx5_0 port 1 error counters rising".into(),
         evidence: Evidence::new(52.7, "errors_per_second").expected(0.0),
         action: "reseat".into(),
-        first_seen_unix_s: 1000.0,
-        last_seen_unix_s: 1010.0,
+        first_seen_unix_s: now - 30.0,
+        last_seen_unix_s: now - 20.0,
         active: true,
         root: true,
         caused_by: None,
@@ -42,6 +43,7 @@ fn finding() -> Finding {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn baselines_and_findings_survive_restart() {
+    let now = commwatch_model::clock::unix_now_s().floor();
     let dir = tempfile::tempdir().unwrap();
     let h = commwatch_collector::start(config(dir.path()))
         .await
@@ -74,10 +76,11 @@ async fn baselines_and_findings_survive_restart() {
     // A finding recorded by the history as the engine does.
     {
         let mut hist = History::open(dir.path()).unwrap();
-        let mut f = finding();
-        hist.record(&[Change::Raised(f.clone())], 1000.0).unwrap();
+        let mut f = finding(now);
+        hist.record(&[Change::Raised(f.clone())], now - 30.0)
+            .unwrap();
         f.active = false;
-        hist.record(&[Change::Cleared(f)], 1020.0).unwrap();
+        hist.record(&[Change::Cleared(f)], now - 10.0).unwrap();
     }
     let h = commwatch_collector::start(config(dir.path()))
         .await
@@ -110,7 +113,7 @@ async fn baselines_and_findings_survive_restart() {
     assert_eq!(fs.len(), 1);
     assert_eq!(fs[0].id, "link_errors:node-03:mlx5_0:1");
     assert!(!fs[0].active);
-    assert_eq!(fs[0].first_seen_unix_s, 1000.0);
+    assert_eq!(fs[0].first_seen_unix_s, now - 30.0);
     assert_eq!(fs[0].evidence.measured, 52.7);
     let none: Vec<Finding> = reqwest::get(format!(
         "http://{}/api/v1/findings?active=true",

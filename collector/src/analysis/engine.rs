@@ -17,7 +17,7 @@ use tokio::sync::broadcast;
 use tracing::{info, warn};
 
 use super::baselines;
-use super::history::{History, HistoryError};
+use super::history::{History, HistoryError, Retention, Upkeep};
 use super::input::{self, Extras, ThroughputBaseline};
 use super::scaling::{self, JobFigures};
 use super::tracker::{Change, Tracker};
@@ -34,12 +34,16 @@ pub const HISTORY_REFRESH: Duration = Duration::from_secs(30);
 pub const THROUGHPUT_REFRESH: Duration = Duration::from_secs(60);
 
 /// Settings of the analysis engine.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct AnalysisConfig {
     /// Evaluation period; longer when one evaluation takes more than [`crate::pace::MAX_DUTY`] of it.
     pub interval: Duration,
     /// Where the history lives (the collector's `state_dir`); `None`: memory only.
     pub state_dir: Option<PathBuf>,
+    /// What the history keeps (pruned at start and every [`super::history::PRUNE_INTERVAL`]).
+    pub history_retention: Retention,
+    /// Where pruned history rows are counted ([`super::history::pruned_counter`]); `None`: nowhere.
+    pub history_pruned: Option<prometheus::IntCounterVec>,
 }
 
 impl Default for AnalysisConfig {
@@ -47,6 +51,8 @@ impl Default for AnalysisConfig {
         AnalysisConfig {
             interval: DEFAULT_INTERVAL,
             state_dir: None,
+            history_retention: Retention::default(),
+            history_pruned: None,
         }
     }
 }
@@ -223,16 +229,19 @@ pub struct AnalysisHandle {
 }
 
 /// Opens the history in `dir`, restores its findings into `tracker` and its baselines into `extras`, and
-/// starts the thread that writes it (SQLite writes never run on the evaluation path). A stored record that
+/// starts the thread that writes it and prunes it (`upkeep`: at once, then periodically; SQLite writes never
+/// run on the evaluation path, and the start does not wait for the first prune). A stored record that
 /// cannot be read (or is out of bounds) is skipped, logged and counted, never fatal: returns how many.
 async fn open_history(
     dir: PathBuf,
+    upkeep: Upkeep,
     tracker: &mut Tracker,
     extras: &mut Extras,
 ) -> Result<(std::sync::mpsc::Sender<HistoryMsg>, u64), HistoryError> {
+    let keep = upkeep.retention();
     let opened = tokio::task::spawn_blocking(move || {
         let h = History::open(&dir)?;
-        let f = h.load_findings()?;
+        let f = h.load_kept_findings(&keep, unix_now_s())?;
         let b = h.load_baselines()?;
         Ok::<_, HistoryError>((h, f, b))
     })
@@ -258,14 +267,23 @@ async fn open_history(
     let (tx, rx) = std::sync::mpsc::channel::<HistoryMsg>();
     std::thread::Builder::new()
         .name("analysis-history".into())
-        .spawn(move || write_history(hist, rx))
+        .spawn(move || write_history(hist, rx, upkeep))
         .map_err(|e| HistoryError::Thread(e.to_string()))?;
     Ok((tx, skipped))
 }
 
-/// The history thread: writes what the engine and the baselines API send, in their order.
-fn write_history(mut hist: History, rx: std::sync::mpsc::Receiver<HistoryMsg>) {
-    for m in rx {
+/// The history thread: writes what the engine and the baselines API send, in their order, and prunes the
+/// history when `upkeep` says; ends when every sender is gone.
+fn write_history(mut hist: History, rx: std::sync::mpsc::Receiver<HistoryMsg>, mut upkeep: Upkeep) {
+    loop {
+        let m = match rx.recv_timeout(upkeep.due_in()) {
+            Ok(m) => m,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                upkeep.prune(&mut hist);
+                continue;
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return,
+        };
         let r = match m {
             HistoryMsg::Record(ch, at) => hist.record(&ch, at),
             HistoryMsg::Throughput(b) => hist.save_throughput(&b, unix_now_s()),
@@ -295,7 +313,10 @@ impl AnalysisHandle {
         let mut tracker = Tracker::with_interval(config.interval);
         let mut extras = Extras::default();
         let history = match config.state_dir.clone() {
-            Some(dir) => Some(open_history(dir, &mut tracker, &mut extras).await?),
+            Some(dir) => {
+                let upkeep = Upkeep::new(config.history_retention, config.history_pruned.clone());
+                Some(open_history(dir, upkeep, &mut tracker, &mut extras).await?)
+            }
             None => None,
         };
         let (history, skipped_records) = match history {

@@ -9,15 +9,28 @@
 //!   (`throughput`) baselines, set by operators or learned from history.
 //!
 //! After a restart, findings come back inactive (the collector re-raises what is still true after its hysteresis),
-//! with their `first_seen`; baselines come back as they were. A row that cannot be read (a number stored as
-//! `null` by an older collector, a newer collector's format) or is out of the API's bounds is skipped, logged
-//! and counted ([`History::skipped`]), never fatal; a number JSON cannot hold is never written.
+//! with their `first_seen`: only what the tracker keeps of what the retention keeps
+//! ([`History::load_kept_findings`]: the findings active when the collector stopped, then the most recently
+//! seen, [`super::tracker::MAX_INACTIVE`] in all); baselines come
+//! back as they were. A row that cannot be read (a number stored as `null` by an older collector, a newer
+//! collector's format) or is out of the API's bounds is skipped, logged and counted ([`History::skipped`]),
+//! never fatal; a number JSON cannot hold is never written.
+//!
+//! Retention ([`History::prune`], on the history's thread right after the start and every [`PRUNE_INTERVAL`]
+//! after it, so the start does not wait for it; [`Upkeep`]): cleared findings last seen longer
+//! ago than [`Retention::max_age`] and beyond the newest [`Retention::max_cleared`], with their events; events
+//! older than `max_age` and beyond the newest [`Retention::max_events`]. A finding active when it was last
+//! written, and its events, are never pruned. Pruned rows are counted
+//! (`commwatch_collector_history_pruned_total{record}`); the file keeps its size (SQLite reuses the freed
+//! pages for later rows; `VACUUM` with the collector stopped gives them back).
 
 use std::cell::Cell;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
+use prometheus::{IntCounterVec, Opts, Registry};
 use rusqlite::{params, Connection};
-use tracing::warn;
+use tracing::{info, warn};
 
 use super::baselines::{check_bare, check_throughput};
 use super::input::{BareBaseline, ThroughputBaseline};
@@ -40,6 +53,124 @@ pub enum HistoryError {
     Unstorable { key: String, reason: String },
     #[error("the analysis history thread: {0}")]
     Thread(String),
+}
+
+/// How often the history thread prunes (besides once at start).
+pub const PRUNE_INTERVAL: Duration = Duration::from_secs(600);
+
+/// How much findings history the state database keeps (`findings_retention`, `findings_max_cleared`,
+/// `findings_max_events` in the collector's configuration).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention {
+    /// Cleared findings last seen longer ago than this are pruned with their events, and so are older events
+    /// of the findings kept (those of active findings never).
+    pub max_age: Duration,
+    /// Cleared findings kept at most: the most recently seen.
+    pub max_cleared: usize,
+    /// Events (raises and clears) kept at most: the newest. Those of active findings are never pruned, and
+    /// count.
+    pub max_events: usize,
+}
+
+impl Default for Retention {
+    /// The collector's defaults (`crate::config`).
+    fn default() -> Self {
+        Retention {
+            max_age: crate::config::DEFAULT_FINDINGS_RETENTION,
+            max_cleared: crate::config::DEFAULT_FINDINGS_MAX_CLEARED,
+            max_events: crate::config::DEFAULT_FINDINGS_MAX_EVENTS,
+        }
+    }
+}
+
+/// Rows one [`History::prune`] removed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Pruned {
+    pub findings: u64,
+    pub events: u64,
+}
+
+/// The counter of pruned rows, registered in `registry`, both label values present from the start.
+pub fn pruned_counter(registry: &Registry) -> Result<IntCounterVec, prometheus::Error> {
+    let c = IntCounterVec::new(
+        Opts::new(
+            crate::telemetry::names::COLLECTOR_HISTORY_PRUNED_TOTAL,
+            "Rows of the findings history pruned from the state database (retention), by record.",
+        ),
+        &["record"],
+    )?;
+    registry.register(Box::new(c.clone()))?;
+    for v in ["finding", "event"] {
+        c.with_label_values(&[v]);
+    }
+    Ok(c)
+}
+
+impl Pruned {
+    /// Adds these counts to `counter` ([`pruned_counter`]).
+    pub fn count(&self, counter: &IntCounterVec) {
+        counter
+            .with_label_values(&["finding"])
+            .inc_by(self.findings);
+        counter.with_label_values(&["event"]).inc_by(self.events);
+    }
+}
+
+/// The history's retention in force: what it keeps, where prunes are counted, when the next one is due.
+#[derive(Debug)]
+pub struct Upkeep {
+    retention: Retention,
+    counter: Option<IntCounterVec>,
+    next: Instant,
+}
+
+impl Upkeep {
+    /// Keeps what `retention` says, counting prunes in `counter` ([`pruned_counter`]) when given; the first
+    /// prune is due at once.
+    pub fn new(retention: Retention, counter: Option<IntCounterVec>) -> Upkeep {
+        Upkeep {
+            retention,
+            counter,
+            next: Instant::now(),
+        }
+    }
+
+    /// What it keeps.
+    pub fn retention(&self) -> Retention {
+        self.retention
+    }
+
+    /// Time until the next prune is due (zero when it is).
+    pub fn due_in(&self) -> Duration {
+        self.next.saturating_duration_since(Instant::now())
+    }
+
+    /// Prunes `hist` now (counted, and logged when it removed rows); the next prune is due
+    /// [`PRUNE_INTERVAL`] later. A failure is logged and prunes nothing: the history goes on.
+    pub fn prune(&mut self, hist: &mut History) -> Pruned {
+        self.next = Instant::now() + PRUNE_INTERVAL;
+        let started = Instant::now();
+        match hist.prune(&self.retention, commwatch_model::clock::unix_now_s()) {
+            Ok(p) => {
+                if let Some(c) = &self.counter {
+                    p.count(c);
+                }
+                if p != Pruned::default() {
+                    info!(
+                        findings = p.findings,
+                        events = p.events,
+                        seconds = started.elapsed().as_secs_f64(),
+                        "pruned findings history past retention"
+                    );
+                }
+                p
+            }
+            Err(e) => {
+                warn!(error = %e, "pruning the findings history failed");
+                Pruned::default()
+            }
+        }
+    }
 }
 
 impl From<serde_json::Error> for HistoryError {
@@ -77,7 +208,12 @@ impl History {
                  at_unix_s REAL NOT NULL, id TEXT NOT NULL, event TEXT NOT NULL,
                  severity TEXT NOT NULL, summary TEXT NOT NULL);
              CREATE TABLE IF NOT EXISTS analysis_baselines (
-                 key TEXT PRIMARY KEY, kind TEXT NOT NULL, json TEXT NOT NULL, set_unix_s REAL NOT NULL);",
+                 key TEXT PRIMARY KEY, kind TEXT NOT NULL, json TEXT NOT NULL, set_unix_s REAL NOT NULL);
+             CREATE INDEX IF NOT EXISTS analysis_findings_by_seen
+                 ON analysis_findings (active, last_seen_unix_s);
+             CREATE INDEX IF NOT EXISTS analysis_finding_events_by_id ON analysis_finding_events (id);
+             CREATE INDEX IF NOT EXISTS analysis_finding_events_by_time
+                 ON analysis_finding_events (at_unix_s);",
         )
         .map_err(err)?;
         Ok(History {
@@ -140,18 +276,59 @@ impl History {
         tx.commit().map_err(err)
     }
 
-    /// Every stored finding, marked inactive (see the module doc), sorted by id.
+    /// What the tracker keeps of the stored findings, marked inactive (see the module doc), sorted by id: those
+    /// active when last written, then the most recently seen, [`super::tracker::MAX_INACTIVE`] in all.
     pub fn load_findings(&self) -> Result<Vec<Finding>, HistoryError> {
+        self.load_recent_findings(super::tracker::MAX_INACTIVE, None)
+    }
+
+    /// What the tracker keeps of the findings `retention` keeps at `now_unix_s` (what the next
+    /// [`History::prune`] leaves), marked inactive, sorted by id: what a start restores.
+    pub fn load_kept_findings(
+        &self,
+        retention: &Retention,
+        now_unix_s: f64,
+    ) -> Result<Vec<Finding>, HistoryError> {
+        let keep = (retention, now_unix_s - retention.max_age.as_secs_f64());
+        self.load_recent_findings(super::tracker::MAX_INACTIVE, Some(keep))
+    }
+
+    /// At most `max` stored findings (those active when last written first, then by `last_seen`, newest
+    /// first), marked inactive, sorted by id; with `keep`, only what that retention keeps, given its cutoff.
+    pub fn load_recent_findings(
+        &self,
+        max: usize,
+        keep: Option<(&Retention, f64)>,
+    ) -> Result<Vec<Finding>, HistoryError> {
+        let (cutoff, mut cleared_left) =
+            keep.map_or((f64::NEG_INFINITY, usize::MAX), |(r, c)| (c, r.max_cleared));
         let mut st = self
             .conn
-            .prepare("SELECT id, json FROM analysis_findings ORDER BY id")
+            .prepare(
+                "SELECT id, json, active FROM analysis_findings
+                 WHERE active = 1 OR last_seen_unix_s >= ?2
+                 ORDER BY active DESC, last_seen_unix_s DESC LIMIT ?1",
+            )
             .map_err(|e| self.err(e))?;
+        let limit = i64::try_from(max).unwrap_or(i64::MAX);
         let rows = st
-            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
+            .query_map(params![limit, cutoff], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, bool>(2)?,
+                ))
+            })
             .map_err(|e| self.err(e))?;
         let mut out = Vec::new();
         for r in rows {
-            let (id, json) = r.map_err(|e| self.err(e))?;
+            let (id, json, active) = r.map_err(|e| self.err(e))?;
+            if !active {
+                if cleared_left == 0 {
+                    break;
+                }
+                cleared_left -= 1;
+            }
             match serde_json::from_str::<Finding>(&json) {
                 Ok(mut f) => {
                     f.active = false;
@@ -161,7 +338,44 @@ impl History {
                 Err(e) => self.skip("finding", &id, &e),
             }
         }
+        out.sort_by(|a, b| a.id.cmp(&b.id));
         Ok(out)
+    }
+
+    /// Prunes what `retention` does not keep at `now_unix_s`, in one transaction (see the module doc).
+    pub fn prune(
+        &mut self,
+        retention: &Retention,
+        now_unix_s: f64,
+    ) -> Result<Pruned, HistoryError> {
+        let path = self.path.clone();
+        let err = |error| HistoryError::Sqlite {
+            path: path.clone(),
+            error,
+        };
+        let cutoff = now_unix_s - retention.max_age.as_secs_f64();
+        let max_cleared = i64::try_from(retention.max_cleared).unwrap_or(i64::MAX);
+        let tx = self.conn.transaction().map_err(err)?;
+        let mut findings = tx
+            .execute(
+                "DELETE FROM analysis_findings WHERE active = 0 AND last_seen_unix_s < ?1",
+                [cutoff],
+            )
+            .map_err(err)?;
+        findings += tx
+            .execute(
+                "DELETE FROM analysis_findings WHERE rowid IN (
+                     SELECT rowid FROM analysis_findings WHERE active = 0
+                     ORDER BY last_seen_unix_s DESC LIMIT -1 OFFSET ?1)",
+                [max_cleared],
+            )
+            .map_err(err)?;
+        let events = prune_events(&tx, retention, cutoff).map_err(err)?;
+        tx.commit().map_err(err)?;
+        Ok(Pruned {
+            findings: findings as u64,
+            events: events as u64,
+        })
     }
 
     /// `(at_unix_s, event)` of one finding, oldest first.
@@ -279,6 +493,38 @@ fn finite(key: &str, v: f64) -> Result<(), HistoryError> {
             reason: format!("{v} is not a finite number"),
         })
     }
+}
+
+/// The events of findings no longer stored, those older than `cutoff`, and the oldest beyond
+/// `retention.max_events`; never those of an active finding. Returns how many.
+fn prune_events(conn: &Connection, retention: &Retention, cutoff: f64) -> rusqlite::Result<usize> {
+    let mut n = conn.execute(
+        "DELETE FROM analysis_finding_events WHERE id NOT IN (SELECT id FROM analysis_findings)",
+        [],
+    )?;
+    n += conn.execute(
+        "DELETE FROM analysis_finding_events WHERE at_unix_s < ?1
+             AND id NOT IN (SELECT id FROM analysis_findings WHERE active = 1)",
+        [cutoff],
+    )?;
+    let of_active: i64 = conn.query_row(
+        "SELECT COUNT(*) FROM analysis_finding_events
+             WHERE id IN (SELECT id FROM analysis_findings WHERE active = 1)",
+        [],
+        |r| r.get(0),
+    )?;
+    let room = i64::try_from(retention.max_events)
+        .unwrap_or(i64::MAX)
+        .saturating_sub(of_active)
+        .max(0);
+    n += conn.execute(
+        "DELETE FROM analysis_finding_events WHERE rowid IN (
+             SELECT rowid FROM analysis_finding_events
+             WHERE id NOT IN (SELECT id FROM analysis_findings WHERE active = 1)
+             ORDER BY rowid DESC LIMIT -1 OFFSET ?1)",
+        [room],
+    )?;
+    Ok(n)
 }
 
 fn save(conn: &Connection, key: &str, kind: &str, json: &str, at: f64) -> rusqlite::Result<()> {

@@ -23,6 +23,9 @@ pub const COLLECTOR_PASS_NODES_TOTAL: &str = "commwatch_collector_pass_nodes_tot
 pub const COLLECTOR_PASS_CPU_SECONDS_TOTAL: &str = "commwatch_collector_pass_cpu_seconds_total";
 pub const COLLECTOR_PERSIST_ERRORS_TOTAL: &str = "commwatch_collector_persist_errors_total";
 pub const COLLECTOR_PERSIST_COMMITS_TOTAL: &str = "commwatch_collector_persist_commits_total";
+/// Rows of the findings history pruned from the state database (retention), by `record` (`finding`,
+/// `event`): [`crate::analysis::history::pruned_counter`].
+pub const COLLECTOR_HISTORY_PRUNED_TOTAL: &str = "commwatch_collector_history_pruned_total";
 pub const COLLECTOR_EXPIRED_NODES_TOTAL: &str = "commwatch_collector_expired_nodes_total";
 /// Batches after which an agent stream was paused by `limits.max_samples_per_second`, and the time paused.
 pub const COLLECTOR_THROTTLED_BATCHES_TOTAL: &str = "commwatch_collector_throttled_batches_total";
