@@ -89,6 +89,7 @@ pub(crate) fn app(s: Sources) -> Result<(Router, Arc<Exposition>), prometheus::E
         s.steps.clone(),
         s.analysis.clone(),
         s.access.clone(),
+        s.health.page.clone(),
     ))
     .merge(super::steps::router(s.steps.clone()))
     .merge(super::collectives::router(

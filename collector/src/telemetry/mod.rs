@@ -170,6 +170,8 @@ pub struct Health {
     pub http_connections_refused: IntCounter,
     /// State-changing requests refused as possible cross-site forgeries, by `reason` (`commwatch_httpd::csrf`).
     pub http_writes_refused: IntCounterVec,
+    /// What the live page left out to stay bounded and the renderings it refused ([`PageMetrics`]).
+    pub page: PageMetrics,
     /// The gRPC listener's own guard ([`GuardMetrics`]).
     pub guard: GuardMetrics,
     /// 1 while the state directory cannot be written: batches are not acknowledged (persistence sets it).
@@ -263,6 +265,43 @@ fn writes_refused(registry: &Registry) -> Result<IntCounterVec, prometheus::Erro
         "reason",
         &["origin", "content_type"],
     )
+}
+
+/// What the live page left out to stay bounded, by `what` (`cells`: links folded into a `+ more` cell; `rows`:
+/// nodes not drawn; `links`: a node's links not listed; `findings`, `jobs`: not listed), and the renderings it
+/// refused while its slots were taken (`export::page`).
+#[derive(Debug, Clone)]
+pub struct PageMetrics {
+    pub omitted: IntCounterVec,
+    pub busy: IntCounter,
+}
+
+impl PageMetrics {
+    /// The families, registered in `registry`.
+    pub fn new(registry: &Registry) -> Result<PageMetrics, prometheus::Error> {
+        let busy = IntCounter::new(
+            names::COLLECTOR_PAGE_BUSY_TOTAL,
+            "Page renderings refused (503) because the page's rendering slots were all taken.",
+        )?;
+        registry.register(Box::new(busy.clone()))?;
+        Ok(PageMetrics {
+            omitted: counter_vec(
+                registry,
+                names::COLLECTOR_PAGE_OMITTED_TOTAL,
+                "Items the live page left out to stay within its bounds, by what.",
+                "what",
+                &["cells", "rows", "links", "findings", "jobs"],
+            )?,
+            busy,
+        })
+    }
+
+    /// Counts `n` items of `what` left out (nothing when `n` is 0).
+    pub fn omitted(&self, what: &str, n: usize) {
+        if n > 0 {
+            self.omitted.with_label_values(&[what]).inc_by(n as u64);
+        }
+    }
 }
 
 /// A counter family with one label, every value of `values` present from the start (at 0).
@@ -406,6 +445,7 @@ impl Health {
                 "HTTP connections closed at accept because limits.max_http_connections were open.",
             )?,
             http_writes_refused: writes_refused(&registry)?,
+            page: PageMetrics::new(&registry)?,
             throttled_batches: counter(
                 names::COLLECTOR_THROTTLED_BATCHES_TOTAL,
                 "Batches after which an agent stream was paused by limits.max_samples_per_second.",

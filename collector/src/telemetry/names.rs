@@ -39,6 +39,13 @@ pub const COLLECTOR_HTTP_CONNECTIONS_REFUSED_TOTAL: &str =
 /// `Origin` or `Sec-Fetch-Site`; `content_type`: not JSON), see `commwatch_httpd::csrf`.
 pub const COLLECTOR_HTTP_WRITES_REFUSED_TOTAL: &str =
     "commwatch_collector_http_writes_refused_total";
+/// What the live page left out to stay within its bounds, by `what` (`cells`: heatmap links folded into a
+/// class's last column; `rows`: nodes not drawn in the heatmap; `links`: rows of a node's link tables;
+/// `findings`: findings not listed in a view; `jobs`: jobs not listed in the fleet's table), counted per
+/// rendering.
+pub const COLLECTOR_PAGE_OMITTED_TOTAL: &str = "commwatch_collector_page_omitted_total";
+/// Page renderings refused because as many as `PAGE_RENDERS` were being rendered or sent (`503`).
+pub const COLLECTOR_PAGE_BUSY_TOTAL: &str = "commwatch_collector_page_busy_total";
 /// Step markers received in applied batches, by `result` (`accepted`, `invalid`: failed validation, dropped).
 pub const COLLECTOR_STEP_MARKERS_TOTAL: &str = "commwatch_collector_step_markers_total";
 /// gRPC connections (agents) open now (gauge), and those closed by the collector before any stream, by `reason`

@@ -1,10 +1,21 @@
-//! The fleet heatmap: one row per node, one column per fabric link (an adapter port or interface; NVLink
-//! folded into one column per GPU), coloured by utilisation (achieved bandwidth ÷ capacity) — the median over
-//! the node's last [`STEPS`] steps where it has confident step figures, else the live rate ÷ capacity. The
-//! management links are a heatmap of their own beside it. A node whose agent stream is closed, or that sent
-//! nothing for [`STALE_AFTER_S`], is marked stale (its row faded, its name flagged).
+//! The fleet heatmap: one row per node and, for each link class of each group (fabric, management), a bounded
+//! number of columns — whatever the links are called — coloured by utilisation (achieved bandwidth ÷
+//! capacity): the median over the node's last [`STEPS`] steps where it has confident step figures, else the
+//! live rate ÷ capacity. A node's links of a class (its adapter ports or interfaces; NVLink folded into one per
+//! GPU) fill that class's columns in order, one link a cell, the cell naming its link (`data-link`, its
+//! tooltip); a column is titled with the link's name where every node has the same one there, else with the
+//! class and its place ("InfiniBand 3"). A node whose agent stream is closed, or that sent nothing for
+//! [`STALE_AFTER_S`], is marked stale (its row faded, its name flagged).
 //!
-//! An RDMA port's network interface (IPoIB, a RoCE netdev) has no column of its own where its node has
+//! Bounded ([`layout`]): a class has at most [`MAX_SLOTS`] columns of its own links, fewer where the fleet's
+//! rows would otherwise pass [`MAX_CELLS`] cells; a node's links beyond them fold into the class's last column
+//! (`+ more`: the highest and lowest figure of the folded links, outlined if one of them is faulty, and a link
+//! to the node's page, which lists each). Where even one folded column per class would pass [`MAX_CELLS`],
+//! rows are left out — nodes with a faulty link kept first. What was folded or left out is said on the page
+//! and counted (`commwatch_collector_page_omitted_total`). So a node reporting 20,000 links costs the page
+//! one row of at most [`MAX_SLOTS`]` + 1` cells per class.
+//!
+//! An RDMA port's network interface (IPoIB, a RoCE netdev) has no cell of its own where its node has
 //! adapter ports of its class: its bytes are the port's ([`duplicates_a_port`]).
 //!
 //! Each cell says which it shows: a burst figure (`steps`, its percentage upright) or the live rate (`live`,
@@ -30,26 +41,64 @@ use crate::steps::{NodeStep, StepLink};
 pub const STEPS: usize = 5;
 /// Seconds without a message after which a node is marked stale.
 pub const STALE_AFTER_S: f64 = 15.0;
+/// Most columns of single links a link class has in a heatmap (a node's further links of the class fold into
+/// one more column). A large node has 8 to 18 adapter ports, or 8 GPUs.
+pub const MAX_SLOTS: usize = 18;
+/// Most cells the fleet's heatmaps draw together: a cell is about 330 bytes of markup, so at most ~8 MB. A
+/// fleet of 1,000 nodes of 8 adapter ports, 8 GPUs and a management NIC (17,000 cells) is drawn whole.
+pub const MAX_CELLS: usize = 24_000;
 
 /// Which heatmap a column belongs to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Group {
     Fabric,
     Management,
 }
 
-/// One column: a link (or one GPU's NVLink links), the same key on every node.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Column {
-    /// `device:port`, or `gpu<G>:nvlink`; the `data-link` of the cells.
-    pub key: String,
-    pub label: String,
+/// A link class within a group: the heatmap's unit of columns, in display order (adapters and interfaces by
+/// class name, then NVLink).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ClassKey {
     pub group: Group,
-    /// Order: adapters and interfaces by key, then NVLink by GPU number.
-    sort: (u8, u64, String),
+    nvlink: bool,
+    pub class: String,
 }
 
-/// One node's value in one column.
+/// One link's place on a node: its key and name, the order it takes among the node's links of its class.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LinkColumn {
+    /// `device:port`, or `gpu<G>:nvlink`; the `data-link` of its cell.
+    pub key: String,
+    pub label: String,
+    pub class: ClassKey,
+    /// Order within the class: by key, NVLink by GPU number.
+    sort: (u64, String),
+}
+
+/// Which of a class's columns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Slot {
+    /// The node's `n`-th link of the class (from 0).
+    Link(usize),
+    /// The node's links of the class from the `n`-th on, folded into one cell.
+    More(usize),
+}
+
+/// One column of a heatmap.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Column {
+    pub class: ClassKey,
+    pub slot: Slot,
+    pub label: String,
+}
+
+impl Column {
+    pub fn group(&self) -> Group {
+        self.class.group
+    }
+}
+
+/// One node's value for one link.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Cell {
     pub utilization: Option<f64>,
@@ -62,28 +111,48 @@ pub struct Cell {
     pub faulty: bool,
 }
 
-/// One node's row.
+/// One node's row: its links of each class, in column order, each with its cell.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Row {
     pub node: String,
     pub stale: bool,
-    pub cells: HashMap<String, Cell>,
+    pub classes: BTreeMap<ClassKey, Vec<(LinkColumn, Cell)>>,
+}
+
+impl Row {
+    /// The cell of the link `key` (`device:port`, `gpu<G>:nvlink`), whatever its column.
+    pub fn cell(&self, key: &str) -> Option<&Cell> {
+        self.classes
+            .values()
+            .flatten()
+            .find(|(c, _)| c.key == key)
+            .map(|(_, cell)| cell)
+    }
+
+    fn faulty(&self) -> bool {
+        self.classes.values().flatten().any(|(_, c)| c.faulty)
+    }
 }
 
 /// The column of a link from its class, role, device, port and (NVLink) GPU.
-pub fn column(class: &str, role: &str, device: &str, port: &str, gpu: Option<&str>) -> Column {
+pub fn column(class: &str, role: &str, device: &str, port: &str, gpu: Option<&str>) -> LinkColumn {
     let group = if role == "management" {
         Group::Management
     } else {
         Group::Fabric
     };
+    let class_key = |nvlink| ClassKey {
+        group,
+        nvlink,
+        class: class.to_string(),
+    };
     if class == "nvlink" {
         let g = gpu.unwrap_or("");
-        return Column {
+        return LinkColumn {
             key: format!("gpu{g}:nvlink"),
             label: format!("GPU {g} NVLink"),
-            group,
-            sort: (1, g.parse().unwrap_or(u64::MAX), g.to_string()),
+            class: class_key(true),
+            sort: (g.parse().unwrap_or(u64::MAX), g.to_string()),
         };
     }
     let label = if device == port {
@@ -91,19 +160,19 @@ pub fn column(class: &str, role: &str, device: &str, port: &str, gpu: Option<&st
     } else {
         format!("{device} {port}")
     };
-    Column {
+    LinkColumn {
         key: format!("{device}:{port}"),
         label,
-        group,
-        sort: (0, 0, format!("{device}:{port}")),
+        class: class_key(false),
+        sort: (0, format!("{device}:{port}")),
     }
 }
 
-fn view_column(l: &LinkView) -> Column {
+fn view_column(l: &LinkView) -> LinkColumn {
     column(&l.class, &l.role, &l.device, &l.port, l.gpu.as_deref())
 }
 
-fn step_column(l: &StepLink) -> Column {
+fn step_column(l: &StepLink) -> LinkColumn {
     column(
         l.key.class.as_str(),
         l.role.as_str(),
@@ -125,7 +194,7 @@ pub fn live(l: &LinkView) -> Option<f64> {
 }
 
 /// A node's row from its view and its last steps (oldest first), `now_unix_s` deciding staleness.
-pub fn row(node: &NodeView, steps: &[NodeStep], now_unix_s: f64) -> (Row, Vec<Column>) {
+pub fn row(node: &NodeView, steps: &[NodeStep], now_unix_s: f64) -> Row {
     let mut from_steps: HashMap<String, Vec<f64>> = HashMap::new();
     for s in steps.iter().rev().take(STEPS) {
         for l in s.links.iter().filter(|l| l.confident) {
@@ -134,7 +203,7 @@ pub fn row(node: &NodeView, steps: &[NodeStep], now_unix_s: f64) -> (Row, Vec<Co
             }
         }
     }
-    let mut columns: BTreeMap<String, Column> = BTreeMap::new();
+    let mut columns: BTreeMap<String, LinkColumn> = BTreeMap::new();
     let mut live_values: HashMap<String, (Vec<f64>, usize, String)> = HashMap::new();
     for l in node.links.iter().filter(|l| !duplicates_a_port(node, l)) {
         let c = view_column(l);
@@ -146,30 +215,32 @@ pub fn row(node: &NodeView, steps: &[NodeStep], now_unix_s: f64) -> (Row, Vec<Co
         }
         columns.entry(c.key.clone()).or_insert(c);
     }
-    let cells = live_values
-        .into_iter()
-        .map(|(key, (mut now, links, state))| {
-            let (utilization, source) = match from_steps.get_mut(&key) {
-                Some(v) if !v.is_empty() => (median(v), "steps"),
-                _ => (median(&mut now), "live"),
-            };
-            let cell = Cell {
-                utilization,
-                source,
-                links,
-                state,
-                faulty: false,
-            };
-            (key, cell)
-        })
-        .collect();
+    let mut classes: BTreeMap<ClassKey, Vec<(LinkColumn, Cell)>> = BTreeMap::new();
+    for (key, (mut now, links, state)) in live_values {
+        let (utilization, source) = match from_steps.get_mut(&key) {
+            Some(v) if !v.is_empty() => (median(v), "steps"),
+            _ => (median(&mut now), "live"),
+        };
+        let cell = Cell {
+            utilization,
+            source,
+            links,
+            state,
+            faulty: false,
+        };
+        if let Some(c) = columns.remove(&key) {
+            classes.entry(c.class.clone()).or_default().push((c, cell));
+        }
+    }
+    for links in classes.values_mut() {
+        links.sort_by(|a, b| a.0.sort.cmp(&b.0.sort));
+    }
     let stale = !node.connected || now_unix_s - node.last_seen_unix_s > STALE_AFTER_S;
-    let row = Row {
+    Row {
         node: node.name.clone(),
         stale,
-        cells,
-    };
-    (row, columns.into_values().collect())
+        classes,
+    }
 }
 
 /// Marks the cells whose link is the subject of one of `findings` that is active and a root cause or critical
@@ -186,8 +257,10 @@ pub fn mark_faulty(rows: &mut [Row], findings: &[crate::analysis::Finding]) {
             _ => continue,
         };
         for row in rows.iter_mut().filter(|r| r.node == sub.node) {
-            if let Some(cell) = row.cells.get_mut(&key) {
-                cell.faulty = true;
+            for (c, cell) in row.classes.values_mut().flatten() {
+                if c.key == key {
+                    cell.faulty = true;
+                }
             }
         }
     }
@@ -205,15 +278,103 @@ pub fn duplicates_a_port(node: &NodeView, l: &LinkView) -> bool {
             .any(|p| p.endpoint == "hca_port" && p.class == l.class)
 }
 
-/// Every column of `columns` once, in display order.
-pub fn union(columns: impl IntoIterator<Item = Column>) -> Vec<Column> {
-    let mut by_key: BTreeMap<String, Column> = BTreeMap::new();
-    for c in columns {
-        by_key.entry(c.key.clone()).or_insert(c);
+/// The heatmaps' columns and rows within [`MAX_CELLS`], and what had to give way.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Layout {
+    pub columns: Vec<Column>,
+    /// The rows drawn, in their order (indices into the rows laid out).
+    pub rows: Vec<usize>,
+    /// Single links drawn only inside a `+ more` cell, over every row drawn.
+    pub folded_links: usize,
+}
+
+impl Layout {
+    /// Rows laid out but not drawn.
+    pub fn rows_left_out(&self, rows: usize) -> usize {
+        rows - self.rows.len()
     }
-    let mut v: Vec<Column> = by_key.into_values().collect();
-    v.sort_by(|a, b| a.sort.cmp(&b.sort));
-    v
+}
+
+/// Lays out `rows` within `max_cells`: the most single-link columns per class (up to [`MAX_SLOTS`]) that fit
+/// every row; if even one folded column per class does not, the rows that fit, those with a faulty link first.
+pub fn layout(rows: &[Row], max_cells: usize) -> Layout {
+    // The most links any row has of each class.
+    let mut widest: BTreeMap<&ClassKey, usize> = BTreeMap::new();
+    for (k, links) in rows.iter().flat_map(|r| &r.classes) {
+        let w = widest.entry(k).or_default();
+        *w = (*w).max(links.len());
+    }
+    let width = |slots: usize| -> usize {
+        widest
+            .values()
+            .map(|&n| if n <= slots { n } else { slots + 1 })
+            .sum()
+    };
+    let slots = (0..=MAX_SLOTS)
+        .rev()
+        .find(|&k| rows.len() * width(k) <= max_cells)
+        .unwrap_or(0);
+    let fit = max_cells / width(slots).max(1);
+    let mut order: Vec<usize> = (0..rows.len()).collect();
+    if fit < rows.len() {
+        order.sort_by_key(|&i| (!rows[i].faulty(), i));
+        order.truncate(fit);
+        order.sort_unstable();
+    }
+    let mut columns = Vec::new();
+    for (&class, &n) in &widest {
+        let singles = n.min(slots);
+        for i in 0..singles {
+            columns.push(Column {
+                class: class.clone(),
+                slot: Slot::Link(i),
+                label: slot_label(rows, class, i),
+            });
+        }
+        if n > singles {
+            columns.push(Column {
+                class: class.clone(),
+                slot: Slot::More(singles),
+                label: format!("+ more {}", class_name(class)),
+            });
+        }
+    }
+    let folded_links = order
+        .iter()
+        .flat_map(|&i| &rows[i].classes)
+        .map(|(_, links)| links.len().saturating_sub(slots))
+        .sum();
+    Layout {
+        columns,
+        rows: order,
+        folded_links,
+    }
+}
+
+/// A class as the page names it.
+fn class_name(c: &ClassKey) -> &str {
+    match c.class.as_str() {
+        "infiniband" => "InfiniBand",
+        "roce" => "RoCE",
+        "ethernet" => "Ethernet",
+        "nvlink" => "NVLink",
+        other => other,
+    }
+}
+
+/// The title of a class's `i`-th single-link column: the link's name where every row that has one there has
+/// the same, else the class and its place.
+fn slot_label(rows: &[Row], class: &ClassKey, i: usize) -> String {
+    let mut names = rows
+        .iter()
+        .filter_map(|r| r.classes.get(class).and_then(|l| l.get(i)))
+        .map(|(c, _)| c.label.as_str());
+    let first = names.next().unwrap_or("");
+    if names.all(|n| n == first) {
+        first.to_string()
+    } else {
+        format!("{} {}", class_name(class), i + 1)
+    }
 }
 
 /// The fill of a utilisation: pale blue at 0 to dark blue at 1 (clamped), grey when unknown.
@@ -247,16 +408,21 @@ fn short(s: &str, n: usize) -> String {
     }
 }
 
-/// The SVG heatmap of `rows` × the `columns` of `group`; `None` when the group has no column.
-pub fn render(rows: &[Row], columns: &[Column], group: Group, title: &str) -> Option<String> {
-    let cols: Vec<&Column> = columns.iter().filter(|c| c.group == group).collect();
+/// The SVG heatmap of the rows of `layout` (indices into `rows`) × its columns of `group`; `None` when the
+/// group has no column.
+pub fn render(rows: &[Row], layout: &Layout, group: Group, title: &str) -> Option<String> {
+    let cols: Vec<&Column> = layout
+        .columns
+        .iter()
+        .filter(|c| c.group() == group)
+        .collect();
     if cols.is_empty() {
         return None;
     }
     // The rotated column labels lean right of their column: room for the last one's.
     let (w, h) = (
         LABEL_W + cols.len() * CELL_W + 64,
-        HEAD_H + rows.len() * CELL_H + 4,
+        HEAD_H + layout.rows.len() * CELL_H + 4,
     );
     let mut s = String::new();
     let _ = write!(
@@ -276,8 +442,8 @@ pub fn render(rows: &[Row], columns: &[Column], group: Group, title: &str) -> Op
             Esc(&c.label)
         );
     }
-    for (r, row) in rows.iter().enumerate() {
-        render_row(&mut s, r, row, &cols);
+    for (r, &i) in layout.rows.iter().enumerate() {
+        render_row(&mut s, r, &rows[i], &cols);
     }
     s.push_str("</svg>");
     Some(s)
@@ -302,70 +468,150 @@ fn render_row(s: &mut String, r: usize, row: &Row, cols: &[&Column]) {
     );
     let opacity = if row.stale { " opacity=\"0.35\"" } else { "" };
     for (i, c) in cols.iter().enumerate() {
-        let x = LABEL_W + i * CELL_W;
-        let Some(cell) = row.cells.get(&c.key) else {
-            let _ = write!(
-                s,
-                "<rect class=\"cell absent\" data-node=\"{}\" data-link=\"{}\" x=\"{}\" y=\"{}\" width=\"{}\" \
-                 height=\"{}\" fill=\"none\"><title>{} has no {}</title></rect>",
-                Esc(&row.node),
-                Esc(&c.key),
-                x + 1,
-                y + 1,
-                CELL_W - 2,
-                CELL_H - 2,
-                Esc(&row.node),
-                Esc(&c.label)
-            );
-            continue;
-        };
-        let u = cell.utilization;
-        let folded = if cell.links > 1 {
-            format!(", {} links", cell.links)
-        } else {
-            String::new()
-        };
-        let (what, mark) = if cell.source == "steps" {
-            ("burst: median of the last steps' achieved ÷ capacity", "")
-        } else {
-            ("live rate ÷ capacity: no confident step figure", "~")
-        };
-        let faulty = if cell.faulty {
-            " faulty\" stroke=\"#b3261e\" stroke-width=\"3"
-        } else {
-            ""
-        };
-        let _ = write!(
-            s,
-            "<rect class=\"cell{faulty}\" data-node=\"{}\" data-link=\"{}\" data-source=\"{}\" x=\"{}\" y=\"{}\" \
-             width=\"{}\" height=\"{}\" fill=\"{}\"{opacity}><title>{} · {}: {} ({what}{}, {}){}</title></rect>",
-            Esc(&row.node),
-            Esc(&c.key),
-            cell.source,
-            x + 1,
-            y + 1,
-            CELL_W - 2,
-            CELL_H - 2,
-            colour(u),
-            Esc(&row.node),
-            Esc(&c.label),
-            units::utilization(u),
-            folded,
-            Esc(&cell.state),
-            if cell.faulty { " — the subject of an active finding" } else { "" }
-        );
-        let ink = if u.is_some_and(|u| u > 0.5) {
-            "#fff"
-        } else {
-            "#222"
-        };
-        let _ = write!(
-            s,
-            "<text class=\"pct {}\" x=\"{}\" y=\"{}\" text-anchor=\"middle\" fill=\"{ink}\"{opacity}>{mark}{}</text>",
-            cell.source,
-            x + CELL_W / 2,
-            y + CELL_H / 2 + 4,
-            units::utilization(u)
-        );
+        let at = (LABEL_W + i * CELL_W, y, opacity);
+        let links = row.classes.get(&c.class).map(Vec::as_slice).unwrap_or(&[]);
+        match c.slot {
+            Slot::Link(n) => match links.get(n) {
+                Some((link, cell)) => link_cell(s, at, &row.node, link, cell),
+                None => absent_cell(s, at, &row.node, &c.label),
+            },
+            Slot::More(from) if links.len() > from => {
+                more_cell(s, at, &row.node, class_name(&c.class), &links[from..])
+            }
+            Slot::More(_) => absent_cell(s, at, &row.node, &c.label),
+        }
+    }
+}
+
+/// Where a cell goes: its left edge, its top, and the opacity attribute of its row.
+type At<'a> = (usize, usize, &'a str);
+
+fn absent_cell(s: &mut String, (x, y, _): At, node: &str, label: &str) {
+    let _ = write!(
+        s,
+        "<rect class=\"cell absent\" data-node=\"{}\" x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" \
+         fill=\"none\"><title>{} has no {}</title></rect>",
+        Esc(node),
+        x + 1,
+        y + 1,
+        CELL_W - 2,
+        CELL_H - 2,
+        Esc(node),
+        Esc(label)
+    );
+}
+
+fn link_cell(s: &mut String, (x, y, opacity): At, node: &str, link: &LinkColumn, cell: &Cell) {
+    let u = cell.utilization;
+    let folded = if cell.links > 1 {
+        format!(", {} links", cell.links)
+    } else {
+        String::new()
+    };
+    let (what, mark) = if cell.source == "steps" {
+        ("burst, median of the last steps", "")
+    } else {
+        ("live rate, no confident step figure", "~")
+    };
+    let faulty = if cell.faulty {
+        " faulty\" stroke=\"#b3261e\" stroke-width=\"3"
+    } else {
+        ""
+    };
+    let _ = write!(
+        s,
+        "<rect class=\"cell{faulty}\" data-node=\"{}\" data-link=\"{}\" data-source=\"{}\" x=\"{}\" y=\"{}\" \
+         width=\"{}\" height=\"{}\" fill=\"{}\"{opacity}><title>{} · {}: {} ({what}{}, {}){}</title></rect>",
+        Esc(node),
+        Esc(&link.key),
+        cell.source,
+        x + 1,
+        y + 1,
+        CELL_W - 2,
+        CELL_H - 2,
+        colour(u),
+        Esc(node),
+        Esc(&link.label),
+        units::utilization(u),
+        folded,
+        Esc(&cell.state),
+        if cell.faulty { " — the subject of an active finding" } else { "" }
+    );
+    let ink = ink(u);
+    let _ = write!(
+        s,
+        "<text class=\"pct {}\" x=\"{}\" y=\"{}\" text-anchor=\"middle\" fill=\"{ink}\"{opacity}>{mark}{}</text>",
+        cell.source,
+        x + CELL_W / 2,
+        y + CELL_H / 2 + 4,
+        units::utilization(u)
+    );
+}
+
+/// The cell of a node's links folded into its class's last column: coloured by the highest figure, outlined
+/// if one is faulty, a link to the node's page (which lists each).
+fn more_cell(
+    s: &mut String,
+    (x, y, opacity): At,
+    node: &str,
+    class: &str,
+    links: &[(LinkColumn, Cell)],
+) {
+    let figures = || links.iter().filter_map(|(_, c)| c.utilization);
+    let high = figures().reduce(f64::max);
+    let low = figures().reduce(f64::min);
+    let faulty = links.iter().filter(|(_, c)| c.faulty).count();
+    let not_active = links.iter().filter(|(_, c)| c.state != "active").count();
+    let stroke = if faulty > 0 {
+        " faulty\" stroke=\"#b3261e\" stroke-width=\"3"
+    } else {
+        ""
+    };
+    let _ = write!(
+        s,
+        "<a href=\"/node/{}#links\"><rect class=\"cell more{stroke}\" data-node=\"{}\" data-folded=\"{}\" \
+         x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\"{opacity}><title>{} · {} more {class} \
+         link(s), not drawn one by one: highest {}, lowest {}; {} not active, {} the subject of an active \
+         finding. The node's page lists each.</title></rect>",
+        url_component(node),
+        Esc(node),
+        links.len(),
+        x + 1,
+        y + 1,
+        CELL_W - 2,
+        CELL_H - 2,
+        colour(high),
+        Esc(node),
+        links.len(),
+        units::utilization(high),
+        units::utilization(low),
+        not_active,
+        faulty,
+    );
+    let _ = write!(
+        s,
+        "<text class=\"pct more\" x=\"{}\" y=\"{}\" text-anchor=\"middle\" fill=\"{}\"{opacity}>+{}</text></a>",
+        x + CELL_W / 2,
+        y + CELL_H / 2 + 4,
+        ink(high),
+        compact(links.len())
+    );
+}
+
+/// The text colour readable on [`colour`]`(u)`.
+fn ink(u: Option<f64>) -> &'static str {
+    if u.is_some_and(|u| u > 0.5) {
+        "#fff"
+    } else {
+        "#222"
+    }
+}
+
+/// A count in at most four characters: `999`, `20k`, `3M`.
+fn compact(n: usize) -> String {
+    match n {
+        0..=999 => n.to_string(),
+        1_000..=999_999 => format!("{}k", n / 1_000),
+        _ => format!("{}M", n / 1_000_000),
     }
 }

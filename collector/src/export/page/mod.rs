@@ -21,15 +21,19 @@ pub mod node;
 pub mod roots;
 pub mod units;
 
+use std::convert::Infallible;
 use std::fmt::Write as _;
 use std::sync::Arc;
+use std::time::Duration;
 
+use axum::body::{Body, Bytes};
 use axum::extract::{Path, Query, State};
 use axum::http::{header, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use commwatch_model::clock::unix_now_ns;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::access::ApiAccess;
 use super::nodes::NodeView;
@@ -37,7 +41,19 @@ use crate::analysis::engine::FindingFilter;
 use crate::analysis::AnalysisHandle;
 use crate::steps::StepStore;
 use crate::store::Store;
+use crate::telemetry::PageMetrics;
 use escape::{url_component, Esc};
+
+/// Page renderings at once, each held from its start until its last byte is handed to the connection: a
+/// rendering is at most a few megabytes ([`heatmap::MAX_CELLS`], [`node::MAX_LINK_ROWS`]), so however many
+/// clients ask, or never read what they asked for, the page holds at most this many of them.
+pub const PAGE_RENDERS: usize = 4;
+/// How long a request waits for a rendering slot before it is answered `503` (counted in
+/// `commwatch_collector_page_busy_total`). A client that stops reading frees its slot within the HTTP server's
+/// write-stall timeout.
+pub const PAGE_WAIT: Duration = Duration::from_secs(5);
+/// Bytes handed to the connection at a time.
+const CHUNK: usize = 64 << 10;
 
 /// Everything the page reads.
 #[derive(Clone)]
@@ -45,6 +61,8 @@ pub(crate) struct PageState {
     store: Arc<Store>,
     steps: Arc<StepStore>,
     analysis: AnalysisHandle,
+    counts: PageMetrics,
+    slots: Arc<Semaphore>,
 }
 
 /// Which view a request asks for.
@@ -61,11 +79,14 @@ pub fn router(
     steps: Arc<StepStore>,
     analysis: AnalysisHandle,
     access: Arc<ApiAccess>,
+    counts: PageMetrics,
 ) -> Router {
     let state = PageState {
         store,
         steps,
         analysis,
+        counts,
+        slots: Arc::new(Semaphore::new(PAGE_RENDERS)),
     };
     let views = Router::new()
         .route("/", get(index))
@@ -136,8 +157,21 @@ async fn node_page(State(s): State<PageState>, Path(name): Path<String>, uri: Ur
 }
 
 /// Renders `view` off the async workers (it reads every node's lock in turn): the document, or only its
-/// `<main>` for `partial`.
+/// `<main>` for `partial`. Within one of [`PAGE_RENDERS`] slots, held until the body is sent; `503` after
+/// [`PAGE_WAIT`] without one.
 async fn respond(s: PageState, view: View, partial: bool) -> Response {
+    let Ok(Ok(slot)) = tokio::time::timeout(PAGE_WAIT, s.slots.clone().acquire_owned()).await
+    else {
+        s.counts.busy.inc();
+        let page = layout::document(
+            "busy",
+            "<p>The page is being rendered for other clients; try again in a few seconds.</p>",
+        );
+        let mut r = layout::html_response(StatusCode::SERVICE_UNAVAILABLE, page);
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, header::HeaderValue::from_static("5"));
+        return layout::with_headers(r);
+    };
     let rendered = tokio::task::spawn_blocking(move || render(&s, &view)).await;
     let (status, title, main) = match rendered {
         Ok(r) => r,
@@ -152,7 +186,26 @@ async fn respond(s: PageState, view: View, partial: bool) -> Response {
     } else {
         layout::document(&title, &main)
     };
-    layout::with_headers(layout::html_response(status, body))
+    let mut r = layout::html_response(status, String::new());
+    *r.body_mut() = held(body, slot);
+    layout::with_headers(r)
+}
+
+/// `body` as a stream of [`CHUNK`]s that keeps `slot` until its last chunk is taken (or the response is
+/// dropped: the client went away).
+fn held(body: String, slot: OwnedSemaphorePermit) -> Body {
+    let chunks = futures::stream::unfold(
+        (Bytes::from(body), Some(slot)),
+        |(mut rest, slot)| async move {
+            if rest.is_empty() {
+                drop(slot);
+                return None;
+            }
+            let chunk = rest.split_to(rest.len().min(CHUNK));
+            Some((Ok::<_, Infallible>(chunk), (rest, slot)))
+        },
+    );
+    Body::from_stream(chunks)
 }
 
 /// The status, title and `<main>` content of a view.
@@ -199,22 +252,43 @@ fn fleet(s: &PageState) -> String {
         .map(NodeView::from)
         .collect();
     let blind = nodes.iter().filter(|n| !n.blind.is_empty()).count();
+    let roots_listed = findings.iter().filter(|f| f.active && f.root).count();
+    s.counts.omitted("findings", roots::left_out(roots_listed));
     let mut out = roots::section(&findings, blind);
     out.push_str(&blind_section(&nodes));
-    let now = now_ns as f64 / 1e9;
-    let mut rows = Vec::new();
-    let mut columns = Vec::new();
-    for n in &nodes {
-        let steps = s
-            .steps
-            .node_steps(&n.name, heatmap::STEPS)
-            .unwrap_or_default();
-        let (r, c) = heatmap::row(n, &steps, now);
-        rows.push(r);
-        columns.extend(c);
-    }
-    let columns = heatmap::union(columns);
-    heatmap::mark_faulty(&mut rows, &findings);
+    out.push_str(&fleet_section(
+        nodes,
+        &s.steps,
+        &findings,
+        &s.counts,
+        now_ns as f64 / 1e9,
+    ));
+    out.push_str(&jobs_table(s));
+    out
+}
+
+/// The fleet's heatmaps of `nodes` at `now` (unix seconds), the links of `findings` outlined, within
+/// [`heatmap::MAX_CELLS`] (what was folded or left out said and counted in `counts`).
+pub(crate) fn fleet_section(
+    nodes: Vec<NodeView>,
+    steps: &StepStore,
+    findings: &[crate::analysis::Finding],
+    counts: &PageMetrics,
+    now: f64,
+) -> String {
+    let mut out = String::new();
+    let mut rows: Vec<heatmap::Row> = nodes
+        .iter()
+        .map(|n| {
+            let last = steps
+                .node_steps(&n.name, heatmap::STEPS)
+                .unwrap_or_default();
+            heatmap::row(n, &last, now)
+        })
+        .collect();
+    drop(nodes);
+    heatmap::mark_faulty(&mut rows, findings);
+    let layout = heatmap::layout(&rows, heatmap::MAX_CELLS);
     let stale = rows.iter().filter(|r| r.stale).count();
     let _ = write!(
         out,
@@ -224,17 +298,18 @@ fn fleet(s: &PageState) -> String {
          figure (bursts shorter than the sampling period), which averages bursts with the gaps between them and \
          reads far below them. Never above 100 %: a figure above the capacity is a sampling artefact, shown as \
          100%*. Outlined in red: the link of an active critical finding or root cause. NVLink folded per GPU; IPoIB \
-         and RoCE interfaces folded into their ports (the same bytes). Hover a cell for its figures; a node's \
-         name opens it.</p>",
+         and RoCE interfaces folded into their ports (the same bytes). A node's links of a class fill that \
+         class's columns in order. Hover a cell for its figures; a node's name opens it.</p>",
         rows.len(),
         heatmap::STEPS
     );
+    out.push_str(&left_out_note(counts, &layout, rows.len()));
     out.push_str("<div class=\"heatmaps\">");
     for (group, title) in [
         (heatmap::Group::Fabric, "Fabric links"),
         (heatmap::Group::Management, "Management links"),
     ] {
-        if let Some(svg) = heatmap::render(&rows, &columns, group, title) {
+        if let Some(svg) = heatmap::render(&rows, &layout, group, title) {
             let _ = write!(out, "<div class=\"scroll\"><h3>{title}</h3>{svg}</div>");
         }
     }
@@ -243,8 +318,40 @@ fn fleet(s: &PageState) -> String {
         out.push_str("<p>No node has reported yet.</p>");
     }
     out.push_str("</section>");
-    out.push_str(&jobs_table(s));
     out
+}
+
+/// What the heatmaps folded or left out to stay within [`heatmap::MAX_CELLS`], said on the page and counted
+/// (`commwatch_collector_page_omitted_total`); nothing when everything is drawn.
+fn left_out_note(counts: &PageMetrics, layout: &heatmap::Layout, rows: usize) -> String {
+    let left_out = layout.rows_left_out(rows);
+    if layout.folded_links == 0 && left_out == 0 {
+        return String::new();
+    }
+    counts.omitted("cells", layout.folded_links);
+    counts.omitted("rows", left_out);
+    let mut note = format!(
+        "<p class=\"note warn\" id=\"left-out\">To keep this page within {} cells: ",
+        heatmap::MAX_CELLS
+    );
+    if layout.folded_links > 0 {
+        let _ = write!(
+            note,
+            "{} link(s) are folded into their class's <b>+ more</b> column (its highest and lowest figure; the \
+             node's page lists each)",
+            layout.folded_links
+        );
+    }
+    if left_out > 0 {
+        let _ = write!(
+            note,
+            "{}{left_out} node(s) are not drawn (nodes with a faulty link are drawn first; \
+             <code>/api/v1/nodes</code> has every node)",
+            if layout.folded_links > 0 { "; " } else { "" }
+        );
+    }
+    note.push_str(".</p>");
+    note
 }
 
 /// The nodes whose agent cannot see its GPUs or its fabric, each with why; nothing when every agent sees what
@@ -260,19 +367,28 @@ pub fn blind_section(nodes: &[NodeView]) -> String {
          its GPUs or its fabric: nothing is concluded about what they do not see.</p><ul>",
         blind.len()
     );
-    for n in blind {
-        for b in &n.blind {
-            let _ = write!(
-                out,
-                "<li data-node=\"{node}\" data-what=\"{what}\"><a class=\"node\" href=\"/node/{href}\">{node}</a> \
-                 blind to <strong>{what}</strong> <code>{code}</code>: {reason}</li>",
-                node = Esc(&n.name),
-                href = url_component(&n.name),
-                what = Esc(&b.what),
-                code = Esc(&b.code),
-                reason = Esc(&b.reason),
-            );
-        }
+    let entries = blind
+        .iter()
+        .flat_map(|n| n.blind.iter().map(move |b| (n, b)));
+    let total = blind.iter().map(|n| n.blind.len()).sum::<usize>();
+    for (n, b) in entries.take(roots::MAX_LISTED) {
+        let _ = write!(
+            out,
+            "<li data-node=\"{node}\" data-what=\"{what}\"><a class=\"node\" href=\"/node/{href}\">{node}</a> \
+             blind to <strong>{what}</strong> <code>{code}</code>: {reason}</li>",
+            node = Esc(&n.name),
+            href = url_component(&n.name),
+            what = Esc(&b.what),
+            code = Esc(&b.code),
+            reason = Esc(&b.reason),
+        );
+    }
+    if total > roots::MAX_LISTED {
+        let _ = write!(
+            out,
+            "<li class=\"left-out\">… and {} more (<code>/api/v1/nodes</code> has every node's)</li>",
+            total - roots::MAX_LISTED
+        );
     }
     out.push_str("</ul></section>");
     out
@@ -289,7 +405,9 @@ fn jobs_table(s: &PageState) -> String {
         "<table class=\"jobs\"><thead><tr><th>job</th><th>nodes</th><th>ranks</th><th>step time</th>\
          <th>scaling efficiency</th><th>NCCL conflicts</th></tr></thead><tbody>",
     );
-    for j in jobs {
+    let left_out = roots::left_out(jobs.len());
+    s.counts.omitted("jobs", left_out);
+    for j in jobs.into_iter().take(roots::MAX_LISTED) {
         let _ = write!(
             out,
             "<tr><td><a href=\"/job/{}\">{}</a></td><td>{}</td><td>{}</td><td>{}</td><td>{} {}</td><td>{}</td></tr>",
@@ -305,7 +423,16 @@ fn jobs_table(s: &PageState) -> String {
             j.conflicts.len()
         );
     }
-    out.push_str("</tbody></table></section>");
+    out.push_str("</tbody></table>");
+    if left_out > 0 {
+        let _ = write!(
+            out,
+            "<p class=\"note warn\">{left_out} more job(s) not listed: this page lists at most {}. \
+             <code>/api/v1/jobs</code> has every one.</p>",
+            roots::MAX_LISTED
+        );
+    }
+    out.push_str("</section>");
     out
 }
 
@@ -335,6 +462,7 @@ fn node_main(s: &PageState, name: &str) -> Option<String> {
     let now = unix_now_ns();
     let snap = s.store.snapshot(now).into_iter().find(|n| n.name == name)?;
     let view = NodeView::from(&snap);
+    s.counts.omitted("links", node::omitted_links(&view));
     let mut gpus = node::GpuReadings::new();
     for series in snap.series.iter().filter(|x| x.key.link.is_none()) {
         if let Some((_, g)) = series.key.labels.iter().find(|(k, _)| k == "gpu") {
@@ -353,6 +481,8 @@ fn node_main(s: &PageState, name: &str) -> Option<String> {
         node: Some(name.to_string()),
         ..Default::default()
     }));
+    s.counts
+        .omitted("findings", roots::left_out(findings.len()));
     Some(node::section(&view, stale, &steps, &gpus, &findings))
 }
 

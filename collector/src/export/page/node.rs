@@ -87,9 +87,10 @@ pub fn section(
         s.push_str("<p class=\"ok\">No active finding about this node.</p>");
     }
     let by_id: HashMap<&str, &Finding> = findings.iter().map(|f| (f.id.as_str(), f)).collect();
-    for f in findings {
+    for f in findings.iter().take(roots::MAX_LISTED) {
         s.push_str(&roots::finding(f, &by_id, false));
     }
+    s.push_str(&roots::left_out_note(roots::left_out(findings.len())));
     s.push_str("</section>");
     s
 }
@@ -99,9 +100,45 @@ const LINK_HEAD: &str =
     <th>capacity</th><th>tx now</th><th>rx now</th><th>use now</th><th>step tx</th><th>step rx</th>\
     <th>step achieved</th><th>step use</th></tr></thead>";
 
+/// Most link rows the node view lists, over all its link tables: a node's agent may report any number of links
+/// (bounded only by its series limit), and the page stays a few hundred kilobytes. The rest are counted and
+/// said; `/api/v1/nodes` has them all.
+pub const MAX_LINK_ROWS: usize = 512;
+
+/// Links of `node` its view does not list ([`MAX_LINK_ROWS`]).
+pub fn omitted_links(node: &NodeView) -> usize {
+    node.links.len().saturating_sub(MAX_LINK_ROWS)
+}
+
+/// Rows still to list, and the links left out once none are.
+struct Budget<'a> {
+    left: usize,
+    omitted: usize,
+    last: HashMap<(String, String, String), &'a StepLink>,
+}
+
+impl Budget<'_> {
+    /// Appends `l`'s row to `s`, or counts it left out.
+    fn row(&mut self, s: &mut String, l: &LinkView) {
+        if self.left == 0 {
+            self.omitted += 1;
+        } else {
+            self.left -= 1;
+            s.push_str(&link_row(l, &self.last));
+        }
+    }
+}
+
 fn links(node: &NodeView, steps: &[NodeStep]) -> String {
-    let last = latest(steps);
-    let mut s = format!("<h3>Links</h3><table class=\"links\">{LINK_HEAD}<tbody>");
+    let mut budget = Budget {
+        left: MAX_LINK_ROWS,
+        omitted: 0,
+        last: latest(steps),
+    };
+    let mut s = format!(
+        "<h3 id=\"links\">Links ({})</h3><table class=\"links\">{LINK_HEAD}<tbody>",
+        node.links.len()
+    );
     let mut nvlink: BTreeMap<String, Vec<&LinkView>> = BTreeMap::new();
     // IPoIB and RoCE interfaces carry their ports' bytes: listed apart, not as links of their own.
     let mut port_interfaces: Vec<&LinkView> = Vec::new();
@@ -114,11 +151,15 @@ fn links(node: &NodeView, steps: &[NodeStep]) -> String {
                 .or_default()
                 .push(l);
         } else {
-            s.push_str(&link_row(l, &last));
+            budget.row(&mut s, l);
         }
     }
     s.push_str("</tbody></table>");
     for (gpu, ls) in nvlink {
+        if budget.left == 0 {
+            budget.omitted += ls.len();
+            continue;
+        }
         let _ = write!(
             s,
             "<details class=\"nvlink\" id=\"nvlink-{}\"><summary>GPU {} NVLink: {} link(s)</summary>\
@@ -128,11 +169,13 @@ fn links(node: &NodeView, steps: &[NodeStep]) -> String {
             ls.len()
         );
         for l in ls {
-            s.push_str(&link_row(l, &last));
+            budget.row(&mut s, l);
         }
         s.push_str("</tbody></table></details>");
     }
-    if !port_interfaces.is_empty() {
+    if !port_interfaces.is_empty() && budget.left == 0 {
+        budget.omitted += port_interfaces.len();
+    } else if !port_interfaces.is_empty() {
         let _ = write!(
             s,
             "<details class=\"port-interfaces\"><summary>{} IPoIB/RoCE interface(s): the network interfaces of \
@@ -141,9 +184,17 @@ fn links(node: &NodeView, steps: &[NodeStep]) -> String {
             port_interfaces.len()
         );
         for l in port_interfaces {
-            s.push_str(&link_row(l, &last));
+            budget.row(&mut s, l);
         }
         s.push_str("</tbody></table></details>");
+    }
+    if budget.omitted > 0 {
+        let _ = write!(
+            s,
+            "<p class=\"note warn\" id=\"links-left-out\">{} link(s) not listed: this page lists at most \
+             {MAX_LINK_ROWS}. <code>/api/v1/nodes</code> has every link.</p>",
+            budget.omitted
+        );
     }
     if s.contains(&format!("{}</td>", units::CAPPED_MARK)) {
         let _ = write!(s, "<p class=\"note\">{}</p>", Esc(units::CAPPED_NOTE));

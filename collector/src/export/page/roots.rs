@@ -10,8 +10,30 @@ use super::escape::{url_component, Esc};
 use super::units;
 use crate::analysis::{Evidence, Finding, Subject};
 
+/// Most findings a view lists (root causes here, a node's findings in its view), and most consequences listed
+/// under one root cause: the rest are counted on the page (`/api/v1/findings` has them all), so a node whose
+/// agent reports thousands of links cannot make the page as large.
+pub const MAX_LISTED: usize = 200;
+
+/// The findings of `listed` a view leaves out ([`MAX_LISTED`]).
+pub fn left_out(listed: usize) -> usize {
+    listed.saturating_sub(MAX_LISTED)
+}
+
+/// The note under a list that left `n` findings out; empty when none.
+pub fn left_out_note(n: usize) -> String {
+    if n == 0 {
+        return String::new();
+    }
+    format!(
+        "<p class=\"note warn\">{n} more finding(s) not listed: this page lists at most {MAX_LISTED}. \
+         <code>/api/v1/findings</code> has every one.</p>"
+    )
+}
+
 /// The section of the active `findings` (in the API's order: root causes first); `blind_nodes`: how many
 /// nodes' agents cannot see their GPUs or fabric (nothing can be concluded about what they do not see).
+/// At most [`MAX_LISTED`] root causes.
 pub fn section(findings: &[Finding], blind_nodes: usize) -> String {
     let by_id: HashMap<&str, &Finding> = findings.iter().map(|f| (f.id.as_str(), f)).collect();
     let roots: Vec<&Finding> = findings.iter().filter(|f| f.active && f.root).collect();
@@ -25,9 +47,11 @@ pub fn section(findings: &[Finding], blind_nodes: usize) -> String {
              their GPUs or fabric (below), and nothing is concluded about what they do not see.</p>"
         );
     }
-    for f in roots {
+    let omitted = left_out(roots.len());
+    for f in roots.into_iter().take(MAX_LISTED) {
         s.push_str(&finding(f, &by_id, true));
     }
+    s.push_str(&left_out_note(omitted));
     s.push_str("</section>");
     s
 }
@@ -76,7 +100,8 @@ pub fn finding(f: &Finding, by_id: &HashMap<&str, &Finding>, explain: bool) -> S
             url_component(&f.id),
             explains(f, by_id)
         );
-        for c in explained {
+        let omitted = left_out(explained.len());
+        for c in explained.into_iter().take(MAX_LISTED) {
             let _ = write!(
                 s,
                 "<li data-id=\"{}\"><span class=\"badge {sev}\">{sev}</span> <span class=\"kind\">{}</span> {} — {}</li>",
@@ -86,6 +111,9 @@ pub fn finding(f: &Finding, by_id: &HashMap<&str, &Finding>, explain: bool) -> S
                 Esc(&c.summary),
                 sev = c.severity.as_str()
             );
+        }
+        if omitted > 0 {
+            let _ = write!(s, "<li class=\"left-out\">… and {omitted} more</li>");
         }
         s.push_str("</ul></details>");
     }

@@ -141,10 +141,10 @@ fn assert_escaped(what: &str, html: &str) {
 #[test]
 fn hostile_names_are_escaped_in_every_view() {
     let n = hostile_node();
-    let (row, columns) = heatmap::row(&n, &[], 100.0);
-    let columns = heatmap::union(columns);
+    let rows = [heatmap::row(&n, &[], 100.0)];
+    let layout = heatmap::layout(&rows, heatmap::MAX_CELLS);
     for group in [Group::Fabric, Group::Management] {
-        let svg = heatmap::render(std::slice::from_ref(&row), &columns, group, EVIL).unwrap();
+        let svg = heatmap::render(&rows, &layout, group, EVIL).unwrap();
         assert_escaped("heatmap", &svg);
     }
     let root = hostile_finding(EVIL, true);
@@ -185,11 +185,12 @@ fn the_heatmap_has_a_cell_per_node_and_column_and_marks_stale_nodes() {
     b.name = "node-b".into();
     b.links.truncate(1);
     b.last_seen_unix_s = 10.0;
-    let (ra, ca) = heatmap::row(&a, &[], 100.0);
-    let (rb, cb) = heatmap::row(&b, &[], 100.0);
+    let (ra, rb) = (heatmap::row(&a, &[], 100.0), heatmap::row(&b, &[], 100.0));
     assert!(!ra.stale && rb.stale);
-    let columns = heatmap::union(ca.into_iter().chain(cb));
-    let svg = heatmap::render(&[ra, rb], &columns, Group::Fabric, "t").unwrap();
+    let rows = [ra, rb];
+    let layout = heatmap::layout(&rows, heatmap::MAX_CELLS);
+    assert_eq!(layout.folded_links, 0);
+    let svg = heatmap::render(&rows, &layout, Group::Fabric, "t").unwrap();
     // Two fabric columns (the adapter port, GPU 0's NVLink) × two nodes; node-b lacks the NVLink one.
     assert_eq!(svg.matches("<rect class=\"cell").count(), 4);
     assert_eq!(svg.matches("<rect class=\"cell absent\"").count(), 1);
@@ -206,8 +207,7 @@ fn the_heatmap_never_shows_over_100_percent_and_outlines_the_faulty_link() {
     n.links = vec![link("ethernet", "eth0", "eth0", "management", None)];
     // 34 GB/s live on a 25 GB/s link: a sampling artefact.
     n.links[0].tx_bytes_per_second = Some(34e9);
-    let (row, columns) = heatmap::row(&n, &[], 100.0);
-    let mut rows = vec![row];
+    let mut rows = vec![heatmap::row(&n, &[], 100.0)];
     let mut f = hostile_finding("m", true);
     f.subject = Subject {
         node: "node-03".into(),
@@ -215,7 +215,8 @@ fn the_heatmap_never_shows_over_100_percent_and_outlines_the_faulty_link() {
         ..Subject::default()
     };
     heatmap::mark_faulty(&mut rows, &[f]);
-    let svg = heatmap::render(&rows, &heatmap::union(columns), Group::Management, "m").unwrap();
+    let layout = heatmap::layout(&rows, heatmap::MAX_CELLS);
+    let svg = heatmap::render(&rows, &layout, Group::Management, "m").unwrap();
     assert!(svg.contains(">~100%*</text>"), "{svg}");
     assert!(!svg.contains("136%"), "{svg}");
     assert!(svg.contains("<rect class=\"cell faulty\""), "{svg}");
@@ -324,4 +325,263 @@ fn the_node_view_lists_an_ipoib_interface_apart_from_its_port() {
         .find("<details class=\"port-interfaces\"")
         .expect("listed apart")..];
     assert!(apart.contains("<td>ib0</td>"), "{apart}");
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Bounded page work: a node whose agent reports 20,000 links costs the page one bounded row.
+
+/// What the page is allowed to weigh at 1,000 nodes, whatever the links are called (issue 34).
+const PAGE_BOUND_BYTES: usize = 10 << 20;
+const NOW_NS: i64 = 1_700_000_000_000_000_000;
+
+fn counts() -> crate::telemetry::PageMetrics {
+    crate::telemetry::PageMetrics {
+        omitted: prometheus::IntCounterVec::new(prometheus::Opts::new("o", "o"), &["what"])
+            .unwrap(),
+        busy: prometheus::IntCounter::new("b", "b").unwrap(),
+    }
+}
+
+fn pb_link(
+    id: u32,
+    class: commwatch_proto::v1::LinkClass,
+    device: String,
+    port: String,
+) -> commwatch_proto::v1::Link {
+    use commwatch_proto::v1 as pb;
+    let nvlink = class == pb::LinkClass::Nvlink;
+    pb::Link {
+        id,
+        class: class as i32,
+        role: pb::LinkRole::Fabric as i32,
+        gpu: if nvlink {
+            device.trim_start_matches("gpu").into()
+        } else {
+            String::new()
+        },
+        link: if nvlink { port.clone() } else { String::new() },
+        device,
+        port,
+        capacity_bytes_per_second: 25e9,
+        state: "ACTIVE".into(),
+        ..Default::default()
+    }
+}
+
+/// A store of `nodes` nodes of 8 InfiniBand ports, 8 GPUs of 18 NVLink links and a management NIC; node 0's
+/// agent also reports `odd` InfiniBand links of odd names, each distinct.
+fn fleet_store(nodes: usize, odd: u32) -> std::sync::Arc<crate::store::Store> {
+    use crate::ingest::direct::DirectAgent;
+    use commwatch_proto::v1 as pb;
+    let store = std::sync::Arc::new(crate::store::Store::new(
+        std::time::Duration::from_secs(600),
+        std::time::Duration::from_secs(600),
+        crate::config::Limits::default(),
+    ));
+    for n in 0..nodes {
+        let mut links = Vec::new();
+        let mut id = 0;
+        let mut next = || {
+            id += 1;
+            id
+        };
+        for p in 0..8 {
+            links.push(pb_link(
+                next(),
+                pb::LinkClass::Infiniband,
+                format!("mlx5_{p}"),
+                "1".into(),
+            ));
+        }
+        for g in 0..8 {
+            for l in 0..18 {
+                links.push(pb_link(
+                    next(),
+                    pb::LinkClass::Nvlink,
+                    format!("gpu{g}"),
+                    l.to_string(),
+                ));
+            }
+        }
+        let mut eth = pb_link(
+            next(),
+            pb::LinkClass::Ethernet,
+            "eth0".into(),
+            "eth0".into(),
+        );
+        eth.role = pb::LinkRole::Management as i32;
+        links.push(eth);
+        if n == 0 {
+            for i in 0..odd {
+                let name = format!("<\u{202e}☃{i:05}{}>", "x".repeat(40));
+                links.push(pb_link(
+                    next(),
+                    pb::LinkClass::Infiniband,
+                    name,
+                    format!("{i}"),
+                ));
+            }
+        }
+        let hello = pb::Hello {
+            node: format!("node-{n:04}"),
+            instance_id: 1,
+            inventory: Some(pb::Inventory {
+                links,
+                series: vec![],
+            }),
+            ..Default::default()
+        };
+        DirectAgent::hello(store.clone(), hello, NOW_NS).expect("a valid hello");
+    }
+    store
+}
+
+fn node_views(store: &crate::store::Store) -> Vec<NodeView> {
+    store.snapshot(NOW_NS).iter().map(NodeView::from).collect()
+}
+
+#[test]
+fn a_thousand_nodes_and_one_with_20000_links_stay_within_the_bound() {
+    let store = fleet_store(1000, 20_000);
+    let nodes = node_views(&store);
+    assert_eq!(nodes.len(), 1000);
+    assert_eq!(nodes[0].links.len(), 8 + 8 * 18 + 1 + 20_000);
+    let c = counts();
+    let html = super::fleet_section(
+        nodes,
+        &crate::steps::StepStore::new(),
+        &[],
+        &c,
+        NOW_NS as f64 / 1e9,
+    );
+    eprintln!(
+        "fleet section at 1,000 nodes and one of 20,000 links: {} bytes",
+        html.len()
+    );
+    assert!(
+        html.len() <= PAGE_BOUND_BYTES,
+        "the fleet section is {} bytes, more than {PAGE_BOUND_BYTES}",
+        html.len()
+    );
+    // Every node is drawn, with all of its ordinary links; node 0's extra links are folded and counted.
+    assert_eq!(html.matches("<text class=\"row").count(), 2 * 1000);
+    let cells = html.matches("<rect class=\"cell").count();
+    assert!(cells <= heatmap::MAX_CELLS, "{cells} cells");
+    assert!(
+        html.contains("id=\"left-out\""),
+        "the page says what it folded"
+    );
+    assert!(html.contains("data-folded=\""), "a + more cell");
+    let folded = c.omitted.with_label_values(&["cells"]).get();
+    assert!(folded > 19_000 && folded <= 20_000, "{folded} links folded");
+    assert_eq!(c.omitted.with_label_values(&["rows"]).get(), 0);
+    // The ordinary links of the other nodes are drawn one by one.
+    assert!(html.contains("data-node=\"node-0999\" data-link=\"mlx5_7:1\""));
+    assert!(html.contains("data-node=\"node-0999\" data-link=\"gpu7:nvlink\""));
+}
+
+#[test]
+fn the_node_view_of_20000_links_lists_a_bounded_number() {
+    let store = fleet_store(1, 20_000);
+    let n = node_views(&store).remove(0);
+    assert_eq!(node::omitted_links(&n), n.links.len() - node::MAX_LINK_ROWS);
+    let html = node::section(&n, false, &[], &node::GpuReadings::new(), &[]);
+    assert_eq!(html.matches("<tr class=").count(), node::MAX_LINK_ROWS);
+    assert!(html.contains(&format!(
+        "{} link(s) not listed",
+        n.links.len() - node::MAX_LINK_ROWS
+    )));
+    assert!(html.len() < 1 << 20, "{} bytes", html.len());
+}
+
+#[test]
+fn the_layout_folds_columns_then_leaves_out_rows_faulty_first() {
+    let mut n = hostile_node();
+    n.links = (0..30)
+        .map(|i| link("infiniband", &format!("mlx5_{i}"), "1", "fabric", None))
+        .collect();
+    let mut rows: Vec<heatmap::Row> = (0..10)
+        .map(|i| {
+            n.name = format!("n{i}");
+            heatmap::row(&n, &[], 100.0)
+        })
+        .collect();
+    // Room for all: 18 single columns and one folded (12 links a row).
+    let l = heatmap::layout(&rows, 10_000);
+    assert_eq!(l.columns.len(), heatmap::MAX_SLOTS + 1);
+    assert_eq!(l.folded_links, 10 * (30 - heatmap::MAX_SLOTS));
+    assert_eq!(l.rows.len(), 10);
+    // 10 rows × 5 columns: 4 single links, the rest folded.
+    let l = heatmap::layout(&rows, 50);
+    assert_eq!(l.columns.len(), 5);
+    assert!(matches!(l.columns[4].slot, heatmap::Slot::More(4)));
+    assert_eq!(l.folded_links, 10 * 26);
+    // Room for 3 rows of one folded column: the faulty node first, then the others in order.
+    let mut f = hostile_finding("f", true);
+    f.subject = Subject {
+        node: "n7".into(),
+        device: Some("mlx5_29".into()),
+        port: Some("1".into()),
+        ..Subject::default()
+    };
+    heatmap::mark_faulty(&mut rows, &[f]);
+    let l = heatmap::layout(&rows, 3);
+    assert_eq!(l.rows, vec![0, 1, 7]);
+    assert_eq!(l.rows_left_out(rows.len()), 7);
+    let svg = heatmap::render(&rows, &l, Group::Fabric, "t").unwrap();
+    assert_eq!(
+        svg.matches("<rect class=\"cell more faulty\"").count(),
+        1,
+        "{svg}"
+    );
+    assert!(svg.contains("href=\"/node/n7#links\""));
+}
+
+#[test]
+fn a_rendering_keeps_its_slot_until_its_body_is_sent() {
+    use http_body_util::BodyExt;
+    let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(1));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let slot = slots.clone().try_acquire_owned().unwrap();
+        let body = super::held("x".repeat(200_000), slot);
+        assert_eq!(slots.available_permits(), 0, "held while unsent");
+        let bytes = body.collect().await.unwrap().to_bytes();
+        assert_eq!(bytes.len(), 200_000);
+        assert_eq!(slots.available_permits(), 1, "returned once sent");
+        let slot = slots.clone().try_acquire_owned().unwrap();
+        drop(super::held("y".into(), slot));
+        assert_eq!(
+            slots.available_permits(),
+            1,
+            "returned when the client goes away"
+        );
+    });
+}
+
+/// What the fleet's heatmaps cost: bytes and milliseconds (the best of three) at 300 and 1,000 nodes, with and
+/// without a node whose agent reports 20,000 links. Figures, not a check: run with `--release --ignored
+/// --nocapture` (BENCHMARKS.md).
+#[test]
+#[ignore = "a measurement; run with --release -- --ignored --nocapture"]
+fn page_cost() {
+    for (nodes, odd) in [(300, 0), (300, 20_000), (1000, 0), (1000, 20_000)] {
+        let store = fleet_store(nodes, odd);
+        let steps = crate::steps::StepStore::new();
+        let mut best = f64::MAX;
+        let mut bytes = 0;
+        for _ in 0..3 {
+            let t = std::time::Instant::now();
+            let views = node_views(&store);
+            let html = super::fleet_section(views, &steps, &[], &counts(), NOW_NS as f64 / 1e9);
+            best = best.min(t.elapsed().as_secs_f64());
+            bytes = html.len();
+        }
+        println!(
+            "{nodes} nodes, one of {odd} more links: {bytes} bytes, {:.1} ms",
+            best * 1e3
+        );
+    }
 }
