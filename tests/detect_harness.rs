@@ -40,6 +40,13 @@ fn check_plumbing(o: &RunOutcome, nodes: usize) {
     assert!(o.steps.values().all(|&n| n > 0), "{:?}", o.steps);
     assert!(o.bytes.compared > 0, "{:?}", o.bytes);
     assert_eq!(o.lagged, 0);
+    // The evaluation by scope gave the whole-fleet evaluation's findings after every evaluation.
+    assert!(o.oracle.0 > 0, "{:?}", o.oracle);
+    assert_eq!(
+        o.oracle.1, 0,
+        "scoped and whole-fleet findings differ: {:?}",
+        o.oracle.2
+    );
 }
 
 #[test]

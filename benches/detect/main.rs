@@ -60,7 +60,8 @@ fn run_all(runs: Vec<matrix::Planned>, jobs: usize) -> Vec<Done> {
                     Ok(o) => eprintln!(
                         "detect: [{}/{total}] {} ({:.0} s simulated) in {:.1} s; store per node: \
                          {} series, raw samples {:.2} MB, all {:.2} MB; raw samples with their own \
-                         timestamps {:.2} MB, with ±500 µs of jitter {:.2} MB",
+                         timestamps {:.2} MB, with ±500 µs of jitter {:.2} MB; scoped vs whole-fleet \
+                         evaluation: {} of {} differed{}",
                         k + 1,
                         p.label,
                         p.run.duration.as_secs_f64(),
@@ -70,6 +71,9 @@ fn run_all(runs: Vec<matrix::Planned>, jobs: usize) -> Vec<Done> {
                         o.store.bytes as f64 / o.store.nodes.max(1) as f64 / 1e6,
                         o.own_timestamps_bytes.0 as f64 / o.store.nodes.max(1) as f64 / 1e6,
                         o.own_timestamps_bytes.1 as f64 / o.store.nodes.max(1) as f64 / 1e6,
+                        o.oracle.1,
+                        o.oracle.0,
+                        o.oracle.2.as_ref().map_or(String::new(), |m| format!(" (first {m})")),
                     ),
                     Err(e) => eprintln!("detect: [{}/{total}] {} failed: {e}", k + 1, p.label),
                 }

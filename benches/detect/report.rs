@@ -314,6 +314,7 @@ fn bytes_table(done: &[Done], s: &mut String) {
 fn plumbing(done: &[Done], wall: Duration, s: &mut String) {
     let mut shipped = Shipped::default();
     let (mut errors, mut lagged, mut sim, mut run_wall) = (0, 0, 0.0, 0.0);
+    let (mut compared, mut differed, mut first) = (0, 0, None);
     for (p, r) in done {
         let Ok(o) = r else { continue };
         shipped.batches += o.shipped.batches;
@@ -324,6 +325,11 @@ fn plumbing(done: &[Done], wall: Duration, s: &mut String) {
         shipped.refused += o.shipped.refused;
         errors += o.agent_errors;
         lagged += o.lagged;
+        compared += o.oracle.0;
+        differed += o.oracle.1;
+        if first.is_none() {
+            first = o.oracle.2.as_ref().map(|m| format!("{}: {m}", p.label));
+        }
         sim += p.run.duration.as_secs_f64();
         run_wall += o.wall.as_secs_f64();
     }
@@ -349,6 +355,11 @@ fn plumbing(done: &[Done], wall: Duration, s: &mut String) {
         shipped.refused,
         errors,
         lagged
+    );
+    let _ = writeln!(
+        s,
+        "\nScoped (per-job) against whole-fleet evaluation, finding for finding after each evaluation: {compared} evaluations compared, {differed} differed{}.",
+        first.map_or(String::new(), |f| format!(" (first: {f})"))
     );
     for f in failed {
         let _ = writeln!(s, "- failed: {f}");

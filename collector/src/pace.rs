@@ -68,6 +68,58 @@ where
     }
 }
 
+/// A share of a core, in CPU time: credit accrues at `share` CPU seconds per second of wall time, up to one
+/// `window`'s worth; work charges what it cost. The analysis evaluates while it has credit and then waits for
+/// more ([`Budget::wait`]): a guaranteed share at the ingest's priority, where a pass under `SCHED_IDLE` got
+/// only what the ingest left.
+#[derive(Debug, Clone, Copy)]
+pub struct Budget {
+    share: f64,
+    /// Most credit held, CPU seconds.
+    cap: f64,
+    /// CPU seconds that may still be spent (negative after an overdraft).
+    credit: f64,
+    refilled: std::time::Instant,
+}
+
+impl Budget {
+    /// `share` (0..=1) of a core, at most one `window`'s worth held; starts full.
+    pub fn new(share: f64, window: Duration) -> Budget {
+        let cap = share.clamp(0.0, 1.0) * window.as_secs_f64();
+        Budget {
+            share: share.clamp(0.0, 1.0),
+            cap,
+            credit: cap,
+            refilled: std::time::Instant::now(),
+        }
+    }
+
+    /// Adds the credit earned since the last refill (up to the cap).
+    pub fn refill(&mut self, now: std::time::Instant) {
+        let earned = now.saturating_duration_since(self.refilled).as_secs_f64() * self.share;
+        self.credit = (self.credit + earned).min(self.cap);
+        self.refilled = now;
+    }
+
+    /// Whether there is credit left to start more work.
+    pub fn available(&self) -> bool {
+        self.credit > 0.0
+    }
+
+    /// Charges `cost` of CPU time (the credit may go negative: work started with credit is finished).
+    pub fn charge(&mut self, cost: Duration) {
+        self.credit -= cost.as_secs_f64();
+    }
+
+    /// How long until there is credit again (zero while there is).
+    pub fn wait(&self) -> Duration {
+        if self.credit > 0.0 || self.share <= 0.0 {
+            return Duration::ZERO;
+        }
+        Duration::from_secs_f64(-self.credit / self.share)
+    }
+}
+
 /// The nice value of the passes' threads where `SCHED_IDLE` is refused (0 is the ingest's; 19 the lowest).
 pub const PASS_NICE: i32 = 10;
 
@@ -261,6 +313,27 @@ fn current_nice() -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_budget_holds_work_to_its_share_of_a_core() {
+        let t0 = std::time::Instant::now();
+        let mut b = Budget::new(0.25, Duration::from_secs(1));
+        assert!(b.available() && b.wait().is_zero());
+        // 0.4 s of work against 0.25 s of credit: 0.15 s overdrawn, 0.6 s of wall time to earn back.
+        b.charge(Duration::from_millis(400));
+        assert!(!b.available());
+        assert!(
+            (b.wait().as_secs_f64() - 0.6).abs() < 1e-9,
+            "{:?}",
+            b.wait()
+        );
+        b.refilled = t0;
+        b.refill(t0 + Duration::from_millis(600));
+        assert!(b.credit.abs() < 1e-9 && !b.available());
+        // Credit never exceeds one window's worth.
+        b.refill(t0 + Duration::from_secs(60));
+        assert!((b.credit - 0.25).abs() < 1e-9);
+    }
 
     #[test]
     fn schedstat_parses() {

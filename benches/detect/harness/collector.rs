@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use commwatch_collector::analysis::engine::FindingFilter;
 use commwatch_collector::analysis::{AnalysisConfig, AnalysisHandle, FindingEvent};
 use commwatch_collector::steps::engine::Engine;
 use commwatch_collector::steps::StepStore;
@@ -18,9 +19,18 @@ pub struct VirtualCollector {
     pub steps: Arc<StepStore>,
     engine: Engine,
     analysis: AnalysisHandle,
+    /// The oracle: a second analysis on the same store and steps that evaluates the whole fleet in one input
+    /// at the same instants ([`AnalysisHandle::evaluate_full_at`]); its findings must be the scoped ones.
+    oracle: AnalysisHandle,
     events: broadcast::Receiver<FindingEvent>,
     /// Events the broadcast channel dropped because they were not read in time (should stay 0).
     pub lagged: u64,
+    /// Evaluations after which the scoped and the whole-fleet findings differed (should stay 0), and the first
+    /// difference.
+    pub oracle_mismatches: u64,
+    pub oracle_first_mismatch: Option<String>,
+    /// Evaluations compared with the oracle.
+    pub oracle_compared: u64,
 }
 
 impl VirtualCollector {
@@ -39,20 +49,27 @@ impl VirtualCollector {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .build()
             .map_err(HarnessError::Runtime)?;
-        let analysis = runtime.block_on(AnalysisHandle::open(
-            store.clone(),
-            steps.clone(),
-            passes.clone(),
-            AnalysisConfig::default(),
-        ))?;
+        let open = || {
+            runtime.block_on(AnalysisHandle::open(
+                store.clone(),
+                steps.clone(),
+                passes.clone(),
+                AnalysisConfig::default(),
+            ))
+        };
+        let (analysis, oracle) = (open()?, open()?);
         let events = analysis.subscribe();
         Ok(VirtualCollector {
             engine: Engine::new(store.clone(), steps.clone(), passes),
             store,
             steps,
             analysis,
+            oracle,
             events,
             lagged: 0,
+            oracle_mismatches: 0,
+            oracle_first_mismatch: None,
+            oracle_compared: 0,
         })
     }
 
@@ -64,6 +81,8 @@ impl VirtualCollector {
     /// One evaluation at `now_unix_ns`; returns the raises, changes and clears it published.
     pub fn evaluate(&mut self, now_unix_ns: i64) -> Vec<FindingEvent> {
         self.analysis.evaluate_at(now_unix_ns);
+        self.oracle.evaluate_full_at(now_unix_ns);
+        self.compare_with_oracle(now_unix_ns);
         let mut out = Vec::new();
         loop {
             match self.events.try_recv() {
@@ -73,5 +92,40 @@ impl VirtualCollector {
             }
         }
         out
+    }
+
+    /// Compares every finding (active and cleared) of the scoped analysis with the oracle's, field for field.
+    fn compare_with_oracle(&mut self, now_unix_ns: i64) {
+        let all = FindingFilter::default();
+        let (scoped, full) = (self.analysis.findings(&all), self.oracle.findings(&all));
+        self.oracle_compared += 1;
+        if scoped == full {
+            return;
+        }
+        self.oracle_mismatches += 1;
+        if self.oracle_first_mismatch.is_none() {
+            let ids = |v: &[commwatch_collector::analysis::Finding]| {
+                v.iter()
+                    .map(|f| f.id.clone())
+                    .collect::<std::collections::BTreeSet<_>>()
+            };
+            let (a, b) = (ids(&scoped), ids(&full));
+            let differing: Vec<&String> = a
+                .symmetric_difference(&b)
+                .chain(
+                    scoped
+                        .iter()
+                        .filter(|f| full.iter().any(|g| g.id == f.id && g != *f))
+                        .map(|f| &f.id),
+                )
+                .take(5)
+                .collect();
+            self.oracle_first_mismatch = Some(format!(
+                "at {:.1} s: {} scoped vs {} whole-fleet findings; differing: {differing:?}",
+                now_unix_ns as f64 / 1e9,
+                scoped.len(),
+                full.len()
+            ));
+        }
     }
 }

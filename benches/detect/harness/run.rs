@@ -53,6 +53,9 @@ pub struct RunOutcome {
     pub agent_errors: usize,
     /// Finding events lost because they were not read in time (0 expected).
     pub lagged: u64,
+    /// Evaluations compared with the whole-fleet oracle, those whose findings differed (0 expected), and the
+    /// first difference.
+    pub oracle: (u64, u64, Option<String>),
     /// Wall time the run took.
     pub wall: Duration,
     /// The store's own accounting at the end of the run (its rings full after the retention).
@@ -91,6 +94,7 @@ pub fn run(run: &RunSpec) -> Result<RunOutcome, HarnessError> {
         shipped: Shipped::default(),
         agent_errors: 0,
         lagged: 0,
+        oracle: (0, 0, None),
         wall: Duration::ZERO,
         store: StoreMemory::default(),
         own_timestamps_bytes: (0, 0),
@@ -153,6 +157,11 @@ pub fn run(run: &RunSpec) -> Result<RunOutcome, HarnessError> {
         out.agent_errors += a.recent_errors();
     }
     out.lagged = collector.lagged;
+    out.oracle = (
+        collector.oracle_compared,
+        collector.oracle_mismatches,
+        collector.oracle_first_mismatch.clone(),
+    );
     out.store = collector.store.memory();
     for a in &agents {
         let (exact, jittered) = own_timestamps_bytes(&collector.store, a.name());

@@ -20,6 +20,7 @@ use super::baselines;
 use super::history::{History, HistoryError, Retention, Upkeep};
 use super::input::{self, Extras, ThroughputBaseline};
 use super::scaling::{self, JobFigures};
+use super::scope::Scope;
 use super::tracker::{Change, Tracker};
 use super::trend::JobTrends;
 use super::{evaluate, Finding, FindingKind, Severity};
@@ -28,6 +29,9 @@ use crate::store::Store;
 use crate::telemetry::Passes;
 
 pub use super::DEFAULT_INTERVAL;
+
+#[path = "rounds.rs"]
+mod rounds;
 /// An active finding's refreshed numbers are written to SQLite at most this often.
 pub const HISTORY_REFRESH: Duration = Duration::from_secs(30);
 /// A learned throughput figure is written at most this often per job and scale.
@@ -194,13 +198,79 @@ struct State {
     figures: Vec<JobFigures>,
     /// Each job's recent figures: the next evaluation's references ([`Extras::job_references`]).
     trends: JobTrends,
-    /// Each job's nodes at the last evaluation (the findings list's `job` filter).
-    job_nodes: BTreeMap<String, BTreeSet<String>>,
+    /// Each job's nodes at the last evaluation (the findings list's `job` filter); by scope label when
+    /// evaluated by scope ([`FULL`] for a whole-fleet evaluation).
+    job_nodes: HashMap<String, BTreeMap<String, BTreeSet<String>>>,
+    /// For each job (and [`super::scaling::CLUSTER_JOB`]), the time its findings were last evaluated at
+    /// (the end of the windows read), Unix ns: `commwatch_collector_evaluation_age_seconds`.
+    evaluated_at: BTreeMap<String, i64>,
     /// Severity and cause of each active finding as last published, to publish their changes.
     published: HashMap<String, (Severity, Option<String>)>,
     written: HashMap<String, Instant>,
     evaluations: u64,
     last_eval_seconds: f64,
+}
+
+impl State {
+    /// The changes the history should write now: every raise and clear, and a refresh of an active finding
+    /// at most every [`HISTORY_REFRESH`].
+    fn due_for_history(&mut self, changes: &[Change]) -> Vec<Change> {
+        let mut out = Vec::new();
+        for ch in changes {
+            match ch {
+                Change::Raised(f) | Change::Cleared(f) => {
+                    self.written.insert(f.id.clone(), Instant::now());
+                    out.push(ch.clone());
+                }
+                Change::Updated(f) => {
+                    let due = self
+                        .written
+                        .get(&f.id)
+                        .is_none_or(|t| t.elapsed() >= HISTORY_REFRESH);
+                    if due {
+                        self.written.insert(f.id.clone(), Instant::now());
+                        out.push(ch.clone());
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Learns each job's throughput per GPU at its scale for later, larger runs of the same job; returns the
+    /// figures due to be written (at most every [`THROUGHPUT_REFRESH`] per job and scale).
+    fn learn_throughput(&mut self, figures: &[JobFigures]) -> Vec<ThroughputBaseline> {
+        let mut learned = Vec::new();
+        for f in figures {
+            let (Some(p), Some(g)) = (f.samples_per_second_per_gpu, f.gpus) else {
+                continue;
+            };
+            let b = ThroughputBaseline {
+                job: f.job.clone(),
+                gpus: g,
+                samples_per_second_per_gpu: p,
+                source: "history".into(),
+            };
+            let list = &mut self.extras.throughput_baselines;
+            match list
+                .iter_mut()
+                .find(|x| x.source == "history" && x.job == b.job && x.gpus == g)
+            {
+                Some(x) => x.samples_per_second_per_gpu = p,
+                None => list.push(b.clone()),
+            }
+            let key = format!("throughput:{}:{}", b.job, g);
+            if self
+                .written
+                .get(&key)
+                .is_none_or(|t| t.elapsed() >= THROUGHPUT_REFRESH)
+            {
+                self.written.insert(key, Instant::now());
+                learned.push(b);
+            }
+        }
+        learned
+    }
 }
 
 struct Inner {
@@ -220,7 +290,13 @@ struct Inner {
     collectives: Arc<crate::collectives::CollectiveStage>,
     /// The prober's results, once the collector hands them over ([`AnalysisHandle::use_probes`]).
     probes: std::sync::OnceLock<Arc<crate::probes::ProbeBook>>,
+    /// The fleet's jobs and scopes as the last round cut them, and when each scope was evaluated
+    /// ([`rounds`]); used by the analysis thread only.
+    rounds: Mutex<rounds::Rounds>,
 }
+
+/// The scope label of a whole-fleet evaluation ([`AnalysisHandle::evaluate_full_at`]).
+const FULL: &str = "";
 
 /// Shared handle to the engine (cheap to clone).
 #[derive(Clone)]
@@ -324,6 +400,7 @@ impl AnalysisHandle {
             None => (None, 0),
         };
         let (events, _) = broadcast::channel(1024);
+        let store_for_rounds = store.clone();
         Ok(AnalysisHandle {
             inner: Arc::new(Inner {
                 state: Mutex::new(State {
@@ -331,7 +408,8 @@ impl AnalysisHandle {
                     extras,
                     figures: Vec::new(),
                     trends: JobTrends::new(),
-                    job_nodes: BTreeMap::new(),
+                    job_nodes: HashMap::new(),
+                    evaluated_at: BTreeMap::new(),
                     published: HashMap::new(),
                     written: HashMap::new(),
                     evaluations: 0,
@@ -346,6 +424,7 @@ impl AnalysisHandle {
                 skipped_records,
                 collectives: crate::collectives::CollectiveStage::new(),
                 probes: std::sync::OnceLock::new(),
+                rounds: Mutex::new(rounds::Rounds::new(&store_for_rounds)),
             }),
         })
     }
@@ -360,43 +439,24 @@ impl AnalysisHandle {
         self.inner.collectives.clone()
     }
 
-    /// Evaluates every interval, or less often when an evaluation of a large fleet is costly
-    /// ([`crate::pace`]), on a thread of its own at a priority below ingest's. Runs until the future is dropped.
-    pub async fn run(self) {
-        let thread = match crate::pace::PassThread::start("commwatch-analysis") {
-            Ok(t) => std::sync::Arc::new(t),
-            Err(e) => {
-                warn!(error = %e, "could not start the analysis thread; nothing is evaluated");
-                return;
-            }
-        };
-        crate::pace::run_paced(self.inner.interval, move || {
-            let (h, thread) = (self.clone(), thread.clone());
-            async move {
-                match thread.run_charged(move || h.evaluate_once()).await {
-                    Ok((_, paced)) => paced,
-                    Err(e) => {
-                        warn!(error = %e, "analysis evaluation failed");
-                        crate::pace::Paced::Ran { charged: None }
-                    }
-                }
-            }
-        })
-        .await
-    }
-
     /// One evaluation now (the task calls it every interval; tests may call it directly).
     pub fn evaluate_once(&self) {
         self.evaluate_at(unix_now_ns());
     }
 
     /// One evaluation as of `now_unix_ns` (the collector's clock): what [`AnalysisHandle::evaluate_once`]
-    /// does, at a time the caller gives — for runs on a virtual clock (the detection benchmark).
+    /// does, at a time the caller gives — for runs on a virtual clock (the detection benchmark). Every scope
+    /// of the fleet ([`super::scope`]) is evaluated on its own input, then the scopes that are gone are swept.
     pub fn evaluate_at(&self, now_unix_ns: i64) {
+        self.round_at(now_unix_ns, None);
+    }
+
+    /// The whole fleet in one evaluation as of `now_unix_ns`: one input of every node, every rule, the tracker
+    /// over every finding. The oracle the scoped evaluation ([`AnalysisHandle::evaluate_at`]) is checked
+    /// against (a test and the detection benchmark run both on the same data and compare their findings).
+    pub fn evaluate_full_at(&self, now_unix_ns: i64) {
         let started = Instant::now();
-        let mut extras = self.inner.state.lock().extras.clone();
-        // One bare baseline per job is all the rules can use: they look one up per link.
-        extras.bare_baselines = baselines::effective_bare(&extras.bare_baselines);
+        let extras = self.extras_now();
         let inner = &self.inner;
         let mut input = input::build(
             &inner.store,
@@ -410,81 +470,86 @@ impl AnalysisHandle {
             &self.inner.store,
             now_unix_ns,
         );
-        if let Some(book) = self.inner.probes.get() {
-            let records = book.list();
-            input.probes = records
-                .iter()
-                .map(super::link_probes::ProbeBaseline::from_record)
-                .collect();
-        }
+        input.probes = self.probe_baselines();
         self.apply(&input, started);
     }
 
-    /// Evaluates a prepared input (used by [`AnalysisHandle::evaluate_once`] and by tests).
+    /// The engine's baselines and references as an evaluation reads them (one bare baseline per job: the
+    /// rules look one up per link).
+    fn extras_now(&self) -> Extras {
+        let mut extras = self.inner.state.lock().extras.clone();
+        extras.bare_baselines = baselines::effective_bare(&extras.bare_baselines);
+        extras
+    }
+
+    /// The prober's results as the rules read them (none before the collector hands the prober over).
+    fn probe_baselines(&self) -> Vec<super::link_probes::ProbeBaseline> {
+        self.inner.probes.get().map_or_else(Vec::new, |book| {
+            book.list()
+                .iter()
+                .map(super::link_probes::ProbeBaseline::from_record)
+                .collect()
+        })
+    }
+
+    /// Evaluates a prepared whole-fleet input (used by [`AnalysisHandle::evaluate_full_at`] and by tests).
     pub fn apply(&self, input: &input::AnalysisInput, started: Instant) {
+        self.apply_in(input, started, None);
+    }
+
+    /// Evaluates `input`: the whole fleet's (`scope` `None`), or one scope's, whose findings alone it
+    /// updates; publishes the changes and hands them to the history.
+    fn apply_in(&self, input: &input::AnalysisInput, started: Instant, scope: Option<&Scope>) {
         let cands = evaluate(input);
-        let figures = scaling::job_figures(input);
+        let mut figures = scaling::job_figures(input);
         let now = input.now_unix_ns as f64 / 1e9;
-        let mut to_history = Vec::new();
-        let mut learned = Vec::new();
-        let events = {
+        let (events, to_history, learned) = {
             let mut st = self.inner.state.lock();
-            let changes = st.tracker.update(now, cands);
-            for ch in &changes {
-                match ch {
-                    Change::Raised(f) | Change::Cleared(f) => {
-                        st.written.insert(f.id.clone(), Instant::now());
-                        to_history.push(ch.clone());
-                    }
-                    Change::Updated(f) => {
-                        let due = st
-                            .written
-                            .get(&f.id)
-                            .is_none_or(|t| t.elapsed() >= HISTORY_REFRESH);
-                        if due {
-                            st.written.insert(f.id.clone(), Instant::now());
-                            to_history.push(ch.clone());
-                        }
-                    }
-                }
-            }
-            // Learn this scale's throughput per GPU for later, larger runs of the same job.
-            for f in &figures {
-                if let (Some(p), Some(g)) = (f.samples_per_second_per_gpu, f.gpus) {
-                    let b = ThroughputBaseline {
-                        job: f.job.clone(),
-                        gpus: g,
-                        samples_per_second_per_gpu: p,
-                        source: "history".into(),
-                    };
-                    let list = &mut st.extras.throughput_baselines;
-                    match list
-                        .iter_mut()
-                        .find(|x| x.source == "history" && x.job == b.job && x.gpus == g)
-                    {
-                        Some(x) => x.samples_per_second_per_gpu = p,
-                        None => list.push(b.clone()),
-                    }
-                    let key = format!("throughput:{}:{}", b.job, g);
-                    if st
-                        .written
-                        .get(&key)
-                        .is_none_or(|t| t.elapsed() >= THROUGHPUT_REFRESH)
-                    {
-                        st.written.insert(key, Instant::now());
-                        learned.push(b);
-                    }
-                }
-            }
+            let changes = match scope {
+                None => st.tracker.update(now, cands),
+                Some(s) => st.tracker.update_scope(now, &s.label, cands),
+            };
+            let to_history = st.due_for_history(&changes);
+            let learned = st.learn_throughput(&figures);
             // The jobs' own history, for the next evaluation's drop check.
             st.trends.observe(&figures, now);
-            st.extras.job_references = st.trends.references(now);
-            st.figures = figures;
-            st.job_nodes = job_nodes(input);
-            st.evaluations += 1;
-            st.last_eval_seconds = started.elapsed().as_secs_f64();
-            events(&mut st.published, changes)
+            let nodes = job_nodes(input);
+            match scope {
+                None => {
+                    st.extras.job_references = st.trends.references(now);
+                    st.evaluated_at = nodes
+                        .keys()
+                        .map(|j| (j.clone(), input.now_unix_ns))
+                        .collect();
+                    st.figures = figures;
+                    st.job_nodes = HashMap::from([(FULL.to_string(), nodes)]);
+                    st.evaluations += 1;
+                    st.last_eval_seconds = started.elapsed().as_secs_f64();
+                }
+                Some(s) => {
+                    let labels = s.job_labels();
+                    st.figures.retain(|f| !labels.contains(&f.job));
+                    st.figures.append(&mut figures);
+                    st.figures.sort_by(|a, b| a.job.cmp(&b.job));
+                    st.job_nodes.insert(s.label.clone(), nodes);
+                    for j in labels {
+                        st.evaluated_at.insert(j, input.now_unix_ns);
+                    }
+                }
+            }
+            (events(&mut st.published, changes), to_history, learned)
         };
+        self.publish(events, to_history, learned, now);
+    }
+
+    /// Sends `events` to the subscribers and the history's changes and learned throughputs to its thread.
+    fn publish(
+        &self,
+        events: Vec<FindingEvent>,
+        to_history: Vec<Change>,
+        learned: Vec<ThroughputBaseline>,
+        now: f64,
+    ) {
         for ev in events {
             let _ = self.inner.events.send(ev);
         }
@@ -501,11 +566,18 @@ impl AnalysisHandle {
     /// Findings (active and cleared), filtered, in the list's order ([`list_order`]), at most `limit`.
     pub fn findings(&self, filter: &FindingFilter) -> Vec<Finding> {
         let st = self.inner.state.lock();
+        let mut job_nodes: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for (job, nodes) in st.job_nodes.values().flatten() {
+            job_nodes
+                .entry(job.clone())
+                .or_default()
+                .extend(nodes.iter().cloned());
+        }
         let mut out: Vec<Finding> = st
             .tracker
             .findings()
             .into_iter()
-            .filter(|f| filter.matches(f, &st.job_nodes))
+            .filter(|f| filter.matches(f, &job_nodes))
             .collect();
         drop(st);
         out.sort_by(list_order);
@@ -532,6 +604,13 @@ impl AnalysisHandle {
     /// Step time, throughput and scaling efficiency per job, from the last evaluation.
     pub fn job_figures(&self) -> Vec<JobFigures> {
         self.inner.state.lock().figures.clone()
+    }
+
+    /// Each job's evaluation age at `now_unix_ns` (the collector's clock): seconds since the end of the
+    /// windows its findings were last evaluated on; [`super::scaling::CLUSTER_JOB`] for the nodes of no job.
+    /// `commwatch_collector_evaluation_age_seconds{training_job}`.
+    pub fn evaluation_ages(&self, now_unix_ns: i64) -> Vec<(String, f64)> {
+        rounds::ages(&self.inner.state.lock().evaluated_at, now_unix_ns)
     }
 
     /// Evaluations run and the last one's duration in seconds.

@@ -450,20 +450,13 @@ pub fn build(
     now_unix_ns: i64,
     extras: &Extras,
 ) -> AnalysisInput {
-    let since = now_unix_ns - WINDOW_NS;
-    let timer = passes.timer("analysis_input");
-    let nodes: Vec<NodeInput> = store
-        .node_names(now_unix_ns)
-        .iter()
-        .filter_map(|name| {
-            let mut n = store.with_node(name, |n| node_input(n, since))?;
-            n.steps = steps
-                .node_steps_since(name, STEPS_READ, since)
-                .unwrap_or_default();
-            Some(n)
-        })
-        .collect();
-    timer.done(nodes.len());
+    let nodes = build_nodes(
+        store,
+        steps,
+        passes,
+        now_unix_ns,
+        &store.node_names(now_unix_ns),
+    );
     AnalysisInput {
         now_unix_ns,
         nodes,
@@ -475,6 +468,32 @@ pub fn build(
         probes: Vec::new(),
         probe_index: Default::default(),
     }
+}
+
+/// The inputs of the nodes `names` (those the store still holds), windows of [`WINDOW_NS`] before
+/// `now_unix_ns`, each with its steps of that window (of its [`STEPS_READ`] newest); timed in `passes` as
+/// `pass="analysis_input"`.
+pub fn build_nodes(
+    store: &Store,
+    steps: &StepStore,
+    passes: &Passes,
+    now_unix_ns: i64,
+    names: &[String],
+) -> Vec<NodeInput> {
+    let since = now_unix_ns - WINDOW_NS;
+    let timer = passes.timer("analysis_input");
+    let nodes: Vec<NodeInput> = names
+        .iter()
+        .filter_map(|name| {
+            let mut n = store.with_node(name, |n| node_input(n, since))?;
+            n.steps = steps
+                .node_steps_since(name, STEPS_READ, since)
+                .unwrap_or_default();
+            Some(n)
+        })
+        .collect();
+    timer.done(nodes.len());
+    nodes
 }
 
 impl NodeInput {

@@ -40,6 +40,7 @@ pub mod management_nic;
 pub mod nccl;
 pub mod rollup;
 pub mod scaling;
+pub mod scope;
 pub mod straggler;
 pub mod tcp_retransmits;
 #[cfg(test)]
@@ -307,10 +308,16 @@ pub const RULES: &[(&str, Rule)] = &[
 /// Runs every rule on `input`, rolls identical node-level findings of a job up ([`rollup`]) and links
 /// consequences to root causes ([`link_causes`]). Deterministic: sorted by id.
 pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
-    let mut out: Vec<Candidate> = RULES.iter().flat_map(|(_, r)| r(input)).collect();
+    // Each candidate's id formatted once (a comparison that formatted both ids was most of the sort).
+    let mut keyed: Vec<(String, Candidate)> = RULES
+        .iter()
+        .flat_map(|(_, r)| r(input))
+        .map(|c| (c.id(), c))
+        .collect();
     // One candidate per id (a rule that found the same subject twice keeps the worse one).
-    out.sort_by(|a, b| a.id().cmp(&b.id()).then(b.severity.cmp(&a.severity)));
-    out.dedup_by_key(|c| c.id());
+    keyed.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.severity.cmp(&a.1.severity)));
+    keyed.dedup_by(|a, b| a.0 == b.0);
+    let mut out: Vec<Candidate> = keyed.into_iter().map(|(_, c)| c).collect();
     rollup::roll_up(input, &mut out);
     link_causes(input, &mut out);
     out.sort_by_cached_key(Candidate::id);

@@ -27,7 +27,7 @@
 //! - A cleared finding stays in the list (`active = false`, history); raised again, it keeps `first_seen`
 //!   and is counted again in `raised_total`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
 use super::causes::consequence_severity;
@@ -69,6 +69,10 @@ pub struct Tracker {
     /// Evaluations in a row an active finding was missing.
     missing: HashMap<String, u32>,
     raised_total: BTreeMap<FindingKind, u64>,
+    /// For evaluations by scope ([`Tracker::update_scope`]): the ids each scope label last produced (pending
+    /// or active), and the label of each such id.
+    scopes: HashMap<String, HashSet<String>>,
+    scope_of: HashMap<String, String>,
 }
 
 impl Default for Tracker {
@@ -91,6 +95,8 @@ impl Tracker {
             pending: HashMap::new(),
             missing: HashMap::new(),
             raised_total: BTreeMap::new(),
+            scopes: HashMap::new(),
+            scope_of: HashMap::new(),
         }
     }
 
@@ -113,6 +119,135 @@ impl Tracker {
     /// a cause raised now comes before the consequences raised with it; a consequence whose cause is among the
     /// candidates but not active waits (its streak goes on) and is raised right after its cause.
     pub fn update(&mut self, now_unix_s: f64, candidates: Vec<Candidate>) -> Vec<Change> {
+        let (mut changes, causes) = self.take(now_unix_s, candidates, None);
+        // Candidates not seen this time lose their streak.
+        self.pending.retain(|id, _| causes.contains_key(id));
+        let absent: Vec<String> = self
+            .findings
+            .values()
+            .filter(|f| f.active && !causes.contains_key(&f.id))
+            .map(|f| f.id.clone())
+            .collect();
+        self.clear_missing(now_unix_s, absent, &mut changes);
+        let active: Vec<String> = self
+            .findings
+            .values()
+            .filter(|f| f.active)
+            .map(|f| f.id.clone())
+            .collect();
+        self.relink(&active, &mut changes);
+        self.trim();
+        changes
+    }
+
+    /// [`Tracker::update`] for one scope of the fleet ([`super::scope`]): `candidates` are all that an
+    /// evaluation of the scope labelled `label` found, and only what that scope produced before (pending
+    /// streaks, active findings last seen there) counts as missing from them; other scopes' findings are left
+    /// as they are. A candidate last seen in another scope moves to this one. Scopes that are gone are swept by
+    /// [`Tracker::sweep_scopes`].
+    pub fn update_scope(
+        &mut self,
+        now_unix_s: f64,
+        label: &str,
+        candidates: Vec<Candidate>,
+    ) -> Vec<Change> {
+        let (mut changes, causes) = self.take(now_unix_s, candidates, Some(label));
+        self.settle_scope(now_unix_s, label, &causes, &mut changes);
+        changes
+    }
+
+    /// Treats every scope label not in `live` as evaluated now with no candidates (its pending streaks end,
+    /// its active findings count a miss and clear as [`Tracker::update`] would clear them), then drops the
+    /// oldest inactive findings past [`MAX_INACTIVE`]. Called once per round of scope evaluations.
+    pub fn sweep_scopes(&mut self, now_unix_s: f64, live: &HashSet<&str>) -> Vec<Change> {
+        let gone: Vec<String> = self
+            .scopes
+            .keys()
+            .filter(|l| !live.contains(l.as_str()))
+            .cloned()
+            .collect();
+        let mut changes = Vec::new();
+        for label in gone {
+            self.settle_scope(now_unix_s, &label, &HashMap::new(), &mut changes);
+        }
+        self.trim();
+        changes
+    }
+
+    /// The end of a scope's update: its ids not among `causes` lose their streak or count a miss, its active
+    /// findings' consequences are relinked, and ids no longer pending or active leave the scope's index.
+    fn settle_scope(
+        &mut self,
+        now_unix_s: f64,
+        label: &str,
+        causes: &HashMap<String, Option<String>>,
+        changes: &mut Vec<Change>,
+    ) {
+        let mut ids: Vec<String> = self
+            .scopes
+            .get(label)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default();
+        // In id order, as a whole-fleet update clears and relinks.
+        ids.sort();
+        let mut absent = Vec::new();
+        for id in &ids {
+            if causes.contains_key(id) {
+                continue;
+            }
+            self.pending.remove(id);
+            if self.findings.get(id).is_some_and(|f| f.active) {
+                absent.push(id.clone());
+            }
+        }
+        self.clear_missing(now_unix_s, absent, changes);
+        let mut active = Vec::new();
+        let mut gone = Vec::new();
+        for id in ids {
+            if self.findings.get(&id).is_some_and(|f| f.active) {
+                active.push(id);
+            } else if !self.pending.contains_key(&id) {
+                gone.push(id);
+            }
+        }
+        self.relink(&active, changes);
+        for id in gone {
+            self.scope_of.remove(&id);
+            if let Some(s) = self.scopes.get_mut(label) {
+                s.remove(&id);
+            }
+        }
+        if self.scopes.get(label).is_some_and(HashSet::is_empty) {
+            self.scopes.remove(label);
+        }
+    }
+
+    /// Files `id` under the scope `label` (moving it from another scope's index).
+    fn assign(&mut self, id: &str, label: &str) {
+        match self.scope_of.get(id) {
+            Some(l) if l == label => return,
+            Some(l) => {
+                if let Some(s) = self.scopes.get_mut(l) {
+                    s.remove(id);
+                }
+            }
+            None => {}
+        }
+        self.scope_of.insert(id.to_string(), label.to_string());
+        self.scopes
+            .entry(label.to_string())
+            .or_default()
+            .insert(id.to_string());
+    }
+
+    /// Applies one evaluation's candidates (raises, refreshes, streaks; each filed under `scope` when given)
+    /// and returns the changes and each candidate's id with its cause.
+    fn take(
+        &mut self,
+        now_unix_s: f64,
+        candidates: Vec<Candidate>,
+        scope: Option<&str>,
+    ) -> (Vec<Change>, HashMap<String, Option<String>>) {
         let mut changes = Vec::new();
         // Every candidate's id and cause: a map, since a fleet's evaluation has tens of thousands of
         // candidates and the filters below ask it once per pending or known finding.
@@ -129,6 +264,9 @@ impl Tracker {
             .collect();
         ordered.sort_by_key(|(d, ..)| *d);
         for (_, id, mut c) in ordered {
+            if let Some(label) = scope {
+                self.assign(&id, label);
+            }
             let active = self.findings.get(&id).is_some_and(|f| f.active);
             if active {
                 self.missing.remove(&id);
@@ -160,12 +298,7 @@ impl Tracker {
             self.pending.remove(&id);
             changes.push(Change::Raised(self.raise(id, c, now_unix_s)));
         }
-        // Candidates not seen this time lose their streak.
-        self.pending.retain(|id, _| causes.contains_key(id));
-        self.clear_missing(now_unix_s, &causes, &mut changes);
-        self.relink(&mut changes);
-        self.trim();
-        changes
+        (changes, causes)
     }
 
     /// Files `c` under the cause it names when that is an active finding; else under the cause it had
@@ -188,16 +321,20 @@ impl Tracker {
     /// changes too), so that the two never disagree: a consequence missing from one evaluation stays active,
     /// naming its cause, until it clears, and its cause keeps listing it; a candidate not raised yet is not
     /// listed.
-    fn relink(&mut self, changes: &mut [Change]) {
+    /// `active` lists the active findings to relink, sorted by id (all of them, or one scope's: causes and
+    /// consequences are found in one evaluation, so within one scope).
+    fn relink(&mut self, active: &[String], changes: &mut [Change]) {
         let mut by_cause: HashMap<String, Vec<String>> = HashMap::new();
-        for f in self.findings.values().filter(|f| f.active) {
+        for f in active.iter().filter_map(|id| self.findings.get(id)) {
             if let Some(c) = &f.caused_by {
                 by_cause.entry(c.clone()).or_default().push(f.id.clone());
             }
         }
-        for f in self.findings.values_mut().filter(|f| f.active) {
-            // Ids are visited in order (a BTreeMap), so each list is sorted.
-            f.consequences = by_cause.remove(&f.id).unwrap_or_default();
+        for id in active {
+            if let Some(f) = self.findings.get_mut(id) {
+                // Ids are visited in order, so each list is sorted.
+                f.consequences = by_cause.remove(id).unwrap_or_default();
+            }
         }
         for ch in changes.iter_mut() {
             if let Change::Raised(f) | Change::Updated(f) = ch {
@@ -234,18 +371,14 @@ impl Tracker {
         f
     }
 
-    /// Counts a miss for every active finding not in `seen_ids` and clears those missing long enough.
-    fn clear_missing(
-        &mut self,
-        now_unix_s: f64,
-        seen_ids: &HashMap<String, Option<String>>,
-        changes: &mut Vec<Change>,
-    ) {
-        let absent: Vec<(String, f64)> = self
-            .findings
-            .values()
-            .filter(|f| f.active && !seen_ids.contains_key(&f.id))
-            .map(|f| (f.id.clone(), f.last_seen_unix_s))
+    /// Counts a miss for every active finding of `absent` (ids in order) and clears those missing long enough.
+    fn clear_missing(&mut self, now_unix_s: f64, absent: Vec<String>, changes: &mut Vec<Change>) {
+        let absent: Vec<(String, f64)> = absent
+            .into_iter()
+            .filter_map(|id| {
+                let last = self.findings.get(&id)?.last_seen_unix_s;
+                Some((id, last))
+            })
             .collect();
         for (id, last_seen) in absent {
             let n = self.missing.entry(id.clone()).or_insert(0);
@@ -338,6 +471,49 @@ mod tests {
         );
         c.summary = "x".into();
         c
+    }
+
+    fn on(node: &str) -> Candidate {
+        let mut c = cand();
+        c.subject = Subject::node(node);
+        c
+    }
+
+    #[test]
+    fn a_scope_clears_only_its_own_findings_and_a_gone_scope_is_swept() {
+        let mut t = Tracker::new();
+        for s in 1..=3 {
+            t.update_scope(f64::from(s), "a", vec![on("n1")]);
+            t.update_scope(f64::from(s), "b", vec![on("n2")]);
+        }
+        assert_eq!(t.active().len(), 2);
+        // Scope b evaluated five more times without n2's candidate clears it; a's finding is untouched.
+        let mut cleared = Vec::new();
+        for s in 4..=8 {
+            cleared.extend(t.update_scope(f64::from(s), "b", vec![]));
+        }
+        assert!(
+            matches!(&cleared[..], [Change::Cleared(f)] if f.id == "link_errors:n2"),
+            "{cleared:?}"
+        );
+        assert_eq!(t.active().len(), 1);
+        // A candidate seen in another scope moves there: scope a no longer counts it missing.
+        t.update_scope(9.0, "c", vec![on("n1")]);
+        for s in 10..=20 {
+            assert!(t.update_scope(f64::from(s), "a", vec![]).is_empty());
+            t.update_scope(f64::from(s), "c", vec![on("n1")]);
+        }
+        // Scope c gone: its finding counts a miss at each sweep and clears after five.
+        let live = HashSet::from(["a"]);
+        let mut swept = Vec::new();
+        for s in 21..=25 {
+            swept.extend(t.sweep_scopes(f64::from(s), &live));
+        }
+        assert!(
+            matches!(&swept[..], [Change::Cleared(f)] if f.id == "link_errors:n1"),
+            "{swept:?}"
+        );
+        assert!(t.active().is_empty());
     }
 
     #[test]

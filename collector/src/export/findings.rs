@@ -160,6 +160,11 @@ pub fn finding_labels(f: &Finding) -> Vec<LabelPair> {
     v
 }
 
+/// How old each job's findings are: seconds from the end of the data they were last evaluated on to the
+/// scrape (`training_job="cluster"`: the nodes of no job). One interval (1 s) while the analysis keeps up.
+pub const EVALUATION_AGE_SECONDS: &str = "commwatch_collector_evaluation_age_seconds";
+const EVALUATION_AGE_HELP: &str = "Seconds since the end of the data each job's findings were last evaluated on (training_job=\"cluster\": nodes of no job).";
+
 /// Renders the findings families at scrape time.
 pub struct FindingsCollector {
     analysis: AnalysisHandle,
@@ -181,6 +186,7 @@ impl FindingsCollector {
                 names::SCALING_EFFICIENCY_RATIO,
                 "Scaling efficiency of the job (0..1); see /api/v1/jobs for the method.",
             ),
+            (EVALUATION_AGE_SECONDS, EVALUATION_AGE_HELP),
         ]
         .iter()
         .map(|(n, h)| Desc::new(n.to_string(), h.to_string(), vec![], HashMap::new()))
@@ -234,7 +240,20 @@ impl Collector for FindingsCollector {
                 ));
             }
         }
-        [active, raised, eff]
+        let mut age = family(
+            EVALUATION_AGE_SECONDS,
+            EVALUATION_AGE_HELP,
+            MetricType::GAUGE,
+        );
+        let now = commwatch_model::clock::unix_now_ns();
+        for (job, seconds) in self.analysis.evaluation_ages(now) {
+            age.mut_metric().push(metric(
+                MetricType::GAUGE,
+                vec![label("training_job", &job)],
+                seconds,
+            ));
+        }
+        [active, raised, eff, age]
             .into_iter()
             .filter(|f| !f.get_metric().is_empty())
             .collect()

@@ -1,0 +1,387 @@
+//! Evaluation by scope, on arrival, within a budget: the analysis thread wakes every quarter of the interval,
+//! cuts the fleet into scopes ([`super::super::scope`]: the parts the rules never compare across, in practice
+//! each job with its nodes), and evaluates each scope whose nodes brought data since its last evaluation and
+//! whose last evaluation is an interval old, oldest first, on an input of that scope's nodes only. A fleet's
+//! findings are then each as old as their own job's last evaluation, not the whole fleet's pass.
+//!
+//! The evaluation's share of the CPU is guaranteed, not what the ingest leaves: the thread runs at the ingest's
+//! priority and is held to [`crate::pace::MAX_DUTY`] of a core by a budget of CPU time ([`Budget`]); the ingest
+//! has the rest. Under `SCHED_IDLE` a busy ingest starved the rules (at 800 demo nodes on one core, no
+//! evaluation in 90 s: BENCHMARKS.md, "Fresh findings under load"). A collector that cannot evaluate its fleet
+//! within that share says so: `commwatch_collector_evaluation_age_seconds` per job, a warning in its log (at
+//! start when the nodes it restored already cannot fit, then whenever a job's findings fall two intervals
+//! behind), and the `CommwatchCollectorAnalysisLagging` alert.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use commwatch_model::clock::unix_now_ns;
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use super::super::input::{self, JobInput, STEPS_READ, WINDOW_NS};
+use super::super::scope::{self, Scope};
+use super::AnalysisHandle;
+use crate::pace::{thread_cpu_ns, Budget, PassThread, Yield, MAX_DUTY};
+use crate::store::Store;
+
+/// CPU time of one node's evaluation assumed before any was measured, for the warning at start: the demo
+/// node's, measured in process (BENCHMARKS.md, "Fresh findings at fleet scale").
+pub const ASSUMED_NODE_COST: Duration = Duration::from_micros(1_500);
+/// A job's findings this many intervals old (or more) means the evaluation does not keep up: warned.
+pub const LAGGING_INTERVALS: f64 = 2.0;
+/// Warnings that the evaluation does not keep up come at most this often.
+const WARN_EVERY: Duration = Duration::from_secs(60);
+
+/// When one scope was last evaluated.
+#[derive(Debug, Clone, Copy)]
+struct Evaluated {
+    /// The evaluation's time (the end of its windows), Unix ns.
+    at_ns: i64,
+    /// The newest data of the scope's nodes then (their last batch's receipt), Unix ns.
+    data_ns: i64,
+}
+
+/// The analysis thread's view of the fleet between rounds.
+pub(super) struct Rounds {
+    jobs_changed: watch::Receiver<u64>,
+    /// The nodes and fleet jobs of the last round: the jobs are merged again only when a node's job list
+    /// changed ([`Store::jobs_changed`]) or the nodes did.
+    names: Vec<String>,
+    jobs: Arc<Vec<JobInput>>,
+    version: Option<u64>,
+    last: HashMap<String, Evaluated>,
+    /// CPU time of a node's evaluation (input, rules, tracker), smoothed over the scopes evaluated, ns.
+    node_cost_ns: Option<f64>,
+    warned: Option<Instant>,
+}
+
+/// What every scope's input of one round shares.
+struct Fleet<'a> {
+    jobs: &'a [JobInput],
+    extras: &'a input::Extras,
+    collectives: &'a [crate::collectives::JobCollectives],
+    probes: &'a [super::super::link_probes::ProbeBaseline],
+}
+
+/// What one round did.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct RoundReport {
+    /// Scopes evaluated, and their nodes.
+    pub scopes: usize,
+    pub nodes: usize,
+    /// Scopes due but left for a later round (the budget was spent).
+    pub left: usize,
+    /// The oldest evaluation among the fleet's scopes after the round, seconds before `now`.
+    pub oldest_age_s: f64,
+    /// Nodes in the fleet.
+    pub fleet_nodes: usize,
+}
+
+impl Rounds {
+    pub(super) fn new(store: &Store) -> Rounds {
+        Rounds {
+            jobs_changed: store.jobs_changed(),
+            names: Vec::new(),
+            jobs: Arc::new(Vec::new()),
+            version: None,
+            last: HashMap::new(),
+            node_cost_ns: None,
+            warned: None,
+        }
+    }
+
+    /// The fleet jobs for `names` at `now_unix_ns`, merged again only when needed.
+    fn jobs(&mut self, store: &Store, names: Vec<String>, now_unix_ns: i64) -> Arc<Vec<JobInput>> {
+        let version = *self.jobs_changed.borrow_and_update();
+        if self.version != Some(version) || self.names != names {
+            self.jobs = Arc::new(crate::jobs::fleet_jobs(store, now_unix_ns));
+            self.version = Some(version);
+            self.names = names;
+        }
+        self.jobs.clone()
+    }
+}
+
+impl AnalysisHandle {
+    /// One round at `now_unix_ns`: every scope due (with `budget`: data newer than its last evaluation, an
+    /// interval since it, oldest first, while the budget lasts; without: every scope), then the scopes that are
+    /// gone are swept and the jobs' references renewed.
+    pub(super) fn round_at(
+        &self,
+        now_unix_ns: i64,
+        mut budget: Option<&mut Budget>,
+    ) -> RoundReport {
+        let inner = &self.inner;
+        let mut rounds = inner.rounds.lock();
+        let names = inner.store.node_names(now_unix_ns);
+        let since = now_unix_ns - WINDOW_NS;
+        let step_jobs: HashMap<String, BTreeSet<String>> = names
+            .iter()
+            .map(|n| {
+                let steps = inner.steps.node_steps_since(n, STEPS_READ, since);
+                let jobs = steps
+                    .iter()
+                    .flatten()
+                    .filter_map(|s| s.job.clone())
+                    .collect();
+                (n.clone(), jobs)
+            })
+            .collect();
+        let jobs = rounds.jobs(&inner.store, names.clone(), now_unix_ns);
+        let scopes = scope::partition(&names, &jobs, &step_jobs);
+        let due = self.due(&rounds, &scopes, now_unix_ns, budget.is_some());
+        let mut report = RoundReport {
+            fleet_nodes: names.len(),
+            ..Default::default()
+        };
+        if !due.is_empty() {
+            let extras = self.extras_now();
+            let collectives =
+                crate::collectives::job_summaries(&inner.collectives, &inner.store, now_unix_ns);
+            let probes = self.probe_baselines();
+            let fleet = Fleet {
+                jobs: &jobs,
+                extras: &extras,
+                collectives: &collectives,
+                probes: &probes,
+            };
+            for (k, (s, data_ns)) in due.iter().enumerate() {
+                if budget.as_ref().is_some_and(|b| !b.available()) {
+                    report.left = due.len() - k;
+                    break;
+                }
+                // On arrival each scope is evaluated as of its own start (a round may take a while); a round
+                // at a given time (the oracle, a virtual clock) evaluates every scope at that time.
+                let at_ns = match budget {
+                    Some(_) => unix_now_ns().max(now_unix_ns),
+                    None => now_unix_ns,
+                };
+                let at = Evaluated {
+                    at_ns,
+                    data_ns: *data_ns,
+                };
+                let cost = self.evaluate_scope(s, &fleet, at_ns);
+                if let Some(b) = budget.as_deref_mut() {
+                    b.charge(cost);
+                }
+                rounds.note_cost(cost, s.nodes.len());
+                rounds.last.insert(s.label.clone(), at);
+                report.scopes += 1;
+                report.nodes += s.nodes.len();
+            }
+        }
+        self.end_round(&mut rounds, &scopes, now_unix_ns, report.scopes > 0);
+        report.oldest_age_s = scopes
+            .iter()
+            .map(|s| {
+                rounds
+                    .last
+                    .get(&s.label)
+                    .map_or(f64::INFINITY, |e| (now_unix_ns - e.at_ns) as f64 / 1e9)
+            })
+            .fold(0.0, f64::max);
+        report
+    }
+
+    /// Evaluates one scope at `now_unix_ns` on an input of its nodes; returns what it cost (the thread's CPU
+    /// time, else the wall time).
+    fn evaluate_scope(&self, s: &Scope, fleet: &Fleet<'_>, now_unix_ns: i64) -> Duration {
+        let inner = &self.inner;
+        let (started, cpu0) = (Instant::now(), thread_cpu_ns());
+        let labels = s.job_labels();
+        let input = input::AnalysisInput {
+            now_unix_ns,
+            nodes: input::build_nodes(
+                &inner.store,
+                &inner.steps,
+                &inner.passes,
+                now_unix_ns,
+                &s.nodes,
+            ),
+            jobs: scope::scope_jobs(s, fleet.jobs),
+            bare_baselines: fleet.extras.bare_baselines.clone(),
+            throughput_baselines: fleet.extras.throughput_baselines.clone(),
+            job_references: fleet.extras.job_references.clone(),
+            collectives: fleet
+                .collectives
+                .iter()
+                .filter(|c| labels.contains(&c.job))
+                .cloned()
+                .collect(),
+            probes: fleet.probes.to_vec(),
+            probe_index: Default::default(),
+        };
+        self.apply_in(&input, started, Some(s));
+        match (cpu0, thread_cpu_ns()) {
+            (Some(a), Some(b)) => Duration::from_nanos(b.saturating_sub(a)),
+            _ => started.elapsed(),
+        }
+    }
+
+    /// The scopes to evaluate now with the newest data of their nodes, oldest evaluation first; `on_arrival`:
+    /// only those with data newer than their last evaluation and an interval (less an eighth) since it.
+    fn due<'a>(
+        &self,
+        rounds: &Rounds,
+        scopes: &'a [Scope],
+        now_unix_ns: i64,
+        on_arrival: bool,
+    ) -> Vec<(&'a Scope, i64)> {
+        let gap = self.inner.interval.as_nanos() as i64 * 7 / 8;
+        let mut due: Vec<(&Scope, i64, i64)> = scopes
+            .iter()
+            .filter_map(|s| {
+                let data = s
+                    .nodes
+                    .iter()
+                    .filter_map(|n| self.inner.store.with_node(n, |n| n.last_seen_unix_ns()))
+                    .max()
+                    .unwrap_or(0);
+                let last = rounds.last.get(&s.label);
+                let wanted = !on_arrival
+                    || last.is_none_or(|e| data > e.data_ns && now_unix_ns - e.at_ns >= gap);
+                wanted.then(|| (s, data, last.map_or(i64::MIN, |e| e.at_ns)))
+            })
+            .collect();
+        due.sort_by_key(|(_, _, at)| *at);
+        due.into_iter().map(|(s, data, _)| (s, data)).collect()
+    }
+
+    /// After a round: the findings of scopes that are gone count a miss (and clear in time), what is kept per
+    /// scope or job is dropped for those gone, and the jobs' references are renewed when anything was
+    /// evaluated.
+    fn end_round(&self, rounds: &mut Rounds, scopes: &[Scope], now_unix_ns: i64, evaluated: bool) {
+        let now = now_unix_ns as f64 / 1e9;
+        let live: HashSet<&str> = scopes.iter().map(|s| s.label.as_str()).collect();
+        rounds.last.retain(|l, _| live.contains(l.as_str()));
+        let jobs: HashSet<String> = scopes.iter().flat_map(|s| s.job_labels()).collect();
+        let (events, to_history) = {
+            let mut st = self.inner.state.lock();
+            let changes = st.tracker.sweep_scopes(now, &live);
+            let to_history = st.due_for_history(&changes);
+            st.job_nodes.retain(|l, _| live.contains(l.as_str()));
+            st.evaluated_at.retain(|j, _| jobs.contains(j));
+            st.figures.retain(|f| jobs.contains(&f.job));
+            if evaluated {
+                st.extras.job_references = st.trends.references(now);
+                st.evaluations += 1;
+            }
+            (super::events(&mut st.published, changes), to_history)
+        };
+        self.publish(events, to_history, Vec::new(), now);
+    }
+
+    /// Evaluates on arrival, scope by scope, within [`MAX_DUTY`] of a core ([`Budget`]), on a thread of its
+    /// own at the ingest's priority. Runs until the future is dropped.
+    pub async fn run(self) {
+        let thread = match PassThread::start_with("commwatch-analysis", Yield::Nice(0)) {
+            Ok(t) => Arc::new(t),
+            Err(e) => {
+                warn!(error = %e, "could not start the analysis thread; nothing is evaluated");
+                return;
+            }
+        };
+        let interval = self.inner.interval;
+        self.warn_at_start();
+        let tick = (interval / 4).max(Duration::from_millis(10));
+        let mut budget = Budget::new(MAX_DUTY, interval);
+        loop {
+            let h = self.clone();
+            let round = thread
+                .run(move || {
+                    budget.refill(Instant::now());
+                    let r = h.round_at(unix_now_ns(), Some(&mut budget));
+                    (r, budget)
+                })
+                .await;
+            let wait = match round {
+                Ok((report, b)) => {
+                    budget = b;
+                    self.check_fit(&report);
+                    budget.wait().max(tick)
+                }
+                Err(e) => {
+                    warn!(error = %e, "analysis evaluation failed");
+                    budget = Budget::new(MAX_DUTY, interval);
+                    interval
+                }
+            };
+            tokio::time::sleep(wait).await;
+        }
+    }
+
+    /// Warns when the nodes restored at start would already cost more than the evaluation's budget at
+    /// [`ASSUMED_NODE_COST`], and says what the budget is.
+    fn warn_at_start(&self) {
+        let nodes = self.inner.store.node_names(unix_now_ns()).len();
+        let interval = self.inner.interval;
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let fits = (interval.as_secs_f64() * MAX_DUTY / ASSUMED_NODE_COST.as_secs_f64()) as usize;
+        info!(
+            share_of_a_core = MAX_DUTY,
+            cores,
+            interval_s = interval.as_secs_f64(),
+            "analysis: evaluates each job on arrival within its share of a core; the ingest has the rest"
+        );
+        if nodes > fits {
+            warn!(nodes, fits, interval_s = interval.as_secs_f64(), share_of_a_core = MAX_DUTY,
+                "analysis: the nodes restored at start cost more than the evaluation's share of a core at the \
+                 cost assumed per node: findings will be older than the interval; give the collector a shard \
+                 of fewer nodes (commwatch_collector_evaluation_age_seconds says how old)");
+        }
+    }
+
+    /// Warns (at most every [`WARN_EVERY`]) when a round left scopes due or a job's findings are
+    /// [`LAGGING_INTERVALS`] intervals old, with the measured cost per node and what would fit.
+    fn check_fit(&self, report: &RoundReport) {
+        let interval = self.inner.interval.as_secs_f64();
+        if report.left == 0 && report.oldest_age_s < LAGGING_INTERVALS * interval {
+            return;
+        }
+        let mut rounds = self.inner.rounds.lock();
+        if rounds.warned.is_some_and(|t| t.elapsed() < WARN_EVERY) {
+            return;
+        }
+        rounds.warned = Some(Instant::now());
+        let cost_us = rounds.node_cost_ns.unwrap_or(0.0) / 1e3;
+        let fits = if cost_us > 0.0 {
+            (interval * MAX_DUTY * 1e6 / cost_us) as usize
+        } else {
+            0
+        };
+        warn!(
+            nodes = report.fleet_nodes,
+            oldest_findings_s = report.oldest_age_s,
+            left_for_later = report.left,
+            cpu_us_per_node = cost_us,
+            nodes_that_fit = fits,
+            share_of_a_core = MAX_DUTY,
+            "analysis: the collector cannot evaluate every job within its interval and share of a core; give \
+             it more CPU or fewer nodes (more shards)"
+        );
+    }
+}
+
+impl Rounds {
+    /// Smooths the CPU time of a node's evaluation with that of one scope of `nodes` nodes.
+    fn note_cost(&mut self, cost: Duration, nodes: usize) {
+        if nodes == 0 {
+            return;
+        }
+        let per = cost.as_nanos() as f64 / nodes as f64;
+        self.node_cost_ns = Some(self.node_cost_ns.map_or(per, |c| 0.9 * c + 0.1 * per));
+    }
+}
+
+/// Each job's age at `now_unix_ns`: seconds since the data its findings were last evaluated on.
+pub(super) fn ages(
+    evaluated_at: &std::collections::BTreeMap<String, i64>,
+    now_unix_ns: i64,
+) -> Vec<(String, f64)> {
+    evaluated_at
+        .iter()
+        .map(|(j, at)| (j.clone(), ((now_unix_ns - at) as f64 / 1e9).max(0.0)))
+        .collect()
+}
