@@ -8,7 +8,18 @@
 #
 #   cargo build --release --bin commwatch && cargo build --release -p commwatch-sim --bin loadgen
 #   scripts/bench-shards.sh NODES [SHARDS=1] [SECS=60]        (env: WARMUP=15, BASE_PORT=17100, EXTRA=...,
-#                                                              SCRAPE_EVERY=15, CAPTURE=5, GEN_EXTRA=...)
+#                                                              SCRAPE_EVERY=15, CAPTURE=5, GEN_EXTRA=...,
+#                                                              STATE=1)
+#
+# Each collector runs as operators run it, with its state directory (SQLite persistence: every batch is
+# committed before it is acknowledged as durable, findings and baselines kept) in the run's temporary directory;
+# STATE=0 runs them without one (memory only).
+#
+# Per shard it also prints each job's evaluation age (commwatch_collector_evaluation_age_seconds, read at every
+# scrape of the window: p50, p99 and max over jobs and scrapes) and the collector's CPU over the measured window
+# by stage, from its threads' names (/proc/PID/task/*/stat), in microseconds per node and second of data:
+# the tokio threads (gRPC, validation and the store's apply, the persistence writer), commwatch-analy(sis),
+# commwatch-steps, commwatch-prom (the /metrics render), analysis-histor(y) and the rest.
 #
 # EXTRA goes to each collector's command line, GEN_EXTRA to the generator's (e.g. `--batch-period 1s`, the
 # agents' batch period; then CAPTURE=12, seconds of the real agent recorded, so that it holds several batches).
@@ -24,6 +35,7 @@ secs=${3:-60}
 warmup=${WARMUP:-15}
 capture=${CAPTURE:-5}
 scrape_every=${SCRAPE_EVERY:-15}
+state=${STATE:-1}
 base=${BASE_PORT:-17100}
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=${COMMWATCH_BIN:-$root/target/release/commwatch}
@@ -31,6 +43,12 @@ gen=${LOADGEN_BIN:-$root/target/release/loadgen}
 [ -x "$bin" ] && [ -x "$gen" ] || { echo "build first: see the header of $0" >&2; exit 2; }
 cores=$(nproc)
 work=$(mktemp -d)
+# CPU ticks (user + system) of each thread name of process $1, one "name ticks" line per name.
+thread_cpu() {
+  for f in /proc/"$1"/task/*/stat; do
+    awk '{ name = $2; gsub(/[()]/, "", name); print name, $14 + $15 }' "$f" 2>/dev/null
+  done | awk '{ t[$1] += $2 } END { for (n in t) print n, t[n] }'
+}
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
@@ -43,8 +61,10 @@ ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 urls=()
 for ((k = 0; k < shards; k++)); do
   grpc=$((base + k)); http=$((base + 100 + k)); core=$((k % cores))
+  state_args=()
+  [ "$state" = 1 ] && state_args=(--state-dir "$work/state-$k")
   taskset -c "$core" "$bin" collector --grpc-listen "127.0.0.1:$grpc" --http-listen "127.0.0.1:$http" \
-    ${EXTRA:-} >"$work/collector-$k.log" 2>&1 &
+    "${state_args[@]}" ${EXTRA:-} >"$work/collector-$k.log" 2>&1 &
   pids+=($!)
   urls+=("http://127.0.0.1:$grpc")
   for _ in $(seq 100); do curl -sf "http://127.0.0.1:$http/healthz" >/dev/null && break; sleep 0.1; done
@@ -61,11 +81,13 @@ for ((k = 0; k < shards; k++)); do
     sleep $((capture + warmup))
     end=$((SECONDS + secs))
     out="$work/metrics-start-$k.txt"
+    thread_cpu "${pids[$k]}" >"$work/threads-start-$k.txt"
     while :; do
       started=$SECONDS
       curl -s --compressed -o "$out" --max-time 60 -w '%{time_total} %{http_code}\n' \
         "http://127.0.0.1:$((base + 100 + k))/metrics" >>"$work/scrapes-$k.txt" || echo "60 timeout" >>"$work/scrapes-$k.txt"
-      out=/dev/null
+      grep '^commwatch_collector_evaluation_age_seconds' "$out" >>"$work/ages-$k.txt" 2>/dev/null || true
+      out="$work/metrics-scrape-$k.txt"
       [ "$scrape_every" -gt 0 ] && [ "$SECONDS" -lt "$end" ] || break
       left=$((scrape_every - (SECONDS - started)))
       [ "$left" -gt 0 ] && sleep "$left"
@@ -75,6 +97,7 @@ for ((k = 0; k < shards; k++)); do
 done
 taskset -c "$gen_cores" "$gen" --collector "$list" --nodes "$nodes" --secs "$secs" --warmup "$warmup" --capture "${capture}s" \
   --pid "$pidlist" ${GEN_EXTRA:-}
+for ((k = 0; k < shards; k++)); do thread_cpu "${pids[$k]}" >"$work/threads-end-$k.txt"; done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 for ((k = 0; k < shards; k++)); do
   http=$((base + 100 + k))
@@ -119,5 +142,18 @@ for ((k = 0; k < shards; k++)); do
   [ "$scrape_every" -gt 0 ] && [ -s "$work/scrapes-$k.txt" ] && sort -n "$work/scrapes-$k.txt" | awk -v k="$k" -v every="$scrape_every" '
     { t[NR] = $1; if ($2 != "200") bad++; if ($1 > every) slow++ }
     END { printf "shard %s: %d scrapes of /metrics (every %d s, gzip): median %.2f s, max %.2f s; %d longer than %d s, %d failed\n", k, NR, every, t[int((NR + 1) / 2)], t[NR], slow, every, bad }'
+  [ -s "$work/ages-$k.txt" ] && awk '{ print $2 }' "$work/ages-$k.txt" | sort -g | awk -v k="$k" '
+    { a[NR] = $1 }
+    END { printf "shard %s: evaluation age over %d job readings at the scrapes: p50 %.2f s, p99 %.2f s, max %.2f s\n", k, NR, a[int(NR * 0.5) + (NR * 0.5 > int(NR * 0.5))], a[int(NR * 0.99) + (NR * 0.99 > int(NR * 0.99))], a[NR] }'
+  # CPU per stage over the measured window (threads by name), per node and second of data.
+  [ -s "$work/threads-start-$k.txt" ] && awk -v k="$k" -v t="$(getconf CLK_TCK)" -v n="$nodes_here" -v secs="$secs" '
+    FNR == NR { start[$1] = $2; next }
+    { d[$1] = $2 - start[$1]; all += d[$1] }
+    END {
+      if (n == 0) n = 1
+      printf "shard %s: collector CPU over the window %.2f cores; per node and second:", k, all / t / secs
+      for (name in d) if (d[name] > 0) printf " %s %.1f us", name, 1e6 * d[name] / t / secs / n
+      printf " (all %.1f us)\n", 1e6 * all / t / secs / n
+    }' "$work/threads-start-$k.txt" "$work/threads-end-$k.txt"
   grep -m5 -E ' (WARN|ERROR) ' "$work/collector-$k.log" || true
 done
