@@ -203,6 +203,37 @@ async fn unknown_enums_follow_compatibility_rules() {
 }
 
 #[tokio::test]
+async fn a_series_with_a_reserved_label_is_refused_alone() {
+    let h = collector(config()).await;
+    let mut hl = hello("n1", 1);
+    // A newer agent's series with a label this collector sets itself: the series is refused, not the stream.
+    hl.inventory.as_mut().unwrap().series[2]
+        .labels
+        .insert("node".into(), "forged".into());
+    let (mut a, _) = Agent::connect(h.grpc_addr, hl).await;
+    a.send_batch(batch(
+        1,
+        &[
+            (T0, vec![(1, 10), (3, 5)]),
+            (T0 + 50 * MS, vec![(1, 20), (3, 6)]),
+        ],
+    ))
+    .await;
+    assert_eq!(a.ack_at_least(1).await, 1);
+    assert_eq!(h.snapshot_nodes()[0].links[0].tx_bytes_total, Some(20));
+    let m = metrics(&h).await;
+    for line in [
+        "commwatch_collector_refused_series_total 1",
+        "commwatch_collector_refused_samples_total 2",
+        "commwatch_collector_rejected_streams_total{reason=\"invalid_argument\"} 0",
+    ] {
+        assert!(m.contains(line), "{line} in\n{m}");
+    }
+    assert!(!m.contains("forged"));
+    h.shutdown().await;
+}
+
+#[tokio::test]
 async fn limits_give_resource_exhausted() {
     let mut cfg = config();
     cfg.limits.max_series = 3;

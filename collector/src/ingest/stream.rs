@@ -195,6 +195,23 @@ impl StreamTask<'_> {
         self.tx.send(Ok(msg)).await.map_err(|_| End::Closed)
     }
 
+    /// Counts the series an inventory refuses and says so once for the inventory, with the first reason: their
+    /// samples are skipped (counted apart), the stream goes on.
+    fn note_refused(&self, inv: &Inventory) {
+        let Some(first) = inv.refused.first() else {
+            return;
+        };
+        self.health()
+            .refused_series
+            .inc_by(inv.refused.len() as u64);
+        warn!(
+            node = %self.node_name,
+            refused = inv.refused.len(),
+            first = %first.reason,
+            "series refused: not stored, their samples skipped; the rest of the stream goes on"
+        );
+    }
+
     fn health(&self) -> &Health {
         &self.shared.health
     }
@@ -309,6 +326,7 @@ impl StreamTask<'_> {
         let current_hello = persist.as_ref().map(|_| hello_pb.clone());
         let hello = Hello::try_from(hello_pb)?;
         self.node_name = hello.node.clone();
+        self.note_refused(&hello.inventory);
         self.check_identity(&hello)?;
         hello.inventory.check_limits(&self.shared.config.limits)?;
         self.claim_node(&hello.node)?;
@@ -475,6 +493,7 @@ impl StreamTask<'_> {
             merge_inventory(h, u.inventory.clone());
         }
         let inv = Inventory::try_from(u.inventory)?;
+        self.note_refused(&inv);
         inv.check_limits(limits)?;
         let jobs = self.job_inventory(u.jobs)?;
         let job_counts = jobs

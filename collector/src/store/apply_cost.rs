@@ -73,6 +73,7 @@ fn hello(node: usize) -> Hello {
         inventory: Inventory {
             links,
             series: (1..=FAST + SLOW).map(desc).collect(),
+            refused: Vec::new(),
         },
         fast_period_ms: 50,
         slow_period_ms: 1000,

@@ -44,7 +44,20 @@ pub struct SeriesDesc {
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Inventory {
     pub links: Vec<LinkInfo>,
+    /// Every series described, the refused ones included (as `kind: None`: not stored, samples skipped).
     pub series: Vec<SeriesDesc>,
+    /// The series refused for what they say (a metric or label this collector does not accept), and why.
+    pub refused: Vec<RefusedSeries>,
+}
+
+/// A series whose description this collector refuses (its metric or a label name is invalid or reserved here):
+/// it is not stored and its samples are skipped and counted, while the rest of the stream goes on — an agent
+/// newer than its collector may send a series the collector does not accept yet.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RefusedSeries {
+    pub id: u32,
+    /// What is wrong, naming the field (`series[id=7].labels: "node" is reserved`).
+    pub reason: String,
 }
 
 /// An agent instance's greeting: who it is and its complete inventory at connect time.

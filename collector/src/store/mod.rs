@@ -401,6 +401,7 @@ mod tests {
                     },
                 }],
                 series,
+                refused: Vec::new(),
             },
             fast_period_ms: 50,
             slow_period_ms: 1000,

@@ -149,6 +149,8 @@ pub struct Health {
     pub implausible_rates: IntCounter,
     pub counter_resets: IntCounter,
     pub refused_samples: IntCounter,
+    /// Series refused at description (`store::RefusedSeries`); their samples count in `refused_samples`.
+    pub refused_series: IntCounter,
     pub out_of_order_samples: IntCounter,
     pub ingest_seconds: Histogram,
     pub scrape_seconds: Histogram,
@@ -479,6 +481,10 @@ impl Health {
             refused_samples: counter(
                 names::COLLECTOR_REFUSED_SAMPLES_TOTAL,
                 "Samples of series of a kind this collector does not know, skipped.",
+            )?,
+            refused_series: counter(
+                names::COLLECTOR_REFUSED_SERIES_TOTAL,
+                "Series an agent described that this collector refuses (metric or label name invalid or reserved).",
             )?,
             out_of_order_samples: counter(
                 names::COLLECTOR_OUT_OF_ORDER_SAMPLES_TOTAL,

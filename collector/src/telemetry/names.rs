@@ -10,6 +10,8 @@ pub const COLLECTOR_GAP_BATCHES_TOTAL: &str = "commwatch_collector_gap_batches_t
 pub const COLLECTOR_IMPLAUSIBLE_RATES_TOTAL: &str = "commwatch_collector_implausible_rates_total";
 pub const COLLECTOR_SERIES_RESETS_TOTAL: &str = "commwatch_collector_series_resets_total";
 pub const COLLECTOR_REFUSED_SAMPLES_TOTAL: &str = "commwatch_collector_refused_samples_total";
+/// Series an agent described that the collector refuses (a metric or label name invalid or reserved here).
+pub const COLLECTOR_REFUSED_SERIES_TOTAL: &str = "commwatch_collector_refused_series_total";
 pub const COLLECTOR_OUT_OF_ORDER_SAMPLES_TOTAL: &str =
     "commwatch_collector_out_of_order_samples_total";
 pub const COLLECTOR_INGEST_SECONDS: &str = "commwatch_collector_ingest_seconds";

@@ -674,6 +674,7 @@ fn render_matches_the_previous_registry_path() {
                     desc(6, "cpu_utilization_ratio", SeriesKind::Gauge, 0, &[]),
                     desc(7, "rx_bytes", COUNTER, 2, &[]),
                 ],
+                refused: Vec::new(),
             },
             fast_period_ms: 50,
             slow_period_ms: 1000,

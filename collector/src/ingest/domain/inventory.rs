@@ -8,6 +8,7 @@ use commwatch_proto::v1 as pb;
 
 use super::IngestError;
 use crate::config::Limits;
+use crate::store::input::RefusedSeries;
 use crate::store::input::LINK_GONE;
 use crate::store::{Blindness, Hello, Inventory, LinkInfo, SeriesDesc};
 
@@ -193,11 +194,30 @@ impl TryFrom<Option<pb::Inventory>> for Inventory {
             .into_iter()
             .map(LinkInfo::try_from)
             .collect::<Result<Vec<_>, _>>()?;
-        let series = inv
-            .series
-            .into_iter()
-            .map(SeriesDesc::try_from)
-            .collect::<Result<Vec<_>, _>>()?;
+        let mut series = Vec::with_capacity(inv.series.len());
+        let mut refused = Vec::new();
+        for s in inv.series {
+            let id = s.id;
+            match SeriesDesc::try_from(s) {
+                Ok(d) => series.push(d),
+                // A series whose id is valid is refused alone: it keeps its id (its samples are skipped).
+                Err(e) if id != 0 => {
+                    refused.push(RefusedSeries {
+                        id,
+                        reason: e.to_string(),
+                    });
+                    series.push(SeriesDesc {
+                        id,
+                        metric: String::new(),
+                        kind: None,
+                        link_id: 0,
+                        labels: Vec::new(),
+                        tier: None,
+                    });
+                }
+                Err(e) => return Err(e),
+            }
+        }
         let mut ids: Vec<u32> = links.iter().map(|l| l.id).collect();
         ids.sort_unstable();
         if let Some(w) = ids.windows(2).find(|w| w[0] == w[1]) {
@@ -214,7 +234,11 @@ impl TryFrom<Option<pb::Inventory>> for Inventory {
                 format!("{} described twice", w[0]),
             ));
         }
-        Ok(Inventory { links, series })
+        Ok(Inventory {
+            links,
+            series,
+            refused,
+        })
     }
 }
 
@@ -427,6 +451,49 @@ mod tests {
             hello.inventory.series[0].labels,
             vec![("cpu".to_string(), "3\\u000a".to_string())]
         );
+    }
+
+    #[test]
+    fn a_series_the_collector_refuses_is_refused_alone() {
+        let series = |id: u32, metric: &str, label: Option<&str>| pb::SeriesDescriptor {
+            id,
+            metric: metric.into(),
+            kind: 1,
+            labels: label
+                .map(|l| [(l.to_string(), "x".to_string())].into())
+                .unwrap_or_default(),
+            ..Default::default()
+        };
+        let inv = Inventory::try_from(Some(pb::Inventory {
+            links: vec![],
+            series: vec![
+                series(1, "tx_bytes", None),
+                series(2, "cpu_cfs_periods_total", Some("node")),
+                series(3, "Bad-Name", None),
+                series(4, "cpu_cfs_periods_total", Some("job_id")),
+            ],
+        }))
+        .expect("the inventory stands");
+        let kinds: Vec<(u32, bool)> = inv
+            .series
+            .iter()
+            .map(|s| (s.id, s.kind.is_some()))
+            .collect();
+        assert_eq!(kinds, [(1, true), (2, false), (3, false), (4, true)]);
+        let why: Vec<(u32, &str)> = inv
+            .refused
+            .iter()
+            .map(|r| (r.id, r.reason.as_str()))
+            .collect();
+        assert_eq!(why.len(), 2);
+        assert!(why[0].1.contains("series[id=2].labels") && why[0].1.contains("reserved"));
+        assert!(why[1].1.contains("series[id=3].metric"));
+        // An id of 0 cannot be refused by id: the inventory is invalid.
+        assert!(Inventory::try_from(Some(pb::Inventory {
+            links: vec![],
+            series: vec![series(0, "tx_bytes", None)],
+        }))
+        .is_err());
     }
 
     #[test]
