@@ -73,11 +73,10 @@ pub fn read_path(path: &Path) -> Result<InspectorRead, InspectorReadError> {
     };
     let mut read = InspectorRead::default();
     for file in files {
-        let bytes = std::fs::read(&file).map_err(|error| InspectorReadError::Io {
+        let text = crate::input::read_text(&file).map_err(|error| InspectorReadError::Io {
             path: file.display().to_string(),
             error,
         })?;
-        let text = String::from_utf8_lossy(&bytes);
         let mut counts = LineCounts::default();
         for line in text.lines().filter(|l| !l.trim().is_empty()) {
             read.records.extend(counts.count(parse_line(line)));

@@ -80,11 +80,11 @@ pub fn is_nccl(name: &str) -> bool {
 
 pub fn parse_file(path: &Path) -> Result<KernelSummary, KernelsError> {
     let file = path.display().to_string();
-    let bytes = std::fs::read(path).map_err(|error| KernelsError::Io {
+    let text = crate::input::read_text(path).map_err(|error| KernelsError::Io {
         file: file.clone(),
         error,
     })?;
-    parse_str(&String::from_utf8_lossy(&bytes), &file)
+    parse_str(&text, &file)
 }
 
 /// The column indexes of a summary table.

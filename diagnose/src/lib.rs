@@ -4,6 +4,7 @@
 //! (overlap, synchronisation, contention).
 //!
 //! Module map, in the order data flows; a module uses only modules listed before it:
+//! - [`input`]: the one gate of the text inputs read whole, refusing a file over its size limit;
 //! - [`lines`]: input lines made plain (launcher prefixes, timestamps, colours) and the [`lines::Cite`] that
 //!   quotes one;
 //! - [`progress`]: the progress bar for long inputs; [`timeline`]: one rank's GPU timeline, which both trace
@@ -27,6 +28,7 @@ pub mod analysis;
 pub mod baseline;
 pub mod collector;
 pub mod findings;
+pub mod input;
 pub mod inspector;
 pub mod kernels;
 pub mod kineto;

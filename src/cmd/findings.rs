@@ -116,14 +116,19 @@ impl FindingsArgs {
 }
 
 /// Runs `commwatch findings`; prints the findings on stdout.
-/// With shards, the ones that answered are printed, then the first failure is returned (exit 1).
+/// With shards, all are asked at once under one deadline (`--timeout`); the ones that answered are printed,
+/// then the first failure is returned (exit 1).
 pub fn run(args: &FindingsArgs) -> Result<(), CliError> {
     let clients = args.connect.clients()?;
     let sharded = clients.len() > 1;
     let mut findings = Vec::new();
     let mut first_error = None;
-    for client in &clients {
-        match fetch(client, &args.query()) {
+    let query = args.query();
+    let timeout = args.connect.timeout;
+    let results = crate::cmd::shards::ask_all(&clients, timeout, move |c| fetch(c, &query));
+    for (client, result) in clients.iter().zip(results) {
+        let late = || CliError::Collector(crate::cmd::shards::late(client, timeout));
+        match result.unwrap_or_else(|| Err(late())) {
             Ok(list) if sharded => findings.extend(
                 list.into_iter()
                     .map(|(raw, f)| (tag(raw, client.name()), f)),

@@ -4,9 +4,13 @@
 //! Merge rules: nodes by name (a node that moved between shards is counted once, with its newest
 //! `last_seen_unix_s`); jobs and findings listed from every shard, each tagged with the `collector` that answered
 //! it when there are several; the clock is the latest shard's.
+//!
+//! Every shard is asked at once ([`ask_all`]), under one overall deadline (`--timeout`): shards that hang
+//! cost the command that deadline once, not once each, and each is reported on its own.
 
 use std::path::PathBuf;
-use std::time::Duration;
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
 
 use clap::Args;
 use commwatch_diagnose::collector::Client;
@@ -38,7 +42,8 @@ pub struct ShardArgs {
     /// system's roots; with an https:// URL only.
     #[arg(long, value_name = "FILE")]
     pub tls_ca: Option<PathBuf>,
-    /// Give up on a request after this long, e.g. 10s.
+    /// Give up on a request after this long, its answer's body included, e.g. 10s. With several collectors,
+    /// all are asked at once and a shard that has not answered everything within this is reported late.
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration, default_value = "10s")]
     pub timeout: Duration,
 }
@@ -129,6 +134,55 @@ fn resolve_shards(url: &str) -> Result<Vec<std::net::SocketAddr>, CliError> {
         )));
     }
     Ok(addrs)
+}
+
+/// Asks every shard at once, each on a thread of its own, and waits for their answers until `within` has
+/// passed: one overall deadline however many shards hang. Each shard's answer in the clients' order, or `None`
+/// for a shard that had not answered by then (its thread is left to end with its own request's timeout; the
+/// command does not wait for it).
+pub fn ask_all<T, F>(clients: &[Client], within: Duration, ask: F) -> Vec<Option<T>>
+where
+    T: Send + 'static,
+    F: Fn(&Client) -> T + Send + Sync + 'static,
+{
+    let deadline = Instant::now() + within;
+    let ask = Arc::new(ask);
+    let (tx, rx) = mpsc::channel();
+    for (i, client) in clients.iter().enumerate() {
+        let (tx, ask, client) = (tx.clone(), ask.clone(), client.clone());
+        let spawned = std::thread::Builder::new()
+            .name(format!("shard-{i}"))
+            .spawn(move || {
+                let _ = tx.send((i, ask(&client)));
+            });
+        if let Err(e) = spawned {
+            tracing::warn!(shard = i, error = %e, "cannot start a thread to ask a shard");
+        }
+    }
+    drop(tx);
+    let mut answers: Vec<Option<T>> = clients.iter().map(|_| None).collect();
+    let mut left = clients.len();
+    while left > 0 {
+        let Some(wait) = deadline.checked_duration_since(Instant::now()) else {
+            break;
+        };
+        match rx.recv_timeout(wait) {
+            Ok((i, answer)) => {
+                answers[i] = Some(answer);
+                left -= 1;
+            }
+            Err(_) => break,
+        }
+    }
+    answers
+}
+
+/// The error of a shard that gave no whole answer within the overall deadline.
+pub fn late(client: &Client, timeout: Duration) -> commwatch_diagnose::collector::ClientError {
+    commwatch_diagnose::collector::ClientError::Timeout {
+        url: client.name().to_string(),
+        timeout,
+    }
 }
 
 /// Nodes of every shard, each name once with its newest `last_seen_unix_s` (and what the shard that heard

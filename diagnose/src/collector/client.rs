@@ -3,11 +3,17 @@
 //! built-in web roots, the system's roots and, when given, a CA file (a collector behind a proxy with a private
 //! CA), and sending the collector's API token as `authorization: Bearer <token>`.
 //!
-//! Blocking on purpose: the commands that use it run outside any async runtime, one request after another.
+//! Blocking on purpose: the commands that use it run outside any async runtime (several shards are asked from
+//! threads of their own).
+//!
+//! Bounds, whatever the peer sends: a body is read as it streams and given up past [`MAX_BODY_BYTES`]
+//! ([`ClientError::TooLarge`], naming the limit), an error body past [`MAX_ERROR_BODY_BYTES`] is not read at
+//! all, and the timeout covers the whole request, body included ([`ClientError::Timeout`]): a 1 GiB or an
+//! endless answer costs at most the limit in memory and the timeout in time.
 
-use std::io::BufRead;
+use std::io::{BufRead, Read};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::de::DeserializeOwned;
 
@@ -17,6 +23,14 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest piece of an error body quoted in an error message, bytes.
 const QUOTED_BODY: usize = 300;
+/// Largest response body read, bytes (256 MiB: `/api/v1/nodes` of a 1,000-node shard with every NVLink link
+/// is about 50 MB). A larger answer is an error, and reading stops at the limit.
+pub const MAX_BODY_BYTES: u64 = 256 << 20;
+/// Most of an error (non-2xx) body read, bytes: enough for the collector's `{"error": ...}`; the rest is never
+/// read.
+pub const MAX_ERROR_BODY_BYTES: u64 = 4 << 10;
+/// Bytes read from the body at a time.
+const CHUNK: usize = 64 << 10;
 
 /// How to reach a collector.
 #[derive(Debug, Clone, Default)]
@@ -56,6 +70,15 @@ pub enum ClientError {
     },
     #[error("{url}: the answer is not the expected JSON: {message}")]
     BadBody { url: String, message: String },
+    #[error("{url}: the answer is over the limit of {limit} bytes on a response body{seen}; not read further")]
+    TooLarge {
+        url: String,
+        limit: u64,
+        /// ` (N bytes announced)` when the peer said its length, else empty.
+        seen: String,
+    },
+    #[error("{url}: no whole answer within {timeout:?} (--timeout)")]
+    Timeout { url: String, timeout: Duration },
 }
 
 impl ClientError {
@@ -95,6 +118,10 @@ pub struct Client {
     name: String,
     http: reqwest::blocking::Client,
     token: Option<String>,
+    /// The whole request's time, body included.
+    timeout: Duration,
+    /// Largest body read, bytes ([`MAX_BODY_BYTES`]).
+    body_limit: u64,
 }
 
 impl Client {
@@ -102,9 +129,10 @@ impl Client {
     pub fn new(base_url: &str, options: &ClientOptions) -> Result<Client, ClientError> {
         let base = check_url(base_url)?;
         let https = base.starts_with("https://");
+        let timeout = options.timeout.unwrap_or(DEFAULT_TIMEOUT);
         let mut builder = reqwest::blocking::Client::builder()
             .use_rustls_tls()
-            .timeout(options.timeout.unwrap_or(DEFAULT_TIMEOUT))
+            .timeout(timeout)
             .connect_timeout(CONNECT_TIMEOUT)
             .user_agent(concat!("commwatch/", env!("CARGO_PKG_VERSION")));
         if let Some(path) = &options.ca_file {
@@ -135,7 +163,15 @@ impl Client {
             name,
             http,
             token,
+            timeout,
+            body_limit: MAX_BODY_BYTES,
         })
+    }
+
+    /// The same client reading bodies up to `bytes` (tests; the default is [`MAX_BODY_BYTES`]).
+    pub fn with_body_limit(mut self, bytes: u64) -> Client {
+        self.body_limit = bytes;
+        self
     }
 
     /// What reports call this collector: [`Client::base_url`], or `SCHEME://ADDRESS:PORT[/PREFIX]` when it was
@@ -177,16 +213,14 @@ impl Client {
     /// `GET path?query`: the body of a 2xx answer, else [`ClientError::Status`].
     pub fn get(&self, path: &str, query: &[(&str, String)]) -> Result<Answer, ClientError> {
         let url = self.url(path);
-        let resp = self.send(self.http.get(&url).query(query), &url)?;
+        let started = Instant::now();
+        let resp = self.send(self.http.get(&url).query(query), &url, started)?;
         let date = resp
             .headers()
             .get(reqwest::header::DATE)
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
-        let body = resp.text().map_err(|e| ClientError::Unreachable {
-            url: url.clone(),
-            message: chain(&e.without_url()),
-        })?;
+        let body = self.read_body(resp, &url, started)?;
         Ok(Answer { body, date })
     }
 
@@ -207,11 +241,9 @@ impl Client {
         body: &serde_json::Value,
     ) -> Result<serde_json::Value, ClientError> {
         let url = self.url(path);
-        let resp = self.send(self.http.post(&url).json(body), &url)?;
-        let text = resp.text().map_err(|e| ClientError::Unreachable {
-            url: url.clone(),
-            message: chain(&e.without_url()),
-        })?;
+        let started = Instant::now();
+        let resp = self.send(self.http.post(&url).json(body), &url, started)?;
+        let text = self.read_body(resp, &url, started)?;
         parse_json(&text, &url)
     }
 
@@ -224,39 +256,117 @@ impl Client {
         mut judge: impl FnMut(&str) -> Scan,
     ) -> Result<Option<String>, ClientError> {
         let url = self.url(path);
-        let resp = self.send(self.http.get(&url), &url)?;
-        for line in std::io::BufReader::new(resp).lines() {
-            let line = line.map_err(|e| ClientError::Unreachable {
-                url: url.clone(),
-                message: e.to_string(),
-            })?;
-            match judge(&line) {
+        let started = Instant::now();
+        let resp = self.send(self.http.get(&url), &url, started)?;
+        let mut reader = std::io::BufReader::with_capacity(CHUNK, resp.take(self.body_limit));
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            let n = reader
+                .read_until(b'\n', &mut line)
+                .map_err(|e| self.read_error(&url, started, &e))?;
+            if n == 0 {
+                // The end of the body, or the limit: what was not read cannot hold the line.
+                return Ok(None);
+            }
+            self.check_time(&url, started)?;
+            let text = String::from_utf8_lossy(&line);
+            let text = text.trim_end_matches(['\n', '\r']);
+            match judge(text) {
                 Scan::Next => {}
-                Scan::Found => return Ok(Some(line)),
+                Scan::Found => return Ok(Some(text.to_string())),
                 Scan::Stop => return Ok(None),
             }
         }
-        Ok(None)
+    }
+
+    /// The body of `resp` as text (invalid UTF-8 replaced), read as it streams: at most the body limit
+    /// ([`ClientError::TooLarge`] beyond), and within the timeout from `started` ([`ClientError::Timeout`]).
+    fn read_body(
+        &self,
+        resp: reqwest::blocking::Response,
+        url: &str,
+        started: Instant,
+    ) -> Result<String, ClientError> {
+        let limit = self.body_limit;
+        let too_large = |seen: String| ClientError::TooLarge {
+            url: url.to_string(),
+            limit,
+            seen,
+        };
+        if let Some(len) = resp.content_length().filter(|l| *l > limit) {
+            return Err(too_large(format!(" ({len} bytes announced)")));
+        }
+        let hint = resp.content_length().unwrap_or(0).min(limit);
+        let mut body = Vec::with_capacity(usize::try_from(hint).unwrap_or(0));
+        let mut reader = resp.take(limit.saturating_add(1));
+        let mut chunk = vec![0u8; CHUNK];
+        loop {
+            let n = reader
+                .read(&mut chunk)
+                .map_err(|e| self.read_error(url, started, &e))?;
+            if n == 0 {
+                break;
+            }
+            body.extend_from_slice(&chunk[..n]);
+            if body.len() as u64 > limit {
+                return Err(too_large(String::new()));
+            }
+            self.check_time(url, started)?;
+        }
+        Ok(String::from_utf8(body)
+            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))
+    }
+
+    /// [`ClientError::Timeout`] once the timeout from `started` has passed.
+    fn check_time(&self, url: &str, started: Instant) -> Result<(), ClientError> {
+        if started.elapsed() > self.timeout {
+            return Err(ClientError::Timeout {
+                url: url.to_string(),
+                timeout: self.timeout,
+            });
+        }
+        Ok(())
+    }
+
+    /// A failed read of a body: the timeout when it has passed, else the peer is unreachable.
+    fn read_error(&self, url: &str, started: Instant, e: &std::io::Error) -> ClientError {
+        self.check_time(url, started)
+            .err()
+            .unwrap_or_else(|| ClientError::Unreachable {
+                url: url.to_string(),
+                message: chain(e),
+            })
     }
 
     /// Sends with the token; a non-2xx answer becomes [`ClientError::Status`] with the collector's message.
+    /// The request's timeout is set on the request itself, so that it bounds the body's transfer too, not
+    /// only each read; an error body is read up to [`MAX_ERROR_BODY_BYTES`] and no further.
     fn send(
         &self,
         mut req: reqwest::blocking::RequestBuilder,
         url: &str,
+        started: Instant,
     ) -> Result<reqwest::blocking::Response, ClientError> {
         if let Some(t) = &self.token {
             req = req.bearer_auth(t);
         }
-        let resp = req.send().map_err(|e| ClientError::Unreachable {
-            url: url.to_string(),
-            message: chain(&e.without_url()),
+        let resp = req.timeout(self.timeout).send().map_err(|e| {
+            self.check_time(url, started)
+                .err()
+                .unwrap_or_else(|| ClientError::Unreachable {
+                    url: url.to_string(),
+                    message: chain(&e.without_url()),
+                })
         })?;
         let status = resp.status();
         if status.is_success() {
             return Ok(resp);
         }
-        let body = resp.text().unwrap_or_default();
+        let mut head = Vec::new();
+        // What could be read in time; a body cut short still says what it had.
+        let _ = resp.take(MAX_ERROR_BODY_BYTES).read_to_end(&mut head);
+        let body = String::from_utf8_lossy(&head);
         Err(ClientError::Status {
             url: url.to_string(),
             status: status.as_u16(),
@@ -481,6 +591,108 @@ mod tests {
         assert_eq!(error_message(""), "(empty body)");
         let long = "x".repeat(1000);
         assert_eq!(error_message(&long).chars().count(), QUOTED_BODY + 1);
+    }
+
+    /// A server on loopback answering every connection with `head` then `body_chunk` repeated `times` times
+    /// (`None`: without end), `pause` between chunks; its address.
+    fn serve_body(
+        head: &'static str,
+        body_chunk: &'static [u8],
+        times: Option<usize>,
+        pause: Duration,
+    ) -> std::net::SocketAddr {
+        use std::io::Write;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(mut conn) = conn else { return };
+                std::thread::spawn(move || {
+                    let mut buf = [0u8; 4096];
+                    let _ = conn.read(&mut buf);
+                    if conn.write_all(head.as_bytes()).is_err() {
+                        return;
+                    }
+                    let mut sent = 0;
+                    while times.is_none_or(|t| sent < t) {
+                        if conn.write_all(body_chunk).is_err() {
+                            return;
+                        }
+                        sent += 1;
+                        std::thread::sleep(pause);
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    const ENDLESS: &str =
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n";
+    static CHUNK_64K: [u8; 64 << 10] = [b' '; 64 << 10];
+
+    #[test]
+    fn an_endless_body_ends_at_the_limit_with_an_error_naming_it() {
+        let addr = serve_body(ENDLESS, &CHUNK_64K, None, Duration::ZERO);
+        let c = Client::new(&format!("http://{addr}"), &ClientOptions::default())
+            .unwrap()
+            .with_body_limit(4 << 20);
+        let e = c.get("/api/v1/nodes", &[]).unwrap_err();
+        assert!(
+            matches!(e, ClientError::TooLarge { limit, .. } if limit == 4 << 20),
+            "{e}"
+        );
+        assert!(
+            e.to_string().contains("over the limit of 4194304 bytes"),
+            "{e}"
+        );
+        // Line by line too: the limit ends the scan.
+        let found = c.scan_lines("/metrics", |_| Scan::Next).unwrap();
+        assert_eq!(found, None);
+    }
+
+    #[test]
+    fn an_announced_length_over_the_limit_is_refused_before_reading() {
+        let head = "HTTP/1.1 200 OK\r\ncontent-length: 1073741824\r\nconnection: close\r\n\r\n";
+        let addr = serve_body(head, &CHUNK_64K, Some(4), Duration::ZERO);
+        let c = Client::new(&format!("http://{addr}"), &ClientOptions::default()).unwrap();
+        let e = c.get("/api/v1/jobs", &[]).unwrap_err();
+        assert!(
+            e.to_string().contains("(1073741824 bytes announced)"),
+            "{e}"
+        );
+        assert!(e.to_string().contains(&MAX_BODY_BYTES.to_string()), "{e}");
+    }
+
+    #[test]
+    fn an_endless_error_body_is_read_only_in_its_first_kibibytes() {
+        let head = "HTTP/1.1 500 Internal Server Error\r\nconnection: close\r\n\r\n";
+        let addr = serve_body(head, b"oops oops oops oops\n", None, Duration::ZERO);
+        let c = Client::new(&format!("http://{addr}"), &ClientOptions::default()).unwrap();
+        let e = c.get("/healthz", &[]).unwrap_err();
+        match &e {
+            ClientError::Status {
+                status, message, ..
+            } => {
+                assert_eq!(*status, 500);
+                assert!(message.starts_with("oops oops"), "{message}");
+                assert!(message.len() <= QUOTED_BODY + 4, "{}", message.len());
+            }
+            other => panic!("{other}"),
+        }
+    }
+
+    #[test]
+    fn the_timeout_covers_a_body_that_trickles() {
+        let addr = serve_body(ENDLESS, b" ", None, Duration::from_millis(50));
+        let options = ClientOptions {
+            timeout: Some(Duration::from_millis(700)),
+            ..Default::default()
+        };
+        let c = Client::new(&format!("http://{addr}"), &options).unwrap();
+        let e = c.get("/api/v1/nodes", &[]).unwrap_err();
+        assert!(matches!(e, ClientError::Timeout { .. }), "{e}");
+        assert!(e.to_string().contains("within 700ms"), "{e}");
     }
 
     #[test]

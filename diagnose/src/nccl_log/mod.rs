@@ -192,11 +192,11 @@ pub const MAX_WARNINGS_KEPT: usize = 20;
 
 pub fn parse_file(path: &Path) -> Result<NcclLog, NcclLogError> {
     let file = path.display().to_string();
-    let bytes = std::fs::read(path).map_err(|error| NcclLogError::Io {
+    let text = crate::input::read_text(path).map_err(|error| NcclLogError::Io {
         file: file.clone(),
         error,
     })?;
-    parse_str(&String::from_utf8_lossy(&bytes), &file)
+    parse_str(&text, &file)
 }
 
 /// What reading the lines collects besides the log's own fields, for [`derive`].

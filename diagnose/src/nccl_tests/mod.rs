@@ -363,11 +363,10 @@ pub struct NcclTestsFile {
 /// Reads and parses a file (text, `-J` JSON or JSON lines, detected by content).
 pub fn parse_file(path: &Path) -> Result<NcclTestsFile, NcclTestsError> {
     let file = path.display().to_string();
-    let bytes = std::fs::read(path).map_err(|error| NcclTestsError::Io {
+    let text = crate::input::read_text(path).map_err(|error| NcclTestsError::Io {
         file: file.clone(),
         error,
     })?;
-    let text = String::from_utf8_lossy(&bytes);
     parse_str(&text, &file)
 }
 

@@ -168,10 +168,9 @@ fn quote_cites(report: &mut Report) {
                 return false;
             };
             let lines = files.entry(c.file.clone()).or_insert_with(|| {
-                let bytes = std::fs::read(&c.file).ok()?;
+                let text = crate::input::read_text(std::path::Path::new(&c.file)).ok()?;
                 Some(
-                    String::from_utf8_lossy(&bytes)
-                        .lines()
+                    text.lines()
                         .map(str::to_string)
                         .collect(),
                 )

@@ -58,8 +58,9 @@ pub fn run(args: &StatusArgs) -> Result<u8, CliError> {
     print_report(args, &report)
 }
 
-/// Several shards: each asked in turn, the answers merged into one report with a line per shard. Exit 1
-/// (after the report) when a shard gave no usable answer.
+/// Several shards: all asked at once under one deadline (`--timeout`), the answers merged into one report
+/// with a line per shard (a shard without a whole answer by then says so). Exit 1 (after the report) when a
+/// shard gave no usable answer.
 fn run_shards(
     args: &StatusArgs,
     clients: &[commwatch_diagnose::collector::Client],
@@ -67,9 +68,11 @@ fn run_shards(
     let mut answers = Vec::new();
     let mut lines = Vec::new();
     let mut first_error = None;
-    for client in clients {
+    let timeout = args.connect.timeout;
+    let results = shards::ask_all(clients, timeout, gather);
+    for (client, result) in clients.iter().zip(results) {
         let url = client.name().to_string();
-        match gather(client) {
+        match result.unwrap_or_else(|| Err((false, shards::late(client, timeout)))) {
             Ok(a) => {
                 lines.push(ShardLine::answered(
                     &url,
