@@ -158,6 +158,11 @@ pub struct CollectorConfig {
     /// File holding the bearer token required for `/api/*`; `None`: reads are open and writes are accepted
     /// from loopback clients only.
     pub api_token_file: Option<PathBuf>,
+    /// Marks the page's login cookie `Secure` always: the page is served over https (a TLS proxy in front).
+    pub secure_cookie: bool,
+    /// Addresses of reverse proxies whose `X-Forwarded-Proto: https` marks the login cookie `Secure`; the
+    /// header is ignored from anyone else.
+    pub trusted_proxies: Vec<std::net::IpAddr>,
     /// Allows plain-text gRPC ingest on a non-loopback `grpc_listen` (no `[tls]`). Without it such a start is
     /// refused ([`CollectorConfig::check_transport`]): agents' counters, node names and bearer tokens would
     /// cross the network readable and forgeable. Plain text on a loopback address is always allowed.
@@ -218,6 +223,8 @@ impl Default for CollectorConfig {
             tls: None,
             token_file: None,
             api_token_file: None,
+            secure_cookie: false,
+            trusted_proxies: Vec::new(),
             allow_plaintext: false,
             remote_write: RemoteWriteConfig::default(),
             nvlink_detail: NvlinkDetail::Gpu,

@@ -290,7 +290,11 @@ pub async fn run(
         health: health.clone(),
         steps: steps.clone(),
         analysis: analysis.clone(),
-        access,
+        // Refused tokens counted in this collector's registry (created after the files were read).
+        access: Arc::new(export::access::ApiAccess {
+            failures: export::access::AuthFailures::new(&health),
+            ..(*access).clone()
+        }),
         nvlink_detail: config.nvlink_detail,
         counter_detail: config.counter_detail,
         cpu_detail: config.cpu_detail,
@@ -375,7 +379,9 @@ fn load_auth(
         agent_auth,
         Arc::new(export::access::ApiAccess {
             token,
-            page_sessions: Default::default(),
+            secure_cookie: config.secure_cookie,
+            trusted_proxies: config.trusted_proxies.clone(),
+            ..Default::default()
         }),
     ))
 }

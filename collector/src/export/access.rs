@@ -5,9 +5,13 @@
 //! - without it, reads are open and the one write (`POST /api/v1/baselines`) is accepted only from a
 //!   loopback client (403 otherwise), so a collector whose HTTP port is reachable from the network cannot have
 //!   its baselines changed by anyone who can reach it.
+//!
+//! A refused token (here, on the page and at `/login`) is counted in `commwatch_collector_auth_failures_total`
+//! by `surface` and warned about at most once a minute per surface, with the number held back
+//! ([`AuthFailures`]): a guesser shows in the metrics and the log without flooding it.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -16,6 +20,10 @@ use axum::http::{Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use commwatch_model::throttle::LogThrottle;
+use prometheus::IntCounterVec;
+
+use crate::telemetry::{Health, AUTH_WARN_EVERY};
 
 /// The API's access settings.
 #[derive(Debug, Clone, Default)]
@@ -24,6 +32,51 @@ pub struct ApiAccess {
     pub token: Option<Arc<str>>,
     /// The page's logged-in sessions (`/login`): the cookie carries a session id, never the token.
     pub page_sessions: PageSessions,
+    /// `secure_cookie`: the login cookie is always marked `Secure` (the page is served over https).
+    pub secure_cookie: bool,
+    /// `trusted_proxies`: addresses whose `X-Forwarded-Proto: https` marks the login cookie `Secure`.
+    pub trusted_proxies: Vec<IpAddr>,
+    /// Where refused tokens are counted and warned about.
+    pub failures: AuthFailures,
+}
+
+/// Refused credentials: counted by surface, warned about at most once per [`AUTH_WARN_EVERY`] per surface
+/// with the number held back. The default counts nowhere (tests).
+#[derive(Debug, Clone)]
+pub struct AuthFailures {
+    counts: Option<IntCounterVec>,
+    warnings: Arc<LogThrottle>,
+}
+
+impl Default for AuthFailures {
+    fn default() -> Self {
+        AuthFailures {
+            counts: None,
+            warnings: Arc::new(LogThrottle::new(AUTH_WARN_EVERY)),
+        }
+    }
+}
+
+impl AuthFailures {
+    /// Counting in `health` (`commwatch_collector_auth_failures_total`).
+    pub fn new(health: &Health) -> AuthFailures {
+        AuthFailures {
+            counts: Some(health.auth_failures.clone()),
+            ..AuthFailures::default()
+        }
+    }
+
+    /// A refusal on `surface` (one of [`crate::telemetry::AUTH_SURFACES`]) from `peer`.
+    pub fn refused(&self, surface: &'static str, peer: Option<SocketAddr>) {
+        if let Some(c) = &self.counts {
+            c.with_label_values(&[surface]).inc();
+        }
+        if let Some(held) = self.warnings.allow(surface, Instant::now()) {
+            let peer = peer.map(|p| p.ip().to_string()).unwrap_or_default();
+            tracing::warn!(surface, peer, held_back = held, every = ?AUTH_WARN_EVERY,
+                "a request was refused for a missing or wrong token");
+        }
+    }
 }
 
 fn deny(status: StatusCode, message: &str) -> Response {
@@ -49,6 +102,7 @@ pub async fn guard(
                 .and_then(crate::ingest::auth::bearer)
                 .unwrap_or("");
             if !crate::ingest::auth::token_matches(given, token) {
+                access.failures.refused("api", Some(peer));
                 return deny(StatusCode::UNAUTHORIZED, "missing or wrong bearer token");
             }
         }

@@ -180,6 +180,8 @@ pub struct Health {
     pub persist_degraded: IntGauge,
     /// State databases moved aside at start because they could not be read.
     pub persist_corrupt_databases: IntCounter,
+    /// Requests refused for their credentials, `surface` = one of [`AUTH_SURFACES`].
+    pub auth_failures: IntCounterVec,
     /// Samples whose timestamp lay outside the window around the collector's clock (`limits.max_clock_skew`).
     pub out_of_window_samples: IntCounter,
     /// Streams ended by the transport (reset, broken pipe), not by the agent or the collector.
@@ -258,6 +260,12 @@ pub const REJECT_REASONS: &[&str] = &[
 /// non-negative number), `rank` (no ranks, or a rank not below the communicator's size).
 pub const COLLECTIVE_REFUSE_REASONS: &[&str] = &["text", "missing", "number", "rank"];
 
+/// Values of the `surface` label of `commwatch_collector_auth_failures_total`: `api` (a missing or wrong
+/// bearer token under `/api/`), `page` (a wrong bearer token on the page), `login` (a wrong token at `/login`).
+pub const AUTH_SURFACES: [&str; 3] = ["api", "page", "login"];
+/// Refused credentials are warned about at most once per this, per surface, with the number held back.
+pub const AUTH_WARN_EVERY: Duration = Duration::from_secs(60);
+
 /// `commwatch_collector_http_writes_refused_total{reason}` (`commwatch_httpd::csrf`), registered.
 fn writes_refused(registry: &Registry) -> Result<IntCounterVec, prometheus::Error> {
     counter_vec(
@@ -304,6 +312,17 @@ impl PageMetrics {
             self.omitted.with_label_values(&[what]).inc_by(n as u64);
         }
     }
+}
+
+/// `commwatch_collector_auth_failures_total{surface}`, every surface at 0 from the start.
+fn auth_failures(registry: &Registry) -> Result<IntCounterVec, prometheus::Error> {
+    counter_vec(
+        registry,
+        names::COLLECTOR_AUTH_FAILURES_TOTAL,
+        "HTTP requests refused for their credentials (a missing or wrong token), by surface.",
+        "surface",
+        &AUTH_SURFACES,
+    )
 }
 
 /// A counter family with one label, every value of `values` present from the start (at 0).
@@ -432,6 +451,7 @@ impl Health {
                 names::COLLECTOR_PERSIST_CORRUPT_DATABASES_TOTAL,
                 "State databases found unreadable at start, moved aside and replaced by an empty one.",
             )?,
+            auth_failures: auth_failures(&registry)?,
             out_of_window_samples: counter(
                 names::COLLECTOR_OUT_OF_WINDOW_SAMPLES_TOTAL,
                 "Samples refused: stamped more than limits.max_clock_skew ahead of the collector's clock.",

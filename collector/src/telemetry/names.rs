@@ -64,6 +64,10 @@ pub const COLLECTOR_PERSIST_DEGRADED: &str = "commwatch_collector_persist_degrad
 /// State databases found unreadable at start, moved aside and replaced by an empty one.
 pub const COLLECTOR_PERSIST_CORRUPT_DATABASES_TOTAL: &str =
     "commwatch_collector_persist_corrupt_databases_total";
+/// Requests refused for their credentials, by `surface` ([`super::AUTH_SURFACES`]: `api`, a missing or wrong
+/// bearer token under `/api/`; `page`, a wrong bearer token on the page; `login`, a wrong token typed at
+/// `/login`).
+pub const COLLECTOR_AUTH_FAILURES_TOTAL: &str = "commwatch_collector_auth_failures_total";
 /// Samples refused because their timestamp lies outside the window around the collector's clock.
 pub const COLLECTOR_OUT_OF_WINDOW_SAMPLES_TOTAL: &str =
     "commwatch_collector_out_of_window_samples_total";

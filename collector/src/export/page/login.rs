@@ -2,16 +2,19 @@
 //! when it follows a link, so with a token configured the page also accepts a session: the form at `/login`,
 //! once the token typed in matches, opens one ([`crate::export::access::PageSessions`]: a random 256-bit id,
 //! valid [`SESSION_TTL`]) and sets the `commwatch_page` cookie to its id (`HttpOnly`, `SameSite=Strict`,
-//! `Path=/`, and `Secure` when the form was posted from an `https://` page, as behind a TLS proxy). The token
+//! `Path=/`, and `Secure` when the page is served over https: `secure_cookie = true`, or a request through a
+//! proxy listed in `trusted_proxies` that says `X-Forwarded-Proto: https` — never from `Origin` or `Referer`,
+//! which browsers leave out, the login page's own `Referrer-Policy: no-referrer` included). The token
 //! itself never goes into the cookie. A request with neither is sent to `/login` (a fragment request of the
 //! page's script gets 401). Without a token the page is open, like the API's reads. `/login` and `/assets/`
 //! are always open.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
-use axum::extract::{Request, State};
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Redirect, Response};
@@ -37,14 +40,19 @@ fn session_cookie(headers: &HeaderMap) -> Option<String> {
         .and_then(|(_, v)| url_decode(v, false))
 }
 
-/// True when the request may see the page: the bearer token, or an open session's cookie.
+/// True when the request may see the page: the bearer token, or an open session's cookie. A wrong bearer
+/// token is counted (`surface="page"`); a missing or stale cookie is not (a browser's first visit).
 fn admitted(access: &ApiAccess, token: &str, headers: &HeaderMap, now: Instant) -> bool {
     if let Some(t) = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(bearer)
     {
-        return token_matches(t, token);
+        let ok = token_matches(t, token);
+        if !ok {
+            access.failures.refused("page", None);
+        }
+        return ok;
     }
     session_cookie(headers).is_some_and(|id| access.page_sessions.valid(&id, now))
 }
@@ -86,6 +94,7 @@ pub async fn form(State(access): State<Arc<ApiAccess>>) -> Response {
 /// token matches; the form again with 401 when not.
 pub async fn submit(
     State(access): State<Arc<ApiAccess>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
@@ -111,11 +120,16 @@ pub async fn submit(
         })
         .unwrap_or_default();
     if !token_matches(given.trim(), expected) {
+        access.failures.refused("login", Some(peer));
         let page = layout::login_page(Some("Wrong token."));
         return layout::with_headers(layout::html_response(StatusCode::UNAUTHORIZED, page));
     }
     let id = access.page_sessions.open(Instant::now());
-    let secure = if from_https(&headers) { "; Secure" } else { "" };
+    let secure = if cookie_secure(&access, peer, &headers) {
+        "; Secure"
+    } else {
+        ""
+    };
     let cookie = format!(
         "{COOKIE}={}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}{secure}",
         url_component(&id),
@@ -128,15 +142,22 @@ pub async fn submit(
     layout::with_headers(r)
 }
 
-/// True when the browser posted from an `https://` page (its `Origin`, else its `Referer`): the collector
-/// sits behind a TLS proxy, so the cookie is marked `Secure`.
-fn from_https(headers: &HeaderMap) -> bool {
-    [header::ORIGIN, header::REFERER].iter().any(|h| {
-        headers
-            .get(h)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.to_ascii_lowercase().starts_with("https://"))
-    })
+/// Whether the login cookie is marked `Secure`: always with `secure_cookie`; otherwise when the request came
+/// from a proxy listed in `trusted_proxies` that says the browser used https (`X-Forwarded-Proto: https`,
+/// its first value). Anyone else's `X-Forwarded-Proto` is ignored, and `Origin`/`Referer` are never used:
+/// browsers leave them out (`Referrer-Policy: no-referrer` on the login page itself).
+fn cookie_secure(access: &ApiAccess, peer: SocketAddr, headers: &HeaderMap) -> bool {
+    if access.secure_cookie {
+        return true;
+    }
+    if !access.trusted_proxies.contains(&peer.ip()) {
+        return false;
+    }
+    headers
+        .get("x-forwarded-proto")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(',').next())
+        .is_some_and(|proto| proto.trim().eq_ignore_ascii_case("https"))
 }
 
 #[cfg(test)]
@@ -148,6 +169,7 @@ mod tests {
         let access = ApiAccess {
             token: Some("tok".into()),
             page_sessions: PageSessions::default(),
+            ..ApiAccess::default()
         };
         let now = Instant::now();
         let mut h = HeaderMap::new();
@@ -197,15 +219,26 @@ mod tests {
     }
 
     #[test]
-    fn https_pages_get_a_secure_cookie() {
+    fn the_cookie_is_secure_by_setting_or_a_trusted_proxys_word_only() {
+        let proxy: SocketAddr = "10.0.0.5:40000".parse().unwrap();
+        let other: SocketAddr = "10.0.0.9:40000".parse().unwrap();
+        let mut access = ApiAccess::default();
         let mut h = HeaderMap::new();
-        assert!(!from_https(&h));
-        h.insert(header::ORIGIN, HeaderValue::from_static("http://c:9470"));
-        assert!(!from_https(&h));
-        h.insert(
-            header::REFERER,
-            HeaderValue::from_static("HTTPS://proxy/login"),
-        );
-        assert!(from_https(&h));
+        assert!(!cookie_secure(&access, proxy, &h));
+        // Origin and Referer say nothing: browsers leave them out.
+        h.insert(header::ORIGIN, HeaderValue::from_static("https://c"));
+        h.insert(header::REFERER, HeaderValue::from_static("https://c/login"));
+        assert!(!cookie_secure(&access, proxy, &h));
+        // X-Forwarded-Proto only from a trusted proxy.
+        h.insert("x-forwarded-proto", HeaderValue::from_static("HTTPS, http"));
+        assert!(!cookie_secure(&access, proxy, &h));
+        access.trusted_proxies = vec![proxy.ip()];
+        assert!(cookie_secure(&access, proxy, &h));
+        assert!(!cookie_secure(&access, other, &h));
+        h.insert("x-forwarded-proto", HeaderValue::from_static("http"));
+        assert!(!cookie_secure(&access, proxy, &h));
+        // The setting: always.
+        access.secure_cookie = true;
+        assert!(cookie_secure(&access, other, &HeaderMap::new()));
     }
 }
