@@ -15,7 +15,9 @@
 //! up to `retry_for`, each wait at least what the answer's `Retry-After` asks ([`retry_after`]; a request whose
 //! asked wait ends after `retry_for` is given up at once); any other refusal (4xx) is final. One request at a
 //! time: while the receiver pushes back, gathers pile up in the bounded queue, whose oldest are dropped
-//! (counted). At stop the gather runs once more and the queue is sent for at most `flush_timeout`; what is
+//! (counted). While the receiver keeps failing, a warning says so at most once per [`RETRY_WARN_EVERY`],
+//! with its last status and the number of failed attempts since the previous one; an error body is read
+//! only in its first KiB ([`send::MAX_ERROR_BODY_BYTES`]). At stop the gather runs once more and the queue is sent for at most `flush_timeout`; what is
 //! left is dropped. Every sample ends counted in
 //! `commwatch_collector_remote_write_samples_total{result="sent"|"failed"|"dropped"}` ([`metrics`]).
 //!
@@ -47,11 +49,15 @@ use tracing::{info, warn};
 
 use crate::config::RemoteWriteConfig;
 use crate::export::exposition::{Exposition, SampleRef};
+use crate::telemetry::throttle::LogThrottle;
 use crate::telemetry::Health;
 pub use metrics::Metrics;
 use queue::{Queue, Queued};
 pub use send::{Outcome, SendSetupError, Sender};
 use series::{GatherSeries, Previous};
+
+/// While the receiver keeps failing (5xx, 429, network errors), a warning at most this often.
+pub const RETRY_WARN_EVERY: Duration = Duration::from_secs(60);
 
 /// Why remote write cannot start (the collector does not start either).
 #[derive(Debug, thiserror::Error)]
@@ -155,6 +161,7 @@ pub async fn run(
         metrics,
         cfg,
         stop: stop.clone(),
+        retry_log: LogThrottle::new(RETRY_WARN_EVERY),
     };
     tokio::join!(producer.run(&stop, consumer.cfg.interval), consumer.run());
     consumer.flush().await;
@@ -283,6 +290,8 @@ struct Consumer {
     metrics: Metrics,
     cfg: RemoteWriteConfig,
     stop: Stop,
+    /// The "still failing" warning, once per [`RETRY_WARN_EVERY`].
+    retry_log: LogThrottle,
 }
 
 impl Consumer {
@@ -346,6 +355,11 @@ impl Consumer {
                     "remote write: request failed for longer than retry_for; given up");
             }
             self.metrics.requests_retried.inc();
+            if let Some(held) = self.retry_log.allow("retry", std::time::Instant::now()) {
+                warn!(url = %self.sender.target(), error = %why, failed_attempts = held + 1,
+                    every = ?self.retry_log.every(),
+                    "remote write: the receiver keeps failing; retrying");
+            }
             tracing::debug!(error = %why, ?wait, ?after, "remote write: retrying");
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {}

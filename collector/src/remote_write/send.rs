@@ -136,8 +136,9 @@ impl Sender {
                     .get(RETRY_AFTER)
                     .and_then(|v| v.to_str().ok())
                     .and_then(|v| retry_after::parse(v, std::time::SystemTime::now()));
-                // The receiver says why in its body (Prometheus: "out of order sample", …); keep a line of it.
-                let text = response.text().await.unwrap_or_default();
+                // The receiver says why in its body (Prometheus: "out of order sample", …); keep a line of it,
+                // read from the first few KiB only: a receiver's body can be anything, endless included.
+                let text = error_head(response).await;
                 let why = format!("{status}: {}", first_line(&text, 200));
                 match classify(status, why) {
                     Outcome::Retry { why, .. } => Outcome::Retry { why, after },
@@ -179,6 +180,25 @@ pub fn classify(status: StatusCode, why: String) -> Outcome {
     } else {
         Outcome::Refused(why)
     }
+}
+
+/// Most of an error body read, bytes; the rest is never read (the connection is dropped with it).
+pub const MAX_ERROR_BODY_BYTES: usize = 4 << 10;
+
+/// The first [`MAX_ERROR_BODY_BYTES`] of an error answer's body, as text (what arrived before an error
+/// reading it, too).
+async fn error_head(mut response: reqwest::Response) -> String {
+    let mut head = Vec::new();
+    while head.len() < MAX_ERROR_BODY_BYTES {
+        match response.chunk().await {
+            Ok(Some(chunk)) => {
+                let room = MAX_ERROR_BODY_BYTES - head.len();
+                head.extend_from_slice(&chunk[..chunk.len().min(room)]);
+            }
+            Ok(None) | Err(_) => break,
+        }
+    }
+    String::from_utf8_lossy(&head).into_owned()
 }
 
 fn first_line(text: &str, max: usize) -> String {

@@ -417,3 +417,75 @@ async fn a_wait_beyond_retry_for_gives_up_and_other_4xx_like_415_are_never_retri
     stop.send_replace(true);
     task.await.unwrap();
 }
+
+/// A receiver that answers every request 500 with a body that never ends.
+async fn endless_500_receiver() -> (Arc<std::sync::atomic::AtomicUsize>, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/receive", listener.local_addr().unwrap());
+    let seen = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = seen.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = listener.accept().await else {
+                return;
+            };
+            count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 64 << 10];
+                let _ = s.read(&mut buf).await;
+                let head = "HTTP/1.1 500 Internal Server Error\r\nconnection: close\r\n\r\nreceiver broken\n";
+                if s.write_all(head.as_bytes()).await.is_err() {
+                    return;
+                }
+                let chunk = vec![b'x'; 64 << 10];
+                while s.write_all(&chunk).await.is_ok() {}
+            });
+        }
+    });
+    (seen, url)
+}
+
+#[tokio::test]
+async fn an_endless_error_body_is_not_read_and_failures_are_warned_about_once_a_minute() {
+    #[derive(Clone, Default)]
+    struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
+    impl std::io::Write for Captured {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let log = Captured::default();
+    let sink = log.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_max_level(tracing::Level::WARN)
+        .with_writer(move || sink.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let (seen, url) = endless_500_receiver().await;
+    let mut cfg = config(&url);
+    cfg.interval = Duration::from_secs(3600);
+    cfg.retry_for = Duration::from_secs(3600);
+    let (m, stop, task) = start_over(&cfg, 50);
+    // Retries go on: the sender never waits for the body's end.
+    until("five retries", || m.requests_retried.get() >= 5).await;
+    assert!(seen.load(std::sync::atomic::Ordering::Relaxed) >= 5);
+    stop.send_replace(true);
+    task.await.unwrap();
+    let text = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
+    let warned: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("the receiver keeps failing"))
+        .collect();
+    assert_eq!(warned.len(), 1, "one warning per minute:\n{text}");
+    assert!(
+        warned[0].contains("500 Internal Server Error: receiver broken"),
+        "{text}"
+    );
+    assert!(warned[0].contains("failed_attempts=1"), "{text}");
+}
