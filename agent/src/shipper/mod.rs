@@ -29,6 +29,10 @@
 //!   (`commwatch_agent_collector_info`), the shards known (`commwatch_agent_collector_shards`), the streams
 //!   that moved to another collector and why (`commwatch_agent_collector_moves_total{reason}`), and the DNS
 //!   lookups (`commwatch_agent_discovery_resolves_total{result}`, `..._last_success_unix_seconds`).
+//! - Quiet while shards are down: a failed connection, the move to the next shard and the wait before the
+//!   next try are logged at most once per [`FAILURE_LOG_EVERY`] each, with the number held back since
+//!   (every attempt is counted in `commwatch_agent_connects_total{result="error"}`): a thousand unreachable
+//!   shards give a few lines a minute, not thousands.
 //!
 //! Files: this one holds the state kept across connections and the reconnect loop; [`session`] one connected
 //! stream (a `select!` that dispatches each message kind to its method); [`buffer`] the resend buffer;
@@ -48,7 +52,9 @@ mod tests;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use commwatch_model::throttle::LogThrottle;
 
 use commwatch_proto::v1 as pb;
 use pb::agent_message::Msg as AgentMsg;
@@ -109,6 +115,9 @@ enum Ended {
     Moved(&'static str),
 }
 
+/// Failures to reach a collector are logged at most once per this, per kind, with the number held back.
+pub const FAILURE_LOG_EVERY: Duration = Duration::from_secs(10);
+
 /// State kept across connections.
 pub struct Shipper {
     settings: ShipperSettings,
@@ -143,6 +152,8 @@ pub struct Shipper {
     streamed: Option<String>,
     /// Why the agent left `streamed`, once the collector in use is another one ([`observe`]).
     move_reason: Option<MoveReason>,
+    /// The failure lines' throttle ([`FAILURE_LOG_EVERY`]).
+    failure_log: LogThrottle,
 }
 
 impl Shipper {
@@ -177,6 +188,7 @@ impl Shipper {
             dialed: String::new(),
             streamed: None,
             move_reason: None,
+            failure_log: LogThrottle::new(FAILURE_LOG_EVERY),
         }
         .with_shards()
     }
@@ -317,7 +329,10 @@ impl Shipper {
                 let from = self.target().to_string();
                 let wrapped = self.advance();
                 self.note_retarget(&from, MoveReason::Unreachable);
-                tracing::warn!(cause, from, to = %self.target(), "collector unreachable: trying the next shard");
+                if let Some(held) = self.failure_log.allow("next_shard", Instant::now()) {
+                    tracing::warn!(cause, from, to = %self.target(), held_back = held,
+                        "collector unreachable: trying the next shard");
+                }
                 let delay = if wrapped {
                     backoff.next_delay()
                 } else {
@@ -353,7 +368,10 @@ impl Shipper {
                 }
                 Err(e) => {
                     self.metrics.connects.with_label_values(&["error"]).inc();
-                    tracing::warn!(collector = %self.target(), error = %failure::describe(&e), "cannot connect to the collector");
+                    if let Some(held) = self.failure_log.allow("connect", Instant::now()) {
+                        tracing::warn!(collector = %self.target(), error = %failure::describe(&e),
+                            held_back = held, "cannot connect to the collector");
+                    }
                     Ended::Failed("connect")
                 }
             };
@@ -365,11 +383,14 @@ impl Shipper {
             if self.events_closed && self.buffer.is_empty() {
                 return;
             }
-            tracing::info!(
-                cause,
-                retry_in_ms = delay.as_millis() as u64,
-                "stream to the collector ended"
-            );
+            if let Some(held) = self.failure_log.allow("ended", Instant::now()) {
+                tracing::info!(
+                    cause,
+                    retry_in_ms = delay.as_millis() as u64,
+                    held_back = held,
+                    "stream to the collector ended"
+                );
+            }
             if !self.wait_absorbing(delay, &mut events, &mut shutdown).await {
                 return;
             }
