@@ -1149,3 +1149,92 @@ fn hostile_baselines_are_refused_and_a_killed_collector_starts_again() {
     let kept = get_json(&format!("http://127.0.0.1:{http}/api/v1/baselines")).expect("baselines");
     assert_eq!(kept["bare"].as_array().map(Vec::len), Some(3), "{kept}");
 }
+
+// ---------------------------------------------------------------------------------------------------------------
+// Findings history after node churn (#34, item 7): 40,000 findings and their events in the state database used
+// to be kept for good and all decoded at every start.
+
+/// Writes `n` findings to the history in `state`: all but 2,000 raised and cleared at ages spread over 60 days,
+/// the last 2,000 raised and still active.
+fn churned_history(state: &Path, n: usize) {
+    use commwatch_collector::analysis::history::History;
+    use commwatch_collector::analysis::tracker::Change;
+    use commwatch_collector::analysis::{Evidence, Finding, FindingKind, Severity, Subject};
+    std::fs::create_dir_all(state).unwrap();
+    let now = commwatch_model::clock::unix_now_s();
+    let finding = |i: usize, seen: f64| Finding {
+        id: format!("link_errors:node-{i:05}:mlx5_0:1"),
+        kind: FindingKind::LinkErrors,
+        severity: Severity::Critical,
+        subject: Subject {
+            node: format!("node-{i:05}"),
+            device: Some("mlx5_0".into()),
+            port: Some("1".into()),
+            ..Default::default()
+        },
+        summary: format!("node-{i:05} mlx5_0 port 1 error counters rising"),
+        evidence: Evidence::new(3.0, "errors_per_second").expected(0.0),
+        action: "reseat".into(),
+        first_seen_unix_s: seen - 600.0,
+        last_seen_unix_s: seen,
+        active: true,
+        root: true,
+        caused_by: None,
+        consequences: vec![],
+    };
+    let mut h = History::open(state).unwrap();
+    let cleared = n - 2000;
+    let seen = |i: usize| now - 60.0 * 86_400.0 * (i as f64 / cleared as f64);
+    let raised: Vec<Change> = (0..cleared)
+        .map(|i| Change::Raised(finding(i, seen(i))))
+        .collect();
+    h.record(&raised, now - 61.0 * 86_400.0).unwrap();
+    let gone: Vec<Change> = (0..cleared)
+        .map(|i| {
+            let mut f = finding(i, seen(i));
+            f.active = false;
+            Change::Cleared(f)
+        })
+        .collect();
+    h.record(&gone, now - 61.0 * 86_400.0).unwrap();
+    let active: Vec<Change> = (cleared..n)
+        .map(|i| Change::Raised(finding(i, now)))
+        .collect();
+    h.record(&active, now).unwrap();
+}
+
+#[test]
+fn a_churned_findings_history_is_pruned_and_a_start_loads_only_what_it_keeps() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    churned_history(&state, 40_000);
+    let (grpc, http) = (free_port(), free_port());
+    let (_guard, log) = collector_with_state(grpc, http, &state);
+    let healthz = || get_text(&format!("http://127.0.0.1:{http}/healthz"));
+    assert!(
+        wait_for(Duration::from_secs(30), healthz).is_some(),
+        "collector did not start\n{}",
+        log.lock().unwrap()
+    );
+    // Pruned right after the start: the 38,000 cleared ones older than 14 days (about 29,100) go, with their
+    // events (their raises were written 61 days ago: every cleared one's raise goes too).
+    let pruned = |record: &str| {
+        let text = get_text(&format!("http://127.0.0.1:{http}/metrics"))?;
+        metric(
+            &text,
+            "commwatch_collector_history_pruned_total",
+            &[("record", record)],
+        )
+        .filter(|v| *v > 0.0)
+    };
+    let findings = wait_for(Duration::from_secs(60), || pruned("finding"))
+        .unwrap_or_else(|| panic!("nothing pruned\n{}", log.lock().unwrap()));
+    assert!((28_000.0..30_000.0).contains(&findings), "{findings}");
+    assert!(pruned("event").is_some_and(|e| e >= 38_000.0));
+    // The start restored what the tracker keeps: the 2,000 that were active are among the first 1,000 it
+    // takes, so the list holds 1,000, none of them past the retention.
+    let listed = get_json(&format!("http://127.0.0.1:{http}/api/v1/findings"))
+        .and_then(|v| v.as_array().map(|a| a.len()))
+        .unwrap_or(0);
+    assert_eq!(listed, 1000);
+}
