@@ -63,6 +63,41 @@ mod tests {
         assert!(shares(&BTreeMap::new(), 256, 256).is_empty());
     }
 
+    /// Over many random nodes: never more than the bounds or the demand, and max-min fair — a job that gets
+    /// less than it asks for gets at least as much as every other job, minus one (the uneven split).
+    #[test]
+    fn random_demands_keep_the_bounds_and_are_fair() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(34);
+        for _ in 0..2000 {
+            let jobs = rng.random_range(0..12);
+            let d: BTreeMap<String, usize> = (0..jobs)
+                .map(|j| (format!("j{j}"), rng.random_range(0..400)))
+                .collect();
+            let (node_max, job_max) = (rng.random_range(0..300), rng.random_range(1..200));
+            let s = shares(&d, node_max, job_max);
+            assert_eq!(s.len(), d.len());
+            assert!(s.values().sum::<usize>() <= node_max, "{d:?} {node_max}");
+            for (j, got) in &s {
+                let want = d[j];
+                assert!(*got <= want && *got <= job_max, "{j}: {got} of {want}");
+                if *got < want.min(job_max) {
+                    assert!(
+                        s.values().all(|o| *o <= got + 1),
+                        "{d:?} {node_max} {job_max}: {s:?}"
+                    );
+                }
+            }
+            let fits = d.values().map(|v| v.min(&job_max)).sum::<usize>() <= node_max;
+            if fits {
+                assert!(
+                    d.iter().all(|(j, v)| s[j] == (*v).min(job_max)),
+                    "{d:?}: {s:?}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn demands_that_fit_are_met() {
         let s = shares(&demand(&[("a", 8), ("b", 16), ("c", 0)]), 256, 64);
