@@ -77,8 +77,9 @@ fn compute_signal(nodes: &[&NodeInput]) -> (&'static str, fn(&NodeInput) -> Opti
 }
 
 pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
-    let mut out = Vec::new();
+    let mut all = Vec::new();
     for (job, nodes) in groups(input) {
+        let mut out = Vec::new();
         if nodes.len() < MIN_NODES {
             continue;
         }
@@ -150,8 +151,24 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
                 }
             }
         }
+        all.extend(late_rank_explains_slow_links(out));
     }
-    out
+    all
+}
+
+/// A group's candidates without the `fabric_rate` ones when a node of the group is late for compute or CPU: a
+/// rank that arrives late at each collective holds its ring neighbours' communication open while they wait
+/// for its data, so their links read slow during communication (measured on the real-traffic bed: a
+/// CPU-throttled rank's successor read at 0.6 of the job's median rate). Their rate says nothing of their
+/// links then.
+fn late_rank_explains_slow_links(group: Vec<Candidate>) -> Vec<Candidate> {
+    let is_rate = |c: &Candidate| {
+        c.evidence.details.get("signal").and_then(|s| s.as_str()) == Some("fabric_rate")
+    };
+    if group.iter().all(is_rate) {
+        return group;
+    }
+    group.into_iter().filter(|c| !is_rate(c)).collect()
 }
 
 /// The CFS periods and throttled periods of `job`'s cgroups on `n` over the window (every job's when `None`);
@@ -495,6 +512,57 @@ mod tests {
             c[0].summary
         );
         assert!(c[0].action.contains("cpu.max"), "{}", c[0].action);
+    }
+
+    #[test]
+    fn a_late_rank_s_neighbours_are_not_stragglers_for_their_slow_links() {
+        use crate::analysis::input::LinkInput;
+        use commwatch_model::{LinkClass, LinkRole};
+        // node3 is CPU-throttled; node0 (its ring successor) reads slow during communication while it waits.
+        let mut input = job_of(vec![
+            limited("node0", 0, 0),
+            limited("node1", 0, 0),
+            limited("node2", 0, 0),
+            limited("node3", 150, 140),
+        ]);
+        let rates = [88e6, 135e6, 140e6, 130e6];
+        for (n, rate) in input.nodes.iter_mut().zip(rates) {
+            let mut l = LinkInput::new(LinkClass::Infiniband, "mlx5_0", "1", LinkRole::Fabric);
+            std::sync::Arc::make_mut(&mut l.link).capacity_bytes_per_second = Some(25e9);
+            l.activity = Some(crate::analysis::activity::Activity {
+                window_s: 20.0,
+                sample_period_s: 0.05,
+                tx_bytes: 1,
+                rx_bytes: 1,
+                busy_s: 5.0,
+                bursts: Vec::new(),
+                burst_rate_bytes_per_second: Some(rate),
+                period_s: None,
+                period_cv: None,
+                bytes_per_burst: None,
+                resolved: true,
+                peaks: Default::default(),
+            });
+            n.links.push(l);
+        }
+        let c = evaluate(&input);
+        let named: Vec<(&str, &str)> = c
+            .iter()
+            .map(|c| {
+                (
+                    c.subject.node.as_str(),
+                    c.evidence.details["signal"].as_str().unwrap_or(""),
+                )
+            })
+            .collect();
+        assert_eq!(named, [("node3", "cpu_throttled")]);
+        // Without the late rank, node0's slow links are its own.
+        let limited_node = input.nodes.iter_mut().find(|n| n.name == "node3").unwrap();
+        limited_node.counters.clear();
+        let c = evaluate(&input);
+        assert_eq!(c.len(), 1);
+        assert_eq!(c[0].subject.node, "node0");
+        assert_eq!(c[0].evidence.details["signal"], "fabric_rate");
     }
 
     #[test]
