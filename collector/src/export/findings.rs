@@ -160,9 +160,9 @@ pub fn finding_labels(f: &Finding) -> Vec<LabelPair> {
     v
 }
 
-/// How old each job's findings are: seconds from the end of the data they were last evaluated on to the
-/// scrape (`training_job="cluster"`: the nodes of no job). One interval (1 s) while the analysis keeps up.
-pub const EVALUATION_AGE_SECONDS: &str = "commwatch_collector_evaluation_age_seconds";
+/// How old each job's findings are ([`names::COLLECTOR_EVALUATION_AGE_SECONDS`]): about one interval (1 s)
+/// while the analysis keeps up.
+const EVALUATION_AGE_SECONDS: &str = names::COLLECTOR_EVALUATION_AGE_SECONDS;
 const EVALUATION_AGE_HELP: &str = "Seconds since the end of the data each job's findings were last evaluated on (training_job=\"cluster\": nodes of no job).";
 
 /// Renders the findings families at scrape time.

@@ -113,12 +113,16 @@ pub const FINDING_ACTIVE: &str = "commwatch_finding_active";
 pub const FINDINGS_RAISED_TOTAL: &str = "commwatch_findings_raised_total";
 /// Scaling efficiency of a job, 0..1 (gauge; label `training_job`; the method is in `/api/v1/jobs`).
 pub const SCALING_EFFICIENCY_RATIO: &str = "commwatch_scaling_efficiency_ratio";
+/// Seconds from the end of the data a job's findings were last evaluated on to the scrape (gauge; label
+/// `training_job`, `cluster` for the nodes of no job).
+pub const COLLECTOR_EVALUATION_AGE_SECONDS: &str = "commwatch_collector_evaluation_age_seconds";
 
 /// Every exported name (for checks against dashboards and alert rules).
 pub const ALL: &[&str] = &[
     FINDING_ACTIVE,
     FINDINGS_RAISED_TOTAL,
     SCALING_EFFICIENCY_RATIO,
+    COLLECTOR_EVALUATION_AGE_SECONDS,
     LINK_TRANSMIT_BYTES_TOTAL,
     LINK_RECEIVE_BYTES_TOTAL,
     LINK_TRANSMIT_BYTES_PER_SECOND,
