@@ -458,8 +458,10 @@ impl CoverageMetrics {
 pub struct InspectorMetrics {
     /// NCCL Inspector records read and sent on (`inspector`).
     pub records: IntCounter,
-    /// Inspector lines or files dropped, by reason (`malformed`, `unknown_version`, `not_collective`, `too_long`,
-    /// `rate_limit`, `too_many_files`, `unattributed`, `queue_full`).
+    /// Inspector lines, files or directories dropped, by reason (`malformed`, `unknown_version`,
+    /// `not_collective`, `too_long`, `rate_limit`, `too_many_files`, `unattributed`, `queue_full`, and the
+    /// refused paths of [`crate::inspector::confine::Refusal`]: `symlink`, `outside_root`, `not_regular`,
+    /// `foreign_owner`).
     pub dropped: IntCounterVec,
     /// Fields of Inspector records this agent does not know (ignored).
     pub unknown_fields: IntCounter,
