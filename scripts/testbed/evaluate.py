@@ -515,6 +515,16 @@ def evaluate(out):
     return report
 
 
+def root_from_traffic(f):
+    """Whether a finding is a root cause with the environment-variable rule switched off: a root, or filed only
+    under an environment-variable finding (ENV_KINDS; the collector has no switch for that rule, so the
+    evaluator takes it out here)."""
+    cause = f.get("caused_by") or ""
+    if any(cause.startswith(k + ":") for k in ENV_KINDS):
+        return True
+    return f.get("root") is not False and not cause
+
+
 def fault_figures(kind, fnodes, start, end, truth, isteps, timeline, times):
     """Per fault: the findings that name it (traffic only), raise in steps, held or not, steps during it."""
     # Steps are counted on the first rank of the job that ran during the fault (the one with most steps in it).
@@ -528,7 +538,7 @@ def fault_figures(kind, fnodes, start, end, truth, isteps, timeline, times):
     for node in fnodes:
         cands = [(fid, f) for fid, f in timeline.items()
                  if f.get("node") == node and f.get("kind") in expected]
-        roots = [(fid, f) for fid, f in cands if f.get("root") is not False and not f.get("caused_by")]
+        roots = [(fid, f) for fid, f in cands if root_from_traffic(f)]
         best = None
         for fid, f in roots or cands:
             t = f.get("first_seen") or next((t for t, a in f["polls"] if a), None)

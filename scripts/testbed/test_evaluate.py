@@ -67,6 +67,14 @@ class Matching(unittest.TestCase):
 
 
 class Held(unittest.TestCase):
+    def test_a_finding_under_the_environment_rule_is_a_root_from_traffic(self):
+        self.assertTrue(ev.root_from_traffic({"root": True, "caused_by": None}))
+        self.assertTrue(ev.root_from_traffic(
+            {"root": False, "caused_by": "nccl_misconfiguration:node1:job=j"}))
+        self.assertFalse(ev.root_from_traffic(
+            {"root": False, "caused_by": "management_network_traffic:node1:job=j"}))
+        self.assertFalse(ev.root_from_traffic({"root": False, "caused_by": None}))
+
     def test_held_flickered_cleared(self):
         times = [0, 2, 4, 6, 8, 10]
         self.assertEqual(ev.held_state(times, [(t, True) for t in times], 2, 10)[0], "held")
