@@ -357,12 +357,16 @@ fn the_page_takes_the_api_token_from_a_login_cookie_or_a_bearer_header() {
     std::fs::write(&token, "page s3cret;\n").unwrap();
     let (grpc, http) = (free_port(), free_port());
     let token_arg = token.display().to_string();
+    // The test itself stands for the TLS proxy in front: its X-Forwarded-Proto is believed.
+    let config = dir.path().join("collector.toml");
+    std::fs::write(&config, "trusted_proxies = [\"127.0.0.1\"]\n").unwrap();
+    let config_arg = config.display().to_string();
     let _c = collector(
         dir.path(),
         "collector",
         grpc,
         http,
-        &["--api-token-file", &token_arg],
+        &["--api-token-file", &token_arg, "--config", &config_arg],
     );
     let base = format!("http://127.0.0.1:{http}");
     let no_redirect = reqwest::blocking::Client::builder()
@@ -422,19 +426,23 @@ fn the_page_takes_the_api_token_from_a_login_cookie_or_a_bearer_header() {
         !cookie.contains("s3cret") && !cookie.contains("Secure"),
         "{cookie}"
     );
-    // Posted from an https:// page (a TLS proxy in front): the cookie is Secure.
-    let via_tls = no_redirect
-        .post(format!("{base}/login"))
-        .header("content-type", "application/x-www-form-urlencoded")
-        .header("origin", "https://commwatch.example")
-        .header("host", "commwatch.example")
-        .body("token=page+s3cret%3B")
-        .send()
-        .unwrap();
-    let tls_cookie = via_tls.headers()["set-cookie"]
-        .to_str()
-        .unwrap()
-        .to_string();
+    // Through a trusted proxy that says the browser used https: the cookie is Secure. An https:// Origin
+    // alone says nothing (browsers leave Origin and Referer out: the login page's no-referrer policy).
+    let login_via = |forwarded: Option<&str>| {
+        let mut req = no_redirect
+            .post(format!("{base}/login"))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .header("origin", "https://commwatch.example")
+            .header("host", "commwatch.example");
+        if let Some(proto) = forwarded {
+            req = req.header("x-forwarded-proto", proto);
+        }
+        let r = req.body("token=page+s3cret%3B").send().unwrap();
+        r.headers()["set-cookie"].to_str().unwrap().to_string()
+    };
+    let origin_only = login_via(None);
+    assert!(!origin_only.contains("Secure"), "{origin_only}");
+    let tls_cookie = login_via(Some("https"));
     assert!(tls_cookie.contains("; Secure"), "{tls_cookie}");
     assert_ne!(
         tls_cookie.split(';').next(),
