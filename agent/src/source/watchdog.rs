@@ -412,7 +412,26 @@ mod tests {
         (v, r)
     }
 
-    const SHORT: Duration = Duration::from_millis(100);
+    /// The deadline in these tests: long enough that a healthy call under a loaded machine never misses it.
+    const DEADLINE: Duration = Duration::from_secs(1);
+
+    /// The first read after the stuck call came back: reads until one is not stalled (a stalled read returns
+    /// at once without calling the source, so it changes nothing), failing if none comes within 20 s.
+    fn read_once_answering(s: &mut dyn Source) -> (Vec<(usize, Value)>, ReadReport) {
+        let start = Instant::now();
+        loop {
+            let (v, r) = read(s);
+            if !r
+                .errors
+                .iter()
+                .any(|e| matches!(e, SourceError::Stalled { .. }))
+            {
+                return (v, r);
+            }
+            assert!(start.elapsed() < Duration::from_secs(20), "still stalled");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
 
     #[test]
     fn a_stuck_sample_is_reported_stalled_at_the_deadline_and_old_values_are_never_handed_out() {
@@ -425,8 +444,8 @@ mod tests {
                 block_discover: false,
                 value: 0.0,
             }),
-            SHORT,
-            SHORT,
+            DEADLINE,
+            DEADLINE,
         );
         s.bind_metrics(&metrics);
         assert!(s.discover().unwrap());
@@ -438,7 +457,8 @@ mod tests {
         let t = Instant::now();
         let (v, r) = read(s.as_mut());
         let waited = t.elapsed();
-        assert!(waited >= SHORT && waited < SHORT * 5, "{waited:?}");
+        // At the deadline, not later than it by much (the gate stays held: without the deadline it never ends).
+        assert!(waited >= DEADLINE && waited < DEADLINE * 30, "{waited:?}");
         assert!(v.is_empty());
         assert_eq!(r.failed, 1);
         assert!(matches!(
@@ -446,10 +466,10 @@ mod tests {
             SourceError::Stalled { call: "sample", .. }
         ));
         assert_eq!(stalled(), 1);
-        // While stuck: at once, nothing read, the same failure.
+        // While stuck: at once (not another deadline), nothing read, the same failure.
         let t = Instant::now();
         let (v, r) = read(s.as_mut());
-        assert!(t.elapsed() < SHORT / 2);
+        assert!(t.elapsed() < DEADLINE / 2, "{:?}", t.elapsed());
         assert!(v.is_empty() && r.failed == 1);
         assert!(r.errors[0]
             .to_string()
@@ -457,15 +477,25 @@ mod tests {
         assert!(matches!(s.discover(), Err(SourceError::Stalled { .. })));
 
         drop(held);
-        std::thread::sleep(SHORT / 2);
         // The late sample (value 2) is dropped; the next one is read fresh.
-        assert_eq!(read(s.as_mut()).0, vec![(0, Value::Gauge(3.0))]);
+        assert_eq!(
+            read_once_answering(s.as_mut()).0,
+            vec![(0, Value::Gauge(3.0))]
+        );
         assert_eq!(stalled(), 0);
         assert!(!s.discover().unwrap());
     }
 
-    /// Two values read 30 ms apart.
-    struct Paced(Inventory);
+    /// Two values, the second read only once the caller's sink has the first (or, when the first is held
+    /// back, after [`SEEN_DEADLINE`]): `seen_first` says which.
+    struct Paced {
+        inventory: Inventory,
+        first_handed_over: Receiver<()>,
+        seen_first: Arc<std::sync::atomic::AtomicBool>,
+    }
+
+    /// How long [`Paced`] waits for its first value to reach the caller: far beyond any scheduling delay.
+    const SEEN_DEADLINE: Duration = Duration::from_secs(20);
 
     impl Source for Paced {
         fn name(&self) -> &'static str {
@@ -475,11 +505,13 @@ mod tests {
             Ok(false)
         }
         fn inventory(&self) -> &Inventory {
-            &self.0
+            &self.inventory
         }
         fn sample(&mut self, _tier: Tier, sink: &mut dyn FnMut(usize, Value)) -> ReadReport {
             sink(0, Value::Counter(1));
-            std::thread::sleep(Duration::from_millis(30));
+            let seen = self.first_handed_over.recv_timeout(SEEN_DEADLINE).is_ok();
+            self.seen_first
+                .store(seen, std::sync::atomic::Ordering::SeqCst);
             sink(1, Value::Counter(2));
             ReadReport {
                 read: 2,
@@ -490,13 +522,27 @@ mod tests {
 
     #[test]
     fn each_value_reaches_the_sink_when_it_is_read_not_when_the_sample_ends() {
-        let mut s = watch(Box::new(Paced(Inventory::default())));
-        let mut at = Vec::new();
-        let r = s.sample(Tier::Fast, &mut |i, _| at.push((i, Instant::now())));
+        // Causal, not timed: the source reads its second value only after the caller's sink got the first,
+        // which can happen only if that value was handed over while the sample was still under way.
+        let (handed_over, first_handed_over) = mpsc::channel();
+        let seen_first = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let paced = Paced {
+            inventory: Inventory::default(),
+            first_handed_over,
+            seen_first: seen_first.clone(),
+        };
+        let mut s = watch_with(Box::new(paced), SEEN_DEADLINE * 3, SEEN_DEADLINE * 3);
+        let mut got = Vec::new();
+        let r = s.sample(Tier::Fast, &mut |i, v| {
+            got.push((i, v));
+            let _ = handed_over.send(());
+        });
         assert_eq!(r.read, 2);
-        assert_eq!(at.len(), 2);
-        let gap = at[1].1 - at[0].1;
-        assert!(gap >= Duration::from_millis(25), "{gap:?}");
+        assert_eq!(got, vec![(0, Value::Counter(1)), (1, Value::Counter(2))]);
+        assert!(
+            seen_first.load(std::sync::atomic::Ordering::SeqCst),
+            "the first value reached the sink only after the sample ended"
+        );
     }
 
     #[test]
@@ -509,8 +555,8 @@ mod tests {
                 block_discover: true,
                 value: 0.0,
             }),
-            SHORT,
-            SHORT,
+            DEADLINE,
+            DEADLINE,
         );
         let held = gate.lock().unwrap();
         assert!(matches!(
@@ -522,9 +568,11 @@ mod tests {
         ));
         assert!(s.inventory().series.is_empty());
         drop(held);
-        std::thread::sleep(SHORT / 2);
         // The first (late) discovery found the series; the next one finds nothing new but says it changed.
-        assert_eq!(read(s.as_mut()).0, vec![(0, Value::Gauge(1.0))]);
+        assert_eq!(
+            read_once_answering(s.as_mut()).0,
+            vec![(0, Value::Gauge(1.0))]
+        );
         assert_eq!(s.inventory().series.len(), 1);
         assert!(s.discover().unwrap());
         assert!(!s.discover().unwrap());
@@ -532,8 +580,9 @@ mod tests {
         let _held = gate.lock().unwrap();
         let (_, r) = read(s.as_mut());
         assert_eq!(r.failed, 1);
+        // The source's thread stays stuck on the gate until the test ends: a drop that joined it would hang.
         let t = Instant::now();
         drop(s);
-        assert!(t.elapsed() < SHORT / 2);
+        assert!(t.elapsed() < DEADLINE * 10, "{:?}", t.elapsed());
     }
 }
