@@ -377,35 +377,56 @@ async fn newer_stream_for_a_node_wins() {
 
 #[tokio::test]
 async fn stale_nodes_expire_from_api_and_metrics() {
+    // "alive" sends a heartbeat every 50 ms, 40 within `node_expiry`: it stays however slow the machine is.
+    // "gone" is silent and closed: it must leave the API and the metrics; how soon is not asserted (a loaded
+    // machine runs the sweep late), only that it happens and "alive" is still there when it has.
     let mut cfg = config();
-    cfg.node_expiry = Duration::from_millis(300);
+    cfg.node_expiry = Duration::from_secs(2);
     let h = collector(cfg).await;
     let (mut a, _) = Agent::connect(h.grpc_addr, hello("gone", 1)).await;
     a.send_batch(batch(1, &traffic(0, 2, 10, 10))).await;
     a.ack_at_least(1).await;
     let (b, _) = Agent::connect(h.grpc_addr, hello("alive", 1)).await;
     drop(a);
-    for i in 0..8 {
+    let (stop, mut stopped) = tokio::sync::watch::channel(false);
+    let heartbeats = tokio::spawn(async move {
+        for i in 0.. {
+            b.send(pb::AgentMessage {
+                msg: Some(pb::agent_message::Msg::Heartbeat(pb::Heartbeat {
+                    unix_ns: i,
+                })),
+            })
+            .await;
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+                _ = stopped.changed() => break,
+            }
+        }
+        b
+    });
+    let start = std::time::Instant::now();
+    let (names, m) = loop {
+        let v = nodes_json(&h).await;
+        let names: Vec<String> = v
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n["name"].as_str().unwrap().to_string())
+            .collect();
+        let m = metrics(&h).await;
+        if !names.iter().any(|n| n == "gone") && node_lines(&m, "gone").is_empty() {
+            break (names, m);
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "\"gone\" never expired: {names:?}\n{m}"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
-        b.send(pb::AgentMessage {
-            msg: Some(pb::agent_message::Msg::Heartbeat(pb::Heartbeat {
-                unix_ns: i,
-            })),
-        })
-        .await;
-    }
-    let v = nodes_json(&h).await;
-    let names: Vec<&str> = v
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| n["name"].as_str().unwrap())
-        .collect();
+    };
     assert_eq!(names, vec!["alive"]);
-    let m = metrics(&h).await;
-    assert!(node_lines(&m, "gone").is_empty(), "{m}");
-    assert!(!node_lines(&m, "alive").is_empty());
-    drop(b);
+    assert!(!node_lines(&m, "alive").is_empty(), "{m}");
+    stop.send_replace(true);
+    drop(heartbeats.await.unwrap());
     h.shutdown().await;
 }
 
