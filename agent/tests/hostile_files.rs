@@ -312,10 +312,17 @@ async fn a_source_that_blocks_is_reported_stalled_and_shutdown_does_not_wait_for
         )
         .unwrap_or(0.0)
     };
+    // Ten more of its ticks (20 ms each), however long a loaded machine takes for them: only that they come.
     let before = netdev(&metrics);
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let after = netdev(&metrics);
-    assert!(after >= before + 10.0, "netdev stopped: {before} → {after}");
+    let t = Instant::now();
+    while netdev(&metrics) < before + 10.0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "netdev stopped: {before} → {}",
+            netdev(&metrics)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let errors = agent_metric(
         &metrics.render(),
         "commwatch_agent_source_read_errors_total",
@@ -323,12 +330,11 @@ async fn a_source_that_blocks_is_reported_stalled_and_shutdown_does_not_wait_for
     );
     assert!(errors.unwrap_or(0.0) >= 1.0, "{errors:?}");
 
+    // The read stays blocked until `release` is dropped below: a shutdown that waited for it would never end.
     let t = Instant::now();
-    tokio::time::timeout(Duration::from_secs(5), handle.shutdown())
+    tokio::time::timeout(Duration::from_secs(30), handle.shutdown())
         .await
         .expect("shutdown waited on the blocked read");
-    let took = t.elapsed();
-    eprintln!("shutdown with a blocked read took {took:?}");
-    assert!(took < Duration::from_secs(3), "{took:?}");
+    eprintln!("shutdown with a blocked read took {:?}", t.elapsed());
     drop(release);
 }
