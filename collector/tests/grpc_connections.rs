@@ -24,9 +24,9 @@ fn counted(h: &CollectorHandle, name: &str, reason: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
-/// `counted(…)` once it reaches `want` (or after a few seconds, whatever it is then).
+/// `counted(…)` once it reaches `want` (or after 30 s, whatever it is then: generous, for a loaded machine).
 async fn counted_soon(h: &CollectorHandle, name: &str, reason: &str, want: f64) -> f64 {
-    let until = Instant::now() + Duration::from_secs(5);
+    let until = Instant::now() + Duration::from_secs(30);
     loop {
         let n = counted(h, name, reason);
         if n >= want || Instant::now() > until {
@@ -144,17 +144,18 @@ async fn connections_over_the_listener_cap_are_closed_at_once_and_counted() {
     let mut cfg = config();
     cfg.limits.max_grpc_connections = 4;
     cfg.limits.max_grpc_connections_per_peer = 4;
-    cfg.limits.grpc_handshake_timeout = Duration::from_millis(500);
+    // Long enough that the four idle ones still hold every slot when the fifth comes, however late a loaded
+    // machine runs this; the reason counted says which closed the fifth (the cap, not its own deadline).
+    cfg.limits.grpc_handshake_timeout = Duration::from_secs(3);
     let h = collector(cfg).await;
     let _held = idle_connections(h.grpc_addr, 4).await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     let mut over = TcpStream::connect(h.grpc_addr).await.unwrap();
-    assert!(closed_within(&mut over, Duration::from_millis(400)).await);
+    assert!(closed_within(&mut over, PROMPT).await);
     let name = "commwatch_collector_grpc_connections_refused_total";
     // The listener's cap is checked first.
     assert_eq!(counted(&h, name, "listener_limit"), 1.0);
     // Once the deadline closes the idle four, agents get in again.
-    tokio::time::sleep(Duration::from_millis(800)).await;
     // Counted just after the close the client saw.
     assert_eq!(counted_soon(&h, name, "handshake_timeout", 4.0).await, 4.0);
     agent_gets_in(&h, "n1").await;
