@@ -63,7 +63,13 @@ async fn baselines_and_findings_survive_restart() {
         200
     );
     // Refused: not a baseline, or a non-positive number.
-    let bad = client.post(&url).body("{\"x\":1}").send().await.unwrap();
+    let bad = client
+        .post(&url)
+        .header("content-type", "application/json")
+        .body("{\"x\":1}")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(bad.status(), 400);
     let bad = serde_json::json!({"job": "j", "gpus": 0, "samples_per_second_per_gpu": 1.0});
     assert_eq!(
