@@ -46,7 +46,7 @@ async fn start_agents(
 fn link<'a>(s: &'a NodeStep, device: &str) -> &'a commwatch_collector::steps::StepLink {
     s.links
         .iter()
-        .find(|l| l.key.device == device)
+        .find(|l| l.link.key.device == device)
         .unwrap_or_else(|| panic!("no link {device} in {s:?}"))
 }
 

@@ -169,8 +169,9 @@ pub struct CollectorConfig {
     pub allow_plaintext: bool,
     /// `[remote_write]`: the derived series sent to a Prometheus remote-write receiver; off without `url`.
     pub remote_write: RemoteWriteConfig,
-    /// `nvlink_detail = "gpu" | "link"`: NVLink series in `/metrics` and remote write per GPU (its links
-    /// summed; the default, for a fleet's series count) or per link.
+    /// `nvlink_detail = "gpu" | "link"`: NVLink series in `/metrics` and remote write, and NVLink step figures
+    /// (the step engine, `/api/v1/steps`), per GPU (its links summed; the default, for a fleet's series count
+    /// and the engine's work) or per link.
     pub nvlink_detail: NvlinkDetail,
     /// `counter_detail = "family" | "name"`: a link's error, congestion and other counters in `/metrics` and
     /// remote write summed per family (the default) or one series per agent counter name (`counter` label).

@@ -314,8 +314,11 @@ pub async fn run(
     tasks.spawn_server("grpc", grpc);
     if !config.steps_interval.is_zero() {
         let passes = health.passes.clone();
-        let engine =
-            steps::engine::run(store.clone(), steps.clone(), passes, config.steps_interval);
+        let engine = steps::engine::run(
+            steps::engine::Engine::new(store.clone(), steps.clone(), passes)
+                .with_nvlink_detail(config.nvlink_detail),
+            config.steps_interval,
+        );
         tasks.spawn_loop("step engine", engine);
     }
     tasks.spawn_loop("analysis", analysis.clone().run());

@@ -179,6 +179,27 @@ impl Link {
         self.endpoint == Endpoint::Interface
     }
 
+    /// Whether this link stands for all of a GPU's NVLinks (an NVLink with no port and no link number): how
+    /// `/metrics` and the step figures show a GPU's NVLinks by default, and how an agent ships their byte sums.
+    pub fn is_gpu_nvlinks(&self) -> bool {
+        self.key.class == LinkClass::Nvlink && self.link.is_none() && self.key.port.is_empty()
+    }
+
+    /// A link standing for all of a GPU's NVLinks ([`Link::is_gpu_nvlinks`]), of the GPU of `first` (one of
+    /// them: its device, GPU, role and endpoint), with `capacity` (their sum, where known) and `first`'s state.
+    pub fn gpu_nvlinks(first: &Link, capacity: Option<f64>) -> Link {
+        Link {
+            key: LinkKey::new(LinkClass::Nvlink, first.key.device.clone(), String::new()),
+            endpoint: first.endpoint,
+            role: first.role,
+            capacity_bytes_per_second: capacity,
+            state: first.state.clone(),
+            attributes: BTreeMap::new(),
+            gpu: Some(first.gpu.clone().unwrap_or_default()),
+            link: None,
+        }
+    }
+
     /// A port of an InfiniBand or RoCE adapter on the fabric (not the netdev on top of it).
     pub fn is_fabric_rdma(&self) -> bool {
         is_fabric_rdma(self.key.class, self.endpoint, self.role)

@@ -36,14 +36,15 @@ pub struct ByteTally {
 
 /// The simulator's link for a collector link, where the model has one (HCA ports and `eth0`).
 fn sim_link(l: &StepLink) -> Option<Link> {
-    match l.key.class {
+    match l.link.key.class {
         LinkClass::Infiniband => l
+            .link
             .key
             .device
             .strip_prefix("mlx5_")
             .and_then(|g| g.parse().ok())
             .map(Link::Hca),
-        LinkClass::Ethernet if l.key.device == "eth0" => Some(Link::Eth0),
+        LinkClass::Ethernet if l.link.key.device == "eth0" => Some(Link::Eth0),
         _ => None,
     }
 }
@@ -105,7 +106,7 @@ impl ByteTally {
                     self.max_rel_error = rel;
                     self.worst = format!(
                         "{} {} {dir}, simulated step {:?}: {measured} B, truth {truth} B",
-                        step.node, l.key.device, inside
+                        step.node, l.link.key.device, inside
                     );
                 }
             }

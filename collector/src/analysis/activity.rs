@@ -496,7 +496,7 @@ mod tests {
         let steps: f64 = edges
             .windows(2)
             .map(|e| {
-                step_link(&hca(), &tx, &[], e[0], e[1], 0.05)
+                step_link(&std::sync::Arc::new(hca()), &tx, &[], e[0], e[1], 0.05)
                     .expect("covered")
                     .active_s
             })

@@ -500,11 +500,11 @@ impl NodeInput {
     /// Which of the node's links carry its fabric data (RDMA ports, or on a TCP fabric its fabric interfaces).
     pub fn fabric_data(&self) -> FabricData {
         let steps_rdma = || {
-            self.steps.iter().rev().take(1).any(|s| {
-                s.links
-                    .iter()
-                    .any(|l| commwatch_model::link::is_fabric_rdma(l.key.class, l.endpoint, l.role))
-            })
+            self.steps
+                .iter()
+                .rev()
+                .take(1)
+                .any(|s| s.links.iter().any(|l| l.link.is_fabric_rdma()))
         };
         match FabricData::of(self.links.iter().map(|l| l.link.as_ref())) {
             FabricData::Interfaces if steps_rdma() => FabricData::RdmaPorts,
@@ -580,7 +580,13 @@ impl NodeInput {
                 .iter()
                 .flat_map(|s| s.links.iter())
                 .filter(|l| {
-                    l.confident && Self::fabric_figure_link(fd, l.key.class, l.endpoint, l.role)
+                    l.confident
+                        && Self::fabric_figure_link(
+                            fd,
+                            l.link.key.class,
+                            l.link.endpoint,
+                            l.link.role,
+                        )
                 })
                 .filter_map(|l| l.achieved_bytes_per_second)
                 .collect()

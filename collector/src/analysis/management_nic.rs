@@ -117,7 +117,7 @@ fn direction(n: &NodeInput, l: &LinkInput) -> Direction {
     let (tx, rx) = n
         .steps
         .iter()
-        .filter_map(|s| s.links.iter().find(|x| x.key == l.link.key))
+        .filter_map(|s| s.links.iter().find(|x| x.link.key == l.link.key))
         .fold((0u64, 0u64), |(t, r), x| {
             (t.saturating_add(x.tx_bytes), r.saturating_add(x.rx_bytes))
         });
@@ -259,7 +259,7 @@ fn from_steps(n: &NodeInput, l: &LinkInput, step_period_s: Option<f64>) -> Optio
         .steps
         .iter()
         .filter_map(|s| {
-            let x = s.links.iter().find(|x| x.key == l.link.key)?;
+            let x = s.links.iter().find(|x| x.link.key == l.link.key)?;
             Some((
                 x.tx_bytes.max(x.rx_bytes) as f64,
                 x.active_s,
@@ -626,7 +626,7 @@ mod tests {
         let steps = (0..steps)
             .map(|k| {
                 let (start, end) = (k * 1600 * MS, (k + 1) * 1600 * MS);
-                let links = [(&mgmt, tx, rx), (&fab, &flat[..], &flat[..])]
+                let links = [(&m.link, tx, rx), (&f.link, &flat[..], &flat[..])]
                     .into_iter()
                     .filter_map(|(l, t, r)| step_link(l, t, r, start, end, 0.05))
                     .collect();

@@ -147,7 +147,7 @@ fn fabric_rate(nodes: &[&NodeInput]) -> Option<f64> {
                 .steps
                 .iter()
                 .flat_map(|s| s.links.iter())
-                .filter(|l| fd.carries(l.key.class, l.endpoint, l.role))
+                .filter(|l| fd.carries(l.link.key.class, l.link.endpoint, l.link.role))
                 .map(|l| l.tx_bytes.max(l.rx_bytes))
                 .fold(0u64, u64::saturating_add);
             (t >= MIN_RATE_SPAN_S && bytes > 0).then(|| bytes as f64 / t)

@@ -5,8 +5,10 @@
 //! integration test brings it in with `use commwatch_collector::steps;`) and `commwatch_model`, which both
 //! crates depend on.
 
+use std::sync::Arc;
+
 use crate::steps::{NodeStep, StepLink, StepSource};
-use commwatch_model::{Endpoint, LinkClass, LinkKey, LinkRole};
+use commwatch_model::{Endpoint, Link, LinkClass, LinkKey, LinkRole};
 
 /// What the step's one link (InfiniBand HCA `mlx5_0` port 1, fabric) moved: `bytes` each way.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -59,11 +61,16 @@ pub fn hca_step(node: &str, index: u64, (start, end): (i64, i64), f: HcaFigures)
         confidence: 0.9,
         samples: None,
         links: vec![StepLink {
-            key: LinkKey::new(LinkClass::Infiniband, "mlx5_0", "1"),
-            endpoint: Endpoint::HcaPort,
-            role: LinkRole::Fabric,
-            gpu: None,
-            link: None,
+            link: Arc::new(Link {
+                key: LinkKey::new(LinkClass::Infiniband, "mlx5_0", "1"),
+                endpoint: Endpoint::HcaPort,
+                role: LinkRole::Fabric,
+                capacity_bytes_per_second: f.capacity,
+                state: "ACTIVE".into(),
+                attributes: Default::default(),
+                gpu: None,
+                link: None,
+            }),
             tx_bytes: f.bytes,
             rx_bytes: f.bytes,
             active_s: f.active_s,

@@ -80,7 +80,7 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
                 let v = n
                     .steps
                     .iter()
-                    .filter_map(|s| s.links.iter().find(|x| x.key == l.link.key))
+                    .filter_map(|s| s.links.iter().find(|x| x.link.key == l.link.key))
                     .filter(|x| x.confident)
                     .filter_map(|x| x.achieved_bytes_per_second)
                     .collect();

@@ -62,10 +62,10 @@ pub fn link_json(l: &StepLink, node: Option<&str>) -> Value {
         l.utilization,
     );
     let mut v = json!({
-        "class": l.key.class.as_str(),
-        "device": l.key.device,
-        "port": l.key.port,
-        "role": l.role.as_str(),
+        "class": l.link.key.class.as_str(),
+        "device": l.link.key.device,
+        "port": l.link.key.port,
+        "role": l.link.role.as_str(),
         "tx_bytes": l.tx_bytes,
         "rx_bytes": l.rx_bytes,
         "active_s": l.active_s,
@@ -77,10 +77,10 @@ pub fn link_json(l: &StepLink, node: Option<&str>) -> Value {
         "confident": l.confident,
     });
     if let Some(m) = v.as_object_mut() {
-        if let Some(g) = &l.gpu {
+        if let Some(g) = &l.link.gpu {
             m.insert("gpu".into(), json!(g));
         }
-        if let Some(k) = &l.link {
+        if let Some(k) = &l.link.link {
             m.insert("link".into(), json!(k));
         }
         if let Some(n) = node {
@@ -280,14 +280,14 @@ const FAMILIES: &[Fam] = &[
 fn link_labels(node: &str, l: &StepLink) -> Vec<LabelPair> {
     let mut v = vec![
         label("node", node),
-        label("class", l.key.class.as_str()),
-        label("device", &l.key.device),
-        label("port", &l.key.port),
-        label("role", l.role.as_str()),
+        label("class", l.link.key.class.as_str()),
+        label("device", &l.link.key.device),
+        label("port", &l.link.key.port),
+        label("role", l.link.role.as_str()),
     ];
-    if l.key.class == LinkClass::Nvlink {
-        v.push(label("gpu", l.gpu.as_deref().unwrap_or("")));
-        v.push(label("link", l.link.as_deref().unwrap_or("")));
+    if l.link.key.class == LinkClass::Nvlink {
+        v.push(label("gpu", l.link.gpu.as_deref().unwrap_or("")));
+        v.push(label("link", l.link.link.as_deref().unwrap_or("")));
     }
     v
 }
@@ -314,16 +314,18 @@ fn link_figures<'a>(
             let Some(a) = l.achieved_bytes_per_second else {
                 continue;
             };
-            match done.binary_search(&&l.key) {
+            match done.binary_search(&&l.link.key) {
                 Ok(_) => continue,
-                Err(at) => done.insert(at, &l.key),
+                Err(at) => done.insert(at, &l.link.key),
             }
-            if detail == NvlinkDetail::Link || l.key.class != LinkClass::Nvlink {
+            if (detail == NvlinkDetail::Link && !l.link.is_gpu_nvlinks())
+                || l.link.key.class != LinkClass::Nvlink
+            {
                 out.push((link_labels(node, l), a, l.utilization));
                 continue;
             }
             let same = |g: &&mut (&StepLink, f64, f64, f64)| {
-                g.0.key.device == l.key.device && g.0.gpu == l.gpu
+                g.0.link.key.device == l.link.key.device && g.0.link.gpu == l.link.gpu
             };
             let (with_cap, cap) = match l.capacity_bytes_per_second {
                 Some(c) if c > 0.0 => (a, c),
@@ -338,10 +340,10 @@ fn link_figures<'a>(
     for (l, achieved, with_cap, cap) in gpus {
         let labels = vec![
             label("node", node),
-            label("class", l.key.class.as_str()),
-            label("device", &l.key.device),
-            label("role", l.role.as_str()),
-            label("gpu", l.gpu.as_deref().unwrap_or("")),
+            label("class", l.link.key.class.as_str()),
+            label("device", &l.link.key.device),
+            label("role", l.link.role.as_str()),
+            label("gpu", l.link.gpu.as_deref().unwrap_or("")),
         ];
         out.push((labels, achieved, (cap > 0.0).then(|| with_cap / cap)));
     }
@@ -498,11 +500,16 @@ mod tests {
         cap: Option<f64>,
     ) -> StepLink {
         StepLink {
-            key: LinkKey::new(class, device, n),
-            endpoint: Endpoint::legacy(class, device, n),
-            role: LinkRole::Fabric,
-            gpu: gpu.map(str::to_string),
-            link: gpu.map(|_| n.to_string()),
+            link: Arc::new(commwatch_model::Link {
+                key: LinkKey::new(class, device, n),
+                endpoint: Endpoint::legacy(class, device, n),
+                role: LinkRole::Fabric,
+                capacity_bytes_per_second: cap,
+                state: "ACTIVE".into(),
+                attributes: Default::default(),
+                gpu: gpu.map(str::to_string),
+                link: gpu.map(|_| n.to_string()),
+            }),
             tx_bytes: 1,
             rx_bytes: 1,
             active_s: 1.0,

@@ -15,9 +15,11 @@
 //! for their rate to be measured (or the link was idle): a burst shorter than a few samples gives exact bytes
 //! and an achieved bandwidth that is only a lower bound.
 
+use std::sync::Arc;
+
 use commwatch_model::Link;
 
-use super::busy::{active_floor, busy_time, Interval};
+use super::busy::{active_floor, busy_summary, Interval};
 use crate::steps::StepLink;
 
 /// A cumulative counter value at `t`: the integer part of the sample at or before `t` and the interpolated
@@ -46,8 +48,21 @@ pub fn interpolate(samples: &[(i64, u64)], t: i64) -> Option<f64> {
 /// [`interpolate`] at each of `times`, by one walk over `samples` (oldest first) while the times ascend
 /// instead of a search per time — the same values; a time earlier than its predecessor is searched for.
 pub fn interpolate_ascending(samples: &[(i64, u64)], times: &[i64]) -> Vec<Option<f64>> {
+    let mut out = Vec::with_capacity(times.len());
+    interpolate_ascending_into(samples, times, &mut out);
+    out
+}
+
+/// [`interpolate_ascending`] into `out` (cleared first), so that a caller keeping `out` allocates nothing.
+pub fn interpolate_ascending_into(
+    samples: &[(i64, u64)],
+    times: &[i64],
+    out: &mut Vec<Option<f64>>,
+) {
+    out.clear();
     let (Some(first), Some(last)) = (samples.first(), samples.last()) else {
-        return vec![None; times.len()];
+        out.resize(times.len(), None);
+        return;
     };
     // `next`: the first sample with ts > the previous time (as `acc_at`'s partition point); searched for the
     // first time (the samples may cover many steps before it: a walk from the oldest cost a pass over them per
@@ -55,27 +70,24 @@ pub fn interpolate_ascending(samples: &[(i64, u64)], times: &[i64]) -> Vec<Optio
     let mut next = times
         .first()
         .map_or(0, |&t| samples.partition_point(|s| s.0 <= t));
-    times
-        .iter()
-        .map(|&t| {
-            if t < first.0 || t > last.0 {
-                return None;
-            }
-            if next > 0 && samples[next - 1].0 > t {
-                next = samples.partition_point(|s| s.0 <= t);
-            }
-            while next < samples.len() && samples[next].0 <= t {
-                next += 1;
-            }
-            let (t0, a0) = samples[next - 1];
-            if t0 == t || next == samples.len() {
-                return Some(a0 as f64);
-            }
-            let (t1, a1) = samples[next];
-            let frac = (t - t0) as f64 / (t1 - t0) as f64;
-            Some(a0 as f64 + a1.saturating_sub(a0) as f64 * frac)
-        })
-        .collect()
+    out.extend(times.iter().map(|&t| {
+        if t < first.0 || t > last.0 {
+            return None;
+        }
+        if next > 0 && samples[next - 1].0 > t {
+            next = samples.partition_point(|s| s.0 <= t);
+        }
+        while next < samples.len() && samples[next].0 <= t {
+            next += 1;
+        }
+        let (t0, a0) = samples[next - 1];
+        if t0 == t || next == samples.len() {
+            return Some(a0 as f64);
+        }
+        let (t1, a1) = samples[next];
+        let frac = (t - t0) as f64 / (t1 - t0) as f64;
+        Some(a0 as f64 + a1.saturating_sub(a0) as f64 * frac)
+    }));
 }
 
 /// Bytes between `start` and `end` (`start < end`), `None` when the samples do not cover both edges.
@@ -86,61 +98,109 @@ pub fn bytes_between(samples: &[(i64, u64)], start: i64, end: i64) -> Option<u64
     Some((whole + f1 - f0).max(0.0).round() as u64)
 }
 
+/// One link's cumulative byte samples, `(timestamp_ns, acc)` oldest first, per direction (either may be empty
+/// when the agent does not count that direction).
+pub type Directions<'a> = (&'a [(i64, u64)], &'a [(i64, u64)]);
+
+/// Buffers the link figures keep between links and steps (their content is scratch), so that a node's links
+/// cost no allocation per link and step ([`step_link_with`]).
+#[derive(Debug, Default)]
+pub struct LinkScratch {
+    points: Vec<i64>,
+    at: Vec<Option<f64>>,
+    /// Bytes per grid interval and direction, summed over the parts of a link.
+    tx: Vec<f64>,
+    rx: Vec<f64>,
+    intervals: Vec<Interval>,
+    rates: Vec<f64>,
+}
+
 /// The figures of one link over the step `[start_ns, end_ns]`. `tx` / `rx` are the link's cumulative byte
 /// samples (either may be empty when the agent does not count that direction); `sample_period_s` is the node's
-/// fast sampling period (what a burst must outlast for its rate to be measured). `None` when neither direction's samples cover both edges, or the step is empty.
+/// fast sampling period (what a burst must outlast for its rate to be measured). `None` when neither direction's
+/// samples cover both edges, or the step is empty. ([`step_link_with`] without a caller's buffers.)
 pub fn step_link(
-    link: &Link,
+    link: &Arc<Link>,
     tx: &[(i64, u64)],
     rx: &[(i64, u64)],
     start_ns: i64,
     end_ns: i64,
     sample_period_s: f64,
 ) -> Option<StepLink> {
+    let mut scratch = LinkScratch::default();
+    step_link_with(
+        link,
+        &[(tx, rx)],
+        (start_ns, end_ns),
+        sample_period_s,
+        &mut scratch,
+    )
+}
+
+/// The figures over the step `[start_ns, end_ns]` of `link` made of `parts` (one for a link as the agent
+/// sent it; a GPU's NVLinks for the GPU's figure, `link` then carrying their summed capacity): bytes are the
+/// parts' sums, and each sampling interval's bytes (on the grid of the first part that covers the step) the sum
+/// of the parts' interpolated bytes in it, so that the busy time is the summed traffic's. A part whose samples
+/// cover neither edge in either direction counts nothing; `None` when no part covers the step, or the step is
+/// empty. Allocates nothing but what `scratch` grows to (and nothing once it has).
+pub fn step_link_with(
+    link: &Arc<Link>,
+    parts: &[Directions<'_>],
+    (start_ns, end_ns): (i64, i64),
+    sample_period_s: f64,
+    scratch: &mut LinkScratch,
+) -> Option<StepLink> {
     if end_ns <= start_ns {
         return None;
     }
-    let tx_bytes = bytes_between(tx, start_ns, end_ns);
-    let rx_bytes = bytes_between(rx, start_ns, end_ns);
-    if tx_bytes.is_none() && rx_bytes.is_none() {
+    let (mut tx_bytes, mut rx_bytes, mut covered) = (0u64, 0u64, false);
+    for &(tx, rx) in parts {
+        let (t, r) = (
+            bytes_between(tx, start_ns, end_ns),
+            bytes_between(rx, start_ns, end_ns),
+        );
+        if t.is_none() && r.is_none() {
+            continue;
+        }
+        if !covered {
+            // Interval grid: the edges and the samples strictly inside (of whichever direction covers the
+            // step), from the first part that covers it.
+            let grid_src = if t.is_some() { tx } else { rx };
+            grid(grid_src, start_ns, end_ns, &mut scratch.points);
+            let n = scratch.points.len() - 1;
+            scratch.tx.clear();
+            scratch.tx.resize(n, 0.0);
+            scratch.rx.clear();
+            scratch.rx.resize(n, 0.0);
+            covered = true;
+        }
+        tx_bytes += t.unwrap_or(0);
+        rx_bytes += r.unwrap_or(0);
+        // Both directions at every grid point, each by one walk (the grid ascends).
+        add_interval_bytes(tx, &scratch.points, &mut scratch.at, &mut scratch.tx);
+        add_interval_bytes(rx, &scratch.points, &mut scratch.at, &mut scratch.rx);
+    }
+    if !covered {
         return None;
     }
-    // Interval grid: the edges and the samples strictly inside (of whichever direction covers the step).
-    let grid_src = if tx_bytes.is_some() { tx } else { rx };
-    let (tx_bytes, rx_bytes) = (tx_bytes.unwrap_or(0), rx_bytes.unwrap_or(0));
-    let mut points: Vec<i64> = Vec::with_capacity(16);
-    points.push(start_ns);
-    let from = grid_src.partition_point(|s| s.0 <= start_ns);
-    points.extend(
-        grid_src[from..]
-            .iter()
-            .map(|s| s.0)
-            .take_while(|&t| t < end_ns),
-    );
-    points.push(end_ns);
-    // Both directions at every grid point, each by one walk (the grid ascends).
-    let (tx_at, rx_at) = (
-        interpolate_ascending(tx, &points),
-        interpolate_ascending(rx, &points),
-    );
-    let mut intervals: Vec<Interval> = Vec::with_capacity(points.len());
-    for (j, w) in points.windows(2).enumerate() {
+    scratch.intervals.clear();
+    for (j, w) in scratch.points.windows(2).enumerate() {
         let len_s = (w[1] - w[0]) as f64 / 1e9;
         if len_s <= 0.0 {
             continue;
         }
-        let d = |at: &[Option<f64>]| match (at[j], at[j + 1]) {
-            (Some(a), Some(b)) => (b - a).max(0.0),
-            _ => 0.0,
-        };
-        intervals.push(Interval {
+        scratch.intervals.push(Interval {
             len_s,
-            bytes: d(&tx_at).max(d(&rx_at)),
+            bytes: scratch.tx[j].max(scratch.rx[j]),
         });
     }
     let floor = active_floor(link.capacity_bytes_per_second);
-    let busy = busy_time(&intervals, floor, sample_period_s);
-    let active_s = busy.active_s;
+    let (active_s, confident) = busy_summary(
+        &scratch.intervals,
+        floor,
+        sample_period_s,
+        &mut scratch.rates,
+    );
     let moved = tx_bytes.max(rx_bytes) as f64;
     let duration_s = (end_ns - start_ns) as f64 / 1e9;
     let achieved = (active_s > 0.0).then(|| moved / active_s);
@@ -148,13 +208,8 @@ pub fn step_link(
         (Some(a), Some(c)) if c > 0.0 => Some(a / c),
         _ => None,
     };
-    let confident = busy.resolved;
     Some(StepLink {
-        key: link.key.clone(),
-        endpoint: link.endpoint,
-        role: link.role,
-        gpu: link.gpu.clone(),
-        link: link.link.clone(),
+        link: link.clone(),
         tx_bytes,
         rx_bytes,
         active_s,
@@ -166,6 +221,31 @@ pub fn step_link(
     })
 }
 
+/// The step's interval grid into `points`: `start`, the times of `samples` strictly inside, `end`.
+fn grid(samples: &[(i64, u64)], start: i64, end: i64, points: &mut Vec<i64>) {
+    points.clear();
+    points.push(start);
+    let from = samples.partition_point(|s| s.0 <= start);
+    points.extend(samples[from..].iter().map(|s| s.0).take_while(|&t| t < end));
+    points.push(end);
+}
+
+/// Adds to `bytes[j]` what `samples` moved over the grid interval `[points[j], points[j + 1]]` (0 where the
+/// samples do not reach both of its ends); `at` is scratch.
+fn add_interval_bytes(
+    samples: &[(i64, u64)],
+    points: &[i64],
+    at: &mut Vec<Option<f64>>,
+    bytes: &mut [f64],
+) {
+    interpolate_ascending_into(samples, points, at);
+    for (j, b) in bytes.iter_mut().enumerate() {
+        if let (Some(a), Some(z)) = (at[j], at[j + 1]) {
+            *b += (z - a).max(0.0);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -175,8 +255,8 @@ mod tests {
     const S: i64 = 1_000_000_000;
 
     /// An InfiniBand HCA port of `capacity` bytes/s.
-    fn hca(capacity: Option<f64>) -> Link {
-        Link {
+    fn hca(capacity: Option<f64>) -> Arc<Link> {
+        Arc::new(Link {
             key: LinkKey::new(LinkClass::Infiniband, "mlx5_0", "1"),
             endpoint: Endpoint::HcaPort,
             role: LinkRole::Fabric,
@@ -185,7 +265,7 @@ mod tests {
             attributes: Default::default(),
             gpu: None,
             link: None,
-        }
+        })
     }
 
     /// 50 ms samples from t = 0 over `n` ticks; `per_tick(i)` bytes in the interval ending at tick i.

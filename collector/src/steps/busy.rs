@@ -97,7 +97,11 @@ pub struct Busy {
 /// The busy time of a link over `intervals` (consecutive, oldest first), with activity `floor` (bytes/s, see
 /// [`active_floor`]) and the sampling period `sample_period_s`.
 pub fn busy_time(intervals: &[Interval], floor: f64, sample_period_s: f64) -> Busy {
-    let runs = runs(intervals, floor, sample_period_s);
+    let mut rates = Vec::new();
+    let mut runs: Vec<Run> = Vec::new();
+    for_each_run(intervals, floor, sample_period_s, &mut rates, |r| {
+        runs.push(r)
+    });
     let mut interior: Vec<f64> = runs
         .iter()
         .filter(|r| r.resolved)
@@ -113,17 +117,37 @@ pub fn busy_time(intervals: &[Interval], floor: f64, sample_period_s: f64) -> Bu
     }
 }
 
+/// A stretch's busy time and whether it is resolved, as [`busy_time`] gives them, without its runs and
+/// interior rate: what a step's figures need. `rates` is a buffer the caller keeps across calls (its content
+/// is scratch), so a step's links cost no allocation.
+pub fn busy_summary(
+    intervals: &[Interval],
+    floor: f64,
+    sample_period_s: f64,
+    rates: &mut Vec<f64>,
+) -> (f64, bool) {
+    let (mut active_s, mut moved, mut measured) = (0.0, 0.0, 0.0);
+    for_each_run(intervals, floor, sample_period_s, rates, |r| {
+        active_s += r.active_s;
+        moved += r.bytes;
+        if r.resolved {
+            measured += r.bytes;
+        }
+    });
+    (
+        active_s,
+        moved <= 0.0 || measured >= RESOLVED_BYTES_SHARE * moved,
+    )
+}
+
 /// Active seconds of one run (every interval at or above the floor): full intervals whole, the others at
-/// their share of the run's burst rate.
-fn run_active_s(run: &[Interval]) -> f64 {
+/// their share of the run's burst rate. `full` is scratch for the median of the full intervals' rates.
+fn run_active_s(run: &[Interval], full: &mut Vec<f64>) -> f64 {
     let peak = run.iter().map(Interval::rate).fold(0.0, f64::max);
     let full_at = FULL_RATE_FRACTION * peak;
-    let mut full: Vec<f64> = run
-        .iter()
-        .map(Interval::rate)
-        .filter(|r| *r >= full_at)
-        .collect();
-    let burst_rate = median(&mut full).unwrap_or(peak).max(f64::MIN_POSITIVE);
+    full.clear();
+    full.extend(run.iter().map(Interval::rate).filter(|r| *r >= full_at));
+    let burst_rate = median(full).unwrap_or(peak).max(f64::MIN_POSITIVE);
     run.iter()
         .map(|i| {
             let rate = i.rate();
@@ -136,9 +160,15 @@ fn run_active_s(run: &[Interval]) -> f64 {
         .sum()
 }
 
-/// The runs of intervals at or above `floor`, with their active time.
-fn runs(intervals: &[Interval], floor: f64, sample_period_s: f64) -> Vec<Run> {
-    let mut out = Vec::new();
+/// Calls `f` with each run of intervals at or above `floor`, oldest first, with its active time (`full`:
+/// scratch for [`run_active_s`]).
+fn for_each_run(
+    intervals: &[Interval],
+    floor: f64,
+    sample_period_s: f64,
+    full: &mut Vec<f64>,
+    mut f: impl FnMut(Run),
+) {
     let mut i = 0;
     while i < intervals.len() {
         if intervals[i].rate() < floor {
@@ -154,15 +184,14 @@ fn runs(intervals: &[Interval], floor: f64, sample_period_s: f64) -> Vec<Run> {
             n if n >= RESOLVED_INTERVALS => run[1..n - 1].iter().map(|x| x.len_s).sum(),
             _ => 0.0,
         };
-        out.push(Run {
+        f(Run {
             first,
             end: i,
             bytes: run.iter().map(|x| x.bytes).sum(),
-            active_s: run_active_s(run),
+            active_s: run_active_s(run, full),
             resolved: interior_s > 0.0 && interior_s >= 0.5 * sample_period_s,
         });
     }
-    out
 }
 
 #[cfg(test)]
@@ -232,6 +261,32 @@ mod tests {
             },
         ];
         assert!(!busy_time(&i, 50e6, 0.05).resolved);
+    }
+
+    #[test]
+    fn the_summary_is_the_busy_time_and_resolution() {
+        use rand::{Rng, SeedableRng};
+        let mut r = rand::rngs::StdRng::seed_from_u64(5);
+        let mut rates = Vec::new();
+        for _ in 0..500 {
+            let n = r.random_range(0..40);
+            let i: Vec<Interval> = (0..n)
+                .map(|_| Interval {
+                    len_s: r.random_range(0.001..0.1),
+                    bytes: if r.random_bool(0.4) {
+                        0.0
+                    } else {
+                        r.random_range(0.0..1e9)
+                    },
+                })
+                .collect();
+            let b = busy_time(&i, 50e6, 0.05);
+            assert_eq!(
+                busy_summary(&i, 50e6, 0.05, &mut rates),
+                (b.active_s, b.resolved),
+                "{i:?}"
+            );
+        }
     }
 
     #[test]

@@ -22,6 +22,7 @@
 //! own samples. A node that runs no job, or the only node of its job, keeps its own steps.
 
 use std::collections::{HashMap, VecDeque};
+use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,11 +30,12 @@ use commwatch_model::clock::unix_now_ns;
 use commwatch_model::{Link, LinkClass};
 use tracing::debug;
 
-use super::bandwidth::step_link;
+use super::bandwidth::{step_link_with, Directions, LinkScratch};
 use super::history::StepStore;
 use super::inferred::InferenceTracker;
 use super::markers::MarkerTracker;
 use super::{NodeStep, StepSource};
+use crate::config::NvlinkDetail;
 use crate::store::{NodeState, Store};
 use crate::telemetry::Passes;
 
@@ -81,6 +83,9 @@ struct NodeEngine {
     /// The newest steps the node's own inference found (at most [`RECENT_OWN`]), for its job when it becomes
     /// the job's reference.
     recent: VecDeque<super::inferred::InferredStep>,
+    /// The links that stand for its GPUs' NVLinks in its step figures ([`figure_units`]), kept so that a step
+    /// shares them as it shares the store's links.
+    gpu_links: Vec<Arc<Link>>,
 }
 
 /// One node's inference in a pass: its job and the steps its own traffic gave.
@@ -130,12 +135,25 @@ fn tail_from(samples: impl DoubleEndedIterator<Item = (i64, u64)>, from: i64) ->
 
 /// Of `samples` (oldest first), those covering `[start, end]`: the last at or before `start` to the first at
 /// or after `end`.
+#[cfg(test)]
 fn covering(
     samples: impl DoubleEndedIterator<Item = (i64, u64)>,
     start: i64,
     end: i64,
 ) -> Vec<(i64, u64)> {
-    let mut v: Vec<(i64, u64)> = Vec::new();
+    let mut v = Vec::new();
+    covering_into(samples, start, end, &mut v);
+    v
+}
+
+/// [`covering`] appended to `out`; returns where they lie in it.
+fn covering_into(
+    samples: impl DoubleEndedIterator<Item = (i64, u64)>,
+    start: i64,
+    end: i64,
+    out: &mut Vec<(i64, u64)>,
+) -> Range<usize> {
+    let from = out.len();
     let mut after: Option<(i64, u64)> = None;
     for s in samples.rev() {
         if s.0 > end {
@@ -143,18 +161,18 @@ fn covering(
             after = Some(s);
             continue;
         }
-        v.push(s);
+        out.push(s);
         if s.0 <= start {
             break;
         }
     }
-    v.reverse();
+    out[from..].reverse();
     if let Some(a) = after {
-        if v.last().is_none_or(|l| l.0 < end) {
-            v.push(a);
+        if out[from..].last().is_none_or(|l| l.0 < end) {
+            out.push(a);
         }
     }
-    v
+    from..out.len()
 }
 
 /// Clamped interpolation: before the first sample its value, after the last the last value (one time; the
@@ -245,24 +263,162 @@ fn copy_fresh(n: &NodeState, cursor: u64, traffic_from: i64) -> Fresh {
     }
 }
 
-/// The links with byte counters (shared with the store: a pointer copied under the node's lock, not the link's
-/// strings and attributes) and their covering samples for the span `[start, end]`.
-type Covered = (Vec<(Arc<Link>, Vec<(i64, u64)>, Vec<(i64, u64)>)>, f64);
+/// A link with byte counters (shared with the store: a pointer copied under the node's lock, not the link's
+/// strings and attributes) and where its covering samples lie in [`Covered::samples`].
+#[derive(Debug)]
+struct CoveredLink {
+    link: Arc<Link>,
+    tx: Range<usize>,
+    rx: Range<usize>,
+}
 
-fn copy_covering(n: &NodeState, start: i64, end: i64) -> Covered {
-    let mut out = Vec::new();
+/// One node's links with byte counters and their samples covering a span, in buffers the engine keeps across
+/// nodes and passes (so that copying them costs no allocation per link).
+#[derive(Debug, Default)]
+struct Covered {
+    links: Vec<CoveredLink>,
+    samples: Vec<(i64, u64)>,
+    /// The node's fast sampling period, seconds.
+    period_s: f64,
+}
+
+impl Covered {
+    /// The samples of `links[i]`, per direction.
+    fn directions(&self, i: usize) -> Directions<'_> {
+        let l = &self.links[i];
+        (&self.samples[l.tx.clone()], &self.samples[l.rx.clone()])
+    }
+}
+
+/// Copies into `out` the node's links with byte counters and their samples covering `[start, end]`.
+fn copy_covering(n: &NodeState, start: i64, end: i64, out: &mut Covered) {
+    out.links.clear();
+    out.samples.clear();
     for (i, l) in n.links().iter().enumerate() {
         let (tx, rx) = n.link_byte_series(i);
         if tx.is_none() && rx.is_none() {
             continue;
         }
-        let c = |s: Option<&crate::store::Series>| {
-            s.map(|s| covering(n.samples(s).iter(), start, end))
-                .unwrap_or_default()
+        let mut c = |s: Option<&crate::store::Series>| match s {
+            Some(s) => covering_into(n.samples(s).iter(), start, end, &mut out.samples),
+            None => 0..0,
         };
-        out.push((l.link.clone(), c(tx), c(rx)));
+        let (tx, rx) = (c(tx), c(rx));
+        out.links.push(CoveredLink {
+            link: l.link.clone(),
+            tx,
+            rx,
+        });
     }
-    (out, f64::from(n.fast_period_ms()) / 1e3)
+    out.period_s = f64::from(n.fast_period_ms()) / 1e3;
+}
+
+/// What one link figure of a step is made of: `link` (a link of the node, or one standing for a GPU's NVLinks)
+/// over the parts `members[parts]` (indices into [`Covered::links`]).
+#[derive(Debug)]
+struct Unit {
+    link: Arc<Link>,
+    parts: Range<usize>,
+}
+
+/// The link figures of a node's steps for `detail` into `units` (and their parts into `members`), from its
+/// links with byte counters:
+/// - every link that is not an NVLink, as itself;
+/// - with [`NvlinkDetail::Gpu`], one figure per GPU: the link its agent sent for the GPU's NVLinks as one
+///   ([`Link::is_gpu_nvlinks`]: their byte sums) where it has byte counters, else the GPU's NVLinks summed
+///   (a link from `gpu_links`, made and kept there when none fits: the GPU's, with their summed capacity);
+/// - with [`NvlinkDetail::Link`], every NVLink as itself, and a GPU's summed link only where none of its
+///   NVLinks has byte counters.
+fn figure_units(
+    links: &[CoveredLink],
+    detail: NvlinkDetail,
+    gpu_links: &mut Vec<Arc<Link>>,
+    units: &mut Vec<Unit>,
+    members: &mut Vec<usize>,
+) {
+    units.clear();
+    members.clear();
+    let same_gpu = |a: &Link, b: &Link| a.key.device == b.key.device && a.gpu == b.gpu;
+    let nvlink = |i: usize| links[i].link.key.class == LinkClass::Nvlink;
+    // The first NVLink of each GPU met so far (a node has a handful of GPUs).
+    let mut gpus: Vec<usize> = Vec::new();
+    for (i, l) in links.iter().enumerate() {
+        let mut first_of_gpu = || {
+            let first = !gpus.iter().any(|&g| same_gpu(&links[g].link, &l.link));
+            if first {
+                gpus.push(i);
+            }
+            first
+        };
+        let alone = !nvlink(i)
+            || match detail {
+                NvlinkDetail::Link => {
+                    !l.link.is_gpu_nvlinks()
+                        || !links
+                            .iter()
+                            .any(|p| !p.link.is_gpu_nvlinks() && same_gpu(&p.link, &l.link))
+                }
+                NvlinkDetail::Gpu => false,
+            };
+        if alone {
+            units.push(Unit {
+                link: l.link.clone(),
+                parts: members.len()..members.len() + 1,
+            });
+            members.push(i);
+            continue;
+        }
+        if detail == NvlinkDetail::Link || !first_of_gpu() {
+            continue;
+        }
+        // The GPU's first NVLink: its figure, from the agent's sums or from its NVLinks.
+        let from = members.len();
+        let sums = links
+            .iter()
+            .position(|p| p.link.is_gpu_nvlinks() && same_gpu(&p.link, &l.link));
+        match sums {
+            Some(k) => members.push(k),
+            None => members.extend(
+                (i..links.len()).filter(|&k| nvlink(k) && same_gpu(&links[k].link, &l.link)),
+            ),
+        }
+        let link = match sums {
+            Some(k) => links[k].link.clone(),
+            None => {
+                let capacity = members[from..]
+                    .iter()
+                    .filter_map(|&k| links[k].link.capacity_bytes_per_second)
+                    .fold(None, |sum: Option<f64>, c| Some(sum.unwrap_or(0.0) + c));
+                gpu_link(gpu_links, &l.link, capacity)
+            }
+        };
+        units.push(Unit {
+            link,
+            parts: from..members.len(),
+        });
+    }
+}
+
+/// The link standing for the NVLinks of `first`'s GPU with `capacity`: the one kept in `kept` when it fits,
+/// else a new one, kept in place of that GPU's previous one.
+fn gpu_link(kept: &mut Vec<Arc<Link>>, first: &Link, capacity: Option<f64>) -> Arc<Link> {
+    let gpu = kept
+        .iter()
+        .position(|k| k.key.device == first.key.device && k.gpu == first.gpu);
+    if let Some(k) = gpu.map(|g| &kept[g]) {
+        if k.role == first.role
+            && k.endpoint == first.endpoint
+            && k.capacity_bytes_per_second == capacity
+        {
+            return k.clone();
+        }
+    }
+    let link = Arc::new(Link::gpu_nvlinks(first, capacity));
+    match gpu {
+        Some(g) => kept[g] = link.clone(),
+        None => kept.push(link.clone()),
+    }
+    link
 }
 
 /// The engine's state over all nodes. [`Engine::tick`] does one pass; [`run`] runs it periodically.
@@ -273,6 +429,13 @@ pub struct Engine {
     jobs: HashMap<String, JobSequence>,
     /// The collector's pass metrics, where each pass is timed.
     passes: Passes,
+    /// NVLink figures per GPU (the default) or per link.
+    nvlink: NvlinkDetail,
+    /// Buffers of the link figures, kept across nodes and passes (see [`Engine::complete_node`]).
+    covered: Covered,
+    units: Vec<Unit>,
+    members: Vec<usize>,
+    scratch: LinkScratch,
 }
 
 impl Engine {
@@ -285,7 +448,19 @@ impl Engine {
             nodes: HashMap::new(),
             jobs: HashMap::new(),
             passes,
+            nvlink: NvlinkDetail::default(),
+            covered: Covered::default(),
+            units: Vec::new(),
+            members: Vec::new(),
+            scratch: LinkScratch::default(),
         }
+    }
+
+    /// The engine with NVLink figures per GPU ([`NvlinkDetail::Gpu`], the default: one figure per GPU for its
+    /// NVLinks) or per link ([`NvlinkDetail::Link`]); see [`figure_units`].
+    pub fn with_nvlink_detail(mut self, detail: NvlinkDetail) -> Engine {
+        self.nvlink = detail;
+        self
     }
 
     /// One pass over every node the store holds as fresh at `now_unix_ns`: new steps are appended to the
@@ -493,11 +668,29 @@ impl Engine {
         }
         let span_start = ready.iter().map(|e| e.start).min().unwrap_or(0);
         let span_end = ready.iter().map(|e| e.end).max().unwrap_or(0);
-        let (links, period_s) = self
+        let covered = &mut self.covered;
+        if self
             .store
-            .with_node(name, |n| copy_covering(n, span_start, span_end))
-            .unwrap_or_default();
-        let period_s = if period_s > 0.0 { period_s } else { 0.05 };
+            .with_node(name, |n| copy_covering(n, span_start, span_end, covered))
+            .is_none()
+        {
+            covered.links.clear();
+            covered.period_s = 0.0;
+        }
+        figure_units(
+            &covered.links,
+            self.nvlink,
+            &mut st.gpu_links,
+            &mut self.units,
+            &mut self.members,
+        );
+        let covered: &Covered = covered;
+        let period_s = if covered.period_s > 0.0 {
+            covered.period_s
+        } else {
+            0.05
+        };
+        let mut parts: Vec<Directions<'_>> = Vec::new();
         let steps: Vec<NodeStep> = ready
             .into_iter()
             .map(|e| NodeStep {
@@ -509,16 +702,47 @@ impl Engine {
                 source: e.source,
                 confidence: e.confidence,
                 samples: e.samples,
-                links: links
-                    .iter()
-                    .filter_map(|(link, tx, rx)| step_link(link, tx, rx, e.start, e.end, period_s))
-                    .collect(),
+                links: step_links(
+                    (covered, &self.units, &self.members),
+                    (e.start, e.end),
+                    period_s,
+                    &mut parts,
+                    &mut self.scratch,
+                ),
             })
             .collect();
         let n = steps.len();
         self.steps.push(name, steps);
         n
     }
+}
+
+/// The link figures of one step `[start, end]`: one per unit of `units` (those whose parts cover the step),
+/// from the covered samples; `parts` and `scratch` are buffers kept by the caller.
+fn step_links<'a>(
+    (covered, units, members): (&'a Covered, &[Unit], &[usize]),
+    (start, end): (i64, i64),
+    period_s: f64,
+    parts: &mut Vec<Directions<'a>>,
+    scratch: &mut LinkScratch,
+) -> Vec<super::StepLink> {
+    let mut out = Vec::with_capacity(units.len());
+    for u in units {
+        parts.clear();
+        parts.extend(
+            members[u.parts.clone()]
+                .iter()
+                .map(|&k| covered.directions(k)),
+        );
+        out.extend(step_link_with(
+            &u.link,
+            parts,
+            (start, end),
+            period_s,
+            scratch,
+        ));
+    }
+    out
 }
 
 /// The reference of a job's nodes, of those whose inference follows a step sequence: the node whose period
@@ -549,11 +773,11 @@ fn same_period(q: f64, p: f64) -> bool {
     q > 0.0 && (p / q - 1.0).abs() <= SAME_PERIOD
 }
 
-/// Runs [`Engine::tick`] every `every` (on the blocking pool, so the async workers that serve ingest never wait
-/// for it), extending `steps`, until the future is dropped (or a pass panics: logged, the engine stops). Each
-/// pass is timed in `passes`.
-pub async fn run(store: Arc<Store>, steps: Arc<StepStore>, passes: Passes, every: Duration) {
-    let engine = Arc::new(parking_lot::Mutex::new(Engine::new(store, steps, passes)));
+/// Runs `engine`'s [`Engine::tick`] every `every` (on a thread of its own, so the async workers that serve
+/// ingest never wait for it), extending its step store, until the future is dropped (or a pass panics: logged,
+/// the engine stops). Each pass is timed in the engine's pass metrics.
+pub async fn run(engine: Engine, every: Duration) {
+    let engine = Arc::new(parking_lot::Mutex::new(engine));
     let thread = match crate::pace::PassThread::start("commwatch-steps") {
         Ok(t) => Arc::new(t),
         Err(err) => {
@@ -626,6 +850,160 @@ mod tests {
             times.sort_unstable();
             let per_time: Vec<f64> = times.iter().map(|&x| clamped(&s, x)).collect();
             assert_eq!(clamped_ascending(&s, &times), per_time, "{s:?} {times:?}");
+        }
+    }
+
+    /// A link of `class` on `device`/`port` (an NVLink when `gpu` is set) of `capacity` bytes/s.
+    fn link(class: LinkClass, device: &str, port: &str, gpu: Option<&str>) -> Arc<Link> {
+        use commwatch_model::{Endpoint, LinkKey, LinkRole};
+        Arc::new(Link {
+            key: LinkKey::new(class, device, port),
+            endpoint: Endpoint::legacy(class, device, port),
+            role: LinkRole::Fabric,
+            capacity_bytes_per_second: Some(if gpu.is_some() { 25e9 } else { 50e9 }),
+            state: "up".into(),
+            attributes: Default::default(),
+            gpu: gpu.map(str::to_string),
+            link: gpu.filter(|_| !port.is_empty()).map(|_| port.to_string()),
+        })
+    }
+
+    /// A node's covered links: an HCA port, then GPUs 0 and 1 with three NVLinks each, interleaved, each
+    /// link's 50 ms samples over 1 s with a burst (link `k` moving `k + 1` GB/s from 300 to 700 ms).
+    fn node() -> Covered {
+        let mut c = Covered {
+            period_s: 0.05,
+            ..Covered::default()
+        };
+        let mut links = vec![link(LinkClass::Infiniband, "mlx5_0", "1", None)];
+        for n in 0..3 {
+            for g in 0..2 {
+                let port = n.to_string();
+                let gpu = g.to_string();
+                links.push(link(
+                    LinkClass::Nvlink,
+                    &format!("gpu{g}"),
+                    &port,
+                    Some(gpu.as_str()),
+                ));
+            }
+        }
+        for (k, l) in links.into_iter().enumerate() {
+            let mut acc = 0u64;
+            let from = c.samples.len();
+            for i in 0..=20i64 {
+                if (7..=14).contains(&i) {
+                    acc += (k as u64 + 1) * 50_000_000;
+                }
+                c.samples.push((i * 50_000_000, acc));
+            }
+            let to = c.samples.len();
+            c.links.push(CoveredLink {
+                link: l,
+                tx: from..to,
+                rx: from..to,
+            });
+        }
+        c
+    }
+
+    fn figures(
+        c: &Covered,
+        detail: NvlinkDetail,
+        kept: &mut Vec<Arc<Link>>,
+    ) -> Vec<StepLinkFigure> {
+        let (mut units, mut members) = (Vec::new(), Vec::new());
+        figure_units(&c.links, detail, kept, &mut units, &mut members);
+        let mut parts = Vec::new();
+        let mut scratch = LinkScratch::default();
+        step_links(
+            (c, &units, &members),
+            (100_000_000, 900_000_000),
+            c.period_s,
+            &mut parts,
+            &mut scratch,
+        )
+    }
+
+    type StepLinkFigure = crate::steps::StepLink;
+
+    #[test]
+    fn nvlink_figures_per_gpu_are_their_links_summed() {
+        let c = node();
+        let mut kept = Vec::new();
+        let per_link = figures(&c, NvlinkDetail::Link, &mut kept);
+        assert_eq!(per_link.len(), 7, "every link as itself");
+        assert!(kept.is_empty());
+        let per_gpu = figures(&c, NvlinkDetail::Gpu, &mut kept);
+        assert_eq!(per_gpu.len(), 3, "the port, then one figure per GPU");
+        assert_eq!(per_gpu[0], per_link[0]);
+        for (g, f) in per_gpu[1..].iter().enumerate() {
+            let device = format!("gpu{g}");
+            assert!(f.link.is_gpu_nvlinks(), "{:?}", f.link);
+            assert_eq!(f.link.key.device, device);
+            assert_eq!(f.link.gpu.as_deref(), Some(g.to_string().as_str()));
+            let links: Vec<&StepLinkFigure> = per_link
+                .iter()
+                .filter(|l| l.link.key.device == device)
+                .collect();
+            assert_eq!(links.len(), 3);
+            let sum = |v: fn(&StepLinkFigure) -> u64| links.iter().map(|l| v(l)).sum::<u64>();
+            assert_eq!(f.tx_bytes, sum(|l| l.tx_bytes));
+            assert_eq!(f.rx_bytes, sum(|l| l.rx_bytes));
+            assert_eq!(f.capacity_bytes_per_second, Some(75e9));
+            // Every link bursts over the same 400 ms: so does the GPU, at the sum of their rates.
+            assert!((f.active_s - 0.4).abs() < 1e-9, "{}", f.active_s);
+            assert!(f.confident);
+            let rates: f64 = links
+                .iter()
+                .filter_map(|l| l.achieved_bytes_per_second)
+                .sum();
+            let achieved = f.achieved_bytes_per_second.expect("active");
+            assert!((achieved / rates - 1.0).abs() < 1e-9, "{achieved} {rates}");
+        }
+        // The GPUs' links are kept and shared by the next steps.
+        assert_eq!(kept.len(), 2);
+        let again = figures(&c, NvlinkDetail::Gpu, &mut kept);
+        assert!(Arc::ptr_eq(&again[1].link, &per_gpu[1].link));
+        assert_eq!(again, per_gpu);
+    }
+
+    #[test]
+    fn an_agents_gpu_sums_stand_for_the_gpu_and_are_not_counted_twice() {
+        let mut c = node();
+        // The agent's sums for GPU 1 (three times its first link's bytes), after its links.
+        let sums = link(LinkClass::Nvlink, "gpu1", "", Some("1"));
+        let from = c.samples.len();
+        let first = c.links[2].tx.clone();
+        let copied: Vec<(i64, u64)> = c.samples[first].iter().map(|&(t, v)| (t, 3 * v)).collect();
+        c.samples.extend(copied);
+        let to = c.samples.len();
+        c.links.push(CoveredLink {
+            link: sums.clone(),
+            tx: from..to,
+            rx: from..to,
+        });
+        let mut kept = Vec::new();
+        let per_gpu = figures(&c, NvlinkDetail::Gpu, &mut kept);
+        assert_eq!(per_gpu.len(), 3);
+        let g1 = per_gpu
+            .iter()
+            .find(|f| f.link.key.device == "gpu1")
+            .expect("gpu1");
+        assert!(Arc::ptr_eq(&g1.link, &sums), "the agent's own link");
+        assert_eq!(g1.tx_bytes, 3 * 8 * 3 * 50_000_000);
+        assert_eq!(kept.len(), 1, "only GPU 0 is summed here");
+        // Per link: the links, not the sums as well.
+        let per_link = figures(&c, NvlinkDetail::Link, &mut kept);
+        assert_eq!(per_link.len(), 7);
+        assert!(per_link.iter().all(|f| !f.link.is_gpu_nvlinks()));
+        // Sums alone (the links without byte counters): the sums, per link as per GPU.
+        c.links
+            .retain(|l| l.link.key.class != LinkClass::Nvlink || l.link.is_gpu_nvlinks());
+        for detail in [NvlinkDetail::Link, NvlinkDetail::Gpu] {
+            let f = figures(&c, detail, &mut kept);
+            assert_eq!(f.len(), 2, "{detail}");
+            assert!(Arc::ptr_eq(&f[1].link, &sums));
         }
     }
 

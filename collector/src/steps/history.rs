@@ -108,7 +108,7 @@ pub fn aggregate(job: &str, index: u64, mut nodes: Vec<NodeStep>) -> JobStep {
         let mut by_class: BTreeMap<LinkClass, (Vec<f64>, Vec<f64>)> = BTreeMap::new();
         for l in n.links.iter().filter(|l| l.confident) {
             if let Some(a) = l.achieved_bytes_per_second {
-                let e = by_class.entry(l.key.class).or_default();
+                let e = by_class.entry(l.link.key.class).or_default();
                 e.0.push(a);
                 if let Some(u) = l.utilization {
                     e.1.push(u);
@@ -384,15 +384,20 @@ impl StepStore {
 mod tests {
     use super::*;
     use crate::steps::StepLink;
-    use commwatch_model::{Endpoint, LinkKey, LinkRole};
+    use commwatch_model::{Endpoint, Link, LinkKey, LinkRole};
 
     fn link(class: LinkClass, device: &str, achieved: Option<f64>, confident: bool) -> StepLink {
         StepLink {
-            key: LinkKey::new(class, device, "1"),
-            endpoint: Endpoint::legacy(class, device, "1"),
-            role: LinkRole::Fabric,
-            gpu: None,
-            link: None,
+            link: Arc::new(Link {
+                key: LinkKey::new(class, device, "1"),
+                endpoint: Endpoint::legacy(class, device, "1"),
+                role: LinkRole::Fabric,
+                capacity_bytes_per_second: Some(25e9),
+                state: "ACTIVE".into(),
+                attributes: Default::default(),
+                gpu: None,
+                link: None,
+            }),
             tx_bytes: 1,
             rx_bytes: 1,
             active_s: 0.1,

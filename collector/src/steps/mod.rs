@@ -40,7 +40,9 @@ use serde::Serialize;
 pub use history::{ClassAggregate, JobStep, Spread, StepStore};
 pub use inferred::PeriodEstimate;
 
-use commwatch_model::{Endpoint, LinkKey, LinkRole};
+use std::sync::Arc;
+
+use commwatch_model::Link;
 
 /// How the edges of a step were found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -64,13 +66,10 @@ impl StepSource {
 /// One link's figures over one step.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct StepLink {
-    /// Which link: its identity on the node and what kind of endpoint it is.
-    pub key: LinkKey,
-    pub endpoint: Endpoint,
-    pub role: LinkRole,
-    /// NVLink only: the GPU and the link number.
-    pub gpu: Option<String>,
-    pub link: Option<String>,
+    /// Which link: the store's own (shared, not copied: a node's links cost no allocation per step), or for a
+    /// GPU's NVLinks figured as one ([`engine`]'s NVLink detail) a link of that GPU with no port and no link
+    /// number, their summed capacity.
+    pub link: Arc<Link>,
     /// Bytes sent / received during the step (exact: counter differences at the step's edges).
     pub tx_bytes: u64,
     pub rx_bytes: u64,

@@ -174,11 +174,11 @@ fn view_column(l: &LinkView) -> LinkColumn {
 
 fn step_column(l: &StepLink) -> LinkColumn {
     column(
-        l.key.class.as_str(),
-        l.role.as_str(),
-        &l.key.device,
-        &l.key.port,
-        l.gpu.as_deref(),
+        l.link.key.class.as_str(),
+        l.link.role.as_str(),
+        &l.link.key.device,
+        &l.link.key.port,
+        l.link.gpu.as_deref(),
     )
 }
 

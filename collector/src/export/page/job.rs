@@ -37,12 +37,12 @@ pub fn bytes_per_class(n: &NodeStep) -> BTreeMap<LinkClass, u64> {
     let mut ports: BTreeMap<LinkClass, u64> = BTreeMap::new();
     let mut interfaces: BTreeMap<LinkClass, u64> = BTreeMap::new();
     for l in &n.links {
-        let into = if l.endpoint == Endpoint::Interface {
+        let into = if l.link.endpoint == Endpoint::Interface {
             &mut interfaces
         } else {
             &mut ports
         };
-        *into.entry(l.key.class).or_default() += l.tx_bytes;
+        *into.entry(l.link.key.class).or_default() += l.tx_bytes;
     }
     for (c, b) in interfaces {
         ports.entry(c).or_insert(b);

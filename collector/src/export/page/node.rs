@@ -20,9 +20,9 @@ fn latest(steps: &[NodeStep]) -> HashMap<(String, String, String), &StepLink> {
     for s in steps {
         for l in &s.links {
             let k = (
-                l.key.class.as_str().to_string(),
-                l.key.device.clone(),
-                l.key.port.clone(),
+                l.link.key.class.as_str().to_string(),
+                l.link.key.device.clone(),
+                l.link.key.port.clone(),
             );
             out.insert(k, l);
         }
