@@ -7,7 +7,7 @@ cd "$(dirname "$0")/../fuzz"
 secs=${1:-60}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(sysfs_values step_marker wire_decode nccl_tests nccl_log kineto baseline_request)
+[ ${#targets[@]} -gt 0 ] || targets=(sysfs_values step_marker wire_decode nccl_tests nccl_log kineto baseline_request terminal_text)
 
 # Real captures are read in place from the shared test data (beside the checkout, or COMMWATCH_SHARED_TESTDATA).
 shared=${COMMWATCH_SHARED_TESTDATA:-../../shared/testdata}
@@ -23,6 +23,7 @@ seed() { # target -> corpus dir with seeds
     nccl_log) cp "$shared"/nccl/*debug* "$shared"/nccl/*fallback* "$dir/" 2>/dev/null || true ;;
     kineto) for f in "$shared"/kineto/*.json.gz; do gzip -dc "$f" | head -c 200000 >"$dir/$(basename "$f" .gz)"; done 2>/dev/null || true ;;
     wire_decode) : ;;
+    terminal_text) printf 'ok\x1b]0;owned\x07\x1b]8;;http://e\x1b\\x\x1b[2J\r\n\xc2\x9b31m' >"$dir/t1" ;;
     baseline_request) printf '{"job":"llm-7","source_file":"a.txt","tests":[{"collective":"all_reduce_perf","nranks":16,"peak_busbw_gbps":190.5,"avg_busbw_gbps":150}]}\xff{"job":"j","gpus":8,"samples_per_second_per_gpu":100.0}\xff{"tests":[{"collective":"all_reduce","peak_busbw_gbps":1e300}]}' >"$dir/b1" ;;
   esac
 }
