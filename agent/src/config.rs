@@ -220,6 +220,10 @@ pub struct AgentConfig {
     pub steps_rate: f64,
     /// Sources to run; default all ([`SOURCE_NAMES`](crate::source::SOURCE_NAMES)).
     pub sources: Vec<String>,
+    /// `nvlink_bytes = "gpu" | "link"`: NVLink byte counters per GPU at the fast rate and per link at the
+    /// slow rate (the default: a GPU's 18 links are one fast series pair instead of 18), or per link at the
+    /// fast rate ([`NvlinkBytes`](crate::source::nvml::NvlinkBytes)).
+    pub nvlink_bytes: crate::source::nvml::NvlinkBytes,
     /// Active probes this agent answers (`[probe]`; off unless `listen` is set).
     pub probe: crate::probe::ProbeConfig,
 }
@@ -250,6 +254,7 @@ impl Default for AgentConfig {
             steps_socket: Some(PathBuf::from(DEFAULT_STEPS_SOCKET)),
             steps_rate: 2000.0,
             sources: SOURCE_NAMES.iter().map(|s| s.to_string()).collect(),
+            nvlink_bytes: Default::default(),
             probe: crate::probe::ProbeConfig::default(),
         }
     }
@@ -313,6 +318,7 @@ impl AgentConfig {
             sysfs_root: self.sysfs_root.clone(),
             procfs_root: self.procfs_root.clone(),
             netdev: NetdevOptions::from(&self.netdev),
+            nvlink_bytes: self.nvlink_bytes,
         }
     }
 
@@ -589,6 +595,20 @@ mod tests {
         c.validate().unwrap();
         assert_eq!(c.fast_period, Duration::from_millis(50));
         assert_eq!(c.http_listen.ip().to_string(), "127.0.0.1");
+    }
+
+    #[test]
+    fn nvlink_bytes_go_per_gpu_unless_asked() {
+        use crate::source::nvml::NvlinkBytes;
+        assert_eq!(AgentConfig::default().nvlink_bytes, NvlinkBytes::Gpu);
+        assert_eq!(
+            AgentConfig::default().source_settings().nvlink_bytes,
+            NvlinkBytes::Gpu
+        );
+        let c: AgentConfig = toml::from_str("nvlink_bytes = \"link\"\n").unwrap();
+        assert_eq!(c.source_settings().nvlink_bytes, NvlinkBytes::Link);
+        let err = toml::from_str::<AgentConfig>("nvlink_bytes = \"port\"\n").unwrap_err();
+        assert!(err.to_string().contains("port"), "{err}");
     }
 
     #[test]

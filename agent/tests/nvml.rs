@@ -396,3 +396,81 @@ fn nvml_call_latencies_are_agent_metrics() {
     );
     assert!(text.contains("commwatch_agent_nvml_field_latency_seconds_bucket{le=\"0.000005\"}"));
 }
+
+/// The counter `key` of `m`, if pushed.
+fn maybe(m: &BTreeMap<String, Value>, key: &str) -> Option<u64> {
+    match m.get(key) {
+        Some(Value::Counter(v)) => Some(*v),
+        _ => None,
+    }
+}
+
+#[test]
+fn nvlink_bytes_per_gpu_go_fast_and_per_link_slow() {
+    use commwatch_agent::source::nvml::NvlinkBytes;
+    let b = RecordedBackend::new(recording("h100_sxm_8gpu.json"));
+    let cursor = b.cursor();
+    let shared = gpu::shared(Box::new(b));
+    let mut src = NvmlSource::new(Ok(shared)).with_nvlink_bytes(NvlinkBytes::Gpu);
+    assert!(src.discover().unwrap());
+    let inv = src.inventory();
+    // One link per GPU for its NVLinks as one, beside the 144 links.
+    let sums: Vec<_> = inv.links.iter().filter(|l| l.is_gpu_nvlinks()).collect();
+    assert_eq!(sums.len(), 8);
+    assert_eq!(inv.links.len(), 8 * 18 + 8);
+    assert_eq!(sums[0].key.device, "gpu0");
+    assert_eq!(sums[0].capacity_bytes_per_second, Some(18.0 * 26.562e9));
+    assert_eq!(sums[0].attributes["nvlinks"], "18");
+    // Byte counters: the sums at the fast rate, every link's at the slow one.
+    let mut fast_bytes = 0;
+    for s in inv
+        .series
+        .iter()
+        .filter(|s| s.metric == "tx_bytes" || s.metric == "rx_bytes")
+    {
+        let key = s.link.as_ref().expect("a link's");
+        let fast = key.port.is_empty();
+        assert_eq!(s.tier, if fast { Tier::Fast } else { Tier::Slow }, "{key}");
+        fast_bytes += usize::from(fast);
+    }
+    assert_eq!(fast_bytes, 16);
+    // A reading: the sums are the links' (read in the slow tier at the same point of the recording).
+    let (f0, rep) = sample(&mut src, Tier::Fast);
+    assert_eq!((f0.len(), rep.failed), (16, 0), "{:?}", rep.errors);
+    let (s0, _) = sample(&mut src, Tier::Slow);
+    let links = |m: &BTreeMap<String, Value>, g: u32, d: &str| -> u64 {
+        (0..18)
+            .filter_map(|l| maybe(m, &format!("gpu{g}/{l}/{d}")))
+            .sum()
+    };
+    for g in 0..8 {
+        for d in ["tx_bytes", "rx_bytes"] {
+            assert_eq!(counter(&f0, &format!("gpu{g}//{d}")), links(&s0, g, d));
+        }
+    }
+    assert!(
+        maybe(&s0, "gpu0/0/tx_bytes").is_some(),
+        "links in the slow tier"
+    );
+    // The next reading: each sum grew by its links' increases.
+    cursor.fetch_add(1, Ordering::Relaxed);
+    let (f1, _) = sample(&mut src, Tier::Fast);
+    let (s1, _) = sample(&mut src, Tier::Slow);
+    for g in 0..8 {
+        let grew =
+            counter(&f1, &format!("gpu{g}//tx_bytes")) - counter(&f0, &format!("gpu{g}//tx_bytes"));
+        assert_eq!(
+            grew,
+            links(&s1, g, "tx_bytes") - links(&s0, g, "tx_bytes"),
+            "gpu{g}"
+        );
+    }
+    // gpu3's counters restart (a driver reload): its sum does not go back.
+    cursor.fetch_add(1, Ordering::Relaxed);
+    let (f2, _) = sample(&mut src, Tier::Fast);
+    assert!(counter(&f2, "gpu3//tx_bytes") >= counter(&f1, "gpu3//tx_bytes"));
+    // A rediscovery keeps the sums.
+    assert!(!src.discover().unwrap());
+    let (f3, _) = sample(&mut src, Tier::Fast);
+    assert!(counter(&f3, "gpu3//tx_bytes") >= counter(&f2, "gpu3//tx_bytes"));
+}

@@ -68,6 +68,10 @@ pub struct AgentArgs {
     /// File holding the token probers must present.
     #[arg(long, value_name = "F")]
     probe_token_file: Option<PathBuf>,
+    /// NVLink byte counters: `gpu`, per GPU at the fast rate and per link at the slow rate (the default);
+    /// `link`, every link at the fast rate.
+    #[arg(long, value_name = "gpu|link")]
+    nvlink_bytes: Option<commwatch_agent::source::nvml::NvlinkBytes>,
 }
 
 fn agent_config(a: &AgentArgs) -> anyhow::Result<commwatch_agent::AgentConfig> {
@@ -122,6 +126,9 @@ fn agent_config(a: &AgentArgs) -> anyhow::Result<commwatch_agent::AgentConfig> {
     }
     if let Some(v) = &a.probe_token_file {
         c.probe.token_file = Some(v.clone());
+    }
+    if let Some(v) = a.nvlink_bytes {
+        c.nvlink_bytes = v;
     }
     if a.once {
         // `--once` never connects: a collector URL from the flags or the file (plain text to another host

@@ -44,6 +44,8 @@ pub struct SourceSettings {
     pub procfs_root: PathBuf,
     /// Classification and filtering of the `netdev` source's interfaces.
     pub netdev: NetdevOptions,
+    /// How the `nvml` source ships NVLink bytes: per GPU at the fast rate (the default) or per link.
+    pub nvlink_bytes: crate::source::nvml::NvlinkBytes,
 }
 
 impl SourceSettings {
@@ -61,6 +63,7 @@ impl Default for SourceSettings {
             sysfs_root: PathBuf::from("/sys"),
             procfs_root: PathBuf::from("/proc"),
             netdev: NetdevOptions::default(),
+            nvlink_bytes: Default::default(),
         }
     }
 }
@@ -117,7 +120,9 @@ pub fn build_sources_with(settings: &SourceSettings, extras: SourceExtras) -> Ve
             "tcp" => out.push(Box::new(TcpSource::new(settings.procfs_root.clone()))),
             "nvml" => {
                 if let Some(g) = &gpu {
-                    out.push(Box::new(NvmlSource::new(g.clone())));
+                    out.push(Box::new(
+                        NvmlSource::new(g.clone()).with_nvlink_bytes(settings.nvlink_bytes),
+                    ));
                 }
             }
             "processes" => out.push(Box::new(

@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use super::{
-    choose_throughput, link_key, GpuSeries, LinkSeries, NvmlSource, ThroughputSource, GPU_SERIES,
+    choose_throughput, link_key, sums, GpuSeries, LinkSeries, NvlinkBytes, NvmlSource,
+    ThroughputSource, GPU_SERIES,
 };
 use crate::source::gpu::{GpuBackend, GpuError, GpuInfo, NvlinkInfo};
 use crate::source::{Endpoint, Link, LinkRole, SeriesKind, SourceError, Tier};
@@ -98,6 +99,7 @@ impl NvmlSource {
             links.push(nvlink(gpu, &info, li, throughput));
             link_series.push(self.link_series(gpu, li, throughput, changed));
         }
+        let sums = self.gpu_sums(gpu, &info, &nvlinks, throughput, links, changed);
         GpuSeries {
             index: gpu,
             gpm_ok: info.gpm_supported,
@@ -107,7 +109,42 @@ impl NvmlSource {
             node,
             lost: false,
             recovery_events_supported: true,
+            sums,
         }
+    }
+
+    /// With [`NvlinkBytes::Gpu`] and byte counters on the GPU: its sums link (added to `links`) and the
+    /// sums' fast series ([`sums`]).
+    fn gpu_sums(
+        &mut self,
+        gpu: u32,
+        info: &GpuInfo,
+        nvlinks: &[NvlinkInfo],
+        throughput: ThroughputSource,
+        links: &mut Vec<Link>,
+        changed: &mut bool,
+    ) -> Option<sums::GpuSums> {
+        if self.bytes != NvlinkBytes::Gpu
+            || throughput == ThroughputSource::None
+            || nvlinks.is_empty()
+        {
+            return None;
+        }
+        let link = sums::sums_link(gpu, info, nvlinks, throughput.as_str());
+        let mut counter = |metric: &str| {
+            let (i, new) = self.series(
+                metric,
+                SeriesKind::COUNTER64,
+                Tier::Fast,
+                Some(link.key.clone()),
+                BTreeMap::new(),
+            );
+            *changed |= new;
+            i
+        };
+        let (tx, rx) = (counter("tx_bytes"), counter("rx_bytes"));
+        links.push(link);
+        Some(sums::GpuSums::new(tx, rx))
     }
 
     /// Registers the series of one NVLink: its byte counters (where the GPU has a source for them) and its
@@ -119,6 +156,11 @@ impl NvmlSource {
         throughput: ThroughputSource,
         changed: &mut bool,
     ) -> LinkSeries {
+        // Per link at the fast rate, or at the slow one where the GPU's sums go at the fast rate.
+        let tier = match self.bytes {
+            NvlinkBytes::Link => Tier::Fast,
+            NvlinkBytes::Gpu => Tier::Slow,
+        };
         let key = link_key(gpu, li.link);
         let mut counter = |metric: &str, tier: Tier| {
             let (i, new) = self.series(
@@ -135,8 +177,8 @@ impl NvmlSource {
             (None, None)
         } else {
             (
-                Some(counter("tx_bytes", Tier::Fast)),
-                Some(counter("rx_bytes", Tier::Fast)),
+                Some(counter("tx_bytes", tier)),
+                Some(counter("rx_bytes", tier)),
             )
         };
         LinkSeries {
@@ -158,6 +200,10 @@ impl NvmlSource {
             Some(g) => {
                 if g.lost {
                     tracing::info!(gpu = state.index, "GPU answers again");
+                }
+                let mut state = state;
+                if let (Some(new), Some(old)) = (state.sums.as_mut(), g.sums.as_ref()) {
+                    new.carry_from(old);
                 }
                 *g = state;
             }

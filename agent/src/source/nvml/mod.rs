@@ -4,9 +4,12 @@
 //! Links: one per NVLink, class `nvlink`, device `gpu<N>`, port = link number, `gpu`/`link` set, role fabric,
 //! capacity = the link's speed per direction (NVML's MB/s × 10^6: H100 26.562e9 B/s, A100 25e9 B/s), state
 //! `up`/`down`, attributes `version`, `remote_pci_bus_id`, `peer_type` (`gpu`/`nvswitch`), `gpu_uuid`,
-//! `gpu_name`, `throughput_source` (which counters the byte series come from).
+//! `gpu_name`, `throughput_source` (which counters the byte series come from). With
+//! [`NvlinkBytes::Gpu`] (the agent's default, [`NvmlSource::with_nvlink_bytes`]) each GPU also has one link
+//! for all its NVLinks (no port, no link number; [`sums`]) whose byte counters are its links' sums.
 //!
-//! Fast tier (one batched `nvmlDeviceGetFieldValues` per GPU per tick): `tx_bytes`/`rx_bytes` per link,
+//! Fast tier (one batched `nvmlDeviceGetFieldValues` per GPU per tick): `tx_bytes`/`rx_bytes` per link (with
+//! [`NvlinkBytes::Gpu`]: the GPU's sums, and the links' own in the slow tier, one more batched call per GPU),
 //! cumulative bytes, from, in this order of preference, decided per GPU at discovery:
 //! 1. fields 138/139 (`NVLINK_THROUGHPUT_DATA_TX/RX`, cumulative KiB, ×1024; link chosen by `scopeId`);
 //! 2. fields 202/204 (NVLink 5 `COUNT_XMIT/RCV_BYTES`, bytes);
@@ -38,6 +41,9 @@
 
 mod discover;
 mod sample;
+pub mod sums;
+
+pub use sums::NvlinkBytes;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -105,6 +111,8 @@ struct GpuSeries {
     gpm_ok: bool,
     /// Fields answered NotSupported once are not asked for again until the next discovery.
     recovery_events_supported: bool,
+    /// The byte sums of its NVLinks, with [`NvlinkBytes::Gpu`] (and a source of byte counters).
+    sums: Option<sums::GpuSums>,
 }
 
 /// Node-level series of every GPU.
@@ -137,6 +145,8 @@ pub struct NvmlSource {
     absent_logged: bool,
     /// Why NVML cannot be read here (not loaded, no GPU), as [`Source::unavailable`] says it.
     unavailable: Option<String>,
+    /// Whether NVLink bytes go per link at the fast rate, or per GPU ([`sums`]).
+    bytes: NvlinkBytes,
 }
 
 fn link_key(gpu: u32, link: u32) -> LinkKey {
@@ -175,7 +185,16 @@ impl NvmlSource {
             slow_ticks: 0,
             absent_logged: true,
             unavailable,
+            bytes: NvlinkBytes::Link,
         }
+    }
+
+    /// The source shipping NVLink bytes as `bytes` says: [`NvlinkBytes::Link`] (the source's own default: every
+    /// link at the fast rate) or [`NvlinkBytes::Gpu`] (the agent's default: per GPU at the fast rate, per link
+    /// at the slow rate; see [`sums`]). Takes effect at the next discovery.
+    pub fn with_nvlink_bytes(mut self, bytes: NvlinkBytes) -> NvmlSource {
+        self.bytes = bytes;
+        self
     }
 
     /// Where the byte counters of GPU `gpu` come from (after discovery).

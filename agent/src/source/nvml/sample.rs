@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use super::{gpu_err, kib_to_bytes, GpuSeries, NvmlSource, ThroughputSource};
+use super::{gpu_err, kib_to_bytes, GpuSeries, LinkSeries, NvmlSource, ThroughputSource};
 use crate::source::gpu::{by_request, field, FieldRequest, GpuBackend, GpuError};
 use crate::source::{ReadReport, SourceError, Value};
 
@@ -54,16 +54,75 @@ impl NodeValues<'_> {
 }
 
 impl NvmlSource {
-    /// The fast tier of one GPU: its links' byte counters.
+    /// The fast tier of one GPU: its links' byte counters, or with its sums ([`super::sums`]) the sums alone.
     pub(super) fn sample_fast(
         &self,
         b: &mut dyn GpuBackend,
-        g: &GpuSeries,
+        g: &mut GpuSeries,
         sink: &mut dyn FnMut(usize, Value),
         report: &mut ReadReport,
     ) -> bool {
+        let mut sums = g.sums.take();
+        let (mut pushed, mut read) = (0, false);
+        let lost = self.read_link_bytes(b, g, report, &mut |l, dir, bytes| {
+            read = true;
+            match &mut sums {
+                Some(s) => s.add(l.link, dir, bytes),
+                None => {
+                    if let Some(i) = [l.tx, l.rx][dir] {
+                        sink(i, Value::Counter(bytes));
+                        pushed += 1;
+                    }
+                }
+            }
+        });
+        // The sums once a link was read this tick (none read: no sample, rather than a stale one).
+        if let Some(s) = sums.as_ref().filter(|_| read) {
+            sink(s.tx, Value::Counter(s.total[0]));
+            sink(s.rx, Value::Counter(s.total[1]));
+            pushed += 2;
+        }
+        report.read += pushed;
+        g.sums = sums;
+        lost
+    }
+
+    /// With the GPU's sums: its links' own byte counters (read in the slow tier), also added to the sums.
+    fn slow_link_bytes(
+        &self,
+        b: &mut dyn GpuBackend,
+        g: &mut GpuSeries,
+        sink: &mut dyn FnMut(usize, Value),
+        report: &mut ReadReport,
+    ) -> bool {
+        let Some(mut sums) = g.sums.take() else {
+            return false;
+        };
+        let mut pushed = 0;
+        let lost = self.read_link_bytes(b, g, report, &mut |l, dir, bytes| {
+            sums.add(l.link, dir, bytes);
+            if let Some(i) = [l.tx, l.rx][dir] {
+                sink(i, Value::Counter(bytes));
+                pushed += 1;
+            }
+        });
+        report.read += pushed;
+        g.sums = Some(sums);
+        lost
+    }
+
+    /// Reads the byte counters of the GPU's active links from its throughput source, handing each value to
+    /// `each` as (link, direction 0 tx / 1 rx, bytes); failures go to `report` (the caller counts what it
+    /// pushes). Returns whether the GPU was found lost.
+    fn read_link_bytes(
+        &self,
+        b: &mut dyn GpuBackend,
+        g: &GpuSeries,
+        report: &mut ReadReport,
+        each: &mut dyn FnMut(&LinkSeries, usize, u64),
+    ) -> bool {
         match g.throughput {
-            ThroughputSource::ThroughputKib => self.sample_byte_fields(
+            ThroughputSource::ThroughputKib => self.read_byte_fields(
                 b,
                 g,
                 (
@@ -71,10 +130,10 @@ impl NvmlSource {
                     field::NVLINK_THROUGHPUT_DATA_RX,
                 ),
                 kib_to_bytes,
-                sink,
                 report,
+                each,
             ),
-            ThroughputSource::Nvlink5Bytes => self.sample_byte_fields(
+            ThroughputSource::Nvlink5Bytes => self.read_byte_fields(
                 b,
                 g,
                 (
@@ -82,34 +141,33 @@ impl NvmlSource {
                     field::NVLINK_COUNT_RCV_BYTES,
                 ),
                 |v| v,
-                sink,
                 report,
+                each,
             ),
-            ThroughputSource::LegacyCounters => self.sample_legacy_bytes(b, g, sink, report),
+            ThroughputSource::LegacyCounters => self.read_legacy_bytes(b, g, report, each),
             ThroughputSource::None => false,
         }
     }
 
     /// Byte counters from the pre-Hopper utilisation counters, one call per active link.
-    fn sample_legacy_bytes(
+    fn read_legacy_bytes(
         &self,
         b: &mut dyn GpuBackend,
         g: &GpuSeries,
-        sink: &mut dyn FnMut(usize, Value),
         report: &mut ReadReport,
+        each: &mut dyn FnMut(&LinkSeries, usize, u64),
     ) -> bool {
         for l in g.links.iter().filter(|l| l.active) {
-            let (Some(tx), Some(rx)) = (l.tx, l.rx) else {
+            if l.tx.is_none() || l.rx.is_none() {
                 continue;
-            };
+            }
             let started = Instant::now();
             let r = b.nvlink_legacy_bytes(g.index, l.link);
             self.observe_call("nvlink_utilization_counter", started);
             match r {
                 Ok((t, r)) => {
-                    sink(tx, Value::Counter(t));
-                    sink(rx, Value::Counter(r));
-                    report.read += 2;
+                    each(l, 0, t);
+                    each(l, 1, r);
                 }
                 Err(GpuError::GpuLost) => {
                     report.fail(gpu_err("nvlink counters", g.index, &GpuError::GpuLost));
@@ -127,14 +185,14 @@ impl NvmlSource {
 
     /// Byte counters from the `(tx, rx)` fields of every active link in one batched call, each value
     /// converted to bytes by `scale`.
-    fn sample_byte_fields(
+    fn read_byte_fields(
         &self,
         b: &mut dyn GpuBackend,
         g: &GpuSeries,
         (tx_field, rx_field): (u32, u32),
         scale: fn(u64) -> u64,
-        sink: &mut dyn FnMut(usize, Value),
         report: &mut ReadReport,
+        each: &mut dyn FnMut(&LinkSeries, usize, u64),
     ) -> bool {
         let req: Vec<FieldRequest> = g
             .links
@@ -165,13 +223,12 @@ impl NvmlSource {
         self.observe_fields(&values);
         let values = by_request(values);
         for l in g.links.iter().filter(|l| l.active) {
-            for (f, idx) in [(tx_field, l.tx), (rx_field, l.rx)] {
-                let Some(idx) = idx else { continue };
+            for (dir, (f, idx)) in [(tx_field, l.tx), (rx_field, l.rx)].into_iter().enumerate() {
+                if idx.is_none() {
+                    continue;
+                }
                 match values.get(&(f, l.link)).map(|v| &v.value) {
-                    Some(Ok(v)) => {
-                        sink(idx, Value::Counter(scale(*v)));
-                        report.read += 1;
-                    }
+                    Some(Ok(v)) => each(l, dir, scale(*v)),
                     Some(Err(e)) => report.fail(SourceError::Other(format!(
                         "gpu{} link {}: field {f}: {e}",
                         g.index, l.link
@@ -221,6 +278,9 @@ impl NvmlSource {
             && !g.links.is_empty()
             && self.slow_recovery_events(b, g, sink, report)
         {
+            return true;
+        }
+        if self.slow_link_bytes(b, g, sink, report) {
             return true;
         }
         read_errors && self.slow_error_counters(b, g, sink, report)

@@ -5,7 +5,11 @@
 //! `class="nvlink"`, `device` (`gpuN`), `role`, `gpu`, with no `port` and no `link`
 //! ([`is_gpu_aggregate`]); byte counters, rates, capacities and counter series summed over its links (a sum is
 //! known when one of its parts is); up when every link is up, its `state` then the first link's, else the
-//! first down link's. Per link (`"link"`) the links stay as the agent sent them. Either way each GPU with
+//! first down link's. Where the agent ships a GPU's NVLink bytes as sums (a link of the GPU with no port and
+//! no link number, [`Link::is_gpu_nvlinks`]: its byte counters at the fast rate, the links' at the slow one),
+//! the GPU's bytes, rates and capacity are the sums link's alone (never added to its links'), and per link the
+//! sums link is left out where the GPU's links carry byte counters of their own. Per link (`"link"`) the links
+//! otherwise stay as the agent sent them. Either way each GPU with
 //! NVLinks gets the node series `gpu_nvlinks_up` and `gpu_nvlinks` (exported as `commwatch_gpu_nvlinks_up` and
 //! `commwatch_gpu_nvlinks`), so a "links up per GPU" panel reads the same in both.
 
@@ -34,15 +38,16 @@ pub fn apply_nvlink_detail(nodes: &mut [NodeSnapshot], detail: NvlinkDetail) {
             continue;
         }
         add_link_counts(n);
-        if detail == NvlinkDetail::Gpu {
-            fold_per_gpu(n);
+        match detail {
+            NvlinkDetail::Gpu => fold_per_gpu(n),
+            NvlinkDetail::Link => drop_sums_beside_links(n),
         }
     }
 }
 
 /// Whether `link` is a GPU's NVLinks folded into one (it has no link number and no port).
 pub fn is_gpu_aggregate(link: &Link) -> bool {
-    link.key.class == LinkClass::Nvlink && link.link.is_none() && link.key.port.is_empty()
+    link.is_gpu_nvlinks()
 }
 
 /// The labels of a link after `node`, in exposition order: `class`, `device`, `port`, `role`, and for an
@@ -98,7 +103,7 @@ fn add_link_counts(n: &mut NodeSnapshot) {
     for l in n
         .links
         .iter()
-        .filter(|l| l.link.key.class == LinkClass::Nvlink)
+        .filter(|l| l.link.key.class == LinkClass::Nvlink && !l.link.is_gpu_nvlinks())
     {
         let gpu = l.link.gpu.as_deref().unwrap_or("");
         let i = match counts.iter().position(|c| c.0 == gpu) {
@@ -135,8 +140,39 @@ fn gauge(metric: &str, gpu: &str, value: f64, at: i64) -> SeriesSnapshot {
     }
 }
 
+/// The (device, GPU) of each sums link of the node's ([`Link::is_gpu_nvlinks`]).
+fn gpus_with_sums(n: &NodeSnapshot) -> Vec<(String, Option<String>)> {
+    n.links
+        .iter()
+        .filter(|l| l.link.is_gpu_nvlinks())
+        .map(|l| (l.link.key.device.clone(), l.link.gpu.clone()))
+        .collect()
+}
+
+/// Per link: leaves out the sums link of each GPU whose links carry byte counters themselves.
+fn drop_sums_beside_links(n: &mut NodeSnapshot) {
+    let with_sums = gpus_with_sums(n);
+    if with_sums.is_empty() {
+        return;
+    }
+    let counted: Vec<(String, Option<String>)> = n
+        .links
+        .iter()
+        .filter(|l| l.link.key.class == LinkClass::Nvlink && !l.link.is_gpu_nvlinks())
+        .filter(|l| l.tx_bytes_total.is_some() || l.rx_bytes_total.is_some())
+        .map(|l| (l.link.key.device.clone(), l.link.gpu.clone()))
+        .collect();
+    n.links.retain(|l| {
+        !l.link.is_gpu_nvlinks()
+            || !counted
+                .iter()
+                .any(|c| c.0 == l.link.key.device && c.1 == l.link.gpu)
+    });
+}
+
 /// Replaces the node's NVLink links by one link per GPU (by `device` and `gpu`), after its other links.
 fn fold_per_gpu(n: &mut NodeSnapshot) {
+    let with_sums = gpus_with_sums(n);
     let links = std::mem::take(&mut n.links);
     let mut kept = Vec::with_capacity(links.len());
     let mut gpus: Vec<GpuFold> = Vec::new();
@@ -147,11 +183,12 @@ fn fold_per_gpu(n: &mut NodeSnapshot) {
             continue;
         }
         let key = (l.link.key.device.clone(), l.link.gpu.clone());
+        let sums = with_sums.contains(&key);
         match index.get(&key) {
             Some(&i) => gpus[i].add(&l),
             None => {
                 index.insert(key, gpus.len());
-                gpus.push(GpuFold::new(&l));
+                gpus.push(GpuFold::new(&l, sums));
             }
         }
     }
@@ -166,10 +203,12 @@ struct GpuFold {
     down_state: Option<String>,
     /// Position in `snapshot.series` of each (counter name, agent labels).
     series_at: HashMap<(String, Vec<(String, String)>), usize>,
+    /// Whether the GPU has a sums link: its bytes and capacity are then that link's alone.
+    sums: bool,
 }
 
 impl GpuFold {
-    fn new(first: &LinkSnapshot) -> GpuFold {
+    fn new(first: &LinkSnapshot, sums: bool) -> GpuFold {
         let l = &first.link;
         let link = Link {
             key: LinkKey::new(LinkClass::Nvlink, l.key.device.clone(), String::new()),
@@ -192,6 +231,7 @@ impl GpuFold {
             },
             down_state: None,
             series_at: HashMap::new(),
+            sums,
         };
         fold.add(first);
         fold
@@ -199,15 +239,19 @@ impl GpuFold {
 
     fn add(&mut self, l: &LinkSnapshot) {
         let s = &mut self.snapshot;
-        add_f64(
-            &mut Arc::make_mut(&mut s.link).capacity_bytes_per_second,
-            l.link.capacity_bytes_per_second,
-        );
-        add_u64(&mut s.tx_bytes_total, l.tx_bytes_total);
-        add_u64(&mut s.rx_bytes_total, l.rx_bytes_total);
-        add_f64(&mut s.tx_bytes_per_second, l.tx_bytes_per_second);
-        add_f64(&mut s.rx_bytes_per_second, l.rx_bytes_per_second);
-        if self.down_state.is_none() && !l.link.is_up() {
+        // With a sums link, the bytes and capacity are its own; the links add their other counters.
+        let bytes = !self.sums || l.link.is_gpu_nvlinks();
+        if bytes {
+            add_f64(
+                &mut Arc::make_mut(&mut s.link).capacity_bytes_per_second,
+                l.link.capacity_bytes_per_second,
+            );
+            add_u64(&mut s.tx_bytes_total, l.tx_bytes_total);
+            add_u64(&mut s.rx_bytes_total, l.rx_bytes_total);
+            add_f64(&mut s.tx_bytes_per_second, l.tx_bytes_per_second);
+            add_f64(&mut s.rx_bytes_per_second, l.rx_bytes_per_second);
+        }
+        if self.down_state.is_none() && !l.link.is_up() && !l.link.is_gpu_nvlinks() {
             self.down_state = Some(l.link.state.clone());
         }
         // Only counters are exported for a link; gauges stay per link in the store.
@@ -215,6 +259,7 @@ impl GpuFold {
             .series
             .iter()
             .filter(|x| matches!(x.kind, SeriesKind::Counter { .. }))
+            .filter(|x| bytes || !matches!(x.key.metric.as_str(), "tx_bytes" | "rx_bytes"))
         {
             let key = (series.key.metric.clone(), series.key.labels.clone());
             match self.series_at.get(&key) {
@@ -404,6 +449,54 @@ mod tests {
             assert_eq!(a.link, b.link);
         }
         assert_eq!(counts(n).len(), 4);
+    }
+
+    /// The node with the agent's sums link for GPU 0 (its bytes at the fast rate: 650 B, 3.5 GB/s).
+    fn node_with_sums() -> NodeSnapshot {
+        let mut n = node();
+        let mut sums = nvlink(0, 0, "up", 650, Some(3.5e9));
+        let l = Arc::make_mut(&mut sums.link);
+        l.key.port.clear();
+        l.link = None;
+        l.capacity_bytes_per_second = Some(75e9);
+        sums.series = vec![series("tx_bytes", COUNTER, 650.0, 9)];
+        n.links.push(sums);
+        n
+    }
+
+    #[test]
+    fn an_agents_sums_are_the_gpus_bytes_never_added_to_its_links() {
+        let mut nodes = vec![node_with_sums()];
+        apply_nvlink_detail(&mut nodes, NvlinkDetail::Gpu);
+        let n = &nodes[0];
+        assert_eq!(n.links.len(), 3, "the port and one link per GPU");
+        let g0 = &n.links[1];
+        assert_eq!(g0.link.key, LinkKey::new(LinkClass::Nvlink, "gpu0", ""));
+        assert_eq!(g0.tx_bytes_total, Some(650), "the sums' alone");
+        assert_eq!(g0.tx_bytes_per_second, Some(3.5e9));
+        assert_eq!(g0.link.capacity_bytes_per_second, Some(75e9));
+        let metrics: Vec<(&str, f64)> = g0
+            .series
+            .iter()
+            .map(|s| (s.key.metric.as_str(), s.value))
+            .collect();
+        assert_eq!(metrics, [("nvlink_crc_errors", 3.0), ("tx_bytes", 650.0)]);
+        // The links are counted, the sums link is not a link of its own.
+        assert_eq!(
+            counts(n)[..2],
+            counts(&{
+                let mut m = vec![node()];
+                apply_nvlink_detail(&mut m, NvlinkDetail::Gpu);
+                m.remove(0)
+            })[..2]
+        );
+        // GPU 1 has no sums: its links summed as before.
+        assert_eq!(n.links[2].tx_bytes_total, Some(30));
+        // Per link: the links with their own byte counters, the sums left out.
+        let mut nodes = vec![node_with_sums()];
+        apply_nvlink_detail(&mut nodes, NvlinkDetail::Link);
+        assert_eq!(nodes[0].links.len(), node().links.len());
+        assert!(nodes[0].links.iter().all(|l| !l.link.is_gpu_nvlinks()));
     }
 
     #[test]
