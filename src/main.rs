@@ -106,9 +106,16 @@ fn said_once(e: &anyhow::Error) -> String {
     out
 }
 
-/// The long-running commands (agent, collector, demo), in a multi-threaded runtime.
+/// The long-running commands (agent, collector, demo): the collector and the demo in a multi-threaded
+/// runtime; the agent in a runtime on its own thread alone. Its async work is one stream, its own `/metrics`
+/// and the step-marker sockets (the sampling and the file following run on threads of their own): a worker
+/// per CPU (hundreds on a GPU node) would only add threads to wake.
 fn run_async(command: Command) -> anyhow::Result<()> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
+    let mut builder = match command {
+        Command::Agent(_) => tokio::runtime::Builder::new_current_thread(),
+        _ => tokio::runtime::Builder::new_multi_thread(),
+    };
+    let rt = builder
         .enable_all()
         .build()
         .map_err(|e| anyhow::anyhow!("cannot start the async runtime: {e}"))?;

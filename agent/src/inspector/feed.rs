@@ -4,11 +4,15 @@
 //!
 //! Bounds: at most [`InspectorFeed::capacity`] records wait for a batch; what a poll reads beyond that is
 //! dropped and counted (`commwatch_agent_inspector_dropped_total{reason="queue_full"}`), oldest kept, as a
-//! batch takes them in order. The thread ends within one `period` of the last other owner of the feed (the
-//! sampling loop) dropping it.
+//! batch takes them in order. The thread ends within one `period` (or [`IDLE_WAIT`] while the node runs no
+//! job) of the last other owner of the feed (the sampling loop) dropping it.
+//!
+//! While the node runs no job and a poll read nothing, the thread waits for a job list (woken as one is
+//! published) or [`IDLE_WAIT`], instead of polling nothing every `period`: an idle node's agent wakes for
+//! what is due.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use commwatch_model::Job;
@@ -21,10 +25,14 @@ use crate::telemetry::AgentMetrics;
 pub const MAX_RECORDS_PER_BATCH: usize = 2048;
 /// Records waiting for a batch by default: four batches' worth.
 pub const DEFAULT_CAPACITY: usize = 4 * MAX_RECORDS_PER_BATCH;
+/// Longest wait of the follower's thread between polls while the node runs no job.
+pub const IDLE_WAIT: Duration = Duration::from_secs(5);
 
 /// What the sampling thread and the follower's thread share.
 pub struct InspectorFeed {
     jobs: Mutex<Vec<Job>>,
+    /// Signalled when [`InspectorFeed::set_jobs`] changes the jobs.
+    jobs_changed: Condvar,
     records: Mutex<VecDeque<pb::CollectiveRecord>>,
     capacity: usize,
     metrics: Arc<AgentMetrics>,
@@ -49,6 +57,7 @@ impl InspectorFeed {
     pub fn new(capacity: usize, metrics: Arc<AgentMetrics>) -> Arc<InspectorFeed> {
         Arc::new(InspectorFeed {
             jobs: Mutex::new(Vec::new()),
+            jobs_changed: Condvar::new(),
             records: Mutex::new(VecDeque::new()),
             capacity: capacity.max(1),
             metrics,
@@ -65,7 +74,19 @@ impl InspectorFeed {
         let mut held = lock(&self.jobs);
         if held.as_slice() != jobs {
             *held = jobs.to_vec();
+            self.jobs_changed.notify_all();
         }
+    }
+
+    /// Waits at most `most` while the node runs no job (returns at once when it runs one, or as soon as one
+    /// is published). Returns whether the node runs a job.
+    pub fn wait_for_jobs(&self, most: Duration) -> bool {
+        let held = lock(&self.jobs);
+        let (held, _) = self
+            .jobs_changed
+            .wait_timeout_while(held, most, |j| j.is_empty())
+            .unwrap_or_else(|p| p.into_inner());
+        !held.is_empty()
     }
 
     /// Up to `max` waiting records, oldest first.
@@ -106,9 +127,52 @@ pub fn spawn(
     let weak: Weak<InspectorFeed> = Arc::downgrade(feed);
     std::thread::Builder::new()
         .name("commwatch-inspector".into())
-        .spawn(move || loop {
-            std::thread::sleep(period);
-            let Some(feed) = weak.upgrade() else { return };
-            feed.poll_once(&mut follower);
+        .spawn(move || {
+            let mut idle = false;
+            loop {
+                if idle {
+                    let Some(feed) = weak.upgrade() else { return };
+                    if !feed.wait_for_jobs(IDLE_WAIT) {
+                        // Still no job: poll once all the same (files of a job that just ended).
+                        idle = feed.poll_once(&mut follower) == 0;
+                        continue;
+                    }
+                }
+                std::thread::sleep(period);
+                let Some(feed) = weak.upgrade() else { return };
+                let read = feed.poll_once(&mut follower);
+                idle = read == 0 && !feed.wait_for_jobs(Duration::ZERO);
+            }
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+
+    #[test]
+    fn a_published_job_ends_the_idle_wait_at_once() {
+        let feed = InspectorFeed::new(4, Arc::new(AgentMetrics::new()));
+        assert!(!feed.wait_for_jobs(Duration::ZERO), "no job yet");
+        let waiting = feed.clone();
+        let waiter = std::thread::spawn(move || {
+            let t = Instant::now();
+            (waiting.wait_for_jobs(Duration::from_secs(60)), t.elapsed())
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        let job = Job {
+            id: "j".into(),
+            ranks: Vec::new(),
+            conflicts: Vec::new(),
+        };
+        feed.set_jobs(&[job]);
+        let (runs_one, waited) = waiter.join().expect("the waiting thread");
+        assert!(runs_one);
+        assert!(waited < Duration::from_secs(30), "{waited:?}");
+        assert!(
+            feed.wait_for_jobs(Duration::from_secs(60)),
+            "returns at once"
+        );
+    }
 }

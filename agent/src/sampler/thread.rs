@@ -17,9 +17,6 @@ use super::{BatchBuilder, Periods, Sampler, SamplerEvent};
 use crate::steps::MarkerQueue;
 use crate::telemetry::AgentMetrics;
 
-/// Longest sleep between checks of the stop flag, so a stop request is noticed promptly.
-const STOP_CHECK: Duration = Duration::from_millis(20);
-
 /// Samples read within this share of the fast period share a timestamp on the wire (one tick): a sample is
 /// stamped at most 1/200 of a period early, so a rate over one period is off by at most 0.5 %.
 pub const STAMP_SHARE: u32 = 200;
@@ -43,13 +40,15 @@ pub struct SamplerHandle {
 }
 
 impl SamplerHandle {
-    /// Stops the thread after its current tick and waits for it (the last partial batch is handed over).
+    /// Stops the thread after its current tick and waits for it (the last partial batch is handed over). The
+    /// thread sleeps until its next deadline, however far: it is woken for the stop.
     pub fn stop(mut self) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
             if let Some(th) = t.thread().name() {
                 tracing::debug!(thread = th, "stopping sampler");
             }
+            t.thread().unpark();
             let _ = t.join();
         }
     }
@@ -120,7 +119,9 @@ impl SamplingLoop {
             let now = Instant::now();
             let wake = due.fast.min(due.slow).min(due.batch);
             if wake > now {
-                std::thread::sleep((wake - now).min(STOP_CHECK));
+                // Asleep until the next deadline (the thread wakes only when work is due, whatever the rates;
+                // `SamplerHandle::stop` unparks it). A spurious wake-up only goes round the loop again.
+                std::thread::park_timeout(wake - now);
                 if self.stop.load(Ordering::Relaxed) {
                     break;
                 }
@@ -135,7 +136,9 @@ impl SamplingLoop {
                 self.rediscover();
             }
             if now >= due.batch {
-                due.batch = now + self.settings.batch_period;
+                // On the batch period's own grid (as the tiers keep theirs), so that a batch due with a tick is
+                // cut in the same wake-up, after its reads, rather than in one of its own just after.
+                due.batch = next_on_grid(due.batch, self.settings.batch_period, now);
                 self.cut_batch();
             }
         }
@@ -253,6 +256,16 @@ fn with_markers(
     }
 }
 
+/// The first deadline after `now` on the grid of `period` through `due` (`due` itself is past).
+fn next_on_grid(due: Instant, period: Duration, now: Instant) -> Instant {
+    let next = due + period;
+    if next > now || period.is_zero() {
+        return next.max(now);
+    }
+    let behind = (now - next).as_nanos() / period.as_nanos() + 1;
+    next + period * u32::try_from(behind).unwrap_or(u32::MAX)
+}
+
 /// Next deadline after one that was due at `due`, once its reads ended at `now`: keeps the cadence, but
 /// skips missed ticks instead of bursting to catch up (and counts the overrun); after an overrun the next
 /// read is a whole period after the end of this one.
@@ -272,5 +285,23 @@ fn advance(
         now + period
     } else {
         next
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batch_deadlines_stay_on_their_grid() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        // Cut on time, or a little late: the next one period after the last deadline.
+        assert_eq!(next_on_grid(t0, ms(250), t0), t0 + ms(250));
+        assert_eq!(next_on_grid(t0, ms(250), t0 + ms(3)), t0 + ms(250));
+        // Several periods late: the first grid point after now, none skipped ahead of it.
+        assert_eq!(next_on_grid(t0, ms(250), t0 + ms(250)), t0 + ms(500));
+        assert_eq!(next_on_grid(t0, ms(250), t0 + ms(760)), t0 + ms(1000));
+        assert_eq!(next_on_grid(t0, Duration::ZERO, t0 + ms(5)), t0 + ms(5));
     }
 }

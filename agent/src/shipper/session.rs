@@ -22,8 +22,10 @@ const OUTBOUND_QUEUE: usize = 64;
 const HEARTBEAT_AFTER: Duration = Duration::from_secs(5);
 /// How long to wait for the stream to open, and then for the collector's first `Ack` after `Hello`.
 const HELLO_ACK_TIMEOUT: Duration = Duration::from_secs(10);
-/// How often the loop checks for a stall and for a due heartbeat.
-const TICK: Duration = Duration::from_millis(250);
+/// How often the loop checks for a stall and for a due heartbeat: a quarter of the ack timeout, within these
+/// bounds ([`housekeeping_period`]).
+const TICK_MIN: Duration = Duration::from_millis(250);
+const TICK_MAX: Duration = Duration::from_secs(1);
 /// A stream that lived this long resets the reconnect backoff.
 const STABLE_AFTER: Duration = Duration::from_secs(10);
 /// At shutdown, how long the collector is given to acknowledge what is in flight.
@@ -164,7 +166,8 @@ impl<'a> Session<'a> {
         shutdown: &mut watch::Receiver<bool>,
         backoff: &mut Backoff,
     ) -> Ended {
-        let mut ticker = tokio::time::interval(TICK);
+        let mut ticker =
+            tokio::time::interval(housekeeping_period(self.shipper.settings.ack_timeout));
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             self.flush();
@@ -383,5 +386,28 @@ impl<'a> Session<'a> {
             self.shipper.metrics.sent_batches.inc();
             self.last_sent = Instant::now();
         }
+    }
+}
+/// The period of the stream loop's housekeeping for `ack_timeout`: a stall is seen within a quarter of the
+/// timeout past it (at most [`TICK_MAX`]: the default 15 s timeout wakes the loop once a second, not four
+/// times, when no batch is due).
+fn housekeeping_period(ack_timeout: Duration) -> Duration {
+    (ack_timeout / 4).clamp(TICK_MIN, TICK_MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn housekeeping_follows_the_ack_timeout_within_bounds() {
+        let s = Duration::from_secs;
+        assert_eq!(housekeeping_period(s(15)), s(1));
+        assert_eq!(housekeeping_period(s(2)), Duration::from_millis(500));
+        assert_eq!(housekeeping_period(s(1)), Duration::from_millis(250));
+        assert_eq!(
+            housekeeping_period(Duration::ZERO),
+            Duration::from_millis(250)
+        );
     }
 }

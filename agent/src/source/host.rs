@@ -265,6 +265,10 @@ impl Source for HostSource {
         "host"
     }
 
+    fn quick_reads(&self) -> bool {
+        true
+    }
+
     fn discover(&mut self) -> Result<bool, SourceError> {
         // Also the baseline the first sample's utilisation is measured from.
         let cpus = self.backend.start()?;

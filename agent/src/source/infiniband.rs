@@ -357,6 +357,10 @@ impl Source for InfinibandSource {
         "infiniband"
     }
 
+    fn quick_reads(&self) -> bool {
+        true
+    }
+
     fn discover(&mut self) -> Result<bool, SourceError> {
         let class = self.sysfs_root.join("class/infiniband");
         let devices = match self.sysfs_root.list_subdirs(&class) {

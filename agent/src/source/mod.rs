@@ -245,4 +245,10 @@ pub trait Source: Send {
     fn unavailable(&self) -> Option<String> {
         None
     }
+    /// Whether `sample` reads its values one quick read after another (files under sysfs or procfs), never
+    /// pausing between two for a slow call (a driver's): the watchdog may then hand them to the sampler a few
+    /// at a time ([`watchdog`]), each within [`watchdog::CHUNK_AGE`] of its read, instead of one wake-up each.
+    fn quick_reads(&self) -> bool {
+        false
+    }
 }

@@ -357,6 +357,10 @@ impl Source for NetdevSource {
         "netdev"
     }
 
+    fn quick_reads(&self) -> bool {
+        true
+    }
+
     fn discover(&mut self) -> Result<bool, SourceError> {
         let names = select(&self.sysfs_root, &self.options)?;
         if names.is_empty() && !self.absent_logged {

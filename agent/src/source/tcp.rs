@@ -92,6 +92,10 @@ impl Source for TcpSource {
         "tcp"
     }
 
+    fn quick_reads(&self) -> bool {
+        true
+    }
+
     fn discover(&mut self) -> Result<bool, SourceError> {
         if !self.inventory.series.is_empty() {
             return Ok(false);
