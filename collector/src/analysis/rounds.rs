@@ -4,9 +4,11 @@
 //! whose last evaluation is an interval old, oldest first, on an input of that scope's nodes only. A fleet's
 //! findings are then each as old as their own job's last evaluation, not the whole fleet's pass.
 //!
-//! The evaluation's share of the CPU is guaranteed, not what the ingest leaves: the thread runs at the ingest's
-//! priority and is held to [`crate::pace::MAX_DUTY`] of a core by a budget of CPU time ([`Budget`]); the ingest
-//! has the rest. Under `SCHED_IDLE` a busy ingest starved the rules (at 800 demo nodes on one core, no
+//! The evaluation's share of the CPU is guaranteed, not what the ingest leaves: the thread runs at nice
+//! [`ANALYSIS_NICE`] (against one busy ingest thread at nice 0, the scheduler's weights give it about a quarter
+//! of the core) and is held to [`crate::pace::MAX_DUTY`] of a core by a budget of CPU time ([`Budget`]); the
+//! ingest has the rest, and comes first when both want the core (at the ingest's own priority, the analysis's
+//! bursts delayed acks: at 100 demo nodes on a loaded machine ack p99 went from 0.25–0.59 s to 1.1–1.4 s). Under `SCHED_IDLE` a busy ingest starved the rules (at 800 demo nodes on one core, no
 //! evaluation in 90 s: BENCHMARKS.md, "Fresh findings under load"). A collector that cannot evaluate its fleet
 //! within that share says so: `commwatch_collector_evaluation_age_seconds` per job, a warning in its log (at
 //! start when the nodes it restored already cannot fit, then whenever a job's findings fall two intervals
@@ -25,6 +27,11 @@ use super::super::scope::{self, Scope};
 use super::AnalysisHandle;
 use crate::pace::{thread_cpu_ns, Budget, PassThread, Yield, MAX_DUTY};
 use crate::store::Store;
+
+/// The analysis thread's nice value: the scheduler's weight at nice 5 (335 against nice 0's 1,024) is about a
+/// quarter of a core against one busy ingest thread, the share [`MAX_DUTY`] allows, so the share holds while the
+/// ingest wins each contended moment.
+pub const ANALYSIS_NICE: i32 = 5;
 
 /// CPU time of one node's evaluation assumed before any was measured, for the warning at start: the demo
 /// node's, measured in process (BENCHMARKS.md, "Fresh findings at fleet scale").
@@ -274,9 +281,10 @@ impl AnalysisHandle {
     }
 
     /// Evaluates on arrival, scope by scope, within [`MAX_DUTY`] of a core ([`Budget`]), on a thread of its
-    /// own at the ingest's priority. Runs until the future is dropped.
+    /// own at nice [`ANALYSIS_NICE`]. Runs until the future is dropped.
     pub async fn run(self) {
-        let thread = match PassThread::start_with("commwatch-analysis", Yield::Nice(0)) {
+        let thread = match PassThread::start_with("commwatch-analysis", Yield::Nice(ANALYSIS_NICE))
+        {
             Ok(t) => Arc::new(t),
             Err(e) => {
                 warn!(error = %e, "could not start the analysis thread; nothing is evaluated");

@@ -169,11 +169,7 @@ fn quote_cites(report: &mut Report) {
             };
             let lines = files.entry(c.file.clone()).or_insert_with(|| {
                 let text = crate::input::read_text(std::path::Path::new(&c.file)).ok()?;
-                Some(
-                    text.lines()
-                        .map(str::to_string)
-                        .collect(),
-                )
+                Some(text.lines().map(str::to_string).collect())
             });
             match lines.as_ref().and_then(|l| l.get(n.wrapping_sub(1))) {
                 Some(text) => {
