@@ -525,6 +525,10 @@ fn skewed_agent(
         .args(["--steps-socket", "off", "--http-listen"])
         .arg(format!("127.0.0.1:{http}"))
         .env("COMMWATCH_LOG", "info")
+        // A skewed clock is the wall clock's: the monotonic clock that timers and timed waits count on is
+        // the kernel's on every machine. libfaketime shifts both by default, and a timed wait on a shifted
+        // monotonic deadline sleeps the skew longer (or not at all), which no real machine does.
+        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).unwrap())
