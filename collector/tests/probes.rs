@@ -29,6 +29,7 @@ async fn agent_probe_port() -> String {
 async fn post(url: String, body: &str) -> (u16, serde_json::Value) {
     let r = reqwest::Client::new()
         .post(url)
+        .header("content-type", "application/json")
         .body(body.to_string())
         .send()
         .await

@@ -1,7 +1,7 @@
 //! Evaluation by scope, on arrival, within a budget: the analysis thread wakes every quarter of the interval,
 //! cuts the fleet into scopes ([`super::super::scope`]: the parts the rules never compare across, in practice
-//! each job with its nodes), and evaluates each scope whose nodes brought data since its last evaluation and
-//! whose last evaluation is an interval old, oldest first, on an input of that scope's nodes only. A fleet's
+//! each job with its nodes), and evaluates each scope whose last evaluation is an interval old — those whose
+//! nodes brought data since first, oldest first — on an input of that scope's nodes only. A fleet's
 //! findings are then each as old as their own job's last evaluation, not the whole fleet's pass.
 //!
 //! The evaluation's share of the CPU is guaranteed, not what the ingest leaves: the thread runs at nice
@@ -227,8 +227,9 @@ impl AnalysisHandle {
         }
     }
 
-    /// The scopes to evaluate now with the newest data of their nodes, oldest evaluation first; `on_arrival`:
-    /// only those with data newer than their last evaluation and an interval (less an eighth) since it.
+    /// The scopes to evaluate now with the newest data of their nodes; `on_arrival`: those an interval (less an
+    /// eighth) since their last evaluation, the ones whose nodes brought data since first, each group oldest
+    /// evaluation first.
     fn due<'a>(
         &self,
         rounds: &Rounds,
@@ -237,7 +238,7 @@ impl AnalysisHandle {
         on_arrival: bool,
     ) -> Vec<(&'a Scope, i64)> {
         let gap = self.inner.interval.as_nanos() as i64 * 7 / 8;
-        let mut due: Vec<(&Scope, i64, i64)> = scopes
+        let mut due: Vec<(&Scope, i64, (bool, i64))> = scopes
             .iter()
             .filter_map(|s| {
                 let data = s
@@ -247,12 +248,15 @@ impl AnalysisHandle {
                     .max()
                     .unwrap_or(0);
                 let last = rounds.last.get(&s.label);
-                let wanted = !on_arrival
-                    || last.is_none_or(|e| data > e.data_ns && now_unix_ns - e.at_ns >= gap);
-                wanted.then(|| (s, data, last.map_or(i64::MIN, |e| e.at_ns)))
+                // New data first; a scope without any is still evaluated each interval, as the whole-fleet
+                // pass did: the tracker's hysteresis counts evaluations, so a finding whose nodes went quiet
+                // (a job list sent once, a node that stopped sending) still raises and clears in time.
+                let fresh = last.is_none_or(|e| data > e.data_ns);
+                let wanted = !on_arrival || last.is_none_or(|e| now_unix_ns - e.at_ns >= gap);
+                wanted.then(|| (s, data, (!fresh, last.map_or(i64::MIN, |e| e.at_ns))))
             })
             .collect();
-        due.sort_by_key(|(_, _, at)| *at);
+        due.sort_by_key(|(_, _, order)| *order);
         due.into_iter().map(|(s, data, _)| (s, data)).collect()
     }
 
