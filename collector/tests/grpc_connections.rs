@@ -171,7 +171,7 @@ async fn bytes_that_are_not_http2_are_closed_at_once() {
         .unwrap();
     assert!(closed_within(&mut s, PROMPT).await);
     let name = "commwatch_collector_grpc_connections_refused_total";
-    assert_eq!(counted(&h, name, "not_http2"), 1.0);
+    assert_eq!(counted_soon(&h, name, "not_http2", 1.0).await, 1.0);
     agent_gets_in(&h, "n1").await;
     h.shutdown().await;
 }
