@@ -120,7 +120,7 @@ async fn connections_over_the_per_address_cap_are_closed_at_once_and_counted() {
         assert!(closed_within(s, PROMPT).await, "over the cap, not closed");
     }
     let name = "commwatch_collector_grpc_connections_refused_total";
-    assert_eq!(counted(&h, name, "peer_limit"), 5.0);
+    assert_eq!(counted_soon(&h, name, "peer_limit", 5.0).await, 5.0);
     // Only the idle ones are held: the held count is exact.
     let open = h.render_metrics().lines().find_map(|l| {
         l.strip_prefix("commwatch_collector_grpc_connections ")?
@@ -154,7 +154,7 @@ async fn connections_over_the_listener_cap_are_closed_at_once_and_counted() {
     assert!(closed_within(&mut over, PROMPT).await);
     let name = "commwatch_collector_grpc_connections_refused_total";
     // The listener's cap is checked first.
-    assert_eq!(counted(&h, name, "listener_limit"), 1.0);
+    assert_eq!(counted_soon(&h, name, "listener_limit", 1.0).await, 1.0);
     // Once the deadline closes the idle four, agents get in again.
     // Counted just after the close the client saw.
     assert_eq!(counted_soon(&h, name, "handshake_timeout", 4.0).await, 4.0);
