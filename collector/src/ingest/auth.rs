@@ -16,6 +16,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
+pub use commwatch_model::token::exposure_warning;
 use commwatch_model::token::{read_token_file, TokenError};
 use tonic::service::Interceptor;
 use tonic::{Request, Status};
@@ -74,20 +75,6 @@ impl AgentAuth {
         }
         Ok(auth)
     }
-}
-
-/// A warning when the secret file `path` can be read or written by its group or others (`None` when it
-/// cannot, or its mode cannot be read).
-pub fn exposure_warning(what: &str, path: &Path) -> Option<String> {
-    use std::os::unix::fs::PermissionsExt;
-    let mode = std::fs::metadata(path).ok()?.permissions().mode() & 0o777;
-    (mode & 0o077 != 0).then(|| {
-        format!(
-            "{what} {} can be read or changed by group or others (mode {mode:04o}): chmod 600 {}",
-            path.display(),
-            path.display()
-        )
-    })
 }
 
 /// The gRPC interceptor that checks every stream's bearer token (when one is configured). A refusal is
