@@ -17,7 +17,7 @@
 #   compiled MPI job and the torch venv), BED_FABRIC_RATE (2gbit), BED_MGMT_RATE (200mbit), BED_PREFIX (the
 #   run's prefix, cwb and up to 7 letters or digits; default random), BED_LINGER_S (8: seconds the collector
 #   keeps running after the job, for its last steps and findings), BED_STRAGGLER_PCT (5: the straggler's CPU
-#   share, % of one core).
+#   share, % of one core), BED_LOSS_PCT (2: the loss scenario's drop rate each way, %).
 #
 # Topology (everything named with a per-run prefix `cwb<hex>`): a "switch" namespace with two bridges (fabric,
 # management); each node namespace has `fab0` (10.10.0.k+1/24) and `mgmt0` (10.9.0.k+1/24) into them, shaped
@@ -36,6 +36,8 @@ FAB_RATE=${BED_FABRIC_RATE:-2gbit}
 MGMT_RATE=${BED_MGMT_RATE:-200mbit}
 # The straggler's share of one CPU, %: well below what a rank gets on a busy 2-core machine (~20 %), so it bites.
 STRAGGLER_PCT=${BED_STRAGGLER_PCT:-5}
+# The loss scenario's drop rate, % of packets each way on the faulty node's fabric link.
+LOSS_PCT=${BED_LOSS_PCT:-2}
 PREFIX_GLOB=cwb
 VENV=$CACHE/venv
 MPI_PROG=$CACHE/allreduce_mpi
@@ -72,6 +74,7 @@ check_tools() {
   for t in ip tc nsenter unshare python3; do
     command -v "$t" >/dev/null || die "$t not found (Debian: iproute2, util-linux)"
   done
+  [[ $LOSS_PCT =~ ^([0-9]|[1-9][0-9])(\.[0-9]+)?$ ]] || die "BED_LOSS_PCT=$LOSS_PCT: a percentage below 100"
   [ "$(id -u)" = 0 ] || die "needs root (network namespaces, tc, cgroups)"
   [ -x "$BIN" ] || die "commwatch binary not found at $BIN (set COMMWATCH_BIN)"
 }
@@ -385,7 +388,8 @@ mgmt-all-env     torch: every rank likewise
 mgmt-one-route   torch: no variable; node1's host name resolves to its management address, gloo picks mgmt0
 mgmt-all-route   torch: every node's name resolves to its management address
 ratecut          node2's fabric link cut to 1/4 of its rate (tc) from step 6 for 10 steps
-loss             2 % packet loss on node2's fabric link (netem, both directions) from step 6 for 10 steps
+loss             2 % packet loss (BED_LOSS_PCT) on node2's fabric link, both directions, from step 6 for 10
+                 steps (netem; iptables in the switch's bridge where the kernel has no netem)
 straggler        node3's job CPU-limited to 5 % of a core (cgroup; BED_STRAGGLER_PCT) from step 6 for 10 steps
 twojobs          two jobs at once: A on node0,node1 (16 MiB, 0.4 s), B on node2,node3 (8 MiB, 0.8 s)
 rerun-slow       the same job twice in one collector, 12 steps each: healthy, then with node1 on mgmt0 (as
@@ -523,16 +527,73 @@ apply_fault() { # apply_fault on|off
     case $FAULT:$1 in
       ratecut:on) shape_node "$k" "$(rate_quarter "$FAB_RATE")" "$MGMT_RATE" ;;
       ratecut:off) shape_node "$k" "$FAB_RATE" "$MGMT_RATE" ;;
-      loss:on)
-        ip netns exec "$(node_ns "$k")" tc qdisc add dev fab0 parent 1:1 handle 10: netem loss 2%
-        ip netns exec "$P-sw" tc qdisc add dev "f$k" parent 1:1 handle 10: netem loss 2% ;;
-      loss:off)
-        ip netns exec "$(node_ns "$k")" tc qdisc del dev fab0 parent 1:1 handle 10: || true
-        ip netns exec "$P-sw" tc qdisc del dev "f$k" parent 1:1 handle 10: || true ;;
+      loss:on) loss_on "$k" ;;
+      loss:off) loss_off "$k" ;;
       straggler:on) cpu_limit "$k" "$STRAGGLER_PCT" ;;
       straggler:off) cpu_limit "$k" max ;;
     esac
   done
+}
+
+# How the loss scenario drops packets (LOSS_METHOD): netem on both ends of the node's fabric link where the
+# kernel has it; else iptables' statistic match in the switch namespace, on the bridge's forwarding path
+# (br_netfilter) matched by the node's bridge port, both ways. Both drop on the wire. Not the node's own
+# OUTPUT chain: a packet dropped there is a local send error, which TCP sends again as new data without
+# counting a retransmission (measured: 0 RetransSegs on the lossy node, its peer 2.4 %), so the lossy node's
+# own counters would look clean.
+pick_loss_method() {
+  if ip netns exec "$P-sw" tc qdisc add dev lo root handle 1: netem loss 0% 2>/dev/null; then
+    ip netns exec "$P-sw" tc qdisc del dev lo root 2>/dev/null || true
+    LOSS_METHOD=netem
+  elif command -v iptables >/dev/null; then
+    LOSS_METHOD=iptables
+    log "loss: this kernel has no netem; packets are dropped by iptables (statistic match) in the switch's bridge"
+  else
+    die "the loss scenario needs netem (CONFIG_NET_SCH_NETEM) or iptables (Debian: iptables)"
+  fi
+}
+
+# The iptables rules of node K's loss, both ways: "-m physdev --physdev-in fK ..." then "--physdev-out".
+loss_rule() { # loss_rule K in|out
+  local prob
+  prob=$(awk -v p="$LOSS_PCT" 'BEGIN { printf "%.4f", p / 100 }')
+  if [ "$2" = in ]; then
+    echo "FORWARD -m physdev --physdev-in f$1 -m statistic --mode random --probability $prob -j DROP"
+  else
+    echo "FORWARD -m physdev --physdev-out f$1 --physdev-is-bridged -m statistic --mode random --probability $prob -j DROP"
+  fi
+}
+
+loss_on() { # loss_on K: LOSS_PCT % of packets dropped each way on node K's fabric link
+  if [ "$LOSS_METHOD" = netem ]; then
+    ip netns exec "$(node_ns "$1")" tc qdisc add dev fab0 parent 1:1 handle 10: netem loss "$LOSS_PCT%"
+    ip netns exec "$P-sw" tc qdisc add dev "f$1" parent 1:1 handle 10: netem loss "$LOSS_PCT%"
+    return
+  fi
+  ip netns exec "$P-sw" sysctl -qw net.bridge.bridge-nf-call-iptables=1
+  # shellcheck disable=SC2046
+  ip netns exec "$P-sw" iptables -w -A $(loss_rule "$1" in)
+  # shellcheck disable=SC2046
+  ip netns exec "$P-sw" iptables -w -A $(loss_rule "$1" out)
+}
+
+# loss_off K: removes node K's loss (absent already: nothing); with iptables, first sets LOSS_DROPPED to the
+# packets its rules dropped, as JSON ({"from_node": N, "to_node": N}).
+loss_off() {
+  if [ "$LOSS_METHOD" = netem ]; then
+    ip netns exec "$(node_ns "$1")" tc qdisc del dev fab0 parent 1:1 handle 10: 2>/dev/null || true
+    ip netns exec "$P-sw" tc qdisc del dev "f$1" parent 1:1 handle 10: 2>/dev/null || true
+    return
+  fi
+  LOSS_DROPPED=$(ip netns exec "$P-sw" iptables -w -L FORWARD -v -n -x 2>/dev/null | awk -v d="f$1" '
+    $3 == "DROP" && / statistic / { for (i = 1; i < NF; i++) {
+      if ($i == "--physdev-in" && $(i + 1) == d) from += $1
+      if ($i == "--physdev-out" && $(i + 1) == d) to += $1 } }
+    END { printf "{\"from_node\": %d, \"to_node\": %d}", from, to }')
+  # shellcheck disable=SC2046
+  ip netns exec "$P-sw" iptables -w -D $(loss_rule "$1" in) 2>/dev/null || true
+  # shellcheck disable=SC2046
+  ip netns exec "$P-sw" iptables -w -D $(loss_rule "$1" out) 2>/dev/null || true
 }
 
 rate_quarter() { # 2gbit -> 500mbit
@@ -545,7 +606,11 @@ fault_controller() {
   while [ "$(truth_lines)" -lt "$FAULT_AT" ]; do sleep 0.1; done
   apply_fault on
   fault_event start "$FAULT_AT"
-  log "fault $FAULT on $FAULT_NODES"
+  if [ "$FAULT" = loss ]; then
+    log "fault loss on $FAULT_NODES: $LOSS_PCT % each way ($LOSS_METHOD)"
+  else
+    log "fault $FAULT on $FAULT_NODES"
+  fi
   while [ "$(truth_lines)" -lt $((FAULT_AT + FAULT_LEN)) ]; do sleep 0.1; done
   apply_fault off
   fault_event end $((FAULT_AT + FAULT_LEN))
@@ -564,8 +629,15 @@ wait_jobs() {
   return "$rc"
 }
 
-fault_event() { # fault_event start|end STEP: the fault's edge in faults.jsonl
-  echo "{\"fault\":\"$FAULT\",\"nodes\":\"$FAULT_NODES\",\"event\":\"$1\",\"time_ns\":$(now_ns),\"step\":$2}" \
+# fault_event start|end STEP: the fault's edge in faults.jsonl; the loss scenario adds how packets were dropped
+# (method, loss_pct) and, at its end with iptables, how many (dropped_packets).
+fault_event() {
+  local extra=
+  if [ "$FAULT" = loss ]; then
+    extra=",\"method\":\"$LOSS_METHOD\",\"loss_pct\":$LOSS_PCT"
+    [ "$1" != end ] || [ -z "${LOSS_DROPPED:-}" ] || extra="$extra,\"dropped_packets\":$LOSS_DROPPED"
+  fi
+  echo "{\"fault\":\"$FAULT\",\"nodes\":\"$FAULT_NODES\",\"event\":\"$1\",\"time_ns\":$(now_ns),\"step\":$2$extra}" \
     >>"$SOUT/faults.jsonl"
 }
 
@@ -681,6 +753,8 @@ cmd_run() {
   log "run $P: $N nodes, control net $CTL_NET.0/24, outputs in $OUT"
   topo_up
   write_run_helpers
+  LOSS_METHOD=
+  [[ " ${scen[*]} " != *" loss "* ]] || pick_loss_method
   local s rc=0
   for s in "${scen[@]}"; do
     run_scenario "$s" || rc=1
@@ -694,6 +768,8 @@ case ${1:-} in
   setup)
     shift
     setup_mpi
+    command -v iptables >/dev/null \
+      || log "warning: no iptables: the loss scenario needs it where the kernel has no netem (Debian: iptables)"
     [ "${1:-}" != --torch ] || setup_torch ;;
   list) list_scenarios ;;
   run) shift; cmd_run "$@" ;;
