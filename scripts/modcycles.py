@@ -65,15 +65,21 @@ def module_path(src_dir, path):
     return tuple(rel)
 
 
+# Comments, raw strings, strings and character literals (a lifetime such as `'a` is not one: no closing quote).
+LEXEMES = re.compile(
+    r"//[^\n]*|/\*.*?\*/|\br(#*)\".*?\"\1|b?\"(?:\\.|[^\"\\])*\"|b?'(?:\\.|[^'\\])'",
+    re.S,
+)
+
+
 def strip_tests_and_comments(text):
     # Drop everything from a `#[cfg(test)]` item on: test modules sit at the end of a file here.
     m = re.search(r"^\s*#\[cfg\(test\)\]", text, re.M)
     if m:
         text = text[: m.start()]
-    text = re.sub(r"//[^\n]*", "", text)
-    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
-    text = re.sub(r'"(?:\\.|[^"\\])*"', '""', text)
-    return text
+    # One pass, so that a `//` inside a string, a `"` in a character literal or a `\` ending a string's line
+    # cannot shift what is read as code.
+    return LEXEMES.sub(lambda m: "" if m.group(0).startswith("/") else '""', text)
 
 
 def expand_use_tree(tree):

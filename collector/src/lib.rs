@@ -21,6 +21,8 @@
 //! - [`export`]: `/metrics`, the JSON API (nodes, steps, jobs, findings, baselines) and `/healthz`.
 //! - [`remote_write`]: the families of `/metrics` sent to a Prometheus remote-write receiver (`[remote_write]`).
 //! - [`lifecycle`]: the stop signal and the task set; this file wires the stages together.
+//! - `measure` (tests only): in-process measurements that drive the store and the stages above it, kept out
+//!   of every stage so that none of them reaches forward.
 //!
 //! # Lifecycle
 //! [`start`] binds both listeners and calls [`run`]. `run` loads and checks everything that can fail (auth
@@ -419,6 +421,9 @@ async fn expire_nodes(store: Arc<Store>, health: Health, node_expiry: Duration) 
         }
     }
 }
+
+#[cfg(test)]
+mod measure;
 
 #[cfg(test)]
 mod tests {

@@ -3,7 +3,7 @@
 //! round-robin over the nodes as a collector under load applies them, at a 10-minute retention (the default
 //! before it became 5 minutes: the figures stay comparable with the earlier ones).
 //!
-//! `cargo test --release -p commwatch-collector --lib store::apply_cost -- --ignored --nocapture`
+//! `cargo test --release -p commwatch-collector --lib measure::apply_cost -- --ignored --nocapture`
 //! (env: `NODES` (200), `SECS` simulated (60)). Prints ns per sample for the second half of the run (the first
 //! fills the rings; thread CPU time, and wall time), reads of every series' newest second, and the store's
 //! bytes per node. A figure, not a check: it never fails because the machine is slow.
@@ -24,8 +24,8 @@ use prost::Message as _;
 use rand::rngs::StdRng;
 use rand::{Rng as _, SeedableRng};
 
-use super::*;
 use crate::config::Limits;
+use crate::store::{Batch, Hello, Inventory, LinkInfo, NodeRef, SeriesDesc, Store};
 
 const FAST: u32 = 322;
 const SLOW: u32 = 1_147;
@@ -276,15 +276,15 @@ fn tape_cost() {
     let (mut parts, mut by_metric) = ([0usize; 4], BTreeMap::<&str, (usize, usize, usize)>::new());
     let mut open_fast = 0;
     for s in node.series() {
-        let p = s.ring.heap_parts();
-        if s.tier == Some(Tier::Fast) {
+        let p = s.ring().heap_parts();
+        if s.tier() == Some(Tier::Fast) {
             open_fast += p[1];
         }
         for (a, b) in parts.iter_mut().zip(p) {
             *a += b;
         }
-        let e = by_metric.entry(s.key.metric.as_str()).or_default();
-        *e = (e.0 + 1, e.1 + s.ring.len(), e.2 + s.ring.heap_bytes());
+        let e = by_metric.entry(s.key().metric.as_str()).or_default();
+        *e = (e.0 + 1, e.1 + s.ring().len(), e.2 + s.ring().heap_bytes());
     }
     println!(
         "{nodes} nodes, {} batches, retention {retention:?}: apply {:.1} ns of thread CPU per sample (second half); \

@@ -15,8 +15,6 @@
 //! lists) comes validated from the ingest edge or from replay; what only the store can refuse is a
 //! [`StoreError`]. Readers take copies ([`view`]) or run short closures under a node's lock.
 
-#[cfg(test)]
-mod apply_cost;
 pub mod collectives;
 pub mod error;
 mod head;

@@ -91,14 +91,19 @@ impl Series {
         self.kind
     }
 
+    /// The tier the agent reads it in (`None`: the agent did not say).
+    pub fn tier(&self) -> Option<Tier> {
+        self.tier
+    }
+
     /// Index of the link it measures in its node's [`NodeState::links`]; `None` for node-level series.
     pub fn link_index(&self) -> Option<usize> {
         self.link
     }
 
-    /// The ring of `(tick number, value)` samples.
+    /// The ring of `(tick number, value)` samples (for the in-process measurements, `crate::measure`).
     #[cfg(test)]
-    pub(super) fn ring(&self) -> &Ring {
+    pub(crate) fn ring(&self) -> &Ring {
         &self.ring
     }
 

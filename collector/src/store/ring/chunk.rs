@@ -373,7 +373,7 @@ impl Chunk {
 thread_local! {
     /// A seal's value bytes and its XOR trial, reused: a chunk is encoded every `CHUNK` samples of every series,
     /// and each seal took two fresh buffers (one of them zeroed, 2.4 KiB). Less allocator work; no gain in time
-    /// above the noise of the in-process bench (`store::apply_cost`).
+    /// above the noise of the in-process bench (`measure::apply_cost`).
     static SCRATCH: RefCell<(Vec<u8>, Vec<u8>)> = const { RefCell::new((Vec::new(), Vec::new())) };
 }
 

@@ -76,7 +76,7 @@ struct Args {
     #[arg(long, default_value = "text")]
     format: String,
     /// Write the node's `Hello` and `--dump-secs` of its batches to this file instead of connecting (each a
-    /// length-delimited `AgentMessage`), for the store's in-process measurement (`store::apply_cost`, `TAPE`).
+    /// length-delimited `AgentMessage`), for the store's in-process measurement (`measure::apply_cost`, `TAPE`).
     #[arg(long)]
     dump_tape: Option<std::path::PathBuf>,
     /// Seconds of batches `--dump-tape` writes.
