@@ -25,7 +25,7 @@ pub struct Passes {
     pub seconds: HistogramVec,
     /// Nodes covered by the passes, by `pass`.
     pub nodes: IntCounterVec,
-    /// CPU seconds of the passes' thread, by `pass` (where the OS says: `/proc/thread-self/schedstat`).
+    /// CPU seconds of the passes' thread, by `pass` (the thread's CPU clock, `pace::thread_cpu_ns`).
     pub cpu_seconds: CounterVec,
 }
 
