@@ -15,16 +15,18 @@ use super::netdev::{NetdevOptions, NetdevSource};
 use super::nvml::NvmlSource;
 use super::nvml_lib::NvmlBackend;
 use super::processes::ProcessesSource;
+use super::qdisc::QdiscSource;
 use super::tcp::TcpSource;
 use super::watchdog::watch;
 use super::Source;
 
-/// Names of the sources, in the order they are built and sampled (`processes` after the hardware: it checks
-/// NCCL settings against the links the others found; `cgroup` after it: it reads the cgroups of the jobs that
-/// `processes` found).
+/// Names of the sources, in the order they are built and sampled (`qdisc` after `netdev`, whose interfaces'
+/// queues it reads; `processes` after the hardware: it checks NCCL settings against the links the others
+/// found; `cgroup` after it: it reads the cgroups of the jobs that `processes` found).
 pub const SOURCE_NAMES: &[&str] = &[
     "infiniband",
     "netdev",
+    "qdisc",
     "host",
     "tcp",
     "nvml",
@@ -110,6 +112,10 @@ pub fn build_sources_with(settings: &SourceSettings, extras: SourceExtras) -> Ve
         match *name {
             "infiniband" => out.push(Box::new(InfinibandSource::new(settings.sysfs_root.clone()))),
             "netdev" => out.push(Box::new(NetdevSource::new(
+                settings.sysfs_root.clone(),
+                settings.netdev.clone(),
+            ))),
+            "qdisc" => out.push(Box::new(QdiscSource::new(
                 settings.sysfs_root.clone(),
                 settings.netdev.clone(),
             ))),

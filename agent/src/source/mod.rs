@@ -33,6 +33,7 @@ pub mod netdev;
 pub mod nvml;
 pub mod nvml_lib;
 pub mod processes;
+pub mod qdisc;
 pub mod sysfs;
 pub mod tcp;
 pub mod watchdog;
