@@ -8,7 +8,7 @@ mod common;
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use common::*;
@@ -69,6 +69,128 @@ fn prometheus_config_rules_and_rule_unit_tests() {
         .args(["test", "rules", "tests/commwatch-alerts.test.yml"])
         .current_dir(&dir));
     assert!(out.contains("SUCCESS"), "{out}");
+}
+
+/// A `prometheus` server, killed and reaped on drop.
+struct Prometheus(Child);
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Number of series an instant query of `url`'s Prometheus answers; `None` before it answers.
+fn series_count(url: &str, expr: &str) -> Option<usize> {
+    let v: serde_json::Value = client()
+        .post(format!("{url}/api/v1/query"))
+        .form(&[("query", expr)])
+        .send()
+        .ok()?
+        .json()
+        .ok()?;
+    v["data"]["result"].as_array().map(Vec::len)
+}
+
+/// The shipped `prometheus.yml` as a real Prometheus applies it to a real collector and agent (only the targets,
+/// the intervals and the rules' directory replaced): a collector's series with a `node` label carry
+/// `instance` = that node and `collector_instance` = the target; its own series keep the target's `instance`;
+/// an agent's `instance` is its target's host.
+#[test]
+fn prometheus_config_gives_per_node_series_their_node_as_instance() {
+    if !have("prometheus") {
+        return;
+    }
+    let Some(h100) = commwatch_testdata::gpud_h100_sysfs!() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (grpc, http, agent_http, prom) = (free_port(), free_port(), free_port(), free_port());
+    let _collector = collector(dir.path(), "collector", grpc, http, &[]);
+    let listen = format!("127.0.0.1:{agent_http}");
+    let _agent = agent(
+        dir.path(),
+        "gpu-007",
+        h100.path(),
+        grpc,
+        &["--http-listen", &listen],
+    );
+    let mut config =
+        std::fs::read_to_string(root().join("deploy/prometheus/prometheus.yml")).unwrap();
+    let rules = root().join("deploy/prometheus/rules/");
+    for (from, to) in [
+        ("\"127.0.0.1:9470\"", format!("\"127.0.0.1:{http}\"")),
+        (
+            "[\"gpu-001:9471\", \"gpu-002:9471\"]",
+            format!("[\"localhost:{agent_http}\"]"),
+        ),
+        ("scrape_interval: 15s", "scrape_interval: 1s".into()),
+        ("scrape_interval: 30s", "scrape_interval: 1s".into()),
+        ("- rules/", format!("- {}", rules.display())),
+    ] {
+        assert!(
+            config.contains(from),
+            "prometheus.yml no longer holds {from}"
+        );
+        config = config.replace(from, &to);
+    }
+    let cfg = dir.path().join("prometheus.yml");
+    std::fs::write(&cfg, config).unwrap();
+    let log = std::fs::File::create(dir.path().join("prometheus.log")).unwrap();
+    let _prometheus = Prometheus(
+        Command::new("prometheus")
+            .arg(format!("--config.file={}", cfg.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.path().join("tsdb").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{prom}"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn prometheus"),
+    );
+    let url = format!("http://127.0.0.1:{prom}");
+    let per_node = format!(
+        "commwatch_link_capacity_bytes_per_second{{instance=\"gpu-007\", collector_instance=\"127.0.0.1:{http}\"}}"
+    );
+    let found = wait_for(Duration::from_secs(60), || {
+        series_count(&url, &per_node).filter(|n| *n > 0)
+    });
+    let log_text =
+        || std::fs::read_to_string(dir.path().join("prometheus.log")).unwrap_or_default();
+    assert!(
+        found.is_some(),
+        "no per-node series with instance=gpu-007:\n{}",
+        log_text()
+    );
+    let count = |expr: &str| series_count(&url, expr).expect("prometheus answers");
+    assert_eq!(
+        count("{job=\"commwatch-collector\", node!=\"\", instance!=\"gpu-007\"}"),
+        0,
+        "a per-node series kept another instance"
+    );
+    assert_eq!(
+        count(&format!(
+            "commwatch_build_info{{job=\"commwatch-collector\", instance=\"127.0.0.1:{http}\", collector_instance=\"\"}}"
+        )),
+        1,
+        "the collector's own series keep the target's instance"
+    );
+    let agent_up = wait_for(Duration::from_secs(30), || {
+        series_count(
+            &url,
+            "up{job=\"commwatch-agent\", instance=\"localhost\"} == 1",
+        )
+        .filter(|n| *n == 1)
+    });
+    assert!(
+        agent_up.is_some(),
+        "the agent's instance is its host:\n{}",
+        log_text()
+    );
 }
 
 #[test]
@@ -482,6 +604,46 @@ fn deployment_files_agree_with_each_other() {
             "scrape_interval {interval}: the chart's advice is 15 s or more"
         );
     }
+    // The operator's monitors scrape the collector as slowly, and relabel as prometheus.yml does.
+    let chart_monitors = read("deploy/helm/commwatch/templates/monitors.yaml");
+    let plain_monitors = read("deploy/kubernetes/monitoring.yaml");
+    let values = read("deploy/helm/commwatch/values.yaml");
+    let service_monitor = &values[values.find("\nserviceMonitor:").expect("serviceMonitor")..];
+    let plain_collector = &plain_monitors[..plain_monitors.find("kind: PodMonitor").unwrap()];
+    for (file, text) in [
+        ("values.yaml serviceMonitor", service_monitor),
+        ("monitoring.yaml ServiceMonitor", plain_collector),
+    ] {
+        let interval = yaml_values(text, "interval")[0];
+        let secs = humantime::parse_duration(interval).unwrap().as_secs();
+        assert!(
+            secs >= 15,
+            "{file}: interval {interval}, advice 15 s or more"
+        );
+    }
+    for (file, text) in [
+        ("monitors.yaml", &chart_monitors[..]),
+        ("monitoring.yaml", &plain_monitors[..]),
+    ] {
+        assert_eq!(
+            yaml_values(text, "sourceLabels"),
+            [
+                "[node, instance]",
+                "[node]",
+                "[__meta_kubernetes_pod_node_name]"
+            ],
+            "{file}"
+        );
+        assert_eq!(
+            yaml_values(text, "targetLabel"),
+            ["collector_instance", "instance", "instance"],
+            "{file}"
+        );
+    }
+    assert_eq!(
+        yaml_values(&prometheus, "source_labels"),
+        ["[node, instance]", "[node]", "[__address__]"]
+    );
     // The agent's memory limit is one figure everywhere.
     let unit = read("deploy/systemd/commwatch-agent.service");
     let systemd = unit
