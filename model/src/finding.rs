@@ -53,10 +53,11 @@ pub enum FindingKind {
     ScalingEfficiencyDrop,
     NcclMisconfiguration,
     TcpRetransmits,
+    TransmitQueueBacklog,
 }
 
 impl FindingKind {
-    pub const ALL: [FindingKind; 11] = [
+    pub const ALL: [FindingKind; 12] = [
         FindingKind::ManagementNetworkTraffic,
         FindingKind::LinkUnderutilized,
         FindingKind::LinkDegraded,
@@ -68,6 +69,7 @@ impl FindingKind {
         FindingKind::ScalingEfficiencyDrop,
         FindingKind::NcclMisconfiguration,
         FindingKind::TcpRetransmits,
+        FindingKind::TransmitQueueBacklog,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -83,6 +85,7 @@ impl FindingKind {
             FindingKind::ScalingEfficiencyDrop => "scaling_efficiency_drop",
             FindingKind::NcclMisconfiguration => "nccl_misconfiguration",
             FindingKind::TcpRetransmits => "tcp_retransmits",
+            FindingKind::TransmitQueueBacklog => "transmit_queue_backlog",
         }
     }
 

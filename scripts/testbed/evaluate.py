@@ -29,7 +29,7 @@ TRAFFIC_KINDS_BY_FAULT = {
     # Finding kinds that name each fault from traffic (the environment-variable rule, nccl_misconfiguration,
     # is never counted: the goal is "from traffic alone").
     "management": {"management_network_traffic"},
-    "ratecut": {"link_degraded", "congestion", "link_underutilized", "straggler"},
+    "ratecut": {"transmit_queue_backlog", "link_degraded", "congestion", "link_underutilized", "straggler"},
     "loss": {"link_errors", "tcp_retransmits", "congestion", "link_degraded"},
     "straggler": {"straggler", "cpu_bound"},
 }

@@ -7,9 +7,11 @@
 //!   explains nothing;
 //! - a critical finding that throttles the job's communication on node X — `nccl_misconfiguration` that forces
 //!   traffic off the fabric (conflict `management_interface` or `ib_disabled`), `management_network_traffic`,
-//!   `link_degraded`, `link_errors` or `tcp_retransmits` — explains `link_underutilized`, `exposed_communication` and
-//!   `scaling_efficiency_drop` on every node of the job and about the job (the ring runs at its slowest link,
-//!   the other nodes wait on it), a `straggler` on another node of the job, and `congestion` on X (not
+//!   `link_degraded`, `link_errors`, `transmit_queue_backlog` or `tcp_retransmits` — explains
+//!   `link_underutilized`, `exposed_communication` and `scaling_efficiency_drop` on every node of the job and
+//!   about the job (the ring runs at its slowest link, the other nodes wait on it), a `straggler` on another
+//!   node of the job (and, for `transmit_queue_backlog`, X's own `straggler` of a lagging fabric rate: the
+//!   same link seen from its bytes), and `congestion` on X (not
 //!   `nccl_misconfiguration`). The configuration is linked directly, not only through the management traffic it
 //!   causes: the wire finding can miss an evaluation or clear while the setting stays, and the job's symptoms
 //!   must not turn into root causes meanwhile;
@@ -64,8 +66,9 @@ fn precedence(k: FindingKind) -> Option<u8> {
         FindingKind::ManagementNetworkTraffic => Some(1),
         FindingKind::LinkDegraded => Some(2),
         FindingKind::LinkErrors => Some(3),
-        FindingKind::TcpRetransmits => Some(4),
-        FindingKind::Straggler => Some(5),
+        FindingKind::TransmitQueueBacklog => Some(4),
+        FindingKind::TcpRetransmits => Some(5),
+        FindingKind::Straggler => Some(6),
         _ => None,
     }
 }
@@ -80,6 +83,7 @@ fn throttles(root: &Candidate) -> bool {
         FindingKind::ManagementNetworkTraffic
         | FindingKind::LinkDegraded
         | FindingKind::LinkErrors
+        | FindingKind::TransmitQueueBacklog
         | FindingKind::TcpRetransmits => true,
         FindingKind::NcclMisconfiguration => matches!(
             root.evidence
@@ -90,6 +94,13 @@ fn throttles(root: &Candidate) -> bool {
         ),
         _ => false,
     }
+}
+
+/// Whether `c`, a `straggler` on the node of `root`, is the lagging fabric rate that `root`'s rate-limited
+/// transmit queue makes (the same link's slowness seen from its bytes), not a compute or CPU straggler.
+fn same_link_lag(root: &Candidate, c: &Candidate) -> bool {
+    root.kind == FindingKind::TransmitQueueBacklog
+        && c.evidence.details.get("signal").and_then(|s| s.as_str()) == Some("fabric_rate")
 }
 
 /// The management rule's `ring_role` of `c` (`cause` or `neighbour`), when it says one.
@@ -128,7 +139,9 @@ fn explains(input: &AnalysisInput, root: &Candidate, c: &Candidate) -> bool {
             FindingKind::LinkUnderutilized
             | FindingKind::ExposedCommunication
             | FindingKind::ScalingEfficiencyDrop => related(),
-            FindingKind::Straggler => c.subject.node != root_node && related(),
+            FindingKind::Straggler => {
+                (c.subject.node != root_node || same_link_lag(root, c)) && related()
+            }
             FindingKind::Congestion => {
                 root.kind != FindingKind::NcclMisconfiguration && c.subject.node == root_node
             }

@@ -74,7 +74,13 @@ pub struct LinkInput {
     pub counters: Vec<CounterWindow>,
     /// Latest gauges of the link (`state_code`, `phys_state_code`, ...).
     pub gauges: BTreeMap<String, f64>,
+    /// Window means of the gauges a rule reads as a level over time ([`MEAN_GAUGES`]: a queue's backlog,
+    /// which a single reading catches full or empty by chance).
+    pub gauge_means: BTreeMap<String, f64>,
 }
+
+/// Link gauges whose window mean [`node_input`] also computes ([`LinkInput::gauge_means`]).
+pub const MEAN_GAUGES: &[&str] = &["qdisc_backlog_bytes"];
 
 impl LinkInput {
     /// `link` with no traffic and no counters yet.
@@ -84,6 +90,7 @@ impl LinkInput {
             activity: None,
             counters: Vec::new(),
             gauges: BTreeMap::new(),
+            gauge_means: BTreeMap::new(),
         }
     }
 
@@ -360,6 +367,11 @@ pub fn node_input(n: &NodeState, since_ns: i64) -> NodeInput {
                     (m, SeriesKind::Gauge) => {
                         if let Some((_, raw)) = s.last_raw() {
                             links[i].gauges.insert(m.to_string(), f64::from_bits(raw));
+                        }
+                        if MEAN_GAUGES.contains(&m) {
+                            if let Some(mean) = gauge_mean(n.samples(s), since_ns) {
+                                links[i].gauge_means.insert(m.to_string(), mean);
+                            }
                         }
                     }
                 }

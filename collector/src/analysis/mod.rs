@@ -43,6 +43,7 @@ pub mod scaling;
 pub mod scope;
 pub mod straggler;
 pub mod tcp_retransmits;
+pub mod transmit_queue;
 #[cfg(test)]
 pub(crate) mod test_support;
 pub mod tracker;
@@ -303,6 +304,7 @@ pub const RULES: &[(&str, Rule)] = &[
     ("scaling", scaling::evaluate),
     ("nccl", nccl::evaluate),
     ("tcp_retransmits", tcp_retransmits::evaluate),
+    ("transmit_queue", transmit_queue::evaluate),
 ];
 
 /// Runs every rule on `input`, rolls identical node-level findings of a job up ([`rollup`]) and links
