@@ -24,6 +24,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use procfs_core::{FromRead as _, ProcessCGroups};
+
 use super::fsroot::FsRoot;
 use super::{Inventory, ReadReport, SeriesKind, SeriesSpec, Source, SourceError, Tier, Value};
 
@@ -51,25 +53,22 @@ pub fn shared_job_cgroups() -> SharedJobCgroups {
     Arc::new(Mutex::new(BTreeMap::new()))
 }
 
-/// The CPU cgroup in a `/proc/<pid>/cgroup` text: v1's line whose controllers include `cpu`, else v2's `0::`
-/// line. `None` for the root cgroup (no limit applies there) and for a path with `..` (outside the reader's
-/// cgroup namespace).
+/// The CPU cgroup in a `/proc/<pid>/cgroup` text (read by procfs-core's [`ProcessCGroups`]): v1's line whose
+/// controllers include `cpu`, else v2's `0::` line. `None` for the root cgroup (no limit applies there), for a
+/// path with `..` (outside the reader's cgroup namespace), and for a text that is not of that format.
 pub fn parse_proc_cgroup(text: &str) -> Option<CpuCgroup> {
+    let groups = ProcessCGroups::from_read(text.as_bytes()).ok()?;
     let mut v2 = None;
-    for line in text.lines() {
-        let mut f = line.splitn(3, ':');
-        let (Some(id), Some(controllers), Some(path)) = (f.next(), f.next(), f.next()) else {
-            continue;
-        };
-        let path = path.trim();
+    for g in groups {
+        let path = g.pathname.trim();
         if path == "/" || !path.starts_with('/') || path.split('/').any(|p| p == "..") {
             continue;
         }
-        if id == "0" && controllers.is_empty() {
+        if g.hierarchy == 0 && g.controllers.is_empty() {
             v2 = Some(CpuCgroup::V2(path.to_string()));
-        } else if controllers.split(',').any(|c| c == "cpu") {
+        } else if g.controllers.iter().any(|c| c == "cpu") {
             return Some(CpuCgroup::V1 {
-                controllers: controllers.to_string(),
+                controllers: g.controllers.join(","),
                 path: path.to_string(),
             });
         }

@@ -58,6 +58,8 @@ pub struct CpuStat {
 
 /// Parses the CPU lines of `/proc/stat` (`cpu  user nice system idle iowait irq softirq steal ...`). Lines of
 /// other kinds are ignored; `guest` and `guest_nice` are already inside `user` and `nice` and are not added.
+/// Not procfs-core's `KernelStats`: it lists the `cpuN` lines in file order (an offline CPU would shift every
+/// later CPU's index) and refuses a file without `btime`, `ctxt` or `processes`.
 pub fn parse_stat(text: &str) -> Result<CpuStat, String> {
     let mut stat = CpuStat::default();
     let mut seen_all = false;
@@ -106,6 +108,8 @@ pub fn parse_stat(text: &str) -> Result<CpuStat, String> {
 }
 
 /// `(used, total)` bytes from `/proc/meminfo`: `MemTotal` − `MemAvailable` and `MemTotal` (kB × 1024).
+/// Not procfs-core's `Meminfo`: it requires 17 fields where two are read, multiplies counts unchecked (a panic
+/// in a debug build, a wrapped figure in release) and panics on a field name ending in a non-ASCII character.
 pub fn parse_meminfo(text: &str) -> Result<(u64, u64), String> {
     let field = |key: &str| -> Option<u64> {
         let line = text.lines().find(|l| l.split(':').next() == Some(key))?;
