@@ -102,7 +102,11 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
                 nodes.iter().filter(|p| p.name != n.name).copied().collect();
             for (l, q) in fabric_queues(n) {
                 if let Some(mut c) = judge(n, l, &q, &peers) {
-                    c.subject.job = job.clone();
+                    // The job is evidence, not part of the subject: a link's finding keeps its id when the
+                    // job becomes known mid-fault (as `link_degraded`'s and `link_errors`' do).
+                    if let Some(j) = &job {
+                        c.evidence = std::mem::take(&mut c.evidence).detail("job", j.as_str());
+                    }
                     out.push(c);
                 }
             }
@@ -345,6 +349,31 @@ mod tests {
             c.action
         );
         assert_eq!(c.raise_after, 1);
+    }
+
+    #[test]
+    fn the_job_is_evidence_so_the_id_holds_when_the_job_becomes_known() {
+        use crate::analysis::input::{JobInput, RankInput};
+        let cut = Fab {
+            rate_limit: 62.5e6,
+            ..HEALTHY
+        };
+        let before = evaluate(&ring(cut));
+        let mut input = ring(cut);
+        input.jobs = vec![JobInput {
+            id: "main".into(),
+            ranks: (0..4)
+                .map(|k| RankInput {
+                    node: format!("node{k}"),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        }];
+        let after = evaluate(&input);
+        assert_eq!(before[0].id(), after[0].id());
+        assert_eq!(after[0].subject.job, None);
+        assert_eq!(after[0].evidence.details["job"], "main");
     }
 
     #[test]
