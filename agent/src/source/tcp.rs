@@ -1,58 +1,104 @@
-//! The node's TCP stack, from procfs: `<procfs_root>/net/snmp` (the counters of the network namespace the
-//! agent reads it in: the node's). Node-level series (no link); no links.
+//! The node's TCP stack, from procfs: `<procfs_root>/net/snmp` and `<procfs_root>/net/netstat` (the counters
+//! of the network namespace the agent reads them in: the node's). Node-level series (no link); no links.
 //!
-//! Series (slow-tier 64-bit counters, segments):
+//! Series (slow-tier 64-bit counters):
 //! - `tcp_out_segments_total` (`Tcp: OutSegs`): segments sent, retransmissions excluded;
-//! - `tcp_retransmitted_segments_total` (`Tcp: RetransSegs`): segments retransmitted.
+//! - `tcp_retransmitted_segments_total` (`Tcp: RetransSegs`): segments retransmitted;
+//! - `tcp_in_segments_total` (`Tcp: InSegs`): segments received (a coalesced receive counts once);
+//! - `tcp_out_of_order_packets_total` (`TcpExt: TCPOFOQueue`): received packets queued out of order, behind
+//!   a hole that a lost packet left. Only where `net/netstat` has the field (absent: the series is not sent).
 //!
 //! On a TCP fabric (collectives over sockets: NCCL's socket transport, Gloo, MPI's TCP transport) the
-//! retransmitted share of a node's segments says whether its links drop packets: a lossy link or a congested
-//! switch port costs the job a retransmission timeout each time, far more than its bytes. The `tcp_retransmits`
-//! rule reads it; counters are sent as they are (the kernel keeps them 64-bit wide on 64-bit machines).
+//! retransmitted share of a node's segments says whether packets it sends are lost, and its out-of-order share
+//! of what it receives whether packets sent to it are: a lossy link shows both on its own node, one of the two
+//! on each peer. A lossy link or a congested switch port costs the job a retransmission timeout each time, far
+//! more than its bytes. The `tcp_retransmits` rule reads them; counters are sent as they are (the kernel keeps
+//! them 64-bit wide on 64-bit machines).
 
 use std::path::PathBuf;
 
 use super::fsroot::FsRoot;
 use super::{Inventory, ReadReport, SeriesKind, SeriesSpec, Source, SourceError, Tier, Value};
 
-/// The metrics of the two series, in the order [`TcpCounters`] holds them.
-pub const METRICS: [&str; 2] = ["tcp_out_segments_total", "tcp_retransmitted_segments_total"];
+/// The metrics of the series, in the order [`TcpCounters`] holds them (the last only with `net/netstat`).
+pub const METRICS: [&str; 4] = [
+    "tcp_out_segments_total",
+    "tcp_retransmitted_segments_total",
+    "tcp_in_segments_total",
+    "tcp_out_of_order_packets_total",
+];
 
-/// The `Tcp:` counters the source reads.
+/// The counters the source reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TcpCounters {
     pub out_segments: u64,
     pub retransmitted_segments: u64,
+    pub in_segments: u64,
+    /// `TcpExt: TCPOFOQueue`; `None` without `net/netstat` or the field.
+    pub out_of_order_packets: Option<u64>,
 }
 
-/// Parses the `Tcp:` lines of `/proc/net/snmp`: a header line of field names, then a line of values, both
-/// starting `Tcp:`. Other protocols' lines are ignored.
-pub fn parse_snmp(text: &str) -> Result<TcpCounters, String> {
-    let mut tcp = text.lines().filter(|l| l.starts_with("Tcp:"));
-    let (Some(names), Some(values)) = (tcp.next(), tcp.next()) else {
-        return Err("no Tcp: header and values".to_string());
+impl TcpCounters {
+    /// The values in [`METRICS`] order (the out-of-order count only when read).
+    fn values(&self) -> impl Iterator<Item = u64> {
+        [
+            Some(self.out_segments),
+            Some(self.retransmitted_segments),
+            Some(self.in_segments),
+            self.out_of_order_packets,
+        ]
+        .into_iter()
+        .flatten()
+    }
+}
+
+/// The counters of `/proc/net/snmp`'s `Tcp:` lines (see [`parse_snmp`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SnmpTcp {
+    pub out_segments: u64,
+    pub retransmitted_segments: u64,
+    pub in_segments: u64,
+}
+
+/// Field `name` of the `PREFIX` section in a procfs file of header/value line pairs (`/proc/net/snmp`,
+/// `/proc/net/netstat`): a line of names, then a line of values, both starting `PREFIX`.
+fn field(text: &str, prefix: &str, name: &str) -> Result<u64, String> {
+    let mut lines = text.lines().filter(|l| l.starts_with(prefix));
+    let (Some(names), Some(values)) = (lines.next(), lines.next()) else {
+        return Err(format!("no {prefix} header and values"));
     };
     let names: Vec<&str> = names.split_whitespace().skip(1).collect();
     let values: Vec<&str> = values.split_whitespace().skip(1).collect();
     if names.len() != values.len() {
         return Err(format!(
-            "Tcp: {} names but {} values",
+            "{prefix} {} names but {} values",
             names.len(),
             values.len()
         ));
     }
-    let field = |name: &str| -> Result<u64, String> {
-        let i = names
-            .iter()
-            .position(|n| *n == name)
-            .ok_or_else(|| format!("no Tcp: {name}"))?;
-        values[i]
-            .parse()
-            .map_err(|_| format!("Tcp: {name} = {:?} is not a count", values[i]))
-    };
-    Ok(TcpCounters {
-        out_segments: field("OutSegs")?,
-        retransmitted_segments: field("RetransSegs")?,
+    let i = names
+        .iter()
+        .position(|n| *n == name)
+        .ok_or_else(|| format!("no {prefix} {name}"))?;
+    values[i]
+        .parse()
+        .map_err(|_| format!("{prefix} {name} = {:?} is not a count", values[i]))
+}
+
+/// Parses `TcpExt: TCPOFOQueue` of `/proc/net/netstat`.
+pub fn parse_netstat(text: &str) -> Result<u64, String> {
+    field(text, "TcpExt:", "TCPOFOQueue")
+}
+
+/// Parses the `Tcp:` lines of `/proc/net/snmp`: a header line of field names, then a line of values, both
+/// starting `Tcp:`. Other protocols' lines are ignored.
+/// Not procfs-core's `Snmp`: it requires every Ip, Icmp, Tcp, Udp and UdpLite field the kernel writes today,
+/// and reports a missing one as an internal error of its own ("please report this procfs bug"), not by name.
+pub fn parse_snmp(text: &str) -> Result<SnmpTcp, String> {
+    Ok(SnmpTcp {
+        out_segments: field(text, "Tcp:", "OutSegs")?,
+        retransmitted_segments: field(text, "Tcp:", "RetransSegs")?,
+        in_segments: field(text, "Tcp:", "InSegs")?,
     })
 }
 
@@ -71,19 +117,42 @@ impl TcpSource {
         }
     }
 
-    fn path(&self) -> PathBuf {
-        self.root.join("net/snmp")
-    }
-
-    fn read(&self) -> Result<TcpCounters, SourceError> {
-        let path = self.path();
+    /// Reads `net/<name>` under the root and parses it with `parse`.
+    fn read_file<T>(
+        &self,
+        name: &str,
+        parse: fn(&str) -> Result<T, String>,
+    ) -> Result<T, SourceError> {
+        let path = self.root.join(name);
         let bytes = self.root.read(&path, super::fsroot::MAX_SMALL_FILE)?;
         let text = String::from_utf8_lossy(&bytes);
-        parse_snmp(&text).map_err(|reason| SourceError::Parse {
+        parse(&text).map_err(|reason| SourceError::Parse {
             path,
             bytes: bytes.len(),
             reason,
         })
+    }
+
+    /// The counters; the out-of-order count only when `with_netstat` (a failure to read it then fails the
+    /// read: the series was discovered).
+    fn read(&self, with_netstat: bool) -> Result<TcpCounters, SourceError> {
+        let snmp = self.read_file("net/snmp", parse_snmp)?;
+        let out_of_order_packets = if with_netstat {
+            Some(self.read_file("net/netstat", parse_netstat)?)
+        } else {
+            None
+        };
+        Ok(TcpCounters {
+            out_segments: snmp.out_segments,
+            retransmitted_segments: snmp.retransmitted_segments,
+            in_segments: snmp.in_segments,
+            out_of_order_packets,
+        })
+    }
+
+    /// Whether the out-of-order series was discovered.
+    fn with_netstat(&self) -> bool {
+        self.inventory.series.len() == METRICS.len()
     }
 }
 
@@ -100,11 +169,13 @@ impl Source for TcpSource {
         if !self.inventory.series.is_empty() {
             return Ok(false);
         }
-        // A procfs without the file (a container without its network namespace's /proc) is absent hardware.
-        if self.read().is_err() {
+        // A procfs without the file (a container without its network namespace's /proc) is absent hardware;
+        // without `net/netstat` (or its TCPOFOQueue) only the out-of-order series is left out.
+        let Ok(c) = self.read(true).or_else(|_| self.read(false)) else {
             return Ok(false);
-        }
-        self.inventory.series = METRICS
+        };
+        let n = c.values().count();
+        self.inventory.series = METRICS[..n]
             .iter()
             .map(|m| SeriesSpec {
                 metric: m.to_string(),
@@ -126,11 +197,12 @@ impl Source for TcpSource {
         if tier != Tier::Slow || self.inventory.series.is_empty() {
             return report;
         }
-        match self.read() {
+        match self.read(self.with_netstat()) {
             Ok(c) => {
-                sink(0, Value::Counter(c.out_segments));
-                sink(1, Value::Counter(c.retransmitted_segments));
-                report.read += 2;
+                for (i, v) in c.values().enumerate() {
+                    sink(i, Value::Counter(v));
+                    report.read += 1;
+                }
             }
             Err(e) => report.fail(e),
         }
@@ -146,16 +218,20 @@ mod tests {
         Tcp: RtoAlgorithm RtoMin RtoMax MaxConn ActiveOpens PassiveOpens AttemptFails EstabResets CurrEstab InSegs OutSegs RetransSegs InErrs OutRsts InCsumErrors\n\
         Tcp: 1 200 120000 -1 10 20 0 1 4 123456 654321 789 0 5 0\n\
         Udp: InDatagrams NoPorts\nUdp: 1 2\n";
+    const NETSTAT: &str = "TcpExt: SyncookiesSent TCPOFOQueue TCPOFODrop\nTcpExt: 0 709 0\n\
+        IpExt: InNoRoutes\nIpExt: 0\n";
 
     #[test]
     fn reads_the_tcp_counters_by_name() {
         assert_eq!(
             parse_snmp(SNMP),
-            Ok(TcpCounters {
+            Ok(SnmpTcp {
                 out_segments: 654321,
-                retransmitted_segments: 789
+                retransmitted_segments: 789,
+                in_segments: 123456,
             })
         );
+        assert_eq!(parse_netstat(NETSTAT), Ok(709));
     }
 
     #[test]
@@ -166,12 +242,15 @@ mod tests {
         assert!(parse_snmp("Tcp: OutSegs RetransSegs\nTcp: 1\n")
             .unwrap_err()
             .contains("2 names but 1 values"));
-        assert!(parse_snmp("Tcp: OutSegs\nTcp: 5\n")
+        assert!(parse_snmp("Tcp: OutSegs InSegs\nTcp: 5 6\n")
             .unwrap_err()
             .contains("no Tcp: RetransSegs"));
-        assert!(parse_snmp("Tcp: OutSegs RetransSegs\nTcp: x 1\n")
+        assert!(parse_snmp("Tcp: OutSegs RetransSegs InSegs\nTcp: x 1 2\n")
             .unwrap_err()
             .contains("not a count"));
+        assert!(parse_netstat("TcpExt: TCPOFODrop\nTcpExt: 1\n")
+            .unwrap_err()
+            .contains("no TcpExt: TCPOFOQueue"));
     }
 
     #[test]
@@ -184,7 +263,14 @@ mod tests {
             src.sample(Tier::Slow, &mut |i, v| got.push((i, v))).failed,
             0
         );
-        assert_eq!(got.len(), 2);
+        // Linux has had TCPOFOQueue in net/netstat since 2.6.
+        assert_eq!(got.len(), 4);
+    }
+
+    fn sample(src: &mut TcpSource) -> (ReadReport, Vec<(usize, Value)>) {
+        let mut got = Vec::new();
+        let r = src.sample(Tier::Slow, &mut |i, v| got.push((i, v)));
+        (r, got)
     }
 
     #[test]
@@ -195,6 +281,7 @@ mod tests {
         assert!(absent.inventory().series.is_empty());
         std::fs::create_dir_all(dir.path().join("net")).unwrap();
         std::fs::write(dir.path().join("net/snmp"), SNMP).unwrap();
+        std::fs::write(dir.path().join("net/netstat"), NETSTAT).unwrap();
         let mut src = TcpSource::new(dir.path().to_path_buf());
         assert!(src.discover().unwrap());
         let metrics: Vec<&str> = src
@@ -204,13 +291,35 @@ mod tests {
             .map(|s| s.metric.as_str())
             .collect();
         assert_eq!(metrics, METRICS);
-        let mut got = Vec::new();
-        let r = src.sample(Tier::Slow, &mut |i, v| got.push((i, v)));
-        assert_eq!(r.read, 2);
+        let (r, got) = sample(&mut src);
+        assert_eq!(r.read, 4);
         assert_eq!(
             got,
-            vec![(0, Value::Counter(654321)), (1, Value::Counter(789))]
+            vec![
+                (0, Value::Counter(654321)),
+                (1, Value::Counter(789)),
+                (2, Value::Counter(123456)),
+                (3, Value::Counter(709))
+            ]
         );
         assert!(src.sample(Tier::Fast, &mut |_, _| panic!("fast tier")).read == 0);
+        // A netstat that goes away after discovery fails the read, named; the file back, it reads again.
+        std::fs::remove_file(dir.path().join("net/netstat")).unwrap();
+        assert_eq!(sample(&mut src).0.failed, 1);
+        std::fs::write(dir.path().join("net/netstat"), NETSTAT).unwrap();
+        assert_eq!(sample(&mut src).0.read, 4);
+    }
+
+    #[test]
+    fn without_netstat_the_out_of_order_series_is_left_out() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("net")).unwrap();
+        std::fs::write(dir.path().join("net/snmp"), SNMP).unwrap();
+        let mut src = TcpSource::new(dir.path().to_path_buf());
+        assert!(src.discover().unwrap());
+        assert_eq!(src.inventory().series.len(), 3);
+        let (r, got) = sample(&mut src);
+        assert_eq!((r.read, r.failed), (3, 0));
+        assert_eq!(got[2], (2, Value::Counter(123456)));
     }
 }

@@ -79,6 +79,19 @@ pub struct LinkInput {
     pub gauge_means: BTreeMap<String, f64>,
 }
 
+/// Node counters read over their newest [`RECENT_WINDOW_NS`] only, not the whole window: TCP's segment
+/// counters, whose share of retransmitted or out-of-order segments must stand out while a loss lasts a few
+/// steps, not be diluted by the window's clean traffic before it (2 % loss for 10 steps of 0.55 s read as
+/// 0.6 % over 20 s).
+pub const RECENT_COUNTERS: &[&str] = &[
+    "tcp_out_segments_total",
+    "tcp_retransmitted_segments_total",
+    "tcp_in_segments_total",
+    "tcp_out_of_order_packets_total",
+];
+/// Span of [`RECENT_COUNTERS`]' windows before their newest sample, nanoseconds (6 s: 6 slow-tier samples).
+pub const RECENT_WINDOW_NS: i64 = 6_000_000_000;
+
 /// Link gauges whose window mean [`node_input`] also computes ([`LinkInput::gauge_means`]).
 pub const MEAN_GAUGES: &[&str] = &["qdisc_backlog_bytes"];
 
@@ -142,7 +155,7 @@ pub struct NodeInput {
     /// Mean host CPU utilisation over the window, 0..1.
     pub cpu_utilization: Option<f64>,
     /// The node's own counters over the window (no link, no GPU: `tcp_out_segments_total`,
-    /// `tcp_retransmitted_segments_total`).
+    /// `tcp_retransmitted_segments_total`, ...; [`RECENT_COUNTERS`] over their newest seconds only).
     pub counters: Vec<CounterWindow>,
 }
 
@@ -423,7 +436,13 @@ pub fn node_input(n: &NodeState, since_ns: i64) -> NodeInput {
                         }
                     }
                     (None, SeriesKind::Counter { max_value }) => {
-                        if let Some(c) = counter_window(s, n.samples(s), max_value, since_ns) {
+                        let since = if RECENT_COUNTERS.contains(&key.metric.as_str()) {
+                            let newest = n.samples(s).last().map_or(0, |(t, _)| t);
+                            since_ns.max(newest - RECENT_WINDOW_NS)
+                        } else {
+                            since_ns
+                        };
+                        if let Some(c) = counter_window(s, n.samples(s), max_value, since) {
                             counters.push(c);
                         }
                     }

@@ -472,6 +472,48 @@ mod tests {
     }
 
     #[test]
+    fn tcp_counters_are_read_over_their_newest_seconds() {
+        let store = test_store();
+        let mut h = hello(7, false);
+        for (id, metric) in [
+            (4, "tcp_retransmitted_segments_total"),
+            (5, "symbol_errors"),
+        ] {
+            h.inventory.series.push(SeriesDesc {
+                id,
+                metric: metric.into(),
+                kind: Some(SeriesKind::Counter {
+                    max_value: u64::MAX,
+                }),
+                link_id: 0,
+                labels: vec![],
+                tier: Some(Tier::Slow),
+            });
+        }
+        let out = store.hello(&h, S, None).expect("hello");
+        let mut n = out.node.lock();
+        // 20 s at 1 Hz, both counters rising by 100 a second.
+        let ticks: Vec<i64> = (0..20).map(|k| S + k * S).collect();
+        let b = Batch {
+            tick_lengths: vec![2; ticks.len()],
+            series_ids: ticks.iter().flat_map(|_| [4, 5]).collect(),
+            values: (0..ticks.len() as u64)
+                .flat_map(|k| [100 * k, 100 * k])
+                .collect(),
+            timestamps_unix_ns: ticks,
+            ..batch(1, &[])
+        };
+        n.apply_batch(&b, 21 * S, &mut Vec::new()).expect("applied");
+        let input = crate::analysis::input::node_input(&n, 0);
+        let c = |m: &str| input.counter(m).expect(m);
+        // The TCP counter over its newest 6 s; any other over the whole window.
+        let tcp = c("tcp_retransmitted_segments_total");
+        assert_eq!((tcp.increase, tcp.window_s), (600, 6.0));
+        let other = c("symbol_errors");
+        assert_eq!((other.increase, other.window_s), (1900, 19.0));
+    }
+
+    #[test]
     fn dedup_gap_and_rate() {
         let store = test_store();
         let out = store.hello(&hello(7, false), S, None).expect("hello");
