@@ -37,6 +37,13 @@ cpu_ticks() { awk '{print $14+$15}' "/proc/$1/stat"; }
 # CPU time of a whole process in ns, summed over its threads (schedstat: exact, where utime + stime count
 # 10 ms ticks: too coarse for a process using a few ms a second).
 cpu_ns() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{s += $1} END {printf "%d\n", s}'; }
+# Each thread's CPU time in ns, "tid name ns" per line (the agent names its threads: `cw-src-<source>` for each
+# source, `commwatch-sampler`, the runtime's): where a process's CPU goes, by thread.
+thread_ns() {
+  for t in /proc/"$1"/task/*; do
+    printf '%s %s %s\n' "${t##*/}" "$(tr ' ' _ <"$t/comm" 2>/dev/null)" "$(awk '{print $1}' "$t/schedstat" 2>/dev/null)"
+  done
+}
 
 echo "== node_exporter $("$ne" --version 2>&1 | head -1 | awk '{print $3}') on $tree"
 nport=$(port)
@@ -111,9 +118,9 @@ for i in range(secs + 2):
 PY
 scraper=$!
 sleep 0.5
-h0=$(cpu_ns "$a1hz"); e0=$(cpu_ns "$ne1hz")
+h0=$(cpu_ns "$a1hz"); e0=$(cpu_ns "$ne1hz"); thread_ns "$a1hz" >"$work/threads0"
 sleep "$secs"
-h1=$(cpu_ns "$a1hz"); e1=$(cpu_ns "$ne1hz")
+h1=$(cpu_ns "$a1hz"); e1=$(cpu_ns "$ne1hz"); thread_ns "$a1hz" >"$work/threads1"
 kill "$a1hz" "$ne1hz" 2>/dev/null; wait "$scraper" 2>/dev/null || true
 wait "$a1hz" "$ne1hz" 2>/dev/null || true
 
@@ -151,4 +158,23 @@ print(f"node_exporter: {ne_scrape*1e3:9.2f} ms CPU per second scraped at 1 Hz, {
 print(f"ratio at 20 Hz: node_exporter {ne_scrape*20e3:.1f} / agent {agent_cpu_s*1e3:.2f} ms/s = {ne_scrape*20/agent_cpu_s:.1f}x (goal >= 10x)")
 agent_1hz, ne_1hz = (h1 - h0) / 1e9 / secs, (e1 - e0) / 1e9 / secs
 print(f"at 1 Hz, same {secs:.0f} s, whole processes: agent {agent_1hz*1e3:.2f} ms/s, node_exporter scraped once a second {ne_1hz*1e3:.2f} ms/s: agent/node_exporter {agent_1hz/max(ne_1hz,1e-9):.2f} (goal <= 0.5)")
+PY
+# The 1 Hz agent's CPU by thread, same window (threads that ended or began in it are left out).
+python3 - "$work/threads0" "$work/threads1" "$secs" <<'PY'
+import sys
+from collections import defaultdict
+def load(path):
+    out = {}
+    for line in open(path):
+        f = line.split()
+        if len(f) == 3 and f[2].isdigit():
+            out[f[0]] = (f[1], int(f[2]))
+    return out
+t0, t1, secs = load(sys.argv[1]), load(sys.argv[2]), float(sys.argv[3])
+by_name = defaultdict(float)
+for tid, (name, ns) in t1.items():
+    if tid in t0:
+        by_name[name] += (ns - t0[tid][1]) / 1e9 / secs
+total = sum(by_name.values()) or 1e-12
+print("agent at 1 Hz by thread:", ", ".join(f"{n} {v*1e3:.3f} ms/s ({v/total:.0%})" for n, v in sorted(by_name.items(), key=lambda kv: -kv[1])))
 PY

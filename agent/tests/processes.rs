@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
+use std::time::Duration;
 
 use commwatch_agent::source::infiniband::InfinibandSource;
 use commwatch_agent::source::netdev::{NetdevOptions, NetdevSource};
@@ -266,4 +267,143 @@ fn a_process_read_half_way_through_exec_or_exec_ing_anew_is_read_again() {
     // memory (as `setproctitle` does) is not taken for its environment.
     write(&d, "environ", b"COMMWATCH_JOB=c\0RANK=6\0");
     assert!(!src.discover().unwrap());
+}
+
+/// A rank's process files under `root`: `stat` (start time `start`) and `environ` holding `env` (NUL-separated
+/// `KEY=value` entries).
+fn rank_dir(root: &Path, pid: u32, start: u64, env: &str) {
+    let d = root.join(pid.to_string());
+    write(&d, "stat", &stat(pid, 90, start));
+    write(&d, "environ", env.replace(' ', "\0").as_bytes());
+}
+
+fn ranks(src: &ProcessesSource) -> Vec<(String, Option<u32>, u32)> {
+    src.jobs()
+        .unwrap()
+        .iter()
+        .flat_map(|j| j.ranks.iter().map(|r| (j.id.clone(), r.rank, r.pid)))
+        .collect()
+}
+
+#[test]
+fn a_refresh_picks_up_new_and_ended_ranks_without_a_scan() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    rank_dir(root, 100, 5000, "COMMWATCH_JOB=a RANK=0 ");
+    write(&root.join("1"), "stat", &stat(1, 1, 1));
+    let mut src = ProcessesSource::new(root.to_path_buf(), None).recheck_young(Duration::ZERO);
+    assert!(src.discover().unwrap());
+    assert_eq!(ranks(&src), [("a".into(), Some(0), 100)]);
+    // Nothing started or ended: nothing to report.
+    assert!(!src.refresh_jobs().unwrap());
+    // A second rank starts: known at the next refresh.
+    rank_dir(root, 101, 5100, "COMMWATCH_JOB=a RANK=1 ");
+    assert!(src.refresh_jobs().unwrap());
+    assert_eq!(
+        ranks(&src),
+        [("a".into(), Some(0), 100), ("a".into(), Some(1), 101)]
+    );
+    // A known pid is not read again by a refresh (past its young span): a new image under pid 100 waits for
+    // the next scan, which finds it.
+    write(
+        &root.join("100"),
+        "stat",
+        &stat_with_image(100, 90, 5000, [0x5800_0000, 0x5800_4000, 0x7ffe_0000]),
+    );
+    write(&root.join("100"), "environ", b"COMMWATCH_JOB=b\0RANK=0\0");
+    assert!(!src.refresh_jobs().unwrap());
+    assert!(src.discover().unwrap());
+    assert_eq!(
+        ranks(&src),
+        [("a".into(), Some(1), 101), ("b".into(), Some(0), 100)]
+    );
+    // A rank ends: gone at the next refresh.
+    std::fs::remove_dir_all(root.join("101")).unwrap();
+    assert!(src.refresh_jobs().unwrap());
+    assert_eq!(ranks(&src), [("b".into(), Some(0), 100)]);
+    assert!(!src.discover().unwrap(), "the refresh left nothing to find");
+}
+
+#[test]
+fn a_refresh_reads_a_young_pid_again_for_the_exec_after_its_fork() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let mut src =
+        ProcessesSource::new(root.to_path_buf(), None).recheck_young(Duration::from_secs(3600));
+    assert!(!src.discover().unwrap());
+    // Caught between the launcher's fork and the worker's exec: the launcher's image and environment.
+    rank_dir(root, 200, 9000, "COMMWATCH_JOB=a ");
+    assert!(!src.refresh_jobs().unwrap(), "no rank marker: no job");
+    // The exec under the same pid brings the rank: the young pid's `stat` is read again.
+    write(
+        &root.join("200"),
+        "stat",
+        &stat_with_image(200, 90, 9000, [0x5900_0000, 0x5900_4000, 0x7ffd_0000]),
+    );
+    write(&root.join("200"), "environ", b"COMMWATCH_JOB=a\0RANK=4\0");
+    assert!(src.refresh_jobs().unwrap());
+    assert_eq!(ranks(&src), [("a".into(), Some(4), 200)]);
+    // Half-way through an exec (empty environment): read again at each refresh until it settles.
+    rank_dir(root, 201, 9100, "");
+    assert!(!src.refresh_jobs().unwrap());
+    write(&root.join("201"), "environ", b"COMMWATCH_JOB=a\0RANK=5\0");
+    assert!(src.refresh_jobs().unwrap());
+    assert_eq!(ranks(&src).len(), 2);
+}
+
+#[test]
+fn the_sampler_hands_over_a_job_found_by_a_refresh_through_the_watchdog() {
+    use commwatch_agent::sampler::Sampler;
+    use commwatch_agent::source::watchdog::watch;
+    use commwatch_agent::telemetry::AgentMetrics;
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let src = ProcessesSource::new(root.to_path_buf(), None);
+    let mut sampler = Sampler::new(vec![watch(Box::new(src))], AgentMetrics::new().into());
+    sampler.discover();
+    assert!(sampler.jobs().is_empty());
+    assert!(!sampler.refresh_jobs());
+    rank_dir(root, 300, 7000, "SLURM_JOB_ID=77 SLURM_PROCID=2 ");
+    assert!(sampler.refresh_jobs());
+    let update = sampler
+        .take_jobs_update()
+        .expect("the new job list is queued");
+    assert_eq!(update.jobs.len(), 1);
+    assert_eq!(sampler.jobs()[0].id, "77");
+    assert_eq!(sampler.jobs()[0].ranks[0].pid, 300);
+    // It ends: the list goes empty at the next refresh.
+    std::fs::remove_dir_all(root.join("300")).unwrap();
+    assert!(sampler.refresh_jobs());
+    assert!(sampler.jobs().is_empty());
+}
+
+#[test]
+fn a_refresh_finds_a_rank_started_under_the_real_proc() {
+    let mut src = ProcessesSource::new(PathBuf::from("/proc"), None);
+    src.discover().unwrap();
+    let job = format!("refresh-{}", std::process::id());
+    let child = sleeper(&[("COMMWATCH_JOB", job.as_str()), ("RANK", "0")]);
+    // The child may be read half-way through its exec, then again at the next refresh.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let mut found = false;
+    while !found && std::time::Instant::now() < deadline {
+        src.refresh_jobs().unwrap();
+        found = src
+            .jobs()
+            .unwrap()
+            .iter()
+            .any(|j| j.id == job && j.ranks.iter().any(|r| r.pid == child.0.id()));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(found, "{:?}", src.jobs());
+    drop(child);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while src.jobs().unwrap().iter().any(|j| j.id == job) && std::time::Instant::now() < deadline {
+        src.refresh_jobs().unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        !src.jobs().unwrap().iter().any(|j| j.id == job),
+        "the ended rank is dropped"
+    );
 }

@@ -167,14 +167,57 @@ impl Sampler {
             }
         }
         if any_jobs {
-            self.metrics.jobs.set(jobs.len() as i64);
-            if jobs != self.jobs {
-                self.jobs = jobs;
-                self.jobs_pending = true;
-                changed = true;
-            }
+            changed |= self.set_jobs(jobs);
         }
         changed
+    }
+
+    /// Between two discoveries, asks the sources that look for jobs for a cheap look at what started or
+    /// ended ([`Source::refresh_jobs`]); the node's job list, when it changed, is queued as at a discovery.
+    /// Returns whether it changed. A source that fails keeps its last list; the failure is counted with the
+    /// discovery errors (a stalled source's, already reported, is not).
+    pub fn refresh_jobs(&mut self) -> bool {
+        let mut any = false;
+        for slot in &mut self.slots {
+            if slot.source.jobs().is_none() {
+                continue;
+            }
+            match slot.source.refresh_jobs() {
+                Ok(changed) => any |= changed,
+                // A stalled source is reported by its gauge and at discovery, not once a slow tick here.
+                Err(crate::source::SourceError::Stalled { .. }) => {}
+                Err(e) => {
+                    let name = slot.source.name();
+                    self.metrics
+                        .discover_errors
+                        .with_label_values(&[name])
+                        .inc();
+                    tracing::debug!(source = name, error = %e, "job refresh failed");
+                    note_error(&mut self.recent_errors, name, e.to_string());
+                }
+            }
+        }
+        if !any {
+            return false;
+        }
+        let jobs: Vec<Job> = self
+            .slots
+            .iter()
+            .filter_map(|s| s.source.jobs())
+            .flat_map(|j| j.iter().cloned())
+            .collect();
+        self.set_jobs(jobs)
+    }
+
+    /// Takes `jobs` as the node's job list; queues it and returns true when it differs from the last.
+    fn set_jobs(&mut self, jobs: Vec<Job>) -> bool {
+        self.metrics.jobs.set(jobs.len() as i64);
+        if jobs == self.jobs {
+            return false;
+        }
+        self.jobs = jobs;
+        self.jobs_pending = true;
+        true
     }
 
     /// Jobs found by the last discovery (empty without a `processes` source).
@@ -374,6 +417,13 @@ fn note_error(errors: &mut Vec<(&'static str, String)>, source: &'static str, me
 }
 
 impl Sampler {
+    /// Tells every source the resolution at which samples are stamped ([`Source::stamp_resolution`]).
+    pub fn stamp_resolution(&mut self, resolution: std::time::Duration) {
+        for slot in &mut self.slots {
+            slot.source.stamp_resolution(resolution);
+        }
+    }
+
     /// The most recent read and discovery errors, oldest first.
     pub fn recent_errors(&self) -> &[(&'static str, String)] {
         &self.recent_errors

@@ -1,5 +1,7 @@
 //! The sampling thread: the two tiers on their own cadence, batches cut every batch period (with the step
-//! markers queued since), rediscovery every discover period, and the hand-over to the shipper.
+//! markers queued since), rediscovery every discover period, a cheap look for training processes started or
+//! ended at each slow tick between two ([`crate::source::Source::refresh_jobs`]), and the hand-over to the
+//! shipper.
 //!
 //! Inventory and job updates must reach the shipper before any batch that uses them: they are handed over
 //! first, put back when the queue is full, and a batch waits (is dropped and counted) while an update is
@@ -72,6 +74,7 @@ pub fn spawn(
         metrics,
         stop: stop.clone(),
         builder: BatchBuilder::default(),
+        resolution: Duration::ZERO,
     };
     let thread = std::thread::Builder::new()
         .name("commwatch-sampler".into())
@@ -93,6 +96,8 @@ struct SamplingLoop {
     builder: BatchBuilder,
     /// Wall time of a whole tick, per tier (indexed by [`Tier::index`]).
     tick_seconds: [prometheus::Histogram; 2],
+    /// The stamping resolution the sources were last told (zero: not yet).
+    resolution: Duration,
 }
 
 /// When each kind of work is due next.
@@ -130,10 +135,12 @@ impl SamplingLoop {
             if self.stop.load(Ordering::Relaxed) {
                 break;
             }
-            self.tick(now, &mut due);
+            let slow_read = self.tick(now, &mut due);
             if now >= due.discover {
                 due.discover = now + self.settings.discover_period;
                 self.rediscover();
+            } else if slow_read {
+                self.refresh_jobs();
             }
             if now >= due.batch {
                 // On the batch period's own grid (as the tiers keep theirs), so that a batch due with a tick is
@@ -148,15 +155,20 @@ impl SamplingLoop {
     /// Reads the tiers that are due at `now` and moves their deadlines on. Each sample is stamped when it is
     /// read (see [`Sampler::sample`]), so how long the reads take, or how late the tick is, never shows in
     /// a rate; a deadline moves on from when the reads ended, so a long read is followed by a full period
-    /// rather than by a read at once.
-    fn tick(&mut self, now: Instant, due: &mut Deadlines) {
+    /// rather than by a read at once. Returns whether the slow tier was read.
+    fn tick(&mut self, now: Instant, due: &mut Deadlines) -> bool {
         let do_fast = now >= due.fast;
         let do_slow = now >= due.slow;
         if !(do_fast || do_slow) {
-            return;
+            return false;
         }
         let fast = self.periods.fast();
-        self.builder.set_resolution(fast / STAMP_SHARE);
+        let resolution = fast / STAMP_SHARE;
+        if resolution != self.resolution {
+            self.resolution = resolution;
+            self.sampler.stamp_resolution(resolution);
+        }
+        self.builder.set_resolution(resolution);
         if do_fast {
             self.read_tier(Tier::Fast);
             due.fast = advance(due.fast, fast, Instant::now(), &self.metrics, Tier::Fast);
@@ -172,6 +184,7 @@ impl SamplingLoop {
             );
         }
         self.builder.end_tick();
+        do_slow
     }
 
     fn read_tier(&mut self, tier: Tier) {
@@ -191,6 +204,15 @@ impl SamplingLoop {
             self.flush_updates();
         }
         self.publish_jobs();
+    }
+
+    /// At a slow tick between discoveries: a training process started or ended since is known now (within a
+    /// slow period of it, not a discovery period), its job list handed over and published at once.
+    fn refresh_jobs(&mut self) {
+        if self.sampler.refresh_jobs() {
+            self.flush_updates();
+            self.publish_jobs();
+        }
     }
 
     /// Tells the Inspector follower which processes to follow.

@@ -239,6 +239,12 @@ pub trait Source: Send {
     fn jobs(&self) -> Option<&[Job]> {
         None
     }
+    /// A cheap look for training processes started or ended since the last `discover()` or refresh, between
+    /// two discoveries (the sampler calls it at each slow tick): for sources that look for jobs. Returns
+    /// whether [`Source::jobs`] changed; the inventory never changes here.
+    fn refresh_jobs(&mut self) -> Result<bool, SourceError> {
+        Ok(false)
+    }
     /// Why the last `discover()` found this source unable to read anything on this node (its library does
     /// not load, it reports no device), in one sentence; `None` while it can read. A source whose hardware is
     /// merely absent where that is normal (no InfiniBand on an Ethernet node) stays `None`: the node-level
@@ -248,8 +254,15 @@ pub trait Source: Send {
     }
     /// Whether `sample` reads its values one quick read after another (files under sysfs or procfs), never
     /// pausing between two for a slow call (a driver's): the watchdog may then hand them to the sampler a few
-    /// at a time ([`watchdog`]), each within [`watchdog::CHUNK_AGE`] of its read, instead of one wake-up each.
+    /// at a time ([`watchdog`]), each within a [`watchdog::HOLD_SHARE`] of the stamping resolution of its read,
+    /// instead of one wake-up each.
     fn quick_reads(&self) -> bool {
         false
     }
+    /// Called by the sampler with the resolution at which it stamps samples (a [`STAMP_SHARE`] of the fast
+    /// period) before the first tick and whenever it changes: how late a value may reach it and still be
+    /// stamped right ([`watchdog::Watched`] holds quick reads a fifth of it).
+    ///
+    /// [`STAMP_SHARE`]: crate::sampler::STAMP_SHARE
+    fn stamp_resolution(&mut self, _resolution: Duration) {}
 }

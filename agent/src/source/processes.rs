@@ -17,14 +17,21 @@
 //!
 //! Cost: each discovery lists `/proc` and reads `stat` of every process; `environ` and `cgroup` are read once
 //! per process image (keyed by pid, start time and the image's code and stack addresses, so an `exec` under
-//! the same pid is read anew). A process caught half-way through an `exec` (its environment not yet placed)
-//! is read again at the next discovery.
+//! the same pid is read anew). Between discoveries, at each slow tick ([`Source::refresh_jobs`]), `/proc` is
+//! only listed: a pid not listed before is read (so a new rank is known within a slow period), one gone is
+//! dropped, and a pid listed for less than [`RECHECK_YOUNG`] has its `stat` read again (its `exec` may
+//! follow its launcher's `fork`); nothing else is read, and NVML's process list is the last discovery's. A
+//! process caught half-way through an `exec` (its environment not yet placed) is read again at the next
+//! look. The jobs' CPU cgroups are handed to the `cgroup` source at each look that changes a job.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use commwatch_model::{Job, Link, LinkClass, NcclConflict, Rank};
 
+use super::attr_file::AttrFile;
 use super::cgroup::{parse_proc_cgroup, CpuCgroup, SharedJobCgroups};
 use super::fsroot::FsRoot;
 use super::gpu::{GpuProcess, SharedGpu};
@@ -312,6 +319,29 @@ pub const RANK_KEYS: &[&str] = &["RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"]
 /// Longest job id, in bytes (what the collector and the marker listener accept); longer ones are cut.
 pub const MAX_JOB_ID_BYTES: usize = 128;
 
+/// How long after a pid first appears its `stat` is read again at each [`ProcessesSource::refresh`]: a
+/// process caught between its launcher's `fork` and its own `exec` shows the launcher's image and environment
+/// (no rank yet), and the `exec` that brings the rank keeps the pid (it follows the `fork` within
+/// milliseconds as launchers start workers). Past this, an `exec` under an old pid is found by the next full
+/// scan.
+pub const RECHECK_YOUNG: Duration = Duration::from_secs(3);
+
+/// What tells, without listing the root, whether a process may have started or ended since the last look.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Mark {
+    /// The root's link count: on procfs, its fixed entries plus the number of processes (in every pid
+    /// namespace); in a plain directory tree, its sub-directories.
+    links: u64,
+    /// The last pid the kernel handed out (`loadavg`'s last field, in the reader's pid namespace); `None`
+    /// where the root has no `loadavg`.
+    last_pid: Option<u32>,
+}
+
+/// The last pid handed out, from the text of `/proc/loadavg` (`0.44 1.27 2.14 2/345 12345`).
+pub fn parse_last_pid(loadavg: &str) -> Option<u32> {
+    loadavg.split_whitespace().nth(4)?.parse().ok()
+}
+
 /// What was learnt about a process, cached by pid while its start time and image stay.
 #[derive(Debug, Clone)]
 struct Seen {
@@ -325,6 +355,25 @@ struct Seen {
     session: u32,
 }
 
+/// A pid listed under the root, and what is known of it.
+#[derive(Debug)]
+struct Entry {
+    /// What the process is; `None` when its `stat` could not be read or parsed.
+    seen: Option<Seen>,
+    /// `false` for a process caught half-way through an `exec` (its environment not placed yet): it is read
+    /// again at the next look, refresh or scan.
+    settled: bool,
+    /// When the pid was first listed (see [`RECHECK_YOUNG`]).
+    first_listed: Instant,
+}
+
+impl Entry {
+    /// Whether a refresh at `now` reads this process again, when pids are young for `young`.
+    fn recheck(&self, now: Instant, young: Duration) -> bool {
+        !self.settled || now.saturating_duration_since(self.first_listed) < young
+    }
+}
+
 /// Finds training processes. See the module documentation.
 pub struct ProcessesSource {
     procfs_root: FsRoot,
@@ -332,11 +381,20 @@ pub struct ProcessesSource {
     node_links: Vec<Link>,
     inventory: Inventory,
     jobs: Vec<Job>,
-    cache: HashMap<u32, Seen>,
+    /// Every pid listed at the last look (scan or refresh), with what it is.
+    cache: HashMap<u32, Entry>,
+    /// NVML's compute processes at the last scan: pid → GPU indices.
+    gpus_of: BTreeMap<u32, Vec<String>>,
     /// Where each scan leaves the jobs' CPU cgroups for the `cgroup` source; `None`: nobody reads them.
     cgroups: Option<SharedJobCgroups>,
     /// Only these pids are looked at (tests); `None`: every process.
     only: Option<Vec<u32>>,
+    /// [`RECHECK_YOUNG`], or another span (tests).
+    recheck_young: Duration,
+    /// The mark of the last listing of the root; `None` before the first or where it cannot be read.
+    mark: Option<Mark>,
+    /// `<root>/loadavg`, kept open once found.
+    loadavg: Option<AttrFile>,
 }
 
 fn first_u32(env: &BTreeMap<String, String>, keys: &[&str]) -> Option<u32> {
@@ -354,9 +412,20 @@ impl ProcessesSource {
             inventory: Inventory::default(),
             jobs: Vec::new(),
             cache: HashMap::new(),
+            gpus_of: BTreeMap::new(),
             cgroups: None,
             only: None,
+            recheck_young: RECHECK_YOUNG,
+            mark: None,
+            loadavg: None,
         }
+    }
+
+    /// Reads the `stat` of a pid again at each refresh for `span` after it is first listed, instead of
+    /// [`RECHECK_YOUNG`] (tests).
+    pub fn recheck_young(mut self, span: Duration) -> ProcessesSource {
+        self.recheck_young = span;
+        self
     }
 
     /// Leaves each scan's jobs' CPU cgroups in `cgroups` (read by the `cgroup` source).
@@ -371,6 +440,8 @@ impl ProcessesSource {
         self
     }
 
+    /// The pids listed under the root now: its entries whose names are numbers (one `getdents` pass, no file
+    /// read).
     fn pids(&self) -> Vec<u32> {
         if let Some(o) = &self.only {
             return o.clone();
@@ -383,22 +454,61 @@ impl ProcessesSource {
             .collect()
     }
 
-    /// Reads (or recalls) what a process is; `None` when it vanished or cannot be read.
-    fn look(&mut self, pid: u32) -> Option<Seen> {
+    /// The root's [`Mark`] now (one `statx`, one `pread` of `loadavg`); `None` when its link count cannot be
+    /// read.
+    fn mark(&mut self) -> Option<Mark> {
+        let links = std::fs::metadata(self.procfs_root.path()).ok()?.nlink();
+        if self.loadavg.is_none() {
+            self.loadavg = AttrFile::open(&self.procfs_root, self.procfs_root.join("loadavg")).ok();
+        }
+        let last_pid = match &mut self.loadavg {
+            Some(f) => f.read().ok().and_then(parse_last_pid),
+            None => None,
+        };
+        Some(Mark { links, last_pid })
+    }
+
+    /// Reads what process `pid` is, or recalls it when its start time and image are those cached and its
+    /// reading settled; the entry is left in the cache. Returns whether the entry is new or changed.
+    fn look(&mut self, pid: u32, now: Instant) -> bool {
         let dir = self.procfs_root.join(pid.to_string());
-        let stat = self.procfs_root.read_trimmed(&dir.join("stat"))?;
-        let stat = parse_stat(&stat)?;
-        if let Some(s) = self.cache.get(&pid) {
+        let stat = self
+            .procfs_root
+            .read_trimmed(&dir.join("stat"))
+            .and_then(|s| parse_stat(&s));
+        let prev = self.cache.get(&pid);
+        let first_listed = prev.map_or(now, |e| e.first_listed);
+        let Some(stat) = stat else {
+            let changed = prev.is_none_or(|e| e.seen.is_some());
+            let entry = Entry {
+                seen: None,
+                settled: true,
+                first_listed,
+            };
+            self.cache.insert(pid, entry);
+            return changed;
+        };
+        if let Some(Entry {
+            seen: Some(s),
+            settled: true,
+            ..
+        }) = prev
+        {
             if s.start == stat.start && s.image == stat.image {
-                return Some(s.clone());
+                return false;
             }
         }
-        let env = read_environ(&self.procfs_root, &dir);
-        let cgroup = self.procfs_root.read_trimmed(&dir.join("cgroup"));
+        // A kernel thread has neither environment nor cgroup of its own to read.
+        let env = (!stat.kernel_thread)
+            .then(|| read_environ(&self.procfs_root, &dir))
+            .flatten();
+        let cgroup = (!stat.kernel_thread)
+            .then(|| self.procfs_root.read_trimmed(&dir.join("cgroup")))
+            .flatten();
         let (pod, container) = cgroup.as_deref().map(parse_cgroup).unwrap_or((None, None));
         let cpu_cgroup = cgroup.as_deref().and_then(parse_proc_cgroup);
         // A process half-way through an `exec` shows an empty environment (the new image's is not placed
-        // yet) under its old pid and start time: such a reading is used once and read again next scan.
+        // yet) under its old pid and start time: such a reading is used once and read again next look.
         let settled = stat.kernel_thread || env.as_ref().is_none_or(|e| !e.raw_empty);
         let seen = Seen {
             start: stat.start,
@@ -409,12 +519,13 @@ impl ProcessesSource {
             cpu_cgroup,
             session: stat.session,
         };
-        if settled {
-            self.cache.insert(pid, seen.clone());
-        } else {
-            self.cache.remove(&pid);
-        }
-        Some(seen)
+        let entry = Entry {
+            seen: Some(seen),
+            settled,
+            first_listed,
+        };
+        self.cache.insert(pid, entry);
+        true
     }
 
     fn gpu_processes(&self) -> Vec<GpuProcess> {
@@ -428,26 +539,113 @@ impl ProcessesSource {
         b.compute_processes().unwrap_or_default()
     }
 
-    /// Scans the processes now; returns the jobs found.
+    /// Scans the processes now: NVML's process list, and every listed process's `stat` (its environment and
+    /// cgroup only for a process not seen before, or with a new image); returns the jobs found.
     pub fn scan(&mut self) -> Vec<Job> {
-        let mut gpus_of: BTreeMap<u32, Vec<String>> = BTreeMap::new();
+        self.gpus_of.clear();
         for p in self.gpu_processes() {
-            gpus_of.entry(p.pid).or_default().push(p.gpu.to_string());
+            self.gpus_of
+                .entry(p.pid)
+                .or_default()
+                .push(p.gpu.to_string());
         }
+        let now = Instant::now();
+        self.mark = self.mark();
         let pids = self.pids();
-        let mut unreadable = 0usize;
+        for &pid in &pids {
+            self.look(pid, now);
+        }
+        self.forget_unlisted(&pids);
+        let unreadable = self.cache.values().filter(|e| e.seen.is_none()).count();
+        if unreadable > 0 {
+            tracing::debug!(
+                unreadable,
+                "processes source: some processes vanished or could not be read"
+            );
+        }
+        self.assemble()
+    }
+
+    /// Looks for processes started or ended since the last look, without a full scan. The root is listed
+    /// only when its [`Mark`] moved (a process was created or reaped); then the processes not known yet are
+    /// read and those gone dropped. Read again in any case: processes whose reading did not settle, and those
+    /// listed for less than [`RECHECK_YOUNG`] (`stat` only, unless their image changed). NVML's process list
+    /// stays the last scan's. Returns the jobs when a process came, went or changed, `None` when nothing did.
+    ///
+    /// Missed until the next scan: a process started in the same slow period as an older one ended, where
+    /// the root is not in the reader's pid namespace (the count is unchanged and `loadavg` does not see the
+    /// new pid); an `exec` under a pid older than [`RECHECK_YOUNG`].
+    pub fn refresh(&mut self) -> Option<Vec<Job>> {
+        let now = Instant::now();
+        let mark = self.mark();
+        let moved = mark.is_none() || mark != self.mark;
+        self.mark = mark;
+        let changed = if moved {
+            self.relist(now)
+        } else {
+            self.recheck(now)
+        };
+        changed.then(|| self.assemble())
+    }
+
+    /// Reads again the cached processes a refresh at `now` must (see [`Entry::recheck`]); returns whether
+    /// any changed.
+    fn recheck(&mut self, now: Instant) -> bool {
+        let young = self.recheck_young;
+        let due: Vec<u32> = self
+            .cache
+            .iter()
+            .filter(|(_, e)| e.recheck(now, young))
+            .map(|(pid, _)| *pid)
+            .collect();
+        let mut changed = false;
+        for pid in due {
+            changed |= self.look(pid, now);
+        }
+        changed
+    }
+
+    /// Lists the root: reads the pids not cached and those due a recheck, drops those gone; returns whether
+    /// any came, went or changed.
+    fn relist(&mut self, now: Instant) -> bool {
+        let pids = self.pids();
+        let before = self.cache.len();
+        let mut known = 0;
+        let mut changed = false;
+        for &pid in &pids {
+            if let Some(e) = self.cache.get(&pid) {
+                known += 1;
+                if !e.recheck(now, self.recheck_young) {
+                    continue;
+                }
+            }
+            changed |= self.look(pid, now);
+        }
+        // `pids` holds each pid once: fewer of them known than cached means some are gone.
+        if known < before {
+            self.forget_unlisted(&pids);
+            changed = true;
+        }
+        changed
+    }
+
+    /// Drops the cached processes that are not in `listed`.
+    fn forget_unlisted(&mut self, listed: &[u32]) {
+        let listed: HashSet<u32> = listed.iter().copied().collect();
+        self.cache.retain(|pid, _| listed.contains(pid));
+    }
+
+    /// The jobs of the cached processes; their CPU cgroups are left for the `cgroup` source.
+    fn assemble(&self) -> Vec<Job> {
         // Of the processes claiming one (job, rank), the best so far; a process without a rank number is
         // keyed by its pid (never merged with another).
         let mut ranks: BTreeMap<(String, i64), Candidate> = BTreeMap::new();
         let mut cgroups: BTreeMap<String, BTreeSet<CpuCgroup>> = BTreeMap::new();
-        let mut live = Vec::with_capacity(pids.len());
-        for pid in pids {
-            let Some(seen) = self.look(pid) else {
-                unreadable += 1;
+        for (&pid, entry) in &self.cache {
+            let Some(seen) = &entry.seen else {
                 continue;
             };
-            live.push(pid);
-            let Some((id, c)) = candidate(pid, &seen, gpus_of.get(&pid)) else {
+            let Some((id, c)) = candidate(pid, seen, self.gpus_of.get(&pid)) else {
                 continue;
             };
             if let Some(cg) = &seen.cpu_cgroup {
@@ -457,13 +655,6 @@ impl ProcessesSource {
             if ranks.get(&key).is_none_or(|prev| c.better_than(prev)) {
                 ranks.insert(key, c);
             }
-        }
-        self.cache.retain(|pid, _| live.contains(pid));
-        if unreadable > 0 {
-            tracing::debug!(
-                unreadable,
-                "processes source: some processes vanished or could not be read"
-            );
         }
         if let Some(shared) = &self.cgroups {
             *shared
@@ -503,12 +694,13 @@ impl Candidate {
 
 /// The job id and rank of process `pid`, or `None` when it is neither marked as a rank nor on a GPU.
 fn candidate(pid: u32, seen: &Seen, on_gpu: Option<&Vec<String>>) -> Option<(String, Candidate)> {
-    let env = seen.env.clone().unwrap_or_default();
+    let empty = BTreeMap::new();
+    let env = seen.env.as_ref().unwrap_or(&empty);
     let marked = RANK_MARKERS.iter().any(|k| env.contains_key(*k));
     if !marked && on_gpu.is_none() {
         return None;
     }
-    let id = job_id(&env, seen.pod.as_deref(), seen.session, pid);
+    let id = job_id(env, seen.pod.as_deref(), seen.session, pid);
     let gpus = match on_gpu {
         Some(g) => g.clone(),
         None => env
@@ -524,15 +716,12 @@ fn candidate(pid: u32, seen: &Seen, on_gpu: Option<&Vec<String>>) -> Option<(Str
     };
     let rank = Rank {
         pid,
-        rank: rank_of(&env),
+        rank: rank_of(env),
         local_rank: first_u32(
-            &env,
+            env,
             &["LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"],
         ),
-        world_size: first_u32(
-            &env,
-            &["WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS"],
-        ),
+        world_size: first_u32(env, &["WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS"]),
         gpus,
         pod_uid: seen.pod.clone(),
         container_id: seen.container.clone(),
@@ -687,6 +876,15 @@ impl Source for ProcessesSource {
     fn jobs(&self) -> Option<&[Job]> {
         Some(&self.jobs)
     }
+
+    fn refresh_jobs(&mut self) -> Result<bool, SourceError> {
+        let Some(jobs) = self.refresh() else {
+            return Ok(false);
+        };
+        let changed = jobs != self.jobs;
+        self.jobs = jobs;
+        Ok(changed)
+    }
 }
 
 #[cfg(test)]
@@ -801,6 +999,14 @@ mod tests {
         let short = "1 (init) S 0 1 1 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 5";
         assert_eq!(parse_stat(short).unwrap().image, [0, 0, 0]);
         assert_eq!(parse_stat("garbage"), None);
+    }
+
+    #[test]
+    fn the_last_pid_of_loadavg() {
+        assert_eq!(parse_last_pid("0.44 1.27 2.14 2/345 12345\n"), Some(12345));
+        assert_eq!(parse_last_pid("0.44 1.27 2.14 2/345"), None);
+        assert_eq!(parse_last_pid("0.44 1.27 2.14 2/345 -1"), None);
+        assert_eq!(parse_last_pid(""), None);
     }
 
     #[test]

@@ -12,8 +12,9 @@
 //! - Each value travels to the caller's sink as soon as it is read, so the sampler stamps it when it was read
 //!   (plus a hand-off of microseconds), not when the source's whole `sample` ended. A source whose values are
 //!   quick reads one after another ([`Source::quick_reads`]: files) hands them over in chunks of at most
-//!   [`CHUNK_VALUES`], none held longer than [`CHUNK_AGE`] after its read: hundreds of values a tick cost a
-//!   few wake-ups of the sampler instead of one each.
+//!   [`CHUNK_VALUES`], none held longer than a [`HOLD_SHARE`] of the sampler's stamping resolution after its
+//!   read ([`CHUNK_AGE`] until the sampler says it): hundreds of values a tick cost a few wake-ups of the
+//!   sampler instead of one each.
 //! - Dropping a [`Watched`] never waits: a thread still stuck in its source is left behind, detached, and ends
 //!   with the process.
 //!
@@ -36,17 +37,25 @@ pub const SAMPLE_DEADLINE: Duration = Duration::from_secs(1);
 /// are not in persistence mode can take seconds.
 pub const DISCOVER_DEADLINE: Duration = Duration::from_secs(30);
 /// Most values a quick-reading source's thread hands over at once.
-pub const CHUNK_VALUES: usize = 64;
-/// Longest a quick-reading source's thread holds a value it read before handing it over: the sampler stamps
-/// a value when it arrives, and this is far below its stamping resolution (`STAMP_SHARE`: 250 µs at 20 Hz).
+pub const CHUNK_VALUES: usize = 256;
+/// Longest a quick-reading source's thread holds a value it read before handing it over, until the sampler
+/// gives its stamping resolution ([`Source::stamp_resolution`]): a fifth of the resolution at 20 Hz
+/// (`STAMP_SHARE`: 250 µs).
 pub const CHUNK_AGE: Duration = Duration::from_micros(50);
+/// A value is held at most this share of the sampler's stamping resolution (the sampler stamps a value when
+/// it arrives): at most a fifth of the resolution late, 0.1 % of a fast period. 50 µs at 20 Hz, 1 ms at 1 Hz,
+/// where a tier of hundreds of files then costs the sampler one or two wake-ups instead of dozens.
+pub const HOLD_SHARE: u32 = 5;
 
 /// What the source's thread is asked to do.
 enum Request {
     Bind(Arc<AgentMetrics>),
     /// Discover, after `node_links` with these links when given.
     Discover(Option<Vec<Link>>),
-    Sample(Tier),
+    /// Sample the tier, holding each quick read at most this long before handing it over.
+    Sample(Tier, Duration),
+    /// A cheap look for jobs started or ended ([`Source::refresh_jobs`]).
+    RefreshJobs,
 }
 
 /// What the source's thread answers.
@@ -59,6 +68,8 @@ enum Reply {
     Values(Vec<(usize, Value)>),
     /// The end of a `sample`.
     Sampled(ReadReport),
+    /// The end of a `refresh_jobs`: the new job list when it changed.
+    Refreshed(Result<Option<Vec<Job>>, SourceError>),
 }
 
 /// What a `discover` found.
@@ -94,6 +105,9 @@ pub struct Watched {
     pending: Option<Pending>,
     /// A late discovery changed the inventory: the next `discover` returns `true`.
     missed_change: bool,
+    /// How long the source's thread may hold a quick read ([`CHUNK_AGE`], then a [`HOLD_SHARE`] of the
+    /// sampler's stamping resolution).
+    hold: Duration,
     /// The source's thread ended (its source panicked).
     dead: bool,
     stalled: Option<prometheus::IntGauge>,
@@ -141,6 +155,7 @@ pub fn watch_with(
         links: None,
         pending: None,
         missed_change: false,
+        hold: CHUNK_AGE,
         dead: false,
         stalled: None,
     })
@@ -166,13 +181,20 @@ fn serve(mut source: Box<dyn Source>, requests: Receiver<Request>, replies: Send
                     unavailable: source.unavailable(),
                 }))
             }
-            Request::Sample(tier) if source.quick_reads() => {
-                let mut chunk = Chunk::default();
+            Request::RefreshJobs => Reply::Refreshed(source.refresh_jobs().map(|changed| {
+                if changed {
+                    source.jobs().map(<[Job]>::to_vec)
+                } else {
+                    None
+                }
+            })),
+            Request::Sample(tier, hold) if source.quick_reads() => {
+                let mut chunk = Chunk::new(hold);
                 let report = source.sample(tier, &mut |i, v| chunk.push(i, v, &replies));
                 chunk.flush(&replies);
                 Reply::Sampled(report)
             }
-            Request::Sample(tier) => {
+            Request::Sample(tier, _) => {
                 let report = source.sample(tier, &mut |i, v| {
                     let _ = replies.send(Reply::Value(i, v));
                 });
@@ -186,20 +208,29 @@ fn serve(mut source: Box<dyn Source>, requests: Receiver<Request>, replies: Send
 }
 
 /// The values a quick-reading source read and its thread has not handed over yet.
-#[derive(Default)]
 struct Chunk {
     values: Vec<(usize, Value)>,
     /// When the oldest of them was read.
     oldest: Option<Instant>,
+    /// How long the oldest may wait.
+    hold: Duration,
 }
 
 impl Chunk {
+    fn new(hold: Duration) -> Chunk {
+        Chunk {
+            values: Vec::with_capacity(CHUNK_VALUES),
+            oldest: None,
+            hold,
+        }
+    }
+
     /// Adds a value just read; hands the chunk over once it holds [`CHUNK_VALUES`] or its oldest value has
-    /// waited [`CHUNK_AGE`].
+    /// waited its hold.
     fn push(&mut self, i: usize, v: Value, replies: &Sender<Reply>) {
         let oldest = *self.oldest.get_or_insert_with(Instant::now);
         self.values.push((i, v));
-        if self.values.len() >= CHUNK_VALUES || oldest.elapsed() >= CHUNK_AGE {
+        if self.values.len() >= CHUNK_VALUES || oldest.elapsed() >= self.hold {
             self.flush(replies);
         }
     }
@@ -232,12 +263,17 @@ impl Watched {
                     );
                     self.pending = None;
                     self.set_stalled(false);
-                    if let Reply::Discovered(d) = reply {
-                        let Discovered {
-                            inventory, jobs, ..
-                        } = *d;
-                        self.missed_change |= inventory != self.inventory || jobs != self.jobs;
-                        self.absorb(inventory, jobs);
+                    match reply {
+                        Reply::Discovered(d) => {
+                            let Discovered {
+                                inventory, jobs, ..
+                            } = *d;
+                            self.missed_change |= inventory != self.inventory || jobs != self.jobs;
+                            self.absorb(inventory, jobs);
+                        }
+                        // Taken in; the sampler reads the list at the next discovery.
+                        Reply::Refreshed(Ok(Some(jobs))) => self.jobs = Some(jobs),
+                        _ => {}
                     }
                     return true;
                 }
@@ -363,7 +399,7 @@ impl Source for Watched {
 
     fn sample(&mut self, tier: Tier, sink: &mut dyn FnMut(usize, Value)) -> ReadReport {
         let since = Instant::now();
-        if !self.settle() || !self.send(Request::Sample(tier)) {
+        if !self.settle() || !self.send(Request::Sample(tier, self.hold)) {
             return self.unanswered_report(tier);
         }
         loop {
@@ -375,7 +411,7 @@ impl Source for Watched {
                     }
                 }
                 Some(Reply::Sampled(report)) => return report,
-                Some(Reply::Discovered(_)) => {
+                Some(Reply::Discovered(_) | Reply::Refreshed(_)) => {
                     let mut report = ReadReport::default();
                     report.fail(self.out_of_order());
                     return report;
@@ -397,8 +433,37 @@ impl Source for Watched {
         self.links = Some(links.to_vec());
     }
 
+    fn stamp_resolution(&mut self, resolution: Duration) {
+        self.hold = resolution / HOLD_SHARE;
+    }
+
     fn jobs(&self) -> Option<&[Job]> {
         self.jobs.as_deref()
+    }
+
+    /// Asks the source's thread for a refresh, waiting as long as for a `sample`; a source that lists no jobs
+    /// (or has not answered a discovery yet) is not asked at all.
+    fn refresh_jobs(&mut self) -> Result<bool, SourceError> {
+        if self.jobs.is_none() {
+            return Ok(false);
+        }
+        if !self.settle() {
+            return Err(self.unanswered());
+        }
+        let since = Instant::now();
+        if !self.send(Request::RefreshJobs) {
+            return Err(self.unanswered());
+        }
+        match self.wait("refresh_jobs", since, self.sample_deadline) {
+            Some(Reply::Refreshed(Ok(Some(jobs)))) => {
+                let changed = self.jobs.as_ref() != Some(&jobs);
+                self.jobs = Some(jobs);
+                Ok(changed)
+            }
+            Some(Reply::Refreshed(result)) => result.map(|_| false),
+            Some(_) => Err(self.out_of_order()),
+            None => Err(self.unanswered()),
+        }
     }
 
     fn unavailable(&self) -> Option<String> {
@@ -666,6 +731,37 @@ mod tests {
         fn quick_reads(&self) -> bool {
             self.quick
         }
+    }
+
+    /// The sizes of the chunks waiting in `rx`.
+    fn chunk_sizes(rx: &Receiver<Reply>) -> Vec<usize> {
+        let mut sizes = Vec::new();
+        while let Ok(reply) = rx.try_recv() {
+            match reply {
+                Reply::Values(v) => sizes.push(v.len()),
+                _ => panic!("not a chunk"),
+            }
+        }
+        sizes
+    }
+
+    #[test]
+    fn a_chunk_is_handed_over_when_full_or_when_its_oldest_value_has_waited_its_hold() {
+        let (tx, rx) = mpsc::channel();
+        // A long hold (a slow sampler's): handed over when full, the rest at the end.
+        let mut c = Chunk::new(Duration::from_secs(3600));
+        for i in 0..CHUNK_VALUES + 10 {
+            c.push(i, Value::Counter(i as u64), &tx);
+        }
+        assert_eq!(chunk_sizes(&rx), [CHUNK_VALUES]);
+        c.flush(&tx);
+        assert_eq!(chunk_sizes(&rx), [10]);
+        // No hold: every value at once.
+        let mut c = Chunk::new(Duration::ZERO);
+        for i in 0..3 {
+            c.push(i, Value::Counter(0), &tx);
+        }
+        assert_eq!(chunk_sizes(&rx), [1, 1, 1]);
     }
 
     #[test]
