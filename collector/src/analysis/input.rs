@@ -77,6 +77,10 @@ pub struct LinkInput {
     /// Window means of the gauges a rule reads as a level over time ([`MEAN_GAUGES`]: a queue's backlog,
     /// which a single reading catches full or empty by chance).
     pub gauge_means: BTreeMap<String, f64>,
+    /// The lowest positive reading over the window of the limits a rule compares with what the window's traffic
+    /// did ([`LOW_GAUGES`]: a shaper's rate, 0 when none is set), so that a limit lifted a moment ago is still
+    /// seen while the window holds the traffic it slowed.
+    pub gauge_lows: BTreeMap<String, f64>,
 }
 
 /// Node counters read over their newest [`RECENT_WINDOW_NS`] only, not the whole window: TCP's segment
@@ -95,6 +99,10 @@ pub const RECENT_WINDOW_NS: i64 = 6_000_000_000;
 /// Link gauges whose window mean [`node_input`] also computes ([`LinkInput::gauge_means`]).
 pub const MEAN_GAUGES: &[&str] = &["qdisc_backlog_bytes"];
 
+/// Link gauges whose lowest positive reading over the window [`node_input`] also keeps
+/// ([`LinkInput::gauge_lows`]).
+pub const LOW_GAUGES: &[&str] = &["qdisc_rate_limit_bytes_per_second"];
+
 impl LinkInput {
     /// `link` with no traffic and no counters yet.
     pub fn from_link(link: Arc<Link>) -> LinkInput {
@@ -104,6 +112,7 @@ impl LinkInput {
             counters: Vec::new(),
             gauges: BTreeMap::new(),
             gauge_means: BTreeMap::new(),
+            gauge_lows: BTreeMap::new(),
         }
     }
 
@@ -323,6 +332,17 @@ fn counter_window(
     })
 }
 
+/// Lowest finite positive value of a gauge from `since_ns` on.
+fn gauge_lowest_positive(samples: crate::store::Samples<'_>, since_ns: i64) -> Option<f64> {
+    samples
+        .iter()
+        .rev()
+        .take_while(|(t, _)| *t >= since_ns)
+        .map(|(_, b)| f64::from_bits(b))
+        .filter(|v| v.is_finite() && *v > 0.0)
+        .reduce(f64::min)
+}
+
 /// Mean of a gauge's finite values from `since_ns` on.
 fn gauge_mean(samples: crate::store::Samples<'_>, since_ns: i64) -> Option<f64> {
     let (sum, n) = samples
@@ -384,6 +404,11 @@ pub fn node_input(n: &NodeState, since_ns: i64) -> NodeInput {
                         if MEAN_GAUGES.contains(&m) {
                             if let Some(mean) = gauge_mean(n.samples(s), since_ns) {
                                 links[i].gauge_means.insert(m.to_string(), mean);
+                            }
+                        }
+                        if LOW_GAUGES.contains(&m) {
+                            if let Some(low) = gauge_lowest_positive(n.samples(s), since_ns) {
+                                links[i].gauge_lows.insert(m.to_string(), low);
                             }
                         }
                     }

@@ -7,7 +7,9 @@
 //! source: the kernel's traffic-control statistics). Two signals, per fabric link, against the median of the
 //! job's other nodes' fabric links (at least [`MIN_NODES`] nodes; all nodes when no job is known):
 //! - **shaped below its peers**: the link's rate limit — its root qdisc's shaping rate
-//!   (`qdisc_rate_limit_bytes_per_second`, latest reading; 0 = none), else its capacity — is below
+//!   (`qdisc_rate_limit_bytes_per_second`, its lowest positive reading over the window: a shaper lifted a
+//!   moment ago still explains the traffic the window holds, and the other rules' symptoms of it; the summary
+//!   then says the rate now; 0 = none), else its capacity — is below
 //!   [`LIMIT_BELOW`] × the peers' median, and its shaper held traffic back (`qdisc_overlimits_total` rose by at
 //!   least [`MIN_OVERLIMITS`] over the window) while the link carried traffic. A shaper every node has (the
 //!   same rate everywhere) is nobody's fault: only the comparison raises;
@@ -42,10 +44,15 @@ pub const BACKLOG: &str = "qdisc_backlog_bytes";
 /// What one fabric link's queue did over the window.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 struct QueueFigures {
-    /// The shaper's rate, else the link's capacity, bytes/s.
+    /// The shaper's lowest rate over the window, else the link's capacity, bytes/s.
     limit: Option<f64>,
     /// Whether `limit` is the shaper's (else the capacity).
     shaped: bool,
+    /// The limit now, when the shaper's rate was raised or the shaper removed since (`limit` was lower
+    /// earlier in the window).
+    lifted_to: Option<f64>,
+    /// Seconds of traffic the figures span.
+    window_s: f64,
     overlimits: Option<u64>,
     overlimits_per_second: Option<f64>,
     drops_per_second: Option<f64>,
@@ -62,10 +69,19 @@ impl QueueFigures {
         if overlimits.is_none() && backlog_mean.is_none() {
             return None;
         }
-        let shaper = l.gauges.get(RATE_LIMIT).copied().filter(|r| *r > 0.0);
+        let capacity = l.link.capacity_bytes_per_second;
+        let latest = l.gauges.get(RATE_LIMIT).copied().filter(|r| *r > 0.0);
+        // The window's lowest rate: a shaper lifted a moment ago still explains the traffic the window holds
+        // (and the other rules' window-long symptoms of it).
+        let shaper = l.gauge_lows.get(RATE_LIMIT).copied().or(latest);
+        let now = latest.or(capacity);
         Some(QueueFigures {
-            limit: shaper.or(l.link.capacity_bytes_per_second),
+            limit: shaper.or(capacity),
             shaped: shaper.is_some(),
+            lifted_to: shaper
+                .zip(now)
+                .and_then(|(low, now)| (now > low * 1.01).then_some(now)),
+            window_s: l.activity.as_ref().map_or(0.0, |a| a.window_s),
             overlimits: overlimits.map(|c| c.increase),
             overlimits_per_second: overlimits.and_then(|c| c.rate()),
             drops_per_second: l.counter(DROPS).and_then(|c| c.rate()),
@@ -189,6 +205,7 @@ fn judge(
     for (k, v) in [
         ("overlimits_per_second", q.overlimits_per_second),
         ("peers_overlimits_per_second", p.overlimits_per_second),
+        ("rate_limit_now_bytes_per_second", q.lifted_to),
         ("drops_per_second", q.drops_per_second),
         ("peers_drops_per_second", p.drops_per_second),
         ("backlog_bytes_mean", q.backlog_mean),
@@ -226,14 +243,23 @@ fn summary(node: &str, dev: &str, q: &QueueFigures, p: &Peers, shaped_low: bool)
         per_s(p.drops_per_second),
     );
     match (shaped_low, q.limit, p.limit) {
-        (true, Some(mine), Some(theirs)) => format!(
-            "Fabric link rate-limited on {node} {dev}: {} to {} ({:.0}% of its peers' {}); {queue}. The job's \
-             ring runs at this link's pace.",
-            if q.shaped { "its transmit queue is shaped" } else { "it runs" },
-            bits(mine),
-            mine / theirs * 100.0,
-            bits(theirs),
-        ),
+        (true, Some(mine), Some(theirs)) => {
+            let (what, now) = match (q.shaped, q.lifted_to) {
+                (true, Some(now)) => (
+                    format!("its transmit queue was shaped during the last {:.0} s", q.window_s),
+                    format!("; {} now", bits(now)),
+                ),
+                (true, None) => ("its transmit queue is shaped".to_string(), String::new()),
+                (false, _) => ("it runs".to_string(), String::new()),
+            };
+            format!(
+                "Fabric link rate-limited on {node} {dev}: {what} to {} ({:.0}% of its peers' {}{now}); \
+                 {queue}. The job's ring runs at this link's pace.",
+                bits(mine),
+                mine / theirs * 100.0,
+                bits(theirs),
+            )
+        }
         _ => format!(
             "Transmit queue backing up on {node} {dev}: {queue}. The job's ring runs at this link's pace."
         ),
@@ -292,6 +318,9 @@ mod tests {
             counter(DROPS, f.drops, 20.0),
         ];
         l.gauges.insert(RATE_LIMIT.into(), f.rate_limit);
+        if f.rate_limit > 0.0 {
+            l.gauge_lows.insert(RATE_LIMIT.into(), f.rate_limit);
+        }
         l.gauge_means.insert(BACKLOG.into(), f.backlog_mean);
         NodeInput {
             name: name.into(),
@@ -374,6 +403,37 @@ mod tests {
         assert_eq!(before[0].id(), after[0].id());
         assert_eq!(after[0].subject.job, None);
         assert_eq!(after[0].evidence.details["job"], "main");
+    }
+
+    #[test]
+    fn a_shaper_lifted_a_moment_ago_still_explains_the_window() {
+        let cut = Fab {
+            rate_limit: 62.5e6,
+            ..HEALTHY
+        };
+        let mut input = ring(cut);
+        // Back at the peers' rate now; the window still holds the readings at a quarter.
+        input.nodes[2].links[0]
+            .gauges
+            .insert(RATE_LIMIT.into(), 250e6);
+        let c = evaluate(&input);
+        assert_eq!(c.len(), 1, "{c:?}");
+        assert_eq!(c[0].evidence.measured, 62.5e6);
+        assert_eq!(
+            c[0].evidence.details["rate_limit_now_bytes_per_second"],
+            250e6
+        );
+        assert!(
+            c[0].summary.starts_with(
+                "Fabric link rate-limited on node2 fab0: its transmit queue was shaped during the last 20 s \
+                 to 500 Mbit/s (25% of its peers' 2.0 Gbit/s; 2.0 Gbit/s now); "
+            ),
+            "{}",
+            c[0].summary
+        );
+        // Once the window no longer holds the low rate, nothing.
+        input.nodes[2].links[0].gauge_lows.clear();
+        assert!(evaluate(&input).is_empty());
     }
 
     #[test]
