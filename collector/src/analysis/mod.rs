@@ -43,10 +43,10 @@ pub mod scaling;
 pub mod scope;
 pub mod straggler;
 pub mod tcp_retransmits;
-pub mod transmit_queue;
 #[cfg(test)]
 pub(crate) mod test_support;
 pub mod tracker;
+pub mod transmit_queue;
 pub mod trend;
 pub mod underutilized;
 
