@@ -12,6 +12,8 @@ fail() { note "error=$1"; exit 1; }
 
 note "booted_after_s=$(cut -d' ' -f1 /proc/uptime)"
 note "kernel=$(uname -r)"
+# What a clock read costs depends on it: a system call and an emulated device read unless it is the TSC.
+note "clocksource=$(cat /sys/devices/system/clocksource/clocksource0/current_clocksource 2>/dev/null)"
 t0=$(date +%s.%N)
 
 modprobe rdma_rxe || fail "modprobe rdma_rxe failed"
@@ -39,10 +41,18 @@ for _ in $(seq 100); do
   (exec 3<>/dev/tcp/127.0.0.1/9476) 2>/dev/null && break
   sleep 0.1
 done
+# CPU ticks (1/100 s) the kernel's softirq threads have run so far: packet work the kernel deferred from the
+# interrupted context to ksoftirqd, which waits for a CPU while busy pollers hold them.
+ksoftirqd_ticks() {
+  local p t=0
+  for p in $(pgrep ksoftirqd); do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done
+  echo "$t"
+}
 probe() { # NAME SIZE DURATION
   if timeout 90 "$bin" probe run --target 127.0.0.1:9476 --transport rdma --device rxe0 --size "$2" \
     --duration "$3" --format json >"$out/probe-$1.json" 2>"$out/probe-$1.err"; then
     note "probe_$1=ok"
+    note "ksoftirqd_ticks_after_probe_$1=$(ksoftirqd_ticks)"
   else
     note "probe_$1=failed: $(tail -1 "$out/probe-$1.err")"
   fi
@@ -72,8 +82,10 @@ perftest_lat() { # NAME
   ib_send_lat -d rxe1 -x 0 -s 8 -n 2000 -F -p 18516 >"$out/perftest-$1-server.txt" 2>&1 &
   local s=$!
   listening 18516
+  note "ksoftirqd_ticks_before_perftest_$1=$(ksoftirqd_ticks)"
   if timeout 60 ib_send_lat -d rxe0 -x 0 -s 8 -n 2000 -F -p 18516 127.0.0.1 >"$out/perftest-$1.txt" 2>&1; then
     note "perftest_$1=ok"
+    note "ksoftirqd_ticks_after_perftest_$1=$(ksoftirqd_ticks)"
   else
     note "perftest_$1=failed: $(tail -1 "$out/perftest-$1.txt")"
     kill "$s" 2>/dev/null # a server whose client never came waits for ever
@@ -81,6 +93,7 @@ perftest_lat() { # NAME
   wait "$s" 2>/dev/null
 }
 
+note "ksoftirqd_ticks_before_probes=$(ksoftirqd_ticks)"
 if [ "$mode" = ci ]; then
   # The default 1 MiB messages: the case that failed before the window followed the rate.
   probe default-1 1048576 4s

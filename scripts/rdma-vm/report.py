@@ -155,7 +155,7 @@ def fmt(x):
 def main():
     out, mode, accel, wall = Path(sys.argv[1]), sys.argv[2], sys.argv[3], float(sys.argv[4])
     f = figures(out)
-    print(f"== RDMA in a VM ({accel}), kernel {f.get('kernel', '?')}")
+    print(f"== RDMA in a VM ({accel}), kernel {f.get('kernel', '?')}, clock source {f.get('clocksource') or '?'}")
     boot = f.get("booted_after_s")
     print(f"boot {float(boot):.1f} s (guest uptime at its first command); checks {f.get('check_s', '?')} s; "
           f"whole run {wall:.1f} s")

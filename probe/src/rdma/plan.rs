@@ -13,10 +13,10 @@ pub const WINDOW: u32 = 128;
 pub const RECV_DEPTH: u32 = 16;
 /// Payload of a SEND that ends the ping-pong (a sequence number no run reaches).
 pub const PING_END: u64 = u64::MAX;
-/// One ping SEND (and its pong) in this many asks for a completion, as perftest's latency tests do: a ping's
-/// round trip ends when the answer arrives, not when the peer's acknowledgement of the ping does. The
-/// unsignalled SENDs before a signalled one leave the send queue when it completes.
-pub const SIGNAL_EVERY: u64 = 32;
+/// Inline data asked of the queue pair, bytes: perftest's default for RC SENDs in its latency tests. A ping's
+/// payload is then copied into the work request when it is posted (`IBV_SEND_INLINE`), not fetched from the
+/// registered buffer by the device.
+pub const PING_INLINE: u32 = 236;
 /// Work request ids, so one completion queue serves every kind.
 pub const WR_WRITE: u64 = 1;
 pub const WR_SEND: u64 = 2;
@@ -150,13 +150,9 @@ impl Window {
     }
 }
 
-/// Whether the SEND of ping `seq` (and of its pong, which echoes `seq`) asks for a completion: one in
-/// [`SIGNAL_EVERY`], and the end marker's, so the send queue is empty before the queue pair is torn down.
-pub fn signaled(seq: u64) -> bool {
-    seq == PING_END || seq % SIGNAL_EVERY == SIGNAL_EVERY - 1
-}
-
-/// One ping's progress: its SEND (when signalled) and the peer's answer complete in either order.
+/// One ping's progress: its SEND's completion and the peer's answer, in either order. Every ping and pong
+/// SEND asks for a completion and a ping is done with both, as in perftest's `ib_send_lat` (its send queue
+/// depth of 1 caps its completion moderation at one: it waits for each SEND's completion before the answer).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Ping {
     pub sent: bool,
@@ -164,14 +160,6 @@ pub struct Ping {
 }
 
 impl Ping {
-    /// The ping of sequence number `seq`: an unsignalled SEND gives no completion to wait for.
-    pub fn new(seq: u64) -> Ping {
-        Ping {
-            sent: !signaled(seq),
-            answered: false,
-        }
-    }
-
     /// Takes a completion by work request id; `Err` for one that does not belong to a ping.
     pub fn on_completion(&mut self, wr_id: u64) -> Result<(), String> {
         match wr_id {
@@ -184,6 +172,26 @@ impl Ping {
     pub fn done(&self) -> bool {
         self.sent && self.answered
     }
+}
+
+/// Round trips from the tick counter's reading before each ping's SEND and one after the last answer, as
+/// perftest derives them (`tposted[i + 1] - tposted[i]`: the repost of the receive and the bookkeeping between
+/// pings count, as in its loop), converted at `seconds_per_tick`. A reading below its predecessor (a counter
+/// that went back) gives a zero round trip, never a wrapped one.
+pub fn round_trips(stamps: &[u64], seconds_per_tick: f64) -> Vec<std::time::Duration> {
+    stamps
+        .windows(2)
+        .map(|w| {
+            let ticks = w[1].saturating_sub(w[0]);
+            std::time::Duration::from_secs_f64(ticks as f64 * seconds_per_tick)
+        })
+        .collect()
+}
+
+/// Seconds per tick of a counter that advanced `ticks` while a clock advanced `seconds`; `None` when it did
+/// not advance (no conversion can be made).
+pub fn seconds_per_tick(ticks: u64, seconds: f64) -> Option<f64> {
+    (ticks > 0 && seconds > 0.0).then(|| seconds / ticks as f64)
 }
 
 #[cfg(test)]
@@ -282,22 +290,23 @@ mod tests {
     }
 
     #[test]
-    fn one_send_in_thirty_two_and_the_end_are_signalled() {
-        let n = (0..320).filter(|&s| signaled(s)).count();
-        assert_eq!(n, 10);
-        assert!(!signaled(0) && signaled(31) && !signaled(32) && signaled(63));
-        assert!(signaled(PING_END));
-        // An unsignalled ping is done when its answer arrives; its SEND gives no completion.
-        let mut p = Ping::new(0);
-        assert!(!p.done());
-        p.on_completion(WR_RECV).unwrap();
-        assert!(p.done());
-        assert!(p.on_completion(WR_SEND).is_err());
-        let mut p = Ping::new(31);
-        p.on_completion(WR_RECV).unwrap();
-        assert!(!p.done());
-        p.on_completion(WR_SEND).unwrap();
-        assert!(p.done());
+    fn round_trips_are_the_gaps_between_stamps() {
+        // 2.5 ns a tick: gaps of 16 000 and 24 000 ticks are 40 and 60 us.
+        let rtts = round_trips(&[1_000, 17_000, 41_000], 2.5e-9);
+        assert_eq!(
+            rtts,
+            [
+                std::time::Duration::from_micros(40),
+                std::time::Duration::from_micros(60)
+            ]
+        );
+        assert!(round_trips(&[5], 1e-9).is_empty());
+        assert!(round_trips(&[], 1e-9).is_empty());
+        // A counter that went back gives a zero round trip.
+        assert_eq!(round_trips(&[10, 5], 1.0), [std::time::Duration::ZERO]);
+        assert_eq!(seconds_per_tick(400, 1e-6), Some(2.5e-9));
+        assert_eq!(seconds_per_tick(0, 1.0), None);
+        assert_eq!(seconds_per_tick(10, 0.0), None);
     }
 
     #[test]

@@ -22,6 +22,43 @@ use crate::wire::{FrameKind, QpInfo, TransportKind};
 const SLOT: usize = 8;
 /// The port probed (perftest's default).
 const PORT: u8 = 1;
+/// Empty polls of the completion queue between two readings of the clock for the deadline: a clock read is
+/// a system call where the clock source is not the TSC (a VM under emulation), longer than a poll.
+const POLLS_PER_CLOCK_READ: u32 = 1024;
+/// Pings between two readings of the clock for the end of the latency phase.
+const PINGS_PER_CLOCK_READ: usize = 64;
+/// Idle time of the answering side before it starts polling for pings; the asking side waits twice that
+/// before its first ping. Both sides come to the ping-pong idle, as perftest's processes come to theirs from
+/// their TCP handshake, not busy polling straight out of the bulk phase: the kernel's deferred packet work of
+/// the bulk (softirqs, Soft-RoCE's tasks) then runs before two busy pollers take the CPUs.
+const SETTLE: Duration = Duration::from_millis(100);
+
+/// The CPU's tick counter, the latency phase's only timestamp inside its loop (perftest's `get_cycles`: the
+/// time stamp counter on x86_64); elsewhere nanoseconds of the monotonic clock.
+fn ticks() -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: RDTSC exists on every x86_64 CPU and reads a register; it has no memory effects.
+        unsafe { core::arch::x86_64::_rdtsc() }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+        EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64
+    }
+}
+
+/// Work request ids of one poll's completions (at most 16).
+struct Completions {
+    ids: [u64; 16],
+    n: usize,
+}
+
+impl Completions {
+    fn iter(&self) -> impl Iterator<Item = u64> + '_ {
+        self.ids[..self.n].iter().copied()
+    }
+}
 
 fn verbs_err(call: &str) -> ProbeError {
     ProbeError::Verbs(format!(
@@ -80,6 +117,8 @@ struct Res {
     psn: u32,
     state: QpState,
     peer: Option<QpInfo>,
+    /// Whether pings go inline (the queue pair took [`plan::PING_INLINE`] bytes, at least a slot).
+    inline: bool,
 }
 
 // SAFETY: the verbs objects are used by one thread at a time (the transport is `&mut` everywhere and moved
@@ -172,6 +211,7 @@ impl Res {
             psn: plan::psn(seed()),
             state: QpState::Reset,
             peer: None,
+            inline: false,
         };
         // SAFETY: `r` owns every object from here; Drop frees what was created if a later step fails.
         unsafe { r.create()? };
@@ -220,10 +260,18 @@ impl Res {
             init.cap.max_recv_wr = plan::RECV_DEPTH;
             init.cap.max_send_sge = 1;
             init.cap.max_recv_sge = 1;
+            init.cap.max_inline_data = plan::PING_INLINE;
             self.qp = ibv_create_qp(self.pd, &mut init);
+            if self.qp.is_null() {
+                // A device without inline data: pings are read from the registered buffer.
+                init.cap.max_inline_data = 0;
+                self.qp = ibv_create_qp(self.pd, &mut init);
+            }
             if self.qp.is_null() {
                 return Err(verbs_err("ibv_create_qp"));
             }
+            // The call writes back what the queue pair got.
+            self.inline = init.cap.max_inline_data as usize >= SLOT;
             let mut a: ibv_qp_attr = std::mem::zeroed();
             a.qp_state = ibv_qp_state::IBV_QPS_INIT;
             a.pkey_index = 0;
@@ -342,48 +390,62 @@ impl Res {
         Ok(())
     }
 
-    /// Polls completions until one arrives or `deadline`; their work request ids. A timeout names the time
-    /// this call waited.
-    unsafe fn poll(&mut self, deadline: Instant) -> Result<Vec<u64>, ProbeError> {
-        let entered = Instant::now();
-        // SAFETY: the caller's; `wc` has room for the 16 entries asked for.
+    /// Polls completions until one arrives or `deadline` (busy: the clock is read once in
+    /// [`POLLS_PER_CLOCK_READ`] empty polls); their work request ids. A timeout names the time this call
+    /// waited.
+    unsafe fn poll(&mut self, deadline: Instant) -> Result<Completions, ProbeError> {
+        let mut entered = None;
+        let mut empty = 0u32;
+        // SAFETY: the caller's; `wc` has room for the 16 entries asked for, and only the `n` entries the call
+        // wrote are read (no zeroing of 16 entries per call: this runs once or twice a ping).
         unsafe {
-            let mut wc: [ibv_wc; 16] = std::mem::zeroed();
+            let mut wc: std::mem::MaybeUninit<[ibv_wc; 16]> = std::mem::MaybeUninit::uninit();
+            let wc_ptr = wc.as_mut_ptr().cast::<ibv_wc>();
             loop {
-                let n = ibv_poll_cq(self.cq, 16, wc.as_mut_ptr());
+                let n = ibv_poll_cq(self.cq, 16, wc_ptr);
                 if n < 0 {
                     return Err(verbs_err("ibv_poll_cq"));
                 }
                 if n > 0 {
-                    let mut ids = Vec::with_capacity(n as usize);
-                    for w in &wc[..n as usize] {
+                    let mut out = Completions {
+                        ids: [0; 16],
+                        n: n as usize,
+                    };
+                    let done = std::slice::from_raw_parts(wc_ptr, n as usize);
+                    for (id, w) in out.ids.iter_mut().zip(done) {
                         if w.status != ibv_wc_status::IBV_WC_SUCCESS {
                             return Err(ProbeError::Verbs(format!(
                                 "work request {} completed with status {}",
                                 w.wr_id, w.status
                             )));
                         }
-                        ids.push(w.wr_id);
+                        *id = w.wr_id;
                     }
-                    return Ok(ids);
+                    return Ok(out);
                 }
-                if Instant::now() > deadline {
-                    return Err(ProbeError::Timeout(
-                        deadline.saturating_duration_since(entered),
-                    ));
+                empty += 1;
+                if empty.is_multiple_of(POLLS_PER_CLOCK_READ) {
+                    let now = Instant::now();
+                    let since = *entered.get_or_insert(now);
+                    if now > deadline {
+                        return Err(ProbeError::Timeout(
+                            deadline.saturating_duration_since(since),
+                        ));
+                    }
                 }
                 std::hint::spin_loop();
             }
         }
     }
 
-    /// Posts one work request: an RDMA WRITE of the bulk region into the peer's, or a SEND of the send slot;
-    /// `signaled`: whether it gives a completion.
-    unsafe fn post(&mut self, write: bool, signaled: bool) -> Result<(), ProbeError> {
-        let peer = self
-            .peer
-            .clone()
-            .ok_or_else(|| ProbeError::Verbs("not connected".into()))?;
+    /// Posts one work request, signalled: an RDMA WRITE of the bulk region into the peer's, or a SEND of the
+    /// send slot (inline where the queue pair allows it).
+    unsafe fn post(&mut self, write: bool) -> Result<(), ProbeError> {
+        // The peer's buffer, not the whole QpInfo: a copy of its GID string per post was an allocation per ping.
+        let (remote_addr, rkey) = match &self.peer {
+            Some(p) => (p.addr, p.rkey),
+            None => return Err(ProbeError::Verbs("not connected".into())),
+        };
         // SAFETY: the caller's; the scatter entry lies inside the registered buffer.
         unsafe {
             let (off, len) = if write {
@@ -399,14 +461,15 @@ impl Res {
             let mut wr: ibv_send_wr = std::mem::zeroed();
             wr.sg_list = &mut sge;
             wr.num_sge = 1;
-            if signaled {
-                wr.send_flags = ibv_send_flags::IBV_SEND_SIGNALED.0 as c_uint;
+            wr.send_flags = ibv_send_flags::IBV_SEND_SIGNALED.0 as c_uint;
+            if !write && self.inline {
+                wr.send_flags |= ibv_send_flags::IBV_SEND_INLINE.0 as c_uint;
             }
             if write {
                 wr.wr_id = WR_WRITE;
                 wr.opcode = ibv_wr_opcode::IBV_WR_RDMA_WRITE;
-                wr.wr.rdma.remote_addr = peer.addr;
-                wr.wr.rdma.rkey = peer.rkey;
+                wr.wr.rdma.remote_addr = remote_addr;
+                wr.wr.rdma.rkey = rkey;
             } else {
                 wr.wr_id = WR_SEND;
                 wr.opcode = ibv_wr_opcode::IBV_WR_SEND;
@@ -439,7 +502,7 @@ impl Res {
                 if now < stop {
                     let limit = pace::window(rate, size, u64::from(plan::WINDOW));
                     for _ in 0..w.room(limit) {
-                        self.post(true, true)?;
+                        self.post(true)?;
                         w.on_posted(1);
                     }
                 }
@@ -448,7 +511,7 @@ impl Res {
                 }
                 // FIFO completions: the next one is due within one write's time at the rate.
                 let ids = self.poll(progress + pace::wait_for(rate, size, GRACE))?;
-                let n = ids.iter().filter(|i| **i == WR_WRITE).count() as u64;
+                let n = ids.iter().filter(|i| *i == WR_WRITE).count() as u64;
                 w.on_completed(n).map_err(ProbeError::Verbs)?;
                 if n > 0 {
                     progress = Instant::now();
@@ -461,17 +524,17 @@ impl Res {
         })
     }
 
-    /// Sends `seq` from the send slot and waits for the peer's answer (and the SEND's completion when it is
-    /// signalled: [`plan::signaled`]). The slot is rewritten only after the answer, so the peer had the bytes.
+    /// Sends `seq` from the send slot and waits for the peer's answer and the SEND's completion ([`Ping`]),
+    /// then reposts the receive. The slot is rewritten only after the answer, so the peer had the bytes.
     unsafe fn exchange(&mut self, seq: u64, deadline: Instant) -> Result<u64, ProbeError> {
         let s = self.size;
         self.buf[s..s + SLOT].copy_from_slice(&seq.to_be_bytes());
-        let mut p = Ping::new(seq);
+        let mut p = Ping::default();
         // SAFETY: the caller's.
         unsafe {
-            self.post(false, plan::signaled(seq))?;
+            self.post(false)?;
             while !p.done() {
-                for id in self.poll(deadline)? {
+                for id in self.poll(deadline)?.iter() {
                     p.on_completion(id).map_err(ProbeError::Verbs)?;
                 }
             }
@@ -482,37 +545,55 @@ impl Res {
         Ok(u64::from_be_bytes(got))
     }
 
+    /// The latency phase, as perftest's `ib_send_lat` measures it: one tick reading before each ping's SEND
+    /// and none inside the exchange ([`plan::round_trips`]), the clock read once in
+    /// [`PINGS_PER_CLOCK_READ`] pings for the phase's end, the ticks converted with the clock's seconds over
+    /// the whole phase.
     fn pings(&mut self, span: Duration) -> Result<Vec<Duration>, ProbeError> {
+        // The settling is part of the phase's span (at most half of it).
         let stop = Instant::now() + span;
-        let mut rtts = Vec::new();
+        std::thread::sleep((2 * SETTLE).min(span / 2));
+        let start = Instant::now();
+        let first = ticks();
+        let mut stamps = Vec::with_capacity(4096);
+        stamps.push(first);
         // SAFETY: connected queue pair.
         unsafe {
-            while Instant::now() < stop && rtts.len() < MAX_PINGS {
-                let t0 = Instant::now();
-                let seq = rtts.len() as u64;
+            loop {
+                let seq = (stamps.len() - 1) as u64;
                 let back = self.exchange(seq, stop + GRACE)?;
                 if back != seq {
                     return Err(ProbeError::Protocol(format!("pong {back} for ping {seq}")));
                 }
-                rtts.push(t0.elapsed());
+                stamps.push(ticks());
+                let pings = stamps.len() - 1;
+                if pings >= MAX_PINGS
+                    || (pings.is_multiple_of(PINGS_PER_CLOCK_READ) && Instant::now() >= stop)
+                {
+                    break;
+                }
             }
+            let (last, seconds) = (ticks(), start.elapsed().as_secs_f64());
             // The end marker's own answer closes the server's loop.
             self.exchange(plan::PING_END, stop + GRACE)?;
+            let per_tick = plan::seconds_per_tick(last.wrapping_sub(first), seconds)
+                .ok_or_else(|| ProbeError::Verbs("the tick counter did not advance".into()))?;
+            Ok(plan::round_trips(&stamps, per_tick))
         }
-        Ok(rtts)
     }
 
     fn pongs(&mut self, span: Duration) -> Result<(), ProbeError> {
         let deadline = Instant::now() + span + GRACE;
+        std::thread::sleep(SETTLE);
         let s = self.size;
         // SAFETY: connected queue pair; the receive slot is read after its completion.
-        // Signalled pong SENDs posted and completed: the last one is waited for before teardown.
-        let (mut signaled, mut completed) = (0u64, 0u64);
+        // Pong SENDs posted and completed: the last one is waited for before teardown.
+        let (mut posted, mut completed) = (0u64, 0u64);
         unsafe {
             loop {
                 let mut got = false;
                 while !got {
-                    for id in self.poll(deadline)? {
+                    for id in self.poll(deadline)?.iter() {
                         match id {
                             WR_RECV => got = true,
                             WR_SEND => completed += 1,
@@ -529,13 +610,12 @@ impl Res {
                 self.post_recv()?;
                 self.buf.copy_within(s + SLOT..s + 2 * SLOT, s);
                 let seq = u64::from_be_bytes(seq);
-                let signal = plan::signaled(seq);
-                self.post(false, signal)?;
-                signaled += u64::from(signal);
+                self.post(false)?;
+                posted += 1;
                 if seq == plan::PING_END {
-                    // Every signalled SEND, the end's last, completes before the queue pair may be torn down.
-                    while completed < signaled {
-                        for id in self.poll(deadline)? {
+                    // Every SEND, the end's last, completes before the queue pair may be torn down.
+                    while completed < posted {
+                        for id in self.poll(deadline)?.iter() {
                             completed += u64::from(id == WR_SEND);
                         }
                     }
