@@ -447,7 +447,11 @@ impl QdiscSource {
         let b = self.backend.get_or_insert_with(|| {
             NetlinkBackend::open()
                 .map(|b| Box::new(b) as Box<dyn QdiscBackend>)
-                .map_err(|e| e.to_string())
+                .map_err(|e| {
+                    // Said once: the result is kept, and the source reads nothing from then on.
+                    tracing::warn!(error = %e, "qdisc source: no transmit queue is read");
+                    e.to_string()
+                })
         });
         b.as_mut().ok()
     }
@@ -905,6 +909,26 @@ mod tests {
         assert!(slow.contains(&(3, Value::Counter(1403))));
         assert!(slow.contains(&(7, Value::Gauge(62_500_000.0))));
         assert!(src.unavailable().is_none());
+    }
+
+    #[test]
+    fn without_netlink_the_source_says_why_and_reads_nothing() {
+        let dir = tree(&["fab0"]);
+        let mut src = QdiscSource::new(dir.path().to_path_buf(), NetdevOptions::default());
+        src.live = true;
+        src.backend = Some(Err(
+            "rtnetlink socket: Address family not supported by protocol".into(),
+        ));
+        assert!(!src.discover().unwrap());
+        assert!(src.inventory().series.is_empty());
+        assert_eq!(
+            src.sample(Tier::Fast, &mut |_, _| panic!("no series")).read,
+            0
+        );
+        assert_eq!(
+            src.unavailable().as_deref(),
+            Some("cannot read the transmit queues: rtnetlink socket: Address family not supported by protocol")
+        );
     }
 
     #[test]
