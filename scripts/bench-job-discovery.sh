@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # How soon a new training process is known, end to end: a real agent (default rates: 1 s slow period, 10 s
 # discovery period) on this machine's real /proc, streaming to a real collector on loopback; a process with a
-# training job's environment (`COMMWATCH_JOB`, `RANK`, `WORLD_SIZE`) is started at a random moment, and the
-# collector's `GET /api/v1/jobs` is polled every 10 ms until the job is listed (then until it is gone, after
-# the process is killed). Prints each run's delays and their median and maximum.
+# training job's environment (`COMMWATCH_JOB`, `RANK`, `WORLD_SIZE`) is started at a random moment (uniform over
+# a discovery period after the last change), and the collector's `GET /api/v1/jobs` is polled every 10 ms until
+# the job is listed (then until it is gone, after the process is killed). Prints each run's delays and their
+# median and maximum.
 #
 # Usage: scripts/bench-job-discovery.sh [runs (default 10)]
 #   BIN: an agent binary built elsewhere (another revision, for a before/after); else this tree's release build.
@@ -48,7 +49,9 @@ def wait(job, present, limit=30.0):
 
 known, gone = [], []
 for i in range(runs):
-    time.sleep(random.uniform(0.2, 1.7))  # a random phase against the agent's ticks
+    # A random phase against the agent's slow ticks and discoveries (10 s apart by default): started just
+    # after one, a process waits the longest.
+    time.sleep(random.uniform(0.0, 10.0))
     job = f"discovery-{os.getpid()}-{i}"
     env = dict(os.environ, COMMWATCH_JOB=job, RANK="0", WORLD_SIZE="1")
     p = subprocess.Popen(["sleep", "120"], env=env)

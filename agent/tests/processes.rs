@@ -407,3 +407,31 @@ fn a_refresh_finds_a_rank_started_under_the_real_proc() {
         "the ended rank is dropped"
     );
 }
+
+#[test]
+fn process_files_out_of_the_root_or_not_regular_are_never_read() {
+    let tmp = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    // 400: a FIFO as `stat` (an open would block without O_NONBLOCK; it is never opened).
+    std::fs::create_dir_all(root.join("400")).unwrap();
+    let fifo = std::ffi::CString::new(root.join("400/stat").to_str().unwrap()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+    // 401: `environ` links out of the root, to a rank's environment.
+    write(outside.path(), "environ", b"COMMWATCH_JOB=x\0RANK=1\0");
+    write(&root.join("401"), "stat", &stat(401, 90, 10));
+    std::os::unix::fs::symlink(outside.path().join("environ"), root.join("401/environ")).unwrap();
+    // 402: the pid directory itself links out of the root.
+    write(outside.path(), "stat", &stat(402, 90, 11));
+    std::os::unix::fs::symlink(outside.path(), root.join("402")).unwrap();
+    // 403: a rank whose command name is not UTF-8.
+    let mut odd =
+        b"403 (py\xff\xfe) S 1 403 90 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 8 0 12 1000 100 ".to_vec();
+    odd.extend_from_slice(b"18446744073709551615 1 2 3 0 0 0 0 0 0 0 0 0 17 3 0 0 0 0 0\n");
+    write(&root.join("403"), "stat", &odd);
+    write(&root.join("403"), "environ", b"COMMWATCH_JOB=y\0RANK=3\0");
+    let mut src = ProcessesSource::new(root.to_path_buf(), None);
+    assert!(src.discover().unwrap());
+    assert_eq!(ranks(&src), [("y".into(), Some(3), 403)]);
+    assert!(!src.refresh_jobs().unwrap());
+}

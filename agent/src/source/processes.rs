@@ -395,6 +395,8 @@ pub struct ProcessesSource {
     mark: Option<Mark>,
     /// `<root>/loadavg`, kept open once found.
     loadavg: Option<AttrFile>,
+    /// Reused for each `stat` and `cgroup` read.
+    buf: Vec<u8>,
 }
 
 fn first_u32(env: &BTreeMap<String, String>, keys: &[&str]) -> Option<u32> {
@@ -418,6 +420,7 @@ impl ProcessesSource {
             recheck_young: RECHECK_YOUNG,
             mark: None,
             loadavg: None,
+            buf: Vec::new(),
         }
     }
 
@@ -440,16 +443,23 @@ impl ProcessesSource {
         self
     }
 
-    /// The pids listed under the root now: its entries whose names are numbers (one `getdents` pass, no file
-    /// read).
+    /// The pids listed under the root now: its sub-directories (not links) whose names are numbers (one
+    /// `getdents` pass, no file read).
     fn pids(&self) -> Vec<u32> {
+        let root = self.procfs_root.path();
         if let Some(o) = &self.only {
-            return o.clone();
+            let is_dir = |pid: &u32| {
+                std::fs::symlink_metadata(root.join(pid.to_string())).is_ok_and(|m| m.is_dir())
+            };
+            return o.iter().copied().filter(is_dir).collect();
         }
-        let Ok(dir) = std::fs::read_dir(self.procfs_root.path()) else {
+        let Ok(dir) = std::fs::read_dir(root) else {
             return Vec::new();
         };
+        // Directories only, never links (the entry's own type, from the listing): the files read under a
+        // pid then lie inside the root (see [`read_pid_file`]).
         dir.filter_map(|e| e.ok())
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
             .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok()))
             .collect()
     }
@@ -471,11 +481,8 @@ impl ProcessesSource {
     /// Reads what process `pid` is, or recalls it when its start time and image are those cached and its
     /// reading settled; the entry is left in the cache. Returns whether the entry is new or changed.
     fn look(&mut self, pid: u32, now: Instant) -> bool {
-        let dir = self.procfs_root.join(pid.to_string());
-        let stat = self
-            .procfs_root
-            .read_trimmed(&dir.join("stat"))
-            .and_then(|s| parse_stat(&s));
+        let root = self.procfs_root.path();
+        let stat = read_pid_text(root, pid, "stat", &mut self.buf).and_then(|s| parse_stat(&s));
         let prev = self.cache.get(&pid);
         let first_listed = prev.map_or(now, |e| e.first_listed);
         let Some(stat) = stat else {
@@ -500,11 +507,12 @@ impl ProcessesSource {
         }
         // A kernel thread has neither environment nor cgroup of its own to read.
         let env = (!stat.kernel_thread)
-            .then(|| read_environ(&self.procfs_root, &dir))
+            .then(|| read_environ(root, pid))
             .flatten();
         let cgroup = (!stat.kernel_thread)
-            .then(|| self.procfs_root.read_trimmed(&dir.join("cgroup")))
-            .flatten();
+            .then(|| read_pid_text(root, pid, "cgroup", &mut self.buf))
+            .flatten()
+            .filter(|t| !t.is_empty());
         let (pod, container) = cgroup.as_deref().map(parse_cgroup).unwrap_or((None, None));
         let cpu_cgroup = cgroup.as_deref().and_then(parse_proc_cgroup);
         // A process half-way through an `exec` shows an empty environment (the new image's is not placed
@@ -833,8 +841,9 @@ struct Environ {
 
 /// Reads and filters `environ`; `None` when it cannot be read (vanished, denied, refused). The raw bytes are
 /// dropped before this returns. An environment cut at [`MAX_ENVIRON_BYTES`] loses its last, partial entry.
-fn read_environ(procfs: &FsRoot, dir: &Path) -> Option<Environ> {
-    let mut raw = procfs.read(&dir.join("environ"), MAX_ENVIRON_BYTES).ok()?;
+fn read_environ(root: &Path, pid: u32) -> Option<Environ> {
+    let mut raw = Vec::new();
+    read_pid_file(root, pid, "environ", MAX_ENVIRON_BYTES, &mut raw).ok()?;
     if raw.len() == MAX_ENVIRON_BYTES {
         let end = raw.iter().rposition(|b| *b == 0).unwrap_or(0);
         raw.truncate(end);
@@ -843,6 +852,70 @@ fn read_environ(procfs: &FsRoot, dir: &Path) -> Option<Environ> {
         raw_empty: raw.is_empty(),
         vars: parse_environ(&raw),
     })
+}
+
+/// Most of a `stat` or `cgroup` read (a `stat` line is a few hundred bytes).
+const MAX_SMALL_PID_FILE: usize = 64 * 1024;
+
+/// Reads `<root>/<pid>/<name>` into `buf` (replacing its content), at most `limit` bytes, in few system calls
+/// (`lstat`, `open`, `fstat`, one `read` per buffer's worth, `close`) where [`FsRoot::open`] resolves every
+/// component of the path and the root first: this runs for every process at each scan.
+///
+/// The same files are refused, for a pid directory that [`ProcessesSource::pids`] listed as a directory (not
+/// a link): the last component is never followed (`O_NOFOLLOW`, and `lstat` before), so the path stays
+/// inside the root; it must be a regular file before the open (a FIFO or device is never opened) and after
+/// it; the open never blocks (`O_NONBLOCK`). A read shorter than asked is the end of the file (procfs
+/// generates a file whole).
+fn read_pid_file(
+    root: &Path,
+    pid: u32,
+    name: &str,
+    limit: usize,
+    buf: &mut Vec<u8>,
+) -> std::io::Result<()> {
+    use std::io::Read as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let path = root.join(pid.to_string()).join(name);
+    let not_regular =
+        || std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file");
+    if !std::fs::symlink_metadata(&path)?.is_file() {
+        return Err(not_regular());
+    }
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_NOCTTY)
+        .open(&path)?;
+    if !file.metadata()?.is_file() {
+        return Err(not_regular());
+    }
+    buf.clear();
+    buf.resize(buf.capacity().clamp(4096, limit.max(1)), 0);
+    let mut len = 0;
+    loop {
+        let n = file.read(&mut buf[len..])?;
+        len += n;
+        if n == 0 || len < buf.len() || len >= limit {
+            break;
+        }
+        let grown = (buf.len() * 2).min(limit);
+        buf.resize(grown, 0);
+    }
+    buf.truncate(len.min(limit));
+    Ok(())
+}
+
+/// The text of a small file of process `pid` (`stat`, `cgroup`), read through `buf`; `None` when it cannot
+/// be read. Bytes that are not UTF-8 (a command name may hold any) are replaced, not refused.
+fn read_pid_text(root: &Path, pid: u32, name: &str, buf: &mut Vec<u8>) -> Option<String> {
+    match read_pid_file(root, pid, name, MAX_SMALL_PID_FILE, buf) {
+        Ok(()) => Some(String::from_utf8_lossy(buf).trim().to_string()),
+        Err(e) => {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                tracing::debug!(pid, file = name, error = %e, "process file not read");
+            }
+            None
+        }
+    }
 }
 
 impl Source for ProcessesSource {
