@@ -8,14 +8,15 @@
 //!   [`MIN_BURST_BYTES`], regularly spaced (coefficient of variation at most [`MAX_PERIOD_CV`]) and of one
 //!   size (at most [`MAX_BYTES_CV`]): each step moves the same gradients; or, where a collective paced by
 //!   the slow NIC comes in chunks with pauses, **its bytes in the node's steps** ([`from_steps`]): the same
-//!   amount step after step, the NIC not busy all the time;
+//!   amount step after step in one direction (a checkpoint written in some steps and storage read in others
+//!   is not), the NIC not busy all the time;
 //! - **the job's step period**: their spacing within [`PERIOD_MATCH`] of the step period of the node's job
 //!   (its nodes' steps, else their fabric ports' burst period). A node that runs no job while jobs are known
 //!   carries no training traffic. Without a step period anywhere in the job, the bursts must match another
 //!   node's NIC bursts of the job (a ring moves the same bytes on every node at once);
 //! - **the node's fabric**: either it carries nothing while the NIC bursts (NCCL left the fabric), or at
-//!   least [`COINCIDE_SHARE`] of the NIC's bursts coincide with the node's fabric bursts (NCCL splits the
-//!   step's traffic between them).
+//!   least [`COINCIDE_SHARE`] of the NIC's bytes move while the node's fabric bursts (NCCL splits the step's
+//!   traffic between them; storage reads move theirs through compute as well).
 //!
 //! Severity critical: the whole ring runs at this NIC's pace. When the job's settings on the node explain
 //! it (`NCCL_SOCKET_IFNAME` naming the interface, `NCCL_IB_DISABLE=1`, `NCCL_NET=Socket`, or the agent's
@@ -52,7 +53,7 @@ pub const MAX_PERIOD_CV: f64 = 0.25;
 pub const MAX_BYTES_CV: f64 = 0.25;
 /// How far the bursts' spacing may stray from the job's step period (share of the period).
 pub const PERIOD_MATCH: f64 = 0.15;
-/// Share of the NIC's bursts that must coincide with the node's fabric bursts when the fabric is busy.
+/// Share of the NIC's bytes that must move while the node's fabric bursts, when the fabric is busy.
 pub const COINCIDE_SHARE: f64 = 0.8;
 /// Steps of the node the per-step path needs, and the share of them that must carry the traffic.
 pub const MIN_STEPS: usize = 4;
@@ -156,37 +157,60 @@ struct Training {
     fabric_idle: bool,
 }
 
-/// Whether two bursts overlap in time.
-fn overlap(a: &Burst, b: &Burst) -> bool {
-    a.start_unix_ns < b.end_unix_ns && b.start_unix_ns < a.end_unix_ns
-}
-
 /// Whether `period` is within [`PERIOD_MATCH`] of `reference`.
 fn same_period(period: f64, reference: f64) -> bool {
     reference > 0.0 && (period - reference).abs() <= PERIOD_MATCH * reference
 }
 
 /// Whether the NIC's bursts `nic` are the step's communication as far as the node's fabric tells:
-/// `Some(true)` when the fabric carried nothing (NCCL left it), `Some(false)` when at least
-/// [`COINCIDE_SHARE`] of them coincide with the fabric's bursts (the step's traffic split between them),
-/// `None` otherwise (traffic of its own, such as a data loader's reads during compute).
+/// `Some(true)` when the fabric carried nothing while they ran (NCCL left it), `Some(false)` when at least
+/// [`COINCIDE_SHARE`] of their bytes moved while the fabric burst (the step's traffic split between them),
+/// `None` otherwise (traffic of its own, such as a data loader's reads during compute). Bytes, not bursts: a
+/// storage read longer than a step overlaps some fabric burst whenever it runs, but moves most of its bytes
+/// while the fabric computes.
 fn with_fabric(n: &NodeInput, nic: &[&Burst]) -> Option<bool> {
-    let fabric: Vec<&Burst> = n
+    let mut fabric: Vec<(i64, i64)> = n
         .fabric_links()
         .filter_map(|x| x.activity.as_ref())
         .flat_map(|x| x.bursts.iter())
         // Background (a few small bursts on ports NCCL left) is not the fabric carrying the step.
         .filter(|b| b.bytes as f64 >= MIN_BURST_BYTES)
+        .map(|b| (b.start_unix_ns, b.end_unix_ns))
         .collect();
-    let coinciding = nic
-        .iter()
-        .filter(|b| fabric.iter().any(|f| overlap(b, f)))
-        .count();
-    if coinciding == 0 {
+    let busy = union(&mut fabric);
+    let (mut total, mut during) = (0.0, 0.0);
+    for b in nic {
+        let span = (b.end_unix_ns - b.start_unix_ns).max(1) as f64;
+        let overlap: i64 = busy
+            .iter()
+            .map(|&(s, e)| (e.min(b.end_unix_ns) - s.max(b.start_unix_ns)).max(0))
+            .sum();
+        total += b.bytes as f64;
+        // A burst's bytes spread evenly over its time.
+        during += b.bytes as f64 * (overlap as f64 / span).min(1.0);
+    }
+    if nic.iter().all(|b| {
+        !busy
+            .iter()
+            .any(|&(s, e)| b.start_unix_ns < e && s < b.end_unix_ns)
+    }) {
         Some(true)
     } else {
-        ((coinciding as f64) >= COINCIDE_SHARE * nic.len() as f64).then_some(false)
+        (total > 0.0 && during >= COINCIDE_SHARE * total).then_some(false)
     }
+}
+
+/// The union of time intervals `(start, end)`, sorted, as disjoint intervals (`v` is sorted in place).
+fn union(v: &mut [(i64, i64)]) -> Vec<(i64, i64)> {
+    v.sort_unstable();
+    let mut out: Vec<(i64, i64)> = Vec::with_capacity(v.len());
+    for &(s, e) in v.iter() {
+        match out.last_mut() {
+            Some(last) if s <= last.1 => last.1 = last.1.max(e),
+            _ => out.push((s, e)),
+        }
+    }
+    out
 }
 
 /// The management link's traffic when it is training traffic (see the module documentation): from its own
@@ -250,18 +274,20 @@ fn from_bursts(
 
 /// [`training`] from the NIC's bytes in the node's steps: a collective paced by a slow link comes in chunks
 /// with pauses, so its bursts are neither one per step nor of one size, but every step moves the same
-/// gradients. At least [`MIN_STEPS`] steps, [`STEPS_SHARE`] of them moving at least [`MIN_BURST_BYTES`] on
-/// the NIC and within [`MAX_STEP_BYTES_SPREAD`] of their median, the NIC busy at most
-/// [`MAX_STEP_BUSY_SHARE`] of the steps (a steady stream fills them), and its bursts the step's communication
-/// ([`with_fabric`]).
+/// gradients the same way. At least [`MIN_STEPS`] steps, [`STEPS_SHARE`] of them moving at least
+/// [`MIN_BURST_BYTES`] on the NIC in one direction and within [`MAX_STEP_BYTES_SPREAD`] of their median
+/// ([`alike`], each direction judged on its own), the NIC busy at most [`MAX_STEP_BUSY_SHARE`] of the steps (a
+/// steady stream fills them), and its bursts the step's communication ([`with_fabric`]).
 fn from_steps(n: &NodeInput, l: &LinkInput, step_period_s: Option<f64>) -> Option<Training> {
-    let per: Vec<(f64, f64, f64)> = n
+    // (tx bytes, rx bytes, active seconds, step seconds) of each step.
+    let per: Vec<(f64, f64, f64, f64)> = n
         .steps
         .iter()
         .filter_map(|s| {
             let x = s.links.iter().find(|x| x.link.key == l.link.key)?;
             Some((
-                x.tx_bytes.max(x.rx_bytes) as f64,
+                x.tx_bytes as f64,
+                x.rx_bytes as f64,
                 x.active_s,
                 s.duration_s(),
             ))
@@ -270,34 +296,28 @@ fn from_steps(n: &NodeInput, l: &LinkInput, step_period_s: Option<f64>) -> Optio
     if per.len() < MIN_STEPS {
         return None;
     }
-    let mut big: Vec<f64> = per
-        .iter()
-        .map(|p| p.0)
-        .filter(|b| *b >= MIN_BURST_BYTES)
-        .collect();
-    let typical = median(&mut big)?;
-    // One size: most steps within MAX_STEP_BYTES_SPREAD of the median (a job's first step, with its connections'
-    // set-up, or a step cut by the window may differ; the rest move the same gradients).
-    let alike = big
-        .iter()
-        .filter(|b| (*b / typical - 1.0).abs() <= MAX_STEP_BYTES_SPREAD)
-        .count();
-    if (alike as f64) < STEPS_SHARE * per.len() as f64 {
-        return None;
-    }
+    // The same traffic step after step moves its bytes the same way in every step: storage writing a
+    // checkpoint in some steps and reading in others moves as much per step, but not one step's traffic.
+    let tx: Vec<f64> = per.iter().map(|p| p.0).collect();
+    let rx: Vec<f64> = per.iter().map(|p| p.1).collect();
+    let (bytes, typical, big) = [(&tx, alike(&tx)), (&rx, alike(&rx))]
+        .into_iter()
+        .filter_map(|(b, a)| a.map(|(t, big)| (b, t, big)))
+        .max_by(|a, b| a.1.total_cmp(&b.1))?;
     let bytes_cv = super::activity::cv(&big);
-    let (active, span): (f64, f64) = per.iter().fold((0.0, 0.0), |(a, d), p| (a + p.1, d + p.2));
+    let (active, span): (f64, f64) = per.iter().fold((0.0, 0.0), |(a, d), p| (a + p.2, d + p.3));
     let busy_share = if span > 0.0 { active / span } else { 1.0 };
     if busy_share > MAX_STEP_BUSY_SHARE {
         return None;
     }
     let nic: Vec<&Burst> = l.activity.as_ref()?.bursts.iter().collect();
     let fabric_idle = with_fabric(n, &nic)?;
-    let mut durations: Vec<f64> = per.iter().map(|p| p.2).collect();
+    let mut durations: Vec<f64> = per.iter().map(|p| p.3).collect();
     let mut rates: Vec<f64> = per
         .iter()
-        .filter(|p| p.1 > 0.0 && p.0 >= MIN_BURST_BYTES)
-        .map(|p| p.0 / p.1)
+        .zip(bytes)
+        .filter(|(p, b)| p.2 > 0.0 && **b >= MIN_BURST_BYTES)
+        .map(|(p, b)| b / p.2)
         .collect();
     Some(Training {
         basis: "steps",
@@ -311,6 +331,24 @@ fn from_steps(n: &NodeInput, l: &LinkInput, step_period_s: Option<f64>) -> Optio
         step_period_s,
         fabric_idle,
     })
+}
+
+/// Whether one direction's bytes in each step (`per_step`) are one step's traffic: at least [`STEPS_SHARE`] of
+/// the steps move at least [`MIN_BURST_BYTES`] within [`MAX_STEP_BYTES_SPREAD`] of the median of those (a
+/// job's first step, with its connections' set-up, or a step cut by the window may differ; the rest move the
+/// same gradients). Returns that median and the steps' bytes of at least [`MIN_BURST_BYTES`].
+fn alike(per_step: &[f64]) -> Option<(f64, Vec<f64>)> {
+    let mut big: Vec<f64> = per_step
+        .iter()
+        .copied()
+        .filter(|b| *b >= MIN_BURST_BYTES)
+        .collect();
+    let typical = median(&mut big)?;
+    let alike = big
+        .iter()
+        .filter(|b| (*b / typical - 1.0).abs() <= MAX_STEP_BYTES_SPREAD)
+        .count();
+    ((alike as f64) >= STEPS_SHARE * per_step.len() as f64).then_some((typical, big))
 }
 
 /// What explains the traffic, from the job's settings on the node: `(setting=value, why)`.
@@ -701,6 +739,81 @@ mod tests {
         assert_eq!(n0.caused_by.as_deref(), Some(cause.id().as_str()));
         let n1 = linked.iter().find(|x| x.subject.node == "node-1").unwrap();
         assert_eq!(n1.caused_by, None);
+    }
+
+    /// `data` (cumulative samples) with only the increases of steps `from..to` (1.6 s steps) kept.
+    fn only_steps(data: &[(i64, u64)], from: i64, to: i64) -> Vec<(i64, u64)> {
+        let mut total = 0;
+        let mut out = vec![(data[0].0, 0)];
+        for w in data.windows(2) {
+            if (from * 1600 * MS..to * 1600 * MS).contains(&w[0].0) {
+                total += w[1].1 - w[0].1;
+            }
+            out.push((w[1].0, total));
+        }
+        out
+    }
+
+    #[test]
+    fn writes_in_some_steps_and_reads_in_the_others_are_not_one_steps_traffic() {
+        // The same 25.2 MB a step in chunks, sent in steps 0-4 (a checkpoint) and received in steps 5-11
+        // (storage reads): as much every step, but not the same traffic each step.
+        let data = chunked(12, 4.2e6);
+        let (sent, received) = (only_steps(&data, 0, 5), only_steps(&data, 5, 12));
+        let idle: Vec<(i64, u64)> = data.iter().map(|s| (s.0, 0)).collect();
+        let input = AnalysisInput {
+            nodes: vec![
+                node("node-0", &sent, &received, 12),
+                node("node-1", &idle, &idle, 12),
+            ],
+            ..AnalysisInput::default()
+        };
+        assert!(evaluate(&input).is_empty(), "{:#?}", evaluate(&input));
+        // The same bytes sent in every step are.
+        let input = AnalysisInput {
+            nodes: vec![
+                node("node-0", &data, &idle, 12),
+                node("node-1", &idle, &idle, 12),
+            ],
+            ..AnalysisInput::default()
+        };
+        assert_eq!(evaluate(&input).len(), 1, "{:#?}", evaluate(&input));
+    }
+
+    /// Cumulative bytes every 50 ms for 20 s: `rate` bytes/s while `busy(t_ms)`, idle otherwise.
+    fn shaped(rate: f64, busy: impl Fn(i64) -> bool) -> Vec<(i64, u64)> {
+        let mut total = 0.0;
+        (0..400)
+            .map(|i| {
+                if i > 0 && busy((i - 1) * 50) {
+                    total += rate * 0.05;
+                }
+                (i * 50 * MS, total as u64)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_nics_bytes_must_move_while_the_fabric_bursts() {
+        // The fabric bursts for 300 ms of every 1 s step.
+        let fabric = shaped(200e6, |t| t % 1000 < 300);
+        let with = |tx: &[(i64, u64)]| {
+            let mut n = node("node-0", tx, tx, 0);
+            n.links[1].activity = crate::analysis::activity::analyse(&fabric, &fabric, Some(250e6));
+            let nic = n.links[0].activity.clone().expect("activity");
+            let bursts: Vec<&Burst> = nic.bursts.iter().collect();
+            with_fabric(&n, &bursts)
+        };
+        // Within the fabric's bursts: the step's traffic split between them.
+        assert_eq!(with(&shaped(20e6, |t| t % 1000 < 250)), Some(false));
+        // Only while the fabric computes: NCCL left the fabric.
+        assert_eq!(
+            with(&shaped(20e6, |t| (400..900).contains(&(t % 1000)))),
+            Some(true)
+        );
+        // Reads of 1.3 s with 0.4 s gaps: every read overlaps a fabric burst, but most of its bytes move
+        // while the fabric computes.
+        assert_eq!(with(&shaped(20e6, |t| t % 1700 < 1300)), None);
     }
 
     #[test]
