@@ -19,7 +19,8 @@
 # scrape of the window: p50, p99 and max over jobs and scrapes) and the collector's CPU over the measured window
 # by stage, from its threads' names (/proc/PID/task/*/stat), in microseconds per node and second of data:
 # the tokio threads (gRPC, validation and the store's apply, the persistence writer), commwatch-analy(sis),
-# commwatch-steps, commwatch-prom (the /metrics render), analysis-histor(y) and the rest.
+# commwatch-steps, commwatch-prom (the /metrics render), analysis-histor(y) and the rest; and the same from the
+# collector's own commwatch_collector_stage_cpu_seconds_total.
 #
 # EXTRA goes to each collector's command line, GEN_EXTRA to the generator's (e.g. `--batch-period 1s`, the
 # agents' batch period; then CAPTURE=12, seconds of the real agent recorded, so that it holds several batches).
@@ -155,5 +156,19 @@ for ((k = 0; k < shards; k++)); do
       for (name in d) if (d[name] > 0) printf " %s %.1f us", name, 1e6 * d[name] / t / secs / n
       printf " (all %.1f us)\n", 1e6 * all / t / secs / n
     }' "$work/threads-start-$k.txt" "$work/threads-end-$k.txt"
+  # The same from the collector's own metric (commwatch_collector_stage_cpu_seconds_total, by stage), between the
+  # window's first scrape and the one after the generator ended.
+  [ -s "$work/metrics-start-$k.txt" ] && awk -v k="$k" -v n="$nodes_here" -v secs="$secs" '
+    /^commwatch_collector_stage_cpu_seconds_total\{/ {
+      match($0, /stage="[a-z_]*"/); s = substr($0, RSTART + 7, RLENGTH - 8)
+      v[s] += (FNR == NR) ? -$2 : $2; seen = 1
+    }
+    END {
+      if (!seen) exit
+      if (n == 0) n = 1
+      printf "shard %s: stage CPU (metric) per node and second:", k
+      for (s in v) if (v[s] > 0) { printf " %s %.1f us", s, 1e6 * v[s] / secs / n; all += v[s] }
+      printf " (all %.1f us)\n", 1e6 * all / secs / n
+    }' "$work/metrics-start-$k.txt" "$work/metrics-$k.txt"
   grep -m5 -E ' (WARN|ERROR) ' "$work/collector-$k.log" || true
 done

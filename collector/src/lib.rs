@@ -250,6 +250,7 @@ pub async fn run(
     let grpc_addr = local_addr("grpc", &listeners.grpc, config.grpc_listen)?;
     let http_addr = local_addr("http", &listeners.http, config.http_listen)?;
     let health = Health::new()?;
+    telemetry::stage_cpu::register(&health.registry)?;
     let store = Arc::new(Store::new(
         config.retention,
         config.node_expiry,

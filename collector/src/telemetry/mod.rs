@@ -5,6 +5,7 @@
 
 pub mod build_info;
 pub mod names;
+pub mod stage_cpu;
 pub mod throttle;
 
 pub use build_info::{build_info, set_build_info, BuildInfo};
