@@ -13,6 +13,9 @@
 #  4. The agent process at the default rates (20 Hz fast, 1 Hz slow): CPU per second, against node_exporter's
 #     per-scrape cost × 20 (scraped at 20 Hz).
 #
+#  With BASE_BIN (another revision's binary), step 3 runs that agent too, beside the first, in the same window:
+#  a before/after under the same load.
+#
 # Usage: scripts/bench-node-exporter.sh [K scrapes (default 2000)] [agent seconds (default 20)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -89,8 +92,8 @@ fi
 grpc=$(port); http=$(port)
 "$bin" collector --grpc-listen "127.0.0.1:$grpc" --http-listen "127.0.0.1:$http" 2>"$work/collector.log" &
 sleep 1
-agent() { # name config-file -> starts an agent on the tree, its pid in $apid
-  "$bin" agent --collector "http://127.0.0.1:$grpc" --node "$1" --sysfs-root "$tree" --config "$2" \
+agent() { # name config-file [binary] -> starts an agent on the tree, its pid in $apid
+  "${3:-$bin}" agent --collector "http://127.0.0.1:$grpc" --node "$1" --sysfs-root "$tree" --config "$2" \
     --http-listen 127.0.0.1:0 --steps-udp off --steps-socket off 2>"$work/agent-$1.log" &
   apid=$!
 }
@@ -99,6 +102,11 @@ echo "== at 1 Hz for ${secs}s: the agent (fast, slow and batch periods 1 s) and 
 printf 'fast_period = "1s"\nslow_period = "1s"\nbatch_period = "1s"\n' >"$work/agent-1hz.toml"
 agent h100-1hz "$work/agent-1hz.toml"
 a1hz=$apid
+b1hz=
+if [ -n "${BASE_BIN:-}" ]; then
+  agent h100-1hz-base "$work/agent-1hz.toml" "$BASE_BIN"
+  b1hz=$apid
+fi
 "$ne" --path.sysfs="$tree" --collector.disable-defaults --collector.infiniband --collector.netclass \
   --web.disable-exporter-metrics --web.listen-address="127.0.0.1:$nport" 2>>"$work/ne.log" &
 ne1hz=$!
@@ -119,10 +127,12 @@ PY
 scraper=$!
 sleep 0.5
 h0=$(cpu_ns "$a1hz"); e0=$(cpu_ns "$ne1hz"); thread_ns "$a1hz" >"$work/threads0"
+[ -z "$b1hz" ] || thread_ns "$b1hz" >"$work/base-threads0"
 sleep "$secs"
 h1=$(cpu_ns "$a1hz"); e1=$(cpu_ns "$ne1hz"); thread_ns "$a1hz" >"$work/threads1"
-kill "$a1hz" "$ne1hz" 2>/dev/null; wait "$scraper" 2>/dev/null || true
-wait "$a1hz" "$ne1hz" 2>/dev/null || true
+[ -z "$b1hz" ] || thread_ns "$b1hz" >"$work/base-threads1"
+kill "$a1hz" "$ne1hz" $b1hz 2>/dev/null; wait "$scraper" 2>/dev/null || true
+wait "$a1hz" "$ne1hz" $b1hz 2>/dev/null || true
 
 echo "== commwatch agent process at the default rates for ${secs}s"
 printf '' >"$work/agent-default.toml"
@@ -159,8 +169,9 @@ print(f"ratio at 20 Hz: node_exporter {ne_scrape*20e3:.1f} / agent {agent_cpu_s*
 agent_1hz, ne_1hz = (h1 - h0) / 1e9 / secs, (e1 - e0) / 1e9 / secs
 print(f"at 1 Hz, same {secs:.0f} s, whole processes: agent {agent_1hz*1e3:.2f} ms/s, node_exporter scraped once a second {ne_1hz*1e3:.2f} ms/s: agent/node_exporter {agent_1hz/max(ne_1hz,1e-9):.2f} (goal <= 0.5)")
 PY
-# The 1 Hz agent's CPU by thread, same window (threads that ended or began in it are left out).
-python3 - "$work/threads0" "$work/threads1" "$secs" <<'PY'
+# The 1 Hz agent's CPU by thread, same window (threads that ended or began in it are left out); BASE_BIN's too.
+by_thread() { # label threads0 threads1
+python3 - "$1" "$2" "$3" "$secs" "$e0" "$e1" <<'PY'
 import sys
 from collections import defaultdict
 def load(path):
@@ -170,11 +181,16 @@ def load(path):
         if len(f) == 3 and f[2].isdigit():
             out[f[0]] = (f[1], int(f[2]))
     return out
-t0, t1, secs = load(sys.argv[1]), load(sys.argv[2]), float(sys.argv[3])
+label, t0, t1, secs = sys.argv[1], load(sys.argv[2]), load(sys.argv[3]), float(sys.argv[4])
+ne = (float(sys.argv[6]) - float(sys.argv[5])) / 1e9 / secs
 by_name = defaultdict(float)
 for tid, (name, ns) in t1.items():
     if tid in t0:
         by_name[name] += (ns - t0[tid][1]) / 1e9 / secs
 total = sum(by_name.values()) or 1e-12
-print("agent at 1 Hz by thread:", ", ".join(f"{n} {v*1e3:.3f} ms/s ({v/total:.0%})" for n, v in sorted(by_name.items(), key=lambda kv: -kv[1])))
+print(f"{label} at 1 Hz: {total*1e3:.2f} ms/s over its threads, {total/max(ne,1e-9):.2f} of node_exporter's; by thread:",
+      ", ".join(f"{n} {v*1e3:.3f} ms/s ({v/total:.0%})" for n, v in sorted(by_name.items(), key=lambda kv: -kv[1])))
 PY
+}
+by_thread agent "$work/threads0" "$work/threads1"
+[ -z "$b1hz" ] || by_thread "base agent ($BASE_BIN)" "$work/base-threads0" "$work/base-threads1"
