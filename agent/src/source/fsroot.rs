@@ -152,9 +152,13 @@ impl FsRoot {
 /// metadata cannot be read, a link loop or a dangling link, gives the error), sorted. A missing directory is
 /// `Ok(empty)`; an unreadable one is an error. Not confined to a root: the sources list through
 /// [`FsRoot::list_subdirs`] and its siblings, which check the directory first.
+///
+/// Cost: the listing itself, plus one `statx` per symbolic link (to follow it); an entry that is not a link
+/// is known by the type the listing gives (sysfs, procfs and local file systems give it), without a `statx`
+/// of its own: a rediscovery lists hundreds of counter files.
 pub fn list_dir(
     dir: &Path,
-    keep: impl Fn(Result<&std::fs::Metadata, &io::Error>) -> bool,
+    keep: impl Fn(Result<std::fs::FileType, &io::Error>) -> bool,
 ) -> Result<Vec<String>, SourceError> {
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
@@ -171,8 +175,13 @@ pub fn list_dir(
         let Ok(name) = entry.file_name().into_string() else {
             continue;
         };
-        // `metadata` follows symlinks: in a real sysfs `class/net/<if>` and `device` are symlinks to dirs.
-        if keep(std::fs::metadata(entry.path()).as_ref()) {
+        // A link is followed (`metadata`): in a real sysfs `class/net/<if>` and `device` are links to
+        // directories. `file_type` stats the entry itself only where the listing gives no type.
+        let kind = match entry.file_type() {
+            Ok(t) if !t.is_symlink() => Ok(t),
+            _ => std::fs::metadata(entry.path()).map(|m| m.file_type()),
+        };
+        if keep(kind.as_ref().map(|t| *t)) {
             names.push(name);
         }
     }
