@@ -2,7 +2,8 @@
 //! the agent's `/metrics`) and `systemd-analyze verify` (units). Without the tools the tests say so loudly and
 //! pass on a developer machine; in CI (`CI=true`) a missing tool is a failure (`.ci/run` installs them).
 //! And the runbooks: every alert and every finding kind has its section in `docs/runbooks.md`, and every alert
-//! links its section and a dashboard that exists.
+//! links its section and a dashboard that exists; every finding kind has one alert, or is one of
+//! [`KINDS_WITHOUT_ALERT`] and its runbook says so.
 
 mod common;
 
@@ -214,6 +215,57 @@ fn every_alert_has_a_summary_a_runbook_description_and_a_firing_and_silent_test(
             n >= 2,
             "{a} needs a firing and a silent case in the rule tests ({n})"
         );
+    }
+}
+
+/// Finding kinds no alert selects: properties of the training program, for the job's engineers rather than
+/// the operators an alert pages; their runbook sections say so ("no alert by default").
+const KINDS_WITHOUT_ALERT: [commwatch_collector::model::FindingKind; 2] = [
+    commwatch_collector::model::FindingKind::ExposedCommunication,
+    commwatch_collector::model::FindingKind::CpuBound,
+];
+
+/// The text of the `### heading` section of a Markdown document, up to the next heading of any level.
+fn section<'a>(markdown: &'a str, heading: &str) -> Option<&'a str> {
+    let start = markdown.find(&format!("\n### {heading}\n"))? + 1;
+    let body = &markdown[start..];
+    let end = body[1..].find("\n#").map_or(body.len(), |i| i + 1);
+    Some(&body[..end])
+}
+
+#[test]
+fn every_finding_kind_has_one_alert_or_says_why_not() {
+    let rules =
+        std::fs::read_to_string(root().join("deploy/prometheus/rules/commwatch-alerts.yml"))
+            .unwrap();
+    let runbooks = std::fs::read_to_string(root().join("docs/runbooks.md")).unwrap();
+    for kind in commwatch_collector::model::FindingKind::ALL {
+        let selector = format!(
+            "commwatch_finding_active{{kind=\"{}\", root!=\"false\"}}",
+            kind.as_str()
+        );
+        let alerts = rules.matches(&selector).count();
+        if KINDS_WITHOUT_ALERT.contains(&kind) {
+            let any = rules
+                .matches(&format!("kind=\"{}\"", kind.as_str()))
+                .count();
+            assert_eq!(
+                any, 0,
+                "{kind} is listed in KINDS_WITHOUT_ALERT, yet a rule reads it"
+            );
+            let text = section(&runbooks, kind.as_str())
+                .unwrap_or_else(|| panic!("docs/runbooks.md has no section {kind}"));
+            assert!(
+                text.to_lowercase().contains("no alert by default"),
+                "docs/runbooks.md, {kind}: say that no alert pages on it"
+            );
+        } else {
+            assert_eq!(
+                alerts, 1,
+                "{kind}: {alerts} alerts select {selector}: add one to commwatch-alerts.yml (with its \
+                 promtool tests and runbook section), or list the kind in KINDS_WITHOUT_ALERT"
+            );
+        }
     }
 }
 
