@@ -18,9 +18,11 @@
 //! Cost: each discovery lists `/proc` and reads `stat` of every process; `environ` and `cgroup` are read once
 //! per process image (keyed by pid, start time and the image's code and stack addresses, so an `exec` under
 //! the same pid is read anew). Between discoveries, at each slow tick ([`Source::refresh_jobs`]), `/proc` is
-//! only listed: a pid not listed before is read (so a new rank is known within a slow period), one gone is
-//! dropped, and a pid listed for less than [`RECHECK_YOUNG`] has its `stat` read again (its `exec` may
-//! follow its launcher's `fork`); nothing else is read, and NVML's process list is the last discovery's. A
+//! listed only when a process may have started or ended (its link count or `loadavg`'s last pid moved: one
+//! `statx` and one `pread` otherwise): a pid not listed before is read (so a new rank is known within a slow
+//! period), one gone is dropped, and a pid listed for less than [`RECHECK_YOUNG`] has its `stat` read again
+//! (its `exec` may follow its launcher's `fork`); nothing else is read, and NVML's process list is the last
+//! discovery's. Each file of a pid is read in five system calls (`read_pid_file`). A
 //! process caught half-way through an `exec` (its environment not yet placed) is read again at the next
 //! look. The jobs' CPU cgroups are handed to the `cgroup` source at each look that changes a job.
 
