@@ -5,7 +5,7 @@
 #
 # In DIR (default dist/), for version V of the workspace and this machine's architecture A:
 # - commwatch-V-A-linux-gnu.tar.gz: commwatch-V/bin/commwatch (stripped of its debug information; symbols kept
-#   for backtraces), the deployment files (deploy/, dashboards/, the chart's links resolved), README.md,
+#   for backtraces), the deployment files (deploy/, dashboards/, links resolved), README.md,
 #   CHANGELOG.md, SECURITY.md, docs/.
 # - commwatch-V-A-linux-gnu.debug.tar.gz: commwatch.debug, the binary's debug information, split off with
 #   objcopy; the binary names it (.gnu_debuglink), so gdb and perf find it beside the binary or under
@@ -74,7 +74,7 @@ size() { stat -c %s "$1"; }
 echo "binary $(size "$binary") bytes -> $(size "$stage/bin/commwatch") bytes; debug information $(size "$work/debug/commwatch.debug") bytes"
 
 echo "== tarballs"
-# -L: the chart's files/ are links to the repository's rules and dashboards; the tarball holds the files.
+# -L: dashboards/ and deploy/prometheus/rules/ are links to the chart's files/; the tarball holds files.
 cp -rL deploy dashboards docs "$stage/"
 cp README.md CHANGELOG.md SECURITY.md "$stage/"
 # Reproducible order, owner and times: the same inputs give the same bytes.

@@ -103,14 +103,20 @@ for values in default "$chart"/ci/*-values.yaml; do
 done
 
 # 3. The chart's optional dashboards ConfigMaps and PrometheusRule carry the repository's dashboards/ and
-#    deploy/prometheus/rules/ (through the chart's files/ links) with only the site's URLs and the collector's
-#    scrape job replaced; promtool (when installed) accepts the rendered rules.
+#    deploy/prometheus/rules/ (links to the chart's files/, which hold them: helm warns about links inside a
+#    chart, and says nothing here) with only the site's URLs and the collector's scrape job replaced; promtool
+#    (when installed) accepts the rendered rules.
 obs=$chart/ci/observability-values.yaml
 echo "== chart files"
 if "$helm" template commwatch "$chart" --namespace commwatch --kube-version "$k8s" "${secret[@]}" -f "$obs" \
     >"$work/observability.yaml" 2>"$work/template.err"; then
   python3 "$here/check_chart_files.py" --values "$obs" --repo "$here/../.." --rules-out "$work/rendered-rules.yml" \
     "$work/observability.yaml" || fail "chart files: dashboards or rules differ from the repository's"
+  if grep -q 'symbolic link' "$work/template.err"; then
+    cat "$work/template.err"; fail "helm template warns about a link inside the chart"
+  else
+    echo "ok   helm template: no link inside the chart"
+  fi
   if command -v promtool >/dev/null; then
     if promtool check rules "$work/rendered-rules.yml" >"$work/promtool.out" 2>&1; then
       echo "ok   promtool check rules: the PrometheusRule's rules"
