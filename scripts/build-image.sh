@@ -176,7 +176,7 @@ if [ "$mode" = prebuilt ]; then
   if [ -z "$binary" ]; then
     step "cargo build --release --locked -p commwatch"
     cargo build --release --locked -p commwatch
-    binary=target/release/commwatch
+    binary=${CARGO_TARGET_DIR:-target}/release/commwatch
   fi
   [ -x "$binary" ] || { echo "build-image.sh: $binary is not an executable" >&2; exit 2; }
   context=$work/context
