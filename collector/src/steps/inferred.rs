@@ -221,6 +221,27 @@ fn typical_gap(cands: &[Candidate], p_ns: i64) -> usize {
     longest.get(longest.len() / 2).copied().unwrap_or(0)
 }
 
+/// The earliest edge at or after `from` that leads to `anchor` one period at a time: from the anchor back, while
+/// a quiet that looks like the step's gap (at least [`GAP_SHARE`] of the typical `gap`, intervals) ends a burst
+/// between [`NEAR_LO`] and [`NEAR_HI`] periods (`p_ns`) earlier, the longest such. The anchor is the longest
+/// quiet of its span, not the first edge: without this walk a job's first steps before it would be lost.
+fn earliest_edge(cands: &[Candidate], anchor: i64, from: i64, p_ns: i64, gap: usize) -> i64 {
+    let min_quiet = ((GAP_SHARE * gap as f64).ceil() as usize).max(1);
+    let mut edge = anchor;
+    while let Some(c) = cands
+        .iter()
+        .filter(|c| c.t >= from && c.quiet >= min_quiet)
+        .filter(|c| {
+            c.t >= edge - (NEAR_HI * p_ns as f64) as i64
+                && c.t <= edge - (NEAR_LO * p_ns as f64) as i64
+        })
+        .max_by_key(|c| c.quiet)
+    {
+        edge = c.t;
+    }
+    edge
+}
+
 /// The next edge after `prev` for period `p_ns` and typical gap `gap` (see the module docs), and whether it was
 /// seen (`false`: predicted).
 fn next_edge(cands: &[Candidate], times: &[i64], prev: i64, p_ns: i64, gap: usize) -> (i64, bool) {
@@ -374,7 +395,7 @@ impl InferenceTracker {
                 else {
                     return Vec::new();
                 };
-                anchor.t
+                earliest_edge(&cands, anchor.t, from, p_ns, gap)
             }
         };
         let active = busy(&rates, low, high);
@@ -700,6 +721,29 @@ mod tests {
                 steps.len()
             );
         }
+    }
+
+    #[test]
+    fn a_job_s_steps_start_at_its_first_burst_s_end() {
+        // From the job's start: 330 ms of compute, then 110 ms of all-reduce, every 440 ms, for 15 s. Every
+        // step's end is a burst's end; the first that traffic can show starts where the first burst ends.
+        let pts = traffic(300, 440.0, 110.0, 330.0, 1e9, 0.0);
+        let steps = feed(&pts);
+        let start = 1_000_000 * MS;
+        let first = steps.first().expect("steps").start_unix_ns - start;
+        assert!(
+            (first - 440 * MS).abs() <= 50 * MS,
+            "first step from {} ms",
+            first / MS
+        );
+        // Consecutive from there to the newest burst's end that a period and a half of data follows.
+        assert!(
+            steps
+                .windows(2)
+                .all(|w| w[0].end_unix_ns == w[1].start_unix_ns),
+            "{steps:?}"
+        );
+        assert!(steps.len() >= 30, "{} steps", steps.len());
     }
 
     #[test]
