@@ -13,7 +13,7 @@
 //!   [`LIMIT_BELOW`] × the peers' median, and its shaper held traffic back (`qdisc_overlimits_total` rose by at
 //!   least [`MIN_OVERLIMITS`] over the window) while the link carried traffic. A shaper every node has (the
 //!   same rate everywhere) is nobody's fault: only the comparison raises;
-//! - **queue backing up**: the window mean of its queued bytes (`qdisc_backlog_bytes`, read at the fast tier)
+//! - **queue backing up**: the window mean of its queued bytes (`qdisc_backlog_bytes`, read at the slow tier)
 //!   is at least [`MIN_BACKLOG_BYTES`] and [`BACKLOG_RATIO`] × the peers' median mean.
 //!
 //! Critical: the job runs at this link's pace. The shaped signal is raised at first sight
