@@ -201,12 +201,13 @@ pub fn link_causes(input: &AnalysisInput, cands: &mut [Candidate]) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::super::input::{JobInput, RankInput};
     use super::super::Subject;
     use super::*;
 
-    fn job(id: &str, nodes: &[&str]) -> JobInput {
+    /// A job `id` with one rank on each of `nodes`.
+    pub(crate) fn job(id: &str, nodes: &[&str]) -> JobInput {
         JobInput {
             id: id.into(),
             ranks: nodes

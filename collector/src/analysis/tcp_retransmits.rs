@@ -198,7 +198,7 @@ fn candidate(job: Option<&str>, root: &NodeLoss, peers: &[NodeLoss]) -> Candidat
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::input::{JobInput, NodeInput, RankInput};
+    use crate::analysis::input::NodeInput;
     use crate::analysis::link_errors::tests::counter;
 
     /// A node's counters over a 6 s window: sent, retransmitted, and (when given) received and out of order.
@@ -339,17 +339,7 @@ mod tests {
 
     #[test]
     fn each_job_has_its_own_lossy_node() {
-        let job = |id: &str, ns: &[&str]| JobInput {
-            id: id.into(),
-            ranks: ns
-                .iter()
-                .map(|n| RankInput {
-                    node: n.to_string(),
-                    ..Default::default()
-                })
-                .collect(),
-            ..Default::default()
-        };
+        use crate::analysis::causes::tests::job;
         let mut input = nodes(vec![
             tcp("a0", 100_000, 2_000, Some((10_000, 500))),
             tcp("a1", 100_000, 2_000, Some((10_000, 0))),
