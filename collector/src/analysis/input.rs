@@ -99,6 +99,10 @@ pub const RECENT_WINDOW_NS: i64 = 6_000_000_000;
 /// Link gauges whose window mean [`node_input`] also computes ([`LinkInput::gauge_means`]).
 pub const MEAN_GAUGES: &[&str] = &["qdisc_backlog_bytes"];
 
+/// Fewest readings a gauge's window mean rests on (10 s of slow-tier readings): a queue's length read once or
+/// twice is a moment, not a level, and gives no mean.
+pub const MIN_MEAN_SAMPLES: usize = 10;
+
 /// Link gauges whose lowest positive reading over the window [`node_input`] also keeps
 /// ([`LinkInput::gauge_lows`]).
 pub const LOW_GAUGES: &[&str] = &["qdisc_rate_limit_bytes_per_second"];
@@ -343,8 +347,8 @@ fn gauge_lowest_positive(samples: crate::store::Samples<'_>, since_ns: i64) -> O
         .reduce(f64::min)
 }
 
-/// Mean of a gauge's finite values from `since_ns` on.
-fn gauge_mean(samples: crate::store::Samples<'_>, since_ns: i64) -> Option<f64> {
+/// Mean of a gauge's finite values from `since_ns` on, and how many it rests on (`None` without any).
+fn gauge_mean_of(samples: crate::store::Samples<'_>, since_ns: i64) -> Option<(f64, usize)> {
     let (sum, n) = samples
         .iter()
         .rev()
@@ -352,7 +356,12 @@ fn gauge_mean(samples: crate::store::Samples<'_>, since_ns: i64) -> Option<f64> 
         .map(|(_, b)| f64::from_bits(b))
         .filter(|v| v.is_finite())
         .fold((0.0, 0usize), |(sum, n), v| (sum + v, n + 1));
-    (n > 0).then(|| sum / n as f64)
+    (n > 0).then(|| (sum / n as f64, n))
+}
+
+/// Mean of a gauge's finite values from `since_ns` on.
+fn gauge_mean(samples: crate::store::Samples<'_>, since_ns: i64) -> Option<f64> {
+    gauge_mean_of(samples, since_ns).map(|(mean, _)| mean)
 }
 
 /// Whether a rule reads `link`'s [`LinkInput::activity`]: the fabric's network links, RDMA ports and, on a TCP
@@ -402,7 +411,9 @@ pub fn node_input(n: &NodeState, since_ns: i64) -> NodeInput {
                             links[i].gauges.insert(m.to_string(), f64::from_bits(raw));
                         }
                         if MEAN_GAUGES.contains(&m) {
-                            if let Some(mean) = gauge_mean(n.samples(s), since_ns) {
+                            if let Some((mean, _)) = gauge_mean_of(n.samples(s), since_ns)
+                                .filter(|&(_, k)| k >= MIN_MEAN_SAMPLES)
+                            {
                                 links[i].gauge_means.insert(m.to_string(), mean);
                             }
                         }
