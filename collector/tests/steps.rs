@@ -315,3 +315,75 @@ async fn steps_off_when_the_interval_is_zero() {
     assert_eq!(code, 404);
     h.shutdown().await;
 }
+
+/// Cumulative bytes at `t_ms` of a node whose step of 1 s moves `rate` bytes a millisecond from 400 ms to
+/// `end_ms` into each step (exact, at a millisecond's resolution).
+fn burst_bytes(t_ms: i64, end_ms: i64, rate: u64) -> u64 {
+    let per_step = (end_ms - 400) as u64 * rate;
+    let (whole, into) = (t_ms.div_euclid(1000), t_ms.rem_euclid(1000));
+    whole as u64 * per_step + (into.clamp(400, end_ms) - 400) as u64 * rate
+}
+
+#[tokio::test]
+async fn a_jobs_inferred_steps_are_placed_on_each_nodes_own_samples() {
+    let h = collector(config()).await;
+    let job = pb::AgentMessage {
+        msg: Some(pb::agent_message::Msg::InventoryUpdate(
+            pb::InventoryUpdate {
+                inventory: None,
+                jobs: Some(pb::JobInventory {
+                    jobs: vec![pb::Job {
+                        id: JOB.into(),
+                        ranks: vec![],
+                        conflicts: vec![],
+                    }],
+                }),
+            },
+        )),
+    };
+    // Node a samples every 50 ms from T0, its bursts end at 712 ms into each step; node b samples 25 ms later
+    // and its bursts end at 731 ms (its link still draining): neither ends on a sample, nor at the same time.
+    let nodes = [("a", 0, 712), ("b", 25, 731)];
+    let mut agents = Vec::new();
+    for (i, (name, _, _)) in nodes.iter().enumerate() {
+        let (ag, _) = Agent::connect(h.grpc_addr, hello(name, i as u64 + 1)).await;
+        ag.send(job.clone()).await;
+        agents.push(ag);
+    }
+    const RATE: u64 = 1_000_000;
+    for b in 0..40i64 {
+        for ((_, offset, end), ag) in nodes.iter().zip(&agents) {
+            let ticks: Vec<(i64, Vec<(u32, u64)>)> = (b * 10..b * 10 + 10)
+                .map(|i| {
+                    let t = i * 50 + offset;
+                    let v = burst_bytes(t, *end, RATE);
+                    (T0 + t * MS, vec![(1, v), (2, v)])
+                })
+                .collect();
+            ag.send_batch(batch(b as u64 + 1, &ticks)).await;
+        }
+    }
+    for (name, _, end) in nodes {
+        let v = wait_steps(&h, name, 12).await;
+        let steps = v["steps"].as_array().expect("steps");
+        for s in steps {
+            assert_eq!(s["job"], JOB, "{s}");
+            // Every byte of a burst in its own step, on the node's own samples.
+            assert_eq!(
+                s["links"][0]["tx_bytes"],
+                (end - 400) as u64 * RATE,
+                "{name}: {s}"
+            );
+            // Edges where each burst ended, inside the sampling interval: durations of 1 s to a few ms.
+            let d = s["duration_s"].as_f64().unwrap();
+            assert!((d - 1.0).abs() < 0.005, "{name}: {d}");
+            let end_s = s["end_unix_s"].as_f64().unwrap() - T0 as f64 / 1e9;
+            let into = (end_s.rem_euclid(1.0) * 1000.0).round() as i64;
+            assert!(
+                (into - end).abs() <= 3,
+                "{name}: step ends {into} ms into the second, burst {end}"
+            );
+        }
+    }
+    h.shutdown().await;
+}

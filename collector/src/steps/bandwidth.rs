@@ -6,7 +6,7 @@
 //! and a counter reset inside a step costs nothing but the bytes the agent could not see.
 //!
 //! **Bytes** are `acc(end) − acc(start)`, `acc` interpolated linearly between the samples around an edge (exact
-//! when an edge falls on a sample, as inferred edges do).
+//! when an edge falls on a sample, as inferred edges' counting times do: see `edges.rs`).
 //!
 //! **Active time** and **confidence** are the link's busy time over the step's sampling intervals (the samples
 //! inside it, plus its two edges), as [`super::busy`] defines it for every reader: an interval's rate is

@@ -18,8 +18,9 @@
 //! steps, but not every node's counters show them: a ring neighbour of a slow link waits inside the collective
 //! as long as it computes, and its own traffic repeats at half the step. Each node's traffic repeats at the
 //! job's step or at a fraction of it, so the job's reference is the node whose period the most of its nodes
-//! share, the longest on a tie ([`reference`]): its steps are every node's steps, with one index sequence per job (the same index on every node), each node's bytes counted on its
-//! own samples. A node that runs no job, or the only node of its job, keeps its own steps.
+//! share, the longest on a tie ([`reference`]): its steps are every node's steps, with one index sequence per job (the same index on every node). Each
+//! node places each edge on its own samples ([`super::edges`]): its bytes counted at the sample that closes its
+//! own burst nearest the edge, the edge shown where that burst ended inside the sampling interval. A node that runs no job, or the only node of its job, keeps its own steps.
 
 use std::collections::{HashMap, VecDeque};
 use std::ops::Range;
@@ -31,6 +32,7 @@ use commwatch_model::{Link, LinkClass};
 use tracing::debug;
 
 use super::bandwidth::{step_link_with, Directions, LinkScratch};
+use super::edges::{self, OwnEdge};
 use super::history::StepStore;
 use super::inferred::InferenceTracker;
 use super::markers::MarkerTracker;
@@ -86,6 +88,9 @@ struct NodeEngine {
     /// The links that stand for its GPUs' NVLinks in its step figures ([`figure_units`]), kept so that a step
     /// shares them as it shares the store's links.
     gpu_links: Vec<Arc<Link>>,
+    /// The end of the last inferred step completed, as queued and as placed on the node's own samples
+    /// ([`super::edges`]): the next step's start is the same edge.
+    placed: Option<(i64, OwnEdge)>,
 }
 
 /// One node's inference in a pass: its job and the steps its own traffic gave.
@@ -654,7 +659,14 @@ impl Engine {
         // Steps whose end the samples reach (or every step when the node has no byte counters, or too many wait).
         let mut ready: Vec<Edges> = Vec::new();
         while let Some(e) = st.awaiting.front() {
-            let covered = !st.has_byte_series || e.end <= st.newest_sample;
+            // An inferred edge is placed on the node's own samples once they reach past it (see `edges`).
+            let margin = match e.source {
+                StepSource::Inferred => {
+                    edges::placing_margin_ns(&st.inference, e.end - e.start).unwrap_or(0)
+                }
+                StepSource::Markers => 0,
+            };
+            let covered = !st.has_byte_series || e.end + margin <= st.newest_sample;
             if covered || st.awaiting.len() > MAX_AWAITING {
                 if let Some(e) = st.awaiting.pop_front() {
                     ready.push(e);
@@ -666,8 +678,9 @@ impl Engine {
         if ready.is_empty() {
             return 0;
         }
-        let span_start = ready.iter().map(|e| e.start).min().unwrap_or(0);
-        let span_end = ready.iter().map(|e| e.end).max().unwrap_or(0);
+        let placed = place_edges(st, &ready);
+        let span_start = placed.iter().map(|e| e.0.count_ns).min().unwrap_or(0);
+        let span_end = placed.iter().map(|e| e.1.count_ns).max().unwrap_or(0);
         let covered = &mut self.covered;
         if self
             .store
@@ -693,18 +706,19 @@ impl Engine {
         let mut parts: Vec<Directions<'_>> = Vec::new();
         let steps: Vec<NodeStep> = ready
             .into_iter()
-            .map(|e| NodeStep {
+            .zip(placed)
+            .map(|(e, (start, end))| NodeStep {
                 node: name.to_string(),
                 job: e.job,
                 index: e.index,
-                start_unix_ns: e.start,
-                end_unix_ns: e.end,
+                start_unix_ns: start.at_ns,
+                end_unix_ns: end.at_ns,
                 source: e.source,
                 confidence: e.confidence,
                 samples: e.samples,
                 links: step_links(
                     (covered, &self.units, &self.members),
-                    (e.start, e.end),
+                    (start.count_ns, end.count_ns),
                     period_s,
                     &mut parts,
                     &mut self.scratch,
@@ -715,6 +729,35 @@ impl Engine {
         self.steps.push(name, steps);
         n
     }
+}
+
+/// The edges of `ready` steps on the node's own samples ([`edges::place`]), in order: a marker step's as they
+/// are; an inferred step's start is the previous step's end where it continues it, else placed like its end;
+/// an edge with no burst end of the node's own near it, or a step whose placed edges would not follow each
+/// other, stays where it was queued.
+fn place_edges(st: &mut NodeEngine, ready: &[Edges]) -> Vec<(OwnEdge, OwnEdge)> {
+    ready
+        .iter()
+        .map(|e| {
+            let queued = (OwnEdge::at(e.start), OwnEdge::at(e.end));
+            if e.source != StepSource::Inferred {
+                return queued;
+            }
+            let step = e.end - e.start;
+            let start = match st.placed {
+                Some((t, p)) if t == e.start => p,
+                _ => edges::place(&st.inference, e.start, step).unwrap_or(queued.0),
+            };
+            let end = edges::place(&st.inference, e.end, step).unwrap_or(queued.1);
+            let follows = |a: OwnEdge, b: OwnEdge| a.at_ns < b.at_ns && a.count_ns < b.count_ns;
+            let placed = [(start, end), (start, queued.1)]
+                .into_iter()
+                .find(|&(a, b)| follows(a, b))
+                .unwrap_or(queued);
+            st.placed = Some((e.end, placed.1));
+            placed
+        })
+        .collect()
 }
 
 /// The link figures of one step `[start, end]`: one per unit of `units` (those whose parts cover the step),

@@ -193,9 +193,20 @@ pub fn quiet_after(busy: &[bool]) -> Vec<(usize, usize)> {
 
 /// A candidate edge: a sample time and the quiet intervals after it.
 #[derive(Debug, Clone, Copy)]
-struct Candidate {
-    t: i64,
-    quiet: usize,
+pub(super) struct Candidate {
+    pub(super) t: i64,
+    pub(super) quiet: usize,
+}
+
+/// A node's traffic levels over its window, as the last inference pass read them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Levels {
+    /// The quiet rate ([`LOW_PERCENTILE`]th percentile of the interval rates), bytes/s.
+    pub low: f64,
+    /// The highest interval rate, bytes/s.
+    pub high: f64,
+    /// The median sampling interval, ns.
+    pub interval_ns: i64,
 }
 
 /// The typical gap between steps, in intervals: the median over the window's consecutive spans of one period
@@ -300,6 +311,8 @@ pub struct InferenceTracker {
     /// The newest edges seen in the traffic (not predicted), at most [`REFINE_EDGES`], for the period's
     /// refinement.
     seen_edges: VecDeque<i64>,
+    /// The window's levels at the last pass that found it swinging.
+    levels: Option<Levels>,
 }
 
 impl InferenceTracker {
@@ -349,6 +362,11 @@ impl InferenceTracker {
             self.lose_periodicity();
             return Vec::new();
         }
+        self.levels = Some(Levels {
+            low,
+            high,
+            interval_ns: (dt * 1e9) as i64,
+        });
         if self.period.is_none() || newest - self.estimated_at >= REESTIMATE_NS {
             // From the first busy interval: a quiet spell before the job would dilute the autocorrelation
             // (its strength grows only as the job fills the window).
@@ -461,6 +479,18 @@ impl InferenceTracker {
         }
     }
 
+    /// The window's levels at the last pass that found it swinging.
+    pub fn levels(&self) -> Option<Levels> {
+        self.levels
+    }
+
+    /// The points held from `from` to `to` (ns, inclusive), `None` when the window does not reach past `to`.
+    pub fn points_between(&self, from: i64, to: i64) -> Option<Vec<(i64, f64)>> {
+        let a = self.points.partition_point(|p| p.0 < from);
+        let b = self.points.partition_point(|p| p.0 <= to);
+        (b < self.points.len()).then(|| self.points.range(a..b).copied().collect())
+    }
+
     /// Forgets the step sequence (no step spans a spell without periodicity).
     fn lose_periodicity(&mut self) {
         self.period = None;
@@ -471,7 +501,7 @@ impl InferenceTracker {
 
 /// Interval rates of cumulative `pts` (bytes/s; a counter going back counts as zero) and the median interval,
 /// seconds.
-fn interval_rates(pts: &[(i64, f64)]) -> (Vec<f64>, f64) {
+pub(super) fn interval_rates(pts: &[(i64, f64)]) -> (Vec<f64>, f64) {
     let mut rates = Vec::with_capacity(pts.len().saturating_sub(1));
     let mut dts = Vec::with_capacity(pts.len().saturating_sub(1));
     for w in pts.windows(2) {
@@ -497,12 +527,12 @@ fn busy_between(times: &[i64], active: &[bool], from: i64, to: i64) -> bool {
 }
 
 /// Whether each interval is busy (see the module docs).
-fn busy(rates: &[f64], low: f64, high: f64) -> Vec<bool> {
+pub(super) fn busy(rates: &[f64], low: f64, high: f64) -> Vec<bool> {
     let threshold = low + BUSY_LEVEL * (high - low);
     rates.iter().map(|&r| r > threshold).collect()
 }
 
-fn candidates(pts: &[(i64, f64)], rates: &[f64], low: f64, high: f64) -> Vec<Candidate> {
+pub(super) fn candidates(pts: &[(i64, f64)], rates: &[f64], low: f64, high: f64) -> Vec<Candidate> {
     let tail = low + TAIL_LEVEL * (high - low);
     quiet_after(&busy(rates, low, high))
         .into_iter()

@@ -3,8 +3,9 @@
 //! link: bytes moved, active time, achieved and average bandwidth, utilisation.
 //!
 //! This file holds the types the rest of the collector reads (the analysis rules, the API, the exporter);
-//! the engine that produces them lives beside it (`markers.rs`, `inferred.rs`, `bandwidth.rs`, `engine.rs`, and
-//! `busy.rs`: a link's busy time, the one definition the analysis shares).
+//! the engine that produces them lives beside it (`markers.rs`, `inferred.rs`, `edges.rs`: an inferred edge
+//! placed on each node's own samples, `bandwidth.rs`, `engine.rs`, and `busy.rs`: a link's busy time, the one
+//! definition the analysis shares).
 //!
 //! Clocks: a node's step edges are on that node's agent clock (the same clock as its samples), so per-step
 //! byte counts never mix clocks. Ranks and nodes are aligned by step number, never by wall-clock time.
@@ -30,6 +31,7 @@
 
 pub mod bandwidth;
 pub mod busy;
+pub mod edges;
 pub mod engine;
 pub mod history;
 pub mod inferred;
