@@ -45,12 +45,23 @@ pub const CFS_PERIODS: &str = "cpu_cfs_periods_total";
 pub const CFS_THROTTLED: &str = "cpu_cfs_throttled_periods_total";
 pub const JOB_LABEL: &str = "job_id";
 
-/// The groups of nodes to compare: each job's nodes, or all nodes when no job is known.
+/// The groups of nodes to compare: each job's nodes; when no job is known, the nodes whose newest step names
+/// the same job (one that has just ended: its steps are still in the window, and nodes of two jobs moved
+/// different traffic), and the nodes whose steps name none, together.
 pub(crate) fn groups(
     input: &AnalysisInput,
 ) -> Vec<(Option<String>, Vec<&super::input::NodeInput>)> {
     if input.jobs.is_empty() {
-        return vec![(None, input.nodes.iter().collect())];
+        let mut by_step_job: std::collections::BTreeMap<Option<&str>, Vec<_>> =
+            std::collections::BTreeMap::new();
+        for n in &input.nodes {
+            let job = n.steps.last().and_then(|s| s.job.as_deref());
+            by_step_job.entry(job).or_default().push(n);
+        }
+        return by_step_job
+            .into_iter()
+            .map(|(job, nodes)| (job.map(str::to_string), nodes))
+            .collect();
     }
     input
         .jobs
@@ -350,6 +361,40 @@ mod tests {
             }],
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn with_no_job_known_nodes_are_compared_within_the_job_their_steps_name() {
+        // Two jobs that just ended (no fleet job): one computed 90 % of the time, the other 50 %.
+        let ended = |name: &str, busy: f64, job: &str| {
+            let mut step = crate::analysis::test_support::hca_step(
+                name,
+                0,
+                (0, 1_000_000_000),
+                crate::analysis::test_support::HcaFigures::short_burst(true),
+            );
+            step.job = Some(job.into());
+            NodeInput {
+                steps: vec![std::sync::Arc::new(step)],
+                ..node(name, busy)
+            }
+        };
+        let input = AnalysisInput {
+            nodes: vec![
+                ended("n0", 0.9, "a"),
+                ended("n1", 0.9, "a"),
+                ended("n2", 0.5, "b"),
+                ended("n3", 0.5, "b"),
+            ],
+            ..Default::default()
+        };
+        assert!(evaluate(&input).is_empty(), "{:#?}", evaluate(&input));
+        // Steps that name no job: the nodes are compared together, as before.
+        let input = AnalysisInput {
+            nodes: vec![node("n0", 0.9), node("n1", 0.5), node("n2", 0.5)],
+            ..Default::default()
+        };
+        assert_eq!(evaluate(&input).len(), 1);
     }
 
     #[test]
