@@ -11,7 +11,9 @@
 //!   link's chunk in one sample and the slow link's for several at a tenth of the rate, and both are the step's
 //!   communication.
 //! - **Period**: the autocorrelation of the activity (1 busy, 0 quiet; mean removed, normalised per lag) from
-//!   the window's first busy interval on, over lags from its first fall below zero to a third of that span. Below that lag the autocorrelation only
+//!   the window's first busy interval on (once a period is known, over the newest [`ESTIMATE_PERIODS`] periods,
+//!   at least [`ESTIMATE_MIN_NS`], so that a job whose steps change speed is followed within about as many
+//!   steps), over lags from its first fall below zero to a third of that span. Below that lag the autocorrelation only
 //!   says that activity comes in runs; the chunks of one collective repeat there too, and are not the step.
 //!   The period is the smallest lag whose peak reaches [`PEAK_SHARE`] of the highest peak (so a multiple of the
 //!   period is never taken for it), or a half or a third of it where the peak is split over two lags there
@@ -83,6 +85,10 @@ pub const TAIL_LEVEL: f64 = 0.02;
 pub const LOW_PERCENTILE: f64 = 5.0;
 /// The period is re-estimated at most this often (ns of sample time).
 pub const REESTIMATE_NS: i64 = 2_000_000_000;
+/// Once a period is known it is re-estimated on the newest this many periods of traffic, ...
+pub const ESTIMATE_PERIODS: f64 = 12.0;
+/// ... and at least this much of it (ns).
+pub const ESTIMATE_MIN_NS: i64 = 8_000_000_000;
 
 /// A period estimate.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -368,14 +374,15 @@ impl InferenceTracker {
             interval_ns: (dt * 1e9) as i64,
         });
         if self.period.is_none() || newest - self.estimated_at >= REESTIMATE_NS {
-            // From the first busy interval: a quiet spell before the job would dilute the autocorrelation
-            // (its strength grows only as the job fills the window).
-            let active: Vec<f64> = busy(&rates, low, high)
-                .into_iter()
-                .skip_while(|b| !b)
-                .map(|b| if b { 1.0 } else { 0.0 })
-                .collect();
-            self.period = estimate_period(&active, dt);
+            let active = busy(&rates, low, high);
+            // Once a period is known, on the newest traffic only (a job whose steps changed speed is followed
+            // within about [`ESTIMATE_PERIODS`] steps); the whole window where that span says nothing.
+            let recent = self.period.and_then(|p| {
+                let span = ((ESTIMATE_PERIODS * p.period_s * 1e9) as i64).max(ESTIMATE_MIN_NS);
+                let from = pts.partition_point(|x| x.0 < newest - span);
+                (from > 0).then(|| period_of_activity(&active[from.min(active.len())..], dt))?
+            });
+            self.period = recent.or_else(|| period_of_activity(&active, dt));
             self.estimated_at = newest;
         }
         let Some(est) = self.period.filter(|p| p.strength >= MIN_STRENGTH) else {
@@ -497,6 +504,17 @@ impl InferenceTracker {
         self.seen_edges.clear();
         self.last_edge = None;
     }
+}
+
+/// The period of an activity sequence ([`busy`]) from its first busy interval: a quiet spell before the job
+/// would dilute the autocorrelation (its strength grows only as the job fills the window).
+fn period_of_activity(active: &[bool], dt: f64) -> Option<PeriodEstimate> {
+    let a: Vec<f64> = active
+        .iter()
+        .skip_while(|b| !**b)
+        .map(|&b| if b { 1.0 } else { 0.0 })
+        .collect();
+    estimate_period(&a, dt)
 }
 
 /// Interval rates of cumulative `pts` (bytes/s; a counter going back counts as zero) and the median interval,
@@ -810,6 +828,35 @@ mod tests {
             ok * 20 >= steps.len() * 17 && steps.len() >= 30,
             "{ok} of {}",
             steps.len()
+        );
+    }
+
+    #[test]
+    fn a_job_whose_steps_speed_up_is_followed_within_a_dozen_steps() {
+        // 25 s of 800 ms steps (a fault), then 25 s of 450 ms steps (the fault over).
+        let slow = traffic(500, 800.0, 250.0, 500.0, 1e9, 0.0);
+        let (t_end, b_end) = *slow.last().unwrap();
+        let fast = traffic(500, 450.0, 120.0, 300.0, 1e9, 0.0);
+        let mut pts = slow.clone();
+        pts.extend(
+            fast.iter()
+                .skip(1)
+                .map(|&(t, b)| (t - fast[0].0 + t_end, b + b_end)),
+        );
+        let steps = feed(&pts);
+        let settled: Vec<f64> = steps
+            .iter()
+            .filter(|s| s.start_unix_ns >= t_end + 6_000 * MS)
+            .map(|s| (s.end_unix_ns - s.start_unix_ns) as f64 / 1e6)
+            .collect();
+        let right = settled
+            .iter()
+            .filter(|d| (**d / 450.0 - 1.0).abs() <= 0.1)
+            .count();
+        assert!(
+            settled.len() >= 30 && right * 10 >= settled.len() * 9,
+            "{right} of {} steps at 450 ms: {settled:?}",
+            settled.len()
         );
     }
 
