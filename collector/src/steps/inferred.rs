@@ -85,6 +85,10 @@ pub const TAIL_LEVEL: f64 = 0.02;
 pub const LOW_PERCENTILE: f64 = 5.0;
 /// The period is re-estimated at most this often (ns of sample time).
 pub const REESTIMATE_NS: i64 = 2_000_000_000;
+/// A weak estimate keeps the period followed so far while an edge was seen in the traffic this recently (ns).
+pub const HOLD_NS: i64 = 4_000_000_000;
+/// ... once this many edges in a row were seen (a period that the traffic has borne out, not a first guess).
+pub const HOLD_EDGES: usize = 5;
 /// Once a period is known it is re-estimated on the newest this many periods of traffic, ...
 pub const ESTIMATE_PERIODS: f64 = 12.0;
 /// ... and at least this much of it (ns).
@@ -260,8 +264,14 @@ fn earliest_edge(cands: &[Candidate], anchor: i64, from: i64, p_ns: i64, gap: us
 }
 
 /// The next edge after `prev` for period `p_ns` and typical gap `gap` (see the module docs), and whether it was
-/// seen (`false`: predicted).
-fn next_edge(cands: &[Candidate], times: &[i64], prev: i64, p_ns: i64, gap: usize) -> (i64, bool) {
+/// seen (`false`: predicted). With `gaps_only` (a period held through a weak estimate), a quiet shorter than the
+/// step's gap is never an edge: the edge is predicted instead.
+fn next_edge(
+    cands: &[Candidate],
+    times: &[i64],
+    prev: i64,
+    (p_ns, gap, gaps_only): (i64, usize, bool),
+) -> (i64, bool) {
     let target = prev + p_ns;
     let (lo, hi) = (
         prev + (SEEK_LO * p_ns as f64) as i64,
@@ -289,7 +299,7 @@ fn next_edge(cands: &[Candidate], times: &[i64], prev: i64, p_ns: i64, gap: usiz
     if let Some(c) = in_span().find(|c| c.quiet >= min_quiet) {
         return (c.t, true);
     }
-    let best = in_span().max_by(longest);
+    let best = in_span().filter(|_| !gaps_only).max_by(longest);
     match best {
         Some(c) => (c.t, true),
         None => {
@@ -319,6 +329,8 @@ pub struct InferenceTracker {
     seen_edges: VecDeque<i64>,
     /// The window's levels at the last pass that found it swinging.
     levels: Option<Levels>,
+    /// Whether the period is held through a weak estimate ([`Self::hold`]): only the step's gaps are edges.
+    held: bool,
 }
 
 impl InferenceTracker {
@@ -382,7 +394,9 @@ impl InferenceTracker {
                 let from = pts.partition_point(|x| x.0 < newest - span);
                 (from > 0).then(|| period_of_activity(&active[from.min(active.len())..], dt))?
             });
-            self.period = recent.or_else(|| period_of_activity(&active, dt));
+            let fresh = recent.or_else(|| period_of_activity(&active, dt));
+            self.period = self.hold(fresh, newest);
+            self.held = self.period != fresh;
             self.estimated_at = newest;
         }
         let Some(est) = self.period.filter(|p| p.strength >= MIN_STRENGTH) else {
@@ -427,7 +441,7 @@ impl InferenceTracker {
         let mut out = Vec::new();
         let mut paused = false;
         while newest >= prev + (SEEK_HI * p_ns as f64) as i64 {
-            let (e, seen) = next_edge(&cands, &times, prev, p_ns, gap);
+            let (e, seen) = next_edge(&cands, &times, prev, (p_ns, gap, self.held));
             if e <= prev {
                 break;
             }
@@ -498,9 +512,31 @@ impl InferenceTracker {
         (b < self.points.len()).then(|| self.points.range(a..b).copied().collect())
     }
 
+    /// The `fresh` estimate, or the period followed so far where `fresh` is weak or none while the traffic
+    /// still shows the step's gaps (the last [`HOLD_EDGES`] edges seen in the traffic, the newest within
+    /// [`HOLD_NS`] of `newest`), at [`MIN_STRENGTH`]: steps
+    /// made uneven by a fault (a lossy link's retransmission stalls) blur the autocorrelation, not the gaps
+    /// between them.
+    fn hold(&self, fresh: Option<PeriodEstimate>, newest: i64) -> Option<PeriodEstimate> {
+        let weak = fresh.is_none_or(|f| f.strength < MIN_STRENGTH);
+        let gaps_seen = self.seen_edges.len() >= HOLD_EDGES
+            && self
+                .seen_edges
+                .back()
+                .is_some_and(|&e| newest - e <= HOLD_NS);
+        match self.period {
+            Some(old) if weak && gaps_seen && self.last_edge.is_some() => Some(PeriodEstimate {
+                period_s: old.period_s,
+                strength: MIN_STRENGTH,
+            }),
+            _ => fresh,
+        }
+    }
+
     /// Forgets the step sequence (no step spans a spell without periodicity).
     fn lose_periodicity(&mut self) {
         self.period = None;
+        self.held = false;
         self.seen_edges.clear();
         self.last_edge = None;
     }
@@ -829,6 +865,30 @@ mod tests {
             "{ok} of {}",
             steps.len()
         );
+    }
+
+    #[test]
+    fn uneven_steps_with_clear_gaps_are_followed() {
+        // 15 s of even 750 ms steps, then 45 s of 0.4 to 1.1 s steps (a lossy link's retransmission stalls),
+        // a gap of compute in each.
+        for (comm, seed) in [(0.3, 12), (0.5, 14), (0.4, 17)] {
+            let (even, even_ends) = paced_traffic(15.0, 750.0, 30.0, comm, 0, seed);
+            let (uneven, uneven_ends) = paced_traffic(45.0, 750.0, 350.0, comm, 0, seed + 1);
+            let (t0, b0) = *even.last().unwrap();
+            let shift = t0 + 50 * MS - uneven[0].0;
+            let mut pts = even.clone();
+            pts.extend(uneven.iter().map(|&(t, b)| (t + shift, b + b0)));
+            let steps = feed(&pts);
+            let ends: Vec<i64> = uneven_ends.iter().map(|e| e + shift).collect();
+            let ok = matching(&steps, &ends, 60);
+            assert!(
+                ok * 10 >= ends.len() * 7,
+                "comm {comm}: {ok} of {} uneven steps found ({} given, {} even ones)",
+                ends.len(),
+                steps.len(),
+                even_ends.len()
+            );
+        }
     }
 
     #[test]
