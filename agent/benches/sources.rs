@@ -205,4 +205,52 @@ fn main() {
     println!(
         "cpu: process user+system time over the loop / ticks (USER_HZ resolution: 10 ms per loop)"
     );
+    discoveries(&root, &mut ib, &mut nd);
+}
+
+/// Cost of a rediscovery of each source, on the tree as it is (the agent's case between hot-plugs) and with
+/// an entry added to or removed from a port's directory before each (a changed tree: a full walk). Rounds:
+/// `DISCOVER_ROUNDS` in the environment (default 300), after as many (at most 100) not measured.
+fn discoveries(root: &Path, ib: &mut InfinibandSource, nd: &mut NetdevSource) {
+    let rounds = ticks_from_env("DISCOVER_ROUNDS", 300);
+    let calls = u64::from(rounds + rounds.min(100));
+    let touched = root.join("class/infiniband/mlx5_0/ports/1/bench-touch");
+    let mut flip = false;
+    let mut touch = |changed: bool| {
+        if changed {
+            flip = !flip;
+            let _ = if flip {
+                std::fs::write(&touched, "")
+            } else {
+                std::fs::remove_file(&touched)
+            };
+        }
+    };
+    println!(
+        "{:<10} {:<9} {:>7} | {:>11} {:>11} | full walks",
+        "discover", "tree", "rounds", "wall", "cpu"
+    );
+    let row = |name: &str, changed: bool, m: Measured, walks: String| {
+        println!(
+            "{name:<10} {:<9} {rounds:>7} | {} {} | {walks}",
+            if changed { "changed" } else { "unchanged" },
+            fmt(Some(m.wall_per_tick)),
+            fmt(m.cpu_per_tick),
+        );
+    };
+    for changed in [false, true] {
+        let walks0 = ib.full_walks();
+        let m = measure(rounds, || {
+            touch(changed);
+            black_box(ib.discover().is_ok());
+        });
+        let walks = format!("{} of {calls}", ib.full_walks() - walks0);
+        row("infiniband", changed, m, walks);
+        let m = measure(rounds, || {
+            touch(changed);
+            black_box(nd.discover().is_ok());
+        });
+        row("netdev", changed, m, "every one".to_string());
+    }
+    let _ = std::fs::remove_file(&touched);
 }

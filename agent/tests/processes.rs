@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::Duration;
 
+use commwatch_agent::source::dir_mark::FULL_WALK_EVERY;
 use commwatch_agent::source::infiniband::InfinibandSource;
 use commwatch_agent::source::netdev::{NetdevOptions, NetdevSource};
 use commwatch_agent::source::processes::ProcessesSource;
@@ -312,7 +313,13 @@ fn a_refresh_picks_up_new_and_ended_ranks_without_a_scan() {
     );
     write(&root.join("100"), "environ", b"COMMWATCH_JOB=b\0RANK=0\0");
     assert!(!src.refresh_jobs().unwrap());
-    assert!(src.discover().unwrap());
+    // The next full scan: within `FULL_WALK_EVERY` discoveries (the first one scanned).
+    let found = (1..=FULL_WALK_EVERY).find(|_| src.discover().unwrap());
+    assert_eq!(
+        found,
+        Some(FULL_WALK_EVERY),
+        "found by the scan, not before"
+    );
     assert_eq!(
         ranks(&src),
         [("a".into(), Some(1), 101), ("b".into(), Some(0), 100)]

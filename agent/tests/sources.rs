@@ -8,6 +8,7 @@ use std::fs;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
+use commwatch_agent::source::dir_mark::FULL_WALK_EVERY;
 use commwatch_agent::source::host::HostSource;
 use commwatch_agent::source::infiniband::InfinibandSource;
 use commwatch_agent::source::netdev::{NetdevOptions, NetdevSource};
@@ -657,6 +658,63 @@ fn infiniband_files_replaced_by_rename_are_reopened_at_discovery() {
     );
 }
 
+/// A rediscovery walks the tree in full only when its shape changed, and at least every `FULL_WALK_EVERY`
+/// discoveries: a port or a device that appears or goes and a counter file that appears are still found at the
+/// very next discovery, a state changed in place too (without a full walk), and a fact changed in place within
+/// the bound.
+#[test]
+fn infiniband_rediscovery_walks_in_full_only_when_the_tree_changed() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let ib = root.join("class/infiniband");
+    write_ib_port(root, "mlx5_0", "1", "400 Gb/sec (4X NDR)");
+    write(&ib.join("mlx5_0/fw_ver"), "28.39.1002\n");
+    let mut src = InfinibandSource::new(root.to_path_buf());
+    assert!(src.discover().unwrap());
+    assert_eq!(src.full_walks(), 1);
+    assert!(!src.discover().unwrap());
+    assert_eq!(src.full_walks(), 1, "nothing changed: no full walk");
+
+    write_ib_port(root, "mlx5_0", "2", "200 Gb/sec (4X HDR)");
+    assert!(src.discover().unwrap(), "a port appeared");
+    assert_eq!(src.inventory().links.len(), 2);
+    assert_eq!(src.full_walks(), 2);
+    let p2 = ib.join("mlx5_0/ports/2");
+    write(&p2.join("hw_counters/out_of_sequence"), "9\n");
+    assert!(src.discover().unwrap(), "a counter file appeared");
+    assert_eq!(
+        counter(&sample(&mut src, Tier::Slow), "mlx5_0/2/hw_out_of_sequence"),
+        9
+    );
+    write_ib_port(root, "mlx5_1", "1", "400 Gb/sec (4X NDR)");
+    assert!(src.discover().unwrap(), "a device appeared");
+    assert_eq!(src.inventory().links.len(), 3);
+    fs::remove_dir_all(&p2).unwrap();
+    assert!(src.discover().unwrap(), "a port went");
+    assert_eq!(src.inventory().links.len(), 2);
+    let s = sample(&mut src, Tier::Slow);
+    assert!(!s.values.contains_key("mlx5_0/2/hw_out_of_sequence"));
+    assert_eq!(counter(&s, "mlx5_1/1/symbol_errors"), 3);
+
+    let walks = src.full_walks();
+    assert!(!src.discover().unwrap());
+    overwrite_in_place(&ib.join("mlx5_0/ports/1/state"), "1: DOWN\n");
+    assert!(src.discover().unwrap(), "a state changed in place");
+    assert_eq!(link(src.inventory(), "mlx5_0", "1").state, "DOWN");
+    assert_eq!(src.full_walks(), walks, "found without a full walk");
+
+    overwrite_in_place(&ib.join("mlx5_0/fw_ver"), "28.40.1000\n");
+    let found = (1..=FULL_WALK_EVERY).find(|_| src.discover().unwrap());
+    assert!(
+        found.is_some(),
+        "a fact changed in place, found within the bound"
+    );
+    assert_eq!(
+        link(src.inventory(), "mlx5_0", "1").attributes["fw_ver"],
+        "28.40.1000"
+    );
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // netdev.
 
@@ -997,6 +1055,66 @@ fn netdev_default_exclusions_and_device_net_classification() {
     // No `speed` file: capacity unknown and no capacity series.
     assert_eq!(src.inventory().links[0].capacity_bytes_per_second, None);
     assert!(!metrics_of(src.inventory(), "eno1", "eno1").contains("capacity_bytes_per_second"));
+}
+
+/// As for InfiniBand: an interface that appears or goes is found at the next discovery, its state, speed and
+/// MTU changed in place too (without a full walk), and an RDMA port's netdev named in place within the bound.
+#[test]
+fn netdev_rediscovery_walks_in_full_only_when_the_trees_changed() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let nic = |name: &str| {
+        let d = root.join("class/net").join(name);
+        write(&d.join("type"), "1\n");
+        write(&d.join("operstate"), "up\n");
+        write(&d.join("speed"), "100000\n");
+        write(&d.join("mtu"), "1500\n");
+        write(&d.join("statistics/tx_bytes"), "1\n");
+        d
+    };
+    let eth0 = nic("eth0");
+    let port = root.join("class/infiniband/mlx5_0/ports/1");
+    write(&port.join("link_layer"), "Ethernet\n");
+    write(&port.join("gid_attrs/ndevs/0"), "eth9\n");
+    let mut src = NetdevSource::new(root.to_path_buf(), NetdevOptions::default());
+    assert!(src.discover().unwrap());
+    assert!(!src.discover().unwrap());
+    assert_eq!(src.full_walks(), 1, "nothing changed: no full walk");
+
+    nic("eth1");
+    assert!(src.discover().unwrap(), "an interface appeared");
+    assert_eq!(src.inventory().links.len(), 2);
+    fs::remove_dir_all(root.join("class/net/eth1")).unwrap();
+    assert!(src.discover().unwrap(), "an interface went");
+    assert_eq!(src.inventory().links.len(), 1);
+
+    let walks = src.full_walks();
+    overwrite_in_place(&eth0.join("mtu"), "9000\n");
+    overwrite_in_place(&eth0.join("operstate"), "down\n");
+    overwrite_in_place(&eth0.join("speed"), "25000\n");
+    assert!(
+        src.discover().unwrap(),
+        "state, speed and MTU changed in place"
+    );
+    let l = link(src.inventory(), "eth0", "eth0");
+    assert_eq!(
+        (l.state.as_str(), l.attributes["mtu"].as_str()),
+        ("down", "9000")
+    );
+    assert_eq!(l.capacity_bytes_per_second, Some(25_000.0 * 125_000.0));
+    assert_eq!(src.full_walks(), walks, "found without a full walk");
+
+    assert_eq!(
+        link(src.inventory(), "eth0", "eth0").role,
+        LinkRole::Management
+    );
+    overwrite_in_place(&port.join("gid_attrs/ndevs/0"), "eth0\n");
+    let found = (1..=FULL_WALK_EVERY).find(|_| src.discover().unwrap());
+    assert!(
+        found.is_some(),
+        "the RoCE port's netdev, found within the bound"
+    );
+    assert_eq!(link(src.inventory(), "eth0", "eth0").role, LinkRole::Fabric);
 }
 
 // ---------------------------------------------------------------------------------------------------------

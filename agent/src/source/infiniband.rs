@@ -27,10 +27,21 @@
 //! 8, `local_link_integrity_errors` 4, `port_xmit_wait` 32, ...) because PMA counters saturate at all ones.
 //!
 //! `N/A (no PMA)` (adapters without a PMA on old kernels) is counted as not available, not as a failure.
+//!
+//! Rediscovery: the tree is walked in full (every file opened or checked, every fact read) only when its
+//! shape changed ([`DirMark`] of `class/infiniband`, each device's `ports/` and `device/net/`, each port's
+//! directory, `counters/`, `counters_ext/` and `hw_counters/`), and at least every [`FULL_WALK_EVERY`]
+//! discoveries. In between, a discovery lists those directories and re-reads each port's `state`,
+//! `phys_state` and `rate` through their open files: a port or counter file that appears or goes, and a
+//! link's state and rate, are found at the next discovery as before; a fact changed in place (`fw_ver`, the
+//! RoCE GID's netdev) within [`FULL_WALK_EVERY`] discoveries.
+//!
+//! [`FULL_WALK_EVERY`]: super::dir_mark::FULL_WALK_EVERY
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use super::dir_mark::{DirMark, Rewalk};
 use super::file_series::FileSeries;
 use super::fsroot::FsRoot;
 use super::sysfs::{counter_max, parse_ib_rate, parse_ib_state, parse_u64, Decode};
@@ -127,11 +138,22 @@ const HW_NOT_COUNTERS: &[&str] = &["lifespan"];
 /// State string of a port whose `state` file is missing or unreadable.
 const UNKNOWN_STATE: &str = "UNKNOWN";
 
+/// The series indices of a port's gauges, where the port has the file.
+#[derive(Debug, Clone, Copy, Default)]
+struct PortGauges {
+    state: Option<usize>,
+    phys_state: Option<usize>,
+    rate: Option<usize>,
+}
+
 /// Reads every InfiniBand/RoCE port under `<sysfs_root>/class/infiniband`.
 pub struct InfinibandSource {
     sysfs_root: FsRoot,
     inventory: Inventory,
     files: FileSeries,
+    /// Per link of `inventory.links`, its port's gauges: what a discovery without a full walk re-reads.
+    gauges: Vec<PortGauges>,
+    rewalk: Rewalk,
     absent_logged: bool,
 }
 
@@ -143,8 +165,50 @@ impl InfinibandSource {
             files: FileSeries::new(sysfs_root.clone()),
             sysfs_root,
             inventory: Inventory::default(),
+            gauges: Vec::new(),
+            rewalk: Rewalk::default(),
             absent_logged: false,
         }
+    }
+
+    /// How many discoveries so far walked the tree in full (see the module documentation).
+    pub fn full_walks(&self) -> u64 {
+        self.rewalk.full_walks()
+    }
+
+    /// The shape of the tree a full walk reads (see the module documentation); `None` when a directory of it
+    /// cannot be listed.
+    fn mark(class: &Path) -> Option<u64> {
+        let mut mark = DirMark::new();
+        for dev in mark.list(class) {
+            let dev_dir = class.join(&dev);
+            let ports_dir = dev_dir.join("ports");
+            for port in mark.list(&ports_dir) {
+                let port_dir = ports_dir.join(&port);
+                let entries = mark.list(&port_dir);
+                for sub in ["counters", "counters_ext", "hw_counters"] {
+                    if entries.iter().any(|e| e == sub) {
+                        mark.list(&port_dir.join(sub));
+                    }
+                }
+            }
+            mark.list(&dev_dir.join("device/net"));
+        }
+        mark.finish()
+    }
+
+    /// A discovery without a full walk: each link's state, physical state and rate read again through the
+    /// open files of its gauges. Returns whether a link changed.
+    fn reread_links(&mut self) -> bool {
+        let mut links = self.inventory.links.clone();
+        for (link, gauges) in links.iter_mut().zip(&self.gauges) {
+            read_gauges(&mut self.files, *gauges, link);
+        }
+        if links == self.inventory.links {
+            return false;
+        }
+        self.inventory.links = links;
+        true
     }
 
     /// How many reads so far found a value not available (`N/A (no PMA)`, a rate of 0).
@@ -160,7 +224,7 @@ impl InfinibandSource {
         dev_facts: &BTreeMap<String, String>,
         port: &str,
         changed: &mut bool,
-    ) -> Link {
+    ) -> (Link, PortGauges) {
         let port_dir = dev_dir.join("ports").join(port);
         let link_layer = self.sysfs_root.read_trimmed(&port_dir.join("link_layer"));
         let class = match link_layer.as_deref() {
@@ -173,83 +237,41 @@ impl InfinibandSource {
         if let Some(ll) = link_layer {
             attributes.insert("link_layer".into(), ll);
         }
-        let (state, capacity) = self.port_gauges(&key, &port_dir, &mut attributes, changed);
+        let gauges = self.port_gauges(&key, &port_dir, changed);
         if let Some(nd) = port_netdev(&self.sysfs_root, dev_dir, &port_dir, port) {
             attributes.insert("netdev".into(), nd);
         }
         if !self.port_counters(&key, &port_dir, changed) {
             attributes.insert(BYTE_COUNTERS_ATTRIBUTE.into(), NO_BYTE_COUNTERS.into());
         }
-        Link {
+        let mut link = Link {
             key,
             endpoint: Endpoint::HcaPort,
             role: LinkRole::Fabric,
-            capacity_bytes_per_second: capacity,
-            state,
+            capacity_bytes_per_second: None,
+            state: UNKNOWN_STATE.to_string(),
             attributes,
             gpu: None,
             link: None,
-        }
+        };
+        read_gauges(&mut self.files, gauges, &mut link);
+        (link, gauges)
     }
 
-    /// Registers the port's gauges (`state_code`, `phys_state_code`, `capacity_bytes_per_second`) and reads
-    /// the facts they give through the same open files: returns the state and capacity, and adds
-    /// `phys_state`, `rate` and `width` to `attributes`.
-    fn port_gauges(
-        &mut self,
-        key: &LinkKey,
-        port_dir: &Path,
-        attributes: &mut BTreeMap<String, String>,
-        changed: &mut bool,
-    ) -> (String, Option<f64>) {
+    /// Registers the port's gauges (`state_code`, `phys_state_code`, `capacity_bytes_per_second`); their
+    /// files also give the link's state, capacity and attributes ([`read_gauges`]).
+    fn port_gauges(&mut self, key: &LinkKey, port_dir: &Path, changed: &mut bool) -> PortGauges {
         let series = &mut self.inventory.series;
         let files = &mut self.files;
-        let gauge = |metric: &str| SeriesSpec::for_link(metric, SeriesKind::Gauge, Tier::Slow, key);
-        let mut state = UNKNOWN_STATE.to_string();
-        if let Some(idx) = files.upsert(
-            series,
-            gauge("state_code"),
-            port_dir.join("state"),
-            Decode::IbStateCode,
-            changed,
-        ) {
-            if let Ok(Ok(s)) = files.read_text(idx).map(parse_ib_state) {
-                state = s.name;
-            }
+        let mut gauge = |metric: &str, file: &str, how: Decode| {
+            let spec = SeriesSpec::for_link(metric, SeriesKind::Gauge, Tier::Slow, key);
+            files.upsert(series, spec, port_dir.join(file), how, changed)
+        };
+        PortGauges {
+            state: gauge("state_code", "state", Decode::IbStateCode),
+            phys_state: gauge("phys_state_code", "phys_state", Decode::IbStateCode),
+            rate: gauge("capacity_bytes_per_second", "rate", Decode::IbRateBytes),
         }
-        if let Some(idx) = files.upsert(
-            series,
-            gauge("phys_state_code"),
-            port_dir.join("phys_state"),
-            Decode::IbStateCode,
-            changed,
-        ) {
-            if let Ok(Ok(s)) = files.read_text(idx).map(parse_ib_state) {
-                attributes.insert("phys_state".into(), s.name);
-            }
-        }
-        let mut capacity = None;
-        if let Some(idx) = files.upsert(
-            series,
-            gauge("capacity_bytes_per_second"),
-            port_dir.join("rate"),
-            Decode::IbRateBytes,
-            changed,
-        ) {
-            if let Ok(text) = files.read_text(idx) {
-                let text = text.trim().to_string();
-                if let Ok(rate) = parse_ib_rate(&text) {
-                    if rate.bytes_per_second > 0.0 {
-                        capacity = Some(rate.bytes_per_second);
-                    }
-                    if let Some(w) = rate.width {
-                        attributes.insert("width".into(), w);
-                    }
-                }
-                attributes.insert("rate".into(), text);
-            }
-        }
-        (state, capacity)
     }
 
     /// Registers the port's counters: the table of `counters/` (or their `counters_ext/` twins in the
@@ -315,6 +337,40 @@ impl InfinibandSource {
     }
 }
 
+/// Sets a port's link state, capacity and the attributes `phys_state`, `rate` and `width` from its gauges'
+/// files (read through the open files now); what cannot be read is left unknown or absent.
+fn read_gauges(files: &mut FileSeries, gauges: PortGauges, link: &mut Link) {
+    link.state = UNKNOWN_STATE.to_string();
+    link.capacity_bytes_per_second = None;
+    for attribute in ["phys_state", "rate", "width"] {
+        link.attributes.remove(attribute);
+    }
+    if let Some(idx) = gauges.state {
+        if let Ok(Ok(s)) = files.read_text(idx).map(parse_ib_state) {
+            link.state = s.name;
+        }
+    }
+    if let Some(idx) = gauges.phys_state {
+        if let Ok(Ok(s)) = files.read_text(idx).map(parse_ib_state) {
+            link.attributes.insert("phys_state".into(), s.name);
+        }
+    }
+    if let Some(idx) = gauges.rate {
+        if let Ok(text) = files.read_text(idx) {
+            let text = text.trim().to_string();
+            if let Ok(rate) = parse_ib_rate(&text) {
+                if rate.bytes_per_second > 0.0 {
+                    link.capacity_bytes_per_second = Some(rate.bytes_per_second);
+                }
+                if let Some(w) = rate.width {
+                    link.attributes.insert("width".into(), w);
+                }
+            }
+            link.attributes.insert("rate".into(), text);
+        }
+    }
+}
+
 /// lower_snake_case form of a file name for a metric name.
 fn metric_safe(name: &str) -> String {
     name.chars()
@@ -363,6 +419,9 @@ impl Source for InfinibandSource {
 
     fn discover(&mut self) -> Result<bool, SourceError> {
         let class = self.sysfs_root.join("class/infiniband");
+        if !self.rewalk.full(Self::mark(&class)) {
+            return Ok(self.reread_links());
+        }
         let devices = match self.sysfs_root.list_subdirs(&class) {
             Ok(d) => d,
             Err(SourceError::Io { error, .. })
@@ -379,6 +438,7 @@ impl Source for InfinibandSource {
 
         let mut changed = false;
         let mut links = Vec::new();
+        let mut gauges = Vec::new();
         self.files.begin();
         for dev in devices {
             let dev_dir = class.join(&dev);
@@ -392,10 +452,14 @@ impl Source for InfinibandSource {
             let mut ports = ports.unwrap_or_default();
             sort_ports(&mut ports);
             for port in ports {
-                links.push(self.discover_port(&dev, &dev_dir, &facts, &port, &mut changed));
+                let (link, port_gauges) =
+                    self.discover_port(&dev, &dev_dir, &facts, &port, &mut changed);
+                links.push(link);
+                gauges.push(port_gauges);
             }
         }
         self.files.finish(&self.inventory.series);
+        self.gauges = gauges;
         if links != self.inventory.links {
             self.inventory.links = links;
             changed = true;

@@ -22,6 +22,7 @@ use std::time::Duration;
 
 pub mod attr_file;
 pub mod cgroup;
+pub mod dir_mark;
 pub mod file_series;
 pub mod fsroot;
 pub mod gpu;

@@ -23,12 +23,24 @@
 //! - fast tier: `tx_bytes`, `rx_bytes`;
 //! - slow tier: `tx_packets`, `rx_packets`, `tx_errors`, `rx_errors`, `tx_dropped`, `rx_dropped`, and the
 //!   gauges `state_code` (1 when `operstate` is `up`, else 0) and `capacity_bytes_per_second`.
+//!
+//! Rediscovery: the interfaces are walked in full (every file opened or checked, the RDMA ports' netdevs
+//! read, every interface classified) only when the shape of the trees changed ([`DirMark`] of `class/net`,
+//! each interface's directory, and of `class/infiniband`, each device's `ports/` and `device/net/`, each
+//! port's directory), and at least every [`FULL_WALK_EVERY`] discoveries. In between, a discovery lists those
+//! directories and re-reads each interface's `operstate`, `speed` and `mtu` through their open files: an
+//! interface that appears or goes, and a link's state, speed and MTU, are found at the next discovery as
+//! before; what changes in place elsewhere (a RoCE GID's netdev) within [`FULL_WALK_EVERY`] discoveries.
+//!
+//! [`FULL_WALK_EVERY`]: super::dir_mark::FULL_WALK_EVERY
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
+use super::attr_file::AttrFile;
+use super::dir_mark::{DirMark, Rewalk};
 use super::file_series::FileSeries;
-use super::fsroot::FsRoot;
+use super::fsroot::{is_absent, FsRoot};
 use super::sysfs::{
     glob_match, parse_netdev_speed, parse_operstate, parse_u64, rdma_netdevs, Decode,
 };
@@ -175,6 +187,15 @@ pub fn select(
     root: &FsRoot,
     options: &NetdevOptions,
 ) -> Result<Vec<(String, Selection)>, SourceError> {
+    select_with(root, options, &rdma_netdevs(root))
+}
+
+/// [`select`] with the RDMA ports' netdevs already read ([`rdma_netdevs`]: a walk of every port).
+pub fn select_with(
+    root: &FsRoot,
+    options: &NetdevOptions,
+    rdma: &BTreeSet<String>,
+) -> Result<Vec<(String, Selection)>, SourceError> {
     let net = root.join("class/net");
     let names = match root.list_subdirs(&net) {
         Ok(n) => n,
@@ -183,7 +204,6 @@ pub fn select(
         }
         Err(e) => return Err(e),
     };
-    let rdma = rdma_netdevs(root);
     Ok(names
         .into_iter()
         .map(|name| {
@@ -232,12 +252,24 @@ const STATISTICS: &[(&str, Tier)] = &[
 /// State string of an interface whose `operstate` is missing or unreadable.
 const UNKNOWN_STATE: &str = "unknown";
 
+/// What a discovery without a full walk re-reads of an interface: its gauges (series indices, where it has
+/// the file) and its `mtu`, open.
+#[derive(Debug, Default)]
+struct InterfaceFiles {
+    operstate: Option<usize>,
+    speed: Option<usize>,
+    mtu: Option<AttrFile>,
+}
+
 /// Reads every interface under `<sysfs_root>/class/net` that is not excluded.
 pub struct NetdevSource {
     sysfs_root: FsRoot,
     options: NetdevOptions,
     inventory: Inventory,
     files: FileSeries,
+    /// Per link of `inventory.links`, the files a discovery without a full walk re-reads.
+    facts: Vec<InterfaceFiles>,
+    rewalk: Rewalk,
     absent_logged: bool,
 }
 
@@ -251,7 +283,91 @@ impl NetdevSource {
             sysfs_root,
             options,
             inventory: Inventory::default(),
+            facts: Vec::new(),
+            rewalk: Rewalk::default(),
             absent_logged: false,
+        }
+    }
+
+    /// How many discoveries so far walked the trees in full (see the module documentation).
+    pub fn full_walks(&self) -> u64 {
+        self.rewalk.full_walks()
+    }
+
+    /// The shape of the trees a full walk reads (see the module documentation); `None` when a directory of
+    /// them cannot be listed.
+    fn mark(&self) -> Option<u64> {
+        let mut mark = DirMark::new();
+        let net = self.sysfs_root.join("class/net");
+        for name in mark.list(&net) {
+            mark.list(&net.join(name));
+        }
+        let class = self.sysfs_root.join("class/infiniband");
+        for dev in mark.list(&class) {
+            let ports_dir = class.join(&dev).join("ports");
+            for port in mark.list(&ports_dir) {
+                mark.list(&ports_dir.join(port));
+            }
+            mark.list(&class.join(&dev).join("device/net"));
+        }
+        mark.finish()
+    }
+
+    /// A discovery without a full walk: each interface's state, speed and MTU read again through its open
+    /// files. Returns whether a link changed.
+    fn reread_links(&mut self) -> bool {
+        let mut links = self.inventory.links.clone();
+        let mut facts = std::mem::take(&mut self.facts);
+        for (link, files) in links.iter_mut().zip(&mut facts) {
+            self.read_facts(files, link);
+        }
+        self.facts = facts;
+        if links == self.inventory.links {
+            return false;
+        }
+        self.inventory.links = links;
+        true
+    }
+
+    /// Sets an interface's state, capacity and the attributes `mtu`, `operstate`, `speed_mbps` and
+    /// `capacity_source` from its files (through the open files of its gauges and `mtu`, read now); what
+    /// cannot be read is left unknown or absent.
+    fn read_facts(&mut self, files: &mut InterfaceFiles, link: &mut Link) {
+        link.state = UNKNOWN_STATE.to_string();
+        link.capacity_bytes_per_second = None;
+        for attribute in ["mtu", "operstate", "speed_mbps", "capacity_source"] {
+            link.attributes.remove(attribute);
+        }
+        if let Some(mtu) = files.mtu.as_mut().and_then(|f| trimmed(f.read().ok()?)) {
+            link.attributes.insert("mtu".to_string(), mtu);
+        }
+        if let Some(Ok(text)) = files.operstate.map(|idx| self.files.read_text(idx)) {
+            link.state = parse_operstate(text).as_str().to_string();
+            link.attributes
+                .insert("operstate".to_string(), link.state.clone());
+        }
+        let name = &link.key.device;
+        if let Some(configured) = self.options.capacity_of(name) {
+            // One source of capacity: the configuration's; the nominal speed stays an attribute.
+            let dir = self.sysfs_root.join("class/net").join(name);
+            if let Some(mbps) = self
+                .sysfs_root
+                .read_trimmed(&dir.join("speed"))
+                .and_then(|t| parse_netdev_speed(&t))
+            {
+                link.attributes
+                    .insert("speed_mbps".to_string(), mbps.to_string());
+            }
+            link.attributes
+                .insert("capacity_source".to_string(), "configured".to_string());
+            link.capacity_bytes_per_second = Some(configured as f64);
+        } else if let Some(idx) = files.speed {
+            // Reading fails (EINVAL) while the link is down: the speed is then unknown.
+            if let Some(mbps) = self.files.read_text(idx).ok().and_then(parse_netdev_speed) {
+                link.attributes
+                    .insert("speed_mbps".to_string(), mbps.to_string());
+                link.capacity_bytes_per_second = Some(super::sysfs::mbps_to_bytes_per_second(mbps));
+            }
         }
     }
 
@@ -260,12 +376,14 @@ impl NetdevSource {
         self.files.not_available()
     }
 
+    /// Registers the series of interface `name` and returns its link with the files a discovery without a
+    /// full walk re-reads.
     fn discover_interface(
         &mut self,
         name: &str,
         rdma: &BTreeSet<String>,
         changed: &mut bool,
-    ) -> Link {
+    ) -> (Link, InterfaceFiles) {
         let dir = self.sysfs_root.join("class/net").join(name);
         let type_text = self.sysfs_root.read_trimmed(&dir.join("type"));
         let if_type = type_text.as_deref().and_then(|t| parse_u64(t).ok());
@@ -280,54 +398,28 @@ impl NetdevSource {
         if let Some(t) = type_text {
             attributes.insert("type".to_string(), t);
         }
-        if let Some(mtu) = self.sysfs_root.read_trimmed(&dir.join("mtu")) {
-            attributes.insert("mtu".to_string(), mtu);
-        }
+        let mtu = match AttrFile::open(&self.sysfs_root, dir.join("mtu")) {
+            Ok(f) => Some(f),
+            Err(e) => {
+                if !is_absent(&e) {
+                    tracing::debug!(error = %e, "fact not read");
+                }
+                None
+            }
+        };
 
         let series = &mut self.inventory.series;
         let files = &mut self.files;
-        let gauge =
-            |metric: &str| SeriesSpec::for_link(metric, SeriesKind::Gauge, Tier::Slow, &key);
-
-        let mut state = UNKNOWN_STATE.to_string();
-        if let Some(idx) = files.upsert(
-            series,
-            gauge("state_code"),
-            dir.join("operstate"),
-            Decode::OperUp,
-            changed,
-        ) {
-            if let Ok(text) = files.read_text(idx) {
-                state = parse_operstate(text).as_str().to_string();
-                attributes.insert("operstate".to_string(), state.clone());
-            }
-        }
-        let mut capacity = None;
-        if let Some(configured) = self.options.capacity_of(name) {
-            // One source of capacity: the configuration's; the nominal speed stays an attribute.
-            if let Some(mbps) = self
-                .sysfs_root
-                .read_trimmed(&dir.join("speed"))
-                .and_then(|t| parse_netdev_speed(&t))
-            {
-                attributes.insert("speed_mbps".to_string(), mbps.to_string());
-            }
-            attributes.insert("capacity_source".to_string(), "configured".to_string());
-            capacity = Some(configured as f64);
-        } else if let Some(idx) = files.upsert(
-            series,
-            gauge("capacity_bytes_per_second"),
-            dir.join("speed"),
-            Decode::NetSpeedBytes,
-            changed,
-        ) {
-            // Reading fails (EINVAL) while the link is down: the speed is then unknown.
-            if let Some(mbps) = files.read_text(idx).ok().and_then(parse_netdev_speed) {
-                attributes.insert("speed_mbps".to_string(), mbps.to_string());
-                capacity = Some(super::sysfs::mbps_to_bytes_per_second(mbps));
-            }
-        }
-
+        let mut gauge = |metric: &str, file: &str, how: Decode| {
+            let spec = SeriesSpec::for_link(metric, SeriesKind::Gauge, Tier::Slow, &key);
+            files.upsert(series, spec, dir.join(file), how, changed)
+        };
+        let operstate = gauge("state_code", "operstate", Decode::OperUp);
+        let speed = match self.options.capacity_of(name) {
+            // The configured capacity is the link's; `speed` is only read as an attribute.
+            Some(_) => None,
+            None => gauge("capacity_bytes_per_second", "speed", Decode::NetSpeedBytes),
+        };
         let stats = dir.join("statistics");
         for &(metric, tier) in STATISTICS {
             files.upsert(
@@ -339,17 +431,30 @@ impl NetdevSource {
             );
         }
 
-        Link {
+        let mut link = Link {
             key,
             endpoint: Endpoint::Interface,
             role,
-            capacity_bytes_per_second: capacity,
-            state,
+            capacity_bytes_per_second: None,
+            state: UNKNOWN_STATE.to_string(),
             attributes,
             gpu: None,
             link: None,
-        }
+        };
+        let mut files = InterfaceFiles {
+            operstate,
+            speed,
+            mtu,
+        };
+        self.read_facts(&mut files, &mut link);
+        (link, files)
     }
+}
+
+/// The trimmed text, `None` when empty.
+fn trimmed(text: &str) -> Option<String> {
+    let t = text.trim();
+    (!t.is_empty()).then(|| t.to_string())
 }
 
 impl Source for NetdevSource {
@@ -362,24 +467,31 @@ impl Source for NetdevSource {
     }
 
     fn discover(&mut self) -> Result<bool, SourceError> {
-        let names = select(&self.sysfs_root, &self.options)?;
+        if !self.rewalk.full(self.mark()) {
+            return Ok(self.reread_links());
+        }
+        let rdma = rdma_netdevs(&self.sysfs_root);
+        let names = select_with(&self.sysfs_root, &self.options, &rdma)?;
         if names.is_empty() && !self.absent_logged {
             let net = self.sysfs_root.join("class/net");
             tracing::debug!(path = %net.display(), "no network interfaces");
             self.absent_logged = true;
         }
-        let rdma = rdma_netdevs(&self.sysfs_root);
 
         let mut changed = false;
         let mut links = Vec::new();
+        let mut facts = Vec::new();
         self.files.begin();
         for (name, selected) in names {
             if selected != Selection::Read {
                 continue;
             }
-            links.push(self.discover_interface(&name, &rdma, &mut changed));
+            let (link, files) = self.discover_interface(&name, &rdma, &mut changed);
+            links.push(link);
+            facts.push(files);
         }
         self.files.finish(&self.inventory.series);
+        self.facts = facts;
         if links != self.inventory.links {
             self.inventory.links = links;
             changed = true;

@@ -15,9 +15,11 @@
 //! (data-loader workers) inherit its environment: of several processes with the same job and rank, the one on
 //! a GPU is kept, else the oldest.
 //!
-//! Cost: each discovery lists `/proc` and reads `stat` of every process; `environ` and `cgroup` are read once
+//! Cost: a full scan lists `/proc` and reads `stat` of every process; `environ` and `cgroup` are read once
 //! per process image (keyed by pid, start time and the image's code and stack addresses, so an `exec` under
-//! the same pid is read anew). Between discoveries, at each slow tick ([`Source::refresh_jobs`]), `/proc` is
+//! the same pid is read anew). The first discovery scans, then one in [`FULL_WALK_EVERY`] (every minute at the
+//! default discovery period); the others read NVML's process list again (a process it lists that was not read
+//! yet is read) and look as a refresh does. Between discoveries, at each slow tick ([`Source::refresh_jobs`]), `/proc` is
 //! listed only when a process may have started or ended (its link count or `loadavg`'s last pid moved: one
 //! `statx` and one `pread` otherwise): a pid not listed before is read (so a new rank is known within a slow
 //! period), one gone is dropped, and a pid listed for less than [`RECHECK_YOUNG`] has its `stat` read again
@@ -25,6 +27,8 @@
 //! discovery's. Each file of a pid is read in five system calls (`read_pid_file`). A
 //! process caught half-way through an `exec` (its environment not yet placed) is read again at the next
 //! look. The jobs' CPU cgroups are handed to the `cgroup` source at each look that changes a job.
+//!
+//! [`FULL_WALK_EVERY`]: super::dir_mark::FULL_WALK_EVERY
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::os::unix::fs::MetadataExt;
@@ -35,6 +39,7 @@ use commwatch_model::{Job, Link, LinkClass, NcclConflict, Rank};
 
 use super::attr_file::AttrFile;
 use super::cgroup::{parse_proc_cgroup, CpuCgroup, SharedJobCgroups};
+use super::dir_mark::Rewalk;
 use super::fsroot::FsRoot;
 use super::gpu::{GpuProcess, SharedGpu};
 use super::{Inventory, ReadReport, Source, SourceError, Tier, Value};
@@ -399,6 +404,9 @@ pub struct ProcessesSource {
     loadavg: Option<AttrFile>,
     /// Reused for each `stat` and `cgroup` read.
     buf: Vec<u8>,
+    /// Which discoveries scan in full (no mark: the first, then one in
+    /// [`FULL_WALK_EVERY`](super::dir_mark::FULL_WALK_EVERY)).
+    scans: Rewalk,
 }
 
 fn first_u32(env: &BTreeMap<String, String>, keys: &[&str]) -> Option<u32> {
@@ -423,6 +431,7 @@ impl ProcessesSource {
             mark: None,
             loadavg: None,
             buf: Vec::new(),
+            scans: Rewalk::default(),
         }
     }
 
@@ -549,9 +558,8 @@ impl ProcessesSource {
         b.compute_processes().unwrap_or_default()
     }
 
-    /// Scans the processes now: NVML's process list, and every listed process's `stat` (its environment and
-    /// cgroup only for a process not seen before, or with a new image); returns the jobs found.
-    pub fn scan(&mut self) -> Vec<Job> {
+    /// Reads NVML's compute process list into `gpus_of`.
+    fn read_gpus_of(&mut self) {
         self.gpus_of.clear();
         for p in self.gpu_processes() {
             self.gpus_of
@@ -559,6 +567,12 @@ impl ProcessesSource {
                 .or_default()
                 .push(p.gpu.to_string());
         }
+    }
+
+    /// Scans the processes now: NVML's process list, and every listed process's `stat` (its environment and
+    /// cgroup only for a process not seen before, or with a new image); returns the jobs found.
+    pub fn scan(&mut self) -> Vec<Job> {
+        self.read_gpus_of();
         let now = Instant::now();
         self.mark = self.mark();
         let pids = self.pids();
@@ -596,6 +610,25 @@ impl ProcessesSource {
             self.recheck(now)
         };
         changed.then(|| self.assemble())
+    }
+
+    /// A discovery between two scans: NVML's process list read again, a process it lists that was not read
+    /// yet read, then a [`ProcessesSource::refresh`]; returns the jobs.
+    fn between_scans(&mut self) -> Vec<Job> {
+        self.read_gpus_of();
+        let now = Instant::now();
+        let unread: Vec<u32> = self
+            .gpus_of
+            .keys()
+            .filter(|pid| !self.cache.contains_key(pid))
+            .copied()
+            .collect();
+        for pid in unread {
+            self.look(pid, now);
+        }
+        // The refresh's own jobs (when it saw a change) are assembled again here with NVML's new list.
+        let _ = self.refresh();
+        self.assemble()
     }
 
     /// Reads again the cached processes a refresh at `now` must (see [`Entry::recheck`]); returns whether
@@ -934,7 +967,12 @@ impl Source for ProcessesSource {
     }
 
     fn discover(&mut self) -> Result<bool, SourceError> {
-        let jobs = self.scan();
+        // No mark to compare: only the first discovery and the bound scan in full.
+        let jobs = if self.scans.full(Some(0)) {
+            self.scan()
+        } else {
+            self.between_scans()
+        };
         let changed = jobs != self.jobs;
         self.jobs = jobs;
         Ok(changed)
