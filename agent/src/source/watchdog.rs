@@ -66,8 +66,9 @@ enum Reply {
     Value(usize, Value),
     /// Values read by the `sample` under way, in order (a quick-reading source's chunk).
     Values(Vec<(usize, Value)>),
-    /// The end of a `sample`.
-    Sampled(ReadReport),
+    /// The end of a `sample`, with the values a quick-reading source read since its last chunk (handed over
+    /// with the end rather than in a message of their own: one wake-up of the sampler less per tick).
+    Sampled(ReadReport, Vec<(usize, Value)>),
     /// The end of a `refresh_jobs`: the new job list when it changed.
     Refreshed(Result<Option<Vec<Job>>, SourceError>),
 }
@@ -75,7 +76,9 @@ enum Reply {
 /// What a `discover` found.
 struct Discovered {
     result: Result<bool, SourceError>,
-    inventory: Inventory,
+    /// The source's inventory; `None` when the discovery said it did not change (`Ok(false)`): the copy
+    /// held from the discovery before stands (a copy of hundreds of series per discovery saved).
+    inventory: Option<Inventory>,
     jobs: Option<Vec<Job>>,
     unavailable: Option<String>,
 }
@@ -174,9 +177,13 @@ fn serve(mut source: Box<dyn Source>, requests: Receiver<Request>, replies: Send
                     source.node_links(&links);
                 }
                 let result = source.discover();
+                let inventory = match result {
+                    Ok(false) => None,
+                    _ => Some(source.inventory().clone()),
+                };
                 Reply::Discovered(Box::new(Discovered {
                     result,
-                    inventory: source.inventory().clone(),
+                    inventory,
                     jobs: source.jobs().map(<[Job]>::to_vec),
                     unavailable: source.unavailable(),
                 }))
@@ -191,14 +198,13 @@ fn serve(mut source: Box<dyn Source>, requests: Receiver<Request>, replies: Send
             Request::Sample(tier, hold) if source.quick_reads() => {
                 let mut chunk = Chunk::new(hold);
                 let report = source.sample(tier, &mut |i, v| chunk.push(i, v, &replies));
-                chunk.flush(&replies);
-                Reply::Sampled(report)
+                Reply::Sampled(report, chunk.take())
             }
             Request::Sample(tier, _) => {
                 let report = source.sample(tier, &mut |i, v| {
                     let _ = replies.send(Reply::Value(i, v));
                 });
-                Reply::Sampled(report)
+                Reply::Sampled(report, Vec::new())
             }
         };
         if replies.send(reply).is_err() {
@@ -242,6 +248,11 @@ impl Chunk {
             let _ = replies.send(Reply::Values(values));
         }
     }
+
+    /// The values not handed over yet, for the end of the `sample`.
+    fn take(self) -> Vec<(usize, Value)> {
+        self.values
+    }
 }
 
 impl Watched {
@@ -268,7 +279,9 @@ impl Watched {
                             let Discovered {
                                 inventory, jobs, ..
                             } = *d;
-                            self.missed_change |= inventory != self.inventory || jobs != self.jobs;
+                            self.missed_change |=
+                                inventory.as_ref().is_some_and(|i| *i != self.inventory)
+                                    || jobs != self.jobs;
                             self.absorb(inventory, jobs);
                         }
                         // Taken in; the sampler reads the list at the next discovery.
@@ -345,13 +358,17 @@ impl Watched {
         report
     }
 
-    fn absorb(&mut self, inventory: Inventory, jobs: Option<Vec<Job>>) {
+    /// Takes in what a discovery found; an inventory of `None` leaves the one held.
+    fn absorb(&mut self, inventory: Option<Inventory>, jobs: Option<Vec<Job>>) {
+        self.jobs = jobs;
+        let Some(inventory) = inventory else {
+            return;
+        };
         self.tier_series = [0, 0];
         for s in &inventory.series {
             self.tier_series[s.tier.index()] += 1;
         }
         self.inventory = inventory;
-        self.jobs = jobs;
     }
 
     fn set_stalled(&self, stalled: bool) {
@@ -410,7 +427,12 @@ impl Source for Watched {
                         sink(i, v);
                     }
                 }
-                Some(Reply::Sampled(report)) => return report,
+                Some(Reply::Sampled(report, tail)) => {
+                    for (i, v) in tail {
+                        sink(i, v);
+                    }
+                    return report;
+                }
                 Some(Reply::Discovered(_) | Reply::Refreshed(_)) => {
                     let mut report = ReadReport::default();
                     report.fail(self.out_of_order());
