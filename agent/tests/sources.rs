@@ -1484,9 +1484,10 @@ fn host_source_reads_its_procfs_root() {
     assert_eq!(gauge(&s, "memory_total_bytes"), 16_000_000.0 * 1024.0);
     assert_eq!(gauge(&s, "memory_used_bytes"), 6_000_000.0 * 1024.0);
 
-    // Without its files the source says so, and reads nothing from this machine's /proc.
-    std::fs::remove_file(dir.path().join("meminfo")).unwrap();
-    std::fs::remove_file(dir.path().join("stat")).unwrap();
+    // Files it cannot parse: the source says so. (It keeps its files open, as procfs regenerates them; a
+    // fixture rewrites them in place.) Without a root it reads nothing from this machine's /proc.
+    std::fs::write(dir.path().join("meminfo"), "garbage\n").unwrap();
+    std::fs::write(dir.path().join("stat"), "garbage\n").unwrap();
     let s = sample(&mut src, Tier::Slow);
     assert!(s.values.is_empty());
     assert_eq!(s.report.failed, 3, "CPU total and both memory series");

@@ -78,6 +78,29 @@ impl AttrFile {
     }
 }
 
+/// Reads `path` (under `root`) through `file`, opening it first when it is not open, and hands its text to
+/// `parse`; a file whose read fails is closed, to be opened again at the next call. For procfs files read at
+/// every tick (`net/snmp`, `stat`): procfs generates a file anew at each read from offset 0, so a kept file
+/// costs one `pread` a read instead of a path's resolution, an open and a close.
+pub fn read_kept<T>(
+    root: &FsRoot,
+    file: &mut Option<AttrFile>,
+    path: &Path,
+    parse: impl FnOnce(&str) -> Result<T, SourceError>,
+) -> Result<T, SourceError> {
+    let open = match file {
+        Some(f) => f,
+        None => file.insert(AttrFile::open(root, path.to_path_buf())?),
+    };
+    match open.read() {
+        Ok(text) => parse(text),
+        Err(e) => {
+            *file = None;
+            Err(e)
+        }
+    }
+}
+
 /// Reads from offset 0 to end of file into `buf`, growing it when full; returns the length read.
 fn read_all_at(file: &File, buf: &mut Vec<u8>) -> io::Result<usize> {
     let mut len = 0;

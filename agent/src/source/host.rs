@@ -15,11 +15,9 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use super::attr_file::{read_kept, AttrFile};
 use super::fsroot::FsRoot;
 use super::{Inventory, ReadReport, SeriesKind, SeriesSpec, Source, SourceError, Tier, Value};
-
-/// Largest `/proc/stat` read: a few hundred bytes a CPU, ample for thousands of CPUs.
-const MAX_STAT_BYTES: usize = 4 << 20;
 
 /// One reading of the host.
 #[derive(Debug, Clone, PartialEq)]
@@ -137,10 +135,13 @@ fn busy_percent(before: CpuTimes, now: CpuTimes) -> f32 {
     (busy as f64 * 100.0 / total as f64) as f32
 }
 
-/// The node's procfs, under a root: `stat` and `meminfo`, each opened through [`FsRoot`].
+/// The node's procfs, under a root: `stat` and `meminfo`, each opened through [`FsRoot`] and kept open
+/// ([`read_kept`]).
 pub struct ProcfsHost {
     root: FsRoot,
     previous: Option<CpuStat>,
+    stat: Option<AttrFile>,
+    meminfo: Option<AttrFile>,
 }
 
 impl ProcfsHost {
@@ -149,36 +150,31 @@ impl ProcfsHost {
         ProcfsHost {
             root: FsRoot::new(procfs_root),
             previous: None,
+            stat: None,
+            meminfo: None,
         }
     }
 
-    fn read_text(&self, name: &str, limit: usize) -> Result<String, SourceError> {
-        let path = self.root.join(name);
-        let bytes = self.root.read(&path, limit)?;
-        String::from_utf8(bytes).map_err(|e| SourceError::Parse {
-            path,
-            bytes: e.as_bytes().len(),
-            reason: "not UTF-8".to_string(),
-        })
+    fn stat(&mut self) -> Result<CpuStat, SourceError> {
+        parsed(&self.root, &mut self.stat, "stat", parse_stat)
     }
+}
 
-    fn parsed<T>(
-        &self,
-        name: &str,
-        limit: usize,
-        parse: impl Fn(&str) -> Result<T, String>,
-    ) -> Result<T, SourceError> {
-        let text = self.read_text(name, limit)?;
-        parse(&text).map_err(|reason| SourceError::Parse {
-            path: self.root.join(name),
+/// Reads `<root>/<name>` through `file` ([`read_kept`]) and parses it with `parse`.
+fn parsed<T>(
+    root: &FsRoot,
+    file: &mut Option<AttrFile>,
+    name: &str,
+    parse: impl Fn(&str) -> Result<T, String>,
+) -> Result<T, SourceError> {
+    let path = root.join(name);
+    read_kept(root, file, &path, |text| {
+        parse(text).map_err(|reason| SourceError::Parse {
+            path: path.clone(),
             bytes: text.len(),
             reason,
         })
-    }
-
-    fn stat(&self) -> Result<CpuStat, SourceError> {
-        self.parsed("stat", MAX_STAT_BYTES, parse_stat)
-    }
+    })
 }
 
 impl HostBackend for ProcfsHost {
@@ -190,9 +186,8 @@ impl HostBackend for ProcfsHost {
     }
 
     fn read(&mut self) -> HostReading {
-        let (memory_used_bytes, memory_total_bytes) = self
-            .parsed("meminfo", super::fsroot::MAX_SMALL_FILE, parse_meminfo)
-            .unwrap_or((0, 0));
+        let (memory_used_bytes, memory_total_bytes) =
+            parsed(&self.root, &mut self.meminfo, "meminfo", parse_meminfo).unwrap_or((0, 0));
         let mut reading = HostReading {
             cpu_percent: f32::NAN,
             per_cpu_percent: Vec::new(),

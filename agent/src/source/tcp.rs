@@ -17,6 +17,7 @@
 
 use std::path::PathBuf;
 
+use super::attr_file::{read_kept, AttrFile};
 use super::fsroot::FsRoot;
 use super::{Inventory, ReadReport, SeriesKind, SeriesSpec, Source, SourceError, Tier, Value};
 
@@ -106,6 +107,11 @@ pub fn parse_snmp(text: &str) -> Result<SnmpTcp, String> {
 pub struct TcpSource {
     root: FsRoot,
     inventory: Inventory,
+    /// `net/snmp` and `net/netstat`, kept open once opened and re-read from offset 0 (procfs generates them
+    /// anew at each read from the start): one `pread` each a read instead of a path's resolution, an open
+    /// and a close. Closed after a failed read, reopened at the next.
+    snmp: Option<AttrFile>,
+    netstat: Option<AttrFile>,
 }
 
 impl TcpSource {
@@ -114,31 +120,23 @@ impl TcpSource {
         TcpSource {
             root: FsRoot::new(procfs_root),
             inventory: Inventory::default(),
+            snmp: None,
+            netstat: None,
         }
-    }
-
-    /// Reads `net/<name>` under the root and parses it with `parse`.
-    fn read_file<T>(
-        &self,
-        name: &str,
-        parse: fn(&str) -> Result<T, String>,
-    ) -> Result<T, SourceError> {
-        let path = self.root.join(name);
-        let bytes = self.root.read(&path, super::fsroot::MAX_SMALL_FILE)?;
-        let text = String::from_utf8_lossy(&bytes);
-        parse(&text).map_err(|reason| SourceError::Parse {
-            path,
-            bytes: bytes.len(),
-            reason,
-        })
     }
 
     /// The counters; the out-of-order count only when `with_netstat` (a failure to read it then fails the
     /// read: the series was discovered).
-    fn read(&self, with_netstat: bool) -> Result<TcpCounters, SourceError> {
-        let snmp = self.read_file("net/snmp", parse_snmp)?;
+    fn read(&mut self, with_netstat: bool) -> Result<TcpCounters, SourceError> {
+        let snmp = read_file(&self.root, &mut self.snmp, "net/snmp", parse_snmp)?;
         let out_of_order_packets = if with_netstat {
-            Some(self.read_file("net/netstat", parse_netstat)?)
+            let netstat = &mut self.netstat;
+            Some(read_file(
+                &self.root,
+                netstat,
+                "net/netstat",
+                parse_netstat,
+            )?)
         } else {
             None
         };
@@ -154,6 +152,23 @@ impl TcpSource {
     fn with_netstat(&self) -> bool {
         self.inventory.series.len() == METRICS.len()
     }
+}
+
+/// Reads `<root>/<name>` through `file` (see [`read_kept`]) and parses it with `parse`.
+fn read_file<T>(
+    root: &FsRoot,
+    file: &mut Option<AttrFile>,
+    name: &str,
+    parse: fn(&str) -> Result<T, String>,
+) -> Result<T, SourceError> {
+    let path = root.join(name);
+    read_kept(root, file, &path, |text| {
+        parse(text).map_err(|reason| SourceError::Parse {
+            path: path.clone(),
+            bytes: text.len(),
+            reason,
+        })
+    })
 }
 
 impl Source for TcpSource {
@@ -303,9 +318,16 @@ mod tests {
             ]
         );
         assert!(src.sample(Tier::Fast, &mut |_, _| panic!("fast tier")).read == 0);
-        // A netstat that goes away after discovery fails the read, named; the file back, it reads again.
-        std::fs::remove_file(dir.path().join("net/netstat")).unwrap();
-        assert_eq!(sample(&mut src).0.failed, 1);
+        // A netstat that cannot be parsed after discovery fails the read, named; readable again, it reads
+        // again. (Its file is kept open: it is rewritten in place here, as procfs regenerates it.)
+        std::fs::write(dir.path().join("net/netstat"), "TcpExt: x\nTcpExt: y\n").unwrap();
+        let (r, _) = sample(&mut src);
+        assert_eq!(r.failed, 1);
+        assert!(
+            r.errors[0].to_string().contains("net/netstat"),
+            "{:?}",
+            r.errors
+        );
         std::fs::write(dir.path().join("net/netstat"), NETSTAT).unwrap();
         assert_eq!(sample(&mut src).0.read, 4);
     }
