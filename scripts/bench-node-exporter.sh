@@ -13,8 +13,8 @@
 #  4. The agent process at the default rates (20 Hz fast, 1 Hz slow): CPU per second, against node_exporter's
 #     per-scrape cost × 20 (scraped at 20 Hz).
 #
-#  With BASE_BIN (another revision's binary), step 3 runs that agent too, beside the first, in the same window:
-#  a before/after under the same load.
+#  With BASE_BIN (another revision's binary), steps 3 and 4 run that agent too, beside the first, in the same
+#  windows: a before/after under the same load, split by thread.
 #
 # Usage: scripts/bench-node-exporter.sh [K scrapes (default 2000)] [agent seconds (default 20)]
 set -euo pipefail
@@ -137,10 +137,23 @@ wait "$a1hz" "$ne1hz" $b1hz 2>/dev/null || true
 echo "== commwatch agent process at the default rates for ${secs}s"
 printf '' >"$work/agent-default.toml"
 agent h100 "$work/agent-default.toml"
+a20=$apid
+b20=
+if [ -n "${BASE_BIN:-}" ]; then
+  agent h100-base "$work/agent-default.toml" "$BASE_BIN"
+  b20=$apid
+fi
 sleep 3 # start-up and first discovery excluded
-a0=$(cpu_ns "$apid")
+a0=$(cpu_ns "$a20"); thread_ns "$a20" >"$work/threads20-0"
+if [ -n "$b20" ]; then
+  ba0=$(cpu_ns "$b20"); thread_ns "$b20" >"$work/base-threads20-0"
+fi
 sleep "$secs"
-a1=$(cpu_ns "$apid")
+a1=$(cpu_ns "$a20"); thread_ns "$a20" >"$work/threads20-1"
+if [ -n "$b20" ]; then
+  ba1=$(cpu_ns "$b20"); thread_ns "$b20" >"$work/base-threads20-1"
+fi
+kill "$a20" $b20 2>/dev/null; wait "$a20" $b20 2>/dev/null || true
 
 python3 - "$n0" "$n1" "$K" "$clk" "$ne_series" "$ne_bytes" "$a0" "$a1" "$secs" "$work/sources.txt" \
   "$h0" "$h1" "$e0" "$e1" <<'PY'
@@ -170,8 +183,8 @@ agent_1hz, ne_1hz = (h1 - h0) / 1e9 / secs, (e1 - e0) / 1e9 / secs
 print(f"at 1 Hz, same {secs:.0f} s, whole processes: agent {agent_1hz*1e3:.2f} ms/s, node_exporter scraped once a second {ne_1hz*1e3:.2f} ms/s: agent/node_exporter {agent_1hz/max(ne_1hz,1e-9):.2f} (goal <= 0.5)")
 PY
 # The 1 Hz agent's CPU by thread, same window (threads that ended or began in it are left out); BASE_BIN's too.
-by_thread() { # label threads0 threads1
-python3 - "$1" "$2" "$3" "$secs" "$e0" "$e1" <<'PY'
+by_thread() { # label threads0 threads1 [node_exporter ns0 ns1 (default: the 1 Hz window's)]
+python3 - "$1" "$2" "$3" "$secs" "${4:-$e0}" "${5:-$e1}" <<'PY'
 import sys
 from collections import defaultdict
 def load(path):
@@ -194,3 +207,12 @@ PY
 }
 by_thread agent "$work/threads0" "$work/threads1"
 [ -z "$b1hz" ] || by_thread "base agent ($BASE_BIN)" "$work/base-threads0" "$work/base-threads1"
+# At 20 Hz: the "of node_exporter's" share is against node_exporter's per-scrape cost × 20 (step 1).
+ne20=$(python3 -c "print(int(($n1 - $n0) / $clk / $K * 20 * $secs * 1e9))")
+sed 's/ at 1 Hz:/ at 20 Hz:/' <(by_thread agent "$work/threads20-0" "$work/threads20-1" 0 "$ne20")
+if [ -n "$b20" ]; then
+  sed 's/ at 1 Hz:/ at 20 Hz:/' <(by_thread "base agent ($BASE_BIN)" "$work/base-threads20-0" "$work/base-threads20-1" 0 "$ne20")
+  python3 -c "
+a, b, ne = ($a1 - $a0) / 1e9 / $secs, ($ba1 - $ba0) / 1e9 / $secs, $ne20 / 1e9 / $secs
+print(f'at 20 Hz, same {$secs} s: agent {a*1e3:.2f} ms/s ({ne/a:.1f}x less than node_exporter x 20), base agent {b*1e3:.2f} ms/s ({ne/b:.1f}x)')"
+fi
