@@ -305,27 +305,56 @@ pub struct Extras {
 /// `(timestamp_ns, value)` samples, oldest first.
 type Samples = Vec<(i64, u64)>;
 
-/// `(ts, value)` of a series' samples from `since_ns` on, oldest first, into `buf` (cleared first; left empty
-/// without samples), keeping its allocation.
-fn window_into(buf: &mut Samples, samples: Option<crate::store::Samples<'_>>, since_ns: i64) {
+/// Where [`node_input_from`] reads a node's series from: a window of `(timestamp_ns, value)` samples, values as
+/// [`NodeState::samples`] gives them. [`StoreWindows`] reads the store's rings (the whole window every time);
+/// the kept windows (the `windows` module beside this one) keep each window from pass to pass and read only
+/// what is new. Both must give the same samples: the rules' input is the same either way (that module's
+/// tests compare them).
+pub trait Windows {
+    /// `s`'s samples stamped at or after `since_ns`, newest first.
+    fn newest_first<'a>(
+        &'a self,
+        s: &'a crate::store::Series,
+        since_ns: i64,
+    ) -> impl Iterator<Item = (i64, u64)> + 'a;
+}
+
+/// A node's windows read from its store state: every evaluation decodes each window anew (the oracle, and the
+/// whole-fleet evaluation's way).
+pub struct StoreWindows<'n>(pub &'n NodeState);
+
+impl Windows for StoreWindows<'_> {
+    fn newest_first<'a>(
+        &'a self,
+        s: &'a crate::store::Series,
+        since_ns: i64,
+    ) -> impl Iterator<Item = (i64, u64)> + 'a {
+        self.0
+            .samples(s)
+            .iter()
+            .rev()
+            .take_while(move |(t, _)| *t >= since_ns)
+    }
+}
+
+/// `window` (newest first) into `buf` oldest first (cleared first; left empty without samples), keeping its
+/// allocation.
+fn window_into(buf: &mut Samples, window: Option<impl Iterator<Item = (i64, u64)>>) {
     buf.clear();
-    if let Some(samples) = samples {
-        buf.extend(samples.iter().rev().take_while(|(t, _)| *t >= since_ns));
+    if let Some(window) = window {
+        buf.extend(window);
         buf.reverse();
     }
 }
 
-/// Increase of a counter over its samples from `since_ns` on (first and last of the window only: nothing is
-/// copied).
+/// Increase of a counter over its `window` (newest first; its first and last samples only: nothing is copied).
 fn counter_window(
     s: &crate::store::Series,
-    samples: crate::store::Samples<'_>,
+    mut window: impl Iterator<Item = (i64, u64)>,
     max_value: u64,
-    since_ns: i64,
 ) -> Option<CounterWindow> {
-    let mut in_window = samples.iter().rev().take_while(|(t, _)| *t >= since_ns);
-    let last = in_window.next()?;
-    let first = in_window.last().unwrap_or(last);
+    let last = window.next()?;
+    let first = window.last().unwrap_or(last);
     let raw = s.last_raw().map_or(0, |r| r.1);
     Some(CounterWindow {
         key: CounterKey(s.key().clone()),
@@ -336,32 +365,27 @@ fn counter_window(
     })
 }
 
-/// Lowest finite positive value of a gauge from `since_ns` on.
-fn gauge_lowest_positive(samples: crate::store::Samples<'_>, since_ns: i64) -> Option<f64> {
-    samples
-        .iter()
-        .rev()
-        .take_while(|(t, _)| *t >= since_ns)
+/// Lowest finite positive value of a gauge's `window` (newest first).
+fn gauge_lowest_positive(window: impl Iterator<Item = (i64, u64)>) -> Option<f64> {
+    window
         .map(|(_, b)| f64::from_bits(b))
         .filter(|v| v.is_finite() && *v > 0.0)
         .reduce(f64::min)
 }
 
-/// Mean of a gauge's finite values from `since_ns` on, and how many it rests on (`None` without any).
-fn gauge_mean_of(samples: crate::store::Samples<'_>, since_ns: i64) -> Option<(f64, usize)> {
-    let (sum, n) = samples
-        .iter()
-        .rev()
-        .take_while(|(t, _)| *t >= since_ns)
+/// Mean of a gauge's finite values over its `window` (newest first, summed in that order), and how many it
+/// rests on (`None` without any).
+fn gauge_mean_of(window: impl Iterator<Item = (i64, u64)>) -> Option<(f64, usize)> {
+    let (sum, n) = window
         .map(|(_, b)| f64::from_bits(b))
         .filter(|v| v.is_finite())
         .fold((0.0, 0usize), |(sum, n), v| (sum + v, n + 1));
     (n > 0).then(|| (sum / n as f64, n))
 }
 
-/// Mean of a gauge's finite values from `since_ns` on.
-fn gauge_mean(samples: crate::store::Samples<'_>, since_ns: i64) -> Option<f64> {
-    gauge_mean_of(samples, since_ns).map(|(mean, _)| mean)
+/// Mean of a gauge's finite values over its `window` (newest first).
+fn gauge_mean(window: impl Iterator<Item = (i64, u64)>) -> Option<f64> {
+    gauge_mean_of(window).map(|(mean, _)| mean)
 }
 
 /// Whether a rule reads `link`'s [`LinkInput::activity`]: the fabric's network links, RDMA ports and, on a TCP
@@ -378,131 +402,255 @@ pub fn reads_activity(link: &Link) -> bool {
         || link.role == LinkRole::Management
 }
 
-/// Copies one node's windows (under its lock; the caller holds it only for this call).
+/// Copies one node's windows (under its lock; the caller holds it only for this call), each decoded from the
+/// store ([`StoreWindows`]).
 pub fn node_input(n: &NodeState, since_ns: i64) -> NodeInput {
-    let mut links: Vec<LinkInput> = n
-        .links()
-        .iter()
-        .map(|l| LinkInput::from_link(l.link.clone()))
-        .collect();
-    // Each link's byte counters (the last of each direction, as the loop meets them), windowed after it.
-    let mut bytes: Vec<(Option<&crate::store::Series>, Option<&crate::store::Series>)> =
-        vec![(None, None); links.len()];
-    let mut gpus: BTreeMap<String, GpuInput> = BTreeMap::new();
-    let mut cpu = None;
-    let mut counters = Vec::new();
+    node_input_from(n, since_ns, &StoreWindows(n))
+}
+
+/// Whether [`node_input_from`] reads a window of `s` (one of `n`'s series), not only its last reading: what a
+/// reader that keeps windows between evaluations ([`super::windows`]) keeps. Link counters (the byte counters
+/// of the links whose activity a rule reads, [`reads_activity`]), [`MEAN_GAUGES`] and [`LOW_GAUGES`], the
+/// host CPU, every GPU counter and the GPU gauges the input averages, and the node's own counters.
+pub fn reads_window(n: &NodeState, s: &crate::store::Series) -> bool {
+    let key = s.key();
+    let counter = matches!(s.kind(), SeriesKind::Counter { .. });
+    match (&key.link, s.link_index().and_then(|i| n.links().get(i))) {
+        (Some(_), None) => false,
+        (Some(_), Some(l)) => match key.metric.as_str() {
+            "tx_bytes" | "rx_bytes" if counter => reads_activity(&l.link),
+            _ if counter => true,
+            m => MEAN_GAUGES.contains(&m) || LOW_GAUGES.contains(&m),
+        },
+        (None, _) if counter => true,
+        (None, _) if key.labels.iter().any(|(k, _)| k == "gpu") => {
+            GPU_MEANS.contains(&key.metric.as_str())
+        }
+        (None, _) => key.metric == "cpu_utilization_ratio" && key.labels.is_empty(),
+    }
+}
+
+/// GPU gauges whose window mean a [`GpuInput`] holds.
+const GPU_MEANS: &[&str] = &[
+    "gpu_utilization_ratio",
+    "gpu_sm_activity_ratio",
+    "gpu_pcie_link_gen",
+    "gpu_pcie_link_gen_max",
+    "gpu_pcie_link_width",
+    "gpu_pcie_link_width_max",
+];
+
+/// Buffers one node's input is built with, kept by a caller that builds many ([`node_input_into`]).
+#[derive(Debug, Default)]
+pub struct Scratch {
+    /// Slots of each link's byte counters (by link index): the last transmit and receive series of each, as
+    /// the series come.
+    bytes: Vec<(Option<usize>, Option<usize>)>,
+    /// One link's byte windows, oldest first.
+    tx: Samples,
+    rx: Samples,
+}
+
+/// One node's input from its state `n` (under its lock) and its series' windows from `since_ns` on as `w`
+/// reads them.
+pub fn node_input_from<W: Windows>(n: &NodeState, since_ns: i64, w: &W) -> NodeInput {
+    node_input_into(n, since_ns, w, None, &mut Scratch::default())
+}
+
+/// [`node_input_from`] into `spare`'s allocations, and `scratch`'s: `spare` is an input of the same node
+/// built under the same layout ([`NodeState::layout`]) by this function, given back after its evaluation.
+/// What it gives is what a fresh build gives: every field is set anew, but for a link's last gauge readings,
+/// which are updated in place (under one layout a gauge, once read, always has a last reading).
+pub fn node_input_into<W: Windows>(
+    n: &NodeState,
+    since_ns: i64,
+    w: &W,
+    spare: Option<NodeInput>,
+    scratch: &mut Scratch,
+) -> NodeInput {
+    let mut out = match spare {
+        Some(spare) if spare.links.len() == n.links().len() && spare.name == n.name() => {
+            spare.reset(n)
+        }
+        _ => NodeInput {
+            name: n.name().to_string(),
+            links: n
+                .links()
+                .iter()
+                .map(|l| LinkInput::from_link(l.link.clone()))
+                .collect(),
+            ..Default::default()
+        },
+    };
+    scratch.bytes.clear();
+    scratch.bytes.resize(out.links.len(), (None, None));
     for s in n.series() {
         let key = s.key();
-        match &key.link {
-            Some(_) => {
-                let Some(i) = s.link_index().filter(|&i| i < links.len()) else {
-                    continue;
-                };
-                match (key.metric.as_str(), s.kind()) {
-                    ("tx_bytes", SeriesKind::Counter { .. }) => bytes[i].0 = Some(s),
-                    ("rx_bytes", SeriesKind::Counter { .. }) => bytes[i].1 = Some(s),
-                    (_, SeriesKind::Counter { max_value }) => {
-                        if let Some(c) = counter_window(s, n.samples(s), max_value, since_ns) {
-                            links[i].counters.push(c);
-                        }
-                    }
-                    (m, SeriesKind::Gauge) => {
-                        if let Some((_, raw)) = s.last_raw() {
-                            links[i].gauges.insert(m.to_string(), f64::from_bits(raw));
-                        }
-                        if MEAN_GAUGES.contains(&m) {
-                            if let Some((mean, _)) = gauge_mean_of(n.samples(s), since_ns)
-                                .filter(|&(_, k)| k >= MIN_MEAN_SAMPLES)
-                            {
-                                links[i].gauge_means.insert(m.to_string(), mean);
-                            }
-                        }
-                        if LOW_GAUGES.contains(&m) {
-                            if let Some(low) = gauge_lowest_positive(n.samples(s), since_ns) {
-                                links[i].gauge_lows.insert(m.to_string(), low);
-                            }
-                        }
-                    }
+        if key.link.is_some() {
+            if let Some(i) = s.link_index().filter(|&i| i < out.links.len()) {
+                link_series(&mut out.links[i], &mut scratch.bytes[i], s, since_ns, w);
+            }
+            continue;
+        }
+        let gpu = key.labels.iter().find(|(k, _)| k == "gpu");
+        match (gpu, s.kind()) {
+            (None, SeriesKind::Gauge) => {
+                if key.metric == "cpu_utilization_ratio" && key.labels.is_empty() {
+                    out.cpu_utilization = gauge_mean(w.newest_first(s, since_ns));
                 }
             }
-            None => {
-                let gpu = key
-                    .labels
-                    .iter()
-                    .find(|(k, _)| k == "gpu")
-                    .map(|(_, v)| v.clone());
-                match (gpu, s.kind()) {
-                    (None, SeriesKind::Gauge) => {
-                        if key.metric == "cpu_utilization_ratio" && key.labels.is_empty() {
-                            cpu = gauge_mean(n.samples(s), since_ns);
-                        }
+            (Some((_, g)), kind) => {
+                // Sorted by index, as GPU inputs are listed.
+                let i = match out.gpus.binary_search_by(|e| e.index.as_str().cmp(g)) {
+                    Ok(i) => i,
+                    Err(i) => {
+                        let index = g.clone();
+                        out.gpus.insert(
+                            i,
+                            GpuInput {
+                                index,
+                                ..Default::default()
+                            },
+                        );
+                        i
                     }
-                    (Some(g), kind) => {
-                        let e = gpus.entry(g.clone()).or_insert_with(|| GpuInput {
-                            index: g,
-                            ..Default::default()
-                        });
-                        match (key.metric.as_str(), kind) {
-                            (_, SeriesKind::Counter { max_value }) => {
-                                if let Some(c) =
-                                    counter_window(s, n.samples(s), max_value, since_ns)
-                                {
-                                    e.counters.push(c);
-                                }
-                            }
-                            ("gpu_utilization_ratio", _) => {
-                                e.busy_share = gauge_mean(n.samples(s), since_ns)
-                            }
-                            ("gpu_sm_activity_ratio", _) => {
-                                e.sm_activity = gauge_mean(n.samples(s), since_ns)
-                            }
-                            ("gpu_pcie_link_gen", _) => {
-                                e.pcie_gen = gauge_mean(n.samples(s), since_ns)
-                            }
-                            ("gpu_pcie_link_gen_max", _) => {
-                                e.pcie_gen_max = gauge_mean(n.samples(s), since_ns)
-                            }
-                            ("gpu_pcie_link_width", _) => {
-                                e.pcie_width = gauge_mean(n.samples(s), since_ns)
-                            }
-                            ("gpu_pcie_link_width_max", _) => {
-                                e.pcie_width_max = gauge_mean(n.samples(s), since_ns)
-                            }
-                            _ => {}
-                        }
-                    }
-                    (None, SeriesKind::Counter { max_value }) => {
-                        let since = if RECENT_COUNTERS.contains(&key.metric.as_str()) {
-                            let newest = n.samples(s).last().map_or(0, |(t, _)| t);
+                };
+                gpu_series(&mut out.gpus[i], s, kind, since_ns, w);
+            }
+            (None, SeriesKind::Counter { max_value }) => {
+                // The newest seconds of the window (a sample older than the window leaves it empty either way).
+                let since = if RECENT_COUNTERS.contains(&key.metric.as_str()) {
+                    w.newest_first(s, since_ns)
+                        .next()
+                        .map_or(since_ns, |(newest, _)| {
                             since_ns.max(newest - RECENT_WINDOW_NS)
-                        } else {
-                            since_ns
-                        };
-                        if let Some(c) = counter_window(s, n.samples(s), max_value, since) {
-                            counters.push(c);
-                        }
-                    }
+                        })
+                } else {
+                    since_ns
+                };
+                if let Some(c) = counter_window(s, w.newest_first(s, since), max_value) {
+                    out.counters.push(c);
                 }
             }
         }
     }
-    // Two window buffers reused link after link: no allocation (and no fresh pages) per link.
-    let (mut tx, mut rx): (Samples, Samples) = Default::default();
-    for (l, (tx_s, rx_s)) in links.iter_mut().zip(bytes) {
+    link_activity(n, &mut out.links, since_ns, w, scratch);
+    out
+}
+
+/// Each link's activity from its byte counters' windows (the links a rule reads it of, [`reads_activity`]).
+fn link_activity<W: Windows>(
+    n: &NodeState,
+    links: &mut [LinkInput],
+    since_ns: i64,
+    w: &W,
+    scratch: &mut Scratch,
+) {
+    let series = n.series();
+    let window = |slot: Option<usize>| {
+        slot.and_then(|i| series.get(i))
+            .map(|s| w.newest_first(s, since_ns))
+    };
+    for (l, &(tx_s, rx_s)) in links.iter_mut().zip(&scratch.bytes) {
         if !reads_activity(&l.link) {
             continue;
         }
-        window_into(&mut tx, tx_s.map(|s| n.samples(s)), since_ns);
-        window_into(&mut rx, rx_s.map(|s| n.samples(s)), since_ns);
-        l.activity = activity::analyse(&tx, &rx, l.link.capacity_bytes_per_second);
+        window_into(&mut scratch.tx, window(tx_s));
+        window_into(&mut scratch.rx, window(rx_s));
+        l.activity = activity::analyse(&scratch.tx, &scratch.rx, l.link.capacity_bytes_per_second);
     }
-    NodeInput {
-        name: n.name().to_string(),
-        links,
-        steps: Vec::new(),
-        gpus: gpus.into_values().collect(),
-        cpu_utilization: cpu,
-        counters,
+}
+
+impl NodeInput {
+    /// This input of `n` emptied for a build under the same layout ([`node_input_into`]): its allocations
+    /// kept, every field that build sets anew cleared (a link's last gauge readings are updated in place).
+    fn reset(mut self, n: &NodeState) -> NodeInput {
+        for (l, state) in self.links.iter_mut().zip(n.links()) {
+            if !Arc::ptr_eq(&l.link, &state.link) {
+                l.link = state.link.clone();
+            }
+            l.activity = None;
+            l.counters.clear();
+            l.gauge_means.clear();
+            l.gauge_lows.clear();
+        }
+        for g in &mut self.gpus {
+            g.counters.clear();
+            (g.busy_share, g.sm_activity) = (None, None);
+            (g.pcie_gen, g.pcie_gen_max, g.pcie_width, g.pcie_width_max) = (None, None, None, None);
+        }
+        self.steps.clear();
+        self.cpu_utilization = None;
+        self.counters.clear();
+        self
+    }
+}
+
+/// One series `s` of link `l`: its byte counters' slots noted in `bytes` (windowed after every series is
+/// seen), its other counters' windows, its gauges' last readings (updated in place), window means and lows.
+fn link_series<W: Windows>(
+    l: &mut LinkInput,
+    bytes: &mut (Option<usize>, Option<usize>),
+    s: &crate::store::Series,
+    since_ns: i64,
+    w: &W,
+) {
+    match (s.key().metric.as_str(), s.kind()) {
+        ("tx_bytes", SeriesKind::Counter { .. }) => bytes.0 = Some(s.slot()),
+        ("rx_bytes", SeriesKind::Counter { .. }) => bytes.1 = Some(s.slot()),
+        (_, SeriesKind::Counter { max_value }) => {
+            if let Some(c) = counter_window(s, w.newest_first(s, since_ns), max_value) {
+                l.counters.push(c);
+            }
+        }
+        (m, SeriesKind::Gauge) => {
+            if let Some((_, raw)) = s.last_raw() {
+                let v = f64::from_bits(raw);
+                match l.gauges.get_mut(m) {
+                    Some(g) => *g = v,
+                    None => {
+                        l.gauges.insert(m.to_string(), v);
+                    }
+                }
+            }
+            if MEAN_GAUGES.contains(&m) {
+                if let Some((mean, _)) = gauge_mean_of(w.newest_first(s, since_ns))
+                    .filter(|&(_, k)| k >= MIN_MEAN_SAMPLES)
+                {
+                    l.gauge_means.insert(m.to_string(), mean);
+                }
+            }
+            if LOW_GAUGES.contains(&m) {
+                if let Some(low) = gauge_lowest_positive(w.newest_first(s, since_ns)) {
+                    l.gauge_lows.insert(m.to_string(), low);
+                }
+            }
+        }
+    }
+}
+
+/// One series `s` of GPU `e` (of `kind`): a counter's window, or the window mean of a gauge it holds.
+fn gpu_series<W: Windows>(
+    e: &mut GpuInput,
+    s: &crate::store::Series,
+    kind: SeriesKind,
+    since_ns: i64,
+    w: &W,
+) {
+    let mean = || gauge_mean(w.newest_first(s, since_ns));
+    match (s.key().metric.as_str(), kind) {
+        (_, SeriesKind::Counter { max_value }) => {
+            if let Some(c) = counter_window(s, w.newest_first(s, since_ns), max_value) {
+                e.counters.push(c);
+            }
+        }
+        ("gpu_utilization_ratio", _) => e.busy_share = mean(),
+        ("gpu_sm_activity_ratio", _) => e.sm_activity = mean(),
+        ("gpu_pcie_link_gen", _) => e.pcie_gen = mean(),
+        ("gpu_pcie_link_gen_max", _) => e.pcie_gen_max = mean(),
+        ("gpu_pcie_link_width", _) => e.pcie_width = mean(),
+        ("gpu_pcie_link_width_max", _) => e.pcie_width_max = mean(),
+        _ => {}
     }
 }
 
@@ -523,6 +671,7 @@ pub fn build(
         passes,
         now_unix_ns,
         &store.node_names(now_unix_ns),
+        node_input,
     );
     AnalysisInput {
         now_unix_ns,
@@ -538,7 +687,8 @@ pub fn build(
 }
 
 /// The inputs of the nodes `names` (those the store still holds), windows of [`WINDOW_NS`] before
-/// `now_unix_ns`, each with its steps of that window (of its [`STEPS_READ`] newest); timed in `passes` as
+/// `now_unix_ns` as `read(node, since_ns)` gives them under the node's lock ([`node_input`], or kept
+/// windows), each with its steps of that window (of its [`STEPS_READ`] newest); timed in `passes` as
 /// `pass="analysis_input"`.
 pub fn build_nodes(
     store: &Store,
@@ -546,13 +696,14 @@ pub fn build_nodes(
     passes: &Passes,
     now_unix_ns: i64,
     names: &[String],
+    mut read: impl FnMut(&NodeState, i64) -> NodeInput,
 ) -> Vec<NodeInput> {
     let since = now_unix_ns - WINDOW_NS;
     let timer = passes.timer("analysis_input");
     let nodes: Vec<NodeInput> = names
         .iter()
         .filter_map(|name| {
-            let mut n = store.with_node(name, |n| node_input(n, since))?;
+            let mut n = store.with_node(name, |n| read(n, since))?;
             n.steps = steps
                 .node_steps_since(name, STEPS_READ, since)
                 .unwrap_or_default();

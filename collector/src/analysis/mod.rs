@@ -49,6 +49,7 @@ pub mod tracker;
 pub mod transmit_queue;
 pub mod trend;
 pub mod underutilized;
+pub mod windows;
 
 pub(crate) use commwatch_model::stats::median;
 use std::collections::BTreeMap;

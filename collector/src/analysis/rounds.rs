@@ -24,6 +24,7 @@ use tracing::{info, warn};
 
 use super::super::input::{self, JobInput, STEPS_READ, WINDOW_NS};
 use super::super::scope::{self, Scope};
+use super::super::windows::WindowCache;
 use super::AnalysisHandle;
 use crate::pace::{thread_cpu_ns, Budget, PassThread, Yield, MAX_DUTY};
 use crate::store::Store;
@@ -62,6 +63,8 @@ pub(super) struct Rounds {
     /// CPU time of a node's evaluation (input, rules, tracker), smoothed over the scopes evaluated, ns.
     node_cost_ns: Option<f64>,
     warned: Option<Instant>,
+    /// Each node's windows kept from one evaluation to the next: an evaluation reads only what is new.
+    windows: WindowCache,
 }
 
 /// What every scope's input of one round shares.
@@ -96,6 +99,7 @@ impl Rounds {
             last: HashMap::new(),
             node_cost_ns: None,
             warned: None,
+            windows: WindowCache::default(),
         }
     }
 
@@ -169,7 +173,7 @@ impl AnalysisHandle {
                     at_ns,
                     data_ns: *data_ns,
                 };
-                let cost = self.evaluate_scope(s, &fleet, at_ns);
+                let cost = self.evaluate_scope(s, &fleet, at_ns, &mut rounds.windows);
                 if let Some(b) = budget.as_deref_mut() {
                     b.charge(cost);
                 }
@@ -194,7 +198,13 @@ impl AnalysisHandle {
 
     /// Evaluates one scope at `now_unix_ns` on an input of its nodes; returns what it cost (the thread's CPU
     /// time, else the wall time).
-    fn evaluate_scope(&self, s: &Scope, fleet: &Fleet<'_>, now_unix_ns: i64) -> Duration {
+    fn evaluate_scope(
+        &self,
+        s: &Scope,
+        fleet: &Fleet<'_>,
+        now_unix_ns: i64,
+        windows: &mut WindowCache,
+    ) -> Duration {
         let inner = &self.inner;
         let (started, cpu0) = (Instant::now(), thread_cpu_ns());
         let labels = s.job_labels();
@@ -206,6 +216,7 @@ impl AnalysisHandle {
                 &inner.passes,
                 now_unix_ns,
                 &s.nodes,
+                |n, since| windows.input(n, since),
             ),
             jobs: scope::scope_jobs(s, fleet.jobs),
             bare_baselines: fleet.extras.bare_baselines.clone(),
@@ -221,6 +232,7 @@ impl AnalysisHandle {
             probe_index: Default::default(),
         };
         self.apply_in(&input, started, Some(s));
+        windows.give_back(input.nodes);
         match (cpu0, thread_cpu_ns()) {
             (Some(a), Some(b)) => Duration::from_nanos(b.saturating_sub(a)),
             _ => started.elapsed(),
@@ -267,6 +279,11 @@ impl AnalysisHandle {
         let now = now_unix_ns as f64 / 1e9;
         let live: HashSet<&str> = scopes.iter().map(|s| s.label.as_str()).collect();
         rounds.last.retain(|l, _| live.contains(l.as_str()));
+        let names: Vec<String> = scopes
+            .iter()
+            .flat_map(|s| s.nodes.iter().cloned())
+            .collect();
+        rounds.windows.retain(&names);
         let jobs: HashSet<String> = scopes.iter().flat_map(|s| s.job_labels()).collect();
         let (events, to_history) = {
             let mut st = self.inner.state.lock();

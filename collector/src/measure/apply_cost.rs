@@ -129,11 +129,11 @@ impl Gen {
 }
 
 /// CPU time of the calling thread, ns ([`crate::pace::thread_cpu_ns`]; 0 where unreadable).
-fn thread_cpu_ns() -> u64 {
+pub(super) fn thread_cpu_ns() -> u64 {
     crate::pace::thread_cpu_ns().unwrap_or(0)
 }
 
-fn env(name: &str, default: usize) -> usize {
+pub(super) fn env(name: &str, default: usize) -> usize {
     std::env::var(name)
         .ok()
         .and_then(|v| v.parse().ok())
@@ -226,7 +226,7 @@ fn read_tape(path: &str) -> (Hello, Vec<Batch>) {
 
 /// A store of `retention` holding `nodes` copies of the tape's node (`TAPE`; their Hellos only), and the tape's
 /// batches.
-fn tape_nodes(
+pub(super) fn tape_nodes(
     nodes: usize,
     retention: Duration,
 ) -> (std::sync::Arc<Store>, Vec<NodeRef>, Vec<Batch>) {

@@ -6,4 +6,5 @@
 //! Run with `cargo test --release -p commwatch-collector --lib measure:: -- --ignored --nocapture`; each module
 //! says its environment.
 
+mod analysis_cost;
 mod apply_cost;

@@ -177,6 +177,21 @@ impl Head {
         self.rows.len()
     }
 
+    /// Tick of the oldest row held (`None`: no rows). Every sample in a series' ring is of an older tick.
+    pub(super) fn first_tick(&self) -> Option<i64> {
+        self.rows.front().map(|r| r.tick)
+    }
+
+    /// Hands each row of a tick after `after` to `to(tick, slots, values)`, oldest first (`values[k]` is
+    /// `slots[k]`'s sample): a reader of what is new reads it row-major, without a walk per series.
+    pub(super) fn rows_after(&self, after: i64, mut to: impl FnMut(i64, &[u32], &[u64])) {
+        let from = self.rows.partition_point(|r| r.tick <= after);
+        for r in self.rows.range(from..) {
+            let slots = &self.shapes[r.shape as usize].slots;
+            to(r.tick, slots, &self.values[r.start..r.start + slots.len()]);
+        }
+    }
+
     /// The samples of `slot` in the rows, oldest first: `(tick, value)`.
     pub(super) fn column(&self, slot: usize) -> impl DoubleEndedIterator<Item = (i64, u64)> + '_ {
         self.rows.iter().filter_map(move |r| {
@@ -321,6 +336,31 @@ mod tests {
         h.flush(h.rows(), |_, run| n += run.len());
         assert_eq!((n, h.rows(), h.values.len()), (5, 0, 0));
         assert!(h.heap_bytes() > 0);
+    }
+
+    #[test]
+    fn rows_after_a_tick_are_the_newer_ones_row_major() {
+        let mut h = Head::default();
+        assert_eq!(h.first_tick(), None);
+        row(&mut h, 3, &[(0, 30), (1, 31)]);
+        row(&mut h, 5, &[(1, 51)]);
+        row(&mut h, 6, &[(2, 62), (0, 60)]);
+        assert_eq!(h.first_tick(), Some(3));
+        let after = |t: i64| {
+            let mut got = Vec::new();
+            h.rows_after(t, |tick, slots, values| {
+                got.push((tick, slots.to_vec(), values.to_vec()))
+            });
+            got
+        };
+        assert_eq!(
+            after(4),
+            [(5, vec![1], vec![51]), (6, vec![2, 0], vec![62, 60])]
+        );
+        assert_eq!(after(-1).len(), 3);
+        assert!(after(6).is_empty());
+        h.flush(1, |_, _| {});
+        assert_eq!(h.first_tick(), Some(5));
     }
 
     #[test]

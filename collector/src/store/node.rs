@@ -41,6 +41,15 @@ const DENSE_ID_LIMIT: u32 = 1 << 17;
 const UNKNOWN: u32 = u32::MAX;
 const REFUSED: u32 = u32::MAX - 1;
 
+/// Source of [`NodeState::layout`] numbers: unique in the process, so that a node created again (after it
+/// expired) never repeats one its predecessor had.
+static LAYOUTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+/// A fresh [`NodeState::layout`] number.
+fn next_layout() -> u64 {
+    LAYOUTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Samples a series read every `period_ms` holds over `retention_ns`: 1/8 headroom for jitter, plus the
 /// sample at each end.
 fn samples_for(retention_ns: i64, period_ms: u32) -> usize {
@@ -221,6 +230,8 @@ pub struct NodeState {
     collectives: CollectiveLog,
     /// The latest complete job list of the current agent instance (empty until one arrives).
     pub(super) jobs: Arc<JobList>,
+    /// What the slots and tick numbers mean ([`NodeState::layout`]): changed by every inventory.
+    layout: u64,
     /// What the current agent instance's `Hello` said it is blind to.
     pub(super) blind: Arc<Vec<super::Blindness>>,
 }
@@ -256,7 +267,68 @@ impl NodeState {
             collectives: CollectiveLog::default(),
             jobs: Arc::default(),
             blind: Arc::default(),
+            layout: next_layout(),
         }
+    }
+
+    /// A number that stays the same while the node's series keep their slots and its ticks their numbers:
+    /// a new one at every inventory (a `Hello` or an update, which may move series to other slots and resize
+    /// their rings), and for a node created again. A reader that keeps what it read by slot and tick
+    /// ([`NodeState::samples_after`]) starts over when it changes.
+    pub fn layout(&self) -> u64 {
+        self.layout
+    }
+
+    /// The timestamp of tick `n`, Unix ns; `None` once the node no longer holds that tick (nor any sample of
+    /// it).
+    pub fn tick_time(&self, n: u64) -> Option<i64> {
+        self.ticks.time(n)
+    }
+
+    /// Visits the samples taken at ticks numbered after `after` (every tick when `None`) and stamped at or after
+    /// `since_ns` of the series whose slot `wanted` marks (`wanted[slot]`; slots beyond it are skipped), as
+    /// `to(slot, tick, value)`: each series' samples oldest first, series interleaved, values as
+    /// [`NodeState::samples`] gives them (samples of ticks no longer held are skipped, as there). Returns the
+    /// number of the newest tick the node ever took (`None`: none yet), the `after` of the next call.
+    ///
+    /// Cost: what is new only, row-major from the head, while the head still holds every tick after `after`
+    /// (it keeps at least its newest `KEEP_ROWS` rows, 1.6 s of 20 Hz ticks); else each wanted series' ring is
+    /// read back to `after` or `since_ns` (its open part decoded), as a reader of the whole window would.
+    pub fn samples_after(
+        &self,
+        after: Option<u64>,
+        since_ns: i64,
+        wanted: &[bool],
+        mut to: impl FnMut(usize, u64, u64),
+    ) -> Option<u64> {
+        let newest = self.ticks.next().checked_sub(1);
+        let from = after.map_or(-1, |a| a as i64);
+        let in_rings = match self.head.first_tick() {
+            Some(h) => from < h - 1,
+            None => newest.is_some_and(|n| n as i64 > from),
+        };
+        let new = |n: i64| n > from && self.ticks.time(n as u64).is_some_and(|t| t >= since_ns);
+        if in_rings {
+            let mut back = Vec::new();
+            for (slot, s) in self.series.iter().enumerate() {
+                if wanted.get(slot).copied().unwrap_or(false) {
+                    back.clear();
+                    back.extend(s.ring.iter().rev().take_while(|&(n, _)| new(n)));
+                    back.iter().rev().for_each(|&(n, v)| to(slot, n as u64, v));
+                }
+            }
+        }
+        self.head.rows_after(from, |tick, slots, values| {
+            if !new(tick) {
+                return;
+            }
+            for (&slot, &v) in slots.iter().zip(values) {
+                if wanted.get(slot as usize).copied().unwrap_or(false) {
+                    to(slot as usize, tick as u64, v);
+                }
+            }
+        });
+        newest
     }
 
     /// The node's latest job list (empty when the agent sent none since its instance started).
@@ -589,8 +661,10 @@ impl NodeState {
         Ok(())
     }
 
-    /// Recomputes link ↔ series references, plausibility caps and ring bounds after an inventory change.
+    /// Recomputes link ↔ series references, plausibility caps and ring bounds after an inventory change (a new
+    /// [`NodeState::layout`]).
     fn reindex(&mut self) {
+        self.layout = next_layout();
         self.flush_head(self.head.rows());
         let by_key: HashMap<&LinkKey, usize> = self
             .links

@@ -96,6 +96,12 @@ impl Series {
         self.tier
     }
 
+    /// Its index in its node's series ([`super::NodeState::series`]), while the node's layout stands
+    /// ([`super::NodeState::layout`]).
+    pub fn slot(&self) -> usize {
+        self.slot
+    }
+
     /// Index of the link it measures in its node's [`NodeState::links`]; `None` for node-level series.
     pub fn link_index(&self) -> Option<usize> {
         self.link

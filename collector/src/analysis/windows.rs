@@ -1,0 +1,632 @@
+//! Rule inputs kept as samples arrive: each node's windows of the series the rules read
+//! ([`input::reads_window`]) held from one evaluation to the next ([`NodeWindows`]), so that an evaluation
+//! reads from the store only the samples that came since the last one and drops those that left the window.
+//!
+//! Why: rebuilt from the rings, a node's input decoded each 1 Hz series' open part (minutes of samples) to read
+//! its newest 20 s, every evaluation, about a thousand series a demo node: half of the 1.05–1.5 ms of CPU one
+//! node's evaluation cost (BENCHMARKS.md, "Acks and findings' age with the analysis at nice 5"). Kept here, a
+//! window costs the new samples (read row-major from the node's head, `NodeState::samples_after`) and the
+//! ones it drops.
+//!
+//! Contract: the input built from kept windows ([`NodeWindows::input`]) is the input the store's rings give
+//! ([`input::node_input`]) at the same instant: the same samples, derived by the same code
+//! ([`input::node_input_from`]). The windows start over when the node's layout changes (an inventory, a node
+//! created again) or an evaluation asks for an earlier window than the last; a series whose window holds more
+//! samples than its ring keeps (an agent sending faster than the tier it stated) is read from the store.
+//! `tests` compare both inputs field by field, and their findings, through counter resets, gaps, series and
+//! links that come and go, and the window sliding; the detection benchmark compares the findings of every
+//! evaluation with the whole-fleet rebuild's.
+
+use std::collections::{HashMap, HashSet};
+
+use super::input::{self, NodeInput, Scratch, StoreWindows, Windows};
+use crate::store::{NodeState, Series};
+
+/// One node's kept windows.
+#[derive(Debug, Default)]
+pub struct NodeWindows {
+    /// The node's [`NodeState::layout`] the windows were read under (`None`: nothing read yet).
+    layout: Option<u64>,
+    /// The newest tick read (`None`: none yet).
+    cursor: Option<u64>,
+    /// Start of the latest window, Unix ns: samples stamped before it are dropped.
+    since_ns: i64,
+    /// Whether each slot's window is kept ([`input::reads_window`]).
+    wanted: Vec<bool>,
+    /// Per slot, `(tick, value)` of its samples from `since_ns` on, oldest first (empty where not wanted).
+    kept: Vec<Vec<(u64, u64)>>,
+    /// The node's last input, given back after its evaluation ([`WindowCache::give_back`]): the next one is
+    /// built into its allocations (its links' vectors, maps and keys).
+    spare: Option<NodeInput>,
+    /// Buffers the input is built with.
+    scratch: Scratch,
+}
+
+impl NodeWindows {
+    /// The input of node `n` (under its lock) with windows from `since_ns` on: the new samples read and the
+    /// old ones dropped first.
+    pub fn input(&mut self, n: &NodeState, since_ns: i64) -> NodeInput {
+        self.update(n, since_ns);
+        let (spare, mut scratch) = (self.spare.take(), std::mem::take(&mut self.scratch));
+        let kept = Kept {
+            n,
+            w: self,
+            store: StoreWindows(n),
+        };
+        let out = input::node_input_into(n, since_ns, &kept, spare, &mut scratch);
+        self.scratch = scratch;
+        out
+    }
+
+    /// Brings every kept window up to `n`'s newest sample and drops what is older than `since_ns` (or no
+    /// longer held by the node).
+    fn update(&mut self, n: &NodeState, since_ns: i64) {
+        if self.layout != Some(n.layout()) || since_ns < self.since_ns {
+            self.start_over(n);
+        }
+        self.since_ns = since_ns;
+        let kept = &mut self.kept;
+        self.cursor = n.samples_after(self.cursor, since_ns, &self.wanted, |slot, tick, v| {
+            if let Some(w) = kept.get_mut(slot) {
+                w.push((tick, v));
+            }
+        });
+        let in_window = |tick: u64| n.tick_time(tick).is_some_and(|t| t >= since_ns);
+        for w in kept.iter_mut().filter(|w| !w.is_empty()) {
+            // A series' ticks rise with its samples, and so do their times: what left is a prefix.
+            let gone = w.iter().position(|&(tick, _)| in_window(tick));
+            w.drain(..gone.unwrap_or(w.len()));
+        }
+    }
+
+    /// Forgets every window and takes `n`'s slots as they are now.
+    fn start_over(&mut self, n: &NodeState) {
+        self.layout = Some(n.layout());
+        self.cursor = None;
+        self.spare = None;
+        self.wanted.clear();
+        self.wanted
+            .extend(n.series().iter().map(|s| input::reads_window(n, s)));
+        self.kept.resize_with(self.wanted.len(), Vec::new);
+        self.kept.truncate(self.wanted.len());
+        for w in &mut self.kept {
+            w.clear();
+        }
+    }
+
+    /// Samples kept, over every window.
+    pub fn samples(&self) -> usize {
+        self.kept.iter().map(Vec::len).sum()
+    }
+
+    /// Bytes allocated for the windows.
+    pub fn heap_bytes(&self) -> usize {
+        self.wanted.capacity()
+            + self.kept.capacity() * size_of::<Vec<(u64, u64)>>()
+            + self
+                .kept
+                .iter()
+                .map(|w| w.capacity() * size_of::<(u64, u64)>())
+                .sum::<usize>()
+    }
+}
+
+/// A node's windows as an evaluation reads them: the kept ones, the store's for a series not kept.
+struct Kept<'a> {
+    n: &'a NodeState,
+    w: &'a NodeWindows,
+    store: StoreWindows<'a>,
+}
+
+impl Kept<'_> {
+    /// `s`'s kept window, when it is kept and holds no more than its ring keeps.
+    fn window(&self, s: &Series) -> Option<&[(u64, u64)]> {
+        let slot = s.slot();
+        let w = self.w.kept.get(slot)?;
+        let cap = self.n.samples(s).cap();
+        (self.w.wanted.get(slot) == Some(&true) && w.len() <= cap).then_some(w.as_slice())
+    }
+}
+
+/// One of two iterators of the same items.
+enum Either<A, B> {
+    Kept(A),
+    Store(B),
+}
+
+impl<T, A: Iterator<Item = T>, B: Iterator<Item = T>> Iterator for Either<A, B> {
+    type Item = T;
+
+    fn next(&mut self) -> Option<T> {
+        match self {
+            Either::Kept(a) => a.next(),
+            Either::Store(b) => b.next(),
+        }
+    }
+}
+
+impl Windows for Kept<'_> {
+    fn newest_first<'a>(
+        &'a self,
+        s: &'a Series,
+        since_ns: i64,
+    ) -> impl Iterator<Item = (i64, u64)> + 'a {
+        match self.window(s) {
+            Some(w) => Either::Kept(
+                w.iter()
+                    .rev()
+                    .filter_map(|&(tick, v)| Some((self.n.tick_time(tick)?, v)))
+                    .take_while(move |(t, _)| *t >= since_ns),
+            ),
+            None => Either::Store(self.store.newest_first(s, since_ns)),
+        }
+    }
+}
+
+/// Every node's kept windows, by node name.
+#[derive(Debug, Default)]
+pub struct WindowCache {
+    nodes: HashMap<String, NodeWindows>,
+}
+
+impl WindowCache {
+    /// The input of node `n` (under its lock) with windows from `since_ns` on, from its kept windows.
+    pub fn input(&mut self, n: &NodeState, since_ns: i64) -> NodeInput {
+        match self.nodes.get_mut(n.name()) {
+            Some(w) => w.input(n, since_ns),
+            None => self
+                .nodes
+                .entry(n.name().to_string())
+                .or_default()
+                .input(n, since_ns),
+        }
+    }
+
+    /// Takes back the inputs of an evaluation: each node's next input is built into its allocations.
+    pub fn give_back(&mut self, inputs: Vec<NodeInput>) {
+        for i in inputs {
+            if let Some(w) = self.nodes.get_mut(&i.name) {
+                w.spare = Some(i);
+            }
+        }
+    }
+
+    /// Forgets the windows of the nodes not in `names` (expired ones).
+    pub fn retain(&mut self, names: &[String]) {
+        let live: HashSet<&str> = names.iter().map(String::as_str).collect();
+        self.nodes.retain(|k, _| live.contains(k.as_str()));
+    }
+
+    /// Samples kept and bytes allocated, over every node.
+    pub fn memory(&self) -> (usize, usize) {
+        self.nodes
+            .values()
+            .fold((0, 0), |(s, b), w| (s + w.samples(), b + w.heap_bytes()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use commwatch_model::{Endpoint, Link, LinkClass, LinkKey, LinkRole, SeriesKind, Tier};
+
+    use super::*;
+    use crate::analysis::input::{node_input, AnalysisInput, WINDOW_NS};
+    use crate::config::Limits;
+    use crate::store::{Batch, Hello, Inventory, LinkInfo, NodeRef, SeriesDesc, Store};
+
+    const T0: i64 = 1_700_000_000_000_000_000;
+    /// The fast tier's period, ns (the slow tier reads every 20th fast tick).
+    const TICK: i64 = 50_000_000;
+
+    fn link(id: u32, class: LinkClass, device: &str, port: &str, role: LinkRole) -> LinkInfo {
+        let endpoint = match class {
+            LinkClass::Nvlink => Endpoint::GpuLink,
+            LinkClass::Ethernet => Endpoint::legacy(class, device, port),
+            _ => Endpoint::HcaPort,
+        };
+        LinkInfo {
+            id,
+            link: Link {
+                key: LinkKey::new(class, device, port),
+                endpoint,
+                role,
+                capacity_bytes_per_second: Some(25e9),
+                state: "ACTIVE".into(),
+                attributes: Default::default(),
+                gpu: None,
+                link: None,
+            },
+        }
+    }
+
+    /// A series: id, metric, link id (0: the node's), labels, counter (its saturation value) or gauge, tier.
+    fn series(
+        id: u32,
+        metric: &str,
+        link_id: u32,
+        gpu: Option<&str>,
+        max: Option<u64>,
+        fast: bool,
+    ) -> SeriesDesc {
+        SeriesDesc {
+            id,
+            metric: metric.into(),
+            kind: Some(match max {
+                Some(max_value) => SeriesKind::Counter { max_value },
+                None => SeriesKind::Gauge,
+            }),
+            link_id,
+            labels: gpu
+                .map(|g| vec![("gpu".to_string(), g.to_string())])
+                .unwrap_or_default(),
+            tier: Some(if fast { Tier::Fast } else { Tier::Slow }),
+        }
+    }
+
+    /// Every kind of series the input reads: byte counters of a fabric HCA, an NVLink and the management NIC,
+    /// link counters (one saturating at 255), link gauges (a last reading, a mean, a low), the host CPU, two
+    /// GPUs' gauges and a counter, the node's TCP counters and a gauge no rule reads.
+    fn inventory() -> Inventory {
+        const C: Option<u64> = Some(u64::MAX);
+        Inventory {
+            links: vec![
+                link(1, LinkClass::Infiniband, "mlx5_0", "1", LinkRole::Fabric),
+                link(2, LinkClass::Nvlink, "gpu0", "0", LinkRole::Fabric),
+                link(3, LinkClass::Ethernet, "eth0", "eth0", LinkRole::Management),
+            ],
+            series: vec![
+                series(1, "tx_bytes", 1, None, C, true),
+                series(2, "rx_bytes", 1, None, C, true),
+                series(3, "symbol_errors", 1, None, C, false),
+                series(4, "tx_bytes", 2, None, C, true),
+                series(5, "state_code", 1, None, None, false),
+                series(6, "tx_bytes", 3, None, C, true),
+                series(7, "rx_bytes", 3, None, C, true),
+                series(8, "qdisc_backlog_bytes", 3, None, None, false),
+                series(9, "qdisc_rate_limit_bytes_per_second", 3, None, None, false),
+                series(10, "cpu_utilization_ratio", 0, None, None, false),
+                series(11, "gpu_utilization_ratio", 0, Some("0"), None, false),
+                series(12, "gpu_sm_activity_ratio", 0, Some("0"), None, false),
+                series(13, "gpu_pcie_replay_errors", 0, Some("0"), C, false),
+                series(14, "gpu_utilization_ratio", 0, Some("1"), None, false),
+                series(15, "tcp_retransmitted_segments_total", 0, None, C, false),
+                series(16, "tcp_out_segments_total", 0, None, C, false),
+                series(17, "memory_used_bytes", 0, None, None, false),
+                series(18, "crc_flit_errors", 2, None, C, false),
+                series(19, "link_downed", 1, None, Some(255), false),
+            ],
+            refused: Vec::new(),
+        }
+    }
+
+    fn hello(instance: u64, inventory: Inventory) -> Hello {
+        Hello {
+            node: "node-00".into(),
+            agent_version: "t".into(),
+            boot_id: "b".into(),
+            instance_id: instance,
+            inventory,
+            fast_period_ms: 50,
+            slow_period_ms: 1000,
+            blind: Vec::new(),
+        }
+    }
+
+    /// A small deterministic generator (an LCG): the same run every time.
+    struct Gen(u64);
+
+    impl Gen {
+        fn next(&mut self) -> u64 {
+            self.0 = self
+                .0
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            self.0 >> 33
+        }
+    }
+
+    /// What one agent sends: cumulative counters by series id, which series it describes now, and what it
+    /// leaves out.
+    struct Agent {
+        gen: Gen,
+        totals: std::collections::BTreeMap<u32, u64>,
+        ids: Vec<(u32, bool, bool)>,
+        seq: u64,
+    }
+
+    impl Agent {
+        fn new(inv: &Inventory, seed: u64) -> Agent {
+            let mut a = Agent {
+                gen: Gen(seed),
+                totals: Default::default(),
+                ids: Vec::new(),
+                seq: 0,
+            };
+            a.describe(inv);
+            a
+        }
+
+        /// Takes `inv`'s series as the ones it sends: (id, counter, fast).
+        fn describe(&mut self, inv: &Inventory) {
+            self.ids = inv
+                .series
+                .iter()
+                .map(|d| {
+                    (
+                        d.id,
+                        matches!(d.kind, Some(SeriesKind::Counter { .. })),
+                        d.tier == Some(Tier::Fast),
+                    )
+                })
+                .collect();
+        }
+
+        /// The reading of series `id` at fast tick `k`: counters in bursts (bytes) or now and then (errors),
+        /// with resets when `reset`; gauges from a few values, a zero and a negative among them.
+        fn reading(&mut self, id: u32, counter: bool, k: i64, reset: bool) -> u64 {
+            if !counter {
+                let v = [0.0, 0.25, 0.5, 0.75, 1.0, -1.0, 3.5e9, 1.25e9]
+                    [(self.gen.next() % 8) as usize];
+                return f64::to_bits(v);
+            }
+            let step = match id {
+                1 | 2 | 4 | 6 | 7 | 20 | 21 if k % 20 < 4 => 1_000_000 + self.gen.next() % 1_000,
+                1 | 2 | 4 | 6 | 7 | 20 | 21 => self.gen.next() % 3,
+                _ if self.gen.next().is_multiple_of(5) => 1 + self.gen.next() % 4,
+                _ => 0,
+            };
+            let t = self.totals.entry(id).or_default();
+            *t = if reset { step } else { *t + step };
+            *t
+        }
+
+        /// A batch of fast ticks `ks` (the slow tier on every 20th; `skip(id, k)` leaves a sample out; every
+        /// counter restarts from zero at ticks in `resets`).
+        fn batch(
+            &mut self,
+            ks: std::ops::Range<i64>,
+            skip: impl Fn(u32, i64) -> bool,
+            resets: &[i64],
+        ) -> Batch {
+            let (mut ts, mut lens, mut ids, mut values) = (vec![], vec![], vec![], vec![]);
+            for k in ks {
+                let mut n = 0;
+                for (id, counter, fast) in self.ids.clone() {
+                    if (!fast && k % 20 != 0) || skip(id, k) {
+                        continue;
+                    }
+                    values.push(self.reading(id, counter, k, resets.contains(&k)));
+                    ids.push(id);
+                    n += 1;
+                }
+                ts.push(T0 + k * TICK + (self.gen.next() % 1_000) as i64);
+                lens.push(n);
+            }
+            self.seq += 1;
+            Batch {
+                seq: self.seq,
+                timestamps_unix_ns: ts,
+                tick_lengths: lens,
+                series_ids: ids,
+                values,
+                dropped_batches_total: 0,
+                markers: vec![],
+                invalid_markers: 0,
+                collectives: vec![],
+                invalid_collectives: vec![],
+            }
+        }
+    }
+
+    /// Compares the kept windows' input of `node` with the store's at `now` (and the rules' findings on each);
+    /// returns how many findings they had.
+    fn compare(cache: &mut WindowCache, node: &NodeRef, now: i64) -> usize {
+        let n = node.lock();
+        let since = now - WINDOW_NS;
+        let kept = cache.input(&n, since);
+        let full = node_input(&n, since);
+        assert_eq!(
+            kept,
+            full,
+            "the inputs differ at {} s",
+            (now - T0) as f64 / 1e9
+        );
+        let findings = |node: NodeInput| {
+            super::super::evaluate(&AnalysisInput {
+                now_unix_ns: now,
+                nodes: vec![node],
+                ..Default::default()
+            })
+        };
+        let (a, b) = (findings(kept.clone()), findings(full));
+        assert_eq!(a, b, "the findings differ at {} s", (now - T0) as f64 / 1e9);
+        // The next input is built into this one's allocations, as the rounds do.
+        cache.give_back(vec![kept]);
+        a.len()
+    }
+
+    /// Runs `batches` batches of 5 ticks (250 ms) through `store`, evaluating after the batches whose index
+    /// `evaluate_after` keeps, at the batch's end plus up to 300 ms; returns the evaluations and the findings
+    /// seen over them.
+    fn run(
+        node: &NodeRef,
+        agent: &mut Agent,
+        cache: &mut WindowCache,
+        range: std::ops::Range<i64>,
+        evaluate_after: impl Fn(i64) -> bool,
+        skip: impl Fn(u32, i64) -> bool + Copy,
+        resets: &[i64],
+    ) -> (usize, usize) {
+        let (mut evaluations, mut findings, mut scratch) = (0, 0, Vec::new());
+        for b in range {
+            let batch = agent.batch(b * 5..b * 5 + 5, skip, resets);
+            let end = T0 + (b * 5 + 5) * TICK;
+            node.lock()
+                .apply_batch(&batch, end, &mut scratch)
+                .expect("applied");
+            if evaluate_after(b) {
+                let now = end + (agent.gen.next() % 300) as i64 * 1_000_000;
+                findings += compare(cache, node, now);
+                evaluations += 1;
+            }
+        }
+        (evaluations, findings)
+    }
+
+    #[test]
+    fn kept_windows_give_the_input_the_rings_give() {
+        let store = Store::new(
+            Duration::from_secs(300),
+            Duration::from_secs(3_600),
+            Limits::default(),
+        );
+        let mut inv = inventory();
+        let node = store
+            .hello(&hello(1, inv.clone()), T0, None)
+            .expect("hello")
+            .node;
+        let mut agent = Agent::new(&inv, 7);
+        let mut cache = WindowCache::default();
+        // Evaluations 0.25 s to 10 s apart: within the head's newest rows, and past them (read from the rings).
+        let gaps = [1, 4, 4, 4, 2, 12, 40, 4, 1, 4, 24, 4];
+        let due = |b: i64| {
+            let mut at = 0;
+            (0..)
+                .map(|i| {
+                    at += gaps[i % gaps.len()];
+                    at
+                })
+                .find(|&a| a >= b)
+                == Some(b)
+        };
+        // Slow series miss readings now and then; the NVLink's bytes and the management NIC's receive counter
+        // stop for 6 s; every counter restarts from zero at 40 s (the driver reloaded).
+        let skip = |id: u32, k: i64| {
+            (id == 3 && k % 140 == 0)
+                || (id == 8 && k % 60 == 20)
+                || ((id == 4 || id == 7) && (600..720).contains(&k))
+        };
+        let (e1, f1) = run(&node, &mut agent, &mut cache, 0..240, due, skip, &[800]);
+        // Nothing for 12 s (the agent's link down): the windows slide over the gap.
+        let (e2, f2) = run(&node, &mut agent, &mut cache, 288..340, due, skip, &[]);
+        // A link and series come (an inventory update) ...
+        inv.links.push(link(
+            4,
+            LinkClass::Infiniband,
+            "mlx5_1",
+            "1",
+            LinkRole::Fabric,
+        ));
+        let more = vec![
+            series(20, "tx_bytes", 4, None, Some(u64::MAX), true),
+            series(21, "rx_bytes", 4, None, Some(u64::MAX), true),
+            series(22, "tcp_in_segments_total", 0, None, Some(u64::MAX), false),
+        ];
+        let update = Inventory {
+            links: vec![inv.links[3].clone()],
+            series: more.clone(),
+            refused: Vec::new(),
+        };
+        node.lock()
+            .apply_inventory(&update, &Limits::default())
+            .expect("update");
+        inv.series.extend(more);
+        agent.describe(&inv);
+        let (e3, f3) = run(&node, &mut agent, &mut cache, 340..420, due, skip, &[]);
+        // ... and go: a new agent instance without GPU 1 and one TCP counter, its counters from zero.
+        inv.series.retain(|d| d.id != 14 && d.id != 16);
+        store
+            .hello(&hello(2, inv.clone()), T0 + 420 * 5 * TICK, None)
+            .expect("hello");
+        agent.describe(&inv);
+        agent.seq = 0;
+        agent.totals.clear();
+        let (e4, f4) = run(&node, &mut agent, &mut cache, 420..560, due, skip, &[]);
+        assert!(e1 + e2 + e3 + e4 > 60, "{e1} {e2} {e3} {e4} evaluations");
+        // The comparison is not of empty inputs: the rules found something (the error counters' increases).
+        assert!(f1 > 0 && f4 > 0, "findings {f1} {f2} {f3} {f4}");
+        let (samples, bytes) = cache.memory();
+        assert!(
+            samples > 0 && bytes >= samples * 16,
+            "{samples} samples, {bytes} B"
+        );
+    }
+
+    #[test]
+    fn an_earlier_window_and_a_node_created_again_start_over() {
+        let store = Store::new(
+            Duration::from_secs(300),
+            Duration::from_secs(60),
+            Limits::default(),
+        );
+        let inv = inventory();
+        let node = store
+            .hello(&hello(1, inv.clone()), T0, None)
+            .expect("hello")
+            .node;
+        let mut agent = Agent::new(&inv, 11);
+        let mut cache = WindowCache::default();
+        run(
+            &node,
+            &mut agent,
+            &mut cache,
+            0..120,
+            |b| b % 4 == 3,
+            |_, _| false,
+            &[],
+        );
+        // An evaluation of an earlier instant (a round at a given time) reads the earlier window.
+        compare(&mut cache, &node, T0 + 10 * 1_000_000_000);
+        compare(&mut cache, &node, T0 + 30 * 1_000_000_000);
+        // The node expires and comes back: tick numbers start again from 0 in a new node state.
+        assert_eq!(store.expire(T0 + 200 * 1_000_000_000), 1);
+        let node = store
+            .hello(&hello(3, inv.clone()), T0 + 200 * 1_000_000_000, None)
+            .expect("hello")
+            .node;
+        let mut agent = Agent::new(&inv, 12);
+        run(
+            &node,
+            &mut agent,
+            &mut cache,
+            800..880,
+            |b| b % 4 == 3,
+            |_, _| false,
+            &[],
+        );
+        cache.retain(&[]);
+        assert_eq!(cache.memory(), (0, 0));
+    }
+
+    #[test]
+    fn a_short_retention_and_an_agent_faster_than_its_tier_read_as_the_store_holds() {
+        // 5 s of retention, shorter than the window: the windows hold what the store still has.
+        let store = Store::new(
+            Duration::from_secs(5),
+            Duration::from_secs(3_600),
+            Limits::default(),
+        );
+        let mut inv = inventory();
+        // A series stated slow but sent at 20 Hz: its ring keeps fewer samples than the window holds.
+        inv.series[2].tier = Some(Tier::Slow);
+        let mut fast = inv.clone();
+        for d in &mut fast.series {
+            d.tier = Some(Tier::Fast);
+        }
+        let node = store.hello(&hello(1, inv), T0, None).expect("hello").node;
+        let mut agent = Agent::new(&fast, 5);
+        let mut cache = WindowCache::default();
+        let (evaluations, _) = run(
+            &node,
+            &mut agent,
+            &mut cache,
+            0..200,
+            |b| b % 3 != 1,
+            |_, _| false,
+            &[],
+        );
+        assert!(evaluations > 100);
+    }
+}
