@@ -331,6 +331,64 @@ fn a_refresh_picks_up_new_and_ended_ranks_without_a_scan() {
     assert!(!src.discover().unwrap(), "the refresh left nothing to find");
 }
 
+/// On the agent's own procfs (its `self` names this process) a refresh that finds a few pids handed out
+/// reads those pids instead of listing the root: a new rank is found, a thread with a rank's environment is
+/// not taken for a process, a pid below the range is left to the next listing, and a rank that ended is
+/// dropped by its own directory; more pids than `PROBE_MAX` and the root is listed.
+#[test]
+fn a_refresh_reads_the_pids_handed_out_instead_of_listing_the_root() {
+    use commwatch_agent::source::processes::PROBE_MAX;
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    std::os::unix::fs::symlink(std::process::id().to_string(), root.join("self")).unwrap();
+    let loadavg = |last: u32| {
+        write(
+            root,
+            "loadavg",
+            format!("0.1 0.2 0.3 1/99 {last}\n").as_bytes(),
+        )
+    };
+    loadavg(200);
+    rank_dir(root, 150, 5000, "COMMWATCH_JOB=a RANK=0 ");
+    let mut src = ProcessesSource::new(root.to_path_buf(), None).recheck_young(Duration::ZERO);
+    assert!(src.discover().unwrap());
+    assert_eq!(ranks(&src), [("a".into(), Some(0), 150)]);
+
+    rank_dir(root, 50, 4000, "COMMWATCH_JOB=a RANK=9 ");
+    rank_dir(root, 201, 5100, "COMMWATCH_JOB=a RANK=1 ");
+    rank_dir(root, 202, 5101, "COMMWATCH_JOB=a RANK=2 ");
+    let thread = String::from_utf8(stat(202, 90, 5101))
+        .unwrap()
+        .replace(" 17 3 ", " -1 3 ");
+    write(&root.join("202"), "stat", thread.as_bytes());
+    loadavg(203);
+    assert!(src.refresh_jobs().unwrap());
+    assert_eq!(
+        ranks(&src),
+        [("a".into(), Some(0), 150), ("a".into(), Some(1), 201)],
+        "201 read; 202 a thread; 50 not handed out since"
+    );
+
+    std::fs::remove_dir_all(root.join("150")).unwrap();
+    assert!(
+        src.refresh_jobs().unwrap(),
+        "no pid handed out, a rank ended"
+    );
+    assert_eq!(ranks(&src), [("a".into(), Some(1), 201)]);
+
+    // A real listing shows no thread.
+    std::fs::remove_dir_all(root.join("202")).unwrap();
+    loadavg(203 + PROBE_MAX + 1);
+    assert!(
+        src.refresh_jobs().unwrap(),
+        "too many pids: the root is listed"
+    );
+    assert_eq!(
+        ranks(&src),
+        [("a".into(), Some(1), 201), ("a".into(), Some(9), 50)]
+    );
+}
+
 #[test]
 fn a_refresh_reads_a_young_pid_again_for_the_exec_after_its_fork() {
     let tmp = tempfile::tempdir().unwrap();

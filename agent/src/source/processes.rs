@@ -20,11 +20,14 @@
 //! the same pid is read anew). The first discovery scans, then one in [`FULL_WALK_EVERY`] (every minute at the
 //! default discovery period); the others read NVML's process list again (a process it lists that was not read
 //! yet is read) and look as a refresh does. Between discoveries, at each slow tick ([`Source::refresh_jobs`]), `/proc` is
-//! listed only when a process may have started or ended (its link count or `loadavg`'s last pid moved: one
-//! `statx` and one `pread` otherwise): a pid not listed before is read (so a new rank is known within a slow
+//! looked at only when a process may have started or ended (its link count or `loadavg`'s last pid moved: one
+//! `statx` and one `pread` otherwise): a pid not known before is read (so a new rank is known within a slow
 //! period), one gone is dropped, and a pid listed for less than [`RECHECK_YOUNG`] has its `stat` read again
 //! (its `exec` may follow its launcher's `fork`); nothing else is read, and NVML's process list is the last
-//! discovery's. Each file of a pid is read in five system calls (`read_pid_file`). A
+//! discovery's. On the agent's own procfs, when at most [`PROBE_MAX`] pids were handed out since the last
+//! look, those pids are read one by one instead of listing `/proc` (whose listing costs the kernel a lookup
+//! per process), and the processes that claim a rank are checked for their end. Each file of a pid is read
+//! in five system calls (`read_pid_file`). A
 //! process caught half-way through an `exec` (its environment not yet placed) is read again at the next
 //! look. The jobs' CPU cgroups are handed to the `cgroup` source at each look that changes a job.
 //!
@@ -287,6 +290,9 @@ pub struct ProcStat {
     pub image: [u64; 3],
     /// `PF_KTHREAD` in the flags (field 9): a kernel thread, never a rank, never with an environment.
     pub kernel_thread: bool,
+    /// A thread that does not lead its process (`exit_signal`, field 38, is -1): `<pid>/stat` of a thread's
+    /// id answers though the root lists only processes.
+    pub thread: bool,
 }
 
 /// The kernel's `PF_KTHREAD` process flag.
@@ -305,6 +311,7 @@ pub fn parse_stat(text: &str) -> Option<ProcStat> {
         start: f.get(19)?.parse().ok()?,
         image: [num(23), num(24), num(25)],
         kernel_thread: num(6) & PF_KTHREAD != 0,
+        thread: f.get(35).and_then(|s| s.parse::<i64>().ok()) == Some(-1),
     })
 }
 
@@ -332,6 +339,10 @@ pub const MAX_JOB_ID_BYTES: usize = 128;
 /// milliseconds as launchers start workers). Past this, an `exec` under an old pid is found by the next full
 /// scan.
 pub const RECHECK_YOUNG: Duration = Duration::from_secs(3);
+
+/// Most pids handed out since the last look that a refresh reads one by one (a `stat` each, most of them
+/// gone already or threads) instead of listing the root; more, and the root is listed.
+pub const PROBE_MAX: u32 = 64;
 
 /// What tells, without listing the root, whether a process may have started or ended since the last look.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -404,6 +415,9 @@ pub struct ProcessesSource {
     loadavg: Option<AttrFile>,
     /// Reused for each `stat` and `cgroup` read.
     buf: Vec<u8>,
+    /// Whether the root is procfs of the agent's own pid namespace (its `self` names this process), where
+    /// `loadavg`'s last pid counts the root's pids; `None` before the first look.
+    own_namespace: Option<bool>,
     /// Which discoveries scan in full (no mark: the first, then one in
     /// [`FULL_WALK_EVERY`](super::dir_mark::FULL_WALK_EVERY)).
     scans: Rewalk,
@@ -432,6 +446,7 @@ impl ProcessesSource {
             loadavg: None,
             buf: Vec::new(),
             scans: Rewalk::default(),
+            own_namespace: None,
         }
     }
 
@@ -492,8 +507,19 @@ impl ProcessesSource {
     /// Reads what process `pid` is, or recalls it when its start time and image are those cached and its
     /// reading settled; the entry is left in the cache. Returns whether the entry is new or changed.
     fn look(&mut self, pid: u32, now: Instant) -> bool {
+        let stat = self.read_stat(pid);
+        self.take_in(pid, stat, now)
+    }
+
+    /// `<root>/<pid>/stat`, parsed; `None` when it cannot be read or parsed.
+    fn read_stat(&mut self, pid: u32) -> Option<ProcStat> {
         let root = self.procfs_root.path();
-        let stat = read_pid_text(root, pid, "stat", &mut self.buf).and_then(|s| parse_stat(&s));
+        read_pid_text(root, pid, "stat", &mut self.buf).and_then(|s| parse_stat(&s))
+    }
+
+    /// [`ProcessesSource::look`] with the `stat` already read.
+    fn take_in(&mut self, pid: u32, stat: Option<ProcStat>, now: Instant) -> bool {
+        let root = self.procfs_root.path();
         let prev = self.cache.get(&pid);
         let first_listed = prev.map_or(now, |e| e.first_listed);
         let Some(stat) = stat else {
@@ -590,9 +616,12 @@ impl ProcessesSource {
         self.assemble()
     }
 
-    /// Looks for processes started or ended since the last look, without a full scan. The root is listed
-    /// only when its [`Mark`] moved (a process was created or reaped); then the processes not known yet are
-    /// read and those gone dropped. Read again in any case: processes whose reading did not settle, and those
+    /// Looks for processes started or ended since the last look, without a full scan. Nothing is read but
+    /// the [`Mark`] unless it moved (a process or thread was created, or a process reaped); then, where the
+    /// root is the agent's own procfs and at most [`PROBE_MAX`] pids were handed out since, each of those pids
+    /// is read (a process taken in, a thread or a pid gone already left out) and the processes that claim a
+    /// rank are checked for their end, else the root is listed: the processes not known yet are read and
+    /// those gone dropped. Read again in any case: processes whose reading did not settle, and those
     /// listed for less than [`RECHECK_YOUNG`] (`stat` only, unless their image changed). NVML's process list
     /// stays the last scan's. Returns the jobs when a process came, went or changed, `None` when nothing did.
     ///
@@ -602,14 +631,74 @@ impl ProcessesSource {
     pub fn refresh(&mut self) -> Option<Vec<Job>> {
         let now = Instant::now();
         let mark = self.mark();
-        let moved = mark.is_none() || mark != self.mark;
-        self.mark = mark;
-        let changed = if moved {
-            self.relist(now)
-        } else {
+        let before = std::mem::replace(&mut self.mark, mark);
+        let moved = mark.is_none() || mark != before;
+        let changed = if !moved {
             self.recheck(now)
+        } else if let Some(new) = self.probe_range(before, mark) {
+            let mut changed = self.drop_ended_claimants();
+            for pid in new {
+                changed |= self.probe(pid, now);
+            }
+            changed | self.recheck(now)
+        } else {
+            self.relist(now)
         };
         changed.then(|| self.assemble())
+    }
+
+    /// The pids handed out between two marks, when a refresh may read them one by one instead of listing the
+    /// root: both marks have a last pid, in the agent's own pid namespace, it did not wrap, and at most
+    /// [`PROBE_MAX`] were handed out. Never with [`ProcessesSource::only_pids`].
+    fn probe_range(
+        &mut self,
+        before: Option<Mark>,
+        now: Option<Mark>,
+    ) -> Option<std::ops::RangeInclusive<u32>> {
+        let (from, to) = (before?.last_pid?, now?.last_pid?);
+        if self.only.is_some() || to < from || to - from > PROBE_MAX {
+            return None;
+        }
+        let root = self.procfs_root.path();
+        let own = *self.own_namespace.get_or_insert_with(|| {
+            std::fs::read_link(root.join("self"))
+                .is_ok_and(|l| l.to_str() == Some(std::process::id().to_string().as_str()))
+        });
+        own.then(|| from.saturating_add(1)..=to)
+    }
+
+    /// Reads pid `pid`, handed out since the last look: a process is taken in as a listing would; a thread,
+    /// or a pid gone already, is not kept. Returns whether the cache changed.
+    fn probe(&mut self, pid: u32, now: Instant) -> bool {
+        match self.read_stat(pid) {
+            Some(stat) if !stat.thread => self.take_in(pid, Some(stat), now),
+            _ => self.cache.remove(&pid).is_some(),
+        }
+    }
+
+    /// Drops the cached processes that claim a rank (or are on a GPU) and are gone (one `lstat` of each's
+    /// directory: a handful on a training node); others gone are dropped at the next listing. Returns
+    /// whether one was.
+    fn drop_ended_claimants(&mut self) -> bool {
+        let root = self.procfs_root.path();
+        let ended: Vec<u32> = self
+            .cache
+            .iter()
+            .filter(|(pid, e)| {
+                e.seen
+                    .as_ref()
+                    .is_some_and(|s| claims(**pid, s, &self.gpus_of))
+            })
+            .map(|(pid, _)| *pid)
+            .filter(|pid| {
+                std::fs::symlink_metadata(root.join(pid.to_string()))
+                    .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+            })
+            .collect();
+        for pid in &ended {
+            self.cache.remove(pid);
+        }
+        !ended.is_empty()
     }
 
     /// A discovery between two scans: NVML's process list read again, a process it lists that was not read
@@ -733,6 +822,15 @@ impl Candidate {
             _ => (self.start_ticks, self.rank.pid) < (other.start_ticks, other.rank.pid),
         }
     }
+}
+
+/// Whether process `pid` claims a rank: marked as one by its environment, or on a GPU.
+fn claims(pid: u32, seen: &Seen, gpus_of: &BTreeMap<u32, Vec<String>>) -> bool {
+    gpus_of.contains_key(&pid)
+        || seen
+            .env
+            .as_ref()
+            .is_some_and(|env| RANK_MARKERS.iter().any(|k| env.contains_key(*k)))
 }
 
 /// The job id and rank of process `pid`, or `None` when it is neither marked as a rank nor on a GPU.
@@ -1104,6 +1202,7 @@ mod tests {
                 start: 987654,
                 image: [94558460162048, 94558460178409, 140727564617008],
                 kernel_thread: false,
+                thread: false,
             })
         );
         // A kernel thread (kthreadd's flags); a line that stops before the image fields.
