@@ -8,8 +8,10 @@
 //! before the first timed evaluation (60)). The tape's batches are applied in order, every node's each in turn,
 //! and every 4 batches (one second of data) each node is evaluated both ways, alternately first, and the two
 //! inputs compared (a difference fails the run: the tape is one more oracle check); `FULL=0` leaves the
-//! rebuild and the comparison out (to profile the kept windows alone). A figure, not a check of speed: it
-//! never fails because the machine is slow.
+//! rebuild and the comparison out (to profile the kept windows alone), `KEPT=0` the kept windows (then the
+//! head's flush waits for no reader: the store's apply as without them). It also prints the store's apply in
+//! thread CPU per sample over the same span. A figure, not a check of speed: it never fails because the
+//! machine is slow.
 
 use std::time::Duration;
 
@@ -31,16 +33,23 @@ fn analysis_cost() {
     let warm_ns = env("WARM", 60) as i64 * 1_000_000_000;
     let (store, refs, batches) = tape_nodes(env("NODES", 20), retention);
     let t0 = batches[0].timestamps_unix_ns[0];
-    let full_too = env("FULL", 1) != 0;
+    let (full_too, kept_too) = (env("FULL", 1) != 0, env("KEPT", 1) != 0);
     let mut cache = WindowCache::default();
     let (mut scratch, mut evaluations) = (Vec::new(), 0u64);
     let (mut full_ns, mut kept_ns, mut rules_ns) = (0u64, 0u64, 0u64);
+    let (mut apply_ns, mut samples) = (0u64, 0u64);
     for (i, b) in batches.iter().enumerate() {
         let now = b.timestamps_unix_ns.last().copied().unwrap_or(0);
-        for node in &refs {
-            node.lock()
-                .apply_batch(b, now, &mut scratch)
-                .expect("apply");
+        let (ns, _) = timed(|| {
+            for node in &refs {
+                node.lock()
+                    .apply_batch(b, now, &mut scratch)
+                    .expect("apply");
+            }
+        });
+        if now - t0 >= warm_ns {
+            apply_ns += ns;
+            samples += (b.values.len() * refs.len()) as u64;
         }
         if i % 4 != 3 {
             continue;
@@ -51,21 +60,22 @@ fn analysis_cost() {
         for node in &refs {
             let n = node.lock();
             let full = || full_too.then(|| node_input(&n, since));
+            let kept = || kept_too.then(|| cache.input(&n, since));
             let ((f, full), (k, kept)) = if evaluations % 2 == 0 {
                 let full = timed(full);
-                (full, timed(|| cache.input(&n, since)))
+                (full, timed(kept))
             } else {
-                let kept = timed(|| cache.input(&n, since));
+                let kept = timed(kept);
                 (timed(full), kept)
             };
-            if let Some(full) = full {
+            if let (Some(kept), Some(full)) = (&kept, &full) {
                 assert_eq!(kept, full, "{}: the inputs differ at batch {i}", n.name());
             }
             if timing {
                 full_ns += f;
                 kept_ns += k;
             }
-            inputs.push(kept);
+            inputs.extend(kept.or(full));
         }
         let input = AnalysisInput {
             now_unix_ns: now,
@@ -82,18 +92,19 @@ fn analysis_cost() {
         cache.give_back(input.nodes);
     }
     let per = |ns: u64| ns as f64 / (evaluations.max(1) * refs.len() as u64) as f64 / 1e3;
-    let (samples, bytes) = cache.memory();
+    let (kept_samples, bytes) = cache.memory();
     println!(
         "{} nodes, {evaluations} evaluations of each after {} s of tape: input from the rings {:.1} us of thread \
          CPU per node, from kept windows {:.1} us ({:.1}x less); the rules {:.1} us per node; windows kept: \
-         {} samples, {:.1} KB per node",
+         {} samples, {:.1} KB per node; the store's apply {:.1} ns per sample",
         refs.len(),
         warm_ns / 1_000_000_000,
         per(full_ns),
         per(kept_ns),
         full_ns as f64 / kept_ns.max(1) as f64,
         per(rules_ns),
-        samples / refs.len(),
+        kept_samples / refs.len(),
         bytes as f64 / refs.len() as f64 / 1e3,
+        apply_ns as f64 / samples.max(1) as f64,
     );
 }

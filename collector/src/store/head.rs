@@ -23,6 +23,9 @@ use std::sync::OnceLock;
 pub(super) const FLUSH: usize = 128;
 /// Rows a flush keeps: the newest 1.6 s stay row-major, where a rate over the newest second reads them.
 pub(super) const KEEP_ROWS: usize = 32;
+/// Most rows a head holds while its flush waits for a reader of new samples (`NodeState::samples_after`):
+/// about 4.5 s of a demo agent's 56 ticks a second.
+pub(super) const HOLD_ROWS: usize = 2 * FLUSH;
 /// Column of a slot a shape does not have.
 const NONE: u32 = u32::MAX;
 
@@ -182,10 +185,15 @@ impl Head {
         self.rows.front().map(|r| r.tick)
     }
 
+    /// Rows of ticks up to `tick` (included).
+    pub(super) fn rows_through(&self, tick: i64) -> usize {
+        self.rows.partition_point(|r| r.tick <= tick)
+    }
+
     /// Hands each row of a tick after `after` to `to(tick, slots, values)`, oldest first (`values[k]` is
     /// `slots[k]`'s sample): a reader of what is new reads it row-major, without a walk per series.
     pub(super) fn rows_after(&self, after: i64, mut to: impl FnMut(i64, &[u32], &[u64])) {
-        let from = self.rows.partition_point(|r| r.tick <= after);
+        let from = self.rows_through(after);
         for r in self.rows.range(from..) {
             let slots = &self.shapes[r.shape as usize].slots;
             to(r.tick, slots, &self.values[r.start..r.start + slots.len()]);

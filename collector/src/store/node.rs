@@ -9,13 +9,14 @@
 //! whole or, refused ([`StoreError`]), not at all.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use commwatch_model::{Link, LinkKey, SeriesKind, Tier};
 use tokio::sync::{oneshot, watch};
 
 use super::collectives::CollectiveLog;
-use super::head::{Head, FLUSH, KEEP_ROWS};
+use super::head::{Head, FLUSH, HOLD_ROWS, KEEP_ROWS};
 use super::markers::MarkerLog;
 use super::prefetch::prefetch;
 use super::rate::plausibility_cap;
@@ -43,11 +44,11 @@ const REFUSED: u32 = u32::MAX - 1;
 
 /// Source of [`NodeState::layout`] numbers: unique in the process, so that a node created again (after it
 /// expired) never repeats one its predecessor had.
-static LAYOUTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+static LAYOUTS: AtomicU64 = AtomicU64::new(1);
 
 /// A fresh [`NodeState::layout`] number.
 fn next_layout() -> u64 {
-    LAYOUTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    LAYOUTS.fetch_add(1, Ordering::Relaxed)
 }
 
 /// Samples a series read every `period_ms` holds over `retention_ns`: 1/8 headroom for jitter, plus the
@@ -232,6 +233,9 @@ pub struct NodeState {
     pub(super) jobs: Arc<JobList>,
     /// What the slots and tick numbers mean ([`NodeState::layout`]): changed by every inventory.
     layout: u64,
+    /// The newest tick a reader of new samples read, plus one (0: none read yet): [`NodeState::samples_after`]
+    /// sets it, the head's flush waits for it ([`NodeState::rows_to_flush`]).
+    read_to: AtomicU64,
     /// What the current agent instance's `Hello` said it is blind to.
     pub(super) blind: Arc<Vec<super::Blindness>>,
 }
@@ -268,6 +272,7 @@ impl NodeState {
             jobs: Arc::default(),
             blind: Arc::default(),
             layout: next_layout(),
+            read_to: AtomicU64::new(0),
         }
     }
 
@@ -292,8 +297,9 @@ impl NodeState {
     /// number of the newest tick the node ever took (`None`: none yet), the `after` of the next call.
     ///
     /// Cost: what is new only, row-major from the head, while the head still holds every tick after `after`
-    /// (it keeps at least its newest `KEEP_ROWS` rows, 1.6 s of 20 Hz ticks); else each wanted series' ring is
-    /// read back to `after` or `since_ns` (its open part decoded), as a reader of the whole window would.
+    /// (its flush waits for this reader, up to `HOLD_ROWS` rows: [`NodeState::rows_to_flush`]); else each
+    /// wanted series' ring is read back to `after` or `since_ns` (its open part decoded), as a reader of the
+    /// whole window would. One reader per node: the flush waits for the latest call's.
     pub fn samples_after(
         &self,
         after: Option<u64>,
@@ -328,7 +334,26 @@ impl NodeState {
                 }
             }
         });
+        self.read_to
+            .store(newest.map_or(0, |n| n + 1), Ordering::Relaxed);
         newest
+    }
+
+    /// Rows the head's flush moves into the rings now (`None`: not yet). Without a reader of new samples, all
+    /// but the newest `KEEP_ROWS`. With one ([`NodeState::samples_after`]), the flush waits until it has read
+    /// those rows, up to `HOLD_ROWS` rows held: so the reader finds what is new in the head, row-major,
+    /// instead of decoding every series' ring (an agent stamps 50–60 ticks a second, each source its own, so
+    /// the newest `KEEP_ROWS` rows hold about half a second). Waiting makes the runs longer, not shorter.
+    fn rows_to_flush(&self) -> Option<usize> {
+        let rows = self.head.rows();
+        let moved = rows - KEEP_ROWS;
+        match self.read_to.load(Ordering::Relaxed) {
+            read_to if read_to > 0 && rows < HOLD_ROWS => {
+                let read = self.head.rows_through(read_to as i64 - 1);
+                (read >= moved).then_some(moved)
+            }
+            _ => Some(moved),
+        }
     }
 
     /// The node's latest job list (empty when the agent sent none since its instance started).
@@ -747,8 +772,10 @@ impl NodeState {
             i = end;
         }
         if self.head.rows() >= self.flush_at {
-            self.flush_at = FLUSH;
-            self.flush_head(self.head.rows() - KEEP_ROWS);
+            if let Some(rows) = self.rows_to_flush() {
+                self.flush_at = FLUSH;
+                self.flush_head(rows);
+            }
         }
         self.dropped_batches_total = batch.dropped_batches_total;
         for m in &batch.markers {
@@ -949,6 +976,91 @@ impl NodeState {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A node of one fast series (id 1) and `n` ticks of it from tick `from` on, in batch `seq`.
+    fn one_series(name: &str) -> NodeState {
+        let mut n = NodeState::new(name, 600_000_000_000, 1_000_000_000);
+        let hello = Hello {
+            node: name.into(),
+            agent_version: "t".into(),
+            boot_id: "b".into(),
+            instance_id: 1,
+            inventory: Inventory {
+                links: vec![],
+                series: vec![SeriesDesc {
+                    id: 1,
+                    metric: "tcp_out_segments_total".into(),
+                    kind: Some(SeriesKind::Counter {
+                        max_value: u64::MAX,
+                    }),
+                    link_id: 0,
+                    labels: vec![],
+                    tier: Some(Tier::Fast),
+                }],
+                refused: vec![],
+            },
+            fast_period_ms: 50,
+            slow_period_ms: 1000,
+            blind: vec![],
+        };
+        n.register_hello(&hello, &Limits::default()).expect("hello");
+        n
+    }
+
+    fn ticks(n: &mut NodeState, seq: u64, from: i64, count: i64) {
+        let ts: Vec<i64> = (from..from + count).map(|k| (k + 1) * 50_000_000).collect();
+        let b = Batch {
+            seq,
+            tick_lengths: vec![1; ts.len()],
+            series_ids: vec![1; ts.len()],
+            values: (from..from + count).map(|k| k as u64).collect(),
+            timestamps_unix_ns: ts,
+            dropped_batches_total: 0,
+            markers: vec![],
+            invalid_markers: 0,
+            collectives: vec![],
+            invalid_collectives: vec![],
+        };
+        n.apply_batch(&b, (from + count + 1) * 50_000_000, &mut Vec::new())
+            .expect("applied");
+    }
+
+    #[test]
+    fn the_flush_waits_for_a_reader_of_new_samples_up_to_a_bound() {
+        let mut n = one_series("node-1");
+        ticks(&mut n, 1, 0, 10);
+        let mut got = Vec::new();
+        let cursor = n.samples_after(None, 0, &[true], |_, t, v| got.push((t, v)));
+        assert_eq!((cursor, got.len()), (Some(9), 10));
+        // Unread rows stay in the head past the flush's row count ...
+        let mut seq = 2;
+        for k in 0..(HOLD_ROWS as i64 - 10) / 5 {
+            ticks(&mut n, seq, 10 + 5 * k, 5);
+            seq += 1;
+        }
+        assert!(
+            n.head.rows() > FLUSH && n.head.rows() <= HOLD_ROWS,
+            "{}",
+            n.head.rows()
+        );
+        // ... and the reader reads them from there, every one once.
+        got.clear();
+        let held = n.head.rows() as u64;
+        let cursor = n.samples_after(cursor, 0, &[true], |_, t, v| got.push((t, v)));
+        assert_eq!(got.len() as u64, held - 10);
+        assert!(got.iter().all(|&(t, v)| t == v && t >= 10));
+        // Read: the next batch flushes all but the newest rows.
+        ticks(&mut n, seq, cursor.expect("ticks") as i64 + 1, 5);
+        assert_eq!(n.head.rows(), KEEP_ROWS);
+        // A reader that stops reading holds the head at most to its bound.
+        for k in 0..100 {
+            ticks(&mut n, seq + 1 + k as u64, 1_000 + 5 * k, 5);
+            assert!(n.head.rows() < HOLD_ROWS + 5);
+        }
+        let mut all = Vec::new();
+        n.samples_after(None, 0, &[true], |_, t, v| all.push((t, v)));
+        assert!(all.windows(2).all(|w| w[0].0 < w[1].0));
+    }
 
     #[test]
     fn first_flushes_spread_over_the_rows_a_flush_moves() {
