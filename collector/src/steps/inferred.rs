@@ -17,7 +17,9 @@
 //!   says that activity comes in runs; the chunks of one collective repeat there too, and are not the step.
 //!   The period is the smallest lag whose peak reaches [`PEAK_SHARE`] of the highest peak (so a multiple of the
 //!   period is never taken for it), or a half or a third of it where the peak is split over two lags there
-//!   (a period that is not a whole number of samples), refined by a parabola through the peak, then by the mean spacing of the
+//!   (a period that is not a whole number of samples), refined by a parabola through the peak, doubled where the
+//!   bytes alternate from one period to the next ([`ALTERNATION`]: the activity of a collective paused as long
+//!   as the compute repeats at half the step), then by the mean spacing of the
 //!   last edges seen in the traffic when every spacing is within [`SAME_SPACING`] of their median (so that a
 //!   few early cuts do not drag it down). **Strength** is the autocorrelation at the peak (0..1).
 //! - **Edges**: every end of a busy run is a candidate: the sample closing its last busy interval, or the next
@@ -85,6 +87,9 @@ pub const TAIL_LEVEL: f64 = 0.02;
 pub const LOW_PERCENTILE: f64 = 5.0;
 /// The period is re-estimated at most this often (ns of sample time).
 pub const REESTIMATE_NS: i64 = 2_000_000_000;
+/// Least mean difference between the bytes of neighbouring spans of one period, as a share of a span's mean
+/// bytes, for the period to be half the step ([`repeats_at_double`]).
+pub const ALTERNATION: f64 = 0.4;
 /// A weak estimate keeps the period followed so far while an edge was seen in the traffic this recently (ns).
 pub const HOLD_NS: i64 = 4_000_000_000;
 /// ... once this many edges in a row were seen (a period that the traffic has borne out, not a first guess).
@@ -392,9 +397,12 @@ impl InferenceTracker {
             let recent = self.period.and_then(|p| {
                 let span = ((ESTIMATE_PERIODS * p.period_s * 1e9) as i64).max(ESTIMATE_MIN_NS);
                 let from = pts.partition_point(|x| x.0 < newest - span);
-                (from > 0).then(|| period_of_activity(&active[from.min(active.len())..], dt))?
+                (from > 0).then(|| {
+                    let f = from.min(active.len());
+                    period_of_activity(&active[f..], &rates[f..], dt)
+                })?
             });
-            let fresh = recent.or_else(|| period_of_activity(&active, dt));
+            let fresh = recent.or_else(|| period_of_activity(&active, &rates, dt));
             self.period = self.hold(fresh, newest);
             self.held = self.period != fresh;
             self.estimated_at = newest;
@@ -542,15 +550,68 @@ impl InferenceTracker {
     }
 }
 
-/// The period of an activity sequence ([`busy`]) from its first busy interval: a quiet spell before the job
-/// would dilute the autocorrelation (its strength grows only as the job fills the window).
-fn period_of_activity(active: &[bool], dt: f64) -> Option<PeriodEstimate> {
-    let a: Vec<f64> = active
+/// The period of an activity sequence ([`busy`]) from its first busy interval (a quiet spell before the job
+/// would dilute the autocorrelation: its strength grows only as the job fills the window), doubled where the
+/// bytes of `rates` (the same intervals) alternate from one period to the next ([`repeats_at_double`]).
+fn period_of_activity(active: &[bool], rates: &[f64], dt: f64) -> Option<PeriodEstimate> {
+    let skip = active.iter().take_while(|b| !**b).count();
+    let a: Vec<f64> = active[skip..]
         .iter()
-        .skip_while(|b| !**b)
         .map(|&b| if b { 1.0 } else { 0.0 })
         .collect();
-    estimate_period(&a, dt)
+    let est = estimate_period(&a, dt)?;
+    let r = &rates[skip.min(rates.len())..];
+    if repeats_at_double(r, est.period_s / dt) {
+        return Some(PeriodEstimate {
+            period_s: 2.0 * est.period_s,
+            ..est
+        });
+    }
+    Some(est)
+}
+
+/// Whether the bytes of `rates` (evenly spaced intervals) alternate from one span of `lag` intervals to the
+/// next while every other span is alike: cut into consecutive spans of `lag` (fractional: the cumulative bytes
+/// interpolated) from three phases, in the phase where they alternate most, the mean difference between
+/// neighbouring spans is at least [`ALTERNATION`] of a span's mean bytes and at least twice the mean difference
+/// between spans two apart. A collective through one slow link comes in chunks whose gaps can be as long as
+/// the job's compute: its activity then repeats at half the step while the two halves' bytes differ (6 and
+/// 19 MB, on the bed's OpenMPI rate cut). Steps alike at `lag` hold alike bytes in every span.
+fn repeats_at_double(rates: &[f64], lag: f64) -> bool {
+    if lag < MIN_LAG as f64 {
+        return false;
+    }
+    let mut cum = Vec::with_capacity(rates.len() + 1);
+    cum.push(0.0);
+    for r in rates {
+        cum.push(cum[cum.len() - 1] + r);
+    }
+    let at = |x: f64| {
+        let i = (x.floor() as usize).min(cum.len() - 2);
+        cum[i] + (cum[i + 1] - cum[i]) * (x - i as f64).clamp(0.0, 1.0)
+    };
+    let end = (cum.len() - 1) as f64;
+    (0..3).any(|phase| {
+        let mut spans = Vec::new();
+        let mut x = lag * phase as f64 / 3.0;
+        while x + lag <= end {
+            spans.push(at(x + lag) - at(x));
+            x += lag;
+        }
+        if spans.len() < 6 {
+            return false;
+        }
+        let mean = spans.iter().sum::<f64>() / spans.len() as f64;
+        let diff = |k: usize| {
+            spans
+                .windows(k + 1)
+                .map(|w| (w[k] - w[0]).abs())
+                .sum::<f64>()
+                / (spans.len() - k) as f64
+        };
+        let (next, second) = (diff(1), diff(2));
+        mean > 0.0 && next >= ALTERNATION * mean && next >= 2.0 * second
+    })
 }
 
 /// Interval rates of cumulative `pts` (bytes/s; a counter going back counts as zero) and the median interval,
@@ -865,6 +926,33 @@ mod tests {
             "{ok} of {}",
             steps.len()
         );
+    }
+
+    #[test]
+    fn a_collective_whose_chunks_pause_as_long_as_the_compute_is_one_step() {
+        // 800 ms steps: 100 ms of compute, then a collective through a slow link in two chunks of 300 ms, 6 MB
+        // and 19 MB, 100 ms apart: the activity repeats every 400 ms, only the bytes every 800.
+        let spans = [(100.0, 400.0, 6e6), (500.0, 800.0, 19e6)];
+        let bytes_at = |t: f64| {
+            let (k, tau) = ((t / 800.0).floor(), t.rem_euclid(800.0));
+            let step: f64 = spans.iter().map(|s| s.2).sum();
+            k * step
+                + spans
+                    .iter()
+                    .map(|&(a, b, n)| n * ((tau - a) / (b - a)).clamp(0.0, 1.0))
+                    .sum::<f64>()
+        };
+        let pts: Vec<(i64, f64)> = (0..900)
+            .map(|i| (1_000_000 * MS + i * 50 * MS, bytes_at(i as f64 * 50.0)))
+            .collect();
+        let steps = feed(&pts);
+        let mut d: Vec<i64> = steps
+            .iter()
+            .map(|s| (s.end_unix_ns - s.start_unix_ns) / MS)
+            .collect();
+        d.sort_unstable();
+        assert!(steps.len() >= 40, "{} steps: {d:?}", steps.len());
+        assert!((d[d.len() / 2] - 800).abs() <= 50, "{d:?}");
     }
 
     #[test]
