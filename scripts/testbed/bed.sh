@@ -17,7 +17,8 @@
 #   compiled MPI job and the torch venv), BED_FABRIC_RATE (2gbit), BED_MGMT_RATE (200mbit), BED_PREFIX (the
 #   run's prefix, cwb and up to 7 letters or digits; default random), BED_LINGER_S (8: seconds the collector
 #   keeps running after the job, for its last steps and findings), BED_STRAGGLER_PCT (5: the straggler's CPU
-#   share, % of one core), BED_LOSS_PCT (2: the loss scenario's drop rate each way, %).
+#   share, % of one core), BED_LOSS_PCT (2: the loss scenario's drop rate each way, %), BED_LOSS_DIR (both:
+#   `from` drops only what the node sends, `to` only what it receives).
 #
 # Topology (everything named with a per-run prefix `cwb<hex>`): a "switch" namespace with two bridges (fabric,
 # management); each node namespace has `fab0` (10.10.0.k+1/24) and `mgmt0` (10.9.0.k+1/24) into them, shaped
@@ -38,6 +39,8 @@ MGMT_RATE=${BED_MGMT_RATE:-200mbit}
 STRAGGLER_PCT=${BED_STRAGGLER_PCT:-5}
 # The loss scenario's drop rate, % of packets each way on the faulty node's fabric link.
 LOSS_PCT=${BED_LOSS_PCT:-2}
+# Which way the loss scenario drops: both, from (the node's sends) or to (what it receives).
+LOSS_DIR=${BED_LOSS_DIR:-both}
 PREFIX_GLOB=cwb
 VENV=$CACHE/venv
 MPI_PROG=$CACHE/allreduce_mpi
@@ -75,6 +78,7 @@ check_tools() {
     command -v "$t" >/dev/null || die "$t not found (Debian: iproute2, util-linux)"
   done
   [[ $LOSS_PCT =~ ^([0-9]|[1-9][0-9])(\.[0-9]+)?$ ]] || die "BED_LOSS_PCT=$LOSS_PCT: a percentage below 100"
+  case $LOSS_DIR in both | from | to) ;; *) die "BED_LOSS_DIR=$LOSS_DIR: both, from or to" ;; esac
   [ "$(id -u)" = 0 ] || die "needs root (network namespaces, tc, cgroups)"
   [ -x "$BIN" ] || die "commwatch binary not found at $BIN (set COMMWATCH_BIN)"
 }
@@ -564,17 +568,20 @@ loss_rule() { # loss_rule K in|out
   fi
 }
 
-loss_on() { # loss_on K: LOSS_PCT % of packets dropped each way on node K's fabric link
+loss_on() { # loss_on K: LOSS_PCT % of packets dropped on node K's fabric link, the ways LOSS_DIR says
+  local from=1 to=1
+  [ "$LOSS_DIR" = to ] && from=0
+  [ "$LOSS_DIR" = from ] && to=0
   if [ "$LOSS_METHOD" = netem ]; then
-    ip netns exec "$(node_ns "$1")" tc qdisc add dev fab0 parent 1:1 handle 10: netem loss "$LOSS_PCT%"
-    ip netns exec "$P-sw" tc qdisc add dev "f$1" parent 1:1 handle 10: netem loss "$LOSS_PCT%"
-    return
+    [ $from = 1 ] && ip netns exec "$(node_ns "$1")" tc qdisc add dev fab0 parent 1:1 handle 10: netem loss "$LOSS_PCT%"
+    [ $to = 1 ] && ip netns exec "$P-sw" tc qdisc add dev "f$1" parent 1:1 handle 10: netem loss "$LOSS_PCT%"
+    return 0
   fi
   ip netns exec "$P-sw" sysctl -qw net.bridge.bridge-nf-call-iptables=1
   # shellcheck disable=SC2046
-  ip netns exec "$P-sw" iptables -w -A $(loss_rule "$1" in)
+  [ $from = 0 ] || ip netns exec "$P-sw" iptables -w -A $(loss_rule "$1" in)
   # shellcheck disable=SC2046
-  ip netns exec "$P-sw" iptables -w -A $(loss_rule "$1" out)
+  [ $to = 0 ] || ip netns exec "$P-sw" iptables -w -A $(loss_rule "$1" out)
 }
 
 # loss_off K: removes node K's loss (absent already: nothing); with iptables, first sets LOSS_DROPPED to the
@@ -634,7 +641,7 @@ wait_jobs() {
 fault_event() {
   local extra=
   if [ "$FAULT" = loss ]; then
-    extra=",\"method\":\"$LOSS_METHOD\",\"loss_pct\":$LOSS_PCT"
+    extra=",\"method\":\"$LOSS_METHOD\",\"loss_pct\":$LOSS_PCT,\"loss_dir\":\"$LOSS_DIR\""
     [ "$1" != end ] || [ -z "${LOSS_DROPPED:-}" ] || extra="$extra,\"dropped_packets\":$LOSS_DROPPED"
   fi
   echo "{\"fault\":\"$FAULT\",\"nodes\":\"$FAULT_NODES\",\"event\":\"$1\",\"time_ns\":$(now_ns),\"step\":$2$extra}" \

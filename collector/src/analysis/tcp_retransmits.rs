@@ -17,7 +17,12 @@
 //! order (node2 709 packets, node3 8). So among a job's nodes that lose what they send, the one named is the
 //! one whose loss is seen both ways — the largest product of its retransmitted share and the out-of-order
 //! share of what it receives — and the others are its peers, listed in its evidence, not findings of their
-//! own. Without the out-of-order counter (an older agent) the largest retransmitted share is named. Two lossy
+//! own. A link that drops only what its node *receives* makes that node retransmit nothing: when several nodes
+//! lose what they send, none sees it both ways, and one node of the job receives behind holes (its out-of-order
+//! share at least [`RECEIVER_SHARE`] and [`RECEIVER_OVER_OTHERS`] × every other's), that receiver is named,
+//! its senders its peers. One sender and one receiver cannot be told apart from a loss on either's link: the
+//! sender is named and the finding says the path and the receiver.
+//! Without the out-of-order counter (an older agent) the largest retransmitted share is named. Two lossy
 //! links in one job show as one until the first is fixed. The counters are the whole node's, not one link's:
 //! the finding names the node, and its evidence names the fabric interfaces that carried the traffic.
 
@@ -100,15 +105,31 @@ impl<'a> NodeLoss<'a> {
 /// only it has crossed them.
 const CONTENDER_SCALE: f64 = 0.5;
 
+/// Least share of its received segments a node must queue out of order to be a receiver behind holes.
+pub const RECEIVER_SHARE: f64 = 0.005;
+/// ... and how many times every other node of its job's share it must reach.
+pub const RECEIVER_OVER_OTHERS: f64 = 4.0;
+
+/// The node of `all` (one job's nodes) that receives behind holes: the largest out-of-order share, at least
+/// [`RECEIVER_SHARE`] and [`RECEIVER_OVER_OTHERS`] times every other's.
+fn receiver_behind_holes<'a, 'b>(all: &'b [NodeLoss<'a>]) -> Option<&'b NodeLoss<'a>> {
+    let share = |l: &NodeLoss| l.received_share.unwrap_or(0.0);
+    let top = all.iter().max_by(|a, b| share(a).total_cmp(&share(b)))?;
+    let others = all
+        .iter()
+        .filter(|l| l.node.name != top.node.name)
+        .map(share)
+        .fold(0.0, f64::max);
+    (share(top) >= RECEIVER_SHARE && share(top) >= RECEIVER_OVER_OTHERS * others).then_some(top)
+}
+
 pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
     // Nodes that lose what they send (or are on their way), grouped by job (nodes of no known job together:
     // one collector watching one job's nodes is the common case).
     let mut groups: Vec<(Option<&str>, Vec<NodeLoss>)> = Vec::new();
-    let contenders = input
-        .nodes
-        .iter()
-        .filter_map(NodeLoss::of)
-        .filter(|l| l.loses(CONTENDER_SCALE));
+    let all: Vec<NodeLoss> = input.nodes.iter().filter_map(NodeLoss::of).collect();
+    let job_of = |l: &NodeLoss| input.job_of(&l.node.name).map(|j| j.id.as_str());
+    let contenders = all.iter().filter(|l| l.loses(CONTENDER_SCALE)).cloned();
     for loss in contenders {
         let job = input.job_of(&loss.node.name).map(|j| j.id.as_str());
         match groups.iter_mut().find(|(j, _)| *j == job) {
@@ -126,14 +147,72 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
                     .then(b.sent_share.total_cmp(&a.sent_share))
                     .then(a.node.name.cmp(&b.node.name))
             });
-            let peers: Vec<NodeLoss> = g[1..].iter().filter(|p| p.loses(1.0)).cloned().collect();
-            g[0].loses(1.0).then(|| candidate(job, &g[0], &peers))
+            let in_job: Vec<NodeLoss> = all.iter().filter(|l| job_of(l) == job).cloned().collect();
+            let receiver = receiver_behind_holes(&in_job)
+                .filter(|r| g.iter().all(|l| l.node.name != r.node.name));
+            let top_sees_both = g[0].received_share.unwrap_or(1.0) >= RECEIVER_SHARE;
+            match receiver {
+                // Several nodes lose what they send (one at the thresholds, the others on their way), none
+                // sees it both ways, and one node they send to receives behind holes: the link they share is
+                // that node's.
+                Some(r) if g.len() >= 2 && !top_sees_both => g
+                    .iter()
+                    .any(|p| p.loses(1.0))
+                    .then(|| receiver_candidate(job, r, &g)),
+                _ => {
+                    let peers: Vec<NodeLoss> =
+                        g[1..].iter().filter(|p| p.loses(1.0)).cloned().collect();
+                    let r = receiver.filter(|_| !top_sees_both);
+                    g[0].loses(1.0).then(|| candidate(job, &g[0], &peers, r))
+                }
+            }
         })
         .collect()
 }
 
-/// The finding on `root`, with `peers` (the job's other nodes that lose what they send) in its evidence.
-fn candidate(job: Option<&str>, root: &NodeLoss, peers: &[NodeLoss]) -> Candidate {
+/// The finding on `receiver`, a node whose peers (`senders`) lose what they send to it while it receives
+/// behind holes: its link (or its switch port) drops what it receives.
+fn receiver_candidate(job: Option<&str>, receiver: &NodeLoss, senders: &[NodeLoss]) -> Candidate {
+    let name = &receiver.node.name;
+    let worst = senders.iter().map(|l| l.sent_share).fold(0.0, f64::max);
+    let severity = if worst >= CRITICAL_SHARE {
+        Severity::Critical
+    } else {
+        Severity::Warning
+    };
+    let share = receiver.received_share.unwrap_or(0.0);
+    let list: Vec<String> = senders
+        .iter()
+        .map(|p| format!("{} {:.1}%", p.node.name, p.sent_share * 100.0))
+        .collect();
+    let mut c = Candidate::new(FindingKind::TcpRetransmits, severity, Subject::node(name));
+    c.subject.job = job.map(str::to_string);
+    c.summary = format!(
+        "{name} receives {:.1}% of its TCP segments out of order, behind lost ones, while the peers that send \
+         to it retransmit: {}. What they lose is on the path they share, {name}'s links or its switch port",
+        share * 100.0,
+        list.join(", ")
+    );
+    c.action = format!(
+        "On {name}, check the fabric interfaces' receive drop and error counters (ip -s link, ethtool -S) and \
+         the switch port that sends to it; `ss -ti` on its peers shows which connections retransmit."
+    );
+    c.evidence = Evidence::new(r4(share), "ratio")
+        .seconds(r4(receiver.window_s))
+        .detail("out_of_order_share", r4(share))
+        .detail("peers_retransmitting", list.join(","));
+    c
+}
+
+/// The finding on `root`, with `peers` (the job's other nodes that lose what they send) in its evidence, and
+/// the node that receives its packets behind holes (`receiver`), when it does not see them itself: the loss is
+/// then on the path between the two, either node's link.
+fn candidate(
+    job: Option<&str>,
+    root: &NodeLoss,
+    peers: &[NodeLoss],
+    receiver: Option<&NodeLoss>,
+) -> Candidate {
     let name = &root.node.name;
     let severity = if root.sent_share >= CRITICAL_SHARE {
         Severity::Critical
@@ -158,7 +237,7 @@ fn candidate(job: Option<&str>, root: &NodeLoss, peers: &[NodeLoss]) -> Candidat
         .iter()
         .map(|p| format!("{} {:.1}%", p.node.name, p.sent_share * 100.0))
         .collect();
-    let also = if peer_list.is_empty() {
+    let mut also = if peer_list.is_empty() {
         String::new()
     } else {
         format!(
@@ -166,6 +245,15 @@ fn candidate(job: Option<&str>, root: &NodeLoss, peers: &[NodeLoss]) -> Candidat
             peer_list.join(", ")
         )
     };
+    if let Some(r) = receiver {
+        also.push_str(&format!(
+            ". {} receives {:.1}% of its segments out of order: the loss is on the path between them, {name}'s \
+             links or {}'s",
+            r.node.name,
+            r.received_share.unwrap_or(0.0) * 100.0,
+            r.node.name
+        ));
+    }
     c.summary = format!(
         "{name} retransmits {:.1}% of its TCP segments ({} of {} over {:.0} s, {:.0} a second){received}: its \
          links or a switch port on their path drop packets{also}",
@@ -190,6 +278,12 @@ fn candidate(job: Option<&str>, root: &NodeLoss, peers: &[NodeLoss]) -> Candidat
     }
     if !peer_list.is_empty() {
         ev = ev.detail("peers_retransmitting", peer_list.join(","));
+    }
+    if let Some(r) = receiver {
+        ev = ev.detail(
+            "receiver_out_of_order",
+            format!("{} {}", r.node.name, r4(r.received_share.unwrap_or(0.0))),
+        );
     }
     c.evidence = ev;
     c
@@ -289,6 +383,51 @@ mod tests {
                 && c[0]
                     .summary
                     .ends_with("Its peers retransmit what they send to it: node3 1.0%"),
+            "{}",
+            c[0].summary
+        );
+    }
+
+    #[test]
+    fn loss_only_on_what_a_node_receives_names_the_receiver_its_senders_share() {
+        // OpenMPI on the test bed, 2 % loss only on what node2 receives: node0 and node3, which send to it,
+        // retransmit; node2 retransmits nothing and receives behind holes.
+        let c = evaluate(&nodes(vec![
+            tcp("node0", 170_000, 1_008, Some((15_000, 3))),
+            tcp("node1", 170_000, 4, Some((15_000, 2))),
+            tcp("node2", 170_000, 0, Some((15_000, 700))),
+            tcp("node3", 170_000, 2_439, Some((15_000, 5))),
+        ]));
+        assert_eq!(c.len(), 1, "{c:#?}");
+        assert_eq!(c[0].subject.node, "node2");
+        assert_eq!(
+            c[0].evidence.details["peers_retransmitting"],
+            "node3 1.4%,node0 0.6%"
+        );
+        assert!(c[0]
+            .summary
+            .starts_with("node2 receives 4.7% of its TCP segments out of order"));
+    }
+
+    #[test]
+    fn one_sender_and_one_receiver_name_the_sender_and_say_the_path() {
+        // 2 % loss only on what node2 sends (gloo ring): node2 retransmits, node1 receives behind holes. The
+        // same counters come from a loss on what node1 receives: the finding says the path, both nodes.
+        let c = evaluate(&nodes(vec![
+            tcp("node0", 370_000, 51, Some((14_000, 2))),
+            tcp("node1", 370_000, 4, Some((14_000, 600))),
+            tcp("node2", 370_000, 3_724, Some((14_000, 3))),
+            tcp("node3", 370_000, 4, Some((14_000, 1))),
+        ]));
+        assert_eq!(c.len(), 1, "{c:#?}");
+        assert_eq!(c[0].subject.node, "node2");
+        assert_eq!(
+            c[0].evidence.details["receiver_out_of_order"],
+            format!("node1 {}", r4(600.0 / 14_000.0))
+        );
+        assert!(
+            c[0].summary
+                .ends_with("the loss is on the path between them, node2's links or node1's"),
             "{}",
             c[0].summary
         );
