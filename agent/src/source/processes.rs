@@ -24,10 +24,10 @@
 //! `statx` and one `pread` otherwise): a pid not known before is read (so a new rank is known within a slow
 //! period), one gone is dropped, and a pid listed for less than [`RECHECK_YOUNG`] has its `stat` read again
 //! (its `exec` may follow its launcher's `fork`); nothing else is read, and NVML's process list is the last
-//! discovery's. On the agent's own procfs, when at most [`PROBE_MAX`] pids were handed out since the last
-//! look, those pids are read one by one instead of listing `/proc` (whose listing costs the kernel a lookup
-//! per process), and the processes that claim a rank are checked for their end. Each file of a pid is read
-//! in five system calls (`read_pid_file`). A
+//! discovery's. On the agent's own procfs, when few pids were handed out since the last look ([`PROBE_MAX`]),
+//! those pids are read one by one instead of listing `/proc` (whose listing costs the kernel a lookup per
+//! process), and the processes that claim a rank are checked for their end. Each file of a pid is read in
+//! five system calls (`read_pid_file`). A
 //! process caught half-way through an `exec` (its environment not yet placed) is read again at the next
 //! look. The jobs' CPU cgroups are handed to the `cgroup` source at each look that changes a job.
 //!
@@ -341,8 +341,14 @@ pub const MAX_JOB_ID_BYTES: usize = 128;
 pub const RECHECK_YOUNG: Duration = Duration::from_secs(3);
 
 /// Most pids handed out since the last look that a refresh reads one by one (a `stat` each, most of them
-/// gone already or threads) instead of listing the root; more, and the root is listed.
+/// gone already or threads) instead of listing the root; more, and the root is listed. Below this, at most
+/// one pid per [`PROBE_SHARE`] processes known (a listing costs the kernel a lookup per process, a pid read
+/// one by one several system calls), and at least [`PROBE_MIN`].
 pub const PROBE_MAX: u32 = 64;
+/// See [`PROBE_MAX`].
+pub const PROBE_SHARE: u32 = 8;
+/// See [`PROBE_MAX`].
+pub const PROBE_MIN: u32 = 4;
 
 /// What tells, without listing the root, whether a process may have started or ended since the last look.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -618,7 +624,7 @@ impl ProcessesSource {
 
     /// Looks for processes started or ended since the last look, without a full scan. Nothing is read but
     /// the [`Mark`] unless it moved (a process or thread was created, or a process reaped); then, where the
-    /// root is the agent's own procfs and at most [`PROBE_MAX`] pids were handed out since, each of those pids
+    /// root is the agent's own procfs and few pids were handed out since ([`PROBE_MAX`]), each of those pids
     /// is read (a process taken in, a thread or a pid gone already left out) and the processes that claim a
     /// rank are checked for their end, else the root is listed: the processes not known yet are read and
     /// those gone dropped. Read again in any case: processes whose reading did not settle, and those
@@ -648,15 +654,17 @@ impl ProcessesSource {
     }
 
     /// The pids handed out between two marks, when a refresh may read them one by one instead of listing the
-    /// root: both marks have a last pid, in the agent's own pid namespace, it did not wrap, and at most
-    /// [`PROBE_MAX`] were handed out. Never with [`ProcessesSource::only_pids`].
+    /// root: both marks have a last pid, in the agent's own pid namespace, it did not wrap, and few were
+    /// handed out (see [`PROBE_MAX`]). Never with [`ProcessesSource::only_pids`].
     fn probe_range(
         &mut self,
         before: Option<Mark>,
         now: Option<Mark>,
     ) -> Option<std::ops::RangeInclusive<u32>> {
         let (from, to) = (before?.last_pid?, now?.last_pid?);
-        if self.only.is_some() || to < from || to - from > PROBE_MAX {
+        let known = u32::try_from(self.cache.len()).unwrap_or(u32::MAX);
+        let most = (known / PROBE_SHARE).clamp(PROBE_MIN, PROBE_MAX);
+        if self.only.is_some() || to < from || to - from > most {
             return None;
         }
         let root = self.procfs_root.path();
