@@ -90,6 +90,8 @@ pub const REESTIMATE_NS: i64 = 2_000_000_000;
 /// Least mean difference between the bytes of neighbouring spans of one period, as a share of a span's mean
 /// bytes, for the period to be half the step ([`repeats_at_double`]).
 pub const ALTERNATION: f64 = 0.4;
+/// Least share of neighbouring spans' differences that change sign from one to the next (high, low, high…).
+pub const ALTERNATING_TURNS: f64 = 0.8;
 /// A weak estimate keeps the period followed so far while an edge was seen in the traffic this recently (ns).
 pub const HOLD_NS: i64 = 4_000_000_000;
 /// ... once this many edges in a row were seen (a period that the traffic has borne out, not a first guess).
@@ -574,9 +576,10 @@ fn period_of_activity(active: &[bool], rates: &[f64], dt: f64) -> Option<PeriodE
 /// next while every other span is alike: cut into consecutive spans of `lag` (fractional: the cumulative bytes
 /// interpolated) from three phases, in the phase where they alternate most, the mean difference between
 /// neighbouring spans is at least [`ALTERNATION`] of a span's mean bytes and at least twice the mean difference
-/// between spans two apart. A collective through one slow link comes in chunks whose gaps can be as long as
-/// the job's compute: its activity then repeats at half the step while the two halves' bytes differ (6 and
-/// 19 MB, on the bed's OpenMPI rate cut). Steps alike at `lag` hold alike bytes in every span.
+/// between spans two apart, and the spans go high, low, high, low ([`ALTERNATING_TURNS`]). A collective
+/// through one slow link comes in chunks whose gaps can be as long as the job's compute: its activity then
+/// repeats at half the step while the two halves' bytes differ (6 and 19 MB, on the bed's OpenMPI rate cut).
+/// Steps alike at `lag` hold alike bytes in every span; uneven ones (a lossy link's stalls) differ at random.
 fn repeats_at_double(rates: &[f64], lag: f64) -> bool {
     if lag < MIN_LAG as f64 {
         return false;
@@ -610,7 +613,15 @@ fn repeats_at_double(rates: &[f64], lag: f64) -> bool {
                 / (spans.len() - k) as f64
         };
         let (next, second) = (diff(1), diff(2));
-        mean > 0.0 && next >= ALTERNATION * mean && next >= 2.0 * second
+        // High, low, high, low: the turns between neighbours alternate (uneven steps turn at random).
+        let turns = spans
+            .windows(3)
+            .filter(|w| (w[1] - w[0]) * (w[2] - w[1]) < 0.0)
+            .count();
+        mean > 0.0
+            && next >= ALTERNATION * mean
+            && next >= 2.0 * second
+            && turns as f64 >= ALTERNATING_TURNS * (spans.len() - 2) as f64
     })
 }
 
