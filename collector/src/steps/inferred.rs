@@ -967,6 +967,25 @@ mod tests {
     }
 
     #[test]
+    fn uneven_steps_are_not_taken_for_alternating_halves() {
+        // Steps of 0.45 to 1.05 s: spans of the mean period hold uneven bytes, at random, not high-low-high.
+        for seed in 0..8 {
+            let (pts, _) = paced_traffic(30.0, 750.0, 300.0, 0.3, 0, seed);
+            let (rates, _) = interval_rates(&pts);
+            assert!(!repeats_at_double(&rates, 15.0), "seed {seed}");
+        }
+        // Two unequal chunks a step do alternate.
+        let rates: Vec<f64> = (0..600)
+            .map(|i| match i % 16 {
+                2..=7 => 20e6,
+                10..=15 => 80e6,
+                _ => 0.0,
+            })
+            .collect();
+        assert!(repeats_at_double(&rates, 8.0));
+    }
+
+    #[test]
     fn uneven_steps_with_clear_gaps_are_followed() {
         // 15 s of even 750 ms steps, then 45 s of 0.4 to 1.1 s steps (a lossy link's retransmission stalls),
         // a gap of compute in each.
