@@ -101,6 +101,24 @@ pub fn read_kept<T>(
     }
 }
 
+/// Reads `<root>/<name>` through `file` ([`read_kept`]) and parses its text with `parse`; a parse failure is a
+/// [`SourceError::Parse`] naming the file, its length and the reason.
+pub fn read_parsed<T>(
+    root: &FsRoot,
+    file: &mut Option<AttrFile>,
+    name: &str,
+    parse: impl Fn(&str) -> Result<T, String>,
+) -> Result<T, SourceError> {
+    let path = root.join(name);
+    read_kept(root, file, &path, |text| {
+        parse(text).map_err(|reason| SourceError::Parse {
+            path: path.clone(),
+            bytes: text.len(),
+            reason,
+        })
+    })
+}
+
 /// Reads from offset 0 to end of file into `buf`, growing it when full; returns the length read.
 fn read_all_at(file: &File, buf: &mut Vec<u8>) -> io::Result<usize> {
     let mut len = 0;

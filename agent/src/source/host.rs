@@ -15,7 +15,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use super::attr_file::{read_kept, AttrFile};
+use super::attr_file::{read_parsed, AttrFile};
 use super::fsroot::FsRoot;
 use super::{Inventory, ReadReport, SeriesKind, SeriesSpec, Source, SourceError, Tier, Value};
 
@@ -136,7 +136,7 @@ fn busy_percent(before: CpuTimes, now: CpuTimes) -> f32 {
 }
 
 /// The node's procfs, under a root: `stat` and `meminfo`, each opened through [`FsRoot`] and kept open
-/// ([`read_kept`]).
+/// ([`super::attr_file::read_kept`]).
 pub struct ProcfsHost {
     root: FsRoot,
     previous: Option<CpuStat>,
@@ -156,25 +156,8 @@ impl ProcfsHost {
     }
 
     fn stat(&mut self) -> Result<CpuStat, SourceError> {
-        parsed(&self.root, &mut self.stat, "stat", parse_stat)
+        read_parsed(&self.root, &mut self.stat, "stat", parse_stat)
     }
-}
-
-/// Reads `<root>/<name>` through `file` ([`read_kept`]) and parses it with `parse`.
-fn parsed<T>(
-    root: &FsRoot,
-    file: &mut Option<AttrFile>,
-    name: &str,
-    parse: impl Fn(&str) -> Result<T, String>,
-) -> Result<T, SourceError> {
-    let path = root.join(name);
-    read_kept(root, file, &path, |text| {
-        parse(text).map_err(|reason| SourceError::Parse {
-            path: path.clone(),
-            bytes: text.len(),
-            reason,
-        })
-    })
 }
 
 impl HostBackend for ProcfsHost {
@@ -187,7 +170,7 @@ impl HostBackend for ProcfsHost {
 
     fn read(&mut self) -> HostReading {
         let (memory_used_bytes, memory_total_bytes) =
-            parsed(&self.root, &mut self.meminfo, "meminfo", parse_meminfo).unwrap_or((0, 0));
+            read_parsed(&self.root, &mut self.meminfo, "meminfo", parse_meminfo).unwrap_or((0, 0));
         let mut reading = HostReading {
             cpu_percent: f32::NAN,
             per_cpu_percent: Vec::new(),

@@ -17,7 +17,7 @@
 
 use std::path::PathBuf;
 
-use super::attr_file::{read_kept, AttrFile};
+use super::attr_file::{read_parsed, AttrFile};
 use super::fsroot::FsRoot;
 use super::{Inventory, ReadReport, SeriesKind, SeriesSpec, Source, SourceError, Tier, Value};
 
@@ -128,10 +128,10 @@ impl TcpSource {
     /// The counters; the out-of-order count only when `with_netstat` (a failure to read it then fails the
     /// read: the series was discovered).
     fn read(&mut self, with_netstat: bool) -> Result<TcpCounters, SourceError> {
-        let snmp = read_file(&self.root, &mut self.snmp, "net/snmp", parse_snmp)?;
+        let snmp = read_parsed(&self.root, &mut self.snmp, "net/snmp", parse_snmp)?;
         let out_of_order_packets = if with_netstat {
             let netstat = &mut self.netstat;
-            Some(read_file(
+            Some(read_parsed(
                 &self.root,
                 netstat,
                 "net/netstat",
@@ -152,23 +152,6 @@ impl TcpSource {
     fn with_netstat(&self) -> bool {
         self.inventory.series.len() == METRICS.len()
     }
-}
-
-/// Reads `<root>/<name>` through `file` (see [`read_kept`]) and parses it with `parse`.
-fn read_file<T>(
-    root: &FsRoot,
-    file: &mut Option<AttrFile>,
-    name: &str,
-    parse: fn(&str) -> Result<T, String>,
-) -> Result<T, SourceError> {
-    let path = root.join(name);
-    read_kept(root, file, &path, |text| {
-        parse(text).map_err(|reason| SourceError::Parse {
-            path: path.clone(),
-            bytes: text.len(),
-            reason,
-        })
-    })
 }
 
 impl Source for TcpSource {
