@@ -35,8 +35,9 @@ use crate::store::Store;
 pub const ANALYSIS_NICE: i32 = 5;
 
 /// CPU time of one node's evaluation assumed before any was measured, for the warning at start: the demo
-/// node's, measured in process (BENCHMARKS.md, "Fresh findings at fleet scale").
-pub const ASSUMED_NODE_COST: Duration = Duration::from_micros(1_500);
+/// node's with its rule inputs kept between evaluations, 0.87–1.01 ms at 400 demo nodes (BENCHMARKS.md, "Rule
+/// inputs kept as samples arrive").
+pub const ASSUMED_NODE_COST: Duration = Duration::from_micros(1_000);
 /// A job's findings this many intervals old (or more) means the evaluation does not keep up: warned.
 pub const LAGGING_INTERVALS: f64 = 2.0;
 /// Warnings that the evaluation does not keep up come at most this often.
