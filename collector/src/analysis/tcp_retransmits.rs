@@ -19,7 +19,8 @@
 //! share of what it receives — and the others are its peers, listed in its evidence, not findings of their
 //! own. A link that drops only what its node *receives* makes that node retransmit nothing: when several nodes
 //! lose what they send, none sees it both ways, and one node of the job receives behind holes (its out-of-order
-//! share at least [`RECEIVER_SHARE`] and [`RECEIVER_OVER_OTHERS`] × every other's), that receiver is named,
+//! share at least [`RECEIVER_SHARE`] and [`RECEIVER_OVER_OTHERS`] × every other's, over at least
+//! [`MIN_RECEIVED_SEGMENTS`] received and [`MIN_OUT_OF_ORDER`] out of order), that receiver is named,
 //! its senders its peers. One sender and one receiver cannot be told apart from a loss on either's link: the
 //! sender is named and the finding says the path and the receiver.
 //! Without the out-of-order counter (an older agent) the largest retransmitted share is named. Two lossy
@@ -59,6 +60,9 @@ struct NodeLoss<'a> {
     window_s: f64,
     /// Share of the received segments queued out of order; `None` without the counters.
     received_share: Option<f64>,
+    /// Segments received and packets queued out of order over the window (0 without the counters).
+    received: u64,
+    out_of_order: u64,
 }
 
 impl<'a> NodeLoss<'a> {
@@ -72,10 +76,15 @@ impl<'a> NodeLoss<'a> {
         // OutSegs excludes retransmissions: the share of all segments put on the wire.
         let segments = sent.increase + re.increase;
         let sent_share = re.increase as f64 / segments as f64;
-        let received_share = match (node.counter(OUT_OF_ORDER), node.counter(RECEIVED)) {
+        let (ofo, inseg) = (node.counter(OUT_OF_ORDER), node.counter(RECEIVED));
+        let received_share = match (ofo, inseg) {
             (Some(o), Some(r)) if r.increase > 0 => Some(o.increase as f64 / r.increase as f64),
             (Some(_), Some(_)) => Some(0.0),
             _ => None,
+        };
+        let (received, out_of_order) = match (ofo, inseg) {
+            (Some(o), Some(r)) => (r.increase, o.increase),
+            _ => (0, 0),
         };
         Some(NodeLoss {
             node,
@@ -84,7 +93,15 @@ impl<'a> NodeLoss<'a> {
             segments,
             window_s,
             received_share,
+            received,
+            out_of_order,
         })
+    }
+
+    /// Whether its out-of-order share rests on enough counts to mean anything: at least
+    /// [`MIN_RECEIVED_SEGMENTS`] received and [`MIN_OUT_OF_ORDER`] out of order.
+    fn receives_enough(&self) -> bool {
+        self.received >= MIN_RECEIVED_SEGMENTS && self.out_of_order >= MIN_OUT_OF_ORDER
     }
 
     /// Whether the node loses what it sends: its share and count at the thresholds scaled by `scale` (1: a
@@ -109,12 +126,20 @@ const CONTENDER_SCALE: f64 = 0.5;
 pub const RECEIVER_SHARE: f64 = 0.005;
 /// ... and how many times every other node of its job's share it must reach.
 pub const RECEIVER_OVER_OTHERS: f64 = 4.0;
+/// Fewest segments received, and packets queued out of order, over the window for a receiver's share to mean
+/// anything (a node that received a few hundred segments can read 1 % from one packet).
+pub const MIN_RECEIVED_SEGMENTS: u64 = 2_000;
+pub const MIN_OUT_OF_ORDER: u64 = 20;
 
 /// The node of `all` (one job's nodes) that receives behind holes: the largest out-of-order share, at least
-/// [`RECEIVER_SHARE`] and [`RECEIVER_OVER_OTHERS`] times every other's.
+/// [`RECEIVER_SHARE`] and [`RECEIVER_OVER_OTHERS`] times every other's, on enough counts
+/// ([`NodeLoss::receives_enough`]).
 fn receiver_behind_holes<'a, 'b>(all: &'b [NodeLoss<'a>]) -> Option<&'b NodeLoss<'a>> {
     let share = |l: &NodeLoss| l.received_share.unwrap_or(0.0);
-    let top = all.iter().max_by(|a, b| share(a).total_cmp(&share(b)))?;
+    let top = all
+        .iter()
+        .filter(|l| l.receives_enough())
+        .max_by(|a, b| share(a).total_cmp(&share(b)))?;
     let others = all
         .iter()
         .filter(|l| l.node.name != top.node.name)
@@ -170,22 +195,35 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
         .collect()
 }
 
+/// Critical from [`CRITICAL_SHARE`] of retransmitted segments, else warning.
+fn severity(sent_share: f64) -> Severity {
+    if sent_share >= CRITICAL_SHARE {
+        Severity::Critical
+    } else {
+        Severity::Warning
+    }
+}
+
+/// `"node 1.4%"` per node: its retransmitted share.
+fn shares(nodes: &[NodeLoss]) -> Vec<String> {
+    nodes
+        .iter()
+        .map(|p| format!("{} {:.1}%", p.node.name, p.sent_share * 100.0))
+        .collect()
+}
+
 /// The finding on `receiver`, a node whose peers (`senders`) lose what they send to it while it receives
 /// behind holes: its link (or its switch port) drops what it receives.
 fn receiver_candidate(job: Option<&str>, receiver: &NodeLoss, senders: &[NodeLoss]) -> Candidate {
     let name = &receiver.node.name;
     let worst = senders.iter().map(|l| l.sent_share).fold(0.0, f64::max);
-    let severity = if worst >= CRITICAL_SHARE {
-        Severity::Critical
-    } else {
-        Severity::Warning
-    };
     let share = receiver.received_share.unwrap_or(0.0);
-    let list: Vec<String> = senders
-        .iter()
-        .map(|p| format!("{} {:.1}%", p.node.name, p.sent_share * 100.0))
-        .collect();
-    let mut c = Candidate::new(FindingKind::TcpRetransmits, severity, Subject::node(name));
+    let list = shares(senders);
+    let mut c = Candidate::new(
+        FindingKind::TcpRetransmits,
+        severity(worst),
+        Subject::node(name),
+    );
     c.subject.job = job.map(str::to_string);
     c.summary = format!(
         "{name} receives {:.1}% of its TCP segments out of order, behind lost ones, while the peers that send \
@@ -214,17 +252,16 @@ fn candidate(
     receiver: Option<&NodeLoss>,
 ) -> Candidate {
     let name = &root.node.name;
-    let severity = if root.sent_share >= CRITICAL_SHARE {
-        Severity::Critical
-    } else {
-        Severity::Warning
-    };
     let fabric: Vec<&str> = root
         .node
         .fabric_links()
         .map(|l| l.link.key.device.as_str())
         .collect();
-    let mut c = Candidate::new(FindingKind::TcpRetransmits, severity, Subject::node(name));
+    let mut c = Candidate::new(
+        FindingKind::TcpRetransmits,
+        severity(root.sent_share),
+        Subject::node(name),
+    );
     c.subject.job = job.map(str::to_string);
     let received = match root.received_share {
         Some(r) if r > 0.0 => format!(
@@ -233,10 +270,7 @@ fn candidate(
         ),
         _ => String::new(),
     };
-    let peer_list: Vec<String> = peers
-        .iter()
-        .map(|p| format!("{} {:.1}%", p.node.name, p.sent_share * 100.0))
-        .collect();
+    let peer_list = shares(peers);
     let mut also = if peer_list.is_empty() {
         String::new()
     } else {
@@ -407,6 +441,19 @@ mod tests {
         assert!(c[0]
             .summary
             .starts_with("node2 receives 4.7% of its TCP segments out of order"));
+    }
+
+    #[test]
+    fn a_receivers_share_on_a_few_segments_names_no_receiver() {
+        // node2 received 500 segments, 10 out of order (2 %): too few to say where the loss is.
+        let c = evaluate(&nodes(vec![
+            tcp("node0", 170_000, 1_008, Some((15_000, 3))),
+            tcp("node2", 170_000, 0, Some((500, 10))),
+            tcp("node3", 170_000, 2_439, Some((15_000, 5))),
+        ]));
+        assert_eq!(c.len(), 1, "{c:#?}");
+        assert_eq!(c[0].subject.node, "node3");
+        assert!(!c[0].evidence.details.contains_key("receiver_out_of_order"));
     }
 
     #[test]
