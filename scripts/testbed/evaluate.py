@@ -284,7 +284,7 @@ def final_body(out, name):
 
 def last_job_view(out, job_id):
     """The job's last entry in /api/v1/jobs while the collector listed it (a job leaves the list when its
-    processes end), and its step times over the polls, in order (non-null ones)."""
+    processes end), and its step times over the polls, in order (non-null ones), as (poll time s, step time s)."""
     last, times = None, []
     for rec in snapshots(out, "jobs"):
         body = rec.get("body")
@@ -292,10 +292,22 @@ def last_job_view(out, job_id):
         for j in jobs if isinstance(jobs, list) else []:
             if get(j, "id") == job_id:
                 last = j
-                v = num(get(j, "step_time_s"))
-                if v is not None:
-                    times.append(v)
+                v, t = num(get(j, "step_time_s")), num(rec.get("t"))
+                if v is not None and t is not None:
+                    times.append((t, v))
     return last, times
+
+
+# The collector's job step time is the median of the steps of its analysis window (`WINDOW_NS`, 20 s) at the
+# poll; the truth it is held against is the median of the job's steps that ended in that same window.
+API_WINDOW_S = 20.0
+
+
+def period_at(entry, t):
+    """The job's own step time over the steps that ended in the API_WINDOW_S before poll time t (s), the median
+    over its ranks; None when no step ended there."""
+    return median([s["end"] - s["start"] for steps in entry["nodes"].values() for s in steps
+                   if t - API_WINDOW_S <= s["end"] <= t])
 
 
 def inferred_steps(body, problems):
@@ -474,12 +486,17 @@ def evaluate(out):
     for name, entry in truth.items():
         period = job_period(entry)
         api_job, api_step_times = last_job_view(out, entry.get("id"))
+        last_t, last_v = api_step_times[-1] if api_step_times else (None, None)
         jfig = {"id": entry.get("id"), "truth_period_s": period, "bad_truth_lines": entry["bad_lines"],
                 "api_found": api_job is not None, "api_nodes": get(api_job, "nodes"),
-                "api_step_time_s": next((v for v in reversed(api_step_times) if v is not None), None),
-                "api_step_time_s_range": [min(api_step_times), max(api_step_times)] if api_step_times else None,
+                "api_step_time_s": last_v,
+                "api_step_time_s_range": [min(v for _, v in api_step_times), max(v for _, v in api_step_times)]
+                if api_step_times else None,
                 "api_scaling_efficiency": num(get(api_job, "scaling_efficiency")), "nodes": {}}
-        jfig["step_time_off_pct"] = pct_off(jfig["api_step_time_s"], period)
+        # Like with like: the last poll's figure against the job's steps in that poll's window.
+        jfig["truth_step_time_at_poll_s"] = period_at(entry, last_t) if last_t is not None else None
+        jfig["step_time_off_pct"] = pct_off(last_v, jfig["truth_step_time_at_poll_s"])
+        jfig["step_time_off_whole_job_pct"] = pct_off(last_v, period)
         for node, tsteps in sorted(entry["nodes"].items()):
             fig = node_figures(tsteps, isteps.get(node, []), markers=sources.get(node) == "markers")
             fig["source"] = sources.get(node)

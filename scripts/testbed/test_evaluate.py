@@ -41,6 +41,21 @@ class TruthBytes(unittest.TestCase):
         self.assertEqual([s["step"] for s in ev.truth_steps(recs)], [1])
 
 
+class JobStepTime(unittest.TestCase):
+    def test_the_collectors_step_time_is_held_against_its_own_window(self):
+        # 1 s steps for 40 s, then 3 s steps for 30 s (a fault): the poll at 70 s sees the slow steps alone.
+        steps, t = [], 0.0
+        while t < 70:
+            d = 1.0 if t < 40 else 3.0
+            steps.append(step(t, t + d))
+            t += d
+        entry = {"nodes": {"node0": steps}}
+        self.assertEqual(ev.period_at(entry, 70.0), 3.0)
+        self.assertEqual(ev.period_at(entry, 30.0), 1.0)
+        self.assertIsNone(ev.period_at(entry, -5.0))
+        self.assertEqual(ev.job_period(entry), 1.0)
+
+
 class Matching(unittest.TestCase):
     def test_each_job_step_gets_at_most_one_inferred_step(self):
         truth = [step(0, 1), step(1, 2), step(2, 3)]
