@@ -18,7 +18,8 @@
 #   run's prefix, cwb and up to 7 letters or digits; default random), BED_LINGER_S (8: seconds the collector
 #   keeps running after the job, for its last steps and findings), BED_STRAGGLER_PCT (5: the straggler's CPU
 #   share, % of one core), BED_LOSS_PCT (2: the loss scenario's drop rate each way, %), BED_LOSS_DIR (both:
-#   `from` drops only what the node sends, `to` only what it receives).
+#   `from` drops only what the node sends, `to` only what it receives), BED_FAST_PERIOD (50ms: the agents'
+#   fast-tier period, the byte counters' sampling; a step needs several samples to be resolved).
 #
 # Topology (everything named with a per-run prefix `cwb<hex>`): a "switch" namespace with two bridges (fabric,
 # management); each node namespace has `fab0` (10.10.0.k+1/24) and `mgmt0` (10.9.0.k+1/24) into them, shaped
@@ -41,6 +42,7 @@ STRAGGLER_PCT=${BED_STRAGGLER_PCT:-5}
 LOSS_PCT=${BED_LOSS_PCT:-2}
 # Which way the loss scenario drops: both, from (the node's sends) or to (what it receives).
 LOSS_DIR=${BED_LOSS_DIR:-both}
+FAST_PERIOD=${BED_FAST_PERIOD:-50ms}
 PREFIX_GLOB=cwb
 VENV=$CACHE/venv
 MPI_PROG=$CACHE/allreduce_mpi
@@ -79,6 +81,7 @@ check_tools() {
   done
   [[ $LOSS_PCT =~ ^([0-9]|[1-9][0-9])(\.[0-9]+)?$ ]] || die "BED_LOSS_PCT=$LOSS_PCT: a percentage below 100"
   case $LOSS_DIR in both | from | to) ;; *) die "BED_LOSS_DIR=$LOSS_DIR: both, from or to" ;; esac
+  [[ $FAST_PERIOD =~ ^[1-9][0-9]*ms$ ]] || die "BED_FAST_PERIOD=$FAST_PERIOD: milliseconds, as 20ms"
   [ "$(id -u)" = 0 ] || die "needs root (network namespaces, tc, cgroups)"
   [ -x "$BIN" ] || die "commwatch binary not found at $BIN (set COMMWATCH_BIN)"
 }
@@ -353,6 +356,7 @@ write_agent_config() { # write_agent_config K
 # ctl0, the control link to the collector, is not read at all. A veth reports 10 Gb/s whatever tc shapes it
 # to: the capacities are the shaped rates.
 steps_socket = "$RUN/steps-node$1.sock"
+fast_period = "$FAST_PERIOD"
 [netdev]
 include = ["fab0", "mgmt0"]
 fabric = ["fab0"]
@@ -663,7 +667,7 @@ run_scenario() {
   cat >"$SOUT/scenario.json" <<EOF
 {"lib":"$LIB","scenario":"$SCEN","prefix":"$P","nodes":$N,"steps":$STEPS,"bytes":$BYTES,"compute_ms":$COMPUTE_MS,
  "buckets":$BUCKETS,"fault":"$FAULT","fault_nodes":"$FAULT_NODES","fault_at":$FAULT_AT,"fault_len":$FAULT_LEN,
- "iface_mode":"$IFACE_MODE","markers":$MARKERS,"fabric_rate":"$FAB_RATE","mgmt_rate":"$MGMT_RATE",
+ "iface_mode":"$IFACE_MODE","markers":$MARKERS,"fabric_rate":"$FAB_RATE","mgmt_rate":"$MGMT_RATE","fast_period":"$FAST_PERIOD",
  "commwatch":"$("$BIN" --version 2>/dev/null | head -1)","api":"$API"}
 EOF
   python3 "$HERE/evaluate.py" poll --url "$API" --nodes "$N" --out "$SOUT" --interval 2 &
