@@ -19,15 +19,17 @@
 #   keeps running after the job, for its last steps and findings), BED_STRAGGLER_PCT (5: the straggler's CPU
 #   share, % of one core), BED_LOSS_PCT (2: the loss scenario's drop rate each way, %), BED_LOSS_DIR (both:
 #   `from` drops only what the node sends, `to` only what it receives), BED_FAST_PERIOD (50ms: the agents'
-#   fast-tier period, the byte counters' sampling; a step needs several samples to be resolved).
+#   fast-tier period, the byte counters' sampling; a step needs several samples to be resolved), BED_SHAPER
+#   (tbf: the links' shaper; htb shapes in a class under an htb root, whose own figures hold no rate).
 #
 # Topology (everything named with a per-run prefix `cwb<hex>`): a "switch" namespace with two bridges (fabric,
 # management); each node namespace has `fab0` (10.10.0.k+1/24) and `mgmt0` (10.9.0.k+1/24) into them, shaped
-# with tbf on both directions, and `ctl0` (10.200.X.k+10/24) to a bridge in the root namespace holding the
-# collector's gRPC address 10.200.X.1 (its HTTP API listens on 127.0.0.1 only). No default route anywhere; nothing
-# leaves the machine. Each node runs in its own pid, mount and UTS namespace (hostname nodeK), so its agent sees
-# only its node's processes; inside, /sys shows the namespace's own net devices. The job's processes on a node
-# sit in a per-node cgroup (cpu limit for the straggler). A trap removes everything on exit and on failure.
+# with tbf (BED_SHAPER) on both directions, and `ctl0` (10.200.X.k+10/24) to a bridge in the root namespace
+# holding the collector's gRPC address 10.200.X.1 (its HTTP API listens on 127.0.0.1 only). No default route
+# anywhere; nothing leaves the machine. Each node runs in its own pid, mount and UTS namespace (hostname nodeK),
+# so its agent sees only its node's processes; inside, /sys shows the namespace's own net devices. The job's
+# processes on a node sit in a per-node cgroup (cpu limit for the straggler). A trap removes everything on exit
+# and on failure.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -43,6 +45,7 @@ LOSS_PCT=${BED_LOSS_PCT:-2}
 # Which way the loss scenario drops: both, from (the node's sends) or to (what it receives).
 LOSS_DIR=${BED_LOSS_DIR:-both}
 FAST_PERIOD=${BED_FAST_PERIOD:-50ms}
+SHAPER=${BED_SHAPER:-tbf}
 PREFIX_GLOB=cwb
 VENV=$CACHE/venv
 MPI_PROG=$CACHE/allreduce_mpi
@@ -82,6 +85,7 @@ check_tools() {
   [[ $LOSS_PCT =~ ^([0-9]|[1-9][0-9])(\.[0-9]+)?$ ]] || die "BED_LOSS_PCT=$LOSS_PCT: a percentage below 100"
   case $LOSS_DIR in both | from | to) ;; *) die "BED_LOSS_DIR=$LOSS_DIR: both, from or to" ;; esac
   [[ $FAST_PERIOD =~ ^[1-9][0-9]*ms$ ]] || die "BED_FAST_PERIOD=$FAST_PERIOD: milliseconds, as 20ms"
+  case $SHAPER in tbf | htb) ;; *) die "BED_SHAPER=$SHAPER: tbf or htb" ;; esac
   [ "$(id -u)" = 0 ] || die "needs root (network namespaces, tc, cgroups)"
   [ -x "$BIN" ] || die "commwatch binary not found at $BIN (set COMMWATCH_BIN)"
 }
@@ -177,8 +181,16 @@ pick_ctl_net() {
   die "no free 10.200.X.0/24 for the control bridge"
 }
 
-shape() { # shape NS DEV RATE: tbf on DEV's egress (replaces what is there)
-  ip netns exec "$1" tc qdisc replace dev "$2" root handle 1: tbf rate "$3" burst 256kb latency 50ms
+shape() { # shape NS DEV RATE: SHAPER (tbf or htb) on DEV's egress (replaces what is there, or changes its rate)
+  case $SHAPER in
+    tbf) ip netns exec "$1" tc qdisc replace dev "$2" root handle 1: tbf rate "$3" burst 256kb latency 50ms ;;
+    htb)
+      # The rate is a class's, not the root's: the root qdisc says only how much it queues and holds back.
+      ip netns exec "$1" tc qdisc show dev "$2" | grep -q '^qdisc htb 1: root' \
+        || ip netns exec "$1" tc qdisc replace dev "$2" root handle 1: htb default 1
+      ip netns exec "$1" tc class replace dev "$2" parent 1: classid 1:1 htb rate "$3" ceil "$3" burst 256kb
+      ;;
+  esac
 }
 
 # Writes node k's /etc/netns hosts file: every node name at its fabric address, except the names listed in
@@ -667,7 +679,7 @@ run_scenario() {
   cat >"$SOUT/scenario.json" <<EOF
 {"lib":"$LIB","scenario":"$SCEN","prefix":"$P","nodes":$N,"steps":$STEPS,"bytes":$BYTES,"compute_ms":$COMPUTE_MS,
  "buckets":$BUCKETS,"fault":"$FAULT","fault_nodes":"$FAULT_NODES","fault_at":$FAULT_AT,"fault_len":$FAULT_LEN,
- "iface_mode":"$IFACE_MODE","markers":$MARKERS,"fabric_rate":"$FAB_RATE","mgmt_rate":"$MGMT_RATE","fast_period":"$FAST_PERIOD",
+ "iface_mode":"$IFACE_MODE","markers":$MARKERS,"fabric_rate":"$FAB_RATE","mgmt_rate":"$MGMT_RATE","fast_period":"$FAST_PERIOD","shaper":"$SHAPER",
  "commwatch":"$("$BIN" --version 2>/dev/null | head -1)","api":"$API"}
 EOF
   python3 "$HERE/evaluate.py" poll --url "$API" --nodes "$N" --out "$SOUT" --interval 2 &
