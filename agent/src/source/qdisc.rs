@@ -16,8 +16,9 @@
 //!   throttled), `qdisc_requeues_total` (32-bit: the kernel's own widths);
 //! - slow-tier gauges: `qdisc_backlog_bytes`, `qdisc_backlog_packets` (the queue's length now: a rule reads
 //!   their mean over its window, which a reading a second estimates as well as twenty, at a twentieth of the
-//!   netlink dumps), `qdisc_rate_limit_bytes_per_second`: the rate a `tbf` root shapes to, 0 when the root
-//!   qdisc sets no rate (any other kind).
+//!   netlink dumps), `qdisc_rate_limit_bytes_per_second`: the rate a `tbf` root shapes to, or the sum of the
+//!   ceilings of an `htb` root's top-level classes (an `RTM_GETTCLASS` dump of that interface, only where the
+//!   root is `htb`), 0 when the root qdisc sets no rate (any other kind).
 //!
 //! A shaped or slow link paces a whole ring: every node's bytes per step look alike, and only the node whose
 //! queue holds the data back shows it here (the `transmit_queue_backlog` rule compares nodes). When netlink
@@ -29,7 +30,7 @@ use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use netlink_packet_core::{
-    NetlinkHeader, NetlinkMessage, NetlinkPayload, NlasIterator, NLM_F_DUMP, NLM_F_REQUEST,
+    NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_DUMP, NLM_F_REQUEST,
 };
 use netlink_packet_route::link::{LinkAttribute, LinkMessage};
 use netlink_packet_route::tc::{TcAttribute, TcHandle, TcMessage, TcOption, TcStats2};
@@ -60,12 +61,9 @@ pub const SERIES: [(&str, SeriesKind, Tier); 8] = [
     ),
 ];
 
-/// `TCA_TBF_PARMS` and `TCA_TBF_RATE64` in a `tbf` qdisc's `TCA_OPTIONS`.
-const TCA_TBF_PARMS: u16 = 1;
-const TCA_TBF_RATE64: u16 = 4;
-/// Offset of `rate.rate` (bytes/s, u32) in `struct tc_tbf_qopt`: after `cell_log`, `linklayer`, `overhead`,
-/// `cell_align` and `mpu` of its `tc_ratespec`.
-const TBF_RATE_OFFSET: usize = 8;
+mod rates;
+
+pub use rates::{htb_limit, tbf_rate};
 
 /// Errors of the qdisc source: what failed and why, never a message's content.
 #[derive(Debug, thiserror::Error)]
@@ -112,7 +110,8 @@ pub struct QdiscStats {
     pub backlog_bytes: u32,
     /// Packets queued now (the kernel's `qlen`).
     pub backlog_packets: u32,
-    /// The rate a `tbf` root shapes to, bytes/s; `None` for other kinds.
+    /// The rate a `tbf` root shapes to, or an `htb` root's classes let through at most ([`htb_limit`]: set by
+    /// the source from a class dump), bytes/s; `None` for other kinds.
     pub rate_limit_bytes_per_second: Option<u64>,
 }
 
@@ -143,33 +142,6 @@ pub fn interface_indices(links: &[LinkMessage]) -> BTreeMap<String, u32> {
             })
         })
         .collect()
-}
-
-/// The rate (bytes/s) in a `tbf` qdisc's options: `TCA_TBF_RATE64` when present (rates of 4 GB/s and more),
-/// else `rate.rate` of `TCA_TBF_PARMS`. The crate keeps a `tbf`'s `TCA_OPTIONS` undecoded (one attribute
-/// holding the nested ones), so they are read here.
-fn tbf_rate(options: &[TcOption]) -> Option<u64> {
-    let mut rate32 = None;
-    let mut rate64 = None;
-    for o in options {
-        let TcOption::Other(nla) = o else { continue };
-        let mut value = vec![0u8; netlink_packet_core::Nla::value_len(nla)];
-        netlink_packet_core::Nla::emit_value(nla, &mut value);
-        for inner in NlasIterator::new(&value).flatten() {
-            let v = inner.value();
-            match inner.kind() & !netlink_packet_core::NLA_F_NESTED {
-                TCA_TBF_PARMS if v.len() >= TBF_RATE_OFFSET + 4 => {
-                    let b: [u8; 4] = v[TBF_RATE_OFFSET..TBF_RATE_OFFSET + 4].try_into().ok()?;
-                    rate32 = Some(u64::from(u32::from_ne_bytes(b)));
-                }
-                TCA_TBF_RATE64 if v.len() >= 8 => {
-                    rate64 = Some(u64::from_ne_bytes(v[..8].try_into().ok()?));
-                }
-                _ => {}
-            }
-        }
-    }
-    rate64.or(rate32)
 }
 
 /// The root qdisc of `msg`'s interface, or `None` when `msg` is not a root qdisc (a child of a classful
@@ -254,6 +226,8 @@ pub trait QdiscBackend: Send {
     fn links(&mut self) -> Result<Vec<LinkMessage>, QdiscError>;
     /// Every qdisc of the network namespace (`RTM_GETQDISC` dump).
     fn qdiscs(&mut self) -> Result<Vec<TcMessage>, QdiscError>;
+    /// Every traffic class of interface `ifindex` (`RTM_GETTCLASS` dump; the kernel dumps one interface's).
+    fn classes(&mut self, ifindex: u32) -> Result<Vec<TcMessage>, QdiscError>;
 }
 
 /// Largest datagram read at once: the kernel sends a dump in datagrams of at most 32 KiB.
@@ -390,6 +364,19 @@ impl QdiscBackend for NetlinkBackend {
             .into_iter()
             .filter_map(|m| match m {
                 RouteNetlinkMessage::NewQueueDiscipline(t) => Some(t),
+                _ => None,
+            })
+            .collect())
+    }
+
+    fn classes(&mut self, ifindex: u32) -> Result<Vec<TcMessage>, QdiscError> {
+        let mut req = TcMessage::default();
+        req.header.index = i32::try_from(ifindex).unwrap_or(0);
+        let msgs = self.dump("RTM_GETTCLASS", RouteNetlinkMessage::GetTrafficClass(req))?;
+        Ok(msgs
+            .into_iter()
+            .filter_map(|m| match m {
+                RouteNetlinkMessage::NewTrafficClass(t) => Some(t),
                 _ => None,
             })
             .collect())
@@ -536,6 +523,7 @@ impl Source for QdiscSource {
         if self.watched.is_empty() || !SERIES.iter().any(|s| s.2 == tier) {
             return report;
         }
+        let interfaces: Vec<u32> = self.watched.iter().map(|w| w.ifindex).collect();
         let Some(backend) = self.backend() else {
             return report;
         };
@@ -546,7 +534,16 @@ impl Source for QdiscSource {
                 return report;
             }
         };
-        let (roots, errors) = root_qdiscs(&msgs);
+        let (mut roots, errors) = root_qdiscs(&msgs);
+        for ifindex in interfaces {
+            if let Some(s) = roots.get_mut(&ifindex).filter(|s| s.kind == "htb") {
+                // The rate is its classes': one more dump, for shaped interfaces only.
+                match backend.classes(ifindex) {
+                    Ok(classes) => s.rate_limit_bytes_per_second = htb_limit(&classes),
+                    Err(e) => report.fail(e.into()),
+                }
+            }
+        }
         for w in &self.watched {
             match roots.get(&w.ifindex) {
                 Some(s) => {
@@ -591,8 +588,13 @@ fn series_of(series: &mut Vec<SeriesSpec>, key: &LinkKey, changed: &mut bool) ->
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
     use netlink_packet_core::{DefaultNla, NLMSG_DONE};
     use netlink_packet_route::tc::{TcStats, TcStatsBasic, TcStatsQueue};
+
+    use super::rates::{TBF_RATE_OFFSET, TCA_TBF_PARMS, TCA_TBF_RATE64};
 
     use super::*;
 
@@ -834,10 +836,12 @@ mod tests {
         );
     }
 
-    /// Recorded answers instead of the kernel's.
+    /// Recorded answers instead of the kernel's; an interface without recorded classes fails its class dump.
     struct Recorded {
         links: Vec<LinkMessage>,
         qdiscs: Vec<TcMessage>,
+        classes: BTreeMap<u32, Vec<TcMessage>>,
+        class_dumps: Arc<AtomicUsize>,
     }
 
     impl QdiscBackend for Recorded {
@@ -847,6 +851,104 @@ mod tests {
         fn qdiscs(&mut self) -> Result<Vec<TcMessage>, QdiscError> {
             Ok(self.qdiscs.clone())
         }
+        fn classes(&mut self, ifindex: u32) -> Result<Vec<TcMessage>, QdiscError> {
+            self.class_dumps.fetch_add(1, Ordering::Relaxed);
+            self.classes
+                .get(&ifindex)
+                .cloned()
+                .ok_or(QdiscError::Kernel {
+                    request: "RTM_GETTCLASS",
+                    code: -19,
+                })
+        }
+    }
+
+    /// An `htb` class `handle` under `parent` of interface `ifindex` whose ceiling is `ceil` bytes/s (its
+    /// rate half that), as the kernel dumps it: `TCA_HTB_PARMS` (a 44-byte `tc_htb_opt`), and
+    /// `TCA_HTB_CEIL64` when the ceiling does not fit 32 bits; read back through the wire.
+    fn htb_class(ifindex: i32, parent: TcHandle, minor: u16, ceil: u64) -> TcMessage {
+        use super::rates::{HTB_CEIL_OFFSET, TCA_HTB_CEIL64, TCA_HTB_PARMS};
+        let mut opt = vec![0u8; 44];
+        let c32 = u32::try_from(ceil).unwrap_or(u32::MAX);
+        opt[TBF_RATE_OFFSET..TBF_RATE_OFFSET + 4].copy_from_slice(&(c32 / 2).to_ne_bytes());
+        opt[HTB_CEIL_OFFSET..HTB_CEIL_OFFSET + 4].copy_from_slice(&c32.to_ne_bytes());
+        let mut options = vec![TcOption::Other(DefaultNla::new(TCA_HTB_PARMS, opt))];
+        if ceil > u64::from(u32::MAX) {
+            options.push(TcOption::Other(DefaultNla::new(
+                TCA_HTB_CEIL64,
+                ceil.to_ne_bytes().to_vec(),
+            )));
+        }
+        let mut m = TcMessage::default();
+        m.header.index = ifindex;
+        m.header.parent = parent;
+        m.header.handle = TcHandle { major: 1, minor };
+        m.attributes.push(TcAttribute::Kind("htb".into()));
+        m.attributes.push(TcAttribute::Options(options));
+        let bytes = datagram(9, vec![RouteNetlinkMessage::NewTrafficClass(m)], true);
+        let mut out = Vec::new();
+        assert!(decode_datagram("RTM_GETTCLASS", 9, &bytes, &mut out).unwrap());
+        match out.pop() {
+            Some(RouteNetlinkMessage::NewTrafficClass(t)) => t,
+            other => panic!("not a class: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_htb_root_s_limit_is_its_top_level_classes_ceilings() {
+        let top = htb_class(2, TcHandle::ROOT, 1, 62_500_000);
+        let wide = htb_class(2, TcHandle::ROOT, 2, 12_500_000_000);
+        let child = htb_class(2, TcHandle { major: 1, minor: 1 }, 10, 1_000);
+        assert_eq!(htb_limit(&[top.clone(), child.clone()]), Some(62_500_000));
+        assert_eq!(htb_limit(&[top, wide, child.clone()]), Some(12_562_500_000));
+        assert_eq!(htb_limit(&[child]), None, "no top-level class: no limit");
+        let mut other = htb_class(2, TcHandle::ROOT, 3, 5);
+        other.attributes[0] = TcAttribute::Kind("hfsc".into());
+        assert_eq!(
+            htb_limit(&[other]),
+            None,
+            "another kind's options are not htb's"
+        );
+    }
+
+    #[test]
+    fn an_htb_root_is_read_with_its_classes_and_a_failed_class_dump_is_counted() {
+        let dir = tree(&["fab0", "mgmt0"]);
+        let options = NetdevOptions {
+            include: vec!["fab0".into(), "mgmt0".into()],
+            ..NetdevOptions::default()
+        };
+        let link = |i: u32, n: &str| {
+            let mut l = LinkMessage::default();
+            l.header.index = i;
+            l.attributes.push(LinkAttribute::IfName(n.into()));
+            l
+        };
+        let dumps = Arc::new(AtomicUsize::new(0));
+        let backend = Recorded {
+            links: vec![link(2, "fab0"), link(3, "mgmt0")],
+            qdiscs: through_the_wire(vec![
+                qdisc(2, "htb", vec![], [3, 90_000, 0, 0, 1403]),
+                qdisc(3, "htb", vec![], [0; 5]),
+            ]),
+            classes: BTreeMap::from([(2, vec![htb_class(2, TcHandle::ROOT, 1, 62_500_000)])]),
+            class_dumps: dumps.clone(),
+        };
+        let mut src =
+            QdiscSource::with_backend(dir.path().to_path_buf(), options, Box::new(backend));
+        assert!(src.discover().unwrap());
+        let mut slow = Vec::new();
+        let r = src.sample(Tier::Slow, &mut |i, v| slow.push((i, v)));
+        assert_eq!(
+            dumps.load(Ordering::Relaxed),
+            2,
+            "one class dump per htb root"
+        );
+        // mgmt0's class dump failed: its queue is still read, its limit unknown (0), the failure counted.
+        assert_eq!((r.read, r.failed), (16, 1));
+        assert!(slow.contains(&(7, Value::Gauge(62_500_000.0))));
+        assert!(slow.contains(&(15, Value::Gauge(0.0))));
+        assert!(slow.contains(&(3, Value::Counter(1403))));
     }
 
     /// A sysfs tree with plain-directory interfaces `names`.
@@ -873,12 +975,15 @@ mod tests {
             l.attributes.push(LinkAttribute::IfName(n.into()));
             l
         };
+        let dumps = Arc::new(AtomicUsize::new(0));
         let backend = Recorded {
             links: vec![link(2, "fab0"), link(3, "mgmt0"), link(4, "ctl0")],
             qdiscs: through_the_wire(vec![
                 qdisc(2, "tbf", tbf_options(62_500_000), [3, 90_000, 0, 0, 1403]),
                 qdisc(4, "tbf", tbf_options(1), [0; 5]),
             ]),
+            classes: BTreeMap::new(),
+            class_dumps: dumps.clone(),
         };
         let mut src =
             QdiscSource::with_backend(dir.path().to_path_buf(), options, Box::new(backend));
@@ -907,6 +1012,11 @@ mod tests {
         assert!(slow.contains(&(3, Value::Counter(1403))));
         assert!(slow.contains(&(7, Value::Gauge(62_500_000.0))));
         assert!(src.unavailable().is_none());
+        assert_eq!(
+            dumps.load(Ordering::Relaxed),
+            0,
+            "no class dump without an htb root"
+        );
     }
 
     #[test]
@@ -943,7 +1053,7 @@ mod tests {
     }
 
     #[test]
-    fn this_namespace_s_rtnetlink_answers_both_dumps() {
+    fn this_namespace_s_rtnetlink_answers_its_dumps() {
         let mut b = match NetlinkBackend::open() {
             Ok(b) => b,
             Err(e) => panic!("rtnetlink: {e}"),
@@ -954,5 +1064,7 @@ mod tests {
         assert!(errors.is_empty(), "{errors:?}");
         // Twice on one socket: sequence numbers keep dumps apart.
         assert_eq!(interface_indices(&b.links().unwrap()), links);
+        // A class dump of one interface: loopback has no classes, and the kernel says so without an error.
+        assert_eq!(htb_limit(&b.classes(links["lo"]).unwrap()), None);
     }
 }

@@ -7,9 +7,10 @@
 //! source: the kernel's traffic-control statistics). Two signals, per fabric link, against the median of the
 //! job's other nodes' fabric links (at least [`MIN_NODES`] nodes; all nodes when no job is known):
 //! - **shaped below its peers**: the link's rate limit — its root qdisc's shaping rate
-//!   (`qdisc_rate_limit_bytes_per_second`, its lowest positive reading over the window: a shaper lifted a
-//!   moment ago still explains the traffic the window holds, and the other rules' symptoms of it; the summary
-//!   then says the rate now; 0 = none), else its capacity — is below
+//!   (`qdisc_rate_limit_bytes_per_second`: a `tbf` root's rate or an `htb` root's top-level classes' ceilings;
+//!   its lowest positive reading over the window: a shaper lifted a moment ago still explains the traffic the
+//!   window holds, and the other rules' symptoms of it; the summary then says the rate now; 0 = none), else
+//!   its capacity — is below
 //!   [`LIMIT_BELOW`] × the peers' median, and its shaper held traffic back (`qdisc_overlimits_total` rose by at
 //!   least [`MIN_OVERLIMITS`] over the window) while the link carried traffic. A shaper every node has (the
 //!   same rate everywhere) is nobody's fault: only the comparison raises;
