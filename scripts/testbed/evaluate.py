@@ -303,6 +303,14 @@ def last_job_view(out, job_id):
 API_WINDOW_S = 20.0
 
 
+def last_poll_while_running(times, job_end, slack_s=1.0):
+    """The last (poll time, step time) of `times` taken while the job ran (up to slack_s after its last step's
+    end): later polls (the collector lists a job until it sees its processes gone) hold a window emptied of its
+    steps. The last of all when none is; (None, None) without polls."""
+    running = [tv for tv in times if job_end is None or tv[0] <= job_end + slack_s]
+    return (running or times or [(None, None)])[-1]
+
+
 def period_at(entry, t):
     """The job's own step time over the steps that ended in the API_WINDOW_S before poll time t (s), the median
     over its ranks; None when no step ended there."""
@@ -486,14 +494,15 @@ def evaluate(out):
     for name, entry in truth.items():
         period = job_period(entry)
         api_job, api_step_times = last_job_view(out, entry.get("id"))
-        last_t, last_v = api_step_times[-1] if api_step_times else (None, None)
+        job_end = max((st["end"] for steps in entry["nodes"].values() for st in steps), default=None)
+        last_t, last_v = last_poll_while_running(api_step_times, job_end)
         jfig = {"id": entry.get("id"), "truth_period_s": period, "bad_truth_lines": entry["bad_lines"],
                 "api_found": api_job is not None, "api_nodes": get(api_job, "nodes"),
-                "api_step_time_s": last_v,
+                "api_step_time_s": last_v, "api_step_time_poll_t": last_t,
                 "api_step_time_s_range": [min(v for _, v in api_step_times), max(v for _, v in api_step_times)]
                 if api_step_times else None,
                 "api_scaling_efficiency": num(get(api_job, "scaling_efficiency")), "nodes": {}}
-        # Like with like: the last poll's figure against the job's steps in that poll's window.
+        # Like with like: that poll's figure against the job's steps in that poll's window.
         jfig["truth_step_time_at_poll_s"] = period_at(entry, last_t) if last_t is not None else None
         jfig["step_time_off_pct"] = pct_off(last_v, jfig["truth_step_time_at_poll_s"])
         jfig["step_time_off_whole_job_pct"] = pct_off(last_v, period)

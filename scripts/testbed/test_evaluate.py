@@ -55,6 +55,12 @@ class JobStepTime(unittest.TestCase):
         self.assertIsNone(ev.period_at(entry, -5.0))
         self.assertEqual(ev.job_period(entry), 1.0)
 
+    def test_the_poll_compared_is_the_last_while_the_job_ran(self):
+        polls = [(10.0, 1.0), (20.0, 1.1), (30.0, 2.0), (45.0, 3.0)]
+        self.assertEqual(ev.last_poll_while_running(polls, 29.5), (30.0, 2.0))
+        self.assertEqual(ev.last_poll_while_running(polls, 5.0), (45.0, 3.0))
+        self.assertEqual(ev.last_poll_while_running([], 5.0), (None, None))
+
 
 class Matching(unittest.TestCase):
     def test_each_job_step_gets_at_most_one_inferred_step(self):
