@@ -16,7 +16,6 @@
 
 use serde::Serialize;
 
-use super::median;
 use crate::steps::bandwidth::interpolate_ascending;
 use crate::steps::busy::{self, Interval, Run};
 
@@ -65,28 +64,25 @@ pub(crate) fn cv(v: &[f64]) -> Option<f64> {
 
 impl Bursts {
     fn of(bursts: Vec<Burst>, rate_bytes_per_second: Option<f64>) -> Bursts {
-        let starts: Vec<i64> = bursts
-            .iter()
-            .filter(|b| !b.truncated)
-            .map(|b| b.start_unix_ns)
-            .collect();
-        let mut gaps: Vec<f64> = starts
-            .windows(2)
-            .map(|s| (s[1] - s[0]) as f64 / 1e9)
-            .collect();
+        let complete = || bursts.iter().filter(|b| !b.truncated);
+        let mut gaps: Vec<f64> = Vec::with_capacity(bursts.len());
+        gaps.extend(
+            complete()
+                .zip(complete().skip(1))
+                .map(|(a, b)| (b.start_unix_ns - a.start_unix_ns) as f64 / 1e9),
+        );
         let (period_cv, period_s) = if gaps.len() >= 2 {
-            (cv(&gaps).or(Some(0.0)), median(&mut gaps))
+            (cv(&gaps).or(Some(0.0)), median_by_select(&mut gaps))
         } else {
             (None, None)
         };
-        let mut per_burst: Vec<f64> = bursts
-            .iter()
-            .filter(|b| !b.truncated)
-            .map(|b| b.bytes as f64)
-            .collect();
+        // The gaps' room holds the bytes (one more value at most).
+        let mut per_burst = gaps;
+        per_burst.clear();
+        per_burst.extend(complete().map(|b| b.bytes as f64));
         Bursts {
             bytes_cv: cv(&per_burst),
-            bytes_per_burst: median(&mut per_burst),
+            bytes_per_burst: median_by_select(&mut per_burst),
             period_s,
             period_cv,
             rate_bytes_per_second,
@@ -143,8 +139,9 @@ impl Activity {
     }
 }
 
-/// Bytes moved between two cumulative samples.
-fn delta(a: u64, b: u64) -> f64 {
+/// Bytes moved between two cumulative samples: an interval's bytes are the larger direction's `delta` (where
+/// both directions were sampled at the same times; see [`analyse`]).
+pub(crate) fn delta(a: u64, b: u64) -> f64 {
     b.saturating_sub(a) as f64
 }
 
@@ -179,14 +176,30 @@ fn intervals(grid: &[(i64, u64)], other: &[(i64, u64)]) -> Vec<(i64, i64, f64)> 
 
 /// Median length of the intervals, nanoseconds (0 without any): `commwatch_model::stats::median_i64`'s
 /// value, without a sort when every interval has the same length (regular sampling).
-fn median_interval(iv: &[(i64, i64, f64)]) -> i64 {
+fn median_interval(iv: &[(i64, i64, f64)], dts: &mut Vec<i64>) -> i64 {
     let mut lens = iv.iter().map(|x| x.1 - x.0);
     let Some(first) = lens.next() else { return 0 };
     if lens.all(|l| l == first) {
         return first;
     }
-    let mut dts: Vec<i64> = iv.iter().map(|x| x.1 - x.0).collect();
-    median_by_selection(&mut dts).unwrap_or(0)
+    dts.clear();
+    dts.extend(iv.iter().map(|x| x.1 - x.0));
+    median_by_selection(dts).unwrap_or(0)
+}
+
+/// [`median`] (`commwatch_model::stats::median`) by selection instead of a sort (linear time): the same value,
+/// bit for bit — the middle element in `f64::total_cmp`'s order, or the mean of the two middle ones.
+fn median_by_select(v: &mut [f64]) -> Option<f64> {
+    let n = v.len();
+    if n == 0 {
+        return None;
+    }
+    let (below, &mut hi, _) = v.select_nth_unstable_by(n / 2, f64::total_cmp);
+    if n % 2 == 1 {
+        return Some(hi);
+    }
+    let lo = below.iter().copied().max_by(f64::total_cmp).unwrap_or(hi);
+    Some((lo + hi) / 2.0)
 }
 
 /// `commwatch_model::stats::median_i64` by selection instead of a sort (linear time): the same value — the
@@ -217,15 +230,17 @@ fn burst(iv: &[(i64, i64, f64)], first: usize, end: usize) -> Burst {
 }
 
 /// The bursts at the link's own level (see [`Activity::peaks`]).
-fn peaks(iv: &[(i64, i64, f64)], floor: f64) -> Bursts {
-    let rate: Vec<f64> = iv
-        .iter()
-        .map(|x| x.2 / ((x.1 - x.0) as f64 / 1e9))
-        .collect();
+fn peaks(
+    iv: &[(i64, i64, f64)],
+    floor: f64,
+    (rate, interior): (&mut Vec<f64>, &mut Vec<f64>),
+) -> Bursts {
+    rate.clear();
+    rate.extend(iv.iter().map(|x| x.2 / ((x.1 - x.0) as f64 / 1e9)));
     let peak = rate.iter().copied().fold(0.0, f64::max);
     let level = (PEAK_LEVEL * peak).max(floor);
     let mut out = Vec::new();
-    let mut interior = Vec::new();
+    interior.clear();
     let mut i = 0;
     while i < iv.len() {
         if rate[i] < level {
@@ -249,7 +264,7 @@ fn peaks(iv: &[(i64, i64, f64)], floor: f64) -> Bursts {
         out.push(burst(iv, first, end));
         i = end;
     }
-    Bursts::of(out, median(&mut interior))
+    Bursts::of(out, median_by_select(interior))
 }
 
 /// Analyses two cumulative byte windows (`(timestamp_ns, cumulative bytes)`, oldest first, same ticks or
@@ -275,25 +290,44 @@ pub fn analyse(
     if window_s <= 0.0 {
         return None;
     }
-    let iv = intervals(grid, other);
-    let sample_period_s = median_interval(&iv) as f64 / 1e9;
+    Some(of_intervals(
+        &intervals(grid, other),
+        window_s,
+        (tx_bytes, rx_bytes),
+        capacity_bytes_per_second,
+        &mut Buffers::default(),
+    ))
+}
+
+/// The activity of a window whose sampling intervals are `iv` (`(start_ns, end_ns, bytes)`, consecutive, oldest
+/// first, as [`analyse`] derives them), `window_s` long (its first to last sample), with `(tx, rx)` bytes moved
+/// over it. [`analyse`] is this on the intervals it derives: a caller that keeps the intervals from one window
+/// to the next gets the same figures without deriving them anew.
+///
+/// `buffers` are worked in (their content is scratch): a caller that analyses many windows keeps them.
+pub fn of_intervals(
+    iv: &[(i64, i64, f64)],
+    window_s: f64,
+    (tx_bytes, rx_bytes): (u64, u64),
+    capacity_bytes_per_second: Option<f64>,
+    buffers: &mut Buffers,
+) -> Activity {
+    let sample_period_s = median_interval(iv, &mut buffers.lens) as f64 / 1e9;
     let floor = busy::active_floor(capacity_bytes_per_second);
-    let shape: Vec<Interval> = iv
-        .iter()
-        .map(|x| Interval {
-            len_s: (x.1 - x.0) as f64 / 1e9,
-            bytes: x.2,
-        })
-        .collect();
-    let b = busy::busy_time(&shape, floor, sample_period_s);
+    buffers.shape.clear();
+    buffers.shape.extend(iv.iter().map(|x| Interval {
+        len_s: (x.1 - x.0) as f64 / 1e9,
+        bytes: x.2,
+    }));
+    let b = busy::busy_time(&buffers.shape, floor, sample_period_s);
     let bursts = Bursts::of(
         b.runs
             .iter()
-            .map(|r: &Run| burst(&iv, r.first, r.end))
+            .map(|r: &Run| burst(iv, r.first, r.end))
             .collect(),
         b.interior_rate,
     );
-    Some(Activity {
+    Activity {
         window_s,
         sample_period_s,
         tx_bytes,
@@ -305,8 +339,18 @@ pub fn analyse(
         bytes_per_burst: bursts.bytes_per_burst,
         bursts: bursts.bursts,
         resolved: b.resolved,
-        peaks: peaks(&iv, floor),
-    })
+        peaks: peaks(iv, floor, (&mut buffers.rates, &mut buffers.interior)),
+    }
+}
+
+/// Buffers [`of_intervals`] works in: the intervals' lengths, their shape as the busy time reads it, their
+/// rates, the peaks' interior rates.
+#[derive(Debug, Default)]
+pub struct Buffers {
+    lens: Vec<i64>,
+    shape: Vec<Interval>,
+    rates: Vec<f64>,
+    interior: Vec<f64>,
 }
 
 #[cfg(test)]
@@ -386,7 +430,10 @@ mod tests {
             let iv = intervals(&grid, &other);
             assert_eq!(iv, intervals_by_search(&grid, &other));
             let mut dts: Vec<i64> = iv.iter().map(|x| x.1 - x.0).collect();
-            assert_eq!(median_interval(&iv), median_i64(&mut dts).unwrap_or(0));
+            assert_eq!(
+                median_interval(&iv, &mut Vec::new()),
+                median_i64(&mut dts).unwrap_or(0)
+            );
         }
         for _ in 0..2000 {
             let n = r.random_range(0..40);
@@ -399,6 +446,22 @@ mod tests {
                 .collect();
             let mut w = v.clone();
             assert_eq!(median_by_selection(&mut v), median_i64(&mut w), "{w:?}");
+            // The same for rates, bit for bit (signed zeros, infinities and repeats among them).
+            let mut f: Vec<f64> = w
+                .iter()
+                .map(|&x| match x % 7 {
+                    0 => 0.0,
+                    1 => -0.0,
+                    2 => f64::INFINITY,
+                    _ => (x % 1_000) as f64 * 1.5e6,
+                })
+                .collect();
+            let mut g = f.clone();
+            assert_eq!(
+                median_by_select(&mut f).map(f64::to_bits),
+                commwatch_model::stats::median(&mut g).map(f64::to_bits),
+                "{g:?}"
+            );
         }
     }
 

@@ -317,6 +317,50 @@ pub trait Windows {
         s: &'a crate::store::Series,
         since_ns: i64,
     ) -> impl Iterator<Item = (i64, u64)> + 'a;
+
+    /// The newest and the oldest of `s`'s samples stamped at or after `since_ns` (`None`: none): what a
+    /// counter's window ([`CounterWindow`]) reads of it.
+    fn ends(&self, s: &crate::store::Series, since_ns: i64) -> Option<((i64, u64), (i64, u64))> {
+        let mut window = self.newest_first(s, since_ns);
+        let newest = window.next()?;
+        Some((newest, window.last().unwrap_or(newest)))
+    }
+
+    /// The activity of link `link` (its index in the node's links) whose byte counters are the series in
+    /// `slots` (transmit, receive), over their windows from `since_ns` on: [`activity::analyse`] on those
+    /// windows (copied into `scratch`'s buffers), unless the reader keeps the link's sampling intervals.
+    fn activity(
+        &self,
+        n: &NodeState,
+        link: usize,
+        slots: (Option<usize>, Option<usize>),
+        since_ns: i64,
+        capacity_bytes_per_second: Option<f64>,
+        scratch: &mut Scratch,
+    ) -> Option<Activity> {
+        let _ = link;
+        copied_activity(self, n, slots, since_ns, capacity_bytes_per_second, scratch)
+    }
+}
+
+/// [`activity::analyse`] on the byte windows of the series in `slots` (transmit, receive) from `since_ns` on as
+/// `w` reads them, copied into `scratch`'s buffers: [`Windows::activity`] where the reader keeps nothing more.
+pub(crate) fn copied_activity<W: Windows + ?Sized>(
+    w: &W,
+    n: &NodeState,
+    slots: (Option<usize>, Option<usize>),
+    since_ns: i64,
+    capacity_bytes_per_second: Option<f64>,
+    scratch: &mut Scratch,
+) -> Option<Activity> {
+    let series = n.series();
+    let window = |slot: Option<usize>| {
+        slot.and_then(|i| series.get(i))
+            .map(|s| w.newest_first(s, since_ns))
+    };
+    window_into(&mut scratch.tx, window(slots.0));
+    window_into(&mut scratch.rx, window(slots.1));
+    activity::analyse(&scratch.tx, &scratch.rx, capacity_bytes_per_second)
 }
 
 /// A node's windows read from its store state: every evaluation decodes each window anew (the oracle, and the
@@ -347,14 +391,13 @@ fn window_into(buf: &mut Samples, window: Option<impl Iterator<Item = (i64, u64)
     }
 }
 
-/// Increase of a counter over its `window` (newest first; its first and last samples only: nothing is copied).
+/// Increase of a counter over its window, whose newest and oldest samples are `ends` ([`Windows::ends`]).
 fn counter_window(
     s: &crate::store::Series,
-    mut window: impl Iterator<Item = (i64, u64)>,
+    ends: Option<((i64, u64), (i64, u64))>,
     max_value: u64,
 ) -> Option<CounterWindow> {
-    let last = window.next()?;
-    let first = window.last().unwrap_or(last);
+    let (last, first) = ends?;
     let raw = s.last_raw().map_or(0, |r| r.1);
     Some(CounterWindow {
         key: CounterKey(s.key().clone()),
@@ -443,12 +486,113 @@ const GPU_MEANS: &[&str] = &[
 /// Buffers one node's input is built with, kept by a caller that builds many ([`node_input_into`]).
 #[derive(Debug, Default)]
 pub struct Scratch {
-    /// Slots of each link's byte counters (by link index): the last transmit and receive series of each, as
-    /// the series come.
-    bytes: Vec<(Option<usize>, Option<usize>)>,
+    /// What the input reads of each of the node's series, made once per layout.
+    plan: Plan,
     /// One link's byte windows, oldest first.
     tx: Samples,
     rx: Samples,
+    /// What a link's activity is analysed in ([`activity::of_intervals`]).
+    pub(crate) activity: activity::Buffers,
+}
+
+/// What [`node_input_into`] reads of one series (by slot), decided once per layout from its key and kind
+/// instead of from its strings at every build.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Read {
+    /// Nothing: a byte counter (its link's activity reads it), a gauge no field holds.
+    Skip,
+    /// A counter of link `.0`: its window.
+    LinkCounter(u32),
+    /// A gauge of link `.0`: its last reading, and its window mean ([`MEAN_GAUGES`]) and low ([`LOW_GAUGES`])
+    /// where it is one of those.
+    LinkGauge(u32, bool, bool),
+    /// The host CPU: its window mean.
+    Cpu,
+    /// A counter of GPU `.0` (its position in the plan's GPUs): its window.
+    GpuCounter(u32),
+    /// A gauge of GPU `.0` averaged into the field `.1` of [`GPU_MEANS`].
+    GpuMean(u32, u8),
+    /// The node's own counter (over its newest seconds when `.0`, [`RECENT_COUNTERS`]).
+    NodeCounter(bool),
+}
+
+/// A node's series as [`node_input_into`] reads them, made from the node's state under one layout
+/// ([`NodeState::layout`]).
+#[derive(Debug, Default)]
+struct Plan {
+    /// The layout it was made under (`None`: not made yet).
+    layout: Option<u64>,
+    /// By slot.
+    reads: Vec<Read>,
+    /// The GPUs' indexes, sorted (as GPU inputs are listed).
+    gpus: Vec<String>,
+    /// Slots of each link's byte counters (by link index): the last transmit and receive series of each, as
+    /// the series come.
+    bytes: Vec<(Option<usize>, Option<usize>)>,
+}
+
+impl Plan {
+    /// Made anew for `n` unless it was made under `n`'s layout.
+    fn update(&mut self, n: &NodeState) {
+        if self.layout == Some(n.layout()) {
+            return;
+        }
+        self.layout = Some(n.layout());
+        self.gpus.clear();
+        for s in n.series() {
+            if s.key().link.is_none() {
+                if let Some((_, g)) = s.key().labels.iter().find(|(k, _)| k == "gpu") {
+                    if let Err(i) = self.gpus.binary_search(g) {
+                        self.gpus.insert(i, g.clone());
+                    }
+                }
+            }
+        }
+        self.bytes.clear();
+        self.bytes.resize(n.links().len(), (None, None));
+        self.reads.clear();
+        for s in n.series() {
+            let read = self.read_of(n, s);
+            self.reads.push(read);
+        }
+    }
+
+    /// What is read of `s` (noting a byte counter's slot in `bytes`).
+    fn read_of(&mut self, n: &NodeState, s: &crate::store::Series) -> Read {
+        let key = s.key();
+        let counter = matches!(s.kind(), SeriesKind::Counter { .. });
+        let m = key.metric.as_str();
+        if key.link.is_some() {
+            let Some(i) = s.link_index().filter(|&i| i < n.links().len()) else {
+                return Read::Skip;
+            };
+            return match (m, counter) {
+                ("tx_bytes", true) => {
+                    self.bytes[i].0 = Some(s.slot());
+                    Read::Skip
+                }
+                ("rx_bytes", true) => {
+                    self.bytes[i].1 = Some(s.slot());
+                    Read::Skip
+                }
+                (_, true) => Read::LinkCounter(i as u32),
+                _ => Read::LinkGauge(i as u32, MEAN_GAUGES.contains(&m), LOW_GAUGES.contains(&m)),
+            };
+        }
+        match key.labels.iter().find(|(k, _)| k == "gpu") {
+            Some((_, g)) => {
+                let gpu = self.gpus.binary_search(g).unwrap_or_default() as u32;
+                match GPU_MEANS.iter().position(|x| *x == m) {
+                    _ if counter => Read::GpuCounter(gpu),
+                    Some(field) => Read::GpuMean(gpu, field as u8),
+                    None => Read::Skip,
+                }
+            }
+            None if counter => Read::NodeCounter(RECENT_COUNTERS.contains(&m)),
+            None if m == "cpu_utilization_ratio" && key.labels.is_empty() => Read::Cpu,
+            None => Read::Skip,
+        }
+    }
 }
 
 /// One node's input from its state `n` (under its lock) and its series' windows from `since_ns` on as `w`
@@ -482,25 +626,141 @@ pub fn node_input_into<W: Windows>(
             ..Default::default()
         },
     };
-    scratch.bytes.clear();
-    scratch.bytes.resize(out.links.len(), (None, None));
+    scratch.plan.update(n);
+    let plan = &scratch.plan;
+    if out.gpus.len() != plan.gpus.len()
+        || out.gpus.iter().zip(&plan.gpus).any(|(e, g)| e.index != *g)
+    {
+        out.gpus = plan
+            .gpus
+            .iter()
+            .map(|g| GpuInput {
+                index: g.clone(),
+                ..Default::default()
+            })
+            .collect();
+    }
+    for (s, &read) in n.series().iter().zip(&plan.reads) {
+        series_input(&mut out, read, s, since_ns, w);
+    }
+    link_activity(n, &mut out.links, since_ns, w, scratch);
+    out
+}
+
+/// What `read` says of series `s` into `out`.
+fn series_input<W: Windows>(
+    out: &mut NodeInput,
+    read: Read,
+    s: &crate::store::Series,
+    since_ns: i64,
+    w: &W,
+) {
+    let max_value = match s.kind() {
+        SeriesKind::Counter { max_value } => max_value,
+        SeriesKind::Gauge => u64::MAX,
+    };
+    match read {
+        Read::Skip => {}
+        Read::LinkCounter(i) => {
+            if let (Some(l), Some(c)) = (
+                out.links.get_mut(i as usize),
+                counter_window(s, w.ends(s, since_ns), max_value),
+            ) {
+                l.counters.push(c);
+            }
+        }
+        Read::LinkGauge(i, mean, low) => {
+            if let Some(l) = out.links.get_mut(i as usize) {
+                link_gauge(l, s, (mean, low), since_ns, w);
+            }
+        }
+        Read::Cpu => out.cpu_utilization = gauge_mean(w.newest_first(s, since_ns)),
+        Read::GpuCounter(g) => {
+            if let (Some(e), Some(c)) = (
+                out.gpus.get_mut(g as usize),
+                counter_window(s, w.ends(s, since_ns), max_value),
+            ) {
+                e.counters.push(c);
+            }
+        }
+        Read::GpuMean(g, field) => {
+            if let Some(e) = out.gpus.get_mut(g as usize) {
+                let mean = gauge_mean(w.newest_first(s, since_ns));
+                match field {
+                    0 => e.busy_share = mean,
+                    1 => e.sm_activity = mean,
+                    2 => e.pcie_gen = mean,
+                    3 => e.pcie_gen_max = mean,
+                    4 => e.pcie_width = mean,
+                    _ => e.pcie_width_max = mean,
+                }
+            }
+        }
+        Read::NodeCounter(recent) => {
+            // The newest seconds of the window (a sample older than the window leaves it empty either way).
+            let since = match recent {
+                true => w
+                    .newest_first(s, since_ns)
+                    .next()
+                    .map_or(since_ns, |(newest, _)| {
+                        since_ns.max(newest - RECENT_WINDOW_NS)
+                    }),
+                false => since_ns,
+            };
+            if let Some(c) = counter_window(s, w.ends(s, since), max_value) {
+                out.counters.push(c);
+            }
+        }
+    }
+}
+
+/// The input as it was built before [`Plan`]: each series' part decided from its metric and labels as it is
+/// read, every window read from the rings. The reference the plan's input is compared with
+/// (`windows::tests`).
+#[cfg(test)]
+pub(crate) fn node_input_by_keys(n: &NodeState, since_ns: i64) -> NodeInput {
+    let w = &StoreWindows(n);
+    let mut out = NodeInput {
+        name: n.name().to_string(),
+        links: n
+            .links()
+            .iter()
+            .map(|l| LinkInput::from_link(l.link.clone()))
+            .collect(),
+        ..Default::default()
+    };
+    let mut bytes = vec![(None, None); out.links.len()];
     for s in n.series() {
         let key = s.key();
+        let (m, kind) = (key.metric.as_str(), s.kind());
+        let max_value = match kind {
+            SeriesKind::Counter { max_value } => max_value,
+            SeriesKind::Gauge => u64::MAX,
+        };
+        let counter = || counter_window(s, w.ends(s, since_ns), max_value);
         if key.link.is_some() {
-            if let Some(i) = s.link_index().filter(|&i| i < out.links.len()) {
-                link_series(&mut out.links[i], &mut scratch.bytes[i], s, since_ns, w);
+            let Some(i) = s.link_index().filter(|&i| i < out.links.len()) else {
+                continue;
+            };
+            match (m, kind) {
+                ("tx_bytes", SeriesKind::Counter { .. }) => bytes[i].0 = Some(s.slot()),
+                ("rx_bytes", SeriesKind::Counter { .. }) => bytes[i].1 = Some(s.slot()),
+                (_, SeriesKind::Counter { .. }) => out.links[i].counters.extend(counter()),
+                _ => {
+                    let flags = (MEAN_GAUGES.contains(&m), LOW_GAUGES.contains(&m));
+                    link_gauge(&mut out.links[i], s, flags, since_ns, w);
+                }
             }
             continue;
         }
-        let gpu = key.labels.iter().find(|(k, _)| k == "gpu");
-        match (gpu, s.kind()) {
+        let mean = || gauge_mean(w.newest_first(s, since_ns));
+        match (key.labels.iter().find(|(k, _)| k == "gpu"), kind) {
             (None, SeriesKind::Gauge) => {
-                if key.metric == "cpu_utilization_ratio" && key.labels.is_empty() {
-                    out.cpu_utilization = gauge_mean(w.newest_first(s, since_ns));
+                if m == "cpu_utilization_ratio" && key.labels.is_empty() {
+                    out.cpu_utilization = mean();
                 }
             }
-            (Some((_, g)), kind) => {
-                // Sorted by index, as GPU inputs are listed.
+            (Some((_, g)), _) => {
                 let i = match out.gpus.binary_search_by(|e| e.index.as_str().cmp(g)) {
                     Ok(i) => i,
                     Err(i) => {
@@ -515,26 +775,40 @@ pub fn node_input_into<W: Windows>(
                         i
                     }
                 };
-                gpu_series(&mut out.gpus[i], s, kind, since_ns, w);
+                let e = &mut out.gpus[i];
+                match (m, kind) {
+                    (_, SeriesKind::Counter { .. }) => e.counters.extend(counter()),
+                    ("gpu_utilization_ratio", _) => e.busy_share = mean(),
+                    ("gpu_sm_activity_ratio", _) => e.sm_activity = mean(),
+                    ("gpu_pcie_link_gen", _) => e.pcie_gen = mean(),
+                    ("gpu_pcie_link_gen_max", _) => e.pcie_gen_max = mean(),
+                    ("gpu_pcie_link_width", _) => e.pcie_width = mean(),
+                    ("gpu_pcie_link_width_max", _) => e.pcie_width_max = mean(),
+                    _ => {}
+                }
             }
-            (None, SeriesKind::Counter { max_value }) => {
-                // The newest seconds of the window (a sample older than the window leaves it empty either way).
-                let since = if RECENT_COUNTERS.contains(&key.metric.as_str()) {
-                    w.newest_first(s, since_ns)
+            (None, SeriesKind::Counter { .. }) => {
+                let since = match RECENT_COUNTERS.contains(&m) {
+                    true => w
+                        .newest_first(s, since_ns)
                         .next()
                         .map_or(since_ns, |(newest, _)| {
                             since_ns.max(newest - RECENT_WINDOW_NS)
-                        })
-                } else {
-                    since_ns
+                        }),
+                    false => since_ns,
                 };
-                if let Some(c) = counter_window(s, w.newest_first(s, since), max_value) {
-                    out.counters.push(c);
-                }
+                out.counters
+                    .extend(counter_window(s, w.ends(s, since), max_value));
             }
         }
     }
-    link_activity(n, &mut out.links, since_ns, w, scratch);
+    let mut scratch = Scratch::default();
+    for (i, l) in out.links.iter_mut().enumerate() {
+        if reads_activity(&l.link) {
+            let capacity = l.link.capacity_bytes_per_second;
+            l.activity = copied_activity(w, n, bytes[i], since_ns, capacity, &mut scratch);
+        }
+    }
     out
 }
 
@@ -546,18 +820,13 @@ fn link_activity<W: Windows>(
     w: &W,
     scratch: &mut Scratch,
 ) {
-    let series = n.series();
-    let window = |slot: Option<usize>| {
-        slot.and_then(|i| series.get(i))
-            .map(|s| w.newest_first(s, since_ns))
-    };
-    for (l, &(tx_s, rx_s)) in links.iter_mut().zip(&scratch.bytes) {
+    for (i, l) in links.iter_mut().enumerate() {
         if !reads_activity(&l.link) {
             continue;
         }
-        window_into(&mut scratch.tx, window(tx_s));
-        window_into(&mut scratch.rx, window(rx_s));
-        l.activity = activity::analyse(&scratch.tx, &scratch.rx, l.link.capacity_bytes_per_second);
+        let slots = scratch.plan.bytes.get(i).copied().unwrap_or_default();
+        let capacity = l.link.capacity_bytes_per_second;
+        l.activity = w.activity(n, i, slots, since_ns, capacity, scratch);
     }
 }
 
@@ -586,71 +855,36 @@ impl NodeInput {
     }
 }
 
-/// One series `s` of link `l`: its byte counters' slots noted in `bytes` (windowed after every series is
-/// seen), its other counters' windows, its gauges' last readings (updated in place), window means and lows.
-fn link_series<W: Windows>(
+/// Gauge `s` of link `l`: its last reading (updated in place), and its window mean and low where `(mean, low)`
+/// say it is one of [`MEAN_GAUGES`] and [`LOW_GAUGES`].
+fn link_gauge<W: Windows>(
     l: &mut LinkInput,
-    bytes: &mut (Option<usize>, Option<usize>),
     s: &crate::store::Series,
+    (mean, low): (bool, bool),
     since_ns: i64,
     w: &W,
 ) {
-    match (s.key().metric.as_str(), s.kind()) {
-        ("tx_bytes", SeriesKind::Counter { .. }) => bytes.0 = Some(s.slot()),
-        ("rx_bytes", SeriesKind::Counter { .. }) => bytes.1 = Some(s.slot()),
-        (_, SeriesKind::Counter { max_value }) => {
-            if let Some(c) = counter_window(s, w.newest_first(s, since_ns), max_value) {
-                l.counters.push(c);
-            }
-        }
-        (m, SeriesKind::Gauge) => {
-            if let Some((_, raw)) = s.last_raw() {
-                let v = f64::from_bits(raw);
-                match l.gauges.get_mut(m) {
-                    Some(g) => *g = v,
-                    None => {
-                        l.gauges.insert(m.to_string(), v);
-                    }
-                }
-            }
-            if MEAN_GAUGES.contains(&m) {
-                if let Some((mean, _)) = gauge_mean_of(w.newest_first(s, since_ns))
-                    .filter(|&(_, k)| k >= MIN_MEAN_SAMPLES)
-                {
-                    l.gauge_means.insert(m.to_string(), mean);
-                }
-            }
-            if LOW_GAUGES.contains(&m) {
-                if let Some(low) = gauge_lowest_positive(w.newest_first(s, since_ns)) {
-                    l.gauge_lows.insert(m.to_string(), low);
-                }
+    let m = s.key().metric.as_str();
+    if let Some((_, raw)) = s.last_raw() {
+        let v = f64::from_bits(raw);
+        match l.gauges.get_mut(m) {
+            Some(g) => *g = v,
+            None => {
+                l.gauges.insert(m.to_string(), v);
             }
         }
     }
-}
-
-/// One series `s` of GPU `e` (of `kind`): a counter's window, or the window mean of a gauge it holds.
-fn gpu_series<W: Windows>(
-    e: &mut GpuInput,
-    s: &crate::store::Series,
-    kind: SeriesKind,
-    since_ns: i64,
-    w: &W,
-) {
-    let mean = || gauge_mean(w.newest_first(s, since_ns));
-    match (s.key().metric.as_str(), kind) {
-        (_, SeriesKind::Counter { max_value }) => {
-            if let Some(c) = counter_window(s, w.newest_first(s, since_ns), max_value) {
-                e.counters.push(c);
-            }
+    if mean {
+        if let Some((mean, _)) =
+            gauge_mean_of(w.newest_first(s, since_ns)).filter(|&(_, k)| k >= MIN_MEAN_SAMPLES)
+        {
+            l.gauge_means.insert(m.to_string(), mean);
         }
-        ("gpu_utilization_ratio", _) => e.busy_share = mean(),
-        ("gpu_sm_activity_ratio", _) => e.sm_activity = mean(),
-        ("gpu_pcie_link_gen", _) => e.pcie_gen = mean(),
-        ("gpu_pcie_link_gen_max", _) => e.pcie_gen_max = mean(),
-        ("gpu_pcie_link_width", _) => e.pcie_width = mean(),
-        ("gpu_pcie_link_width_max", _) => e.pcie_width_max = mean(),
-        _ => {}
+    }
+    if low {
+        if let Some(low) = gauge_lowest_positive(w.newest_first(s, since_ns)) {
+            l.gauge_lows.insert(m.to_string(), low);
+        }
     }
 }
 

@@ -17,10 +17,18 @@
 //! links that come and go, and the window sliding; the detection benchmark compares the findings of every
 //! evaluation with the whole-fleet rebuild's.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 
+use commwatch_model::SeriesKind;
+
+use super::activity::{self, Activity};
 use super::input::{self, NodeInput, Scratch, StoreWindows, Windows};
 use crate::store::{NodeState, Series};
+
+/// One series' kept window: `(tick, value)` of its samples, oldest first. A ring, so that dropping the samples
+/// that left the window moves none of the others (moving every window's samples was a fifth of an evaluation
+/// from kept windows).
+type Window = VecDeque<(u64, u64)>;
 
 /// One node's kept windows.
 #[derive(Debug, Default)]
@@ -34,12 +42,114 @@ pub struct NodeWindows {
     /// Whether each slot's window is kept ([`input::reads_window`]).
     wanted: Vec<bool>,
     /// Per slot, `(tick, value)` of its samples from `since_ns` on, oldest first (empty where not wanted).
-    kept: Vec<Vec<(u64, u64)>>,
+    kept: Vec<Window>,
     /// The node's last input, given back after its evaluation ([`WindowCache::give_back`]): the next one is
     /// built into its allocations (its links' vectors, maps and keys).
     spare: Option<NodeInput>,
     /// Buffers the input is built with.
     scratch: Scratch,
+    /// The sampling intervals of each link whose activity a rule reads, by link index.
+    links: Vec<LinkIntervals>,
+    /// Links' interval updates that kept the intervals, and those that could not (windows not sampled at the
+    /// same ticks, too few samples): the latter's activity is analysed from copies of the windows.
+    refreshes: (u64, u64),
+}
+
+/// One link's sampling intervals over its kept byte windows, as [`activity::analyse`] derives them from those
+/// windows, kept from one evaluation to the next: an evaluation derives those of the new samples only and
+/// drops those that left the window, and the link's activity is [`activity::of_intervals`] on them.
+///
+/// Kept where both byte windows were sampled at the same ticks (an agent reads a port's two counters
+/// together), or one of them is empty: each interval's bytes are then the larger direction's between two
+/// samples, nothing interpolated. Otherwise (`valid` false) the activity is analysed from copies of the
+/// windows, as before.
+#[derive(Debug, Default)]
+struct LinkIntervals {
+    /// The link's index in the node's links.
+    link: usize,
+    /// Slots of its transmit and receive byte counters (the last of each among the node's series, as
+    /// [`input::node_input_from`] takes them).
+    slots: (Option<usize>, Option<usize>),
+    /// Which window the intervals are on (transmit, or receive when transmit holds fewer than three samples)
+    /// and whether the other one was empty: the intervals start over when either changes.
+    shape: (bool, bool),
+    /// `(start_ns, end_ns, bytes)`, oldest first: from `start` on, the intervals between consecutive samples of
+    /// the window; before it, those that left it, dropped in bulk once they are an eighth of those in it (so
+    /// that the others move once every few evaluations, not at each; the live ones stay one slice).
+    iv: Vec<(i64, i64, f64)>,
+    start: usize,
+    /// Whether `iv` is the windows' intervals as of the latest update.
+    valid: bool,
+}
+
+impl LinkIntervals {
+    /// Brings the intervals up to the link's byte windows in `kept` (by slot, `(tick, value)` oldest first,
+    /// every sample stamped at or after the window's start) on node `n`.
+    fn refresh(&mut self, kept: &[Window], n: &NodeState) {
+        const NONE: &Window = &VecDeque::new();
+        let window = |s: Option<usize>| s.and_then(|i| kept.get(i)).unwrap_or(NONE);
+        let (tx, rx) = (window(self.slots.0), window(self.slots.1));
+        let on_tx = tx.len() >= 3;
+        let (grid, other) = if on_tx { (tx, rx) } else { (rx, tx) };
+        let paired = other.is_empty()
+            || (other.len() == grid.len() && other.iter().zip(grid).all(|(a, b)| a.0 == b.0));
+        if grid.len() < 3 || !paired || self.shape != (on_tx, other.is_empty()) {
+            self.clear();
+        }
+        self.shape = (on_tx, other.is_empty());
+        self.valid = grid.len() >= 3 && paired && self.extend(grid, other, n).is_some();
+        if !self.valid {
+            self.clear();
+        }
+    }
+
+    /// The intervals of the window, oldest first.
+    fn live(&self) -> &[(i64, i64, f64)] {
+        self.iv.get(self.start..).unwrap_or_default()
+    }
+
+    fn clear(&mut self) {
+        self.iv.clear();
+        self.start = 0;
+    }
+
+    /// Drops the intervals before `grid`'s first sample and appends those after the last one kept (all of
+    /// them when the kept ones do not line up with `grid`); `other` is empty or sampled at `grid`'s ticks.
+    /// `None` when a sample's tick is no longer held or two samples are not in time order.
+    fn extend(&mut self, grid: &Window, other: &Window, n: &NodeState) -> Option<()> {
+        let time = |k: usize| grid.get(k).and_then(|s| n.tick_time(s.0));
+        let first = time(0)?;
+        self.start += self.live().partition_point(|x| x.0 < first);
+        if self.start > 0 && self.start * 8 >= self.live().len() {
+            self.iv.drain(..self.start);
+            self.start = 0;
+        }
+        let live = self.live();
+        if let (Some(a), Some(z)) = (live.first(), live.last()) {
+            if a.0 != first || time(live.len()) != Some(z.1) {
+                self.clear();
+            }
+        }
+        let from = self.live().len();
+        let mut prev = time(from)?;
+        for k in from + 1..grid.len() {
+            let t = time(k)?;
+            if t <= prev {
+                return None;
+            }
+            let own = activity::delta(grid[k - 1].1, grid[k].1);
+            let bytes = match (other.get(k - 1), other.get(k)) {
+                (Some(a), Some(b)) => own.max(activity::delta(a.1, b.1)),
+                _ => own,
+            };
+            if self.iv.len() == self.iv.capacity() {
+                self.iv.reserve_exact(self.iv.len() / 4 + 4);
+            }
+            self.iv.push((prev, t, bytes));
+            prev = t;
+        }
+        Some(())
+    }
 }
 
 impl NodeWindows {
@@ -74,7 +184,7 @@ impl NodeWindows {
                 if w.len() == w.capacity() {
                     w.reserve_exact(w.len() / 4 + 4);
                 }
-                w.push((tick, v));
+                w.push_back((tick, v));
             }
         });
         let in_window = |tick: u64| n.tick_time(tick).is_some_and(|t| t >= since_ns);
@@ -83,6 +193,51 @@ impl NodeWindows {
             let gone = w.iter().position(|&(tick, _)| in_window(tick));
             w.drain(..gone.unwrap_or(w.len()));
         }
+        for l in &mut self.links {
+            l.refresh(&self.kept, n);
+            if l.valid {
+                self.refreshes.0 += 1;
+            } else {
+                self.refreshes.1 += 1;
+            }
+        }
+    }
+
+    /// The links whose activity a rule reads ([`input::reads_activity`]) with the slots of their byte counters.
+    fn link_plan(n: &NodeState) -> Vec<LinkIntervals> {
+        let mut links: Vec<LinkIntervals> = Vec::new();
+        for s in n.series() {
+            let (Some(i), SeriesKind::Counter { .. }) = (s.link_index(), s.kind()) else {
+                continue;
+            };
+            let read = n
+                .links()
+                .get(i)
+                .is_some_and(|l| input::reads_activity(&l.link));
+            if !read || s.key().link.is_none() {
+                continue;
+            }
+            let k = match links.binary_search_by_key(&i, |l| l.link) {
+                Ok(k) => k,
+                Err(k) => {
+                    links.insert(
+                        k,
+                        LinkIntervals {
+                            link: i,
+                            ..Default::default()
+                        },
+                    );
+                    k
+                }
+            };
+            match s.key().metric.as_str() {
+                "tx_bytes" => links[k].slots.0 = Some(s.slot()),
+                "rx_bytes" => links[k].slots.1 = Some(s.slot()),
+                _ => {}
+            }
+        }
+        links.retain(|l| l.slots != (None, None));
+        links
     }
 
     /// Forgets every window and takes `n`'s slots as they are now.
@@ -93,26 +248,33 @@ impl NodeWindows {
         self.wanted.clear();
         self.wanted
             .extend(n.series().iter().map(|s| input::reads_window(n, s)));
-        self.kept.resize_with(self.wanted.len(), Vec::new);
+        self.kept.resize_with(self.wanted.len(), VecDeque::new);
         self.kept.truncate(self.wanted.len());
         for w in &mut self.kept {
             w.clear();
         }
+        self.links = Self::link_plan(n);
     }
 
     /// Samples kept, over every window.
     pub fn samples(&self) -> usize {
-        self.kept.iter().map(Vec::len).sum()
+        self.kept.iter().map(VecDeque::len).sum()
     }
 
-    /// Bytes allocated for the windows.
+    /// Bytes allocated for the windows and the links' intervals.
     pub fn heap_bytes(&self) -> usize {
         self.wanted.capacity()
-            + self.kept.capacity() * size_of::<Vec<(u64, u64)>>()
+            + self.kept.capacity() * size_of::<Window>()
             + self
                 .kept
                 .iter()
                 .map(|w| w.capacity() * size_of::<(u64, u64)>())
+                .sum::<usize>()
+            + self.links.capacity() * size_of::<LinkIntervals>()
+            + self
+                .links
+                .iter()
+                .map(|l| l.iv.capacity() * size_of::<(i64, i64, f64)>())
                 .sum::<usize>()
     }
 }
@@ -126,11 +288,49 @@ struct Kept<'a> {
 
 impl Kept<'_> {
     /// `s`'s kept window, when it is kept and holds no more than its ring keeps.
-    fn window(&self, s: &Series) -> Option<&[(u64, u64)]> {
+    fn window(&self, s: &Series) -> Option<&Window> {
         let slot = s.slot();
         let w = self.w.kept.get(slot)?;
         let cap = self.n.samples(s).cap();
-        (self.w.wanted.get(slot) == Some(&true) && w.len() <= cap).then_some(w.as_slice())
+        (self.w.wanted.get(slot) == Some(&true) && w.len() <= cap).then_some(w)
+    }
+
+    /// Link `link`'s kept intervals, when they are those of its byte counters in `slots` over windows from
+    /// `since_ns` on, and those windows are kept (not read from the store).
+    fn intervals(
+        &self,
+        link: usize,
+        slots: (Option<usize>, Option<usize>),
+        since_ns: i64,
+    ) -> Option<&LinkIntervals> {
+        let k = self.w.links.binary_search_by_key(&link, |l| l.link).ok()?;
+        let l = &self.w.links[k];
+        let kept = |slot: Option<usize>| {
+            slot.is_none_or(|i| {
+                self.n
+                    .series()
+                    .get(i)
+                    .and_then(|s| self.window(s))
+                    .is_some()
+            })
+        };
+        (l.valid
+            && l.slots == slots
+            && since_ns == self.w.since_ns
+            && kept(slots.0)
+            && kept(slots.1))
+        .then_some(l)
+    }
+
+    /// Bytes moved over the kept window of the series in `slot` (0 without one).
+    fn moved(&self, slot: Option<usize>) -> u64 {
+        match slot
+            .and_then(|i| self.w.kept.get(i))
+            .map(|w| (w.front(), w.back()))
+        {
+            Some((Some(a), Some(z))) => z.1.saturating_sub(a.1),
+            _ => 0,
+        }
     }
 }
 
@@ -167,6 +367,46 @@ impl Windows for Kept<'_> {
             None => Either::Store(self.store.newest_first(s, since_ns)),
         }
     }
+
+    fn ends(&self, s: &Series, since_ns: i64) -> Option<((i64, u64), (i64, u64))> {
+        let Some(w) = self.window(s) else {
+            return self.store.ends(s, since_ns);
+        };
+        // A series' samples rise in time (the store takes none stamped before its last), and a tick no longer
+        // held is older than every one held: the samples before `since_ns` are a prefix.
+        let time = |k: usize| w.get(k).and_then(|x| self.n.tick_time(x.0));
+        // The window kept from `since_ns` on holds only samples stamped since (the update dropped the rest).
+        let from = match since_ns == self.w.since_ns {
+            true => 0,
+            false => w.partition_point(|x| self.n.tick_time(x.0).is_none_or(|t| t < since_ns)),
+        };
+        let newest = (time(w.len().checked_sub(1)?)?, w.back()?.1);
+        let oldest = (time(from)?, w.get(from)?.1);
+        Some((newest, oldest))
+    }
+
+    fn activity(
+        &self,
+        n: &NodeState,
+        link: usize,
+        slots: (Option<usize>, Option<usize>),
+        since_ns: i64,
+        capacity_bytes_per_second: Option<f64>,
+        scratch: &mut Scratch,
+    ) -> Option<Activity> {
+        if let Some(l) = self.intervals(link, slots, since_ns) {
+            let iv = l.live();
+            if let (Some(a), Some(z)) = (iv.first(), iv.last()) {
+                let window_s = (z.1 - a.0) as f64 / 1e9;
+                let moved = (self.moved(slots.0), self.moved(slots.1));
+                let buffers = &mut scratch.activity;
+                return (window_s > 0.0).then(|| {
+                    activity::of_intervals(iv, window_s, moved, capacity_bytes_per_second, buffers)
+                });
+            }
+        }
+        input::copied_activity(self, n, slots, since_ns, capacity_bytes_per_second, scratch)
+    }
 }
 
 /// Every node's kept windows, by node name.
@@ -201,6 +441,14 @@ impl WindowCache {
     pub fn retain(&mut self, names: &[String]) {
         let live: HashSet<&str> = names.iter().map(String::as_str).collect();
         self.nodes.retain(|k, _| live.contains(k.as_str()));
+    }
+
+    /// Over every node: how many times a link's sampling intervals were brought up to its windows and kept,
+    /// and how many times they could not be (see `LinkIntervals`).
+    pub fn interval_refreshes(&self) -> (u64, u64) {
+        self.nodes
+            .values()
+            .fold((0, 0), |(k, c), w| (k + w.refreshes.0, c + w.refreshes.1))
     }
 
     /// Samples kept and bytes allocated, over every node.
@@ -439,6 +687,13 @@ mod tests {
             "the inputs differ at {} s",
             (now - T0) as f64 / 1e9
         );
+        // Both are read by a plan made once per layout: the same as reading each series' part from its keys.
+        assert_eq!(
+            full,
+            input::node_input_by_keys(&n, since),
+            "the plan's input differs at {} s",
+            (now - T0) as f64 / 1e9
+        );
         let findings = |node: NodeInput| {
             super::super::evaluate(&AnalysisInput {
                 now_unix_ns: now,
@@ -558,6 +813,10 @@ mod tests {
             samples > 0 && bytes >= samples * 16,
             "{samples} samples, {bytes} B"
         );
+        // Both ways of a link's activity were compared: kept intervals, and copies of windows that were not
+        // sampled together (the management NIC's receive counter stopped while its transmit one went on).
+        let (kept, copied) = cache.interval_refreshes();
+        assert!(kept > 0 && copied > 0, "{kept} kept, {copied} copied");
     }
 
     #[test]
