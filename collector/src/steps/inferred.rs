@@ -13,7 +13,9 @@
 //! - **Period**: the autocorrelation of the activity (1 busy, 0 quiet; mean removed, normalised per lag) from
 //!   the window's first busy interval on (once a period is known, over the newest [`ESTIMATE_PERIODS`] periods,
 //!   at least [`ESTIMATE_MIN_NS`], so that a job whose steps change speed is followed within about as many
-//!   steps), over lags from its first fall below zero to a third of that span. Below that lag the autocorrelation only
+//!   steps; a job more than twice as fast as the period followed, strong on the newest [`SPEEDUP_SPAN_NS`]
+//!   alone in two estimates in a row, takes that period at once), over lags from its first fall below zero
+//!   to a third of that span. Below that lag the autocorrelation only
 //!   says that activity comes in runs; the chunks of one collective repeat there too, and are not the step.
 //!   The period is the smallest lag whose peak reaches [`PEAK_SHARE`] of the highest peak (so a multiple of the
 //!   period is never taken for it), or a half or a third of it where the peak is split over two lags there
@@ -100,6 +102,16 @@ pub const HOLD_EDGES: usize = 5;
 pub const ESTIMATE_PERIODS: f64 = 12.0;
 /// ... and at least this much of it (ns).
 pub const ESTIMATE_MIN_NS: i64 = 8_000_000_000;
+/// A job much faster than its period (a fault over, after steps many times as long) is seen on the newest
+/// this much traffic alone (ns): the [`ESTIMATE_PERIODS`] of the old pace would hold it for the whole window.
+pub const SPEEDUP_SPAN_NS: i64 = 4_000_000_000;
+/// ... as a period at most this share of the one followed (under a half: a period and its half are the
+/// ambiguity [`ALTERNATION`] settles, not a change of pace), ...
+pub const SPEEDUP_SHARE: f64 = 0.45;
+/// ... at least this strong, ...
+pub const SPEEDUP_STRENGTH: f64 = 0.5;
+/// ... in two estimates in a row (one [`REESTIMATE_NS`] apart) within this share of each other.
+pub const SPEEDUP_AGREE: f64 = 0.15;
 
 /// A period estimate.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -338,6 +350,8 @@ pub struct InferenceTracker {
     levels: Option<Levels>,
     /// Whether the period is held through a weak estimate ([`Self::hold`]): only the step's gaps are edges.
     held: bool,
+    /// The faster period the newest traffic showed at the last estimate ([`Self::sped_up`]), to be confirmed.
+    faster: Option<f64>,
 }
 
 impl InferenceTracker {
@@ -407,6 +421,16 @@ impl InferenceTracker {
             let fresh = recent.or_else(|| period_of_activity(&active, &rates, dt));
             self.period = self.hold(fresh, newest);
             self.held = self.period != fresh;
+            let from = pts.partition_point(|x| x.0 < newest - SPEEDUP_SPAN_NS);
+            if let Some(f) = self.sped_up(
+                &active[from.min(active.len())..],
+                &rates[from.min(rates.len())..],
+                dt,
+            ) {
+                self.period = Some(f);
+                self.held = false;
+                self.seen_edges.clear();
+            }
             self.estimated_at = newest;
         }
         let Some(est) = self.period.filter(|p| p.strength >= MIN_STRENGTH) else {
@@ -543,10 +567,32 @@ impl InferenceTracker {
         }
     }
 
+    /// The newest traffic's period (`active` and `rates` of the newest [`SPEEDUP_SPAN_NS`]) when the job runs
+    /// much faster than the period followed: strong, at most [`SPEEDUP_SHARE`] of it, and so at the last
+    /// estimate too. After a straggler or a slow link is gone the job's steps can be a seventh as long, and
+    /// the estimate on [`ESTIMATE_PERIODS`] of the old ones would cut several steps as one until the old
+    /// traffic left the window.
+    fn sped_up(&mut self, active: &[bool], rates: &[f64], dt: f64) -> Option<PeriodEstimate> {
+        let current = self.period?;
+        let short = period_of_activity(active, rates, dt).filter(|e| {
+            e.strength >= SPEEDUP_STRENGTH && e.period_s <= SPEEDUP_SHARE * current.period_s
+        });
+        let Some(e) = short else {
+            self.faster = None;
+            return None;
+        };
+        let agreed = self
+            .faster
+            .is_some_and(|p| (e.period_s / p - 1.0).abs() <= SPEEDUP_AGREE);
+        self.faster = (!agreed).then_some(e.period_s);
+        agreed.then_some(e)
+    }
+
     /// Forgets the step sequence (no step spans a spell without periodicity).
     fn lose_periodicity(&mut self) {
         self.period = None;
         self.held = false;
+        self.faster = None;
         self.seen_edges.clear();
         self.last_edge = None;
     }
@@ -642,7 +688,6 @@ pub(super) fn interval_rates(pts: &[(i64, f64)]) -> (Vec<f64>, f64) {
     (rates, percentile(&dts, 50.0))
 }
 
-/// The candidate edges of `pts` (see the module docs), given the quiet (`low`) and highest rates.
 /// Whether any interval between `from` and `to` (sample times) is busy; `active[i]` is the interval ending at
 /// `times[i + 1]`.
 fn busy_between(times: &[i64], active: &[bool], from: i64, to: i64) -> bool {
@@ -658,6 +703,7 @@ pub(super) fn busy(rates: &[f64], low: f64, high: f64) -> Vec<bool> {
     rates.iter().map(|&r| r > threshold).collect()
 }
 
+/// The candidate edges of `pts` (see the module docs), given the quiet (`low`) and highest rates.
 pub(super) fn candidates(pts: &[(i64, f64)], rates: &[f64], low: f64, high: f64) -> Vec<Candidate> {
     let tail = low + TAIL_LEVEL * (high - low);
     quiet_after(&busy(rates, low, high))
@@ -1034,6 +1080,36 @@ mod tests {
         assert!(
             settled.len() >= 30 && right * 10 >= settled.len() * 9,
             "{right} of {} steps at 450 ms: {settled:?}",
+            settled.len()
+        );
+    }
+
+    #[test]
+    fn a_job_much_faster_after_a_straggler_is_followed_within_seconds() {
+        // 30 s of 2.4 s steps (a straggler holds every rank back), then 12 s of 320 ms steps: the estimate's
+        // span, 12 of the old periods, would hold the old pace for the whole 30 s window.
+        let slow = traffic(600, 2400.0, 300.0, 2000.0, 1e9, 0.0);
+        let (t_end, b_end) = *slow.last().unwrap();
+        let fast = traffic(240, 320.0, 120.0, 150.0, 1e9, 0.0);
+        let mut pts = slow.clone();
+        pts.extend(
+            fast.iter()
+                .skip(1)
+                .map(|&(t, b)| (t - fast[0].0 + t_end, b + b_end)),
+        );
+        let steps = feed(&pts);
+        let settled: Vec<f64> = steps
+            .iter()
+            .filter(|s| s.start_unix_ns >= t_end + 6_000 * MS)
+            .map(|s| (s.end_unix_ns - s.start_unix_ns) as f64 / 1e6)
+            .collect();
+        let right = settled
+            .iter()
+            .filter(|d| (**d / 320.0 - 1.0).abs() <= 0.1)
+            .count();
+        assert!(
+            settled.len() >= 12 && right * 10 >= settled.len() * 9,
+            "{right} of {} steps at 320 ms: {settled:?}",
             settled.len()
         );
     }
