@@ -233,6 +233,9 @@ pub struct NodeState {
     pub(super) jobs: Arc<JobList>,
     /// What the slots and tick numbers mean ([`NodeState::layout`]): changed by every inventory.
     layout: u64,
+    /// `(timestamp, tick number)` of the newest reading of a link's byte counter (0: none), the largest of
+    /// those series' `(last_ts, last_tick)`: kept as samples are applied, taken again at each inventory.
+    newest_bytes: (i64, u64),
     /// The newest tick a reader of new samples read, plus one (0: none read yet): [`NodeState::samples_after`]
     /// sets it, the head's flush waits for it ([`NodeState::rows_to_flush`]).
     read_to: AtomicU64,
@@ -272,6 +275,7 @@ impl NodeState {
             jobs: Arc::default(),
             blind: Arc::default(),
             layout: next_layout(),
+            newest_bytes: (0, 0),
             read_to: AtomicU64::new(0),
         }
     }
@@ -425,6 +429,36 @@ impl NodeState {
     /// the reset-corrected cumulative increase, for gauges the f64 bits.
     pub fn samples<'a>(&'a self, s: &'a Series) -> Samples<'a> {
         Samples::new(&s.ring, &self.head, s.slot, &self.ticks)
+    }
+
+    /// The timestamp of the newest sample of `s`, one of this node's series: `samples(s).last()`'s, without
+    /// reading its ring or the head (`None` when it has none, or the node no longer holds its tick).
+    pub fn newest_sample(&self, s: &Series) -> Option<i64> {
+        (s.last_ts > 0 && s.last_tick >= self.ticks.first()).then_some(s.last_ts)
+    }
+
+    /// The timestamp of the newest sample of any link's byte counters ([`NodeState::link_byte_series`]): the
+    /// largest [`NodeState::newest_sample`] of those series (`None`: none has one). Kept as samples are
+    /// applied, so it costs no walk over the links, unless the newest reading's tick is no longer held (the
+    /// node's byte counters silent for the retention, or its clock gone back): then it walks them.
+    pub fn newest_byte_sample(&self) -> Option<i64> {
+        let (ts, tick) = self.newest_bytes;
+        if ts > 0 && tick >= self.ticks.first() {
+            return Some(ts);
+        }
+        (0..self.links.len())
+            .flat_map(|i| {
+                let (tx, rx) = self.link_byte_series(i);
+                [tx, rx]
+            })
+            .flatten()
+            .filter_map(|s| self.newest_sample(s))
+            .max()
+    }
+
+    /// Whether any of the node's links has a byte counter ([`NodeState::link_byte_series`]).
+    pub fn has_byte_series(&self) -> bool {
+        self.links.iter().any(|l| l.tx.is_some() || l.rx.is_some())
     }
 
     pub fn last_seen_unix_ns(&self) -> i64 {
@@ -726,6 +760,19 @@ impl NodeState {
             l.tx = tx[i];
             l.rx = rx[i];
         }
+        for s in &mut self.series {
+            s.link_bytes = false;
+        }
+        for slot in tx.into_iter().chain(rx).flatten() {
+            self.series[slot].link_bytes = true;
+        }
+        self.newest_bytes = self
+            .series
+            .iter()
+            .filter(|s| s.link_bytes && s.last_ts > 0)
+            .map(|s| (s.last_ts, s.last_tick))
+            .max()
+            .unwrap_or((0, 0));
     }
 
     /// Offers a batch of the current instance. Every series id is resolved before anything is applied, so a
@@ -807,6 +854,8 @@ impl NodeState {
         counts: &mut ApplyCounts,
     ) {
         let mut k = 0;
+        // The number the tick gets with its first sample taken (`Ticks::push` numbers it so).
+        let tick = self.ticks.next();
         loop {
             let (Some(&slot), Some(&value)) = (slots.get(k), values.get(k)) else {
                 return;
@@ -816,8 +865,12 @@ impl NodeState {
                 counts.refused += u64::from(slot == REFUSED);
                 continue;
             };
-            if let Some(v) = s.accept(ts, value, counts) {
+            if let Some(v) = s.accept(ts, tick, value, counts) {
+                if s.link_bytes && (ts, tick) > self.newest_bytes {
+                    self.newest_bytes = (ts, tick);
+                }
                 let n = self.ticks.push(ts, retention_ns) as i64;
+                debug_assert_eq!(n as u64, tick);
                 self.head.begin(n);
                 self.head.push(slot, v);
                 break;
@@ -834,7 +887,10 @@ impl NodeState {
                 counts.refused += u64::from(slot == REFUSED);
                 continue;
             };
-            if let Some(v) = s.accept(ts, value, counts) {
+            if let Some(v) = s.accept(ts, tick, value, counts) {
+                if s.link_bytes && (ts, tick) > self.newest_bytes {
+                    self.newest_bytes = (ts, tick);
+                }
                 self.head.push(slot, v);
             }
         }
@@ -1060,6 +1116,127 @@ mod tests {
         let mut all = Vec::new();
         n.samples_after(None, 0, &[true], |_, t, v| all.push((t, v)));
         assert!(all.windows(2).all(|w| w[0].0 < w[1].0));
+    }
+
+    /// A node of two links with byte counters (ids 1–4: link 1's tx and rx, then link 2's) and a gauge (5)
+    /// under `retention_ns`.
+    fn two_links(name: &str, retention_ns: i64, series: &[u32]) -> (NodeState, Hello) {
+        use crate::store::LinkInfo;
+        use commwatch_model::{Endpoint, LinkClass, LinkRole};
+        let link = |id: u32| LinkInfo {
+            id,
+            link: Link {
+                key: LinkKey::new(LinkClass::Infiniband, format!("mlx5_{id}"), "1"),
+                endpoint: Endpoint::HcaPort,
+                role: LinkRole::Fabric,
+                capacity_bytes_per_second: Some(50e9),
+                state: "ACTIVE".into(),
+                attributes: Default::default(),
+                gpu: None,
+                link: None,
+            },
+        };
+        let desc = |id: u32| SeriesDesc {
+            id,
+            metric: match id {
+                1 | 3 => "tx_bytes",
+                2 | 4 => "rx_bytes",
+                _ => "temperature_celsius",
+            }
+            .into(),
+            kind: Some(if id == 5 {
+                SeriesKind::Gauge
+            } else {
+                SeriesKind::Counter {
+                    max_value: u64::MAX,
+                }
+            }),
+            link_id: if id == 5 { 0 } else { id.div_ceil(2) },
+            labels: vec![],
+            tier: Some(Tier::Fast),
+        };
+        let hello = Hello {
+            node: name.into(),
+            agent_version: "t".into(),
+            boot_id: "b".into(),
+            instance_id: 1,
+            inventory: Inventory {
+                links: vec![link(1), link(2)],
+                series: series.iter().map(|&id| desc(id)).collect(),
+                refused: vec![],
+            },
+            fast_period_ms: 50,
+            slow_period_ms: 1000,
+            blind: vec![],
+        };
+        let mut n = NodeState::new(name, retention_ns, 1_000_000_000);
+        n.register_hello(&hello, &Limits::default()).expect("hello");
+        (n, hello)
+    }
+
+    /// The newest byte sample as a walk over every link's byte counters' samples reads it.
+    fn newest_by_walk(n: &NodeState) -> Option<i64> {
+        (0..n.links().len())
+            .flat_map(|i| {
+                let (tx, rx) = n.link_byte_series(i);
+                [tx, rx]
+            })
+            .flatten()
+            .filter_map(|s| n.samples(s).last().map(|x| x.0))
+            .max()
+    }
+
+    #[test]
+    fn the_newest_byte_sample_is_the_walks_through_eviction_and_inventories() {
+        let (mut n, mut hello) = two_links("node-1", 2_000_000_000, &[1, 2, 3, 4, 5]);
+        assert_eq!(n.newest_byte_sample(), None);
+        assert!(n.has_byte_series());
+        // Ticks of changing sets of series: link 2's counters stop at tick 40, then only the gauge; one tick
+        // of link 2 stamped before the one it follows (its source's clock behind); ticks then go past the
+        // retention.
+        for k in 0..200i64 {
+            let mut at = k * 50_000_000;
+            let ids: &[u32] = match k {
+                0..=39 => &[1, 2, 3, 4, 5],
+                45 => {
+                    at -= 200_000_000;
+                    &[3, 4]
+                }
+                40..=99 => &[1, 2, 5],
+                _ => &[5],
+            };
+            let b = Batch {
+                seq: k as u64 + 1,
+                tick_lengths: vec![ids.len() as u32],
+                series_ids: ids.to_vec(),
+                values: ids
+                    .iter()
+                    .map(|&id| (k * 1_000 + i64::from(id)) as u64)
+                    .collect(),
+                timestamps_unix_ns: vec![1_000_000_000 + at],
+                dropped_batches_total: 0,
+                markers: vec![],
+                invalid_markers: 0,
+                collectives: vec![],
+                invalid_collectives: vec![],
+            };
+            n.apply_batch(&b, 1_000_000_000 + at, &mut Vec::new())
+                .expect("applied");
+            assert_eq!(n.newest_byte_sample(), newest_by_walk(&n), "tick {k}");
+            for s in n.series() {
+                assert_eq!(n.newest_sample(s), n.samples(s).last().map(|x| x.0));
+            }
+        }
+        // Every byte sample is past the retention now.
+        assert_eq!(n.newest_byte_sample(), None);
+        // An inventory without link 1's counters: only link 2's (older) count.
+        hello.inventory.series.retain(|d| d.id >= 3);
+        n.register_hello(&hello, &Limits::default()).expect("hello");
+        assert_eq!(n.newest_byte_sample(), newest_by_walk(&n));
+        hello.inventory.series.retain(|d| d.id == 5);
+        n.register_hello(&hello, &Limits::default()).expect("hello");
+        assert!(!n.has_byte_series());
+        assert_eq!(n.newest_byte_sample(), None);
     }
 
     #[test]

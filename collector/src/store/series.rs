@@ -57,6 +57,11 @@ pub struct Series {
     /// Previous reading (0 timestamp: none yet).
     pub(super) last_ts: i64,
     pub(super) last_raw: u64,
+    /// The number of the node's tick the previous reading was taken at (its newest sample's: held while the
+    /// node holds that tick, [`super::NodeState::newest_sample`]).
+    pub(super) last_tick: u64,
+    /// Whether it is a link's byte counter ([`super::NodeState::link_byte_series`]), set at each inventory.
+    pub(super) link_bytes: bool,
     pub(super) acc: u64,
     pub(super) saturated: bool,
 }
@@ -78,6 +83,8 @@ impl Series {
             ring: Box::new(Ring::new(cap)),
             last_ts: 0,
             last_raw: 0,
+            last_tick: 0,
+            link_bytes: false,
             acc: 0,
             saturated: false,
         }
@@ -137,12 +144,18 @@ impl Series {
         }
     }
 
-    /// Takes the reading `raw` at `ts`: the value its ring is to hold (the reading for a gauge, the
-    /// reset-corrected cumulative increase for a counter), or `None` when it is not newer than the previous
-    /// reading (counted, skipped). The caller pushes the value under the reading's tick; `ts` > 0 (the batch's
-    /// window check), so the first reading is always newer than "none yet" (0).
+    /// Takes the reading `raw` at `ts`, of the node's tick numbered `tick`: the value its ring is to hold (the
+    /// reading for a gauge, the reset-corrected cumulative increase for a counter), or `None` when it is not
+    /// newer than the previous reading (counted, skipped). The caller pushes the value under `tick`; `ts` > 0
+    /// (the batch's window check), so the first reading is always newer than "none yet" (0).
     #[inline]
-    pub(super) fn accept(&mut self, ts: i64, raw: u64, c: &mut ApplyCounts) -> Option<u64> {
+    pub(super) fn accept(
+        &mut self,
+        ts: i64,
+        tick: u64,
+        raw: u64,
+        c: &mut ApplyCounts,
+    ) -> Option<u64> {
         debug_assert!(ts > 0);
         if ts <= self.last_ts {
             c.out_of_order += 1;
@@ -176,6 +189,7 @@ impl Series {
         };
         self.last_ts = ts;
         self.last_raw = raw;
+        self.last_tick = tick;
         Some(value)
     }
 }
