@@ -88,9 +88,68 @@ struct NodeEngine {
     /// The links that stand for its GPUs' NVLinks in its step figures ([`figure_units`]), kept so that a step
     /// shares them as it shares the store's links.
     gpu_links: Vec<Arc<Link>>,
+    /// What the engine reads of the node, chosen once per layout.
+    reads: NodeReads,
     /// The end of the last inferred step completed, as queued and as placed on the node's own samples
     /// ([`super::edges`]): the next step's start is the same edge.
     placed: Option<(i64, OwnEdge)>,
+}
+
+/// What the engine reads of a node, chosen from its links once per layout ([`NodeState::layout`]: the links
+/// and the series' slots stay while it does), so that a pass walks neither the links nor their strings.
+#[derive(Debug, Default)]
+struct NodeReads {
+    /// The layout and the NVLink detail they were chosen for (`None`: not yet).
+    chosen: Option<(u64, NvlinkDetail)>,
+    /// Slots of the traffic series: the byte counters of every link but the NVLinks, in link order, each
+    /// link's transmit before its receive counter.
+    traffic: Vec<usize>,
+    /// The links the step figures read ([`figure_units`]'s members), their covering samples' ranges set at
+    /// each copy ([`copy_covering`]).
+    links: Vec<CoveredLink>,
+    /// The step figures: parts are indices into `members`, members into `links`.
+    units: Vec<Unit>,
+    members: Vec<usize>,
+}
+
+impl NodeReads {
+    /// Chooses again from `n`'s links when its layout (or `detail`) changed; `detail` and `gpu_links` as for
+    /// [`figure_units`].
+    fn update(&mut self, n: &NodeState, detail: NvlinkDetail, gpu_links: &mut Vec<Arc<Link>>) {
+        if self.chosen == Some((n.layout(), detail)) {
+            return;
+        }
+        self.traffic.clear();
+        let mut all = Vec::new();
+        for (i, l) in n.links().iter().enumerate() {
+            let (tx, rx) = n.link_byte_series(i);
+            if tx.is_none() && rx.is_none() {
+                continue;
+            }
+            if l.link.key.class != LinkClass::Nvlink {
+                self.traffic
+                    .extend([tx, rx].into_iter().flatten().map(|s| s.slot()));
+            }
+            all.push(CoveredLink {
+                link: l.link.clone(),
+                index: i,
+                tx: 0..0,
+                rx: 0..0,
+            });
+        }
+        figure_units(&all, detail, gpu_links, &mut self.units, &mut self.members);
+        // Only the links a figure reads are kept, numbered in the order the figures first read them.
+        let mut kept = vec![usize::MAX; all.len()];
+        self.links.clear();
+        for m in self.members.iter_mut() {
+            if kept[*m] == usize::MAX {
+                kept[*m] = self.links.len();
+                self.links.push(all[*m].clone());
+            }
+            *m = kept[*m];
+        }
+        self.chosen = Some((n.layout(), detail));
+    }
 }
 
 /// One node's inference in a pass: its job and the steps its own traffic gave.
@@ -116,8 +175,6 @@ struct Fresh {
     markers: Vec<crate::store::Marker>,
     lost: u64,
     next_cursor: u64,
-    /// Traffic total at each new sample time.
-    traffic: Vec<(i64, f64)>,
     newest_sample: i64,
     has_byte_series: bool,
     /// The node's training job when it runs exactly one (inferred steps are attributed to it).
@@ -126,16 +183,28 @@ struct Fresh {
 
 /// Of `samples` (oldest first), those from the last one at or before `from` to the end (oldest first). Walks
 /// from the newest, so the cost is the number of samples copied.
+#[cfg(test)]
 fn tail_from(samples: impl DoubleEndedIterator<Item = (i64, u64)>, from: i64) -> Vec<(i64, u64)> {
-    let mut v: Vec<(i64, u64)> = Vec::new();
+    let mut v = Vec::new();
+    tail_from_into(samples, from, &mut v);
+    v
+}
+
+/// [`tail_from`] appended to `out`; returns where they lie in it.
+fn tail_from_into(
+    samples: impl DoubleEndedIterator<Item = (i64, u64)>,
+    from: i64,
+    out: &mut Vec<(i64, u64)>,
+) -> Range<usize> {
+    let start = out.len();
     for s in samples.rev() {
-        v.push(s);
+        out.push(s);
         if s.0 <= from {
             break;
         }
     }
-    v.reverse();
-    v
+    out[start..].reverse();
+    start..out.len()
 }
 
 /// Of `samples` (oldest first), those covering `[start, end]`: the last at or before `start` to the first at
@@ -193,66 +262,102 @@ fn clamped(samples: &[(i64, u64)], t: i64) -> f64 {
 }
 
 /// [`clamped`] at each of `times` (ascending: one walk over the samples), the same values.
+#[cfg(test)]
 fn clamped_ascending(samples: &[(i64, u64)], times: &[i64]) -> Vec<f64> {
-    let inner = super::bandwidth::interpolate_ascending(samples, times);
-    times
-        .iter()
-        .zip(inner)
-        .map(|(&t, v)| match (samples.first(), samples.last()) {
+    let mut at = Vec::new();
+    let mut out = vec![0.0; times.len()];
+    add_clamped_ascending(samples, times, &mut at, &mut out);
+    out
+}
+
+/// Adds [`clamped`] at each of `times` (ascending: one walk over the samples) to `sums` (one per time);
+/// `at` is a buffer kept by the caller.
+fn add_clamped_ascending(
+    samples: &[(i64, u64)],
+    times: &[i64],
+    at: &mut Vec<Option<f64>>,
+    sums: &mut [f64],
+) {
+    super::bandwidth::interpolate_ascending_into(samples, times, at);
+    for ((sum, &t), v) in sums.iter_mut().zip(times).zip(at.iter()) {
+        *sum += match (samples.first(), samples.last()) {
             (Some(f), _) if t <= f.0 => f.1 as f64,
             (_, Some(l)) if t >= l.0 => l.1 as f64,
             (Some(_), Some(_)) => v.unwrap_or(0.0),
             _ => 0.0,
-        })
-        .collect()
+        };
+    }
 }
 
-fn copy_fresh(n: &NodeState, cursor: u64, traffic_from: i64) -> Fresh {
+/// Buffers of [`copy_fresh`], kept by the engine across nodes and passes (so that a pass costs no allocation
+/// per series), and the traffic it read last.
+#[derive(Debug, Default)]
+struct FreshScratch {
+    /// The traffic series' samples from the last one at or before the pass's start, one series after another.
+    samples: Vec<(i64, u64)>,
+    /// Where each traffic series' samples lie in `samples`.
+    series: Vec<Range<usize>>,
+    times: Vec<i64>,
+    at: Vec<Option<f64>>,
+    /// Traffic total at each new sample time (the sums of the traffic series at `times`).
+    sums: Vec<f64>,
+}
+
+impl FreshScratch {
+    /// The traffic read last: `(time, total)` at each new sample time.
+    fn traffic(&self) -> impl Iterator<Item = (i64, f64)> + '_ {
+        self.times.iter().copied().zip(self.sums.iter().copied())
+    }
+}
+
+/// Copies what is new of node `n` since the marker `cursor` and the traffic time `traffic_from`: the markers
+/// into the returned [`Fresh`], the traffic of the series `traffic` (slots) into `out`
+/// ([`FreshScratch::traffic`]).
+fn copy_fresh(
+    n: &NodeState,
+    (cursor, traffic_from): (u64, i64),
+    traffic: &[usize],
+    out: &mut FreshScratch,
+) -> Fresh {
     let (markers, lost) = n.markers().since(cursor);
     let next_cursor = n.markers().next_seq();
-    let mut newest_sample = 0i64;
-    let mut has_byte_series = false;
+    out.samples.clear();
+    out.series.clear();
     // Per traffic link and direction: samples from the last one at or before `traffic_from`.
-    let mut series: Vec<Vec<(i64, u64)>> = Vec::new();
-    for (i, l) in n.links().iter().enumerate() {
-        let (tx, rx) = n.link_byte_series(i);
-        for s in [tx, rx].into_iter().flatten() {
-            has_byte_series = true;
-            let samples = n.samples(s);
-            if let Some((t, _)) = samples.last() {
-                newest_sample = newest_sample.max(t);
-            }
-            if l.link.key.class != LinkClass::Nvlink {
-                series.push(tail_from(samples.iter(), traffic_from));
-            }
-        }
+    for s in traffic.iter().filter_map(|&slot| n.series().get(slot)) {
+        let r = tail_from_into(n.samples(s).iter(), traffic_from, &mut out.samples);
+        out.series.push(r);
     }
+    let newest_sample = n.newest_byte_sample().unwrap_or(0);
+    let has_byte_series = n.has_byte_series();
     // Sample times: those of the first traffic series newer than `traffic_from`, up to the oldest "newest
     // sample" across series (all series of a tick share its timestamp; a lagging one must not read as a drop).
-    let upto = series
+    let upto = out
+        .series
         .iter()
-        .filter_map(|s| s.last().map(|x| x.0))
+        .filter_map(|r| out.samples[r.clone()].last().map(|x| x.0))
         .min()
         .unwrap_or(0);
-    let times: Vec<i64> = series
-        .first()
-        .map(|s| {
-            s.iter()
+    out.times.clear();
+    if let Some(first) = out.series.first() {
+        out.times.extend(
+            out.samples[first.clone()]
+                .iter()
                 .map(|x| x.0)
-                .filter(|&t| t > traffic_from && t <= upto)
-                .collect()
-        })
-        .unwrap_or_default();
+                .filter(|&t| t > traffic_from && t <= upto),
+        );
+    }
     // Each series at every time by one walk ([`clamped_ascending`]), summed per time in series order.
-    let at: Vec<Vec<f64>> = series
-        .iter()
-        .map(|s| clamped_ascending(s, &times))
-        .collect();
-    let traffic = times
-        .iter()
-        .enumerate()
-        .map(|(j, &t)| (t, at.iter().map(|v| v[j]).sum::<f64>()))
-        .collect();
+    out.sums.clear();
+    out.sums.resize(out.times.len(), 0.0);
+    for r in &out.series {
+        add_clamped_ascending(
+            &out.samples[r.clone()],
+            &out.times,
+            &mut out.at,
+            &mut out.sums,
+        );
+    }
     let job = match n.jobs().jobs.as_slice() {
         [only] => Some(only.id.clone()),
         _ => None,
@@ -262,7 +367,6 @@ fn copy_fresh(n: &NodeState, cursor: u64, traffic_from: i64) -> Fresh {
         markers,
         lost,
         next_cursor,
-        traffic,
         newest_sample,
         has_byte_series,
     }
@@ -270,9 +374,11 @@ fn copy_fresh(n: &NodeState, cursor: u64, traffic_from: i64) -> Fresh {
 
 /// A link with byte counters (shared with the store: a pointer copied under the node's lock, not the link's
 /// strings and attributes) and where its covering samples lie in [`Covered::samples`].
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct CoveredLink {
     link: Arc<Link>,
+    /// Its index in the node's links.
+    index: usize,
     tx: Range<usize>,
     rx: Range<usize>,
 }
@@ -295,25 +401,24 @@ impl Covered {
     }
 }
 
-/// Copies into `out` the node's links with byte counters and their samples covering `[start, end]`.
-fn copy_covering(n: &NodeState, start: i64, end: i64, out: &mut Covered) {
-    out.links.clear();
+/// Copies into `out` the samples covering `[start, end]` of the links the node's step figures read
+/// (`reads.links`, chosen again first when the layout changed: [`NodeReads::update`]), and sets their ranges.
+fn copy_covering(
+    n: &NodeState,
+    (start, end): (i64, i64),
+    out: &mut Covered,
+    reads: &mut NodeReads,
+    (detail, gpu_links): (NvlinkDetail, &mut Vec<Arc<Link>>),
+) {
+    reads.update(n, detail, gpu_links);
     out.samples.clear();
-    for (i, l) in n.links().iter().enumerate() {
-        let (tx, rx) = n.link_byte_series(i);
-        if tx.is_none() && rx.is_none() {
-            continue;
-        }
-        let mut c = |s: Option<&crate::store::Series>| match s {
+    for c in reads.links.iter_mut() {
+        let (tx, rx) = n.link_byte_series(c.index);
+        let mut copy = |s: Option<&crate::store::Series>| match s {
             Some(s) => covering_into(n.samples(s).iter(), start, end, &mut out.samples),
             None => 0..0,
         };
-        let (tx, rx) = (c(tx), c(rx));
-        out.links.push(CoveredLink {
-            link: l.link.clone(),
-            tx,
-            rx,
-        });
+        (c.tx, c.rx) = (copy(tx), copy(rx));
     }
     out.period_s = f64::from(n.fast_period_ms()) / 1e3;
 }
@@ -436,10 +541,10 @@ pub struct Engine {
     passes: Passes,
     /// NVLink figures per GPU (the default) or per link.
     nvlink: NvlinkDetail,
+    /// Buffers of the new traffic, kept across nodes and passes ([`copy_fresh`]).
+    fresh: FreshScratch,
     /// Buffers of the link figures, kept across nodes and passes (see [`Engine::complete_node`]).
     covered: Covered,
-    units: Vec<Unit>,
-    members: Vec<usize>,
     scratch: LinkScratch,
 }
 
@@ -454,9 +559,8 @@ impl Engine {
             jobs: HashMap::new(),
             passes,
             nvlink: NvlinkDetail::default(),
+            fresh: FreshScratch::default(),
             covered: Covered::default(),
-            units: Vec::new(),
-            members: Vec::new(),
             scratch: LinkScratch::default(),
         }
     }
@@ -488,12 +592,18 @@ impl Engine {
 
     /// First phase for one node: reads what is new, queues its marker steps and runs its inference.
     fn read_node(&mut self, name: &str) -> Option<NodeInferred> {
-        let st = self.nodes.entry(name.to_string()).or_default();
+        if !self.nodes.contains_key(name) {
+            self.nodes.insert(name.to_string(), NodeEngine::default());
+        }
+        let st = self.nodes.get_mut(name)?;
         let cursor = st.marker_cursor;
         let traffic_from = st.inference.newest_ns();
-        let fresh = self
-            .store
-            .with_node(name, |n| copy_fresh(n, cursor, traffic_from))?;
+        let (scratch, detail) = (&mut self.fresh, self.nvlink);
+        let (reads, gpu_links) = (&mut st.reads, &mut st.gpu_links);
+        let fresh = self.store.with_node(name, |n| {
+            reads.update(n, detail, gpu_links);
+            copy_fresh(n, (cursor, traffic_from), &reads.traffic, scratch)
+        })?;
         st.marker_cursor = fresh.next_cursor;
         if fresh.lost > 0 {
             st.lost_markers += fresh.lost;
@@ -519,7 +629,7 @@ impl Engine {
         }
         let agent_now = fresh.newest_sample.max(st.markers.newest_unix_ns());
         st.markers.forget_idle(agent_now);
-        st.inference.extend(fresh.traffic);
+        st.inference.extend(self.fresh.traffic());
         let steps = st.inference.steps();
         st.recent.extend(steps.iter().copied());
         while st.recent.len() > RECENT_OWN {
@@ -682,21 +792,26 @@ impl Engine {
         let span_start = placed.iter().map(|e| e.0.count_ns).min().unwrap_or(0);
         let span_end = placed.iter().map(|e| e.1.count_ns).max().unwrap_or(0);
         let covered = &mut self.covered;
-        if self
+        let gpu = (self.nvlink, &mut st.gpu_links);
+        let reads = &mut st.reads;
+        let copied = self
             .store
-            .with_node(name, |n| copy_covering(n, span_start, span_end, covered))
-            .is_none()
-        {
-            covered.links.clear();
+            .with_node(name, |n| {
+                copy_covering(n, (span_start, span_end), covered, reads, gpu)
+            })
+            .is_some();
+        // The node's read links lent to the engine's buffer for the figures (given back below).
+        covered.links.clear();
+        if copied {
+            std::mem::swap(&mut covered.links, &mut st.reads.links);
+        } else {
             covered.period_s = 0.0;
         }
-        figure_units(
-            &covered.links,
-            self.nvlink,
-            &mut st.gpu_links,
-            &mut self.units,
-            &mut self.members,
-        );
+        let (units, members): (&[Unit], &[usize]) = if copied {
+            (&st.reads.units, &st.reads.members)
+        } else {
+            (&[], &[])
+        };
         let covered: &Covered = covered;
         let period_s = if covered.period_s > 0.0 {
             covered.period_s
@@ -717,7 +832,7 @@ impl Engine {
                 confidence: e.confidence,
                 samples: e.samples,
                 links: step_links(
-                    (covered, &self.units, &self.members),
+                    (covered, units, members),
                     (start.count_ns, end.count_ns),
                     period_s,
                     &mut parts,
@@ -725,6 +840,9 @@ impl Engine {
                 ),
             })
             .collect();
+        if copied {
+            std::mem::swap(&mut self.covered.links, &mut st.reads.links);
+        }
         let n = steps.len();
         self.steps.push(name, steps);
         n
@@ -875,6 +993,106 @@ mod tests {
     }
 
     #[test]
+    fn what_a_node_is_read_for_follows_its_inventory() {
+        use crate::ingest::direct::DirectAgent;
+        use commwatch_proto::v1 as pb;
+        let store = Arc::new(Store::new(
+            Duration::from_secs(60),
+            Duration::from_secs(60),
+            crate::config::Limits::default(),
+        ));
+        let link = |id: u32, class: pb::LinkClass, device: &str, port: &str, gpu: &str| pb::Link {
+            id,
+            class: class as i32,
+            endpoint: if class == pb::LinkClass::Nvlink {
+                pb::LinkEndpoint::GpuLink as i32
+            } else {
+                pb::LinkEndpoint::HcaPort as i32
+            },
+            role: pb::LinkRole::Fabric as i32,
+            device: device.into(),
+            port: port.into(),
+            gpu: gpu.into(),
+            link: if gpu.is_empty() { "" } else { port }.into(),
+            state: "ACTIVE".into(),
+            capacity_bytes_per_second: 25e9,
+            ..Default::default()
+        };
+        let bytes = |id: u32, link_id: u32, metric: &str| pb::SeriesDescriptor {
+            id,
+            metric: metric.into(),
+            kind: pb::SeriesKind::Counter as i32,
+            link_id,
+            tier: pb::Tier::Fast as i32,
+            ..Default::default()
+        };
+        // An HCA port and two NVLinks of GPU 0, each with its byte counters.
+        let hello = pb::Hello {
+            node: "n1".into(),
+            agent_version: "t".into(),
+            boot_id: "b".into(),
+            instance_id: 1,
+            inventory: Some(pb::Inventory {
+                links: vec![
+                    link(1, pb::LinkClass::Infiniband, "mlx5_0", "1", ""),
+                    link(2, pb::LinkClass::Nvlink, "gpu0", "0", "0"),
+                    link(3, pb::LinkClass::Nvlink, "gpu0", "1", "0"),
+                ],
+                series: (0..6)
+                    .map(|k| bytes(k + 1, k / 2 + 1, ["tx_bytes", "rx_bytes"][k as usize % 2]))
+                    .collect(),
+            }),
+            fast_period_ms: 50,
+            slow_period_ms: 1000,
+            blind: vec![],
+        };
+        let mut agent = DirectAgent::hello(store.clone(), hello, 1).expect("hello");
+        let (mut reads, mut gpu_links) = (NodeReads::default(), Vec::new());
+        let read = |reads: &mut NodeReads, gpu_links: &mut Vec<Arc<Link>>, detail| {
+            store
+                .with_node("n1", |n| reads.update(n, detail, gpu_links))
+                .expect("node");
+        };
+        read(&mut reads, &mut gpu_links, NvlinkDetail::Gpu);
+        // The HCA's counters are the traffic; the figures: the HCA, and GPU 0 from its two NVLinks.
+        assert_eq!(reads.traffic, [0, 1]);
+        let devices: Vec<&str> = reads
+            .units
+            .iter()
+            .map(|u| u.link.key.device.as_str())
+            .collect();
+        assert_eq!(devices, ["mlx5_0", "gpu0"]);
+        assert_eq!(reads.links.len(), 3);
+        assert_eq!(reads.members, [0, 1, 2]);
+        let first = reads.units[1].link.clone();
+        // The same layout: nothing chosen again (the GPU's link is the one kept).
+        read(&mut reads, &mut gpu_links, NvlinkDetail::Gpu);
+        assert!(Arc::ptr_eq(&reads.units[1].link, &first));
+        // Per link: three figures from the same links.
+        read(&mut reads, &mut gpu_links, NvlinkDetail::Link);
+        assert_eq!(reads.units.len(), 3);
+        // The agent's sums for GPU 0 come: they stand for the GPU, its NVLinks are no longer read.
+        agent
+            .inventory_update(
+                pb::InventoryUpdate {
+                    inventory: Some(pb::Inventory {
+                        links: vec![link(4, pb::LinkClass::Nvlink, "gpu0", "", "0")],
+                        series: vec![bytes(7, 4, "tx_bytes"), bytes(8, 4, "rx_bytes")],
+                    }),
+                    jobs: None,
+                },
+                2,
+            )
+            .expect("update");
+        read(&mut reads, &mut gpu_links, NvlinkDetail::Gpu);
+        assert_eq!(reads.traffic, [0, 1]);
+        assert_eq!(reads.units.len(), 2);
+        assert!(reads.units[1].link.is_gpu_nvlinks());
+        assert_eq!(reads.links.len(), 2, "the HCA and the sums");
+        assert_eq!(reads.links[1].index, 3);
+    }
+
+    #[test]
     fn clamped_walk_equals_clamped_per_time() {
         use rand::{Rng, SeedableRng};
         let mut r = rand::rngs::StdRng::seed_from_u64(3);
@@ -943,6 +1161,7 @@ mod tests {
             let to = c.samples.len();
             c.links.push(CoveredLink {
                 link: l,
+                index: k,
                 tx: from..to,
                 rx: from..to,
             });
@@ -1023,6 +1242,7 @@ mod tests {
         let to = c.samples.len();
         c.links.push(CoveredLink {
             link: sums.clone(),
+            index: c.links.len(),
             tx: from..to,
             rx: from..to,
         });
