@@ -22,9 +22,50 @@ struct NodeHistory {
     /// Shared with the analysis's inputs, which read a window of them every pass (copying each step's links
     /// there took about 6 % of a collector's core at 600 demo nodes, most of it in faulting fresh pages in).
     steps: VecDeque<Arc<NodeStep>>,
+    /// The largest end of `steps` and where it lies, kept as steps come and go: `(number, end)` of the steps
+    /// no later step ends after (the number counts every step pushed), oldest first, so the front is the
+    /// largest end held. Saves reading every held step (up to [`STEPS_PER_NODE`], each its own allocation) at
+    /// every push.
+    ends: VecDeque<(u64, i64)>,
     markers_total: u64,
     inferred_total: u64,
     period: Option<PeriodEstimate>,
+}
+
+impl NodeHistory {
+    /// Steps ever pushed.
+    fn pushed(&self) -> u64 {
+        self.markers_total + self.inferred_total
+    }
+
+    /// Appends `s`.
+    fn push_back(&mut self, s: NodeStep) {
+        let number = self.pushed();
+        while self.ends.back().is_some_and(|&(_, e)| e <= s.end_unix_ns) {
+            self.ends.pop_back();
+        }
+        self.ends.push_back((number, s.end_unix_ns));
+        match s.source {
+            StepSource::Markers => self.markers_total += 1,
+            StepSource::Inferred => self.inferred_total += 1,
+        }
+        self.steps.push_back(Arc::new(s));
+    }
+
+    /// Drops the oldest step.
+    fn pop_front(&mut self) {
+        if self.steps.pop_front().is_some() {
+            let number = self.pushed() - self.steps.len() as u64 - 1;
+            if self.ends.front().is_some_and(|&(n, _)| n == number) {
+                self.ends.pop_front();
+            }
+        }
+    }
+
+    /// The largest end of the steps held (0: none).
+    fn newest_end(&self) -> i64 {
+        self.ends.front().map_or(0, |&(_, e)| e)
+    }
 }
 
 /// Spread of one figure across the nodes of a job for one step.
@@ -180,28 +221,33 @@ impl StepStore {
             return;
         }
         let mut map = self.nodes.write();
-        let h = map.entry(node.to_string()).or_default();
-        for s in steps {
-            match s.source {
-                StepSource::Markers => h.markers_total += 1,
-                StepSource::Inferred => h.inferred_total += 1,
-            }
-            if h.steps.len() >= STEPS_PER_NODE {
-                h.steps.pop_front();
-            }
-            h.steps.push_back(Arc::new(s));
+        if !map.contains_key(node) {
+            map.insert(node.to_string(), NodeHistory::default());
         }
-        let newest = h.steps.iter().map(|s| s.end_unix_ns).max().unwrap_or(0);
-        let horizon = newest.saturating_sub(self.retention_ns);
+        let Some(h) = map.get_mut(node) else {
+            return;
+        };
+        for s in steps {
+            if h.steps.len() >= STEPS_PER_NODE {
+                h.pop_front();
+            }
+            h.push_back(s);
+        }
+        let horizon = h.newest_end().saturating_sub(self.retention_ns);
         while h.steps.front().is_some_and(|s| s.end_unix_ns < horizon) {
-            h.steps.pop_front();
+            h.pop_front();
         }
     }
 
     /// Records a node (so the API knows it before its first step) and its current period estimate.
     pub(crate) fn set_period(&self, node: &str, period: Option<PeriodEstimate>) {
         let mut map = self.nodes.write();
-        map.entry(node.to_string()).or_default().period = period;
+        match map.get_mut(node) {
+            Some(h) => h.period = period,
+            None => {
+                map.entry(node.to_string()).or_default().period = period;
+            }
+        }
     }
 
     /// Forgets nodes not in `keep` (expired from the store).
@@ -559,6 +605,31 @@ mod tests {
             assert_eq!(since_steps, filtered);
         }
         assert_eq!(StepStore::new().node_steps_since("x", 5, 0), None);
+    }
+
+    #[test]
+    fn the_newest_end_is_the_largest_end_held_whatever_the_order() {
+        // Ends out of order (a step's end may come before an earlier-pushed one's), with steps dropped by the
+        // bound: the kept largest end equals the largest end of the steps held, after every push and drop.
+        let mut h = NodeHistory::default();
+        let ends = [5i64, 9, 3, 9, 7, 12, 1, 12, 4, 2, 15, 6, 6, 14];
+        for (i, &e) in ends.iter().enumerate() {
+            h.push_back(NodeStep {
+                end_unix_ns: e,
+                ..step("n1", i as u64, vec![])
+            });
+            if h.steps.len() > 4 {
+                h.pop_front();
+            }
+            let held = h.steps.iter().map(|s| s.end_unix_ns).max().unwrap_or(0);
+            assert_eq!(h.newest_end(), held, "after {i}: {:?}", h.ends);
+        }
+        while !h.steps.is_empty() {
+            h.pop_front();
+            let held = h.steps.iter().map(|s| s.end_unix_ns).max().unwrap_or(0);
+            assert_eq!(h.newest_end(), held);
+        }
+        assert!(h.ends.is_empty());
     }
 
     #[test]
