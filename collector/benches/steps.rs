@@ -2,13 +2,23 @@
 //! `Engine::tick`, per step found and node.
 //!
 //! `cargo bench -p commwatch-collector --bench steps` (environment: `NODES` (20), `SECS` (60) simulated
-//! seconds, `PERIOD_MS` (1000) step period). Each node has the demo node's 161 links — 8 InfiniBand HCA ports,
-//! their 8 IPoIB interfaces, `eth0` and 8 GPUs × 18 NVLinks — each with its byte counters read at 20 Hz (322
-//! fast series), applied through the collector's edge validation (`ingest::direct`) on a virtual clock. The
-//! traffic is a square wave: an all-reduce burst of 40 % of each step on the HCAs and NVLinks, a trickle
-//! otherwise. The engine runs every 500 ms of simulated time, as in a collector. Two phases are reported
-//! apart: the first pass after the whole span (every step the samples hold: a pass after a pause) and the
-//! steady passes of a second span.
+//! seconds, `PERIOD_MS` (1000) step period, `NVLINK_BYTES` (`link`)). Each node has the demo node's 161 links —
+//! 8 InfiniBand HCA ports, their 8 IPoIB interfaces, `eth0` and 8 GPUs × 18 NVLinks — each with its byte
+//! counters, applied through the collector's edge validation (`ingest::direct`) on a virtual clock. With
+//! `NVLINK_BYTES=link` every link's counters are read at 20 Hz (322 fast series); with `NVLINK_BYTES=gpu` as
+//! the demo agent ships them by default: each GPU's NVLinks summed at 20 Hz (8 more links), the NVLinks' own
+//! counters at 1 Hz on ticks of their own. The traffic is a square wave: an all-reduce burst of 40 % of each
+//! step on the HCAs and NVLinks, a trickle otherwise. The engine runs every 500 ms of simulated time, as in a
+//! collector. Two phases are reported apart: the first pass after the whole span (every step the samples hold:
+//! a pass after a pause) and the steady passes of a second span.
+//!
+//! With `TAPE=FILE` (written by `loadgen --dump-tape FILE`: a real demo agent's `Hello` and batches) the nodes
+//! are `NODES` copies of that agent instead, its batches applied in their order on its own clock, the first
+//! half of the tape without passes (then one pass) and the second half with a pass every 500 ms of its clock.
+//!
+//! The steady span also times the ingest's in-process part per node and second of data: decoding each batch
+//! from its protobuf encoding (as the gRPC stream does), and applying it (`DirectAgent::batch`: the edge's
+//! validation and the store's apply, head flushes included), thread CPU and allocations.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,6 +30,7 @@ use commwatch_collector::steps::StepStore;
 use commwatch_collector::telemetry::Passes;
 use commwatch_collector::{CollectorConfig, Store};
 use commwatch_proto::v1 as pb;
+use prost::Message;
 
 mod common;
 
@@ -50,15 +61,19 @@ const GPUS: u32 = 8;
 const NVLINKS: u32 = 18;
 const HCAS: u32 = 8;
 
-/// One link of the demo node: (class, endpoint, role, device, port, gpu, link, capacity, bursts).
+/// One link of the demo node and its traffic.
 struct Shape {
     link: pb::Link,
+    /// Read at 20 Hz (else on the 1 Hz ticks).
+    fast: bool,
     /// Bytes per second during the burst, and otherwise.
     burst: f64,
     idle: f64,
 }
 
-fn shapes() -> Vec<Shape> {
+/// The demo node's links; with `gpu_sums`, each GPU's NVLinks also summed as one link (read at 20 Hz, the
+/// NVLinks themselves at 1 Hz), as the agent ships them with `nvlink_bytes = "gpu"`.
+fn shapes(gpu_sums: bool) -> Vec<Shape> {
     let mut v = Vec::new();
     let link =
         |class: pb::LinkClass, endpoint: pb::LinkEndpoint, device: String, port: String| pb::Link {
@@ -80,6 +95,7 @@ fn shapes() -> Vec<Shape> {
         l.capacity_bytes_per_second = 50e9;
         v.push(Shape {
             link: l,
+            fast: true,
             burst: 22e9,
             idle: 2e5,
         });
@@ -91,6 +107,7 @@ fn shapes() -> Vec<Shape> {
                 ib.clone(),
                 ib,
             ),
+            fast: true,
             burst: 0.0,
             idle: 1e4,
         });
@@ -105,6 +122,7 @@ fn shapes() -> Vec<Shape> {
     eth.capacity_bytes_per_second = 3.125e9;
     v.push(Shape {
         link: eth,
+        fast: true,
         burst: 0.0,
         idle: 1e5,
     });
@@ -121,7 +139,24 @@ fn shapes() -> Vec<Shape> {
             l.capacity_bytes_per_second = 26.562e9;
             v.push(Shape {
                 link: l,
+                fast: !gpu_sums,
                 burst: 12e9,
+                idle: 0.0,
+            });
+        }
+        if gpu_sums {
+            let mut l = link(
+                pb::LinkClass::Nvlink,
+                pb::LinkEndpoint::GpuLink,
+                format!("gpu{g}"),
+                String::new(),
+            );
+            l.gpu = g.to_string();
+            l.capacity_bytes_per_second = 26.562e9 * f64::from(NVLINKS);
+            v.push(Shape {
+                link: l,
+                fast: true,
+                burst: 12e9 * f64::from(NVLINKS),
                 idle: 0.0,
             });
         }
@@ -144,7 +179,11 @@ fn hello(node: &str, shapes: &[Shape]) -> pb::Hello {
                     metric: m.into(),
                     kind: pb::SeriesKind::Counter as i32,
                     link_id: s.link.id,
-                    tier: pb::Tier::Fast as i32,
+                    tier: if s.fast {
+                        pb::Tier::Fast as i32
+                    } else {
+                        pb::Tier::Slow as i32
+                    },
                     ..Default::default()
                 })
         })
@@ -185,15 +224,29 @@ impl Node {
             let at = t * TICK_NS;
             let phase = (at + self.offset).rem_euclid(period_ns);
             let busy = phase >= period_ns * 6 / 10;
-            b.timestamps_unix_ns.push(at);
-            b.tick_lengths.push(self.acc.len() as u32);
             for (i, s) in shapes.iter().enumerate() {
                 let rate = if busy { s.burst.max(s.idle) } else { s.idle };
                 for d in 0..2 {
-                    let k = 2 * i + d;
-                    self.acc[k] += rate * TICK_NS as f64 / 1e9;
-                    b.series_ids.push(k as u32 + 1);
-                    b.values.push(self.acc[k] as u64);
+                    self.acc[2 * i + d] += rate * TICK_NS as f64 / 1e9;
+                }
+            }
+            // The fast series at every tick; the slow ones once a second, on a tick of their own 1 ms later.
+            let slow_tick = t % (1_000_000_000 / TICK_NS) == 0;
+            for (fast, at) in [(true, at), (false, at + 1_000_000)] {
+                if !fast && !slow_tick {
+                    continue;
+                }
+                let before = b.series_ids.len();
+                for (i, _) in shapes.iter().enumerate().filter(|(_, s)| s.fast == fast) {
+                    for d in 0..2 {
+                        let k = 2 * i + d;
+                        b.series_ids.push(k as u32 + 1);
+                        b.values.push(self.acc[k] as u64);
+                    }
+                }
+                if b.series_ids.len() > before {
+                    b.timestamps_unix_ns.push(at);
+                    b.tick_lengths.push((b.series_ids.len() - before) as u32);
                 }
             }
         }
@@ -201,8 +254,36 @@ impl Node {
     }
 }
 
-/// Applies `[from, to)` ticks to every node, 5 ticks a batch, and runs the engine every 10 ticks; returns
-/// (steps added, thread CPU ns in the engine, allocations in the engine).
+/// Thread CPU and allocations spent in one part of a run.
+#[derive(Debug, Default, Clone, Copy)]
+struct Cost {
+    cpu_ns: u64,
+    allocs: u64,
+}
+
+impl Cost {
+    /// Runs `f`, adding what it spent.
+    fn time<T>(&mut self, f: impl FnOnce() -> T) -> T {
+        let (c0, a0) = (cpu_ns(), ALLOCS.load(Ordering::Relaxed));
+        let out = f();
+        self.cpu_ns += cpu_ns() - c0;
+        self.allocs += ALLOCS.load(Ordering::Relaxed) - a0;
+        out
+    }
+}
+
+/// What a run of [`run`] spent: steps added, and the engine's, the decoding's and the apply's costs.
+#[derive(Debug, Default)]
+struct Spent {
+    steps: usize,
+    samples: u64,
+    engine: Cost,
+    decode: Cost,
+    apply: Cost,
+}
+
+/// Applies `[from, to)` ticks to every node, 5 ticks a batch (each decoded from its encoding first), and runs
+/// the engine every 10 ticks.
 fn run(
     nodes: &mut [Node],
     shapes: &[Shape],
@@ -210,37 +291,112 @@ fn run(
     (from, to): (i64, i64),
     tick_engine: bool,
     period_ns: i64,
-) -> (usize, u64, u64) {
-    let (mut steps, mut cpu, mut allocs) = (0, 0, 0);
+) -> Spent {
+    let mut spent = Spent::default();
     let mut t = from;
+    let mut encoded: Vec<Vec<u8>> = vec![Vec::new(); nodes.len()];
+    let mut decoded: Vec<pb::SampleBatch> = Vec::with_capacity(nodes.len());
     while t < to {
         let end = (t + 5).min(to);
-        for n in nodes.iter_mut() {
-            let b = n.batch(shapes, t, end, period_ns);
-            n.agent
-                .batch(b, end * TICK_NS)
-                .expect("a valid batch")
-                .expect("applied once");
+        for (n, e) in nodes.iter_mut().zip(encoded.iter_mut()) {
+            e.clear();
+            n.batch(shapes, t, end, period_ns)
+                .encode(e)
+                .expect("a vector grows");
         }
+        spent.decode.time(|| {
+            decoded.extend(
+                encoded
+                    .iter()
+                    .map(|e| pb::SampleBatch::decode(e.as_slice()).expect("its own encoding")),
+            )
+        });
+        spent.apply.time(|| {
+            for (n, b) in nodes.iter_mut().zip(decoded.drain(..)) {
+                let counts = n
+                    .agent
+                    .batch(b, end * TICK_NS)
+                    .expect("a valid batch")
+                    .expect("applied once");
+                spent.samples += counts.samples;
+            }
+        });
         t = end;
         if tick_engine && t % 10 == 0 {
-            let (c0, a0) = (cpu_ns(), ALLOCS.load(Ordering::Relaxed));
-            steps += engine.tick(t * TICK_NS);
-            cpu += cpu_ns() - c0;
-            allocs += ALLOCS.load(Ordering::Relaxed) - a0;
+            spent.steps += spent.engine.time(|| engine.tick(t * TICK_NS));
         }
     }
-    (steps, cpu, allocs)
+    spent
 }
 
 fn cpu_ns() -> u64 {
     commwatch_collector::pace::thread_cpu_ns().unwrap_or(0)
 }
 
-fn main() {
-    let nodes_n = common::env("NODES", 20) as usize;
-    let secs = common::env("SECS", 60) as i64;
-    let period_ns = common::env("PERIOD_MS", 1000) as i64 * 1_000_000;
+/// A tape `loadgen --dump-tape` wrote: its `Hello` and its batches, each with its encoding.
+fn read_tape(path: &str) -> (pb::Hello, Vec<(pb::SampleBatch, Vec<u8>)>) {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("TAPE={path}: {e}"));
+    let mut buf = &bytes[..];
+    let mut hello = None;
+    let mut batches = Vec::new();
+    while !buf.is_empty() {
+        let m = pb::AgentMessage::decode_length_delimited(&mut buf)
+            .unwrap_or_else(|e| panic!("TAPE={path}: not a length-delimited message: {e}"));
+        match m.msg {
+            Some(pb::agent_message::Msg::Hello(h)) => hello = Some(h),
+            Some(pb::agent_message::Msg::Batch(b)) => {
+                let encoded = b.encode_to_vec();
+                batches.push((b, encoded));
+            }
+            _ => {}
+        }
+    }
+    let hello = hello.unwrap_or_else(|| panic!("TAPE={path}: no Hello"));
+    (hello, batches)
+}
+
+/// The tape's batches applied to every node of `agents` (each decoded from its encoding first), the engine
+/// run every 500 ms of the tape's clock when `tick_engine`.
+fn run_tape(
+    agents: &mut [DirectAgent],
+    batches: &[(pb::SampleBatch, Vec<u8>)],
+    engine: &mut Engine,
+    tick_engine: bool,
+) -> Spent {
+    let mut spent = Spent::default();
+    let mut next_pass = i64::MIN;
+    let mut decoded: Vec<pb::SampleBatch> = Vec::with_capacity(agents.len());
+    for (b, encoded) in batches {
+        let Some(&now) = b.timestamps_unix_ns.iter().max() else {
+            continue;
+        };
+        spent.decode.time(|| {
+            decoded.extend(
+                agents.iter().map(|_| {
+                    pb::SampleBatch::decode(encoded.as_slice()).expect("its own encoding")
+                }),
+            )
+        });
+        spent.apply.time(|| {
+            for (a, b) in agents.iter_mut().zip(decoded.drain(..)) {
+                if let Some(counts) = a.batch(b, now).expect("a valid batch") {
+                    spent.samples += counts.samples;
+                }
+            }
+        });
+        if tick_engine && now >= next_pass {
+            if next_pass != i64::MIN {
+                spent.steps += spent.engine.time(|| engine.tick(now));
+            }
+            next_pass = now + 500_000_000;
+        }
+    }
+    spent
+}
+
+/// `TAPE` mode: `nodes_n` copies of the tape's agent.
+fn main_tape(path: &str, nodes_n: usize) {
+    let (hello, batches) = read_tape(path);
     let config = CollectorConfig::default();
     let store = Arc::new(Store::new(
         config.retention,
@@ -250,7 +406,108 @@ fn main() {
     let steps = Arc::new(StepStore::new());
     let passes = Passes::new().expect("pass metrics");
     let mut engine = Engine::new(store.clone(), steps.clone(), passes);
-    let shapes = shapes();
+    let t0 = batches
+        .iter()
+        .find_map(|(b, _)| b.timestamps_unix_ns.first().copied())
+        .expect("the tape holds a batch");
+    let mut agents: Vec<DirectAgent> = (0..nodes_n)
+        .map(|i| {
+            let mut h = hello.clone();
+            h.node = format!("node-{i:03}");
+            DirectAgent::hello(store.clone(), h, t0).expect("a valid hello")
+        })
+        .collect();
+    let half = batches.len() / 2;
+    run_tape(&mut agents, &batches[..half], &mut engine, false);
+    let end = |bs: &[(pb::SampleBatch, Vec<u8>)]| {
+        bs.iter()
+            .filter_map(|(b, _)| b.timestamps_unix_ns.iter().max().copied())
+            .max()
+            .unwrap_or(t0)
+    };
+    let mut first = Cost::default();
+    let first_steps = first.time(|| engine.tick(end(&batches[..half])));
+    let steady = run_tape(&mut agents, &batches[half..], &mut engine, true);
+    let span_s = (end(&batches[half..]) - end(&batches[..half])) as f64 / 1e9;
+    let series = hello.inventory.as_ref().map_or(0, |i| i.series.len());
+    println!(
+        "step engine, {nodes_n} copies of the tape's node ({series} series), {} batches, {span_s:.0} s measured",
+        batches.len()
+    );
+    report(&steps, nodes_n, (first_steps, first), &steady, span_s);
+}
+
+/// Prints what the engine found (a digest) and the costs of the first pass and of the steady span
+/// (`span_s` seconds of data).
+fn report(steps: &StepStore, nodes_n: usize, first: (usize, Cost), steady: &Spent, span_s: f64) {
+    // What the engine found, as a digest of every node's held steps (the same on two builds: the same figures).
+    let mut digest = std::collections::hash_map::DefaultHasher::new();
+    for i in 0..nodes_n {
+        let held = steps.node_steps_since(&format!("node-{i:03}"), usize::MAX, i64::MIN);
+        let json = serde_json::to_string(&held).expect("steps serialize");
+        std::hash::Hash::hash(&json, &mut digest);
+    }
+    let links = steps
+        .node_steps_since("node-000", 1, i64::MIN)
+        .and_then(|s| s.last().map(|s| s.links.len()))
+        .unwrap_or(0);
+    println!(
+        "steps held: digest {:016x}; {links} link figures per step",
+        std::hash::Hasher::finish(&digest)
+    );
+    let per = |steps: usize, c: Cost| {
+        let s = steps.max(1) as f64;
+        format!(
+            "{steps} steps: {:.1} us of thread CPU and {:.1} allocations per step of a node",
+            c.cpu_ns as f64 / 1e3 / s,
+            c.allocs as f64 / s
+        )
+    };
+    println!("first pass: {}", per(first.0, first.1));
+    println!(
+        "steady passes (every 500 ms): {}",
+        per(steady.steps, steady.engine)
+    );
+    // Per node and second of data in the steady span.
+    let node_s = (nodes_n as f64 * span_s).max(1.0);
+    let rate = |c: Cost| {
+        format!(
+            "{:.1} us and {:.1} allocations",
+            c.cpu_ns as f64 / 1e3 / node_s,
+            c.allocs as f64 / node_s
+        )
+    };
+    println!(
+        "per node and second ({:.0} samples): steps {}; decode {}; apply {}",
+        steady.samples as f64 / node_s,
+        rate(steady.engine),
+        rate(steady.decode),
+        rate(steady.apply)
+    );
+}
+
+fn main() {
+    let nodes_n = common::env("NODES", 20) as usize;
+    if let Ok(path) = std::env::var("TAPE") {
+        return main_tape(&path, nodes_n);
+    }
+    let secs = common::env("SECS", 60) as i64;
+    let period_ns = common::env("PERIOD_MS", 1000) as i64 * 1_000_000;
+    let gpu_sums = match std::env::var("NVLINK_BYTES").as_deref() {
+        Ok("gpu") => true,
+        Ok("link") | Err(_) => false,
+        Ok(other) => panic!("NVLINK_BYTES={other}: `gpu` or `link`"),
+    };
+    let config = CollectorConfig::default();
+    let store = Arc::new(Store::new(
+        config.retention,
+        config.node_expiry,
+        config.limits.clone(),
+    ));
+    let steps = Arc::new(StepStore::new());
+    let passes = Passes::new().expect("pass metrics");
+    let mut engine = Engine::new(store.clone(), steps.clone(), passes);
+    let shapes = shapes(gpu_sums);
     let mut nodes: Vec<Node> = (0..nodes_n)
         .map(|i| Node {
             agent: DirectAgent::hello(store.clone(), hello(&format!("node-{i:03}"), &shapes), 0)
@@ -270,11 +527,10 @@ fn main() {
         false,
         period_ns,
     );
-    let (c0, a0) = (cpu_ns(), ALLOCS.load(Ordering::Relaxed));
-    let first = engine.tick(ticks * TICK_NS);
-    let (first_cpu, first_allocs) = (cpu_ns() - c0, ALLOCS.load(Ordering::Relaxed) - a0);
+    let mut first = Cost::default();
+    let first_steps = first.time(|| engine.tick(ticks * TICK_NS));
     // Then passes every 500 ms, as a collector runs them.
-    let (steady, cpu, allocs) = run(
+    let steady = run(
         &mut nodes,
         &shapes,
         &mut engine,
@@ -282,28 +538,13 @@ fn main() {
         true,
         period_ns,
     );
-    let links = steps
-        .node_steps_since("node-000", 1, i64::MIN)
-        .and_then(|s| s.last().map(|s| s.links.len()))
-        .unwrap_or(0);
+    let fast = shapes.iter().filter(|s| s.fast).count() * 2;
     println!(
-        "step engine, {nodes_n} nodes of {} links ({} fast byte series), {secs} s spans, steps of {} ms; \
-         {links} link figures per step",
+        "step engine, {nodes_n} nodes of {} links ({fast} byte series at 20 Hz, {} at 1 Hz), {secs} s spans, \
+         steps of {} ms",
         shapes.len(),
-        shapes.len() * 2,
+        shapes.len() * 2 - fast,
         period_ns / 1_000_000
     );
-    let per = |steps: usize, cpu: u64, allocs: u64| {
-        let s = steps.max(1) as f64;
-        format!(
-            "{steps} steps: {:.1} us of thread CPU and {:.1} allocations per step of a node",
-            cpu as f64 / 1e3 / s,
-            allocs as f64 / s
-        )
-    };
-    println!(
-        "first pass (after {secs} s): {}",
-        per(first, first_cpu, first_allocs)
-    );
-    println!("steady passes (every 500 ms): {}", per(steady, cpu, allocs));
+    report(&steps, nodes_n, (first_steps, first), &steady, secs as f64);
 }
