@@ -35,6 +35,12 @@ static long long now_ns(void) {
 }
 
 /* A counter file's value, or -1 when it cannot be read (the truth says so rather than guessing). */
+/* qsort's order of doubles, ascending. */
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
 static long long read_counter(const char *iface, const char *name) {
     char path[256];
     snprintf(path, sizeof path, "/sys/class/net/%s/statistics/%s", iface, name);
@@ -164,7 +170,9 @@ int main(int argc, char **argv) {
         B[i] = (float)(i % 5) * 0.02f;
     }
     /* Calibrate the compute unit under the same sharing of cores as the loop (all ranks at once, over at least
-     * 0.3 s); every rank takes the slowest rank's figure so the ranks do the same work. */
+     * 0.3 s); every rank takes the median rank's figure so the ranks do the same work. Not the slowest: one rank
+     * starved of CPU while it calibrates would read a unit many times its cost in the loop and leave the job
+     * with almost no compute (a step all communication). */
     for (int i = 0; i < 20; i++) compute_unit(); /* warm-up */
     MPI_Barrier(MPI_COMM_WORLD);
     long long t0 = now_ns();
@@ -173,9 +181,17 @@ int main(int argc, char **argv) {
         compute_unit();
         n++;
     }
-    double unit_ms = (now_ns() - t0) / 1e6 / (double)n, slowest;
-    MPI_Allreduce(&unit_ms, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    long units = (long)(compute_ms / slowest + 0.5);
+    double unit_ms = (now_ns() - t0) / 1e6 / (double)n;
+    double *all_ms = malloc((size_t)world * sizeof(double));
+    if (!all_ms) {
+        fprintf(stderr, "allreduce_mpi: out of memory\n");
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    MPI_Allgather(&unit_ms, 1, MPI_DOUBLE, all_ms, 1, MPI_DOUBLE, MPI_COMM_WORLD);
+    qsort(all_ms, (size_t)world, sizeof(double), cmp_double);
+    double median_ms = all_ms[world / 2];
+    free(all_ms);
+    long units = (long)(compute_ms / median_ms + 0.5);
     if (units < buckets * 2) units = buckets * 2;
 
     size_t count = (size_t)(bytes / 4);

@@ -80,7 +80,8 @@ def main():
         return torch.mm(m, m)
 
     # Calibrate under the same sharing of cores as the loop (after a warm-up: the first products are slow),
-    # over at least 0.3 s; every rank takes the slowest rank's figure.
+    # over at least 0.3 s; every rank takes the median rank's figure. Not the slowest: one rank starved of CPU
+    # while it calibrates would read a unit many times its cost in the loop and leave the job almost no compute.
     for _ in range(20):
         unit()
     dist.barrier()
@@ -89,8 +90,10 @@ def main():
         unit()
         n += 1
     per = torch.tensor([(time.perf_counter() - t0) / n])
-    dist.all_reduce(per, op=dist.ReduceOp.MAX)
-    units = max(2 * a.buckets, int(round(a.compute_ms / 1000 / per.item())))
+    every = [torch.zeros(1) for _ in range(world)]
+    dist.all_gather(every, per)
+    median_per = sorted(p.item() for p in every)[world // 2]
+    units = max(2 * a.buckets, int(round(a.compute_ms / 1000 / median_per)))
     grad = torch.ones(a.bytes // 4)
     buckets = list(torch.chunk(grad, a.buckets))
     host = socket.gethostname()
