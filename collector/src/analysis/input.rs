@@ -392,20 +392,55 @@ fn window_into(buf: &mut Samples, window: Option<impl Iterator<Item = (i64, u64)
 }
 
 /// Increase of a counter over its window, whose newest and oldest samples are `ends` ([`Windows::ends`]).
+#[cfg(test)]
 fn counter_window(
     s: &crate::store::Series,
     ends: Option<((i64, u64), (i64, u64))>,
     max_value: u64,
 ) -> Option<CounterWindow> {
-    let (last, first) = ends?;
+    let mut v = Vec::new();
+    put_counter(&mut v, &mut 0, s, ends, max_value);
+    v.pop()
+}
+
+/// Puts the window of counter `s`, whose newest and oldest samples are `ends` ([`Windows::ends`]), at
+/// position `*at` of `v` and moves `at` past it (nothing without samples). Where that position already holds
+/// the same counter (an input built into its previous build's allocations), its figures are overwritten: its
+/// key is not taken again (each take and release of the shared key is an atomic write to memory no other
+/// part of the evaluation reads).
+fn put_counter(
+    v: &mut Vec<CounterWindow>,
+    at: &mut u32,
+    s: &crate::store::Series,
+    ends: Option<((i64, u64), (i64, u64))>,
+    max_value: u64,
+) {
+    let Some((last, first)) = ends else { return };
     let raw = s.last_raw().map_or(0, |r| r.1);
-    Some(CounterWindow {
-        key: CounterKey(s.key().clone()),
-        increase: last.1.saturating_sub(first.1),
-        window_s: (last.0 - first.0) as f64 / 1e9,
-        saturated: raw >= max_value,
-        raw,
-    })
+    let (increase, window_s) = (
+        last.1.saturating_sub(first.1),
+        (last.0 - first.0) as f64 / 1e9,
+    );
+    let saturated = raw >= max_value;
+    match v.get_mut(*at as usize) {
+        Some(c) if Arc::ptr_eq(&c.key.0, s.key()) => {
+            (c.increase, c.window_s, c.saturated, c.raw) = (increase, window_s, saturated, raw);
+        }
+        slot => {
+            let c = CounterWindow {
+                key: CounterKey(s.key().clone()),
+                increase,
+                window_s,
+                saturated,
+                raw,
+            };
+            match slot {
+                Some(old) => *old = c,
+                None => v.push(c),
+            }
+        }
+    }
+    *at += 1;
 }
 
 /// Lowest finite positive value of a gauge's `window` (newest first).
@@ -493,6 +528,8 @@ pub struct Scratch {
     rx: Samples,
     /// What a link's activity is analysed in ([`activity::of_intervals`]).
     pub(crate) activity: activity::Buffers,
+    /// Counters' windows put so far: by link, then by GPU, then the node's own ([`put_counter`]).
+    counted: Vec<u32>,
 }
 
 /// What [`node_input_into`] reads of one series (by slot), decided once per layout from its key and kind
@@ -640,33 +677,45 @@ pub fn node_input_into<W: Windows>(
             })
             .collect();
     }
+    let (links, gpus) = (out.links.len(), out.gpus.len());
+    scratch.counted.clear();
+    scratch.counted.resize(links + gpus + 1, 0);
     for (s, &read) in n.series().iter().zip(&plan.reads) {
-        series_input(&mut out, read, s, since_ns, w);
+        series_input(&mut out, read, s, (since_ns, w), &mut scratch.counted);
     }
+    // What the previous build had beyond the counters put now.
+    let counted = |i: usize| scratch.counted.get(i).copied().unwrap_or(0) as usize;
+    for (i, l) in out.links.iter_mut().enumerate() {
+        l.counters.truncate(counted(i));
+    }
+    for (i, g) in out.gpus.iter_mut().enumerate() {
+        g.counters.truncate(counted(links + i));
+    }
+    out.counters.truncate(counted(links + gpus));
     link_activity(n, &mut out.links, since_ns, w, scratch);
     out
 }
 
-/// What `read` says of series `s` into `out`.
+/// What `read` says of series `s` into `out`, its windows from `since_ns` on as `w` reads them; `counted`:
+/// the counters' windows put so far into each link's, GPU's and the node's list, in that order.
 fn series_input<W: Windows>(
     out: &mut NodeInput,
     read: Read,
     s: &crate::store::Series,
-    since_ns: i64,
-    w: &W,
+    (since_ns, w): (i64, &W),
+    counted: &mut [u32],
 ) {
     let max_value = match s.kind() {
         SeriesKind::Counter { max_value } => max_value,
         SeriesKind::Gauge => u64::MAX,
     };
+    let links = out.links.len();
     match read {
         Read::Skip => {}
         Read::LinkCounter(i) => {
-            if let (Some(l), Some(c)) = (
-                out.links.get_mut(i as usize),
-                counter_window(s, w.ends(s, since_ns), max_value),
-            ) {
-                l.counters.push(c);
+            let i = i as usize;
+            if let (Some(l), Some(at)) = (out.links.get_mut(i), counted.get_mut(i)) {
+                put_counter(&mut l.counters, at, s, w.ends(s, since_ns), max_value);
             }
         }
         Read::LinkGauge(i, mean, low) => {
@@ -676,11 +725,9 @@ fn series_input<W: Windows>(
         }
         Read::Cpu => out.cpu_utilization = gauge_mean(w.newest_first(s, since_ns)),
         Read::GpuCounter(g) => {
-            if let (Some(e), Some(c)) = (
-                out.gpus.get_mut(g as usize),
-                counter_window(s, w.ends(s, since_ns), max_value),
-            ) {
-                e.counters.push(c);
+            let g = g as usize;
+            if let (Some(e), Some(at)) = (out.gpus.get_mut(g), counted.get_mut(links + g)) {
+                put_counter(&mut e.counters, at, s, w.ends(s, since_ns), max_value);
             }
         }
         Read::GpuMean(g, field) => {
@@ -707,8 +754,8 @@ fn series_input<W: Windows>(
                     }),
                 false => since_ns,
             };
-            if let Some(c) = counter_window(s, w.ends(s, since), max_value) {
-                out.counters.push(c);
+            if let Some(at) = counted.last_mut() {
+                put_counter(&mut out.counters, at, s, w.ends(s, since), max_value);
             }
         }
     }
@@ -832,25 +879,23 @@ fn link_activity<W: Windows>(
 
 impl NodeInput {
     /// This input of `n` emptied for a build under the same layout ([`node_input_into`]): its allocations
-    /// kept, every field that build sets anew cleared (a link's last gauge readings are updated in place).
+    /// kept, every field that build sets anew cleared (a link's last gauge readings are updated in place, its
+    /// counters' windows overwritten in place and the rest cut off after the build: [`put_counter`]).
     fn reset(mut self, n: &NodeState) -> NodeInput {
         for (l, state) in self.links.iter_mut().zip(n.links()) {
             if !Arc::ptr_eq(&l.link, &state.link) {
                 l.link = state.link.clone();
             }
             l.activity = None;
-            l.counters.clear();
             l.gauge_means.clear();
             l.gauge_lows.clear();
         }
         for g in &mut self.gpus {
-            g.counters.clear();
             (g.busy_share, g.sm_activity) = (None, None);
             (g.pcie_gen, g.pcie_gen_max, g.pcie_width, g.pcie_width_max) = (None, None, None, None);
         }
         self.steps.clear();
         self.cpu_utilization = None;
-        self.counters.clear();
         self
     }
 }

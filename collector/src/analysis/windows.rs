@@ -41,6 +41,8 @@ pub struct NodeWindows {
     since_ns: i64,
     /// Whether each slot's window is kept ([`input::reads_window`]).
     wanted: Vec<bool>,
+    /// Each slot's ring capacity, samples (fixed under a layout): a window holding more is read from the store.
+    caps: Vec<u32>,
     /// Per slot, `(tick, value)` of its samples from `since_ns` on, oldest first (empty where not wanted).
     kept: Vec<Window>,
     /// The node's last input, given back after its evaluation ([`WindowCache::give_back`]): the next one is
@@ -248,6 +250,9 @@ impl NodeWindows {
         self.wanted.clear();
         self.wanted
             .extend(n.series().iter().map(|s| input::reads_window(n, s)));
+        self.caps.clear();
+        let cap = |s: &Series| u32::try_from(n.samples(s).cap()).unwrap_or(u32::MAX);
+        self.caps.extend(n.series().iter().map(cap));
         self.kept.resize_with(self.wanted.len(), VecDeque::new);
         self.kept.truncate(self.wanted.len());
         for w in &mut self.kept {
@@ -264,6 +269,7 @@ impl NodeWindows {
     /// Bytes allocated for the windows and the links' intervals.
     pub fn heap_bytes(&self) -> usize {
         self.wanted.capacity()
+            + self.caps.capacity() * size_of::<u32>()
             + self.kept.capacity() * size_of::<Window>()
             + self
                 .kept
@@ -291,7 +297,7 @@ impl Kept<'_> {
     fn window(&self, s: &Series) -> Option<&Window> {
         let slot = s.slot();
         let w = self.w.kept.get(slot)?;
-        let cap = self.n.samples(s).cap();
+        let cap = *self.w.caps.get(slot)? as usize;
         (self.w.wanted.get(slot) == Some(&true) && w.len() <= cap).then_some(w)
     }
 
