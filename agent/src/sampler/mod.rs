@@ -20,9 +20,7 @@ mod wire;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::time::Instant;
 
-use commwatch_model::clock::unix_now_ns;
 use commwatch_model::{Job, Link, LinkKey, Tier};
 use commwatch_proto::v1 as pb;
 
@@ -31,7 +29,7 @@ pub use periods::Periods;
 pub use thread::{spawn, LoopSettings, SamplerHandle, STAMP_SHARE};
 pub use wire::jobs_to_pb;
 
-use crate::source::{SeriesSpec, Source, Value};
+use crate::source::{RoundReads, SeriesSpec, Source, TierRead, Tiers, Value};
 use crate::telemetry::AgentMetrics;
 use wire::{bare_link_to_pb, gone_link_to_pb, link_to_pb, series_to_pb};
 
@@ -76,6 +74,8 @@ pub struct Sampler {
     /// Jobs of the sources that look for them, and whether the list changed since the last hand-off.
     jobs: Vec<Job>,
     jobs_pending: bool,
+    /// A round's values, `(read ns, series id, wire bits)`: kept between rounds (no allocation a round).
+    round_values: Vec<(i64, u32, u64)>,
 }
 
 /// How many recent errors the sampler keeps for `--once` and logs.
@@ -114,6 +114,7 @@ impl Sampler {
             recent_errors: Vec::new(),
             jobs: Vec::new(),
             jobs_pending: false,
+            round_values: Vec::new(),
         }
     }
 
@@ -357,46 +358,68 @@ impl Sampler {
         }
     }
 
-    /// Reads every source's series of `tier` into `out`, each value stamped with the wall clock at the
-    /// moment its source hands it over ([`BatchBuilder::push_read`]): a source read late, behind a slow
-    /// one, or after the thread stalled carries the time it was really read.
+    /// Reads every source's series of `tier` into `out` ([`Sampler::sample_round`] of one tier).
     pub fn sample(&mut self, tier: Tier, out: &mut BatchBuilder) {
-        self.sample_at(tier, out, &mut unix_now_ns);
+        self.round(Tiers::of(tier), out, Stamps::Read);
     }
 
-    /// [`Sampler::sample`] with each read time taken from `clock` (nanoseconds since the Unix epoch) instead
-    /// of the wall clock: a run on a virtual clock (the detection benchmark, where simulated files stand at
-    /// a simulated time) stamps each sample with the moment it stands for.
+    /// Reads every source's series of `tiers` into `out` in one round: every due source is asked first
+    /// (both tiers in one request when both are due), then their answers are taken, each value stamped with
+    /// the wall-clock time its source read it ([`Source::finish_round`]): a source read late, behind a slow
+    /// one, or after the thread stalled carries the time it was really read, and one whose answer is taken
+    /// after another's read ended keeps its own. The round's values go into `out` in the order of their
+    /// times.
+    pub fn sample_round(&mut self, tiers: Tiers, out: &mut BatchBuilder) {
+        self.round(tiers, out, Stamps::Read);
+    }
+
+    /// [`Sampler::sample`] with each value stamped from `clock` (nanoseconds since the Unix epoch) when it is
+    /// handed over, instead of with the wall-clock time of its read: a run on a virtual clock (the detection
+    /// benchmark, where simulated files stand at a simulated time and the clock stands still while they are
+    /// read) stamps each sample with the moment it stands for. The reads take the same path.
     pub fn sample_at(
         &mut self,
         tier: Tier,
         out: &mut BatchBuilder,
         clock: &mut dyn FnMut() -> i64,
     ) {
+        self.round(Tiers::of(tier), out, Stamps::Clock(clock));
+    }
+
+    /// One round (see [`Sampler::sample_round`]).
+    fn round(&mut self, tiers: Tiers, out: &mut BatchBuilder, mut stamps: Stamps<'_>) {
         for slot in &mut self.slots {
-            if slot.tier_series[tier.index()] == 0 {
+            let due = slot.due(tiers);
+            if !due.is_empty() {
+                slot.source.start_round(due);
+            }
+        }
+        let mut values = std::mem::take(&mut self.round_values);
+        for slot in &mut self.slots {
+            let due = slot.due(tiers);
+            if due.is_empty() {
                 continue;
             }
             let ids = &slot.ids;
-            let started = Instant::now();
-            let report = slot.source.sample(tier, &mut |idx, v: Value| {
-                if let Some(id) = ids.get(idx) {
-                    out.push_read(*id, v.to_bits(), clock());
-                }
-            });
-            slot.read[tier.index()].observe(started.elapsed().as_secs_f64());
-            slot.samples.inc_by(report.read as u64);
-            if report.failed > 0 {
-                let name = slot.source.name();
-                slot.errors.inc_by(report.failed as u64);
-                if let Some(e) = report.errors.first() {
-                    tracing::debug!(source = name, failed = report.failed, error = %e, "partial read");
-                }
-                for e in &report.errors {
-                    note_error(&mut self.recent_errors, name, e.to_string());
-                }
-            }
+            let reads = slot
+                .source
+                .finish_round(due, &mut |idx, v: Value, read_ns| {
+                    if let Some(id) = ids.get(idx) {
+                        let ns = match &mut stamps {
+                            Stamps::Read => read_ns,
+                            Stamps::Clock(clock) => clock(),
+                        };
+                        values.push((ns, *id, v.to_bits()));
+                    }
+                });
+            slot.account(&reads, &mut self.recent_errors);
         }
+        // Each source's values are in read order: a stable sort merges the sources' runs.
+        values.sort_by_key(|&(ns, ..)| ns);
+        for (ns, id, bits) in values.drain(..) {
+            out.push_read(id, bits, ns);
+        }
+        self.round_values = values;
     }
 
     /// The series descriptor of an agent-local id.
@@ -416,14 +439,46 @@ fn note_error(errors: &mut Vec<(&'static str, String)>, source: &'static str, me
     errors.push((source, message));
 }
 
-impl Sampler {
-    /// Tells every source the resolution at which samples are stamped ([`Source::stamp_resolution`]).
-    pub fn stamp_resolution(&mut self, resolution: std::time::Duration) {
-        for slot in &mut self.slots {
-            slot.source.stamp_resolution(resolution);
-        }
+/// How a round's values are stamped.
+enum Stamps<'a> {
+    /// With the wall-clock time of each value's read.
+    Read,
+    /// With this clock's time when each value is handed over.
+    Clock(&'a mut dyn FnMut() -> i64),
+}
+
+impl Slot {
+    /// The tiers of `tiers` this slot has series in (a tier with none is not read, nor timed).
+    fn due(&self, tiers: Tiers) -> Tiers {
+        tiers
+            .iter()
+            .filter(|t| self.tier_series[t.index()] > 0)
+            .fold(Tiers::NONE, Tiers::with)
     }
 
+    /// Counts a round's reads: durations, values, failures (noted in `recent`).
+    fn account(&self, reads: &RoundReads, recent: &mut Vec<(&'static str, String)>) {
+        for (tier, read) in reads.iter().enumerate() {
+            let Some(TierRead { report, took }) = read else {
+                continue;
+            };
+            self.read[tier].observe(took.as_secs_f64());
+            self.samples.inc_by(report.read as u64);
+            if report.failed > 0 {
+                let name = self.source.name();
+                self.errors.inc_by(report.failed as u64);
+                if let Some(e) = report.errors.first() {
+                    tracing::debug!(source = name, failed = report.failed, error = %e, "partial read");
+                }
+                for e in &report.errors {
+                    note_error(recent, name, e.to_string());
+                }
+            }
+        }
+    }
+}
+
+impl Sampler {
     /// The most recent read and discovery errors, oldest first.
     pub fn recent_errors(&self) -> &[(&'static str, String)] {
         &self.recent_errors
@@ -434,6 +489,7 @@ impl Sampler {
 mod tests {
     use std::collections::BTreeMap;
 
+    use commwatch_model::clock::unix_now_ns;
     use commwatch_model::SeriesKind;
 
     use super::*;
@@ -558,6 +614,132 @@ mod tests {
         let update = s.take_update().unwrap();
         let sent: Vec<(u32, bool)> = update.links.iter().map(|l| (l.id, l.gone)).collect();
         assert_eq!(sent, vec![(2, false)]);
+    }
+
+    /// One slow counter named `metric`; `sample` reads it, then signals `read` and waits for `wait` (when
+    /// given), logging the wall-clock times around its read and the end of its `sample` in `log`.
+    struct Timed {
+        inventory: crate::source::Inventory,
+        read: Option<std::sync::mpsc::Sender<()>>,
+        wait: Option<std::sync::mpsc::Receiver<()>>,
+        log: Arc<std::sync::Mutex<TimedLog>>,
+    }
+
+    #[derive(Debug, Default, Clone, Copy)]
+    struct TimedLog {
+        /// Just before and just after the sink took the value.
+        taken: i64,
+        returned: i64,
+        /// When `sample` returned; whether the wait was answered.
+        ended: i64,
+        waited: bool,
+    }
+
+    impl Timed {
+        fn new(metric: &str, log: &Arc<std::sync::Mutex<TimedLog>>) -> Timed {
+            let spec = SeriesSpec {
+                metric: metric.into(),
+                kind: SeriesKind::COUNTER64,
+                tier: Tier::Slow,
+                link: None,
+                labels: BTreeMap::new(),
+            };
+            Timed {
+                inventory: crate::source::Inventory {
+                    links: vec![],
+                    series: vec![spec],
+                },
+                read: None,
+                wait: None,
+                log: log.clone(),
+            }
+        }
+    }
+
+    impl Source for Timed {
+        fn name(&self) -> &'static str {
+            "timed"
+        }
+        fn discover(&mut self) -> Result<bool, crate::source::SourceError> {
+            Ok(true)
+        }
+        fn inventory(&self) -> &crate::source::Inventory {
+            &self.inventory
+        }
+        fn sample(
+            &mut self,
+            _tier: Tier,
+            sink: &mut dyn FnMut(usize, Value),
+        ) -> crate::source::ReadReport {
+            let taken = unix_now_ns();
+            sink(0, Value::Counter(1));
+            let returned = unix_now_ns();
+            if let Some(read) = &self.read {
+                let _ = read.send(());
+            }
+            let waited = self
+                .wait
+                .as_ref()
+                .is_some_and(|w| w.recv_timeout(std::time::Duration::from_secs(20)).is_ok());
+            *self.log.lock().unwrap() = TimedLog {
+                taken,
+                returned,
+                ended: unix_now_ns(),
+                waited,
+            };
+            crate::source::ReadReport {
+                read: 1,
+                ..Default::default()
+            }
+        }
+        fn quick_reads(&self) -> bool {
+            true
+        }
+    }
+
+    #[test]
+    fn a_sources_values_keep_their_read_time_when_another_sources_read_ends_later() {
+        use crate::source::watchdog::watch;
+        // The first source's read ends only after the second one has read (each on its thread, both asked
+        // before either answer is taken): the second's answer is taken after the first's read ended, and
+        // its value must carry its own read time, not that end.
+        let (read, wait) = std::sync::mpsc::channel();
+        let (late, early) = (Arc::default(), Arc::default());
+        let mut last = Timed::new("late", &late);
+        last.wait = Some(wait);
+        let mut first = Timed::new("early", &early);
+        first.read = Some(read);
+        let sources: Vec<Box<dyn Source>> = vec![watch(Box::new(last)), watch(Box::new(first))];
+        let mut s = Sampler::new(sources, Arc::new(AgentMetrics::new()));
+        assert!(s.discover());
+        let mut out = BatchBuilder::default();
+        out.set_resolution(std::time::Duration::from_micros(1));
+        s.sample_round(Tiers::of(Tier::Slow), &mut out);
+        let b = out.take().unwrap();
+        let (late, early) = (*late.lock().unwrap(), *early.lock().unwrap());
+        assert!(
+            late.waited,
+            "the two sources were not read at the same time"
+        );
+        let mut stamps = BTreeMap::new();
+        let mut at = 0;
+        for (&ts, &n) in b.timestamps_unix_ns.iter().zip(&b.tick_lengths) {
+            for &id in &b.series_ids[at..at + n as usize] {
+                stamps.insert(s.series(id).unwrap().metric.clone(), ts);
+            }
+            at += n as usize;
+        }
+        let stamped = stamps["early"];
+        assert!(
+            stamped <= early.returned && stamped >= early.taken - 1_000,
+            "read between {} and {}, stamped {stamped}; the other source's read ended at {}",
+            early.taken,
+            early.returned,
+            late.ended
+        );
+        assert!(stamps["late"] <= late.returned);
+        // In the order of their reads on the wire.
+        assert!(b.timestamps_unix_ns.windows(2).all(|w| w[0] <= w[1]));
     }
 
     #[test]

@@ -16,6 +16,7 @@ use commwatch_proto::v1 as pb;
 use tokio::sync::mpsc;
 
 use super::{BatchBuilder, Periods, Sampler, SamplerEvent};
+use crate::source::Tiers;
 use crate::steps::MarkerQueue;
 use crate::telemetry::AgentMetrics;
 
@@ -74,7 +75,6 @@ pub fn spawn(
         metrics,
         stop: stop.clone(),
         builder: BatchBuilder::default(),
-        resolution: Duration::ZERO,
     };
     let thread = std::thread::Builder::new()
         .name("commwatch-sampler".into())
@@ -96,8 +96,6 @@ struct SamplingLoop {
     builder: BatchBuilder,
     /// Wall time of a whole tick, per tier (indexed by [`Tier::index`]).
     tick_seconds: [prometheus::Histogram; 2],
-    /// The stamping resolution the sources were last told (zero: not yet).
-    resolution: Duration,
 }
 
 /// When each kind of work is due next.
@@ -152,45 +150,38 @@ impl SamplingLoop {
         self.cut_batch();
     }
 
-    /// Reads the tiers that are due at `now` and moves their deadlines on. Each sample is stamped when it is
-    /// read (see [`Sampler::sample`]), so how long the reads take, or how late the tick is, never shows in
-    /// a rate; a deadline moves on from when the reads ended, so a long read is followed by a full period
+    /// Reads the tiers that are due at `now`, both in one round when both are due (one request to each
+    /// source), and moves their deadlines on. Each sample is stamped when it is read (see
+    /// [`Sampler::sample_round`]), so how long the reads take, or how late the tick is, never shows in a
+    /// rate; a deadline moves on from when the reads ended, so a long read is followed by a full period
     /// rather than by a read at once. Returns whether the slow tier was read.
     fn tick(&mut self, now: Instant, due: &mut Deadlines) -> bool {
-        let do_fast = now >= due.fast;
-        let do_slow = now >= due.slow;
-        if !(do_fast || do_slow) {
+        let mut tiers = Tiers::NONE;
+        if now >= due.fast {
+            tiers = tiers.with(Tier::Fast);
+        }
+        if now >= due.slow {
+            tiers = tiers.with(Tier::Slow);
+        }
+        if tiers.is_empty() {
             return false;
         }
         let fast = self.periods.fast();
-        let resolution = fast / STAMP_SHARE;
-        if resolution != self.resolution {
-            self.resolution = resolution;
-            self.sampler.stamp_resolution(resolution);
-        }
-        self.builder.set_resolution(resolution);
-        if do_fast {
-            self.read_tier(Tier::Fast);
-            due.fast = advance(due.fast, fast, Instant::now(), &self.metrics, Tier::Fast);
-        }
-        if do_slow {
-            self.read_tier(Tier::Slow);
-            due.slow = advance(
-                due.slow,
-                self.periods.slow(),
-                Instant::now(),
-                &self.metrics,
-                Tier::Slow,
-            );
+        self.builder.set_resolution(fast / STAMP_SHARE);
+        let started = Instant::now();
+        self.sampler.sample_round(tiers, &mut self.builder);
+        let ended = Instant::now();
+        for tier in tiers.iter() {
+            // A round of both tiers counts its whole time for each.
+            self.tick_seconds[tier.index()].observe((ended - started).as_secs_f64());
+            let (at, period) = match tier {
+                Tier::Fast => (&mut due.fast, fast),
+                Tier::Slow => (&mut due.slow, self.periods.slow()),
+            };
+            *at = advance(*at, period, ended, &self.metrics, tier);
         }
         self.builder.end_tick();
-        do_slow
-    }
-
-    fn read_tier(&mut self, tier: Tier) {
-        let t = Instant::now();
-        self.sampler.sample(tier, &mut self.builder);
-        self.tick_seconds[tier.index()].observe(t.elapsed().as_secs_f64());
+        tiers.contains(Tier::Slow)
     }
 
     /// Samples of the current inventory go out before a rediscovery can change it (`send_batch` hands over

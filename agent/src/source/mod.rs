@@ -20,6 +20,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use commwatch_model::clock::unix_now_ns;
+
 pub mod attr_file;
 pub mod cgroup;
 pub mod dir_mark;
@@ -113,6 +115,54 @@ pub struct Inventory {
     pub links: Vec<Link>,
     pub series: Vec<SeriesSpec>,
 }
+
+/// The tiers one round reads ([`Source::start_round`]): one or both.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tiers([bool; 2]);
+
+impl Tiers {
+    /// No tier.
+    pub const NONE: Tiers = Tiers([false, false]);
+
+    /// `tier` alone.
+    pub fn of(tier: Tier) -> Tiers {
+        Tiers::NONE.with(tier)
+    }
+
+    /// These tiers and `tier`.
+    pub fn with(mut self, tier: Tier) -> Tiers {
+        self.0[tier.index()] = true;
+        self
+    }
+
+    pub fn contains(self, tier: Tier) -> bool {
+        self.0[tier.index()]
+    }
+
+    pub fn is_empty(self) -> bool {
+        self == Tiers::NONE
+    }
+
+    /// The tiers, fast first.
+    pub fn iter(self) -> impl Iterator<Item = Tier> {
+        Tier::ALL.into_iter().filter(move |t| self.contains(*t))
+    }
+}
+
+/// One tier's read in a round: what `sample` reported and how long it took (wall time of the source's own
+/// read, without any wait for the caller).
+#[derive(Debug)]
+pub struct TierRead {
+    pub report: ReadReport,
+    pub took: Duration,
+}
+
+/// What a round read, per tier (indexed by [`Tier::index`]; `None` for a tier it was not asked for).
+pub type RoundReads = [Option<TierRead>; 2];
+
+/// Where a round's values go: `(series index, value, read_unix_ns)`, the last the wall-clock time the value
+/// was read, in nanoseconds since the Unix epoch.
+pub type RoundSink<'a> = dyn FnMut(usize, Value, i64) + 'a;
 
 /// Outcome of one `sample()` call.
 #[derive(Debug, Default)]
@@ -254,16 +304,31 @@ pub trait Source: Send {
         None
     }
     /// Whether `sample` reads its values one quick read after another (files under sysfs or procfs), never
-    /// pausing between two for a slow call (a driver's): the watchdog may then hand them to the sampler a few
-    /// at a time ([`watchdog`]), each within a [`watchdog::HOLD_SHARE`] of the stamping resolution of its read,
-    /// instead of one wake-up each.
+    /// pausing between two for a slow call (a driver's): the watchdog then hands a round's values to the
+    /// sampler all at once when the round ends ([`watchdog`]) instead of each as it is read.
     fn quick_reads(&self) -> bool {
         false
     }
-    /// Called by the sampler with the resolution at which it stamps samples (a [`STAMP_SHARE`] of the fast
-    /// period) before the first tick and whenever it changes: how late a value may reach it and still be
-    /// stamped right ([`watchdog::Watched`] holds quick reads a fifth of it).
-    ///
-    /// [`STAMP_SHARE`]: crate::sampler::STAMP_SHARE
-    fn stamp_resolution(&mut self, _resolution: Duration) {}
+    /// Begins a round of `tiers` (fast first) without waiting for its values where the source can (one
+    /// behind a [`watchdog::Watched`] asks its thread), so that the sampler asks every due source before it
+    /// takes any answer; [`Source::finish_round`] ends it, and must be called before any other call. The
+    /// default does nothing: `finish_round` reads.
+    fn start_round(&mut self, _tiers: Tiers) {}
+    /// Ends the round [`Source::start_round`] began (reads `tiers` now where none was begun): calls
+    /// `sink(series index, value, read_unix_ns)` for each value read, with the wall-clock time of its read,
+    /// so a value taken in late behind another source's read keeps its own time. Returns each tier's
+    /// report. The default reads each tier with [`Source::sample`], stamping a value when `sample` hands it
+    /// over.
+    fn finish_round(&mut self, tiers: Tiers, sink: &mut RoundSink<'_>) -> RoundReads {
+        let mut reads: RoundReads = [None, None];
+        for tier in tiers.iter() {
+            let started = std::time::Instant::now();
+            let report = self.sample(tier, &mut |i, v| sink(i, v, unix_now_ns()));
+            reads[tier.index()] = Some(TierRead {
+                report,
+                took: started.elapsed(),
+            });
+        }
+        reads
+    }
 }

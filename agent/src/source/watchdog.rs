@@ -9,17 +9,19 @@
 //! - When the stuck call returns, the source answers again (the gauge goes back to 0, an info line says how long
 //!   it was stuck). The values that call read late are dropped (their tick is gone); a late discovery's
 //!   inventory is kept, and the next `discover` reports it as a change.
-//! - Each value travels to the caller's sink as soon as it is read, so the sampler stamps it when it was read
-//!   (plus a hand-off of microseconds), not when the source's whole `sample` ended. A source whose values are
-//!   quick reads one after another ([`Source::quick_reads`]: files) hands them over in chunks of at most
-//!   [`CHUNK_VALUES`], none held longer than a [`HOLD_SHARE`] of the sampler's stamping resolution after its
-//!   read ([`CHUNK_AGE`] until the sampler says it): hundreds of values a tick cost a few wake-ups of the
-//!   sampler instead of one each.
+//! - The sampler asks every due source for its round first ([`Source::start_round`]: one request, both tiers
+//!   when both are due) and then takes their answers ([`Source::finish_round`]), so the sources read at the
+//!   same time and a source's answer never waits behind another's read. Each value carries the wall-clock
+//!   time the source's thread read it: a value taken in late (behind another source, a slow tier) keeps its
+//!   own time. A source whose values are quick reads one after another ([`Source::quick_reads`]: files)
+//!   hands its round over in one message when it ends (one wake-up of the sampler a round, at most); any other
+//!   (a driver's calls, which may hang between two values) hands each value over as it is read, so the values
+//!   read before a call that hangs still arrive in time.
 //! - Dropping a [`Watched`] never waits: a thread still stuck in its source is left behind, detached, and ends
 //!   with the process.
 //!
-//! Cost: a hand-off per value read (per chunk for quick reads) and one per call (each well under a
-//! microsecond while the caller is waiting, a few microseconds when it has to be woken).
+//! Cost: a hand-off per call (per value read besides, for a source that is not quick), each well under a
+//! microsecond while the caller is waiting, a few microseconds when it has to be woken.
 
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::sync::Arc;
@@ -27,7 +29,11 @@ use std::time::{Duration, Instant};
 
 use commwatch_model::{Job, Link};
 
-use super::{Inventory, ReadReport, Source, SourceError, Tier, Value};
+use commwatch_model::clock::unix_now_ns;
+
+use super::{
+    Inventory, ReadReport, RoundReads, RoundSink, Source, SourceError, Tier, TierRead, Tiers, Value,
+};
 use crate::telemetry::AgentMetrics;
 
 /// How long a `sample` may take before its source is reported stalled. Far above any healthy read (sysfs
@@ -36,24 +42,18 @@ pub const SAMPLE_DEADLINE: Duration = Duration::from_secs(1);
 /// How long a `discover` may take before its source is reported stalled: loading NVML on a node whose GPUs
 /// are not in persistence mode can take seconds.
 pub const DISCOVER_DEADLINE: Duration = Duration::from_secs(30);
-/// Most values a quick-reading source's thread hands over at once.
-pub const CHUNK_VALUES: usize = 256;
-/// Longest a quick-reading source's thread holds a value it read before handing it over, until the sampler
-/// gives its stamping resolution ([`Source::stamp_resolution`]): a fifth of the resolution at 20 Hz
-/// (`STAMP_SHARE`: 250 µs).
-pub const CHUNK_AGE: Duration = Duration::from_micros(50);
-/// A value is held at most this share of the sampler's stamping resolution (the sampler stamps a value when
-/// it arrives): at most a fifth of the resolution late, 0.1 % of a fast period. 50 µs at 20 Hz, 1 ms at 1 Hz,
-/// where a tier of hundreds of files then costs the sampler one or two wake-ups instead of dozens.
-pub const HOLD_SHARE: u32 = 5;
+
+/// A value read, with the wall-clock time of its read (ns since the Unix epoch).
+type Stamped = (usize, Value, i64);
 
 /// What the source's thread is asked to do.
 enum Request {
     Bind(Arc<AgentMetrics>),
     /// Discover, after `node_links` with these links when given.
     Discover(Option<Vec<Link>>),
-    /// Sample the tier, holding each quick read at most this long before handing it over.
-    Sample(Tier, Duration),
+    /// Read these tiers (fast first); the vector, empty, is where a quick source puts the round's values
+    /// (the last round's, handed back: no allocation a round).
+    Sample(Tiers, Vec<Stamped>),
     /// A cheap look for jobs started or ended ([`Source::refresh_jobs`]).
     RefreshJobs,
 }
@@ -62,13 +62,10 @@ enum Request {
 enum Reply {
     /// The end of a `discover` (boxed: the channel's slots are as large as its largest message).
     Discovered(Box<Discovered>),
-    /// One value read by the `sample` under way.
-    Value(usize, Value),
-    /// Values read by the `sample` under way, in order (a quick-reading source's chunk).
-    Values(Vec<(usize, Value)>),
-    /// The end of a `sample`, with the values a quick-reading source read since its last chunk (handed over
-    /// with the end rather than in a message of their own: one wake-up of the sampler less per tick).
-    Sampled(ReadReport, Vec<(usize, Value)>),
+    /// One value read by the round under way (a source that is not quick).
+    Value(Stamped),
+    /// The end of a round: each tier's report, and the values a quick source read, in order.
+    Sampled(Box<(RoundReads, Vec<Stamped>)>),
     /// The end of a `refresh_jobs`: the new job list when it changed.
     Refreshed(Result<Option<Vec<Job>>, SourceError>),
 }
@@ -108,9 +105,10 @@ pub struct Watched {
     pending: Option<Pending>,
     /// A late discovery changed the inventory: the next `discover` returns `true`.
     missed_change: bool,
-    /// How long the source's thread may hold a quick read ([`CHUNK_AGE`], then a [`HOLD_SHARE`] of the
-    /// sampler's stamping resolution).
-    hold: Duration,
+    /// The round asked for and not finished yet: when it was asked, or `None` when it could not be.
+    asked: Option<Option<Instant>>,
+    /// The last round's vector of values, handed back with the next request.
+    spare: Vec<Stamped>,
     /// The source's thread ended (its source panicked).
     dead: bool,
     stalled: Option<prometheus::IntGauge>,
@@ -158,7 +156,8 @@ pub fn watch_with(
         links: None,
         pending: None,
         missed_change: false,
-        hold: CHUNK_AGE,
+        asked: None,
+        spare: Vec::new(),
         dead: false,
         stalled: None,
     })
@@ -195,17 +194,7 @@ fn serve(mut source: Box<dyn Source>, requests: Receiver<Request>, replies: Send
                     None
                 }
             })),
-            Request::Sample(tier, hold) if source.quick_reads() => {
-                let mut chunk = Chunk::new(hold);
-                let report = source.sample(tier, &mut |i, v| chunk.push(i, v, &replies));
-                Reply::Sampled(report, chunk.take())
-            }
-            Request::Sample(tier, _) => {
-                let report = source.sample(tier, &mut |i, v| {
-                    let _ = replies.send(Reply::Value(i, v));
-                });
-                Reply::Sampled(report, Vec::new())
-            }
+            Request::Sample(tiers, values) => read_round(source.as_mut(), tiers, values, &replies),
         };
         if replies.send(reply).is_err() {
             return;
@@ -213,46 +202,32 @@ fn serve(mut source: Box<dyn Source>, requests: Receiver<Request>, replies: Send
     }
 }
 
-/// The values a quick-reading source read and its thread has not handed over yet.
-struct Chunk {
-    values: Vec<(usize, Value)>,
-    /// When the oldest of them was read.
-    oldest: Option<Instant>,
-    /// How long the oldest may wait.
-    hold: Duration,
-}
-
-impl Chunk {
-    fn new(hold: Duration) -> Chunk {
-        Chunk {
-            values: Vec::with_capacity(CHUNK_VALUES),
-            oldest: None,
-            hold,
-        }
+/// Reads a round of `tiers` on the source's thread, each value stamped with the wall clock as it is read: a
+/// quick source's values go into `values` and over with the end, any other's over one by one.
+fn read_round(
+    source: &mut dyn Source,
+    tiers: Tiers,
+    mut values: Vec<Stamped>,
+    replies: &Sender<Reply>,
+) -> Reply {
+    let quick = source.quick_reads();
+    let mut reads: RoundReads = [None, None];
+    for tier in tiers.iter() {
+        let started = Instant::now();
+        let report = source.sample(tier, &mut |i, v| {
+            let read = (i, v, unix_now_ns());
+            if quick {
+                values.push(read);
+            } else {
+                let _ = replies.send(Reply::Value(read));
+            }
+        });
+        reads[tier.index()] = Some(TierRead {
+            report,
+            took: started.elapsed(),
+        });
     }
-
-    /// Adds a value just read; hands the chunk over once it holds [`CHUNK_VALUES`] or its oldest value has
-    /// waited its hold.
-    fn push(&mut self, i: usize, v: Value, replies: &Sender<Reply>) {
-        let oldest = *self.oldest.get_or_insert_with(Instant::now);
-        self.values.push((i, v));
-        if self.values.len() >= CHUNK_VALUES || oldest.elapsed() >= self.hold {
-            self.flush(replies);
-        }
-    }
-
-    fn flush(&mut self, replies: &Sender<Reply>) {
-        self.oldest = None;
-        if !self.values.is_empty() {
-            let values = std::mem::replace(&mut self.values, Vec::with_capacity(CHUNK_VALUES));
-            let _ = replies.send(Reply::Values(values));
-        }
-    }
-
-    /// The values not handed over yet, for the end of the `sample`.
-    fn take(self) -> Vec<(usize, Value)> {
-        self.values
-    }
+    Reply::Sampled(Box::new((reads, values)))
 }
 
 impl Watched {
@@ -264,7 +239,7 @@ impl Watched {
         };
         loop {
             match self.replies.try_recv() {
-                Ok(Reply::Value(..) | Reply::Values(_)) => continue,
+                Ok(Reply::Value(_)) => continue,
                 Ok(reply) => {
                     tracing::info!(
                         source = self.name,
@@ -301,7 +276,17 @@ impl Watched {
 
     /// Waits until `deadline` for the next answer to the request sent at `since`; `None` when it did not
     /// come (the source is then stalled, or its thread gone).
+    /// An answer already there is taken even when the deadline has passed (it came in time: the caller was
+    /// busy with another source's).
     fn wait(&mut self, call: &'static str, since: Instant, deadline: Duration) -> Option<Reply> {
+        match self.replies.try_recv() {
+            Ok(reply) => return Some(reply),
+            Err(TryRecvError::Disconnected) => {
+                self.dead = true;
+                return None;
+            }
+            Err(TryRecvError::Empty) => {}
+        }
         let left = deadline.saturating_sub(since.elapsed());
         match self.replies.recv_timeout(left) {
             Ok(reply) => Some(reply),
@@ -356,6 +341,23 @@ impl Watched {
         report.fail(self.unanswered());
         report.failed = report.failed.max(self.tier_series[tier.index()]);
         report
+    }
+
+    /// Each of `tiers` failed with `report(tier)`, after waiting since `since`.
+    fn failed_round(
+        &self,
+        tiers: Tiers,
+        since: Instant,
+        report: impl Fn(&Self, Tier) -> ReadReport,
+    ) -> RoundReads {
+        let mut reads: RoundReads = [None, None];
+        for tier in tiers.iter() {
+            reads[tier.index()] = Some(TierRead {
+                report: report(self, tier),
+                took: since.elapsed(),
+            });
+        }
+        reads
     }
 
     /// Takes in what a discovery found; an inventory of `None` leaves the one held.
@@ -414,32 +416,52 @@ impl Source for Watched {
         &self.inventory
     }
 
+    /// A round of one tier ([`Watched::finish_round`] without the read times).
     fn sample(&mut self, tier: Tier, sink: &mut dyn FnMut(usize, Value)) -> ReadReport {
-        let since = Instant::now();
-        if !self.settle() || !self.send(Request::Sample(tier, self.hold)) {
-            return self.unanswered_report(tier);
+        let [fast, slow] = self.finish_round(Tiers::of(tier), &mut |i, v, _| sink(i, v));
+        fast.or(slow).map(|r| r.report).unwrap_or_default()
+    }
+
+    /// Asks the source's thread for the round; a source still stuck in an earlier call is not asked (its
+    /// `finish_round` fails at once). A round already asked for and not finished stands.
+    fn start_round(&mut self, tiers: Tiers) {
+        if self.asked.is_some() {
+            return;
         }
+        let values = std::mem::take(&mut self.spare);
+        let asked = self.settle() && self.send(Request::Sample(tiers, values));
+        self.asked = Some(asked.then(Instant::now));
+    }
+
+    /// Takes the round's answer, waiting at most the sample deadline from when it was asked (an answer that
+    /// came in time is taken whenever this is called).
+    fn finish_round(&mut self, tiers: Tiers, sink: &mut RoundSink<'_>) -> RoundReads {
+        if self.asked.is_none() {
+            self.start_round(tiers);
+        }
+        let Some(since) = self.asked.take().flatten() else {
+            return self.failed_round(tiers, Instant::now(), Self::unanswered_report);
+        };
         loop {
             match self.wait("sample", since, self.sample_deadline) {
-                Some(Reply::Value(i, v)) => sink(i, v),
-                Some(Reply::Values(values)) => {
-                    for (i, v) in values {
-                        sink(i, v);
+                Some(Reply::Value((i, v, at))) => sink(i, v, at),
+                Some(Reply::Sampled(round)) => {
+                    let (reads, mut values) = *round;
+                    for (i, v, at) in values.drain(..) {
+                        sink(i, v, at);
                     }
-                }
-                Some(Reply::Sampled(report, tail)) => {
-                    for (i, v) in tail {
-                        sink(i, v);
-                    }
-                    return report;
+                    self.spare = values;
+                    return reads;
                 }
                 Some(Reply::Discovered(_) | Reply::Refreshed(_)) => {
-                    let mut report = ReadReport::default();
-                    report.fail(self.out_of_order());
-                    return report;
+                    return self.failed_round(tiers, since, |w, _| {
+                        let mut report = ReadReport::default();
+                        report.fail(w.out_of_order());
+                        report
+                    });
                 }
-                // Values already handed over were read in time and stay; the rest of the tier failed.
-                None => return self.unanswered_report(tier),
+                // Values already handed over were read in time and stay; the rest of the round failed.
+                None => return self.failed_round(tiers, since, Self::unanswered_report),
             }
         }
     }
@@ -453,10 +475,6 @@ impl Source for Watched {
 
     fn node_links(&mut self, links: &[Link]) {
         self.links = Some(links.to_vec());
-    }
-
-    fn stamp_resolution(&mut self, resolution: Duration) {
-        self.hold = resolution / HOLD_SHARE;
     }
 
     fn jobs(&self) -> Option<&[Job]> {
@@ -755,41 +773,97 @@ mod tests {
         }
     }
 
-    /// The sizes of the chunks waiting in `rx`.
-    fn chunk_sizes(rx: &Receiver<Reply>) -> Vec<usize> {
-        let mut sizes = Vec::new();
+    /// The replies waiting in `rx`: values handed over one by one, and whether a round's end is among them.
+    fn waiting(rx: &Receiver<Reply>) -> (usize, bool) {
+        let (mut values, mut ended) = (0, false);
         while let Ok(reply) = rx.try_recv() {
             match reply {
-                Reply::Values(v) => sizes.push(v.len()),
-                _ => panic!("not a chunk"),
+                Reply::Value(_) => values += 1,
+                Reply::Sampled(_) => ended = true,
+                _ => panic!("not a round's reply"),
             }
         }
-        sizes
+        (values, ended)
     }
 
     #[test]
-    fn a_chunk_is_handed_over_when_full_or_when_its_oldest_value_has_waited_its_hold() {
-        let (tx, rx) = mpsc::channel();
-        // A long hold (a slow sampler's): handed over when full, the rest at the end.
-        let mut c = Chunk::new(Duration::from_secs(3600));
-        for i in 0..CHUNK_VALUES + 10 {
-            c.push(i, Value::Counter(i as u64), &tx);
-        }
-        assert_eq!(chunk_sizes(&rx), [CHUNK_VALUES]);
-        c.flush(&tx);
-        assert_eq!(chunk_sizes(&rx), [10]);
-        // No hold: every value at once.
-        let mut c = Chunk::new(Duration::ZERO);
-        for i in 0..3 {
-            c.push(i, Value::Counter(0), &tx);
-        }
-        assert_eq!(chunk_sizes(&rx), [1, 1, 1]);
-    }
-
-    #[test]
-    fn quick_reads_arrive_whole_and_in_order_in_chunks() {
+    fn a_round_of_both_tiers_is_one_answer_for_a_quick_source_and_each_value_keeps_its_read_time() {
+        let both = Tiers::of(Tier::Fast).with(Tier::Slow);
         for quick in [true, false] {
-            let n = 3 * CHUNK_VALUES + 5;
+            let mut c = Counters {
+                inventory: Inventory::default(),
+                n: 40,
+                quick,
+                round: 0,
+            };
+            let (tx, rx) = mpsc::channel();
+            let before = unix_now_ns();
+            let Reply::Sampled(round) = read_round(&mut c, both, Vec::new(), &tx) else {
+                panic!("a round ends with its reports");
+            };
+            let after = unix_now_ns();
+            let (reads, values) = *round;
+            assert!(reads
+                .iter()
+                .all(|r| r.as_ref().is_some_and(|r| r.report.read == 40)));
+            // Quick: nothing handed over before the end, every value with it; else each value on its own.
+            assert_eq!(waiting(&rx), (if quick { 0 } else { 80 }, false), "{quick}");
+            assert_eq!(values.len(), if quick { 80 } else { 0 });
+            assert!(values.windows(2).all(|w| w[0].2 <= w[1].2));
+            assert!(values.iter().all(|v| (before..=after).contains(&v.2)));
+        }
+    }
+
+    #[test]
+    fn a_stuck_source_does_not_hold_up_another_sources_round_nor_its_read_times() {
+        let gate = Arc::new(Mutex::new(()));
+        let mut stuck = watch_with(
+            Box::new(Gated {
+                inventory: Inventory::default(),
+                gate: gate.clone(),
+                block_discover: false,
+                value: 0.0,
+            }),
+            DEADLINE,
+            DEADLINE,
+        );
+        stuck.discover().unwrap();
+        let mut quick = watch(Box::new(Counters {
+            inventory: Inventory::default(),
+            n: 5,
+            quick: true,
+            round: 0,
+        }));
+        let held = gate.lock().unwrap();
+        let tiers = Tiers::of(Tier::Slow);
+        let asked = unix_now_ns();
+        stuck.start_round(tiers);
+        quick.start_round(tiers);
+        // The stuck source is waited for first, up to its deadline ...
+        let [_, r] = stuck.finish_round(tiers, &mut |_, _, _| panic!("nothing read"));
+        let stuck_ended = unix_now_ns();
+        assert!(matches!(
+            r.unwrap().report.errors[0],
+            SourceError::Stalled { .. }
+        ));
+        // ... while the other read at once: its values carry their read times, not the end of that wait.
+        let mut got = Vec::new();
+        let [_, r] = quick.finish_round(tiers, &mut |i, _, at| got.push((i, at)));
+        assert_eq!(r.unwrap().report.read, 5);
+        assert_eq!(got.len(), 5);
+        let deadline_ns = DEADLINE.as_nanos() as i64;
+        assert!(stuck_ended - asked >= deadline_ns);
+        assert!(
+            got.iter().all(|&(_, at)| at >= asked && at < stuck_ended),
+            "{got:?} not read between {asked} and {stuck_ended}"
+        );
+        drop(held);
+    }
+
+    #[test]
+    fn reads_arrive_whole_and_in_order() {
+        for quick in [true, false] {
+            let n = 773;
             let mut s = watch(Box::new(Counters {
                 inventory: Inventory::default(),
                 n,
