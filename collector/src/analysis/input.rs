@@ -526,8 +526,9 @@ pub struct Scratch {
     /// One link's byte windows, oldest first.
     tx: Samples,
     rx: Samples,
-    /// What a link's activity is analysed in ([`activity::of_intervals`]).
+    /// What a link's activity is analysed in ([`activity::of_intervals`]), and its sampling intervals.
     pub(crate) activity: activity::Buffers,
+    pub(crate) intervals: Vec<(i64, i64, f64)>,
     /// Counters' windows put so far: by link, then by GPU, then the node's own ([`put_counter`]).
     counted: Vec<u32>,
 }

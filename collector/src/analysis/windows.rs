@@ -52,19 +52,22 @@ pub struct NodeWindows {
     scratch: Scratch,
     /// The sampling intervals of each link whose activity a rule reads, by link index.
     links: Vec<LinkIntervals>,
-    /// Links' interval updates that kept the intervals, and those that could not (windows not sampled at the
-    /// same ticks, too few samples): the latter's activity is analysed from copies of the windows.
-    refreshes: (u64, u64),
+    /// Updates at which a read link's windows were sampled together (its intervals derived from them), and
+    /// those at which not (not at the same ticks, too few samples: its activity analysed from copies).
+    pairings: (u64, u64),
 }
 
-/// One link's sampling intervals over its kept byte windows, as [`activity::analyse`] derives them from those
-/// windows, kept from one evaluation to the next: an evaluation derives those of the new samples only and
-/// drops those that left the window, and the link's activity is [`activity::of_intervals`] on them.
+/// One link whose activity a rule reads, and how its activity is derived from its kept byte windows: where
+/// both were sampled at the same ticks (an agent reads a port's two counters together), or one of them is
+/// empty, the window's sampling intervals are derived straight from the kept samples (each interval's bytes
+/// the larger direction's between two samples, nothing interpolated) into a buffer, and the activity is
+/// [`activity::of_intervals`] on them. Otherwise (`paired` false) the windows are copied out and analysed as
+/// [`activity::analyse`] does.
 ///
-/// Kept where both byte windows were sampled at the same ticks (an agent reads a port's two counters
-/// together), or one of them is empty: each interval's bytes are then the larger direction's between two
-/// samples, nothing interpolated. Otherwise (`valid` false) the activity is analysed from copies of the
-/// windows, as before.
+/// The intervals are derived anew at each evaluation, not kept: kept from one evaluation to the next (only
+/// the new samples' derived), they took 24 B a sample of each read link, 211 KB a demo node (half again its
+/// kept windows), for no CPU measurable beside the rest (302 against 308 µs a node's input; BENCHMARKS.md,
+/// "Links' activity and the input's walk from kept windows").
 #[derive(Debug, Default)]
 struct LinkIntervals {
     /// The link's index in the node's links.
@@ -72,82 +75,58 @@ struct LinkIntervals {
     /// Slots of its transmit and receive byte counters (the last of each among the node's series, as
     /// [`input::node_input_from`] takes them).
     slots: (Option<usize>, Option<usize>),
-    /// Which window the intervals are on (transmit, or receive when transmit holds fewer than three samples)
-    /// and whether the other one was empty: the intervals start over when either changes.
-    shape: (bool, bool),
-    /// `(start_ns, end_ns, bytes)`, oldest first: from `start` on, the intervals between consecutive samples of
-    /// the window; before it, those that left it, dropped in bulk once they are an eighth of those in it (so
-    /// that the others move once every few evaluations, not at each; the live ones stay one slice).
-    iv: Vec<(i64, i64, f64)>,
-    start: usize,
-    /// Whether `iv` is the windows' intervals as of the latest update.
-    valid: bool,
+    /// Whether the windows were sampled together (and one holds three samples) at the latest update.
+    paired: bool,
 }
 
 impl LinkIntervals {
-    /// Brings the intervals up to the link's byte windows in `kept` (by slot, `(tick, value)` oldest first,
-    /// every sample stamped at or after the window's start) on node `n`.
-    fn refresh(&mut self, kept: &[Window], n: &NodeState) {
+    /// The link's byte windows in `kept` (by slot): the one the intervals are on (transmit, or receive when
+    /// transmit holds fewer than three samples) and the other.
+    fn windows<'k>(&self, kept: &'k [Window]) -> (&'k Window, &'k Window) {
         const NONE: &Window = &VecDeque::new();
         let window = |s: Option<usize>| s.and_then(|i| kept.get(i)).unwrap_or(NONE);
         let (tx, rx) = (window(self.slots.0), window(self.slots.1));
-        let on_tx = tx.len() >= 3;
-        let (grid, other) = if on_tx { (tx, rx) } else { (rx, tx) };
-        let paired = other.is_empty()
-            || (other.len() == grid.len() && other.iter().zip(grid).all(|(a, b)| a.0 == b.0));
-        if grid.len() < 3 || !paired || self.shape != (on_tx, other.is_empty()) {
-            self.clear();
-        }
-        self.shape = (on_tx, other.is_empty());
-        self.valid = grid.len() >= 3 && paired && self.extend(grid, other, n).is_some();
-        if !self.valid {
-            self.clear();
+        if tx.len() >= 3 {
+            (tx, rx)
+        } else {
+            (rx, tx)
         }
     }
 
-    /// The intervals of the window, oldest first.
-    fn live(&self) -> &[(i64, i64, f64)] {
-        self.iv.get(self.start..).unwrap_or_default()
+    /// Notes whether the link's windows in `kept` were sampled together.
+    fn refresh(&mut self, kept: &[Window]) {
+        let (grid, other) = self.windows(kept);
+        self.paired = grid.len() >= 3
+            && (other.is_empty()
+                || (other.len() == grid.len() && other.iter().zip(grid).all(|(a, b)| a.0 == b.0)));
     }
 
-    fn clear(&mut self) {
-        self.iv.clear();
-        self.start = 0;
-    }
-
-    /// Drops the intervals before `grid`'s first sample and appends those after the last one kept (all of
-    /// them when the kept ones do not line up with `grid`); `other` is empty or sampled at `grid`'s ticks.
-    /// `None` when a sample's tick is no longer held or two samples are not in time order.
-    fn extend(&mut self, grid: &Window, other: &Window, n: &NodeState) -> Option<()> {
-        let time = |k: usize| grid.get(k).and_then(|s| n.tick_time(s.0));
-        let first = time(0)?;
-        self.start += self.live().partition_point(|x| x.0 < first);
-        if self.start > 0 && self.start * 8 >= self.live().len() {
-            self.iv.drain(..self.start);
-            self.start = 0;
+    /// The intervals of the link's windows in `kept` on node `n`, into `out` (cleared first), when they were
+    /// sampled together: `None` when not, or when a sample's tick is no longer held or two samples are not
+    /// in time order.
+    fn intervals(
+        &self,
+        kept: &[Window],
+        n: &NodeState,
+        out: &mut Vec<(i64, i64, f64)>,
+    ) -> Option<()> {
+        out.clear();
+        if !self.paired {
+            return None;
         }
-        let live = self.live();
-        if let (Some(a), Some(z)) = (live.first(), live.last()) {
-            if a.0 != first || time(live.len()) != Some(z.1) {
-                self.clear();
-            }
-        }
-        let from = self.live().len();
-        let mut prev = time(from)?;
-        for k in from + 1..grid.len() {
-            let t = time(k)?;
+        let (grid, other) = self.windows(kept);
+        let mut prev = n.tick_time(grid.front()?.0)?;
+        for (k, s) in grid.iter().enumerate().skip(1) {
+            let t = n.tick_time(s.0)?;
             if t <= prev {
                 return None;
             }
-            let own = activity::delta(grid[k - 1].1, grid[k].1);
+            let own = activity::delta(grid[k - 1].1, s.1);
             let bytes = match (other.get(k - 1), other.get(k)) {
                 (Some(a), Some(b)) => own.max(activity::delta(a.1, b.1)),
                 _ => own,
             };
-            if self.iv.len() == self.iv.capacity() {
-                self.iv.reserve_exact(self.iv.len() / 4 + 4);
-            }
-            self.iv.push((prev, t, bytes));
+            out.push((prev, t, bytes));
             prev = t;
         }
         Some(())
@@ -196,11 +175,11 @@ impl NodeWindows {
             w.drain(..gone.unwrap_or(w.len()));
         }
         for l in &mut self.links {
-            l.refresh(&self.kept, n);
-            if l.valid {
-                self.refreshes.0 += 1;
+            l.refresh(&self.kept);
+            if l.paired {
+                self.pairings.0 += 1;
             } else {
-                self.refreshes.1 += 1;
+                self.pairings.1 += 1;
             }
         }
     }
@@ -277,11 +256,6 @@ impl NodeWindows {
                 .map(|w| w.capacity() * size_of::<(u64, u64)>())
                 .sum::<usize>()
             + self.links.capacity() * size_of::<LinkIntervals>()
-            + self
-                .links
-                .iter()
-                .map(|l| l.iv.capacity() * size_of::<(i64, i64, f64)>())
-                .sum::<usize>()
     }
 }
 
@@ -301,9 +275,9 @@ impl Kept<'_> {
         (self.w.wanted.get(slot) == Some(&true) && w.len() <= cap).then_some(w)
     }
 
-    /// Link `link`'s kept intervals, when they are those of its byte counters in `slots` over windows from
-    /// `since_ns` on, and those windows are kept (not read from the store).
-    fn intervals(
+    /// Link `link`, when its byte counters are those in `slots`, windows from `since_ns` on are the kept ones
+    /// and those are kept for both (not read from the store).
+    fn paired_link(
         &self,
         link: usize,
         slots: (Option<usize>, Option<usize>),
@@ -320,7 +294,7 @@ impl Kept<'_> {
                     .is_some()
             })
         };
-        (l.valid
+        (l.paired
             && l.slots == slots
             && since_ns == self.w.since_ns
             && kept(slots.0)
@@ -400,15 +374,23 @@ impl Windows for Kept<'_> {
         capacity_bytes_per_second: Option<f64>,
         scratch: &mut Scratch,
     ) -> Option<Activity> {
-        if let Some(l) = self.intervals(link, slots, since_ns) {
-            let iv = l.live();
-            if let (Some(a), Some(z)) = (iv.first(), iv.last()) {
-                let window_s = (z.1 - a.0) as f64 / 1e9;
-                let moved = (self.moved(slots.0), self.moved(slots.1));
-                let buffers = &mut scratch.activity;
-                return (window_s > 0.0).then(|| {
-                    activity::of_intervals(iv, window_s, moved, capacity_bytes_per_second, buffers)
-                });
+        if let Some(l) = self.paired_link(link, slots, since_ns) {
+            let iv = &mut scratch.intervals;
+            if l.intervals(&self.w.kept, self.n, iv).is_some() {
+                if let (Some(a), Some(z)) = (iv.first(), iv.last()) {
+                    let window_s = (z.1 - a.0) as f64 / 1e9;
+                    let moved = (self.moved(slots.0), self.moved(slots.1));
+                    let buffers = &mut scratch.activity;
+                    return (window_s > 0.0).then(|| {
+                        activity::of_intervals(
+                            iv,
+                            window_s,
+                            moved,
+                            capacity_bytes_per_second,
+                            buffers,
+                        )
+                    });
+                }
             }
         }
         input::copied_activity(self, n, slots, since_ns, capacity_bytes_per_second, scratch)
@@ -449,12 +431,12 @@ impl WindowCache {
         self.nodes.retain(|k, _| live.contains(k.as_str()));
     }
 
-    /// Over every node: how many times a link's sampling intervals were brought up to its windows and kept,
-    /// and how many times they could not be (see `LinkIntervals`).
-    pub fn interval_refreshes(&self) -> (u64, u64) {
+    /// Over every node: how many times a read link's windows were found sampled together at an update, and
+    /// how many times not (see `LinkIntervals`).
+    pub fn link_pairings(&self) -> (u64, u64) {
         self.nodes
             .values()
-            .fold((0, 0), |(k, c), w| (k + w.refreshes.0, c + w.refreshes.1))
+            .fold((0, 0), |(k, c), w| (k + w.pairings.0, c + w.pairings.1))
     }
 
     /// Samples kept and bytes allocated, over every node.
@@ -819,9 +801,9 @@ mod tests {
             samples > 0 && bytes >= samples * 16,
             "{samples} samples, {bytes} B"
         );
-        // Both ways of a link's activity were compared: kept intervals, and copies of windows that were not
-        // sampled together (the management NIC's receive counter stopped while its transmit one went on).
-        let (kept, copied) = cache.interval_refreshes();
+        // Both ways of a link's activity were compared: intervals derived from the kept samples, and copies of
+        // windows not sampled together (the management NIC's receive counter stopped while its transmit went on).
+        let (kept, copied) = cache.link_pairings();
         assert!(kept > 0 && copied > 0, "{kept} kept, {copied} copied");
     }
 

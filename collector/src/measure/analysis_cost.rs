@@ -93,12 +93,12 @@ fn analysis_cost() {
     }
     let per = |ns: u64| ns as f64 / (evaluations.max(1) * refs.len() as u64) as f64 / 1e3;
     let (kept_samples, bytes) = cache.memory();
-    let (intervals_kept, intervals_copied) = cache.interval_refreshes();
+    let (paired, copied) = cache.link_pairings();
     println!(
         "{} nodes, {evaluations} evaluations of each after {} s of tape: input from the rings {:.1} us of thread \
          CPU per node, from kept windows {:.1} us ({:.1}x less); the rules {:.1} us per node; windows kept: \
-         {} samples, {:.1} KB per node; links' intervals kept {intervals_kept} times, windows copied \
-         {intervals_copied} times; the store's apply {:.1} ns per sample",
+         {} samples, {:.1} KB per node; links' windows sampled together {paired} times, copied \
+         {copied} times; the store's apply {:.1} ns per sample",
         refs.len(),
         warm_ns / 1_000_000_000,
         per(full_ns),
