@@ -914,16 +914,7 @@ mod tests {
     #[test]
     fn an_htb_root_is_read_with_its_classes_and_a_failed_class_dump_is_counted() {
         let dir = tree(&["fab0", "mgmt0"]);
-        let options = NetdevOptions {
-            include: vec!["fab0".into(), "mgmt0".into()],
-            ..NetdevOptions::default()
-        };
-        let link = |i: u32, n: &str| {
-            let mut l = LinkMessage::default();
-            l.header.index = i;
-            l.attributes.push(LinkAttribute::IfName(n.into()));
-            l
-        };
+        let options = fab_and_mgmt();
         let dumps = Arc::new(AtomicUsize::new(0));
         let backend = Recorded {
             links: vec![link(2, "fab0"), link(3, "mgmt0")],
@@ -951,6 +942,22 @@ mod tests {
         assert!(slow.contains(&(3, Value::Counter(1403))));
     }
 
+    /// An `RTM_GETLINK` answer for interface `name` at index `i`.
+    fn link(i: u32, name: &str) -> LinkMessage {
+        let mut l = LinkMessage::default();
+        l.header.index = i;
+        l.attributes.push(LinkAttribute::IfName(name.into()));
+        l
+    }
+
+    /// The options of a source reading `fab0` and `mgmt0`.
+    fn fab_and_mgmt() -> NetdevOptions {
+        NetdevOptions {
+            include: vec!["fab0".into(), "mgmt0".into()],
+            ..NetdevOptions::default()
+        }
+    }
+
     /// A sysfs tree with plain-directory interfaces `names`.
     fn tree(names: &[&str]) -> tempfile::TempDir {
         let dir = tempfile::tempdir().unwrap();
@@ -965,16 +972,7 @@ mod tests {
     #[test]
     fn samples_the_interfaces_netdev_reads_on_their_links_by_tier() {
         let dir = tree(&["fab0", "mgmt0", "ctl0"]);
-        let options = NetdevOptions {
-            include: vec!["fab0".into(), "mgmt0".into()],
-            ..NetdevOptions::default()
-        };
-        let link = |i: u32, n: &str| {
-            let mut l = LinkMessage::default();
-            l.header.index = i;
-            l.attributes.push(LinkAttribute::IfName(n.into()));
-            l
-        };
+        let options = fab_and_mgmt();
         let dumps = Arc::new(AtomicUsize::new(0));
         let backend = Recorded {
             links: vec![link(2, "fab0"), link(3, "mgmt0"), link(4, "ctl0")],

@@ -1055,28 +1055,42 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_job_whose_steps_speed_up_is_followed_within_a_dozen_steps() {
-        // 25 s of 800 ms steps (a fault), then 25 s of 450 ms steps (the fault over).
-        let slow = traffic(500, 800.0, 250.0, 500.0, 1e9, 0.0);
+    /// The durations (ms) of the steps found from `settle_ms` after traffic `slow` turns into `fast` (each
+    /// from [`traffic`], `fast` continued from where `slow` ends), and how many are within 10 % of `period_ms`.
+    fn after_a_change(
+        slow: &[(i64, f64)],
+        fast: &[(i64, f64)],
+        settle_ms: i64,
+        period_ms: f64,
+    ) -> (Vec<f64>, usize) {
         let (t_end, b_end) = *slow.last().unwrap();
-        let fast = traffic(500, 450.0, 120.0, 300.0, 1e9, 0.0);
-        let mut pts = slow.clone();
+        let mut pts = slow.to_vec();
         pts.extend(
             fast.iter()
                 .skip(1)
                 .map(|&(t, b)| (t - fast[0].0 + t_end, b + b_end)),
         );
-        let steps = feed(&pts);
-        let settled: Vec<f64> = steps
+        let settled: Vec<f64> = feed(&pts)
             .iter()
-            .filter(|s| s.start_unix_ns >= t_end + 6_000 * MS)
+            .filter(|s| s.start_unix_ns >= t_end + settle_ms * MS)
             .map(|s| (s.end_unix_ns - s.start_unix_ns) as f64 / 1e6)
             .collect();
         let right = settled
             .iter()
-            .filter(|d| (**d / 450.0 - 1.0).abs() <= 0.1)
+            .filter(|d| (**d / period_ms - 1.0).abs() <= 0.1)
             .count();
+        (settled, right)
+    }
+
+    #[test]
+    fn a_job_whose_steps_speed_up_is_followed_within_a_dozen_steps() {
+        // 25 s of 800 ms steps (a fault), then 25 s of 450 ms steps (the fault over).
+        let (settled, right) = after_a_change(
+            &traffic(500, 800.0, 250.0, 500.0, 1e9, 0.0),
+            &traffic(500, 450.0, 120.0, 300.0, 1e9, 0.0),
+            6_000,
+            450.0,
+        );
         assert!(
             settled.len() >= 30 && right * 10 >= settled.len() * 9,
             "{right} of {} steps at 450 ms: {settled:?}",
@@ -1088,25 +1102,12 @@ mod tests {
     fn a_job_much_faster_after_a_straggler_is_followed_within_seconds() {
         // 30 s of 2.4 s steps (a straggler holds every rank back), then 12 s of 320 ms steps: the estimate's
         // span, 12 of the old periods, would hold the old pace for the whole 30 s window.
-        let slow = traffic(600, 2400.0, 300.0, 2000.0, 1e9, 0.0);
-        let (t_end, b_end) = *slow.last().unwrap();
-        let fast = traffic(240, 320.0, 120.0, 150.0, 1e9, 0.0);
-        let mut pts = slow.clone();
-        pts.extend(
-            fast.iter()
-                .skip(1)
-                .map(|&(t, b)| (t - fast[0].0 + t_end, b + b_end)),
+        let (settled, right) = after_a_change(
+            &traffic(600, 2400.0, 300.0, 2000.0, 1e9, 0.0),
+            &traffic(240, 320.0, 120.0, 150.0, 1e9, 0.0),
+            6_000,
+            320.0,
         );
-        let steps = feed(&pts);
-        let settled: Vec<f64> = steps
-            .iter()
-            .filter(|s| s.start_unix_ns >= t_end + 6_000 * MS)
-            .map(|s| (s.end_unix_ns - s.start_unix_ns) as f64 / 1e6)
-            .collect();
-        let right = settled
-            .iter()
-            .filter(|d| (**d / 320.0 - 1.0).abs() <= 0.1)
-            .count();
         assert!(
             settled.len() >= 12 && right * 10 >= settled.len() * 9,
             "{right} of {} steps at 320 ms: {settled:?}",
