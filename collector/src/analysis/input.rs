@@ -642,7 +642,8 @@ pub fn node_input_from<W: Windows>(n: &NodeState, since_ns: i64, w: &W) -> NodeI
 /// [`node_input_from`] into `spare`'s allocations, and `scratch`'s: `spare` is an input of the same node
 /// built under the same layout ([`NodeState::layout`]) by this function, given back after its evaluation.
 /// What it gives is what a fresh build gives: every field is set anew, but for a link's last gauge readings,
-/// which are updated in place (under one layout a gauge, once read, always has a last reading).
+/// which are updated in place (under one layout a gauge, once read, always has a last reading), and the
+/// counters' windows, overwritten in place and cut to those put (`put_counter`).
 pub fn node_input_into<W: Windows>(
     n: &NodeState,
     since_ns: i64,

@@ -10,7 +10,9 @@
 //!
 //! Contract: the input built from kept windows ([`NodeWindows::input`]) is the input the store's rings give
 //! ([`input::node_input`]) at the same instant: the same samples, derived by the same code
-//! ([`input::node_input_from`]). The windows start over when the node's layout changes (an inventory, a node
+//! ([`input::node_input_from`]); only a link's activity is reached another way where its two byte windows were
+//! sampled together (its intervals derived from the kept samples without copying them out, then analysed as
+//! the copies would be: `LinkIntervals`). The windows start over when the node's layout changes (an inventory, a node
 //! created again) or an evaluation asks for an earlier window than the last; a series whose window holds more
 //! samples than its ring keeps (an agent sending faster than the tier it stated) is read from the store.
 //! `tests` compare both inputs field by field, and their findings, through counter resets, gaps, series and
