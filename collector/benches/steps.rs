@@ -17,8 +17,9 @@
 //! half of the tape without passes (then one pass) and the second half with a pass every 500 ms of its clock.
 //!
 //! The steady span also times the ingest's in-process part per node and second of data: decoding each batch
-//! from its protobuf encoding (as the gRPC stream does), and applying it (`DirectAgent::batch`: the edge's
-//! validation and the store's apply, head flushes included), thread CPU and allocations.
+//! from its protobuf encoding (as the gRPC stream's codec does, `commwatch_proto::codec`), and applying it
+//! (`DirectAgent::batch`: the edge's validation and the store's apply, head flushes included), thread CPU and
+//! allocations.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -254,6 +255,13 @@ impl Node {
     }
 }
 
+/// A batch decoded as the collector's gRPC codec decodes it (`commwatch_proto::codec`: its fast path, else
+/// prost).
+fn decode(encoded: &[u8]) -> pb::SampleBatch {
+    commwatch_proto::codec::fast_batch(encoded)
+        .unwrap_or_else(|| pb::SampleBatch::decode(encoded).expect("its own encoding"))
+}
+
 /// Thread CPU and allocations spent in one part of a run.
 #[derive(Debug, Default, Clone, Copy)]
 struct Cost {
@@ -304,13 +312,9 @@ fn run(
                 .encode(e)
                 .expect("a vector grows");
         }
-        spent.decode.time(|| {
-            decoded.extend(
-                encoded
-                    .iter()
-                    .map(|e| pb::SampleBatch::decode(e.as_slice()).expect("its own encoding")),
-            )
-        });
+        spent
+            .decode
+            .time(|| decoded.extend(encoded.iter().map(|e| decode(e))));
         spent.apply.time(|| {
             for (n, b) in nodes.iter_mut().zip(decoded.drain(..)) {
                 let counts = n
@@ -370,13 +374,9 @@ fn run_tape(
         let Some(&now) = b.timestamps_unix_ns.iter().max() else {
             continue;
         };
-        spent.decode.time(|| {
-            decoded.extend(
-                agents.iter().map(|_| {
-                    pb::SampleBatch::decode(encoded.as_slice()).expect("its own encoding")
-                }),
-            )
-        });
+        spent
+            .decode
+            .time(|| decoded.extend(agents.iter().map(|_| decode(encoded))));
         spent.apply.time(|| {
             for (a, b) in agents.iter_mut().zip(decoded.drain(..)) {
                 if let Some(counts) = a.batch(b, now).expect("a valid batch") {
