@@ -78,6 +78,8 @@ struct Paced {
     stall: Option<(usize, Schedule)>,
     t0: i64,
     reads: Reads,
+    /// Discovered once: the inventory is fixed from then on.
+    discovered: bool,
 }
 
 impl Paced {
@@ -111,6 +113,7 @@ impl Paced {
             stall: stall_before.map(|i| (i, Schedule(0))),
             t0: unix_now_ns(),
             reads: reads.clone(),
+            discovered: false,
         }
     }
 }
@@ -120,7 +123,8 @@ impl Source for Paced {
         self.name
     }
     fn discover(&mut self) -> Result<bool, SourceError> {
-        Ok(false)
+        // The first discovery finds the inventory (a watched source's copy is taken only on a change).
+        Ok(!std::mem::replace(&mut self.discovered, true))
     }
     fn inventory(&self) -> &Inventory {
         &self.inventory
@@ -352,4 +356,32 @@ fn a_stall_inside_one_sources_read_keeps_both_sides_rates() {
         &reads,
     );
     check("stall between two counters of one source", &m);
+}
+
+#[test]
+fn sources_on_their_own_threads_asked_together_keep_their_rates() {
+    // Behind the watchdog, as the agent runs them: each tick asks both sources before it takes either answer,
+    // with a stall before one source's read.
+    use commwatch_agent::source::watchdog::watch;
+    let reads = Reads::default();
+    let m = run(
+        vec![
+            watch(Box::new(Paced::new(
+                "slow",
+                "mlx5_1",
+                &["tx_bytes"],
+                Some(0),
+                &reads,
+            ))),
+            watch(Box::new(Paced::new(
+                "paced",
+                "mlx5_0",
+                &["rx_bytes"],
+                None,
+                &reads,
+            ))),
+        ],
+        &reads,
+    );
+    check("two watched sources, one stalling", &m);
 }
