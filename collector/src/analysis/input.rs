@@ -332,13 +332,12 @@ pub trait Windows {
     fn activity(
         &self,
         n: &NodeState,
-        link: usize,
+        _link: usize,
         slots: (Option<usize>, Option<usize>),
         since_ns: i64,
         capacity_bytes_per_second: Option<f64>,
         scratch: &mut Scratch,
     ) -> Option<Activity> {
-        let _ = link;
         copied_activity(self, n, slots, since_ns, capacity_bytes_per_second, scratch)
     }
 }
