@@ -390,6 +390,20 @@ fn window_into(buf: &mut Samples, window: Option<impl Iterator<Item = (i64, u64)
     }
 }
 
+/// Where a node counter's window starts: `since_ns`, or for a counter read over its newest
+/// [`RECENT_WINDOW_NS`] only (`recent`), that long before its newest sample (a sample older than the window
+/// leaves it empty either way).
+fn counter_since<W: Windows>(w: &W, s: &crate::store::Series, since_ns: i64, recent: bool) -> i64 {
+    if !recent {
+        return since_ns;
+    }
+    w.newest_first(s, since_ns)
+        .next()
+        .map_or(since_ns, |(newest, _)| {
+            since_ns.max(newest - RECENT_WINDOW_NS)
+        })
+}
+
 /// Increase of a counter over its window, whose newest and oldest samples are `ends` ([`Windows::ends`]).
 #[cfg(test)]
 fn counter_window(
@@ -745,16 +759,7 @@ fn series_input<W: Windows>(
             }
         }
         Read::NodeCounter(recent) => {
-            // The newest seconds of the window (a sample older than the window leaves it empty either way).
-            let since = match recent {
-                true => w
-                    .newest_first(s, since_ns)
-                    .next()
-                    .map_or(since_ns, |(newest, _)| {
-                        since_ns.max(newest - RECENT_WINDOW_NS)
-                    }),
-                false => since_ns,
-            };
+            let since = counter_since(w, s, since_ns, recent);
             if let Some(at) = counted.last_mut() {
                 put_counter(&mut out.counters, at, s, w.ends(s, since), max_value);
             }
@@ -836,15 +841,7 @@ pub(crate) fn node_input_by_keys(n: &NodeState, since_ns: i64) -> NodeInput {
                 }
             }
             (None, SeriesKind::Counter { .. }) => {
-                let since = match RECENT_COUNTERS.contains(&m) {
-                    true => w
-                        .newest_first(s, since_ns)
-                        .next()
-                        .map_or(since_ns, |(newest, _)| {
-                            since_ns.max(newest - RECENT_WINDOW_NS)
-                        }),
-                    false => since_ns,
-                };
+                let since = counter_since(w, s, since_ns, RECENT_COUNTERS.contains(&m));
                 out.counters
                     .extend(counter_window(s, w.ends(s, since), max_value));
             }
