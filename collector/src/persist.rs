@@ -32,6 +32,8 @@ use tokio::task::JoinHandle;
 
 use crate::telemetry::Health;
 
+#[doc(hidden)]
+pub mod bench;
 pub mod files;
 mod replay;
 pub(crate) mod schema;

@@ -86,7 +86,7 @@ fn open_state(dir: &Path, retention: Duration, health: &Health) -> Result<Loaded
 
 fn load_all(path: &Path, retention: Duration) -> Result<Loaded, PersistError> {
     let conn = open(path)?;
-    let loaded = load(&conn, path, retention)?;
+    let loaded = load(&conn, path, retention, unix_now_ns())?;
     let (jobs, skipped_jobs) = load_jobs(&conn, path)?;
     Ok(Loaded {
         conn,

@@ -4,7 +4,6 @@
 use std::path::Path;
 use std::time::Duration;
 
-use commwatch_model::clock::unix_now_ns;
 use rusqlite::{params, Connection};
 
 use super::{Item, PersistError, PersistedJobs, Replay};
@@ -55,20 +54,20 @@ pub(crate) fn is_corruption(e: &PersistError) -> bool {
     )
 }
 
-/// Everything to replay: Hellos and batches received within `retention`, merged in receive order (a Hello
+/// Everything to replay at `now_unix_ns`: Hellos and batches received within `retention`, merged in receive order (a Hello
 /// before batches received at the same instant), and the highest sequence number per instance.
 #[allow(clippy::type_complexity)]
 pub(crate) fn load(
     conn: &Connection,
     path: &Path,
     retention: Duration,
+    now_unix_ns: i64,
 ) -> Result<Loaded, PersistError> {
     let sql = |error| PersistError::Sqlite {
         path: path.to_owned(),
         error,
     };
-    let cutoff =
-        unix_now_ns().saturating_sub(i64::try_from(retention.as_nanos()).unwrap_or(i64::MAX));
+    let cutoff = cutoff(retention, now_unix_ns);
     let mut skipped = 0u64;
     let hellos: Vec<Replay>;
     {
@@ -288,9 +287,17 @@ pub(crate) fn commit(conn: &mut Connection, items: &[Item]) -> Result<(), rusqli
     tx.commit()
 }
 
-pub(crate) fn prune(conn: &Connection, retention: Duration) -> Result<usize, rusqlite::Error> {
-    let cutoff =
-        unix_now_ns().saturating_sub(i64::try_from(retention.as_nanos()).unwrap_or(i64::MAX));
+/// The receive time before which rows are past `retention` at `now_unix_ns`.
+fn cutoff(retention: Duration, now_unix_ns: i64) -> i64 {
+    now_unix_ns.saturating_sub(i64::try_from(retention.as_nanos()).unwrap_or(i64::MAX))
+}
+
+pub(crate) fn prune(
+    conn: &Connection,
+    retention: Duration,
+    now_unix_ns: i64,
+) -> Result<usize, rusqlite::Error> {
+    let cutoff = cutoff(retention, now_unix_ns);
     let mut n = conn.execute("DELETE FROM batches WHERE received_unix_ns < ?1", [cutoff])?;
     n += conn.execute(
         "DELETE FROM hellos WHERE received_unix_ns < ?1

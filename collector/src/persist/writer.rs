@@ -16,6 +16,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use commwatch_model::clock::unix_now_ns;
 use rusqlite::Connection;
 use tokio::sync::{mpsc, OwnedSemaphorePermit};
 use tokio::task::JoinHandle;
@@ -48,7 +49,7 @@ impl Sink for Connection {
     }
 
     fn prune(&mut self, retention: Duration) -> Result<usize, rusqlite::Error> {
-        schema::prune(self, retention)
+        schema::prune(self, retention, unix_now_ns())
     }
 }
 
@@ -258,7 +259,7 @@ mod tests {
         }
 
         fn prune(&mut self, retention: Duration) -> Result<usize, rusqlite::Error> {
-            schema::prune(&self.conn, retention)
+            schema::prune(&self.conn, retention, unix_now_ns())
         }
     }
 
