@@ -296,7 +296,8 @@ mod tests {
 
     impl Rig {
         async fn batch(&self, seq: u64) {
-            let payload = vec![seq as u8; 8192];
+            // Larger than a page, so that a full disk refuses it.
+            let payload = vec![seq as u8; 2 * schema::PAGE_SIZE as usize];
             let (now, durable) = (unix_now_ns(), self.durable.clone());
             self.handle.batch("n1", 7, seq, now, payload, durable).await;
         }
