@@ -308,6 +308,33 @@ fn bytes_table(done: &[Done], s: &mut String) {
     if !worst.worst.is_empty() {
         let _ = writeln!(s, "\nLargest error: {}.", worst.worst);
     }
+    misses(done, s);
+}
+
+/// Every run's comparisons beyond the tolerance (the first few of each), so that a miss can be read against
+/// the simulated bursts without a rerun.
+fn misses(done: &[Done], s: &mut String) {
+    let runs: Vec<_> = done
+        .iter()
+        .filter_map(|(p, r)| r.as_ref().ok().map(|o| (p, o)))
+        .filter(|(_, o)| o.bytes.compared > o.bytes.within)
+        .collect();
+    if runs.is_empty() {
+        return;
+    }
+    let _ = writeln!(s, "\nOver {:.0} %:\n", TOLERANCE * 100.0);
+    for (p, o) in runs {
+        let over = o.bytes.compared - o.bytes.within;
+        let _ = writeln!(
+            s,
+            "- {} ({over}, the first {} listed):",
+            p.label,
+            o.bytes.misses.len()
+        );
+        for m in &o.bytes.misses {
+            let _ = writeln!(s, "  - {m}");
+        }
+    }
 }
 
 /// The plumbing: what reached the store, and the runs' wall time.

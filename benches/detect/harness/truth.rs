@@ -9,7 +9,9 @@
 
 use commwatch_collector::model::LinkClass;
 use commwatch_collector::steps::{NodeStep, StepLink};
-use commwatch_sim::{JobModel, Link};
+use std::time::Duration;
+
+use commwatch_sim::{JobModel, Link, StepTimeline};
 
 use super::clock::model_time;
 
@@ -32,7 +34,12 @@ pub struct ByteTally {
     /// Largest relative error, and where.
     pub max_rel_error: f64,
     pub worst: String,
+    /// The comparisons beyond [`TOLERANCE`], the first [`MISSES_KEPT`] of them, each in words.
+    pub misses: Vec<String>,
 }
+
+/// Comparisons beyond the tolerance kept per tally.
+pub const MISSES_KEPT: usize = 20;
 
 /// The simulator's link for a collector link, where the model has one (HCA ports and `eth0`).
 fn sim_link(l: &StepLink) -> Option<Link> {
@@ -101,6 +108,14 @@ impl ByteTally {
                 self.compared += 1;
                 if rel <= TOLERANCE {
                     self.within += 1;
+                } else if self.misses.len() < MISSES_KEPT {
+                    let m = Miss {
+                        link: (&step.node, &l.link.key.device, dir),
+                        edges: (s, e),
+                        measured,
+                        truth: (burst, other),
+                    };
+                    self.misses.push(describe_miss(tl, &inside, &m));
                 }
                 if rel > self.max_rel_error {
                     self.max_rel_error = rel;
@@ -120,9 +135,46 @@ impl ByteTally {
         self.multi += o.multi;
         self.compared += o.compared;
         self.within += o.within;
+        let room = MISSES_KEPT.saturating_sub(self.misses.len());
+        self.misses.extend(o.misses.iter().take(room).cloned());
         if o.max_rel_error > self.max_rel_error {
             self.max_rel_error = o.max_rel_error;
             self.worst = o.worst.clone();
         }
     }
+}
+
+/// One comparison beyond the tolerance: the link direction (node, device, `tx`/`rx`), the step's edges (model
+/// time), the bytes the collector counted and the truth (the simulated steps' AllReduce bytes, and the other
+/// bytes between the edges).
+struct Miss<'a> {
+    link: (&'a str, &'a str, &'a str),
+    edges: (Duration, Duration),
+    measured: u64,
+    truth: (u64, u64),
+}
+
+/// A miss in words: where, the step's edges against the simulated bursts it holds, and the bytes: enough to
+/// tell an edge on the wrong side of a burst's end (AllReduce bytes off) from other traffic split differently
+/// (the other bytes off).
+fn describe_miss(tl: &StepTimeline, inside: &[u64], m: &Miss<'_>) -> String {
+    let bursts: Vec<String> = inside
+        .iter()
+        .map(|&k| {
+            let (a, b) = tl.burst_of_step(k);
+            format!("{k}: {:.4}–{:.4} s", a.as_secs_f64(), b.as_secs_f64())
+        })
+        .collect();
+    let (node, device, dir) = m.link;
+    let (burst, other) = m.truth;
+    let truth = (burst + other) as f64;
+    format!(
+        "{node} {device} {dir}, step {:.4}–{:.4} s holding burst {}: {} B, truth {burst} B AllReduce + {other} B \
+         other ({:+.3} %)",
+        m.edges.0.as_secs_f64(),
+        m.edges.1.as_secs_f64(),
+        bursts.join(", "),
+        m.measured,
+        (m.measured as f64 - truth) / truth * 100.0
+    )
 }
