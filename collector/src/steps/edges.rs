@@ -16,13 +16,15 @@
 //! - **When the step ends** (`at_ns`): inside the burst's last interval, at the share of the interval its bytes
 //!   fill at the burst's own rate (the median rate of the busy intervals before it): `t₋₁ + Δt × (r − low) ÷
 //!   (R − low)`, clamped to the interval. Between that moment and `count_ns` the node is quiet by that estimate,
-//!   so the counter there is the counter at `count_ns`. That holds only where the node is quiet after
-//!   `count_ns` too (the interval that follows at most the tail level, [`super::inferred::TAIL_LEVEL`]): traffic
-//!   that goes on after the burst (a slow link still draining, a storage stream on the same NIC) fills the last
-//!   interval as well, so its bytes there are not the burst's and move on after the estimate. The edge is then
-//!   shown at `count_ns`, where its bytes are counted: a step never claims to end before bytes it counts (a
-//!   checkpoint's 1 GB/s on the management NIC that carries the job's traffic put 2.2–2.8 % of a step's bytes
-//!   in the wrong step by the shown edges).
+//!   so the counter there is the counter at `count_ns`. That holds only where the last interval's bytes can be
+//!   the burst's end (`burst_ends_in`): the node is quiet after `count_ns` too (the interval that follows at
+//!   most the tail level, [`super::inferred::TAIL_LEVEL`]) — traffic that goes on after the burst (a slow link
+//!   still draining, a storage stream on the same NIC) fills the last interval as well, and its bytes there move
+//!   on after the estimate; and a tail interval (counted with the burst though below the busy level) follows a
+//!   burst that ran through its start, not one that ended in the interval before. Elsewhere the edge is shown at
+//!   `count_ns`, where its bytes are counted: a step never claims to end before bytes it counts (a checkpoint's
+//!   1 GB/s on the management NIC that carries the job's traffic put 2.2–2.8 % of a step's bytes in the wrong
+//!   step by the shown edges).
 //!
 //! No own burst end within the tolerance (a node whose communication fills the step, or one idle in it): the
 //! edge stays where it was, and its bytes are interpolated there.
