@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use rusqlite::{params, Connection};
 
+use super::partition::{self, Partition};
 use super::{Item, PersistError, PersistedJobs, Replay};
 
 /// Page size of a database created here, bytes. An encoded batch of a demo node (~4 KiB) does not fit in
@@ -19,11 +20,12 @@ pub(crate) const PAGE_SIZE: u32 = 65_536;
 /// `synchronous = FULL`, and creates the tables it lacks. A file that is not a database fails here; damage
 /// deeper in it fails at [`load`].
 ///
-/// `batches` has no index: rows are appended in commit order, so the prune deletes a prefix of rowids and
-/// replay reads in rowid order; which instances still have batches is read from `seqs`. The two indexes that
-/// older collectors kept on it (`batches_received`, `batches_instance`: two more B-tree writes per batch, the
-/// second a random page per node and commit) are dropped; an older collector that opens the database again
-/// creates them again.
+/// Batches go to partitions by receive time ([`partition`]), tables without an index: rows are appended in
+/// commit order, replay reads each table in rowid order, the prune drops whole partitions, and which instances
+/// still have batches is read from `seqs`. `batches`, where older collectors kept every batch, is read and
+/// pruned (by rowid prefix) until it is empty. The two indexes that they kept on it (`batches_received`,
+/// `batches_instance`: two more B-tree writes per batch, the second a random page per node and commit) are
+/// dropped; an older collector that opens the database again creates them again (and sees only `batches`).
 pub(crate) fn open(path: &Path) -> Result<Connection, PersistError> {
     let sql = |error| PersistError::Sqlite {
         path: path.to_owned(),
@@ -104,26 +106,7 @@ pub(crate) fn load(
             .map_err(sql)?;
         hellos = readable(rows, "hellos", &mut skipped).map_err(sql)?;
     }
-    let batches: Vec<Replay>;
-    {
-        let mut st = conn
-            .prepare(
-                "SELECT node, instance_id, received_unix_ns, payload FROM batches WHERE received_unix_ns >= ?1
-                 ORDER BY rowid",
-            )
-            .map_err(sql)?;
-        let rows = st
-            .query_map([cutoff], |r| {
-                Ok(Replay::Batch {
-                    node: r.get(0)?,
-                    instance_id: r.get::<_, i64>(1)? as u64,
-                    received_unix_ns: r.get(2)?,
-                    payload: r.get(3)?,
-                })
-            })
-            .map_err(sql)?;
-        batches = readable(rows, "batches", &mut skipped).map_err(sql)?;
-    }
+    let batches = load_batches(conn, cutoff, &mut skipped).map_err(sql)?;
     let t = |r: &Replay| match r {
         Replay::Hello {
             received_unix_ns, ..
@@ -176,6 +159,39 @@ pub(crate) struct Loaded {
     pub items: Vec<Replay>,
     pub seqs: Vec<(String, u64, u64)>,
     pub skipped: u64,
+}
+
+/// The batches received since `cutoff` (ns), in the order a start replays them: those of `batches` (where older
+/// collectors kept every batch), then each partition's, oldest first, each table's in commit order.
+fn load_batches(
+    conn: &Connection,
+    cutoff: i64,
+    skipped: &mut u64,
+) -> rusqlite::Result<Vec<Replay>> {
+    let mut tables = vec!["batches".to_string()];
+    tables.extend(
+        partition::list(conn)?
+            .into_iter()
+            .filter(|p| !p.before(cutoff))
+            .map(|p| p.table()),
+    );
+    let mut out = Vec::new();
+    for table in tables {
+        let mut st = conn.prepare(&format!(
+            "SELECT node, instance_id, received_unix_ns, payload FROM {table} WHERE received_unix_ns >= ?1
+             ORDER BY rowid"
+        ))?;
+        let rows = st.query_map([cutoff], |r| {
+            Ok(Replay::Batch {
+                node: r.get(0)?,
+                instance_id: r.get::<_, i64>(1)? as u64,
+                received_unix_ns: r.get(2)?,
+                payload: r.get(3)?,
+            })
+        })?;
+        out.extend(readable(rows, &table, skipped)?);
+    }
+    Ok(out)
 }
 
 /// The rows of a query, leaving out (logged, counted in `skipped`) a row whose values do not convert — a
@@ -232,17 +248,21 @@ pub(crate) fn load_jobs(
     Ok((jobs, skipped))
 }
 
-/// Commits `items` in one transaction: each Hello, batch and job list a row, and each instance's highest
+/// Commits `items` in one transaction: each Hello, batch and job list a row (a batch in the partition of its
+/// receive time, partitions spanning `span_s` seconds, created when missing), and each instance's highest
 /// sequence number (with the receive time of its newest batch) once per commit, not once per batch.
-pub(crate) fn commit(conn: &mut Connection, items: &[Item]) -> Result<(), rusqlite::Error> {
+pub(crate) fn commit(
+    conn: &mut Connection,
+    items: &[Item],
+    span_s: i64,
+) -> Result<(), rusqlite::Error> {
     let tx = conn.transaction()?;
     {
         let mut hello = tx.prepare_cached(
             "INSERT INTO hellos(node, instance_id, received_unix_ns, payload) VALUES (?1, ?2, ?3, ?4)",
         )?;
-        let mut batch = tx.prepare_cached(
-            "INSERT INTO batches(node, instance_id, seq, received_unix_ns, payload) VALUES (?1, ?2, ?3, ?4, ?5)",
-        )?;
+        // The partition the previous batch went to (a commit's batches nearly always share one).
+        let mut part: Option<(Partition, String)> = None;
         let mut jobs = tx.prepare_cached(
             "INSERT OR REPLACE INTO jobs(node, instance_id, received_unix_ns, payload) VALUES (?1, ?2, ?3, ?4)",
         )?;
@@ -271,7 +291,18 @@ pub(crate) fn commit(conn: &mut Connection, items: &[Item]) -> Result<(), rusqli
                     payload,
                     ..
                 } => {
-                    batch.execute(params![
+                    let p = Partition::of(*received_unix_ns, span_s);
+                    if !matches!(&part, Some((q, _)) if *q == p) {
+                        tx.execute(&p.create_sql(), [])?;
+                        let insert = format!(
+                            "INSERT INTO {}(node, instance_id, seq, received_unix_ns, payload)
+                             VALUES (?1, ?2, ?3, ?4, ?5)",
+                            p.table()
+                        );
+                        part = Some((p, insert));
+                    }
+                    let insert = part.as_ref().map_or("", |(_, insert)| insert.as_str());
+                    tx.prepare_cached(insert)?.execute(params![
                         node,
                         *instance_id as i64,
                         *seq as i64,
@@ -321,11 +352,12 @@ fn cutoff(retention: Duration, now_unix_ns: i64) -> i64 {
     now_unix_ns.saturating_sub(i64::try_from(retention.as_nanos()).unwrap_or(i64::MAX))
 }
 
-/// Deletes, in one transaction, what is past `retention` at `now_unix_ns`: batches received before the cutoff
-/// (the prefix of rowids before the first batch received since: rows are appended in commit order), Hellos
-/// received before it unless one is its instance's newest and the instance has a batch since (`seqs` keeps the
-/// receive time of each instance's newest batch), sequence numbers a day older still, and job lists of nodes
-/// without a Hello. Returns how many rows.
+/// Deletes, in one transaction, what is past `retention` at `now_unix_ns`: the partitions whose batches were all
+/// received before the cutoff (dropped whole), and in `batches` (older collectors') the prefix of rowids before
+/// the first batch received since (rows are appended in commit order); Hellos received before the cutoff unless
+/// one is its instance's newest and the instance has a batch since (`seqs` keeps the receive time of each
+/// instance's newest batch); sequence numbers a day older still; and job lists of nodes without a Hello.
+/// Returns how many rows (a dropped partition counts its rows).
 pub(crate) fn prune(
     conn: &Connection,
     retention: Duration,
@@ -340,6 +372,20 @@ pub(crate) fn prune(
            (SELECT max(rowid) + 1 FROM batches))",
         [cutoff],
     )?;
+    for p in partition::list(&tx)?
+        .into_iter()
+        .filter(|p| p.before(cutoff))
+    {
+        let table = p.table();
+        // Rows are only appended to a partition: its highest rowid is its count, without reading every page.
+        let rows: i64 = tx.query_row(
+            &format!("SELECT coalesce(max(rowid), 0) FROM {table}"),
+            [],
+            |r| r.get(0),
+        )?;
+        tx.execute(&format!("DROP TABLE {table}"), [])?;
+        n += usize::try_from(rows).unwrap_or(0);
+    }
     n += tx.execute(
         "DELETE FROM hellos WHERE received_unix_ns < ?1
            AND (rowid NOT IN (SELECT max(rowid) FROM hellos GROUP BY node, instance_id)
@@ -370,6 +416,8 @@ mod tests {
 
     const S: i64 = 1_000_000_000;
     const T0: i64 = 1_800_000_000 * S;
+    /// Seconds a partition spans in these tests.
+    const SPAN: i64 = 2;
 
     fn batch(node: &str, instance_id: u64, seq: u64, at_s: i64) -> Item {
         Item::Batch {
@@ -437,6 +485,21 @@ mod tests {
         rows.map(Result::unwrap).collect()
     }
 
+    /// Rows of `batches` and of every partition.
+    fn batch_rows(conn: &Connection) -> i64 {
+        let mut tables = vec!["batches".to_string()];
+        tables.extend(partition::list(conn).unwrap().iter().map(Partition::table));
+        tables
+            .iter()
+            .map(|t| {
+                conn.query_row(&format!("SELECT count(*) FROM {t}"), [], |r| {
+                    r.get::<_, i64>(0)
+                })
+                .unwrap()
+            })
+            .sum()
+    }
+
     fn indexes(conn: &Connection) -> Vec<String> {
         let mut st = conn
             .prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'batches'")
@@ -455,7 +518,7 @@ mod tests {
             batch("n1", 1, 4, 2),
             batch("n1", 2, 1, 2),
         ];
-        commit(&mut conn, &items).unwrap();
+        commit(&mut conn, &items, SPAN).unwrap();
         assert_eq!(
             seqs(&conn),
             [
@@ -465,7 +528,12 @@ mod tests {
             ]
         );
         // A later commit never lowers what is held.
-        commit(&mut conn, &[batch("n1", 1, 2, 4), batch("n2", 1, 9, 4)]).unwrap();
+        commit(
+            &mut conn,
+            &[batch("n1", 1, 2, 4), batch("n2", 1, 9, 4)],
+            SPAN,
+        )
+        .unwrap();
         assert_eq!(
             seqs(&conn),
             [
@@ -474,54 +542,57 @@ mod tests {
                 ("n2".into(), 1, 9, 4)
             ]
         );
-        let rows: i64 = conn
-            .query_row("SELECT count(*) FROM batches", [], |r| r.get(0))
-            .unwrap();
-        assert_eq!(rows, 7, "every batch a row");
+        assert_eq!(batch_rows(&conn), 7, "every batch a row");
     }
 
     #[test]
     fn the_prune_deletes_batches_past_retention_and_hellos_of_instances_without_batches() {
         let (_dir, path, mut conn) = fresh();
-        commit(&mut conn, &[hello("n1", 1, 0), hello("n2", 1, 0)]).unwrap();
+        commit(&mut conn, &[hello("n1", 1, 0), hello("n2", 1, 0)], SPAN).unwrap();
         // n2's only batch is old; n1 sends every second, one of its batches committed late (a straggler).
         let mut items: Vec<Item> = (1..=12).map(|s| batch("n1", 1, s as u64, s)).collect();
         items.insert(9, batch("n1", 1, 13, 1));
         items.insert(0, batch("n2", 1, 1, 1));
-        commit(&mut conn, &items).unwrap();
-        // At 15 s with 10 s kept: batches received before 5 s go, up to the first one received since.
+        commit(&mut conn, &items, SPAN).unwrap();
+        // At 15 s with 10 s kept: the partitions of 0-2 s and 2-4 s go whole (the straggler with them); 4-6 s
+        // stays, its batch of 4 s not replayed.
         let pruned = prune(&conn, Duration::from_secs(10), T0 + 15 * S).unwrap();
         let got = replayed(&conn, &path, 15);
         let mut want = vec![('h', "n1".to_string(), 1, 0)];
         want.extend((5..=12).map(|s| ('b', "n1".to_string(), 1, s)));
-        assert_eq!(got, want, "the straggler stays a row but is not replayed");
-        // n2: its 1 batch, its Hello; n1: batches 1..=4.
+        assert_eq!(got, want);
+        // n2: its 1 batch, its Hello; n1: batches 1..=3 and the straggler.
         assert_eq!(pruned, 6);
+        assert_eq!(batch_rows(&conn), 9);
         // Later, nothing received since the cutoff: every batch goes, and the Hellos with them.
         prune(&conn, Duration::from_secs(10), T0 + 60 * S).unwrap();
         assert!(replayed(&conn, &path, 60).is_empty());
-        let left: i64 = conn
-            .query_row("SELECT count(*) FROM batches", [], |r| r.get(0))
-            .unwrap();
-        assert_eq!(left, 0);
+        assert_eq!(batch_rows(&conn), 0);
+        assert!(partition::list(&conn).unwrap().is_empty(), "dropped");
         // Dedup state stays.
         assert_eq!(seqs(&conn).len(), 2);
     }
 
     #[test]
-    fn replay_takes_batches_in_commit_order_with_each_hello_before_its_batches() {
+    fn replay_takes_each_partition_in_commit_order_with_each_hello_before_its_batches() {
         let (_dir, path, mut conn) = fresh();
-        commit(&mut conn, &[hello("n1", 1, 0), batch("n1", 1, 1, 1)]).unwrap();
-        // Received at 3 s, committed after a batch received at 4 s.
-        commit(&mut conn, &[batch("n1", 1, 2, 4), batch("n3", 1, 1, 3)]).unwrap();
-        commit(&mut conn, &[hello("n2", 7, 5), batch("n2", 7, 1, 5)]).unwrap();
+        commit(&mut conn, &[hello("n1", 1, 0), batch("n1", 1, 1, 1)], SPAN).unwrap();
+        // Received at 3 s, committed after a batch received at 4 s, in another partition: each partition's in
+        // commit order, partitions oldest first.
+        commit(
+            &mut conn,
+            &[batch("n1", 1, 2, 4), batch("n3", 1, 1, 3)],
+            SPAN,
+        )
+        .unwrap();
+        commit(&mut conn, &[hello("n2", 7, 5), batch("n2", 7, 1, 5)], SPAN).unwrap();
         assert_eq!(
             replayed(&conn, &path, 6),
             [
                 ('h', "n1".into(), 1, 0),
                 ('b', "n1".into(), 1, 1),
-                ('b', "n1".into(), 1, 4),
                 ('b', "n3".into(), 1, 3),
+                ('b', "n1".into(), 1, 4),
                 ('h', "n2".into(), 7, 5),
                 ('b', "n2".into(), 7, 5),
             ]
@@ -583,7 +654,7 @@ mod tests {
         assert_eq!(page, 4096, "an existing database keeps its pages");
         let l = load(&conn, &path, Duration::from_secs(10), T0 + 7 * S).unwrap();
         assert_eq!((l.items.len(), l.seqs), (7, vec![("n1".to_string(), 1, 6)]));
-        commit(&mut conn, &[batch("n1", 1, 7, 7)]).unwrap();
+        commit(&mut conn, &[batch("n1", 1, 7, 7)], SPAN).unwrap();
         prune(&conn, Duration::from_secs(10), T0 + 14 * S).unwrap();
         let got = replayed(&conn, &path, 14);
         let want: Vec<_> = std::iter::once(('h', "n1".to_string(), 1, 0))
