@@ -199,8 +199,104 @@ fn split_peak(ac: &[f64], sub: f64, first_negative: usize, best: f64) -> bool {
 fn percentile(v: &[f64], p: f64) -> f64 {
     let mut s = v.to_vec();
     s.sort_by(|a, b| a.total_cmp(b));
-    let i = ((p / 100.0) * (s.len().saturating_sub(1)) as f64).round() as usize;
-    s.get(i).copied().unwrap_or(0.0)
+    percentile_of_sorted(&s, p)
+}
+
+/// The `p`th percentile of `sorted` (in [`f64::total_cmp`]'s order): the value at the nearest rank (0 when
+/// empty).
+fn percentile_of_sorted(sorted: &[f64], p: f64) -> f64 {
+    let i = ((p / 100.0) * (sorted.len().saturating_sub(1)) as f64).round() as usize;
+    sorted.get(i).copied().unwrap_or(0.0)
+}
+
+/// Values in [`f64::total_cmp`]'s order, kept as values come and go: a window's percentile read without
+/// sorting the window each pass. A sorted vector, not a tree: a node's window holds about 600 intervals
+/// and a pass changes a few dozen, so an insertion's or removal's move of a few kB costs less than a
+/// tree's nodes, and the order is the sort's, so a percentile is the same value bit for bit.
+#[derive(Debug, Default, Clone)]
+struct SortedValues(Vec<f64>);
+
+impl SortedValues {
+    fn insert(&mut self, v: f64) {
+        let i = self.0.partition_point(|x| x.total_cmp(&v).is_le());
+        self.0.insert(i, v);
+    }
+
+    /// Removes one value equal to `v` (bit for bit); none when it holds none.
+    fn remove(&mut self, v: f64) {
+        let i = self.0.partition_point(|x| x.total_cmp(&v).is_lt());
+        if self.0.get(i).is_some_and(|x| x.total_cmp(&v).is_eq()) {
+            self.0.remove(i);
+        }
+    }
+
+    fn percentile(&self, p: f64) -> f64 {
+        percentile_of_sorted(&self.0, p)
+    }
+
+    fn last(&self) -> Option<f64> {
+        self.0.last().copied()
+    }
+}
+
+/// A node's traffic window: its points, their interval rates, and the rates and intervals in order, kept as
+/// points come and go ([`Window::push`], [`Window::trim`]), so that a pass reads the window's levels without
+/// copying, re-deriving or sorting the whole window (the same values as [`interval_rates`] and
+/// [`percentile`] over it).
+#[derive(Debug, Default)]
+struct Window {
+    /// `(timestamp_ns, cumulative bytes)`, oldest first, strictly increasing times.
+    points: VecDeque<(i64, f64)>,
+    /// `rates[i]`: the rate of the interval from `points[i]` to `points[i + 1]` ([`interval_rate`]), bytes/s.
+    rates: VecDeque<f64>,
+    /// The rates, in order.
+    by_rate: SortedValues,
+    /// The intervals' lengths (s), in order.
+    by_interval: SortedValues,
+}
+
+impl Window {
+    fn newest_ns(&self) -> i64 {
+        self.points.back().map_or(0, |p| p.0)
+    }
+
+    /// Appends `p` when it is newer than the newest point held (else ignores it).
+    fn push(&mut self, p: (i64, f64)) {
+        if p.0 <= self.newest_ns() {
+            return;
+        }
+        if let Some(&last) = self.points.back() {
+            let (rate, dt) = interval_rate(last, p);
+            self.rates.push_back(rate);
+            self.by_rate.insert(rate);
+            self.by_interval.insert(dt);
+        }
+        self.points.push_back(p);
+    }
+
+    /// Drops the points older than `span_ns` before the newest, with their intervals.
+    fn trim(&mut self, span_ns: i64) {
+        let horizon = self.newest_ns() - span_ns;
+        while self.points.front().is_some_and(|p| p.0 < horizon) {
+            let Some(first) = self.points.pop_front() else {
+                break;
+            };
+            if let (Some(&next), Some(rate)) = (self.points.front(), self.rates.pop_front()) {
+                self.by_rate.remove(rate);
+                self.by_interval.remove(interval_rate(first, next).1);
+            }
+        }
+    }
+
+    /// `(low, high, dt)`: the [`LOW_PERCENTILE`]th percentile and the highest of the interval rates (bytes/s),
+    /// and the median interval (s), as [`percentile`] and a fold from 0 give them over [`interval_rates`].
+    fn levels(&self) -> (f64, f64, f64) {
+        (
+            self.by_rate.percentile(LOW_PERCENTILE),
+            self.by_rate.last().map_or(0.0, |h| h.max(0.0)),
+            self.by_interval.percentile(50.0),
+        )
+    }
 }
 
 /// The ends of the busy runs in `busy`: `(i, quiet)` for each interval `i` that is busy and followed by a
@@ -246,15 +342,16 @@ fn typical_gap(cands: &[Candidate], p_ns: i64) -> usize {
     };
     let mut longest: Vec<usize> = Vec::new();
     let mut from = first.t;
+    // The candidates are in time order: each span's are the stretch after the previous span's.
+    let mut rest = cands;
     while from <= last.t {
-        if let Some(q) = cands
-            .iter()
-            .filter(|c| c.t >= from && c.t < from + p_ns)
-            .map(|c| c.quiet)
-            .max()
-        {
+        let skip = rest.partition_point(|c| c.t < from);
+        rest = &rest[skip..];
+        let n = rest.partition_point(|c| c.t < from + p_ns);
+        if let Some(q) = rest[..n].iter().map(|c| c.quiet).max() {
             longest.push(q);
         }
+        rest = &rest[n..];
         from += p_ns;
     }
     longest.sort_unstable();
@@ -287,7 +384,7 @@ fn earliest_edge(cands: &[Candidate], anchor: i64, from: i64, p_ns: i64, gap: us
 /// step's gap is never an edge: the edge is predicted instead.
 fn next_edge(
     cands: &[Candidate],
-    times: &[i64],
+    pts: &[(i64, f64)],
     prev: i64,
     (p_ns, gap, gaps_only): (i64, usize, bool),
 ) -> (i64, bool) {
@@ -296,7 +393,9 @@ fn next_edge(
         prev + (SEEK_LO * p_ns as f64) as i64,
         prev + (SEEK_HI * p_ns as f64) as i64,
     );
-    let in_span = || cands.iter().filter(|c| c.t > lo && c.t <= hi);
+    // The candidates are in time order: those in `(lo, hi]` are one stretch of them.
+    let span = &cands[cands.partition_point(|c| c.t <= lo)..cands.partition_point(|c| c.t <= hi)];
+    let in_span = || span.iter();
     let longest = |a: &&Candidate, b: &&Candidate| {
         a.quiet
             .cmp(&b.quiet)
@@ -322,9 +421,9 @@ fn next_edge(
     match best {
         Some(c) => (c.t, true),
         None => {
-            let nearest = times
+            let nearest = pts
                 .iter()
-                .copied()
+                .map(|p| p.0)
                 .filter(|&t| t > prev)
                 .min_by_key(|&t| (t - target).abs())
                 .unwrap_or(target);
@@ -336,8 +435,8 @@ fn next_edge(
 /// Inference state of one node.
 #[derive(Debug, Default)]
 pub struct InferenceTracker {
-    /// `(timestamp_ns, cumulative bytes)`, oldest first, at most [`WINDOW_NS`] long.
-    points: VecDeque<(i64, f64)>,
+    /// The traffic of the last [`WINDOW_NS`], its interval rates and their order.
+    window: Window,
     period: Option<PeriodEstimate>,
     estimated_at: i64,
     last_edge: Option<i64>,
@@ -354,10 +453,21 @@ pub struct InferenceTracker {
     faster: Option<f64>,
 }
 
+/// What [`InferenceTracker::follow`] reads of a pass: the window's points, which intervals are busy, the
+/// candidate edges, the estimate followed and its period (ns), and the typical gap (intervals).
+struct Pass<'a> {
+    pts: &'a [(i64, f64)],
+    active: &'a [bool],
+    cands: &'a [Candidate],
+    est: PeriodEstimate,
+    p_ns: i64,
+    gap: usize,
+}
+
 impl InferenceTracker {
     /// Time of the newest point held (0 when none).
     pub fn newest_ns(&self) -> i64 {
-        self.points.back().map_or(0, |p| p.0)
+        self.window.newest_ns()
     }
 
     /// Whether the tracker follows a step sequence (an edge found, periodicity not lost since).
@@ -372,31 +482,31 @@ impl InferenceTracker {
 
     /// Appends points newer than the newest held (older ones are ignored) and trims to the window.
     pub fn extend(&mut self, points: impl IntoIterator<Item = (i64, f64)>) {
-        for (t, v) in points {
-            if t > self.newest_ns() {
-                self.points.push_back((t, v));
-            }
+        for p in points {
+            self.window.push(p);
         }
-        let newest = self.newest_ns();
-        while self
-            .points
-            .front()
-            .is_some_and(|p| p.0 < newest - WINDOW_NS)
-        {
-            self.points.pop_front();
-        }
+        self.window.trim(WINDOW_NS);
     }
 
-    /// Finds the steps completed by the points added since the last call. Cheap when nothing is new.
+    /// Finds the steps completed by the points added since the last call. The window's rates and levels are
+    /// kept as points come ([`Window`]); what a pass still reads whole is the window's activity and candidate
+    /// edges (their levels move with every point), and every [`REESTIMATE_NS`] the period's autocorrelation.
     pub fn steps(&mut self) -> Vec<InferredStep> {
-        if self.points.len() < MIN_POINTS {
+        let mut window = std::mem::take(&mut self.window);
+        let out = self.steps_in(&mut window);
+        self.window = window;
+        out
+    }
+
+    /// [`Self::steps`] on `w`, the tracker's window lent to it.
+    fn steps_in(&mut self, w: &mut Window) -> Vec<InferredStep> {
+        if w.points.len() < MIN_POINTS {
             return Vec::new();
         }
-        let pts: Vec<(i64, f64)> = self.points.iter().copied().collect();
-        let (rates, dt) = interval_rates(&pts);
-        let low = percentile(&rates, LOW_PERCENTILE);
-        let high = rates.iter().copied().fold(0.0, f64::max);
-        let newest = self.newest_ns();
+        let (low, high, dt) = w.levels();
+        let pts: &[(i64, f64)] = w.points.make_contiguous();
+        let rates: &[f64] = w.rates.make_contiguous();
+        let newest = pts[pts.len() - 1].0;
         if high - low < MIN_SWING_BYTES_PER_SECOND || high - low < MIN_SWING_SHARE * high {
             self.lose_periodicity();
             return Vec::new();
@@ -406,32 +516,9 @@ impl InferenceTracker {
             high,
             interval_ns: (dt * 1e9) as i64,
         });
+        let active = busy(rates, low, high);
         if self.period.is_none() || newest - self.estimated_at >= REESTIMATE_NS {
-            let active = busy(&rates, low, high);
-            // Once a period is known, on the newest traffic only (a job whose steps changed speed is followed
-            // within about [`ESTIMATE_PERIODS`] steps); the whole window where that span says nothing.
-            let recent = self.period.and_then(|p| {
-                let span = ((ESTIMATE_PERIODS * p.period_s * 1e9) as i64).max(ESTIMATE_MIN_NS);
-                let from = pts.partition_point(|x| x.0 < newest - span);
-                (from > 0).then(|| {
-                    let f = from.min(active.len());
-                    period_of_activity(&active[f..], &rates[f..], dt)
-                })?
-            });
-            let fresh = recent.or_else(|| period_of_activity(&active, &rates, dt));
-            self.period = self.hold(fresh, newest);
-            self.held = self.period != fresh;
-            let from = pts.partition_point(|x| x.0 < newest - SPEEDUP_SPAN_NS);
-            if let Some(f) = self.sped_up(
-                &active[from.min(active.len())..],
-                &rates[from.min(rates.len())..],
-                dt,
-            ) {
-                self.period = Some(f);
-                self.held = false;
-                self.seen_edges.clear();
-            }
-            self.estimated_at = newest;
+            self.estimate((pts, rates, &active), dt, newest);
         }
         let Some(est) = self.period.filter(|p| p.strength >= MIN_STRENGTH) else {
             self.lose_periodicity();
@@ -441,45 +528,99 @@ impl InferenceTracker {
         if p_ns <= 0 {
             return Vec::new();
         }
-        let cands = candidates(&pts, &rates, low, high);
-        let times: Vec<i64> = pts.iter().map(|p| p.0).collect();
+        let cands = candidates_of(pts, rates, &active, low, high);
         let first = pts[0].0;
         let gap = typical_gap(&cands, p_ns);
-        let mut prev = match self.last_edge.filter(|&e| e >= first) {
+        let prev = match self.last_edge.filter(|&e| e >= first) {
             Some(e) => e,
-            None => {
-                // The anchor: the longest quiet in the window's first period and a half (an edge may fall just
-                // after the first period), once two periods are held.
-                // From the first candidate: the window may open on a spell without traffic (before the job).
-                let Some(from) = cands
-                    .iter()
-                    .map(|c| c.t)
-                    .find(|&t| t >= first.max(self.given_until))
-                else {
-                    return Vec::new();
-                };
-                if newest < from + 2 * p_ns {
-                    return Vec::new();
-                }
-                let Some(anchor) = cands
-                    .iter()
-                    .filter(|c| c.t >= from && c.t < from + p_ns + p_ns / 2)
-                    .max_by_key(|c| c.quiet)
-                else {
-                    return Vec::new();
-                };
-                earliest_edge(&cands, anchor.t, from, p_ns, gap)
-            }
+            None => match self.first_edge(&cands, first, newest, p_ns, gap) {
+                Some(e) => e,
+                None => return Vec::new(),
+            },
         };
-        let active = busy(&rates, low, high);
+        let pass = Pass {
+            pts,
+            active: &active,
+            cands: &cands,
+            est,
+            p_ns,
+            gap,
+        };
+        self.follow(&pass, prev, newest)
+    }
+
+    /// Estimates the period anew from the window's points, rates and activity (`dt`: the median interval, s;
+    /// `newest`: the newest point's time, ns).
+    fn estimate(
+        &mut self,
+        (pts, rates, active): (&[(i64, f64)], &[f64], &[bool]),
+        dt: f64,
+        newest: i64,
+    ) {
+        // Once a period is known, on the newest traffic only (a job whose steps changed speed is followed
+        // within about [`ESTIMATE_PERIODS`] steps); the whole window where that span says nothing.
+        let recent = self.period.and_then(|p| {
+            let span = ((ESTIMATE_PERIODS * p.period_s * 1e9) as i64).max(ESTIMATE_MIN_NS);
+            let from = pts.partition_point(|x| x.0 < newest - span);
+            (from > 0).then(|| {
+                let f = from.min(active.len());
+                period_of_activity(&active[f..], &rates[f..], dt)
+            })?
+        });
+        let fresh = recent.or_else(|| period_of_activity(active, rates, dt));
+        self.period = self.hold(fresh, newest);
+        self.held = self.period != fresh;
+        let from = pts.partition_point(|x| x.0 < newest - SPEEDUP_SPAN_NS);
+        if let Some(f) = self.sped_up(
+            &active[from.min(active.len())..],
+            &rates[from.min(rates.len())..],
+            dt,
+        ) {
+            self.period = Some(f);
+            self.held = false;
+            self.seen_edges.clear();
+        }
+        self.estimated_at = newest;
+    }
+
+    /// The first edge of a new sequence: the longest quiet in the period and a half from the window's first
+    /// candidate (an edge may fall just after the first period), once two periods are held, walked back to the
+    /// earliest edge leading to it ([`earliest_edge`]). From the first candidate: the window may open on a
+    /// spell without traffic (before the job). `None` while there is none.
+    fn first_edge(
+        &self,
+        cands: &[Candidate],
+        first: i64,
+        newest: i64,
+        p_ns: i64,
+        gap: usize,
+    ) -> Option<i64> {
+        let from = cands
+            .iter()
+            .map(|c| c.t)
+            .find(|&t| t >= first.max(self.given_until))?;
+        if newest < from + 2 * p_ns {
+            return None;
+        }
+        let anchor = cands
+            .iter()
+            .filter(|c| c.t >= from && c.t < from + p_ns + p_ns / 2)
+            .max_by_key(|c| c.quiet)?;
+        Some(earliest_edge(cands, anchor.t, from, p_ns, gap))
+    }
+
+    /// The steps from the edge `prev` on, one edge at a time while the points (up to `newest`) reach a period
+    /// and a half past it (see the module docs).
+    fn follow(&mut self, pass: &Pass<'_>, mut prev: i64, newest: i64) -> Vec<InferredStep> {
+        let (est, p_ns) = (pass.est, pass.p_ns);
         let mut out = Vec::new();
         let mut paused = false;
         while newest >= prev + (SEEK_HI * p_ns as f64) as i64 {
-            let (e, seen) = next_edge(&cands, &times, prev, (p_ns, gap, self.held));
+            let (e, seen) = next_edge(pass.cands, pass.pts, prev, (p_ns, pass.gap, self.held));
             if e <= prev {
                 break;
             }
-            if !seen && !busy_between(&times, &active, prev, e) {
+            if !seen && !busy_between(pass.pts, pass.active, prev, e) {
                 // No traffic for a whole period: the job paused or ended; no step is made up.
                 paused = true;
                 break;
@@ -541,9 +682,10 @@ impl InferenceTracker {
 
     /// The points held from `from` to `to` (ns, inclusive), `None` when the window does not reach past `to`.
     pub fn points_between(&self, from: i64, to: i64) -> Option<Vec<(i64, f64)>> {
-        let a = self.points.partition_point(|p| p.0 < from);
-        let b = self.points.partition_point(|p| p.0 <= to);
-        (b < self.points.len()).then(|| self.points.range(a..b).copied().collect())
+        let points = &self.window.points;
+        let a = points.partition_point(|p| p.0 < from);
+        let b = points.partition_point(|p| p.0 <= to);
+        (b < points.len()).then(|| points.range(a..b).copied().collect())
     }
 
     /// The `fresh` estimate, or the period followed so far where `fresh` is weak or none while the traffic
@@ -677,24 +819,32 @@ pub(super) fn interval_rates(pts: &[(i64, f64)]) -> (Vec<f64>, f64) {
     let mut rates = Vec::with_capacity(pts.len().saturating_sub(1));
     let mut dts = Vec::with_capacity(pts.len().saturating_sub(1));
     for w in pts.windows(2) {
-        let dt = (w[1].0 - w[0].0) as f64 / 1e9;
+        let (rate, dt) = interval_rate(w[0], w[1]);
         dts.push(dt);
-        rates.push(if dt > 0.0 {
-            (w[1].1 - w[0].1).max(0.0) / dt
-        } else {
-            0.0
-        });
+        rates.push(rate);
     }
     (rates, percentile(&dts, 50.0))
 }
 
+/// The rate (bytes/s; a counter going back counts as zero) and the length (s) of the interval from `a` to `b`,
+/// cumulative `(timestamp_ns, bytes)` points.
+fn interval_rate(a: (i64, f64), b: (i64, f64)) -> (f64, f64) {
+    let dt = (b.0 - a.0) as f64 / 1e9;
+    let rate = if dt > 0.0 {
+        (b.1 - a.1).max(0.0) / dt
+    } else {
+        0.0
+    };
+    (rate, dt)
+}
+
 /// Whether any interval between `from` and `to` (sample times) is busy; `active[i]` is the interval ending at
-/// `times[i + 1]`.
-fn busy_between(times: &[i64], active: &[bool], from: i64, to: i64) -> bool {
+/// `pts[i + 1]`.
+fn busy_between(pts: &[(i64, f64)], active: &[bool], from: i64, to: i64) -> bool {
     active
         .iter()
-        .zip(times.iter().skip(1))
-        .any(|(&b, &t)| b && t > from && t <= to)
+        .zip(pts.iter().skip(1))
+        .any(|(&b, &(t, _))| b && t > from && t <= to)
 }
 
 /// Whether each interval is busy (see the module docs).
@@ -705,8 +855,19 @@ pub(super) fn busy(rates: &[f64], low: f64, high: f64) -> Vec<bool> {
 
 /// The candidate edges of `pts` (see the module docs), given the quiet (`low`) and highest rates.
 pub(super) fn candidates(pts: &[(i64, f64)], rates: &[f64], low: f64, high: f64) -> Vec<Candidate> {
+    candidates_of(pts, rates, &busy(rates, low, high), low, high)
+}
+
+/// [`candidates`] of `pts` whose intervals' activity `active` ([`busy`] at `low` and `high`) is known.
+fn candidates_of(
+    pts: &[(i64, f64)],
+    rates: &[f64],
+    active: &[bool],
+    low: f64,
+    high: f64,
+) -> Vec<Candidate> {
     let tail = low + TAIL_LEVEL * (high - low);
-    quiet_after(&busy(rates, low, high))
+    quiet_after(active)
         .into_iter()
         .map(|(i, quiet)| {
             // The burst's tail: its last partly busy interval belongs to it.
@@ -799,6 +960,49 @@ mod tests {
             (i as i64 * 50 * MS + 1, acc)
         }));
         assert!(tr.steps().is_empty());
+    }
+
+    #[test]
+    fn the_window_s_kept_levels_are_those_of_the_whole_window() {
+        use rand::{Rng, SeedableRng};
+        let mut r = rand::rngs::StdRng::seed_from_u64(35);
+        let mut w = Window::default();
+        let (mut t, mut bytes) = (1_000 * MS, 0.0);
+        for pass in 0..400 {
+            // A pass's new points: jittered intervals, bursts, repeated rates, a counter going back, and
+            // points not newer than the newest (ignored).
+            for _ in 0..r.random_range(0..25) {
+                t += r.random_range(-5..60) * MS;
+                bytes += match r.random_range(0..6) {
+                    0 => -1e6,
+                    1 | 2 => 0.0,
+                    3 => 5e4,
+                    _ => r.random_range(0.0..2e9),
+                };
+                w.push((t, bytes));
+            }
+            w.trim(if pass % 50 < 25 {
+                WINDOW_NS
+            } else {
+                2_000 * MS
+            });
+            let pts: Vec<(i64, f64)> = w.points.iter().copied().collect();
+            assert!(pts.windows(2).all(|p| p[0].0 < p[1].0));
+            let (rates, dt) = interval_rates(&pts);
+            assert_eq!(w.rates.iter().copied().collect::<Vec<_>>(), rates);
+            let (low, high, kept_dt) = w.levels();
+            let whole = (
+                percentile(&rates, LOW_PERCENTILE),
+                rates.iter().copied().fold(0.0, f64::max),
+                dt,
+            );
+            assert_eq!(
+                (low.to_bits(), high.to_bits(), kept_dt.to_bits()),
+                (whole.0.to_bits(), whole.1.to_bits(), whole.2.to_bits()),
+                "pass {pass}: {:?} against {whole:?}",
+                (low, high, kept_dt)
+            );
+        }
     }
 
     #[test]
