@@ -17,7 +17,7 @@
 use serde::Serialize;
 
 use crate::steps::bandwidth::interpolate_ascending;
-use crate::steps::busy::{self, Interval, Run};
+use crate::steps::busy::{self, median_select as median_by_select, Interval, Run};
 
 /// Sample intervals a burst must span for its rate to be measured (first and last are partial).
 pub const RESOLVED_INTERVALS: usize = busy::RESOLVED_INTERVALS;
@@ -187,21 +187,6 @@ fn median_interval(iv: &[(i64, i64, f64)], dts: &mut Vec<i64>) -> i64 {
     median_by_selection(dts).unwrap_or(0)
 }
 
-/// [`median`] (`commwatch_model::stats::median`) by selection instead of a sort (linear time): the same value,
-/// bit for bit — the middle element in `f64::total_cmp`'s order, or the mean of the two middle ones.
-fn median_by_select(v: &mut [f64]) -> Option<f64> {
-    let n = v.len();
-    if n == 0 {
-        return None;
-    }
-    let (below, &mut hi, _) = v.select_nth_unstable_by(n / 2, f64::total_cmp);
-    if n % 2 == 1 {
-        return Some(hi);
-    }
-    let lo = below.iter().copied().max_by(f64::total_cmp).unwrap_or(hi);
-    Some((lo + hi) / 2.0)
-}
-
 /// `commwatch_model::stats::median_i64` by selection instead of a sort (linear time): the same value — the
 /// middle element, or the midpoint of the two middle ones rounded towards the lower, as `median_i64` does.
 fn median_by_selection(v: &mut [i64]) -> Option<i64> {
@@ -319,36 +304,40 @@ pub fn of_intervals(
         len_s: (x.1 - x.0) as f64 / 1e9,
         bytes: x.2,
     }));
-    let b = busy::busy_time(&buffers.shape, floor, sample_period_s);
+    let (busy_s, interior_rate, resolved) =
+        busy::busy_time_in(&buffers.shape, floor, sample_period_s, &mut buffers.busy);
     let bursts = Bursts::of(
-        b.runs
+        buffers
+            .busy
+            .runs
             .iter()
             .map(|r: &Run| burst(iv, r.first, r.end))
             .collect(),
-        b.interior_rate,
+        interior_rate,
     );
     Activity {
         window_s,
         sample_period_s,
         tx_bytes,
         rx_bytes,
-        busy_s: b.active_s,
-        burst_rate_bytes_per_second: b.interior_rate,
+        busy_s,
+        burst_rate_bytes_per_second: interior_rate,
         period_s: bursts.period_s,
         period_cv: bursts.period_cv,
         bytes_per_burst: bursts.bytes_per_burst,
         bursts: bursts.bursts,
-        resolved: b.resolved,
+        resolved,
         peaks: peaks(iv, floor, (&mut buffers.rates, &mut buffers.interior)),
     }
 }
 
-/// Buffers [`of_intervals`] works in: the intervals' lengths, their shape as the busy time reads it, their
-/// rates, the peaks' interior rates.
+/// Buffers [`of_intervals`] works in: the intervals' lengths, their shape as the busy time reads it, the
+/// busy time's runs and rates, their rates, the peaks' interior rates.
 #[derive(Debug, Default)]
 pub struct Buffers {
     lens: Vec<i64>,
     shape: Vec<Interval>,
+    busy: busy::BusyBuffers,
     rates: Vec<f64>,
     interior: Vec<f64>,
 }

@@ -39,7 +39,7 @@ fn same_job(input: &AnalysisInput, a: &str, b: &str) -> bool {
         input
             .jobs
             .iter()
-            .filter(|j| j.nodes().any(|x| x == n))
+            .filter(|j| j.ranks.iter().any(|r| r.node == n))
             .map(|j| j.id.as_str())
             .collect()
     };
@@ -54,7 +54,7 @@ fn same_job(input: &AnalysisInput, a: &str, b: &str) -> bool {
 /// `cluster`, a job known only from its steps), the node runs no known job either.
 fn in_job(input: &AnalysisInput, job: Option<&str>, node: &str) -> bool {
     match job.and_then(|j| input.jobs.iter().find(|x| x.id == j)) {
-        Some(j) => j.nodes().any(|n| n == node),
+        Some(j) => j.ranks.iter().any(|r| r.node == node),
         None => input.job_of(node).is_none(),
     }
 }
@@ -168,14 +168,20 @@ pub fn consequence_severity(kind: FindingKind, severity: Severity) -> Severity {
 /// documentation). Candidates that already name one (a roll-up's members) keep it. Severities are left as the
 /// rules gave them: the tracker lowers a consequence's once its cause is a finding.
 pub fn link_causes(input: &AnalysisInput, cands: &mut [Candidate]) {
+    let ids: Vec<String> = cands.iter().map(Candidate::id).collect();
+    link_causes_keyed(input, cands, &ids);
+}
+
+/// [`link_causes`] with each candidate's id ([`Candidate::id`]) given: `ids[i]` is `cands[i]`'s.
+pub(crate) fn link_causes_keyed(input: &AnalysisInput, cands: &mut [Candidate], ids: &[String]) {
     // (index, precedence, severity, id) of every candidate that can be a root cause, in the order they are
     // tried.
-    let mut roots: Vec<(usize, u8, Severity, String)> = cands
+    let mut roots: Vec<(usize, u8, Severity, &str)> = cands
         .iter()
         .enumerate()
-        .filter_map(|(i, c)| Some((i, precedence(c.kind)?, c.severity, c.id())))
+        .filter_map(|(i, c)| Some((i, precedence(c.kind)?, c.severity, ids[i].as_str())))
         .collect();
-    roots.sort_by(|a, b| a.1.cmp(&b.1).then(b.2.cmp(&a.2)).then(a.3.cmp(&b.3)));
+    roots.sort_by(|a, b| a.1.cmp(&b.1).then(b.2.cmp(&a.2)).then(a.3.cmp(b.3)));
     let mut links: Vec<(usize, usize)> = Vec::new();
     for (i, c) in cands.iter().enumerate() {
         if c.caused_by.is_some() {
@@ -189,10 +195,8 @@ pub fn link_causes(input: &AnalysisInput, cands: &mut [Candidate]) {
         }
     }
     for (ri, i) in links {
-        let root_id = cands[ri].id();
-        let cid = cands[i].id();
-        cands[i].caused_by = Some(root_id);
-        cands[ri].consequences.push(cid);
+        cands[i].caused_by = Some(ids[ri].clone());
+        cands[ri].consequences.push(ids[i].clone());
     }
     for c in cands.iter_mut() {
         c.consequences.sort();

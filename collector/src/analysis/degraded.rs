@@ -11,7 +11,7 @@
 use commwatch_model::{Link, LinkClass};
 
 use super::input::{AnalysisInput, GpuInput, NodeInput};
-use super::{gbs, median, r4, Candidate, Evidence, FindingKind, Severity, Subject};
+use super::{gbs, median_select, r4, Candidate, Evidence, FindingKind, Severity, Subject};
 
 /// A port below this share of its peers' capacity is degraded.
 pub const CAPACITY_SHARE_BELOW: f64 = 0.75;
@@ -34,15 +34,28 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
             .filter(|l| l.link.is_fabric_rdma() && l.link.key.class == class)
             .filter_map(|l| l.link.capacity_bytes_per_second)
             .collect();
-        median(&mut v)
+        median_select(&mut v)
     };
     let mut out = Vec::new();
     for n in &input.nodes {
+        // Each class's local reference worked out once per node, not once per port.
+        let mut local: Vec<(LinkClass, Option<f64>)> = Vec::new();
         for l in &n.links {
             let c = if l.link.key.class == LinkClass::Nvlink {
                 nvlink_down(&n.name, &l.link)
             } else if l.link.is_fabric_rdma() {
-                port_down(&n.name, &l.link).or_else(|| slow_port(n, &l.link, &fleet))
+                port_down(&n.name, &l.link).or_else(|| {
+                    let class = l.link.key.class;
+                    let local = match local.iter().find(|(c, _)| *c == class) {
+                        Some((_, r)) => *r,
+                        None => {
+                            let r = local_reference(n, class);
+                            local.push((class, r));
+                            r
+                        }
+                    };
+                    slow_port(n, &l.link, local, &fleet)
+                })
             } else {
                 None
             };
@@ -51,6 +64,22 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
         out.extend(n.gpus.iter().filter_map(|g| pcie_below_max(&n.name, g)));
     }
     out
+}
+
+/// The median capacity of `n`'s fabric ports of `class` when at least three state one (a port's peers on
+/// its own node), else `None` (the fleet's stands in).
+fn local_reference(n: &NodeInput, class: LinkClass) -> Option<f64> {
+    let mut local: Vec<f64> = n
+        .links
+        .iter()
+        .filter(|x| x.link.is_fabric_rdma() && x.link.key.class == class)
+        .filter_map(|x| x.link.capacity_bytes_per_second)
+        .collect();
+    if local.len() >= 3 {
+        median_select(&mut local)
+    } else {
+        None
+    }
 }
 
 /// An NVLink link that is not up.
@@ -112,20 +141,11 @@ fn port_down(node: &str, l: &Link) -> Option<Candidate> {
 fn slow_port(
     n: &NodeInput,
     l: &Link,
+    local: Option<f64>,
     fleet: &dyn Fn(LinkClass) -> Option<f64>,
 ) -> Option<Candidate> {
     let cap = l.capacity_bytes_per_second.filter(|c| *c > 0.0)?;
-    let mut local: Vec<f64> = n
-        .links
-        .iter()
-        .filter(|x| x.link.is_fabric_rdma() && x.link.key.class == l.key.class)
-        .filter_map(|x| x.link.capacity_bytes_per_second)
-        .collect();
-    let reference = if local.len() >= 3 {
-        median(&mut local)
-    } else {
-        fleet(l.key.class)
-    }?;
+    let reference = local.or_else(|| fleet(l.key.class))?;
     if cap >= CAPACITY_SHARE_BELOW * reference {
         return None;
     }

@@ -23,7 +23,7 @@ use super::scaling::{self, JobFigures};
 use super::scope::Scope;
 use super::tracker::{Change, Tracker};
 use super::trend::JobTrends;
-use super::{evaluate, Finding, FindingKind, Severity};
+use super::{evaluate_keyed, Finding, FindingKind, Severity};
 use crate::steps::StepStore;
 use crate::store::Store;
 use crate::telemetry::Passes;
@@ -163,18 +163,20 @@ fn events(
                 out.push(FindingEvent::Cleared(f));
             }
             Change::Updated(f) => {
+                // Most refreshes change neither: compared in place, nothing copied.
+                let same = published
+                    .get(&f.id)
+                    .is_some_and(|(s, c)| (*s, c) == (f.severity, &f.caused_by));
+                if same {
+                    continue;
+                }
                 let now = (f.severity, f.caused_by.clone());
-                match published.insert(f.id.clone(), now.clone()) {
-                    Some((severity_was, caused_by_was))
-                        if (severity_was, &caused_by_was) != (now.0, &now.1) =>
-                    {
-                        out.push(FindingEvent::Changed {
-                            finding: f,
-                            severity_was,
-                            caused_by_was,
-                        })
-                    }
-                    _ => {}
+                if let Some((severity_was, caused_by_was)) = published.insert(f.id.clone(), now) {
+                    out.push(FindingEvent::Changed {
+                        finding: Arc::unwrap_or_clone(f),
+                        severity_was,
+                        caused_by_was,
+                    });
                 }
             }
         }
@@ -500,14 +502,14 @@ impl AnalysisHandle {
     /// Evaluates `input`: the whole fleet's (`scope` `None`), or one scope's, whose findings alone it
     /// updates; publishes the changes and hands them to the history.
     fn apply_in(&self, input: &input::AnalysisInput, started: Instant, scope: Option<&Scope>) {
-        let cands = evaluate(input);
+        let cands = evaluate_keyed(input);
         let mut figures = scaling::job_figures(input);
         let now = input.now_unix_ns as f64 / 1e9;
         let (events, to_history, learned) = {
             let mut st = self.inner.state.lock();
             let changes = match scope {
-                None => st.tracker.update(now, cands),
-                Some(s) => st.tracker.update_scope(now, &s.label, cands),
+                None => st.tracker.update_keyed(now, cands),
+                Some(s) => st.tracker.update_scope_keyed(now, &s.label, cands),
             };
             let to_history = st.due_for_history(&changes);
             let learned = st.learn_throughput(&figures);

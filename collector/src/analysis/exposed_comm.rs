@@ -42,7 +42,7 @@ pub fn raise_after(n: &super::input::NodeInput) -> u32 {
         .filter_map(|l| l.link.capacity_bytes_per_second)
         .filter(|c| *c > 0.0)
         .collect();
-    match (n.fabric_burst_rate(), super::median(&mut caps)) {
+    match (n.fabric_burst_rate(), super::median_select(&mut caps)) {
         (Some(rate), Some(cap)) if rate < OWN_PACE_SHARE * cap => super::tracker::RAISE_AFTER,
         _ => RAISE_AFTER,
     }

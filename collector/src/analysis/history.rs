@@ -253,7 +253,7 @@ impl History {
             let (f, event) = match ch {
                 Change::Raised(f) => (f, Some("raised")),
                 Change::Cleared(f) => (f, Some("cleared")),
-                Change::Updated(f) => (f, None),
+                Change::Updated(f) => (f.as_ref(), None),
             };
             let json = serde_json::to_string(f)?;
             tx.execute(

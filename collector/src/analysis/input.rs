@@ -255,7 +255,11 @@ impl AnalysisInput {
 
     /// The job `node` runs (the first that lists it).
     pub fn job_of(&self, node: &str) -> Option<&JobInput> {
-        self.jobs.iter().find(|j| j.nodes().any(|n| n == node))
+        // A job lists a node when one of its ranks runs there (asked of the ranks in place: the job's
+        // node list is built anew at each call, and every rule asks this of every node).
+        self.jobs
+            .iter()
+            .find(|j| j.ranks.iter().any(|r| r.node == node))
     }
 
     /// The probe that stands as `node`'s bare link figure (a peer in its job when it has one; see
@@ -265,6 +269,10 @@ impl AnalysisInput {
         node: &str,
         job: Option<&str>,
     ) -> Option<(&super::link_probes::ProbeBaseline, Option<&'static str>)> {
+        if self.probes.is_empty() {
+            // Nothing to pick from (most evaluations): no peers listed, no index built.
+            return None;
+        }
         let peers: Vec<&str> = job
             .and_then(|j| self.jobs.iter().find(|x| x.id == j))
             .map(|j| j.nodes().filter(|n| *n != node).collect())
@@ -276,14 +284,12 @@ impl AnalysisInput {
 
     /// The bare baseline for `job` (a job-specific one first, else a fleet-wide one; AllReduce preferred).
     pub fn bare_baseline(&self, job: Option<&str>) -> Option<&BareBaseline> {
+        // The first AllReduce one in the list's order, else the first one (no list built per call).
         let pick = |want_job: Option<&str>| {
-            let mut c: Vec<&BareBaseline> = self
-                .bare_baselines
+            self.bare_baselines
                 .iter()
                 .filter(|b| b.job.as_deref() == want_job)
-                .collect();
-            c.sort_by_key(|b| !b.collective.to_ascii_lowercase().contains("all_reduce"));
-            c.first().copied()
+                .min_by_key(|b| !b.collective.to_ascii_lowercase().contains("all_reduce"))
         };
         job.and_then(|j| pick(Some(j))).or_else(|| pick(None))
     }
@@ -991,6 +997,16 @@ pub fn build_nodes(
     nodes
 }
 
+/// The figures of `link` in step `s`: found by the shared link first (a step and the input hold the store's
+/// own `Arc`: a pointer compare, not a compare of the key's strings, per step and link read), else by its key
+/// (a link announced again since the step). A node's links have distinct keys, so both find the same one.
+pub fn step_figure<'s>(s: &'s NodeStep, link: &Arc<Link>) -> Option<&'s crate::steps::StepLink> {
+    s.links
+        .iter()
+        .find(|x| Arc::ptr_eq(&x.link, link))
+        .or_else(|| s.links.iter().find(|x| x.link.key == link.key))
+}
+
 impl NodeInput {
     /// Which of the node's links carry its fabric data (RDMA ports, or on a TCP fabric its fabric interfaces).
     pub fn fabric_data(&self) -> FabricData {
@@ -1086,7 +1102,7 @@ impl NodeInput {
                 .filter_map(|l| l.achieved_bytes_per_second)
                 .collect()
         };
-        super::median(&mut v)
+        crate::steps::busy::median_select(&mut v)
     }
 }
 

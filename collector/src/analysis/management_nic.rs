@@ -39,8 +39,8 @@ use super::input::{AnalysisInput, LinkInput, NodeInput};
 use super::scaling::step_time;
 use super::straggler::groups;
 use super::{
-    gbs, median, r4, Candidate, Evidence, FindingKind, Severity, Subject, CAUSE, NEIGHBOUR,
-    RING_ROLE,
+    gbs, median, median_select, r4, Candidate, Evidence, FindingKind, Severity, Subject, CAUSE,
+    NEIGHBOUR, RING_ROLE,
 };
 
 /// Complete bursts needed in the window.
@@ -118,7 +118,7 @@ fn direction(n: &NodeInput, l: &LinkInput) -> Direction {
     let (tx, rx) = n
         .steps
         .iter()
-        .filter_map(|s| s.links.iter().find(|x| x.link.key == l.link.key))
+        .filter_map(|s| super::input::step_figure(s, &l.link))
         .fold((0u64, 0u64), |(t, r), x| {
             (t.saturating_add(x.tx_bytes), r.saturating_add(x.rx_bytes))
         });
@@ -284,7 +284,7 @@ fn from_steps(n: &NodeInput, l: &LinkInput, step_period_s: Option<f64>) -> Optio
         .steps
         .iter()
         .filter_map(|s| {
-            let x = s.links.iter().find(|x| x.link.key == l.link.key)?;
+            let x = super::input::step_figure(s, &l.link)?;
             Some((
                 x.tx_bytes as f64,
                 x.rx_bytes as f64,
@@ -455,14 +455,14 @@ fn candidate(
         .filter_map(|x| x.link.capacity_bytes_per_second)
         .collect();
     let fabric_ports = caps.len();
-    let port_capacity = median(&mut caps);
+    let port_capacity = median_select(&mut caps);
     let mut peers: Vec<f64> = nodes
         .iter()
         .filter(|m| m.name != n.name)
         .flat_map(|m| m.fabric_links())
         .filter_map(|x| x.activity.as_ref()?.burst_rate_bytes_per_second)
         .collect();
-    let peer_rate = median(&mut peers);
+    let peer_rate = median_select(&mut peers);
     let why = explanation(input, &n.name, &l.link.key.device);
     let mut c = Candidate::new(
         FindingKind::ManagementNetworkTraffic,

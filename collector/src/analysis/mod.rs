@@ -51,6 +51,9 @@ pub mod trend;
 pub mod underutilized;
 pub mod windows;
 
+/// [`median`]'s value by selection (linear time, the slice left unordered): where the rules take a median of
+/// a list they read no further.
+pub(crate) use crate::steps::busy::median_select;
 pub(crate) use commwatch_model::stats::median;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -311,6 +314,12 @@ pub const RULES: &[(&str, Rule)] = &[
 /// Runs every rule on `input`, rolls identical node-level findings of a job up ([`rollup`]) and links
 /// consequences to root causes ([`link_causes`]). Deterministic: sorted by id.
 pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
+    evaluate_keyed(input).into_iter().map(|(_, c)| c).collect()
+}
+
+/// [`evaluate`] with each candidate's id ([`Candidate::id`]) beside it, formatted once per candidate: what
+/// the tracker takes ([`tracker::Tracker::update_keyed`]). Sorted by id (stable).
+pub fn evaluate_keyed(input: &AnalysisInput) -> Vec<(String, Candidate)> {
     // Each candidate's id formatted once (a comparison that formatted both ids was most of the sort).
     let mut keyed: Vec<(String, Candidate)> = RULES
         .iter()
@@ -320,11 +329,15 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
     // One candidate per id (a rule that found the same subject twice keeps the worse one).
     keyed.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.severity.cmp(&a.1.severity)));
     keyed.dedup_by(|a, b| a.0 == b.0);
-    let mut out: Vec<Candidate> = keyed.into_iter().map(|(_, c)| c).collect();
+    let (mut ids, mut out): (Vec<String>, Vec<Candidate>) = keyed.into_iter().unzip();
     rollup::roll_up(input, &mut out);
-    link_causes(input, &mut out);
-    out.sort_by_cached_key(Candidate::id);
-    out
+    // The roll-ups are appended; neither step changes a subject, so the ids formatted above still hold.
+    let rolled: Vec<String> = out[ids.len()..].iter().map(Candidate::id).collect();
+    ids.extend(rolled);
+    causes::link_causes_keyed(input, &mut out, &ids);
+    let mut keyed: Vec<(String, Candidate)> = ids.into_iter().zip(out).collect();
+    keyed.sort_by(|a, b| a.0.cmp(&b.0));
+    keyed
 }
 
 /// `v` bytes/s as `x.xx GB/s`.

@@ -115,15 +115,24 @@ fn rollup_of(kind: FindingKind, job: &str, members: &[&Candidate]) -> Candidate 
         .reduce(f64::min);
     c.evidence = e;
     c.summary = summary(kind, job, &nodes, members.len(), range(lo, hi, &unit));
-    // The members' advice: the worst member's (the first by id among equals).
-    let worst = members
+    // The members' advice: the worst member's (the first by id among equals); each id formatted once.
+    let mut ids: Vec<(String, usize)> = members
         .iter()
-        .max_by(|a, b| a.severity.cmp(&b.severity).then(b.id().cmp(&a.id())))
-        .unwrap_or(&members[0]);
+        .enumerate()
+        .map(|(i, m)| (m.id(), i))
+        .collect();
+    let worst = ids
+        .iter()
+        .max_by(|(a, i), (b, k)| {
+            members[*i]
+                .severity
+                .cmp(&members[*k].severity)
+                .then(b.cmp(a))
+        })
+        .map_or(members[0], |(_, i)| members[*i]);
     c.action = worst.action.clone();
-    let mut ids: Vec<String> = members.iter().map(|m| m.id()).collect();
     ids.sort();
-    c.consequences = ids;
+    c.consequences = ids.into_iter().map(|(id, _)| id).collect();
     // As cautious as its most cautious member.
     c.raise_after = members
         .iter()

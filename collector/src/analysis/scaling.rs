@@ -25,7 +25,7 @@ use serde::Serialize;
 use super::exposed_comm::exposed_share;
 use super::input::{AnalysisInput, JobReference, NodeInput, ThroughputBaseline};
 use super::straggler::groups;
-use super::{median, r4, Candidate, Evidence, FindingKind, Severity, Subject};
+use super::{median_select, r4, Candidate, Evidence, FindingKind, Severity, Subject};
 use crate::steps::StepSource;
 
 /// The job name used when no job is known.
@@ -105,10 +105,10 @@ pub(crate) fn step_time(nodes: &[&NodeInput]) -> (Option<f64>, usize) {
                 .filter(|d| *d > 0.0)
                 .collect();
             steps += d.len();
-            median(&mut d)
+            median_select(&mut d)
         })
         .collect();
-    if let Some(t) = median(&mut per_node) {
+    if let Some(t) = median_select(&mut per_node) {
         return (Some(t), steps);
     }
     let mut p: Vec<f64> = nodes
@@ -116,7 +116,7 @@ pub(crate) fn step_time(nodes: &[&NodeInput]) -> (Option<f64>, usize) {
         .flat_map(|n| n.fabric_links())
         .filter_map(|l| l.activity.as_ref()?.period_s)
         .collect();
-    (median(&mut p), steps)
+    (median_select(&mut p), steps)
 }
 
 /// The source of the job's steps: the one most of its steps come from (`None` without steps).
@@ -153,7 +153,7 @@ fn fabric_rate(nodes: &[&NodeInput]) -> Option<f64> {
             (t >= MIN_RATE_SPAN_S && bytes > 0).then(|| bytes as f64 / t)
         })
         .collect();
-    median(&mut rates)
+    median_select(&mut rates)
 }
 
 /// Samples per second of the job from markers with samples (per node samples ÷ time, summed over nodes), and

@@ -26,7 +26,7 @@
 
 use super::exposed_comm::compute_share;
 use super::input::{AnalysisInput, NodeInput};
-use super::{gbs, median, r4, Candidate, Evidence, FindingKind, Severity, Subject};
+use super::{gbs, median_select, r4, Candidate, Evidence, FindingKind, Severity, Subject};
 
 /// Fewest nodes to compare: two, each compared with the other.
 pub const MIN_NODES: usize = 2;
@@ -227,7 +227,7 @@ fn throttled(
         .filter(|o| o.name != n.name)
         .map(|o| throttled_share(o, job).unwrap_or(0.0))
         .collect();
-    let m = median(&mut others)?;
+    let m = median_select(&mut others)?;
     if x < THROTTLED_ABOVE || x - m <= THROTTLED_EXCESS {
         return None;
     }
@@ -282,7 +282,7 @@ fn reference(
         .filter(|n| Some(n.name.as_str()) != except)
         .filter_map(|n| figure(n))
         .collect();
-    median(&mut v)
+    median_select(&mut v)
 }
 
 /// Which rank of a collective a straggler shows as (NCCL Inspector): a node that computes longer arrives last,

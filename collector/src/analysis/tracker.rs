@@ -26,8 +26,15 @@
 //!   `consequences` are the active findings that name it as their cause.
 //! - A cleared finding stays in the list (`active = false`, history); raised again, it keeps `first_seen`
 //!   and is counted again in `raised_total`.
+//!
+//! Cost: every active finding is refreshed at each evaluation of its scope, so the findings are held shared
+//! (`Arc`) and a refresh ([`Change::Updated`]) shares the finding instead of copying it (a copy of every
+//! active finding per evaluation was a fifth of the tracker's time); a finding is copied only when it
+//! changes while a reader (an event, the history's writer) still holds it. Candidates come with their ids
+//! ([`Tracker::update_keyed`]), formatted once per evaluation ([`super::evaluate_keyed`]).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::causes::consequence_severity;
@@ -43,13 +50,14 @@ pub const SLACK: f64 = 0.05;
 /// Inactive findings kept in memory (oldest dropped first; the SQLite history keeps all).
 pub const MAX_INACTIVE: usize = 1000;
 
-/// What changed in one evaluation.
+/// What changed in one evaluation, with the finding as it was then.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Change {
     Raised(Finding),
     Cleared(Finding),
-    /// Active and seen again (numbers refreshed).
-    Updated(Finding),
+    /// Active and seen again (numbers refreshed): the finding shared with the tracker, not copied (every
+    /// active finding is refreshed at each evaluation of its scope; raises and clears are rare).
+    Updated(Arc<Finding>),
 }
 
 /// A candidate not raised yet: its current streak of sightings.
@@ -64,7 +72,7 @@ struct Pending {
 pub struct Tracker {
     /// The nominal evaluation period, seconds.
     interval_s: f64,
-    findings: BTreeMap<String, Finding>,
+    findings: BTreeMap<String, Arc<Finding>>,
     pending: HashMap<String, Pending>,
     /// Evaluations in a row an active finding was missing.
     missing: HashMap<String, u32>,
@@ -111,7 +119,7 @@ impl Tracker {
     pub fn restore(&mut self, findings: Vec<Finding>) {
         for mut f in findings {
             f.root = f.caused_by.is_none();
-            self.findings.insert(f.id.clone(), f);
+            self.findings.insert(f.id.clone(), Arc::new(f));
         }
     }
 
@@ -119,13 +127,22 @@ impl Tracker {
     /// a cause raised now comes before the consequences raised with it; a consequence whose cause is among the
     /// candidates but not active waits (its streak goes on) and is raised right after its cause.
     pub fn update(&mut self, now_unix_s: f64, candidates: Vec<Candidate>) -> Vec<Change> {
-        let (mut changes, causes) = self.take(now_unix_s, candidates, None);
+        self.update_keyed(now_unix_s, keyed(candidates))
+    }
+
+    /// [`Tracker::update`] with each candidate's id ([`Candidate::id`]) beside it.
+    pub fn update_keyed(
+        &mut self,
+        now_unix_s: f64,
+        candidates: Vec<(String, Candidate)>,
+    ) -> Vec<Change> {
+        let (mut changes, seen) = self.take(now_unix_s, candidates, None);
         // Candidates not seen this time lose their streak.
-        self.pending.retain(|id, _| causes.contains_key(id));
+        self.pending.retain(|id, _| seen.contains(id));
         let absent: Vec<String> = self
             .findings
             .values()
-            .filter(|f| f.active && !causes.contains_key(&f.id))
+            .filter(|f| f.active && !seen.contains(&f.id))
             .map(|f| f.id.clone())
             .collect();
         self.clear_missing(now_unix_s, absent, &mut changes);
@@ -151,8 +168,18 @@ impl Tracker {
         label: &str,
         candidates: Vec<Candidate>,
     ) -> Vec<Change> {
-        let (mut changes, causes) = self.take(now_unix_s, candidates, Some(label));
-        self.settle_scope(now_unix_s, label, &causes, &mut changes);
+        self.update_scope_keyed(now_unix_s, label, keyed(candidates))
+    }
+
+    /// [`Tracker::update_scope`] with each candidate's id ([`Candidate::id`]) beside it.
+    pub fn update_scope_keyed(
+        &mut self,
+        now_unix_s: f64,
+        label: &str,
+        candidates: Vec<(String, Candidate)>,
+    ) -> Vec<Change> {
+        let (mut changes, seen) = self.take(now_unix_s, candidates, Some(label));
+        self.settle_scope(now_unix_s, label, &seen, &mut changes);
         changes
     }
 
@@ -168,19 +195,20 @@ impl Tracker {
             .collect();
         let mut changes = Vec::new();
         for label in gone {
-            self.settle_scope(now_unix_s, &label, &HashMap::new(), &mut changes);
+            self.settle_scope(now_unix_s, &label, &HashSet::new(), &mut changes);
         }
         self.trim();
         changes
     }
 
-    /// The end of a scope's update: its ids not among `causes` lose their streak or count a miss, its active
-    /// findings' consequences are relinked, and ids no longer pending or active leave the scope's index.
+    /// The end of a scope's update: its ids not among `seen` (the evaluation's candidates) lose their streak
+    /// or count a miss, its active findings' consequences are relinked, and ids no longer pending or active
+    /// leave the scope's index.
     fn settle_scope(
         &mut self,
         now_unix_s: f64,
         label: &str,
-        causes: &HashMap<String, Option<String>>,
+        seen: &HashSet<String>,
         changes: &mut Vec<Change>,
     ) {
         let mut ids: Vec<String> = self
@@ -192,7 +220,7 @@ impl Tracker {
         ids.sort();
         let mut absent = Vec::new();
         for id in &ids {
-            if causes.contains_key(id) {
+            if seen.contains(id) {
                 continue;
             }
             self.pending.remove(id);
@@ -241,64 +269,68 @@ impl Tracker {
     }
 
     /// Applies one evaluation's candidates (raises, refreshes, streaks; each filed under `scope` when given)
-    /// and returns the changes and each candidate's id with its cause.
+    /// and returns the changes and the candidates' ids.
     fn take(
         &mut self,
         now_unix_s: f64,
-        candidates: Vec<Candidate>,
+        candidates: Vec<(String, Candidate)>,
         scope: Option<&str>,
-    ) -> (Vec<Change>, HashMap<String, Option<String>>) {
+    ) -> (Vec<Change>, HashSet<String>) {
         let mut changes = Vec::new();
-        // Every candidate's id and cause: a map, since a fleet's evaluation has tens of thousands of
-        // candidates and the filters below ask it once per pending or known finding.
-        let causes: HashMap<String, Option<String>> = candidates
-            .iter()
-            .map(|c| (c.id(), c.caused_by.clone()))
-            .collect();
-        let mut ordered: Vec<(usize, String, Candidate)> = candidates
-            .into_iter()
-            .map(|c| {
-                let id = c.id();
-                (depth(&causes, &id), id, c)
-            })
-            .collect();
-        ordered.sort_by_key(|(d, ..)| *d);
-        for (_, id, mut c) in ordered {
+        let mut seen = HashSet::with_capacity(candidates.len());
+        for (id, c, cause_named) in in_cause_order(candidates) {
             if let Some(label) = scope {
                 self.assign(&id, label);
             }
-            let active = self.findings.get(&id).is_some_and(|f| f.active);
-            if active {
+            if self.findings.get(&id).is_some_and(|f| f.active) {
                 self.missing.remove(&id);
-                let previous = self.findings.get(&id).and_then(|f| f.caused_by.clone());
-                self.settle(&mut c, previous.as_deref());
-                if let Some(f) = self.findings.get_mut(&id) {
-                    refresh(f, c, now_unix_s);
-                    changes.push(Change::Updated(f.clone()));
-                }
+                self.refresh_active(&id, c, now_unix_s, &mut changes);
+                seen.insert(id);
                 continue;
             }
-            let p = self.pending.entry(id.clone()).or_insert(Pending {
-                seen: 0,
-                first_unix_s: now_unix_s,
-            });
+            let p = match self.pending.get_mut(&id) {
+                Some(p) => p,
+                None => self.pending.entry(id.clone()).or_insert(Pending {
+                    seen: 0,
+                    first_unix_s: now_unix_s,
+                }),
+            };
             p.seen += 1;
-            let (seen, held_s) = (p.seen, now_unix_s - p.first_unix_s + self.interval_s);
+            let (streak, held_s) = (p.seen, now_unix_s - p.first_unix_s + self.interval_s);
             let need = c.raise_after.clamp(1, RAISE_AFTER);
-            if seen < need || !self.covers(held_s, need) {
+            // A consequence whose cause is among the candidates but not active waits for it.
+            let cause_waits = cause_named
+                && c.caused_by
+                    .as_ref()
+                    .is_some_and(|cause| !self.findings.get(cause).is_some_and(|f| f.active));
+            if streak < need || !self.covers(held_s, need) || cause_waits {
+                seen.insert(id);
                 continue;
             }
-            let cause_waits = c.caused_by.as_ref().is_some_and(|cause| {
-                causes.contains_key(cause) && !self.findings.get(cause).is_some_and(|f| f.active)
-            });
-            if cause_waits {
-                continue;
-            }
+            let mut c = c;
             self.settle(&mut c, None);
             self.pending.remove(&id);
-            changes.push(Change::Raised(self.raise(id, c, now_unix_s)));
+            changes.push(Change::Raised(self.raise(id.clone(), c, now_unix_s)));
+            seen.insert(id);
         }
-        (changes, causes)
+        (changes, seen)
+    }
+
+    /// Refreshes the active finding `id` with `c` (filed under its cause as [`Tracker::settle`] says) and
+    /// reports it in `changes`, sharing it: it is copied only while an earlier reader still holds it.
+    fn refresh_active(
+        &mut self,
+        id: &str,
+        mut c: Candidate,
+        now_unix_s: f64,
+        changes: &mut Vec<Change>,
+    ) {
+        let previous = self.findings.get(id).and_then(|f| f.caused_by.as_deref());
+        self.settle(&mut c, previous);
+        if let Some(f) = self.findings.get_mut(id) {
+            refresh(Arc::make_mut(f), c, now_unix_s);
+            changes.push(Change::Updated(Arc::clone(f)));
+        }
     }
 
     /// Files `c` under the cause it names when that is an active finding; else under the cause it had
@@ -333,14 +365,28 @@ impl Tracker {
         for id in active {
             if let Some(f) = self.findings.get_mut(id) {
                 // Ids are visited in order, so each list is sorted.
-                f.consequences = by_cause.remove(id).unwrap_or_default();
+                let now = by_cause.remove(id).unwrap_or_default();
+                // Written only when it changed: a finding a change still shares would be copied.
+                if f.consequences != now {
+                    Arc::make_mut(f).consequences = now;
+                }
             }
         }
         for ch in changes.iter_mut() {
-            if let Change::Raised(f) | Change::Updated(f) = ch {
-                if let Some(now) = self.findings.get(&f.id) {
-                    f.consequences.clone_from(&now.consequences);
+            match ch {
+                Change::Raised(f) => {
+                    if let Some(now) = self.findings.get(&f.id) {
+                        f.consequences.clone_from(&now.consequences);
+                    }
                 }
+                Change::Updated(f) => {
+                    if let Some(now) = self.findings.get(&f.id) {
+                        if !Arc::ptr_eq(f, now) && f.consequences != now.consequences {
+                            Arc::make_mut(f).consequences.clone_from(&now.consequences);
+                        }
+                    }
+                }
+                Change::Cleared(_) => {}
             }
         }
     }
@@ -367,7 +413,7 @@ impl Tracker {
             consequences: c.consequences,
         };
         *self.raised_total.entry(f.kind).or_insert(0) += 1;
-        self.findings.insert(id, f.clone());
+        self.findings.insert(id, Arc::new(f.clone()));
         f
     }
 
@@ -389,8 +435,8 @@ impl Tracker {
             }
             self.missing.remove(&id);
             if let Some(f) = self.findings.get_mut(&id) {
-                f.active = false;
-                changes.push(Change::Cleared(f.clone()));
+                Arc::make_mut(f).active = false;
+                changes.push(Change::Cleared(Finding::clone(f)));
             }
         }
     }
@@ -414,14 +460,14 @@ impl Tracker {
 
     /// Every finding (active and cleared), sorted by id.
     pub fn findings(&self) -> Vec<Finding> {
-        self.findings.values().cloned().collect()
+        self.findings.values().map(|f| Finding::clone(f)).collect()
     }
 
     pub fn active(&self) -> Vec<Finding> {
         self.findings
             .values()
             .filter(|f| f.active)
-            .cloned()
+            .map(|f| Finding::clone(f))
             .collect()
     }
 
@@ -431,9 +477,47 @@ impl Tracker {
     }
 }
 
+/// Each candidate with its id formatted ([`Candidate::id`]).
+fn keyed(candidates: Vec<Candidate>) -> Vec<(String, Candidate)> {
+    candidates.into_iter().map(|c| (c.id(), c)).collect()
+}
+
+/// The candidates in the order the tracker applies them: causes before their consequences (by [`depth`],
+/// stable), each with whether the cause it names is among them.
+fn in_cause_order(candidates: Vec<(String, Candidate)>) -> Vec<(String, Candidate, bool)> {
+    let order: Vec<(usize, bool)> = {
+        // An evaluation of the whole fleet has tens of thousands of candidates: a map, asked once or more
+        // for each. Where two share an id, the last one's cause counts.
+        let causes: HashMap<&str, Option<&str>> = candidates
+            .iter()
+            .map(|(id, c)| (id.as_str(), c.caused_by.as_deref()))
+            .collect();
+        candidates
+            .iter()
+            .map(|(id, c)| {
+                let named = c
+                    .caused_by
+                    .as_deref()
+                    .is_some_and(|k| causes.contains_key(k));
+                (depth(&causes, id), named)
+            })
+            .collect()
+    };
+    let mut ordered: Vec<(usize, String, Candidate, bool)> = candidates
+        .into_iter()
+        .zip(order)
+        .map(|((id, c), (d, named))| (d, id, c, named))
+        .collect();
+    ordered.sort_by_key(|(d, ..)| *d);
+    ordered
+        .into_iter()
+        .map(|(_, id, c, named)| (id, c, named))
+        .collect()
+}
+
 /// How many causes up `id` is from a root cause, through this evaluation's candidates (`causes`: id → the
 /// id of its cause). Bounded by the number of candidates, so that a cycle cannot hang the evaluation.
-fn depth(causes: &HashMap<String, Option<String>>, id: &str) -> usize {
+fn depth(causes: &HashMap<&str, Option<&str>>, id: &str) -> usize {
     let mut d = 0;
     let mut at = id;
     while let Some(Some(up)) = causes.get(at) {

@@ -25,9 +25,9 @@
 //! it.
 
 use super::exposed_comm::{compute_share, exposed_share, EXPOSED_SHARE_ABOVE};
-use super::input::{AnalysisInput, BareBaseline, NodeInput};
+use super::input::{step_figure, AnalysisInput, BareBaseline, LinkInput, NodeInput};
 use super::link_probes::ProbeBaseline;
-use super::{gbs, median, r4, Candidate, Evidence, FindingKind, Severity, Subject};
+use super::{gbs, median_select, r4, Candidate, Evidence, FindingKind, Severity, Subject};
 use crate::collectives::CollectiveSummary;
 
 /// Confident steps (or resolved bursts) needed.
@@ -58,44 +58,52 @@ fn cost(n: &NodeInput) -> (Severity, &'static str) {
     }
 }
 
+/// Achieved rates of fabric link `l` of `n` into `rates` (cleared first): per confident step, or per
+/// resolved burst without steps; returns which was used.
+fn achieved_rates(n: &NodeInput, l: &LinkInput, rates: &mut Vec<f64>) -> &'static str {
+    rates.clear();
+    if !n.steps.is_empty() {
+        rates.extend(
+            n.steps
+                .iter()
+                .filter_map(|s| step_figure(s, &l.link))
+                .filter(|x| x.confident)
+                .filter_map(|x| x.achieved_bytes_per_second),
+        );
+        return "steps";
+    }
+    if let Some(a) = &l.activity {
+        if a.resolved && a.burst_rate_bytes_per_second.is_some() {
+            // Per complete burst: bytes over its interior-corrected length is not available per burst; use
+            // the window's median interior rate for each complete burst.
+            let r = a.burst_rate_bytes_per_second.unwrap_or(0.0);
+            rates.extend(std::iter::repeat_n(r, a.complete_bursts()));
+        }
+    }
+    "link_activity"
+}
+
 pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
     let mut out = Vec::new();
+    let mut rates: Vec<f64> = Vec::new();
     for n in &input.nodes {
-        let (severity, exposure) = cost(n);
+        // Worked out once a link qualifies: a node with nothing to say does not pay for its GPU figures.
+        let mut cost_memo = None;
+        let mut cost_of = || *cost_memo.get_or_insert_with(|| cost(n));
         let job = input
             .job_of(&n.name)
-            .map(|j| j.id.clone())
-            .or_else(|| n.steps.iter().rev().find_map(|s| s.job.clone()));
-        let baseline = input.bare_baseline(job.as_deref());
-        let probe = input.link_probe(&n.name, job.as_deref());
+            .map(|j| j.id.as_str())
+            .or_else(|| n.steps.iter().rev().find_map(|s| s.job.as_deref()));
+        let baseline = input.bare_baseline(job);
+        let probe = input.link_probe(&n.name, job);
         let bare_link = usable_figure(probe);
-        let collective = costliest_inter_node(input, job.as_deref());
+        let collective = costliest_inter_node(input, job);
         let before = out.len();
         for l in n.fabric_links() {
             let Some(cap) = l.link.capacity_bytes_per_second.filter(|c| *c > 0.0) else {
                 continue;
             };
-            // Achieved rates per step (confident only) or per resolved burst.
-            let (mut rates, source): (Vec<f64>, &str) = if !n.steps.is_empty() {
-                let v = n
-                    .steps
-                    .iter()
-                    .filter_map(|s| s.links.iter().find(|x| x.link.key == l.link.key))
-                    .filter(|x| x.confident)
-                    .filter_map(|x| x.achieved_bytes_per_second)
-                    .collect();
-                (v, "steps")
-            } else {
-                match &l.activity {
-                    Some(a) if a.resolved && a.burst_rate_bytes_per_second.is_some() => {
-                        // Per complete burst: bytes over its interior-corrected length is not available
-                        // per burst; use the window's median interior rate for each complete burst.
-                        let r = a.burst_rate_bytes_per_second.unwrap_or(0.0);
-                        (vec![r; a.complete_bursts()], "link_activity")
-                    }
-                    _ => (Vec::new(), "link_activity"),
-                }
-            };
+            let source = achieved_rates(n, l, &mut rates);
             if rates.len() < MIN_STEPS {
                 continue;
             }
@@ -111,7 +119,8 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
                 continue;
             }
             let steps = rates.len();
-            let achieved = median(&mut rates).unwrap_or(0.0);
+            let achieved = median_select(&mut rates).unwrap_or(0.0);
+            let (severity, exposure) = cost_of();
             let mut c = Candidate::new(
                 FindingKind::LinkUnderutilized,
                 severity,
@@ -174,7 +183,8 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
             }
             out.push(c);
         }
-        if out.len() == before {
+        if out.len() == before && collective.is_some() {
+            let (severity, exposure) = cost_of();
             out.extend(from_collective(n, collective, baseline, severity, exposure));
         }
     }

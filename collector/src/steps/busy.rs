@@ -24,8 +24,6 @@
 //!   and its active time are not (the active time is then an upper bound and the rate a lower bound), and no
 //!   rule may call the link slow — or its communication long — from them.
 
-use commwatch_model::stats::median;
-
 /// Below this rate (bytes/s) no interval counts as active, whatever the link: background and control traffic.
 pub const ACTIVE_FLOOR_BYTES_PER_SECOND: f64 = 10e6;
 /// The activity floor is at least this share of the link's capacity (0.2%: 50 MB/s on a 25 GB/s port).
@@ -97,24 +95,70 @@ pub struct Busy {
 /// The busy time of a link over `intervals` (consecutive, oldest first), with activity `floor` (bytes/s, see
 /// [`active_floor`]) and the sampling period `sample_period_s`.
 pub fn busy_time(intervals: &[Interval], floor: f64, sample_period_s: f64) -> Busy {
-    let mut rates = Vec::new();
-    let mut runs: Vec<Run> = Vec::new();
-    for_each_run(intervals, floor, sample_period_s, &mut rates, |r| {
-        runs.push(r)
-    });
-    let mut interior: Vec<f64> = runs
-        .iter()
-        .filter(|r| r.resolved)
-        .flat_map(|r| intervals[r.first + 1..r.end - 1].iter().map(Interval::rate))
-        .collect();
+    let mut buffers = BusyBuffers::default();
+    let (active_s, interior_rate, resolved) =
+        busy_time_in(intervals, floor, sample_period_s, &mut buffers);
+    Busy {
+        active_s,
+        runs: buffers.runs,
+        interior_rate,
+        resolved,
+    }
+}
+
+/// Buffers [`busy_time_in`] works in; `runs` holds the runs of its last call (the rest is scratch). A caller
+/// that figures many stretches keeps them, so that a stretch costs no allocation.
+#[derive(Debug, Default)]
+pub struct BusyBuffers {
+    pub runs: Vec<Run>,
+    rates: Vec<f64>,
+    interior: Vec<f64>,
+}
+
+/// [`busy_time`] into `buffers` (its runs left in `buffers.runs`): `(active_s, interior_rate, resolved)`, the
+/// same figures bit for bit (the medians by selection give the sort's values).
+pub fn busy_time_in(
+    intervals: &[Interval],
+    floor: f64,
+    sample_period_s: f64,
+    buffers: &mut BusyBuffers,
+) -> (f64, Option<f64>, bool) {
+    let BusyBuffers {
+        runs,
+        rates,
+        interior,
+    } = buffers;
+    runs.clear();
+    for_each_run(intervals, floor, sample_period_s, rates, |r| runs.push(r));
+    interior.clear();
+    interior.extend(
+        runs.iter()
+            .filter(|r| r.resolved)
+            .flat_map(|r| intervals[r.first + 1..r.end - 1].iter().map(Interval::rate)),
+    );
     let moved: f64 = runs.iter().map(|r| r.bytes).sum();
     let measured: f64 = runs.iter().filter(|r| r.resolved).map(|r| r.bytes).sum();
-    Busy {
-        active_s: runs.iter().map(|r| r.active_s).sum(),
-        interior_rate: median(&mut interior),
-        resolved: moved <= 0.0 || measured >= RESOLVED_BYTES_SHARE * moved,
-        runs,
+    (
+        runs.iter().map(|r| r.active_s).sum(),
+        median_select(interior),
+        moved <= 0.0 || measured >= RESOLVED_BYTES_SHARE * moved,
+    )
+}
+
+/// [`commwatch_model::stats::median`] by selection instead of a sort (linear time, `v` left in
+/// no particular order): the same value, bit for bit — the middle element in `f64::total_cmp`'s order, or
+/// the mean of the two middle ones.
+pub fn median_select(v: &mut [f64]) -> Option<f64> {
+    let n = v.len();
+    if n == 0 {
+        return None;
     }
+    let (below, &mut hi, _) = v.select_nth_unstable_by(n / 2, f64::total_cmp);
+    if n % 2 == 1 {
+        return Some(hi);
+    }
+    let lo = below.iter().copied().max_by(f64::total_cmp).unwrap_or(hi);
+    Some((lo + hi) / 2.0)
 }
 
 /// A stretch's busy time and whether it is resolved, as [`busy_time`] gives them, without its runs and
@@ -147,7 +191,7 @@ fn run_active_s(run: &[Interval], full: &mut Vec<f64>) -> f64 {
     let full_at = FULL_RATE_FRACTION * peak;
     full.clear();
     full.extend(run.iter().map(Interval::rate).filter(|r| *r >= full_at));
-    let burst_rate = median(full).unwrap_or(peak).max(f64::MIN_POSITIVE);
+    let burst_rate = median_select(full).unwrap_or(peak).max(f64::MIN_POSITIVE);
     run.iter()
         .map(|i| {
             let rate = i.rate();
