@@ -268,8 +268,14 @@ pub fn is_fabric_rdma(class: LinkClass, endpoint: Endpoint, role: LinkRole) -> b
 /// Whether a state text says the link is up: InfiniBand's `ACTIVE` (also `4: ACTIVE`, but not `INACTIVE`),
 /// netdev `up`, and `LinkUp` physical states; case-insensitive.
 pub fn state_is_up(state: &str) -> bool {
-    let s = state.trim().to_ascii_lowercase();
-    (s.contains("active") && !s.contains("inactive")) || s == "up" || s.contains("linkup")
+    // Compared ignoring ASCII case in place: the analysis asks it of every link of every node it evaluates,
+    // and a lowercased copy was an allocation each time.
+    let s = state.trim().as_bytes();
+    let has = |needle: &[u8]| {
+        s.windows(needle.len())
+            .any(|w| w.eq_ignore_ascii_case(needle))
+    };
+    (has(b"active") && !has(b"inactive")) || s.eq_ignore_ascii_case(b"up") || has(b"linkup")
 }
 
 #[cfg(test)]
