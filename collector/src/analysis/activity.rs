@@ -290,6 +290,11 @@ pub fn analyse(
 /// to the next gets the same figures without deriving them anew.
 ///
 /// `buffers` are worked in (their content is scratch): a caller that analyses many windows keeps them.
+///
+/// An idle window (every interval's rate below the activity floor: a port NCCL left, a quiet management
+/// NIC, most of a node's read links at any time) has no runs, no bursts and no peaks, whatever its samples:
+/// its figures are those of no intervals (the same code on an empty list), after one pass over the rates
+/// instead of three (the busy time's shape, its runs, the peaks' rates).
 pub fn of_intervals(
     iv: &[(i64, i64, f64)],
     window_s: f64,
@@ -299,11 +304,15 @@ pub fn of_intervals(
 ) -> Activity {
     let sample_period_s = median_interval(iv, &mut buffers.lens) as f64 / 1e9;
     let floor = busy::active_floor(capacity_bytes_per_second);
+    // The rate as the busy time and the peaks compute it (a NaN is not idle: both would count it).
+    let idle = iv.iter().all(|x| x.2 / ((x.1 - x.0) as f64 / 1e9) < floor);
     buffers.shape.clear();
-    buffers.shape.extend(iv.iter().map(|x| Interval {
-        len_s: (x.1 - x.0) as f64 / 1e9,
-        bytes: x.2,
-    }));
+    if !idle {
+        buffers.shape.extend(iv.iter().map(|x| Interval {
+            len_s: (x.1 - x.0) as f64 / 1e9,
+            bytes: x.2,
+        }));
+    }
     let (busy_s, interior_rate, resolved) =
         busy::busy_time_in(&buffers.shape, floor, sample_period_s, &mut buffers.busy);
     let bursts = Bursts::of(
@@ -327,7 +336,10 @@ pub fn of_intervals(
         bytes_per_burst: bursts.bytes_per_burst,
         bursts: bursts.bursts,
         resolved,
-        peaks: peaks(iv, floor, (&mut buffers.rates, &mut buffers.interior)),
+        peaks: match idle {
+            true => Bursts::of(Vec::new(), None),
+            false => peaks(iv, floor, (&mut buffers.rates, &mut buffers.interior)),
+        },
     }
 }
 
@@ -387,6 +399,78 @@ mod tests {
                 (p[0].0, p[1].0, delta(p[0].1, p[1].1).max(theirs))
             })
             .collect()
+    }
+
+    /// [`of_intervals`] as it was before idle windows skipped their shape, runs and peaks: the reference.
+    fn of_intervals_whole(
+        iv: &[(i64, i64, f64)],
+        window_s: f64,
+        moved: (u64, u64),
+        cap: Option<f64>,
+    ) -> Activity {
+        let sample_period_s = median_interval(iv, &mut Vec::new()) as f64 / 1e9;
+        let floor = busy::active_floor(cap);
+        let shape: Vec<Interval> = iv
+            .iter()
+            .map(|x| Interval {
+                len_s: (x.1 - x.0) as f64 / 1e9,
+                bytes: x.2,
+            })
+            .collect();
+        let b = busy::busy_time(&shape, floor, sample_period_s);
+        let bursts = Bursts::of(
+            b.runs.iter().map(|r| burst(iv, r.first, r.end)).collect(),
+            b.interior_rate,
+        );
+        Activity {
+            window_s,
+            sample_period_s,
+            tx_bytes: moved.0,
+            rx_bytes: moved.1,
+            busy_s: b.active_s,
+            burst_rate_bytes_per_second: b.interior_rate,
+            period_s: bursts.period_s,
+            period_cv: bursts.period_cv,
+            bytes_per_burst: bursts.bytes_per_burst,
+            bursts: bursts.bursts,
+            resolved: b.resolved,
+            peaks: peaks(iv, floor, (&mut Vec::new(), &mut Vec::new())),
+        }
+    }
+
+    #[test]
+    fn idle_and_busy_windows_give_the_whole_analysis_figures() {
+        use rand::{Rng, SeedableRng};
+        let mut r = rand::rngs::StdRng::seed_from_u64(11);
+        let mut buffers = Buffers::default();
+        let (mut idle, mut busy) = (0, 0);
+        for round in 0..600 {
+            let n = r.random_range(0..60);
+            // Rates up to 8, 80 or 800 MB/s against a floor of 10 MB/s (50 MB/s with the capacity):
+            // idle windows, windows that touch the floor, busy ones.
+            let top = [8e6, 80e6, 800e6][round % 3];
+            let cap = (round % 2 == 0).then_some(25e9);
+            let mut t = 1_000 * MS;
+            let iv: Vec<(i64, i64, f64)> = (0..n)
+                .map(|_| {
+                    let len = r.random_range(40 * MS..60 * MS);
+                    let bytes = r.random_range(0.0..top) * len as f64 / 1e9;
+                    t += len;
+                    (t - len, t, bytes)
+                })
+                .collect();
+            let window_s = iv.last().map_or(0.0, |z| (z.1 - iv[0].0) as f64 / 1e9);
+            let floor = busy::active_floor(cap);
+            if iv.iter().all(|x| x.2 / ((x.1 - x.0) as f64 / 1e9) < floor) {
+                idle += 1;
+            } else {
+                busy += 1;
+            }
+            let whole = of_intervals_whole(&iv, window_s, (7, 9), cap);
+            let got = of_intervals(&iv, window_s, (7, 9), cap, &mut buffers);
+            assert_eq!(format!("{got:?}"), format!("{whole:?}"), "round {round}");
+        }
+        assert!(idle > 100 && busy > 100, "{idle} idle, {busy} busy");
     }
 
     #[test]

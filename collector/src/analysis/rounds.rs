@@ -16,7 +16,7 @@
 //! start when the nodes it restored already cannot fit, then whenever a job's findings fall two intervals
 //! behind), and the `CommwatchCollectorAnalysisLagging` alert.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -24,7 +24,7 @@ use commwatch_model::clock::unix_now_ns;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use super::super::input::{self, JobInput, STEPS_READ, WINDOW_NS};
+use super::super::input::{self, JobInput, WINDOW_NS};
 use super::super::scope::{self, Scope};
 use super::super::windows::WindowCache;
 use super::AnalysisHandle;
@@ -234,18 +234,7 @@ impl AnalysisHandle {
         let inner = &self.inner;
         let names = inner.store.node_names(now_unix_ns);
         let since = now_unix_ns - WINDOW_NS;
-        let step_jobs: HashMap<String, BTreeSet<String>> = names
-            .iter()
-            .map(|n| {
-                let steps = inner.steps.node_steps_since(n, STEPS_READ, since);
-                let jobs = steps
-                    .iter()
-                    .flatten()
-                    .filter_map(|s| s.job.clone())
-                    .collect();
-                (n.clone(), jobs)
-            })
-            .collect();
+        let step_jobs = scope::recent_step_jobs(&inner.steps, &names, since);
         let jobs = rounds.jobs(&inner.store, names.clone(), now_unix_ns);
         let scopes = scope::partition(&names, &jobs, &step_jobs);
         View {

@@ -21,9 +21,10 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use super::input::{AnalysisInput, JobInput, NodeInput};
+use super::input::{AnalysisInput, JobInput, NodeInput, STEPS_READ};
 use super::scaling::CLUSTER_JOB;
 use super::Finding;
+use crate::steps::StepStore;
 
 /// One part of the fleet evaluated on its own.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -74,6 +75,38 @@ impl Sets {
             self.0[ra.max(rb)] = ra.min(rb);
         }
     }
+}
+
+/// Each of `names` with the jobs its steps of the window name: of its newest [`STEPS_READ`] steps of its
+/// newest source, those that ended at or after `since_ns` (the steps an evaluation reads,
+/// [`super::input::build_nodes`]); an empty set for a node without steps. Read in place under the step
+/// history's lock, each job id copied once per node: a round asks this of every node four times a second.
+pub fn recent_step_jobs(
+    steps: &StepStore,
+    names: &[String],
+    since_ns: i64,
+) -> HashMap<String, BTreeSet<String>> {
+    let mut out: HashMap<String, BTreeSet<String>> =
+        names.iter().map(|n| (n.clone(), BTreeSet::new())).collect();
+    steps.visit_recent(usize::MAX, |node, recent, _| {
+        let Some(jobs) = out.get_mut(node) else {
+            return;
+        };
+        let Some(source) = recent.clone().next_back().map(|s| s.source) else {
+            return;
+        };
+        let read = recent
+            .rev()
+            .filter(|s| s.source == source)
+            .take(STEPS_READ)
+            .filter(|s| s.end_unix_ns >= since_ns);
+        for job in read.filter_map(|s| s.job.as_ref()) {
+            if !jobs.contains(job) {
+                jobs.insert(job.clone());
+            }
+        }
+    });
+    out
 }
 
 /// The scopes of a fleet: `nodes` (the names evaluated), the fleet `jobs` ([`crate::jobs::fleet_jobs`]) and
@@ -279,6 +312,71 @@ mod tests {
 
     fn names(v: &[&str]) -> Vec<String> {
         v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn recent_step_jobs_read_in_place_are_those_of_the_steps_an_evaluation_reads() {
+        use crate::analysis::test_support::{hca_step, periodic, HcaFigures};
+        use crate::steps::StepSource;
+        let steps = StepStore::new();
+        let step = |node: &str, i: u64, job: Option<&str>, source: StepSource| {
+            let mut s = hca_step(
+                node,
+                i,
+                periodic(i, 1_000_000_000),
+                HcaFigures::short_burst(true),
+            );
+            (s.job, s.source) = (job.map(str::to_string), source);
+            s
+        };
+        // a: more steps than an evaluation reads, its older ones of another job; b: its newest source
+        // (markers) names one job, its older inferred steps another; c: steps that ended before the window;
+        // d: a node with no steps; e: steps of a node not asked about.
+        let a = (0..100).map(|i| {
+            step(
+                "a",
+                i,
+                Some(if i < 30 { "old" } else { "j1" }),
+                StepSource::Inferred,
+            )
+        });
+        steps.push("a", a.collect());
+        let b = (0..20).map(|i| {
+            let (job, source) = match i < 10 {
+                true => ("j2", StepSource::Inferred),
+                false => ("j3", StepSource::Markers),
+            };
+            step("b", i, Some(job), source)
+        });
+        steps.push("b", b.collect());
+        steps.push(
+            "c",
+            (0..5)
+                .map(|i| step("c", i, Some("j4"), StepSource::Inferred))
+                .collect(),
+        );
+        steps.push("e", vec![step("e", 0, Some("j5"), StepSource::Inferred)]);
+        let nodes = names(&["a", "b", "c", "d"]);
+        for since in [0, 3_000_000_000, 40_000_000_000, 90_000_000_000] {
+            // What each round built before: a copy of each node's steps an evaluation reads.
+            let copied: HashMap<String, BTreeSet<String>> = nodes
+                .iter()
+                .map(|n| {
+                    let s = steps.node_steps_since(n, STEPS_READ, since);
+                    let jobs = s.iter().flatten().filter_map(|s| s.job.clone()).collect();
+                    (n.clone(), jobs)
+                })
+                .collect();
+            assert_eq!(
+                recent_step_jobs(&steps, &nodes, since),
+                copied,
+                "since {since}"
+            );
+        }
+        let jobs = recent_step_jobs(&steps, &nodes, 0);
+        assert_eq!(jobs["a"], BTreeSet::from(["j1".to_string()]));
+        assert_eq!(jobs["b"], BTreeSet::from(["j3".to_string()]));
+        assert!(jobs["d"].is_empty() && !jobs.contains_key("e"));
     }
 
     #[test]

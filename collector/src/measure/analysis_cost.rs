@@ -81,23 +81,19 @@ fn give_jobs(store: &Store, refs: &[NodeRef], per_job: usize) {
     }
 }
 
-/// The fleet's scopes at `now`, cut as a round cuts them.
+/// The fleet's scopes at `now`, cut as a round cuts them from the fleet `jobs` (which a round merges again
+/// only when a job list changed), and the thread CPU, ns, of the cut.
 fn scopes_at(
     store: &Store,
     steps: &StepStore,
+    jobs: &[crate::jobs::FleetJob],
     now: i64,
-) -> (Vec<Scope>, Vec<crate::jobs::FleetJob>) {
+) -> (u64, Vec<Scope>) {
     let names = store.node_names(now);
-    let step_jobs: HashMap<String, BTreeSet<String>> = names
-        .iter()
-        .map(|n| {
-            let s = steps.node_steps_since(n, STEPS_READ, now - WINDOW_NS);
-            let jobs = s.iter().flatten().filter_map(|s| s.job.clone()).collect();
-            (n.clone(), jobs)
-        })
-        .collect();
-    let jobs = crate::jobs::fleet_jobs(store, now);
-    (scope::partition(&names, &jobs, &step_jobs), jobs)
+    timed(|| {
+        let step_jobs = scope::recent_step_jobs(steps, &names, now - WINDOW_NS);
+        scope::partition(&names, jobs, &step_jobs)
+    })
 }
 
 /// Thread CPU, ns, summed over the timed evaluations.
@@ -107,6 +103,8 @@ struct Spent {
     kept: u64,
     rules: u64,
     tracker: u64,
+    /// The rounds' cuts of the fleet into scopes (each node's jobs from its steps, the partition).
+    scopes: u64,
     /// Node evaluations timed, and the candidates and changes they gave.
     nodes: u64,
     candidates: u64,
@@ -233,7 +231,11 @@ fn analysis_cost() {
             continue;
         }
         engine.tick(now);
-        let (scopes, jobs) = scopes_at(&store, &steps, now);
+        let jobs = crate::jobs::fleet_jobs(&store, now);
+        let (cut, scopes) = scopes_at(&store, &steps, &jobs, now);
+        if timing {
+            spent.scopes += cut;
+        }
         for s in &scopes {
             let sp = timing.then_some(&mut spent);
             evaluate_scope(
@@ -278,7 +280,8 @@ fn report(
     println!(
         "{nodes} nodes, {evaluations} evaluations of each after {} s of tape: input from the rings {:.1} us of \
          thread CPU per node, from kept windows {:.1} us ({:.1}x less); the rules {:.1} us per node, the \
-         tracker {:.1} us; kept input + rules + tracker {:.1} us per node; {:.1} candidates and {:.1} changes \
+         tracker {:.1} us; kept input + rules + tracker {:.1} us per node; the round's cut into scopes {:.1} us \
+         per node; {:.1} candidates and {:.1} changes \
          per node evaluated, {} findings active at the end; windows kept: {} samples, {:.1} KB per node; links' \
          windows sampled together {paired} times, copied {copied} times; the store's apply {:.1} ns per sample",
         warm_ns / 1_000_000_000,
@@ -288,6 +291,7 @@ fn report(
         per(spent.rules),
         per(spent.tracker),
         per(spent.kept + spent.rules + spent.tracker),
+        per(spent.scopes),
         spent.candidates as f64 / spent.nodes.max(1) as f64,
         spent.changes as f64 / spent.nodes.max(1) as f64,
         tracker.active().len(),
