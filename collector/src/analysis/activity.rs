@@ -215,13 +215,8 @@ fn burst(iv: &[(i64, i64, f64)], first: usize, end: usize) -> Burst {
 }
 
 /// The bursts at the link's own level (see [`Activity::peaks`]).
-fn peaks(
-    iv: &[(i64, i64, f64)],
-    floor: f64,
-    (rate, interior): (&mut Vec<f64>, &mut Vec<f64>),
-) -> Bursts {
-    rate.clear();
-    rate.extend(iv.iter().map(|x| x.2 / ((x.1 - x.0) as f64 / 1e9)));
+/// `rate[i]` is interval `i`'s rate, bytes/s ([`interval_rates`]); `interior` is scratch.
+fn peaks(iv: &[(i64, i64, f64)], floor: f64, rate: &[f64], interior: &mut Vec<f64>) -> Bursts {
     let peak = rate.iter().copied().fold(0.0, f64::max);
     let level = (PEAK_LEVEL * peak).max(floor);
     let mut out = Vec::new();
@@ -250,6 +245,12 @@ fn peaks(
         i = end;
     }
     Bursts::of(out, median_by_select(interior))
+}
+
+/// Each interval's rate, bytes/s, into `rate` (cleared first): its bytes over its length in seconds.
+fn interval_rates(iv: &[(i64, i64, f64)], rate: &mut Vec<f64>) {
+    rate.clear();
+    rate.extend(iv.iter().map(|x| x.2 / ((x.1 - x.0) as f64 / 1e9)));
 }
 
 /// Analyses two cumulative byte windows (`(timestamp_ns, cumulative bytes)`, oldest first, same ticks or
@@ -293,8 +294,9 @@ pub fn analyse(
 ///
 /// An idle window (every interval's rate below the activity floor: a port NCCL left, a quiet management
 /// NIC, most of a node's read links at any time) has no runs, no bursts and no peaks, whatever its samples:
-/// its figures are those of no intervals (the same code on an empty list), after one pass over the rates
-/// instead of three (the busy time's shape, its runs, the peaks' rates).
+/// its figures are those of no intervals (the same code on an empty list), without the busy time's shape and
+/// scan or the peaks' scan. Each interval's rate is worked out once, for the idle check, the busy time and
+/// the peaks alike (the busy time asked an interval's rate up to five times, a division each).
 pub fn of_intervals(
     iv: &[(i64, i64, f64)],
     window_s: f64,
@@ -304,20 +306,29 @@ pub fn of_intervals(
 ) -> Activity {
     let sample_period_s = median_interval(iv, &mut buffers.lens) as f64 / 1e9;
     let floor = busy::active_floor(capacity_bytes_per_second);
-    // The rate as the busy time and the peaks compute it (a NaN is not idle: both would count it).
-    let idle = iv.iter().all(|x| x.2 / ((x.1 - x.0) as f64 / 1e9) < floor);
-    buffers.shape.clear();
+    // Each rate worked out once for the busy time and the peaks (a NaN is not idle: both would count it).
+    let Buffers {
+        shape,
+        busy: busy_buffers,
+        rates,
+        interior,
+        ..
+    } = buffers;
+    interval_rates(iv, rates);
+    let idle = rates.iter().all(|r| *r < floor);
+    shape.clear();
     if !idle {
-        buffers.shape.extend(iv.iter().map(|x| Interval {
+        shape.extend(iv.iter().map(|x| Interval {
             len_s: (x.1 - x.0) as f64 / 1e9,
             bytes: x.2,
         }));
     }
+    // `Interval::rate`: the same division where the interval has a length.
+    let shape_rate = |i: usize| if shape[i].len_s > 0.0 { rates[i] } else { 0.0 };
     let (busy_s, interior_rate, resolved) =
-        busy::busy_time_in(&buffers.shape, floor, sample_period_s, &mut buffers.busy);
+        busy::busy_time_in(shape, shape_rate, floor, sample_period_s, busy_buffers);
     let bursts = Bursts::of(
-        buffers
-            .busy
+        busy_buffers
             .runs
             .iter()
             .map(|r: &Run| burst(iv, r.first, r.end))
@@ -338,7 +349,7 @@ pub fn of_intervals(
         resolved,
         peaks: match idle {
             true => Bursts::of(Vec::new(), None),
-            false => peaks(iv, floor, (&mut buffers.rates, &mut buffers.interior)),
+            false => peaks(iv, floor, rates, interior),
         },
     }
 }
@@ -434,7 +445,13 @@ mod tests {
             bytes_per_burst: bursts.bytes_per_burst,
             bursts: bursts.bursts,
             resolved: b.resolved,
-            peaks: peaks(iv, floor, (&mut Vec::new(), &mut Vec::new())),
+            peaks: {
+                let rates: Vec<f64> = iv
+                    .iter()
+                    .map(|x| x.2 / ((x.1 - x.0) as f64 / 1e9))
+                    .collect();
+                peaks(iv, floor, &rates, &mut Vec::new())
+            },
         }
     }
 

@@ -96,8 +96,9 @@ pub struct Busy {
 /// [`active_floor`]) and the sampling period `sample_period_s`.
 pub fn busy_time(intervals: &[Interval], floor: f64, sample_period_s: f64) -> Busy {
     let mut buffers = BusyBuffers::default();
+    let rate = |i: usize| intervals[i].rate();
     let (active_s, interior_rate, resolved) =
-        busy_time_in(intervals, floor, sample_period_s, &mut buffers);
+        busy_time_in(intervals, rate, floor, sample_period_s, &mut buffers);
     Busy {
         active_s,
         runs: buffers.runs,
@@ -116,9 +117,12 @@ pub struct BusyBuffers {
 }
 
 /// [`busy_time`] into `buffers` (its runs left in `buffers.runs`): `(active_s, interior_rate, resolved)`, the
-/// same figures bit for bit (the medians by selection give the sort's values).
+/// same figures bit for bit (the medians by selection give the sort's values). `rate(i)` must be
+/// `intervals[i].rate()`: a caller that has the rates already worked out gives them (the scan and each run
+/// ask an interval's rate up to five times; a division each).
 pub fn busy_time_in(
     intervals: &[Interval],
+    rate: impl Fn(usize) -> f64,
     floor: f64,
     sample_period_s: f64,
     buffers: &mut BusyBuffers,
@@ -129,12 +133,14 @@ pub fn busy_time_in(
         interior,
     } = buffers;
     runs.clear();
-    for_each_run(intervals, floor, sample_period_s, rates, |r| runs.push(r));
+    for_each_run(intervals, &rate, floor, sample_period_s, rates, |r| {
+        runs.push(r)
+    });
     interior.clear();
     interior.extend(
         runs.iter()
             .filter(|r| r.resolved)
-            .flat_map(|r| intervals[r.first + 1..r.end - 1].iter().map(Interval::rate)),
+            .flat_map(|r| (r.first + 1..r.end - 1).map(&rate)),
     );
     let moved: f64 = runs.iter().map(|r| r.bytes).sum();
     let measured: f64 = runs.iter().filter(|r| r.resolved).map(|r| r.bytes).sum();
@@ -171,7 +177,8 @@ pub fn busy_summary(
     rates: &mut Vec<f64>,
 ) -> (f64, bool) {
     let (mut active_s, mut moved, mut measured) = (0.0, 0.0, 0.0);
-    for_each_run(intervals, floor, sample_period_s, rates, |r| {
+    let rate = |i: usize| intervals[i].rate();
+    for_each_run(intervals, &rate, floor, sample_period_s, rates, |r| {
         active_s += r.active_s;
         moved += r.bytes;
         if r.resolved {
@@ -184,30 +191,37 @@ pub fn busy_summary(
     )
 }
 
-/// Active seconds of one run (every interval at or above the floor): full intervals whole, the others at
-/// their share of the run's burst rate. `full` is scratch for the median of the full intervals' rates.
-fn run_active_s(run: &[Interval], full: &mut Vec<f64>) -> f64 {
-    let peak = run.iter().map(Interval::rate).fold(0.0, f64::max);
+/// Active seconds of the run `intervals[first..end]` (every interval at or above the floor; `rate(i)` is
+/// `intervals[i].rate()`): full intervals whole, the others at their share of the run's burst rate. `full`
+/// is scratch for the median of the full intervals' rates.
+fn run_active_s(
+    intervals: &[Interval],
+    (first, end): (usize, usize),
+    rate: &impl Fn(usize) -> f64,
+    full: &mut Vec<f64>,
+) -> f64 {
+    let peak = (first..end).map(rate).fold(0.0, f64::max);
     let full_at = FULL_RATE_FRACTION * peak;
     full.clear();
-    full.extend(run.iter().map(Interval::rate).filter(|r| *r >= full_at));
+    full.extend((first..end).map(rate).filter(|r| *r >= full_at));
     let burst_rate = median_select(full).unwrap_or(peak).max(f64::MIN_POSITIVE);
-    run.iter()
-        .map(|i| {
-            let rate = i.rate();
+    (first..end)
+        .map(|k| {
+            let (len_s, rate) = (intervals[k].len_s, rate(k));
             if rate >= full_at {
-                i.len_s
+                len_s
             } else {
-                i.len_s * (rate / burst_rate).min(1.0)
+                len_s * (rate / burst_rate).min(1.0)
             }
         })
         .sum()
 }
 
-/// Calls `f` with each run of intervals at or above `floor`, oldest first, with its active time (`full`:
-/// scratch for [`run_active_s`]).
+/// Calls `f` with each run of intervals at or above `floor`, oldest first, with its active time (`rate(i)`:
+/// `intervals[i].rate()`; `full`: scratch for [`run_active_s`]).
 fn for_each_run(
     intervals: &[Interval],
+    rate: &impl Fn(usize) -> f64,
     floor: f64,
     sample_period_s: f64,
     full: &mut Vec<f64>,
@@ -215,12 +229,12 @@ fn for_each_run(
 ) {
     let mut i = 0;
     while i < intervals.len() {
-        if intervals[i].rate() < floor {
+        if rate(i) < floor {
             i += 1;
             continue;
         }
         let first = i;
-        while i < intervals.len() && intervals[i].rate() >= floor {
+        while i < intervals.len() && rate(i) >= floor {
             i += 1;
         }
         let run = &intervals[first..i];
@@ -232,7 +246,7 @@ fn for_each_run(
             first,
             end: i,
             bytes: run.iter().map(|x| x.bytes).sum(),
-            active_s: run_active_s(run, full),
+            active_s: run_active_s(intervals, (first, i), rate, full),
             resolved: interior_s > 0.0 && interior_s >= 0.5 * sample_period_s,
         });
     }
