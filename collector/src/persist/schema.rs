@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::Duration;
 
-use rusqlite::{params, Connection};
+use rusqlite::{params, Connection, Transaction, TransactionBehavior};
 
 use super::partition::{self, Partition};
 use super::{Item, PersistError, PersistedJobs, Replay};
@@ -256,7 +256,10 @@ pub(crate) fn commit(
     items: &[Item],
     span_s: i64,
 ) -> Result<(), rusqlite::Error> {
-    let tx = conn.transaction()?;
+    // The write lock at once (waiting up to the busy timeout): a transaction that began reading (a partition's
+    // `CREATE TABLE IF NOT EXISTS`) could not take it after another connection to the file (the findings'
+    // history) wrote meanwhile, and would fail at once with "database is locked".
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     {
         let mut hello = tx.prepare_cached(
             "INSERT INTO hellos(node, instance_id, received_unix_ns, payload) VALUES (?1, ?2, ?3, ?4)",
@@ -364,7 +367,7 @@ pub(crate) fn prune(
     now_unix_ns: i64,
 ) -> Result<usize, rusqlite::Error> {
     let cutoff = cutoff(retention, now_unix_ns);
-    let tx = conn.unchecked_transaction()?;
+    let tx = Transaction::new_unchecked(conn, TransactionBehavior::Immediate)?;
     // Without a batch received since the cutoff, every batch goes.
     let mut n = tx.execute(
         "DELETE FROM batches WHERE rowid < coalesce(
@@ -597,6 +600,28 @@ mod tests {
                 ('b', "n2".into(), 7, 5),
             ]
         );
+    }
+
+    /// Another connection to the file (the findings' history) writing while a commit begins: the commit waits
+    /// for its lock and goes through, where one that began reading failed at once ("database is locked").
+    #[test]
+    fn a_commit_waits_for_another_connections_write() {
+        let (_dir, path, mut conn) = fresh();
+        commit(&mut conn, &[batch("n1", 1, 1, 1)], SPAN).unwrap();
+        let other = open(&path).unwrap();
+        other.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let (locked_tx, locked) = std::sync::mpsc::channel();
+        let writer = std::thread::spawn(move || {
+            other.execute("CREATE TABLE history(x)", []).unwrap();
+            locked_tx.send(()).unwrap();
+            std::thread::sleep(Duration::from_millis(300));
+            other.execute_batch("COMMIT").unwrap();
+        });
+        locked.recv().unwrap();
+        commit(&mut conn, &[batch("n1", 1, 2, 1)], SPAN).unwrap();
+        prune(&conn, Duration::from_secs(10), T0 + 2 * S).unwrap();
+        writer.join().unwrap();
+        assert_eq!(batch_rows(&conn), 2);
     }
 
     #[test]
