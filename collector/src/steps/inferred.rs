@@ -47,6 +47,7 @@
 //! strength is below [`MIN_STRENGTH`], or before [`MIN_POINTS`] samples are held; the sequence restarts
 //! (no step spans a quiet spell) when periodicity is lost.
 
+use std::borrow::Cow;
 use std::collections::VecDeque;
 
 /// Traffic history kept per node, ns.
@@ -196,10 +197,23 @@ fn split_peak(ac: &[f64], sub: f64, first_negative: usize, best: f64) -> bool {
         && ac[lo + 2] < top
 }
 
+/// The `p`th percentile of `v` by a sort of a copy: what [`SortedValues`] and [`percentile_in_place`] are
+/// tested against.
+#[cfg(test)]
 fn percentile(v: &[f64], p: f64) -> f64 {
     let mut s = v.to_vec();
     s.sort_by(|a, b| a.total_cmp(b));
     percentile_of_sorted(&s, p)
+}
+
+/// The `p`th percentile of `v` by selection, in place (`v` left in no particular order): the element a sort would
+/// put at the nearest rank, the same value bit for bit, without a copy or a sort.
+fn percentile_in_place(v: &mut [f64], p: f64) -> f64 {
+    let i = ((p / 100.0) * (v.len().saturating_sub(1)) as f64).round() as usize;
+    if i >= v.len() {
+        return 0.0;
+    }
+    *v.select_nth_unstable_by(i, f64::total_cmp).1
 }
 
 /// The `p`th percentile of `sorted` (in [`f64::total_cmp`]'s order): the value at the nearest rank (0 when
@@ -242,7 +256,7 @@ impl SortedValues {
 /// A node's traffic window: its points, their interval rates, and the rates and intervals in order, kept as
 /// points come and go ([`Window::push`], [`Window::trim`]), so that a pass reads the window's levels without
 /// copying, re-deriving or sorting the whole window (the same values as [`interval_rates`] and
-/// [`percentile`] over it).
+/// a sort over it).
 #[derive(Debug, Default)]
 struct Window {
     /// `(timestamp_ns, cumulative bytes)`, oldest first, strictly increasing times.
@@ -289,7 +303,7 @@ impl Window {
     }
 
     /// `(low, high, dt)`: the [`LOW_PERCENTILE`]th percentile and the highest of the interval rates (bytes/s),
-    /// and the median interval (s), as [`percentile`] and a fold from 0 give them over [`interval_rates`].
+    /// and the median interval (s), as a sort and a fold from 0 give them over [`interval_rates`].
     fn levels(&self) -> (f64, f64, f64) {
         (
             self.by_rate.percentile(LOW_PERCENTILE),
@@ -680,12 +694,24 @@ impl InferenceTracker {
         self.levels
     }
 
-    /// The points held from `from` to `to` (ns, inclusive), `None` when the window does not reach past `to`.
-    pub fn points_between(&self, from: i64, to: i64) -> Option<Vec<(i64, f64)>> {
+    /// The points held from `from` to `to` (ns, inclusive), `None` when the window does not reach past `to`:
+    /// borrowed from the window where they lie in one piece of it (as after a pass, [`Self::steps`]), else
+    /// copied.
+    pub fn points_between(&self, from: i64, to: i64) -> Option<Cow<'_, [(i64, f64)]>> {
         let points = &self.window.points;
         let a = points.partition_point(|p| p.0 < from);
         let b = points.partition_point(|p| p.0 <= to);
-        (b < points.len()).then(|| points.range(a..b).copied().collect())
+        if b >= points.len() {
+            return None;
+        }
+        let (front, back) = points.as_slices();
+        Some(if b <= front.len() {
+            Cow::Borrowed(&front[a..b])
+        } else if a >= front.len() {
+            Cow::Borrowed(&back[a - front.len()..b - front.len()])
+        } else {
+            Cow::Owned(points.range(a..b).copied().collect())
+        })
     }
 
     /// The `fresh` estimate, or the period followed so far where `fresh` is weak or none while the traffic
@@ -823,7 +849,7 @@ pub(super) fn interval_rates(pts: &[(i64, f64)]) -> (Vec<f64>, f64) {
         dts.push(dt);
         rates.push(rate);
     }
-    (rates, percentile(&dts, 50.0))
+    (rates, percentile_in_place(&mut dts, 50.0))
 }
 
 /// The rate (bytes/s; a counter going back counts as zero) and the length (s) of the interval from `a` to `b`,
@@ -991,6 +1017,39 @@ mod tests {
             let (rates, dt) = interval_rates(&pts);
             assert_eq!(w.rates.iter().copied().collect::<Vec<_>>(), rates);
             let (low, high, kept_dt) = w.levels();
+            let mut dts: Vec<f64> = pts
+                .windows(2)
+                .map(|p| interval_rate(p[0], p[1]).1)
+                .collect();
+            assert_eq!(dt.to_bits(), percentile(&dts, 50.0).to_bits());
+            for q in [0.0, 5.0, 50.0, 100.0] {
+                let sorted = percentile(&rates, q);
+                let mut copy = rates.clone();
+                assert_eq!(
+                    percentile_in_place(&mut copy, q).to_bits(),
+                    sorted.to_bits()
+                );
+            }
+            dts.clear();
+            assert_eq!(percentile_in_place(&mut dts, 50.0), 0.0);
+            let (a, b) = (
+                r.random_range(-100..2_000) * MS + t - WINDOW_NS,
+                t - r.random_range(0..3_000) * MS,
+            );
+            // The points between two times, borrowed or copied, as the window holds them.
+            let tr = InferenceTracker {
+                window: std::mem::take(&mut w),
+                ..Default::default()
+            };
+            let between = tr.points_between(a, b).map(|c| c.into_owned());
+            let want: Vec<(i64, f64)> = pts
+                .iter()
+                .copied()
+                .filter(|p| p.0 >= a && p.0 <= b)
+                .collect();
+            let reaches = pts.iter().any(|p| p.0 > b);
+            assert_eq!(between, reaches.then_some(want), "pass {pass}: [{a}, {b}]");
+            w = tr.window;
             let whole = (
                 percentile(&rates, LOW_PERCENTILE),
                 rates.iter().copied().fold(0.0, f64::max),
