@@ -155,13 +155,12 @@ fn main() {
     let tmp = tempfile::tempdir_in(std::env::var("DIR").unwrap_or_else(|_| "/tmp".into()))
         .expect("a temporary directory");
     let path: PathBuf = tmp.path().join(DB_FILE);
-    let retention = Duration::from_secs(retention_s);
     let mut run = Run {
-        db: Db::open(&path, retention).expect("open"),
+        db: Db::open(&path).expect("open"),
         names: (0..nodes).map(|i| format!("load-{i:05}")).collect(),
         seqs: vec![0; nodes],
         payloads,
-        retention,
+        retention: Duration::from_secs(retention_s),
         items: Items::default(),
     };
     let mut hellos = Items::default();

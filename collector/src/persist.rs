@@ -6,10 +6,9 @@
 //!   [`COMMIT_MAX_ITEMS`]). Only after the commit is a batch marked durable, so acks carry it only then.
 //! - WAL mode, `synchronous = FULL`: a committed transaction survives a process kill and a power loss.
 //! - Tables ([`schema`]): `hellos(node, instance_id, received_unix_ns, payload)` (an `InventoryUpdate` is stored
-//!   as a new Hello row carrying the merged inventory), batches in one table per span of receive time
-//!   (`batches_<start>_<end>(node, instance_id, seq, received_unix_ns, payload)`, [`partition`]; older
-//!   collectors kept them all in `batches`, still read), `seqs(node, instance_id, highest_seq,
-//!   updated_unix_ns)` so dedup survives the pruning of old batches, and `jobs(node PRIMARY KEY, instance_id, received_unix_ns, payload)`: each node's latest job list
+//!   as a new Hello row carrying the merged inventory), `batches(node, instance_id, seq, received_unix_ns,
+//!   payload)`, and `seqs(node, instance_id, highest_seq, updated_unix_ns)` so dedup survives the pruning of old
+//!   batches, and `jobs(node PRIMARY KEY, instance_id, received_unix_ns, payload)`: each node's latest job list
 //!   (an encoded `JobInventory`, already validated, so only allowlisted `NCCL_*` settings), replayed onto the
 //!   node when its current instance is the one that sent it. Older state directories get the table on open;
 //!   older collectors ignore it.
@@ -36,7 +35,6 @@ use crate::telemetry::Health;
 #[doc(hidden)]
 pub mod bench;
 pub mod files;
-mod partition;
 mod replay;
 pub(crate) mod schema;
 pub(crate) mod writer;

@@ -10,7 +10,7 @@ use std::time::Duration;
 use rusqlite::Connection;
 use tokio::sync::watch;
 
-use super::{partition, schema, Item, PersistError};
+use super::{schema, Item, PersistError};
 
 /// The writer's items for one commit, built apart from the commit that is timed.
 pub struct Items {
@@ -73,22 +73,19 @@ impl Items {
 /// The state database, as the writer holds it.
 pub struct Db {
     conn: Connection,
-    /// Seconds a partition of batches spans (under the retention the database was opened for).
-    span_s: i64,
 }
 
 impl Db {
-    /// Opens (creating) the database at `path` as the collector does at start, for `retention`.
-    pub fn open(path: &Path, retention: Duration) -> Result<Db, PersistError> {
+    /// Opens (creating) the database at `path` as the collector does at start.
+    pub fn open(path: &Path) -> Result<Db, PersistError> {
         Ok(Db {
             conn: schema::open(path)?,
-            span_s: partition::span_s(retention),
         })
     }
 
     /// Commits `items` in one transaction, as the writer does every `COMMIT_INTERVAL`.
     pub fn commit(&mut self, items: &Items) -> Result<(), rusqlite::Error> {
-        schema::commit(&mut self.conn, &items.items, self.span_s)
+        schema::commit(&mut self.conn, &items.items)
     }
 
     /// Deletes what is past `retention` at `now_unix_ns`, as the writer does every `PRUNE_INTERVAL`; how many

@@ -23,7 +23,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::{error, info, warn};
 
-use super::{mark_durable, partition, schema, Item};
+use super::{mark_durable, schema, Item};
 use crate::telemetry::throttle::LogThrottle;
 use crate::telemetry::Health;
 
@@ -38,15 +38,14 @@ pub const STILL_DEGRADED_EVERY: Duration = Duration::from_secs(60);
 
 /// Where the writer commits: one transaction per call, all or nothing.
 pub(crate) trait Sink: Send + 'static {
-    /// Commits `items`, batches in partitions of `span_s` seconds.
-    fn commit(&mut self, items: &[Item], span_s: i64) -> Result<(), rusqlite::Error>;
+    fn commit(&mut self, items: &[Item]) -> Result<(), rusqlite::Error>;
     /// Deletes rows past `retention`; how many.
     fn prune(&mut self, retention: Duration) -> Result<usize, rusqlite::Error>;
 }
 
 impl Sink for Connection {
-    fn commit(&mut self, items: &[Item], span_s: i64) -> Result<(), rusqlite::Error> {
-        schema::commit(self, items, span_s)
+    fn commit(&mut self, items: &[Item]) -> Result<(), rusqlite::Error> {
+        schema::commit(self, items)
     }
 
     fn prune(&mut self, retention: Duration) -> Result<usize, rusqlite::Error> {
@@ -148,9 +147,8 @@ impl<S: Sink> Writer<S> {
             std::mem::take(&mut self.pending).into_iter().unzip();
         let do_prune = self.degraded_since.is_none() && self.last_prune.elapsed() >= PRUNE_INTERVAL;
         let retention = self.retention;
-        let span_s = partition::span_s(retention);
         let joined = tokio::task::spawn_blocking(move || {
-            let committed = sink.commit(&items, span_s);
+            let committed = sink.commit(&items);
             let pruned = (committed.is_ok() && do_prune).then(|| sink.prune(retention));
             (sink, items, committed, pruned)
         })
@@ -250,14 +248,14 @@ mod tests {
     }
 
     impl Sink for FillableDisk {
-        fn commit(&mut self, items: &[Item], span_s: i64) -> Result<(), rusqlite::Error> {
+        fn commit(&mut self, items: &[Item]) -> Result<(), rusqlite::Error> {
             let pages: i64 = if self.full.load(Ordering::SeqCst) {
                 self.conn.query_row("PRAGMA page_count", [], |r| r.get(0))?
             } else {
                 1 << 30
             };
             self.conn.pragma_update(None, "max_page_count", pages)?;
-            schema::commit(&mut self.conn, items, span_s)
+            schema::commit(&mut self.conn, items)
         }
 
         fn prune(&mut self, retention: Duration) -> Result<usize, rusqlite::Error> {
@@ -298,8 +296,7 @@ mod tests {
 
     impl Rig {
         async fn batch(&self, seq: u64) {
-            // Larger than a page, so that a full disk refuses it.
-            let payload = vec![seq as u8; 2 * schema::PAGE_SIZE as usize];
+            let payload = vec![seq as u8; 8192];
             let (now, durable) = (unix_now_ns(), self.durable.clone());
             self.handle.batch("n1", 7, seq, now, payload, durable).await;
         }
@@ -313,17 +310,13 @@ mod tests {
                 .unwrap();
         }
 
-        /// Every stored batch's sequence number, partitions oldest first, each in commit order.
         fn stored_seqs(&self) -> Vec<i64> {
             let conn = Connection::open(self.dir.path().join(DB_FILE)).unwrap();
-            let mut seqs = Vec::new();
-            for p in partition::list(&conn).unwrap() {
-                let sql = format!("SELECT seq FROM {} ORDER BY rowid", p.table());
-                let mut st = conn.prepare(&sql).unwrap();
-                let rows = st.query_map([], |r| r.get::<_, i64>(0)).unwrap();
-                seqs.extend(rows.map(Result::unwrap));
-            }
-            seqs
+            let mut st = conn
+                .prepare("SELECT seq FROM batches ORDER BY rowid")
+                .unwrap();
+            let rows = st.query_map([], |r| r.get(0)).unwrap();
+            rows.map(Result::unwrap).collect()
         }
     }
 
