@@ -258,16 +258,17 @@ mod tests {
         // 1420 ms (above the tail level, below the busy one). Its traffic fills the interval after the burst
         // and goes on: the edge is shown where the bytes are counted, not inside that interval (before: at
         // 1301 ms, with the slow link's 0.7 MB after it counted in the step).
+        shown_where_counted((1140.0, 1420.0, 15e6), 515e6);
+    }
+
+    /// A burst of 500 MB/s in 270–418 ms of every 435 ms (the third ends at 1288 ms) and another flow of
+    /// `rate` bytes/s over `[from, to)` ms: the edge near 1300 ms is counted at 1350 ms and shown there, with
+    /// no byte between the shown and the counted edge.
+    fn shown_where_counted((from, to, rate): (f64, f64, f64), high: f64) {
         let on = |t: f64| (t % 435.0) >= 270.0 && (t % 435.0) < 418.0;
-        let slow = |t: f64| {
-            if (1140.0..1420.0).contains(&t) {
-                15e6
-            } else {
-                0.0
-            }
-        };
-        let (pts, moved) = two_flows(2000, (500e6, on), slow);
-        let e = own_edge(&pts, levels(515e6), 1300 * MS, 60 * MS).unwrap();
+        let other = move |t: f64| if (from..to).contains(&t) { rate } else { 0.0 };
+        let (pts, moved) = two_flows(2000, (500e6, on), other);
+        let e = own_edge(&pts, levels(high), 1300 * MS, 60 * MS).unwrap();
         assert_eq!(e.count_ns, 1350 * MS);
         assert_eq!(
             moved(e.at_ns, e.count_ns),
@@ -283,23 +284,7 @@ mod tests {
         // on to 1340 ms, so the interval 1300–1350 carries 16 MB/s (above the tail level) and the edge is counted
         // at 1350. Those bytes are not the burst's: the busy interval before them is not full. Shown before:
         // 1301 ms, with 0.76 MB of the stream after it counted in the step.
-        let on = |t: f64| (t % 435.0) >= 270.0 && (t % 435.0) < 418.0;
-        let stream = |t: f64| {
-            if (1000.0..1340.0).contains(&t) {
-                20e6
-            } else {
-                0.0
-            }
-        };
-        let (pts, moved) = two_flows(2000, (500e6, on), stream);
-        let e = own_edge(&pts, levels(520e6), 1300 * MS, 60 * MS).unwrap();
-        assert_eq!(e.count_ns, 1350 * MS);
-        assert_eq!(
-            moved(e.at_ns, e.count_ns),
-            0.0,
-            "shown at {} ms",
-            e.at_ns / MS
-        );
+        shown_where_counted((1000.0, 1340.0, 20e6), 520e6);
     }
 
     #[test]
