@@ -4,11 +4,14 @@
 //! - One writer task ([`writer`]) owns the connection; items arrive over a bounded channel (ingest waits when
 //!   it is full: backpressure, not loss) and are committed in one transaction every [`COMMIT_INTERVAL`] (or
 //!   [`COMMIT_MAX_ITEMS`]). Only after the commit is a batch marked durable, so acks carry it only then.
-//! - WAL mode, `synchronous = FULL`: a committed transaction survives a process kill and a power loss.
+//! - WAL mode, `synchronous = FULL`: a committed transaction survives a process kill and a power loss. The WAL
+//!   is checkpointed beside the writer, not within its commits ([`checkpoint`]).
 //! - Tables ([`schema`]): `hellos(node, instance_id, received_unix_ns, payload)` (an `InventoryUpdate` is stored
-//!   as a new Hello row carrying the merged inventory), `batches(node, instance_id, seq, received_unix_ns,
-//!   payload)`, and `seqs(node, instance_id, highest_seq, updated_unix_ns)` so dedup survives the pruning of old
-//!   batches, and `jobs(node PRIMARY KEY, instance_id, received_unix_ns, payload)`: each node's latest job list
+//!   as a new Hello row carrying the merged inventory), batches in one table per span of receive time
+//!   (`batches_<start>_<end>(node, instance_id, seq, received_unix_ns, payload)`, [`partition`]; older
+//!   collectors kept them all in `batches`, still read), `seqs(node, instance_id, highest_seq,
+//!   updated_unix_ns)` so dedup survives the pruning of old batches, and `jobs(node PRIMARY KEY, instance_id,
+//!   received_unix_ns, payload)`: each node's latest job list
 //!   (an encoded `JobInventory`, already validated, so only allowlisted `NCCL_*` settings), replayed onto the
 //!   node when its current instance is the one that sent it. Older state directories get the table on open;
 //!   older collectors ignore it.
@@ -34,7 +37,9 @@ use crate::telemetry::Health;
 
 #[doc(hidden)]
 pub mod bench;
+mod checkpoint;
 pub mod files;
+mod partition;
 mod replay;
 pub(crate) mod schema;
 pub(crate) mod writer;
@@ -62,6 +67,37 @@ pub(crate) fn mark_durable(durable: &watch::Sender<u64>, seq: u64) {
             false
         }
     });
+}
+
+/// Wall time of one commit of the writer, by phase (what `commwatch_collector_persist_commit_seconds`
+/// observes): what an operator reads to tell a slow disk (`sync`) from a lock held by another connection
+/// (`lock_wait`).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct CommitTimes {
+    /// From `BEGIN IMMEDIATE` until the transaction held the database's write lock.
+    pub lock_wait: Duration,
+    /// The transaction's statements (the inserts and upserts).
+    pub write: Duration,
+    /// `COMMIT`: the WAL written and fsynced (and a checkpoint when SQLite runs one within it).
+    pub sync: Duration,
+}
+
+impl CommitTimes {
+    /// The whole commit: lock wait, statements and sync.
+    pub fn all(&self) -> Duration {
+        self.lock_wait + self.write + self.sync
+    }
+
+    /// Observes each phase in `h` (labelled by `telemetry::names::PERSIST_COMMIT_PHASES`).
+    pub(crate) fn observe(&self, h: &prometheus::HistogramVec) {
+        let phases = [self.all(), self.lock_wait, self.write, self.sync];
+        for (name, d) in crate::telemetry::names::PERSIST_COMMIT_PHASES
+            .iter()
+            .zip(phases)
+        {
+            h.with_label_values(&[name]).observe(d.as_secs_f64());
+        }
+    }
 }
 
 /// Persistence errors. Each message says its cause itself (none is repeated as a `source()`).
@@ -226,10 +262,12 @@ pub(crate) enum Replay {
     },
 }
 
-/// Starts the writer on `sink` (the database at `path`); it ends, after committing what it holds, once every
+/// Starts the writer on `sink` (the database at `path`), checkpoints on `checkpointer` (none: SQLite's within
+/// commits); it ends, after committing what it holds, once every
 /// [`PersistHandle`] is dropped.
 pub(crate) fn spawn_writer<S: writer::Sink>(
     sink: S,
+    checkpointer: Option<checkpoint::Checkpointer>,
     path: PathBuf,
     retention: Duration,
     health: Health,
@@ -240,5 +278,8 @@ pub(crate) fn spawn_writer<S: writer::Sink>(
         budget: Arc::new(Semaphore::new(QUEUE_KIB)),
         health: health.clone(),
     };
-    (handle, writer::spawn(sink, path, retention, health, rx))
+    (
+        handle,
+        writer::spawn(sink, checkpointer, path, retention, health, rx),
+    )
 }

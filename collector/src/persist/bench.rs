@@ -10,7 +10,7 @@ use std::time::Duration;
 use rusqlite::Connection;
 use tokio::sync::watch;
 
-use super::{schema, Item, PersistError};
+use super::{checkpoint, partition, schema, CommitTimes, Item, PersistError};
 
 /// The writer's items for one commit, built apart from the commit that is timed.
 pub struct Items {
@@ -73,19 +73,22 @@ impl Items {
 /// The state database, as the writer holds it.
 pub struct Db {
     conn: Connection,
+    /// Seconds a partition of batches spans (under the retention the database was opened for).
+    span_s: i64,
 }
 
 impl Db {
-    /// Opens (creating) the database at `path` as the collector does at start.
-    pub fn open(path: &Path) -> Result<Db, PersistError> {
+    /// Opens (creating) the database at `path` as the collector does at start, for `retention`.
+    pub fn open(path: &Path, retention: Duration) -> Result<Db, PersistError> {
         Ok(Db {
             conn: schema::open(path)?,
+            span_s: partition::span_s(retention),
         })
     }
 
     /// Commits `items` in one transaction, as the writer does every `COMMIT_INTERVAL`.
-    pub fn commit(&mut self, items: &Items) -> Result<(), rusqlite::Error> {
-        schema::commit(&mut self.conn, &items.items)
+    pub fn commit(&mut self, items: &Items) -> Result<CommitTimes, rusqlite::Error> {
+        schema::commit(&mut self.conn, &items.items, self.span_s)
     }
 
     /// Deletes what is past `retention` at `now_unix_ns`, as the writer does every `PRUNE_INTERVAL`; how many
@@ -98,6 +101,12 @@ impl Db {
         schema::prune(&self.conn, retention, now_unix_ns)
     }
 
+    /// Checkpoints within the commits, as SQLite does by default (every 1,000 pages of WAL), instead of only
+    /// past the writer's backstop.
+    pub fn checkpoint_within_commits(&self) -> Result<(), rusqlite::Error> {
+        self.conn.pragma_update(None, "wal_autocheckpoint", 1000)
+    }
+
     /// What a start would replay at `now_unix_ns`: Hellos and batches within `retention`, and instances with
     /// a highest sequence number.
     pub fn load(
@@ -108,5 +117,21 @@ impl Db {
     ) -> Result<(usize, usize), PersistError> {
         let l = schema::load(&self.conn, path, retention, now_unix_ns)?;
         Ok((l.items.len(), l.seqs.len()))
+    }
+}
+
+/// The writer's checkpointer: a connection of its own to the database, as the writer's.
+pub struct Checkpoint(checkpoint::Checkpointer);
+
+impl Checkpoint {
+    /// A connection to the database at `path` (opened by [`Db::open`]).
+    pub fn open(path: &Path) -> Result<Checkpoint, rusqlite::Error> {
+        Ok(Checkpoint(checkpoint::Checkpointer::open(path)?))
+    }
+
+    /// One passive checkpoint, as the writer runs one beside its commits: its wall time and the WAL's frames.
+    pub fn run(&mut self) -> Result<(Duration, i64), rusqlite::Error> {
+        let done = self.0.run()?;
+        Ok((done.wall, done.wal_frames))
     }
 }

@@ -23,7 +23,8 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::{error, info, warn};
 
-use super::{mark_durable, schema, Item};
+use super::checkpoint::{Checkpointed, Checkpointer, CHECKPOINT_EVERY};
+use super::{mark_durable, partition, schema, CommitTimes, Item};
 use crate::telemetry::throttle::LogThrottle;
 use crate::telemetry::Health;
 
@@ -38,14 +39,15 @@ pub const STILL_DEGRADED_EVERY: Duration = Duration::from_secs(60);
 
 /// Where the writer commits: one transaction per call, all or nothing.
 pub(crate) trait Sink: Send + 'static {
-    fn commit(&mut self, items: &[Item]) -> Result<(), rusqlite::Error>;
+    /// Commits `items`, batches in partitions of `span_s` seconds.
+    fn commit(&mut self, items: &[Item], span_s: i64) -> Result<CommitTimes, rusqlite::Error>;
     /// Deletes rows past `retention`; how many.
     fn prune(&mut self, retention: Duration) -> Result<usize, rusqlite::Error>;
 }
 
 impl Sink for Connection {
-    fn commit(&mut self, items: &[Item]) -> Result<(), rusqlite::Error> {
-        schema::commit(self, items)
+    fn commit(&mut self, items: &[Item], span_s: i64) -> Result<CommitTimes, rusqlite::Error> {
+        schema::commit(self, items, span_s)
     }
 
     fn prune(&mut self, retention: Duration) -> Result<usize, rusqlite::Error> {
@@ -54,6 +56,16 @@ impl Sink for Connection {
 }
 
 type Queued = (Item, OwnedSemaphorePermit);
+
+/// The checkpointer between checkpoints, or the checkpoint running on the blocking pool.
+enum Checkpoints {
+    Idle {
+        checkpointer: Checkpointer,
+        /// When the last one ended.
+        last: Instant,
+    },
+    Running(JoinHandle<(Checkpointer, rusqlite::Result<Checkpointed>)>),
+}
 
 /// The writer's state between commits.
 struct Writer<S> {
@@ -69,12 +81,15 @@ struct Writer<S> {
     degraded_since: Option<Instant>,
     retry: Duration,
     still: LogThrottle,
+    /// `None`: SQLite checkpoints within the commits.
+    checkpoints: Option<Checkpoints>,
 }
 
 /// Starts the writer on `rx`. It ends when every sender is dropped and what it holds is committed — or, the
 /// disk still failing then, after one more attempt (what it held was not acknowledged: agents resend it).
 pub(crate) fn spawn<S: Sink>(
     sink: S,
+    checkpointer: Option<Checkpointer>,
     path: PathBuf,
     retention: Duration,
     health: Health,
@@ -90,6 +105,10 @@ pub(crate) fn spawn<S: Sink>(
         degraded_since: None,
         retry: RETRY_MIN,
         still: LogThrottle::new(STILL_DEGRADED_EVERY),
+        checkpoints: checkpointer.map(|checkpointer| Checkpoints::Idle {
+            checkpointer,
+            last: Instant::now(),
+        }),
     };
     tokio::spawn(writer.run(rx))
 }
@@ -121,6 +140,61 @@ impl<S: Sink> Writer<S> {
                 break;
             }
         }
+        if let Some(Checkpoints::Running(task)) = self.checkpoints.take() {
+            self.checkpointed(task.await);
+        }
+    }
+
+    /// After a commit: collects a checkpoint that ended, and starts the next on the blocking pool once
+    /// [`CHECKPOINT_EVERY`] has passed since the last ended (the writer goes on committing meanwhile).
+    async fn checkpoint(&mut self) {
+        let idle = match self.checkpoints.take() {
+            Some(Checkpoints::Running(task)) if task.is_finished() => {
+                let r = task.await;
+                self.checkpointed(r)
+            }
+            other => other,
+        };
+        self.checkpoints = match idle {
+            Some(Checkpoints::Idle {
+                mut checkpointer,
+                last,
+            }) if last.elapsed() >= CHECKPOINT_EVERY => Some(Checkpoints::Running(
+                tokio::task::spawn_blocking(move || {
+                    let r = checkpointer.run();
+                    (checkpointer, r)
+                }),
+            )),
+            other => other,
+        };
+    }
+
+    /// Observes a checkpoint's outcome; the checkpointer to use next (none when its task panicked: SQLite's
+    /// own checkpoints within the commits take over).
+    fn checkpointed(
+        &mut self,
+        joined: Result<(Checkpointer, rusqlite::Result<Checkpointed>), tokio::task::JoinError>,
+    ) -> Option<Checkpoints> {
+        let Ok((checkpointer, r)) = joined else {
+            error!(path = %self.path.display(), "persistence checkpointer failed; commits checkpoint themselves");
+            self.health.persist_errors.inc();
+            return None;
+        };
+        match r {
+            Ok(done) => {
+                let h = &self.health.persist_commit_seconds;
+                h.with_label_values(&["checkpoint"])
+                    .observe(done.wall.as_secs_f64());
+            }
+            Err(e) => {
+                self.health.persist_errors.inc();
+                warn!(path = %self.path.display(), error = %e, "sqlite checkpoint failed");
+            }
+        }
+        Some(Checkpoints::Idle {
+            checkpointer,
+            last: Instant::now(),
+        })
     }
 
     /// Takes what arrives until `deadline` (or [`COMMIT_MAX_ITEMS`] are pending); `false` once every sender
@@ -147,8 +221,9 @@ impl<S: Sink> Writer<S> {
             std::mem::take(&mut self.pending).into_iter().unzip();
         let do_prune = self.degraded_since.is_none() && self.last_prune.elapsed() >= PRUNE_INTERVAL;
         let retention = self.retention;
+        let span_s = partition::span_s(retention);
         let joined = tokio::task::spawn_blocking(move || {
-            let committed = sink.commit(&items);
+            let committed = sink.commit(&items, span_s);
             let pruned = (committed.is_ok() && do_prune).then(|| sink.prune(retention));
             (sink, items, committed, pruned)
         })
@@ -166,8 +241,9 @@ impl<S: Sink> Writer<S> {
             self.pruned(p);
         }
         match committed {
-            Ok(()) => {
+            Ok(times) => {
                 self.health.persist_commits.inc();
+                times.observe(&self.health.persist_commit_seconds);
                 for it in &items {
                     if let Item::Batch { durable, seq, .. } = it {
                         mark_durable(durable, *seq);
@@ -175,6 +251,7 @@ impl<S: Sink> Writer<S> {
                 }
                 drop(permits);
                 self.recovered(items.len());
+                self.checkpoint().await;
                 true
             }
             Err(e) => {
@@ -248,14 +325,14 @@ mod tests {
     }
 
     impl Sink for FillableDisk {
-        fn commit(&mut self, items: &[Item]) -> Result<(), rusqlite::Error> {
+        fn commit(&mut self, items: &[Item], span_s: i64) -> Result<CommitTimes, rusqlite::Error> {
             let pages: i64 = if self.full.load(Ordering::SeqCst) {
                 self.conn.query_row("PRAGMA page_count", [], |r| r.get(0))?
             } else {
                 1 << 30
             };
             self.conn.pragma_update(None, "max_page_count", pages)?;
-            schema::commit(&mut self.conn, items)
+            schema::commit(&mut self.conn, items, span_s)
         }
 
         fn prune(&mut self, retention: Duration) -> Result<usize, rusqlite::Error> {
@@ -273,9 +350,15 @@ mod tests {
     }
 
     fn rig() -> Rig {
+        rig_with(false)
+    }
+
+    /// The rig, its WAL checkpointed beside the writer (`beside`) as the collector's, or within the commits.
+    fn rig_with(beside: bool) -> Rig {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(DB_FILE);
         let conn = schema::open(&path).unwrap();
+        let checkpointer = beside.then(|| Checkpointer::open(&path).unwrap());
         let full = Arc::new(AtomicBool::new(false));
         let health = Health::new().unwrap();
         let disk = FillableDisk {
@@ -283,7 +366,7 @@ mod tests {
             full: full.clone(),
         };
         let retention = Duration::from_secs(600);
-        let (handle, task) = spawn_writer(disk, path, retention, health.clone());
+        let (handle, task) = spawn_writer(disk, checkpointer, path, retention, health.clone());
         Rig {
             dir,
             full,
@@ -296,7 +379,8 @@ mod tests {
 
     impl Rig {
         async fn batch(&self, seq: u64) {
-            let payload = vec![seq as u8; 8192];
+            // Larger than a page, so that a full disk refuses it.
+            let payload = vec![seq as u8; 2 * schema::PAGE_SIZE as usize];
             let (now, durable) = (unix_now_ns(), self.durable.clone());
             self.handle.batch("n1", 7, seq, now, payload, durable).await;
         }
@@ -310,13 +394,17 @@ mod tests {
                 .unwrap();
         }
 
+        /// Every stored batch's sequence number, partitions oldest first, each in commit order.
         fn stored_seqs(&self) -> Vec<i64> {
             let conn = Connection::open(self.dir.path().join(DB_FILE)).unwrap();
-            let mut st = conn
-                .prepare("SELECT seq FROM batches ORDER BY rowid")
-                .unwrap();
-            let rows = st.query_map([], |r| r.get(0)).unwrap();
-            rows.map(Result::unwrap).collect()
+            let mut seqs = Vec::new();
+            for p in partition::list(&conn).unwrap() {
+                let sql = format!("SELECT seq FROM {} ORDER BY rowid", p.table());
+                let mut st = conn.prepare(&sql).unwrap();
+                let rows = st.query_map([], |r| r.get::<_, i64>(0)).unwrap();
+                seqs.extend(rows.map(Result::unwrap));
+            }
+            seqs
         }
     }
 
@@ -346,6 +434,42 @@ mod tests {
         assert_eq!(r.stored_seqs(), vec![1, 2, 3], "each once");
         drop(r.handle);
         r.task.await.unwrap();
+    }
+
+    /// Checkpoints beside the commits: every batch acknowledged once committed and stored once, the WAL
+    /// checkpointed (observed), and the writer ends after the checkpoint it started.
+    #[tokio::test]
+    async fn checkpoints_beside_the_writer_leave_every_batch_committed_once() {
+        let r = rig_with(true);
+        let until = Instant::now() + CHECKPOINT_EVERY * 3;
+        let mut seq = 0;
+        while Instant::now() < until {
+            seq += 1;
+            r.batch(seq).await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        r.durable_reaches(seq).await;
+        let checkpoints = r
+            .health
+            .persist_commit_seconds
+            .with_label_values(&["checkpoint"])
+            .get_sample_count();
+        assert!(checkpoints >= 1, "{checkpoints} checkpoints");
+        let all = r
+            .health
+            .persist_commit_seconds
+            .with_label_values(&["all"])
+            .get_sample_count();
+        assert_eq!(all, r.health.persist_commits.get());
+        // Every batch is durable, so committed: each stored once.
+        assert_eq!(
+            r.stored_seqs(),
+            (1..=seq as i64).collect::<Vec<_>>(),
+            "each once"
+        );
+        drop(r.handle);
+        r.task.await.unwrap();
+        assert_eq!(r.health.persist_errors.get(), 0);
     }
 
     #[tokio::test]

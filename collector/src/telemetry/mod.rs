@@ -157,6 +157,8 @@ pub struct Health {
     pub scrape_seconds: Histogram,
     pub persist_errors: IntCounter,
     pub persist_commits: IntCounter,
+    /// The persistence writer's commits by `phase`: [`crate::persist::CommitTimes::observe`].
+    pub persist_commit_seconds: HistogramVec,
     pub expired_nodes: IntCounter,
     /// Rate limit (`limits.max_samples_per_second`): batches after which a stream paused, and seconds paused.
     pub throttled_batches: IntCounter,
@@ -342,6 +344,34 @@ fn counter_vec(
     Ok(c)
 }
 
+/// A histogram of `opts`, registered in `registry`.
+fn histogram(registry: &Registry, opts: HistogramOpts) -> Result<Histogram, prometheus::Error> {
+    let h = Histogram::with_opts(opts)?;
+    registry.register(Box::new(h.clone()))?;
+    Ok(h)
+}
+
+/// `commwatch_collector_persist_commit_seconds`, registered in `registry`, every phase present from the start.
+fn persist_commit_seconds(registry: &Registry) -> Result<HistogramVec, prometheus::Error> {
+    let h = HistogramVec::new(
+        HistogramOpts::new(
+            names::COLLECTOR_PERSIST_COMMIT_SECONDS,
+            "Wall time of the persistence writer's commits, by phase: all (the whole transaction), lock_wait \
+             (until it held the write lock), write (its statements), sync (COMMIT: the WAL written and \
+             fsynced), checkpoint (a checkpoint beside the commits: the WAL copied into the database).",
+        )
+        .buckets(vec![
+            1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+        ]),
+        &["phase"],
+    )?;
+    registry.register(Box::new(h.clone()))?;
+    for p in names::PERSIST_COMMIT_PHASES {
+        h.with_label_values(&[p]);
+    }
+    Ok(h)
+}
+
 fn gauge(registry: &Registry, name: &str, help: &str) -> Result<IntGauge, prometheus::Error> {
     let g = IntGauge::new(name, help)?;
     registry.register(Box::new(g.clone()))?;
@@ -398,22 +428,6 @@ impl Health {
         )?;
         let streams = IntGauge::new(names::COLLECTOR_STREAMS, "Agent streams open now.")?;
         registry.register(Box::new(streams.clone()))?;
-        let ingest_seconds = Histogram::with_opts(
-            HistogramOpts::new(
-                names::COLLECTOR_INGEST_SECONDS,
-                "Time to validate and apply one sample batch to the store.",
-            )
-            .buckets(vec![1e-6, 1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 5e-3, 1e-2, 5e-2]),
-        )?;
-        registry.register(Box::new(ingest_seconds.clone()))?;
-        let scrape_seconds = Histogram::with_opts(
-            HistogramOpts::new(
-                names::COLLECTOR_SCRAPE_SECONDS,
-                "Time to render /metrics (previous scrapes).",
-            )
-            .buckets(vec![1e-4, 1e-3, 1e-2, 0.05, 0.1, 0.5, 1.0, 5.0]),
-        )?;
-        registry.register(Box::new(scrape_seconds.clone()))?;
         let step_markers = IntCounterVec::new(
             Opts::new(
                 names::COLLECTOR_STEP_MARKERS_TOTAL,
@@ -511,13 +525,28 @@ impl Health {
                 names::COLLECTOR_OUT_OF_ORDER_SAMPLES_TOTAL,
                 "Samples not newer than their series' previous sample, skipped.",
             )?,
-            ingest_seconds,
-            scrape_seconds,
+            ingest_seconds: histogram(
+                &registry,
+                HistogramOpts::new(
+                    names::COLLECTOR_INGEST_SECONDS,
+                    "Time to validate and apply one sample batch to the store.",
+                )
+                .buckets(vec![1e-6, 1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 5e-3, 1e-2, 5e-2]),
+            )?,
+            scrape_seconds: histogram(
+                &registry,
+                HistogramOpts::new(
+                    names::COLLECTOR_SCRAPE_SECONDS,
+                    "Time to render /metrics (previous scrapes).",
+                )
+                .buckets(vec![1e-4, 1e-3, 1e-2, 0.05, 0.1, 0.5, 1.0, 5.0]),
+            )?,
             persist_errors: counter(
                 names::COLLECTOR_PERSIST_ERRORS_TOTAL,
                 "SQLite errors; the collector keeps serving from memory.",
             )?,
             persist_commits: counter(names::COLLECTOR_PERSIST_COMMITS_TOTAL, "SQLite transactions committed.")?,
+            persist_commit_seconds: persist_commit_seconds(&registry)?,
             expired_nodes: counter(
                 names::COLLECTOR_EXPIRED_NODES_TOTAL,
                 "Nodes removed after no message for node_expiry.",
