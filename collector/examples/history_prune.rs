@@ -77,7 +77,7 @@ fn build(dir: &Path, n: usize, now: f64) {
 }
 
 fn rows(dir: &Path) -> (i64, i64, u64, i64) {
-    let path = dir.join("collector.sqlite3");
+    let path = dir.join(commwatch_collector::analysis::history::HISTORY_FILE);
     let conn = rusqlite::Connection::open(&path).expect("open the database");
     // The WAL's pages into the file first, so that its size is what it holds.
     conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);")
@@ -153,7 +153,11 @@ fn main() {
     println!("next start: {s:.3} s, {loaded} findings loaded");
     let (s, f, e) = prune(dir.path());
     println!("next prune: {s:.3} s, {f} findings and {e} events");
-    let conn = rusqlite::Connection::open(dir.path().join("collector.sqlite3")).expect("open");
+    let conn = rusqlite::Connection::open(
+        dir.path()
+            .join(commwatch_collector::analysis::history::HISTORY_FILE),
+    )
+    .expect("open");
     conn.execute_batch("VACUUM;").expect("vacuum");
     drop(conn);
     report("after VACUUM (collector stopped)", dir.path());

@@ -83,7 +83,11 @@ async fn an_unreadable_stored_record_is_skipped_counted_and_never_fatal() {
     h.shutdown().await;
     // What an older collector wrote for `1e300`: the infinite bytes/s as `null`; and a finding that does not
     // decode.
-    let db = rusqlite::Connection::open(dir.path().join("collector.sqlite3")).unwrap();
+    let db = rusqlite::Connection::open(
+        dir.path()
+            .join(commwatch_collector::analysis::history::HISTORY_FILE),
+    )
+    .unwrap();
     db.execute_batch(
         r#"INSERT INTO analysis_baselines (key, kind, json, set_unix_s) VALUES ('bare:*:all_reduce', 'bare',
              '{"job":null,"collective":"all_reduce","busbw_bytes_per_second":null,"nranks":null,"source":"operator"}', 0);

@@ -59,7 +59,9 @@ fn raise(h: &mut History, first: usize, n: usize, now: f64, age_s: f64) {
 }
 
 fn count(dir: &Path, sql: &str) -> i64 {
-    let conn = rusqlite::Connection::open(dir.join("collector.sqlite3")).unwrap();
+    let conn =
+        rusqlite::Connection::open(dir.join(commwatch_collector::analysis::history::HISTORY_FILE))
+            .unwrap();
     conn.query_row(sql, [], |r| r.get(0)).unwrap()
 }
 

@@ -1,5 +1,7 @@
-//! Findings history and baselines in SQLite, in the collector's state directory (the same database file as
-//! `persist.rs`, its own tables, its own connection; WAL lets both write).
+//! Findings history and baselines in SQLite, in the collector's state directory: a database file of its own,
+//! [`HISTORY_FILE`], apart from the persistence's (`persist.rs`) so that neither waits for the other's write
+//! lock, WAL or checkpoints. Older collectors kept these tables in the persistence's file: they are moved on
+//! open ([`History::open`]).
 //!
 //! Tables:
 //! - `analysis_findings(id PRIMARY KEY, json, active, first_seen_unix_s, last_seen_unix_s)`: the latest state
@@ -53,10 +55,16 @@ pub enum HistoryError {
     Unstorable { key: String, reason: String },
     #[error("the analysis history thread: {0}")]
     Thread(String),
+    /// The history's database file cannot be prepared (created, made private).
+    #[error(transparent)]
+    File(crate::persist::PersistError),
 }
 
 /// How often the history thread prunes (besides once at start).
 pub const PRUNE_INTERVAL: Duration = Duration::from_secs(600);
+
+/// The history's database file in the state directory.
+pub const HISTORY_FILE: &str = "history.sqlite3";
 
 /// How much findings history the state database keeps (`findings_retention`, `findings_max_cleared`,
 /// `findings_max_events` in the collector's configuration).
@@ -188,13 +196,15 @@ pub struct History {
 }
 
 impl History {
-    /// Opens (creating) the tables in `<dir>/collector.sqlite3`. `dir` must exist.
+    /// Opens (creating, mode 0600) the tables in `<dir>/`[`HISTORY_FILE`], and moves there what an older
+    /// collector kept in `<dir>/collector.sqlite3` ([`move_from_state`]). `dir` must exist.
     pub fn open(dir: &Path) -> Result<History, HistoryError> {
-        let path = dir.join(crate::persist::DB_FILE);
+        let path = dir.join(HISTORY_FILE);
         let err = |error| HistoryError::Sqlite {
             path: path.clone(),
             error,
         };
+        crate::persist::files::prepare_db_file(&path).map_err(HistoryError::File)?;
         let conn = Connection::open(&path).map_err(err)?;
         conn.busy_timeout(std::time::Duration::from_secs(5))
             .map_err(err)?;
@@ -216,6 +226,19 @@ impl History {
                  ON analysis_finding_events (at_unix_s);",
         )
         .map_err(err)?;
+        let state = dir.join(crate::persist::DB_FILE);
+        if state.exists() {
+            // Never fatal: the persistence deals with a damaged file of its own (moving it aside), and what was
+            // not moved stays where it was for the next start to move.
+            match move_from_state(&conn, &state) {
+                Ok(0) => {}
+                Ok(rows) => info!(from = %state.display(), to = %path.display(), rows,
+                    "moved the findings history and baselines to their own file"),
+                Err(e) => warn!(from = %state.display(), error = %e,
+                    "cannot move the findings history an older collector kept in the state database; \
+                     starting without it, the next start tries again"),
+            }
+        }
         Ok(History {
             conn,
             path,
@@ -482,6 +505,72 @@ fn throughput_row(b: &ThroughputBaseline) -> Result<(String, String), HistoryErr
     finite(&key, b.samples_per_second_per_gpu)?;
     let json = serde_json::to_string(b)?;
     Ok((key, json))
+}
+
+/// How a row of each of the history's tables is copied from an older collector's file (`state`) into the
+/// history's own (`main`): findings and baselines by key, the own file's row winning; an event unless the same
+/// one (time, finding, event) is there already. Copying twice adds nothing.
+const MOVES: [(&str, &str); 3] = [
+    (
+        "analysis_findings",
+        "INSERT OR IGNORE INTO main.analysis_findings
+             (id, json, active, first_seen_unix_s, last_seen_unix_s)
+         SELECT id, json, active, first_seen_unix_s, last_seen_unix_s FROM state.analysis_findings",
+    ),
+    (
+        "analysis_finding_events",
+        "INSERT INTO main.analysis_finding_events (at_unix_s, id, event, severity, summary)
+         SELECT s.at_unix_s, s.id, s.event, s.severity, s.summary FROM state.analysis_finding_events s
+         WHERE NOT EXISTS (SELECT 1 FROM main.analysis_finding_events e
+                           WHERE e.id = s.id AND e.at_unix_s = s.at_unix_s AND e.event = s.event)",
+    ),
+    (
+        "analysis_baselines",
+        "INSERT OR IGNORE INTO main.analysis_baselines (key, kind, json, set_unix_s)
+         SELECT key, kind, json, set_unix_s FROM state.analysis_baselines",
+    ),
+];
+
+/// Moves the history's tables an older collector kept in the persistence's database `state` into `conn`'s
+/// (the history's own): copied in one transaction ([`MOVES`]: copying again adds nothing), then dropped from
+/// `state` in another. A stop between the two copies again at the next open, adding nothing, and drops them;
+/// a stop before the copy's commit leaves both files as they were. Returns the rows copied.
+fn move_from_state(conn: &Connection, state: &Path) -> rusqlite::Result<usize> {
+    conn.execute("ATTACH DATABASE ?1 AS state", [state.to_string_lossy()])?;
+    let moved = copy_and_drop(conn);
+    let detached = conn.execute_batch("DETACH DATABASE state");
+    let moved = moved?;
+    detached?;
+    Ok(moved)
+}
+
+fn copy_and_drop(conn: &Connection) -> rusqlite::Result<usize> {
+    let mut present = Vec::new();
+    for (table, copy) in MOVES {
+        let n: i64 = conn.query_row(
+            "SELECT count(*) FROM state.sqlite_master WHERE type = 'table' AND name = ?1",
+            [table],
+            |r| r.get(0),
+        )?;
+        if n > 0 {
+            present.push((table, copy));
+        }
+    }
+    if present.is_empty() {
+        return Ok(0);
+    }
+    let mut copied = 0;
+    let tx = conn.unchecked_transaction()?;
+    for (_, copy) in &present {
+        copied += tx.execute(copy, [])?;
+    }
+    tx.commit()?;
+    let tx = conn.unchecked_transaction()?;
+    for (table, _) in &present {
+        tx.execute_batch(&format!("DROP TABLE state.{table}"))?;
+    }
+    tx.commit()?;
+    Ok(copied)
 }
 
 fn finite(key: &str, v: f64) -> Result<(), HistoryError> {
