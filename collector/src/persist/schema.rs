@@ -16,6 +16,11 @@ use super::{CommitTimes, Item, PersistError, PersistedJobs, Replay};
 /// size keeps it (SQLite cannot change it in WAL mode).
 pub(crate) const PAGE_SIZE: u32 = 65_536;
 
+/// The writer's page cache, KiB. SQLite's default (2,000 KiB) holds 31 pages of [`PAGE_SIZE`]: fewer than the
+/// Hellos of a few hundred nodes (a demo node's fills a page of its own), so the prune's look-ups per node read
+/// every one of them from the file again, for seconds, while acks waited.
+const CACHE_KIB: i64 = 32 * 1024;
+
 /// Opens the database at `path` (creating it when missing, with [`PAGE_SIZE`]), in WAL mode with
 /// `synchronous = FULL`, and creates the tables it lacks. A file that is not a database fails here; damage
 /// deeper in it fails at [`load`].
@@ -41,11 +46,14 @@ pub(crate) fn open(path: &Path) -> Result<Connection, PersistError> {
     conn.pragma_update(None, "synchronous", "FULL")
         .map_err(sql)?;
     super::checkpoint::backstop(&conn).map_err(sql)?;
+    conn.pragma_update(None, "cache_size", -CACHE_KIB)
+        .map_err(sql)?;
     conn.execute_batch(
         "CREATE TABLE IF NOT EXISTS hellos(
              node TEXT NOT NULL, instance_id INTEGER NOT NULL, received_unix_ns INTEGER NOT NULL,
              payload BLOB NOT NULL);
          CREATE INDEX IF NOT EXISTS hellos_received ON hellos(received_unix_ns);
+         CREATE INDEX IF NOT EXISTS hellos_instance ON hellos(node, instance_id);
          CREATE TABLE IF NOT EXISTS batches(
              node TEXT NOT NULL, instance_id INTEGER NOT NULL, seq INTEGER NOT NULL,
              received_unix_ns INTEGER NOT NULL, payload BLOB NOT NULL);
@@ -638,6 +646,26 @@ mod tests {
         prune(&conn, Duration::from_secs(10), T0 + 2 * S).unwrap();
         writer.join().unwrap();
         assert_eq!(batch_rows(&conn), 2);
+    }
+
+    /// The prune finds each job list's node, and each Hello's instance, through an index: a scan of `hellos` per
+    /// job list read every Hello (a page each) once per node, for seconds, while acks waited.
+    #[test]
+    fn the_prunes_lookups_in_hellos_go_through_an_index() {
+        let (_dir, _path, conn) = fresh();
+        let plan = |sql: &str| -> String {
+            let mut st = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+            let rows = st.query_map([], |r| r.get::<_, String>(3)).unwrap();
+            rows.map(Result::unwrap).collect::<Vec<_>>().join("; ")
+        };
+        let jobs = plan(
+            "DELETE FROM jobs WHERE NOT EXISTS (SELECT 1 FROM hellos h WHERE h.node = jobs.node)",
+        );
+        assert!(jobs.contains("INDEX hellos_instance"), "{jobs}");
+        let (cache_kib,): (i64,) = conn
+            .query_row("PRAGMA cache_size", [], |r| Ok((r.get(0)?,)))
+            .unwrap();
+        assert_eq!(cache_kib, -CACHE_KIB);
     }
 
     #[test]

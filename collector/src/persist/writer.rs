@@ -224,7 +224,10 @@ impl<S: Sink> Writer<S> {
         let span_s = partition::span_s(retention);
         let joined = tokio::task::spawn_blocking(move || {
             let committed = sink.commit(&items, span_s);
-            let pruned = (committed.is_ok() && do_prune).then(|| sink.prune(retention));
+            let pruned = (committed.is_ok() && do_prune).then(|| {
+                let t0 = std::time::Instant::now();
+                (sink.prune(retention), t0.elapsed())
+            });
             (sink, items, committed, pruned)
         })
         .await;
@@ -236,8 +239,10 @@ impl<S: Sink> Writer<S> {
             return false;
         };
         self.sink = Some(sink);
-        if let Some(p) = pruned {
+        if let Some((p, took)) = pruned {
             self.last_prune = Instant::now();
+            let h = &self.health.persist_commit_seconds;
+            h.with_label_values(&["prune"]).observe(took.as_secs_f64());
             self.pruned(p);
         }
         match committed {

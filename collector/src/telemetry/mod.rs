@@ -358,7 +358,8 @@ fn persist_commit_seconds(registry: &Registry) -> Result<HistogramVec, prometheu
             names::COLLECTOR_PERSIST_COMMIT_SECONDS,
             "Wall time of the persistence writer's commits, by phase: all (the whole transaction), lock_wait \
              (until it held the write lock), write (its statements), sync (COMMIT: the WAL written and \
-             fsynced), checkpoint (a checkpoint beside the commits: the WAL copied into the database).",
+             fsynced), checkpoint (a checkpoint beside the commits: the WAL copied into the database), prune (rows \
+             past retention deleted after a commit, before its batches are acknowledged).",
         )
         .buckets(vec![
             1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,

@@ -29,9 +29,11 @@ pub const COLLECTOR_STAGE_CPU_SECONDS_TOTAL: &str = "commwatch_collector_stage_c
 pub const COLLECTOR_PERSIST_ERRORS_TOTAL: &str = "commwatch_collector_persist_errors_total";
 pub const COLLECTOR_PERSIST_COMMITS_TOTAL: &str = "commwatch_collector_persist_commits_total";
 /// Wall time of the persistence writer's commits, by `phase` ([`PERSIST_COMMIT_PHASES`]):
-/// `crate::persist::CommitTimes`' phases in its order, and `checkpoint`, a checkpoint's wall time.
+/// `crate::persist::CommitTimes`' phases in its order, `checkpoint` (a checkpoint's wall time) and `prune` (a
+/// prune's, after the commit it follows, before its batches are acknowledged).
 pub const COLLECTOR_PERSIST_COMMIT_SECONDS: &str = "commwatch_collector_persist_commit_seconds";
-pub const PERSIST_COMMIT_PHASES: [&str; 5] = ["all", "lock_wait", "write", "sync", "checkpoint"];
+pub const PERSIST_COMMIT_PHASES: [&str; 6] =
+    ["all", "lock_wait", "write", "sync", "checkpoint", "prune"];
 /// Rows of the findings history pruned from the state database (retention), by `record` (`finding`,
 /// `event`): [`crate::analysis::history::pruned_counter`].
 pub const COLLECTOR_HISTORY_PRUNED_TOTAL: &str = "commwatch_collector_history_pruned_total";
