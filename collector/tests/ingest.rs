@@ -91,6 +91,33 @@ async fn resend_is_acked_not_applied_twice() {
     h.shutdown().await;
 }
 
+/// Acks are cumulative and coalesced: batches sent back to back get at most one ack each, every ack's sequence
+/// number above the one before, the last one the newest batch's; a batch alone, with the previous ack older
+/// than the interval, is acked at once (well within a second).
+#[tokio::test]
+async fn acks_are_cumulative_coalesced_and_prompt() {
+    let h = collector(config()).await;
+    let (mut a, _) = Agent::connect(h.grpc_addr, hello("n1", 5)).await;
+    for seq in 1..=40u64 {
+        let first = (seq as i64 - 1) * 10;
+        a.send_batch(batch(seq, &traffic(first, 10, 1000, 1000)))
+            .await;
+    }
+    let mut acks = Vec::new();
+    while acks.last() != Some(&40) {
+        acks.push(a.next_ack().await.expect("ack"));
+    }
+    assert!(acks.len() <= 40, "{acks:?}");
+    assert!(acks.windows(2).all(|w| w[0] < w[1]), "{acks:?}");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let sent = std::time::Instant::now();
+    a.send_batch(batch(41, &traffic(400, 10, 1000, 1000))).await;
+    assert_eq!(a.next_ack().await.unwrap(), 41);
+    assert!(sent.elapsed() < Duration::from_secs(1));
+    assert_eq!(h.ingest_stats().samples, 41 * 20);
+    h.shutdown().await;
+}
+
 /// Sends `msgs` on a fresh stream and returns the error status.
 async fn rejected(addr: std::net::SocketAddr, msgs: Vec<pb::AgentMessage>) -> tonic::Status {
     let mut a = Agent::open(addr).await;
