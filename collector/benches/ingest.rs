@@ -1,7 +1,12 @@
 //! Ingest throughput and memory per series, through the real gRPC stream on loopback.
 //!
 //! `cargo bench -p commwatch-collector --bench ingest` (env: `AGENTS` (default 100), `SERIES` per agent (1000),
-//! `TICKS` per batch (5), `SECS` measured (10), `MEM_SERIES` for the memory phase (2000)).
+//! `TICKS` per batch (5), `SECS` measured (10), `MEM_SERIES` for the memory phase (2000), `PACE_MS` (0)).
+//!
+//! With `PACE_MS` > 0 each agent sends a batch every that many milliseconds (as agents do: 250) instead of as
+//! fast as the collector takes them, and the throughput phase also says the collector thread's CPU time per
+//! batch and per agent and second: the whole stream path (HTTP/2, the codec, validation, the store's apply,
+//! the acks) on one thread, a figure the load beside it moves less than the throughput.
 //!
 //! The throughput phase runs twice in one run: with the step engine off (`steps_interval = 0`) and with it on
 //! (the default 500 ms), so the engine's cost on ingest is read from one run. The byte counters carry a
@@ -59,6 +64,7 @@ async fn agent(
     node: String,
     series: u32,
     ticks: u64,
+    pace: Duration,
     stop: Arc<AtomicBool>,
 ) -> u64 {
     let mut client = pb::ingest_client::IngestClient::connect(format!("http://{addr}"))
@@ -80,7 +86,11 @@ async fn agent(
         .into_inner();
     tokio::spawn(async move { while let Ok(Some(_)) = replies.message().await {} });
     let mut seq = 0;
+    let start = tokio::time::Instant::now();
     while !stop.load(Ordering::Relaxed) {
+        if !pace.is_zero() {
+            tokio::time::sleep_until(start + pace * seq as u32).await;
+        }
         seq += 1;
         let b = batch(seq, (seq - 1) * ticks, ticks, series);
         if tx
@@ -102,6 +112,8 @@ struct Running {
     samples: Arc<AtomicU64>,
     store_bytes: Arc<AtomicU64>,
     steps: Arc<AtomicU64>,
+    /// The collector thread's CPU time, ns, and the batches it accepted, read together.
+    cpu: Arc<(AtomicU64, AtomicU64)>,
     quit: Arc<AtomicBool>,
     thread: std::thread::JoinHandle<()>,
 }
@@ -112,11 +124,13 @@ fn start_collector(steps_interval: Duration) -> Running {
     let store_bytes = Arc::new(AtomicU64::new(0));
     let steps = Arc::new(AtomicU64::new(0));
     let quit = Arc::new(AtomicBool::new(false));
-    let (s2, b2, st2, q2) = (
+    let cpu = Arc::new((AtomicU64::new(0), AtomicU64::new(0)));
+    let (s2, b2, st2, q2, c2) = (
         samples.clone(),
         store_bytes.clone(),
         steps.clone(),
         quit.clone(),
+        cpu.clone(),
     );
     let thread = std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -132,9 +146,17 @@ fn start_collector(steps_interval: Duration) -> Running {
             };
             let h = start(cfg).await.expect("collector");
             addr_tx.send(h.grpc_addr).unwrap();
+            let thread_cpu = || commwatch_collector::pace::thread_cpu_ns().unwrap_or(0);
+            // The thread's CPU time in this loop (a walk over every node's memory among it): not the
+            // collector's, left out of its figure.
+            let mut polling_ns = 0;
             while !q2.load(Ordering::Relaxed) {
                 tokio::time::sleep(Duration::from_millis(50)).await;
-                s2.store(h.ingest_stats().samples, Ordering::Relaxed);
+                let p0 = thread_cpu();
+                let stats = h.ingest_stats();
+                s2.store(stats.samples, Ordering::Relaxed);
+                c2.0.store(p0 - polling_ns, Ordering::Relaxed);
+                c2.1.store(stats.batches_accepted, Ordering::Relaxed);
                 b2.store(h.store().memory().bytes as u64, Ordering::Relaxed);
                 let n: u64 = h
                     .steps()
@@ -144,6 +166,7 @@ fn start_collector(steps_interval: Duration) -> Running {
                     .map(|(m, i)| m + i)
                     .sum();
                 st2.store(n, Ordering::Relaxed);
+                polling_ns += thread_cpu() - p0;
             }
             let m = h.store().memory();
             println!(
@@ -162,6 +185,7 @@ fn start_collector(steps_interval: Duration) -> Running {
         samples,
         store_bytes,
         steps,
+        cpu,
         quit,
         thread,
     }
@@ -178,6 +202,7 @@ fn throughput(
     label: &str,
 ) -> f64 {
     let addr = c.addr;
+    let pace = Duration::from_millis(env("PACE_MS", 0));
     let stop = Arc::new(AtomicBool::new(false));
     let tasks: Vec<_> = (0..agents)
         .map(|i| {
@@ -186,20 +211,29 @@ fn throughput(
                 format!("node-{i:04}"),
                 series,
                 ticks,
+                pace,
                 stop.clone(),
             ))
         })
         .collect();
     std::thread::sleep(Duration::from_secs(2)); // warm-up: connects, hellos, ring growth
-    let (s0, st0, t0) = (
+    let cpu = || {
+        (
+            c.cpu.0.load(Ordering::Relaxed),
+            c.cpu.1.load(Ordering::Relaxed),
+        )
+    };
+    let (s0, st0, cpu0, t0) = (
         c.samples.load(Ordering::Relaxed),
         c.steps.load(Ordering::Relaxed),
+        cpu(),
         Instant::now(),
     );
     std::thread::sleep(Duration::from_secs(secs));
-    let (s1, st1, dt) = (
+    let (s1, st1, cpu1, dt) = (
         c.samples.load(Ordering::Relaxed),
         c.steps.load(Ordering::Relaxed),
+        cpu(),
         t0.elapsed(),
     );
     stop.store(true, Ordering::Relaxed);
@@ -211,6 +245,17 @@ fn throughput(
         n
     });
     let rate = (s1 - s0) as f64 / dt.as_secs_f64();
+    if !pace.is_zero() {
+        let (ns, batches) = (cpu1.0 - cpu0.0, (cpu1.1 - cpu0.1).max(1));
+        println!(
+            "collector thread CPU ({label}, a batch every {} ms): {:.1} us per batch, {:.1} us per agent and \
+             second, {:.3} cores ({batches} batches)",
+            pace.as_millis(),
+            ns as f64 / 1e3 / batches as f64,
+            ns as f64 / 1e3 / (agents as f64 * dt.as_secs_f64()),
+            ns as f64 / 1e9 / dt.as_secs_f64()
+        );
+    }
     println!(
         "throughput ({label}): {agents} agents x {series} series, {ticks} ticks/batch: {:.2} M samples/s \
          ({:.0} batches/s, {sent} batches sent, {} steps found) over {:.1} s",
