@@ -311,35 +311,89 @@ impl NodeState {
         wanted: &[bool],
         mut to: impl FnMut(usize, u64, u64),
     ) -> Option<u64> {
+        let newest = self.visit_after(after, since_ns, wanted, |slot, n, _, v| to(slot, n, v));
+        self.read_to
+            .store(newest.map_or(0, |n| n + 1), Ordering::Relaxed);
+        newest
+    }
+
+    /// [`NodeState::samples_after`] for a second reader (the step engine), which the head's flush does not
+    /// wait for, so its mark is not moved: the samples of the wanted series taken at ticks after `after`, as
+    /// `to(slot, tick, timestamp_ns, value)`, of the newest ticks back to the newest one stamped before
+    /// `since_ns` (a tick-ordered suffix of each series' [`NodeState::samples`], also where a clock went
+    /// back); returns the newest tick's number, as there. Its cost is the same while the head still holds
+    /// every tick after `after` (the newest `KEEP_ROWS` rows at least, about half a second of a demo agent's
+    /// ticks); past that, each wanted series' ring is read back to `after` or `since_ns`.
+    pub fn samples_after_unmarked(
+        &self,
+        after: Option<u64>,
+        since_ns: i64,
+        wanted: &[bool],
+        to: impl FnMut(usize, u64, i64, u64),
+    ) -> Option<u64> {
+        let lower = after
+            .map_or(0, |a| a.saturating_add(1))
+            .max(self.ticks.first());
+        let mut first = self.ticks.next();
+        while first > lower && self.ticks.time(first - 1).is_some_and(|t| t >= since_ns) {
+            first -= 1;
+        }
+        self.visit_after(first.checked_sub(1), i64::MIN, wanted, to)
+    }
+
+    /// Number of the oldest tick the node holds: every sample of an older tick is evicted (see [`Ticks`]).
+    pub fn oldest_tick(&self) -> u64 {
+        self.ticks.first()
+    }
+
+    /// The visit of [`NodeState::samples_after`], without its mark, each sample with its tick's timestamp.
+    fn visit_after(
+        &self,
+        after: Option<u64>,
+        since_ns: i64,
+        wanted: &[bool],
+        mut to: impl FnMut(usize, u64, i64, u64),
+    ) -> Option<u64> {
         let newest = self.ticks.next().checked_sub(1);
         let from = after.map_or(-1, |a| a as i64);
         let in_rings = match self.head.first_tick() {
             Some(h) => from < h - 1,
             None => newest.is_some_and(|n| n as i64 > from),
         };
-        let new = |n: i64| n > from && self.ticks.time(n as u64).is_some_and(|t| t >= since_ns);
+        // The timestamp of tick `n` when it is new and held.
+        let time = |n: i64| {
+            let t = self
+                .ticks
+                .time(u64::try_from(n).ok().filter(|_| n > from)?)?;
+            (t >= since_ns).then_some(t)
+        };
         if in_rings {
             let mut back = Vec::new();
             for (slot, s) in self.series.iter().enumerate() {
                 if wanted.get(slot).copied().unwrap_or(false) {
                     back.clear();
-                    back.extend(s.ring.iter().rev().take_while(|&(n, _)| new(n)));
-                    back.iter().rev().for_each(|&(n, v)| to(slot, n as u64, v));
+                    back.extend(
+                        s.ring
+                            .iter()
+                            .rev()
+                            .map_while(|(n, v)| Some((n, time(n)?, v))),
+                    );
+                    back.iter()
+                        .rev()
+                        .for_each(|&(n, t, v)| to(slot, n as u64, t, v));
                 }
             }
         }
         self.head.rows_after(from, |tick, slots, values| {
-            if !new(tick) {
+            let Some(t) = time(tick) else {
                 return;
-            }
+            };
             for (&slot, &v) in slots.iter().zip(values) {
                 if wanted.get(slot as usize).copied().unwrap_or(false) {
-                    to(slot as usize, tick as u64, v);
+                    to(slot as usize, tick as u64, t, v);
                 }
             }
         });
-        self.read_to
-            .store(newest.map_or(0, |n| n + 1), Ordering::Relaxed);
         newest
     }
 
