@@ -435,6 +435,17 @@ fn main_tape(path: &str, nodes_n: usize) {
         batches.len()
     );
     report(&steps, nodes_n, (first_steps, first), &steady, span_s);
+    print_walks(&engine);
+}
+
+/// How many of the engine's walks back through a series' samples ran over the samples it keeps, and how many
+/// over the store's.
+fn print_walks(engine: &Engine) {
+    let w = engine.walks();
+    println!(
+        "walks back through samples: {} over the engine's tails, {} over the store",
+        w.tails, w.store
+    );
 }
 
 /// Prints what the engine found (a digest) and the costs of the first pass and of the steady span
@@ -547,4 +558,5 @@ fn main() {
         period_ns / 1_000_000
     );
     report(&steps, nodes_n, (first_steps, first), &steady, secs as f64);
+    print_walks(&engine);
 }

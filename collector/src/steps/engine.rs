@@ -36,9 +36,10 @@ use super::edges::{self, OwnEdge};
 use super::history::StepStore;
 use super::inferred::InferenceTracker;
 use super::markers::MarkerTracker;
+use super::tails::{Tails, SLACK_NS};
 use super::{NodeStep, StepSource};
 use crate::config::NvlinkDetail;
-use crate::store::{NodeState, Store};
+use crate::store::{JobList, NodeState, Store};
 use crate::telemetry::Passes;
 
 /// How often the engine runs by default.
@@ -95,6 +96,25 @@ struct NodeEngine {
     placed: Option<(i64, OwnEdge)>,
 }
 
+impl NodeEngine {
+    /// Drops the kept samples no later walk is expected to need ([`Tails::trim`]): those before the oldest
+    /// start a walk can have now, less [`SLACK_NS`] (an inferred edge is placed near where it was queued) —
+    /// the next pass's traffic, a queued step's start, the start of the step that continues the last placed
+    /// one, of the next inferred step, or of a marker step not yet complete. A walk that reaches further
+    /// back reads the store.
+    fn trim_tails(&mut self) {
+        let starts = [
+            Some(self.inference.newest_ns()),
+            self.awaiting.iter().map(|e| e.start).min(),
+            self.placed.map(|(_, p)| p.count_ns),
+            (self.inferred_until > 0).then_some(self.inferred_until),
+            self.markers.oldest_open_ns(),
+        ];
+        let from = starts.into_iter().flatten().min().unwrap_or(i64::MIN);
+        self.reads.tails.trim(from.saturating_sub(SLACK_NS));
+    }
+}
+
 /// What the engine reads of a node, chosen from its links once per layout ([`NodeState::layout`]: the links
 /// and the series' slots stay while it does), so that a pass walks neither the links nor their strings.
 #[derive(Debug, Default)]
@@ -110,6 +130,8 @@ struct NodeReads {
     /// The step figures: parts are indices into `members`, members into `links`.
     units: Vec<Unit>,
     members: Vec<usize>,
+    /// The newest samples of the traffic series and of the links' byte series, kept across passes.
+    tails: Tails,
 }
 
 impl NodeReads {
@@ -148,19 +170,36 @@ impl NodeReads {
             }
             *m = kept[*m];
         }
+        let links = self.links.iter().flat_map(|c| {
+            let (tx, rx) = n.link_byte_series(c.index);
+            [tx, rx].into_iter().flatten().map(|s| s.slot())
+        });
+        self.tails.choose(self.traffic.iter().copied().chain(links));
         self.chosen = Some((n.layout(), detail));
     }
 }
 
-/// One node's inference in a pass: its job and the steps its own traffic gave.
-struct NodeInferred {
-    node: String,
-    job: Option<String>,
+/// One node's inference in a pass: its job and the steps its own traffic gave (borrowing the pass's node
+/// names, sharing the node's job list: no allocation per node and pass).
+struct NodeInferred<'a> {
+    node: &'a str,
+    /// The node's job list ([`NodeInferred::job`]).
+    jobs: Arc<JobList>,
     /// Steps found in this pass.
     steps: Vec<super::inferred::InferredStep>,
     period: Option<super::PeriodEstimate>,
     /// Whether its inference follows a step sequence (a node still warming up cannot lead the job).
     following: bool,
+}
+
+impl NodeInferred<'_> {
+    /// The node's training job when it runs exactly one (inferred steps are attributed to it).
+    fn job(&self) -> Option<&str> {
+        match self.jobs.jobs.as_slice() {
+            [only] => Some(only.id.as_str()),
+            _ => None,
+        }
+    }
 }
 
 /// A job's inferred step sequence: the next index and the end of the last step given out.
@@ -177,14 +216,17 @@ struct Fresh {
     next_cursor: u64,
     newest_sample: i64,
     has_byte_series: bool,
-    /// The node's training job when it runs exactly one (inferred steps are attributed to it).
-    job: Option<String>,
+    /// The node's job list.
+    jobs: Arc<JobList>,
 }
 
 /// Of `samples` (oldest first), those from the last one at or before `from` to the end (oldest first). Walks
 /// from the newest, so the cost is the number of samples copied.
 #[cfg(test)]
-fn tail_from(samples: impl DoubleEndedIterator<Item = (i64, u64)>, from: i64) -> Vec<(i64, u64)> {
+pub(super) fn tail_from(
+    samples: impl DoubleEndedIterator<Item = (i64, u64)>,
+    from: i64,
+) -> Vec<(i64, u64)> {
     let mut v = Vec::new();
     tail_from_into(samples, from, &mut v);
     v
@@ -210,7 +252,7 @@ fn tail_from_into(
 /// Of `samples` (oldest first), those covering `[start, end]`: the last at or before `start` to the first at
 /// or after `end`.
 #[cfg(test)]
-fn covering(
+pub(super) fn covering(
     samples: impl DoubleEndedIterator<Item = (i64, u64)>,
     start: i64,
     end: i64,
@@ -301,6 +343,25 @@ struct FreshScratch {
     at: Vec<Option<f64>>,
     /// Traffic total at each new sample time (the sums of the traffic series at `times`).
     sums: Vec<f64>,
+    walks: Walks,
+}
+
+/// Walks back through a series' samples, counted by where they ran: over a kept tail, or over the store's
+/// samples (a tail that did not reach back far enough, see [`Tails`]).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Walks {
+    pub tails: u64,
+    pub store: u64,
+}
+
+impl Walks {
+    fn count(&mut self, r: Option<Range<usize>>) -> Option<Range<usize>> {
+        match r {
+            Some(_) => self.tails += 1,
+            None => self.store += 1,
+        }
+        r
+    }
 }
 
 impl FreshScratch {
@@ -316,16 +377,27 @@ impl FreshScratch {
 fn copy_fresh(
     n: &NodeState,
     (cursor, traffic_from): (u64, i64),
-    traffic: &[usize],
+    reads: &NodeReads,
     out: &mut FreshScratch,
 ) -> Fresh {
     let (markers, lost) = n.markers().since(cursor);
     let next_cursor = n.markers().next_seq();
     out.samples.clear();
     out.series.clear();
-    // Per traffic link and direction: samples from the last one at or before `traffic_from`.
-    for s in traffic.iter().filter_map(|&slot| n.series().get(slot)) {
-        let r = tail_from_into(n.samples(s).iter(), traffic_from, &mut out.samples);
+    // Per traffic link and direction: samples from the last one at or before `traffic_from`, from its kept
+    // tail, or the store's walk where the tail does not reach back that far.
+    for s in reads
+        .traffic
+        .iter()
+        .filter_map(|&slot| n.series().get(slot))
+    {
+        let tail = reads
+            .tails
+            .tail_from_into(s.slot(), traffic_from, &mut out.samples);
+        let r = match out.walks.count(tail) {
+            Some(r) => r,
+            None => tail_from_into(n.samples(s).iter(), traffic_from, &mut out.samples),
+        };
         out.series.push(r);
     }
     let newest_sample = n.newest_byte_sample().unwrap_or(0);
@@ -358,12 +430,8 @@ fn copy_fresh(
             &mut out.sums,
         );
     }
-    let job = match n.jobs().jobs.as_slice() {
-        [only] => Some(only.id.clone()),
-        _ => None,
-    };
     Fresh {
-        job,
+        jobs: n.jobs().clone(),
         markers,
         lost,
         next_cursor,
@@ -391,6 +459,7 @@ struct Covered {
     samples: Vec<(i64, u64)>,
     /// The node's fast sampling period, seconds.
     period_s: f64,
+    walks: Walks,
 }
 
 impl Covered {
@@ -411,11 +480,19 @@ fn copy_covering(
     (detail, gpu_links): (NvlinkDetail, &mut Vec<Arc<Link>>),
 ) {
     reads.update(n, detail, gpu_links);
+    reads.tails.read(n);
     out.samples.clear();
+    let tails = &reads.tails;
     for c in reads.links.iter_mut() {
         let (tx, rx) = n.link_byte_series(c.index);
+        // From the link's kept tail, or the store's walk where the tail does not reach back to `start`.
         let mut copy = |s: Option<&crate::store::Series>| match s {
-            Some(s) => covering_into(n.samples(s).iter(), start, end, &mut out.samples),
+            Some(s) => {
+                let tail = tails.covering_into(s.slot(), (start, end), &mut out.samples);
+                out.walks.count(tail).unwrap_or_else(|| {
+                    covering_into(n.samples(s).iter(), start, end, &mut out.samples)
+                })
+            }
             None => 0..0,
         };
         (c.tx, c.rx) = (copy(tx), copy(rx));
@@ -572,6 +649,17 @@ impl Engine {
         self
     }
 
+    /// Walks back through series' samples since the engine started: over the tails it keeps, or over the
+    /// store's samples where a tail did not reach back far enough (the first pass over a node, a step
+    /// beginning long before the traffic the engine last read).
+    pub fn walks(&self) -> Walks {
+        let (a, b) = (self.fresh.walks, self.covered.walks);
+        Walks {
+            tails: a.tails + b.tails,
+            store: a.store + b.store,
+        }
+    }
+
     /// One pass over every node the store holds as fresh at `now_unix_ns`: new steps are appended to the
     /// [`StepStore`]. Returns how many steps were added.
     /// Timed in `commwatch_collector_pass_seconds{pass="steps"}`.
@@ -591,7 +679,7 @@ impl Engine {
     }
 
     /// First phase for one node: reads what is new, queues its marker steps and runs its inference.
-    fn read_node(&mut self, name: &str) -> Option<NodeInferred> {
+    fn read_node<'a>(&mut self, name: &'a str) -> Option<NodeInferred<'a>> {
         if !self.nodes.contains_key(name) {
             self.nodes.insert(name.to_string(), NodeEngine::default());
         }
@@ -602,7 +690,8 @@ impl Engine {
         let (reads, gpu_links) = (&mut st.reads, &mut st.gpu_links);
         let fresh = self.store.with_node(name, |n| {
             reads.update(n, detail, gpu_links);
-            copy_fresh(n, (cursor, traffic_from), &reads.traffic, scratch)
+            reads.tails.read(n);
+            copy_fresh(n, (cursor, traffic_from), reads, scratch)
         })?;
         st.marker_cursor = fresh.next_cursor;
         if fresh.lost > 0 {
@@ -639,11 +728,12 @@ impl Engine {
             && agent_now - st.markers.newest_unix_ns() <= MARKERS_FRESH_NS;
         st.newest_sample = fresh.newest_sample;
         st.has_byte_series = fresh.has_byte_series;
+        st.trim_tails();
         let period = st.inference.period();
         self.steps.set_period(name, period);
         Some(NodeInferred {
-            node: name.to_string(),
-            job: fresh.job,
+            node: name,
+            jobs: fresh.jobs,
             steps,
             period,
             following: st.inference.following(),
@@ -653,22 +743,20 @@ impl Engine {
     /// Queues the inferred steps of this pass: a job's reference steps on each of its nodes, a lone node's own
     /// (see the module documentation).
     fn queue_inferred(&mut self, inferred: Vec<NodeInferred>) {
-        let mut by_job: HashMap<String, Vec<&NodeInferred>> = HashMap::new();
+        let mut by_job: HashMap<&str, Vec<&NodeInferred>> = HashMap::new();
         for n in &inferred {
-            if let Some(j) = &n.job {
-                by_job.entry(j.clone()).or_default().push(n);
+            if let Some(j) = n.job() {
+                by_job.entry(j).or_default().push(n);
             }
         }
-        self.jobs.retain(|j, _| by_job.contains_key(j));
+        self.jobs.retain(|j, _| by_job.contains_key(j.as_str()));
         for n in &inferred {
-            let group = n
-                .job
-                .as_ref()
-                .and_then(|j| by_job.get(j))
-                .filter(|g| g.len() > 1);
+            let group = n.job().and_then(|j| by_job.get(j)).filter(|g| g.len() > 1);
             let Some(group) = group else {
+                let Some(st) = self.nodes.get_mut(n.node) else {
+                    continue;
+                };
                 let own: Vec<(u64, i64, i64, f64)> = {
-                    let st = self.nodes.entry(n.node.clone()).or_default();
                     n.steps
                         .iter()
                         .map(|s| {
@@ -678,7 +766,7 @@ impl Engine {
                         })
                         .collect()
                 };
-                self.queue_on(&n.node, n.job.as_ref(), &own);
+                self.queue_on(n.node, n.job(), &own);
                 continue;
             };
             // The job's steps are queued once, from its reference, on every node of the group.
@@ -688,24 +776,27 @@ impl Engine {
             if reference.node != n.node {
                 continue;
             }
-            let job = n.job.clone().unwrap_or_default();
+            let job = n.job().unwrap_or_default();
             // A new sequence goes on from its nodes' own (indices never go back, steps never overlap).
             let (next, until) = group
                 .iter()
-                .filter_map(|m| self.nodes.get(&m.node))
+                .filter_map(|m| self.nodes.get(m.node))
                 .fold((0, 0), |(i, u), st| {
                     (st.next_inferred.max(i), st.inferred_until.max(u))
                 });
             // The reference's newest own steps, copied once per job and pass (not every node's every pass).
             let recent: Vec<super::inferred::InferredStep> = self
                 .nodes
-                .get(&reference.node)
+                .get(reference.node)
                 .map(|st| st.recent.iter().copied().collect())
                 .unwrap_or_default();
-            let seq = self
-                .jobs
-                .entry(job.clone())
-                .or_insert(JobSequence { next, until });
+            if !self.jobs.contains_key(job) {
+                self.jobs
+                    .insert(job.to_string(), JobSequence { next, until });
+            }
+            let Some(seq) = self.jobs.get_mut(job) else {
+                continue;
+            };
             let tol = reference
                 .period
                 .map_or(0, |p| (CONTINUES_WITHIN * p.period_s * 1e9) as i64);
@@ -727,8 +818,8 @@ impl Engine {
             }
             let next = seq.next;
             for m in group.iter() {
-                self.queue_on(&m.node, Some(&job), &steps);
-                if let Some(st) = self.nodes.get_mut(&m.node) {
+                self.queue_on(m.node, Some(job), &steps);
+                if let Some(st) = self.nodes.get_mut(m.node) {
                     st.next_inferred = st.next_inferred.max(next);
                 }
             }
@@ -737,7 +828,7 @@ impl Engine {
 
     /// Queues inferred steps `(index, start, end, confidence)` on `node`, unless its markers are fresh; none
     /// starts before the node's last inferred step ends.
-    fn queue_on(&mut self, node: &str, job: Option<&String>, steps: &[(u64, i64, i64, f64)]) {
+    fn queue_on(&mut self, node: &str, job: Option<&str>, steps: &[(u64, i64, i64, f64)]) {
         let Some(st) = self.nodes.get_mut(node) else {
             return;
         };
@@ -749,7 +840,7 @@ impl Engine {
                 continue;
             }
             st.awaiting.push_back(Edges {
-                job: job.cloned(),
+                job: job.map(str::to_string),
                 index,
                 start,
                 end,
@@ -909,7 +1000,7 @@ fn step_links<'a>(
 /// The reference of a job's nodes, of those whose inference follows a step sequence: the node whose period
 /// the most nodes share (within [`SAME_PERIOD`]), the longest such period on a tie (each node's traffic repeats
 /// at the job's step or at a fraction of it: a ring neighbour of a slow link at half of it), then the strongest.
-fn reference<'a>(group: &[&'a NodeInferred]) -> Option<&'a NodeInferred> {
+fn reference<'a, 'n>(group: &[&'a NodeInferred<'n>]) -> Option<&'a NodeInferred<'n>> {
     let period = |n: &NodeInferred| n.period.filter(|_| n.following);
     let periods: Vec<f64> = group
         .iter()
@@ -924,7 +1015,7 @@ fn reference<'a>(group: &[&'a NodeInferred]) -> Option<&'a NodeInferred> {
                 .cmp(&support(pb.period_s))
                 .then_with(|| pa.period_s.total_cmp(&pb.period_s))
                 .then_with(|| pa.strength.total_cmp(&pb.strength))
-                .then_with(|| b.node.cmp(&a.node))
+                .then_with(|| b.node.cmp(a.node))
         })
         .map(|(n, _)| n)
 }
@@ -1270,10 +1361,15 @@ mod tests {
         }
     }
 
-    fn inferred(node: &str, period_s: f64, strength: f64) -> NodeInferred {
+    fn inferred(node: &str, period_s: f64, strength: f64) -> NodeInferred<'_> {
+        let job = commwatch_model::Job {
+            id: "j".into(),
+            ranks: Vec::new(),
+            conflicts: Vec::new(),
+        };
         NodeInferred {
-            node: node.into(),
-            job: Some("j".into()),
+            node,
+            jobs: Arc::new(JobList { jobs: vec![job] }),
             steps: Vec::new(),
             period: Some(crate::steps::PeriodEstimate { period_s, strength }),
             following: true,
@@ -1290,16 +1386,16 @@ mod tests {
             inferred("node3", 1.58, 0.31),
         ];
         let group: Vec<&NodeInferred> = g.iter().collect();
-        assert_eq!(reference(&group).map(|n| n.node.as_str()), Some("node3"));
+        assert_eq!(reference(&group).map(|n| n.node), Some("node3"));
         // Alone against its neighbour at half the step, the step wins.
         let g1 = [inferred("node0", 0.73, 0.45), inferred("node1", 1.50, 0.37)];
         let group: Vec<&NodeInferred> = g1.iter().collect();
-        assert_eq!(reference(&group).map(|n| n.node.as_str()), Some("node1"));
+        assert_eq!(reference(&group).map(|n| n.node), Some("node1"));
         // A node still warming up cannot lead.
         let mut g2 = [inferred("node0", 1.5, 0.5), inferred("node1", 3.0, 0.9)];
         g2[0].following = false;
         let group: Vec<&NodeInferred> = g2.iter().collect();
-        assert_eq!(reference(&group).map(|n| n.node.as_str()), Some("node1"));
+        assert_eq!(reference(&group).map(|n| n.node), Some("node1"));
         assert!(same_period(1.5, 1.6) && !same_period(0.75, 1.5));
     }
 }

@@ -192,6 +192,26 @@ impl MarkerTracker {
         out
     }
 
+    /// The oldest time a step not yet completed may start at (agent clock, Unix ns): its ranks' begin markers,
+    /// or the end of the step before it (`None`: no step open).
+    pub fn oldest_open_ns(&self) -> Option<i64> {
+        self.jobs
+            .values()
+            .flat_map(|t| {
+                let begins = t
+                    .pending
+                    .values()
+                    .flat_map(|r| r.values().filter_map(|s| s.begin));
+                let ends = t
+                    .last_end
+                    .values()
+                    .filter(|(step, _)| t.done_upto.is_none_or(|d| *step >= d))
+                    .map(|&(_, e)| e);
+                begins.chain(ends)
+            })
+            .min()
+    }
+
     /// Forgets jobs not heard from for [`RANK_FORGET_NS`] before `now_ns` (agent clock).
     pub fn forget_idle(&mut self, now_ns: i64) {
         self.jobs

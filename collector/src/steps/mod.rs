@@ -36,6 +36,7 @@ pub mod engine;
 pub mod history;
 pub mod inferred;
 pub mod markers;
+mod tails;
 
 use serde::Serialize;
 

@@ -1,0 +1,401 @@
+//! The newest samples of the series the step engine reads of one node, kept by the engine across passes
+//! ([`Tails`]), so that a pass reads from the store only the samples new since the previous one.
+//!
+//! Why: each pass read every traffic series back to the inference's newest point, and each completed step
+//! every figure link's series back to the step's start, through the store's `Samples` walk: a column walk
+//! back through the node's head (each row's shape looked up, a cache miss a row), and where the span reached
+//! past the head, a decode of the ring's open part. The same samples were walked pass after pass. Here the
+//! store's new rows are read once, row-major ([`NodeState::samples_after_unmarked`]), into a small ring
+//! buffer per read series, and the walks run over those buffers.
+//!
+//! Contract: a tail is a suffix of its series' samples as [`NodeState::samples`] gives them (the same
+//! `(timestamp_ns, value)`, in the same order), as of the latest [`Tails::read`]: samples of ticks the node
+//! no longer holds are dropped from its front as the store drops them. A walk that would need a sample older
+//! than the tail holds answers `None`, and the caller walks the store instead, so every answer is the store
+//! walk's. (A series whose ring drops samples by its cap before their tick ages out, an agent sending much
+//! faster than it said, would break the suffix; tails keep at most [`KEEP_NS`] of samples, far less than a
+//! ring holds.)
+
+use std::collections::VecDeque;
+use std::ops::Range;
+
+use crate::store::NodeState;
+
+/// Most a tail keeps behind its newest sample, ns (the inference's window: no inferred step is longer).
+pub const KEEP_NS: i64 = 30_000_000_000;
+/// A tail keeps this long before the oldest time a walk is expected to start from ([`Tails::trim`]), ns.
+pub const SLACK_NS: i64 = 2_000_000_000;
+/// A tail's buffer is cut back when it is this many times larger than what it keeps (after a first read of
+/// [`KEEP_NS`], or a pause): a ring buffer's writes cycle through all of it, so its size is what a pass
+/// touches.
+const SHRINK_OVER: usize = 4;
+
+/// One sample of a tail: its tick number (for the store's evictions), timestamp and value.
+#[derive(Debug, Clone, Copy)]
+struct Kept {
+    tick: u64,
+    t: i64,
+    v: u64,
+}
+
+/// One series' newest samples, oldest first, in a ring buffer: a pass writes its new samples over the
+/// memory its dropped ones held, so what the tails of a node touch stays about as large as what they keep.
+#[derive(Debug, Default)]
+struct Tail {
+    kept: VecDeque<Kept>,
+}
+
+impl Tail {
+    /// Index of the newest sample stamped at or before `t` (`None`: none): where a walk back from the
+    /// newest stops (it reads the newest samples, those a pass has just written).
+    fn newest_at_or_before(&self, t: i64) -> Option<usize> {
+        self.kept.iter().rposition(|k| k.t <= t)
+    }
+
+    /// Drops samples from the front while the next one is stamped at or before `from`: a walk back from the
+    /// newest to `from` or later stops at a kept sample.
+    fn trim(&mut self, from: i64) {
+        while self.kept.get(1).is_some_and(|k| k.t <= from) {
+            self.kept.pop_front();
+        }
+        // Cut back when much larger than what it keeps.
+        let want = 2 * self.kept.len().max(16);
+        if self.kept.capacity() > SHRINK_OVER * want {
+            self.kept.shrink_to(want);
+        }
+    }
+}
+
+/// The kept samples of the series one node is read for, by slot.
+#[derive(Debug, Default)]
+pub(super) struct Tails {
+    /// Per slot of the node: its tail's index plus one (0: the slot is not read).
+    index: Vec<u32>,
+    /// Per slot: whether it is read (what the store's read takes).
+    wanted: Vec<bool>,
+    tails: Vec<Tail>,
+    /// The newest tick read (`None`: nothing read yet): the next read's start.
+    after: Option<u64>,
+    /// No tail holds a sample of a tick before this one (a lower bound: checked against the node's oldest
+    /// tick at each read without reading every tail's oldest sample).
+    floor: u64,
+}
+
+impl Tails {
+    /// Reads `slots` from now on, from nothing: the next [`Tails::read`] reads all the store holds of them.
+    pub(super) fn choose(&mut self, slots: impl IntoIterator<Item = usize>) {
+        self.index.clear();
+        self.wanted.clear();
+        self.tails.clear();
+        self.after = None;
+        self.floor = 0;
+        for slot in slots {
+            if slot >= self.index.len() {
+                self.index.resize(slot + 1, 0);
+                self.wanted.resize(slot + 1, false);
+            }
+            if self.index[slot] == 0 {
+                self.tails.push(Tail::default());
+                self.index[slot] = self.tails.len() as u32;
+                self.wanted[slot] = true;
+            }
+        }
+    }
+
+    /// Appends the samples `n` took since the previous read (row-major from its head: what is new only), and
+    /// drops those of ticks `n` no longer holds. `n` is the node whose layout the slots were chosen for.
+    pub(super) fn read(&mut self, n: &NodeState) {
+        // The first read goes back [`KEEP_NS`] only: a walk further back reads the store.
+        let since = match self.after {
+            None => n.newest_byte_sample().map_or(i64::MIN, |t| t - KEEP_NS),
+            Some(_) => i64::MIN,
+        };
+        let (index, tails) = (&self.index, &mut self.tails);
+        let push = |slot: usize, tick: u64, t: i64, v: u64| {
+            let Some(&i) = index.get(slot) else {
+                return;
+            };
+            if let Some(tail) = tails.get_mut((i as usize).wrapping_sub(1)) {
+                tail.kept.push_back(Kept { tick, t, v });
+            }
+        };
+        let newest = n.samples_after_unmarked(self.after, since, &self.wanted, push);
+        if newest.is_some() {
+            self.after = newest;
+        }
+        let oldest = n.oldest_tick();
+        if oldest > self.floor {
+            let mut floor = u64::MAX;
+            for tail in &mut self.tails {
+                while tail.kept.front().is_some_and(|k| k.tick < oldest) {
+                    tail.kept.pop_front();
+                }
+                floor = floor.min(tail.kept.front().map_or(u64::MAX, |k| k.tick));
+            }
+            // Samples read later are of newer ticks than any held now.
+            self.floor = floor.min(newest.map_or(u64::MAX, |n| n.saturating_add(1)));
+        }
+    }
+
+    /// Drops samples no walk from `from` (Unix ns) or later needs: of each tail, those before its last sample
+    /// at or before `from` (a walk back from the newest stops there or later). Never keeps more than
+    /// [`KEEP_NS`] behind a tail's newest sample.
+    /// (Trimmed at every pass: trimmed only when grown by half, tails held more and a pass cost more, on the
+    /// demo agent's tape and the synthetic node alike.)
+    pub(super) fn trim(&mut self, from: i64) {
+        for tail in &mut self.tails {
+            let Some(newest) = tail.kept.back().map(|k| k.t) else {
+                continue;
+            };
+            tail.trim(from.max(newest.saturating_sub(KEEP_NS)));
+        }
+    }
+
+    /// The kept samples of `slot`, oldest first (`None`: the slot is not read).
+    #[cfg(test)]
+    fn kept(&self, slot: usize) -> Option<&VecDeque<Kept>> {
+        let i = (*self.index.get(slot)? as usize).checked_sub(1)?;
+        Some(&self.tails[i].kept)
+    }
+
+    fn tail(&self, slot: usize) -> Option<&Tail> {
+        let i = (*self.index.get(slot)? as usize).checked_sub(1)?;
+        self.tails.get(i)
+    }
+
+    /// Samples kept, over all tails.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.tails.iter().map(|t| t.kept.len()).sum()
+    }
+
+    /// Of `slot`'s samples, those from its last one at or before `from` to the newest, appended to `out`
+    /// (the engine's `tail_from_into` over the store's samples); `None` (and `out` unchanged) when the tail
+    /// does not reach back that far.
+    pub(super) fn tail_from_into(
+        &self,
+        slot: usize,
+        from: i64,
+        out: &mut Vec<(i64, u64)>,
+    ) -> Option<Range<usize>> {
+        let tail = self.tail(slot)?;
+        let k = tail.newest_at_or_before(from)?;
+        let start = out.len();
+        out.extend(tail.kept.range(k..).map(|s| (s.t, s.v)));
+        Some(start..out.len())
+    }
+
+    /// Of `slot`'s samples, those covering `[start, end]` (the last at or before `start` to the first at or
+    /// after `end`), appended to `out` (the engine's `covering_into` over the store's samples); `None` (and
+    /// `out` unchanged) when the tail does not reach back to a sample at or before `start`.
+    pub(super) fn covering_into(
+        &self,
+        slot: usize,
+        (start, end): (i64, i64),
+        out: &mut Vec<(i64, u64)>,
+    ) -> Option<Range<usize>> {
+        let kept = &self.tail(slot)?.kept;
+        // The same walk back from the newest, over the kept samples: it must end at a sample at or before
+        // `start` for its answer to be the store walk's.
+        let from = out.len();
+        let mut after: Option<(i64, u64)> = None;
+        let mut reached = false;
+        for s in kept.iter().rev().map(|s| (s.t, s.v)) {
+            if s.0 > end {
+                after = Some(s);
+                continue;
+            }
+            out.push(s);
+            if s.0 <= start {
+                reached = true;
+                break;
+            }
+        }
+        if !reached {
+            out.truncate(from);
+            return None;
+        }
+        out[from..].reverse();
+        if let Some(a) = after {
+            if out[from..].last().is_none_or(|l| l.0 < end) {
+                out.push(a);
+            }
+        }
+        Some(from..out.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ingest::direct::DirectAgent;
+    use crate::store::Store;
+    use commwatch_proto::v1 as pb;
+    use rand::{Rng, SeedableRng};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    const TICK_NS: i64 = 50_000_000;
+
+    /// A node of two links with byte counters: link 1's read at 20 Hz (each sample sometimes missing),
+    /// link 2's once a second on a tick of their own; the store keeps `retention`.
+    fn node(retention: Duration) -> (Arc<Store>, DirectAgent) {
+        let store = Arc::new(Store::new(
+            retention,
+            Duration::from_secs(600),
+            crate::config::Limits::default(),
+        ));
+        let link = |id: u32, device: &str| pb::Link {
+            id,
+            class: pb::LinkClass::Infiniband as i32,
+            endpoint: pb::LinkEndpoint::HcaPort as i32,
+            role: pb::LinkRole::Fabric as i32,
+            device: device.into(),
+            port: "1".into(),
+            state: "ACTIVE".into(),
+            capacity_bytes_per_second: 25e9,
+            ..Default::default()
+        };
+        let bytes = |id: u32| pb::SeriesDescriptor {
+            id,
+            metric: ["tx_bytes", "rx_bytes"][id as usize % 2].into(),
+            kind: pb::SeriesKind::Counter as i32,
+            link_id: (id - 1) / 2 + 1,
+            tier: if id <= 2 {
+                pb::Tier::Fast
+            } else {
+                pb::Tier::Slow
+            } as i32,
+            ..Default::default()
+        };
+        let hello = pb::Hello {
+            node: "n1".into(),
+            agent_version: "t".into(),
+            boot_id: "b".into(),
+            instance_id: 1,
+            inventory: Some(pb::Inventory {
+                links: vec![link(1, "mlx5_0"), link(2, "mlx5_1")],
+                series: (1..=4).map(bytes).collect(),
+            }),
+            fast_period_ms: 50,
+            slow_period_ms: 1000,
+            blind: vec![],
+        };
+        let agent = DirectAgent::hello(store.clone(), hello, 0).expect("hello");
+        (store, agent)
+    }
+
+    /// A batch of ticks `from..to`, the counters in `acc` (per series id - 1) growing at random.
+    fn batch(
+        r: &mut impl Rng,
+        seq: u64,
+        (from, to): (i64, i64),
+        acc: &mut [u64],
+    ) -> pb::SampleBatch {
+        let mut b = pb::SampleBatch {
+            seq,
+            ..Default::default()
+        };
+        for t in from..to {
+            let slow = t % 20 == 0;
+            for (ids, at) in [(1..=2u32, t * TICK_NS), (3..=4, t * TICK_NS + 1_000_000)] {
+                if ids.start() == &3 && !slow {
+                    continue;
+                }
+                let before = b.series_ids.len();
+                for id in ids {
+                    if r.random_bool(0.1) {
+                        continue;
+                    }
+                    acc[id as usize - 1] += r.random_range(0..1u64 << 30);
+                    b.series_ids.push(id);
+                    b.values.push(acc[id as usize - 1]);
+                }
+                if b.series_ids.len() > before {
+                    b.timestamps_unix_ns.push(at);
+                    b.tick_lengths.push((b.series_ids.len() - before) as u32);
+                }
+            }
+        }
+        b
+    }
+
+    /// Tails read after batches of every size (a few ticks, and past the head's rows into the rings), over a
+    /// store that drops old ticks, stay suffixes of the store's samples after every read and trim, and every
+    /// walk they answer is the store's walk.
+    #[test]
+    fn tails_are_the_newest_samples_of_the_store_and_walk_as_it_does() {
+        // A store that keeps less than a tail may, and one that keeps more (where a first read stops at
+        // `KEEP_NS`).
+        for (seed, retention_s) in [(7, 6), (8, 60)] {
+            tails_follow_the_store(seed, Duration::from_secs(retention_s));
+        }
+    }
+
+    fn tails_follow_the_store(seed: u64, retention: Duration) {
+        let mut r = rand::rngs::StdRng::seed_from_u64(seed);
+        let (store, mut agent) = node(retention);
+        let mut tails = Tails::default();
+        let slots: Vec<usize> = store
+            .with_node("n1", |n| n.series().iter().map(|s| s.slot()).collect())
+            .expect("node");
+        tails.choose(slots.iter().copied());
+        let (mut tick, mut acc, mut answered) = (1i64, [0u64; 4], 0);
+        for seq in 1..400u64 {
+            if seq == 300 {
+                // Chosen again (a new layout): read from nothing.
+                tails.choose(slots.iter().copied());
+            }
+            let k = if r.random_bool(0.05) {
+                300
+            } else {
+                r.random_range(1..40)
+            };
+            let b = batch(&mut r, seq, (tick, tick + k), &mut acc);
+            agent.batch(b, (tick + k) * TICK_NS).expect("batch");
+            tick += k;
+            store
+                .with_node("n1", |n| {
+                    tails.read(n);
+                    let newest = (tick - 1) * TICK_NS;
+                    if r.random_bool(0.5) {
+                        tails.trim(newest - r.random_range(0..4_000_000_000));
+                    }
+                    for s in n.series() {
+                        let all: Vec<(i64, u64)> = n.samples(s).iter().collect();
+                        let kept: Vec<(i64, u64)> = tails
+                            .kept(s.slot())
+                            .expect("read")
+                            .iter()
+                            .map(|k| (k.t, k.v))
+                            .collect();
+                        assert!(kept.len() <= all.len());
+                        assert_eq!(kept, &all[all.len() - kept.len()..], "a suffix");
+                        for _ in 0..8 {
+                            let start = newest - r.random_range(-200_000_000..5_000_000_000);
+                            let end = start + r.random_range(0..2_000_000_000);
+                            let (mut a, mut b) = (Vec::new(), vec![(0, 0)]);
+                            let want =
+                                super::super::engine::covering(all.iter().copied(), start, end);
+                            if let Some(got) = tails.covering_into(s.slot(), (start, end), &mut b) {
+                                assert_eq!(&b[got], &want[..]);
+                                answered += 1;
+                            } else {
+                                assert_eq!(b.len(), 1, "unchanged");
+                            }
+                            let want = super::super::engine::tail_from(all.iter().copied(), start);
+                            if let Some(got) = tails.tail_from_into(s.slot(), start, &mut a) {
+                                assert_eq!(&a[got], &want[..]);
+                            }
+                        }
+                    }
+                })
+                .expect("node");
+        }
+        assert!(
+            answered > 1_000,
+            "{answered} walks answered from the tails ({retention:?})"
+        );
+        assert!(tails.len() < 4 * 200, "trimmed: {}", tails.len());
+    }
+}
