@@ -327,14 +327,38 @@ pub fn of_intervals(
     let shape_rate = |i: usize| if shape[i].len_s > 0.0 { rates[i] } else { 0.0 };
     let (busy_s, interior_rate, resolved) =
         busy::busy_time_in(shape, shape_rate, floor, sample_period_s, busy_buffers);
-    let bursts = Bursts::of(
-        busy_buffers
-            .runs
-            .iter()
-            .map(|r: &Run| burst(iv, r.first, r.end))
-            .collect(),
-        interior_rate,
-    );
+    let bursts = busy_buffers
+        .runs
+        .iter()
+        .map(|r: &Run| burst(iv, r.first, r.end))
+        .collect();
+    let busy = (busy_s, interior_rate, resolved);
+    let window = (window_s, sample_period_s);
+    compose(
+        iv,
+        (rates, floor, idle),
+        window,
+        (tx_bytes, rx_bytes),
+        busy,
+        bursts,
+        interior,
+    )
+}
+
+/// The activity of a window whose intervals are `iv` and their rates `rates`, once its busy time is known:
+/// `busy` (the busy seconds, the bursts' interior rate, whether resolved, as [`busy::busy_time_in`] gives them)
+/// and `bursts` (its runs above `floor` as bursts, oldest first); the peaks are found here unless `idle` (every
+/// rate below the floor). `interior` is scratch.
+fn compose(
+    iv: &[(i64, i64, f64)],
+    (rates, floor, idle): (&[f64], f64, bool),
+    (window_s, sample_period_s): (f64, f64),
+    (tx_bytes, rx_bytes): (u64, u64),
+    (busy_s, interior_rate, resolved): (f64, Option<f64>, bool),
+    bursts: Vec<Burst>,
+    interior: &mut Vec<f64>,
+) -> Activity {
+    let bursts = Bursts::of(bursts, interior_rate);
     Activity {
         window_s,
         sample_period_s,
@@ -365,10 +389,251 @@ pub struct Buffers {
     interior: Vec<f64>,
 }
 
+/// A window's sampling intervals kept from one evaluation to the next (oldest dropped, newest appended) with
+/// its runs above the activity floor and each run's figures, so that an evaluation a second after the last
+/// analyses what changed: the runs the window's edges cut or that grew, not every run of the window again.
+///
+/// Contract: [`Sliding::activity`] is [`of_intervals`] on [`Sliding::intervals`], bit for bit. Why it is: a
+/// run of intervals above the floor, and its busy seconds and bytes ([`busy::busy_time_in`]), depend on its own
+/// intervals only, so a run the window's slide left whole keeps its figures, and one that was cut or grew is
+/// worked out again by the same code on its intervals alone; the window's figures (the busy time, the bytes
+/// moved and measured, the bursts) are summed over the runs in the same order as there, and what rests on the
+/// whole window (the sampling period's median, whether a run is resolved at that period, the interior rates'
+/// median, the peaks) is worked out at each evaluation, as there. `tests` compare both over thousands of
+/// slides.
+#[derive(Debug, Default)]
+pub struct Sliding {
+    /// The floor the runs were found above (`None`: none found yet).
+    floor: Option<f64>,
+    /// The intervals `(start_ns, end_ns, bytes)` from `head` on, oldest first (those before `head` have left
+    /// the window; they are cut off once they are as many as those kept).
+    iv: Vec<(i64, i64, f64)>,
+    /// Each interval's rate, bytes/s, as [`of_intervals`] works it out.
+    rates: Vec<f64>,
+    head: usize,
+    /// Intervals (from `head` on) whose rate is not below the floor: none, an idle window.
+    active: usize,
+    /// Intervals (from `head` on) already scanned for runs.
+    scanned: usize,
+    /// The runs above the floor, oldest first, indexes from `head`.
+    runs: Vec<KeptRun>,
+}
+
+/// Whether a rate counts against an idle window: not below the floor (a NaN counts, as in `of_intervals`).
+fn not_below(rate: f64, floor: f64) -> bool {
+    rate.partial_cmp(&floor) != Some(std::cmp::Ordering::Less)
+}
+
+/// Intervals that left a [`Sliding`] window before they are cut off (2.5 s of a 20 Hz series).
+const HEAD_ROOM: usize = 50;
+
+/// A run of a [`Sliding`] window and its figures as [`busy::busy_time_in`] works them out.
+#[derive(Debug, Clone, Copy)]
+struct KeptRun {
+    first: usize,
+    end: usize,
+    /// Bytes moved in the run, and its busy seconds.
+    bytes: f64,
+    active_s: f64,
+    /// Seconds of its interior intervals (all but its first and last; 0 below [`RESOLVED_INTERVALS`]): it is
+    /// resolved at a sampling period at most twice this.
+    interior_s: f64,
+    /// Whether its intervals changed since its figures were worked out.
+    stale: bool,
+}
+
+impl Sliding {
+    /// Forgets every interval.
+    pub fn clear(&mut self) {
+        (self.floor, self.head, self.active, self.scanned) = (None, 0, 0, 0);
+        self.iv.clear();
+        self.rates.clear();
+        self.runs.clear();
+    }
+
+    /// The floor the runs were found above (`None`: not settled yet).
+    pub fn floor(&self) -> Option<f64> {
+        self.floor
+    }
+
+    /// The intervals held, oldest first.
+    pub fn intervals(&self) -> &[(i64, i64, f64)] {
+        self.iv.get(self.head..).unwrap_or_default()
+    }
+
+    fn rates(&self) -> &[f64] {
+        self.rates.get(self.head..).unwrap_or_default()
+    }
+
+    /// Drops the `k` oldest intervals (all of them when fewer are held).
+    pub fn drop_oldest(&mut self, k: usize) {
+        let k = k.min(self.intervals().len());
+        if let Some(floor) = self.floor {
+            let gone = &self.rates()[..k.min(self.scanned)];
+            self.active -= gone.iter().filter(|r| not_below(**r, floor)).count();
+        }
+        self.head += k;
+        self.scanned = self.scanned.saturating_sub(k);
+        self.runs.retain(|r| r.end > k);
+        for r in &mut self.runs {
+            if r.first < k {
+                (r.first, r.stale) = (k, true);
+            }
+            (r.first, r.end) = (r.first - k, r.end - k);
+        }
+        // Cut off what left every few seconds of intervals: each interval is moved a few times at most, and
+        // the room kept is the window's and a little more.
+        if self.head >= HEAD_ROOM {
+            self.iv.drain(..self.head);
+            self.rates.drain(..self.head);
+            self.head = 0;
+        }
+    }
+
+    /// Makes room for `n` more intervals, no more (a window's length changes little from one evaluation to
+    /// the next: doubling left up to half of every link's room unused).
+    pub fn reserve(&mut self, n: usize) {
+        self.iv.reserve_exact(n);
+        self.rates.reserve_exact(n);
+    }
+
+    /// Appends the interval `x`, the newest.
+    pub fn push(&mut self, x: (i64, i64, f64)) {
+        self.iv.push(x);
+        self.rates.push(x.2 / ((x.1 - x.0) as f64 / 1e9));
+    }
+
+    /// Finds the runs above `floor` among the intervals appended since the last call, and works out the
+    /// figures of the runs that changed (`buffers` are scratch).
+    pub fn settle(&mut self, floor: f64, buffers: &mut Buffers) {
+        let Buffers { shape, busy, .. } = buffers;
+        if self.floor != Some(floor) {
+            (self.floor, self.active, self.scanned) = (Some(floor), 0, 0);
+            self.runs.clear();
+        }
+        let (iv, rates) = (&self.iv[self.head..], &self.rates[self.head..]);
+        for i in self.scanned..iv.len() {
+            if not_below(rates[i], floor) {
+                self.active += 1;
+            }
+            // `Interval::rate`: 0 where the interval has no length, as in `of_intervals`.
+            let rate = if iv[i].1 > iv[i].0 { rates[i] } else { 0.0 };
+            if rate < floor {
+                continue;
+            }
+            match self.runs.last_mut() {
+                Some(r) if r.end == i => (r.end, r.stale) = (i + 1, true),
+                _ => self.runs.push(KeptRun {
+                    first: i,
+                    end: i + 1,
+                    bytes: 0.0,
+                    active_s: 0.0,
+                    interior_s: 0.0,
+                    stale: true,
+                }),
+            }
+        }
+        self.scanned = iv.len();
+        for r in self.runs.iter_mut().filter(|r| r.stale) {
+            shape.clear();
+            shape.extend(iv[r.first..r.end].iter().map(|x| Interval {
+                len_s: (x.1 - x.0) as f64 / 1e9,
+                bytes: x.2,
+            }));
+            let rate = |j: usize| match shape[j].len_s > 0.0 {
+                true => rates[r.first + j],
+                false => 0.0,
+            };
+            // The run alone is one run: its figures are those it has within the whole window.
+            busy::busy_time_in(shape, rate, floor, 0.0, busy);
+            let whole = busy.runs.first().filter(|b| b.end == shape.len());
+            (r.bytes, r.active_s) = whole.map_or((f64::NAN, f64::NAN), |b| (b.bytes, b.active_s));
+            let n = shape.len();
+            r.interior_s = match n >= RESOLVED_INTERVALS {
+                true => shape[1..n - 1].iter().map(|x| x.len_s).sum(),
+                false => 0.0,
+            };
+            r.stale = false;
+        }
+    }
+
+    /// The activity of the window held ([`of_intervals`] on [`Sliding::intervals`]), `window_s` long, with
+    /// `moved` bytes `(tx, rx)` over it; `None` before [`Sliding::settle`] was called on what is held.
+    pub fn activity(
+        &self,
+        window_s: f64,
+        moved: (u64, u64),
+        buffers: &mut Buffers,
+    ) -> Option<Activity> {
+        let floor = self.floor?;
+        let (iv, rates) = (self.intervals(), self.rates());
+        if self.scanned != iv.len() || self.runs.iter().any(|r| r.stale) {
+            return None;
+        }
+        let sample_period_s = median_interval(iv, &mut buffers.lens) as f64 / 1e9;
+        let Buffers {
+            busy: busy_buffers,
+            interior,
+            ..
+        } = buffers;
+        let busy = if self.runs.is_empty() {
+            // As `of_intervals` on a window without runs.
+            busy::busy_time_in(&[], |_| 0.0, floor, sample_period_s, busy_buffers)
+        } else {
+            // `busy::busy_time_in`'s sums and median, over the kept runs in the same order.
+            let resolved =
+                |r: &&KeptRun| r.interior_s > 0.0 && r.interior_s >= 0.5 * sample_period_s;
+            let rate = |i: usize| if iv[i].1 > iv[i].0 { rates[i] } else { 0.0 };
+            interior.clear();
+            for r in self.runs.iter().filter(resolved) {
+                interior.extend((r.first + 1..r.end - 1).map(rate));
+            }
+            let all: f64 = self.runs.iter().map(|r| r.bytes).sum();
+            let measured: f64 = self.runs.iter().filter(resolved).map(|r| r.bytes).sum();
+            (
+                self.runs.iter().map(|r| r.active_s).sum(),
+                median_by_select(interior),
+                all <= 0.0 || measured >= busy::RESOLVED_BYTES_SHARE * all,
+            )
+        };
+        let bursts = self
+            .runs
+            .iter()
+            .map(|r| Burst {
+                start_unix_ns: iv[r.first].0,
+                end_unix_ns: iv[r.end - 1].1,
+                // `burst`'s sum: the run's bytes in the same order.
+                bytes: r.bytes.round() as u64,
+                intervals: r.end - r.first,
+                truncated: r.first == 0 || r.end == iv.len(),
+            })
+            .collect();
+        let window = (window_s, sample_period_s);
+        let idle = self.active == 0;
+        Some(compose(
+            iv,
+            (rates, floor, idle),
+            window,
+            moved,
+            busy,
+            bursts,
+            interior,
+        ))
+    }
+
+    /// Bytes allocated.
+    pub fn heap_bytes(&self) -> usize {
+        self.iv.capacity() * size_of::<(i64, i64, f64)>()
+            + self.rates.capacity() * size_of::<f64>()
+            + self.runs.capacity() * size_of::<KeptRun>()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::steps::bandwidth::step_link;
+    use crate::steps::busy::active_floor;
     use commwatch_model::stats::median_i64;
     use commwatch_model::{Endpoint, Link, LinkClass, LinkKey, LinkRole};
 
@@ -488,6 +753,73 @@ mod tests {
             assert_eq!(format!("{got:?}"), format!("{whole:?}"), "round {round}");
         }
         assert!(idle > 100 && busy > 100, "{idle} idle, {busy} busy");
+    }
+
+    #[test]
+    fn a_sliding_window_gives_the_whole_analysis_figures() {
+        use rand::{Rng, SeedableRng};
+        let mut r = rand::rngs::StdRng::seed_from_u64(23);
+        let (mut buffers, mut whole_buffers) = (Buffers::default(), Buffers::default());
+        let (mut sliding, mut window) = (Sliding::default(), std::collections::VecDeque::new());
+        let (mut t, mut cap) = (1_000 * MS, Some(25e9));
+        let (mut slides, mut idle, mut runs) = (0, 0, 0);
+        for round in 0..3_000 {
+            // Quiet stretches, bursts of a few intervals and long ones, regular or jittered sampling, now and
+            // then a rate exactly at the floor; the window slides by a few intervals, some rounds by none or
+            // by all, and the floor changes now and then.
+            let phase = (round / 200) % 4;
+            let jitter = phase % 2 == 1;
+            for _ in 0..r.random_range(0..25) {
+                // Intervals have a length (the kept windows' samples rise in time).
+                let len = match jitter {
+                    true => r.random_range(40 * MS..60 * MS),
+                    false => 50 * MS,
+                };
+                let floor = active_floor(cap);
+                let rate = match (phase, r.random_range(0..10)) {
+                    (0, _) => r.random_range(0.0..floor),
+                    (_, 0) => floor,
+                    (_, k) if k < 5 => r.random_range(0.0..floor * 0.5),
+                    _ => r.random_range(floor..800e6),
+                };
+                let x = (t, t + len, rate * len as f64 / 1e9);
+                t += len;
+                window.push_back(x);
+                sliding.push(x);
+            }
+            let gone = match r.random_range(0..20) {
+                0 => window.len(),
+                k if k < 4 => 0,
+                _ => r.random_range(0..25).min(window.len()),
+            };
+            window.drain(..gone);
+            sliding.drop_oldest(gone);
+            if round % 450 == 449 {
+                cap = cap.map_or(Some(25e9), |_| None);
+            }
+            let floor = active_floor(cap);
+            sliding.settle(floor, &mut buffers);
+            let iv: Vec<(i64, i64, f64)> = window.iter().copied().collect();
+            assert_eq!(sliding.intervals(), &iv[..], "round {round}");
+            let (Some(a), Some(z)) = (iv.first(), iv.last()) else {
+                continue;
+            };
+            let window_s = (z.1 - a.0) as f64 / 1e9;
+            let whole = of_intervals(&iv, window_s, (3, 4), cap, &mut whole_buffers);
+            let got = sliding.activity(window_s, (3, 4), &mut buffers);
+            assert_eq!(
+                format!("{got:?}"),
+                format!("{:?}", Some(&whole)),
+                "round {round}"
+            );
+            slides += 1;
+            idle += usize::from(whole.bursts.is_empty());
+            runs += whole.bursts.len();
+        }
+        assert!(
+            slides > 2_000 && idle > 300 && runs > 10_000,
+            "{slides} {idle} {runs}"
+        );
     }
 
     #[test]

@@ -324,6 +324,15 @@ pub trait Windows {
         since_ns: i64,
     ) -> impl Iterator<Item = (i64, u64)> + 'a;
 
+    /// The values of [`Windows::newest_first`]'s samples, in that order: what a gauge's mean or low reads.
+    fn values_newest_first<'a>(
+        &'a self,
+        s: &'a crate::store::Series,
+        since_ns: i64,
+    ) -> impl Iterator<Item = u64> + 'a {
+        self.newest_first(s, since_ns).map(|(_, v)| v)
+    }
+
     /// The newest and the oldest of `s`'s samples stamped at or after `since_ns` (`None`: none): what a
     /// counter's window ([`CounterWindow`]) reads of it.
     fn ends(&self, s: &crate::store::Series, since_ns: i64) -> Option<((i64, u64), (i64, u64))> {
@@ -462,26 +471,26 @@ fn put_counter(
     *at += 1;
 }
 
-/// Lowest finite positive value of a gauge's `window` (newest first).
-fn gauge_lowest_positive(window: impl Iterator<Item = (i64, u64)>) -> Option<f64> {
+/// Lowest finite positive value of a gauge's `window` (its values, newest first).
+fn gauge_lowest_positive(window: impl Iterator<Item = u64>) -> Option<f64> {
     window
-        .map(|(_, b)| f64::from_bits(b))
+        .map(f64::from_bits)
         .filter(|v| v.is_finite() && *v > 0.0)
         .reduce(f64::min)
 }
 
-/// Mean of a gauge's finite values over its `window` (newest first, summed in that order), and how many it
-/// rests on (`None` without any).
-fn gauge_mean_of(window: impl Iterator<Item = (i64, u64)>) -> Option<(f64, usize)> {
+/// Mean of a gauge's finite values over its `window` (its values, newest first, summed in that order), and how
+/// many it rests on (`None` without any).
+fn gauge_mean_of(window: impl Iterator<Item = u64>) -> Option<(f64, usize)> {
     let (sum, n) = window
-        .map(|(_, b)| f64::from_bits(b))
+        .map(f64::from_bits)
         .filter(|v| v.is_finite())
         .fold((0.0, 0usize), |(sum, n), v| (sum + v, n + 1));
     (n > 0).then(|| (sum / n as f64, n))
 }
 
-/// Mean of a gauge's finite values over its `window` (newest first).
-fn gauge_mean(window: impl Iterator<Item = (i64, u64)>) -> Option<f64> {
+/// Mean of a gauge's finite values over its `window` (its values, newest first).
+fn gauge_mean(window: impl Iterator<Item = u64>) -> Option<f64> {
     gauge_mean_of(window).map(|(mean, _)| mean)
 }
 
@@ -545,9 +554,8 @@ pub struct Scratch {
     /// One link's byte windows, oldest first.
     tx: Samples,
     rx: Samples,
-    /// What a link's activity is analysed in ([`activity::of_intervals`]), and its sampling intervals.
+    /// What a link's activity is analysed in ([`activity::of_intervals`]).
     pub(crate) activity: activity::Buffers,
-    pub(crate) intervals: Vec<(i64, i64, f64)>,
     /// Counters' windows put so far: by link, then by GPU, then the node's own ([`put_counter`]).
     counted: Vec<u32>,
 }
@@ -586,6 +594,9 @@ struct Plan {
     /// Slots of each link's byte counters (by link index): the last transmit and receive series of each, as
     /// the series come.
     bytes: Vec<(Option<usize>, Option<usize>)>,
+    /// The links whose activity a rule reads ([`reads_activity`]), by index: a link's role and class change
+    /// only with an inventory, which makes a new layout.
+    activity_links: Vec<usize>,
 }
 
 impl Plan {
@@ -607,6 +618,10 @@ impl Plan {
         }
         self.bytes.clear();
         self.bytes.resize(n.links().len(), (None, None));
+        self.activity_links.clear();
+        let read = n.links().iter().map(|l| reads_activity(&l.link));
+        self.activity_links
+            .extend(read.enumerate().filter(|(_, r)| *r).map(|(i, _)| i));
         self.reads.clear();
         for s in n.series() {
             let read = self.read_of(n, s);
@@ -726,7 +741,8 @@ fn series_input<W: Windows>(
     (since_ns, w): (i64, &W),
     counted: &mut [u32],
 ) {
-    let max_value = match s.kind() {
+    // Read only where a counter's window is put: a series read for nothing is not touched.
+    let max_value = || match s.kind() {
         SeriesKind::Counter { max_value } => max_value,
         SeriesKind::Gauge => u64::MAX,
     };
@@ -736,7 +752,7 @@ fn series_input<W: Windows>(
         Read::LinkCounter(i) => {
             let i = i as usize;
             if let (Some(l), Some(at)) = (out.links.get_mut(i), counted.get_mut(i)) {
-                put_counter(&mut l.counters, at, s, w.ends(s, since_ns), max_value);
+                put_counter(&mut l.counters, at, s, w.ends(s, since_ns), max_value());
             }
         }
         Read::LinkGauge(i, mean, low) => {
@@ -744,16 +760,16 @@ fn series_input<W: Windows>(
                 link_gauge(l, s, (mean, low), since_ns, w);
             }
         }
-        Read::Cpu => out.cpu_utilization = gauge_mean(w.newest_first(s, since_ns)),
+        Read::Cpu => out.cpu_utilization = gauge_mean(w.values_newest_first(s, since_ns)),
         Read::GpuCounter(g) => {
             let g = g as usize;
             if let (Some(e), Some(at)) = (out.gpus.get_mut(g), counted.get_mut(links + g)) {
-                put_counter(&mut e.counters, at, s, w.ends(s, since_ns), max_value);
+                put_counter(&mut e.counters, at, s, w.ends(s, since_ns), max_value());
             }
         }
         Read::GpuMean(g, field) => {
             if let Some(e) = out.gpus.get_mut(g as usize) {
-                let mean = gauge_mean(w.newest_first(s, since_ns));
+                let mean = gauge_mean(w.values_newest_first(s, since_ns));
                 match field {
                     0 => e.busy_share = mean,
                     1 => e.sm_activity = mean,
@@ -767,7 +783,7 @@ fn series_input<W: Windows>(
         Read::NodeCounter(recent) => {
             let since = counter_since(w, s, since_ns, recent);
             if let Some(at) = counted.last_mut() {
-                put_counter(&mut out.counters, at, s, w.ends(s, since), max_value);
+                put_counter(&mut out.counters, at, s, w.ends(s, since), max_value());
             }
         }
     }
@@ -812,7 +828,7 @@ pub(crate) fn node_input_by_keys(n: &NodeState, since_ns: i64) -> NodeInput {
             }
             continue;
         }
-        let mean = || gauge_mean(w.newest_first(s, since_ns));
+        let mean = || gauge_mean(w.values_newest_first(s, since_ns));
         match (key.labels.iter().find(|(k, _)| k == "gpu"), kind) {
             (None, SeriesKind::Gauge) => {
                 if m == "cpu_utilization_ratio" && key.labels.is_empty() {
@@ -871,10 +887,9 @@ fn link_activity<W: Windows>(
     w: &W,
     scratch: &mut Scratch,
 ) {
-    for (i, l) in links.iter_mut().enumerate() {
-        if !reads_activity(&l.link) {
-            continue;
-        }
+    for k in 0..scratch.plan.activity_links.len() {
+        let i = scratch.plan.activity_links[k];
+        let Some(l) = links.get_mut(i) else { continue };
         let slots = scratch.plan.bytes.get(i).copied().unwrap_or_default();
         let capacity = l.link.capacity_bytes_per_second;
         l.activity = w.activity(n, i, slots, since_ns, capacity, scratch);
@@ -924,14 +939,14 @@ fn link_gauge<W: Windows>(
         }
     }
     if mean {
-        if let Some((mean, _)) =
-            gauge_mean_of(w.newest_first(s, since_ns)).filter(|&(_, k)| k >= MIN_MEAN_SAMPLES)
+        if let Some((mean, _)) = gauge_mean_of(w.values_newest_first(s, since_ns))
+            .filter(|&(_, k)| k >= MIN_MEAN_SAMPLES)
         {
             l.gauge_means.insert(m.to_string(), mean);
         }
     }
     if low {
-        if let Some(low) = gauge_lowest_positive(w.newest_first(s, since_ns)) {
+        if let Some(low) = gauge_lowest_positive(w.values_newest_first(s, since_ns)) {
             l.gauge_lows.insert(m.to_string(), low);
         }
     }

@@ -11,8 +11,8 @@
 //! Contract: the input built from kept windows ([`NodeWindows::input`]) is the input the store's rings give
 //! ([`input::node_input`]) at the same instant: the same samples, derived by the same code
 //! ([`input::node_input_from`]); only a link's activity is reached another way where its two byte windows were
-//! sampled together (its intervals derived from the kept samples without copying them out, then analysed as
-//! the copies would be: `LinkIntervals`). The windows start over when the node's layout changes (an inventory, a node
+//! sampled together (its intervals and their runs kept from one evaluation to the next, only the new samples'
+//! derived, and analysed as the copies would be: `LinkIntervals`, [`activity::Sliding`]). The windows start over when the node's layout changes (an inventory, a node
 //! created again) or an evaluation asks for an earlier window than the last; a series whose window holds more
 //! samples than its ring keeps (an agent sending faster than the tier it stated) is read from the store.
 //! `tests` compare both inputs field by field, and their findings, through counter resets, gaps, series and
@@ -25,6 +25,7 @@ use commwatch_model::SeriesKind;
 
 use super::activity::{self, Activity};
 use super::input::{self, NodeInput, Scratch, StoreWindows, Windows};
+use crate::steps::busy;
 use crate::store::{NodeState, Series};
 
 /// One series' kept window: `(tick, value)` of its samples, oldest first. A ring, so that dropping the samples
@@ -61,15 +62,17 @@ pub struct NodeWindows {
 
 /// One link whose activity a rule reads, and how its activity is derived from its kept byte windows: where
 /// both were sampled at the same ticks (an agent reads a port's two counters together), or one of them is
-/// empty, the window's sampling intervals are derived straight from the kept samples (each interval's bytes
-/// the larger direction's between two samples, nothing interpolated) into a buffer, and the activity is
-/// [`activity::of_intervals`] on them. Otherwise (`paired` false) the windows are copied out and analysed as
-/// [`activity::analyse`] does.
+/// empty, the window's sampling intervals (each interval's bytes the larger direction's between two samples,
+/// nothing interpolated) are kept from one evaluation to the next with their runs above the activity floor
+/// ([`activity::Sliding`]): an update drops the intervals whose first sample left the window and derives those
+/// of the new samples only, and the activity is [`activity::Sliding::activity`], equal to
+/// [`activity::of_intervals`] on the window's intervals. Otherwise (`paired` false) the windows are copied out
+/// and analysed as [`activity::analyse`] does.
 ///
-/// The intervals are derived anew at each evaluation, not kept: kept from one evaluation to the next (only
-/// the new samples' derived), they took 24 B a sample of each read link, 211 KB a demo node (half again its
-/// kept windows), for no CPU measurable beside the rest (302 against 308 µs a node's input; BENCHMARKS.md,
-/// "Links' activity and the input's walk from kept windows").
+/// Kept: 32 B per interval of each read link (its bounds, bytes and rate) and its runs. Deriving the intervals
+/// anew at each evaluation cost no more than keeping them while the whole window's runs were analysed again
+/// at each (BENCHMARKS.md, "Links' activity and the input's walk from kept windows"); with the runs kept too,
+/// an evaluation analyses only the runs the window's slide cut or grew.
 #[derive(Debug, Default)]
 struct LinkIntervals {
     /// The link's index in the node's links.
@@ -79,59 +82,120 @@ struct LinkIntervals {
     slots: (Option<usize>, Option<usize>),
     /// Whether the windows were sampled together (and one holds three samples) at the latest update.
     paired: bool,
+    /// The window's intervals and runs, when derived at the latest update (`Some`): on which window (transmit
+    /// or not) and with the other direction's bytes or without, and the tick of the last sample they end at.
+    sliding: activity::Sliding,
+    derived: Option<((bool, bool), u64)>,
 }
 
 impl LinkIntervals {
     /// The link's byte windows in `kept` (by slot): the one the intervals are on (transmit, or receive when
-    /// transmit holds fewer than three samples) and the other.
-    fn windows<'k>(&self, kept: &'k [Window]) -> (&'k Window, &'k Window) {
+    /// transmit holds fewer than three samples) and the other, and whether the first is transmit's.
+    fn windows<'k>(&self, kept: &'k [Window]) -> (&'k Window, &'k Window, bool) {
         const NONE: &Window = &VecDeque::new();
         let window = |s: Option<usize>| s.and_then(|i| kept.get(i)).unwrap_or(NONE);
         let (tx, rx) = (window(self.slots.0), window(self.slots.1));
         if tx.len() >= 3 {
-            (tx, rx)
+            (tx, rx, true)
         } else {
-            (rx, tx)
+            (rx, tx, false)
         }
     }
 
-    /// Notes whether the link's windows in `kept` were sampled together.
-    fn refresh(&mut self, kept: &[Window]) {
-        let (grid, other) = self.windows(kept);
-        self.paired = grid.len() >= 3
-            && (other.is_empty()
-                || (other.len() == grid.len() && other.iter().zip(grid).all(|(a, b)| a.0 == b.0)));
-    }
-
-    /// The intervals of the link's windows in `kept` on node `n`, into `out` (cleared first), when they were
-    /// sampled together: `None` when not, or when a sample's tick is no longer held or two samples are not
-    /// in time order.
-    fn intervals(
-        &self,
+    /// Notes whether the link's windows in `kept` were sampled together, and brings its intervals up to them
+    /// on node `n`: drops those whose first sample left the window, derives those of the new samples, and
+    /// settles the runs above `floor`. Left underived (`derived` `None`) when the windows were not sampled
+    /// together, or a sample's tick is no longer held, or two samples are not in time order (then the activity
+    /// is analysed from copies of the windows, as the rings' rebuild does).
+    fn slide(
+        &mut self,
         kept: &[Window],
         n: &NodeState,
-        out: &mut Vec<(i64, i64, f64)>,
-    ) -> Option<()> {
-        out.clear();
-        if !self.paired {
-            return None;
-        }
-        let (grid, other) = self.windows(kept);
-        let mut prev = n.tick_time(grid.front()?.0)?;
-        for (k, s) in grid.iter().enumerate().skip(1) {
-            let t = n.tick_time(s.0)?;
-            if t <= prev {
-                return None;
+        floor: f64,
+        buffers: &mut activity::Buffers,
+    ) {
+        let (grid, other, on_tx) = self.windows(kept);
+        let mode = (on_tx, !other.is_empty());
+        // The sample the kept intervals end at, still in the window (searched from the newest: a second's
+        // samples are new).
+        let held = match self.derived {
+            Some((m, end)) if m == mode => {
+                let mut back = grid.iter().rev().take_while(|s| s.0 >= end);
+                back.position(|s| s.0 == end).map(|b| grid.len() - 1 - b)
             }
-            let own = activity::delta(grid[k - 1].1, s.1);
+            _ => None,
+        };
+        // Sampled together: up to that sample they were when derived, and both windows dropped the same
+        // samples since (by their ticks' time), so only the samples after it are compared.
+        let after = held.unwrap_or(0);
+        let same_ticks = || {
+            other
+                .range(after..)
+                .zip(grid.range(after..))
+                .all(|(a, b)| a.0 == b.0)
+        };
+        self.paired =
+            grid.len() >= 3 && (other.is_empty() || (other.len() == grid.len() && same_ticks()));
+        if !self.paired {
+            self.derived = None;
+            self.sliding.clear();
+            return;
+        }
+        let from = match held {
+            // Intervals before the `k`th sample's left with their first sample.
+            Some(k) if self.sliding.intervals().len() >= k => {
+                let gone = self.sliding.intervals().len() - k;
+                self.sliding.drop_oldest(gone);
+                k
+            }
+            _ => {
+                self.sliding.clear();
+                0
+            }
+        };
+        // The kept ones must start at the window's first sample.
+        let first = self.sliding.intervals().first().map(|x| x.0);
+        if first.is_some() && first != grid.front().and_then(|s| n.tick_time(s.0)) {
+            self.sliding.clear();
+            return self.derive(grid, other, 0, (n, mode, floor), buffers);
+        }
+        self.derive(grid, other, from, (n, mode, floor), buffers)
+    }
+
+    /// Derives the intervals from sample `from` of `grid` on (the last one held ends there), with `other`'s
+    /// bytes beside, and settles their runs.
+    fn derive(
+        &mut self,
+        grid: &Window,
+        other: &Window,
+        from: usize,
+        (n, mode, floor): (&NodeState, (bool, bool), f64),
+        buffers: &mut activity::Buffers,
+    ) {
+        self.derived = None;
+        let Some(mut prev) = grid.get(from).and_then(|s| n.tick_time(s.0)) else {
+            self.sliding.clear();
+            return;
+        };
+        self.sliding.reserve(grid.len().saturating_sub(from + 1));
+        for k in from + 1..grid.len() {
+            let t = match n.tick_time(grid[k].0) {
+                Some(t) if t > prev => t,
+                _ => {
+                    self.sliding.clear();
+                    return;
+                }
+            };
+            let own = activity::delta(grid[k - 1].1, grid[k].1);
             let bytes = match (other.get(k - 1), other.get(k)) {
                 (Some(a), Some(b)) => own.max(activity::delta(a.1, b.1)),
                 _ => own,
             };
-            out.push((prev, t, bytes));
+            self.sliding.push((prev, t, bytes));
             prev = t;
         }
-        Some(())
+        self.sliding.settle(floor, buffers);
+        self.derived = grid.back().map(|s| (mode, s.0));
     }
 }
 
@@ -177,7 +241,12 @@ impl NodeWindows {
             w.drain(..gone.unwrap_or(w.len()));
         }
         for l in &mut self.links {
-            l.refresh(&self.kept);
+            let capacity = n
+                .links()
+                .get(l.link)
+                .map(|x| x.link.capacity_bytes_per_second);
+            let floor = busy::active_floor(capacity.flatten());
+            l.slide(&self.kept, n, floor, &mut self.scratch.activity);
             if l.paired {
                 self.pairings.0 += 1;
             } else {
@@ -258,6 +327,11 @@ impl NodeWindows {
                 .map(|w| w.capacity() * size_of::<(u64, u64)>())
                 .sum::<usize>()
             + self.links.capacity() * size_of::<LinkIntervals>()
+            + self
+                .links
+                .iter()
+                .map(|l| l.sliding.heap_bytes())
+                .sum::<usize>()
     }
 }
 
@@ -350,6 +424,19 @@ impl Windows for Kept<'_> {
         }
     }
 
+    fn values_newest_first<'a>(
+        &'a self,
+        s: &'a Series,
+        since_ns: i64,
+    ) -> impl Iterator<Item = u64> + 'a {
+        // The window kept from `since_ns` on holds only samples stamped since, of ticks still held (the update
+        // dropped the rest): their values without a look-up of each one's time.
+        match self.window(s).filter(|_| since_ns == self.w.since_ns) {
+            Some(w) => Either::Kept(w.iter().rev().map(|x| x.1)),
+            None => Either::Store(self.newest_first(s, since_ns).map(|(_, v)| v)),
+        }
+    }
+
     fn ends(&self, s: &Series, since_ns: i64) -> Option<((i64, u64), (i64, u64))> {
         let Some(w) = self.window(s) else {
             return self.store.ends(s, since_ns);
@@ -377,21 +464,18 @@ impl Windows for Kept<'_> {
         scratch: &mut Scratch,
     ) -> Option<Activity> {
         if let Some(l) = self.paired_link(link, slots, since_ns) {
-            let iv = &mut scratch.intervals;
-            if l.intervals(&self.w.kept, self.n, iv).is_some() {
-                if let (Some(a), Some(z)) = (iv.first(), iv.last()) {
-                    let window_s = (z.1 - a.0) as f64 / 1e9;
-                    let moved = (self.moved(slots.0), self.moved(slots.1));
-                    let buffers = &mut scratch.activity;
-                    return (window_s > 0.0).then(|| {
-                        activity::of_intervals(
-                            iv,
-                            window_s,
-                            moved,
-                            capacity_bytes_per_second,
-                            buffers,
-                        )
-                    });
+            let iv = l.sliding.intervals();
+            let floor = busy::active_floor(capacity_bytes_per_second);
+            if let (Some(a), Some(z), true) = (iv.first(), iv.last(), l.derived.is_some()) {
+                let window_s = (z.1 - a.0) as f64 / 1e9;
+                let moved = (self.moved(slots.0), self.moved(slots.1));
+                if window_s <= 0.0 {
+                    return None;
+                }
+                if l.sliding.floor() == Some(floor) {
+                    if let Some(a) = l.sliding.activity(window_s, moved, &mut scratch.activity) {
+                        return Some(a);
+                    }
                 }
             }
         }
