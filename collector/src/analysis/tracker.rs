@@ -33,7 +33,7 @@
 //! changes while a reader (an event, the history's writer) still holds it. Candidates come with their ids
 //! ([`Tracker::update_keyed`]), formatted once per evaluation ([`super::evaluate_keyed`]).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -72,14 +72,16 @@ struct Pending {
 pub struct Tracker {
     /// The nominal evaluation period, seconds.
     interval_s: f64,
-    findings: BTreeMap<String, Arc<Finding>>,
+    /// By id: hashed, not ordered (an ordered map's search compared ids of long common prefixes a few dozen
+    /// times per look-up, several look-ups per candidate); listed in id order where order matters.
+    findings: HashMap<String, Arc<Finding>>,
     pending: HashMap<String, Pending>,
     /// Evaluations in a row an active finding was missing.
     missing: HashMap<String, u32>,
     raised_total: BTreeMap<FindingKind, u64>,
     /// For evaluations by scope ([`Tracker::update_scope`]): the ids each scope label last produced (pending
     /// or active), and the label of each such id.
-    scopes: HashMap<String, HashSet<String>>,
+    scopes: HashMap<String, BTreeSet<String>>,
     scope_of: HashMap<String, String>,
 }
 
@@ -99,7 +101,7 @@ impl Tracker {
     pub fn with_interval(interval: Duration) -> Tracker {
         Tracker {
             interval_s: interval.as_secs_f64(),
-            findings: BTreeMap::new(),
+            findings: HashMap::new(),
             pending: HashMap::new(),
             missing: HashMap::new(),
             raised_total: BTreeMap::new(),
@@ -139,19 +141,22 @@ impl Tracker {
         let (mut changes, seen) = self.take(now_unix_s, candidates, None);
         // Candidates not seen this time lose their streak.
         self.pending.retain(|id, _| seen.contains(id));
-        let absent: Vec<String> = self
+        let mut absent: Vec<String> = self
             .findings
             .values()
             .filter(|f| f.active && !seen.contains(&f.id))
             .map(|f| f.id.clone())
             .collect();
+        absent.sort();
         self.clear_missing(now_unix_s, absent, &mut changes);
-        let active: Vec<String> = self
+        let mut active: Vec<String> = self
             .findings
             .values()
             .filter(|f| f.active)
             .map(|f| f.id.clone())
             .collect();
+        active.sort();
+        let active: Vec<&str> = active.iter().map(String::as_str).collect();
         self.relink(&active, &mut changes);
         self.trim();
         changes
@@ -211,42 +216,36 @@ impl Tracker {
         seen: &HashSet<String>,
         changes: &mut Vec<Change>,
     ) {
-        let mut ids: Vec<String> = self
-            .scopes
-            .get(label)
-            .map(|s| s.iter().cloned().collect())
-            .unwrap_or_default();
-        // In id order, as a whole-fleet update clears and relinks.
-        ids.sort();
+        // The scope's ids, taken out while they are read (in id order, as a whole-fleet update clears and
+        // relinks) and put back without the gone ones: none copied but those that count a miss.
+        let (key, mut ids) = self.scopes.remove_entry(label).unwrap_or_default();
         let mut absent = Vec::new();
-        for id in &ids {
-            if seen.contains(id) {
-                continue;
-            }
+        for id in ids.iter().filter(|id| !seen.contains(*id)) {
             self.pending.remove(id);
             if self.findings.get(id).is_some_and(|f| f.active) {
                 absent.push(id.clone());
             }
         }
         self.clear_missing(now_unix_s, absent, changes);
-        let mut active = Vec::new();
-        let mut gone = Vec::new();
-        for id in ids {
-            if self.findings.get(&id).is_some_and(|f| f.active) {
-                active.push(id);
-            } else if !self.pending.contains_key(&id) {
-                gone.push(id);
-            }
-        }
+        let active: Vec<&str> = ids
+            .iter()
+            .filter(|id| self.findings.get(*id).is_some_and(|f| f.active))
+            .map(String::as_str)
+            .collect();
         self.relink(&active, changes);
-        for id in gone {
-            self.scope_of.remove(&id);
-            if let Some(s) = self.scopes.get_mut(label) {
-                s.remove(&id);
+        let gone = |t: &Tracker, id: &String| {
+            !t.findings.get(id).is_some_and(|f| f.active) && !t.pending.contains_key(id)
+        };
+        if ids.iter().any(|id| gone(self, id)) {
+            let (kept, left): (BTreeSet<String>, BTreeSet<String>) =
+                ids.into_iter().partition(|id| !gone(self, id));
+            for id in left {
+                self.scope_of.remove(&id);
             }
+            ids = kept;
         }
-        if self.scopes.get(label).is_some_and(HashSet::is_empty) {
-            self.scopes.remove(label);
+        if !ids.is_empty() {
+            self.scopes.insert(key, ids);
         }
     }
 
@@ -355,17 +354,17 @@ impl Tracker {
     /// listed.
     /// `active` lists the active findings to relink, sorted by id (all of them, or one scope's: causes and
     /// consequences are found in one evaluation, so within one scope).
-    fn relink(&mut self, active: &[String], changes: &mut [Change]) {
+    fn relink(&mut self, active: &[&str], changes: &mut [Change]) {
         let mut by_cause: HashMap<String, Vec<String>> = HashMap::new();
-        for f in active.iter().filter_map(|id| self.findings.get(id)) {
+        for f in active.iter().filter_map(|id| self.findings.get(*id)) {
             if let Some(c) = &f.caused_by {
                 by_cause.entry(c.clone()).or_default().push(f.id.clone());
             }
         }
         for id in active {
-            if let Some(f) = self.findings.get_mut(id) {
+            if let Some(f) = self.findings.get_mut(*id) {
                 // Ids are visited in order, so each list is sorted.
-                let now = by_cause.remove(id).unwrap_or_default();
+                let now = by_cause.remove(*id).unwrap_or_default();
                 // Written only when it changed: a finding a change still shares would be copied.
                 if f.consequences != now {
                     Arc::make_mut(f).consequences = now;
@@ -452,7 +451,11 @@ impl Tracker {
             .filter(|f| !f.active)
             .map(|f| (f.last_seen_unix_s, f.id.clone()))
             .collect();
-        old.sort_by(|a, b| a.0.partial_cmp(&b.0).unwrap_or(std::cmp::Ordering::Equal));
+        // Oldest first, ties in id order.
+        old.sort_by(|a, b| {
+            let by_time = a.0.partial_cmp(&b.0).unwrap_or(std::cmp::Ordering::Equal);
+            by_time.then_with(|| a.1.cmp(&b.1))
+        });
         for (_, id) in old.into_iter().take(inactive - MAX_INACTIVE) {
             self.findings.remove(&id);
         }
@@ -460,15 +463,15 @@ impl Tracker {
 
     /// Every finding (active and cleared), sorted by id.
     pub fn findings(&self) -> Vec<Finding> {
-        self.findings.values().map(|f| Finding::clone(f)).collect()
+        let mut all: Vec<&Arc<Finding>> = self.findings.values().collect();
+        all.sort_by(|a, b| a.id.cmp(&b.id));
+        all.into_iter().map(|f| Finding::clone(f)).collect()
     }
 
     pub fn active(&self) -> Vec<Finding> {
-        self.findings
-            .values()
-            .filter(|f| f.active)
-            .map(|f| Finding::clone(f))
-            .collect()
+        let mut active: Vec<&Arc<Finding>> = self.findings.values().filter(|f| f.active).collect();
+        active.sort_by(|a, b| a.id.cmp(&b.id));
+        active.into_iter().map(|f| Finding::clone(f)).collect()
     }
 
     /// Findings raised since start, per kind.
