@@ -47,6 +47,11 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
             let mut critical = false;
             let mut window_s: f64 = 0.0;
             for c in &l.counters {
+                // A counter that neither saturated nor rose says nothing, watched or not: its name is not
+                // looked up (most counters of most links at every evaluation).
+                if !c.saturated && (c.window_s < MIN_WINDOW_S || c.increase == 0) {
+                    continue;
+                }
                 let Some(&(name, crit)) = WATCHED.iter().find(|(m, _)| *m == c.metric()) else {
                     continue;
                 };

@@ -101,13 +101,13 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
             "the job's median"
         };
         let busy_all = reference(&nodes, None, share);
-        let rate_all = reference(&nodes, None, NodeInput::fabric_burst_rate);
-        for n in &nodes {
+        // Each node's burst rate worked out once (a walk over its steps' links), not once more per reference.
+        let rates: Vec<Option<f64>> = nodes.iter().map(|n| n.fabric_burst_rate()).collect();
+        let rate_all = reference_in(&nodes, &rates, None);
+        for (k, n) in nodes.iter().enumerate() {
             let pair = (nodes.len() == 2).then_some(n.name.as_str());
             let busy_median = pair.map_or(busy_all, |p| reference(&nodes, Some(p), share));
-            let rate_median = pair.map_or(rate_all, |p| {
-                reference(&nodes, Some(p), NodeInput::fabric_burst_rate)
-            });
+            let rate_median = pair.map_or(rate_all, |p| reference_in(&nodes, &rates, Some(p)));
             let mut subject = Subject::node(&n.name);
             subject.job = job.clone();
             if let (Some(b), Some(m)) = (share(n), busy_median) {
@@ -140,7 +140,7 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
                 out.push(c);
                 continue;
             }
-            if let (Some(r), Some(m)) = (n.fabric_burst_rate(), rate_median) {
+            if let (Some(r), Some(m)) = (rates[k], rate_median) {
                 if r < RATE_LAG_BELOW * m {
                     let mut c = Candidate::new(FindingKind::Straggler, Severity::Warning, subject);
                     c.summary = format!(
@@ -281,6 +281,21 @@ fn reference(
         .iter()
         .filter(|n| Some(n.name.as_str()) != except)
         .filter_map(|n| figure(n))
+        .collect();
+    median_select(&mut v)
+}
+
+/// [`reference`] of figures already worked out: `figures[k]` is `nodes[k]`'s.
+fn reference_in(
+    nodes: &[&NodeInput],
+    figures: &[Option<f64>],
+    except: Option<&str>,
+) -> Option<f64> {
+    let mut v: Vec<f64> = nodes
+        .iter()
+        .zip(figures)
+        .filter(|(n, _)| Some(n.name.as_str()) != except)
+        .filter_map(|(_, f)| *f)
         .collect();
     median_select(&mut v)
 }
