@@ -12,7 +12,8 @@
 //! (`analysis::scope`: in practice each job with its nodes) is evaluated: each node's input both ways,
 //! alternately first, and the two inputs compared (a difference fails the run: the tape is one more oracle
 //! check), then the rules and the tracker on the scope's input from kept windows; `FULL=0` leaves the
-//! rebuild and the comparison out (to profile the kept windows alone), `KEPT=0` the kept windows (then the
+//! rebuild and the comparison out (to profile the kept windows alone), `RULES=1` times each rule apart as well
+//! (once more, on the same input: not in the other figures), `KEPT=0` the kept windows (then the
 //! head's flush waits for no reader: the store's apply as without them). It also prints the store's apply in
 //! thread CPU per sample over the same span. A figure, not a check of speed: it never fails because the
 //! machine is slow.
@@ -109,6 +110,9 @@ struct Spent {
     nodes: u64,
     candidates: u64,
     changes: u64,
+    /// With `RULES=1`: each rule's own thread CPU (run once more on each scope's input, apart), and the
+    /// candidates it gave.
+    by_rule: Vec<(u64, u64)>,
 }
 
 /// Whether to build each node's input from the rings (the oracle) and from the kept windows.
@@ -116,6 +120,8 @@ struct Spent {
 struct Ways {
     full: bool,
     kept: bool,
+    /// Each rule timed apart too (`RULES=1`).
+    by_rule: bool,
 }
 
 /// One scope's evaluation at `now`: each node's input both ways (compared), the rules, the tracker.
@@ -129,7 +135,7 @@ fn evaluate_scope(
     ways: Ways,
     cache: &mut WindowCache,
     tracker: &mut Tracker,
-    spent: Option<&mut Spent>,
+    mut spent: Option<&mut Spent>,
 ) {
     let since = now - WINDOW_NS;
     let (mut full_ns, mut kept_ns) = (0, 0);
@@ -177,6 +183,14 @@ fn evaluate_scope(
         (crate::analysis::evaluate_keyed(&input), figures)
     });
     let candidates = cands.0.len() as u64;
+    if let Some(sp) = spent.as_deref_mut().filter(|_| ways.by_rule) {
+        sp.by_rule.resize(crate::analysis::RULES.len(), (0, 0));
+        for (k, (_, rule)) in crate::analysis::RULES.iter().enumerate() {
+            let (ns, found) = timed(|| rule(&input));
+            sp.by_rule[k].0 += ns;
+            sp.by_rule[k].1 += found.len() as u64;
+        }
+    }
     let (t, changes) = timed(|| tracker.update_scope_keyed(now as f64 / 1e9, &s.label, cands.0));
     if let Some(sp) = spent {
         sp.full += full_ns;
@@ -202,6 +216,7 @@ fn analysis_cost() {
     let ways = Ways {
         full: env("FULL", 1) != 0,
         kept: env("KEPT", 1) != 0,
+        by_rule: env("RULES", 0) != 0,
     };
     let by_name: HashMap<String, NodeRef> = refs
         .iter()
@@ -299,4 +314,11 @@ fn report(
         bytes as f64 / nodes as f64 / 1e3,
         apply_ns as f64 / samples.max(1) as f64,
     );
+    for ((name, _), (ns, found)) in crate::analysis::RULES.iter().zip(&spent.by_rule) {
+        println!(
+            "  rule {name}: {:.1} us per node, {:.2} candidates per node",
+            per(*ns),
+            *found as f64 / spent.nodes.max(1) as f64
+        );
+    }
 }
