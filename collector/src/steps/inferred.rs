@@ -84,7 +84,9 @@ pub const SAME_SPACING: f64 = 0.3;
 pub const NEAR_HI: f64 = 1.3;
 /// A burst's last partly busy interval (its tail: the burst ended just after a sample) belongs to the burst
 /// when its rate is above `low + TAIL_LEVEL × (high − low)`, so the edge falls after all of the burst's bytes.
-pub const TAIL_LEVEL: f64 = 0.02;
+/// A tail below it goes to the next step: at most `TAIL_LEVEL` of one interval at the highest rate, so at most
+/// 1 % of the bytes of a burst that fills an interval (at 2 % the per-step bytes' error reached the 2 % goal).
+pub const TAIL_LEVEL: f64 = 0.01;
 /// Percentile of the interval rates taken as the quiet ("low") level: low enough that a node whose
 /// communication fills 85 % of the step still has its quiet level there.
 pub const LOW_PERCENTILE: f64 = 5.0;
@@ -970,6 +972,48 @@ mod tests {
         // Within 2 % (a parabola through the peak at 50 ms lags; the goal for the period).
         assert!((p.period_s / 0.3096875 - 1.0).abs() < 0.02, "{p:?}");
         assert!(steps.len() >= 80, "{}", steps.len());
+    }
+
+    #[test]
+    fn a_burst_s_small_tail_stays_in_its_step() {
+        // Every other burst ends 0.3 ms after a sample: 1.5 % of its bytes fall into the next interval. Under
+        // a tail level of 2 % of the swing that tail went to the next step (one step 1.5 % short, the next
+        // 1.5 % long); it belongs to its burst's step.
+        let (period_ms, burst_ms, rate, bg) = (300.0, 20.0, 2e10, 2e5);
+        let offset = |k: f64| if k as i64 % 2 == 0 { 30.3 } else { 25.0 };
+        let bytes_at = |t_ms: f64| {
+            let done: f64 = (0..=(t_ms / period_ms) as i64)
+                .map(|k| {
+                    let start = k as f64 * period_ms + offset(k as f64);
+                    (t_ms - start).clamp(0.0, burst_ms)
+                })
+                .sum();
+            done / 1e3 * rate + t_ms / 1e3 * bg
+        };
+        let pts: Vec<(i64, f64)> = (0..900)
+            .map(|i| (1_000_000 * MS + i * 50 * MS, bytes_at(i as f64 * 50.0)))
+            .collect();
+        let mut tr = InferenceTracker::default();
+        tr.extend(pts.iter().copied());
+        let steps = tr.steps();
+        assert!(steps.len() >= 60, "{}", steps.len());
+        let at = |t: i64| {
+            pts.iter()
+                .find(|p| p.0 == t)
+                .map(|p| p.1)
+                .expect("an edge is a sample")
+        };
+        let burst = burst_ms / 1e3 * rate;
+        for s in &steps {
+            let bytes = at(s.end_unix_ns) - at(s.start_unix_ns);
+            let other = (s.end_unix_ns - s.start_unix_ns) as f64 / 1e9 * bg;
+            let err = (bytes - other - burst).abs() / burst;
+            assert!(
+                err < 0.005,
+                "{s:?}: {bytes} B, burst {burst} B: {:.3} %",
+                err * 100.0
+            );
+        }
     }
 
     #[test]
