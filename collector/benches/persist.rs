@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use commwatch_collector::analysis::history::History;
+use commwatch_collector::analysis::history::{self, History};
 use commwatch_collector::analysis::tracker::Change;
 use commwatch_collector::analysis::{Evidence, Finding, FindingKind, Severity, Subject};
 use commwatch_collector::persist::bench::{Checkpoint, Db, Items};
@@ -144,21 +144,10 @@ impl HistoryDb {
         let conn = rusqlite::Connection::open(dir.join(DB_FILE)).expect("the state database");
         conn.busy_timeout(Duration::from_secs(5))
             .expect("busy timeout");
-        conn.execute_batch(
-            "PRAGMA journal_mode = WAL;
-             CREATE TABLE IF NOT EXISTS analysis_findings (
-                 id TEXT PRIMARY KEY, json TEXT NOT NULL, active INTEGER NOT NULL,
-                 first_seen_unix_s REAL NOT NULL, last_seen_unix_s REAL NOT NULL);
-             CREATE TABLE IF NOT EXISTS analysis_finding_events (
-                 at_unix_s REAL NOT NULL, id TEXT NOT NULL, event TEXT NOT NULL,
-                 severity TEXT NOT NULL, summary TEXT NOT NULL);
-             CREATE INDEX IF NOT EXISTS analysis_findings_by_seen
-                 ON analysis_findings (active, last_seen_unix_s);
-             CREATE INDEX IF NOT EXISTS analysis_finding_events_by_id ON analysis_finding_events (id);
-             CREATE INDEX IF NOT EXISTS analysis_finding_events_by_time
-                 ON analysis_finding_events (at_unix_s);",
-        )
-        .expect("the history's tables");
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .expect("WAL");
+        conn.execute_batch(history::TABLES)
+            .expect("the history's tables");
         HistoryDb::State(conn)
     }
 

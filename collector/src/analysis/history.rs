@@ -187,6 +187,22 @@ impl From<serde_json::Error> for HistoryError {
     }
 }
 
+/// The history's tables and indexes, created where missing when it opens (older collectors created the same in
+/// the state database, `collector.sqlite3`).
+#[doc(hidden)]
+pub const TABLES: &str = "
+    CREATE TABLE IF NOT EXISTS analysis_findings (
+        id TEXT PRIMARY KEY, json TEXT NOT NULL, active INTEGER NOT NULL,
+        first_seen_unix_s REAL NOT NULL, last_seen_unix_s REAL NOT NULL);
+    CREATE TABLE IF NOT EXISTS analysis_finding_events (
+        at_unix_s REAL NOT NULL, id TEXT NOT NULL, event TEXT NOT NULL,
+        severity TEXT NOT NULL, summary TEXT NOT NULL);
+    CREATE TABLE IF NOT EXISTS analysis_baselines (
+        key TEXT PRIMARY KEY, kind TEXT NOT NULL, json TEXT NOT NULL, set_unix_s REAL NOT NULL);
+    CREATE INDEX IF NOT EXISTS analysis_findings_by_seen ON analysis_findings (active, last_seen_unix_s);
+    CREATE INDEX IF NOT EXISTS analysis_finding_events_by_id ON analysis_finding_events (id);
+    CREATE INDEX IF NOT EXISTS analysis_finding_events_by_time ON analysis_finding_events (at_unix_s);";
+
 /// An open history database.
 pub struct History {
     conn: Connection,
@@ -210,22 +226,7 @@ impl History {
             .map_err(err)?;
         conn.pragma_update(None, "journal_mode", "WAL")
             .map_err(err)?;
-        conn.execute_batch(
-            "CREATE TABLE IF NOT EXISTS analysis_findings (
-                 id TEXT PRIMARY KEY, json TEXT NOT NULL, active INTEGER NOT NULL,
-                 first_seen_unix_s REAL NOT NULL, last_seen_unix_s REAL NOT NULL);
-             CREATE TABLE IF NOT EXISTS analysis_finding_events (
-                 at_unix_s REAL NOT NULL, id TEXT NOT NULL, event TEXT NOT NULL,
-                 severity TEXT NOT NULL, summary TEXT NOT NULL);
-             CREATE TABLE IF NOT EXISTS analysis_baselines (
-                 key TEXT PRIMARY KEY, kind TEXT NOT NULL, json TEXT NOT NULL, set_unix_s REAL NOT NULL);
-             CREATE INDEX IF NOT EXISTS analysis_findings_by_seen
-                 ON analysis_findings (active, last_seen_unix_s);
-             CREATE INDEX IF NOT EXISTS analysis_finding_events_by_id ON analysis_finding_events (id);
-             CREATE INDEX IF NOT EXISTS analysis_finding_events_by_time
-                 ON analysis_finding_events (at_unix_s);",
-        )
-        .map_err(err)?;
+        conn.execute_batch(TABLES).map_err(err)?;
         let state = dir.join(crate::persist::DB_FILE);
         if state.exists() {
             // Never fatal: the persistence deals with a damaged file of its own (moving it aside), and what was
