@@ -3,8 +3,8 @@
 //!
 //! Why: a tick carries a sample of hundreds of series. Pushing each into its series' ring touches every ring's
 //! state once per tick (cache misses per sample at a few hundred nodes); writing the tick as one row and moving
-//! rows into the rings later, series by series, touches each ring once per run of `FLUSH - KEEP_ROWS` (96)
-//! samples: what it costs to reach its cold state and open bytes is shared by the run.
+//! rows into the rings later, series by series, touches each ring once per `FLUSH - KEEP_ROWS` (224) rows:
+//! what it costs to reach its cold state and open bytes is shared by the run.
 //!
 //! A row is a tick's accepted samples: its tick number, its *shape* (the series slots in the order the values
 //! come, shared by the rows with the same slots: a node's fast ticks all have one, its slow ticks another) and
@@ -18,13 +18,18 @@ use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::sync::OnceLock;
 
-/// Rows that make the head flush (6.4 s of 20 Hz ticks): a series' ring then takes a run of 96 samples, and
-/// what it costs to reach its state and its open part's bytes, cold by then, is shared by as many.
-pub(super) const FLUSH: usize = 128;
+/// Rows that make the head flush (12.8 s of 20 Hz ticks; 4.6 s of a demo agent's 56 ticks a second, each
+/// source stamping its own): a series' ring then takes the samples of 224 rows in one run, and what it costs
+/// to reach its state and its open part's bytes, cold by then, is shared by as many. That reach is most of
+/// what a run costs: most of a demo node's 1,485 series are read once a second and took 1 to 2 samples from
+/// 96 rows, every series visited every 1.7 s. At 256 rows the store's apply of a demo agent's tape costs
+/// 15–30 % less a sample than at 128 (`measure::apply_cost`, BENCHMARKS.md), for about 48 KB more head per
+/// node at its peak (128 rows more of ≈ 29 values, each 8 B and a 4 B slot).
+pub(super) const FLUSH: usize = 256;
 /// Rows a flush keeps: the newest 1.6 s stay row-major, where a rate over the newest second reads them.
 pub(super) const KEEP_ROWS: usize = 32;
 /// Most rows a head holds while its flush waits for a reader of new samples (`NodeState::samples_after`):
-/// about 4.5 s of a demo agent's 56 ticks a second.
+/// about 9 s of a demo agent's 56 ticks a second.
 pub(super) const HOLD_ROWS: usize = 2 * FLUSH;
 /// Column of a slot a shape does not have.
 const NONE: u32 = u32::MAX;
