@@ -3,12 +3,14 @@
 #  1. the H100 fixture tree (8 ConnectX-7 HCAs, one BlueField bond, 4 NICs; static counters), and
 #  2. one node of the simulated cluster (8 HCAs + IPoIB + eth0, counters moving),
 # streaming to a real collector on loopback. Prints one line per case.
-# Usage: scripts/bench-agent.sh [seconds]   (default 30)
+# Usage: scripts/bench-agent.sh [seconds]   (default 30; BIN=<binary>: another build's, else this tree's)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-30}
-cargo build --release --quiet
-bin=target/release/commwatch
+if [ -z "${BIN:-}" ]; then
+  cargo build --release --quiet
+fi
+bin=${BIN:-${CARGO_TARGET_DIR:-target}/release/commwatch}
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
 

@@ -22,6 +22,14 @@ use cli::{Cli, Command};
 use outcome::CliError;
 pub(crate) use signal::shutdown_signal;
 
+/// jemalloc, not glibc's malloc: the collector's passes allocate and free on one thread what the ingest's
+/// threads touch beside them, and glibc's arenas spent about a sixth of the collector's CPU at 400 demo nodes in
+/// `_int_malloc`, `malloc_consolidate` and `unlink_chunk` (BENCHMARKS.md, "The binary's allocator").
+/// mimalloc was tried and left: at load 11–15 its collector fell behind in 5 of 5 runs (glibc's 3 of 5,
+/// jemalloc's none).
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 /// The commands that only print a report or a file and exit (no server, no socket of their own to keep up).
 fn prints_only(command: &Command) -> bool {
     matches!(
