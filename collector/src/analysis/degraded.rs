@@ -111,10 +111,12 @@ fn nvlink_down(node: &str, l: &Link) -> Option<Candidate> {
 
 /// A fabric port whose state is not up or whose physical state is not `LinkUp`.
 fn port_down(node: &str, l: &Link) -> Option<Candidate> {
-    let phys_down = l
-        .attributes
-        .get("phys_state")
-        .is_some_and(|p| !p.to_ascii_lowercase().contains("linkup"));
+    let phys_down = l.attributes.get("phys_state").is_some_and(|p| {
+        // "LinkUp" in any case, without a lowercased copy per port and evaluation.
+        !p.as_bytes()
+            .windows(6)
+            .any(|w| w.eq_ignore_ascii_case(b"linkup"))
+    });
     if l.is_up() && !phys_down {
         return None;
     }

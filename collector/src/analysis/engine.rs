@@ -23,7 +23,7 @@ use super::scaling::{self, JobFigures};
 use super::scope::Scope;
 use super::tracker::{Change, Tracker};
 use super::trend::JobTrends;
-use super::{evaluate_keyed, Finding, FindingKind, Severity};
+use super::{Finding, FindingKind, Severity};
 use crate::steps::StepStore;
 use crate::store::Store;
 use crate::telemetry::Passes;
@@ -32,6 +32,7 @@ pub use super::DEFAULT_INTERVAL;
 
 #[path = "rounds.rs"]
 mod rounds;
+pub use rounds::RoundReport;
 /// An active finding's refreshed numbers are written to SQLite at most this often.
 pub const HISTORY_REFRESH: Duration = Duration::from_secs(30);
 /// A learned throughput figure is written at most this often per job and scale.
@@ -218,19 +219,21 @@ impl State {
     /// at most every [`HISTORY_REFRESH`].
     fn due_for_history(&mut self, changes: &[Change]) -> Vec<Change> {
         let mut out = Vec::new();
+        // One clock read for the evaluation's changes (a refresh per active finding).
+        let now = Instant::now();
         for ch in changes {
             match ch {
                 Change::Raised(f) | Change::Cleared(f) => {
-                    self.written.insert(f.id.clone(), Instant::now());
+                    self.written.insert(f.id.clone(), now);
                     out.push(ch.clone());
                 }
                 Change::Updated(f) => {
                     let due = self
                         .written
                         .get(&f.id)
-                        .is_none_or(|t| t.elapsed() >= HISTORY_REFRESH);
+                        .is_none_or(|t| now.saturating_duration_since(*t) >= HISTORY_REFRESH);
                     if due {
-                        self.written.insert(f.id.clone(), Instant::now());
+                        self.written.insert(f.id.clone(), now);
                         out.push(ch.clone());
                     }
                 }
@@ -502,8 +505,7 @@ impl AnalysisHandle {
     /// Evaluates `input`: the whole fleet's (`scope` `None`), or one scope's, whose findings alone it
     /// updates; publishes the changes and hands them to the history.
     fn apply_in(&self, input: &input::AnalysisInput, started: Instant, scope: Option<&Scope>) {
-        let cands = evaluate_keyed(input);
-        let mut figures = scaling::job_figures(input);
+        let (cands, mut figures) = super::evaluate_keyed_with_figures(input);
         let now = input.now_unix_ns as f64 / 1e9;
         let (events, to_history, learned) = {
             let mut st = self.inner.state.lock();

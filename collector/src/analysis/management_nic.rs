@@ -115,10 +115,11 @@ impl Direction {
 
 /// Bytes the management link `l` sent and received over the node's steps, as [`Direction`].
 fn direction(n: &NodeInput, l: &LinkInput) -> Direction {
+    let mut figures = super::StepFigures::default();
     let (tx, rx) = n
         .steps
         .iter()
-        .filter_map(|s| super::input::step_figure(s, &l.link))
+        .filter_map(|s| figures.of(s, &l.link))
         .fold((0u64, 0u64), |(t, r), x| {
             (t.saturating_add(x.tx_bytes), r.saturating_add(x.rx_bytes))
         });
@@ -213,10 +214,20 @@ fn union(v: &mut [(i64, i64)]) -> Vec<(i64, i64)> {
     out
 }
 
+/// The step period of a job's nodes ([`step_time`]), worked out once per job and only when a management link's
+/// traffic needs it (most have none to judge).
+type StepPeriod = std::cell::OnceCell<Option<f64>>;
+
 /// The management link's traffic when it is training traffic (see the module documentation): from its own
-/// bursts, else from its bytes in the node's steps; `nodes` are the nodes of `n`'s job.
-fn training(n: &NodeInput, nodes: &[&NodeInput], l: &LinkInput) -> Option<Training> {
-    let step_period_s = step_time(nodes).0;
+/// bursts, else from its bytes in the node's steps; `nodes` are the nodes of `n`'s job, `period` their step
+/// period.
+fn training(
+    n: &NodeInput,
+    nodes: &[&NodeInput],
+    l: &LinkInput,
+    period: &StepPeriod,
+) -> Option<Training> {
+    let step_period_s = || *period.get_or_init(|| step_time(nodes).0);
     let t = from_bursts(n, nodes, l, step_period_s).or_else(|| from_steps(n, l, step_period_s))?;
     // With the fabric idle, the traffic must be a job's exchange between nodes: a job on one node has none.
     (!t.fabric_idle || nodes.len() > 1).then_some(t)
@@ -227,7 +238,7 @@ fn from_bursts(
     n: &NodeInput,
     nodes: &[&NodeInput],
     l: &LinkInput,
-    step_period_s: Option<f64>,
+    step_period_s: impl Fn() -> Option<f64>,
 ) -> Option<Training> {
     let a = l.activity.as_ref()?;
     let p = &a.peaks;
@@ -243,6 +254,7 @@ fn from_bursts(
     }
     let nic: Vec<&Burst> = p.complete().collect();
     let fabric_idle = with_fabric(n, &nic)?;
+    let step_period_s = step_period_s();
     let matched = match step_period_s {
         Some(step) => same_period(period, step),
         // No step period in the job: another node's NIC must burst alike, and this node's fabric be idle.
@@ -278,13 +290,18 @@ fn from_bursts(
 /// [`MIN_BURST_BYTES`] on the NIC in one direction and within [`MAX_STEP_BYTES_SPREAD`] of their median
 /// ([`alike`], each direction judged on its own), the NIC busy at most [`MAX_STEP_BUSY_SHARE`] of the steps (a
 /// steady stream fills them), and its bursts the step's communication ([`with_fabric`]).
-fn from_steps(n: &NodeInput, l: &LinkInput, step_period_s: Option<f64>) -> Option<Training> {
+fn from_steps(
+    n: &NodeInput,
+    l: &LinkInput,
+    step_period_s: impl Fn() -> Option<f64>,
+) -> Option<Training> {
     // (tx bytes, rx bytes, active seconds, step seconds) of each step.
+    let mut figures = super::StepFigures::default();
     let per: Vec<(f64, f64, f64, f64)> = n
         .steps
         .iter()
         .filter_map(|s| {
-            let x = super::input::step_figure(s, &l.link)?;
+            let x = figures.of(s, &l.link)?;
             Some((
                 x.tx_bytes as f64,
                 x.rx_bytes as f64,
@@ -328,7 +345,7 @@ fn from_steps(n: &NodeInput, l: &LinkInput, step_period_s: Option<f64>) -> Optio
         period_cv: super::activity::cv(&durations),
         bytes_cv,
         busy_share,
-        step_period_s,
+        step_period_s: step_period_s(),
         fabric_idle,
     })
 }
@@ -415,13 +432,14 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
     // Every job's nodes (all nodes when no job is known); a node in none runs no training traffic.
     for (_, nodes) in groups(input) {
         let mut found = Vec::new();
+        let period = StepPeriod::new();
         for n in &nodes {
             for l in n
                 .links
                 .iter()
                 .filter(|l| l.link.role == LinkRole::Management)
             {
-                if let Some(t) = training(n, &nodes, l) {
+                if let Some(t) = training(n, &nodes, l, &period) {
                     found.push((*n, l, t, direction(n, l)));
                 }
             }

@@ -126,31 +126,36 @@ impl Subject {
     /// The stable part of a finding id: `node[:device[:port]]`, `gpu<N>`/link for NVLink, `:setting` for an
     /// NCCL setting, then `job=<id>`.
     pub fn key(&self) -> String {
-        let mut parts: Vec<&str> = Vec::new();
-        if !self.node.is_empty() {
-            parts.push(&self.node);
-        }
-        for p in [
-            &self.device,
-            &self.port,
-            &self.gpu,
-            &self.link,
-            &self.setting,
-        ]
-        .into_iter()
-        .flatten()
-        {
-            parts.push(p);
-        }
-        let mut k = parts.join(":");
-        if let Some(j) = &self.job {
-            if !k.is_empty() {
-                k.push(':');
-            }
-            k.push_str("job=");
-            k.push_str(j);
-        }
+        let mut k = String::new();
+        self.write_key(&mut k);
         k
+    }
+
+    /// Appends [`Subject::key`] to `out` (one string for a whole id: [`finding_id`]).
+    fn write_key(&self, out: &mut String) {
+        let start = out.len();
+        let node = (!self.node.is_empty()).then_some(&self.node);
+        let parts = [
+            node,
+            self.device.as_ref(),
+            self.port.as_ref(),
+            self.gpu.as_ref(),
+            self.link.as_ref(),
+            self.setting.as_ref(),
+        ];
+        for (k, p) in parts.into_iter().flatten().enumerate() {
+            if k > 0 {
+                out.push(':');
+            }
+            out.push_str(p);
+        }
+        if let Some(j) = &self.job {
+            if out.len() > start {
+                out.push(':');
+            }
+            out.push_str("job=");
+            out.push_str(j);
+        }
     }
 }
 
@@ -246,7 +251,12 @@ impl Candidate {
 
 /// The stable id of a finding: `kind:subject-key`.
 pub fn finding_id(kind: FindingKind, subject: &Subject) -> String {
-    format!("{}:{}", kind.as_str(), subject.key())
+    let kind = kind.as_str();
+    let mut id = String::with_capacity(kind.len() + 1 + subject.node.len() + 40);
+    id.push_str(kind);
+    id.push(':');
+    subject.write_key(&mut id);
+    id
 }
 
 /// One finding as `GET /api/v1/findings` returns it (the API's keys, a contract).
@@ -295,6 +305,9 @@ pub const NEIGHBOUR: &str = "neighbour";
 /// A rule: a pure function of the input.
 pub type Rule = fn(&AnalysisInput) -> Vec<Candidate>;
 
+/// The name of the rule [`scaling::evaluate`] in [`RULES`].
+const SCALING: &str = "scaling";
+
 /// Every rule, in evaluation order. A new finding is one new file plus one line here.
 pub const RULES: &[(&str, Rule)] = &[
     ("management_nic", management_nic::evaluate),
@@ -305,7 +318,7 @@ pub const RULES: &[(&str, Rule)] = &[
     ("straggler", straggler::evaluate),
     ("exposed_comm", exposed_comm::evaluate),
     ("cpu_bound", cpu_bound::evaluate),
-    ("scaling", scaling::evaluate),
+    (SCALING, scaling::evaluate),
     ("nccl", nccl::evaluate),
     ("tcp_retransmits", tcp_retransmits::evaluate),
     ("transmit_queue", transmit_queue::evaluate),
@@ -320,17 +333,35 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
 /// [`evaluate`] with each candidate's id ([`Candidate::id`]) beside it, formatted once per candidate: what
 /// the tracker takes ([`tracker::Tracker::update_keyed`]). Sorted by id (stable).
 pub fn evaluate_keyed(input: &AnalysisInput) -> Vec<(String, Candidate)> {
+    keyed_with(input, None)
+}
+
+/// [`evaluate_keyed`] and the jobs' figures ([`scaling::job_figures`]), worked out once for both (the
+/// `scaling` rule reads them, and an evaluation reports them).
+pub(crate) fn evaluate_keyed_with_figures(
+    input: &AnalysisInput,
+) -> (Vec<(String, Candidate)>, Vec<scaling::JobFigures>) {
+    let figures = scaling::job_figures(input);
+    (keyed_with(input, Some(&figures)), figures)
+}
+
+/// [`evaluate_keyed`], the `scaling` rule on `figures` when given.
+fn keyed_with(
+    input: &AnalysisInput,
+    figures: Option<&[scaling::JobFigures]>,
+) -> Vec<(String, Candidate)> {
+    let run = |(name, rule): &(&str, Rule)| match figures {
+        Some(f) if *name == SCALING => scaling::evaluate_with(input, f),
+        _ => rule(input),
+    };
     // Each candidate's id formatted once (a comparison that formatted both ids was most of the sort).
-    let mut keyed: Vec<(String, Candidate)> = RULES
-        .iter()
-        .flat_map(|(_, r)| r(input))
-        .map(|c| (c.id(), c))
-        .collect();
+    let mut keyed: Vec<(String, Candidate)> =
+        RULES.iter().flat_map(run).map(|c| (c.id(), c)).collect();
     // One candidate per id (a rule that found the same subject twice keeps the worse one).
     keyed.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.severity.cmp(&a.1.severity)));
     keyed.dedup_by(|a, b| a.0 == b.0);
     let (mut ids, mut out): (Vec<String>, Vec<Candidate>) = keyed.into_iter().unzip();
-    rollup::roll_up(input, &mut out);
+    rollup::roll_up_keyed(input, &mut out, &ids);
     // The roll-ups are appended; neither step changes a subject, so the ids formatted above still hold.
     let rolled: Vec<String> = out[ids.len()..].iter().map(Candidate::id).collect();
     ids.extend(rolled);
@@ -340,12 +371,184 @@ pub fn evaluate_keyed(input: &AnalysisInput) -> Vec<(String, Candidate)> {
     keyed
 }
 
+/// A link's figures step after step ([`input::step_figure`]'s answer), looked for first where the link was
+/// in the step before: a node's steps list its links in one order, so a walk over its steps for one link
+/// compares one pointer per step instead of scanning each step's links (a demo node's steps carry 161 links,
+/// and the rules walked 64 steps for each fabric and management link).
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct StepFigures {
+    /// Where the link was in the last step it was found in.
+    at: usize,
+}
+
+impl StepFigures {
+    /// The figures of `link` in step `s`, as [`input::step_figure`] finds them: by the shared link (a node's
+    /// links are distinct, so one step lists each at most once), else by its key.
+    pub(crate) fn of<'s>(
+        &mut self,
+        s: &'s crate::steps::NodeStep,
+        link: &std::sync::Arc<Link>,
+    ) -> Option<&'s crate::steps::StepLink> {
+        if let Some(x) = s.links.get(self.at) {
+            if std::sync::Arc::ptr_eq(&x.link, link) {
+                return Some(x);
+            }
+        }
+        let at = s
+            .links
+            .iter()
+            .position(|x| std::sync::Arc::ptr_eq(&x.link, link))
+            .or_else(|| s.links.iter().position(|x| x.link.key == link.key))?;
+        self.at = at;
+        s.links.get(at)
+    }
+}
+
 /// `v` bytes/s as `x.xx GB/s`.
 pub(crate) fn gbs(v: f64) -> String {
-    format!("{:.2} GB/s", v / 1e9)
+    Gbs(v).to_string()
+}
+
+/// [`gbs`] written where it is formatted (no string of its own): `format!("{}", Gbs(v)) == gbs(v)`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Gbs(pub f64);
+
+impl std::fmt::Display for Gbs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:.2} GB/s", self.0 / 1e9)
+    }
 }
 
 /// Rounds to 4 significant decimals for evidence (keeps JSON readable, values exact enough to assert).
 pub(crate) fn r4(v: f64) -> f64 {
     (v * 1e4).round() / 1e4
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Steps of one node listing its links in changing orders, some steps without a link, some with a link
+    /// announced again (a new `Arc` of the same key): the figures found step by step are `step_figure`'s.
+    #[test]
+    fn step_figures_found_where_the_link_was_are_step_figures() {
+        use crate::analysis::test_support::{hca_step, periodic, HcaFigures};
+        let base = hca_step("n", 0, periodic(0, 1), HcaFigures::short_burst(true));
+        let link_of = |port: usize| {
+            let mut l = Link::clone(&base.links[0].link);
+            l.key.port = port.to_string();
+            std::sync::Arc::new(l)
+        };
+        let links: Vec<_> = (0..6).map(link_of).collect();
+        let mut steps = Vec::new();
+        let mut seed = 7u64;
+        for i in 0..60u64 {
+            let mut s = hca_step("n", i, periodic(i, 1), HcaFigures::short_burst(true));
+            let proto = s.links.pop().expect("a link");
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            for (k, l) in links.iter().enumerate() {
+                // Every 7th step drops a link; every 11th lists a copy of the key (announced again).
+                if (seed >> (k + 3)) % 7 == 3 {
+                    continue;
+                }
+                let link = match (seed >> (k + 11)) % 11 {
+                    0 => std::sync::Arc::new(Link::clone(l)),
+                    _ => l.clone(),
+                };
+                s.links.push(crate::steps::StepLink {
+                    link,
+                    tx_bytes: i * 100 + k as u64,
+                    ..proto.clone()
+                });
+            }
+            // Mostly one order; now and then another.
+            if i % 9 == 4 {
+                s.links.reverse();
+            }
+            if i % 13 == 6 {
+                let k = 2.min(s.links.len());
+                s.links.rotate_left(k);
+            }
+            steps.push(s);
+        }
+        for l in &links {
+            let mut f = StepFigures::default();
+            for s in &steps {
+                let want = input::step_figure(s, l).map(|x| x.tx_bytes);
+                assert_eq!(f.of(s, l).map(|x| x.tx_bytes), want, "step {}", s.index);
+            }
+        }
+    }
+
+    /// The key as it was formatted: its parts joined by `:`, then `job=`.
+    fn joined_key(s: &Subject) -> String {
+        let mut parts: Vec<&str> = Vec::new();
+        if !s.node.is_empty() {
+            parts.push(&s.node);
+        }
+        let rest = [&s.device, &s.port, &s.gpu, &s.link, &s.setting];
+        parts.extend(rest.into_iter().flatten().map(String::as_str));
+        let mut k = parts.join(":");
+        if let Some(j) = &s.job {
+            if !k.is_empty() {
+                k.push(':');
+            }
+            k.push_str("job=");
+            k.push_str(j);
+        }
+        k
+    }
+
+    #[test]
+    fn ids_written_in_one_string_are_the_joined_keys() {
+        let some = |v: &str| Some(v.to_string());
+        let mut subjects = vec![Subject::default(), Subject::node("n1"), Subject::job("j")];
+        for mask in 0u32..128 {
+            let pick = |bit: u32, v: &str| ((mask >> bit) & 1 == 1).then(|| v.to_string());
+            subjects.push(Subject {
+                node: if mask & 1 == 1 {
+                    "node-7".into()
+                } else {
+                    String::new()
+                },
+                device: pick(1, "mlx5_0"),
+                port: pick(2, if mask & 64 == 0 { "1" } else { "" }),
+                gpu: pick(3, "3"),
+                link: pick(4, "12"),
+                setting: pick(5, "NCCL_SOCKET_IFNAME"),
+                job: pick(6, "train-a"),
+                interface: some("eth0"),
+            });
+        }
+        subjects.push(Subject {
+            device: some(""),
+            job: some("j"),
+            ..Default::default()
+        });
+        for s in &subjects {
+            assert_eq!(s.key(), joined_key(s), "{s:?}");
+            let id = finding_id(FindingKind::LinkErrors, s);
+            assert_eq!(id, format!("link_errors:{}", joined_key(s)));
+        }
+    }
+
+    #[test]
+    fn the_scaling_rule_is_found_by_its_name() {
+        let named = RULES.iter().filter(|(n, _)| *n == SCALING).count();
+        assert_eq!(named, 1);
+        let input = AnalysisInput::default();
+        let figures = scaling::job_figures(&input);
+        assert_eq!(evaluate_keyed_with_figures(&input).1, figures);
+        assert_eq!(keyed_with(&input, Some(&figures)), keyed_with(&input, None));
+    }
+
+    #[test]
+    fn gbs_written_in_place_reads_as_its_own_string() {
+        for v in [0.0, 1.0, 12.5e9, 199_999_999.9, 3.456e12, -2e9, f64::NAN] {
+            assert_eq!(format!("{}", Gbs(v)), format!("{:.2} GB/s", v / 1e9));
+            assert_eq!(gbs(v), format!("{:.2} GB/s", v / 1e9));
+        }
+    }
 }

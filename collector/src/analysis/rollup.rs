@@ -9,6 +9,7 @@
 //! severities). It runs before [`super::causes::link_causes`], so that a root cause elsewhere explains the
 //! roll-up, not each node.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::input::AnalysisInput;
@@ -35,23 +36,34 @@ pub fn is_rollup(kind: FindingKind, subject: &Subject) -> bool {
 
 /// The job a node-level candidate belongs to: its subject's job, else the first job listing its node, else
 /// the job of the node's latest step, else [`CLUSTER_JOB`] (the scaling rule's name for unknown jobs).
-fn job_of(input: &AnalysisInput, c: &Candidate) -> String {
+/// Borrowed from the input (copied only for a subject's own job).
+fn job_of<'i>(input: &'i AnalysisInput, c: &Candidate) -> Cow<'i, str> {
     let node = c.subject.node.as_str();
-    c.subject
-        .job
-        .clone()
-        .or_else(|| input.job_of(node).map(|j| j.id.clone()))
+    if let Some(j) = &c.subject.job {
+        return Cow::Owned(j.clone());
+    }
+    input
+        .job_of(node)
+        .map(|j| j.id.as_str())
         .or_else(|| {
             let n = input.node(node)?;
-            n.steps.iter().rev().find_map(|s| s.job.clone())
+            n.steps.iter().rev().find_map(|s| s.job.as_deref())
         })
-        .unwrap_or_else(|| CLUSTER_JOB.to_string())
+        .unwrap_or(CLUSTER_JOB)
+        .into()
 }
 
 /// Adds a roll-up for every kind of [`ROLLUP_KINDS`] seen on at least [`MIN_NODES`] nodes of one job, and
 /// makes the node-level candidates its consequences. Candidates that already name a cause are left alone.
 pub fn roll_up(input: &AnalysisInput, cands: &mut Vec<Candidate>) {
-    let mut groups: BTreeMap<(FindingKind, String), Vec<usize>> = BTreeMap::new();
+    let ids: Vec<String> = cands.iter().map(Candidate::id).collect();
+    roll_up_keyed(input, cands, &ids);
+}
+
+/// [`roll_up`] with each candidate's id ([`Candidate::id`]) given: `ids[i]` is `cands[i]`'s (the members'
+/// ids are not formatted again).
+pub(crate) fn roll_up_keyed(input: &AnalysisInput, cands: &mut Vec<Candidate>, ids: &[String]) {
+    let mut groups: BTreeMap<(FindingKind, Cow<'_, str>), Vec<usize>> = BTreeMap::new();
     for (i, c) in cands.iter().enumerate() {
         if ROLLUP_KINDS.contains(&c.kind) && !c.subject.node.is_empty() && c.caused_by.is_none() {
             groups
@@ -71,7 +83,10 @@ pub fn roll_up(input: &AnalysisInput, cands: &mut Vec<Candidate>) {
         let roll = rollup_of(
             kind,
             &job,
-            &members.iter().map(|&i| &cands[i]).collect::<Vec<_>>(),
+            &members
+                .iter()
+                .map(|&i| (&cands[i], &ids[i]))
+                .collect::<Vec<_>>(),
         );
         let id = roll.id();
         for &i in &members {
@@ -81,8 +96,9 @@ pub fn roll_up(input: &AnalysisInput, cands: &mut Vec<Candidate>) {
     }
 }
 
-/// The job-level candidate over `members` (same kind, same job, at least one).
-fn rollup_of(kind: FindingKind, job: &str, members: &[&Candidate]) -> Candidate {
+/// The job-level candidate over `members` (same kind, same job, at least one), each with its id.
+fn rollup_of(kind: FindingKind, job: &str, keyed: &[(&Candidate, &String)]) -> Candidate {
+    let members: Vec<&Candidate> = keyed.iter().map(|(c, _)| *c).collect();
     let severity = members
         .iter()
         .map(|c| c.severity)
@@ -91,9 +107,10 @@ fn rollup_of(kind: FindingKind, job: &str, members: &[&Candidate]) -> Candidate 
     let mut c = Candidate::new(kind, severity, Subject::job(job));
     let nodes: Vec<String> = members
         .iter()
-        .map(|m| m.subject.node.clone())
+        .map(|m| m.subject.node.as_str())
         .collect::<BTreeSet<_>>()
         .into_iter()
+        .map(str::to_string)
         .collect();
     let mut figures: Vec<f64> = members.iter().map(|m| m.evidence.measured).collect();
     let lo = figures.iter().copied().fold(f64::INFINITY, f64::min);
@@ -115,11 +132,11 @@ fn rollup_of(kind: FindingKind, job: &str, members: &[&Candidate]) -> Candidate 
         .reduce(f64::min);
     c.evidence = e;
     c.summary = summary(kind, job, &nodes, members.len(), range(lo, hi, &unit));
-    // The members' advice: the worst member's (the first by id among equals); each id formatted once.
-    let mut ids: Vec<(String, usize)> = members
+    // The members' advice: the worst member's (the first by id among equals).
+    let mut ids: Vec<(&String, usize)> = keyed
         .iter()
         .enumerate()
-        .map(|(i, m)| (m.id(), i))
+        .map(|(i, (_, id))| (*id, i))
         .collect();
     let worst = ids
         .iter()
@@ -132,7 +149,7 @@ fn rollup_of(kind: FindingKind, job: &str, members: &[&Candidate]) -> Candidate 
         .map_or(members[0], |(_, i)| members[*i]);
     c.action = worst.action.clone();
     ids.sort();
-    c.consequences = ids.into_iter().map(|(id, _)| id).collect();
+    c.consequences = ids.into_iter().map(|(id, _)| id.clone()).collect();
     // As cautious as its most cautious member.
     c.raise_after = members
         .iter()

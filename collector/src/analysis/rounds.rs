@@ -25,6 +25,7 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use super::super::input::{self, JobInput, WINDOW_NS};
+use super::super::scaling;
 use super::super::scope::{self, Scope};
 use super::super::windows::WindowCache;
 use super::AnalysisHandle;
@@ -81,6 +82,23 @@ pub(super) struct Rounds {
     /// Whether a scope was evaluated since the last sweep of gone scopes (the jobs' references are then
     /// renewed).
     evaluated: bool,
+    /// Whether the nodes changed since the kept windows were last swept of the nodes gone.
+    names_changed: bool,
+    /// Each scope's jobs as its input carries them ([`scope::scope_jobs`]), by label: cut again only when the
+    /// fleet jobs or the scope's jobs changed, lent to each evaluation's input and taken back (a copy of every
+    /// job's ranks at each evaluation, and its drop, were a fifth of the round's own cost).
+    scope_jobs: HashMap<String, ScopeJobs>,
+}
+
+/// One scope's jobs as its input carries them, and what they were cut from.
+struct ScopeJobs {
+    /// The fleet jobs they were cut from (compared by pointer: merged again means changed).
+    fleet: Arc<Vec<JobInput>>,
+    /// The scope's fleet jobs and kind then.
+    jobs: Vec<String>,
+    cluster: bool,
+    /// The input's jobs; empty while lent to an evaluation.
+    input: Vec<JobInput>,
 }
 
 /// The fleet's nodes, jobs and scopes as partitioned at `at_ns`: a round on arrival partitions again only
@@ -92,12 +110,12 @@ struct View {
     scopes: Vec<Scope>,
 }
 
-/// What every scope's input of one round shares.
-struct Fleet<'a> {
-    jobs: &'a [JobInput],
-    extras: &'a input::Extras,
-    collectives: &'a [crate::collectives::JobCollectives],
-    probes: &'a [super::super::link_probes::ProbeBaseline],
+/// What every scope's input of one round shares, lent to each scope's input in turn (moved in and taken back,
+/// not copied); the collectives of a job go to its scope's input for good (a round evaluates a scope once).
+struct Fleet {
+    extras: input::Extras,
+    collectives: Vec<crate::collectives::JobCollectives>,
+    probes: Vec<super::super::link_probes::ProbeBaseline>,
 }
 
 /// What one round did.
@@ -114,6 +132,9 @@ pub struct RoundReport {
     pub fleet_nodes: usize,
     /// When the next scope falls due on arrival, Unix ns (`i64::MIN`: one is due now; `i64::MAX`: none).
     pub next_due_unix_ns: i64,
+    /// CPU time of the scopes' evaluations (each one's input, rules and tracker), summed: the rest of the
+    /// round's own time is what it costs to cut the fleet and lend the scopes what they share.
+    pub scopes_cpu: Duration,
 }
 
 impl Rounds {
@@ -129,6 +150,8 @@ impl Rounds {
             windows: WindowCache::default(),
             view: None,
             evaluated: false,
+            names_changed: true,
+            scope_jobs: HashMap::new(),
         }
     }
 
@@ -138,14 +161,59 @@ impl Rounds {
     }
 
     /// The fleet jobs for `names` at `now_unix_ns`, merged again only when needed.
-    fn jobs(&mut self, store: &Store, names: Vec<String>, now_unix_ns: i64) -> Arc<Vec<JobInput>> {
+    fn jobs(&mut self, store: &Store, names: &[String], now_unix_ns: i64) -> Arc<Vec<JobInput>> {
         let version = *self.jobs_changed.borrow_and_update();
-        if self.version != Some(version) || self.names != names {
+        let names_changed = self.names != names;
+        if self.version != Some(version) || names_changed {
             self.jobs = Arc::new(crate::jobs::fleet_jobs(store, now_unix_ns));
             self.version = Some(version);
-            self.names = names;
+        }
+        if names_changed {
+            self.names = names.to_vec();
+            self.names_changed = true;
         }
         self.jobs.clone()
+    }
+
+    /// Lends `s`'s jobs for its input ([`scope::scope_jobs`] of `fleet`), cut again only when `fleet` or the
+    /// scope's jobs changed since they were cut; [`Rounds::take_back_jobs`] takes them back.
+    fn lend_jobs(&mut self, s: &Scope, fleet: &Arc<Vec<JobInput>>) -> Vec<JobInput> {
+        match self.scope_jobs.get_mut(&s.label) {
+            Some(k)
+                if Arc::ptr_eq(&k.fleet, fleet)
+                    && k.cluster == s.cluster
+                    && k.jobs == s.jobs
+                    && !k.input.is_empty() =>
+            {
+                std::mem::take(&mut k.input)
+            }
+            _ => scope::scope_jobs(s, fleet),
+        }
+    }
+
+    /// Keeps `jobs` (lent by [`Rounds::lend_jobs`] for `s`, cut from `fleet`) for the scope's next input.
+    fn take_back_jobs(&mut self, s: &Scope, fleet: &Arc<Vec<JobInput>>, jobs: Vec<JobInput>) {
+        match self.scope_jobs.get_mut(&s.label) {
+            Some(k) => {
+                if !Arc::ptr_eq(&k.fleet, fleet) {
+                    k.fleet = fleet.clone();
+                }
+                if k.jobs != s.jobs {
+                    k.jobs.clone_from(&s.jobs);
+                }
+                k.cluster = s.cluster;
+                k.input = jobs;
+            }
+            None => {
+                let k = ScopeJobs {
+                    fleet: fleet.clone(),
+                    jobs: s.jobs.clone(),
+                    cluster: s.cluster,
+                    input: jobs,
+                };
+                self.scope_jobs.insert(s.label.clone(), k);
+            }
+        }
     }
 }
 
@@ -153,7 +221,7 @@ impl AnalysisHandle {
     /// One round at `now_unix_ns`: every scope due (with `budget`: data newer than its last evaluation, an
     /// interval since it, oldest first, while the budget lasts; without: every scope), then the scopes that are
     /// gone are swept and the jobs' references renewed.
-    pub(super) fn round_at(
+    pub(crate) fn round_at(
         &self,
         now_unix_ns: i64,
         mut budget: Option<&mut Budget>,
@@ -174,15 +242,16 @@ impl AnalysisHandle {
             ..Default::default()
         };
         if !due.is_empty() {
-            let extras = self.extras_now();
-            let collectives =
-                crate::collectives::job_summaries(&inner.collectives, &inner.store, now_unix_ns);
-            let probes = self.probe_baselines();
-            let fleet = Fleet {
-                jobs,
-                extras: &extras,
-                collectives: &collectives,
-                probes: &probes,
+            // The nodes of the view: a node newer than the partition is in no scope yet.
+            let names = &rounds.names;
+            let mut fleet = Fleet {
+                extras: self.extras_now(),
+                collectives: crate::collectives::job_summaries_of(
+                    &inner.collectives,
+                    &inner.store,
+                    names,
+                ),
+                probes: self.probe_baselines(),
             };
             for (k, (s, data_ns)) in due.iter().enumerate() {
                 if budget.as_ref().is_some_and(|b| !b.available()) {
@@ -199,11 +268,15 @@ impl AnalysisHandle {
                     at_ns,
                     data_ns: *data_ns,
                 };
-                let cost = self.evaluate_scope(s, &fleet, at_ns, &mut rounds.windows);
+                let lent = rounds.lend_jobs(s, jobs);
+                let (cost, lent) =
+                    self.evaluate_scope(s, &mut fleet, lent, at_ns, &mut rounds.windows);
+                rounds.take_back_jobs(s, jobs, lent);
                 if let Some(b) = budget.as_deref_mut() {
                     b.charge(cost);
                 }
                 rounds.note_cost(cost, s.nodes.len());
+                report.scopes_cpu += cost;
                 rounds.last.insert(s.label.clone(), at);
                 report.scopes += 1;
                 report.nodes += s.nodes.len();
@@ -235,7 +308,7 @@ impl AnalysisHandle {
         let names = inner.store.node_names(now_unix_ns);
         let since = now_unix_ns - WINDOW_NS;
         let step_jobs = scope::recent_step_jobs(&inner.steps, &names, since);
-        let jobs = rounds.jobs(&inner.store, names.clone(), now_unix_ns);
+        let jobs = rounds.jobs(&inner.store, &names, now_unix_ns);
         let scopes = scope::partition(&names, &jobs, &step_jobs);
         View {
             at_ns: now_unix_ns,
@@ -271,18 +344,24 @@ impl AnalysisHandle {
             .unwrap_or(i64::MAX)
     }
 
-    /// Evaluates one scope at `now_unix_ns` on an input of its nodes; returns what it cost (the thread's CPU
-    /// time, else the wall time).
+    /// Evaluates one scope at `now_unix_ns` on an input of its nodes, its `jobs` ([`scope::scope_jobs`]) and
+    /// what `fleet` lends it; returns what it cost (the thread's CPU time, else the wall time) and the jobs.
     fn evaluate_scope(
         &self,
         s: &Scope,
-        fleet: &Fleet<'_>,
+        fleet: &mut Fleet,
+        jobs: Vec<JobInput>,
         now_unix_ns: i64,
         windows: &mut WindowCache,
-    ) -> Duration {
+    ) -> (Duration, Vec<JobInput>) {
         let inner = &self.inner;
         let (started, cpu0) = (Instant::now(), thread_cpu_ns());
         let labels = s.job_labels();
+        use std::mem::take;
+        let (mine, rest): (Vec<_>, Vec<_>) = take(&mut fleet.collectives)
+            .into_iter()
+            .partition(|c| labels.contains(&c.job));
+        fleet.collectives = rest;
         let input = input::AnalysisInput {
             now_unix_ns,
             nodes: input::build_nodes(
@@ -293,25 +372,27 @@ impl AnalysisHandle {
                 &s.nodes,
                 |n, since| windows.input(n, since),
             ),
-            jobs: scope::scope_jobs(s, fleet.jobs),
-            bare_baselines: fleet.extras.bare_baselines.clone(),
-            throughput_baselines: fleet.extras.throughput_baselines.clone(),
-            job_references: fleet.extras.job_references.clone(),
-            collectives: fleet
-                .collectives
-                .iter()
-                .filter(|c| labels.contains(&c.job))
-                .cloned()
-                .collect(),
-            probes: fleet.probes.to_vec(),
+            jobs,
+            bare_baselines: take(&mut fleet.extras.bare_baselines),
+            throughput_baselines: take(&mut fleet.extras.throughput_baselines),
+            job_references: take(&mut fleet.extras.job_references),
+            collectives: mine,
+            probes: take(&mut fleet.probes),
             probe_index: Default::default(),
         };
         self.apply_in(&input, started, Some(s));
         windows.give_back(input.nodes);
-        match (cpu0, thread_cpu_ns()) {
+        fleet.extras = input::Extras {
+            bare_baselines: input.bare_baselines,
+            throughput_baselines: input.throughput_baselines,
+            job_references: input.job_references,
+        };
+        fleet.probes = input.probes;
+        let cost = match (cpu0, thread_cpu_ns()) {
             (Some(a), Some(b)) => Duration::from_nanos(b.saturating_sub(a)),
             _ => started.elapsed(),
-        }
+        };
+        (cost, input.jobs)
     }
 
     /// The scopes to evaluate now with the newest data of their nodes; `on_arrival`: those an interval (less an
@@ -356,19 +437,27 @@ impl AnalysisHandle {
         let now = now_unix_ns as f64 / 1e9;
         let live: HashSet<&str> = scopes.iter().map(|s| s.label.as_str()).collect();
         rounds.last.retain(|l, _| live.contains(l.as_str()));
-        let names: Vec<String> = scopes
-            .iter()
-            .flat_map(|s| s.nodes.iter().cloned())
-            .collect();
-        rounds.windows.retain(&names);
-        let jobs: HashSet<String> = scopes.iter().flat_map(|s| s.job_labels()).collect();
+        rounds.scope_jobs.retain(|l, _| live.contains(l.as_str()));
+        // Every node of the view is in one of its scopes: the kept windows are swept when the nodes changed.
+        if std::mem::take(&mut rounds.names_changed) {
+            let Rounds { windows, names, .. } = &mut *rounds;
+            windows.retain(names);
+        }
+        // The scopes' job labels ([`Scope::job_labels`]), borrowed.
+        let mut jobs: HashSet<&str> = HashSet::new();
+        for s in scopes {
+            match s.cluster {
+                true => _ = jobs.insert(scaling::CLUSTER_JOB),
+                false => jobs.extend(s.jobs.iter().map(String::as_str)),
+            }
+        }
         let (events, to_history) = {
             let mut st = self.inner.state.lock();
             let changes = st.tracker.sweep_scopes(now, &live);
             let to_history = st.due_for_history(&changes);
             st.job_nodes.retain(|l, _| live.contains(l.as_str()));
-            st.evaluated_at.retain(|j, _| jobs.contains(j));
-            st.figures.retain(|f| jobs.contains(&f.job));
+            st.evaluated_at.retain(|j, _| jobs.contains(j.as_str()));
+            st.figures.retain(|f| jobs.contains(f.job.as_str()));
             if evaluated {
                 st.extras.job_references = st.trends.references(now);
                 st.evaluations += 1;
@@ -559,6 +648,64 @@ mod tests {
             slow_period_ms: 1000,
             blind: Vec::new(),
         }
+    }
+
+    /// A fleet job `id` with one rank on each of `nodes`.
+    fn fleet_job(id: &str, nodes: &[&str]) -> JobInput {
+        JobInput {
+            id: id.into(),
+            listed_by: nodes.iter().map(|n| n.to_string()).collect(),
+            ranks: (0u32..)
+                .zip(nodes)
+                .map(|(r, n)| crate::jobs::FleetRank::from_markers(n, r))
+                .collect(),
+            conflicts: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_scopes_jobs_are_cut_again_only_when_the_fleet_or_the_scope_changed() {
+        let store = Store::new(
+            Duration::from_secs(60),
+            Duration::from_secs(60),
+            crate::config::Limits::default(),
+        );
+        let mut rounds = Rounds::new(&store);
+        let fleet = Arc::new(vec![fleet_job("a", &["n1", "n2"]), fleet_job("b", &["n3"])]);
+        let names = ["n1", "n2", "n3", "n4"].map(String::from);
+        let scopes = scope::partition(&names, &fleet, &HashMap::new());
+        let (a, cluster) = (&scopes[0], &scopes[2]);
+        assert!(cluster.cluster && a.label == "a");
+        for s in [a, cluster] {
+            let lent = rounds.lend_jobs(s, &fleet);
+            assert_eq!(lent, scope::scope_jobs(s, &fleet));
+            let at = lent.as_ptr();
+            rounds.take_back_jobs(s, &fleet, lent);
+            // Lent again as they were: the same jobs, not a copy.
+            let again = rounds.lend_jobs(s, &fleet);
+            assert_eq!(
+                (again.as_ptr(), &again),
+                (at, &scope::scope_jobs(s, &fleet))
+            );
+            rounds.take_back_jobs(s, &fleet, again);
+        }
+        // The fleet merged again (another job list): cut again from it.
+        let merged = Arc::new(vec![
+            fleet_job("a", &["n1", "n2", "n4"]),
+            fleet_job("b", &["n3"]),
+        ]);
+        let scopes = scope::partition(&names, &merged, &HashMap::new());
+        let lent = rounds.lend_jobs(&scopes[0], &merged);
+        assert_eq!(lent, scope::scope_jobs(&scopes[0], &merged));
+        assert_eq!(lent[0].ranks.len(), 3);
+        rounds.take_back_jobs(&scopes[0], &merged, lent);
+        // A scope under the same label with other jobs: cut again.
+        let mut other = scopes[0].clone();
+        other.jobs.push("b".into());
+        assert_eq!(
+            rounds.lend_jobs(&other, &merged),
+            scope::scope_jobs(&other, &merged)
+        );
     }
 
     #[tokio::test]

@@ -329,15 +329,20 @@ fn drop_against(f: &JobFigures, reference: &JobReference) -> Option<HistoryDrop>
 }
 
 pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
-    job_figures(input)
-        .into_iter()
+    evaluate_with(input, &job_figures(input))
+}
+
+/// [`evaluate`] on the input's [`job_figures`] worked out already (an evaluation reports them too).
+pub(crate) fn evaluate_with(input: &AnalysisInput, figures: &[JobFigures]) -> Vec<Candidate> {
+    figures
+        .iter()
         .filter_map(|f| {
             let drop = input
                 .job_references
                 .iter()
                 .find(|r| r.job == f.job)
-                .and_then(|r| drop_against(&f, r));
-            candidate(&f, drop.as_ref())
+                .and_then(|r| drop_against(f, r));
+            candidate(f, drop.as_ref())
         })
         .collect()
 }

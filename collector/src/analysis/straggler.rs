@@ -108,12 +108,16 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
             let pair = (nodes.len() == 2).then_some(n.name.as_str());
             let busy_median = pair.map_or(busy_all, |p| reference(&nodes, Some(p), share));
             let rate_median = pair.map_or(rate_all, |p| reference_in(&nodes, &rates, Some(p)));
-            let mut subject = Subject::node(&n.name);
-            subject.job = job.clone();
+            // Built only for a candidate: most nodes are no stragglers.
+            let subject = || {
+                let mut s = Subject::node(&n.name);
+                s.job = job.clone();
+                s
+            };
             if let (Some(b), Some(m)) = (share(n), busy_median) {
                 if b - m > BUSY_EXCESS_ABOVE {
                     let mut c =
-                        Candidate::new(FindingKind::Straggler, Severity::Warning, subject.clone());
+                        Candidate::new(FindingKind::Straggler, Severity::Warning, subject());
                     c.summary = format!(
                         "{} computes {:.0}% of the time against {against} {:.0}%: the other {} nodes wait for it every step.",
                         n.name,
@@ -142,7 +146,8 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
             }
             if let (Some(r), Some(m)) = (rates[k], rate_median) {
                 if r < RATE_LAG_BELOW * m {
-                    let mut c = Candidate::new(FindingKind::Straggler, Severity::Warning, subject);
+                    let mut c =
+                        Candidate::new(FindingKind::Straggler, Severity::Warning, subject());
                     c.summary = format!(
                         "{}'s fabric ports achieve {} during communication against {against} {}.",
                         n.name,
@@ -222,6 +227,10 @@ fn throttled(
     against: &str,
 ) -> Option<Candidate> {
     let x = throttled_share(n, job)?;
+    // Below the line whatever the others do: their shares are not worked out.
+    if x < THROTTLED_ABOVE {
+        return None;
+    }
     let mut others: Vec<f64> = nodes
         .iter()
         .filter(|o| o.name != n.name)

@@ -25,9 +25,11 @@
 //! it.
 
 use super::exposed_comm::{compute_share, exposed_share, EXPOSED_SHARE_ABOVE};
-use super::input::{step_figure, AnalysisInput, BareBaseline, LinkInput, NodeInput};
+use super::input::{AnalysisInput, BareBaseline, LinkInput, NodeInput};
 use super::link_probes::ProbeBaseline;
-use super::{gbs, median_select, r4, Candidate, Evidence, FindingKind, Severity, Subject};
+use super::{
+    gbs, median_select, r4, Candidate, Evidence, FindingKind, Gbs, Severity, StepFigures, Subject,
+};
 use crate::collectives::CollectiveSummary;
 
 /// Confident steps (or resolved bursts) needed.
@@ -63,10 +65,11 @@ fn cost(n: &NodeInput) -> (Severity, &'static str) {
 fn achieved_rates(n: &NodeInput, l: &LinkInput, rates: &mut Vec<f64>) -> &'static str {
     rates.clear();
     if !n.steps.is_empty() {
+        let mut figures = StepFigures::default();
         rates.extend(
             n.steps
                 .iter()
-                .filter_map(|s| step_figure(s, &l.link))
+                .filter_map(|s| figures.of(s, &l.link))
                 .filter(|x| x.confident)
                 .filter_map(|x| x.achieved_bytes_per_second),
         );
@@ -131,9 +134,9 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
                 n.name,
                 l.link.key.device,
                 l.link.key.port,
-                gbs(achieved),
+                Gbs(achieved),
                 achieved / cap * 100.0,
-                gbs(cap),
+                Gbs(cap),
                 low,
                 steps,
                 UTILIZATION_BELOW * 100.0

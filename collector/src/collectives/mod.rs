@@ -54,19 +54,29 @@ impl CollectiveStage {
 
     /// Reads the records every node received since the last update.
     pub fn update(&self, store: &Store, now_unix_ns: i64) {
-        for node in store.node_names(now_unix_ns) {
-            let from = self.state.lock().cursors.get(&node).copied().unwrap_or(0);
-            let read = store.with_node(&node, |n| {
+        self.update_nodes(store, &store.node_names(now_unix_ns));
+    }
+
+    /// Reads the records each of `nodes` received since the last update (a node's cursor is written only when
+    /// it moved: an update that finds nothing new copies nothing).
+    pub fn update_nodes(&self, store: &Store, nodes: &[String]) {
+        for node in nodes {
+            let from = self.state.lock().cursors.get(node).copied().unwrap_or(0);
+            let read = store.with_node(node, |n| {
                 let log = n.collectives();
                 // A node recreated after expiry starts its numbering again.
-                let from = if log.next_seq() < from { 0 } else { from };
-                (log.since(from), log.next_seq())
+                let start = if log.next_seq() < from { 0 } else { from };
+                (start != log.next_seq() || start != from)
+                    .then(|| (log.since(start), log.next_seq()))
             });
-            let Some(((entries, lost), next)) = read else {
+            let Some(Some(((entries, lost), next))) = read else {
                 continue;
             };
             let mut st = self.state.lock();
-            st.cursors.insert(node, next);
+            match st.cursors.get_mut(node) {
+                Some(c) => *c = next,
+                None => _ = st.cursors.insert(node.clone(), next),
+            }
             st.lost += lost;
             drop(st);
             self.apply(entries);
@@ -198,7 +208,16 @@ pub fn job_summaries(
     store: &Store,
     now_unix_ns: i64,
 ) -> Vec<JobCollectives> {
-    stage.update(store, now_unix_ns);
+    job_summaries_of(stage, store, &store.node_names(now_unix_ns))
+}
+
+/// [`job_summaries`] reading what is new on `nodes` only (the nodes a caller already listed).
+pub fn job_summaries_of(
+    stage: &CollectiveStage,
+    store: &Store,
+    nodes: &[String],
+) -> Vec<JobCollectives> {
+    stage.update_nodes(store, nodes);
     let capacity = |node: &str| node_fabric_capacity(store, node);
     stage
         .job_ids()

@@ -8,3 +8,4 @@
 
 mod analysis_cost;
 mod apply_cost;
+mod round_cost;
