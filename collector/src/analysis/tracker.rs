@@ -221,24 +221,36 @@ impl Tracker {
         let (key, mut ids) = self.scopes.remove_entry(label).unwrap_or_default();
         let mut absent = Vec::new();
         for id in ids.iter().filter(|id| !seen.contains(*id)) {
-            self.pending.remove(id);
+            if !self.pending.is_empty() {
+                self.pending.remove(id);
+            }
             if self.findings.get(id).is_some_and(|f| f.active) {
                 absent.push(id.clone());
             }
         }
         self.clear_missing(now_unix_s, absent, changes);
+        // Which of the scope's ids are active (in the ids' order), each looked up once.
+        let is_active: Vec<bool> = ids
+            .iter()
+            .map(|id| self.findings.get(id).is_some_and(|f| f.active))
+            .collect();
         let active: Vec<&str> = ids
             .iter()
-            .filter(|id| self.findings.get(*id).is_some_and(|f| f.active))
-            .map(String::as_str)
+            .zip(&is_active)
+            .filter(|(_, a)| **a)
+            .map(|(id, _)| id.as_str())
             .collect();
         self.relink(&active, changes);
-        let gone = |t: &Tracker, id: &String| {
-            !t.findings.get(id).is_some_and(|f| f.active) && !t.pending.contains_key(id)
-        };
-        if ids.iter().any(|id| gone(self, id)) {
-            let (kept, left): (BTreeSet<String>, BTreeSet<String>) =
-                ids.into_iter().partition(|id| !gone(self, id));
+        let gone = |t: &Tracker, id: &String, active: bool| !active && !t.pending.contains_key(id);
+        if ids.iter().zip(&is_active).any(|(id, a)| gone(self, id, *a)) {
+            let (kept, left): (Vec<_>, Vec<_>) = ids
+                .into_iter()
+                .zip(is_active)
+                .partition(|(id, a)| !gone(self, id, *a));
+            let (kept, left): (BTreeSet<String>, Vec<String>) = (
+                kept.into_iter().map(|(id, _)| id).collect(),
+                left.into_iter().map(|(id, _)| id).collect(),
+            );
             for id in left {
                 self.scope_of.remove(&id);
             }
@@ -281,9 +293,15 @@ impl Tracker {
             if let Some(label) = scope {
                 self.assign(&id, label);
             }
-            if self.findings.get(&id).is_some_and(|f| f.active) {
-                self.missing.remove(&id);
-                self.refresh_active(&id, c, now_unix_s, &mut changes);
+            let had_cause = match self.findings.get(&id) {
+                Some(f) if f.active => Some(f.caused_by.is_some()),
+                _ => None,
+            };
+            if let Some(had_cause) = had_cause {
+                if !self.missing.is_empty() {
+                    self.missing.remove(&id);
+                }
+                self.refresh_active(&id, c, had_cause, now_unix_s, &mut changes);
                 seen.insert(id);
                 continue;
             }
@@ -315,17 +333,22 @@ impl Tracker {
         (changes, seen)
     }
 
-    /// Refreshes the active finding `id` with `c` (filed under its cause as [`Tracker::settle`] says) and
-    /// reports it in `changes`, sharing it: it is copied only while an earlier reader still holds it.
+    /// Refreshes the active finding `id` with `c` (filed under its cause as [`Tracker::settle`] says; `had_cause`:
+    /// whether the finding names one now) and reports it in `changes`, sharing it: it is copied only while an
+    /// earlier reader still holds it.
     fn refresh_active(
         &mut self,
         id: &str,
         mut c: Candidate,
+        had_cause: bool,
         now_unix_s: f64,
         changes: &mut Vec<Change>,
     ) {
-        let previous = self.findings.get(id).and_then(|f| f.caused_by.as_deref());
-        self.settle(&mut c, previous);
+        // Neither naming a cause, settling changes nothing (and looks nothing up).
+        if had_cause || c.caused_by.is_some() {
+            let previous = self.findings.get(id).and_then(|f| f.caused_by.as_deref());
+            self.settle(&mut c, previous);
+        }
         if let Some(f) = self.findings.get_mut(id) {
             refresh(Arc::make_mut(f), c, now_unix_s);
             changes.push(Change::Updated(Arc::clone(f)));
@@ -355,19 +378,32 @@ impl Tracker {
     /// `active` lists the active findings to relink, sorted by id (all of them, or one scope's: causes and
     /// consequences are found in one evaluation, so within one scope).
     fn relink(&mut self, active: &[&str], changes: &mut [Change]) {
-        let mut by_cause: HashMap<String, Vec<String>> = HashMap::new();
-        for f in active.iter().filter_map(|id| self.findings.get(*id)) {
-            if let Some(c) = &f.caused_by {
-                by_cause.entry(c.clone()).or_default().push(f.id.clone());
+        // (cause, consequence) as places in `active` (sorted: a cause is found by a binary search); nothing
+        // copied unless a list changed.
+        let mut links: Vec<(usize, usize)> = Vec::new();
+        for (k, id) in active.iter().enumerate() {
+            let cause = self.findings.get(*id).and_then(|f| f.caused_by.as_deref());
+            if let Some(Ok(j)) = cause.map(|c| active.binary_search(&c)) {
+                links.push((j, k));
             }
         }
-        for id in active {
+        // By cause, then consequence: each cause's list in id order.
+        links.sort_unstable();
+        let mut rest = &links[..];
+        for (j, id) in active.iter().enumerate() {
+            let n = rest.iter().take_while(|(c, _)| *c == j).count();
+            let (now, after) = rest.split_at(n);
+            rest = after;
             if let Some(f) = self.findings.get_mut(*id) {
-                // Ids are visited in order, so each list is sorted.
-                let now = by_cause.remove(*id).unwrap_or_default();
+                let same = f.consequences.len() == now.len()
+                    && f.consequences
+                        .iter()
+                        .zip(now)
+                        .all(|(a, (_, k))| a == active[*k]);
                 // Written only when it changed: a finding a change still shares would be copied.
-                if f.consequences != now {
-                    Arc::make_mut(f).consequences = now;
+                if !same {
+                    Arc::make_mut(f).consequences =
+                        now.iter().map(|(_, k)| active[*k].to_string()).collect();
                 }
             }
         }
