@@ -62,32 +62,60 @@ pub(crate) fn cv(v: &[f64]) -> Option<f64> {
     (mean > 0.0).then(|| var.sqrt() / mean)
 }
 
-impl Bursts {
-    fn of(bursts: Vec<Burst>, rate_bytes_per_second: Option<f64>) -> Bursts {
+/// The figures of a list of bursts ([`Bursts`]' besides the list and the rate).
+struct BurstFigures {
+    period_s: Option<f64>,
+    period_cv: Option<f64>,
+    bytes_per_burst: Option<f64>,
+    bytes_cv: Option<f64>,
+}
+
+impl BurstFigures {
+    /// Of `bursts`, worked out in `gaps` (scratch): the intervals between the complete bursts' starts, then
+    /// their bytes (each coefficient of variation taken before its median reorders the values).
+    fn of(bursts: &[Burst], gaps: &mut Vec<f64>) -> BurstFigures {
         let complete = || bursts.iter().filter(|b| !b.truncated);
-        let mut gaps: Vec<f64> = Vec::with_capacity(bursts.len());
+        gaps.clear();
         gaps.extend(
             complete()
                 .zip(complete().skip(1))
                 .map(|(a, b)| (b.start_unix_ns - a.start_unix_ns) as f64 / 1e9),
         );
         let (period_cv, period_s) = if gaps.len() >= 2 {
-            (cv(&gaps).or(Some(0.0)), median_by_select(&mut gaps))
+            (cv(gaps).or(Some(0.0)), median_by_select(gaps))
         } else {
             (None, None)
         };
-        // The gaps' room holds the bytes (one more value at most).
-        let mut per_burst = gaps;
-        per_burst.clear();
-        per_burst.extend(complete().map(|b| b.bytes as f64));
-        Bursts {
-            bytes_cv: cv(&per_burst),
-            bytes_per_burst: median_by_select(&mut per_burst),
+        gaps.clear();
+        gaps.extend(complete().map(|b| b.bytes as f64));
+        BurstFigures {
             period_s,
             period_cv,
-            rate_bytes_per_second,
-            bursts,
+            bytes_cv: cv(gaps),
+            bytes_per_burst: median_by_select(gaps),
         }
+    }
+}
+
+impl Bursts {
+    /// Bursts `bursts` of rate `rate_bytes_per_second` with their figures, as a new value.
+    #[cfg(test)]
+    fn of(bursts: Vec<Burst>, rate_bytes_per_second: Option<f64>) -> Bursts {
+        let mut out = Bursts {
+            bursts,
+            ..Default::default()
+        };
+        out.settle(rate_bytes_per_second, &mut Vec::new());
+        out
+    }
+
+    /// Works the figures of [`Bursts::bursts`] out (their rate is `rate_bytes_per_second`), in `gaps` (scratch),
+    /// into this value's fields.
+    fn settle(&mut self, rate_bytes_per_second: Option<f64>, gaps: &mut Vec<f64>) {
+        let f = BurstFigures::of(&self.bursts, gaps);
+        (self.period_s, self.period_cv) = (f.period_s, f.period_cv);
+        (self.bytes_per_burst, self.bytes_cv) = (f.bytes_per_burst, f.bytes_cv);
+        self.rate_bytes_per_second = rate_bytes_per_second;
     }
 
     /// Complete bursts (not cut by the window's edges).
@@ -97,7 +125,7 @@ impl Bursts {
 }
 
 /// What a link did over the window.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Activity {
     pub window_s: f64,
     /// Median sample interval, seconds.
@@ -214,12 +242,18 @@ fn burst(iv: &[(i64, i64, f64)], first: usize, end: usize) -> Burst {
     }
 }
 
-/// The bursts at the link's own level (see [`Activity::peaks`]).
-/// `rate[i]` is interval `i`'s rate, bytes/s ([`interval_rates`]); `interior` is scratch.
-fn peaks(iv: &[(i64, i64, f64)], floor: f64, rate: &[f64], interior: &mut Vec<f64>) -> Bursts {
+/// The bursts at the link's own level (see [`Activity::peaks`]) into `out` (its list's allocation kept).
+/// `rate[i]` is interval `i`'s rate, bytes/s ([`interval_rates`]); `interior` and `gaps` are scratch.
+fn peaks_into(
+    iv: &[(i64, i64, f64)],
+    floor: f64,
+    rate: &[f64],
+    (interior, gaps): (&mut Vec<f64>, &mut Vec<f64>),
+    out: &mut Bursts,
+) {
     let peak = rate.iter().copied().fold(0.0, f64::max);
     let level = (PEAK_LEVEL * peak).max(floor);
-    let mut out = Vec::new();
+    out.bursts.clear();
     interior.clear();
     let mut i = 0;
     while i < iv.len() {
@@ -241,10 +275,18 @@ fn peaks(iv: &[(i64, i64, f64)], floor: f64, rate: &[f64], interior: &mut Vec<f6
         if end - first >= RESOLVED_INTERVALS {
             interior.extend_from_slice(&rate[first + 1..end - 1]);
         }
-        out.push(burst(iv, first, end));
+        out.bursts.push(burst(iv, first, end));
         i = end;
     }
-    Bursts::of(out, median_by_select(interior))
+    out.settle(median_by_select(interior), gaps);
+}
+
+/// The bursts at the link's own level (see [`Activity::peaks`]), as a new value.
+#[cfg(test)]
+fn peaks(iv: &[(i64, i64, f64)], floor: f64, rate: &[f64], interior: &mut Vec<f64>) -> Bursts {
+    let mut out = Bursts::default();
+    peaks_into(iv, floor, rate, (interior, &mut Vec::new()), &mut out);
+    out
 }
 
 /// Each interval's rate, bytes/s, into `rate` (cleared first): its bytes over its length in seconds.
@@ -312,6 +354,7 @@ pub fn of_intervals(
         busy: busy_buffers,
         rates,
         interior,
+        gaps,
         ..
     } = buffers;
     interval_rates(iv, rates);
@@ -327,54 +370,53 @@ pub fn of_intervals(
     let shape_rate = |i: usize| if shape[i].len_s > 0.0 { rates[i] } else { 0.0 };
     let (busy_s, interior_rate, resolved) =
         busy::busy_time_in(shape, shape_rate, floor, sample_period_s, busy_buffers);
-    let bursts = busy_buffers
-        .runs
-        .iter()
-        .map(|r: &Run| burst(iv, r.first, r.end))
-        .collect();
+    let mut out = Activity::default();
+    out.bursts.extend(
+        busy_buffers
+            .runs
+            .iter()
+            .map(|r: &Run| burst(iv, r.first, r.end)),
+    );
     let busy = (busy_s, interior_rate, resolved);
     let window = (window_s, sample_period_s);
-    compose(
+    compose_into(
+        &mut out,
         iv,
         (rates, floor, idle),
         window,
         (tx_bytes, rx_bytes),
         busy,
-        bursts,
-        interior,
-    )
+        (interior, gaps),
+    );
+    out
 }
 
-/// The activity of a window whose intervals are `iv` and their rates `rates`, once its busy time is known:
-/// `busy` (the busy seconds, the bursts' interior rate, whether resolved, as [`busy::busy_time_in`] gives them)
-/// and `bursts` (its runs above `floor` as bursts, oldest first); the peaks are found here unless `idle` (every
-/// rate below the floor). `interior` is scratch.
-fn compose(
+/// The activity of a window whose intervals are `iv` and their rates `rates`, once its busy time is known,
+/// into `out`, whose [`Activity::bursts`] hold its runs above `floor` as bursts (oldest first): `busy` (the
+/// busy seconds, the bursts' interior rate, whether resolved, as [`busy::busy_time_in`] gives them); the
+/// peaks are found here unless `idle` (every rate below the floor), into `out`'s (their list's allocation
+/// kept). `interior` and `gaps` are scratch. Every other field of `out` is set.
+fn compose_into(
+    out: &mut Activity,
     iv: &[(i64, i64, f64)],
     (rates, floor, idle): (&[f64], f64, bool),
     (window_s, sample_period_s): (f64, f64),
     (tx_bytes, rx_bytes): (u64, u64),
     (busy_s, interior_rate, resolved): (f64, Option<f64>, bool),
-    bursts: Vec<Burst>,
-    interior: &mut Vec<f64>,
-) -> Activity {
-    let bursts = Bursts::of(bursts, interior_rate);
-    Activity {
-        window_s,
-        sample_period_s,
-        tx_bytes,
-        rx_bytes,
-        busy_s,
-        burst_rate_bytes_per_second: interior_rate,
-        period_s: bursts.period_s,
-        period_cv: bursts.period_cv,
-        bytes_per_burst: bursts.bytes_per_burst,
-        bursts: bursts.bursts,
-        resolved,
-        peaks: match idle {
-            true => Bursts::of(Vec::new(), None),
-            false => peaks(iv, floor, rates, interior),
-        },
+    (interior, gaps): (&mut Vec<f64>, &mut Vec<f64>),
+) {
+    let f = BurstFigures::of(&out.bursts, gaps);
+    (out.window_s, out.sample_period_s) = (window_s, sample_period_s);
+    (out.tx_bytes, out.rx_bytes, out.busy_s) = (tx_bytes, rx_bytes, busy_s);
+    out.burst_rate_bytes_per_second = interior_rate;
+    (out.period_s, out.period_cv) = (f.period_s, f.period_cv);
+    out.bytes_per_burst = f.bytes_per_burst;
+    out.resolved = resolved;
+    if idle {
+        out.peaks.bursts.clear();
+        out.peaks.settle(None, gaps);
+    } else {
+        peaks_into(iv, floor, rates, (interior, gaps), &mut out.peaks);
     }
 }
 
@@ -387,6 +429,8 @@ pub struct Buffers {
     busy: busy::BusyBuffers,
     rates: Vec<f64>,
     interior: Vec<f64>,
+    /// The bursts' gaps and bytes as their figures are worked out ([`BurstFigures`]).
+    gaps: Vec<f64>,
 }
 
 /// A window's sampling intervals kept from one evaluation to the next (oldest dropped, newest appended) with
@@ -406,7 +450,7 @@ pub struct Sliding {
     /// The floor the runs were found above (`None`: none found yet).
     floor: Option<f64>,
     /// The intervals `(start_ns, end_ns, bytes)` from `head` on, oldest first (those before `head` have left
-    /// the window; they are cut off once they are as many as those kept).
+    /// the window; they are cut off once they are [`HEAD_ROOM`] and half as many as those kept).
     iv: Vec<(i64, i64, f64)>,
     /// Each interval's rate, bytes/s, as [`of_intervals`] works it out.
     rates: Vec<f64>,
@@ -424,7 +468,10 @@ fn not_below(rate: f64, floor: f64) -> bool {
     rate.partial_cmp(&floor) != Some(std::cmp::Ordering::Less)
 }
 
-/// Intervals that left a [`Sliding`] window before they are cut off (2.5 s of a 20 Hz series).
+/// Fewest intervals that left a [`Sliding`] window before they are cut off (2.5 s of a 20 Hz series), and
+/// at least half as many as it holds: a cut moves every interval held (at 50 whatever the window's length,
+/// the moves of 400 intervals every 2.5 s were 5 % of a kept input's CPU; at half, every 10 s of a 20 s
+/// window, for a third more room).
 const HEAD_ROOM: usize = 50;
 
 /// A run of a [`Sliding`] window and its figures as [`busy::busy_time_in`] works them out.
@@ -481,20 +528,25 @@ impl Sliding {
             }
             (r.first, r.end) = (r.first - k, r.end - k);
         }
-        // Cut off what left every few seconds of intervals: each interval is moved a few times at most, and
-        // the room kept is the window's and a little more.
-        if self.head >= HEAD_ROOM {
+        // Cut off what left every several seconds of intervals: each interval is moved twice at most, and the
+        // room kept is the window's and half more.
+        if self.head >= HEAD_ROOM.max((self.iv.len() - self.head) / 2) {
             self.iv.drain(..self.head);
             self.rates.drain(..self.head);
             self.head = 0;
         }
     }
 
-    /// Makes room for `n` more intervals, no more (a window's length changes little from one evaluation to
-    /// the next: doubling left up to half of every link's room unused).
+    /// Makes room for `n` more intervals: an eighth of those held more when it must grow (a window's length
+    /// changes little from one evaluation to the next: doubling left up to half of every link's room unused,
+    /// and room for exactly `n` grew again, a copy of every interval, whenever a jittered window held one
+    /// interval more than it ever had).
     pub fn reserve(&mut self, n: usize) {
-        self.iv.reserve_exact(n);
-        self.rates.reserve_exact(n);
+        if self.iv.capacity() - self.iv.len() < n {
+            let more = n + self.iv.len() / 8;
+            self.iv.reserve_exact(more);
+            self.rates.reserve_exact(more);
+        }
     }
 
     /// Appends the interval `x`, the newest.
@@ -565,15 +617,36 @@ impl Sliding {
         moved: (u64, u64),
         buffers: &mut Buffers,
     ) -> Option<Activity> {
-        let floor = self.floor?;
+        let mut out = Activity::default();
+        self.activity_into(window_s, moved, None, buffers, &mut out)
+            .then_some(out)
+    }
+
+    /// [`Sliding::activity`] into `out` (every field set, the allocations of its lists kept); false, and `out`
+    /// untouched, before [`Sliding::settle`] was called on what is held. `period_ns`: the intervals' median
+    /// length, nanoseconds, where the caller has it ([`Sliding::median_interval`] of these intervals, or of
+    /// intervals of the same bounds), else worked out here.
+    pub fn activity_into(
+        &self,
+        window_s: f64,
+        moved: (u64, u64),
+        period_ns: Option<i64>,
+        buffers: &mut Buffers,
+        out: &mut Activity,
+    ) -> bool {
+        let Some(floor) = self.floor else {
+            return false;
+        };
         let (iv, rates) = (self.intervals(), self.rates());
         if self.scanned != iv.len() || self.runs.iter().any(|r| r.stale) {
-            return None;
+            return false;
         }
-        let sample_period_s = median_interval(iv, &mut buffers.lens) as f64 / 1e9;
+        let period_ns = period_ns.unwrap_or_else(|| median_interval(iv, &mut buffers.lens));
+        let sample_period_s = period_ns as f64 / 1e9;
         let Buffers {
             busy: busy_buffers,
             interior,
+            gaps,
             ..
         } = buffers;
         let busy = if self.runs.is_empty() {
@@ -596,29 +669,40 @@ impl Sliding {
                 all <= 0.0 || measured >= busy::RESOLVED_BYTES_SHARE * all,
             )
         };
-        let bursts = self
-            .runs
-            .iter()
-            .map(|r| Burst {
-                start_unix_ns: iv[r.first].0,
-                end_unix_ns: iv[r.end - 1].1,
-                // `burst`'s sum: the run's bytes in the same order.
-                bytes: r.bytes.round() as u64,
-                intervals: r.end - r.first,
-                truncated: r.first == 0 || r.end == iv.len(),
-            })
-            .collect();
+        out.bursts.clear();
+        out.bursts.extend(self.runs.iter().map(|r| Burst {
+            start_unix_ns: iv[r.first].0,
+            end_unix_ns: iv[r.end - 1].1,
+            // `burst`'s sum: the run's bytes in the same order.
+            bytes: r.bytes.round() as u64,
+            intervals: r.end - r.first,
+            truncated: r.first == 0 || r.end == iv.len(),
+        }));
         let window = (window_s, sample_period_s);
         let idle = self.active == 0;
-        Some(compose(
+        compose_into(
+            out,
             iv,
             (rates, floor, idle),
             window,
             moved,
             busy,
-            bursts,
-            interior,
-        ))
+            (interior, gaps),
+        );
+        true
+    }
+
+    /// The median length of the intervals held, nanoseconds (0 without any), as [`Sliding::activity`] takes
+    /// it; `buffers` are scratch.
+    pub fn median_interval(&self, buffers: &mut Buffers) -> i64 {
+        median_interval(self.intervals(), &mut buffers.lens)
+    }
+
+    /// Whether the intervals held have the bounds of `other`'s, one for one (then their median lengths are
+    /// the same).
+    pub fn same_bounds(&self, other: &Sliding) -> bool {
+        let (a, b) = (self.intervals(), other.intervals());
+        a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.0 == y.0 && x.1 == y.1)
     }
 
     /// Bytes allocated.
@@ -762,6 +846,20 @@ mod tests {
         let (mut buffers, mut whole_buffers) = (Buffers::default(), Buffers::default());
         let (mut sliding, mut window) = (Sliding::default(), std::collections::VecDeque::new());
         let (mut t, mut cap) = (1_000 * MS, Some(25e9));
+        // Starts as another window's activity: every field must be written over.
+        let mut reused = Activity {
+            window_s: 9.0,
+            bursts: vec![Burst {
+                start_unix_ns: 1,
+                end_unix_ns: 2,
+                bytes: 3,
+                intervals: 4,
+                truncated: true,
+            }],
+            period_s: Some(1.0),
+            peaks: Bursts::of(Vec::new(), Some(2.0)),
+            ..Default::default()
+        };
         let (mut slides, mut idle, mut runs) = (0, 0, 0);
         for round in 0..3_000 {
             // Quiet stretches, bursts of a few intervals and long ones, regular or jittered sampling, now and
@@ -812,6 +910,17 @@ mod tests {
                 format!("{:?}", Some(&whole)),
                 "round {round}"
             );
+            // Into the previous round's activity (its lists reused), with the median length given as the
+            // kept windows give it: the same figures.
+            let period = sliding.median_interval(&mut buffers);
+            assert!(sliding.activity_into(
+                window_s,
+                (3, 4),
+                Some(period),
+                &mut buffers,
+                &mut reused
+            ));
+            assert_eq!(format!("{reused:?}"), format!("{whole:?}"), "round {round}");
             slides += 1;
             idle += usize::from(whole.bursts.is_empty());
             runs += whole.bursts.len();

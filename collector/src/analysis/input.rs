@@ -342,8 +342,10 @@ pub trait Windows {
     }
 
     /// The activity of link `link` (its index in the node's links) whose byte counters are the series in
-    /// `slots` (transmit, receive), over their windows from `since_ns` on: [`activity::analyse`] on those
-    /// windows (copied into `scratch`'s buffers), unless the reader keeps the link's sampling intervals.
+    /// `slots` (transmit, receive), over their windows from `since_ns` on, into `out` (the previous build's,
+    /// whose allocations a reader may reuse): [`activity::analyse`] on those windows (copied into `scratch`'s
+    /// buffers), unless the reader keeps the link's sampling intervals.
+    #[allow(clippy::too_many_arguments)]
     fn activity(
         &self,
         n: &NodeState,
@@ -352,8 +354,9 @@ pub trait Windows {
         since_ns: i64,
         capacity_bytes_per_second: Option<f64>,
         scratch: &mut Scratch,
-    ) -> Option<Activity> {
-        copied_activity(self, n, slots, since_ns, capacity_bytes_per_second, scratch)
+        out: &mut Option<Activity>,
+    ) {
+        *out = copied_activity(self, n, slots, since_ns, capacity_bytes_per_second, scratch);
     }
 }
 
@@ -558,6 +561,10 @@ pub struct Scratch {
     pub(crate) activity: activity::Buffers,
     /// Counters' windows put so far: by link, then by GPU, then the node's own ([`put_counter`]).
     counted: Vec<u32>,
+    /// By slot, the last reading of each link gauge as the latest build put it into its link's
+    /// [`LinkInput::gauges`] (`None`: not put), valid for the input that build gave: a build into that input
+    /// (given back as its spare, under the same layout) puts only the readings that changed.
+    gauge_bits: Vec<Option<u64>>,
 }
 
 /// What [`node_input_into`] reads of one series (by slot), decided once per layout from its key and kind
@@ -568,9 +575,15 @@ enum Read {
     Skip,
     /// A counter of link `.0`: its window.
     LinkCounter(u32),
-    /// A gauge of link `.0`: its last reading, and its window mean ([`MEAN_GAUGES`]) and low ([`LOW_GAUGES`])
-    /// where it is one of those.
-    LinkGauge(u32, bool, bool),
+    /// A gauge of link `link`: its last reading, and its window mean ([`MEAN_GAUGES`], `mean`) and low
+    /// ([`LOW_GAUGES`], `low`) where it is one of those; `alone`: no other series of the link is a gauge of
+    /// the same metric (whose last reading would go under the same name).
+    LinkGauge {
+        link: u32,
+        mean: bool,
+        low: bool,
+        alone: bool,
+    },
     /// The host CPU: its window mean.
     Cpu,
     /// A counter of GPU `.0` (its position in the plan's GPUs): its window.
@@ -627,6 +640,27 @@ impl Plan {
             let read = self.read_of(n, s);
             self.reads.push(read);
         }
+        self.mark_shared_gauges(n);
+    }
+
+    /// Marks the link gauges that share their link and metric with another series as not `alone`.
+    fn mark_shared_gauges(&mut self, n: &NodeState) {
+        let mut gauges: Vec<(u32, &str, usize)> = Vec::new();
+        for (slot, (read, s)) in self.reads.iter().zip(n.series()).enumerate() {
+            if let Read::LinkGauge { link, .. } = read {
+                gauges.push((*link, s.key().metric.as_str(), slot));
+            }
+        }
+        gauges.sort_unstable();
+        for pair in gauges.windows(2) {
+            if (pair[0].0, pair[0].1) == (pair[1].0, pair[1].1) {
+                for &(_, _, slot) in pair {
+                    if let Some(Read::LinkGauge { alone, .. }) = self.reads.get_mut(slot) {
+                        *alone = false;
+                    }
+                }
+            }
+        }
     }
 
     /// What is read of `s` (noting a byte counter's slot in `bytes`).
@@ -648,7 +682,12 @@ impl Plan {
                     Read::Skip
                 }
                 (_, true) => Read::LinkCounter(i as u32),
-                _ => Read::LinkGauge(i as u32, MEAN_GAUGES.contains(&m), LOW_GAUGES.contains(&m)),
+                _ => Read::LinkGauge {
+                    link: i as u32,
+                    mean: MEAN_GAUGES.contains(&m),
+                    low: LOW_GAUGES.contains(&m),
+                    alone: true,
+                },
             };
         }
         match key.labels.iter().find(|(k, _)| k == "gpu") {
@@ -673,8 +712,9 @@ pub fn node_input_from<W: Windows>(n: &NodeState, since_ns: i64, w: &W) -> NodeI
     node_input_into(n, since_ns, w, None, &mut Scratch::default())
 }
 
-/// [`node_input_from`] into `spare`'s allocations, and `scratch`'s: `spare` is an input of the same node
-/// built under the same layout ([`NodeState::layout`]) by this function, given back after its evaluation.
+/// [`node_input_from`] into `spare`'s allocations, and `scratch`'s: `spare` is the input of the same node this
+/// function built last with `scratch`, given back after its evaluation, unchanged (under another layout,
+/// [`NodeState::layout`], it is not reused).
 /// What it gives is what a fresh build gives: every field is set anew, but for a link's last gauge readings,
 /// which are updated in place (under one layout a gauge, once read, always has a last reading), and the
 /// counters' windows, overwritten in place and cut to those put (`put_counter`).
@@ -685,10 +725,13 @@ pub fn node_input_into<W: Windows>(
     spare: Option<NodeInput>,
     scratch: &mut Scratch,
 ) -> NodeInput {
+    // The spare was built with this scratch (its plan's layout is the spare's): under another layout its links'
+    // gauges and activities are not this build's to update in place.
+    let layout = scratch.plan.layout == Some(n.layout());
+    let reused = layout
+        && matches!(&spare, Some(x) if x.links.len() == n.links().len() && x.name == n.name());
     let mut out = match spare {
-        Some(spare) if spare.links.len() == n.links().len() && spare.name == n.name() => {
-            spare.reset(n)
-        }
+        Some(spare) if reused => spare.reset(n),
         _ => NodeInput {
             name: n.name().to_string(),
             links: n
@@ -716,8 +759,36 @@ pub fn node_input_into<W: Windows>(
     let (links, gpus) = (out.links.len(), out.gpus.len());
     scratch.counted.clear();
     scratch.counted.resize(links + gpus + 1, 0);
-    for (s, &read) in n.series().iter().zip(&plan.reads) {
-        series_input(&mut out, read, s, (since_ns, w), &mut scratch.counted);
+    // The gauges' readings put by the previous build hold for `out` only where it is that build's input.
+    if !reused {
+        scratch.gauge_bits.clear();
+    }
+    scratch.gauge_bits.resize(n.series().len(), None);
+    // Each read series' state loaded first, in a loop of loads independent of one another: their cache
+    // misses overlap here instead of waiting one by one at the start of each series' part below (the first
+    // load of a counter's state was a fifth of the walk's own time).
+    let touched = n
+        .series()
+        .iter()
+        .zip(&plan.reads)
+        .filter(|(_, r)| **r != Read::Skip)
+        .fold(0u64, |acc, (s, _)| {
+            let max = match s.kind() {
+                SeriesKind::Counter { max_value } => max_value,
+                SeriesKind::Gauge => 0,
+            };
+            acc ^ max ^ s.last_raw().map_or(0, |r| r.1)
+        });
+    std::hint::black_box(touched);
+    let series = n.series().iter().zip(&plan.reads);
+    for ((s, &read), put) in series.zip(scratch.gauge_bits.iter_mut()) {
+        series_input(
+            &mut out,
+            read,
+            s,
+            (since_ns, w),
+            (&mut scratch.counted, put),
+        );
     }
     // What the previous build had beyond the counters put now.
     let counted = |i: usize| scratch.counted.get(i).copied().unwrap_or(0) as usize;
@@ -733,13 +804,14 @@ pub fn node_input_into<W: Windows>(
 }
 
 /// What `read` says of series `s` into `out`, its windows from `since_ns` on as `w` reads them; `counted`:
-/// the counters' windows put so far into each link's, GPU's and the node's list, in that order.
+/// the counters' windows put so far into each link's, GPU's and the node's list, in that order; `put`: the
+/// last reading of `s` a link gauge's map of `out` holds (`Scratch::gauge_bits`).
 fn series_input<W: Windows>(
     out: &mut NodeInput,
     read: Read,
     s: &crate::store::Series,
     (since_ns, w): (i64, &W),
-    counted: &mut [u32],
+    (counted, put): (&mut [u32], &mut Option<u64>),
 ) {
     // Read only where a counter's window is put: a series read for nothing is not touched.
     let max_value = || match s.kind() {
@@ -755,9 +827,14 @@ fn series_input<W: Windows>(
                 put_counter(&mut l.counters, at, s, w.ends(s, since_ns), max_value());
             }
         }
-        Read::LinkGauge(i, mean, low) => {
-            if let Some(l) = out.links.get_mut(i as usize) {
-                link_gauge(l, s, (mean, low), since_ns, w);
+        Read::LinkGauge {
+            link,
+            mean,
+            low,
+            alone,
+        } => {
+            if let Some(l) = out.links.get_mut(link as usize) {
+                link_gauge(l, s, (mean, low), (since_ns, w), (alone, put));
             }
         }
         Read::Cpu => out.cpu_utilization = gauge_mean(w.values_newest_first(s, since_ns)),
@@ -823,7 +900,13 @@ pub(crate) fn node_input_by_keys(n: &NodeState, since_ns: i64) -> NodeInput {
                 (_, SeriesKind::Counter { .. }) => out.links[i].counters.extend(counter()),
                 _ => {
                     let flags = (MEAN_GAUGES.contains(&m), LOW_GAUGES.contains(&m));
-                    link_gauge(&mut out.links[i], s, flags, since_ns, w);
+                    link_gauge(
+                        &mut out.links[i],
+                        s,
+                        flags,
+                        (since_ns, w),
+                        (false, &mut None),
+                    );
                 }
             }
             continue;
@@ -892,20 +975,23 @@ fn link_activity<W: Windows>(
         let Some(l) = links.get_mut(i) else { continue };
         let slots = scratch.plan.bytes.get(i).copied().unwrap_or_default();
         let capacity = l.link.capacity_bytes_per_second;
-        l.activity = w.activity(n, i, slots, since_ns, capacity, scratch);
+        w.activity(n, i, slots, since_ns, capacity, scratch, &mut l.activity);
     }
 }
 
 impl NodeInput {
     /// This input of `n` emptied for a build under the same layout ([`node_input_into`]): its allocations
     /// kept, every field that build sets anew cleared (a link's last gauge readings are updated in place, its
-    /// counters' windows overwritten in place and the rest cut off after the build: [`put_counter`]).
+    /// counters' windows overwritten in place and the rest cut off after the build: [`put_counter`]; the
+    /// activity of a link a rule reads it of is set anew, into its lists' allocations).
     fn reset(mut self, n: &NodeState) -> NodeInput {
         for (l, state) in self.links.iter_mut().zip(n.links()) {
             if !Arc::ptr_eq(&l.link, &state.link) {
                 l.link = state.link.clone();
             }
-            l.activity = None;
+            // A read link's activity is set anew by the build, into the allocations of this one's; under the
+            // same layout the others' stay `None` (not asked of each link: a look at every link's facts, one
+            // cache miss each).
             l.gauge_means.clear();
             l.gauge_lows.clear();
         }
@@ -920,16 +1006,24 @@ impl NodeInput {
 }
 
 /// Gauge `s` of link `l`: its last reading (updated in place), and its window mean and low where `(mean, low)`
-/// say it is one of [`MEAN_GAUGES`] and [`LOW_GAUGES`].
+/// say it is one of [`MEAN_GAUGES`] and [`LOW_GAUGES`]. `put` is the reading `l`'s map holds for `s` (`None`:
+/// unknown): one that did not change is not put again (the map's look-up by the metric's name, the key's
+/// strings read, was most of a gauge's cost), unless another series of the link has the same metric (not
+/// `alone`: the map holds the last one's reading in slot order, as a fresh build puts them).
 fn link_gauge<W: Windows>(
     l: &mut LinkInput,
     s: &crate::store::Series,
     (mean, low): (bool, bool),
-    since_ns: i64,
-    w: &W,
+    (since_ns, w): (i64, &W),
+    (alone, put): (bool, &mut Option<u64>),
 ) {
+    let last = s.last_raw().map(|(_, raw)| raw);
+    let unchanged = alone && last.is_some() && last == *put;
+    if unchanged && !mean && !low {
+        return;
+    }
     let m = s.key().metric.as_str();
-    if let Some((_, raw)) = s.last_raw() {
+    if let (Some(raw), false) = (last, unchanged) {
         let v = f64::from_bits(raw);
         match l.gauges.get_mut(m) {
             Some(g) => *g = v,
@@ -938,6 +1032,7 @@ fn link_gauge<W: Windows>(
             }
         }
     }
+    *put = if alone { last } else { None };
     if mean {
         if let Some((mean, _)) = gauge_mean_of(w.values_newest_first(s, since_ns))
             .filter(|&(_, k)| k >= MIN_MEAN_SAMPLES)

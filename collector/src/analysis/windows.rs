@@ -53,11 +53,16 @@ pub struct NodeWindows {
     spare: Option<NodeInput>,
     /// Buffers the input is built with.
     scratch: Scratch,
+    /// Each window's oldest tick before an update's new samples (`None`: empty), by slot.
+    fronts: Vec<Option<u64>>,
     /// The sampling intervals of each link whose activity a rule reads, by link index.
     links: Vec<LinkIntervals>,
     /// Updates at which a read link's windows were sampled together (its intervals derived from them), and
     /// those at which not (not at the same ticks, too few samples: its activity analysed from copies).
     pairings: (u64, u64),
+    /// Derived links' median interval lengths worked out, and those taken from a link of the same intervals'
+    /// bounds (`LinkIntervals::period_ns`).
+    periods: (u64, u64),
 }
 
 /// One link whose activity a rule reads, and how its activity is derived from its kept byte windows: where
@@ -86,6 +91,10 @@ struct LinkIntervals {
     /// or not) and with the other direction's bytes or without, and the tick of the last sample they end at.
     sliding: activity::Sliding,
     derived: Option<((bool, bool), u64)>,
+    /// The median length of the intervals derived at the latest update, nanoseconds (`None`: not derived):
+    /// worked out once for the links whose intervals have the same bounds (a node's ports read together
+    /// are sampled at the same ticks), not once per link.
+    period_ns: Option<i64>,
 }
 
 impl LinkIntervals {
@@ -223,6 +232,19 @@ impl NodeWindows {
         }
         self.since_ns = since_ns;
         let kept = &mut self.kept;
+        // Each window's oldest tick and newest sample read first, in a loop of loads independent of one
+        // another: their cache misses (two a window, each window in its own allocation) overlap here instead
+        // of waiting one by one where the new samples are pushed and the old ones searched for below (the
+        // first of those loads was most of the drop's time). The windows' oldest ticks are kept for the drop
+        // (pushing samples moves none).
+        let fronts = &mut self.fronts;
+        fronts.clear();
+        let mut newest = 0u64;
+        for w in kept.iter() {
+            fronts.push(w.front().map(|x| x.0));
+            newest ^= w.back().map_or(0, |x| x.1);
+        }
+        std::hint::black_box(newest);
         self.cursor = n.samples_after(self.cursor, since_ns, &self.wanted, |slot, tick, v| {
             if let Some(w) = kept.get_mut(slot) {
                 // A quarter more when full, not twice: a window's length stays about the same from one
@@ -235,7 +257,11 @@ impl NodeWindows {
             }
         });
         let in_window = |tick: u64| n.tick_time(tick).is_some_and(|t| t >= since_ns);
-        for w in kept.iter_mut().filter(|w| !w.is_empty()) {
+        // A window empty before the push holds only samples stamped since `since_ns`.
+        for (w, front) in kept.iter_mut().zip(self.fronts.iter()) {
+            if front.is_none_or(in_window) {
+                continue;
+            }
             // A series' ticks rise with its samples, and so do their times: what left is a prefix.
             let gone = w.iter().position(|&(tick, _)| in_window(tick));
             w.drain(..gone.unwrap_or(w.len()));
@@ -252,6 +278,34 @@ impl NodeWindows {
             } else {
                 self.pairings.1 += 1;
             }
+        }
+        self.settle_periods();
+    }
+
+    /// Each derived link's median interval length ([`LinkIntervals::period_ns`]): taken from an earlier link
+    /// whose intervals have the same bounds, else worked out.
+    fn settle_periods(&mut self) {
+        for k in 0..self.links.len() {
+            let (done, rest) = self.links.split_at_mut(k);
+            let Some(l) = rest.first_mut() else { break };
+            l.period_ns = None;
+            if l.derived.is_none() {
+                continue;
+            }
+            let same = done
+                .iter()
+                .filter(|d| d.period_ns.is_some())
+                .find(|d| d.sliding.same_bounds(&l.sliding));
+            l.period_ns = Some(match same.and_then(|d| d.period_ns) {
+                Some(p) => {
+                    self.periods.1 += 1;
+                    p
+                }
+                None => {
+                    self.periods.0 += 1;
+                    l.sliding.median_interval(&mut self.scratch.activity)
+                }
+            });
         }
     }
 
@@ -320,6 +374,7 @@ impl NodeWindows {
     pub fn heap_bytes(&self) -> usize {
         self.wanted.capacity()
             + self.caps.capacity() * size_of::<u32>()
+            + self.fronts.capacity() * size_of::<Option<u64>>()
             + self.kept.capacity() * size_of::<Window>()
             + self
                 .kept
@@ -462,7 +517,8 @@ impl Windows for Kept<'_> {
         since_ns: i64,
         capacity_bytes_per_second: Option<f64>,
         scratch: &mut Scratch,
-    ) -> Option<Activity> {
+        out: &mut Option<Activity>,
+    ) {
         if let Some(l) = self.paired_link(link, slots, since_ns) {
             let iv = l.sliding.intervals();
             let floor = busy::active_floor(capacity_bytes_per_second);
@@ -470,16 +526,22 @@ impl Windows for Kept<'_> {
                 let window_s = (z.1 - a.0) as f64 / 1e9;
                 let moved = (self.moved(slots.0), self.moved(slots.1));
                 if window_s <= 0.0 {
-                    return None;
+                    *out = None;
+                    return;
                 }
                 if l.sliding.floor() == Some(floor) {
-                    if let Some(a) = l.sliding.activity(window_s, moved, &mut scratch.activity) {
-                        return Some(a);
+                    // Into the previous evaluation's activity: its lists' allocations kept.
+                    let a = out.get_or_insert_with(Activity::default);
+                    let buffers = &mut scratch.activity;
+                    if l.sliding
+                        .activity_into(window_s, moved, l.period_ns, buffers, a)
+                    {
+                        return;
                     }
                 }
             }
         }
-        input::copied_activity(self, n, slots, since_ns, capacity_bytes_per_second, scratch)
+        *out = input::copied_activity(self, n, slots, since_ns, capacity_bytes_per_second, scratch);
     }
 }
 
@@ -523,6 +585,14 @@ impl WindowCache {
         self.nodes
             .values()
             .fold((0, 0), |(k, c), w| (k + w.pairings.0, c + w.pairings.1))
+    }
+
+    /// Over every node: how many derived links' median interval lengths were worked out, and how many were
+    /// taken from another link of the node whose intervals had the same bounds.
+    pub fn link_periods(&self) -> (u64, u64) {
+        self.nodes
+            .values()
+            .fold((0, 0), |(k, s), w| (k + w.periods.0, s + w.periods.1))
     }
 
     /// Samples kept and bytes allocated, over every node.
@@ -624,6 +694,9 @@ mod tests {
                 series(17, "memory_used_bytes", 0, None, None, false),
                 series(18, "crc_flit_errors", 2, None, C, false),
                 series(19, "link_downed", 1, None, Some(255), false),
+                // A second gauge of the HCA's state under the same metric (other labels): the input holds the
+                // later one's reading, whichever of the two changed.
+                series(23, "state_code", 1, Some("0"), None, false),
             ],
             refused: Vec::new(),
         }
@@ -891,6 +964,13 @@ mod tests {
         // windows not sampled together (the management NIC's receive counter stopped while its transmit went on).
         let (kept, copied) = cache.link_pairings();
         assert!(kept > 0 && copied > 0, "{kept} kept, {copied} copied");
+        // The ports sampled at the same ticks share one median interval length; each of those compared
+        // inputs took it so.
+        let (worked, shared) = cache.link_periods();
+        assert!(
+            worked > 0 && shared > 0,
+            "{worked} worked out, {shared} shared"
+        );
     }
 
     #[test]
