@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use commwatch_agent::source::infiniband::InfinibandSource;
 use commwatch_agent::source::netdev::{NetdevOptions, NetdevSource};
+use commwatch_agent::source::pid_files::PidFiles;
 use commwatch_agent::source::sysfs::{decode, list_files, list_subdirs, Decode, Reading};
 use commwatch_agent::source::{Source, Tier, Value};
 
@@ -206,6 +207,47 @@ fn main() {
         "cpu: process user+system time over the loop / ticks (USER_HZ resolution: 10 ms per loop)"
     );
     discoveries(&root, &mut ib, &mut nd);
+    pid_files();
+}
+
+/// Cost of reading what the `processes` source reads of a process it has not seen (`stat`, `environ`,
+/// `cgroup`), for every process of this machine's `/proc`, on procfs (`openat2` from a kept handle) against
+/// by path (`lstat`, `open`, `fstat`): per process. Rounds: `PID_ROUNDS` in the environment (default 200).
+fn pid_files() {
+    let root = Path::new("/proc");
+    let mut on_procfs = PidFiles::new(root);
+    if !on_procfs.on_procfs() {
+        println!("pid files: /proc is not procfs here, not measured");
+        return;
+    }
+    let pids: Vec<u32> = std::fs::read_dir(root)
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    let rounds = ticks_from_env("PID_ROUNDS", 200);
+    let mut by_path = PidFiles::by_path(root);
+    let mut buf = Vec::new();
+    let mut read_all = |files: &mut PidFiles, read: &mut u64| {
+        for &pid in &pids {
+            for name in ["stat", "environ", "cgroup"] {
+                *read += u64::from(files.read(pid, name, 1 << 20, &mut buf).is_ok());
+            }
+        }
+    };
+    let (mut read_a, mut read_b) = (0u64, 0u64);
+    let a = measure(rounds, || read_all(&mut on_procfs, &mut read_a));
+    let b = measure(rounds, || read_all(&mut by_path, &mut read_b));
+    let per = |d: Option<Duration>| d.map(|d| d / u32::try_from(pids.len().max(1)).unwrap_or(1));
+    println!(
+        "pid files ({} processes, stat+environ+cgroup, {rounds} rounds; files read: {read_a} / {read_b}): per process, on procfs wall {} cpu {}, by path wall {} cpu {}",
+        pids.len(),
+        fmt(per(Some(a.wall_per_tick))),
+        fmt(per(a.cpu_per_tick)),
+        fmt(per(Some(b.wall_per_tick))),
+        fmt(per(b.cpu_per_tick)),
+    );
 }
 
 /// Cost of a rediscovery of each source, on the tree as it is (the agent's case between hot-plugs) and with

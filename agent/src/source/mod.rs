@@ -35,6 +35,7 @@ pub mod list;
 pub mod netdev;
 pub mod nvml;
 pub mod nvml_lib;
+pub mod pid_files;
 pub mod processes;
 pub mod qdisc;
 pub mod sysfs;

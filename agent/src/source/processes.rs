@@ -27,7 +27,7 @@
 //! discovery's. On the agent's own procfs, when few pids were handed out since the last look ([`PROBE_MAX`]),
 //! those pids are read one by one instead of listing `/proc` (whose listing costs the kernel a lookup per
 //! process), and the processes that claim a rank are checked for their end. Each file of a pid is read in
-//! five system calls (`read_pid_file`). A
+//! three system calls on procfs, five elsewhere ([`PidFiles`]). A
 //! process caught half-way through an `exec` (its environment not yet placed) is read again at the next
 //! look. The jobs' CPU cgroups are handed to the `cgroup` source at each look that changes a job.
 //!
@@ -35,7 +35,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use commwatch_model::{Job, Link, LinkClass, NcclConflict, Rank};
@@ -45,6 +45,7 @@ use super::cgroup::{parse_proc_cgroup, CpuCgroup, SharedJobCgroups};
 use super::dir_mark::Rewalk;
 use super::fsroot::FsRoot;
 use super::gpu::{GpuProcess, SharedGpu};
+use super::pid_files::PidFiles;
 use super::{Inventory, ReadReport, Source, SourceError, Tier, Value};
 
 /// Environment keys read besides the NCCL settings of [`NCCL_KEYS`].
@@ -401,6 +402,8 @@ impl Entry {
 /// Finds training processes. See the module documentation.
 pub struct ProcessesSource {
     procfs_root: FsRoot,
+    /// Reads the files of each pid under the root.
+    files: PidFiles,
     gpu: Option<SharedGpu>,
     node_links: Vec<Link>,
     inventory: Inventory,
@@ -438,6 +441,7 @@ impl ProcessesSource {
     /// Looks under `procfs_root`; `gpu` gives NVML's compute process list where present.
     pub fn new(procfs_root: PathBuf, gpu: Option<SharedGpu>) -> ProcessesSource {
         ProcessesSource {
+            files: PidFiles::new(&procfs_root),
             procfs_root: FsRoot::new(procfs_root),
             gpu,
             node_links: Vec::new(),
@@ -489,7 +493,7 @@ impl ProcessesSource {
             return Vec::new();
         };
         // Directories only, never links (the entry's own type, from the listing): the files read under a
-        // pid then lie inside the root (see [`read_pid_file`]).
+        // pid then lie inside the root (see [`PidFiles`]).
         dir.filter_map(|e| e.ok())
             .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
             .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok()))
@@ -519,13 +523,11 @@ impl ProcessesSource {
 
     /// `<root>/<pid>/stat`, parsed; `None` when it cannot be read or parsed.
     fn read_stat(&mut self, pid: u32) -> Option<ProcStat> {
-        let root = self.procfs_root.path();
-        read_pid_text(root, pid, "stat", &mut self.buf).and_then(|s| parse_stat(&s))
+        read_pid_text(&mut self.files, pid, "stat", &mut self.buf).and_then(|s| parse_stat(&s))
     }
 
     /// [`ProcessesSource::look`] with the `stat` already read.
     fn take_in(&mut self, pid: u32, stat: Option<ProcStat>, now: Instant) -> bool {
-        let root = self.procfs_root.path();
         let prev = self.cache.get(&pid);
         let first_listed = prev.map_or(now, |e| e.first_listed);
         let Some(stat) = stat else {
@@ -550,10 +552,10 @@ impl ProcessesSource {
         }
         // A kernel thread has neither environment nor cgroup of its own to read.
         let env = (!stat.kernel_thread)
-            .then(|| read_environ(root, pid))
+            .then(|| read_environ(&mut self.files, pid))
             .flatten();
         let cgroup = (!stat.kernel_thread)
-            .then(|| read_pid_text(root, pid, "cgroup", &mut self.buf))
+            .then(|| read_pid_text(&mut self.files, pid, "cgroup", &mut self.buf))
             .flatten()
             .filter(|t| !t.is_empty());
         let (pod, container) = cgroup.as_deref().map(parse_cgroup).unwrap_or((None, None));
@@ -604,6 +606,7 @@ impl ProcessesSource {
     /// Scans the processes now: NVML's process list, and every listed process's `stat` (its environment and
     /// cgroup only for a process not seen before, or with a new image); returns the jobs found.
     pub fn scan(&mut self) -> Vec<Job> {
+        self.files.recheck_root();
         self.read_gpus_of();
         let now = Instant::now();
         self.mark = self.mark();
@@ -982,9 +985,11 @@ struct Environ {
 
 /// Reads and filters `environ`; `None` when it cannot be read (vanished, denied, refused). The raw bytes are
 /// dropped before this returns. An environment cut at [`MAX_ENVIRON_BYTES`] loses its last, partial entry.
-fn read_environ(root: &Path, pid: u32) -> Option<Environ> {
+fn read_environ(files: &mut PidFiles, pid: u32) -> Option<Environ> {
     let mut raw = Vec::new();
-    read_pid_file(root, pid, "environ", MAX_ENVIRON_BYTES, &mut raw).ok()?;
+    files
+        .read(pid, "environ", MAX_ENVIRON_BYTES, &mut raw)
+        .ok()?;
     if raw.len() == MAX_ENVIRON_BYTES {
         let end = raw.iter().rposition(|b| *b == 0).unwrap_or(0);
         raw.truncate(end);
@@ -998,57 +1003,10 @@ fn read_environ(root: &Path, pid: u32) -> Option<Environ> {
 /// Most of a `stat` or `cgroup` read (a `stat` line is a few hundred bytes).
 const MAX_SMALL_PID_FILE: usize = 64 * 1024;
 
-/// Reads `<root>/<pid>/<name>` into `buf` (replacing its content), at most `limit` bytes, in few system calls
-/// (`lstat`, `open`, `fstat`, one `read` per buffer's worth, `close`) where [`FsRoot::open`] resolves every
-/// component of the path and the root first: this runs for every process at each scan.
-///
-/// The same files are refused, for a pid directory that [`ProcessesSource::pids`] listed as a directory (not
-/// a link): the last component is never followed (`O_NOFOLLOW`, and `lstat` before), so the path stays
-/// inside the root; it must be a regular file before the open (a FIFO or device is never opened) and after
-/// it; the open never blocks (`O_NONBLOCK`). A read shorter than asked is the end of the file (procfs
-/// generates a file whole).
-fn read_pid_file(
-    root: &Path,
-    pid: u32,
-    name: &str,
-    limit: usize,
-    buf: &mut Vec<u8>,
-) -> std::io::Result<()> {
-    use std::io::Read as _;
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let path = root.join(pid.to_string()).join(name);
-    let not_regular =
-        || std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file");
-    if !std::fs::symlink_metadata(&path)?.is_file() {
-        return Err(not_regular());
-    }
-    let mut file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_NOCTTY)
-        .open(&path)?;
-    if !file.metadata()?.is_file() {
-        return Err(not_regular());
-    }
-    buf.clear();
-    buf.resize(buf.capacity().clamp(4096, limit.max(1)), 0);
-    let mut len = 0;
-    loop {
-        let n = file.read(&mut buf[len..])?;
-        len += n;
-        if n == 0 || len < buf.len() || len >= limit {
-            break;
-        }
-        let grown = (buf.len() * 2).min(limit);
-        buf.resize(grown, 0);
-    }
-    buf.truncate(len.min(limit));
-    Ok(())
-}
-
 /// The text of a small file of process `pid` (`stat`, `cgroup`), read through `buf`; `None` when it cannot
 /// be read. Bytes that are not UTF-8 (a command name may hold any) are replaced, not refused.
-fn read_pid_text(root: &Path, pid: u32, name: &str, buf: &mut Vec<u8>) -> Option<String> {
-    match read_pid_file(root, pid, name, MAX_SMALL_PID_FILE, buf) {
+fn read_pid_text(files: &mut PidFiles, pid: u32, name: &str, buf: &mut Vec<u8>) -> Option<String> {
+    match files.read(pid, name, MAX_SMALL_PID_FILE, buf) {
         Ok(()) => Some(String::from_utf8_lossy(buf).trim().to_string()),
         Err(e) => {
             if e.kind() != std::io::ErrorKind::NotFound {
