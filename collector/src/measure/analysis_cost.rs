@@ -42,7 +42,7 @@ fn timed<R>(f: impl FnOnce() -> R) -> (u64, R) {
 
 /// Gives the nodes jobs as `loadgen` does: `per_job` nodes to a job, each node one rank per GPU of its
 /// inventory (8 where it lists none), ranks numbered across the job.
-fn give_jobs(store: &Store, refs: &[NodeRef], per_job: usize) {
+pub(super) fn give_jobs(store: &Store, refs: &[NodeRef], per_job: usize) {
     for (i, node) in refs.iter().enumerate() {
         let gpus: BTreeSet<String> = node
             .lock()

@@ -15,59 +15,18 @@
 //! clock); the budget earns on the tape's clock. The step engine takes a pass every second of tape (not
 //! timed). A figure, not a check of speed: it never fails because the machine is slow.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use commwatch_model::clock::unix_now_ns;
-use commwatch_proto::v1 as pb;
 
+use super::analysis_cost::give_jobs;
 use super::apply_cost::{env, tape_nodes, thread_cpu_ns};
 use crate::analysis::{AnalysisConfig, AnalysisHandle};
 use crate::pace::Budget;
 use crate::steps::engine::Engine;
 use crate::steps::StepStore;
-use crate::store::{Batch, JobList, NodeRef, Store};
-
-/// Gives the nodes jobs as `loadgen` does: `per_job` nodes to a job, each node one rank per GPU of its
-/// inventory (8 where it lists none), ranks numbered across the job.
-fn give_jobs(store: &Store, refs: &[NodeRef], per_job: usize) {
-    for (i, node) in refs.iter().enumerate() {
-        let gpus: BTreeSet<String> = node
-            .lock()
-            .links()
-            .iter()
-            .filter_map(|l| l.link.gpu.clone())
-            .collect();
-        let gpus: Vec<String> = match gpus.is_empty() {
-            true => (0..8).map(|g| g.to_string()).collect(),
-            false => gpus.into_iter().collect(),
-        };
-        let per_node = gpus.len() as u32;
-        let offset = (i % per_job) as u32 * per_node;
-        let ranks = (0u32..)
-            .zip(&gpus)
-            .map(|(k, g)| pb::Rank {
-                pid: 1000 + k,
-                rank: Some(offset + k),
-                local_rank: Some(k),
-                world_size: Some(per_node * per_job as u32),
-                gpus: vec![g.clone()],
-                found_by: "environment".into(),
-                ..Default::default()
-            })
-            .collect();
-        let inv = pb::JobInventory {
-            jobs: vec![pb::Job {
-                id: format!("tape-job-{:03}", i / per_job),
-                ranks,
-                conflicts: Vec::new(),
-            }],
-        };
-        let list = JobList::validated(inv, store.limits()).expect("a valid job list");
-        store.set_jobs(node, list);
-    }
-}
+use crate::store::Batch;
 
 /// `b` moved `by_ns` later: its samples, markers and collectives' times.
 fn shifted(b: &Batch, by_ns: i64) -> Batch {
