@@ -532,12 +532,12 @@ impl AnalysisHandle {
                 }
                 Some(s) => {
                     let labels = s.job_labels();
-                    st.figures.retain(|f| !labels.contains(&f.job));
+                    st.figures.retain(|f| !labels.contains(&f.job.as_str()));
                     st.figures.append(&mut figures);
                     st.figures.sort_by(|a, b| a.job.cmp(&b.job));
                     st.job_nodes.insert(s.label.clone(), nodes);
                     for j in labels {
-                        st.evaluated_at.insert(j, input.now_unix_ns);
+                        st.evaluated_at.insert(j.to_string(), input.now_unix_ns);
                     }
                 }
             }

@@ -25,7 +25,6 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use super::super::input::{self, JobInput, WINDOW_NS};
-use super::super::scaling;
 use super::super::scope::{self, Scope};
 use super::super::windows::WindowCache;
 use super::AnalysisHandle;
@@ -360,7 +359,7 @@ impl AnalysisHandle {
         use std::mem::take;
         let (mine, rest): (Vec<_>, Vec<_>) = take(&mut fleet.collectives)
             .into_iter()
-            .partition(|c| labels.contains(&c.job));
+            .partition(|c| labels.contains(&c.job.as_str()));
         fleet.collectives = rest;
         let input = input::AnalysisInput {
             now_unix_ns,
@@ -443,14 +442,7 @@ impl AnalysisHandle {
             let Rounds { windows, names, .. } = &mut *rounds;
             windows.retain(names);
         }
-        // The scopes' job labels ([`Scope::job_labels`]), borrowed.
-        let mut jobs: HashSet<&str> = HashSet::new();
-        for s in scopes {
-            match s.cluster {
-                true => _ = jobs.insert(scaling::CLUSTER_JOB),
-                false => jobs.extend(s.jobs.iter().map(String::as_str)),
-            }
-        }
+        let jobs: HashSet<&str> = scopes.iter().flat_map(Scope::job_labels).collect();
         let (events, to_history) = {
             let mut st = self.inner.state.lock();
             let changes = st.tracker.sweep_scopes(now, &live);

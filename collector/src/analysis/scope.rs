@@ -44,11 +44,11 @@ impl Scope {
     /// The job names this scope's findings and figures are reported under
     /// (`commwatch_collector_evaluation_age_seconds{training_job}`): its fleet jobs, and [`CLUSTER_JOB`] for
     /// the cluster scope.
-    pub fn job_labels(&self) -> Vec<String> {
+    pub fn job_labels(&self) -> Vec<&str> {
         if self.cluster {
-            vec![CLUSTER_JOB.to_string()]
+            vec![CLUSTER_JOB]
         } else {
-            self.jobs.clone()
+            self.jobs.iter().map(String::as_str).collect()
         }
     }
 }
