@@ -23,8 +23,9 @@ use std::sync::OnceLock;
 /// to reach its state and its open part's bytes, cold by then, is shared by as many. That reach is most of
 /// what a run costs: most of a demo node's 1,485 series are read once a second and took 1 to 2 samples from
 /// 96 rows, every series visited every 1.7 s. At 256 rows the store's apply of a demo agent's tape costs
-/// 15–30 % less a sample than at 128 (`measure::apply_cost`, BENCHMARKS.md), for about 48 KB more head per
-/// node at its peak (128 rows more of ≈ 29 values, each 8 B and a 4 B slot).
+/// 0.84× a sample of what it cost at 128 (medians; 0.78–0.91 in pairs, `measure::apply_cost`, BENCHMARKS.md),
+/// for about 48 KB more head per node at its peak (an estimate: 128 rows more of ≈ 29 values, each 8 B and a
+/// 4 B slot).
 pub(super) const FLUSH: usize = 256;
 /// Rows a flush keeps: the newest 1.6 s stay row-major, where a rate over the newest second reads them.
 pub(super) const KEEP_ROWS: usize = 32;
