@@ -537,16 +537,40 @@ impl Sliding {
         }
     }
 
-    /// Makes room for `n` more intervals: an eighth of those held more when it must grow (a window's length
-    /// changes little from one evaluation to the next: doubling left up to half of every link's room unused,
-    /// and room for exactly `n` grew again, a copy of every interval, whenever a jittered window held one
-    /// interval more than it ever had).
-    pub fn reserve(&mut self, n: usize) {
-        if self.iv.capacity() - self.iv.len() < n {
-            let more = n + self.iv.len() / 8;
+    /// Makes room for `n` more intervals. When it must grow, it grows at once to what a window of `window`
+    /// intervals holds at most between two cuts ([`Sliding::room_for`]; `window`: the caller's estimate of a
+    /// full window, its span over the sampling interval seen so far, 0 when it has none), so that a window
+    /// fills with a reallocation or two; past that (a window longer than estimated), by an eighth of those held
+    /// (a window's length changes little from one evaluation to the next: doubling left up to half of every
+    /// link's room unused, and room for exactly `n` grew again, a copy of every interval, whenever a jittered
+    /// window held one interval more than it ever had). Grown by an eighth alone, a 20 Hz link's window took
+    /// about 17 reallocations to fill, and those and their page faults were 28 % of the analysis thread's CPU
+    /// while the fleet's windows filled (issue 35).
+    pub fn reserve(&mut self, n: usize, window: usize) {
+        let len = self.iv.len();
+        if self.iv.capacity() - len < n {
+            let sized = match window {
+                0 => 0,
+                w => Self::room_for(w, n).saturating_sub(len),
+            };
+            let more = (n + len / 8).max(sized);
             self.iv.reserve_exact(more);
             self.rates.reserve_exact(more);
         }
+    }
+
+    /// Intervals there is room for without a reallocation.
+    #[cfg(test)]
+    pub(crate) fn room(&self) -> usize {
+        self.iv.capacity()
+    }
+
+    /// The most intervals a window of `window` intervals, `n` of them new at an update, holds between two cuts
+    /// ([`Sliding::drop_oldest`]): the window's (a sixteenth more, and two, for a jittered one), the new ones,
+    /// and those that left it and wait for the cut ([`HEAD_ROOM`], or half the window).
+    pub fn room_for(window: usize, n: usize) -> usize {
+        let w = window + window / 16 + 2;
+        w + HEAD_ROOM.max(w / 2) + n
     }
 
     /// Appends the interval `x`, the newest.
@@ -701,8 +725,23 @@ impl Sliding {
     /// Whether the intervals held have the bounds of `other`'s, one for one (then their median lengths are
     /// the same).
     pub fn same_bounds(&self, other: &Sliding) -> bool {
+        self.same_bounds_from(other, 0)
+    }
+
+    /// Whether as many intervals are held as `other` holds, and those from the `from`th on have the bounds of
+    /// `other`'s (all of them when `from` is 0): [`Sliding::same_bounds`] where the caller knows the first
+    /// `from` to have the same bounds.
+    pub fn same_bounds_from(&self, other: &Sliding, from: usize) -> bool {
         let (a, b) = (self.intervals(), other.intervals());
-        a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.0 == y.0 && x.1 == y.1)
+        let (a_new, b_new) = (
+            a.get(from..).unwrap_or_default(),
+            b.get(from..).unwrap_or_default(),
+        );
+        a.len() == b.len()
+            && a_new
+                .iter()
+                .zip(b_new)
+                .all(|(x, y)| x.0 == y.0 && x.1 == y.1)
     }
 
     /// Bytes allocated.
@@ -1106,6 +1145,56 @@ mod tests {
             "window {} s, steps {steps} s",
             a.busy_s
         );
+    }
+
+    #[test]
+    fn a_sliding_window_sized_for_its_length_fills_and_slides_in_its_first_room() {
+        // 60 s of a 20 Hz link evaluated every second, a 20 s window: sized for its 400 intervals, it grows
+        // once (grown by an eighth at a time, 17 times while it filled).
+        let mut sliding = Sliding::default();
+        let (mut t, mut held, mut rooms) = (0, 0usize, Vec::new());
+        for _ in 0..60 {
+            sliding.reserve(20, 400);
+            for _ in 0..20 {
+                sliding.push((t, t + 50 * MS, 1e6));
+                t += 50 * MS;
+            }
+            held += 20;
+            sliding.drop_oldest(held.saturating_sub(400));
+            held = held.min(400);
+            assert_eq!(sliding.intervals().len(), held);
+            if rooms.last() != Some(&sliding.iv.capacity()) {
+                rooms.push(sliding.iv.capacity());
+            }
+        }
+        assert_eq!(rooms, [Sliding::room_for(400, 20)]);
+        // Without an estimate, it grows by an eighth of those held, beyond what is asked.
+        let mut bare = Sliding::default();
+        bare.reserve(10, 0);
+        assert_eq!(bare.iv.capacity(), 10);
+        for k in 0..10 {
+            bare.push((k, k + 1, 0.0));
+        }
+        bare.reserve(1, 0);
+        assert_eq!(bare.iv.capacity(), 10 + 1 + 10 / 8);
+    }
+
+    #[test]
+    fn bounds_compared_from_an_interval_on() {
+        let of = |bounds: &[(i64, i64)]| {
+            let mut s = Sliding::default();
+            for &(a, z) in bounds {
+                s.push((a, z, 5.0));
+            }
+            s
+        };
+        let a = of(&[(0, 10), (10, 20), (20, 30), (30, 40)]);
+        let b = of(&[(0, 10), (10, 21), (21, 30), (30, 40)]);
+        assert!(!a.same_bounds(&b) && !a.same_bounds_from(&b, 1));
+        assert!(a.same_bounds_from(&b, 3) && a.same_bounds(&a));
+        // Lengths differ: never the same, whatever is compared.
+        let c = of(&[(0, 10), (10, 20), (20, 30)]);
+        assert!(!a.same_bounds_from(&c, 3) && !a.same_bounds_from(&c, 9));
     }
 
     #[test]
