@@ -42,6 +42,8 @@ done
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cache=${COMMWATCH_RDMA_VM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/commwatch-rdma-vm}
+# On a fresh machine neither it nor its parent exists yet (dpkg -x creates its target, not the parents).
+mkdir -p "$cache"
 [[ $reps =~ ^[1-9][0-9]?$ ]] || die "--reps takes 1 to 99 (got $reps)"
 if [ "$mode" = ci ]; then limit=${COMMWATCH_RDMA_VM_TIMEOUT:-240}; else limit=${COMMWATCH_RDMA_VM_TIMEOUT:-900}; fi
 target=${CARGO_TARGET_DIR:-$repo/target}
