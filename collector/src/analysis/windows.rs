@@ -47,9 +47,8 @@ fn full_window(w: &Window, n: &NodeState, cap: usize) -> usize {
     usize::try_from(full).unwrap_or(usize::MAX).min(cap)
 }
 
-/// The room a full kept window `w` grows to: a full window ([`full_window`]) and an eighth more (the samples
-/// of an update, pushed before those that left are dropped: 20 of a 20 Hz series' 400 at one evaluation a
-/// second), sized once; past that, or without an estimate, a quarter more than it holds (not twice: a
+/// The room a full kept window `w` grows to: a full window ([`full_window`]) and an eighth more (a series
+/// sampled unevenly holds more in some windows than its mean interval gives), sized once; past that, or without an estimate, a quarter more than it holds (not twice: a
 /// window's length stays about the same from one evaluation to the next, and doubling left up to half of
 /// every window's room unused). Grown by a quarter alone, a 20 Hz series' window reallocated 15 times as it
 /// filled.
@@ -278,9 +277,7 @@ impl NodeWindows {
         let kept = &mut self.kept;
         // Each window's oldest tick and newest sample read first, in a loop of loads independent of one
         // another: their cache misses (two a window, each window in its own allocation) overlap here instead
-        // of waiting one by one where the new samples are pushed and the old ones searched for below (the
-        // first of those loads was most of the drop's time). The windows' oldest ticks are kept for the drop
-        // (pushing samples moves none).
+        // of waiting one by one where the old samples are searched for and the new ones pushed below.
         let fronts = &mut self.fronts;
         fronts.clear();
         let mut newest = 0u64;
@@ -289,6 +286,19 @@ impl NodeWindows {
             newest ^= w.back().map_or(0, |x| x.1);
         }
         std::hint::black_box(newest);
+        // What left the window dropped before the new samples are pushed, while the windows' oldest samples
+        // are still in cache (dropped after the push, which walks the head's rows, the search's first load
+        // missed them again: 15 % of the input's own time in a profile of `measure::analysis_cost`). The same
+        // samples go: every new one is stamped since `since_ns` ([`NodeState::samples_after`]).
+        let in_window = |tick: u64| n.tick_time(tick).is_some_and(|t| t >= since_ns);
+        for (w, front) in kept.iter_mut().zip(self.fronts.iter()) {
+            if front.is_none_or(in_window) {
+                continue;
+            }
+            // A series' ticks rise with its samples, and so do their times: what left is a prefix.
+            let gone = w.iter().position(|&(tick, _)| in_window(tick));
+            w.drain(..gone.unwrap_or(w.len()));
+        }
         let caps = &self.caps;
         self.cursor = n.samples_after(self.cursor, since_ns, &self.wanted, |slot, tick, v| {
             if let Some(w) = kept.get_mut(slot) {
@@ -299,16 +309,6 @@ impl NodeWindows {
                 w.push_back((tick, v));
             }
         });
-        let in_window = |tick: u64| n.tick_time(tick).is_some_and(|t| t >= since_ns);
-        // A window empty before the push holds only samples stamped since `since_ns`.
-        for (w, front) in kept.iter_mut().zip(self.fronts.iter()) {
-            if front.is_none_or(in_window) {
-                continue;
-            }
-            // A series' ticks rise with its samples, and so do their times: what left is a prefix.
-            let gone = w.iter().position(|&(tick, _)| in_window(tick));
-            w.drain(..gone.unwrap_or(w.len()));
-        }
         for l in &mut self.links {
             let capacity = n
                 .links()
