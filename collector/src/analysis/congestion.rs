@@ -61,7 +61,7 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
                 for m in ["hw_rp_cnp_handled", "hw_np_cnp_sent"] {
                     if let Some(c) = l.counter(m).filter(|c| c.window_s > 0.0) {
                         let per_busy = c.increase as f64 / a.busy_s;
-                        e = e.detail(&format!("{m}_per_busy_second"), r4(per_busy));
+                        e = e.detail(format!("{m}_per_busy_second"), r4(per_busy));
                         if per_busy > CNP_PER_BUSY_SECOND_ABOVE {
                             reasons.push(format!("{m} {per_busy:.0} per second of communication"));
                             measured.get_or_insert((
@@ -85,7 +85,7 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
             };
             e.measured = r4(m);
             e.expected = Some(x);
-            e.unit = unit.to_string();
+            e.unit = unit.into();
             e = e.detail("busy_s", r4(a.busy_s));
             let mut c = Candidate::new(
                 FindingKind::Congestion,

@@ -37,12 +37,17 @@ pub const OWN_PACE_SHARE: f64 = 0.5;
 /// [`RAISE_AFTER`], or the tracker's default when the node's fabric bursts are measured (confident steps or
 /// resolved bursts) below [`OWN_PACE_SHARE`] of the median capacity of its fabric ports.
 pub fn raise_after(n: &super::input::NodeInput) -> u32 {
+    raise_after_at(n, n.fabric_burst_rate())
+}
+
+/// [`raise_after`] for the node's fabric burst rate `rate` ([`super::input::NodeInput::fabric_burst_rate`]).
+fn raise_after_at(n: &super::input::NodeInput, rate: Option<f64>) -> u32 {
     let mut caps: Vec<f64> = n
         .fabric_links()
         .filter_map(|l| l.link.capacity_bytes_per_second)
         .filter(|c| *c > 0.0)
         .collect();
-    match (n.fabric_burst_rate(), super::median_select(&mut caps)) {
+    match (rate, super::median_select(&mut caps)) {
         (Some(rate), Some(cap)) if rate < OWN_PACE_SHARE * cap => super::tracker::RAISE_AFTER,
         _ => RAISE_AFTER,
     }
@@ -69,6 +74,14 @@ pub fn exposed_share(n: &super::input::NodeInput) -> Option<f64> {
 }
 
 pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
+    evaluate_with(input, &super::BurstRates::new(input))
+}
+
+/// [`evaluate`], each node's fabric burst rate read from `rates` (shared with [`super::straggler`]).
+pub(crate) fn evaluate_with(
+    input: &AnalysisInput,
+    rates: &super::BurstRates<'_>,
+) -> Vec<Candidate> {
     let mut out = Vec::new();
     for n in &input.nodes {
         let Some(x) = exposed_share(n) else { continue };
@@ -103,7 +116,7 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
                     gradient_as_bucket_view; no blocking sync before the optimizer step); check a profile timeline \
                     (commwatch diagnose --trace) before tuning NCCL."
             .into();
-        c.raise_after = raise_after(n);
+        c.raise_after = raise_after_at(n, rates.of(n));
         out.push(c);
     }
     out

@@ -102,10 +102,10 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
                 .expected(0.0)
                 .seconds(r4(window_s));
             for (m, rate, _, _) in &rising {
-                e = e.detail(&format!("{m}_per_second"), r4(*rate));
+                e = e.detail(format!("{m}_per_second"), r4(*rate));
             }
             for (m, raw) in &saturated {
-                e = e.detail(&format!("{m}_saturated_at"), *raw);
+                e = e.detail(format!("{m}_saturated_at"), *raw);
             }
             c.evidence = e;
             c.raise_after = 1;

@@ -530,12 +530,13 @@ fn candidate(
     }
     c.summary = s;
     c.action = if cause || why.is_some() {
-        action(n, fd, why.as_ref().map(|w| w.0.as_str()))
+        action(n, fd, why.as_ref().map(|w| w.0.as_str())).into()
     } else {
         format!(
             "Nothing to change on {}: fix the node this finding is filed under (caused_by), whose job traffic uses its management network; this NIC's traffic stops with it.",
             n.name
         )
+        .into()
     };
     let mut e = Evidence::new(r4(rate), "bytes_per_second")
         .steps(t.big)

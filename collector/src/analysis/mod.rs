@@ -55,6 +55,7 @@ pub mod windows;
 /// a list they read no further.
 pub(crate) use crate::steps::busy::median_select;
 pub(crate) use commwatch_model::stats::median;
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -167,21 +168,23 @@ pub struct Evidence {
     pub measured: f64,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub expected: Option<f64>,
-    /// `bytes_per_second`, `ratio`, `errors_per_second`, `seconds`, `lanes`, ...
-    pub unit: String,
+    /// `bytes_per_second`, `ratio`, `errors_per_second`, `seconds`, `lanes`, ... (a rule's fixed word,
+    /// borrowed: a candidate is built at every evaluation).
+    pub unit: Cow<'static, str>,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub over_steps: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub over_seconds: Option<f64>,
+    /// Keyed by the rule's fixed names, borrowed (most candidates refresh a finding and are dropped).
     #[serde(skip_serializing_if = "BTreeMap::is_empty", default)]
-    pub details: BTreeMap<String, serde_json::Value>,
+    pub details: BTreeMap<Cow<'static, str>, serde_json::Value>,
 }
 
 impl Evidence {
-    pub fn new(measured: f64, unit: &str) -> Evidence {
+    pub fn new(measured: f64, unit: impl Into<Cow<'static, str>>) -> Evidence {
         Evidence {
             measured,
-            unit: unit.to_string(),
+            unit: unit.into(),
             ..Default::default()
         }
     }
@@ -201,8 +204,12 @@ impl Evidence {
         self
     }
 
-    pub fn detail(mut self, k: &str, v: impl Into<serde_json::Value>) -> Evidence {
-        self.details.insert(k.to_string(), v.into());
+    pub fn detail(
+        mut self,
+        k: impl Into<Cow<'static, str>>,
+        v: impl Into<serde_json::Value>,
+    ) -> Evidence {
+        self.details.insert(k.into(), v.into());
         self
     }
 }
@@ -216,8 +223,8 @@ pub struct Candidate {
     /// One sentence with the numbers.
     pub summary: String,
     pub evidence: Evidence,
-    /// What to do.
-    pub action: String,
+    /// What to do: most rules' advice is fixed text, borrowed rather than copied at each evaluation.
+    pub action: Cow<'static, str>,
     /// Id of the finding that explains this one (set by [`rollup`] or [`link_causes`], or by a rule that
     /// knows).
     pub caused_by: Option<String>,
@@ -237,7 +244,7 @@ impl Candidate {
             subject,
             summary: String::new(),
             evidence: Evidence::default(),
-            action: String::new(),
+            action: Cow::Borrowed(""),
             caused_by: None,
             consequences: Vec::new(),
             raise_after: tracker::RAISE_AFTER,
@@ -307,6 +314,10 @@ pub type Rule = fn(&AnalysisInput) -> Vec<Candidate>;
 
 /// The name of the rule [`scaling::evaluate`] in [`RULES`].
 const SCALING: &str = "scaling";
+/// The names of [`straggler::evaluate`] and [`exposed_comm::evaluate`] in [`RULES`]: both read each node's
+/// fabric burst rate, worked out once per evaluation for the two ([`BurstRates`]).
+const STRAGGLER: &str = "straggler";
+const EXPOSED_COMM: &str = "exposed_comm";
 
 /// Every rule, in evaluation order. A new finding is one new file plus one line here.
 pub const RULES: &[(&str, Rule)] = &[
@@ -315,8 +326,8 @@ pub const RULES: &[(&str, Rule)] = &[
     ("degraded", degraded::evaluate),
     ("link_errors", link_errors::evaluate),
     ("congestion", congestion::evaluate),
-    ("straggler", straggler::evaluate),
-    ("exposed_comm", exposed_comm::evaluate),
+    (STRAGGLER, straggler::evaluate),
+    (EXPOSED_COMM, exposed_comm::evaluate),
     ("cpu_bound", cpu_bound::evaluate),
     (SCALING, scaling::evaluate),
     ("nccl", nccl::evaluate),
@@ -350,8 +361,11 @@ fn keyed_with(
     input: &AnalysisInput,
     figures: Option<&[scaling::JobFigures]>,
 ) -> Vec<(String, Candidate)> {
-    let run = |(name, rule): &(&str, Rule)| match figures {
-        Some(f) if *name == SCALING => scaling::evaluate_with(input, f),
+    let rates = BurstRates::new(input);
+    let run = |(name, rule): &(&str, Rule)| match (*name, figures) {
+        (SCALING, Some(f)) => scaling::evaluate_with(input, f),
+        (STRAGGLER, _) => straggler::evaluate_with(input, &rates),
+        (EXPOSED_COMM, _) => exposed_comm::evaluate_with(input, &rates),
         _ => rule(input),
     };
     // Each candidate's id formatted once (a comparison that formatted both ids was most of the sort).
@@ -369,6 +383,35 @@ fn keyed_with(
     let mut keyed: Vec<(String, Candidate)> = ids.into_iter().zip(out).collect();
     keyed.sort_by(|a, b| a.0.cmp(&b.0));
     keyed
+}
+
+/// Each node's [`input::NodeInput::fabric_burst_rate`] (a walk over every link of each of its steps: a demo
+/// node's 64 steps list 161 links each), worked out at most once per evaluation for the rules that read it.
+pub(crate) struct BurstRates<'i> {
+    nodes: &'i [input::NodeInput],
+    rates: Vec<std::cell::OnceCell<Option<f64>>>,
+}
+
+impl<'i> BurstRates<'i> {
+    pub(crate) fn new(input: &'i AnalysisInput) -> BurstRates<'i> {
+        BurstRates {
+            nodes: &input.nodes,
+            rates: vec![std::cell::OnceCell::new(); input.nodes.len()],
+        }
+    }
+
+    /// `n`'s burst rate, bytes/s: kept for a node of the input (found by its place in the input's list), worked
+    /// out each time for any other.
+    pub(crate) fn of(&self, n: &input::NodeInput) -> Option<f64> {
+        let size = std::mem::size_of::<input::NodeInput>().max(1);
+        let at = (n as *const input::NodeInput as usize)
+            .checked_sub(self.nodes.as_ptr() as usize)
+            .map(|offset| offset / size);
+        match at.and_then(|k| Some((self.nodes.get(k)?, self.rates.get(k)?))) {
+            Some((x, rate)) if std::ptr::eq(x, n) => *rate.get_or_init(|| n.fabric_burst_rate()),
+            _ => n.fabric_burst_rate(),
+        }
+    }
 }
 
 /// A link's figures step after step ([`input::step_figure`]'s answer), looked for first where the link was
@@ -482,6 +525,41 @@ mod tests {
         }
     }
 
+    /// Nodes whose steps measured bursts at different rates: each node's kept rate is its own, asked once or
+    /// many times; a node from outside the input is worked out.
+    #[test]
+    fn burst_rates_kept_per_node_are_each_node_s_own() {
+        use crate::analysis::test_support::{hca_step, periodic, HcaFigures};
+        let node = |name: &str, rate: f64| input::NodeInput {
+            name: name.into(),
+            steps: (0..5u64)
+                .map(|i| {
+                    let f = HcaFigures {
+                        achieved: Some(rate * (1 + i) as f64),
+                        ..HcaFigures::short_burst(true)
+                    };
+                    std::sync::Arc::new(hca_step(name, i, periodic(i, 1), f))
+                })
+                .collect(),
+            ..input::NodeInput::default()
+        };
+        let input = AnalysisInput {
+            nodes: vec![node("a", 1e9), node("b", 2e9), node("c", 3e9)],
+            ..AnalysisInput::default()
+        };
+        let rates = BurstRates::new(&input);
+        for _ in 0..2 {
+            let kept: Vec<Option<f64>> = input.nodes.iter().map(|n| rates.of(n)).collect();
+            assert_eq!(kept, [Some(3e9), Some(6e9), Some(9e9)]);
+        }
+        let outside = node("d", 4e9);
+        assert_eq!(rates.of(&outside), Some(12e9));
+        assert_eq!(
+            rates.of(&input.nodes[1]),
+            input.nodes[1].fabric_burst_rate()
+        );
+    }
+
     /// The key as it was formatted: its parts joined by `:`, then `job=`.
     fn joined_key(s: &Subject) -> String {
         let mut parts: Vec<&str> = Vec::new();
@@ -535,9 +613,11 @@ mod tests {
     }
 
     #[test]
-    fn the_scaling_rule_is_found_by_its_name() {
-        let named = RULES.iter().filter(|(n, _)| *n == SCALING).count();
-        assert_eq!(named, 1);
+    fn the_rules_given_shared_figures_are_found_by_their_names() {
+        for name in [SCALING, STRAGGLER, EXPOSED_COMM] {
+            let named = RULES.iter().filter(|(n, _)| *n == name).count();
+            assert_eq!(named, 1, "{name}");
+        }
         let input = AnalysisInput::default();
         let figures = scaling::job_figures(&input);
         assert_eq!(evaluate_keyed_with_figures(&input).1, figures);

@@ -40,10 +40,10 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
                 ConflictKind::ManagementInterface | ConflictKind::MissingInterface => format!(
                     "Set {} to the node's fabric interface (IPoIB, e.g. ib0) or unset it, and restart the job.",
                     cf.setting
-                ),
-                ConflictKind::IbDisabled => format!("Remove {}={} so NCCL uses InfiniBand, and restart the job.", cf.setting, cf.value),
-                ConflictKind::HcaExcluded => format!("Include every active HCA in {} (or unset it) so each GPU uses its rail.", cf.setting),
-                _ => format!("Review {}={} against the node's hardware.", cf.setting, cf.value),
+                ).into(),
+                ConflictKind::IbDisabled => format!("Remove {}={} so NCCL uses InfiniBand, and restart the job.", cf.setting, cf.value).into(),
+                ConflictKind::HcaExcluded => format!("Include every active HCA in {} (or unset it) so each GPU uses its rail.", cf.setting).into(),
+                _ => format!("Review {}={} against the node's hardware.", cf.setting, cf.value).into(),
             };
             out.push(c);
         }

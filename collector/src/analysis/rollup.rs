@@ -116,7 +116,7 @@ fn rollup_of(kind: FindingKind, job: &str, keyed: &[(&Candidate, &String)]) -> C
     let lo = figures.iter().copied().fold(f64::INFINITY, f64::min);
     let hi = figures.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     let unit = members[0].evidence.unit.clone();
-    let mut e = Evidence::new(r4(median(&mut figures).unwrap_or(lo)), &unit)
+    let mut e = Evidence::new(r4(median(&mut figures).unwrap_or(lo)), unit.clone())
         .detail("nodes", nodes.clone())
         .detail("findings", members.len())
         .detail("min", r4(lo))

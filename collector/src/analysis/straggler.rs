@@ -26,7 +26,9 @@
 
 use super::exposed_comm::compute_share;
 use super::input::{AnalysisInput, NodeInput};
-use super::{gbs, median_select, r4, Candidate, Evidence, FindingKind, Severity, Subject};
+use super::{
+    gbs, median_select, r4, BurstRates, Candidate, Evidence, FindingKind, Severity, Subject,
+};
 
 /// Fewest nodes to compare: two, each compared with the other.
 pub const MIN_NODES: usize = 2;
@@ -88,6 +90,12 @@ fn compute_signal(nodes: &[&NodeInput]) -> (&'static str, fn(&NodeInput) -> Opti
 }
 
 pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
+    evaluate_with(input, &BurstRates::new(input))
+}
+
+/// [`evaluate`], each node's fabric burst rate read from `rates` (shared with [`super::exposed_comm`]).
+pub(crate) fn evaluate_with(input: &AnalysisInput, rates: &BurstRates<'_>) -> Vec<Candidate> {
+    let burst_rates = rates;
     let mut all = Vec::new();
     for (job, nodes) in groups(input) {
         let mut out = Vec::new();
@@ -102,7 +110,7 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
         };
         let busy_all = reference(&nodes, None, share);
         // Each node's burst rate worked out once (a walk over its steps' links), not once more per reference.
-        let rates: Vec<Option<f64>> = nodes.iter().map(|n| n.fabric_burst_rate()).collect();
+        let rates: Vec<Option<f64>> = nodes.iter().map(|n| burst_rates.of(n)).collect();
         let rate_all = reference_in(&nodes, &rates, None);
         for (k, n) in nodes.iter().enumerate() {
             let pair = (nodes.len() == 2).then_some(n.name.as_str());
@@ -133,7 +141,8 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
                         "Look at {} itself: GPU clocks/thermals/power capping (nvidia-smi -q -d PERFORMANCE), a slower \
                          GPU model, other processes on its GPUs or CPUs, or an uneven data shard.",
                         n.name
-                    );
+                    )
+.into();
                     with_collective_rank(&mut c, input, job.as_deref(), &n.name, RankRole::Latest);
                     c.raise_after = compute_raise_after(signal);
                     out.push(c);
@@ -161,7 +170,8 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
                     c.action = format!(
                         "Check {}'s ports (rate, errors), its PCIe/NUMA affinity between GPUs and HCAs, and competing traffic.",
                         n.name
-                    );
+                    )
+.into();
                     with_collective_rank(&mut c, input, job.as_deref(), &n.name, RankRole::Slowest);
                     out.push(c);
                 }
@@ -262,7 +272,8 @@ fn throttled(
          systemd CPUQuota, Slurm's cgroup CPU constraint: their cgroup's cpu.max or cpu.cfs_quota_us), or move \
          what else runs under it (data-loader workers) out of that cgroup.",
         n.name
-    );
+    )
+.into();
     Some(c)
 }
 

@@ -234,7 +234,8 @@ fn receiver_candidate(job: Option<&str>, receiver: &NodeLoss, senders: &[NodeLos
     c.action = format!(
         "On {name}, check the fabric interfaces' receive drop and error counters (ip -s link, ethtool -S) and \
          the switch port that sends to it; `ss -ti` on its peers shows which connections retransmit."
-    );
+    )
+.into();
     c.evidence = Evidence::new(r4(share), "ratio")
         .seconds(r4(receiver.window_s))
         .detail("out_of_order_share", r4(share))
@@ -301,7 +302,8 @@ fn candidate(
         "On {name}, check the fabric interfaces' drop and error counters (ip -s link, ethtool -S), the switch \
          ports they use and any shaping or policing queue on the path; `ss -ti` shows which connections \
          retransmit. A ring over TCP runs at the pace of its lossiest pair."
-    );
+    )
+.into();
     let mut ev = Evidence::new(r4(root.sent_share), "ratio")
         .seconds(r4(root.window_s))
         .detail("retransmitted_segments", root.retransmitted)

@@ -439,7 +439,7 @@ impl Tracker {
             subject: c.subject,
             summary: c.summary,
             evidence: c.evidence,
-            action: c.action,
+            action: c.action.into_owned(),
             first_seen_unix_s: first,
             last_seen_unix_s: now_unix_s,
             active: true,
@@ -574,7 +574,10 @@ fn refresh(f: &mut Finding, c: Candidate, now_unix_s: f64) {
     f.subject = c.subject;
     f.summary = c.summary;
     f.evidence = c.evidence;
-    f.action = c.action;
+    // Mostly the same fixed advice: copied only when it changed.
+    if f.action != c.action {
+        f.action = c.action.into_owned();
+    }
     f.root = c.caused_by.is_none();
     f.caused_by = c.caused_by;
     f.consequences = c.consequences;

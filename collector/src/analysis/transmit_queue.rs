@@ -203,7 +203,8 @@ fn judge(
          runs slower than its peers' (ethtool {dev}: speed, pause frames). The other nodes of the job wait on \
          this link; their slowness follows from it.",
         node = n.name
-    );
+    )
+.into();
     let mut e = Evidence::new(r4(q.limit.unwrap_or(0.0)), "bytes_per_second")
         .detail("signal", signal)
         .detail("interface", dev.as_str())

@@ -28,9 +28,10 @@ use super::exposed_comm::{compute_share, exposed_share, EXPOSED_SHARE_ABOVE};
 use super::input::{AnalysisInput, BareBaseline, LinkInput, NodeInput};
 use super::link_probes::ProbeBaseline;
 use super::{
-    gbs, median_select, r4, Candidate, Evidence, FindingKind, Gbs, Severity, StepFigures, Subject,
+    median_select, r4, Candidate, Evidence, FindingKind, Gbs, Severity, StepFigures, Subject,
 };
 use crate::collectives::CollectiveSummary;
+use std::fmt::Write as _;
 
 /// Confident steps (or resolved bursts) needed.
 pub const MIN_STEPS: usize = 5;
@@ -148,11 +149,12 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
                 .detail("source", source)
                 .detail("communication", exposure);
             if let Some(b) = baseline {
-                s.push_str(&format!(
+                let _ = write!(
+                    s,
                     " and below the bare baseline of {} ({})",
-                    gbs(b.busbw_bytes_per_second),
+                    Gbs(b.busbw_bytes_per_second),
                     b.source
-                ));
+                );
                 e = e
                     .detail("baseline_bytes_per_second", r4(b.busbw_bytes_per_second))
                     .detail("baseline_share", r4(achieved / b.busbw_bytes_per_second));
@@ -216,25 +218,27 @@ fn with_probe(
         .detail("probe_at_unix_s", r4(p.at_unix_s));
     match (why, p.bytes_per_second) {
         (None, Some(bw)) => {
-            s.push_str(&format!(
+            let _ = write!(
+                s,
                 "; the bare link gives {} (probe {}), the job gets {}",
-                gbs(bw),
+                Gbs(bw),
                 p.describe(),
-                gbs(achieved)
-            ));
+                Gbs(achieved)
+            );
             e.detail("probe_bytes_per_second", r4(bw))
                 .detail("probe_share", r4(achieved / bw))
         }
         (why, _) => {
             let why = why.unwrap_or("failed");
-            s.push_str(&format!(
+            let _ = write!(
+                s,
                 "; the probe {} is not used ({})",
                 p.describe(),
                 match why {
                     "stale" => "older than an hour",
                     other => other,
                 }
-            ));
+            );
             e.detail("probe_unused", why)
         }
     }
@@ -264,31 +268,34 @@ fn with_collective(c: &mut Candidate, s: &CollectiveSummary, baseline: Option<&B
     if let Some(share) = s.fabric_share {
         e = e.detail("collective_fabric_share", r4(share));
     }
-    let mut words = format!(
+    let words = &mut c.summary;
+    let _ = write!(
+        words,
         " NCCL Inspector: its {} of {:.0} MB runs at {} bus bandwidth",
         s.collective,
         s.size_bytes as f64 / 1e6,
-        gbs(s.bus_bandwidth_bytes_per_second)
+        Gbs(s.bus_bandwidth_bytes_per_second)
     );
     if let (Some(share), Some(cap)) = (s.fabric_share, s.fabric_capacity_bytes_per_second) {
-        words.push_str(&format!(
+        let _ = write!(
+            words,
             ", {:.0}% of the node's fabric ({})",
             share * 100.0,
-            gbs(cap)
-        ));
+            Gbs(cap)
+        );
     }
     if let Some(b) = baseline.filter(|b| b.busbw_bytes_per_second > 0.0) {
         let share = s.bus_bandwidth_bytes_per_second / b.busbw_bytes_per_second;
         e = e.detail("collective_baseline_share", r4(share));
-        words.push_str(&format!(
+        let _ = write!(
+            words,
             " and {:.0}% of the bare baseline ({})",
             share * 100.0,
-            gbs(b.busbw_bytes_per_second)
-        ));
+            Gbs(b.busbw_bytes_per_second)
+        );
     }
     words.push('.');
     c.evidence = e;
-    c.summary.push_str(&words);
 }
 
 /// A finding from the collectives alone, where the link counters resolve too few steps (a collective of tens of
@@ -335,7 +342,8 @@ fn from_collective(
          affinity; compare with a bare all_reduce_perf run (commwatch baseline import).",
         s.collective,
         s.size_bytes as f64 / 1e6
-    );
+    )
+.into();
     Some(c)
 }
 
