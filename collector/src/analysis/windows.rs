@@ -69,6 +69,9 @@ pub struct NodeWindows {
     since_ns: i64,
     /// Whether each slot's window is kept ([`input::reads_window`]).
     wanted: Vec<bool>,
+    /// The slots `wanted` marks, ascending: the update's loops visit their windows only (visiting every slot
+    /// read the empty windows' headers too, 32 B a series, twice an update).
+    kept_slots: Vec<usize>,
     /// Each slot's ring capacity, samples (fixed under a layout): a window holding more is read from the store.
     caps: Vec<u32>,
     /// Per slot, `(tick, value)` of its samples from `since_ns` on, oldest first (empty where not wanted).
@@ -78,7 +81,8 @@ pub struct NodeWindows {
     spare: Option<NodeInput>,
     /// Buffers the input is built with.
     scratch: Scratch,
-    /// Each window's oldest tick before an update's new samples (`None`: empty), by slot.
+    /// Each kept window's oldest tick before an update's new samples (`None`: empty), as `kept_slots` lists
+    /// them.
     fronts: Vec<Option<u64>>,
     /// The sampling intervals of each link whose activity a rule reads, by link index.
     links: Vec<LinkIntervals>,
@@ -281,9 +285,10 @@ impl NodeWindows {
         let fronts = &mut self.fronts;
         fronts.clear();
         let mut newest = 0u64;
-        for w in kept.iter() {
-            fronts.push(w.front().map(|x| x.0));
-            newest ^= w.back().map_or(0, |x| x.1);
+        for &i in &self.kept_slots {
+            let w = kept.get(i);
+            fronts.push(w.and_then(VecDeque::front).map(|x| x.0));
+            newest ^= w.and_then(VecDeque::back).map_or(0, |x| x.1);
         }
         std::hint::black_box(newest);
         // What left the window dropped before the new samples are pushed, while the windows' oldest samples
@@ -291,10 +296,10 @@ impl NodeWindows {
         // missed them again: 15 % of the input's own time in a profile of `measure::analysis_cost`). The same
         // samples go: every new one is stamped since `since_ns` ([`NodeState::samples_after`]).
         let in_window = |tick: u64| n.tick_time(tick).is_some_and(|t| t >= since_ns);
-        for (w, front) in kept.iter_mut().zip(self.fronts.iter()) {
-            if front.is_none_or(in_window) {
+        for (&i, front) in self.kept_slots.iter().zip(self.fronts.iter()) {
+            let Some(w) = kept.get_mut(i).filter(|_| !front.is_none_or(in_window)) else {
                 continue;
-            }
+            };
             // A series' ticks rise with its samples, and so do their times: what left is a prefix.
             let gone = w.iter().position(|&(tick, _)| in_window(tick));
             w.drain(..gone.unwrap_or(w.len()));
@@ -416,6 +421,9 @@ impl NodeWindows {
         self.wanted.clear();
         self.wanted
             .extend(n.series().iter().map(|s| input::reads_window(n, s)));
+        self.kept_slots.clear();
+        let wanted = self.wanted.iter().enumerate().filter(|(_, w)| **w);
+        self.kept_slots.extend(wanted.map(|(i, _)| i));
         self.caps.clear();
         let cap = |s: &Series| u32::try_from(n.samples(s).cap()).unwrap_or(u32::MAX);
         self.caps.extend(n.series().iter().map(cap));
@@ -435,6 +443,7 @@ impl NodeWindows {
     /// Bytes allocated for the windows and the links' intervals.
     pub fn heap_bytes(&self) -> usize {
         self.wanted.capacity()
+            + self.kept_slots.capacity() * size_of::<usize>()
             + self.caps.capacity() * size_of::<u32>()
             + self.fronts.capacity() * size_of::<Option<u64>>()
             + self.kept.capacity() * size_of::<Window>()
