@@ -48,10 +48,10 @@ fn full_window(w: &Window, n: &NodeState, cap: usize) -> usize {
 }
 
 /// The room a full kept window `w` grows to: a full window ([`full_window`]) and an eighth more (a series
-/// sampled unevenly holds more in some windows than its mean interval gives), sized once; past that, or without an estimate, a quarter more than it holds (not twice: a
-/// window's length stays about the same from one evaluation to the next, and doubling left up to half of
-/// every window's room unused). Grown by a quarter alone, a 20 Hz series' window reallocated 15 times as it
-/// filled.
+/// sampled unevenly holds more in some windows than its mean interval gives), sized once; past that, or
+/// without an estimate, a quarter more than it holds (not twice: a window's length stays about the same from
+/// one evaluation to the next, and doubling left up to half of every window's room unused). Grown by a quarter
+/// alone, a 20 Hz series' window reallocated 15 times as it filled.
 fn window_room(w: &Window, n: &NodeState, cap: usize) -> usize {
     let full = full_window(w, n, cap);
     let len = w.len();
@@ -209,7 +209,7 @@ impl LinkIntervals {
         // The kept ones must start at the window's first sample.
         let first = self.sliding.intervals().first().map(|x| x.0);
         if first.is_some() && first != grid.front().and_then(|s| n.tick_time(s.0)) {
-            (self.retained, self.sliding) = (0, std::mem::take(&mut self.sliding));
+            self.retained = 0;
             self.sliding.clear();
             return self.derive(grid, other, (0, window), (n, mode, floor), buffers);
         }
