@@ -368,21 +368,38 @@ fn keyed_with(
         (EXPOSED_COMM, _) => exposed_comm::evaluate_with(input, &rates),
         _ => rule(input),
     };
-    // Each candidate's id formatted once (a comparison that formatted both ids was most of the sort).
-    let mut keyed: Vec<(String, Candidate)> =
-        RULES.iter().flat_map(run).map(|c| (c.id(), c)).collect();
-    // One candidate per id (a rule that found the same subject twice keeps the worse one).
-    keyed.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.severity.cmp(&a.1.severity)));
-    keyed.dedup_by(|a, b| a.0 == b.0);
-    let (mut ids, mut out): (Vec<String>, Vec<Candidate>) = keyed.into_iter().unzip();
+    let found: Vec<Candidate> = RULES.iter().flat_map(run).collect();
+    // Each candidate's id formatted once (a comparison that formatted both ids was most of the sort), sorted
+    // with the candidate's place: a candidate is moved once, not at each step of the sort.
+    let mut order: Vec<(String, usize)> = found.iter().map(Candidate::id).zip(0..).collect();
+    // One candidate per id (a rule that found the same subject twice keeps the worse one, the first found
+    // among equals).
+    order.sort_unstable_by(|a, b| {
+        let severity = |k: usize| found[k].severity;
+        a.0.cmp(&b.0)
+            .then(severity(b.1).cmp(&severity(a.1)))
+            .then(a.1.cmp(&b.1))
+    });
+    order.dedup_by(|a, b| a.0 == b.0);
+    let (mut ids, mut out): (Vec<String>, Vec<Candidate>) = in_order(found, order).unzip();
     rollup::roll_up_keyed(input, &mut out, &ids);
     // The roll-ups are appended; neither step changes a subject, so the ids formatted above still hold.
     let rolled: Vec<String> = out[ids.len()..].iter().map(Candidate::id).collect();
     ids.extend(rolled);
     causes::link_causes_keyed(input, &mut out, &ids);
-    let mut keyed: Vec<(String, Candidate)> = ids.into_iter().zip(out).collect();
-    keyed.sort_by(|a, b| a.0.cmp(&b.0));
-    keyed
+    // By id again (stable: a roll-up whose id a rule's candidate has comes after it).
+    let mut order: Vec<(String, usize)> = ids.into_iter().zip(0..).collect();
+    order.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(a.1.cmp(&b.1)));
+    in_order(out, order).collect()
+}
+
+/// `items` in the order of `order`'s places, each with its key (a place given twice or out of range yields
+/// nothing; items at no place are dropped).
+fn in_order<K, T>(items: Vec<T>, order: Vec<(K, usize)>) -> impl Iterator<Item = (K, T)> {
+    let mut slots: Vec<Option<T>> = items.into_iter().map(Some).collect();
+    order
+        .into_iter()
+        .filter_map(move |(k, at)| Some((k, slots.get_mut(at)?.take()?)))
 }
 
 /// Each node's [`input::NodeInput::fabric_burst_rate`] (a walk over every link of each of its steps: a demo
@@ -558,6 +575,15 @@ mod tests {
             rates.of(&input.nodes[1]),
             input.nodes[1].fabric_burst_rate()
         );
+    }
+
+    #[test]
+    fn items_taken_in_order_come_once_each_with_their_keys() {
+        let items = vec!["a".to_string(), "b".into(), "c".into(), "d".into()];
+        // "b" at no place (dropped), "c" asked twice (given once), a place past the end (nothing).
+        let order = vec![(1, 3), (2, 0), (3, 2), (4, 2), (5, 9)];
+        let got: Vec<(u32, String)> = in_order(items, order).collect();
+        assert_eq!(got, [(1, "d".into()), (2, "a".into()), (3, "c".into())]);
     }
 
     /// The key as it was formatted: its parts joined by `:`, then `job=`.

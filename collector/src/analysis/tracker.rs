@@ -287,7 +287,9 @@ impl Tracker {
         candidates: Vec<(String, Candidate)>,
         scope: Option<&str>,
     ) -> (Vec<Change>, HashSet<String>) {
-        let mut changes = Vec::new();
+        // Every candidate of an active finding is a change (most are): room for all at once, not regrown (a
+        // change holds a whole finding when raised).
+        let mut changes = Vec::with_capacity(candidates.len());
         let mut seen = HashSet::with_capacity(candidates.len());
         for (id, c, cause_named) in in_cause_order(candidates) {
             if let Some(label) = scope {
@@ -542,15 +544,17 @@ fn in_cause_order(candidates: Vec<(String, Candidate)>) -> Vec<(String, Candidat
             })
             .collect()
     };
-    let mut ordered: Vec<(usize, String, Candidate, bool)> = candidates
+    // Places sorted, not the candidates (each holds a finding's worth of fields): stable, by depth. Mostly no
+    // candidate names a cause, and the order stays as it is.
+    let mut places: Vec<(usize, usize)> = order.iter().map(|(d, _)| *d).zip(0..).collect();
+    places.sort_by_key(|(d, _)| *d);
+    let mut slots: Vec<Option<(String, Candidate)>> = candidates.into_iter().map(Some).collect();
+    places
         .into_iter()
-        .zip(order)
-        .map(|((id, c), (d, named))| (d, id, c, named))
-        .collect();
-    ordered.sort_by_key(|(d, ..)| *d);
-    ordered
-        .into_iter()
-        .map(|(_, id, c, named)| (id, c, named))
+        .filter_map(|(_, k)| {
+            let (id, c) = slots.get_mut(k)?.take()?;
+            Some((id, c, order[k].1))
+        })
         .collect()
 }
 
