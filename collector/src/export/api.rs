@@ -171,11 +171,11 @@ async fn metrics(State(s): State<HttpState>, request: HeaderMap) -> Response {
     let gzip = commwatch_httpd::accepts_gzip(&request);
     let (health, exposition) = (s.health.clone(), s.exposition.clone());
     let render = move || {
-        let text = exposition.render(&health)?;
         Ok::<_, prometheus::Error>(if gzip {
-            commwatch_httpd::gzip_fast(text.as_bytes())?
+            exposition
+                .render_with(&health, |text| commwatch_httpd::gzip_fast(text.as_bytes()))??
         } else {
-            text.into_bytes()
+            exposition.render(&health)?.into_bytes()
         })
     };
     match crate::pace::run_on(s.render.as_deref(), render).await {

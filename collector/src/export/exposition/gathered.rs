@@ -58,7 +58,18 @@ impl<'a> Gathered<'a> {
         nodes: &'a [NodeSnapshot],
         memory: Option<&StoreMemory>,
     ) -> Gathered<'a> {
-        let store = Samples::collect(nodes, memory);
+        Gathered::sized(registered, nodes, memory, &[])
+    }
+
+    /// [`Gathered::new`], with room for about as many samples per store family as `sizes` says (a previous
+    /// gather's [`Gathered::sizes`]; empty: none reserved).
+    pub(super) fn sized(
+        registered: &'a [MetricFamily],
+        nodes: &'a [NodeSnapshot],
+        memory: Option<&StoreMemory>,
+        sizes: &[usize],
+    ) -> Gathered<'a> {
+        let store = Samples::collect(nodes, memory, sizes);
         let mut own: Vec<usize> = (0..FAMILIES.len()).filter(|&i| store.has(i)).collect();
         own.sort_by_key(|&i| FAMILIES[i].name);
         let mut order = Vec::with_capacity(own.len() + registered.len());
@@ -75,6 +86,11 @@ impl<'a> Gathered<'a> {
             store,
             order,
         }
+    }
+
+    /// How many samples each store family has (by index in [`FAMILIES`]), for [`Gathered::sized`].
+    pub(super) fn sizes(&self) -> Vec<usize> {
+        self.store.sizes()
     }
 
     /// The families, in `/metrics` order.

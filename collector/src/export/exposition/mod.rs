@@ -39,6 +39,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use parking_lot::Mutex;
 use prometheus::proto::MetricFamily;
 use prometheus::{Encoder, TextEncoder};
 
@@ -53,12 +54,18 @@ pub use nvlink::{apply_nvlink_detail, NvlinkDetail};
 use crate::store::{NodeSnapshot, Store, StoreMemory};
 use crate::telemetry::Health;
 
-/// Renders `/metrics` for one collector: its store, its detail, and the length of the previous text (the next
-/// buffer's size).
+/// Renders `/metrics` for one collector: its store, its detail, the length of the previous text (the next
+/// buffer's size), and the buffer [`Exposition::render_with`] writes into, kept from one render to the next.
 pub struct Exposition {
     store: Arc<Store>,
     detail: ExportDetail,
     last_len: AtomicUsize,
+    /// The text of the latest [`Exposition::render_with`] (cleared by the next). Its pages stay mapped: a fresh
+    /// buffer per scrape is fresh memory the kernel zeroes page by page as the text is written (the allocator
+    /// has returned the previous one's pages by the next scrape, 15 s later).
+    text: Mutex<String>,
+    /// Samples per store family in the previous gather: the next one reserves as much ([`Gathered::sized`]).
+    sizes: Mutex<Vec<usize>>,
 }
 
 impl Exposition {
@@ -73,21 +80,52 @@ impl Exposition {
             store,
             detail,
             last_len: AtomicUsize::new(0),
+            text: Mutex::new(String::new()),
+            sizes: Mutex::new(Vec::new()),
         }
     }
 
-    /// The whole `/metrics` text (store families and the registry's). CPU-bound: call it off the async
-    /// workers (`spawn_blocking`) for large fleets. Observes `scrape_seconds`.
+    /// The whole `/metrics` text (store families and the registry's), in a buffer of its own. CPU-bound: call it
+    /// off the async workers (`spawn_blocking`) for large fleets. Observes `scrape_seconds`.
     pub fn render(&self, health: &Health) -> Result<String, prometheus::Error> {
+        let mut out = String::new();
+        self.render_into(health, &mut out)?;
+        Ok(out)
+    }
+
+    /// The whole `/metrics` text, as [`Exposition::render`] writes it, handed to `f` (which compresses or
+    /// copies it) in the buffer this exposition keeps: a scrape costs no fresh memory for the text. While
+    /// another render holds that buffer, one of its own. The buffer stays as large as the largest text since
+    /// it was last cut back (when it held over twice the text and 1 MiB more). Observes `scrape_seconds`.
+    pub fn render_with<R>(
+        &self,
+        health: &Health,
+        f: impl FnOnce(&str) -> R,
+    ) -> Result<R, prometheus::Error> {
+        let Some(mut kept) = self.text.try_lock() else {
+            return self.render(health).map(|text| f(&text));
+        };
+        kept.clear();
+        self.render_into(health, &mut kept)?;
+        let len = kept.len();
+        if kept.capacity() > 2 * len + (1 << 20) {
+            kept.shrink_to(len + len / 16);
+        }
+        Ok(f(&kept))
+    }
+
+    /// Appends the text to `out`, reserving the previous text's length and a sixteenth more first.
+    fn render_into(&self, health: &Health, out: &mut String) -> Result<(), prometheus::Error> {
         let started = Instant::now();
         let last = self.last_len.load(Ordering::Relaxed);
-        let mut out = String::with_capacity((last + last / 16).max(64 * 1024));
-        self.gather(health, |g| g.write_text(&mut out))?;
-        self.last_len.store(out.len(), Ordering::Relaxed);
+        out.reserve((last + last / 16).max(64 * 1024));
+        let from = out.len();
+        self.gather(health, |g| g.write_text(out))?;
+        self.last_len.store(out.len() - from, Ordering::Relaxed);
         health
             .scrape_seconds
             .observe(started.elapsed().as_secs_f64());
-        Ok(out)
+        Ok(())
     }
 
     /// One gather of the families `/metrics` shows now, as typed data, handed to `f` (it borrows the store's
@@ -99,7 +137,10 @@ impl Exposition {
         let mut nodes = self.store.snapshot(unix_now_ns());
         apply_export_detail(&mut nodes, self.detail);
         let memory = self.store.memory();
-        f(&Gathered::new(&registered, &nodes, Some(&memory)))
+        let sizes = std::mem::take(&mut *self.sizes.lock());
+        let gathered = Gathered::sized(&registered, &nodes, Some(&memory), &sizes);
+        *self.sizes.lock() = gathered.sizes();
+        f(&gathered)
     }
 }
 

@@ -164,10 +164,20 @@ pub(super) struct Samples<'a> {
 
 impl<'a> Samples<'a> {
     /// The samples of the store's families for `nodes` (and its size gauges with `memory`), each family's in
-    /// `gather`'s order.
-    pub(super) fn collect(nodes: &'a [NodeSnapshot], memory: Option<&StoreMemory>) -> Samples<'a> {
+    /// `gather`'s order. `sizes[i]` (when given): about how many samples family `i` will have (the previous
+    /// gather's [`Samples::sizes`]); each family's room is reserved once for that many and a sixteenth more,
+    /// not doubled up to it as it fills (each doubling copied what it held into fresh memory).
+    pub(super) fn collect(
+        nodes: &'a [NodeSnapshot],
+        memory: Option<&StoreMemory>,
+        sizes: &[usize],
+    ) -> Samples<'a> {
+        let mut fams: Vec<Vec<Sample<'a>>> = vec![Vec::new(); FAMILIES.len()];
+        for (f, &n) in fams.iter_mut().zip(sizes) {
+            f.reserve_exact(n + n / 16);
+        }
         let mut b = Samples {
-            fams: vec![Vec::new(); FAMILIES.len()],
+            fams,
             prefixes: String::new(),
             node_seen: HashSet::new(),
             link_seen: HashSet::new(),
@@ -211,6 +221,11 @@ impl<'a> Samples<'a> {
             }
         }
         b
+    }
+
+    /// How many samples each family (of [`FAMILIES`]) has.
+    pub(super) fn sizes(&self) -> Vec<usize> {
+        self.fams.iter().map(Vec::len).collect()
     }
 
     /// Whether family `i` (of [`FAMILIES`]) has samples.

@@ -744,6 +744,35 @@ fn render_matches_the_previous_registry_path() {
             .join("\n")
     };
     assert_eq!(strip(&again), strip(&old));
+    // Through the kept buffer: the same text, twice from one buffer; while it is held, a buffer of its own.
+    let first = exposition
+        .render_with(&health, |t| (strip(t), t.as_ptr() as usize))
+        .expect("render");
+    assert_eq!(first.0, strip(&old));
+    let second = exposition
+        .render_with(&health, |t| (strip(t), t.as_ptr() as usize))
+        .expect("render");
+    assert_eq!(second, first);
+    let held = exposition.text.lock();
+    let own = exposition
+        .render_with(&health, |t| (strip(t), t.as_ptr() as usize))
+        .expect("render");
+    assert_eq!(own.0, first.0);
+    assert_ne!(own.1, held.as_ptr() as usize);
+    drop(held);
+    assert_eq!(exposition.text.lock().as_ptr() as usize, first.1);
+    // Each gather recorded its families' sizes for the next one's room.
+    let sizes = exposition.sizes.lock().clone();
+    let up = super::FAMILIES
+        .iter()
+        .position(|f| f.name == names::LINK_UP)
+        .expect("link up");
+    let up_lines = new
+        .lines()
+        .filter(|l| l.starts_with(&format!("{}{{", names::LINK_UP)))
+        .count();
+    assert!(up_lines > 0);
+    assert_eq!(sizes[up], up_lines);
     // A family of the store's names cannot be registered by anyone else.
     let clash = prometheus::IntGauge::new(names::LINK_UP, "x").expect("gauge");
     assert!(health.registry.register(Box::new(clash)).is_err());
@@ -900,6 +929,38 @@ fn typed_samples_are_the_text_samples() {
             &format!("round {round}"),
         );
     }
+}
+
+#[test]
+fn a_gather_sized_from_the_previous_one_has_its_room_and_the_same_text() {
+    let registered = registry_families();
+    let mut rng = StdRng::seed_from_u64(0x5123);
+    let mut nodes = tricky_nodes();
+    nodes.extend(random_nodes(&mut rng, true));
+    nodes.sort_by(|a, b| a.name.cmp(&b.name));
+    let text = |g: &Gathered<'_>| {
+        let mut out = String::new();
+        g.write_text(&mut out).expect("text");
+        out
+    };
+    let plain = Gathered::new(&registered, &nodes, Some(&memory()));
+    let sizes = plain.sizes();
+    assert_eq!(sizes.len(), super::FAMILIES.len());
+    assert!(sizes.iter().filter(|&&n| n > 1).count() > 3, "{sizes:?}");
+    let sized = Gathered::sized(&registered, &nodes, Some(&memory()), &sizes);
+    assert_eq!(sized.sizes(), sizes);
+    assert_eq!(text(&sized), text(&plain));
+    // Sizes of another gather (too small, too large, too few) change the room, never the samples.
+    let other = [1, 1_000, 0];
+    assert_eq!(
+        text(&Gathered::sized(
+            &registered,
+            &nodes,
+            Some(&memory()),
+            &other
+        )),
+        text(&plain)
+    );
 }
 
 #[test]
