@@ -532,9 +532,10 @@ impl InferenceTracker {
             high,
             interval_ns: (dt * 1e9) as i64,
         });
-        let active = busy(rates, low, high);
+        let mut active = None;
         if self.period.is_none() || newest - self.estimated_at >= REESTIMATE_NS {
-            self.estimate((pts, rates, &active), dt, newest);
+            let a = active.insert(busy(rates, low, high));
+            self.estimate((pts, rates, a), dt, newest);
         }
         let Some(est) = self.period.filter(|p| p.strength >= MIN_STRENGTH) else {
             self.lose_periodicity();
@@ -544,8 +545,18 @@ impl InferenceTracker {
         if p_ns <= 0 {
             return Vec::new();
         }
-        let cands = candidates_of(pts, rates, &active, low, high);
         let first = pts[0].0;
+        // Following an edge the points do not reach a period and a half past yet: no step completes, and the
+        // pass would leave the tracker as it is but for the period's refinement ([`Self::follow`]), so the
+        // window's activity and candidate edges are not read (most passes: a step spans several).
+        if let Some(prev) = self.last_edge.filter(|&e| e >= first) {
+            if newest < prev + (SEEK_HI * p_ns as f64) as i64 {
+                self.refine(est);
+                return Vec::new();
+            }
+        }
+        let active = active.unwrap_or_else(|| busy(rates, low, high));
+        let cands = candidates_of(pts, rates, &active, low, high);
         let gap = typical_gap(&cands, p_ns);
         let prev = match self.last_edge.filter(|&e| e >= first) {
             Some(e) => e,
