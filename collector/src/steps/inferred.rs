@@ -548,7 +548,7 @@ impl InferenceTracker {
         let first = pts[0].0;
         // Following an edge the points do not reach a period and a half past yet: no step completes, and the
         // pass would leave the tracker as it is but for the period's refinement ([`Self::follow`]), so the
-        // window's activity and candidate edges are not read (most passes: a step spans several).
+        // window's activity and candidate edges are not read (the passes inside a step longer than a pass).
         if let Some(prev) = self.last_edge.filter(|&e| e >= first) {
             if newest < prev + (SEEK_HI * p_ns as f64) as i64 {
                 self.refine(est);
