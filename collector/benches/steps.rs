@@ -16,6 +16,9 @@
 //! are `NODES` copies of that agent instead, its batches applied in their order on its own clock, the first
 //! half of the tape without passes (then one pass) and the second half with a pass every 500 ms of its clock.
 //!
+//! `NVLINK_DETAIL` (`gpu`, the collector's default, or `link`) is the engine's NVLink figures: one per GPU, or
+//! one per NVLink (`Engine::with_nvlink_detail`).
+//!
 //! The steady span also times the ingest's in-process part per node and second of data: decoding each batch
 //! from its protobuf encoding (as the gRPC stream's codec does, `commwatch_proto::codec`), and applying it
 //! (`DirectAgent::batch`: the edge's validation and the store's apply, head flushes included), thread CPU and
@@ -25,6 +28,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use commwatch_collector::config::NvlinkDetail;
 use commwatch_collector::ingest::direct::DirectAgent;
 use commwatch_collector::steps::engine::Engine;
 use commwatch_collector::steps::StepStore;
@@ -405,7 +409,7 @@ fn main_tape(path: &str, nodes_n: usize) {
     ));
     let steps = Arc::new(StepStore::new());
     let passes = Passes::new().expect("pass metrics");
-    let mut engine = Engine::new(store.clone(), steps.clone(), passes);
+    let mut engine = Engine::new(store.clone(), steps.clone(), passes).with_nvlink_detail(detail());
     let t0 = batches
         .iter()
         .find_map(|(b, _)| b.timestamps_unix_ns.first().copied())
@@ -497,6 +501,16 @@ fn report(steps: &StepStore, nodes_n: usize, first: (usize, Cost), steady: &Spen
     );
 }
 
+/// The engine's NVLink detail, from `NVLINK_DETAIL` (the collector's default when unset).
+fn detail() -> NvlinkDetail {
+    match std::env::var("NVLINK_DETAIL") {
+        Ok(v) => v
+            .parse()
+            .unwrap_or_else(|e| panic!("NVLINK_DETAIL={v}: {e}")),
+        Err(_) => NvlinkDetail::default(),
+    }
+}
+
 fn main() {
     let nodes_n = common::env("NODES", 20) as usize;
     if let Ok(path) = std::env::var("TAPE") {
@@ -517,7 +531,7 @@ fn main() {
     ));
     let steps = Arc::new(StepStore::new());
     let passes = Passes::new().expect("pass metrics");
-    let mut engine = Engine::new(store.clone(), steps.clone(), passes);
+    let mut engine = Engine::new(store.clone(), steps.clone(), passes).with_nvlink_detail(detail());
     let shapes = shapes(gpu_sums);
     let mut nodes: Vec<Node> = (0..nodes_n)
         .map(|i| Node {
