@@ -34,12 +34,6 @@ pub(super) const KEEP_ROWS: usize = 32;
 pub(super) const HOLD_ROWS: usize = 2 * FLUSH;
 /// Column of a slot a shape does not have.
 const NONE: u32 = u32::MAX;
-/// Most slots of a shape whose columns are found by a search of its slots, without a table. The table is as
-/// long as the node's slots (≈1,485 of a demo node, 6 KB), the search reads the shape's (≈29 of a demo row,
-/// 116 B). A `/metrics` render reads each link's rate over its newest second, a new shape nearly every row: the
-/// tables it built were 14 % of the render's CPU at 400 demo nodes (profile); read by search, those columns
-/// cost 0.05× (400 heads of 288 rows of 29 random slots, 16 links' newest second read, tables built anew).
-const SCAN_SLOTS: usize = 64;
 
 /// A flush's regrouping: where each slot's samples start, and the samples by slot.
 type Regrouped = (Vec<usize>, Vec<(i64, u64)>);
@@ -53,15 +47,14 @@ thread_local! {
 /// A node's rows need not share shapes: an agent leaves out what it could not read, and the demo's agents send
 /// a tick's samples in a set of their own nearly every tick (≈110 shapes held per node). So a shape costs the
 /// ingest only its slots (taken over from the open row, not copied); the column by slot, a table as long as
-/// the node's slots, is built by the first reader of the shape, and only for a shape of more than
-/// [`SCAN_SLOTS`] slots ([`Shape::col`]). Built on every new shape, that table's zeroing and filling were 7 % of
-/// the collector at 600 demo nodes.
+/// the node's slots, is built by the first reader of the shape ([`Shape::col`]). Built on every new shape, that
+/// table's zeroing and filling were 7 % of the collector at 600 demo nodes.
 #[derive(Debug, Default)]
 struct Shape {
     slots: Vec<u32>,
     /// Largest slot plus one (0: no slot).
     end: usize,
-    /// Column by slot ([`NONE`]: not in this shape), built when first read (more than [`SCAN_SLOTS`] slots).
+    /// Column by slot ([`NONE`]: not in this shape), built when first read.
     col: OnceLock<Vec<u32>>,
     /// Rows of this shape held.
     rows: usize,
@@ -82,13 +75,8 @@ impl Shape {
         self.col = OnceLock::new();
     }
 
-    /// The column of `slot` in this shape. A shape of at most [`SCAN_SLOTS`] slots is searched; a larger one
-    /// builds its table on the first read (a search per row would cost as many compares as it has slots).
     #[inline]
     fn col(&self, slot: usize) -> Option<usize> {
-        if self.slots.len() <= SCAN_SLOTS {
-            return self.slots.iter().position(|&s| s as usize == slot);
-        }
         let col = self.col.get_or_init(|| {
             let mut col = vec![NONE; self.end];
             for (c, &s) in self.slots.iter().enumerate() {
@@ -387,35 +375,6 @@ mod tests {
         assert!(after(6).is_empty());
         h.flush(1, |_, _| {});
         assert_eq!(h.first_tick(), Some(5));
-    }
-
-    #[test]
-    fn columns_of_a_large_shape_are_read_through_its_table() {
-        let mut h = Head::default();
-        // Slots 0, 3, 6, ... in descending order, over the search's bound: the table serves them.
-        let slots: Vec<u32> = (0..=SCAN_SLOTS as u32).rev().map(|s| 3 * s).collect();
-        for tick in 0..2 {
-            let samples: Vec<(u32, u64)> = slots
-                .iter()
-                .map(|&s| (s, 10 * tick as u64 + u64::from(s)))
-                .collect();
-            row(&mut h, tick, &samples);
-        }
-        row(&mut h, 2, &[(3, 99)]);
-        assert_eq!(h.shapes.len(), 2);
-        assert_eq!(h.column(3).collect::<Vec<_>>(), [(0, 3), (1, 13), (2, 99)]);
-        assert_eq!(h.column(0).collect::<Vec<_>>(), [(0, 0), (1, 10)]);
-        assert_eq!(
-            h.column(3 * SCAN_SLOTS).next_back(),
-            Some((1, 10 + 3 * SCAN_SLOTS as u64))
-        );
-        assert_eq!(h.column(4).count(), 0);
-        assert_eq!(h.column(100_000).count(), 0);
-        assert!(
-            h.shapes[0].col.get().is_some(),
-            "the large shape's table is built"
-        );
-        assert!(h.shapes[1].col.get().is_none(), "the small one is searched");
     }
 
     #[test]
