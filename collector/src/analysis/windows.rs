@@ -773,6 +773,15 @@ mod tests {
         }
     }
 
+    /// A store that keeps samples `retention_s` and nodes `expiry_s` after their last batch, seconds.
+    fn store(retention_s: u64, expiry_s: u64) -> Store {
+        Store::new(
+            Duration::from_secs(retention_s),
+            Duration::from_secs(expiry_s),
+            Limits::default(),
+        )
+    }
+
     fn hello(instance: u64, inventory: Inventory) -> Hello {
         Hello {
             node: "node-00".into(),
@@ -956,11 +965,7 @@ mod tests {
 
     #[test]
     fn kept_windows_give_the_input_the_rings_give() {
-        let store = Store::new(
-            Duration::from_secs(300),
-            Duration::from_secs(3_600),
-            Limits::default(),
-        );
+        let store = store(300, 3_600);
         let mut inv = inventory();
         let node = store
             .hello(&hello(1, inv.clone()), T0, None)
@@ -1053,11 +1058,7 @@ mod tests {
 
     #[test]
     fn windows_fill_with_a_reallocation_or_two() {
-        let store = Store::new(
-            Duration::from_secs(300),
-            Duration::from_secs(3_600),
-            Limits::default(),
-        );
+        let store = store(300, 3_600);
         let inv = inventory();
         let node = store
             .hello(&hello(1, inv.clone()), T0, None)
@@ -1100,11 +1101,7 @@ mod tests {
 
     #[test]
     fn an_earlier_window_and_a_node_created_again_start_over() {
-        let store = Store::new(
-            Duration::from_secs(300),
-            Duration::from_secs(60),
-            Limits::default(),
-        );
+        let store = store(300, 60);
         let inv = inventory();
         let node = store
             .hello(&hello(1, inv.clone()), T0, None)
@@ -1147,11 +1144,7 @@ mod tests {
     #[test]
     fn a_short_retention_and_an_agent_faster_than_its_tier_read_as_the_store_holds() {
         // 5 s of retention, shorter than the window: the windows hold what the store still has.
-        let store = Store::new(
-            Duration::from_secs(5),
-            Duration::from_secs(3_600),
-            Limits::default(),
-        );
+        let store = store(5, 3_600);
         let mut inv = inventory();
         // A series stated slow but sent at 20 Hz: its ring keeps fewer samples than the window holds.
         inv.series[2].tier = Some(Tier::Slow);
