@@ -548,13 +548,9 @@ fn in_cause_order(candidates: Vec<(String, Candidate)>) -> Vec<(String, Candidat
     // candidate names a cause, and the order stays as it is.
     let mut places: Vec<(usize, usize)> = order.iter().map(|(d, _)| *d).zip(0..).collect();
     places.sort_by_key(|(d, _)| *d);
-    let mut slots: Vec<Option<(String, Candidate)>> = candidates.into_iter().map(Some).collect();
-    places
-        .into_iter()
-        .filter_map(|(_, k)| {
-            let (id, c) = slots.get_mut(k)?.take()?;
-            Some((id, c, order[k].1))
-        })
+    let places = places.into_iter().map(|(_, k)| (order[k].1, k)).collect();
+    super::in_order(candidates, places)
+        .map(|(named, (id, c))| (id, c, named))
         .collect()
 }
 
