@@ -16,7 +16,7 @@
 
 use serde::Serialize;
 
-use crate::steps::bandwidth::interpolate_ascending;
+use crate::steps::bandwidth::acc_at_ascending;
 use crate::steps::busy::{self, median_select as median_by_select, Interval, Run};
 
 /// Sample intervals a burst must span for its rate to be measured (first and last are partial).
@@ -173,29 +173,42 @@ pub(crate) fn delta(a: u64, b: u64) -> f64 {
     b.saturating_sub(a) as f64
 }
 
+/// Bytes the other direction moved over one of the grid's intervals, from its cumulative values at the
+/// interval's two ends as [`acc_at`] gives them (the whole bytes of the sample at or before each end, and the
+/// fraction interpolated towards the next): the whole parts subtracted exactly, so that a counter past 2⁵³
+/// loses nothing and a direction sampled at the grid's own ticks gives its [`delta`], bit for bit. 0 where an
+/// end is outside its samples, or where it went back (a reset).
+pub(crate) fn other_bytes(a: Option<(u64, f64)>, b: Option<(u64, f64)>) -> f64 {
+    match (a, b) {
+        (Some((a, fa)), Some((b, fb))) => {
+            ((i128::from(b) - i128::from(a)) as f64 + (fb - fa)).max(0.0)
+        }
+        _ => 0.0,
+    }
+}
+
 /// The sampling intervals of the window `(start_ns, end_ns, bytes)`, on the ticks of `grid`, each interval's
-/// bytes the larger of `grid`'s and `other`'s (interpolated when its ticks differ), as the steps count them.
-fn intervals(grid: &[(i64, u64)], other: &[(i64, u64)]) -> Vec<(i64, i64, f64)> {
+/// bytes the larger of `grid`'s and `other`'s ([`other_bytes`]: interpolated where its ticks differ — an agent
+/// stamps each value with its own read time, and now and then one direction's read falls on the next tick), as
+/// the steps count them.
+pub(crate) fn intervals(grid: &[(i64, u64)], other: &[(i64, u64)]) -> Vec<(i64, i64, f64)> {
     let same_ticks = other.len() == grid.len() && other.iter().zip(grid).all(|(a, b)| a.0 == b.0);
     // `other` at every tick of the grid, by one walk (the grid ascends), when its ticks differ.
-    let at = if same_ticks {
-        Vec::new()
-    } else {
-        let times: Vec<i64> = grid.iter().map(|p| p.0).collect();
-        interpolate_ascending(other, &times)
+    let at = match same_ticks {
+        true => Vec::new(),
+        false => {
+            let times: Vec<i64> = grid.iter().map(|p| p.0).collect();
+            acc_at_ascending(other, &times)
+        }
     };
     grid.windows(2)
         .enumerate()
         .filter(|(_, p)| p[1].0 > p[0].0)
         .map(|(i, p)| {
             let own = delta(p[0].1, p[1].1);
-            let theirs = if same_ticks {
-                delta(other[i].1, other[i + 1].1)
-            } else {
-                match (at[i], at[i + 1]) {
-                    (Some(a), Some(b)) => (b - a).max(0.0),
-                    _ => 0.0,
-                }
+            let theirs = match same_ticks {
+                true => delta(other[i].1, other[i + 1].1),
+                false => other_bytes(at[i], at[i + 1]),
             };
             (p[0].0, p[1].0, own.max(theirs))
         })
@@ -537,6 +550,26 @@ impl Sliding {
         }
     }
 
+    /// Drops the `k` newest intervals (all of them when fewer are held): those derived before the other
+    /// direction's samples covered their end, derived again when they do. A run they were part of is cut
+    /// (its figures worked out again at the next [`Sliding::settle`]), and grows again if the intervals
+    /// pushed in their place are above the floor, as a scan of the whole window would find it.
+    pub fn drop_newest(&mut self, k: usize) {
+        let held = self.intervals().len();
+        let keep = held - k.min(held);
+        if let Some(floor) = self.floor {
+            let gone = self.rates().get(keep..self.scanned).unwrap_or_default();
+            self.active -= gone.iter().filter(|r| not_below(**r, floor)).count();
+        }
+        self.scanned = self.scanned.min(keep);
+        self.runs.retain(|r| r.first < keep);
+        for r in self.runs.iter_mut().filter(|r| r.end > keep) {
+            (r.end, r.stale) = (keep, true);
+        }
+        self.iv.truncate(self.head + keep);
+        self.rates.truncate(self.head + keep);
+    }
+
     /// Makes room for `n` more intervals. When it must grow, it grows at once to what a window of `window`
     /// intervals holds at most between two cuts ([`Sliding::room_for`]; `window`: the caller's estimate of a
     /// full window, its span over the sampling interval seen so far, 0 when it has none), so that a window
@@ -781,7 +814,7 @@ mod tests {
 
     /// The window's intervals as they were computed before the walk: a search per grid tick.
     fn intervals_by_search(grid: &[(i64, u64)], other: &[(i64, u64)]) -> Vec<(i64, i64, f64)> {
-        use crate::steps::bandwidth::interpolate;
+        use crate::steps::bandwidth::acc_at;
         let same = other.len() == grid.len() && other.iter().zip(grid).all(|(a, b)| a.0 == b.0);
         grid.windows(2)
             .enumerate()
@@ -790,10 +823,7 @@ mod tests {
                 let theirs = if same {
                     delta(other[i].1, other[i + 1].1)
                 } else {
-                    match (interpolate(other, p[0].0), interpolate(other, p[1].0)) {
-                        (Some(a), Some(b)) => (b - a).max(0.0),
-                        _ => 0.0,
-                    }
+                    other_bytes(acc_at(other, p[0].0), acc_at(other, p[1].0))
                 };
                 (p[0].0, p[1].0, delta(p[0].1, p[1].1).max(theirs))
             })
@@ -899,13 +929,22 @@ mod tests {
             peaks: Bursts::of(Vec::new(), Some(2.0)),
             ..Default::default()
         };
-        let (mut slides, mut idle, mut runs) = (0, 0, 0);
+        let (mut slides, mut idle, mut runs, mut dropped) = (0, 0, 0, 0);
         for round in 0..3_000 {
             // Quiet stretches, bursts of a few intervals and long ones, regular or jittered sampling, now and
             // then a rate exactly at the floor; the window slides by a few intervals, some rounds by none or
             // by all, and the floor changes now and then.
             let phase = (round / 200) % 4;
             let jitter = phase % 2 == 1;
+            // Now and then the newest few are dropped, and others pushed in their place (provisional
+            // intervals derived again).
+            if r.random_range(0..4) == 0 {
+                let back = r.random_range(0..4).min(window.len());
+                window.truncate(window.len() - back);
+                sliding.drop_newest(back);
+                t = window.back().map_or(t, |x: &(i64, i64, f64)| x.1);
+                dropped += back;
+            }
             for _ in 0..r.random_range(0..25) {
                 // Intervals have a length (the kept windows' samples rise in time).
                 let len = match jitter {
@@ -965,8 +1004,8 @@ mod tests {
             runs += whole.bursts.len();
         }
         assert!(
-            slides > 2_000 && idle > 300 && runs > 10_000,
-            "{slides} {idle} {runs}"
+            slides > 2_000 && idle > 300 && runs > 10_000 && dropped > 500,
+            "{slides} {idle} {runs} {dropped}"
         );
     }
 

@@ -290,7 +290,7 @@ fn report(
 ) {
     let per = |ns: u64| ns as f64 / spent.nodes.max(1) as f64 / 1e3;
     let (kept_samples, bytes) = cache.memory();
-    let (paired, copied) = cache.link_pairings();
+    let (derived, copied) = cache.link_derivations();
     let (periods, shared) = cache.link_periods();
     let nodes = (spent.nodes / evaluations.max(1)).max(1);
     println!(
@@ -299,7 +299,7 @@ fn report(
          tracker {:.1} us; kept input + rules + tracker {:.1} us per node; the round's cut into scopes {:.1} us \
          per node; {:.1} candidates and {:.1} changes \
          per node evaluated, {} findings active at the end; windows kept: {} samples, {:.1} KB per node; links' \
-         windows sampled together {paired} times, copied {copied} times, their median interval worked out \
+         intervals kept {derived} times, copied {copied} times, their median interval worked out \
          {periods} times, taken from a link of the same ticks {shared} times; the store's apply {:.1} ns per \
          sample",
         warm_ns / 1_000_000_000,

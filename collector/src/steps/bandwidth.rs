@@ -24,7 +24,7 @@ use crate::steps::StepLink;
 
 /// A cumulative counter value at `t`: the integer part of the sample at or before `t` and the interpolated
 /// fraction towards the next one. `None` when `t` is outside the samples.
-fn acc_at(samples: &[(i64, u64)], t: i64) -> Option<(u64, f64)> {
+pub(crate) fn acc_at(samples: &[(i64, u64)], t: i64) -> Option<(u64, f64)> {
     let (first, last) = (samples.first()?, samples.last()?);
     if t < first.0 || t > last.0 {
         return None;
@@ -59,9 +59,28 @@ pub fn interpolate_ascending_into(
     times: &[i64],
     out: &mut Vec<Option<f64>>,
 ) {
+    acc_ascending_into(samples, times, out, |a, f| a as f64 + f);
+}
+
+/// [`acc_at`] at each of `times`, by one walk while the times ascend (as [`interpolate_ascending`]).
+pub(crate) fn acc_at_ascending(samples: &[(i64, u64)], times: &[i64]) -> Vec<Option<(u64, f64)>> {
+    let mut out = Vec::with_capacity(times.len());
+    acc_ascending_into(samples, times, &mut out, |a, f| (a, f));
+    out
+}
+
+/// `value(whole, fraction)` of [`acc_at`] at each of `times` into `out` (cleared first), by one walk over
+/// `samples` (oldest first) while the times ascend instead of a search per time — the same values; a time
+/// earlier than its predecessor is searched for.
+fn acc_ascending_into<T>(
+    samples: &[(i64, u64)],
+    times: &[i64],
+    out: &mut Vec<Option<T>>,
+    value: impl Fn(u64, f64) -> T,
+) {
     out.clear();
     let (Some(first), Some(last)) = (samples.first(), samples.last()) else {
-        out.resize(times.len(), None);
+        out.extend(times.iter().map(|_| None));
         return;
     };
     // `next`: the first sample with ts > the previous time (as `acc_at`'s partition point); searched for the
@@ -82,11 +101,11 @@ pub fn interpolate_ascending_into(
         }
         let (t0, a0) = samples[next - 1];
         if t0 == t || next == samples.len() {
-            return Some(a0 as f64);
+            return Some(value(a0, 0.0));
         }
         let (t1, a1) = samples[next];
         let frac = (t - t0) as f64 / (t1 - t0) as f64;
-        Some(a0 as f64 + a1.saturating_sub(a0) as f64 * frac)
+        Some(value(a0, a1.saturating_sub(a0) as f64 * frac))
     }));
 }
 
