@@ -555,6 +555,9 @@ impl Sliding {
     /// (its figures worked out again at the next [`Sliding::settle`]), and grows again if the intervals
     /// pushed in their place are above the floor, as a scan of the whole window would find it.
     pub fn drop_newest(&mut self, k: usize) {
+        if k == 0 {
+            return;
+        }
         let held = self.intervals().len();
         let keep = held - k.min(held);
         if let Some(floor) = self.floor {
