@@ -147,7 +147,8 @@ pub struct Activity {
     /// Whether the busy time and the rate while busy are measured (bursts long enough; or an idle link).
     pub resolved: bool,
     /// The bursts at the link's own level: runs of intervals above [`PEAK_LEVEL`] × the window's peak
-    /// interval rate, each with the partly busy interval on either side.
+    /// interval rate, each with the partly busy interval on either side. Found only where asked for (the
+    /// links whose peaks a rule reads, [`super::input::reads_peaks`]); none otherwise, as on an idle window.
     pub peaks: Bursts,
 }
 
@@ -315,6 +316,16 @@ pub fn analyse(
     rx: &[(i64, u64)],
     capacity_bytes_per_second: Option<f64>,
 ) -> Option<Activity> {
+    analyse_with(tx, rx, capacity_bytes_per_second, true)
+}
+
+/// [`analyse`], with the peaks found only when `peaks` ([`Activity::peaks`]).
+pub fn analyse_with(
+    tx: &[(i64, u64)],
+    rx: &[(i64, u64)],
+    capacity_bytes_per_second: Option<f64>,
+    peaks: bool,
+) -> Option<Activity> {
     let total = |w: &[(i64, u64)]| match (w.first(), w.last()) {
         (Some(a), Some(b)) => b.1.saturating_sub(a.1),
         _ => 0,
@@ -335,7 +346,7 @@ pub fn analyse(
         &intervals(grid, other),
         window_s,
         (tx_bytes, rx_bytes),
-        capacity_bytes_per_second,
+        (capacity_bytes_per_second, peaks),
         &mut Buffers::default(),
     ))
 }
@@ -345,7 +356,8 @@ pub fn analyse(
 /// over it. [`analyse`] is this on the intervals it derives: a caller that keeps the intervals from one window
 /// to the next gets the same figures without deriving them anew.
 ///
-/// `buffers` are worked in (their content is scratch): a caller that analyses many windows keeps them.
+/// `buffers` are worked in (their content is scratch): a caller that analyses many windows keeps them. The
+/// peaks are found only when `peaks` ([`Activity::peaks`]).
 ///
 /// An idle window (every interval's rate below the activity floor: a port NCCL left, a quiet management
 /// NIC, most of a node's read links at any time) has no runs, no bursts and no peaks, whatever its samples:
@@ -356,7 +368,7 @@ pub fn of_intervals(
     iv: &[(i64, i64, f64)],
     window_s: f64,
     (tx_bytes, rx_bytes): (u64, u64),
-    capacity_bytes_per_second: Option<f64>,
+    (capacity_bytes_per_second, peaks): (Option<f64>, bool),
     buffers: &mut Buffers,
 ) -> Activity {
     let sample_period_s = median_interval(iv, &mut buffers.lens) as f64 / 1e9;
@@ -395,7 +407,7 @@ pub fn of_intervals(
     compose_into(
         &mut out,
         iv,
-        (rates, floor, idle),
+        (rates, floor, peaks && !idle),
         window,
         (tx_bytes, rx_bytes),
         busy,
@@ -407,12 +419,13 @@ pub fn of_intervals(
 /// The activity of a window whose intervals are `iv` and their rates `rates`, once its busy time is known,
 /// into `out`, whose [`Activity::bursts`] hold its runs above `floor` as bursts (oldest first): `busy` (the
 /// busy seconds, the bursts' interior rate, whether resolved, as [`busy::busy_time_in`] gives them); the
-/// peaks are found here unless `idle` (every rate below the floor), into `out`'s (their list's allocation
-/// kept). `interior` and `gaps` are scratch. Every other field of `out` is set.
+/// peaks are found here when `peaks` (asked for, and not an idle window: every rate below the floor), into
+/// `out`'s (their list's allocation kept). `interior` and `gaps` are scratch. Every other field of `out` is
+/// set.
 fn compose_into(
     out: &mut Activity,
     iv: &[(i64, i64, f64)],
-    (rates, floor, idle): (&[f64], f64, bool),
+    (rates, floor, peaks): (&[f64], f64, bool),
     (window_s, sample_period_s): (f64, f64),
     (tx_bytes, rx_bytes): (u64, u64),
     (busy_s, interior_rate, resolved): (f64, Option<f64>, bool),
@@ -425,11 +438,11 @@ fn compose_into(
     (out.period_s, out.period_cv) = (f.period_s, f.period_cv);
     out.bytes_per_burst = f.bytes_per_burst;
     out.resolved = resolved;
-    if idle {
+    if peaks {
+        peaks_into(iv, floor, rates, (interior, gaps), &mut out.peaks);
+    } else {
         out.peaks.bursts.clear();
         out.peaks.settle(None, gaps);
-    } else {
-        peaks_into(iv, floor, rates, (interior, gaps), &mut out.peaks);
     }
 }
 
@@ -678,19 +691,20 @@ impl Sliding {
         buffers: &mut Buffers,
     ) -> Option<Activity> {
         let mut out = Activity::default();
-        self.activity_into(window_s, moved, None, buffers, &mut out)
+        self.activity_into(window_s, moved, (None, true), buffers, &mut out)
             .then_some(out)
     }
 
     /// [`Sliding::activity`] into `out` (every field set, the allocations of its lists kept); false, and `out`
     /// untouched, before [`Sliding::settle`] was called on what is held. `period_ns`: the intervals' median
     /// length, nanoseconds, where the caller has it ([`Sliding::median_interval`] of these intervals, or of
-    /// intervals of the same bounds), else worked out here.
+    /// intervals of the same bounds), else worked out here; `peaks`: whether the peaks are found
+    /// ([`Activity::peaks`]).
     pub fn activity_into(
         &self,
         window_s: f64,
         moved: (u64, u64),
-        period_ns: Option<i64>,
+        (period_ns, peaks): (Option<i64>, bool),
         buffers: &mut Buffers,
         out: &mut Activity,
     ) -> bool {
@@ -743,7 +757,7 @@ impl Sliding {
         compose_into(
             out,
             iv,
-            (rates, floor, idle),
+            (rates, floor, peaks && !idle),
             window,
             moved,
             busy,
@@ -833,6 +847,13 @@ mod tests {
             .collect()
     }
 
+    /// `a` as it is when its peaks are not asked for: none found.
+    fn without_peaks(mut a: Activity) -> Activity {
+        a.peaks.bursts.clear();
+        a.peaks.settle(None, &mut Vec::new());
+        a
+    }
+
     /// [`of_intervals`] as it was before idle windows skipped their shape, runs and peaks: the reference.
     fn of_intervals_whole(
         iv: &[(i64, i64, f64)],
@@ -905,7 +926,11 @@ mod tests {
                 busy += 1;
             }
             let whole = of_intervals_whole(&iv, window_s, (7, 9), cap);
-            let got = of_intervals(&iv, window_s, (7, 9), cap, &mut buffers);
+            let got = of_intervals(&iv, window_s, (7, 9), (cap, true), &mut buffers);
+            assert_eq!(format!("{got:?}"), format!("{whole:?}"), "round {round}");
+            // Without the peaks: every other figure the same.
+            let got = of_intervals(&iv, window_s, (7, 9), (cap, false), &mut buffers);
+            let whole = without_peaks(whole);
             assert_eq!(format!("{got:?}"), format!("{whole:?}"), "round {round}");
         }
         assert!(idle > 100 && busy > 100, "{idle} idle, {busy} busy");
@@ -984,7 +1009,7 @@ mod tests {
                 continue;
             };
             let window_s = (z.1 - a.0) as f64 / 1e9;
-            let whole = of_intervals(&iv, window_s, (3, 4), cap, &mut whole_buffers);
+            let whole = of_intervals(&iv, window_s, (3, 4), (cap, true), &mut whole_buffers);
             let got = sliding.activity(window_s, (3, 4), &mut buffers);
             assert_eq!(
                 format!("{got:?}"),
@@ -993,15 +1018,25 @@ mod tests {
             );
             // Into the previous round's activity (its lists reused), with the median length given as the
             // kept windows give it: the same figures.
+            // Every third round without the peaks.
             let period = sliding.median_interval(&mut buffers);
+            let peaks = round % 3 != 0;
             assert!(sliding.activity_into(
                 window_s,
                 (3, 4),
-                Some(period),
+                (Some(period), peaks),
                 &mut buffers,
                 &mut reused
             ));
-            assert_eq!(format!("{reused:?}"), format!("{whole:?}"), "round {round}");
+            let expected = match peaks {
+                true => whole.clone(),
+                false => without_peaks(whole.clone()),
+            };
+            assert_eq!(
+                format!("{reused:?}"),
+                format!("{expected:?}"),
+                "round {round}"
+            );
             slides += 1;
             idle += usize::from(whole.bursts.is_empty());
             runs += whole.bursts.len();

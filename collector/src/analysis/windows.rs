@@ -551,7 +551,7 @@ impl Kept<'_> {
 
     /// Link `link`, when its byte counters are those in `slots`, windows from `since_ns` on are the kept ones
     /// and those are kept for both (not read from the store).
-    fn paired_link(
+    fn kept_link(
         &self,
         link: usize,
         slots: (Option<usize>, Option<usize>),
@@ -662,7 +662,7 @@ impl Windows for Kept<'_> {
         scratch: &mut Scratch,
         out: &mut Option<Activity>,
     ) {
-        if let Some(l) = self.paired_link(link, slots, since_ns) {
+        if let Some(l) = self.kept_link(link, slots, since_ns) {
             let iv = l.sliding.intervals();
             let floor = busy::active_floor(capacity_bytes_per_second);
             if let (Some(a), Some(z), true) = (iv.first(), iv.last(), l.derived.is_some()) {
@@ -676,15 +676,20 @@ impl Windows for Kept<'_> {
                     // Into the previous evaluation's activity: its lists' allocations kept.
                     let a = out.get_or_insert_with(Activity::default);
                     let buffers = &mut scratch.activity;
+                    let peaks = n
+                        .links()
+                        .get(link)
+                        .is_some_and(|x| input::reads_peaks(&x.link));
                     if l.sliding
-                        .activity_into(window_s, moved, l.period_ns, buffers, a)
+                        .activity_into(window_s, moved, (l.period_ns, peaks), buffers, a)
                     {
                         return;
                     }
                 }
             }
         }
-        *out = input::copied_activity(self, n, slots, since_ns, capacity_bytes_per_second, scratch);
+        let at = (link, slots);
+        *out = input::copied_activity(self, n, at, since_ns, capacity_bytes_per_second, scratch);
     }
 }
 
