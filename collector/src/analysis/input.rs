@@ -1247,6 +1247,14 @@ mod tests {
     /// One node with a link of every class and role, each with byte windows that carry slow periodic bursts
     /// (5 % of a 25 GB/s capacity), and the rules' findings with `keep(link)` deciding whose activity stays.
     fn findings_keeping(keep: impl Fn(&Link) -> bool) -> Vec<super::super::Candidate> {
+        findings_with(keep, |_| true)
+    }
+
+    /// The rules' findings on a node whose links in `keep` have an activity, with peaks where `peaks`.
+    fn findings_with(
+        keep: impl Fn(&Link) -> bool,
+        peaks: impl Fn(&Link) -> bool,
+    ) -> Vec<super::super::Candidate> {
         let window = bursty(1.25e9);
         let mut links = vec![
             LinkInput::new(LinkClass::Nvlink, "gpu0", "0", LinkRole::Fabric),
@@ -1260,7 +1268,7 @@ mod tests {
         for l in &mut links {
             Arc::make_mut(&mut l.link).capacity_bytes_per_second = Some(25e9);
             if keep(&l.link) {
-                l.activity = activity::analyse(&window, &window, Some(25e9));
+                l.activity = activity::analyse_with(&window, &window, Some(25e9), peaks(&l.link));
             }
         }
         let node = NodeInput {
@@ -1284,6 +1292,18 @@ mod tests {
             findings_keeping(reads_activity),
             every,
             "a rule reads the activity of a link that node_input leaves without it: widen reads_activity"
+        );
+    }
+
+    #[test]
+    fn no_rule_reads_the_peaks_of_links_left_without() {
+        let every = findings_with(|_| true, |_| true);
+        // The management NIC's peaks are what the management rule acts on: without any the findings differ.
+        assert_ne!(every, findings_with(|_| true, |_| false), "{every:#?}");
+        assert_eq!(
+            findings_with(|_| true, reads_peaks),
+            every,
+            "a rule reads the peaks of a link that node_input leaves without them: widen reads_peaks"
         );
     }
 
