@@ -226,8 +226,9 @@ impl Ring {
         let run = &run[run.len().saturating_sub(self.cap)..];
         self.drop_chunks_before(horizon);
         self.drop_oldest((self.len() + run.len()).saturating_sub(self.cap));
-        for &(t, v) in run {
-            self.open.push(t, v);
+        let mut run = run;
+        while !run.is_empty() {
+            run = &run[self.open.extend(run)..];
             if self.open.written() == CHUNK {
                 self.seal();
             }
