@@ -6,9 +6,10 @@
 //! steps found but not yet covered by samples. A step's link figures are computed once, when the node's
 //! samples reach its end. Nothing is recomputed over the whole history.
 //!
-//! Locking: per node, two short critical sections under the node's lock — one copying new markers and the new
-//! traffic samples, one copying the byte samples inside the newly completed steps — and all computation
-//! outside it, so ingest of that node waits at most for a copy of a few dozen samples per link.
+//! Locking: per node, two short critical sections under the node's lock — one copying new markers, reading the
+//! new samples into the engine's kept tails ([`super::tails`]) and summing the new traffic, one reading the
+//! samples new since into the tails before the newly completed steps' figures — and all other computation
+//! outside it, so ingest of that node waits at most for a read of a few new samples per series.
 //!
 //! Source: a node whose markers were seen within [`MARKERS_FRESH_NS`] (agent clock, against its newest sample)
 //! gets marker steps; otherwise inferred steps. Inference keeps following the traffic while markers are used,
@@ -36,7 +37,7 @@ use super::edges::{self, OwnEdge};
 use super::history::StepStore;
 use super::inferred::InferenceTracker;
 use super::markers::MarkerTracker;
-use super::tails::{Tails, SLACK_NS};
+use super::tails::{Held, Tails, SLACK_NS};
 use super::{NodeStep, StepSource};
 use crate::config::NvlinkDetail;
 use crate::store::{JobList, NodeState, Store};
@@ -124,8 +125,8 @@ struct NodeReads {
     /// Slots of the traffic series: the byte counters of every link but the NVLinks, in link order, each
     /// link's transmit before its receive counter.
     traffic: Vec<usize>,
-    /// The links the step figures read ([`figure_units`]'s members), their covering samples' ranges set at
-    /// each copy ([`copy_covering`]).
+    /// The links the step figures read ([`figure_units`]'s members), where their covering samples lie set at
+    /// each read ([`read_covering`]).
     links: Vec<CoveredLink>,
     /// The step figures: parts are indices into `members`, members into `links`.
     units: Vec<Unit>,
@@ -154,9 +155,9 @@ impl NodeReads {
             }
             all.push(CoveredLink {
                 link: l.link.clone(),
-                index: i,
-                tx: 0..0,
-                rx: 0..0,
+                slots: (tx.map(|s| s.slot()), rx.map(|s| s.slot())),
+                tx: Held::NONE,
+                rx: Held::NONE,
             });
         }
         figure_units(&all, detail, gpu_links, &mut self.units, &mut self.members);
@@ -170,10 +171,10 @@ impl NodeReads {
             }
             *m = kept[*m];
         }
-        let links = self.links.iter().flat_map(|c| {
-            let (tx, rx) = n.link_byte_series(c.index);
-            [tx, rx].into_iter().flatten().map(|s| s.slot())
-        });
+        let links = self
+            .links
+            .iter()
+            .flat_map(|c| [c.slots.0, c.slots.1].into_iter().flatten());
         self.tails.choose(self.traffic.iter().copied().chain(links));
         self.chosen = Some((n.layout(), detail));
     }
@@ -335,10 +336,11 @@ fn add_clamped_ascending(
 /// per series), and the traffic it read last.
 #[derive(Debug, Default)]
 struct FreshScratch {
-    /// The traffic series' samples from the last one at or before the pass's start, one series after another.
+    /// The traffic series' samples from the last one at or before the pass's start, of those series whose
+    /// tail did not reach back that far, copied from the store one series after another.
     samples: Vec<(i64, u64)>,
-    /// Where each traffic series' samples lie in `samples`.
-    series: Vec<Range<usize>>,
+    /// Where each traffic series' samples lie: in its tail, or in `samples`.
+    series: Vec<Held>,
     times: Vec<i64>,
     at: Vec<Option<f64>>,
     /// Traffic total at each new sample time (the sums of the traffic series at `times`).
@@ -355,7 +357,7 @@ pub struct Walks {
 }
 
 impl Walks {
-    fn count(&mut self, r: Option<Range<usize>>) -> Option<Range<usize>> {
+    fn count(&mut self, r: Option<Held>) -> Option<Held> {
         match r {
             Some(_) => self.tails += 1,
             None => self.store += 1,
@@ -391,15 +393,17 @@ fn copy_fresh(
         .iter()
         .filter_map(|&slot| n.series().get(slot))
     {
-        let tail = reads
-            .tails
-            .tail_from_into(s.slot(), traffic_from, &mut out.samples);
-        let r = match out.walks.count(tail) {
+        let r = match out.walks.count(reads.tails.from(s.slot(), traffic_from)) {
             Some(r) => r,
-            None => tail_from_into(n.samples(s).iter(), traffic_from, &mut out.samples),
+            None => Held::Copied(tail_from_into(
+                n.samples(s).iter(),
+                traffic_from,
+                &mut out.samples,
+            )),
         };
         out.series.push(r);
     }
+    let (tails, copied) = (&reads.tails, &out.samples[..]);
     let newest_sample = n.newest_byte_sample().unwrap_or(0);
     let has_byte_series = n.has_byte_series();
     // Sample times: those of the first traffic series newer than `traffic_from`, up to the oldest "newest
@@ -407,13 +411,14 @@ fn copy_fresh(
     let upto = out
         .series
         .iter()
-        .filter_map(|r| out.samples[r.clone()].last().map(|x| x.0))
+        .filter_map(|r| r.get(tails, copied).last().map(|x| x.0))
         .min()
         .unwrap_or(0);
     out.times.clear();
     if let Some(first) = out.series.first() {
         out.times.extend(
-            out.samples[first.clone()]
+            first
+                .get(tails, copied)
                 .iter()
                 .map(|x| x.0)
                 .filter(|&t| t > traffic_from && t <= upto),
@@ -423,12 +428,7 @@ fn copy_fresh(
     out.sums.clear();
     out.sums.resize(out.times.len(), 0.0);
     for r in &out.series {
-        add_clamped_ascending(
-            &out.samples[r.clone()],
-            &out.times,
-            &mut out.at,
-            &mut out.sums,
-        );
+        add_clamped_ascending(r.get(tails, copied), &out.times, &mut out.at, &mut out.sums);
     }
     Fresh {
         jobs: n.jobs().clone(),
@@ -441,21 +441,23 @@ fn copy_fresh(
 }
 
 /// A link with byte counters (shared with the store: a pointer copied under the node's lock, not the link's
-/// strings and attributes) and where its covering samples lie in [`Covered::samples`].
+/// strings and attributes) and where its covering samples lie, per direction: in its series' kept tail, or
+/// in [`Covered::samples`].
 #[derive(Debug, Clone)]
 struct CoveredLink {
     link: Arc<Link>,
-    /// Its index in the node's links.
-    index: usize,
-    tx: Range<usize>,
-    rx: Range<usize>,
+    /// The slots of its transmit and receive byte series (`None`: the agent does not count that direction).
+    slots: (Option<usize>, Option<usize>),
+    tx: Held,
+    rx: Held,
 }
 
-/// One node's links with byte counters and their samples covering a span, in buffers the engine keeps across
-/// nodes and passes (so that copying them costs no allocation per link).
+/// One node's links with byte counters and where their samples covering a span lie, in buffers the engine
+/// keeps across nodes and passes (so that reading them costs no allocation per link).
 #[derive(Debug, Default)]
 struct Covered {
     links: Vec<CoveredLink>,
+    /// The samples of the directions whose tail did not reach back to the span's start, copied from the store.
     samples: Vec<(i64, u64)>,
     /// The node's fast sampling period, seconds.
     period_s: f64,
@@ -463,16 +465,22 @@ struct Covered {
 }
 
 impl Covered {
-    /// The samples of `links[i]`, per direction.
-    fn directions(&self, i: usize) -> Directions<'_> {
+    /// The samples of `links[i]`, per direction (`tails`: the node's, as [`read_covering`] left them).
+    fn directions<'a>(&'a self, tails: &'a Tails, i: usize) -> Directions<'a> {
         let l = &self.links[i];
-        (&self.samples[l.tx.clone()], &self.samples[l.rx.clone()])
+        (
+            l.tx.get(tails, &self.samples),
+            l.rx.get(tails, &self.samples),
+        )
     }
 }
 
-/// Copies into `out` the samples covering `[start, end]` of the links the node's step figures read
-/// (`reads.links`, chosen again first when the layout changed: [`NodeReads::update`]), and sets their ranges.
-fn copy_covering(
+/// Sets where the samples covering `[start, end]` of the links the node's step figures read lie
+/// (`reads.links`, chosen again first when the layout changed: [`NodeReads::update`]): in each series' kept
+/// tail (read first), borrowed in place by the figures; where a tail does not reach back to `start`, the
+/// store's samples covering the span, copied into `out`. Either way the same samples ([`covering_into`]'s).
+/// (Copied out of the tails before: the copy was a quarter of the engine's time.)
+fn read_covering(
     n: &NodeState,
     (start, end): (i64, i64),
     out: &mut Covered,
@@ -484,18 +492,21 @@ fn copy_covering(
     out.samples.clear();
     let tails = &reads.tails;
     for c in reads.links.iter_mut() {
-        let (tx, rx) = n.link_byte_series(c.index);
-        // From the link's kept tail, or the store's walk where the tail does not reach back to `start`.
-        let mut copy = |s: Option<&crate::store::Series>| match s {
-            Some(s) => {
-                let tail = tails.covering_into(s.slot(), (start, end), &mut out.samples);
-                out.walks.count(tail).unwrap_or_else(|| {
-                    covering_into(n.samples(s).iter(), start, end, &mut out.samples)
-                })
+        // From the series' kept tail, or the store's walk where the tail does not reach back to `start`.
+        let mut read = |slot: Option<usize>| {
+            let Some(slot) = slot else {
+                return Held::NONE;
+            };
+            if let Some(held) = out.walks.count(tails.covering(slot, (start, end))) {
+                return held;
             }
-            None => 0..0,
+            let from = out.samples.len();
+            Held::Copied(match n.series().get(slot) {
+                Some(s) => covering_into(n.samples(s).iter(), start, end, &mut out.samples),
+                None => from..from,
+            })
         };
-        (c.tx, c.rx) = (copy(tx), copy(rx));
+        (c.tx, c.rx) = (read(c.slots.0), read(c.slots.1));
     }
     out.period_s = f64::from(n.fast_period_ms()) / 1e3;
 }
@@ -888,7 +899,7 @@ impl Engine {
         let copied = self
             .store
             .with_node(name, |n| {
-                copy_covering(n, (span_start, span_end), covered, reads, gpu)
+                read_covering(n, (span_start, span_end), covered, reads, gpu)
             })
             .is_some();
         // The node's read links lent to the engine's buffer for the figures (given back below).
@@ -903,6 +914,7 @@ impl Engine {
         } else {
             (&[], &[])
         };
+        let tails = &st.reads.tails;
         let covered: &Covered = covered;
         let period_s = if covered.period_s > 0.0 {
             covered.period_s
@@ -923,7 +935,7 @@ impl Engine {
                 confidence: e.confidence,
                 samples: e.samples,
                 links: step_links(
-                    (covered, units, members),
+                    (covered, tails, units, members),
                     (start.count_ns, end.count_ns),
                     period_s,
                     &mut parts,
@@ -972,7 +984,7 @@ fn place_edges(st: &mut NodeEngine, ready: &[Edges]) -> Vec<(OwnEdge, OwnEdge)> 
 /// The link figures of one step `[start, end]`: one per unit of `units` (those whose parts cover the step),
 /// from the covered samples; `parts` and `scratch` are buffers kept by the caller.
 fn step_links<'a>(
-    (covered, units, members): (&'a Covered, &[Unit], &[usize]),
+    (covered, tails, units, members): (&'a Covered, &'a Tails, &[Unit], &[usize]),
     (start, end): (i64, i64),
     period_s: f64,
     parts: &mut Vec<Directions<'a>>,
@@ -984,7 +996,7 @@ fn step_links<'a>(
         parts.extend(
             members[u.parts.clone()]
                 .iter()
-                .map(|&k| covered.directions(k)),
+                .map(|&k| covered.directions(tails, k)),
         );
         out.extend(step_link_with(
             &u.link,
@@ -1180,7 +1192,14 @@ mod tests {
         assert_eq!(reads.units.len(), 2);
         assert!(reads.units[1].link.is_gpu_nvlinks());
         assert_eq!(reads.links.len(), 2, "the HCA and the sums");
-        assert_eq!(reads.links[1].index, 3);
+        let sums = store
+            .with_node("n1", |n| {
+                let (tx, rx) = n.link_byte_series(3);
+                (tx.map(|s| s.slot()), rx.map(|s| s.slot()))
+            })
+            .expect("node");
+        assert!(sums.0.is_some() && sums.1.is_some());
+        assert_eq!(reads.links[1].slots, sums, "the sums' series");
     }
 
     #[test]
@@ -1252,9 +1271,9 @@ mod tests {
             let to = c.samples.len();
             c.links.push(CoveredLink {
                 link: l,
-                index: k,
-                tx: from..to,
-                rx: from..to,
+                slots: (None, None),
+                tx: Held::Copied(from..to),
+                rx: Held::Copied(from..to),
             });
         }
         c
@@ -1270,7 +1289,7 @@ mod tests {
         let mut parts = Vec::new();
         let mut scratch = LinkScratch::default();
         step_links(
-            (c, &units, &members),
+            (c, &Tails::default(), &units, &members),
             (100_000_000, 900_000_000),
             c.period_s,
             &mut parts,
@@ -1327,15 +1346,16 @@ mod tests {
         // The agent's sums for GPU 1 (three times its first link's bytes), after its links.
         let sums = link(LinkClass::Nvlink, "gpu1", "", Some("1"));
         let from = c.samples.len();
-        let first = c.links[2].tx.clone();
-        let copied: Vec<(i64, u64)> = c.samples[first].iter().map(|&(t, v)| (t, 3 * v)).collect();
+        let none = Tails::default();
+        let first = c.links[2].tx.get(&none, &c.samples);
+        let copied: Vec<(i64, u64)> = first.iter().map(|&(t, v)| (t, 3 * v)).collect();
         c.samples.extend(copied);
         let to = c.samples.len();
         c.links.push(CoveredLink {
             link: sums.clone(),
-            index: c.links.len(),
-            tx: from..to,
-            rx: from..to,
+            slots: (None, None),
+            tx: Held::Copied(from..to),
+            rx: Held::Copied(from..to),
         });
         let mut kept = Vec::new();
         let per_gpu = figures(&c, NvlinkDetail::Gpu, &mut kept);

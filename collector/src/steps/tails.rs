@@ -5,18 +5,18 @@
 //! every figure link's series back to the step's start, through the store's `Samples` walk: a column walk
 //! back through the node's head (each row's shape looked up, a cache miss a row), and where the span reached
 //! past the head, a decode of the ring's open part. The same samples were walked pass after pass. Here the
-//! store's new rows are read once, row-major ([`NodeState::samples_after_unmarked`]), into a small ring
-//! buffer per read series, and the walks run over those buffers.
+//! store's new rows are read once, row-major ([`NodeState::samples_after_unmarked`]), into a small buffer per
+//! read series, and the walks borrow those buffers in place ([`Tails::from`]: a contiguous slice, found by
+//! bisection, which the step figures and the traffic sums read as they read a copy of the store's samples).
 //!
 //! Contract: a tail is a suffix of its series' samples as [`NodeState::samples`] gives them (the same
-//! `(timestamp_ns, value)`, in the same order), as of the latest [`Tails::read`]: samples of ticks the node
-//! no longer holds are dropped from its front as the store drops them. A walk that would need a sample older
-//! than the tail holds answers `None`, and the caller walks the store instead, so every answer is the store
-//! walk's. (A series whose ring drops samples by its cap before their tick ages out, an agent sending much
-//! faster than it said, would break the suffix; tails keep at most [`KEEP_NS`] of samples, far less than a
-//! ring holds.)
+//! `(timestamp_ns, value)`, in the same order: timestamps strictly ascending, as the store keeps them), as of
+//! the latest [`Tails::read`]: samples of ticks the node no longer holds are dropped from its front as the
+//! store drops them. A walk that would need a sample older than the tail holds answers `None`, and the caller
+//! walks the store instead, so every answer is the store walk's. (A series whose ring drops samples by its
+//! cap before their tick ages out, an agent sending much faster than it said, would break the suffix; tails
+//! keep at most [`KEEP_NS`] of samples, far less than a ring holds.)
 
-use std::collections::VecDeque;
 use std::ops::Range;
 
 use crate::store::NodeState;
@@ -26,42 +26,146 @@ pub const KEEP_NS: i64 = 30_000_000_000;
 /// A tail keeps this long before the oldest time a walk is expected to start from ([`Tails::trim`]), ns.
 pub const SLACK_NS: i64 = 2_000_000_000;
 /// A tail's buffer is cut back when it is this many times larger than what it keeps (after a first read of
-/// [`KEEP_NS`], or a pause): a ring buffer's writes cycle through all of it, so its size is what a pass
+/// [`KEEP_NS`], or a pause): the buffer's live part moves through all of it, so its size is what a pass
 /// touches.
 const SHRINK_OVER: usize = 4;
 
-/// One sample of a tail: its tick number (for the store's evictions), timestamp and value.
-#[derive(Debug, Clone, Copy)]
-struct Kept {
-    tick: u64,
-    t: i64,
-    v: u64,
-}
-
-/// One series' newest samples, oldest first, in a ring buffer: a pass writes its new samples over the
-/// memory its dropped ones held, so what the tails of a node touch stays about as large as what they keep.
+/// One series' newest samples, oldest first, contiguous so that a walk borrows them: a buffer whose dropped
+/// front is cut off (the kept samples moved to its start) once it is as long as what is kept, so that what
+/// the tails of a node touch stays within about twice what they keep, and a drop costs a copy of about one
+/// sample.
+/// (Kept before in a ring buffer: a walk copied the samples it read out of it, a quarter of the engine's
+/// time.)
 #[derive(Debug, Default)]
 struct Tail {
-    kept: VecDeque<Kept>,
+    /// `(timestamp_ns, value)`: those from `start` on are kept, those before it dropped.
+    samples: Vec<(i64, u64)>,
+    /// The tick number of each sample of `samples` (for the store's evictions).
+    ticks: Vec<u64>,
+    /// The newest sample's timestamp (when one is kept), and the interval between the two newest, ns (0:
+    /// fewer than two read): where a walk guesses its start ([`Tail::newest_at_or_before`]) without reading
+    /// the samples. (Narrow so that a tail is one cache line.)
+    newest: i64,
+    gap: u32,
+    start: u32,
 }
 
 impl Tail {
-    /// Index of the newest sample stamped at or before `t` (`None`: none): where a walk back from the
-    /// newest stops (it reads the newest samples, those a pass has just written).
+    fn start(&self) -> usize {
+        self.start as usize
+    }
+
+    /// The kept samples, oldest first.
+    fn kept(&self) -> &[(i64, u64)] {
+        &self.samples[self.start()..]
+    }
+
+    fn push(&mut self, tick: u64, t: i64, v: u64) {
+        if !self.samples.is_empty() {
+            self.gap = u32::try_from(t.saturating_sub(self.newest)).unwrap_or(u32::MAX);
+        }
+        self.newest = t;
+        self.samples.push((t, v));
+        self.ticks.push(tick);
+    }
+
+    /// Index into `samples` of the newest kept sample stamped at or before `t` (`None`: none): from where
+    /// the newest interval's spacing puts it, a step at a time to the answer. A pass's tails are out of the
+    /// cache when its steps are completed: the guess touches about one cache line before the answer, where a
+    /// walk back from the newest touched every sample after it (a few dozen), and a bisection's probes a line
+    /// each.
     fn newest_at_or_before(&self, t: i64) -> Option<usize> {
-        self.kept.iter().rposition(|k| k.t <= t)
+        let last = self.samples.len().checked_sub(1)?;
+        let first = self.start();
+        if first > last {
+            return None;
+        }
+        let behind = self.newest.saturating_sub(t).max(0);
+        let back = match i64::from(self.gap) {
+            0 => 0,
+            gap => usize::try_from(behind / gap).unwrap_or(usize::MAX),
+        };
+        let s = &self.samples;
+        let mut k = last.saturating_sub(back).max(first);
+        if s[k].0 <= t {
+            while k < last && s[k + 1].0 <= t {
+                k += 1;
+            }
+            return Some(k);
+        }
+        while k > first && s[k].0 > t {
+            k -= 1;
+        }
+        (s[k].0 <= t).then_some(k)
+    }
+
+    /// Drops the `n` oldest kept samples (at most all).
+    fn drop_front(&mut self, n: usize) {
+        let start = (self.start() + n).min(self.samples.len());
+        self.start = start as u32;
+        if start > 0 && 2 * start >= self.samples.len() {
+            self.cut();
+        }
+    }
+
+    /// Moves the kept samples to the buffer's start; cuts the buffer back when much larger than they are.
+    fn cut(&mut self) {
+        self.samples.drain(..self.start());
+        self.ticks.drain(..self.start());
+        self.start = 0;
+        let want = 2 * self.samples.len().max(16);
+        if self.samples.capacity() > SHRINK_OVER * want {
+            self.samples.shrink_to(want);
+            self.ticks.shrink_to(want);
+        }
+    }
+
+    /// Drops the samples of ticks before `oldest`.
+    fn evict(&mut self, oldest: u64) {
+        let n = self.ticks[self.start()..]
+            .iter()
+            .take_while(|&&k| k < oldest)
+            .count();
+        self.drop_front(n);
+    }
+
+    /// The tick of the oldest kept sample (`None`: none kept).
+    fn oldest_tick(&self) -> Option<u64> {
+        self.ticks.get(self.start()).copied()
     }
 
     /// Drops samples from the front while the next one is stamped at or before `from`: a walk back from the
     /// newest to `from` or later stops at a kept sample.
     fn trim(&mut self, from: i64) {
-        while self.kept.get(1).is_some_and(|k| k.t <= from) {
-            self.kept.pop_front();
+        if let Some(k) = self.newest_at_or_before(from) {
+            self.drop_front(k - self.start());
         }
         // Cut back when much larger than what it keeps.
-        let want = 2 * self.kept.len().max(16);
-        if self.kept.capacity() > SHRINK_OVER * want {
-            self.kept.shrink_to(want);
+        if self.samples.capacity() > SHRINK_OVER * 2 * self.kept().len().max(16) {
+            self.cut();
+        }
+    }
+}
+
+/// Where the samples a walk reads lie: in a kept tail ([`Tails::from`]), valid until the tails' next
+/// [`Tails::read`] or [`Tails::trim`]; or in a copy the caller made of the store's samples.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Held {
+    /// `range` of the buffer of the tail at index `tail`.
+    Tail { tail: usize, range: Range<usize> },
+    /// `range` of the caller's copy.
+    Copied(Range<usize>),
+}
+
+impl Held {
+    /// Nothing (a series the node does not have).
+    pub(super) const NONE: Held = Held::Copied(0..0);
+
+    /// The samples, from `tails` or from the caller's `copied`.
+    pub(super) fn get<'a>(&self, tails: &'a Tails, copied: &'a [(i64, u64)]) -> &'a [(i64, u64)] {
+        match self {
+            Held::Tail { tail, range } => &tails.tails[*tail].samples[range.clone()],
+            Held::Copied(range) => &copied[range.clone()],
         }
     }
 }
@@ -116,7 +220,7 @@ impl Tails {
                 return;
             };
             if let Some(tail) = tails.get_mut((i as usize).wrapping_sub(1)) {
-                tail.kept.push_back(Kept { tick, t, v });
+                tail.push(tick, t, v);
             }
         };
         let newest = n.samples_after_unmarked(self.after, since, &self.wanted, push);
@@ -127,10 +231,8 @@ impl Tails {
         if oldest > self.floor {
             let mut floor = u64::MAX;
             for tail in &mut self.tails {
-                while tail.kept.front().is_some_and(|k| k.tick < oldest) {
-                    tail.kept.pop_front();
-                }
-                floor = floor.min(tail.kept.front().map_or(u64::MAX, |k| k.tick));
+                tail.evict(oldest);
+                floor = floor.min(tail.oldest_tick().unwrap_or(u64::MAX));
             }
             // Samples read later are of newer ticks than any held now.
             self.floor = floor.min(newest.map_or(u64::MAX, |n| n.saturating_add(1)));
@@ -144,84 +246,58 @@ impl Tails {
     /// demo agent's tape and the synthetic node alike.)
     pub(super) fn trim(&mut self, from: i64) {
         for tail in &mut self.tails {
-            let Some(newest) = tail.kept.back().map(|k| k.t) else {
+            if tail.kept().is_empty() {
                 continue;
-            };
-            tail.trim(from.max(newest.saturating_sub(KEEP_NS)));
+            }
+            tail.trim(from.max(tail.newest.saturating_sub(KEEP_NS)));
         }
     }
 
     /// The kept samples of `slot`, oldest first (`None`: the slot is not read).
     #[cfg(test)]
-    fn kept(&self, slot: usize) -> Option<&VecDeque<Kept>> {
+    fn kept(&self, slot: usize) -> Option<&[(i64, u64)]> {
         let i = (*self.index.get(slot)? as usize).checked_sub(1)?;
-        Some(&self.tails[i].kept)
-    }
-
-    fn tail(&self, slot: usize) -> Option<&Tail> {
-        let i = (*self.index.get(slot)? as usize).checked_sub(1)?;
-        self.tails.get(i)
+        Some(self.tails[i].kept())
     }
 
     /// Samples kept, over all tails.
     #[cfg(test)]
     fn len(&self) -> usize {
-        self.tails.iter().map(|t| t.kept.len()).sum()
+        self.tails.iter().map(|t| t.kept().len()).sum()
     }
 
-    /// Of `slot`'s samples, those from its last one at or before `from` to the newest, appended to `out`
-    /// (the engine's `tail_from_into` over the store's samples); `None` (and `out` unchanged) when the tail
-    /// does not reach back that far.
-    pub(super) fn tail_from_into(
-        &self,
-        slot: usize,
-        from: i64,
-        out: &mut Vec<(i64, u64)>,
-    ) -> Option<Range<usize>> {
-        let tail = self.tail(slot)?;
+    /// The tail of `slot` and its index (`None`: the slot is not read).
+    fn tail(&self, slot: usize) -> Option<(usize, &Tail)> {
+        let i = (*self.index.get(slot)? as usize).checked_sub(1)?;
+        Some((i, self.tails.get(i)?))
+    }
+
+    /// Of `slot`'s samples, those from its last one at or before `from` to the newest, where they lie in its
+    /// tail (the engine's `tail_from` over the store's samples); `None` when the tail does not reach back
+    /// that far (or the slot is not read).
+    pub(super) fn from(&self, slot: usize, from: i64) -> Option<Held> {
+        let (i, tail) = self.tail(slot)?;
         let k = tail.newest_at_or_before(from)?;
-        let start = out.len();
-        out.extend(tail.kept.range(k..).map(|s| (s.t, s.v)));
-        Some(start..out.len())
+        Some(Held::Tail {
+            tail: i,
+            range: k..tail.samples.len(),
+        })
     }
 
     /// Of `slot`'s samples, those covering `[start, end]` (the last at or before `start` to the first at or
-    /// after `end`), appended to `out` (the engine's `covering_into` over the store's samples); `None` (and
-    /// `out` unchanged) when the tail does not reach back to a sample at or before `start`.
-    pub(super) fn covering_into(
-        &self,
-        slot: usize,
-        (start, end): (i64, i64),
-        out: &mut Vec<(i64, u64)>,
-    ) -> Option<Range<usize>> {
-        let kept = &self.tail(slot)?.kept;
-        // The same walk back from the newest, over the kept samples: it must end at a sample at or before
-        // `start` for its answer to be the store walk's.
-        let from = out.len();
-        let mut after: Option<(i64, u64)> = None;
-        let mut reached = false;
-        for s in kept.iter().rev().map(|s| (s.t, s.v)) {
-            if s.0 > end {
-                after = Some(s);
-                continue;
-            }
-            out.push(s);
-            if s.0 <= start {
-                reached = true;
-                break;
-            }
-        }
-        if !reached {
-            out.truncate(from);
-            return None;
-        }
-        out[from..].reverse();
-        if let Some(a) = after {
-            if out[from..].last().is_none_or(|l| l.0 < end) {
-                out.push(a);
-            }
-        }
-        Some(from..out.len())
+    /// after `end`: the engine's `covering` over the store's samples), where they lie in its tail; `None`
+    /// when the tail does not reach back to a sample at or before `start` (or the slot is not read).
+    pub(super) fn covering(&self, slot: usize, (start, end): (i64, i64)) -> Option<Held> {
+        let (i, tail) = self.tail(slot)?;
+        // As the store's walk back from the newest: it stops at the last sample at or before both edges.
+        let k = tail.newest_at_or_before(start.min(end))?;
+        // Up to the first at or after `end` (or the newest), forward over what the figures read next.
+        let after = tail.samples[k..].iter().position(|s| s.0 >= end);
+        let to = after.map_or(tail.samples.len(), |a| k + a + 1);
+        Some(Held::Tail {
+            tail: i,
+            range: k..to,
+        })
     }
 }
 
@@ -320,6 +396,39 @@ mod tests {
         b
     }
 
+    /// The walk from a guessed start finds what a walk back from the newest finds, however the samples are
+    /// spaced (the newest interval far shorter or longer than the others) and wherever the time lies.
+    #[test]
+    fn the_guessed_start_is_the_walk_backs() {
+        let mut r = rand::rngs::StdRng::seed_from_u64(5);
+        for _ in 0..500 {
+            let mut tail = Tail::default();
+            let mut t = r.random_range(-1_000..1_000i64);
+            for k in 0..r.random_range(0..60u64) {
+                t += if r.random_bool(0.2) {
+                    r.random_range(1..500)
+                } else {
+                    r.random_range(1..5)
+                };
+                tail.push(k, t, k);
+            }
+            tail.drop_front(r.random_range(0..10));
+            let walk_back = |tail: &Tail, at: i64| {
+                let k = tail.kept().iter().rposition(|s| s.0 <= at)?;
+                Some(tail.start() + k)
+            };
+            let mut times: Vec<i64> = (0..20).map(|_| r.random_range(-2_000..t + 100)).collect();
+            times.extend([i64::MIN, i64::MAX, t]);
+            for at in times {
+                assert_eq!(
+                    tail.newest_at_or_before(at),
+                    walk_back(&tail, at),
+                    "{at} {tail:?}"
+                );
+            }
+        }
+    }
+
     /// Tails read after batches of every size (a few ticks, and past the head's rows into the rings), over a
     /// store that drops old ticks, stay suffixes of the store's samples after every read and trim, and every
     /// walk they answer is the store's walk.
@@ -363,30 +472,24 @@ mod tests {
                     }
                     for s in n.series() {
                         let all: Vec<(i64, u64)> = n.samples(s).iter().collect();
-                        let kept: Vec<(i64, u64)> = tails
-                            .kept(s.slot())
-                            .expect("read")
-                            .iter()
-                            .map(|k| (k.t, k.v))
-                            .collect();
+                        let kept = tails.kept(s.slot()).expect("read");
                         assert!(kept.len() <= all.len());
                         assert_eq!(kept, &all[all.len() - kept.len()..], "a suffix");
                         for _ in 0..8 {
                             let start = newest - r.random_range(-200_000_000..5_000_000_000);
                             let end = start + r.random_range(0..2_000_000_000);
-                            let (mut a, mut b) = (Vec::new(), vec![(0, 0)]);
+                            let Some(held) = tails.from(s.slot(), start) else {
+                                // Only when the tail does not reach back to `start`.
+                                assert!(kept.first().is_none_or(|f| f.0 > start), "{start}");
+                                continue;
+                            };
+                            let want = super::super::engine::tail_from(all.iter().copied(), start);
+                            assert_eq!(held.get(&tails, &[]), &want[..]);
                             let want =
                                 super::super::engine::covering(all.iter().copied(), start, end);
-                            if let Some(got) = tails.covering_into(s.slot(), (start, end), &mut b) {
-                                assert_eq!(&b[got], &want[..]);
-                                answered += 1;
-                            } else {
-                                assert_eq!(b.len(), 1, "unchanged");
-                            }
-                            let want = super::super::engine::tail_from(all.iter().copied(), start);
-                            if let Some(got) = tails.tail_from_into(s.slot(), start, &mut a) {
-                                assert_eq!(&a[got], &want[..]);
-                            }
+                            let held = tails.covering(s.slot(), (start, end)).expect("reaches");
+                            assert_eq!(held.get(&tails, &[]), &want[..]);
+                            answered += 1;
                         }
                     }
                 })
