@@ -14,8 +14,6 @@
 
 use super::chunk::CHUNK;
 
-/// Bytes of a delta of delta for each 3-bit length code.
-const DOD_LEN: [usize; 8] = [0, 1, 2, 3, 4, 5, 6, 8];
 /// Length code of a delta of delta of `n` significant bytes.
 const DOD_CODE: [u8; 9] = [0, 1, 2, 3, 4, 5, 6, 7, 7];
 /// Header bit of a value written as an XOR.
@@ -40,7 +38,7 @@ impl State {
     fn step(&mut self, b: &[u8], pos: usize) -> usize {
         let h = b[pos];
         let mut p = pos + 1;
-        let dn = DOD_LEN[usize::from(h >> 5)];
+        let dn = dod_len(h >> 5);
         let dod = read_le(b, p, dn);
         p += dn;
         let vn = usize::from(h & 15);
@@ -144,7 +142,7 @@ impl Open {
             (d, 0)
         };
         let dcode = DOD_CODE[byte_len(dod)];
-        let dn = DOD_LEN[usize::from(dcode)];
+        let dn = dod_len(dcode);
         let vn = byte_len(val);
         let at = self.bytes.len();
         if self.bytes.capacity() - at < MAX_SAMPLE {
@@ -263,6 +261,15 @@ impl Open {
     }
 }
 
+/// Bytes of a delta of delta of the 3-bit length code `code`: 0 to 6 bytes for codes 0 to 6, 8 for 7. Worked out,
+/// not read from a table: a reader finds each sample's bytes from the one before it, and a table's load in
+/// that chain made the open part's decoding (a seal's, an iterator's) wait for it at every sample.
+#[inline(always)]
+fn dod_len(code: u8) -> usize {
+    let c = usize::from(code & 7);
+    c + usize::from(c == 7)
+}
+
 /// Bytes of `x` up to its highest set one (0 for 0).
 #[inline]
 fn byte_len(x: u64) -> usize {
@@ -272,12 +279,11 @@ fn byte_len(x: u64) -> usize {
 /// `n` (≤ 8) little-endian bytes of `b` from `pos`.
 #[inline]
 fn read_le(b: &[u8], pos: usize, n: usize) -> u64 {
-    if n == 0 {
-        return 0;
-    }
+    // A whole word masked to `n` bytes, `n` = 0 included, without a branch on `n`: which fields of a sample
+    // are empty varies from sample to sample, and a branch on it was mispredicted in the decoding loops.
     if let Some(w) = b.get(pos..pos + 8) {
         let w = u64::from_le_bytes(w.try_into().expect("8 bytes"));
-        return w & (u64::MAX >> (64 - 8 * n as u32));
+        return w & ((1u128 << (8 * n)) - 1) as u64;
     }
     let mut w = [0u8; 8];
     w[..n].copy_from_slice(&b[pos..pos + n]);
@@ -382,6 +388,23 @@ mod tests {
             (one.bytes.as_slice(), one.n)
         );
         assert_eq!(written(&many), next.to_vec());
+    }
+
+    #[test]
+    fn fields_are_read_at_every_length_anywhere() {
+        let b: Vec<u8> = (1..=20u8).collect();
+        for pos in 0..b.len() {
+            for n in 0..=8.min(b.len() - pos) {
+                let want = b[pos..pos + n]
+                    .iter()
+                    .rev()
+                    .fold(0u64, |acc, &x| acc << 8 | u64::from(x));
+                assert_eq!(read_le(&b, pos, n), want, "{n} bytes at {pos}");
+            }
+        }
+        let lens: Vec<usize> = (0..8).map(dod_len).collect();
+        assert_eq!(lens, [0, 1, 2, 3, 4, 5, 6, 8]);
+        assert!((0..=8).all(|n| dod_len(DOD_CODE[n]) >= n));
     }
 
     #[test]
