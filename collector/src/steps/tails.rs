@@ -37,6 +37,7 @@ const SHRINK_OVER: usize = 4;
 /// (Kept before in a ring buffer: a walk copied the samples it read out of it, a quarter of the engine's
 /// time.)
 #[derive(Debug, Default)]
+#[repr(align(64))]
 struct Tail {
     /// `(timestamp_ns, value)`: those from `start` on are kept, those before it dropped.
     samples: Vec<(i64, u64)>,
