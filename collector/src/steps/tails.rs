@@ -6,8 +6,9 @@
 //! back through the node's head (each row's shape looked up, a cache miss a row), and where the span reached
 //! past the head, a decode of the ring's open part. The same samples were walked pass after pass. Here the
 //! store's new rows are read once, row-major ([`NodeState::samples_after_unmarked`]), into a small buffer per
-//! read series, and the walks borrow those buffers in place ([`Tails::from`]: a contiguous slice, found by
-//! bisection, which the step figures and the traffic sums read as they read a copy of the store's samples).
+//! read series, and the walks borrow those buffers in place ([`Tails::from`]: a contiguous slice, its start
+//! guessed from the newest interval's spacing, which the step figures and the traffic sums read as they read
+//! a copy of the store's samples).
 //!
 //! Contract: a tail is a suffix of its series' samples as [`NodeState::samples`] gives them (the same
 //! `(timestamp_ns, value)`, in the same order: timestamps strictly ascending, as the store keeps them), as of
