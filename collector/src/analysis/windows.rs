@@ -25,7 +25,7 @@ use commwatch_model::SeriesKind;
 
 use super::activity::{self, Activity};
 use super::input::{self, NodeInput, Scratch, StoreWindows, Windows};
-use crate::steps::busy;
+use crate::steps::{bandwidth, busy};
 use crate::store::{NodeState, Series};
 
 /// One series' kept window: `(tick, value)` of its samples, oldest first. A ring, so that dropping the samples
@@ -285,8 +285,8 @@ impl LinkIntervals {
 }
 
 /// The other direction's cumulative value at the grid's samples, in ascending order, as
-/// [`crate::steps::bandwidth::acc_at`] gives it on copies of its window: the sample at the same tick where
-/// there is one (a port's two counters read together), else interpolated between the samples around.
+/// [`bandwidth::acc_at`] gives it on copies of its window: the sample at the same tick where there is one (a
+/// port's two counters read together), else [`bandwidth::acc_between`] the samples around.
 struct OtherAt<'w> {
     other: &'w Window,
     n: &'w NodeState,
@@ -316,13 +316,12 @@ impl OtherAt<'_> {
         if t < first || t > last {
             return None;
         }
-        let (t0, a0) = (time(j - 1)?, self.other[j - 1].1);
-        if t0 == t || j == self.other.len() {
-            return Some((a0, 0.0));
-        }
-        let (t1, a1) = (time(j)?, self.other[j].1);
-        let frac = (t - t0) as f64 / (t1 - t0) as f64;
-        Some((a0, a1.saturating_sub(a0) as f64 * frac))
+        let before = (time(j - 1)?, self.other[j - 1].1);
+        let after = match self.other.get(j) {
+            Some(s) => Some((time(j)?, s.1)),
+            None => None,
+        };
+        Some(bandwidth::acc_between(before, after, t))
     }
 }
 
@@ -665,7 +664,8 @@ impl Windows for Kept<'_> {
         if let Some(l) = self.kept_link(link, slots, since_ns) {
             let iv = l.sliding.intervals();
             let floor = busy::active_floor(capacity_bytes_per_second);
-            if let (Some(a), Some(z), true) = (iv.first(), iv.last(), l.derived.is_some()) {
+            // A kept link's intervals were derived at the latest update (`kept_link`).
+            if let (Some(a), Some(z)) = (iv.first(), iv.last()) {
                 let window_s = (z.1 - a.0) as f64 / 1e9;
                 let moved = (self.moved(slots.0), self.moved(slots.1));
                 if window_s <= 0.0 {

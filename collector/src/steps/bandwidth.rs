@@ -31,13 +31,21 @@ pub(crate) fn acc_at(samples: &[(i64, u64)], t: i64) -> Option<(u64, f64)> {
     }
     // First sample with ts > t.
     let i = samples.partition_point(|s| s.0 <= t);
-    let (t0, a0) = samples[i - 1];
-    if t0 == t || i == samples.len() {
-        return Some((a0, 0.0));
+    Some(acc_between(samples[i - 1], samples.get(i).copied(), t))
+}
+
+/// [`acc_at`]'s answer at `t` once the samples around it are found: `before`, the last sample at or before
+/// `t`, and `after`, the next one (`None`: `before` is the newest). Its whole bytes, and the fraction
+/// interpolated towards `after` (0 at `before`'s own time).
+#[inline(always)]
+pub(crate) fn acc_between((t0, a0): (i64, u64), after: Option<(i64, u64)>, t: i64) -> (u64, f64) {
+    match after {
+        Some((t1, a1)) if t0 != t => {
+            let frac = (t - t0) as f64 / (t1 - t0) as f64;
+            (a0, a1.saturating_sub(a0) as f64 * frac)
+        }
+        _ => (a0, 0.0),
     }
-    let (t1, a1) = samples[i];
-    let frac = (t - t0) as f64 / (t1 - t0) as f64;
-    Some((a0, a1.saturating_sub(a0) as f64 * frac))
 }
 
 /// Interpolated cumulative value at `t` (f64), `None` outside the samples.
@@ -99,13 +107,8 @@ fn acc_ascending_into<T>(
         while next < samples.len() && samples[next].0 <= t {
             next += 1;
         }
-        let (t0, a0) = samples[next - 1];
-        if t0 == t || next == samples.len() {
-            return Some(value(a0, 0.0));
-        }
-        let (t1, a1) = samples[next];
-        let frac = (t - t0) as f64 / (t1 - t0) as f64;
-        Some(value(a0, a1.saturating_sub(a0) as f64 * frac))
+        let (a, f) = acc_between(samples[next - 1], samples.get(next).copied(), t);
+        Some(value(a, f))
     }));
 }
 
