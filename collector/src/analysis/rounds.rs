@@ -83,6 +83,9 @@ pub(super) struct Rounds {
     evaluated: bool,
     /// Whether the nodes changed since the kept windows were last swept of the nodes gone.
     names_changed: bool,
+    /// A number for `names`, changed whenever they do (the collectives stage's walk over them is skipped while
+    /// it and the records applied stay the same: `CollectiveStage::update_listed`).
+    names_version: u64,
     /// Each scope's jobs as its input carries them ([`scope::scope_jobs`]), by label: cut again only when the
     /// fleet jobs or the scope's jobs changed, lent to each evaluation's input and taken back (a copy of every
     /// job's ranks at each evaluation, and its drop, were a fifth of the round's own cost).
@@ -150,6 +153,7 @@ impl Rounds {
             view: None,
             evaluated: false,
             names_changed: true,
+            names_version: 0,
             scope_jobs: HashMap::new(),
         }
     }
@@ -170,6 +174,7 @@ impl Rounds {
         if names_changed {
             self.names = names.to_vec();
             self.names_changed = true;
+            self.names_version += 1;
         }
         self.jobs.clone()
     }
@@ -248,7 +253,7 @@ impl AnalysisHandle {
                 collectives: crate::collectives::job_summaries_of(
                     &inner.collectives,
                     &inner.store,
-                    names,
+                    (names, rounds.names_version),
                 ),
                 probes: self.probe_baselines(),
             };

@@ -39,6 +39,9 @@ struct State {
     jobs: HashMap<String, JobState>,
     /// Records evicted from a node's log before they were read.
     lost: u64,
+    /// `(store::collectives::appended(), nodes_version)` read before the last walk over a caller's list of nodes
+    /// ([`CollectiveStage::update_listed`]).
+    walked: Option<(u64, u64)>,
 }
 
 /// The collectives stage; shared by the exporters and the analysis.
@@ -81,6 +84,19 @@ impl CollectiveStage {
             drop(st);
             self.apply(entries);
         }
+    }
+
+    /// [`CollectiveStage::update_nodes`] unless no node's log took a record since the last walk over the same
+    /// list (`nodes_version`: the caller's number for `nodes`, changed whenever the list does). An analysis
+    /// round asks this of the whole fleet up to 32 times a second; the walk looks up every node by name.
+    pub fn update_listed(&self, store: &Store, nodes: &[String], nodes_version: u64) {
+        // Read before the walk: a record applied during it moves the number, and the next call walks again.
+        let now = (crate::store::collectives::appended(), nodes_version);
+        if self.state.lock().walked == Some(now) {
+            return;
+        }
+        self.update_nodes(store, nodes);
+        self.state.lock().walked = Some(now);
     }
 
     /// Files records under their job and collective instance.
@@ -208,16 +224,23 @@ pub fn job_summaries(
     store: &Store,
     now_unix_ns: i64,
 ) -> Vec<JobCollectives> {
-    job_summaries_of(stage, store, &store.node_names(now_unix_ns))
+    stage.update(store, now_unix_ns);
+    summaries_read(stage, store)
 }
 
-/// [`job_summaries`] reading what is new on `nodes` only (the nodes a caller already listed).
+/// [`job_summaries`] reading what is new on `nodes` only (the nodes a caller already listed, `nodes_version`
+/// its number for the list: [`CollectiveStage::update_listed`]).
 pub fn job_summaries_of(
     stage: &CollectiveStage,
     store: &Store,
-    nodes: &[String],
+    (nodes, nodes_version): (&[String], u64),
 ) -> Vec<JobCollectives> {
-    stage.update_nodes(store, nodes);
+    stage.update_listed(store, nodes, nodes_version);
+    summaries_read(stage, store)
+}
+
+/// Every job's summaries of the records read so far, with the nodes' fabric capacities.
+fn summaries_read(stage: &CollectiveStage, store: &Store) -> Vec<JobCollectives> {
     let capacity = |node: &str| node_fabric_capacity(store, node);
     stage
         .job_ids()
@@ -323,6 +346,65 @@ mod tests {
         let st = stage.state.lock();
         let inst = st.jobs["j"].instances.values().next().unwrap();
         assert_eq!(inst.ranks[0].time_unix_ns, Some(10_999_500_000));
+    }
+
+    #[test]
+    fn a_listed_walk_reads_every_record_applied_since_and_each_new_list() {
+        use crate::store::{Batch, Hello};
+        const S: i64 = 1_000_000_000;
+        let store = Store::new(
+            std::time::Duration::from_secs(600),
+            std::time::Duration::from_secs(60),
+            crate::config::Limits::default(),
+        );
+        let send = |node: &str, seq: u64, sn: u64| {
+            let hello = Hello {
+                node: node.into(),
+                agent_version: "t".into(),
+                boot_id: "b".into(),
+                instance_id: 1,
+                inventory: Default::default(),
+                fast_period_ms: 50,
+                slow_period_ms: 1000,
+                blind: Vec::new(),
+            };
+            let out = store.hello(&hello, S, None).expect("hello");
+            let batch = Batch {
+                seq,
+                timestamps_unix_ns: vec![],
+                tick_lengths: vec![],
+                series_ids: vec![],
+                values: vec![],
+                dropped_batches_total: 0,
+                markers: vec![],
+                invalid_markers: 0,
+                collectives: vec![entry("j", "0xc", sn, 0, node, 1e9)],
+                invalid_collectives: vec![],
+            };
+            let applied = out.node.lock().apply_batch(&batch, S, &mut Vec::new());
+            applied.expect("applied");
+        };
+        let count =
+            |stage: &CollectiveStage| stage.summaries("j", &|_| None).map_or(0, |s| s[0].count);
+        let stage = CollectiveStage::new();
+        let (a, ab) = (["a".to_string()], ["a".to_string(), "b".to_string()]);
+        send("a", 1, 0);
+        send("b", 1, 1);
+        stage.update_listed(&store, &a, 1);
+        assert_eq!(count(&stage), 1, "a's record only: b is not listed");
+        // Nothing applied since: the same list again reads nothing new (and loses nothing).
+        stage.update_listed(&store, &a, 1);
+        assert_eq!(count(&stage), 1);
+        // A new list reads the records its new node received before it was listed.
+        stage.update_listed(&store, &ab, 2);
+        assert_eq!(count(&stage), 2, "b's record, applied before the last walk");
+        // A record applied after a walk is read by the next one over the same list.
+        send("a", 2, 2);
+        stage.update_listed(&store, &ab, 2);
+        assert_eq!(count(&stage), 3);
+        send("b", 2, 3);
+        stage.update_listed(&store, &ab, 2);
+        assert_eq!(count(&stage), 4);
     }
 
     #[test]

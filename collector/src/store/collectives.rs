@@ -3,9 +3,27 @@
 //! markers. Bounded by [`MAX_COLLECTIVES_PER_NODE`] and by the retention; only applied batches add records, so a
 //! resent batch adds nothing.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use commwatch_model::inspector::CollectiveRecord;
 
 use super::seq_log::{Logged, SeqLog};
+
+/// Batches with records applied to any node's log, in this process (every store's).
+static APPENDED: AtomicU64 = AtomicU64::new(0);
+
+/// How many batches with records were applied to any node's log so far: a reader that read every node's
+/// new records after reading this number has nothing new to read while it stays the same (a record applied
+/// meanwhile changes it). Counted for the whole process: another store's records make it move too, which costs
+/// a reader one needless look, never a missed record.
+pub fn appended() -> u64 {
+    APPENDED.load(Ordering::Acquire)
+}
+
+/// Counts a batch whose records were just applied to a node's log ([`appended`]).
+pub(super) fn note_appended() {
+    APPENDED.fetch_add(1, Ordering::Release);
+}
 
 /// Most records one node keeps (8 ranks × 2 collectives per step × 3 steps/s: ~3 minutes; the collectives
 /// stage reads them every few seconds).

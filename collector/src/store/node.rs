@@ -890,6 +890,9 @@ impl NodeState {
             c.received_unix_ns = received_unix_ns;
             self.collectives.push(c, retention_ns);
         }
+        if !batch.collectives.is_empty() {
+            super::collectives::note_appended();
+        }
         let entry = self.seq_entry(instance);
         let gap = batch.seq - entry.highest - 1;
         entry.highest = batch.seq;
