@@ -20,6 +20,7 @@ pub mod error;
 mod head;
 pub mod input;
 pub mod markers;
+mod memory;
 pub mod node;
 mod prefetch;
 pub mod rate;

@@ -18,6 +18,7 @@ use tokio::sync::{oneshot, watch};
 use super::collectives::CollectiveLog;
 use super::head::{Head, FLUSH, HOLD_ROWS, KEEP_ROWS};
 use super::markers::MarkerLog;
+use super::memory::{footprint, SeriesMemory};
 use super::prefetch::prefetch;
 use super::rate::plausibility_cap;
 use super::ring::Ring;
@@ -206,6 +207,8 @@ pub struct NodeState {
     links: Vec<LinkState>,
     link_ids: HashMap<u32, usize>,
     series: Vec<Series>,
+    /// What `series` hold, kept as they change ([`NodeState::memory`] reads it).
+    kept: SeriesMemory,
     by_key: HashMap<Arc<SeriesKey>, usize>,
     series_ids: IdMap,
     /// Series ids described on the current instance (refused ones included).
@@ -257,6 +260,7 @@ impl NodeState {
             links: Vec::new(),
             link_ids: HashMap::new(),
             series: Vec::new(),
+            kept: SeriesMemory::default(),
             by_key: HashMap::new(),
             series_ids: IdMap::default(),
             described: 0,
@@ -657,6 +661,7 @@ impl NodeState {
             .into_iter()
             .map(Some)
             .collect();
+        self.kept = SeriesMemory::default();
         let old_keys = std::mem::take(&mut self.by_key);
         self.series_ids.clear();
         self.described = 0;
@@ -698,6 +703,7 @@ impl NodeState {
         };
         let slot = self.series.len();
         series.slot = slot;
+        self.kept.add(&series);
         self.by_key.insert(series.key.clone(), slot);
         self.series.push(series);
         self.series_ids.insert(d.id, slot as u32);
@@ -795,8 +801,10 @@ impl NodeState {
         for (slot, s) in self.series.iter_mut().enumerate() {
             s.link = s.key.link.as_ref().and_then(|k| by_key.get(k).copied());
             s.cap_per_s = plausibility_cap(None);
+            let before = footprint(&s.ring);
             s.ring.set_cap(caps[slot]);
             s.ring.drop_chunks_before(horizon);
+            self.kept.track(before, footprint(&s.ring));
             if let Some(li) = s.link {
                 let is_counter = matches!(s.kind, SeriesKind::Counter { .. });
                 if s.key.metric.ends_with("_bytes") && is_counter {
@@ -960,12 +968,14 @@ impl NodeState {
     fn flush_head(&mut self, rows: usize) {
         let horizon = self.ticks.first() as i64;
         let series = &mut self.series;
+        let kept = &mut self.kept;
         let phase = self.phase;
         let mut ran = 0;
         self.head.flush(rows, |slot, run| {
             prefetch_flush(series, slot);
             if let Some(s) = series.get_mut(slot) {
                 ran += 1;
+                let before = footprint(&s.ring);
                 let mut run = &run[run.partition_point(|x| x.0 < horizon)..];
                 // The series' line from its first two samples (a first flush holds two of a 1 Hz series). One
                 // with a single sample starts unstaggered: a guessed line would cost its first chunk bits.
@@ -977,6 +987,7 @@ impl NodeState {
                     }
                 }
                 s.ring.extend_run(run, horizon);
+                kept.track(before, footprint(&s.ring));
             }
         });
         // A run dropped its ring's old chunks already; when every series had one (a node whose agent sends all
@@ -985,7 +996,9 @@ impl NodeState {
             self.evicted_before = self.ticks.first();
             if ran < self.series.len() {
                 for s in &mut self.series {
+                    let before = footprint(&s.ring);
                     s.ring.drop_chunks_before(horizon);
+                    self.kept.track(before, footprint(&s.ring));
                 }
             }
         }
@@ -1055,35 +1068,32 @@ impl NodeState {
         }
     }
 
+    /// The node's memory figures: its series' as kept ([`SeriesMemory`]: no walk over the rings), the rest
+    /// read now.
     pub(super) fn memory(&self) -> StoreMemory {
-        let mut m = StoreMemory {
-            nodes: 1,
-            ..Default::default()
-        };
-        for s in &self.series {
-            m.series += 1;
-            let ring_bytes = s.ring.heap_bytes();
-            m.samples += s.ring.len();
-            m.sample_bytes += ring_bytes;
-            m.bytes += ring_bytes
-                + std::mem::size_of::<Series>()
-                + std::mem::size_of::<Ring>()
-                + std::mem::size_of::<SeriesKey>()
-                + s.key.metric.capacity()
-                + s.key.labels.iter().map(|(k, v)| k.capacity() + v.capacity() + 48).sum::<usize>()
-                // by_key entry
-                + 32;
-        }
+        let kept = &self.kept;
+        debug_assert_eq!(kept.series, self.series.len());
         // The tick timestamps are the samples' timestamps, held once for the node; the head holds the newest.
-        m.samples += self.head.samples();
-        m.sample_bytes += self.ticks.heap_bytes() + self.head.heap_bytes();
-        m.bytes += self.ticks.heap_bytes()
-            + self.head.heap_bytes()
-            + self.series_ids.heap_bytes()
-            + self.links.len() * std::mem::size_of::<LinkState>()
-            + self.markers.heap_bytes()
-            + self.collectives.heap_bytes();
-        m
+        let shared = self.ticks.heap_bytes() + self.head.heap_bytes();
+        StoreMemory {
+            nodes: 1,
+            series: kept.series,
+            samples: kept.samples + self.head.samples(),
+            sample_bytes: kept.ring_bytes + shared,
+            bytes: kept.ring_bytes
+                + kept.fixed_bytes
+                + shared
+                + self.series_ids.heap_bytes()
+                + self.links.len() * std::mem::size_of::<LinkState>()
+                + self.markers.heap_bytes()
+                + self.collectives.heap_bytes(),
+        }
+    }
+
+    /// What the series hold, from a walk over every ring: what [`NodeState::memory`] keeps without one.
+    #[cfg(test)]
+    fn walked_memory(&self) -> SeriesMemory {
+        SeriesMemory::walk(&self.series)
     }
 }
 
@@ -1315,5 +1325,118 @@ mod tests {
         }
         // The same name, the same row count (a restart of the collector staggers the same way).
         assert_eq!(first_flush(name_hash("node-7")), at[7]);
+    }
+
+    #[test]
+    fn the_kept_memory_equals_a_walk_after_pushes_seals_evictions_and_inventories() {
+        use rand::rngs::StdRng;
+        use rand::{Rng as _, SeedableRng};
+        let desc = |id: u32| SeriesDesc {
+            id,
+            metric: format!("m{}", id % 7),
+            kind: Some(if id.is_multiple_of(3) {
+                SeriesKind::Gauge
+            } else {
+                SeriesKind::Counter {
+                    max_value: u64::MAX,
+                }
+            }),
+            link_id: 0,
+            labels: vec![("i".into(), format!("{id}{}", "x".repeat(id as usize % 5)))],
+            tier: Some(if id.is_multiple_of(4) {
+                Tier::Slow
+            } else {
+                Tier::Fast
+            }),
+        };
+        let hello = |instance: u64, ids: std::ops::RangeInclusive<u32>| Hello {
+            node: "node-m".into(),
+            agent_version: "t".into(),
+            boot_id: "b".into(),
+            instance_id: instance,
+            inventory: Inventory {
+                links: vec![],
+                series: ids.map(desc).collect(),
+                refused: vec![],
+            },
+            fast_period_ms: 50,
+            slow_period_ms: 1000,
+            blind: vec![],
+        };
+        let mut rng = StdRng::seed_from_u64(35);
+        // 20 s of retention: the rings seal chunks every 12.8 s of 20 Hz ticks and drop them after.
+        let mut n = NodeState::new("node-m", 20_000_000_000, 1_000_000_000);
+        n.register_hello(&hello(1, 1..=30), &Limits::default())
+            .expect("hello");
+        let (mut ids, mut seq, mut tick) = (30u32, 0u64, 0i64);
+        let mut values = vec![0u64; 64];
+        let (mut sealed, mut evicted) = (false, false);
+        for round in 0..1_600 {
+            match round {
+                // New series described; later a new instance that keeps some (their rings go on) and drops
+                // others.
+                500 => {
+                    let inv = Inventory {
+                        links: vec![],
+                        series: (31..=40).map(desc).collect(),
+                        refused: vec![],
+                    };
+                    n.apply_inventory(&inv, &Limits::default())
+                        .expect("inventory");
+                    ids = 40;
+                }
+                1_000 => {
+                    n.register_hello(&hello(2, 11..=50), &Limits::default())
+                        .expect("hello");
+                    (ids, seq) = (50, 0);
+                }
+                _ => {}
+            }
+            let lo = if round >= 1_000 { 11 } else { 1 };
+            seq += 1;
+            let mut b = Batch {
+                seq,
+                timestamps_unix_ns: vec![],
+                tick_lengths: vec![],
+                series_ids: vec![],
+                values: vec![],
+                dropped_batches_total: 0,
+                markers: vec![],
+                invalid_markers: 0,
+                collectives: vec![],
+                invalid_collectives: vec![],
+            };
+            for _ in 0..5 {
+                tick += 1;
+                b.timestamps_unix_ns.push(tick * 50_000_000);
+                let mut len = 0;
+                for id in lo..=ids {
+                    // Now and then a series is left out of a tick, or sits out a while.
+                    if rng.random_range(0u32..10) == 0 || (id % 9 == 0 && round % 300 < 100) {
+                        continue;
+                    }
+                    let v = &mut values[id as usize];
+                    let bits = rng.random_range(0u32..40);
+                    *v += rng.random_range(0u64..1 << bits);
+                    b.series_ids.push(id);
+                    b.values.push(*v);
+                    len += 1;
+                }
+                b.tick_lengths.push(len);
+            }
+            n.apply_batch(&b, tick * 50_000_000, &mut Vec::new())
+                .expect("applied");
+            sealed |= n.series.iter().any(|s| s.ring.heap_parts()[3] > 0);
+            evicted |= sealed && n.series.iter().any(|s| s.ring.len() < s.ring.cap() / 2);
+            if round % 7 == 0 || round > 1_590 {
+                assert_eq!(n.kept, n.walked_memory(), "round {round}");
+                let m = n.memory();
+                assert_eq!(m.series, n.series.len());
+                let rings: usize = n.series.iter().map(|s| s.ring.len()).sum();
+                assert_eq!(m.samples, rings + n.head.samples(), "round {round}");
+            }
+        }
+        assert!(sealed && evicted, "sealed {sealed}, evicted {evicted}");
+        assert_eq!(n.series.len(), 40);
     }
 }
