@@ -25,6 +25,11 @@ pub const WAIT_SHARE_ABOVE: f64 = 0.10;
 pub const CNP_PER_BUSY_SECOND_ABOVE: f64 = 5_000.0;
 /// RoCE out-of-sequence packets per second above which it is reported.
 pub const OOS_PER_SECOND_ABOVE: f64 = 100.0;
+/// The RoCE CNP counters read, each with its evidence detail's name.
+const CNP_COUNTERS: [(&str, &str); 2] = [
+    ("hw_rp_cnp_handled", "hw_rp_cnp_handled_per_busy_second"),
+    ("hw_np_cnp_sent", "hw_np_cnp_sent_per_busy_second"),
+];
 
 pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
     let mut out = Vec::new();
@@ -39,7 +44,9 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
                 continue;
             }
             let mut reasons: Vec<String> = Vec::new();
-            let mut e = Evidence::new(0.0, "ratio").seconds(r4(a.window_s));
+            // The figures first, the evidence only for a port that is congested (most ports at most
+            // evaluations are not: no map filled and dropped for them).
+            let mut details: [Option<(&'static str, f64)>; 4] = [None; 4];
             let mut measured = None;
             if let Some(w) = l
                 .counter("xmit_wait_ticks")
@@ -55,13 +62,13 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
                     ));
                     measured = Some((share.min(1.0), WAIT_SHARE_ABOVE, "ratio"));
                 }
-                e = e.detail("xmit_wait_share", r4(share.min(1.0)));
+                details[0] = Some(("xmit_wait_share", r4(share.min(1.0))));
             }
             if l.link.key.class == LinkClass::Roce {
-                for m in ["hw_rp_cnp_handled", "hw_np_cnp_sent"] {
+                for (k, (m, key)) in CNP_COUNTERS.into_iter().enumerate() {
                     if let Some(c) = l.counter(m).filter(|c| c.window_s > 0.0) {
                         let per_busy = c.increase as f64 / a.busy_s;
-                        e = e.detail(format!("{m}_per_busy_second"), r4(per_busy));
+                        details[1 + k] = Some((key, r4(per_busy)));
                         if per_busy > CNP_PER_BUSY_SECOND_ABOVE {
                             reasons.push(format!("{m} {per_busy:.0} per second of communication"));
                             measured.get_or_insert((
@@ -73,7 +80,7 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
                     }
                 }
                 if let Some(rate) = l.counter("hw_out_of_sequence").and_then(|c| c.rate()) {
-                    e = e.detail("out_of_sequence_per_second", r4(rate));
+                    details[3] = Some(("out_of_sequence_per_second", r4(rate)));
                     if rate > OOS_PER_SECOND_ABOVE {
                         reasons.push(format!("out-of-sequence packets {rate:.0}/s"));
                         measured.get_or_insert((rate, OOS_PER_SECOND_ABOVE, "packets_per_second"));
@@ -83,9 +90,12 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
             let Some((m, x, unit)) = measured else {
                 continue;
             };
-            e.measured = r4(m);
-            e.expected = Some(x);
-            e.unit = unit.into();
+            let mut e = Evidence::new(r4(m), unit)
+                .expected(x)
+                .seconds(r4(a.window_s));
+            for (k, v) in details.into_iter().flatten() {
+                e = e.detail(k, v);
+            }
             e = e.detail("busy_s", r4(a.busy_s));
             let mut c = Candidate::new(
                 FindingKind::Congestion,
