@@ -368,7 +368,12 @@ fn keyed_with(
         (EXPOSED_COMM, _) => exposed_comm::evaluate_with(input, &rates),
         _ => rule(input),
     };
-    let found: Vec<Candidate> = RULES.iter().flat_map(run).collect();
+    // Each rule's list moved in once, into room for all (not grown candidate by candidate).
+    let lists: Vec<Vec<Candidate>> = RULES.iter().map(run).collect();
+    let mut found: Vec<Candidate> = Vec::with_capacity(lists.iter().map(Vec::len).sum());
+    for mut list in lists {
+        found.append(&mut list);
+    }
     // Each candidate's id formatted once (a comparison that formatted both ids was most of the sort), sorted
     // with the candidate's place: a candidate is moved once, not at each step of the sort.
     let mut order: Vec<(String, usize)> = found.iter().map(Candidate::id).zip(0..).collect();
@@ -381,15 +386,34 @@ fn keyed_with(
             .then(a.1.cmp(&b.1))
     });
     order.dedup_by(|a, b| a.0 == b.0);
-    let (mut ids, mut out): (Vec<String>, Vec<Candidate>) = in_order(found, order).unzip();
+    // Room for the roll-ups too (a few per job).
+    let (mut ids, mut out) = (
+        Vec::with_capacity(order.len()),
+        Vec::with_capacity(order.len() + 8),
+    );
+    for (id, c) in in_order(found, order) {
+        ids.push(id);
+        out.push(c);
+    }
     rollup::roll_up_keyed(input, &mut out, &ids);
     // The roll-ups are appended; neither step changes a subject, so the ids formatted above still hold.
-    let rolled: Vec<String> = out[ids.len()..].iter().map(Candidate::id).collect();
+    let ruled = ids.len();
+    let rolled: Vec<String> = out[ruled..].iter().map(Candidate::id).collect();
     ids.extend(rolled);
     causes::link_causes_keyed(input, &mut out, &ids);
-    // By id again (stable: a roll-up whose id a rule's candidate has comes after it).
-    let mut order: Vec<(String, usize)> = ids.into_iter().zip(0..).collect();
-    order.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(a.1.cmp(&b.1)));
+    // By id again (stable: a roll-up whose id a rule's candidate has comes after it): the rules' candidates
+    // are in id order already, the roll-ups are sorted and merged in.
+    let mut rolled: Vec<(String, usize)> = ids.drain(ruled..).zip(ruled..).collect();
+    rolled.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(a.1.cmp(&b.1)));
+    let mut rolled = rolled.into_iter().peekable();
+    let mut order: Vec<(String, usize)> = Vec::with_capacity(out.len());
+    for (k, id) in ids.into_iter().enumerate() {
+        while let Some(r) = rolled.next_if(|(r, _)| *r < id) {
+            order.push(r);
+        }
+        order.push((id, k));
+    }
+    order.extend(rolled);
     in_order(out, order).collect()
 }
 
