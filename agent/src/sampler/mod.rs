@@ -29,7 +29,10 @@ pub use periods::Periods;
 pub use thread::{spawn, LoopSettings, SamplerHandle, STAMP_SHARE};
 pub use wire::jobs_to_pb;
 
-use crate::source::{RoundReads, SeriesSpec, Source, TierRead, Tiers, Value};
+use crate::source::watchdog::ClockGroup;
+use crate::source::{
+    Cadence, ClockedRound, RoundReads, RoundTimes, SeriesSpec, Source, TierRead, Tiers, Value,
+};
 use crate::telemetry::AgentMetrics;
 use wire::{bare_link_to_pb, gone_link_to_pb, link_to_pb, series_to_pb};
 
@@ -58,6 +61,8 @@ struct Slot {
     errors: prometheus::IntCounter,
     /// The links the source listed at its last discovery: one missing from the next is sent as gone.
     listed: Vec<LinkKey>,
+    /// The source reads on a clock of its own ([`Sampler::clock_sources`]): rounds leave it out.
+    clocked: bool,
 }
 
 /// Runs the sources and keeps the agent-local ids. See the module documentation.
@@ -76,6 +81,8 @@ pub struct Sampler {
     jobs_pending: bool,
     /// A round's values, `(read ns, series id, wire bits)`: kept between rounds (no allocation a round).
     round_values: Vec<(i64, u32, u64)>,
+    /// The rounds taken from one clocked source: kept between calls.
+    clocked_rounds: Vec<ClockedRound>,
 }
 
 /// How many recent errors the sampler keeps for `--once` and logs.
@@ -102,6 +109,7 @@ impl Sampler {
                         discovered: false,
                         tier_series: [0, 0],
                         listed: Vec::new(),
+                        clocked: false,
                     }
                 })
                 .collect(),
@@ -115,6 +123,7 @@ impl Sampler {
             jobs: Vec::new(),
             jobs_pending: false,
             round_values: Vec::new(),
+            clocked_rounds: Vec::new(),
         }
     }
 
@@ -386,16 +395,71 @@ impl Sampler {
         self.round(Tiers::of(tier), out, Stamps::Clock(clock));
     }
 
-    /// One round (see [`Sampler::sample_round`]).
-    fn round(&mut self, tiers: Tiers, out: &mut BatchBuilder, mut stamps: Stamps<'_>) {
+    /// Puts every source that can on a clock ([`Source::clock`]: a thread reads each tier when due, on the
+    /// grid of `cadence`'s periods from `start`: one thread for the quick sources, their own for the
+    /// others); their rounds are then taken with
+    /// [`Sampler::take_clocked`], and rounds ([`Sampler::sample_round`]) read only the others. Returns
+    /// whether any source is left for the rounds to read.
+    pub fn clock_sources(&mut self, cadence: Arc<dyn Cadence>, start: std::time::Instant) -> bool {
+        let mut group = ClockGroup::new(start);
         for slot in &mut self.slots {
+            slot.clocked = slot.source.clock(cadence.clone(), start, &mut group);
+        }
+        group.start(cadence, start);
+        self.slots.iter().any(|s| !s.clocked)
+    }
+
+    /// Whether any source reads on a clock of its own.
+    pub fn any_clocked(&self) -> bool {
+        self.slots.iter().any(|s| s.clocked)
+    }
+
+    /// Takes what the clocked sources read since the last call ([`Source::take_rounds`]: a round under way
+    /// that began by `upto` is waited for) into `out`, in the order of the read times, as a round's values
+    /// go; counts their reads as a round's, and adds each round's times to `ticks`.
+    pub fn take_clocked(
+        &mut self,
+        upto: std::time::Instant,
+        out: &mut BatchBuilder,
+        ticks: &mut Vec<RoundTimes>,
+    ) {
+        let mut values = std::mem::take(&mut self.round_values);
+        let mut rounds = std::mem::take(&mut self.clocked_rounds);
+        for slot in self.slots.iter_mut().filter(|s| s.clocked) {
+            let ids = &slot.ids;
+            slot.source.take_rounds(
+                upto,
+                &mut |idx, v: Value, read_ns| {
+                    if let Some(id) = ids.get(idx) {
+                        values.push((read_ns, *id, v.to_bits()));
+                    }
+                },
+                &mut rounds,
+            );
+            for round in rounds.drain(..) {
+                slot.account(&round.reads, &mut self.recent_errors);
+                ticks.extend(round.times);
+            }
+        }
+        self.clocked_rounds = rounds;
+        values.sort_by_key(|&(ns, ..)| ns);
+        for (ns, id, bits) in values.drain(..) {
+            out.push_read(id, bits, ns);
+        }
+        out.end_tick();
+        self.round_values = values;
+    }
+
+    /// One round (see [`Sampler::sample_round`]); sources on a clock of their own are left out.
+    fn round(&mut self, tiers: Tiers, out: &mut BatchBuilder, mut stamps: Stamps<'_>) {
+        for slot in self.slots.iter_mut().filter(|s| !s.clocked) {
             let due = slot.due(tiers);
             if !due.is_empty() {
                 slot.source.start_round(due);
             }
         }
         let mut values = std::mem::take(&mut self.round_values);
-        for slot in &mut self.slots {
+        for slot in self.slots.iter_mut().filter(|s| !s.clocked) {
             let due = slot.due(tiers);
             if due.is_empty() {
                 continue;

@@ -42,6 +42,15 @@ impl Periods {
     }
 }
 
+impl crate::source::Cadence for Periods {
+    fn period(&self, tier: commwatch_model::Tier) -> Duration {
+        match tier {
+            commwatch_model::Tier::Fast => self.fast(),
+            commwatch_model::Tier::Slow => self.slow(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,6 +3,11 @@
 //! ended at each slow tick between two ([`crate::source::Source::refresh_jobs`]), and the hand-over to the
 //! shipper.
 //!
+//! The sources that can keep their own clock do ([`Sampler::clock_sources`]): their threads read each tier
+//! when due, and this thread takes their rounds when it cuts a batch, half a fast period after the ticks'
+//! grid (so a round is seldom under way then), instead of waking at every fast tick to ask each source and
+//! wait for its answer. It still reads any other source at each tick.
+//!
 //! Inventory and job updates must reach the shipper before any batch that uses them: they are handed over
 //! first, put back when the queue is full, and a batch waits (is dropped and counted) while an update is
 //! still pending. The caller ran the first discovery; anything it found goes first.
@@ -16,7 +21,7 @@ use commwatch_proto::v1 as pb;
 use tokio::sync::mpsc;
 
 use super::{BatchBuilder, Periods, Sampler, SamplerEvent};
-use crate::source::Tiers;
+use crate::source::{RoundTimes, Tiers};
 use crate::steps::MarkerQueue;
 use crate::telemetry::AgentMetrics;
 
@@ -75,6 +80,8 @@ pub fn spawn(
         metrics,
         stop: stop.clone(),
         builder: BatchBuilder::default(),
+        reads_itself: true,
+        ticks: Vec::new(),
     };
     let thread = std::thread::Builder::new()
         .name("commwatch-sampler".into())
@@ -96,6 +103,10 @@ struct SamplingLoop {
     builder: BatchBuilder,
     /// Wall time of a whole tick, per tier (indexed by [`Tier::index`]).
     tick_seconds: [prometheus::Histogram; 2],
+    /// Some source does not keep its own clock: this thread reads it at each tick.
+    reads_itself: bool,
+    /// The times of the clocked sources' rounds taken by the last [`SamplingLoop::take_clocked`].
+    ticks: Vec<RoundTimes>,
 }
 
 /// When each kind of work is due next.
@@ -112,15 +123,31 @@ impl SamplingLoop {
         self.flush_updates();
         self.publish_jobs();
         let start = Instant::now();
+        self.reads_itself = self.sampler.clock_sources(self.periods.clone(), start);
+        // Batches (and the job refresh, when no source is left to read here) half a fast period off the
+        // ticks' grid: the clocked sources' rounds are over by then.
+        let phase = if self.sampler.any_clocked() {
+            self.periods.fast() / 2
+        } else {
+            Duration::ZERO
+        };
         let mut due = Deadlines {
             fast: start,
-            slow: start,
-            batch: start + self.settings.batch_period,
+            slow: if self.reads_itself {
+                start
+            } else {
+                start + phase
+            },
+            batch: start + self.settings.batch_period + phase,
             discover: start + self.settings.discover_period,
         };
         loop {
             let now = Instant::now();
-            let wake = due.fast.min(due.slow).min(due.batch);
+            let wake = if self.reads_itself {
+                due.fast.min(due.slow).min(due.batch)
+            } else {
+                due.slow.min(due.batch)
+            };
             if wake > now {
                 // Asleep until the next deadline (the thread wakes only when work is due, whatever the rates;
                 // `SamplerHandle::stop` unparks it). A spurious wake-up only goes round the loop again.
@@ -133,7 +160,11 @@ impl SamplingLoop {
             if self.stop.load(Ordering::Relaxed) {
                 break;
             }
-            let slow_read = self.tick(now, &mut due);
+            let slow_read = if self.reads_itself {
+                self.tick(now, &mut due)
+            } else {
+                slow_due(now, &mut due.slow, self.periods.slow())
+            };
             if now >= due.discover {
                 due.discover = now + self.settings.discover_period;
                 self.rediscover();
@@ -148,6 +179,40 @@ impl SamplingLoop {
             }
         }
         self.cut_batch();
+    }
+
+    /// Takes the clocked sources' rounds read by `upto` into the batch, and counts their ticks: one per tier
+    /// and deadline, from the first of its reads' start to the last one's end, an overrun when any of them
+    /// ended past the tier's next deadline.
+    fn take_clocked(&mut self, upto: Instant) {
+        if !self.sampler.any_clocked() {
+            return;
+        }
+        self.builder
+            .set_resolution(self.periods.fast() / STAMP_SHARE);
+        self.ticks.clear();
+        self.sampler
+            .take_clocked(upto, &mut self.builder, &mut self.ticks);
+        for tier in Tier::ALL {
+            let i = tier.index();
+            self.ticks.sort_by_key(|t| t.due[i]);
+            for tick in self.ticks.chunk_by(|a, b| a.due[i] == b.due[i]) {
+                if tick[0].due[i].is_none() {
+                    continue;
+                }
+                let started = tick.iter().map(|t| t.started).min();
+                let ended = tick.iter().map(|t| t.ended).max();
+                if let (Some(started), Some(ended)) = (started, ended) {
+                    self.tick_seconds[i].observe((ended - started).as_secs_f64());
+                }
+                if tick.iter().any(|t| t.overran.contains(tier)) {
+                    self.metrics
+                        .tick_overruns
+                        .with_label_values(&[tier.as_str()])
+                        .inc();
+                }
+            }
+        }
     }
 
     /// Reads the tiers that are due at `now`, both in one round when both are due (one request to each
@@ -188,6 +253,7 @@ impl SamplingLoop {
     /// any pending update first, so the batch must leave before `discover` queues one); a changed inventory
     /// then follows at once.
     fn rediscover(&mut self) {
+        self.take_clocked(Instant::now());
         if let Some(b) = self.builder.take() {
             self.send_batch(b);
         }
@@ -215,6 +281,7 @@ impl SamplingLoop {
 
     /// Cuts the batch gathered so far, with the step markers queued since, and hands it over.
     fn cut_batch(&mut self) {
+        self.take_clocked(Instant::now());
         let b = with_markers(self.builder.take(), self.settings.markers.as_deref());
         let feed = self.settings.inspector.as_deref();
         let most = crate::inspector::feed::MAX_RECORDS_PER_BATCH;
@@ -267,6 +334,16 @@ fn with_markers(
         }),
         None => None,
     }
+}
+
+/// Whether the slow tier's deadline `due` has come by `now` (it moves on along its grid then), where no source
+/// is left to read at it: the job refresh keeps its cadence.
+fn slow_due(now: Instant, due: &mut Instant, period: Duration) -> bool {
+    if now < *due {
+        return false;
+    }
+    *due = next_on_grid(*due, period, now);
+    true
 }
 
 /// The first deadline after `now` on the grid of `period` through `due` (`due` itself is past).

@@ -161,6 +161,32 @@ pub struct TierRead {
 /// What a round read, per tier (indexed by [`Tier::index`]; `None` for a tier it was not asked for).
 pub type RoundReads = [Option<TierRead>; 2];
 
+/// The periods a source that keeps its own clock ([`Source::clock`]) reads its tiers at; read again at each of
+/// its deadlines, as they change at run time (the collector's `Config`).
+pub trait Cadence: Send + Sync {
+    /// The period of `tier`.
+    fn period(&self, tier: Tier) -> Duration;
+}
+
+/// When a round read on the source's own clock ran: the deadline of each tier it read (on the grid of that
+/// tier's period from the clock's start), when its reads began and ended, and the tiers whose next deadline
+/// had passed by its end (ticks skipped: the next is a whole period after the end).
+#[derive(Debug, Clone, Copy)]
+pub struct RoundTimes {
+    pub due: [Option<std::time::Instant>; 2],
+    pub started: std::time::Instant,
+    pub ended: std::time::Instant,
+    pub overran: Tiers,
+}
+
+/// A round taken from a source that keeps its own clock ([`Source::take_rounds`]): each tier's report, and
+/// when it ran; `times` is `None` for the failures a stalled source reports for the ticks it missed.
+#[derive(Debug)]
+pub struct ClockedRound {
+    pub reads: RoundReads,
+    pub times: Option<RoundTimes>,
+}
+
 /// Where a round's values go: `(series index, value, read_unix_ns)`, the last the wall-clock time the value
 /// was read, in nanoseconds since the Unix epoch.
 pub type RoundSink<'a> = dyn FnMut(usize, Value, i64) + 'a;
@@ -315,6 +341,30 @@ pub trait Source: Send {
     /// takes any answer; [`Source::finish_round`] ends it, and must be called before any other call. The
     /// default does nothing: `finish_round` reads.
     fn start_round(&mut self, _tiers: Tiers) {}
+    /// Reads from now on on a clock where it can (a source behind a [`watchdog::Watched`]: a thread sleeps to
+    /// each tier's next deadline, on the grid of the tier's period from `start`, and reads then: `group`'s,
+    /// shared by the quick sources, or its own), instead of when the sampler asks; the rounds are taken with
+    /// [`Source::take_rounds`]. Returns false where it cannot (the default): the sampler then asks for its
+    /// rounds as before.
+    fn clock(
+        &mut self,
+        _cadence: std::sync::Arc<dyn Cadence>,
+        _start: std::time::Instant,
+        _group: &mut watchdog::ClockGroup,
+    ) -> bool {
+        false
+    }
+    /// Takes what the source read on its own clock since the last call: each value to `sink` (series index,
+    /// value, the wall-clock time of its read), each round's reports and times to `rounds`. A round under way
+    /// that began by `upto` is waited for (at most the source's deadline from its start), so that every value
+    /// read before `upto` is taken by this call. Does nothing for a source that does not keep its own clock.
+    fn take_rounds(
+        &mut self,
+        _upto: std::time::Instant,
+        _sink: &mut RoundSink<'_>,
+        _rounds: &mut Vec<ClockedRound>,
+    ) {
+    }
     /// Ends the round [`Source::start_round`] began (reads `tiers` now where none was begun): calls
     /// `sink(series index, value, read_unix_ns)` for each value read, with the wall-clock time of its read,
     /// so a value taken in late behind another source's read keeps its own time. Returns each tier's

@@ -17,11 +17,21 @@
 //!   hands its round over in one message when it ends (one wake-up of the sampler a round, at most); any other
 //!   (a driver's calls, which may hang between two values) hands each value over as it is read, so the values
 //!   read before a call that hangs still arrive in time.
+//! - The sampling thread runs its sources on clocks instead ([`Source::clock`], [`clock`]): one thread for
+//!   the quick sources ([`ClockGroup`]), each other source's own for it, sleeps to the tiers' deadlines,
+//!   reads, and hands each source's round over without waking anyone; the sampler takes the rounds when it
+//!   cuts a batch ([`Source::take_rounds`]). The same deadline holds: a round under way past it makes the
+//!   source stalled, and what it read late is dropped; a quick source held up behind a stuck one leaves the
+//!   group for a clock on its own thread.
 //! - Dropping a [`Watched`] never waits: a thread still stuck in its source is left behind, detached, and ends
 //!   with the process.
 //!
 //! Cost: a hand-off per call (per value read besides, for a source that is not quick), each well under a
-//! microsecond while the caller is waiting, a few microseconds when it has to be woken.
+//! microsecond while the caller is waiting, a few microseconds when it has to be woken. On a clock, a tick
+//! costs one wake-up of the clock's thread (the quick sources' together) and a message per source that nobody
+//! waits for: a wake-up by a timer costs that thread several times a file's read on the machines measured.
+
+mod clock;
 
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::sync::Arc;
@@ -32,9 +42,12 @@ use commwatch_model::{Job, Link};
 use commwatch_model::clock::unix_now_ns;
 
 use super::{
-    Inventory, ReadReport, RoundReads, RoundSink, Source, SourceError, Tier, TierRead, Tiers, Value,
+    Cadence, ClockedRound, Inventory, ReadReport, RoundReads, RoundSink, Source, SourceError, Tier,
+    TierRead, Tiers, Value,
 };
 use crate::telemetry::AgentMetrics;
+pub use clock::ClockGroup;
+use clock::{lock, Clock, Clocked, Clocking, Next, Setup, Shared};
 
 /// How long a `sample` may take before its source is reported stalled. Far above any healthy read (sysfs
 /// reads take microseconds, a tick of NVML calls milliseconds), well below the time an operator notices.
@@ -56,6 +69,8 @@ enum Request {
     Sample(Tiers, Vec<Stamped>),
     /// A cheap look for jobs started or ended ([`Source::refresh_jobs`]).
     RefreshJobs,
+    /// Read on a clock of its own from now on ([`Source::clock`]; boxed as `Discovered` is).
+    Clock(Box<Setup>),
 }
 
 /// What the source's thread answers.
@@ -112,6 +127,12 @@ pub struct Watched {
     /// The source's thread ended (its source panicked).
     dead: bool,
     stalled: Option<prometheus::IntGauge>,
+    /// The source reads on a clock ([`Source::clock`]).
+    clocked: Option<Clocking>,
+    /// The source, shared with its thread (a [`ClockGroup`] reads it too).
+    source: Shared,
+    /// Whether its values are quick reads ([`Source::quick_reads`]).
+    quick: bool,
 }
 
 /// `source` behind the default deadlines; the source itself, unwatched, when no thread can be started (said
@@ -127,22 +148,24 @@ pub fn watch_with(
     discover_deadline: Duration,
 ) -> Box<dyn Source> {
     let name = source.name();
+    let quick = source.quick_reads();
     let (requests, inbox) = mpsc::channel();
     let (outbox, replies) = mpsc::channel();
-    // The source moves to its thread only once that thread runs: if it cannot start, it comes back here.
-    let (give, take) = mpsc::channel::<Box<dyn Source>>();
+    // The source goes to its thread only once that thread runs: if it cannot start, it stays here.
+    let (give, take) = mpsc::channel::<Shared>();
     let spawned = std::thread::Builder::new()
         .name(format!("cw-src-{name}"))
         .spawn(move || {
-            if let Ok(source) = take.recv() {
-                serve(source, inbox, outbox);
+            if let Ok(shared) = take.recv() {
+                serve(shared, inbox, outbox);
             }
         });
     if let Err(e) = spawned {
         tracing::warn!(source = name, error = %e, "cannot start the source's thread: it runs without a deadline");
         return source;
     }
-    let _ = give.send(source);
+    let shared: Shared = Arc::new(std::sync::Mutex::new(source));
+    let _ = give.send(shared.clone());
     Box::new(Watched {
         name,
         requests,
@@ -160,15 +183,45 @@ pub fn watch_with(
         spare: Vec::new(),
         dead: false,
         stalled: None,
+        clocked: None,
+        source: shared,
+        quick,
     })
 }
 
-/// The source's thread: answers requests in order until the [`Watched`] is dropped.
-fn serve(mut source: Box<dyn Source>, requests: Receiver<Request>, replies: Sender<Reply>) {
-    while let Ok(request) = requests.recv() {
+/// The source's thread: answers requests in order until the [`Watched`] is dropped; once given a clock,
+/// reads its rounds when they are due between them.
+fn serve(shared: Shared, requests: Receiver<Request>, replies: Sender<Reply>) {
+    let mut clock: Option<Clock> = None;
+    loop {
+        let request = match &mut clock {
+            None => match requests.recv() {
+                Ok(request) => request,
+                Err(_) => return,
+            },
+            Some(c) => match c.next(&shared, &requests) {
+                Next::Request(request) => request,
+                Next::Round => {
+                    let Some(mut source) = lock(&shared) else {
+                        return;
+                    };
+                    c.read(source.as_mut());
+                    continue;
+                }
+                Next::Gone => return,
+            },
+        };
+        // A call into the source that panicked (on a group's thread) ends this one too.
+        let Some(mut source) = lock(&shared) else {
+            return;
+        };
         let reply = match request {
             Request::Bind(metrics) => {
                 source.bind_metrics(&metrics);
+                continue;
+            }
+            Request::Clock(setup) => {
+                clock = Some(Clock::new(*setup));
                 continue;
             }
             Request::Discover(links) => {
@@ -196,6 +249,7 @@ fn serve(mut source: Box<dyn Source>, requests: Receiver<Request>, replies: Send
             })),
             Request::Sample(tiers, values) => read_round(source.as_mut(), tiers, values, &replies),
         };
+        drop(source);
         if replies.send(reply).is_err() {
             return;
         }
@@ -378,6 +432,82 @@ impl Watched {
             g.set(i64::from(stalled));
         }
     }
+
+    /// Takes one message of a clocked source: a value to `sink`; a round's end to `rounds`, unless the
+    /// source was stalled in it (it answers again; what it read late is gone, its reports with it).
+    fn take_clocked(
+        &mut self,
+        c: &mut Clocking,
+        message: Clocked,
+        sink: &mut RoundSink<'_>,
+        rounds: &mut Vec<ClockedRound>,
+    ) {
+        let (reads, times, mut values) = match message {
+            Clocked::Value((i, v, at)) => return sink(i, v, at),
+            Clocked::Round(round) => *round,
+        };
+        c.last_started = Some(times.started);
+        for (i, v, at) in values.drain(..) {
+            sink(i, v, at);
+        }
+        let _ = c.spares.send(values);
+        if let Some(p) = self.pending.as_ref().filter(|p| p.call == "sample") {
+            tracing::info!(
+                source = self.name,
+                call = p.call,
+                stuck_s = p.since.elapsed().as_secs_f64(),
+                "source answers again; its series resume"
+            );
+            self.pending = None;
+            self.set_stalled(false);
+            return;
+        }
+        rounds.push(ClockedRound {
+            reads,
+            times: Some(times),
+        });
+    }
+
+    /// A clocked source's round under way since `since` has passed its deadline: the source is stalled.
+    fn clocked_stall(&mut self, c: &mut Clocking, since: Instant) {
+        tracing::warn!(
+            source = self.name,
+            call = "sample",
+            deadline_s = self.sample_deadline.as_secs_f64(),
+            "source stalled: its call has not returned; its series stop until it answers"
+        );
+        self.pending = Some(Pending {
+            call: "sample",
+            since,
+        });
+        self.set_stalled(true);
+        // The tick stuck in the read counts as missed.
+        for tier in Tier::ALL {
+            c.missed[tier.index()] = since.checked_sub(c.cadence.period(tier)).unwrap_or(since);
+        }
+    }
+
+    /// While the source is stalled: each tick it missed since the last call fails every series of its tier.
+    fn fail_missed(&self, c: &mut Clocking, now: Instant, rounds: &mut Vec<ClockedRound>) {
+        let mut reads: RoundReads = [None, None];
+        for tier in Tier::ALL {
+            let missed = c.count_missed(tier, now);
+            let series = self.tier_series[tier.index()];
+            if missed == 0 || series == 0 {
+                continue;
+            }
+            let mut report = ReadReport::default();
+            report.fail(self.unanswered());
+            report.failed = missed * series;
+            reads[tier.index()] = Some(TierRead {
+                report,
+                took: Duration::ZERO,
+            });
+        }
+        if reads.iter().any(Option::is_some) {
+            rounds.push(ClockedRound { reads, times: None });
+        }
+    }
 }
 
 impl Source for Watched {
@@ -466,6 +596,101 @@ impl Source for Watched {
         }
     }
 
+    /// Puts the source on a clock (see [`clock`]): `group`'s when its reads are quick, else its own
+    /// thread's; false when its thread is gone.
+    fn clock(&mut self, cadence: Arc<dyn Cadence>, start: Instant, group: &mut ClockGroup) -> bool {
+        if self.clocked.is_some() {
+            return true;
+        }
+        if self.dead {
+            return false;
+        }
+        let (mut clocking, outlet) = Clocking::new(cadence.clone(), start, self.sample_deadline);
+        if self.quick {
+            clocking.membership = Some(group.join(self.source.clone(), outlet));
+        } else if !self.send(Request::Clock(Box::new(Setup {
+            cadence,
+            start,
+            outlet,
+        }))) {
+            return false;
+        }
+        self.clocked = Some(clocking);
+        true
+    }
+
+    /// Takes the rounds the source's thread read on its clock, waiting for one under way that began by `upto`
+    /// (at most the sample deadline from its start; not while the source is stalled). A round still under
+    /// way past its deadline makes the source stalled; while it is, each missed tick fails its tier's series.
+    fn take_rounds(
+        &mut self,
+        upto: Instant,
+        sink: &mut RoundSink<'_>,
+        rounds: &mut Vec<ClockedRound>,
+    ) {
+        let Some(mut c) = self.clocked.take() else {
+            return;
+        };
+        if self.pending.as_ref().is_some_and(|p| p.call != "sample") {
+            // A late discovery or refresh is taken in here too, so its stall ends without waiting for the next.
+            self.settle();
+        }
+        let under_way = c
+            .busy
+            .get()
+            .filter(|&s| s <= upto && Some(s) != c.last_started);
+        if let (None, Some(since)) = (&self.pending, under_way) {
+            let late = since + self.sample_deadline;
+            while c.last_started != Some(since) {
+                match c
+                    .rounds
+                    .recv_timeout(late.saturating_duration_since(Instant::now()))
+                {
+                    Ok(message) => self.take_clocked(&mut c, message, sink, rounds),
+                    Err(RecvTimeoutError::Timeout) => break,
+                    Err(RecvTimeoutError::Disconnected) => {
+                        self.dead = true;
+                        break;
+                    }
+                }
+            }
+        }
+        loop {
+            match c.rounds.try_recv() {
+                Ok(message) => self.take_clocked(&mut c, message, sink, rounds),
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => {
+                    self.dead = true;
+                    break;
+                }
+            }
+        }
+        let now = Instant::now();
+        if self.pending.is_none() && c.held_up(self.sample_deadline, now) {
+            tracing::info!(
+                source = self.name,
+                "the sources' clock thread is stuck in another source: this one reads on its own thread now"
+            );
+            let setup = c.leave(self.sample_deadline);
+            self.send(Request::Clock(Box::new(setup)));
+        }
+        if self.pending.is_none() {
+            let stuck = c.busy.get().filter(|&s| Some(s) != c.last_started);
+            if let Some(since) =
+                stuck.filter(|&s| now.saturating_duration_since(s) > self.sample_deadline)
+            {
+                self.clocked_stall(&mut c, since);
+            }
+        }
+        if self.dead && !std::mem::replace(&mut c.dead_seen, true) {
+            c.missed = [now, now];
+        }
+        if self.pending.is_some() || self.dead {
+            self.fail_missed(&mut c, now, rounds);
+        }
+        self.clocked = Some(c);
+    }
+
     fn bind_metrics(&mut self, metrics: &Arc<AgentMetrics>) {
         let gauge = metrics.source_stalled.with_label_values(&[self.name]);
         gauge.set(i64::from(self.pending.is_some()));
@@ -524,6 +749,8 @@ mod tests {
         gate: Arc<Mutex<()>>,
         block_discover: bool,
         value: f64,
+        /// Whether it says its reads are quick (it shares a clock group then).
+        quick: bool,
     }
 
     impl Source for Gated {
@@ -557,6 +784,9 @@ mod tests {
                 read: 1,
                 ..ReadReport::default()
             }
+        }
+        fn quick_reads(&self) -> bool {
+            self.quick
         }
     }
 
@@ -597,6 +827,7 @@ mod tests {
                 gate: gate.clone(),
                 block_discover: false,
                 value: 0.0,
+                quick: false,
             }),
             DEADLINE,
             DEADLINE,
@@ -708,6 +939,7 @@ mod tests {
                 gate: gate.clone(),
                 block_discover: true,
                 value: 0.0,
+                quick: false,
             }),
             DEADLINE,
             DEADLINE,
@@ -823,6 +1055,7 @@ mod tests {
                 gate: gate.clone(),
                 block_discover: false,
                 value: 0.0,
+                quick: false,
             }),
             DEADLINE,
             DEADLINE,
@@ -879,5 +1112,172 @@ mod tests {
                 assert_eq!(v, want, "quick {quick}, round {round}");
             }
         }
+    }
+
+    /// The same period for both tiers.
+    struct Every(Duration);
+
+    impl Cadence for Every {
+        fn period(&self, _tier: Tier) -> Duration {
+            self.0
+        }
+    }
+
+    /// An inventory of `n` fast counters.
+    fn fast_series(n: usize) -> Inventory {
+        Inventory {
+            links: Vec::new(),
+            series: (0..n)
+                .map(|i| SeriesSpec {
+                    metric: format!("c{i}"),
+                    kind: SeriesKind::COUNTER64,
+                    tier: Tier::Fast,
+                    link: None,
+                    labels: BTreeMap::new(),
+                })
+                .collect(),
+        }
+    }
+
+    /// What `take_rounds` handed over: the values, and the rounds.
+    fn take(s: &mut dyn Source) -> (Vec<(usize, Value, i64)>, Vec<ClockedRound>) {
+        let (mut got, mut rounds) = (Vec::new(), Vec::new());
+        s.take_rounds(
+            Instant::now(),
+            &mut |i, v, at| got.push((i, v, at)),
+            &mut rounds,
+        );
+        (got, rounds)
+    }
+
+    const TICK: Duration = Duration::from_millis(20);
+
+    #[test]
+    fn quick_sources_on_one_clock_hand_over_whole_rounds_on_the_grid_without_being_asked() {
+        let cadence: Arc<dyn Cadence> = Arc::new(Every(TICK));
+        let start = Instant::now();
+        let mut group = ClockGroup::new(start);
+        let mut sources: Vec<Box<dyn Source>> = (0..2)
+            .map(|_| {
+                watch(Box::new(Counters {
+                    inventory: fast_series(5),
+                    n: 5,
+                    quick: true,
+                    round: 0,
+                }))
+            })
+            .collect();
+        for s in &mut sources {
+            assert!(s.clock(cadence.clone(), start, &mut group));
+        }
+        assert!(group.start(cadence, start));
+        std::thread::sleep(TICK * 15);
+        let mut first = Vec::new();
+        for s in &mut sources {
+            let (got, rounds) = take(s.as_mut());
+            assert!(rounds.len() >= 5, "{} rounds in 15 ticks", rounds.len());
+            // Whole rounds, in order, each value with its read time.
+            assert_eq!(got.len(), rounds.len() * 5);
+            for (k, round) in got.chunks(5).enumerate() {
+                for (i, &(idx, v, _)) in round.iter().enumerate() {
+                    assert_eq!(
+                        (idx, v),
+                        (i, Value::Counter((k as u64 + 1) * 1000 + i as u64))
+                    );
+                }
+            }
+            assert!(got.windows(2).all(|w| w[0].2 <= w[1].2));
+            for r in &rounds {
+                assert_eq!(r.reads[0].as_ref().map(|r| r.report.read), Some(5));
+                let t = r.times.expect("a round read on the clock has its times");
+                let due = t.due[0].expect("the fast tier was due");
+                // On the grid from the start, read at or after its deadline.
+                assert_eq!((due - start).as_nanos() % TICK.as_nanos(), 0);
+                assert!(t.started >= due && t.ended >= t.started);
+                assert!(t.due[1].is_none());
+            }
+            first.push(rounds[0].times.unwrap());
+        }
+        // One thread read both, one after the other, at the same deadline.
+        assert_eq!(first[0].due, first[1].due);
+        assert!(first[1].started >= first[0].ended);
+    }
+
+    #[test]
+    fn a_quick_source_stuck_on_the_shared_clock_is_stalled_and_the_others_go_on_without_it() {
+        let gate = Arc::new(Mutex::new(()));
+        let metrics = Arc::new(AgentMetrics::new());
+        let gated = Gated {
+            inventory: Inventory::default(),
+            gate: gate.clone(),
+            block_discover: false,
+            value: 0.0,
+            quick: true,
+        };
+        let mut stuck = watch_with(Box::new(gated), DEADLINE, DEADLINE);
+        stuck.bind_metrics(&metrics);
+        assert!(stuck.discover().unwrap());
+        let mut other = watch_with(
+            Box::new(Counters {
+                inventory: fast_series(3),
+                n: 3,
+                quick: true,
+                round: 0,
+            }),
+            DEADLINE,
+            DEADLINE,
+        );
+        let stalled = || metrics.source_stalled.with_label_values(&["gated"]).get();
+
+        let cadence: Arc<dyn Cadence> = Arc::new(Every(TICK));
+        let held = gate.lock().unwrap();
+        let start = Instant::now();
+        let mut group = ClockGroup::new(start);
+        assert!(stuck.clock(cadence.clone(), start, &mut group));
+        assert!(other.clock(cadence.clone(), start, &mut group));
+        assert!(group.start(cadence, start));
+        std::thread::sleep(DEADLINE + TICK * 5);
+        // The group is stuck in the first source's (slow) read, after the other's (fast) read of the first
+        // tick: the other leaves it for a clock of its own ...
+        let (got, _) = take(other.as_mut());
+        assert!(got.len() <= 3, "read behind a stuck source: {got:?}");
+        // ... and the stuck one is stalled: its missed ticks fail its series.
+        let (got, rounds) = take(stuck.as_mut());
+        assert!(got.is_empty());
+        assert_eq!(stalled(), 1);
+        let failed: usize = rounds
+            .iter()
+            .filter_map(|r| r.reads[1].as_ref())
+            .map(|r| r.report.failed)
+            .sum();
+        assert!(
+            failed >= 10,
+            "{failed} failures over more than 50 missed ticks"
+        );
+        assert!(rounds.iter().all(|r| r.times.is_none()));
+        std::thread::sleep(TICK * 10);
+        let (got, rounds) = take(other.as_mut());
+        assert!(
+            rounds.len() >= 3,
+            "{} rounds on its own clock",
+            rounds.len()
+        );
+        assert_eq!(got.len(), rounds.len() * 3);
+
+        drop(held);
+        // The stuck read comes back: its value, read late, is dropped; the next ones come on the clock.
+        let t = Instant::now();
+        let got = loop {
+            std::thread::sleep(TICK);
+            let (got, _) = take(stuck.as_mut());
+            if stalled() == 0 && !got.is_empty() {
+                break got;
+            }
+            assert!(t.elapsed() < Duration::from_secs(20), "still stalled");
+        };
+        assert!(
+            got.iter().all(|&(_, v, _)| v != Value::Gauge(1.0)),
+            "{got:?}"
+        );
     }
 }
