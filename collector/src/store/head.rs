@@ -228,6 +228,17 @@ impl Head {
         }
     }
 
+    /// Hands the rows to `to(tick, slots, values)` newest first, as [`Head::rows_after`] does oldest first,
+    /// until `to` returns `false`.
+    pub(super) fn rows_newest_first(&self, mut to: impl FnMut(i64, &[u32], &[u64]) -> bool) {
+        for r in self.rows.iter().rev() {
+            let slots = &self.shapes[r.shape as usize].slots;
+            if !to(r.tick, slots, &self.values[r.start..r.start + slots.len()]) {
+                return;
+            }
+        }
+    }
+
     /// The samples of `slot` in the rows, oldest first: `(tick, value)`.
     pub(super) fn column(&self, slot: usize) -> impl DoubleEndedIterator<Item = (i64, u64)> + '_ {
         self.rows.iter().filter_map(move |r| {

@@ -21,6 +21,7 @@ mod head;
 pub mod input;
 pub mod markers;
 mod memory;
+mod newest_rates;
 pub mod node;
 mod prefetch;
 pub mod rate;

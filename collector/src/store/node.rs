@@ -19,6 +19,7 @@ use super::collectives::CollectiveLog;
 use super::head::{Head, FLUSH, HOLD_ROWS, KEEP_ROWS};
 use super::markers::MarkerLog;
 use super::memory::{footprint, SeriesMemory};
+use super::newest_rates::newest_rates;
 use super::prefetch::prefetch;
 use super::rate::plausibility_cap;
 use super::ring::Ring;
@@ -1018,6 +1019,17 @@ impl NodeState {
             value: s.value_f64(),
             timestamp_unix_ns: s.last_ts,
         };
+        // A link its agent no longer finds keeps its last totals but has no rate: it carries nothing.
+        let gone = |l: &LinkState| super::input::is_gone(&l.link);
+        // The byte counters' rates, link by link (tx, then rx), from one walk over the head.
+        let counters: Vec<usize> = self
+            .links
+            .iter()
+            .filter(|l| !gone(l))
+            .flat_map(|l| [l.tx, l.rx])
+            .flatten()
+            .collect();
+        let mut rates = newest_rates(&self.series, &counters, &self.head, &self.ticks).into_iter();
         let mut links: Vec<LinkSnapshot> = self
             .links
             .iter()
@@ -1025,18 +1037,20 @@ impl NodeState {
                 let raw = |slot: Option<usize>| {
                     slot.and_then(|i| self.series[i].last_raw()).map(|(_, v)| v)
                 };
-                // A link its agent no longer finds keeps its last totals but has no rate: it carries nothing.
-                let gone = super::input::is_gone(&l.link);
-                let rate = |slot: Option<usize>| {
-                    slot.filter(|_| !gone)
-                        .and_then(|i| self.series[i].rate(self.samples(&self.series[i])))
+                // Taken in the order `counters` lists them.
+                let mut rate = |slot: Option<usize>| {
+                    slot.filter(|_| !gone(l))
+                        .and_then(|_| rates.next())
+                        .flatten()
                 };
+                let tx_bytes_per_second = rate(l.tx);
+                let rx_bytes_per_second = rate(l.rx);
                 LinkSnapshot {
                     link: l.link.clone(),
                     tx_bytes_total: raw(l.tx),
                     rx_bytes_total: raw(l.rx),
-                    tx_bytes_per_second: rate(l.tx),
-                    rx_bytes_per_second: rate(l.rx),
+                    tx_bytes_per_second,
+                    rx_bytes_per_second,
                     series: Vec::new(),
                 }
             })
@@ -1438,5 +1452,61 @@ mod tests {
         }
         assert!(sealed && evicted, "sealed {sealed}, evicted {evicted}");
         assert_eq!(n.series.len(), 40);
+    }
+
+    #[test]
+    fn link_rates_from_one_head_walk_are_each_series_own() {
+        use rand::rngs::StdRng;
+        use rand::{Rng as _, SeedableRng};
+        let mut rng = StdRng::seed_from_u64(17);
+        let (mut n, _) = two_links("node-r", 30_000_000_000, &[1, 2, 3, 4, 5]);
+        let (mut at, mut acc, mut checked) = (1_000_000_000i64, [0u64; 6], 0);
+        for seq in 1..=1_500u64 {
+            let mut b = Batch {
+                seq,
+                timestamps_unix_ns: vec![],
+                tick_lengths: vec![],
+                series_ids: vec![],
+                values: vec![],
+                dropped_batches_total: 0,
+                markers: vec![],
+                invalid_markers: 0,
+                collectives: vec![],
+                invalid_collectives: vec![],
+            };
+            for _ in 0..5 {
+                // Ticks 18 ms apart (the demo agent's 56 a second), now and then a pause past the window.
+                at += if rng.random_range(0u32..300) == 0 {
+                    1_500_000_000
+                } else {
+                    18_000_000
+                };
+                b.timestamps_unix_ns.push(at);
+                let mut len = 0;
+                for id in 1..=5u32 {
+                    // Each source stamps its own ticks; link 2 falls silent for a while now and then.
+                    let silent = (3..=4).contains(&id) && seq % 400 > 300;
+                    if silent || rng.random_range(0u32..3) != 0 {
+                        continue;
+                    }
+                    acc[id as usize] += rng.random_range(0u64..1 << 30);
+                    b.series_ids.push(id);
+                    b.values.push(acc[id as usize]);
+                    len += 1;
+                }
+                b.tick_lengths.push(len);
+            }
+            n.apply_batch(&b, at, &mut Vec::new()).expect("applied");
+            let snap = n.snapshot();
+            for (i, l) in snap.links.iter().enumerate() {
+                let (tx, rx) = n.link_byte_series(i);
+                let own = |s: Option<&Series>| s.and_then(|s| s.rate(n.samples(s)));
+                assert_eq!(l.tx_bytes_per_second, own(tx), "batch {seq}, link {i}");
+                assert_eq!(l.rx_bytes_per_second, own(rx), "batch {seq}, link {i}");
+                checked += usize::from(l.tx_bytes_per_second.is_some());
+            }
+        }
+        // Most snapshots had rates to compare (the head's rows covered the window, or the rings did).
+        assert!(checked > 2_000, "{checked}");
     }
 }

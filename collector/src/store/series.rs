@@ -8,7 +8,6 @@ use commwatch_model::{LinkKey, SeriesKind, Tier};
 
 use super::rate::{counter_step, plausibility_cap, window_rate, Step, RATE_WINDOW_NS};
 use super::ring::Ring;
-use super::ticks::Samples;
 
 /// Identity of a series across agent restarts.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -128,10 +127,17 @@ impl Series {
     /// Counter rate per second over the last [`RATE_WINDOW_NS`] of `samples` (its own); `None` for gauges,
     /// with fewer than two readings, or while the counter sits at its saturation value (its true rate is
     /// unknown).
-    pub(super) fn rate(&self, samples: Samples<'_>) -> Option<f64> {
+    #[cfg(test)]
+    pub(super) fn rate(&self, samples: super::ticks::Samples<'_>) -> Option<f64> {
+        self.rate_of(samples.iter().rev())
+    }
+
+    /// [`Series::rate`] of its samples as `(timestamp_ns, value)`, given newest first (read only as far as
+    /// the window needs).
+    pub(super) fn rate_of(&self, newest_first: impl Iterator<Item = (i64, u64)>) -> Option<f64> {
         match self.kind {
             SeriesKind::Counter { .. } if !self.saturated => {
-                window_rate(samples.iter().rev(), RATE_WINDOW_NS)
+                window_rate(newest_first, RATE_WINDOW_NS)
             }
             _ => None,
         }
