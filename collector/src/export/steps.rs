@@ -27,7 +27,7 @@ use axum::http::{StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use commwatch_model::{LinkClass, LinkKey};
+use commwatch_model::{Link, LinkClass, LinkKey};
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::{LabelPair, MetricFamily, MetricType};
 use serde_json::{json, Value};
@@ -306,14 +306,25 @@ fn link_figures<'a>(
     let mut gpus: Vec<(&StepLink, f64, f64, f64)> = Vec::new();
     // Links already figured, sorted (a node has hundreds: a linear search was most of a scrape).
     let mut done: Vec<&LinkKey> = Vec::new();
+    // Per place in the step visited last, its link and whether that link's key is in `done`: a node's steps
+    // list the store's same shared links in the same order, so a link at the place where the newer step had
+    // it, already figured, is known by its pointer, without a search of the keys (which compared their names:
+    // most of the step families' time in a scrape).
+    let (mut newer, mut this): (Vec<(*const Link, bool)>, Vec<(*const Link, bool)>) =
+        (vec![], vec![]);
     for s in steps.rev().take(LINK_LOOKBACK) {
-        for l in &s.links {
-            if !l.confident {
+        this.clear();
+        for (i, l) in s.links.iter().enumerate() {
+            let ptr = Arc::as_ptr(&l.link);
+            let known = newer.get(i).is_some_and(|&(p, done)| done && p == ptr);
+            this.push((ptr, known));
+            if known || !l.confident {
                 continue;
             }
             let Some(a) = l.achieved_bytes_per_second else {
                 continue;
             };
+            this[i].1 = true;
             match done.binary_search(&&l.link.key) {
                 Ok(_) => continue,
                 Err(at) => done.insert(at, &l.link.key),
@@ -336,6 +347,7 @@ fn link_figures<'a>(
                 None => gpus.push((l, a, with_cap, cap)),
             }
         }
+        std::mem::swap(&mut newer, &mut this);
     }
     for (l, achieved, with_cap, cap) in gpus {
         let labels = vec![
@@ -613,6 +625,32 @@ mod tests {
         sorted.sort_unstable();
         assert_eq!(names, sorted);
         assert_eq!(names.len(), 5);
+    }
+
+    #[test]
+    fn steps_sharing_the_stores_links_take_each_links_newest_confident_figure() {
+        // As the engine builds them: every step of a node lists the store's same links, in the same order.
+        let oldest = step();
+        let mut older = oldest.clone();
+        let mut newer = oldest.clone();
+        newer.links[0].achieved_bytes_per_second = Some(11.0);
+        newer.links[2].confident = false;
+        older.links[2].achieved_bytes_per_second = Some(6.0);
+        newer.links[3].achieved_bytes_per_second = None;
+        older.links[3].confident = false;
+        // The newest step lists its links in another order: found by their keys, not their places.
+        newer.links.swap(0, 1);
+        let steps = [oldest, older, newer];
+        let per_link = shown(&link_figures("n1", steps.iter(), NvlinkDetail::Link));
+        let value = |port_gpu: &str| {
+            let found = per_link.iter().filter(|f| f.0.contains(port_gpu));
+            found.map(|f| f.1).collect::<Vec<_>>()
+        };
+        assert_eq!(per_link.len(), 4, "{per_link:?}");
+        assert_eq!(value("device=gpu0,port=0,"), [11.0]);
+        assert_eq!(value("device=gpu0,port=1,"), [20.0]);
+        assert_eq!(value("device=mlx5_0,port=1,"), [6.0], "the older step's");
+        assert_eq!(value("device=gpu1,port=0,"), [30.0], "the oldest step's");
     }
 
     #[test]
