@@ -292,6 +292,9 @@ fn link_labels(node: &str, l: &StepLink) -> Vec<LabelPair> {
     v
 }
 
+/// A place in a step's list of links: the link there, and whether its key was figured ([`link_figures`]).
+type Place = (*const Link, bool);
+
 /// Per link of a node: the newest confident, active figure of its last [`LINK_LOOKBACK`] steps (`steps`: oldest
 /// first), as (labels, achieved bytes/s, utilization). With [`NvlinkDetail::Gpu`] a GPU's NVLinks are one figure
 /// (labels `node`, `class`, `device`, `role`, `gpu`, as `/metrics` writes a GPU's folded links): their achieved
@@ -310,8 +313,7 @@ fn link_figures<'a>(
     // list the store's same shared links in the same order, so a link at the place where the newer step had
     // it, already figured, is known by its pointer, without a search of the keys (which compared their names:
     // most of the step families' time in a scrape).
-    let (mut newer, mut this): (Vec<(*const Link, bool)>, Vec<(*const Link, bool)>) =
-        (vec![], vec![]);
+    let (mut newer, mut this): (Vec<Place>, Vec<Place>) = (vec![], vec![]);
     for s in steps.rev().take(LINK_LOOKBACK) {
         this.clear();
         for (i, l) in s.links.iter().enumerate() {
