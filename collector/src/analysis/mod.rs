@@ -234,6 +234,29 @@ pub struct Candidate {
     /// 1..=[`tracker::RAISE_AFTER`] (the default). A rule lowers it only where its evidence cannot cross
     /// the line by noise: e.g. 1 for a counted error increase, which stays in the window once there.
     pub raise_after: u32,
+    /// The figures `summary` and `evidence` are written from, when they are not written yet
+    /// ([`Candidate::write_words`]): `summary` is then empty and `evidence` holds its figures but no details.
+    /// [`evaluate`] writes them; [`evaluate_keyed`] leaves them to the tracker, which writes them only for a
+    /// finding raised or whose figures changed (most candidates refresh a finding with the same figures, or
+    /// stay pending).
+    pub words: Option<Box<Words>>,
+}
+
+/// The figures a candidate's words are written from (one variant per rule that leaves its words unwritten):
+/// equal figures (and subjects) give equal words.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Words {
+    Underutilized(underutilized::Words),
+}
+
+impl Words {
+    /// Writes the summary of a finding about `subject` into `summary` (cleared first: its room is kept) and
+    /// returns its evidence.
+    pub(crate) fn write(&self, subject: &Subject, summary: &mut String) -> Evidence {
+        match self {
+            Words::Underutilized(w) => w.write(subject, summary),
+        }
+    }
 }
 
 impl Candidate {
@@ -248,11 +271,20 @@ impl Candidate {
             caused_by: None,
             consequences: Vec::new(),
             raise_after: tracker::RAISE_AFTER,
+            words: None,
         }
     }
 
     pub fn id(&self) -> String {
         finding_id(self.kind, &self.subject)
+    }
+
+    /// Writes the summary and evidence from [`Candidate::words`] when they are not written yet, and returns
+    /// the figures they were written from (`None`: they were written already).
+    pub fn write_words(&mut self) -> Option<Box<Words>> {
+        let words = self.words.take()?;
+        self.evidence = words.write(&self.subject, &mut self.summary);
+        Some(words)
     }
 }
 
@@ -322,7 +354,7 @@ const EXPOSED_COMM: &str = "exposed_comm";
 /// Every rule, in evaluation order. A new finding is one new file plus one line here.
 pub const RULES: &[(&str, Rule)] = &[
     ("management_nic", management_nic::evaluate),
-    ("underutilized", underutilized::evaluate),
+    ("underutilized", underutilized::evaluate_unwritten),
     ("degraded", degraded::evaluate),
     ("link_errors", link_errors::evaluate),
     ("congestion", congestion::evaluate),
@@ -338,11 +370,16 @@ pub const RULES: &[(&str, Rule)] = &[
 /// Runs every rule on `input`, rolls identical node-level findings of a job up ([`rollup`]) and links
 /// consequences to root causes ([`link_causes`]). Deterministic: sorted by id.
 pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
-    evaluate_keyed(input).into_iter().map(|(_, c)| c).collect()
+    let written = |(_, mut c): (String, Candidate)| {
+        c.write_words();
+        c
+    };
+    evaluate_keyed(input).into_iter().map(written).collect()
 }
 
 /// [`evaluate`] with each candidate's id ([`Candidate::id`]) beside it, formatted once per candidate: what
-/// the tracker takes ([`tracker::Tracker::update_keyed`]). Sorted by id (stable).
+/// the tracker takes ([`tracker::Tracker::update_keyed`]). Sorted by id (stable). Candidates may come with
+/// their words unwritten ([`Candidate::words`]).
 pub fn evaluate_keyed(input: &AnalysisInput) -> Vec<(String, Candidate)> {
     keyed_with(input, None)
 }

@@ -31,14 +31,16 @@
 //! (`Arc`) and a refresh ([`Change::Updated`]) shares the finding instead of copying it (a copy of every
 //! active finding per evaluation was a fifth of the tracker's time); a finding is copied only when it
 //! changes while a reader (an event, the history's writer) still holds it. Candidates come with their ids
-//! ([`Tracker::update_keyed`]), formatted once per evaluation ([`super::evaluate_keyed`]).
+//! ([`Tracker::update_keyed`]), formatted once per evaluation ([`super::evaluate_keyed`]), and may come with
+//! their words unwritten ([`Candidate::words`]): a pending candidate's are never written, a raised one's
+//! are, and a refresh writes them over the finding's (into its summary's room) only when its figures changed.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::causes::consequence_severity;
-use super::{Candidate, Finding, FindingKind};
+use super::{Candidate, Finding, FindingKind, Words};
 
 /// Intervals (and at least as many evaluations) a candidate must be seen for before it is raised, unless
 /// it asks for fewer ([`Candidate::raise_after`]).
@@ -60,6 +62,22 @@ pub enum Change {
     Updated(Arc<Finding>),
 }
 
+/// A finding and the figures its summary and evidence were written from ([`Candidate::words`]; `None`: written
+/// by its rule): a refresh with the same figures (and subject) keeps them as they are, unwritten.
+#[derive(Debug)]
+struct Tracked {
+    finding: Arc<Finding>,
+    words: Option<Box<Words>>,
+}
+
+impl std::ops::Deref for Tracked {
+    type Target = Finding;
+
+    fn deref(&self) -> &Finding {
+        &self.finding
+    }
+}
+
 /// A candidate not raised yet: its current streak of sightings.
 #[derive(Debug)]
 struct Pending {
@@ -74,7 +92,7 @@ pub struct Tracker {
     interval_s: f64,
     /// By id: hashed, not ordered (an ordered map's search compared ids of long common prefixes a few dozen
     /// times per look-up, several look-ups per candidate); listed in id order where order matters.
-    findings: HashMap<String, Arc<Finding>>,
+    findings: HashMap<String, Tracked>,
     pending: HashMap<String, Pending>,
     /// Evaluations in a row an active finding was missing.
     missing: HashMap<String, u32>,
@@ -121,7 +139,10 @@ impl Tracker {
     pub fn restore(&mut self, findings: Vec<Finding>) {
         for mut f in findings {
             f.root = f.caused_by.is_none();
-            self.findings.insert(f.id.clone(), Arc::new(f));
+            let finding = Arc::new(f);
+            let words = None;
+            self.findings
+                .insert(finding.id.clone(), Tracked { finding, words });
         }
     }
 
@@ -138,6 +159,7 @@ impl Tracker {
         now_unix_s: f64,
         candidates: Vec<(String, Candidate)>,
     ) -> Vec<Change> {
+        let n = candidates.len();
         let (mut changes, seen) = self.take(now_unix_s, candidates, None);
         // Candidates not seen this time lose their streak.
         self.pending.retain(|id, _| seen.contains(id));
@@ -157,7 +179,7 @@ impl Tracker {
             .collect();
         active.sort();
         let active: Vec<&str> = active.iter().map(String::as_str).collect();
-        self.relink(&active, &mut changes);
+        self.relink(&active, &mut changes, seen.len() < n);
         self.trim();
         changes
     }
@@ -183,8 +205,9 @@ impl Tracker {
         label: &str,
         candidates: Vec<(String, Candidate)>,
     ) -> Vec<Change> {
+        let n = candidates.len();
         let (mut changes, seen) = self.take(now_unix_s, candidates, Some(label));
-        self.settle_scope(now_unix_s, label, &seen, &mut changes);
+        self.settle_scope(now_unix_s, label, &seen, &mut changes, seen.len() < n);
         changes
     }
 
@@ -200,7 +223,7 @@ impl Tracker {
             .collect();
         let mut changes = Vec::new();
         for label in gone {
-            self.settle_scope(now_unix_s, &label, &HashSet::new(), &mut changes);
+            self.settle_scope(now_unix_s, &label, &HashSet::new(), &mut changes, false);
         }
         self.trim();
         changes
@@ -215,6 +238,7 @@ impl Tracker {
         label: &str,
         seen: &HashSet<String>,
         changes: &mut Vec<Change>,
+        repeated: bool,
     ) {
         // The scope's ids, taken out while they are read (in id order, as a whole-fleet update clears and
         // relinks) and put back without the gone ones: none copied but those that count a miss.
@@ -240,7 +264,7 @@ impl Tracker {
             .filter(|(_, a)| **a)
             .map(|(id, _)| id.as_str())
             .collect();
-        self.relink(&active, changes);
+        self.relink(&active, changes, repeated);
         let gone = |t: &Tracker, id: &String, active: bool| !active && !t.pending.contains_key(id);
         if ids.iter().zip(&is_active).any(|(id, a)| gone(self, id, *a)) {
             let (kept, left): (Vec<_>, Vec<_>) = ids
@@ -346,14 +370,35 @@ impl Tracker {
         now_unix_s: f64,
         changes: &mut Vec<Change>,
     ) {
-        // Neither naming a cause, settling changes nothing (and looks nothing up).
+        // Neither naming a cause, settling changes nothing (and looks nothing up); a cause named and active
+        // is the one, whatever the finding had.
         if had_cause || c.caused_by.is_some() {
-            let previous = self.findings.get(id).and_then(|f| f.caused_by.as_deref());
-            self.settle(&mut c, previous);
+            let named_active = c.caused_by.as_deref().is_some_and(|n| self.is_active(n));
+            if named_active {
+                c.severity = consequence_severity(c.kind, c.severity);
+            } else {
+                let previous = self.findings.get(id).and_then(|f| f.caused_by.as_deref());
+                self.settle(&mut c, previous);
+            }
         }
-        if let Some(f) = self.findings.get_mut(id) {
-            refresh(Arc::make_mut(f), c, now_unix_s);
-            changes.push(Change::Updated(Arc::clone(f)));
+        if let Some(t) = self.findings.get_mut(id) {
+            // The same figures about the same subject: the same words, kept as written. Other figures: the
+            // words written over the finding's (its summary's room kept).
+            let same = c.words.is_some() && c.words == t.words && c.subject == t.subject;
+            let f = Arc::make_mut(&mut t.finding);
+            match c.words.take() {
+                Some(w) if !same => {
+                    f.evidence = w.write(&c.subject, &mut f.summary);
+                    t.words = Some(w);
+                    refresh(f, c, now_unix_s, false);
+                }
+                Some(_) => refresh(f, c, now_unix_s, false),
+                None => {
+                    t.words = None;
+                    refresh(f, c, now_unix_s, true);
+                }
+            }
+            changes.push(Change::Updated(Arc::clone(&t.finding)));
         }
     }
 
@@ -362,10 +407,9 @@ impl Tracker {
     /// yet, does not make its consequences root causes for a moment, nor the reverse; else under none. Filed
     /// under a cause, its severity is [`consequence_severity`]; under none, its rule's.
     fn settle(&self, c: &mut Candidate, previous: Option<&str>) {
-        let active = |id: &str| self.findings.get(id).is_some_and(|f| f.active);
         let cause = match c.caused_by.take() {
-            Some(named) if active(&named) => Some(named),
-            _ => previous.filter(|p| active(p)).map(str::to_string),
+            Some(named) if self.is_active(&named) => Some(named),
+            _ => previous.filter(|p| self.is_active(p)).map(str::to_string),
         };
         if cause.is_some() {
             c.severity = consequence_severity(c.kind, c.severity);
@@ -373,18 +417,30 @@ impl Tracker {
         c.caused_by = cause;
     }
 
+    /// Whether `id` is an active finding.
+    fn is_active(&self, id: &str) -> bool {
+        self.findings.get(id).is_some_and(|f| f.active)
+    }
+
     /// Makes each active finding's `consequences` the active findings that name it in `caused_by` (in the
     /// changes too), so that the two never disagree: a consequence missing from one evaluation stays active,
     /// naming its cause, until it clears, and its cause keeps listing it; a candidate not raised yet is not
     /// listed.
     /// `active` lists the active findings to relink, sorted by id (all of them, or one scope's: causes and
-    /// consequences are found in one evaluation, so within one scope).
-    fn relink(&mut self, active: &[&str], changes: &mut [Change]) {
+    /// consequences are found in one evaluation, so within one scope). `repeated`: the evaluation had two
+    /// candidates of one id (a change may hold a finding refreshed again since; else a change's finding
+    /// differs from the tracker's only where a list is rewritten here).
+    fn relink(&mut self, active: &[&str], changes: &mut [Change], repeated: bool) {
         // (cause, consequence) as places in `active` (sorted: a cause is found by a binary search); nothing
         // copied unless a list changed.
         let mut links: Vec<(usize, usize)> = Vec::new();
+        // Which findings list consequences now: one that lists none and gets none is not looked up again
+        // (most findings explain nothing).
+        let mut listing: Vec<bool> = Vec::with_capacity(active.len());
         for (k, id) in active.iter().enumerate() {
-            let cause = self.findings.get(*id).and_then(|f| f.caused_by.as_deref());
+            let f = self.findings.get(*id);
+            listing.push(f.is_some_and(|f| !f.consequences.is_empty()));
+            let cause = f.and_then(|f| f.caused_by.as_deref());
             if let Some(Ok(j)) = cause.map(|c| active.binary_search(&c)) {
                 links.push((j, k));
             }
@@ -392,10 +448,14 @@ impl Tracker {
         // By cause, then consequence: each cause's list in id order.
         links.sort_unstable();
         let mut rest = &links[..];
+        let mut rewritten = false;
         for (j, id) in active.iter().enumerate() {
             let n = rest.iter().take_while(|(c, _)| *c == j).count();
             let (now, after) = rest.split_at(n);
             rest = after;
+            if now.is_empty() && !listing[j] {
+                continue;
+            }
             if let Some(f) = self.findings.get_mut(*id) {
                 let same = f.consequences.len() == now.len()
                     && f.consequences
@@ -404,10 +464,14 @@ impl Tracker {
                         .all(|(a, (_, k))| a == active[*k]);
                 // Written only when it changed: a finding a change still shares would be copied.
                 if !same {
-                    Arc::make_mut(f).consequences =
+                    Arc::make_mut(&mut f.finding).consequences =
                         now.iter().map(|(_, k)| active[*k].to_string()).collect();
+                    rewritten = true;
                 }
             }
+        }
+        if !rewritten && !repeated {
+            return;
         }
         for ch in changes.iter_mut() {
             match ch {
@@ -418,7 +482,7 @@ impl Tracker {
                 }
                 Change::Updated(f) => {
                     if let Some(now) = self.findings.get(&f.id) {
-                        if !Arc::ptr_eq(f, now) && f.consequences != now.consequences {
+                        if !Arc::ptr_eq(f, &now.finding) && f.consequences != now.consequences {
                             Arc::make_mut(f).consequences.clone_from(&now.consequences);
                         }
                     }
@@ -429,7 +493,8 @@ impl Tracker {
     }
 
     /// Makes `c` an active finding (keeping `first_seen` of an earlier one with its id) and counts it.
-    fn raise(&mut self, id: String, c: Candidate, now_unix_s: f64) -> Finding {
+    fn raise(&mut self, id: String, mut c: Candidate, now_unix_s: f64) -> Finding {
+        let words = c.write_words();
         let first = self
             .findings
             .get(&id)
@@ -450,7 +515,8 @@ impl Tracker {
             consequences: c.consequences,
         };
         *self.raised_total.entry(f.kind).or_insert(0) += 1;
-        self.findings.insert(id, Arc::new(f.clone()));
+        let finding = Arc::new(f.clone());
+        self.findings.insert(id, Tracked { finding, words });
         f
     }
 
@@ -471,9 +537,10 @@ impl Tracker {
                 continue;
             }
             self.missing.remove(&id);
-            if let Some(f) = self.findings.get_mut(&id) {
-                Arc::make_mut(f).active = false;
-                changes.push(Change::Cleared(Finding::clone(f)));
+            if let Some(t) = self.findings.get_mut(&id) {
+                Arc::make_mut(&mut t.finding).active = false;
+                t.words = None;
+                changes.push(Change::Cleared(Finding::clone(&t.finding)));
             }
         }
     }
@@ -501,13 +568,18 @@ impl Tracker {
 
     /// Every finding (active and cleared), sorted by id.
     pub fn findings(&self) -> Vec<Finding> {
-        let mut all: Vec<&Arc<Finding>> = self.findings.values().collect();
+        let mut all: Vec<&Arc<Finding>> = self.findings.values().map(|t| &t.finding).collect();
         all.sort_by(|a, b| a.id.cmp(&b.id));
         all.into_iter().map(|f| Finding::clone(f)).collect()
     }
 
     pub fn active(&self) -> Vec<Finding> {
-        let mut active: Vec<&Arc<Finding>> = self.findings.values().filter(|f| f.active).collect();
+        let mut active: Vec<&Arc<Finding>> = self
+            .findings
+            .values()
+            .filter(|t| t.active)
+            .map(|t| &t.finding)
+            .collect();
         active.sort_by(|a, b| a.id.cmp(&b.id));
         active.into_iter().map(|f| Finding::clone(f)).collect()
     }
@@ -526,6 +598,13 @@ fn keyed(candidates: Vec<Candidate>) -> Vec<(String, Candidate)> {
 /// The candidates in the order the tracker applies them: causes before their consequences (by [`depth`],
 /// stable), each with whether the cause it names is among them.
 fn in_cause_order(candidates: Vec<(String, Candidate)>) -> Vec<(String, Candidate, bool)> {
+    // None naming a cause: all at depth 0, in their order.
+    if candidates.iter().all(|(_, c)| c.caused_by.is_none()) {
+        return candidates
+            .into_iter()
+            .map(|(id, c)| (id, c, false))
+            .collect();
+    }
     let order: Vec<(usize, bool)> = {
         // An evaluation of the whole fleet has tens of thousands of candidates: a map, asked once or more
         // for each. Where two share an id, the last one's cause counts.
@@ -569,11 +648,15 @@ fn depth(causes: &HashMap<&str, Option<&str>>, id: &str) -> usize {
     d
 }
 
-fn refresh(f: &mut Finding, c: Candidate, now_unix_s: f64) {
+/// Refreshes `f` with `c`; its summary and evidence only when `words` (else they were written from `c`'s
+/// figures, or stay as written from the same figures).
+fn refresh(f: &mut Finding, c: Candidate, now_unix_s: f64, words: bool) {
     f.severity = c.severity;
     f.subject = c.subject;
-    f.summary = c.summary;
-    f.evidence = c.evidence;
+    if words {
+        f.summary = c.summary;
+        f.evidence = c.evidence;
+    }
     // Mostly the same fixed advice: copied only when it changed.
     if f.action != c.action {
         f.action = c.action.into_owned();

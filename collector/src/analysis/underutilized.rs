@@ -87,7 +87,17 @@ fn achieved_rates(n: &NodeInput, l: &LinkInput, rates: &mut Vec<f64>) -> &'stati
     "link_activity"
 }
 
+/// The rule's candidates, their words written.
 pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
+    let mut out = evaluate_unwritten(input);
+    for c in &mut out {
+        c.write_words();
+    }
+    out
+}
+
+/// The rule's candidates, their words left unwritten ([`Candidate::words`]): what [`super::RULES`] runs.
+pub fn evaluate_unwritten(input: &AnalysisInput) -> Vec<Candidate> {
     let mut out = Vec::new();
     let mut rates: Vec<f64> = Vec::new();
     for n in &input.nodes {
@@ -130,46 +140,10 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
                 severity,
                 Subject::link(&n.name, &l.link),
             );
-            let mut s = format!(
-                "{} {} port {} achieves {} during communication, {:.0}% of its {} capacity ({} of {} steps below {:.0}%)",
-                n.name,
-                l.link.key.device,
-                l.link.key.port,
-                Gbs(achieved),
-                achieved / cap * 100.0,
-                Gbs(cap),
-                low,
-                steps,
-                UTILIZATION_BELOW * 100.0
-            );
-            let mut e = Evidence::new(r4(achieved), "bytes_per_second")
+            // The figures now, the words when the tracker needs them.
+            c.evidence = Evidence::new(r4(achieved), "bytes_per_second")
                 .expected(cap)
-                .steps(steps)
-                .detail("utilization", r4(achieved / cap))
-                .detail("source", source)
-                .detail("communication", exposure);
-            if let Some(b) = baseline {
-                let _ = write!(
-                    s,
-                    " and below the bare baseline of {} ({})",
-                    Gbs(b.busbw_bytes_per_second),
-                    b.source
-                );
-                e = e
-                    .detail("baseline_bytes_per_second", r4(b.busbw_bytes_per_second))
-                    .detail("baseline_share", r4(achieved / b.busbw_bytes_per_second));
-            }
-            e = with_probe(&mut s, e, probe, achieved);
-            s.push_str(match exposure {
-                "hidden" => "; the communication hides under compute, so it costs nothing now.",
-                "overlapped" => {
-                    "; the communication overlaps compute, which paces it, so the rate is not the link's own."
-                }
-                "unknown" => "; without GPU data it is unknown whether it costs the job time.",
-                _ => ".",
-            });
-            c.summary = s;
-            c.evidence = e;
+                .steps(steps);
             c.action = if baseline
                 .is_some_and(|b| b.busbw_bytes_per_second >= UTILIZATION_BELOW * cap)
                 || bare_link.is_some_and(|bw| bw >= UTILIZATION_BELOW * cap)
@@ -183,9 +157,17 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
                  overlap or another node slows the ring."
                     .into()
             };
-            if let Some(s) = collective {
-                with_collective(&mut c, s, baseline);
-            }
+            c.words = Some(Box::new(super::Words::Underutilized(Words {
+                achieved,
+                cap,
+                low,
+                steps,
+                source,
+                exposure,
+                baseline: baseline.map(|b| (b.busbw_bytes_per_second, b.source.clone())),
+                probe: probe.map(|(p, why)| (p.clone(), why)),
+                collective: collective.map(CollectiveFigures::of),
+            })));
             out.push(c);
         }
         if out.len() == before && collective.is_some() {
@@ -194,6 +176,108 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
         }
     }
     out
+}
+
+/// What a link's finding says ([`super::Words::Underutilized`]), kept as figures: its summary and evidence
+/// are written from them (and the candidate's subject) only when the tracker needs them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Words {
+    /// The median achieved rate and the link's capacity, bytes/s.
+    achieved: f64,
+    cap: f64,
+    /// Steps (or bursts) below the line, and all of them.
+    low: usize,
+    steps: usize,
+    /// `steps` or `link_activity` ([`achieved_rates`]).
+    source: &'static str,
+    /// What the communication was ([`cost`]).
+    exposure: &'static str,
+    /// The bare baseline's bus bandwidth (bytes/s) and source, when one is known.
+    baseline: Option<(f64, String)>,
+    /// The probe between the node and a peer, and why it is not used (`None`: used).
+    probe: Option<(ProbeBaseline, Option<&'static str>)>,
+    /// The job's costliest inter-node collective.
+    collective: Option<CollectiveFigures>,
+}
+
+impl Words {
+    /// Writes the summary of a finding about `subject` (which names the node, device and port) into `s`
+    /// (cleared first: its room is kept) and returns its evidence.
+    pub(super) fn write(&self, subject: &Subject, s: &mut String) -> Evidence {
+        let (achieved, cap) = (self.achieved, self.cap);
+        fn part(p: &Option<String>) -> &str {
+            p.as_deref().unwrap_or_default()
+        }
+        s.clear();
+        let _ = write!(
+            s,
+            "{} {} port {} achieves {} during communication, {:.0}% of its {} capacity ({} of {} steps below {:.0}%)",
+            subject.node,
+            part(&subject.device),
+            part(&subject.port),
+            Gbs(achieved),
+            achieved / cap * 100.0,
+            Gbs(cap),
+            self.low,
+            self.steps,
+            UTILIZATION_BELOW * 100.0
+        );
+        let mut e = Evidence::new(r4(achieved), "bytes_per_second")
+            .expected(cap)
+            .steps(self.steps)
+            .detail("utilization", r4(achieved / cap))
+            .detail("source", self.source)
+            .detail("communication", self.exposure);
+        if let Some((busbw, source)) = &self.baseline {
+            let _ = write!(
+                s,
+                " and below the bare baseline of {} ({})",
+                Gbs(*busbw),
+                source
+            );
+            e = e
+                .detail("baseline_bytes_per_second", r4(*busbw))
+                .detail("baseline_share", r4(achieved / busbw));
+        }
+        let probe = self.probe.as_ref().map(|(p, why)| (p, *why));
+        e = with_probe(s, e, probe, achieved);
+        s.push_str(match self.exposure {
+            "hidden" => "; the communication hides under compute, so it costs nothing now.",
+            "overlapped" => {
+                "; the communication overlaps compute, which paces it, so the rate is not the link's own."
+            }
+            "unknown" => "; without GPU data it is unknown whether it costs the job time.",
+            _ => ".",
+        });
+        match &self.collective {
+            Some(x) => with_collective(s, e, x, self.baseline.as_ref().map(|(busbw, _)| *busbw)),
+            None => e,
+        }
+    }
+}
+
+/// What a finding says of the job's costliest inter-node collective ([`CollectiveSummary`]'s figures).
+#[derive(Debug, Clone, PartialEq)]
+struct CollectiveFigures {
+    collective: String,
+    size_bytes: u64,
+    count: u64,
+    bus_bandwidth_bytes_per_second: f64,
+    fabric_share: Option<f64>,
+    fabric_capacity_bytes_per_second: Option<f64>,
+}
+
+impl CollectiveFigures {
+    fn of(s: &CollectiveSummary) -> CollectiveFigures {
+        CollectiveFigures {
+            collective: s.collective.clone(),
+            size_bytes: s.size_bytes,
+            count: s.count,
+            bus_bandwidth_bytes_per_second: s.bus_bandwidth_bytes_per_second,
+            fabric_share: s.fabric_share,
+            fabric_capacity_bytes_per_second: s.fabric_capacity_bytes_per_second,
+        }
+    }
 }
 
 /// The probe's figure, bytes/s, when it may be used (fresh, not declined, not failed).
@@ -255,9 +339,15 @@ fn costliest_inter_node<'a>(
         .find(|s| s.nodes > 1 && s.fabric_share.is_some())
 }
 
-/// The collective's figures in a finding's evidence and words.
-fn with_collective(c: &mut Candidate, s: &CollectiveSummary, baseline: Option<&BareBaseline>) {
-    let mut e = std::mem::take(&mut c.evidence)
+/// The collective's figures in a finding's words (appended to `words`) and evidence (`e`, returned with
+/// them; `baseline`: the bare baseline's bus bandwidth, bytes/s).
+fn with_collective(
+    words: &mut String,
+    e: Evidence,
+    s: &CollectiveFigures,
+    baseline: Option<f64>,
+) -> Evidence {
+    let mut e = e
         .detail("collective", s.collective.as_str())
         .detail("collective_size_bytes", s.size_bytes)
         .detail("collective_count", s.count)
@@ -268,7 +358,6 @@ fn with_collective(c: &mut Candidate, s: &CollectiveSummary, baseline: Option<&B
     if let Some(share) = s.fabric_share {
         e = e.detail("collective_fabric_share", r4(share));
     }
-    let words = &mut c.summary;
     let _ = write!(
         words,
         " NCCL Inspector: its {} of {:.0} MB runs at {} bus bandwidth",
@@ -284,18 +373,18 @@ fn with_collective(c: &mut Candidate, s: &CollectiveSummary, baseline: Option<&B
             Gbs(cap)
         );
     }
-    if let Some(b) = baseline.filter(|b| b.busbw_bytes_per_second > 0.0) {
-        let share = s.bus_bandwidth_bytes_per_second / b.busbw_bytes_per_second;
+    if let Some(busbw) = baseline.filter(|b| *b > 0.0) {
+        let share = s.bus_bandwidth_bytes_per_second / busbw;
         e = e.detail("collective_baseline_share", r4(share));
         let _ = write!(
             words,
             " and {:.0}% of the bare baseline ({})",
             share * 100.0,
-            Gbs(b.busbw_bytes_per_second)
+            Gbs(busbw)
         );
     }
     words.push('.');
-    c.evidence = e;
+    e
 }
 
 /// A finding from the collectives alone, where the link counters resolve too few steps (a collective of tens of
@@ -335,7 +424,9 @@ fn from_collective(
         .steps(s.count as usize)
         .detail("source", "nccl_inspector")
         .detail("communication", exposure);
-    with_collective(&mut c, s, baseline);
+    let busbw = baseline.map(|b| b.busbw_bytes_per_second);
+    let e = std::mem::take(&mut c.evidence);
+    c.evidence = with_collective(&mut c.summary, e, &CollectiveFigures::of(s), busbw);
     c.action = format!(
         "The {} of {:.0} MB is the job's costliest collective: check which network NCCL uses between the nodes \
          (NCCL_SOCKET_IFNAME, NCCL_IB_HCA, NCCL_DEBUG=INFO's NET lines), then the ports' rate and the GPU-NIC \
@@ -408,6 +499,50 @@ mod tests {
             "{}",
             c[0].action
         );
+    }
+
+    /// Candidates whose words the tracker writes (raised, refreshed with other figures or the same) give the
+    /// findings and changes that candidates written by the rule give.
+    #[test]
+    fn words_the_tracker_writes_are_the_rule_s_words() {
+        use crate::analysis::tracker::Tracker;
+        let at = |achieved: f64| {
+            let mut n = slow_node();
+            for (i, s) in n.steps.iter_mut().enumerate() {
+                let f = HcaFigures {
+                    achieved: Some(achieved + (i % 3) as f64 * 1e8),
+                    ..HcaFigures::short_burst(true)
+                };
+                *s = Arc::new(hca_step(
+                    "node-00",
+                    i as u64,
+                    periodic(i as u64, 310_000_000),
+                    f,
+                ));
+            }
+            AnalysisInput {
+                nodes: vec![n],
+                ..Default::default()
+            }
+        };
+        let (mut written, mut unwritten) = (Tracker::new(), Tracker::new());
+        let rates = [8.8e9, 8.8e9, 8.8e9, 9.1e9, 9.1e9, 7.0e9, 9.1e9, 9.1e9];
+        for (k, r) in rates.into_iter().enumerate() {
+            let input = at(r);
+            let now = k as f64 + 1.0;
+            let unwritten_now = evaluate_unwritten(&input);
+            assert!(unwritten_now
+                .iter()
+                .all(|c| c.words.is_some() && c.summary.is_empty()));
+            let a = written.update(now, evaluate(&input));
+            let b = unwritten.update(now, unwritten_now);
+            assert_eq!(a, b, "evaluation {k}");
+            assert_eq!(written.findings(), unwritten.findings(), "evaluation {k}");
+        }
+        assert_eq!(unwritten.active().len(), 1);
+        assert!(unwritten.active()[0]
+            .summary
+            .starts_with("node-00 mlx5_0 port 1 achieves 9."));
     }
 
     #[test]
