@@ -98,18 +98,23 @@ impl BatchBuilder {
         self.ids.len()
     }
 
-    /// Takes the batch gathered so far (`seq` 0), or `None` when it holds no sample.
+    /// Takes the batch gathered so far (`seq` 0), or `None` when it holds no sample. The next batch starts
+    /// with room for as many samples and ticks as this one (batches of a node are alike: no regrowth).
     pub fn take(&mut self) -> Option<pb::SampleBatch> {
         self.end_tick();
         if self.ids.is_empty() {
             return None;
         }
+        fn take_sized<T>(v: &mut Vec<T>) -> Vec<T> {
+            let room = Vec::with_capacity(v.len());
+            std::mem::replace(v, room)
+        }
         Some(pb::SampleBatch {
             seq: 0,
-            timestamps_unix_ns: std::mem::take(&mut self.timestamps),
-            tick_lengths: std::mem::take(&mut self.lengths),
-            series_ids: std::mem::take(&mut self.ids),
-            values: std::mem::take(&mut self.values),
+            timestamps_unix_ns: take_sized(&mut self.timestamps),
+            tick_lengths: take_sized(&mut self.lengths),
+            series_ids: take_sized(&mut self.ids),
+            values: take_sized(&mut self.values),
             dropped_batches_total: 0,
             markers: Vec::new(),
             collectives: Vec::new(),

@@ -400,8 +400,15 @@ impl Sampler {
     /// others); their rounds are then taken with
     /// [`Sampler::take_clocked`], and rounds ([`Sampler::sample_round`]) read only the others. Returns
     /// whether any source is left for the rounds to read.
-    pub fn clock_sources(&mut self, cadence: Arc<dyn Cadence>, start: std::time::Instant) -> bool {
+    /// `after_round` is told the deadline of each round of the quick sources once it is handed over.
+    pub fn clock_sources(
+        &mut self,
+        cadence: Arc<dyn Cadence>,
+        start: std::time::Instant,
+        after_round: Box<dyn Fn(std::time::Instant) + Send>,
+    ) -> bool {
         let mut group = ClockGroup::new(start);
+        group.after_round(after_round);
         for slot in &mut self.slots {
             slot.clocked = slot.source.clock(cadence.clone(), start, &mut group);
         }

@@ -3,16 +3,18 @@
 //! ended at each slow tick between two ([`crate::source::Source::refresh_jobs`]), and the hand-over to the
 //! shipper.
 //!
-//! The sources that can keep their own clock do ([`Sampler::clock_sources`]): their threads read each tier
-//! when due, and this thread takes their rounds when it cuts a batch, half a fast period after the ticks'
-//! grid (so a round is seldom under way then), instead of waking at every fast tick to ask each source and
-//! wait for its answer. It still reads any other source at each tick.
+//! The sources that can keep a clock do ([`Sampler::clock_sources`]): threads of theirs read each tier when
+//! due, and this thread takes their rounds when it cuts a batch, instead of waking at every fast tick to ask
+//! each source and wait for its answer. The quick sources' clock thread wakes it once it has handed over the
+//! round of the tick a batch is due at ([`Cue`]: a wake-up by another thread costs a fraction of one by a
+//! timer); failing that, its own timer wakes it half a fast period after that tick. It still reads any other
+//! source at each tick.
 //!
 //! Inventory and job updates must reach the shipper before any batch that uses them: they are handed over
 //! first, put back when the queue is full, and a batch waits (is dropped and counted) while an update is
 //! still pending. The caller ran the first discovery; anything it found goes first.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -109,6 +111,52 @@ struct SamplingLoop {
     ticks: Vec<RoundTimes>,
 }
 
+/// The quick sources' clock thread's word to the sampling thread: the deadline of the last round it handed
+/// over, and the tick the next batch is due at; the sampling thread is woken when the one reaches the other.
+struct Cue {
+    start: Instant,
+    thread: std::thread::Thread,
+    /// Nanoseconds after `start`, plus one (0: none yet).
+    last_round: AtomicU64,
+    next_cut: AtomicU64,
+}
+
+impl Cue {
+    /// A cue to the calling thread, its times from `start`.
+    fn new(start: Instant) -> Cue {
+        Cue {
+            start,
+            thread: std::thread::current(),
+            last_round: AtomicU64::new(0),
+            next_cut: AtomicU64::new(u64::MAX),
+        }
+    }
+
+    fn ns(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.start).as_nanos()).unwrap_or(u64::MAX - 1)
+            + 1
+    }
+
+    /// The round due at `due` has been handed over.
+    fn round_done(&self, due: Instant) {
+        let ns = self.ns(due);
+        self.last_round.store(ns, Ordering::Release);
+        if ns >= self.next_cut.load(Ordering::Acquire) {
+            self.thread.unpark();
+        }
+    }
+
+    /// The next batch is due at the tick `cut`.
+    fn expect(&self, cut: Instant) {
+        self.next_cut.store(self.ns(cut), Ordering::Release);
+    }
+
+    /// Whether the round of the tick `cut` (or a later one) has been handed over.
+    fn ready(&self, cut: Instant) -> bool {
+        self.last_round.load(Ordering::Acquire) >= self.ns(cut)
+    }
+}
+
 /// When each kind of work is due next.
 struct Deadlines {
     fast: Instant,
@@ -123,9 +171,15 @@ impl SamplingLoop {
         self.flush_updates();
         self.publish_jobs();
         let start = Instant::now();
-        self.reads_itself = self.sampler.clock_sources(self.periods.clone(), start);
-        // Batches (and the job refresh, when no source is left to read here) half a fast period off the
-        // ticks' grid: the clocked sources' rounds are over by then.
+        let cue = Arc::new(Cue::new(start));
+        let told = cue.clone();
+        self.reads_itself = self.sampler.clock_sources(
+            self.periods.clone(),
+            start,
+            Box::new(move |due| told.round_done(due)),
+        );
+        // Without the cue, a batch is cut half a fast period after its tick: the clocked sources' rounds are
+        // over by then.
         let phase = if self.sampler.any_clocked() {
             self.periods.fast() / 2
         } else {
@@ -133,22 +187,21 @@ impl SamplingLoop {
         };
         let mut due = Deadlines {
             fast: start,
-            slow: if self.reads_itself {
-                start
-            } else {
-                start + phase
-            },
-            batch: start + self.settings.batch_period + phase,
+            slow: start,
+            batch: start + self.settings.batch_period,
             discover: start + self.settings.discover_period,
         };
+        cue.expect(due.batch);
         loop {
             let now = Instant::now();
+            let cued = now >= due.batch && cue.ready(due.batch);
+            // With no source to read here, the job refresh waits for a batch's wake-up.
             let wake = if self.reads_itself {
-                due.fast.min(due.slow).min(due.batch)
+                due.fast.min(due.slow).min(due.batch + phase)
             } else {
-                due.slow.min(due.batch)
+                due.batch + phase
             };
-            if wake > now {
+            if wake > now && !cued {
                 // Asleep until the next deadline (the thread wakes only when work is due, whatever the rates;
                 // `SamplerHandle::stop` unparks it). A spurious wake-up only goes round the loop again.
                 std::thread::park_timeout(wake - now);
@@ -171,10 +224,11 @@ impl SamplingLoop {
             } else if slow_read {
                 self.refresh_jobs();
             }
-            if now >= due.batch {
+            if cued || now >= due.batch + phase {
                 // On the batch period's own grid (as the tiers keep theirs), so that a batch due with a tick is
                 // cut in the same wake-up, after its reads, rather than in one of its own just after.
                 due.batch = next_on_grid(due.batch, self.settings.batch_period, now);
+                cue.expect(due.batch);
                 self.cut_batch();
             }
         }
@@ -381,6 +435,27 @@ fn advance(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_cue_wakes_the_sampling_thread_once_the_round_of_the_cut_tick_is_handed_over() {
+        let ms = Duration::from_millis;
+        let t0 = Instant::now();
+        let cue = Arc::new(Cue::new(t0));
+        cue.expect(t0 + ms(250));
+        // The rounds before the cut's tick do not make it ready ...
+        cue.round_done(t0 + ms(200));
+        assert!(!cue.ready(t0 + ms(250)));
+        // ... the cut tick's does, and wakes this thread (the cue's) from another.
+        let told = cue.clone();
+        std::thread::spawn(move || told.round_done(t0 + ms(250)))
+            .join()
+            .unwrap();
+        assert!(cue.ready(t0 + ms(250)));
+        assert!(!cue.ready(t0 + ms(500)));
+        let t = Instant::now();
+        std::thread::park_timeout(Duration::from_secs(20));
+        assert!(t.elapsed() < Duration::from_secs(10), "not woken");
+    }
 
     #[test]
     fn batch_deadlines_stay_on_their_grid() {

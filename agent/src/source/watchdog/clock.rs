@@ -315,6 +315,8 @@ pub(super) struct Membership {
 pub struct ClockGroup {
     members: Vec<Member>,
     busy: Arc<Busy>,
+    /// Told the deadline of each round read, once it is handed over.
+    after_round: Option<Box<dyn Fn(Instant) + Send>>,
 }
 
 impl ClockGroup {
@@ -323,7 +325,14 @@ impl ClockGroup {
         ClockGroup {
             members: Vec::new(),
             busy: Arc::new(Busy::new(epoch)),
+            after_round: None,
         }
+    }
+
+    /// Has `told` called with each round's deadline (its earliest tier's) once the round is handed over: the
+    /// sampler takes the rounds then, woken by the group's thread rather than by a timer of its own.
+    pub fn after_round(&mut self, told: Box<dyn Fn(Instant) + Send>) {
+        self.after_round = Some(told);
     }
 
     /// Adds `source`, its rounds going to `outlet`.
@@ -387,6 +396,9 @@ impl ClockGroup {
                 deadlines.advance(due, Instant::now());
             }
             self.busy.set(None);
+            if let (Some(told), Some(at)) = (&self.after_round, at.iter().flatten().min()) {
+                told(*at);
+            }
             // `gone` matches `members` one to one.
             let mut k = 0;
             self.members.retain(|_| {
