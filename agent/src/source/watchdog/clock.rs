@@ -417,11 +417,17 @@ impl ClockGroup {
     }
 
     /// Takes each member's tiers from its inventory now where a discovery added series (series are never
-    /// removed from an inventory: its length says whether it changed); which members' sources are gone (a
-    /// call into one panicked).
+    /// removed from an inventory: its length says whether it changed); which members are gone (a call into
+    /// the source panicked, or nothing else holds it).
     fn refresh(&mut self, gone: &mut Vec<bool>) {
         gone.clear();
         for m in &mut self.members {
+            // Held here alone: its [`super::Watched`] and the thread answering its requests are gone (a member
+            // with no series would never find out by a failed hand-over).
+            if Arc::strong_count(&m.source) == 1 {
+                gone.push(true);
+                continue;
+            }
             let Some(s) = lock(&m.source) else {
                 gone.push(true);
                 continue;
