@@ -15,19 +15,22 @@ use super::ticks::Ticks;
 /// Rank of a slot not asked for.
 const NOT_ASKED: u32 = u32::MAX;
 
-/// What the walk over the head found of one series asked for.
+/// What the walk over the head found of one series asked for: of its samples there, newest first as far as
+/// its rate reads them, the first and the last, all that `rate::window_rate` keeps of them (the newest, and
+/// where the window starts so far).
 #[derive(Default)]
 struct Found {
-    /// Its samples in the head, newest first, as far as its rate reads them.
-    points: Vec<(i64, u64)>,
-    /// Whether they reach back a whole window from its newest (its rate reads nothing older).
+    newest: Option<(i64, u64)>,
+    /// The last sample taken after the newest.
+    start: Option<(i64, u64)>,
+    /// Whether they reach back a whole window from the newest (its rate reads nothing older).
     whole: bool,
 }
 
 /// [`Series::rate`] over `NodeState::samples` of each series in `slots` (slots of `series`, whose node holds
 /// `head` and `ticks`), in that order; `None` for a slot past the end. The same figures: each series' samples
-/// are read newest first as a rate reads them, its head column (from the walk) and then, when that does not
-/// cover the window, its ring.
+/// are read newest first as a rate reads them, its head column (from the walk, which keeps what the rate
+/// keeps of it) and then, when that does not cover the window, its ring.
 pub(super) fn newest_rates(
     series: &[Series],
     slots: &[usize],
@@ -61,13 +64,16 @@ pub(super) fn newest_rates(
                 continue;
             }
             // `rate::window_rate` reads on to the first sample a window older than the newest, and stops there.
-            if let Some(&(newest, _)) = f.points.first() {
-                if t <= newest - RATE_WINDOW_NS {
-                    f.whole = true;
-                    open -= 1;
+            match f.newest {
+                None => f.newest = Some((t, v)),
+                Some((newest, _)) => {
+                    f.start = Some((t, v));
+                    if t <= newest - RATE_WINDOW_NS {
+                        f.whole = true;
+                        open -= 1;
+                    }
                 }
             }
-            f.points.push((t, v));
         }
         open > 0
     });
@@ -82,7 +88,10 @@ pub(super) fn newest_rates(
                     .rev()
                     .filter_map(|(n, v)| Some((ticks.time(n as u64)?, v)))
             });
-            s.rate_of(f.points.iter().copied().chain(older.into_iter().flatten()))
+            // The newest and the start so far read on as the whole column would: the samples between them
+            // moved only the start.
+            let head = f.newest.into_iter().chain(f.start);
+            s.rate_of(head.chain(older.into_iter().flatten()))
         })
         .collect()
 }
