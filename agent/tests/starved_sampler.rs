@@ -80,6 +80,8 @@ struct Paced {
     reads: Reads,
     /// Discovered once: the inventory is fixed from then on.
     discovered: bool,
+    /// Says its reads are quick: behind the watchdog it shares the quick sources' clock thread.
+    quick: bool,
 }
 
 impl Paced {
@@ -114,6 +116,7 @@ impl Paced {
             t0: unix_now_ns(),
             reads: reads.clone(),
             discovered: false,
+            quick: false,
         }
     }
 }
@@ -121,6 +124,9 @@ impl Paced {
 impl Source for Paced {
     fn name(&self) -> &'static str {
         self.name
+    }
+    fn quick_reads(&self) -> bool {
+        self.quick
     }
     fn discover(&mut self) -> Result<bool, SourceError> {
         // The first discovery finds the inventory (a watched source's copy is taken only on a change).
@@ -384,4 +390,36 @@ fn sources_on_their_own_threads_asked_together_keep_their_rates() {
         &reads,
     );
     check("two watched sources, one stalling", &m);
+}
+
+#[test]
+fn quick_sources_on_one_clock_thread_keep_their_rates_when_one_stalls() {
+    // Behind the watchdog and quick: one thread reads both on its clock, the stalling one first, so the
+    // other's reads wait behind each stall; every value keeps its own read time.
+    use commwatch_agent::source::watchdog::watch;
+    let reads = Reads::default();
+    let quick = |mut p: Paced| {
+        p.quick = true;
+        p
+    };
+    let m = run(
+        vec![
+            watch(Box::new(quick(Paced::new(
+                "slow",
+                "mlx5_1",
+                &["tx_bytes"],
+                Some(0),
+                &reads,
+            )))),
+            watch(Box::new(quick(Paced::new(
+                "paced",
+                "mlx5_0",
+                &["rx_bytes"],
+                None,
+                &reads,
+            )))),
+        ],
+        &reads,
+    );
+    check("two quick sources on one clock, one stalling", &m);
 }
