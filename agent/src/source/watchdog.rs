@@ -1280,4 +1280,53 @@ mod tests {
             "{got:?}"
         );
     }
+
+    #[test]
+    fn a_quick_source_being_rediscovered_is_skipped_and_the_shared_clock_goes_on() {
+        let gate = Arc::new(Mutex::new(()));
+        let cadence: Arc<dyn Cadence> = Arc::new(Every(TICK));
+        let mut busy = watch_with(
+            Box::new(Gated {
+                inventory: Inventory::default(),
+                gate: gate.clone(),
+                block_discover: true,
+                value: 0.0,
+                quick: true,
+            }),
+            DEADLINE,
+            DEADLINE * 3,
+        );
+        assert!(busy.discover().unwrap());
+        let mut other = watch(Box::new(Counters {
+            inventory: fast_series(2),
+            n: 2,
+            quick: true,
+            round: 0,
+        }));
+        let start = Instant::now();
+        let mut group = ClockGroup::new(start);
+        assert!(busy.clock(cadence.clone(), start, &mut group));
+        assert!(other.clock(cadence.clone(), start, &mut group));
+        assert!(group.start(cadence, start));
+        std::thread::sleep(TICK * 3);
+        take(other.as_mut());
+        // A discovery that hangs on the source's own thread, which holds the source meanwhile.
+        let held = gate.lock().unwrap();
+        let discovering = std::thread::spawn(move || {
+            let r = busy.discover();
+            (busy, r.is_err())
+        });
+        std::thread::sleep(DEADLINE + TICK * 10);
+        // The shared clock did not wait for it: the other source was read at (nearly) every tick, on it.
+        let (_, rounds) = take(other.as_mut());
+        let ticks = (DEADLINE + TICK * 10).as_millis() / TICK.as_millis();
+        assert!(
+            rounds.len() as u128 >= ticks / 2,
+            "{} rounds in {ticks} ticks",
+            rounds.len()
+        );
+        drop(held);
+        let (_, failed) = discovering.join().unwrap();
+        assert!(!failed, "the discovery came back within its deadline");
+    }
 }

@@ -14,7 +14,8 @@
 //! does behind a request. A value read later than the deadline after its round began is dropped (a quick
 //! source's whole round, handed over at its end, when the round ended late): nothing read late is handed out
 //! behind batches already cut. A group's thread stuck in one member past the deadline holds up the others:
-//! each of them leaves the group then ([`super::Watched`] sees it), for a clock on its own thread.
+//! each of them leaves the group then ([`super::Watched`] sees it), for a clock on its own thread. The group
+//! never waits for a member its own thread is calling (a discovery): that member misses the tick instead.
 //!
 //! Deadlines keep each tier's grid from the clock's start: after a round that ends past the next deadline
 //! the ticks missed are skipped (counted as an overrun), and the next read is a whole period after its end,
@@ -23,7 +24,7 @@
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
 
 use commwatch_model::clock::unix_now_ns;
@@ -37,6 +38,16 @@ pub(super) type Shared = Arc<Mutex<Box<dyn Source>>>;
 /// The source, locked; `None` when a call into it panicked while it was locked (it is not called again).
 pub(super) fn lock(source: &Shared) -> Option<MutexGuard<'_, Box<dyn Source>>> {
     source.lock().ok()
+}
+
+/// The source if it is free now: `Ok(None)` while the thread answering its requests holds it (a discovery);
+/// `Err` when a call into it panicked.
+fn lock_free(source: &Shared) -> Result<Option<MutexGuard<'_, Box<dyn Source>>>, ()> {
+    match source.try_lock() {
+        Ok(guard) => Ok(Some(guard)),
+        Err(TryLockError::WouldBlock) => Ok(None),
+        Err(TryLockError::Poisoned(_)) => Err(()),
+    }
 }
 
 /// What a clocked source's reading thread hands over.
@@ -136,16 +147,22 @@ impl Outlet {
         });
     }
 
-    /// Ends `round`, whose tiers' next deadlines are `next`: what it read late is dropped. False when the
-    /// [`super::Watched`] is gone.
+    /// Ends `round`; `next` holds the next deadline of each tier due (a tier the round did not read is left
+    /// out of its overruns): what it read late is dropped. False when the [`super::Watched`] is gone.
     fn end(&self, mut round: Round, next: [Option<Instant>; 2]) -> bool {
         let ended = Instant::now();
         round.times.ended = ended;
+        for tier in Tier::ALL {
+            if round.reads[tier.index()].is_none() {
+                round.times.due[tier.index()] = None;
+            }
+        }
         if ended > round.times.started + self.deadline {
             round.values.clear();
         }
         for tier in Tier::ALL {
-            if next[tier.index()].is_some_and(|n| n <= ended) {
+            let read = round.reads[tier.index()].is_some();
+            if read && next[tier.index()].is_some_and(|n| n <= ended) {
                 round.times.overran = round.times.overran.with(tier);
             }
         }
@@ -428,9 +445,17 @@ impl ClockGroup {
                 gone.push(true);
                 continue;
             }
-            let Some(s) = lock(&m.source) else {
-                gone.push(true);
-                continue;
+            let s = match lock_free(&m.source) {
+                Ok(Some(s)) => s,
+                // Being rediscovered: its tiers as they were.
+                Ok(None) => {
+                    gone.push(false);
+                    continue;
+                }
+                Err(()) => {
+                    gone.push(true);
+                    continue;
+                }
             };
             let series = &s.inventory().series;
             if series.len() != m.counted {
@@ -460,9 +485,15 @@ impl ClockGroup {
                 if gone[k] || !m.tiers.contains(tier) || m.left.load(Ordering::Acquire) {
                     continue;
                 }
-                let Some(mut source) = lock(&m.source) else {
-                    gone[k] = true;
-                    continue;
+                let mut source = match lock_free(&m.source) {
+                    Ok(Some(source)) => source,
+                    // Its own thread holds it (a discovery, between two ticks as a rule): this tier is not
+                    // read this tick, rather than the group waiting for it.
+                    Ok(None) => continue,
+                    Err(()) => {
+                        gone[k] = true;
+                        continue;
+                    }
                 };
                 let mine = Tier::ALL.map(|t| at[t.index()].filter(|_| m.tiers.contains(t)));
                 let round = rounds[k].get_or_insert_with(|| m.outlet.begin(mine));
@@ -478,11 +509,15 @@ impl ClockGroup {
                 }
                 if due.iter().filter(|t| m.tiers.contains(*t)).last() == Some(tier) {
                     if let Some(r) = rounds[k].take() {
-                        let after = Tier::ALL
-                            .map(|t| next[t.index()].filter(|_| r.reads[t.index()].is_some()));
-                        gone[k] |= !m.outlet.end(r, after);
+                        gone[k] |= !m.outlet.end(r, next);
                     }
                 }
+            }
+        }
+        // A round whose last tier was not read (its source was busy) ends with what it read.
+        for (k, m) in self.members.iter().enumerate() {
+            if let Some(r) = rounds[k].take() {
+                gone[k] |= !m.outlet.end(r, next);
             }
         }
     }
