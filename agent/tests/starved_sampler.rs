@@ -364,31 +364,26 @@ fn a_stall_inside_one_sources_read_keeps_both_sides_rates() {
     check("stall between two counters of one source", &m);
 }
 
+/// Two sources behind the watchdog (quick ones when `quick`): "slow" stalls before its read, "paced" does not.
+fn stalling_pair(reads: &Reads, quick: bool) -> Vec<Box<dyn Source>> {
+    use commwatch_agent::source::watchdog::watch;
+    let paced = |name, device, metric, stall| {
+        let mut p = Paced::new(name, device, &[metric], stall, reads);
+        p.quick = quick;
+        watch(Box::new(p))
+    };
+    vec![
+        paced("slow", "mlx5_1", "tx_bytes", Some(0)),
+        paced("paced", "mlx5_0", "rx_bytes", None),
+    ]
+}
+
 #[test]
 fn sources_on_their_own_threads_asked_together_keep_their_rates() {
     // Behind the watchdog, as the agent runs them: each tick asks both sources before it takes either answer,
     // with a stall before one source's read.
-    use commwatch_agent::source::watchdog::watch;
     let reads = Reads::default();
-    let m = run(
-        vec![
-            watch(Box::new(Paced::new(
-                "slow",
-                "mlx5_1",
-                &["tx_bytes"],
-                Some(0),
-                &reads,
-            ))),
-            watch(Box::new(Paced::new(
-                "paced",
-                "mlx5_0",
-                &["rx_bytes"],
-                None,
-                &reads,
-            ))),
-        ],
-        &reads,
-    );
+    let m = run(stalling_pair(&reads, false), &reads);
     check("two watched sources, one stalling", &m);
 }
 
@@ -396,30 +391,7 @@ fn sources_on_their_own_threads_asked_together_keep_their_rates() {
 fn quick_sources_on_one_clock_thread_keep_their_rates_when_one_stalls() {
     // Behind the watchdog and quick: one thread reads both on its clock, the stalling one first, so the
     // other's reads wait behind each stall; every value keeps its own read time.
-    use commwatch_agent::source::watchdog::watch;
     let reads = Reads::default();
-    let quick = |mut p: Paced| {
-        p.quick = true;
-        p
-    };
-    let m = run(
-        vec![
-            watch(Box::new(quick(Paced::new(
-                "slow",
-                "mlx5_1",
-                &["tx_bytes"],
-                Some(0),
-                &reads,
-            )))),
-            watch(Box::new(quick(Paced::new(
-                "paced",
-                "mlx5_0",
-                &["rx_bytes"],
-                None,
-                &reads,
-            )))),
-        ],
-        &reads,
-    );
+    let m = run(stalling_pair(&reads, true), &reads);
     check("two quick sources on one clock, one stalling", &m);
 }

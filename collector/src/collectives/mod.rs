@@ -370,16 +370,8 @@ mod tests {
             };
             let out = store.hello(&hello, S, None).expect("hello");
             let batch = Batch {
-                seq,
-                timestamps_unix_ns: vec![],
-                tick_lengths: vec![],
-                series_ids: vec![],
-                values: vec![],
-                dropped_batches_total: 0,
-                markers: vec![],
-                invalid_markers: 0,
                 collectives: vec![entry("j", "0xc", sn, 0, node, 1e9)],
-                invalid_collectives: vec![],
+                ..Batch::numbered(seq)
             };
             let applied = out.node.lock().apply_batch(&batch, S, &mut Vec::new());
             applied.expect("applied");

@@ -101,18 +101,7 @@ impl Gen {
     }
 
     fn batch(&mut self, seq: u64, first_tick: i64) -> Batch {
-        let mut b = Batch {
-            seq,
-            timestamps_unix_ns: vec![],
-            tick_lengths: vec![],
-            series_ids: vec![],
-            values: vec![],
-            dropped_batches_total: 0,
-            markers: vec![],
-            invalid_markers: 0,
-            collectives: vec![],
-            invalid_collectives: vec![],
-        };
+        let mut b = Batch::numbered(seq);
         for t in first_tick..first_tick + 5 {
             let ts = T0 + t * 50_000_000 + self.rng.random_range(0..500_000);
             let n = if t % 20 == 0 { FAST + SLOW } else { FAST };

@@ -111,6 +111,22 @@ pub struct Batch {
 }
 
 impl Batch {
+    /// Batch `seq` with no samples, markers or records (to be filled in).
+    pub fn numbered(seq: u64) -> Batch {
+        Batch {
+            seq,
+            timestamps_unix_ns: vec![],
+            tick_lengths: vec![],
+            series_ids: vec![],
+            values: vec![],
+            dropped_batches_total: 0,
+            markers: vec![],
+            invalid_markers: 0,
+            collectives: vec![],
+            invalid_collectives: vec![],
+        }
+    }
+
     /// Number of samples.
     pub fn len(&self) -> usize {
         self.values.len()

@@ -1408,18 +1408,7 @@ mod tests {
             }
             let lo = if round >= 1_000 { 11 } else { 1 };
             seq += 1;
-            let mut b = Batch {
-                seq,
-                timestamps_unix_ns: vec![],
-                tick_lengths: vec![],
-                series_ids: vec![],
-                values: vec![],
-                dropped_batches_total: 0,
-                markers: vec![],
-                invalid_markers: 0,
-                collectives: vec![],
-                invalid_collectives: vec![],
-            };
+            let mut b = Batch::numbered(seq);
             for _ in 0..5 {
                 tick += 1;
                 b.timestamps_unix_ns.push(tick * 50_000_000);
@@ -1462,18 +1451,7 @@ mod tests {
         let (mut n, _) = two_links("node-r", 30_000_000_000, &[1, 2, 3, 4, 5]);
         let (mut at, mut acc, mut checked) = (1_000_000_000i64, [0u64; 6], 0);
         for seq in 1..=1_500u64 {
-            let mut b = Batch {
-                seq,
-                timestamps_unix_ns: vec![],
-                tick_lengths: vec![],
-                series_ids: vec![],
-                values: vec![],
-                dropped_batches_total: 0,
-                markers: vec![],
-                invalid_markers: 0,
-                collectives: vec![],
-                invalid_collectives: vec![],
-            };
+            let mut b = Batch::numbered(seq);
             for _ in 0..5 {
                 // Ticks 18 ms apart (the demo agent's 56 a second), now and then a pause past the window.
                 at += if rng.random_range(0u32..300) == 0 {
