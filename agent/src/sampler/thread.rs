@@ -23,7 +23,7 @@ use commwatch_proto::v1 as pb;
 use tokio::sync::mpsc;
 
 use super::{BatchBuilder, Periods, Sampler, SamplerEvent};
-use crate::source::{RoundTimes, Tiers};
+use crate::source::{next_deadline, RoundTimes, Tiers};
 use crate::steps::MarkerQueue;
 use crate::telemetry::AgentMetrics;
 
@@ -410,9 +410,8 @@ fn next_on_grid(due: Instant, period: Duration, now: Instant) -> Instant {
     next + period * u32::try_from(behind).unwrap_or(u32::MAX)
 }
 
-/// Next deadline after one that was due at `due`, once its reads ended at `now`: keeps the cadence, but
-/// skips missed ticks instead of bursting to catch up (and counts the overrun); after an overrun the next
-/// read is a whole period after the end of this one.
+/// Next deadline after one that was due at `due`, once its reads ended at `now` ([`next_deadline`]), an
+/// overrun counted.
 fn advance(
     due: Instant,
     period: Duration,
@@ -420,16 +419,14 @@ fn advance(
     metrics: &AgentMetrics,
     tier: Tier,
 ) -> Instant {
-    let next = due + period;
-    if next <= now {
+    let (next, overran) = next_deadline(due, period, now);
+    if overran {
         metrics
             .tick_overruns
             .with_label_values(&[tier.as_str()])
             .inc();
-        now + period
-    } else {
-        next
     }
+    next
 }
 
 #[cfg(test)]
@@ -468,5 +465,19 @@ mod tests {
         assert_eq!(next_on_grid(t0, ms(250), t0 + ms(250)), t0 + ms(500));
         assert_eq!(next_on_grid(t0, ms(250), t0 + ms(760)), t0 + ms(1000));
         assert_eq!(next_on_grid(t0, Duration::ZERO, t0 + ms(5)), t0 + ms(5));
+    }
+
+    #[test]
+    fn a_round_past_its_next_deadline_skips_to_a_period_after_its_end() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        // Ended in time: a period on, no overrun.
+        assert_eq!(next_deadline(t0, ms(50), t0 + ms(3)), (t0 + ms(50), false));
+        // Ended at or past the next deadline: a period after its end, the ticks missed skipped.
+        assert_eq!(next_deadline(t0, ms(50), t0 + ms(50)), (t0 + ms(100), true));
+        assert_eq!(
+            next_deadline(t0, ms(50), t0 + ms(170)),
+            (t0 + ms(220), true)
+        );
     }
 }

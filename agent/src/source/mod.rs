@@ -18,7 +18,7 @@
 //!   [`watchdog::Watched`], which reports it stalled and lets its series stop until it answers again.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use commwatch_model::clock::unix_now_ns;
 
@@ -168,14 +168,25 @@ pub trait Cadence: Send + Sync {
     fn period(&self, tier: Tier) -> Duration;
 }
 
+/// The deadline after `due` of a tier read every `period`, once its round ended at `ended`: a period on, or,
+/// where that has passed already, a period after `ended` (the ticks missed are skipped, not read in a burst);
+/// `true` when it had passed (an overrun). The sampler's own ticks and the sources' clocks both keep it.
+pub fn next_deadline(due: Instant, period: Duration, ended: Instant) -> (Instant, bool) {
+    let next = due + period;
+    match next <= ended {
+        true => (ended + period, true),
+        false => (next, false),
+    }
+}
+
 /// When a round read on the source's own clock ran: the deadline of each tier it read (on the grid of that
 /// tier's period from the clock's start), when its reads began and ended, and the tiers whose next deadline
 /// had passed by its end (ticks skipped: the next is a whole period after the end).
 #[derive(Debug, Clone, Copy)]
 pub struct RoundTimes {
-    pub due: [Option<std::time::Instant>; 2],
-    pub started: std::time::Instant,
-    pub ended: std::time::Instant,
+    pub due: [Option<Instant>; 2],
+    pub started: Instant,
+    pub ended: Instant,
     pub overran: Tiers,
 }
 
@@ -349,7 +360,7 @@ pub trait Source: Send {
     fn clock(
         &mut self,
         _cadence: std::sync::Arc<dyn Cadence>,
-        _start: std::time::Instant,
+        _start: Instant,
         _group: &mut watchdog::ClockGroup,
     ) -> bool {
         false
@@ -360,7 +371,7 @@ pub trait Source: Send {
     /// read before `upto` is taken by this call. Does nothing for a source that does not keep its own clock.
     fn take_rounds(
         &mut self,
-        _upto: std::time::Instant,
+        _upto: Instant,
         _sink: &mut RoundSink<'_>,
         _rounds: &mut Vec<ClockedRound>,
     ) {

@@ -30,7 +30,9 @@ use std::time::{Duration, Instant};
 use commwatch_model::clock::unix_now_ns;
 
 use super::{Request, Stamped};
-use crate::source::{Cadence, Inventory, RoundReads, RoundTimes, Source, Tier, TierRead, Tiers};
+use crate::source::{
+    next_deadline, Cadence, Inventory, RoundReads, RoundTimes, Source, Tier, TierRead, Tiers,
+};
 
 /// A source shared by the thread that answers its requests and the clock that reads it.
 pub(super) type Shared = Arc<Mutex<Box<dyn Source>>>;
@@ -230,14 +232,11 @@ impl Deadlines {
         })
     }
 
-    /// Moves the deadlines of `tiers` on from a round that ended at `ended`: a period on, or, where that has
-    /// passed already, a period after `ended` (the ticks missed are skipped).
+    /// Moves the deadlines of `tiers` on from a round that ended at `ended` ([`next_deadline`]).
     fn advance(&mut self, tiers: Tiers, ended: Instant) {
         for tier in tiers.iter() {
-            let period = self.cadence.period(tier);
             let at = &mut self.due[tier.index()];
-            let next = *at + period;
-            *at = if next <= ended { ended + period } else { next };
+            *at = next_deadline(*at, self.cadence.period(tier), ended).0;
         }
     }
 }
