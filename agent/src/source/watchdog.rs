@@ -743,11 +743,13 @@ mod tests {
     use std::collections::BTreeMap;
     use std::sync::{Arc, Mutex};
 
-    /// One slow gauge; `sample` blocks while the gate is held, `discover` while `block_discover` holds it.
+    /// One slow gauge; `sample` blocks while the gate is held when `block_sample`, `discover` when
+    /// `block_discover`.
     struct Gated {
         inventory: Inventory,
         gate: Arc<Mutex<()>>,
         block_discover: bool,
+        block_sample: bool,
         value: f64,
         /// Whether it says its reads are quick (it shares a clock group then).
         quick: bool,
@@ -777,7 +779,9 @@ mod tests {
             &self.inventory
         }
         fn sample(&mut self, _tier: Tier, sink: &mut dyn FnMut(usize, Value)) -> ReadReport {
-            drop(self.gate.lock());
+            if self.block_sample {
+                drop(self.gate.lock());
+            }
             self.value += 1.0;
             sink(0, Value::Gauge(self.value));
             ReadReport {
@@ -826,6 +830,7 @@ mod tests {
                 inventory: Inventory::default(),
                 gate: gate.clone(),
                 block_discover: false,
+                block_sample: true,
                 value: 0.0,
                 quick: false,
             }),
@@ -938,6 +943,7 @@ mod tests {
                 inventory: Inventory::default(),
                 gate: gate.clone(),
                 block_discover: true,
+                block_sample: true,
                 value: 0.0,
                 quick: false,
             }),
@@ -1054,6 +1060,7 @@ mod tests {
                 inventory: Inventory::default(),
                 gate: gate.clone(),
                 block_discover: false,
+                block_sample: true,
                 value: 0.0,
                 quick: false,
             }),
@@ -1211,6 +1218,7 @@ mod tests {
             inventory: Inventory::default(),
             gate: gate.clone(),
             block_discover: false,
+            block_sample: true,
             value: 0.0,
             quick: true,
         };
@@ -1285,11 +1293,15 @@ mod tests {
     fn a_quick_source_being_rediscovered_is_skipped_and_the_shared_clock_goes_on() {
         let gate = Arc::new(Mutex::new(()));
         let cadence: Arc<dyn Cadence> = Arc::new(Every(TICK));
+        // Only its discovery waits on the gate: a read the shared clock began just before the discovery took
+        // the source would otherwise hold the clock up for as long (the case of a source stuck in a read,
+        // which sends the others off to clocks of their own: another test's).
         let mut busy = watch_with(
             Box::new(Gated {
                 inventory: Inventory::default(),
                 gate: gate.clone(),
                 block_discover: true,
+                block_sample: false,
                 value: 0.0,
                 quick: true,
             }),
