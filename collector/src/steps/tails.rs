@@ -13,11 +13,13 @@
 //! Contract: a tail is a suffix of its series' samples as [`NodeState::samples`] gives them (the same
 //! `(timestamp_ns, value)`, in the same order: timestamps strictly ascending, as the store keeps them), as of
 //! the latest [`Tails::read`]: samples of ticks the node no longer holds are dropped from its front as the
-//! store drops them. A walk that would need a sample older than the tail holds answers `None`, and the caller
+//! store drops them (with, where a clock went back, the samples stamped before the newest of those ticks: a
+//! shorter suffix). A walk that would need a sample older than the tail holds answers `None`, and the caller
 //! walks the store instead, so every answer is the store walk's. (A series whose ring drops samples by its
 //! cap before their tick ages out, an agent sending much faster than it said, would break the suffix; tails
 //! keep at most [`KEEP_NS`] of samples, far less than a ring holds.)
 
+use std::collections::VecDeque;
 use std::ops::Range;
 
 use crate::store::NodeState;
@@ -40,10 +42,10 @@ const SHRINK_OVER: usize = 4;
 #[derive(Debug, Default)]
 #[repr(align(64))]
 struct Tail {
-    /// `(timestamp_ns, value)`: those from `start` on are kept, those before it dropped.
+    /// `(timestamp_ns, value)`: those from `start` on are kept, those before it dropped. (Without their tick
+    /// numbers, which the store's evictions are read from ([`Tails::ticks`]): a second buffer written at each
+    /// sample cost a tenth of the engine's time.)
     samples: Vec<(i64, u64)>,
-    /// The tick number of each sample of `samples` (for the store's evictions).
-    ticks: Vec<u64>,
     /// The newest sample's timestamp (when one is kept), and the interval between the two newest, ns (0:
     /// fewer than two read): where a walk guesses its start ([`Tail::newest_at_or_before`]) without reading
     /// the samples. (Narrow so that a tail is one cache line.)
@@ -62,13 +64,12 @@ impl Tail {
         &self.samples[self.start()..]
     }
 
-    fn push(&mut self, tick: u64, t: i64, v: u64) {
+    fn push(&mut self, t: i64, v: u64) {
         if !self.samples.is_empty() {
             self.gap = u32::try_from(t.saturating_sub(self.newest)).unwrap_or(u32::MAX);
         }
         self.newest = t;
         self.samples.push((t, v));
-        self.ticks.push(tick);
     }
 
     /// Index into `samples` of the newest kept sample stamped at or before `t` (`None`: none): from where
@@ -113,27 +114,23 @@ impl Tail {
     /// Moves the kept samples to the buffer's start; cuts the buffer back when much larger than they are.
     fn cut(&mut self) {
         self.samples.drain(..self.start());
-        self.ticks.drain(..self.start());
         self.start = 0;
         let want = 2 * self.samples.len().max(16);
         if self.samples.capacity() > SHRINK_OVER * want {
             self.samples.shrink_to(want);
-            self.ticks.shrink_to(want);
         }
     }
 
-    /// Drops the samples of ticks before `oldest`.
-    fn evict(&mut self, oldest: u64) {
-        let n = self.ticks[self.start()..]
-            .iter()
-            .take_while(|&&k| k < oldest)
-            .count();
-        self.drop_front(n);
+    /// Drops the samples stamped at or before `t`.
+    fn drop_through(&mut self, t: i64) {
+        if let Some(k) = self.newest_at_or_before(t) {
+            self.drop_front(k + 1 - self.start());
+        }
     }
 
-    /// The tick of the oldest kept sample (`None`: none kept).
-    fn oldest_tick(&self) -> Option<u64> {
-        self.ticks.get(self.start()).copied()
+    /// The oldest kept sample's timestamp (`None`: none kept).
+    fn oldest_ns(&self) -> Option<i64> {
+        self.kept().first().map(|s| s.0)
     }
 
     /// Drops samples from the front while the next one is stamped at or before `from`: a walk back from the
@@ -182,9 +179,11 @@ pub(super) struct Tails {
     tails: Vec<Tail>,
     /// The newest tick read (`None`: nothing read yet): the next read's start.
     after: Option<u64>,
-    /// No tail holds a sample of a tick before this one (a lower bound: checked against the node's oldest
-    /// tick at each read without reading every tail's oldest sample).
-    floor: u64,
+    /// `(number, timestamp_ns)` of the ticks read whose samples a tail may still hold, ascending numbers:
+    /// when the store drops ticks, the tails drop their samples stamped at or before the newest of those
+    /// ticks' timestamps (all of those ticks' samples; more only where a clock went back, still a suffix).
+    /// Ticks older than every tail's oldest sample are forgotten at each [`Tails::trim`].
+    ticks: VecDeque<(u64, i64)>,
 }
 
 impl Tails {
@@ -194,7 +193,7 @@ impl Tails {
         self.wanted.clear();
         self.tails.clear();
         self.after = None;
-        self.floor = 0;
+        self.ticks.clear();
         for slot in slots {
             if slot >= self.index.len() {
                 self.index.resize(slot + 1, 0);
@@ -216,28 +215,49 @@ impl Tails {
             None => n.newest_byte_sample().map_or(i64::MIN, |t| t - KEEP_NS),
             Some(_) => i64::MIN,
         };
-        let (index, tails) = (&self.index, &mut self.tails);
+        let (index, tails, ticks) = (&self.index, &mut self.tails, &mut self.ticks);
+        let read_from = ticks.len();
+        // Row-major from the head, the ticks come in order; from the rings, series after series.
+        let mut in_order = true;
         let push = |slot: usize, tick: u64, t: i64, v: u64| {
             let Some(&i) = index.get(slot) else {
                 return;
             };
-            if let Some(tail) = tails.get_mut((i as usize).wrapping_sub(1)) {
-                tail.push(tick, t, v);
+            let Some(tail) = tails.get_mut((i as usize).wrapping_sub(1)) else {
+                return;
+            };
+            tail.push(t, v);
+            match ticks.back() {
+                Some(&(k, _)) if k == tick => {}
+                Some(&(k, _)) if k > tick => {
+                    in_order = false;
+                    ticks.push_back((tick, t));
+                }
+                _ => ticks.push_back((tick, t)),
             }
         };
         let newest = n.samples_after_unmarked(self.after, since, &self.wanted, push);
+        if !in_order {
+            // Every tick read now is newer than those read before.
+            let mut new: Vec<(u64, i64)> = self.ticks.drain(read_from..).collect();
+            new.sort_unstable();
+            new.dedup_by_key(|k| k.0);
+            self.ticks.extend(new);
+        }
         if newest.is_some() {
             self.after = newest;
         }
+        // The newest timestamp of the ticks the node no longer holds.
         let oldest = n.oldest_tick();
-        if oldest > self.floor {
-            let mut floor = u64::MAX;
+        let mut gone: Option<i64> = None;
+        while let Some(&(_, t)) = self.ticks.front().filter(|f| f.0 < oldest) {
+            gone = Some(gone.map_or(t, |g| g.max(t)));
+            self.ticks.pop_front();
+        }
+        if let Some(t) = gone {
             for tail in &mut self.tails {
-                tail.evict(oldest);
-                floor = floor.min(tail.oldest_tick().unwrap_or(u64::MAX));
+                tail.drop_through(t);
             }
-            // Samples read later are of newer ticks than any held now.
-            self.floor = floor.min(newest.map_or(u64::MAX, |n| n.saturating_add(1)));
         }
     }
 
@@ -247,11 +267,17 @@ impl Tails {
     /// (Trimmed at every pass: trimmed only when grown by half, tails held more and a pass cost more, on the
     /// demo agent's tape and the synthetic node alike.)
     pub(super) fn trim(&mut self, from: i64) {
+        let mut oldest = i64::MAX;
         for tail in &mut self.tails {
             if tail.kept().is_empty() {
                 continue;
             }
             tail.trim(from.max(tail.newest.saturating_sub(KEEP_NS)));
+            oldest = oldest.min(tail.oldest_ns().unwrap_or(i64::MAX));
+        }
+        // No tail holds a sample of a tick stamped before every tail's oldest sample.
+        while self.ticks.front().is_some_and(|k| k.1 < oldest) {
+            self.ticks.pop_front();
         }
     }
 
@@ -412,7 +438,7 @@ mod tests {
                 } else {
                     r.random_range(1..5)
                 };
-                tail.push(k, t, k);
+                tail.push(t, k);
             }
             tail.drop_front(r.random_range(0..10));
             let walk_back = |tail: &Tail, at: i64| {
