@@ -112,6 +112,7 @@ fn a_step_off_the_truth_is_listed_with_its_burst_and_bytes() {
         link: None,
     });
     let step = NodeStep {
+        fabric: Default::default(),
         node: "node-00".into(),
         job: None,
         index: 5,

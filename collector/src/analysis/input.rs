@@ -1208,9 +1208,10 @@ impl NodeInput {
                 })
                 .collect()
         } else {
+            // Each step's fabric figures in brief (every link the test below may take is among them).
             self.steps
                 .iter()
-                .flat_map(|s| s.links.iter())
+                .flat_map(|s| s.fabric())
                 .filter(|l| {
                     l.confident
                         && Self::fabric_figure_link(

@@ -688,6 +688,7 @@ mod tests {
                     .filter_map(|(l, t, r)| step_link(l, t, r, start, end, 0.05))
                     .collect();
                 std::sync::Arc::new(NodeStep {
+                    fabric: Default::default(),
                     node: name.into(),
                     job: None,
                     index: k as u64,

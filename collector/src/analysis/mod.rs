@@ -525,6 +525,42 @@ impl StepFigures {
     }
 }
 
+/// A fabric link's achieved rate step after step, as [`StepFigures`] finds its figures, read from each step's
+/// fabric figures in brief ([`crate::steps::NodeStep::fabric`]: a few links, not a demo node's 161) and looked
+/// for first where the link was in the step before.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct FabricStepFigures {
+    /// Where the link was in the last brief it was found in.
+    at: usize,
+}
+
+impl FabricStepFigures {
+    /// `(confident, achieved bytes/s)` of `link` in step `s`, from the figures [`input::step_figure`] finds:
+    /// by the shared link (a link on the fabric is in the brief when the step lists it), else by its key.
+    pub(crate) fn of(
+        &mut self,
+        s: &crate::steps::NodeStep,
+        link: &std::sync::Arc<Link>,
+    ) -> Option<(bool, Option<f64>)> {
+        let brief = s.fabric();
+        let shared = |x: &crate::steps::FabricFigure| std::sync::Arc::ptr_eq(&x.link, link);
+        let found = match brief.get(self.at).filter(|x| shared(x)) {
+            Some(x) => Some(x),
+            None if crate::steps::FabricFigure::on_fabric(link) => {
+                brief.iter().position(shared).and_then(|at| {
+                    self.at = at;
+                    brief.get(at)
+                })
+            }
+            None => None,
+        };
+        if let Some(x) = found {
+            return Some((x.confident, x.achieved_bytes_per_second));
+        }
+        input::step_figure(s, link).map(|x| (x.confident, x.achieved_bytes_per_second))
+    }
+}
+
 /// `v` bytes/s as `x.xx GB/s`.
 pub(crate) fn gbs(v: f64) -> String {
     Gbs(v).to_string()
@@ -553,14 +589,63 @@ mod tests {
     /// announced again (a new `Arc` of the same key): the figures found step by step are `step_figure`'s.
     #[test]
     fn step_figures_found_where_the_link_was_are_step_figures() {
+        let links = six_links(|_, _| {});
+        for l in &links {
+            let mut f = StepFigures::default();
+            for s in &shuffled_steps(&links) {
+                let want = input::step_figure(s, l).map(|x| x.tx_bytes);
+                assert_eq!(f.of(s, l).map(|x| x.tx_bytes), want, "step {}", s.index);
+            }
+        }
+    }
+
+    /// The same with fabric, management and NVLink links (a fabric figure is read from the step's brief).
+    #[test]
+    fn fabric_step_figures_are_step_figures() {
+        use commwatch_model::{Endpoint, LinkRole};
+        let links = six_links(|k, l| match k {
+            1 => l.role = LinkRole::Management,
+            2 => {
+                l.key.class = LinkClass::Nvlink;
+                l.endpoint = Endpoint::GpuLink;
+            }
+            3 => {
+                l.key.class = LinkClass::Ethernet;
+                l.endpoint = Endpoint::Interface;
+            }
+            _ => {}
+        });
+        let steps = shuffled_steps(&links);
+        let mut found = 0;
+        for l in &links {
+            let mut f = FabricStepFigures::default();
+            for s in &steps {
+                let want =
+                    input::step_figure(s, l).map(|x| (x.confident, x.achieved_bytes_per_second));
+                found += usize::from(want.is_some());
+                assert_eq!(f.of(s, l), want, "step {} port {}", s.index, l.key.port);
+            }
+        }
+        assert!(found > 200, "{found}");
+    }
+
+    /// Six links of one node: the fixture's HCA port as `port` 0..6, each changed by `change(k, link)`.
+    fn six_links(change: impl Fn(usize, &mut Link)) -> Vec<std::sync::Arc<Link>> {
         use crate::analysis::test_support::{hca_step, periodic, HcaFigures};
         let base = hca_step("n", 0, periodic(0, 1), HcaFigures::short_burst(true));
         let link_of = |port: usize| {
             let mut l = Link::clone(&base.links[0].link);
             l.key.port = port.to_string();
+            change(port, &mut l);
             std::sync::Arc::new(l)
         };
-        let links: Vec<_> = (0..6).map(link_of).collect();
+        (0..6).map(link_of).collect()
+    }
+
+    /// 60 steps listing `links` in changing orders, some steps without a link, some with a link announced
+    /// again (a new `Arc` of the same key), figures and confidence varying.
+    fn shuffled_steps(links: &[std::sync::Arc<Link>]) -> Vec<crate::steps::NodeStep> {
+        use crate::analysis::test_support::{hca_step, periodic, HcaFigures};
         let mut steps = Vec::new();
         let mut seed = 7u64;
         for i in 0..60u64 {
@@ -581,6 +666,9 @@ mod tests {
                 s.links.push(crate::steps::StepLink {
                     link,
                     tx_bytes: i * 100 + k as u64,
+                    achieved_bytes_per_second: (!(seed >> (k + 17)).is_multiple_of(5))
+                        .then_some((i * 1000 + k as u64) as f64),
+                    confident: !(seed >> (k + 23)).is_multiple_of(4),
                     ..proto.clone()
                 });
             }
@@ -594,13 +682,7 @@ mod tests {
             }
             steps.push(s);
         }
-        for l in &links {
-            let mut f = StepFigures::default();
-            for s in &steps {
-                let want = input::step_figure(s, l).map(|x| x.tx_bytes);
-                assert_eq!(f.of(s, l).map(|x| x.tx_bytes), want, "step {}", s.index);
-            }
-        }
+        steps
     }
 
     /// Nodes whose steps measured bursts at different rates: each node's kept rate is its own, asked once or

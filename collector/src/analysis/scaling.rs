@@ -143,12 +143,13 @@ fn fabric_rate(nodes: &[&NodeInput]) -> Option<f64> {
         .filter_map(|n| {
             let fd = n.fabric_data();
             let t: f64 = n.steps.iter().map(|s| s.duration_s().max(0.0)).sum();
+            // Each step's fabric figures in brief: every link that carries fabric data is among them.
             let bytes: u64 = n
                 .steps
                 .iter()
-                .flat_map(|s| s.links.iter())
-                .filter(|l| fd.carries(l.link.key.class, l.link.endpoint, l.link.role))
-                .map(|l| l.tx_bytes.max(l.rx_bytes))
+                .flat_map(|s| s.fabric())
+                .filter(|l| fd.carries_link(&l.link))
+                .map(|l| l.bytes)
                 .fold(0u64, u64::saturating_add);
             (t >= MIN_RATE_SPAN_S && bytes > 0).then(|| bytes as f64 / t)
         })

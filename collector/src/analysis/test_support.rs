@@ -52,6 +52,7 @@ pub fn periodic(index: u64, period_ns: i64) -> (i64, i64) {
 /// one link is the fabric HCA port `mlx5_0`/1 with the figures `f`.
 pub fn hca_step(node: &str, index: u64, (start, end): (i64, i64), f: HcaFigures) -> NodeStep {
     NodeStep {
+        fabric: Default::default(),
         node: node.to_string(),
         job: None,
         index,

@@ -28,7 +28,7 @@ use super::exposed_comm::{compute_share, exposed_share, EXPOSED_SHARE_ABOVE};
 use super::input::{AnalysisInput, BareBaseline, LinkInput, NodeInput};
 use super::link_probes::ProbeBaseline;
 use super::{
-    median_select, r4, Candidate, Evidence, FindingKind, Gbs, Severity, StepFigures, Subject,
+    median_select, r4, Candidate, Evidence, FabricStepFigures, FindingKind, Gbs, Severity, Subject,
 };
 use crate::collectives::CollectiveSummary;
 use std::fmt::Write as _;
@@ -66,13 +66,13 @@ fn cost(n: &NodeInput) -> (Severity, &'static str) {
 fn achieved_rates(n: &NodeInput, l: &LinkInput, rates: &mut Vec<f64>) -> &'static str {
     rates.clear();
     if !n.steps.is_empty() {
-        let mut figures = StepFigures::default();
+        let mut figures = FabricStepFigures::default();
         rates.extend(
             n.steps
                 .iter()
                 .filter_map(|s| figures.of(s, &l.link))
-                .filter(|x| x.confident)
-                .filter_map(|x| x.achieved_bytes_per_second),
+                .filter(|(confident, _)| *confident)
+                .filter_map(|(_, achieved)| achieved),
         );
         return "steps";
     }

@@ -208,6 +208,7 @@ mod tests {
 
     fn node_step(node: &str, index: u64, start: i64, end: i64) -> NodeStep {
         NodeStep {
+            fabric: Default::default(),
             node: node.into(),
             job: Some("j".into()),
             index,

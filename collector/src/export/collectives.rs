@@ -271,6 +271,7 @@ mod tests {
         let steps = StepStore::new();
         for node in ["node-0", "node-1"] {
             let step = |index: u64| NodeStep {
+                fabric: Default::default(),
                 node: node.into(),
                 job: Some("job-1".into()),
                 index,

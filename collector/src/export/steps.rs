@@ -537,6 +537,7 @@ mod tests {
 
     fn step() -> NodeStep {
         NodeStep {
+            fabric: Default::default(),
             node: "n1".into(),
             job: None,
             index: 1,

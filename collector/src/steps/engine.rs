@@ -926,6 +926,7 @@ impl Engine {
             .into_iter()
             .zip(placed)
             .map(|(e, (start, end))| NodeStep {
+                fabric: Default::default(),
                 node: name.to_string(),
                 job: e.job,
                 index: e.index,

@@ -457,6 +457,7 @@ mod tests {
 
     fn step(node: &str, index: u64, links: Vec<StepLink>) -> NodeStep {
         NodeStep {
+            fabric: Default::default(),
             node: node.into(),
             job: Some("j".into()),
             index,
@@ -514,6 +515,7 @@ mod tests {
     fn a_job_without_markers_lists_its_nodes_inferred_steps() {
         let st = StepStore::new();
         let inferred = |node: &str, index: u64, end_s: i64, job: Option<&str>| NodeStep {
+            fabric: Default::default(),
             source: StepSource::Inferred,
             job: job.map(str::to_string),
             samples: None,
@@ -583,6 +585,7 @@ mod tests {
                 .map(|i| {
                     end += r.random_range(1..3_000_000_000);
                     NodeStep {
+                        fabric: Default::default(),
                         end_unix_ns: end,
                         start_unix_ns: end - 500_000_000,
                         source: if r.random_bool(0.2) {
@@ -615,6 +618,7 @@ mod tests {
         let ends = [5i64, 9, 3, 9, 7, 12, 1, 12, 4, 2, 15, 6, 6, 14];
         for (i, &e) in ends.iter().enumerate() {
             h.push_back(NodeStep {
+                fabric: Default::default(),
                 end_unix_ns: e,
                 ..step("n1", i as u64, vec![])
             });
@@ -636,6 +640,7 @@ mod tests {
     fn steps_older_than_the_retention_are_dropped() {
         let st = StepStore::with_retention(std::time::Duration::from_secs(10));
         let at = |i: u64, end_s: i64| NodeStep {
+            fabric: Default::default(),
             end_unix_ns: end_s * 1_000_000_000,
             start_unix_ns: (end_s - 1) * 1_000_000_000,
             ..step("n1", i, vec![])
