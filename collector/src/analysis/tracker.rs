@@ -35,6 +35,7 @@
 //! their words unwritten ([`Candidate::words`]): a pending candidate's are never written, a raised one's
 //! are, and a refresh writes them over the finding's (into its summary's room) only when its figures changed.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -68,6 +69,9 @@ pub enum Change {
 struct Tracked {
     finding: Arc<Finding>,
     words: Option<Box<Words>>,
+    /// The rule's fixed text the finding's `action` was last set from or compared equal to (`None`: other
+    /// text, or not known).
+    advice: Option<&'static str>,
 }
 
 impl std::ops::Deref for Tracked {
@@ -140,9 +144,15 @@ impl Tracker {
         for mut f in findings {
             f.root = f.caused_by.is_none();
             let finding = Arc::new(f);
-            let words = None;
-            self.findings
-                .insert(finding.id.clone(), Tracked { finding, words });
+            let (words, advice) = (None, None);
+            self.findings.insert(
+                finding.id.clone(),
+                Tracked {
+                    finding,
+                    words,
+                    advice,
+                },
+            );
         }
     }
 
@@ -319,6 +329,23 @@ impl Tracker {
             if let Some(label) = scope {
                 self.assign(&id, label);
             }
+            // An active finding refreshed without a cause to settle (none named, nor had; or the one named
+            // active): its own entry is all the refresh reads, looked up once.
+            let named_active = c.caused_by.as_deref().is_some_and(|n| self.is_active(n));
+            if let Some(t) = self.findings.get_mut(&id).filter(|t| t.active) {
+                if named_active || (c.caused_by.is_none() && t.caused_by.is_none()) {
+                    let mut c = c;
+                    if named_active {
+                        c.severity = consequence_severity(c.kind, c.severity);
+                    }
+                    if !self.missing.is_empty() {
+                        self.missing.remove(&id);
+                    }
+                    refresh_tracked(t, c, now_unix_s, &mut changes);
+                    seen.insert(id);
+                    continue;
+                }
+            }
             let had_cause = match self.findings.get(&id) {
                 Some(f) if f.active => Some(f.caused_by.is_some()),
                 _ => None,
@@ -382,23 +409,7 @@ impl Tracker {
             }
         }
         if let Some(t) = self.findings.get_mut(id) {
-            // The same figures about the same subject: the same words, kept as written. Other figures: the
-            // words written over the finding's (its summary's room kept).
-            let same = c.words.is_some() && c.words == t.words && c.subject == t.subject;
-            let f = Arc::make_mut(&mut t.finding);
-            match c.words.take() {
-                Some(w) if !same => {
-                    f.evidence = w.write(&c.subject, &mut f.summary);
-                    t.words = Some(w);
-                    refresh(f, c, now_unix_s, false);
-                }
-                Some(_) => refresh(f, c, now_unix_s, false),
-                None => {
-                    t.words = None;
-                    refresh(f, c, now_unix_s, true);
-                }
-            }
-            changes.push(Change::Updated(Arc::clone(&t.finding)));
+            refresh_tracked(t, c, now_unix_s, changes);
         }
     }
 
@@ -495,6 +506,10 @@ impl Tracker {
     /// Makes `c` an active finding (keeping `first_seen` of an earlier one with its id) and counts it.
     fn raise(&mut self, id: String, mut c: Candidate, now_unix_s: f64) -> Finding {
         let words = c.write_words();
+        let advice = match &c.action {
+            Cow::Borrowed(a) => Some(*a),
+            Cow::Owned(_) => None,
+        };
         let first = self
             .findings
             .get(&id)
@@ -516,7 +531,14 @@ impl Tracker {
         };
         *self.raised_total.entry(f.kind).or_insert(0) += 1;
         let finding = Arc::new(f.clone());
-        self.findings.insert(id, Tracked { finding, words });
+        self.findings.insert(
+            id,
+            Tracked {
+                finding,
+                words,
+                advice,
+            },
+        );
         f
     }
 
@@ -648,9 +670,39 @@ fn depth(causes: &HashMap<&str, Option<&str>>, id: &str) -> usize {
     d
 }
 
+/// Refreshes the active finding `t` with `c` (its cause settled) and reports it in `changes`, sharing it: it
+/// is copied only while an earlier reader still holds it.
+fn refresh_tracked(t: &mut Tracked, mut c: Candidate, now_unix_s: f64, changes: &mut Vec<Change>) {
+    // The same figures about the same subject: the same words, kept as written. Other figures: the words
+    // written over the finding's (its summary's room kept).
+    let same = c.words.is_some() && c.words == t.words && c.subject == t.subject;
+    // Mostly the same fixed advice, borrowed from the rule as last time: not compared again.
+    let advice = match &c.action {
+        Cow::Borrowed(a) => Some(*a),
+        Cow::Owned(_) => None,
+    };
+    let same_advice = advice.is_some_and(|a| t.advice.is_some_and(|b| std::ptr::eq(a, b)));
+    t.advice = advice;
+    let f = Arc::make_mut(&mut t.finding);
+    match c.words.take() {
+        Some(w) if !same => {
+            f.evidence = w.write(&c.subject, &mut f.summary);
+            t.words = Some(w);
+            refresh(f, c, now_unix_s, false, same_advice);
+        }
+        Some(_) => refresh(f, c, now_unix_s, false, same_advice),
+        None => {
+            t.words = None;
+            refresh(f, c, now_unix_s, true, same_advice);
+        }
+    }
+    changes.push(Change::Updated(Arc::clone(&t.finding)));
+}
+
 /// Refreshes `f` with `c`; its summary and evidence only when `words` (else they were written from `c`'s
-/// figures, or stay as written from the same figures).
-fn refresh(f: &mut Finding, c: Candidate, now_unix_s: f64, words: bool) {
+/// figures, or stay as written from the same figures); its action unless `same_advice` (the same text as
+/// `f`'s).
+fn refresh(f: &mut Finding, c: Candidate, now_unix_s: f64, words: bool, same_advice: bool) {
     f.severity = c.severity;
     f.subject = c.subject;
     if words {
@@ -658,7 +710,7 @@ fn refresh(f: &mut Finding, c: Candidate, now_unix_s: f64, words: bool) {
         f.evidence = c.evidence;
     }
     // Mostly the same fixed advice: copied only when it changed.
-    if f.action != c.action {
+    if !same_advice && f.action != c.action {
         f.action = c.action.into_owned();
     }
     f.root = c.caused_by.is_none();
