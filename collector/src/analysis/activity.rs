@@ -182,7 +182,14 @@ pub(crate) fn delta(a: u64, b: u64) -> f64 {
 pub(crate) fn other_bytes(a: Option<(u64, f64)>, b: Option<(u64, f64)>) -> f64 {
     match (a, b) {
         (Some((a, fa)), Some((b, fb))) => {
-            ((i128::from(b) - i128::from(a)) as f64 + (fb - fa)).max(0.0)
+            // The whole parts' difference rounded once, as the exact difference converts (an `i128`'s
+            // conversion is a call into the runtime, a tenth of deriving an interval): a negative one is the
+            // positive one's rounding negated (rounding to nearest is symmetric).
+            let whole = match b >= a {
+                true => (b - a) as f64,
+                false => -((a - b) as f64),
+            };
+            (whole + (fb - fa)).max(0.0)
         }
         _ => 0.0,
     }
@@ -511,6 +518,9 @@ struct KeptRun {
     /// Seconds of its interior intervals (all but its first and last; 0 below [`RESOLVED_INTERVALS`]): it is
     /// resolved at a sampling period at most twice this.
     interior_s: f64,
+    /// The start of its first interval and the end of its last, Unix ns: its burst's bounds, kept with its
+    /// figures (reading them from the intervals at each evaluation was a cache miss or two a burst).
+    bounds: (i64, i64),
     /// Whether its intervals changed since its figures were worked out.
     stale: bool,
 }
@@ -654,6 +664,7 @@ impl Sliding {
                     bytes: 0.0,
                     active_s: 0.0,
                     interior_s: 0.0,
+                    bounds: (0, 0),
                     stale: true,
                 }),
             }
@@ -678,6 +689,7 @@ impl Sliding {
                 true => shape[1..n - 1].iter().map(|x| x.len_s).sum(),
                 false => 0.0,
             };
+            r.bounds = (iv[r.first].0, iv[r.end - 1].1);
             r.stale = false;
         }
     }
@@ -733,7 +745,14 @@ impl Sliding {
             let rate = |i: usize| if iv[i].1 > iv[i].0 { rates[i] } else { 0.0 };
             interior.clear();
             for r in self.runs.iter().filter(resolved) {
-                interior.extend((r.first + 1..r.end - 1).map(rate));
+                let inner = r.first + 1..r.end - 1;
+                // Above a positive floor a run's intervals all have a length (one without has rate 0, below
+                // it): their rates are copied as they are, not each interval's bounds read again (reading the
+                // bounds of every busy interval of the window was a fifth of a link's activity).
+                match (floor > 0.0, rates.get(inner.clone())) {
+                    (true, Some(inner)) => interior.extend_from_slice(inner),
+                    _ => interior.extend(inner.map(rate)),
+                }
             }
             let all: f64 = self.runs.iter().map(|r| r.bytes).sum();
             let measured: f64 = self.runs.iter().filter(resolved).map(|r| r.bytes).sum();
@@ -745,8 +764,8 @@ impl Sliding {
         };
         out.bursts.clear();
         out.bursts.extend(self.runs.iter().map(|r| Burst {
-            start_unix_ns: iv[r.first].0,
-            end_unix_ns: iv[r.end - 1].1,
+            start_unix_ns: r.bounds.0,
+            end_unix_ns: r.bounds.1,
             // `burst`'s sum: the run's bytes in the same order.
             bytes: r.bytes.round() as u64,
             intervals: r.end - r.first,
@@ -811,6 +830,30 @@ mod tests {
     use commwatch_model::{Endpoint, Link, LinkClass, LinkKey, LinkRole};
 
     const MS: i64 = 1_000_000;
+
+    #[test]
+    fn other_bytes_rounds_the_whole_parts_as_their_exact_difference() {
+        let exact = |a: u64, b: u64| (i128::from(b) - i128::from(a)) as f64;
+        let big = 1u64 << 53;
+        let pairs = [
+            (0, u64::MAX),
+            (u64::MAX, 0),
+            (big, big + 1),
+            (big + 3, 1),
+            ((1 << 60) + 5, (1 << 60) + 3),
+            (7, 7),
+            (u64::MAX - 1, u64::MAX),
+        ];
+        for (a, b) in pairs {
+            for (fa, fb) in [(0.0, 0.0), (0.25, 0.5), (0.75, 0.125)] {
+                let want = (exact(a, b) + (fb - fa)).max(0.0);
+                let got = other_bytes(Some((a, fa)), Some((b, fb)));
+                assert_eq!(got.to_bits(), want.to_bits(), "{a} {b} {fa} {fb}");
+            }
+        }
+        // Negative differences past 2^53 round away from the exact value the same way either sign.
+        assert_eq!(exact(big + 3, 1), -((big + 2) as f64));
+    }
 
     /// Samples every 50 ms for `secs`: bursts of `burst_ms` at `rate` every `period_ms`, plus 2 MB/s.
     pub(crate) fn bursty(secs: f64, period_ms: i64, burst_ms: i64, rate: f64) -> Vec<(i64, u64)> {

@@ -341,35 +341,40 @@ pub trait Windows {
         Some((newest, window.last().unwrap_or(newest)))
     }
 
+    /// The slots of the node's series whose windows may hold samples, ascending, among those [`reads_window`]
+    /// marks (`None`: any of them may). [`node_input_into`] passes over the others: a window without samples
+    /// puts no counter's window and no gauge's mean or low, as a build finds them. A reader that knows which
+    /// windows are empty (the kept windows) spares the build a look at each of those series.
+    fn held_slots(&self) -> Option<&[usize]> {
+        None
+    }
+
     /// The activity of link `link` (its index in the node's links) whose byte counters are the series in
     /// `slots` (transmit, receive), over their windows from `since_ns` on, into `out` (the previous build's,
     /// whose allocations a reader may reuse): [`activity::analyse`] on those windows (copied into `scratch`'s
-    /// buffers), unless the reader keeps the link's sampling intervals.
-    #[allow(clippy::too_many_arguments)]
+    /// buffers), unless the reader keeps the link's sampling intervals. The link's capacity (its activity
+    /// floor) and role (whether its peaks are found) are the node's link's.
     fn activity(
         &self,
         n: &NodeState,
-        link: usize,
-        slots: (Option<usize>, Option<usize>),
+        (link, slots): (usize, (Option<usize>, Option<usize>)),
         since_ns: i64,
-        capacity_bytes_per_second: Option<f64>,
         scratch: &mut Scratch,
         out: &mut Option<Activity>,
     ) {
-        let at = (link, slots);
-        *out = copied_activity(self, n, at, since_ns, capacity_bytes_per_second, scratch);
+        *out = copied_activity(self, n, (link, slots), since_ns, scratch);
     }
 }
 
 /// [`activity::analyse`] on the byte windows of the series in `slots` (transmit, receive) of link `link` (its
-/// index in `n`'s links; its peaks found where a rule reads them, [`reads_peaks`]) from `since_ns` on as `w`
-/// reads them, copied into `scratch`'s buffers: [`Windows::activity`] where the reader keeps nothing more.
+/// index in `n`'s links, whose capacity gives the activity floor; its peaks found where a rule reads them,
+/// [`reads_peaks`]) from `since_ns` on as `w` reads them, copied into `scratch`'s buffers:
+/// [`Windows::activity`] where the reader keeps nothing more.
 pub(crate) fn copied_activity<W: Windows + ?Sized>(
     w: &W,
     n: &NodeState,
     (link, slots): (usize, (Option<usize>, Option<usize>)),
     since_ns: i64,
-    capacity_bytes_per_second: Option<f64>,
     scratch: &mut Scratch,
 ) -> Option<Activity> {
     let series = n.series();
@@ -379,8 +384,10 @@ pub(crate) fn copied_activity<W: Windows + ?Sized>(
     };
     window_into(&mut scratch.tx, window(slots.0));
     window_into(&mut scratch.rx, window(slots.1));
-    let peaks = n.links().get(link).is_some_and(|l| reads_peaks(&l.link));
-    activity::analyse_with(&scratch.tx, &scratch.rx, capacity_bytes_per_second, peaks)
+    let state = n.links().get(link);
+    let peaks = state.is_some_and(|l| reads_peaks(&l.link));
+    let capacity = state.and_then(|l| l.link.capacity_bytes_per_second);
+    activity::analyse_with(&scratch.tx, &scratch.rx, capacity, peaks)
 }
 
 /// A node's windows read from its store state: every evaluation decodes each window anew (the oracle, and the
@@ -572,6 +579,13 @@ pub struct Scratch {
     pub(crate) activity: activity::Buffers,
     /// Counters' windows put so far: by link, then by GPU, then the node's own ([`put_counter`]).
     counted: Vec<u32>,
+    /// The address of each link (its `Arc`) the input the latest build gave holds, by index: a build into
+    /// that input (its spare) replaces only the links whose address changed, without a look at the others'
+    /// inputs (a demo node has 161 links, 344 B each).
+    links_at: Vec<usize>,
+    /// The slots a build visits, ascending ([`Plan::read_slots`], or those of them the reader's
+    /// [`Windows::held_slots`] leaves).
+    visit: Vec<usize>,
     /// By slot, the last reading of each link gauge as the latest build put it into its link's
     /// [`LinkInput::gauges`] (`None`: not put), valid for the input that build gave: a build into that input
     /// (given back as its spare, under the same layout) puts only the readings that changed.
@@ -613,6 +627,11 @@ struct Plan {
     layout: Option<u64>,
     /// By slot.
     reads: Vec<Read>,
+    /// The slots of the series read (not [`Read::Skip`]), ascending.
+    read_slots: Vec<usize>,
+    /// Those of `read_slots` whose windows [`reads_window`] does not mark (link gauges read for their last
+    /// reading only): visited whatever a reader's [`Windows::held_slots`] says.
+    unwindowed: Vec<usize>,
     /// The GPUs' indexes, sorted (as GPU inputs are listed).
     gpus: Vec<String>,
     /// Slots of each link's byte counters (by link index): the last transmit and receive series of each, as
@@ -621,6 +640,9 @@ struct Plan {
     /// The links whose activity a rule reads ([`reads_activity`]), by index: a link's role and class change
     /// only with an inventory, which makes a new layout.
     activity_links: Vec<usize>,
+    /// The links with a gauge of [`MEAN_GAUGES`] or [`LOW_GAUGES`] (whose [`LinkInput::gauge_means`] and
+    /// [`LinkInput::gauge_lows`] a build fills), by index, ascending, each once.
+    gauge_links: Vec<usize>,
 }
 
 impl Plan {
@@ -647,10 +669,29 @@ impl Plan {
         self.activity_links
             .extend(read.enumerate().filter(|(_, r)| *r).map(|(i, _)| i));
         self.reads.clear();
-        for s in n.series() {
+        self.read_slots.clear();
+        self.unwindowed.clear();
+        self.gauge_links.clear();
+        for (slot, s) in n.series().iter().enumerate() {
             let read = self.read_of(n, s);
             self.reads.push(read);
+            if let Read::LinkGauge {
+                link, mean, low, ..
+            } = read
+            {
+                if (mean || low) && self.gauge_links.last() != Some(&(link as usize)) {
+                    self.gauge_links.push(link as usize);
+                }
+            }
+            if read != Read::Skip {
+                self.read_slots.push(slot);
+                if !reads_window(n, s) {
+                    self.unwindowed.push(slot);
+                }
+            }
         }
+        self.gauge_links.sort_unstable();
+        self.gauge_links.dedup();
         self.mark_shared_gauges(n);
     }
 
@@ -727,8 +768,9 @@ pub fn node_input_from<W: Windows>(n: &NodeState, since_ns: i64, w: &W) -> NodeI
 /// function built last with `scratch`, given back after its evaluation, unchanged (under another layout,
 /// [`NodeState::layout`], it is not reused).
 /// What it gives is what a fresh build gives: every field is set anew, but for a link's last gauge readings,
-/// which are updated in place (under one layout a gauge, once read, always has a last reading), and the
-/// counters' windows, overwritten in place and cut to those put (`put_counter`).
+/// which are updated in place (under one layout a gauge, once read, always has a last reading), the
+/// counters' windows, overwritten in place and cut to those put (`put_counter`), and the steps, which are
+/// `spare`'s (a fresh build has none): the caller sets them, as [`build_nodes`] does.
 pub fn node_input_into<W: Windows>(
     n: &NodeState,
     since_ns: i64,
@@ -742,16 +784,21 @@ pub fn node_input_into<W: Windows>(
     let reused = layout
         && matches!(&spare, Some(x) if x.links.len() == n.links().len() && x.name == n.name());
     let mut out = match spare {
-        Some(spare) if reused => spare.reset(n),
-        _ => NodeInput {
-            name: n.name().to_string(),
-            links: n
-                .links()
-                .iter()
-                .map(|l| LinkInput::from_link(l.link.clone()))
-                .collect(),
-            ..Default::default()
-        },
+        Some(spare) if reused => spare.reset(n, &scratch.plan, &mut scratch.links_at),
+        _ => {
+            scratch.links_at.clear();
+            let at = n.links().iter().map(|l| Arc::as_ptr(&l.link) as usize);
+            scratch.links_at.extend(at);
+            NodeInput {
+                name: n.name().to_string(),
+                links: n
+                    .links()
+                    .iter()
+                    .map(|l| LinkInput::from_link(l.link.clone()))
+                    .collect(),
+                ..Default::default()
+            }
+        }
     };
     scratch.plan.update(n);
     let plan = &scratch.plan;
@@ -775,15 +822,16 @@ pub fn node_input_into<W: Windows>(
         scratch.gauge_bits.clear();
     }
     scratch.gauge_bits.resize(n.series().len(), None);
-    // Each read series' state loaded first, in a loop of loads independent of one another: their cache
+    visit_slots(plan, w.held_slots(), &mut scratch.visit);
+    let series = n.series();
+    // Each visited series' state loaded first, in a loop of loads independent of one another: their cache
     // misses overlap here instead of waiting one by one at the start of each series' part below (the first
     // load of a counter's state was a fifth of the walk's own time).
-    let touched = n
-        .series()
+    let touched = scratch
+        .visit
         .iter()
-        .zip(&plan.reads)
-        .filter(|(_, r)| **r != Read::Skip)
-        .fold(0u64, |acc, (s, _)| {
+        .filter_map(|&i| series.get(i))
+        .fold(0u64, |acc, s| {
             let max = match s.kind() {
                 SeriesKind::Counter { max_value } => max_value,
                 SeriesKind::Gauge => 0,
@@ -791,8 +839,14 @@ pub fn node_input_into<W: Windows>(
             acc ^ max ^ s.last_raw().map_or(0, |r| r.1)
         });
     std::hint::black_box(touched);
-    let series = n.series().iter().zip(&plan.reads);
-    for ((s, &read), put) in series.zip(scratch.gauge_bits.iter_mut()) {
+    for &i in &scratch.visit {
+        let (Some(s), Some(&read), Some(put)) = (
+            series.get(i),
+            plan.reads.get(i),
+            scratch.gauge_bits.get_mut(i),
+        ) else {
+            continue;
+        };
         series_input(
             &mut out,
             read,
@@ -812,6 +866,45 @@ pub fn node_input_into<W: Windows>(
     out.counters.truncate(counted(links + gpus));
     link_activity(n, &mut out.links, since_ns, w, scratch);
     out
+}
+
+/// The slots a build visits into `visit` (cleared first), ascending: every series `plan` reads, or where the
+/// reader says which windows may hold samples (`held`, [`Windows::held_slots`]), those of them `plan` reads
+/// and the series read without a window.
+fn visit_slots(plan: &Plan, held: Option<&[usize]>, visit: &mut Vec<usize>) {
+    visit.clear();
+    let Some(held) = held else {
+        visit.extend_from_slice(&plan.read_slots);
+        return;
+    };
+    let read = |i: &usize| plan.reads.get(*i).is_some_and(|r| *r != Read::Skip);
+    let mut held = held.iter().filter(|i| read(i)).peekable();
+    let mut rest = plan.unwindowed.iter().peekable();
+    // A merge of two ascending lists (disjoint: a slot with a window and one without; one slot taken once
+    // were they not).
+    loop {
+        let next = match (held.peek().copied(), rest.peek().copied()) {
+            (Some(&a), Some(&b)) => {
+                if a <= b {
+                    held.next();
+                }
+                if b <= a {
+                    rest.next();
+                }
+                a.min(b)
+            }
+            (Some(&a), None) => {
+                held.next();
+                a
+            }
+            (None, Some(&b)) => {
+                rest.next();
+                b
+            }
+            (None, None) => break,
+        };
+        visit.push(next);
+    }
 }
 
 /// What `read` says of series `s` into `out`, its windows from `since_ns` on as `w` reads them; `counted`:
@@ -966,8 +1059,7 @@ pub(crate) fn node_input_by_keys(n: &NodeState, since_ns: i64) -> NodeInput {
     let mut scratch = Scratch::default();
     for (i, l) in out.links.iter_mut().enumerate() {
         if reads_activity(&l.link) {
-            let capacity = l.link.capacity_bytes_per_second;
-            l.activity = copied_activity(w, n, (i, bytes[i]), since_ns, capacity, &mut scratch);
+            l.activity = copied_activity(w, n, (i, bytes[i]), since_ns, &mut scratch);
         }
     }
     out
@@ -985,8 +1077,7 @@ fn link_activity<W: Windows>(
         let i = scratch.plan.activity_links[k];
         let Some(l) = links.get_mut(i) else { continue };
         let slots = scratch.plan.bytes.get(i).copied().unwrap_or_default();
-        let capacity = l.link.capacity_bytes_per_second;
-        w.activity(n, i, slots, since_ns, capacity, scratch, &mut l.activity);
+        w.activity(n, (i, slots), since_ns, scratch, &mut l.activity);
     }
 }
 
@@ -994,23 +1085,30 @@ impl NodeInput {
     /// This input of `n` emptied for a build under the same layout ([`node_input_into`]): its allocations
     /// kept, every field that build sets anew cleared (a link's last gauge readings are updated in place, its
     /// counters' windows overwritten in place and the rest cut off after the build: [`put_counter`]; the
-    /// activity of a link a rule reads it of is set anew, into its lists' allocations).
-    fn reset(mut self, n: &NodeState) -> NodeInput {
-        for (l, state) in self.links.iter_mut().zip(n.links()) {
-            if !Arc::ptr_eq(&l.link, &state.link) {
+    /// activity of a link a rule reads it of is set anew, into its lists' allocations). `plan` is the
+    /// build's, `links_at` the addresses of this input's links (`Scratch::links_at`), brought up to `n`'s.
+    fn reset(mut self, n: &NodeState, plan: &Plan, links_at: &mut [usize]) -> NodeInput {
+        // A link whose `Arc` the node still holds at the address this input's holds is the same link: the
+        // input's is not looked at (`Scratch::links_at`).
+        for ((state, at), l) in n.links().iter().zip(links_at).zip(&mut self.links) {
+            let now = Arc::as_ptr(&state.link) as usize;
+            if *at != now {
                 l.link = state.link.clone();
+                *at = now;
             }
-            // A read link's activity is set anew by the build, into the allocations of this one's; under the
-            // same layout the others' stay `None` (not asked of each link: a look at every link's facts, one
-            // cache miss each).
-            l.gauge_means.clear();
-            l.gauge_lows.clear();
         }
-        for g in &mut self.gpus {
-            (g.busy_share, g.sm_activity) = (None, None);
-            (g.pcie_gen, g.pcie_gen_max, g.pcie_width, g.pcie_width_max) = (None, None, None, None);
+        // A read link's activity is set anew by the build, into the allocations of this one's; under the
+        // same layout the others' stay `None` (not asked of each link: a look at every link's facts, one
+        // cache miss each). The gauges' means and lows are only on the links with such gauges.
+        for &i in &plan.gauge_links {
+            if let Some(l) = self.links.get_mut(i) {
+                l.gauge_means.clear();
+                l.gauge_lows.clear();
+            }
         }
-        self.steps.clear();
+        // The steps are left for the caller to replace ([`build_nodes`]): dropped there, after the new list
+        // took its counts on the same steps, their counts are written while in cache (cleared here, each of
+        // the 64 steps' counts was a cache miss, under the node's lock).
         self.cpu_utilization = None;
         self
     }
@@ -1108,6 +1206,7 @@ pub fn build_nodes(
         .iter()
         .filter_map(|name| {
             let mut n = store.with_node(name, |n| read(n, since))?;
+            // The previous steps (a reused input's, `node_input_into`) dropped once the new ones are taken.
             n.steps = steps
                 .node_steps_since(name, STEPS_READ, since)
                 .unwrap_or_default();
