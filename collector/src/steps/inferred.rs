@@ -199,7 +199,7 @@ fn split_peak(ac: &[f64], sub: f64, first_negative: usize, best: f64) -> bool {
         && ac[lo + 2] < top
 }
 
-/// The `p`th percentile of `v` by a sort of a copy: what [`SortedValues`] and [`percentile_in_place`] are
+/// The `p`th percentile of `v` by a sort of a copy: what [`RankBand`] and [`percentile_in_place`] are
 /// tested against.
 #[cfg(test)]
 fn percentile(v: &[f64], p: f64) -> f64 {
@@ -220,38 +220,154 @@ fn percentile_in_place(v: &mut [f64], p: f64) -> f64 {
 
 /// The `p`th percentile of `sorted` (in [`f64::total_cmp`]'s order): the value at the nearest rank (0 when
 /// empty).
+#[cfg(test)]
 fn percentile_of_sorted(sorted: &[f64], p: f64) -> f64 {
     let i = ((p / 100.0) * (sorted.len().saturating_sub(1)) as f64).round() as usize;
     sorted.get(i).copied().unwrap_or(0.0)
 }
 
-/// Values in [`f64::total_cmp`]'s order, kept as values come and go: a window's percentile read without
-/// sorting the window each pass. A sorted vector, not a tree: a node's window holds about 600 intervals
-/// and a pass changes a few dozen, so an insertion's or removal's move of a few kB costs less than a
-/// tree's nodes, and the order is the sort's, so a percentile is the same value bit for bit.
+/// Values in [`f64::total_cmp`]'s order, of which a band of consecutive ranks is kept sorted as values come
+/// and go, with the counts below and above it, so that a window's percentile is read without sorting the
+/// window: an insertion or a removal moves at most the band (a few dozen values) and counts the others.
+/// (All of a node's ~600 intervals were kept sorted before: each point moved kilobytes in two orders, a
+/// tenth of the engine's time.) A read outside the band rebuilds it around the rank read from the
+/// window's values (a selection, linear); the ranks read (the 5th percentile, the median) move by about a
+/// rank per value, so a rebuild is rare. The order is the sort's, so a percentile is the same value bit for
+/// bit.
 #[derive(Debug, Default, Clone)]
-struct SortedValues(Vec<f64>);
+struct RankBand {
+    /// The values of ranks `below..below + band.len()`, in order.
+    band: Vec<f64>,
+    /// How many values rank below the band (each at most its first) and above it (each at least its last).
+    below: usize,
+    above: usize,
+    /// The band no longer stands for the values (it emptied while others remained): rebuilt at the next
+    /// read.
+    stale: bool,
+    /// The rank read last: the band is cut back on its other side.
+    target: usize,
+}
 
-impl SortedValues {
-    fn insert(&mut self, v: f64) {
-        let i = self.0.partition_point(|x| x.total_cmp(&v).is_le());
-        self.0.insert(i, v);
+/// The larger of `a` and `b` in [`f64::total_cmp`]'s order.
+fn max_total(a: f64, b: f64) -> f64 {
+    if b.total_cmp(&a).is_gt() {
+        b
+    } else {
+        a
     }
+}
 
-    /// Removes one value equal to `v` (bit for bit); none when it holds none.
-    fn remove(&mut self, v: f64) {
-        let i = self.0.partition_point(|x| x.total_cmp(&v).is_lt());
-        if self.0.get(i).is_some_and(|x| x.total_cmp(&v).is_eq()) {
-            self.0.remove(i);
+/// Ranks a rebuilt band holds on either side of the rank read.
+const BAND_HALF: usize = 24;
+/// Most values a band holds: beyond it, one leaves it on the side away from the rank read.
+const BAND_MAX: usize = 4 * BAND_HALF;
+
+impl RankBand {
+    fn insert(&mut self, v: f64) {
+        if self.stale {
+            return;
+        }
+        let (Some(&lo), Some(&hi)) = (self.band.first(), self.band.last()) else {
+            if self.below + self.above == 0 {
+                self.band.push(v);
+            } else {
+                self.stale = true;
+            }
+            return;
+        };
+        if v.total_cmp(&lo).is_lt() {
+            self.below += 1;
+        } else if v.total_cmp(&hi).is_gt() {
+            self.above += 1;
+        } else {
+            let i = self.band.partition_point(|x| x.total_cmp(&v).is_le());
+            self.band.insert(i, v);
+            if self.band.len() > BAND_MAX {
+                if self.target >= self.below + self.band.len() / 2 {
+                    self.band.remove(0);
+                    self.below += 1;
+                } else {
+                    self.band.pop();
+                    self.above += 1;
+                }
+            }
         }
     }
 
-    fn percentile(&self, p: f64) -> f64 {
-        percentile_of_sorted(&self.0, p)
+    /// Removes one value equal to `v` (bit for bit), which the values must hold.
+    fn remove(&mut self, v: f64) {
+        if self.stale {
+            return;
+        }
+        let (Some(&lo), Some(&hi)) = (self.band.first(), self.band.last()) else {
+            self.stale = self.below + self.above > 0;
+            return;
+        };
+        let counted = if v.total_cmp(&lo).is_lt() {
+            &mut self.below
+        } else if v.total_cmp(&hi).is_gt() {
+            &mut self.above
+        } else {
+            let i = self.band.partition_point(|x| x.total_cmp(&v).is_lt());
+            if self.band.get(i).is_some_and(|x| x.total_cmp(&v).is_eq()) {
+                self.band.remove(i);
+            } else {
+                self.stale = true;
+            }
+            self.stale |= self.band.is_empty() && self.below + self.above > 0;
+            return;
+        };
+        match counted.checked_sub(1) {
+            Some(c) => *counted = c,
+            None => self.stale = true,
+        }
     }
 
-    fn last(&self) -> Option<f64> {
-        self.0.last().copied()
+    /// The `p`th percentile of the `n` values (as [`percentile_in_place`] gives it), rebuilding the band from
+    /// `values` (all of them) when it does not hold that rank; `scratch` is a buffer kept by the caller.
+    fn percentile(
+        &mut self,
+        p: f64,
+        n: usize,
+        values: impl Iterator<Item = f64>,
+        scratch: &mut Vec<f64>,
+    ) -> f64 {
+        let i = ((p / 100.0) * (n.saturating_sub(1)) as f64).round() as usize;
+        if i >= n {
+            return 0.0;
+        }
+        self.target = i;
+        let held = !self.stale
+            && self.below + self.band.len() + self.above == n
+            && i >= self.below
+            && i < self.below + self.band.len();
+        if !held {
+            self.rebuild(values, i, scratch);
+        }
+        self.band
+            .get(i.wrapping_sub(self.below))
+            .copied()
+            .unwrap_or(0.0)
+    }
+
+    /// The band of the ranks around `rank` of `values`.
+    fn rebuild(&mut self, values: impl Iterator<Item = f64>, rank: usize, scratch: &mut Vec<f64>) {
+        scratch.clear();
+        scratch.extend(values);
+        let n = scratch.len();
+        let lo = rank.saturating_sub(BAND_HALF).min(n);
+        let hi = (rank + BAND_HALF + 1).min(n).max(lo);
+        // Ranks `lo..hi` into `scratch[lo..hi]`, in no order, then sorted.
+        if lo > 0 && lo < n {
+            scratch.select_nth_unstable_by(lo, f64::total_cmp);
+        }
+        if hi > lo && hi < n {
+            scratch[lo..].select_nth_unstable_by(hi - lo, f64::total_cmp);
+        }
+        scratch[lo..hi].sort_unstable_by(f64::total_cmp);
+        self.band.clear();
+        self.band.extend_from_slice(&scratch[lo..hi]);
+        (self.below, self.above, self.stale) = (lo, n - hi, false);
     }
 }
 
@@ -265,10 +381,12 @@ struct Window {
     points: VecDeque<(i64, f64)>,
     /// `rates[i]`: the rate of the interval from `points[i]` to `points[i + 1]` ([`interval_rate`]), bytes/s.
     rates: VecDeque<f64>,
-    /// The rates, in order.
-    by_rate: SortedValues,
-    /// The intervals' lengths (s), in order.
-    by_interval: SortedValues,
+    /// The rates, in order (about the low percentile's rank), and the highest (`None`: to be found again).
+    by_rate: RankBand,
+    high: Option<f64>,
+    /// The intervals' lengths (s), in order (about the median's rank).
+    by_interval: RankBand,
+    scratch: Vec<f64>,
 }
 
 impl Window {
@@ -283,6 +401,10 @@ impl Window {
         }
         if let Some(&last) = self.points.back() {
             let (rate, dt) = interval_rate(last, p);
+            if self.rates.is_empty() {
+                self.high = Some(rate);
+            }
+            self.high = self.high.map(|h| max_total(h, rate));
             self.rates.push_back(rate);
             self.by_rate.insert(rate);
             self.by_interval.insert(dt);
@@ -300,18 +422,36 @@ impl Window {
             if let (Some(&next), Some(rate)) = (self.points.front(), self.rates.pop_front()) {
                 self.by_rate.remove(rate);
                 self.by_interval.remove(interval_rate(first, next).1);
+                if self.high.is_some_and(|h| h.total_cmp(&rate).is_eq()) {
+                    self.high = None;
+                }
             }
         }
     }
 
     /// `(low, high, dt)`: the [`LOW_PERCENTILE`]th percentile and the highest of the interval rates (bytes/s),
     /// and the median interval (s), as a sort and a fold from 0 give them over [`interval_rates`].
-    fn levels(&self) -> (f64, f64, f64) {
-        (
-            self.by_rate.percentile(LOW_PERCENTILE),
-            self.by_rate.last().map_or(0.0, |h| h.max(0.0)),
-            self.by_interval.percentile(50.0),
-        )
+    fn levels(&mut self) -> (f64, f64, f64) {
+        let n = self.rates.len();
+        let low = self.by_rate.percentile(
+            LOW_PERCENTILE,
+            n,
+            self.rates.iter().copied(),
+            &mut self.scratch,
+        );
+        let pts = &self.points;
+        let dts = pts.iter().zip(pts.iter().skip(1));
+        let dt = self.by_interval.percentile(
+            50.0,
+            n,
+            dts.map(|(&a, &b)| interval_rate(a, b).1),
+            &mut self.scratch,
+        );
+        let rates = self.rates.iter().copied();
+        let high = *self
+            .high
+            .get_or_insert_with(|| rates.reduce(max_total).unwrap_or(0.0));
+        (low, if n == 0 { 0.0 } else { high.max(0.0) }, dt)
     }
 }
 
