@@ -19,12 +19,12 @@
 //! evaluations of the scopes add up to the whole-fleet one (`tests::scopes_add_up_to_the_fleet`, the detection
 //! benchmark's comparison).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use super::input::{AnalysisInput, JobInput, NodeInput, STEPS_READ};
 use super::scaling::CLUSTER_JOB;
 use super::Finding;
-use crate::steps::StepStore;
+use crate::steps::{NodeStep, StepSource, StepStore};
 
 /// One part of the fleet evaluated on its own.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -107,6 +107,149 @@ pub fn recent_step_jobs(
         }
     });
     out
+}
+
+/// [`recent_step_jobs`] kept from one round to the next: each node's held steps mirrored as their end, source
+/// and job, brought up to date from the steps pushed and dropped since the last round. A node's history only
+/// grows at its back and shrinks at its front, so the steps after the newest one mirrored are all that is new:
+/// a round reads those (a demo node pushes about three a second, a round comes four times a second) and the
+/// mirror's few bytes a step, not each of every node's 64 newest steps (each its own allocation, its job
+/// another: at 1,000 demo nodes, reading them was 5 % of the analysis thread).
+#[derive(Debug, Default)]
+pub struct StepJobs {
+    nodes: HashMap<String, Mirror>,
+}
+
+/// One node's held steps, as [`StepJobs`] reads them.
+#[derive(Debug)]
+struct Mirror {
+    /// The newest step mirrored, held: no step pushed later can have its address.
+    back: std::sync::Arc<NodeStep>,
+    /// Each held step's end (Unix ns), source and job (a place in `jobs`), oldest first.
+    steps: VecDeque<(i64, StepSource, Option<u32>)>,
+    /// The jobs the mirrored steps name (and maybe some of steps dropped since).
+    jobs: Vec<String>,
+}
+
+/// Jobs a mirror keeps before it is made again from the node's steps (most nodes name one or two).
+const MIRROR_JOBS: usize = 64;
+
+impl Mirror {
+    /// The mirror of a node's held steps `held` (oldest first; `None` without steps).
+    fn of(held: std::collections::vec_deque::Iter<'_, std::sync::Arc<NodeStep>>) -> Option<Mirror> {
+        let back = held.clone().next_back()?.clone();
+        let mut m = Mirror {
+            back,
+            steps: VecDeque::with_capacity(held.len()),
+            jobs: Vec::new(),
+        };
+        for s in held {
+            m.push(s);
+        }
+        Some(m)
+    }
+
+    fn push(&mut self, s: &NodeStep) {
+        let job = s
+            .job
+            .as_ref()
+            .map(|j| match self.jobs.iter().position(|x| x == j) {
+                Some(k) => k as u32,
+                None => {
+                    self.jobs.push(j.clone());
+                    (self.jobs.len() - 1) as u32
+                }
+            });
+        self.steps.push_back((s.end_unix_ns, s.source, job));
+    }
+
+    /// Brings the mirror up to the node's held steps `held`: `false` when it cannot (its newest step is no
+    /// longer held, or the node's steps are not those it mirrored), and it must be made again.
+    fn update(
+        &mut self,
+        held: std::collections::vec_deque::Iter<'_, std::sync::Arc<NodeStep>>,
+    ) -> bool {
+        // Pointers compared, no step read: the steps after the mirrored newest one are new.
+        let Some(new) = held
+            .clone()
+            .rev()
+            .position(|s| std::sync::Arc::ptr_eq(s, &self.back))
+        else {
+            return false;
+        };
+        let old = held.len() - new;
+        if old > self.steps.len() || self.jobs.len() > MIRROR_JOBS {
+            return false;
+        }
+        self.steps.drain(..self.steps.len() - old);
+        for s in held.clone().skip(old) {
+            self.push(s);
+        }
+        if let Some(b) = held.clone().next_back() {
+            self.back = b.clone();
+        }
+        true
+    }
+
+    /// The jobs of the steps an evaluation reads since `since_ns` ([`recent_step_jobs`]).
+    fn read(&self, since_ns: i64) -> BTreeSet<String> {
+        let mut jobs = BTreeSet::new();
+        let Some(&(_, source, _)) = self.steps.back() else {
+            return jobs;
+        };
+        let read = self
+            .steps
+            .iter()
+            .rev()
+            .filter(|s| s.1 == source)
+            .take(STEPS_READ)
+            .filter(|s| s.0 >= since_ns);
+        let mut last = None;
+        for k in read.filter_map(|s| s.2) {
+            if last != Some(k) {
+                last = Some(k);
+                if let Some(j) = self.jobs.get(k as usize) {
+                    if !jobs.contains(j) {
+                        jobs.insert(j.clone());
+                    }
+                }
+            }
+        }
+        jobs
+    }
+}
+
+impl StepJobs {
+    /// [`recent_step_jobs`]`(steps, names, since_ns)`, read from the mirrors (made or brought up to date
+    /// first). Mirrors of nodes not among `names` or without steps are dropped.
+    pub fn recent(
+        &mut self,
+        steps: &StepStore,
+        names: &[String],
+        since_ns: i64,
+    ) -> HashMap<String, BTreeSet<String>> {
+        let mut out: HashMap<String, BTreeSet<String>> =
+            names.iter().map(|n| (n.clone(), BTreeSet::new())).collect();
+        let mut kept = HashMap::with_capacity(self.nodes.len());
+        steps.visit_recent(usize::MAX, |node, held, _| {
+            let Some(jobs) = out.get_mut(node) else {
+                return;
+            };
+            let mirror = match self.nodes.remove_entry(node) {
+                Some((name, mut m)) => match m.update(held.clone()) {
+                    true => Some((name, m)),
+                    false => Mirror::of(held).map(|m| (name, m)),
+                },
+                None => Mirror::of(held).map(|m| (node.to_string(), m)),
+            };
+            if let Some((name, m)) = mirror {
+                *jobs = m.read(since_ns);
+                kept.insert(name, m);
+            }
+        });
+        self.nodes = kept;
+        out
+    }
 }
 
 /// The scopes of a fleet: `nodes` (the names evaluated), the fleet `jobs` ([`crate::jobs::fleet_jobs`]) and
@@ -377,6 +520,66 @@ mod tests {
         assert_eq!(jobs["a"], BTreeSet::from(["j1".to_string()]));
         assert_eq!(jobs["b"], BTreeSet::from(["j3".to_string()]));
         assert!(jobs["d"].is_empty() && !jobs.contains_key("e"));
+    }
+
+    /// Nodes pushing steps a few at a time (sources switching, jobs changing, ends out of order now and
+    /// then), dropping old ones (more than a node holds, and past the retention), gone and back again: the
+    /// mirrors' jobs are [`recent_step_jobs`]'s at every round, whatever the window.
+    #[test]
+    fn step_jobs_kept_from_round_to_round_are_recent_step_jobs() {
+        use crate::analysis::test_support::{hca_step, HcaFigures};
+        use crate::steps::StepSource;
+        let steps = StepStore::with_retention(std::time::Duration::from_secs(900));
+        let all = names(&["a", "b", "c", "d"]);
+        let mut kept = StepJobs::default();
+        let (mut seed, mut index, mut checked) = (11u64, 0u64, 0usize);
+        let mut next = |m: u64| {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 33) % m
+        };
+        for round in 0..1500i64 {
+            let now = round * 500_000_000;
+            for (k, node) in all.iter().enumerate() {
+                let batch: Vec<NodeStep> = (0..next(4) + u64::from(k == 0) * 2)
+                    .map(|_| {
+                        index += 1;
+                        let end = now - next(3) as i64 * 400_000_000;
+                        let mut s = hca_step(
+                            node,
+                            index,
+                            (end - 300_000_000, end),
+                            HcaFigures::short_burst(true),
+                        );
+                        s.job = match next(10) {
+                            0 => None,
+                            j => Some(format!("j{}", (round / 200 + j as i64 / 4) % 5)),
+                        };
+                        s.source = match (round / 300 + next(20) as i64 / 19) % 2 {
+                            0 => StepSource::Inferred,
+                            _ => StepSource::Markers,
+                        };
+                        s
+                    })
+                    .collect();
+                steps.push(node, batch);
+            }
+            if round % 400 == 399 {
+                steps.retain(&names(&["a", "b", "d"]));
+            }
+            let asked: Vec<String> = all
+                .iter()
+                .filter(|n| round % 7 != 3 || n.as_str() != "c")
+                .cloned()
+                .collect();
+            for since in [now - 20_000_000_000, now - 2_000_000_000, 0] {
+                let want = recent_step_jobs(&steps, &asked, since);
+                assert_eq!(kept.recent(&steps, &asked, since), want, "round {round}");
+                checked += want.values().map(BTreeSet::len).sum::<usize>();
+            }
+        }
+        assert!(checked > 10_000, "{checked}");
     }
 
     #[test]
