@@ -7,6 +7,10 @@
 //! length. Anything the fast path does not recognise (unpacked columns, unknown fields, a malformed varint, a
 //! second oneof member, ...) is decoded by prost from the start instead, so the result — message or error —
 //! is always exactly prost's (the tests compare both on random and corrupted input).
+//!
+//! The collector's server decodes with [`ReceiveCodec`] instead: the same decoding, into [`Received`], which
+//! can keep a batch's bytes as they came, so that the collector persists them instead of encoding the batch
+//! again.
 
 use std::marker::PhantomData;
 
@@ -16,7 +20,9 @@ use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder};
 use tonic::Status;
 use tonic_prost::ProstEncoder;
 
-use crate::v1::{agent_message, AgentMessage, CollectiveRecord, SampleBatch, StepMarker};
+use crate::v1::{
+    agent_message, AgentMessage, CollectiveRecord, CollectorMessage, SampleBatch, StepMarker,
+};
 
 /// Initial size of a stream's receive buffer, bytes: a demo node's 250 ms batch (~1,700 samples, ~20 KB)
 /// fits without the buffer growing; tonic's default is 8 KiB.
@@ -85,19 +91,103 @@ impl<U: SliceDecode> Decoder for SliceDecoder<U> {
     type Error = Status;
 
     fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<U>, Status> {
-        let len = buf.remaining();
-        let decoded = if buf.chunk().len() == len {
-            let m = U::decode_slice(buf.chunk());
-            buf.advance(len);
-            m
-        } else {
-            let bytes = buf.copy_to_bytes(len);
-            U::decode_slice(&bytes)
-        };
-        // As tonic-prost: a message that does not parse is INTERNAL, saying prost's error.
-        decoded
-            .map(Some)
-            .map_err(|e| Status::internal(e.to_string()))
+        decode_whole(buf, U::decode_slice)
+    }
+
+    fn buffer_settings(&self) -> BufferSettings {
+        BufferSettings::new(DECODE_BUFFER_BYTES, YIELD_THRESHOLD_BYTES)
+    }
+}
+
+/// Decodes the whole of `buf` (one message) with `decode`, from its slice when the buffer is one chunk (it
+/// nearly always is), else from a copy. As tonic-prost: a message that does not parse is INTERNAL, saying
+/// prost's error.
+fn decode_whole<U>(
+    buf: &mut DecodeBuf<'_>,
+    decode: impl FnOnce(&[u8]) -> Result<U, DecodeError>,
+) -> Result<Option<U>, Status> {
+    let len = buf.remaining();
+    let decoded = if buf.chunk().len() == len {
+        let m = decode(buf.chunk());
+        buf.advance(len);
+        m
+    } else {
+        let bytes = buf.copy_to_bytes(len);
+        decode(&bytes)
+    };
+    decoded
+        .map(Some)
+        .map_err(|e| Status::internal(e.to_string()))
+}
+
+/// An agent's message as the collector's server receives it ([`ReceiveCodec`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Received {
+    /// The message, exactly as prost decodes it.
+    pub message: AgentMessage,
+    /// The encoded `SampleBatch` of `message`'s batch, as it came, when the codec keeps it and the fast path
+    /// took the message (else `None`: encode the batch when its bytes are needed). Prost decodes these bytes
+    /// into that same batch (the fast path takes only what prost decodes the same), though they may differ
+    /// from prost's encoding of it (field order, default values written).
+    pub batch_bytes: Option<Vec<u8>>,
+}
+
+impl Received {
+    /// Decodes `bytes` as one `AgentMessage` (exactly `prost::Message::decode`'s result), keeping the batch's
+    /// bytes when `keep_batch_bytes`.
+    pub fn decode_slice(bytes: &[u8], keep_batch_bytes: bool) -> Result<Received, DecodeError> {
+        if let Some((batch, payload)) = fast_agent_batch(bytes) {
+            return Ok(Received {
+                message: AgentMessage {
+                    msg: Some(agent_message::Msg::Batch(batch)),
+                },
+                batch_bytes: keep_batch_bytes.then(|| payload.to_vec()),
+            });
+        }
+        AgentMessage::decode(bytes).map(|message| Received {
+            message,
+            batch_bytes: None,
+        })
+    }
+}
+
+/// The collector's codec of the `Ingest` service: [`SliceCodec`]'s encoding and decoding, into [`Received`];
+/// a batch's bytes are kept (copied out of tonic's buffer) when `keep_batch_bytes`.
+#[derive(Debug, Clone, Copy)]
+pub struct ReceiveCodec {
+    pub keep_batch_bytes: bool,
+}
+
+impl Codec for ReceiveCodec {
+    type Encode = CollectorMessage;
+    type Decode = Received;
+    type Encoder = ProstEncoder<CollectorMessage>;
+    type Decoder = ReceiveDecoder;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        ProstEncoder::new(BufferSettings::default())
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        ReceiveDecoder {
+            keep_batch_bytes: self.keep_batch_bytes,
+        }
+    }
+}
+
+/// Decodes one [`Received`] from its contiguous bytes.
+#[derive(Debug, Clone)]
+pub struct ReceiveDecoder {
+    keep_batch_bytes: bool,
+}
+
+impl Decoder for ReceiveDecoder {
+    type Item = Received;
+    type Error = Status;
+
+    fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<Received>, Status> {
+        let keep = self.keep_batch_bytes;
+        decode_whole(buf, |b| Received::decode_slice(b, keep))
     }
 
     fn buffer_settings(&self) -> BufferSettings {
@@ -138,6 +228,15 @@ fn delimited<'a>(b: &mut &'a [u8]) -> Option<&'a [u8]> {
 
 /// `AgentMessage { batch }` when `bytes` is exactly that one field and [`fast_batch`] takes its payload.
 fn fast_agent_message(bytes: &[u8]) -> Option<AgentMessage> {
+    let (batch, _) = fast_agent_batch(bytes)?;
+    Some(AgentMessage {
+        msg: Some(agent_message::Msg::Batch(batch)),
+    })
+}
+
+/// The batch of `AgentMessage { batch }`, and its encoded bytes, when `bytes` is exactly that one field and
+/// [`fast_batch`] takes its payload.
+fn fast_agent_batch(bytes: &[u8]) -> Option<(SampleBatch, &[u8])> {
     let mut b = bytes;
     // Field 2 (`batch`), length-delimited.
     if varint(&mut b)? != (2 << 3 | 2) {
@@ -147,9 +246,7 @@ fn fast_agent_message(bytes: &[u8]) -> Option<AgentMessage> {
     if !b.is_empty() {
         return None;
     }
-    Some(AgentMessage {
-        msg: Some(agent_message::Msg::Batch(fast_batch(payload)?)),
-    })
+    Some((fast_batch(payload)?, payload))
 }
 
 /// Appends the packed varints of `payload` to `out` as `f(value)`, reserved to their exact count.

@@ -11,8 +11,10 @@
 //! Before tonic sees a connection it is admitted by [`connections`]: connection limits per listener and per
 //! address, and a deadline on the TLS handshake ([`tls`]) and the HTTP/2 preface.
 //!
-//! Files: [`server`] and the tonic service here; connection admission in [`connections`], TLS in [`tls`]; one
-//! task per stream in `stream.rs` (a `select!` dispatching one method per message kind); agent authentication
+//! Files: [`server`] here, the service tonic routes to in `service.rs` (the collector's codec: batches keep their
+//! bytes as received, for persistence); connection admission in [`connections`], TLS in [`tls`]; one task per
+//! stream in `stream.rs` (a `select!` dispatching one method per message kind), its replies and acks in
+//! `replies.rs`; agent authentication
 //! in [`auth`]; wire → store validation in [`domain`]; the per-stream sample rate limit in [`rate`]; the same
 //! validation and store calls without a stream, at a receive time the caller gives, in [`direct`].
 
@@ -21,6 +23,8 @@ pub mod connections;
 pub mod direct;
 pub mod domain;
 pub mod rate;
+mod replies;
+mod service;
 mod stream;
 pub mod tls;
 
@@ -30,12 +34,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use commwatch_proto::v1 as pb;
+use commwatch_proto::codec::Received;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
-use tokio_stream::wrappers::ReceiverStream;
 use tonic::service::interceptor::InterceptedService;
-use tonic::{Request, Response, Status, Streaming};
+use tonic::{Request, Response, Streaming};
 use tracing::{debug, error, warn};
 
 use crate::config::CollectorConfig;
@@ -44,6 +47,7 @@ use crate::store::Store;
 use crate::telemetry::Health;
 use auth::{AgentAuth, TokenCheck};
 use connections::{ConnTable, Refusal};
+use replies::{Replies, Reply};
 use stream::{End, StreamTask};
 
 /// Shortest interval between two acks on one stream.
@@ -102,8 +106,7 @@ pub(crate) fn server(
     let table = shared.conns.clone();
     let check = TokenCheck::new(auth.token, shared.health.clone());
     let service = InterceptedService::new(
-        pb::ingest_server::IngestServer::new(IngestService::new(Arc::new(shared)))
-            .max_decoding_message_size(limits.max_batch_bytes),
+        service::IngestServer::new(IngestService::new(Arc::new(shared)), limits.max_batch_bytes),
         check,
     );
     if let Some(w) = connections::descriptor_warning(&limits) {
@@ -146,7 +149,7 @@ pub(crate) fn server(
     }
 }
 
-/// The tonic service.
+/// The `Ingest` service's one method, served by [`service::IngestServer`].
 pub struct IngestService {
     shared: Arc<Shared>,
 }
@@ -155,16 +158,14 @@ impl IngestService {
     pub(crate) fn new(shared: Arc<Shared>) -> IngestService {
         IngestService { shared }
     }
-}
 
-#[tonic::async_trait]
-impl pb::ingest_server::Ingest for IngestService {
-    type StreamStream = ReceiverStream<Result<pb::CollectorMessage, Status>>;
+    /// Whether batches are received with their bytes (persisted as they came): when persistence is on.
+    fn keeps_batch_bytes(&self) -> bool {
+        self.shared.persist.is_some()
+    }
 
-    async fn stream(
-        &self,
-        request: Request<Streaming<pb::AgentMessage>>,
-    ) -> Result<Response<Self::StreamStream>, Status> {
+    /// `Ingest/Stream`: starts the stream's task and answers with its reply stream.
+    fn stream(&self, request: Request<Streaming<Received>>) -> Response<Replies> {
         let peer = request.remote_addr();
         let identities = auth::identities(&request);
         let inbound = request.into_inner();
@@ -195,14 +196,14 @@ impl pb::ingest_server::Ingest for IngestService {
                         .with_label_values(&[e.reason()])
                         .inc();
                     warn!(node = %s.node_name, ?peer, reason = e.reason(), error = %e, "agent stream rejected");
-                    let _ = tx.send(Err(e.to_status())).await;
+                    let _ = tx.send(Reply::Send(Err(e.to_status()))).await;
                 }
                 End::Status(status) => {
-                    let _ = tx.send(Err(status)).await;
+                    let _ = tx.send(Reply::Send(Err(status))).await;
                 }
             }
             shared.health.streams.dec();
         });
-        Ok(Response::new(ReceiverStream::new(rx)))
+        Response::new(replies::replies(rx))
     }
 }

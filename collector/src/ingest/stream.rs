@@ -1,9 +1,9 @@
 //! One agent stream. It waits for the Hello ([`StreamTask::hello`]), then runs one `select!` over what can
-//! wake it — the stream being superseded, the collector shutting down, an ack falling due, the instance's
-//! durable sequence number moving, the throttle lifting, the next message — and dispatches each to one method:
-//! [`StreamTask::heartbeat`], [`StreamTask::inventory_update`] (with its [`StreamTask::job_inventory`]),
-//! [`StreamTask::batch`] (with its markers counted in [`count_accepted`]), and the acks
-//! ([`Session::send_ack`], [`Session::ack_soon`]).
+//! wake it — the stream being superseded, the collector shutting down, the
+//! throttle lifting, the next message — and dispatches each to one method: [`StreamTask::heartbeat`],
+//! [`StreamTask::inventory_update`] (with its [`StreamTask::job_inventory`]), [`StreamTask::batch`] (with its
+//! markers counted in [`count_accepted`]). The acks are the reply stream's ([`super::replies`]): handed the
+//! instance's durable sequence number after the Hello, it acks each move; a resend asks it for an ack again.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -11,6 +11,7 @@ use std::time::Instant;
 
 use crate::persist::mark_durable;
 use commwatch_model::clock::unix_now_ns;
+use commwatch_proto::codec::Received;
 use commwatch_proto::v1 as pb;
 use commwatch_proto::v1::agent_message::Msg;
 use prost::Message;
@@ -20,13 +21,12 @@ use tonic::{Code, Status, Streaming};
 use tracing::{debug, info, warn};
 
 use super::domain::IngestError;
-use super::{rate, Shared, ACK_INTERVAL};
+use super::replies::{ack, Reply, ReplyTx};
+use super::{rate, Shared};
 use crate::store::{
     ApplyCounts, Batch, BatchOutcome, Hello, Inventory, JobList, NodeRef, StoreError,
 };
 use crate::telemetry::Health;
-
-pub(super) type ReplyTx = mpsc::Sender<Result<pb::CollectorMessage, Status>>;
 
 /// How a stream ended.
 pub(super) enum End {
@@ -69,11 +69,8 @@ pub(super) struct StreamTask<'a> {
 enum Event {
     Superseded,
     ShuttingDown,
-    AckDue,
-    /// The instance's durable sequence number moved (`false`: its sender is gone).
-    DurableChanged(bool),
     Unthrottled,
-    Message(Result<Option<pb::AgentMessage>, Status>),
+    Message(Result<Option<Received>, Status>),
 }
 
 /// A node's complete job list from an inventory update, validated, with its encoding when persistence is on.
@@ -87,29 +84,18 @@ struct Session {
     node: NodeRef,
     instance_id: u64,
     durable: Arc<watch::Sender<u64>>,
-    durable_rx: watch::Receiver<u64>,
-    durable_open: bool,
     /// The instance's Hello with every inventory update merged in (persistence only): what is stored, so that
     /// the persisted Hello always carries the complete inventory.
     current_hello: Option<pb::Hello>,
     /// A node not touched for this long may have been expired from the map (half of `node_expiry`).
     stale_ns: i64,
     scratch: Vec<u32>,
-    ack_pending: bool,
-    last_ack_at: Instant,
-    ack_sleep: Pin<Box<Sleep>>,
     /// Rate limit: while throttled the stream is not read (acks still go out).
     bucket: rate::SampleBucket,
     throttled: bool,
     throttle_sleep: Pin<Box<Sleep>>,
     /// Whether this stream's samples outside the clock window were warned about (once per stream).
     warned_clock: bool,
-}
-
-fn ack(seq: u64) -> pb::CollectorMessage {
-    pb::CollectorMessage {
-        msg: Some(pb::collector_message::Msg::Ack(pb::Ack { seq })),
-    }
 }
 
 /// Maps a receive error (tonic decode failure, oversized message, transport error) to how the stream ends.
@@ -144,51 +130,6 @@ fn shutting_down() -> End {
 }
 
 impl Session {
-    /// Acks now when the previous ack is [`ACK_INTERVAL`] old or older, else schedules one for when it is,
-    /// unless one is pending already; `false` when the reply channel is closed. Sent at once, an ack costs
-    /// no timer: with a batch every 250 ms, nearly every ack of a stream is.
-    fn ack_soon(&mut self, tx: &ReplyTx) -> bool {
-        if self.ack_pending {
-            return true;
-        }
-        let due = self.last_ack_at + ACK_INTERVAL;
-        if Instant::now() >= due {
-            return self.send_ack(tx);
-        }
-        self.ack_pending = true;
-        self.ack_sleep.as_mut().reset(due.into());
-        true
-    }
-
-    /// Sends the due ack (the durable sequence number now); `false` when the reply channel is closed.
-    fn send_ack(&mut self, tx: &ReplyTx) -> bool {
-        let seq = *self.durable_rx.borrow_and_update();
-        self.ack_pending = false;
-        self.last_ack_at = Instant::now();
-        // Acks are cumulative: when the reply channel is full, the next one carries this too.
-        match tx.try_send(Ok(ack(seq))) {
-            Ok(()) => true,
-            Err(mpsc::error::TrySendError::Full(_)) => {
-                self.ack_pending = true;
-                self.ack_sleep
-                    .as_mut()
-                    .reset(tokio::time::Instant::now() + ACK_INTERVAL);
-                true
-            }
-            Err(mpsc::error::TrySendError::Closed(_)) => false,
-        }
-    }
-
-    /// The instance's durable sequence number moved (`open`), or its sender is gone; `false` when the reply
-    /// channel is closed.
-    fn durable_changed(&mut self, open: bool, tx: &ReplyTx) -> bool {
-        if open {
-            return self.ack_soon(tx);
-        }
-        self.durable_open = false;
-        true
-    }
-
     /// Stops reading the stream for `wait` (the sample rate limit).
     fn throttle(&mut self, wait: std::time::Duration) {
         self.throttle_sleep
@@ -199,8 +140,17 @@ impl Session {
 }
 
 impl StreamTask<'_> {
-    async fn send(&self, msg: pb::CollectorMessage) -> Result<(), End> {
-        self.tx.send(Ok(msg)).await.map_err(|_| End::Closed)
+    async fn send(&self, reply: Reply) -> Result<(), End> {
+        self.tx.send(reply).await.map_err(|_| End::Closed)
+    }
+
+    /// Asks the reply stream for an ack though nothing new is durable (a resent batch). One already queued
+    /// (the channel full) carries this one too: acks are cumulative.
+    fn ack_again(&self) -> Result<(), End> {
+        match self.tx.try_send(Reply::Again) {
+            Err(mpsc::error::TrySendError::Closed(_)) => Err(End::Closed),
+            Ok(()) | Err(mpsc::error::TrySendError::Full(_)) => Ok(()),
+        }
     }
 
     /// Counts the series an inventory refuses and says so once for the inventory, with the first reason: their
@@ -224,14 +174,14 @@ impl StreamTask<'_> {
         &self.shared.health
     }
 
-    pub(super) async fn run(&mut self, mut inbound: Streaming<pb::AgentMessage>) -> End {
+    pub(super) async fn run(&mut self, mut inbound: Streaming<Received>) -> End {
         match self.run_inner(&mut inbound).await {
             Ok(()) => End::Closed,
             Err(e) => e,
         }
     }
 
-    async fn run_inner(&mut self, inbound: &mut Streaming<pb::AgentMessage>) -> Result<(), End> {
+    async fn run_inner(&mut self, inbound: &mut Streaming<Received>) -> Result<(), End> {
         let limit = self.shared.config.limits.max_batch_bytes;
         let mut shutdown = self.shared.shutdown.clone();
         let Some(hello) = self.first_hello(inbound, &mut shutdown).await? else {
@@ -247,24 +197,12 @@ impl StreamTask<'_> {
                 biased;
                 _ = &mut close_rx => Event::Superseded,
                 _ = &mut stop => Event::ShuttingDown,
-                _ = s.ack_sleep.as_mut(), if s.ack_pending => Event::AckDue,
-                changed = s.durable_rx.changed(), if s.durable_open => Event::DurableChanged(changed.is_ok()),
                 _ = s.throttle_sleep.as_mut(), if s.throttled => Event::Unthrottled,
                 msg = inbound.message(), if !s.throttled => Event::Message(msg),
             };
             match event {
                 Event::Superseded => return Err(superseded(&self.node_name)),
                 Event::ShuttingDown => return Err(shutting_down()),
-                Event::AckDue => {
-                    if !s.send_ack(self.tx) {
-                        return Ok(());
-                    }
-                }
-                Event::DurableChanged(open) => {
-                    if !s.durable_changed(open, self.tx) {
-                        return Ok(());
-                    }
-                }
                 Event::Unthrottled => s.throttled = false,
                 Event::Message(Ok(Some(m))) => self.message(&mut s, m).await?,
                 Event::Message(Ok(None)) => return Ok(()),
@@ -295,7 +233,7 @@ impl StreamTask<'_> {
     /// members — are ignored). `None`: the agent closed the stream first.
     async fn first_hello(
         &self,
-        inbound: &mut Streaming<pb::AgentMessage>,
+        inbound: &mut Streaming<Received>,
         shutdown: &mut watch::Receiver<bool>,
     ) -> Result<Option<pb::Hello>, End> {
         loop {
@@ -303,7 +241,7 @@ impl StreamTask<'_> {
                 m = inbound.message() => m,
                 _ = stopped(shutdown) => return Err(shutting_down()),
             };
-            match msg {
+            match msg.map(|m| m.map(|r| r.message)) {
                 Ok(Some(pb::AgentMessage {
                     msg: Some(Msg::Hello(h)),
                 })) => return Ok(Some(h)),
@@ -371,20 +309,15 @@ impl StreamTask<'_> {
             "agent connected"
         );
         let held = *durable_rx.borrow_and_update();
-        self.greet(held).await?;
+        self.greet(held, durable_rx).await?;
         let cfg = &self.shared.config;
         let session = Session {
             node: out.node,
             instance_id: hello.instance_id,
             durable: out.durable,
-            durable_rx,
-            durable_open: true,
             current_hello,
             stale_ns: i64::try_from(cfg.node_expiry.as_nanos() / 2).unwrap_or(i64::MAX),
             scratch: Vec::new(),
-            ack_pending: false,
-            last_ack_at: Instant::now(),
-            ack_sleep: Box::pin(tokio::time::sleep(std::time::Duration::ZERO)),
             bucket: rate::SampleBucket::new(cfg.limits.max_samples_per_second, Instant::now()),
             throttled: false,
             throttle_sleep: Box::pin(tokio::time::sleep(std::time::Duration::ZERO)),
@@ -424,26 +357,27 @@ impl StreamTask<'_> {
         })
     }
 
-    /// The answer to a Hello: the sequence number held durably, then the periods when configured.
-    async fn greet(&self, held: u64) -> Result<(), End> {
-        self.send(ack(held)).await?;
+    /// The answer to a Hello: the sequence number held durably, then the periods when configured; then the
+    /// reply stream takes over the acks, from `durable` (whose value `held` was read from).
+    async fn greet(&self, held: u64, durable: watch::Receiver<u64>) -> Result<(), End> {
+        self.send(Reply::Send(Ok(ack(held)))).await?;
         let cfg = &self.shared.config;
         if cfg.fast_period_ms != 0 || cfg.slow_period_ms != 0 {
-            self.send(pb::CollectorMessage {
+            self.send(Reply::Send(Ok(pb::CollectorMessage {
                 msg: Some(pb::collector_message::Msg::Config(pb::Config {
                     fast_period_ms: cfg.fast_period_ms,
                     slow_period_ms: cfg.slow_period_ms,
                 })),
-            })
+            })))
             .await?;
         }
-        Ok(())
+        self.send(Reply::Acks(durable)).await
     }
 
     /// Dispatches one message after the Hello.
-    async fn message(&self, s: &mut Session, msg: pb::AgentMessage) -> Result<(), End> {
+    async fn message(&self, s: &mut Session, received: Received) -> Result<(), End> {
         let now = unix_now_ns();
-        match msg.msg {
+        match received.message.msg {
             None => {
                 s.node.lock().touch(now);
                 Ok(())
@@ -455,7 +389,7 @@ impl StreamTask<'_> {
             .into()),
             Some(Msg::Heartbeat(_)) => self.heartbeat(s, now),
             Some(Msg::InventoryUpdate(u)) => self.inventory_update(s, u, now).await,
-            Some(Msg::Batch(b)) => self.batch(s, b, now).await,
+            Some(Msg::Batch(b)) => self.batch(s, b, received.batch_bytes, now).await,
             Some(Msg::ProbeAdvert(a)) => {
                 self.probe_advert(&a.address);
                 s.node.lock().touch(now);
@@ -555,10 +489,20 @@ impl StreamTask<'_> {
     }
 
     /// A sample batch: validated, applied under the node's lock (a resend is acked, not applied again),
-    /// counted, then made durable.
-    async fn batch(&self, s: &mut Session, b: pb::SampleBatch, now: i64) -> Result<(), End> {
+    /// counted, then made durable. `bytes`: the batch as received (persisted as it is; else encoded here).
+    async fn batch(
+        &self,
+        s: &mut Session,
+        b: pb::SampleBatch,
+        bytes: Option<Vec<u8>>,
+        now: i64,
+    ) -> Result<(), End> {
         let started = Instant::now();
-        let payload = self.shared.persist.as_ref().map(|_| b.encode_to_vec());
+        let payload = self
+            .shared
+            .persist
+            .as_ref()
+            .map(|_| bytes.unwrap_or_else(|| b.encode_to_vec()));
         let batch = match Batch::try_from(b) {
             Ok(b) => b,
             Err(e) => {
@@ -586,10 +530,7 @@ impl StreamTask<'_> {
             Ok(BatchOutcome::Duplicate) => {
                 h.hot.batches_duplicate.inc();
                 debug!(node = %self.node_name, seq = batch.seq, "duplicate batch acked, not applied");
-                if !s.ack_soon(self.tx) {
-                    return Err(End::Closed);
-                }
-                Ok(())
+                self.ack_again()
             }
             Ok(BatchOutcome::Accepted { gap, counts }) => {
                 h.hot.batches_accepted.inc();
@@ -622,13 +563,8 @@ impl StreamTask<'_> {
                         )
                         .await
                     }
-                    _ => {
-                        mark_durable(&s.durable, batch.seq);
-                        // Durable at once: acked here, not at the watch's wake that would follow.
-                        if !s.ack_soon(self.tx) {
-                            return Err(End::Closed);
-                        }
-                    }
+                    // Durable at once: the reply stream acks it.
+                    _ => mark_durable(&s.durable, batch.seq),
                 }
                 Ok(())
             }

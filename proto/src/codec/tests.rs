@@ -77,6 +77,27 @@ fn same_as_prost(bytes: &[u8]) {
     if let Some(fast) = fast_agent_message(bytes) {
         assert_eq!(Ok(fast), prost, "fast path differs on {bytes:02x?}");
     }
+    let received = Received::decode_slice(bytes, true);
+    let message = received.as_ref().map(|r| r.message.clone());
+    assert_eq!(
+        message.map_err(|e| e.to_string()),
+        prost,
+        "received differs on {bytes:02x?}"
+    );
+    // Kept bytes decode into the very batch.
+    if let Ok(Received {
+        message: AgentMessage {
+            msg: Some(agent_message::Msg::Batch(b)),
+        },
+        batch_bytes: Some(kept),
+    }) = received
+    {
+        assert_eq!(
+            SampleBatch::decode(kept.as_slice()),
+            Ok(b),
+            "kept bytes of {bytes:02x?}"
+        );
+    }
 }
 
 #[test]
@@ -88,6 +109,19 @@ fn random_batches_take_the_fast_path_and_equal_prost() {
         let fast = fast_agent_message(&bytes).expect("an agent's encoding takes the fast path");
         assert_eq!(fast, m);
         same_as_prost(&bytes);
+        let Some(agent_message::Msg::Batch(b)) = &m.msg else {
+            unreachable!()
+        };
+        let kept = Received::decode_slice(&bytes, true).unwrap().batch_bytes;
+        assert_eq!(
+            kept,
+            Some(b.encode_to_vec()),
+            "prost's encoding kept as it came"
+        );
+        assert_eq!(
+            Received::decode_slice(&bytes, false).unwrap().batch_bytes,
+            None
+        );
     }
 }
 
@@ -132,6 +166,11 @@ fn unusual_encodings_fall_back_to_prost() {
     unpacked.extend_from_slice(&body);
     assert!(fast_agent_message(&unpacked).is_none());
     same_as_prost(&unpacked);
+    let received = Received::decode_slice(&unpacked, true).unwrap();
+    assert_eq!(
+        received.batch_bytes, None,
+        "prost's decoding keeps no bytes"
+    );
     let m = AgentMessage::decode(unpacked.as_slice()).expect("valid");
     let Some(agent_message::Msg::Batch(b)) = m.msg else {
         panic!("a batch")
