@@ -184,6 +184,8 @@ impl NodeReads {
 /// names, sharing the node's job list: no allocation per node and pass).
 struct NodeInferred<'a> {
     node: &'a str,
+    /// Its index in the pass's nodes ([`Engine::nodes`]).
+    index: usize,
     /// The node's job list ([`NodeInferred::job`]).
     jobs: Arc<JobList>,
     /// Steps found in this pass.
@@ -623,7 +625,10 @@ fn gpu_link(kept: &mut Vec<Arc<Link>>, first: &Link, capacity: Option<f64>) -> A
 pub struct Engine {
     store: Arc<Store>,
     steps: Arc<StepStore>,
-    nodes: HashMap<String, NodeEngine>,
+    /// The nodes of the last pass with their engines, in the order of their names (sorted, as
+    /// [`Store::node_names`] gives them): a pass finds a node's engine by its index among the names, not by
+    /// a lookup of its name in each phase ([`Engine::follow_names`]).
+    nodes: Vec<(String, NodeEngine)>,
     jobs: HashMap<String, JobSequence>,
     /// The collector's pass metrics, where each pass is timed.
     passes: Passes,
@@ -643,7 +648,7 @@ impl Engine {
         Engine {
             store,
             steps,
-            nodes: HashMap::new(),
+            nodes: Vec::new(),
             jobs: HashMap::new(),
             passes,
             nvlink: NvlinkDetail::default(),
@@ -677,24 +682,46 @@ impl Engine {
     pub fn tick(&mut self, now_unix_ns: i64) -> usize {
         let timer = self.passes.timer("steps");
         let names = self.store.node_names(now_unix_ns);
-        self.nodes.retain(|n, _| names.binary_search(n).is_ok());
+        self.follow_names(&names);
         self.steps.retain(&names);
-        let inferred: Vec<NodeInferred> = names.iter().filter_map(|n| self.read_node(n)).collect();
+        let inferred: Vec<NodeInferred> = names
+            .iter()
+            .enumerate()
+            .filter_map(|(i, n)| self.read_node(i, n))
+            .collect();
         self.queue_inferred(inferred);
         let mut added = 0;
-        for name in &names {
-            added += self.complete_node(name);
+        for i in 0..names.len() {
+            added += self.complete_node(i);
         }
         timer.done(names.len());
         added
     }
 
-    /// First phase for one node: reads what is new, queues its marker steps and runs its inference.
-    fn read_node<'a>(&mut self, name: &'a str) -> Option<NodeInferred<'a>> {
-        if !self.nodes.contains_key(name) {
-            self.nodes.insert(name.to_string(), NodeEngine::default());
+    /// Keeps the engines of the nodes `names` (sorted) in their order, a new node's from nothing, a gone
+    /// node's dropped: after it, `nodes[i]` is `names[i]`'s.
+    fn follow_names(&mut self, names: &[String]) {
+        let same = self.nodes.len() == names.len()
+            && self.nodes.iter().zip(names).all(|((n, _), name)| n == name);
+        if same {
+            return;
         }
-        let st = self.nodes.get_mut(name)?;
+        let mut old = std::mem::take(&mut self.nodes).into_iter().peekable();
+        for name in names {
+            while old.next_if(|(n, _)| n < name).is_some() {}
+            let st = old.next_if(|(n, _)| n == name).map(|(_, st)| st);
+            self.nodes.push((name.clone(), st.unwrap_or_default()));
+        }
+    }
+
+    /// The engine of the pass's node `i` ([`Engine::follow_names`]).
+    fn node(&mut self, i: usize) -> Option<&mut NodeEngine> {
+        self.nodes.get_mut(i).map(|(_, st)| st)
+    }
+
+    /// First phase for node `i`, `name`: reads what is new, queues its marker steps and runs its inference.
+    fn read_node<'a>(&mut self, i: usize, name: &'a str) -> Option<NodeInferred<'a>> {
+        let st = &mut self.nodes.get_mut(i)?.1;
         let cursor = st.marker_cursor;
         let traffic_from = st.inference.newest_ns();
         let (scratch, detail) = (&mut self.fresh, self.nvlink);
@@ -744,6 +771,7 @@ impl Engine {
         self.steps.set_period(name, period);
         Some(NodeInferred {
             node: name,
+            index: i,
             jobs: fresh.jobs,
             steps,
             period,
@@ -764,7 +792,7 @@ impl Engine {
         for n in &inferred {
             let group = n.job().and_then(|j| by_job.get(j)).filter(|g| g.len() > 1);
             let Some(group) = group else {
-                let Some(st) = self.nodes.get_mut(n.node) else {
+                let Some(st) = self.node(n.index) else {
                     continue;
                 };
                 let own: Vec<(u64, i64, i64, f64)> = {
@@ -777,29 +805,29 @@ impl Engine {
                         })
                         .collect()
                 };
-                self.queue_on(n.node, n.job(), &own);
+                self.queue_on(n.index, n.job(), &own);
                 continue;
             };
             // The job's steps are queued once, from its reference, on every node of the group.
             let Some(reference) = reference(group) else {
                 continue;
             };
-            if reference.node != n.node {
+            if reference.index != n.index {
                 continue;
             }
             let job = n.job().unwrap_or_default();
             // A new sequence goes on from its nodes' own (indices never go back, steps never overlap).
             let (next, until) = group
                 .iter()
-                .filter_map(|m| self.nodes.get(m.node))
+                .filter_map(|m| self.nodes.get(m.index).map(|(_, st)| st))
                 .fold((0, 0), |(i, u), st| {
                     (st.next_inferred.max(i), st.inferred_until.max(u))
                 });
             // The reference's newest own steps, copied once per job and pass (not every node's every pass).
             let recent: Vec<super::inferred::InferredStep> = self
                 .nodes
-                .get(reference.node)
-                .map(|st| st.recent.iter().copied().collect())
+                .get(reference.index)
+                .map(|(_, st)| st.recent.iter().copied().collect())
                 .unwrap_or_default();
             if !self.jobs.contains_key(job) {
                 self.jobs
@@ -829,18 +857,18 @@ impl Engine {
             }
             let next = seq.next;
             for m in group.iter() {
-                self.queue_on(m.node, Some(job), &steps);
-                if let Some(st) = self.nodes.get_mut(m.node) {
+                self.queue_on(m.index, Some(job), &steps);
+                if let Some(st) = self.node(m.index) {
                     st.next_inferred = st.next_inferred.max(next);
                 }
             }
         }
     }
 
-    /// Queues inferred steps `(index, start, end, confidence)` on `node`, unless its markers are fresh; none
-    /// starts before the node's last inferred step ends.
-    fn queue_on(&mut self, node: &str, job: Option<&str>, steps: &[(u64, i64, i64, f64)]) {
-        let Some(st) = self.nodes.get_mut(node) else {
+    /// Queues inferred steps `(index, start, end, confidence)` on the pass's node `node`, unless its markers
+    /// are fresh; none starts before the node's last inferred step ends.
+    fn queue_on(&mut self, node: usize, job: Option<&str>, steps: &[(u64, i64, i64, f64)]) {
+        let Some(st) = self.node(node) else {
             return;
         };
         if st.markers_fresh {
@@ -863,11 +891,12 @@ impl Engine {
         }
     }
 
-    /// Last phase for one node: computes the figures of the queued steps its samples now cover.
-    fn complete_node(&mut self, name: &str) -> usize {
-        let Some(st) = self.nodes.get_mut(name) else {
+    /// Last phase for the pass's node `i`: computes the figures of the queued steps its samples now cover.
+    fn complete_node(&mut self, i: usize) -> usize {
+        let Some((name, st)) = self.nodes.get_mut(i) else {
             return 0;
         };
+        let name = name.as_str();
         // Steps whose end the samples reach (or every step when the node has no byte counters, or too many wait).
         let mut ready: Vec<Edges> = Vec::new();
         while let Some(e) = st.awaiting.front() {
@@ -1081,6 +1110,47 @@ mod tests {
             r.push(t, v, i64::MAX);
         }
         r
+    }
+
+    /// A pass's nodes keep their engines by name as nodes come and go, in the order of the names.
+    #[test]
+    fn the_nodes_engines_follow_their_names() {
+        let store = Arc::new(Store::new(
+            Duration::from_secs(60),
+            Duration::from_secs(60),
+            crate::config::Limits::default(),
+        ));
+        let passes = Passes::new().expect("pass metrics");
+        let mut e = Engine::new(store, Arc::new(StepStore::new()), passes);
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<String>>();
+        let cursors = |e: &Engine| {
+            e.nodes
+                .iter()
+                .map(|(n, st)| (n.clone(), st.marker_cursor))
+                .collect::<Vec<_>>()
+        };
+        e.follow_names(&names(&["a", "b", "c"]));
+        for (k, (_, st)) in e.nodes.iter_mut().enumerate() {
+            st.marker_cursor = k as u64 + 1;
+        }
+        e.follow_names(&names(&["a", "b", "c"]));
+        assert_eq!(
+            cursors(&e),
+            [("a".into(), 1), ("b".into(), 2), ("c".into(), 3)]
+        );
+        // b gone, d and an earlier 0 new: a and c keep theirs.
+        e.follow_names(&names(&["0", "a", "c", "d"]));
+        assert_eq!(
+            cursors(&e),
+            [
+                ("0".into(), 0),
+                ("a".into(), 1),
+                ("c".into(), 3),
+                ("d".into(), 0)
+            ]
+        );
+        e.follow_names(&[]);
+        assert!(e.nodes.is_empty());
     }
 
     #[test]
@@ -1390,6 +1460,7 @@ mod tests {
         };
         NodeInferred {
             node,
+            index: 0,
             jobs: Arc::new(JobList { jobs: vec![job] }),
             steps: Vec::new(),
             period: Some(crate::steps::PeriodEstimate { period_s, strength }),
