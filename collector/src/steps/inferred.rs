@@ -458,7 +458,9 @@ impl Window {
 /// The ends of the busy runs in `busy`: `(i, quiet)` for each interval `i` that is busy and followed by a
 /// quiet one, with the number of quiet intervals that follow it (to the end of `busy` when still quiet).
 pub fn quiet_after(busy: &[bool]) -> Vec<(usize, usize)> {
-    let mut out = Vec::new();
+    // At most one run end per two intervals; sized for a few dozen (a window's steps) so that it grows
+    // seldom.
+    let mut out = Vec::with_capacity((busy.len() / 2).min(64));
     let mut i = 0;
     while i + 1 < busy.len() {
         if busy[i] && !busy[i + 1] {
@@ -496,7 +498,9 @@ fn typical_gap(cands: &[Candidate], p_ns: i64) -> usize {
     let (Some(first), Some(last)) = (cands.first(), cands.last()) else {
         return 0;
     };
-    let mut longest: Vec<usize> = Vec::new();
+    // One per span of the period.
+    let spans = (last.t - first.t) / p_ns.max(1) + 1;
+    let mut longest: Vec<usize> = Vec::with_capacity(usize::try_from(spans).unwrap_or(0).min(1024));
     let mut from = first.t;
     // The candidates are in time order: each span's are the stretch after the previous span's.
     let mut rest = cands;
@@ -962,7 +966,7 @@ fn repeats_at_double(rates: &[f64], lag: f64) -> bool {
     };
     let end = (cum.len() - 1) as f64;
     (0..3).any(|phase| {
-        let mut spans = Vec::new();
+        let mut spans = Vec::with_capacity((end / lag) as usize + 1);
         let mut x = lag * phase as f64 / 3.0;
         while x + lag <= end {
             spans.push(at(x + lag) - at(x));
