@@ -14,7 +14,9 @@
 //!
 //! With `TAPE=FILE` (written by `loadgen --dump-tape FILE`: a real demo agent's `Hello` and batches) the nodes
 //! are `NODES` copies of that agent instead, its batches applied in their order on its own clock, the first
-//! half of the tape without passes (then one pass) and the second half with a pass every 500 ms of its clock.
+//! half of the tape without passes (then one pass) and the second half with a pass every 500 ms of its clock
+//! (`PASS_MS`: another interval, to part a pass's fixed cost per node from its cost per sample; the steps
+//! found change with it).
 //!
 //! `NVLINK_DETAIL` (`gpu`, the collector's default, or `link`) is the engine's NVLink figures: one per GPU, or
 //! one per NVLink (`Engine::with_nvlink_detail`).
@@ -373,6 +375,7 @@ fn run_tape(
 ) -> Spent {
     let mut spent = Spent::default();
     let mut next_pass = i64::MIN;
+    let pass_ns = common::env("PASS_MS", 500) as i64 * 1_000_000;
     let mut decoded: Vec<pb::SampleBatch> = Vec::with_capacity(agents.len());
     for (b, encoded) in batches {
         let Some(&now) = b.timestamps_unix_ns.iter().max() else {
@@ -392,7 +395,7 @@ fn run_tape(
             if next_pass != i64::MIN {
                 spent.steps += spent.engine.time(|| engine.tick(now));
             }
-            next_pass = now + 500_000_000;
+            next_pass = now + pass_ns;
         }
     }
     spent
