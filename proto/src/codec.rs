@@ -249,12 +249,28 @@ fn fast_agent_batch(bytes: &[u8]) -> Option<(SampleBatch, &[u8])> {
     Some((fast_batch(payload)?, payload))
 }
 
-/// Appends the packed varints of `payload` to `out` as `f(value)`, reserved to their exact count.
+/// Appends the packed varints of `payload` to `out` as `f(value)`, reserved to their exact count. Values of
+/// one and two bytes (series ids, tick lengths: nearly all of a batch's) are read without [`varint`]'s loop.
 fn packed_varints<T>(payload: &[u8], out: &mut Vec<T>, f: impl Fn(u64) -> T) -> Option<()> {
     out.reserve(payload.iter().filter(|&&x| x < 0x80).count());
-    let mut p = payload;
-    while !p.is_empty() {
-        out.push(f(varint(&mut p)?));
+    let mut i = 0;
+    while let Some(&b0) = payload.get(i) {
+        if b0 < 0x80 {
+            out.push(f(u64::from(b0)));
+            i += 1;
+            continue;
+        }
+        match payload.get(i + 1) {
+            Some(&b1) if b1 < 0x80 => {
+                out.push(f(u64::from(b0 & 0x7f) | u64::from(b1) << 7));
+                i += 2;
+            }
+            _ => {
+                let mut rest = payload.get(i..)?;
+                out.push(f(varint(&mut rest)?));
+                i = payload.len() - rest.len();
+            }
+        }
     }
     Some(())
 }
