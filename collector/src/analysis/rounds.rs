@@ -90,6 +90,9 @@ pub(super) struct Rounds {
     /// fleet jobs or the scope's jobs changed, lent to each evaluation's input and taken back (a copy of every
     /// job's ranks at each evaluation, and its drop, were a fifth of the round's own cost).
     scope_jobs: HashMap<String, ScopeJobs>,
+    /// Each node's held steps' jobs, mirrored from one partition to the next: a partition reads only the
+    /// steps pushed since ([`scope::StepJobs`]).
+    step_jobs: scope::StepJobs,
 }
 
 /// One scope's jobs as its input carries them, and what they were cut from.
@@ -155,6 +158,7 @@ impl Rounds {
             names_changed: true,
             names_version: 0,
             scope_jobs: HashMap::new(),
+            step_jobs: scope::StepJobs::default(),
         }
     }
 
@@ -311,7 +315,7 @@ impl AnalysisHandle {
         let inner = &self.inner;
         let names = inner.store.node_names(now_unix_ns);
         let since = now_unix_ns - WINDOW_NS;
-        let step_jobs = scope::recent_step_jobs(&inner.steps, &names, since);
+        let step_jobs = rounds.step_jobs.recent(&inner.steps, &names, since);
         let jobs = rounds.jobs(&inner.store, &names, now_unix_ns);
         let scopes = scope::partition(&names, &jobs, &step_jobs);
         View {

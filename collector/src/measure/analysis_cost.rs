@@ -83,16 +83,18 @@ pub(super) fn give_jobs(store: &Store, refs: &[NodeRef], per_job: usize) {
 }
 
 /// The fleet's scopes at `now`, cut as a round cuts them from the fleet `jobs` (which a round merges again
-/// only when a job list changed), and the thread CPU, ns, of the cut.
+/// only when a job list changed, and whose nodes' step jobs it keeps in `step_jobs`), and the thread CPU, ns,
+/// of the cut.
 fn scopes_at(
     store: &Store,
     steps: &StepStore,
+    step_jobs: &mut scope::StepJobs,
     jobs: &[crate::jobs::FleetJob],
     now: i64,
 ) -> (u64, Vec<Scope>) {
     let names = store.node_names(now);
     timed(|| {
-        let step_jobs = scope::recent_step_jobs(steps, &names, now - WINDOW_NS);
+        let step_jobs = step_jobs.recent(steps, &names, now - WINDOW_NS);
         scope::partition(&names, jobs, &step_jobs)
     })
 }
@@ -228,6 +230,7 @@ fn analysis_cost() {
     let (mut cache, mut tracker) = (WindowCache::default(), Tracker::new());
     let (mut scratch, mut spent, mut evaluations) = (Vec::new(), Spent::default(), 0u64);
     let (mut apply_ns, mut samples) = (0u64, 0u64);
+    let mut step_jobs = scope::StepJobs::default();
     for (i, b) in batches.iter().enumerate() {
         let now = b.timestamps_unix_ns.last().copied().unwrap_or(0);
         let (ns, _) = timed(|| {
@@ -247,7 +250,7 @@ fn analysis_cost() {
         }
         engine.tick(now);
         let jobs = crate::jobs::fleet_jobs(&store, now);
-        let (cut, scopes) = scopes_at(&store, &steps, &jobs, now);
+        let (cut, scopes) = scopes_at(&store, &steps, &mut step_jobs, &jobs, now);
         if timing {
             spent.scopes += cut;
         }
