@@ -789,15 +789,7 @@ pub fn node_input_into<W: Windows>(
             scratch.links_at.clear();
             let at = n.links().iter().map(|l| Arc::as_ptr(&l.link) as usize);
             scratch.links_at.extend(at);
-            NodeInput {
-                name: n.name().to_string(),
-                links: n
-                    .links()
-                    .iter()
-                    .map(|l| LinkInput::from_link(l.link.clone()))
-                    .collect(),
-                ..Default::default()
-            }
+            NodeInput::bare(n)
         }
     };
     scratch.plan.update(n);
@@ -976,15 +968,7 @@ fn series_input<W: Windows>(
 #[cfg(test)]
 pub(crate) fn node_input_by_keys(n: &NodeState, since_ns: i64) -> NodeInput {
     let w = &StoreWindows(n);
-    let mut out = NodeInput {
-        name: n.name().to_string(),
-        links: n
-            .links()
-            .iter()
-            .map(|l| LinkInput::from_link(l.link.clone()))
-            .collect(),
-        ..Default::default()
-    };
+    let mut out = NodeInput::bare(n);
     let mut bytes = vec![(None, None); out.links.len()];
     for s in n.series() {
         let key = s.key();
@@ -1082,6 +1066,19 @@ fn link_activity<W: Windows>(
 }
 
 impl NodeInput {
+    /// Node `n`'s input before anything is read: its name and its links, each without figures.
+    fn bare(n: &NodeState) -> NodeInput {
+        NodeInput {
+            name: n.name().to_string(),
+            links: n
+                .links()
+                .iter()
+                .map(|l| LinkInput::from_link(l.link.clone()))
+                .collect(),
+            ..Default::default()
+        }
+    }
+
     /// This input of `n` emptied for a build under the same layout ([`node_input_into`]): its allocations
     /// kept, every field that build sets anew cleared (a link's last gauge readings are updated in place, its
     /// counters' windows overwritten in place and the rest cut off after the build: [`put_counter`]; the
