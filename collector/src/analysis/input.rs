@@ -1103,6 +1103,12 @@ impl NodeInput {
                 l.gauge_lows.clear();
             }
         }
+        // A GPU gauge's mean is put only where its window is visited: one whose window emptied (a reader's
+        // [`Windows::held_slots`] leaves it out) has none, as a fresh build finds it.
+        for g in &mut self.gpus {
+            (g.busy_share, g.sm_activity) = (None, None);
+            (g.pcie_gen, g.pcie_gen_max, g.pcie_width, g.pcie_width_max) = (None, None, None, None);
+        }
         // The steps are left for the caller to replace ([`build_nodes`]): dropped there, after the new list
         // took its counts on the same steps, their counts are written while in cache (cleared here, each of
         // the 64 steps' counts was a cache miss, under the node's lock).
