@@ -21,7 +21,22 @@
 //! samples), and up to remote write's series (`GatherSeries`: labels sorted, external labels, stamps), the
 //! series of both checked equal; the encoding into requests, the same for both, is timed apart. Per gather and
 //! per series, wall time and the thread's CPU time.
+//!
+//! With `TAPE=FILE` (written by `loadgen --dump-tape FILE`: a real demo agent's `Hello` and batches) the store
+//! is `NODES` (default 2000) copies of that agent instead, every batch of the tape applied in process
+//! (`DirectAgent`, its clock moved so that the newest batch is now), and the renders are a scrape's: the text
+//! rendered into the exposition's kept buffer and gzip-compressed (`render_with`, `gzip_fast`), as `/metrics`
+//! serves a Prometheus scrape. Two expositions of the store, alternated `REPS` (4) times after one render each:
+//! one that keeps its gather's vectors between renders, one that allocates them afresh per render
+//! (`with_fresh_buffers`, as before they were kept). Per render the thread's CPU time and minor page faults
+//! (`getrusage(RUSAGE_THREAD)`), the render and the compression apart. Between scrapes 15 s apart the
+//! collector's allocator (jemalloc, 10 s dirty decay) has returned a freed buffer's pages to the kernel; here
+//! the bench's allocator does the same at once (`FreshLarge`: every block of 256 KiB or more mapped on its own
+//! and unmapped when freed), so a buffer allocated afresh is fresh pages, as in the collector. The texts of the
+//! two are checked equal byte for byte (and once against the reference encoder), and the time of the store's
+//! snapshot and of its export detail (both paths alike) is given apart.
 
+use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -380,7 +395,326 @@ fn remote_write_gathers(exposition: &Exposition) {
     );
 }
 
+/// Thread CPU time (ns) and minor page faults of the calling thread.
+fn thread_usage() -> (u64, u64) {
+    let cpu = commwatch_collector::pace::thread_cpu_ns().unwrap_or(0);
+    // SAFETY: `getrusage` writes the struct it is given; a zeroed `rusage` is a valid one.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut u) };
+    (cpu, if rc == 0 { u.ru_minflt as u64 } else { 0 })
+}
+
+/// The CPU (ns) and page faults spent since `at` ([`thread_usage`]).
+fn since(at: (u64, u64)) -> (u64, u64) {
+    let now = thread_usage();
+    (now.0.saturating_sub(at.0), now.1.saturating_sub(at.1))
+}
+
+/// Blocks of this many bytes or more are mapped on their own and unmapped when freed ([`FreshLarge`]).
+const LARGE: usize = 256 << 10;
+
+/// The allocator of this bench: the system's, except that every block of [`LARGE`] bytes or more is fresh
+/// pages from the kernel, returned to it when freed (a grown one copied into fresh pages), as the collector's
+/// jemalloc has returned a large freed block's pages by the next scrape, 15 s later (see the module's doc).
+/// glibc's `malloc` alone would hand a render the pages an earlier render freed.
+struct FreshLarge;
+
+// SAFETY: every block is either the system allocator's (below `LARGE`) or an anonymous mapping of its size
+// (page-aligned, which covers every alignment up to a page; larger alignments go to the system allocator),
+// and each is freed by the side that made it: the size and alignment alone say which.
+unsafe impl GlobalAlloc for FreshLarge {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        if !mapped(l) {
+            return unsafe { System.alloc(l) };
+        }
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                l.size(),
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            std::ptr::null_mut()
+        } else {
+            p.cast()
+        }
+    }
+
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        if mapped(l) {
+            unsafe { libc::munmap(p.cast(), l.size()) };
+        } else {
+            unsafe { System.dealloc(p, l) }
+        }
+    }
+
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, size: usize) -> *mut u8 {
+        let Ok(to) = Layout::from_size_align(size, l.align()) else {
+            return std::ptr::null_mut();
+        };
+        if !mapped(l) && !mapped(to) {
+            return unsafe { System.realloc(p, l, size) };
+        }
+        let q = unsafe { self.alloc(to) };
+        if !q.is_null() {
+            unsafe {
+                std::ptr::copy_nonoverlapping(p, q, l.size().min(size));
+                self.dealloc(p, l);
+            }
+        }
+        q
+    }
+}
+
+fn mapped(l: Layout) -> bool {
+    l.size() >= LARGE && l.align() <= 4096
+}
+
+#[global_allocator]
+static ALLOC: FreshLarge = FreshLarge;
+
+/// A tape `loadgen --dump-tape` wrote: its `Hello` and its batches.
+fn read_tape(path: &str) -> (pb::Hello, Vec<pb::SampleBatch>) {
+    use prost::Message;
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("TAPE={path}: {e}"));
+    let mut buf = &bytes[..];
+    let (mut hello, mut batches) = (None, Vec::new());
+    while !buf.is_empty() {
+        let m = pb::AgentMessage::decode_length_delimited(&mut buf)
+            .unwrap_or_else(|e| panic!("TAPE={path}: not a length-delimited message: {e}"));
+        match m.msg {
+            Some(pb::agent_message::Msg::Hello(h)) => hello = Some(h),
+            Some(pb::agent_message::Msg::Batch(b)) => batches.push(b),
+            _ => {}
+        }
+    }
+    (
+        hello.unwrap_or_else(|| panic!("TAPE={path}: no Hello")),
+        batches,
+    )
+}
+
+/// `nodes` copies of the tape's agent, each with every batch of the tape, its clock moved so that the newest
+/// batch is now.
+fn tape_store(path: &str, nodes: u64) -> Arc<Store> {
+    use commwatch_collector::ingest::direct::DirectAgent;
+    let (hello, mut batches) = read_tape(path);
+    let newest = batches
+        .iter()
+        .filter_map(|b| b.timestamps_unix_ns.iter().max().copied())
+        .max()
+        .expect("the tape holds a batch");
+    let shift = unix_ns() - newest;
+    for b in &mut batches {
+        b.timestamps_unix_ns.iter_mut().for_each(|t| *t += shift);
+    }
+    let config = CollectorConfig::default();
+    let store = Arc::new(Store::new(
+        config.retention,
+        config.node_expiry,
+        config.limits.clone(),
+    ));
+    for i in 0..nodes {
+        let mut h = hello.clone();
+        h.node = format!("node-{i:04}");
+        let first = batches[0].timestamps_unix_ns.first().copied().unwrap_or(0);
+        let mut agent = DirectAgent::hello(store.clone(), h, first).expect("a valid hello");
+        for b in &batches {
+            let at = b.timestamps_unix_ns.iter().max().copied().unwrap_or(first);
+            agent.batch(b.clone(), at).expect("a valid batch");
+        }
+    }
+    store
+}
+
+/// One scrape's figures: the render's and the compression's CPU (ns) and page faults, the text's length and a
+/// hash of it.
+struct Scrape {
+    render: (u64, u64),
+    gzip: (u64, u64),
+    bytes: usize,
+    hash: u64,
+}
+
+/// One scrape through `exposition` with a fresh health registry (no scrape observed yet: every render's text
+/// is the same).
+fn scrape(exposition: &Exposition) -> Scrape {
+    use std::hash::{Hash, Hasher};
+    let health = Health::new().expect("health");
+    health
+        .registry
+        .register(Box::new(StoreDescs::new().expect("descs")))
+        .expect("register");
+    let at = thread_usage();
+    exposition
+        .render_with(&health, |text| {
+            let render = since(at);
+            let at = thread_usage();
+            let body = commwatch_httpd::gzip_fast(text.as_bytes()).expect("gzip");
+            let gzip = since(at);
+            assert!(body.len() > 20, "empty gzip body");
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            text.hash(&mut h);
+            Scrape {
+                render,
+                gzip,
+                bytes: text.len(),
+                hash: h.finish(),
+            }
+        })
+        .expect("render")
+}
+
+fn median_u64(v: &mut [u64]) -> u64 {
+    v.sort_unstable();
+    v.get(v.len() / 2).copied().unwrap_or(0)
+}
+
+/// `TAPE` mode (see the module's doc).
+fn main_tape(path: &str) {
+    let nodes = env("NODES", 2000);
+    let reps = env("REPS", 4).max(1);
+    let filling = Instant::now();
+    let store = tape_store(path, nodes);
+    let m = store.memory();
+    println!(
+        "store: {} copies of the tape's node, {} series, {} samples, filled in {:.1} s",
+        m.nodes,
+        m.series,
+        m.samples,
+        filling.elapsed().as_secs_f64()
+    );
+    // The text once against the reference encoder.
+    {
+        let health = Health::new().expect("health");
+        health
+            .registry
+            .register(Box::new(
+                reference::StoreCollector::new(store.clone()).expect("collector"),
+            ))
+            .expect("register");
+        let old = TextEncoder::new()
+            .encode_to_string(&health.registry.gather())
+            .expect("encode");
+        let health = Health::new().expect("health");
+        health
+            .registry
+            .register(Box::new(StoreDescs::new().expect("descs")))
+            .expect("register");
+        let new = Exposition::new(store.clone())
+            .render(&health)
+            .expect("render");
+        assert!(old == new, "the text differs from the reference encoder's");
+        let samples = new.lines().filter(|l| !l.starts_with('#')).count();
+        println!(
+            "/metrics: {samples} samples ({:.0} a node), {:.1} MB, equal to the reference encoder's",
+            samples as f64 / nodes.max(1) as f64,
+            new.len() as f64 / 1e6
+        );
+    }
+    let kept = Exposition::new(store.clone());
+    let fresh = Exposition::new(store.clone()).with_fresh_buffers();
+    let first = [scrape(&kept), scrape(&fresh)];
+    assert_eq!(first[0].hash, first[1].hash, "texts differ");
+    println!(
+        "first render (buffers sized by it): kept {:.0} ms CPU, {} faults; fresh {:.0} ms CPU, {} faults",
+        first[0].render.0 as f64 / 1e6,
+        first[0].render.1,
+        first[1].render.0 as f64 / 1e6,
+        first[1].render.1
+    );
+    // [kept, fresh] × [render CPU, render faults, gzip CPU, gzip faults]
+    let mut figures: [[Vec<u64>; 4]; 2] = Default::default();
+    for rep in 0..reps {
+        let order = if rep % 2 == 0 { [0, 1] } else { [1, 0] };
+        let mut hashes = [0; 2];
+        for which in order {
+            let s = scrape([&kept, &fresh][which]);
+            hashes[which] = s.hash;
+            assert_eq!(s.bytes, first[0].bytes, "the text's length moved");
+            let f = &mut figures[which];
+            for (v, x) in f
+                .iter_mut()
+                .zip([s.render.0, s.render.1, s.gzip.0, s.gzip.1])
+            {
+                v.push(x);
+            }
+            println!(
+                "rep {rep} {}: render {:.0} ms CPU, {} faults; gzip {:.0} ms CPU, {} faults",
+                ["kept", "fresh"][which],
+                s.render.0 as f64 / 1e6,
+                s.render.1,
+                s.gzip.0 as f64 / 1e6,
+                s.gzip.1
+            );
+        }
+        assert_eq!(hashes[0], hashes[1], "texts differ (rep {rep})");
+    }
+    let per_node_second = |ns: u64| ns as f64 / 1e3 / nodes.max(1) as f64 / 15.0;
+    println!(
+        "median per scrape over {reps} alternated reps, {nodes} nodes (us per node and second at a scrape every 15 s):"
+    );
+    for (which, f) in figures.iter_mut().enumerate() {
+        let [rc, rf, gc, gf] = f;
+        let (rc, rf, gc, gf) = (
+            median_u64(rc),
+            median_u64(rf),
+            median_u64(gc),
+            median_u64(gf),
+        );
+        println!(
+            "  {}: render {:.0} ms CPU ({:.2} us/node/s), {rf} faults; gzip {:.0} ms CPU ({:.2} us/node/s), {gf} \
+             faults; both {:.2} us/node/s",
+            ["kept buffers", "fresh buffers"][which],
+            rc as f64 / 1e6,
+            per_node_second(rc),
+            gc as f64 / 1e6,
+            per_node_second(gc),
+            per_node_second(rc + gc)
+        );
+    }
+    println!(
+        "memory kept between renders: {:.1} MB (text {:.1} MB + gather buffers), fresh-buffer exposition {:.1} MB",
+        kept.kept_bytes() as f64 / 1e6,
+        first[0].bytes as f64 / 1e6,
+        fresh.kept_bytes() as f64 / 1e6
+    );
+    // The parts both paths share: the store's snapshot and its export detail.
+    let (mut snap, mut detail) = (Vec::new(), Vec::new());
+    for _ in 0..reps {
+        let at = thread_usage();
+        let mut nodes = store.snapshot(unix_ns());
+        snap.push(since(at));
+        let at = thread_usage();
+        export::exposition::apply_export_detail(
+            &mut nodes,
+            export::exposition::ExportDetail::default(),
+        );
+        detail.push(since(at));
+        drop(nodes);
+    }
+    let med = |v: &[(u64, u64)]| {
+        let (mut c, mut f): (Vec<u64>, Vec<u64>) = v.iter().copied().unzip();
+        (median_u64(&mut c), median_u64(&mut f))
+    };
+    let (s, d) = (med(&snap), med(&detail));
+    println!(
+        "of a render: the store's snapshot {:.0} ms CPU, {} faults; its export detail {:.0} ms CPU, {} faults",
+        s.0 as f64 / 1e6,
+        s.1,
+        d.0 as f64 / 1e6,
+        d.1
+    );
+}
+
 fn main() {
+    if let Ok(path) = std::env::var("TAPE") {
+        return main_tape(&path);
+    }
     let nodes = env("NODES", 1000);
     let series = env("SERIES", 500) as u32;
     let reps = env("REPS", 5).max(1);

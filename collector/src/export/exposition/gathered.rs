@@ -13,7 +13,7 @@ use prometheus::proto::{MetricFamily, MetricType};
 use prometheus::TextEncoder;
 
 use super::families::FAMILIES;
-use super::samples::Samples;
+use super::samples::{SampleBuffers, Samples};
 use crate::store::{NodeSnapshot, StoreMemory};
 
 /// One sample as `/metrics` shows it: its metric name, its labels in the order written (unescaped, empty values
@@ -58,18 +58,20 @@ impl<'a> Gathered<'a> {
         nodes: &'a [NodeSnapshot],
         memory: Option<&StoreMemory>,
     ) -> Gathered<'a> {
-        Gathered::sized(registered, nodes, memory, &[])
+        Gathered::sized(registered, nodes, memory, &[], SampleBuffers::default())
     }
 
-    /// [`Gathered::new`], with room for about as many samples per store family as `sizes` says (a previous
-    /// gather's [`Gathered::sizes`]; empty: none reserved).
+    /// [`Gathered::new`], built in `buffers` (a previous gather's [`Gathered::into_buffers`], or empty ones),
+    /// with room for about as many samples per store family as `sizes` says (a previous gather's
+    /// [`Gathered::sizes`]; empty: none reserved beyond the buffers' own).
     pub(super) fn sized(
         registered: &'a [MetricFamily],
         nodes: &'a [NodeSnapshot],
         memory: Option<&StoreMemory>,
         sizes: &[usize],
+        buffers: SampleBuffers,
     ) -> Gathered<'a> {
-        let store = Samples::collect(nodes, memory, sizes);
+        let store = Samples::collect(nodes, memory, sizes, buffers);
         let mut own: Vec<usize> = (0..FAMILIES.len()).filter(|&i| store.has(i)).collect();
         own.sort_by_key(|&i| FAMILIES[i].name);
         let mut order = Vec::with_capacity(own.len() + registered.len());
@@ -91,6 +93,11 @@ impl<'a> Gathered<'a> {
     /// How many samples each store family has (by index in [`FAMILIES`]), for [`Gathered::sized`].
     pub(super) fn sizes(&self) -> Vec<usize> {
         self.store.sizes()
+    }
+
+    /// The buffers the store's samples were built in, emptied with their room kept, for the next gather.
+    pub(super) fn into_buffers(self) -> SampleBuffers {
+        self.store.into_buffers()
     }
 
     /// The families, in `/metrics` order.

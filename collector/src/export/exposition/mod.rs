@@ -50,6 +50,7 @@ pub use detail::{
 pub use families::{Family, StoreDescs, FAMILIES};
 pub use gathered::{Gathered, GatheredFamily, SampleRef};
 pub use nvlink::{apply_nvlink_detail, NvlinkDetail};
+use samples::SampleBuffers;
 
 use crate::store::{NodeSnapshot, Store, StoreMemory};
 use crate::telemetry::Health;
@@ -66,6 +67,10 @@ pub struct Exposition {
     text: Mutex<String>,
     /// Samples per store family in the previous gather: the next one reserves as much ([`Gathered::sized`]).
     sizes: Mutex<Vec<usize>>,
+    /// The vectors and strings the previous gather's samples were built in, emptied with their room kept, for
+    /// the next ([`Gathered::into_buffers`]): a gather costs no fresh memory for them. `None`: every gather
+    /// allocates its own ([`Exposition::with_fresh_buffers`]).
+    buffers: Option<Mutex<SampleBuffers>>,
 }
 
 impl Exposition {
@@ -82,7 +87,21 @@ impl Exposition {
             last_len: AtomicUsize::new(0),
             text: Mutex::new(String::new()),
             sizes: Mutex::new(Vec::new()),
+            buffers: Some(Mutex::new(SampleBuffers::default())),
         }
+    }
+
+    /// Every gather allocates the vectors its samples are built in afresh (sized from the previous gather), as
+    /// before they were kept: for comparing the two (`benches/exposition.rs`).
+    pub fn with_fresh_buffers(mut self) -> Exposition {
+        self.buffers = None;
+        self
+    }
+
+    /// Bytes this exposition keeps between renders: the text buffer's room and the gather's buffers'.
+    pub fn kept_bytes(&self) -> usize {
+        let buffers = self.buffers.as_ref().map_or(0, |b| b.lock().bytes());
+        self.text.lock().capacity() + buffers
     }
 
     /// The whole `/metrics` text (store families and the registry's), in a buffer of its own. CPU-bound: call it
@@ -131,16 +150,23 @@ impl Exposition {
     /// One gather of the families `/metrics` shows now, as typed data, handed to `f` (it borrows the store's
     /// snapshot, which lives for the call): the registry's families, the store's snapshot at this
     /// exposition's detail, its size gauges. [`Exposition::render`] writes it as text; remote write reads its
-    /// samples. CPU-bound like a render, less the text. Observes nothing.
+    /// samples. CPU-bound like a render, less the text. Built in the buffers this exposition keeps; while
+    /// another gather holds them, in buffers of its own. Observes nothing.
     pub fn gather<R>(&self, health: &Health, f: impl FnOnce(&Gathered<'_>) -> R) -> R {
         let registered = health.registry.gather();
         let mut nodes = self.store.snapshot(unix_now_ns());
         apply_export_detail(&mut nodes, self.detail);
         let memory = self.store.memory();
         let sizes = std::mem::take(&mut *self.sizes.lock());
-        let gathered = Gathered::sized(&registered, &nodes, Some(&memory), &sizes);
+        let mut kept = self.buffers.as_ref().and_then(|b| b.try_lock());
+        let buffers = kept.as_deref_mut().map(std::mem::take).unwrap_or_default();
+        let gathered = Gathered::sized(&registered, &nodes, Some(&memory), &sizes, buffers);
         *self.sizes.lock() = gathered.sizes();
-        f(&gathered)
+        let r = f(&gathered);
+        if let Some(kept) = kept.as_deref_mut() {
+            *kept = gathered.into_buffers();
+        }
+        r
     }
 }
 

@@ -32,6 +32,9 @@ struct Sample<'a> {
     series: Option<&'a SeriesSnapshot>,
     /// The `counter` label, from `series`.
     counter: bool,
+    /// Whether `series` has labels of its own: [`Sample::write`] reads the series' key (memory the gather
+    /// touched long before) only for a `counter` label or these.
+    labelled: bool,
     value: f64,
 }
 
@@ -48,6 +51,7 @@ impl<'a> Sample<'a> {
             state: None,
             series: None,
             counter: false,
+            labelled: false,
             value,
         }
     }
@@ -118,7 +122,7 @@ impl<'a> Sample<'a> {
             if let Some(l) = self.state {
                 push_label(out, ',', "state", &l.link.state);
             }
-            if let Some(s) = self.series {
+            if let Some(s) = self.series.filter(|_| self.counter || self.labelled) {
                 if self.counter {
                     push_label(out, ',', "counter", &s.key.metric);
                 }
@@ -148,12 +152,57 @@ fn label_count(n: usize) -> u32 {
 /// Agent labels of a series.
 type Labels<'a> = &'a [(String, String)];
 
+/// The memory a gather's samples are built in, handed from one gather to the next ([`Samples::collect`],
+/// [`Samples::into_buffers`]): empty vectors and an empty string that keep their room. At 2,000 demo nodes the
+/// samples fill about 50 MB; allocated afresh per scrape, that is fresh memory the kernel zeroes page by page
+/// (the allocator returns a freed buffer's pages long before the next scrape, 15 s later), and each doubling
+/// of a vector copies what it held.
+#[derive(Default)]
+pub(super) struct SampleBuffers {
+    /// Per family (of [`FAMILIES`]), empty.
+    fams: Vec<Vec<Sample<'static>>>,
+    /// [`Samples::prefixes`], empty.
+    prefixes: String,
+    /// Where a family is reordered by label count (`sort_by_count`), empty.
+    spare: Vec<Sample<'static>>,
+}
+
+impl SampleBuffers {
+    /// Bytes these buffers hold (their room, not what they would hold in use).
+    pub(super) fn bytes(&self) -> usize {
+        let samples: usize =
+            self.fams.iter().map(Vec::capacity).sum::<usize>() + self.spare.capacity();
+        samples * std::mem::size_of::<Sample<'static>>() + self.prefixes.capacity()
+    }
+}
+
+/// `v` emptied, its room kept, for samples of another lifetime: an in-place collect of no items, which keeps the
+/// allocation (same size and alignment).
+// `filter` would keep the samples' lifetime; the mapping to `None` is what changes it.
+#[allow(clippy::unnecessary_filter_map)]
+fn emptied<'b>(mut v: Vec<Sample<'_>>) -> Vec<Sample<'b>> {
+    v.clear();
+    v.into_iter().filter_map(|_| None).collect()
+}
+
+/// `v` emptied for the next gather; its room cut back to the samples it held and a sixteenth more when it had
+/// over twice that and 4,096 samples more (a fleet that shrank).
+fn kept<'b>(mut v: Vec<Sample<'_>>) -> Vec<Sample<'b>> {
+    let len = v.len();
+    if v.capacity() > 2 * len + 4096 {
+        v.shrink_to(len + len / 16);
+    }
+    emptied(v)
+}
+
 /// Samples of every store family (by index in [`FAMILIES`]), the label prefixes they share, and the scratch
 /// `add_group` reuses from one node to the next.
 pub(super) struct Samples<'a> {
     fams: Vec<Vec<Sample<'a>>>,
     /// `{node="…"` and `{node="…",class="…",…` of every node and link, escaped, back to back.
     prefixes: String,
+    /// Room for `sort_by_count`.
+    spare: Vec<Sample<'a>>,
     /// (family, agent labels) already exported for a node.
     node_seen: HashSet<(usize, Labels<'a>)>,
     /// (family, counter label, agent labels) already exported for a link.
@@ -166,19 +215,29 @@ impl<'a> Samples<'a> {
     /// The samples of the store's families for `nodes` (and its size gauges with `memory`), each family's in
     /// `gather`'s order. `sizes[i]` (when given): about how many samples family `i` will have (the previous
     /// gather's [`Samples::sizes`]); each family's room is reserved once for that many and a sixteenth more,
-    /// not doubled up to it as it fills (each doubling copied what it held into fresh memory).
+    /// not doubled up to it as it fills (each doubling copied what it held into fresh memory). The samples are
+    /// built in `buffers` (a previous gather's [`Samples::into_buffers`], or empty ones), whose room is kept.
     pub(super) fn collect(
         nodes: &'a [NodeSnapshot],
         memory: Option<&StoreMemory>,
         sizes: &[usize],
+        buffers: SampleBuffers,
     ) -> Samples<'a> {
-        let mut fams: Vec<Vec<Sample<'a>>> = vec![Vec::new(); FAMILIES.len()];
+        let SampleBuffers {
+            fams: kept_fams,
+            mut prefixes,
+            spare,
+        } = buffers;
+        let mut fams: Vec<Vec<Sample<'a>>> = kept_fams.into_iter().map(emptied).collect();
+        fams.resize_with(FAMILIES.len(), Vec::new);
         for (f, &n) in fams.iter_mut().zip(sizes) {
             f.reserve_exact(n + n / 16);
         }
+        prefixes.clear();
         let mut b = Samples {
             fams,
-            prefixes: String::new(),
+            prefixes,
+            spare: emptied(spare),
             node_seen: HashSet::new(),
             link_seen: HashSet::new(),
             links: Vec::new(),
@@ -204,7 +263,7 @@ impl<'a> Samples<'a> {
                 }
             }
             for f in &mut b.fams {
-                f.sort_by_key(|s| s.count);
+                sort_by_count(f, &mut b.spare);
             }
         }
         if let Some(m) = memory {
@@ -221,6 +280,15 @@ impl<'a> Samples<'a> {
             }
         }
         b
+    }
+
+    /// The buffers these samples were built in, emptied, for the next gather ([`Samples::collect`]).
+    pub(super) fn into_buffers(self) -> SampleBuffers {
+        SampleBuffers {
+            fams: self.fams.into_iter().map(kept).collect(),
+            prefixes: self.prefixes,
+            spare: kept(self.spare),
+        }
     }
 
     /// How many samples each family (of [`FAMILIES`]) has.
@@ -284,6 +352,7 @@ impl<'a> Samples<'a> {
             count: label_count(1 + series.map_or(0, |s| s.key.labels.len())),
             node: &first.name,
             series,
+            labelled: series.is_some_and(|s| !s.key.labels.is_empty()),
             ..Sample::bare(value)
         };
         for n in group {
@@ -376,11 +445,35 @@ impl<'a> Samples<'a> {
                 count: label_count(count as usize + usize::from(with_counter) + s.key.labels.len()),
                 series: Some(s),
                 counter: with_counter,
+                labelled: !s.key.labels.is_empty(),
                 value: s.value,
                 ..sample
             });
         }
     }
+}
+
+/// Orders `f` by label count, stably (`gather`'s order within a family, each node's part already in order).
+/// A family's samples mostly have one count: then nothing moves. Else the samples are copied into `spare` and
+/// back count by count (a few counts), so no room is allocated beyond the two kept ones.
+fn sort_by_count<'a>(f: &mut Vec<Sample<'a>>, spare: &mut Vec<Sample<'a>>) {
+    if f.is_sorted_by_key(|s| s.count) {
+        return;
+    }
+    let mut counts: Vec<u32> = Vec::new();
+    for s in f.iter() {
+        if !counts.contains(&s.count) {
+            counts.push(s.count);
+        }
+    }
+    counts.sort_unstable();
+    spare.clear();
+    spare.extend_from_slice(f);
+    f.clear();
+    for c in counts {
+        f.extend(spare.iter().filter(|s| s.count == c));
+    }
+    spare.clear();
 }
 
 /// Appends `{node="…"` and the link's labels ([`link_labels`]), escaped, to `out`; returns how many labels that
@@ -392,4 +485,44 @@ fn push_link_labels(out: &mut String, node: &str, l: &LinkSnapshot) -> u32 {
         push_label(out, ',', name, value);
     }
     label_count(1 + labels.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_emptied_vector_keeps_its_allocation() {
+        let mut v: Vec<Sample<'static>> = Vec::with_capacity(1_000);
+        v.push(Sample::bare(1.0));
+        let at = v.as_ptr() as usize;
+        let w: Vec<Sample<'_>> = emptied(v);
+        assert_eq!((w.len(), w.capacity(), w.as_ptr() as usize), (0, 1_000, at));
+        // Cut back only when over twice what it held and 4,096 more.
+        let mut v: Vec<Sample<'static>> = Vec::with_capacity(10_000);
+        v.extend((0..3_000).map(|i| Sample::bare(f64::from(i))));
+        assert_eq!(kept(v).capacity(), 10_000);
+        let mut v: Vec<Sample<'static>> = Vec::with_capacity(10_000);
+        v.extend((0..1_000).map(|i| Sample::bare(f64::from(i))));
+        assert!(kept(v).capacity() < 2_000);
+    }
+
+    #[test]
+    fn sorting_by_count_is_stable_and_keeps_the_two_buffers() {
+        let sample = |count: u32, value: f64| Sample {
+            count,
+            ..Sample::bare(value)
+        };
+        let mut f: Vec<Sample<'_>> = [(2, 0.0), (1, 1.0), (2, 2.0), (0, 3.0), (1, 4.0)]
+            .iter()
+            .map(|&(c, v)| sample(c, v))
+            .collect();
+        let mut spare = Vec::with_capacity(64);
+        let rooms = [f.capacity(), spare.capacity()];
+        sort_by_count(&mut f, &mut spare);
+        let order: Vec<(u32, f64)> = f.iter().map(|s| (s.count, s.value)).collect();
+        assert_eq!(order, [(0, 3.0), (1, 1.0), (1, 4.0), (2, 0.0), (2, 2.0)]);
+        assert!(spare.is_empty());
+        assert_eq!([f.capacity(), spare.capacity()], rooms);
+    }
 }

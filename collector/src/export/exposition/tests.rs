@@ -947,7 +947,13 @@ fn a_gather_sized_from_the_previous_one_has_its_room_and_the_same_text() {
     let sizes = plain.sizes();
     assert_eq!(sizes.len(), super::FAMILIES.len());
     assert!(sizes.iter().filter(|&&n| n > 1).count() > 3, "{sizes:?}");
-    let sized = Gathered::sized(&registered, &nodes, Some(&memory()), &sizes);
+    let sized = Gathered::sized(
+        &registered,
+        &nodes,
+        Some(&memory()),
+        &sizes,
+        Default::default(),
+    );
     assert_eq!(sized.sizes(), sizes);
     assert_eq!(text(&sized), text(&plain));
     // Sizes of another gather (too small, too large, too few) change the room, never the samples.
@@ -957,10 +963,43 @@ fn a_gather_sized_from_the_previous_one_has_its_room_and_the_same_text() {
             &registered,
             &nodes,
             Some(&memory()),
-            &other
+            &other,
+            Default::default(),
         )),
         text(&plain)
     );
+}
+
+#[test]
+fn a_gather_in_kept_buffers_has_the_fresh_text_and_keeps_its_room() {
+    let registered = registry_families();
+    let mut rng = StdRng::seed_from_u64(0xB0F);
+    let text = |g: &Gathered<'_>| {
+        let mut out = String::new();
+        g.write_text(&mut out).expect("text");
+        out
+    };
+    let mut buffers = super::samples::SampleBuffers::default();
+    for round in 0..8 {
+        let mut nodes = random_nodes(&mut rng, round % 3 != 0);
+        if round % 2 == 0 {
+            nodes.extend(tricky_nodes());
+        }
+        let fresh = text(&Gathered::new(&registered, &nodes, Some(&memory())));
+        let g = Gathered::sized(&registered, &nodes, Some(&memory()), &[], buffers);
+        assert_eq!(text(&g), fresh, "round {round}");
+        buffers = g.into_buffers();
+        assert!(buffers.bytes() > 0, "round {round}");
+    }
+    // The same store again: the room it had is enough.
+    let nodes = random_nodes(&mut rng, true);
+    let mut room = Vec::new();
+    for _ in 0..3 {
+        let g = Gathered::sized(&registered, &nodes, None, &[], buffers);
+        buffers = g.into_buffers();
+        room.push(buffers.bytes());
+    }
+    assert_eq!(room[1], room[2]);
 }
 
 #[test]
