@@ -43,12 +43,14 @@ fn gunzip(body: &[u8]) -> String {
 }
 
 /// Families that change with every scrape (the render time, the open connections, the findings' age: now
-/// minus the last evaluation, a family present only while there is one) or at any moment (the background
-/// passes' time, CPU and nodes: the analysis runs every quarter second; the stages' CPU, read at each scrape).
-const VOLATILE: [&str; 5] = [
+/// minus the last evaluation, a family present only while there is one; the steps' age: now minus the step
+/// engine's last pass) or at any moment (the background passes' time, CPU and nodes: the analysis runs every
+/// quarter second; the stages' CPU, read at each scrape).
+const VOLATILE: [&str; 6] = [
     "commwatch_collector_scrape_seconds",
     "commwatch_collector_http_connections",
     "commwatch_collector_evaluation_age_seconds",
+    "commwatch_collector_steps_age_seconds",
     "commwatch_collector_pass_",
     "commwatch_collector_stage_cpu_seconds_total",
 ];

@@ -116,6 +116,9 @@ pub const SCALING_EFFICIENCY_RATIO: &str = "commwatch_scaling_efficiency_ratio";
 /// Seconds from the end of the data a job's findings were last evaluated on to the scrape (gauge; label
 /// `training_job`, `cluster` for the nodes of no job).
 pub const COLLECTOR_EVALUATION_AGE_SECONDS: &str = "commwatch_collector_evaluation_age_seconds";
+/// Seconds from the newest data the step engine cut steps from (its last completed pass's start) to the
+/// scrape (gauge, no labels; absent where the engine is off): about the pass interval while it keeps up.
+pub const COLLECTOR_STEPS_AGE_SECONDS: &str = "commwatch_collector_steps_age_seconds";
 
 /// Every exported name (for checks against dashboards and alert rules).
 pub const ALL: &[&str] = &[
@@ -123,6 +126,7 @@ pub const ALL: &[&str] = &[
     FINDINGS_RAISED_TOTAL,
     SCALING_EFFICIENCY_RATIO,
     COLLECTOR_EVALUATION_AGE_SECONDS,
+    COLLECTOR_STEPS_AGE_SECONDS,
     LINK_TRANSMIT_BYTES_TOTAL,
     LINK_RECEIVE_BYTES_TOTAL,
     LINK_TRANSMIT_BYTES_PER_SECOND,

@@ -27,6 +27,7 @@ use axum::http::{StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
+use commwatch_model::clock::unix_now_ns;
 use commwatch_model::{Link, LinkClass, LinkKey};
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::{LabelPair, MetricFamily, MetricType};
@@ -275,6 +276,11 @@ const FAMILIES: &[Fam] = &[
         help: "Training throughput of the job (samples per step over all nodes / step duration), from markers.",
         kind: MetricType::GAUGE,
     },
+    Fam {
+        name: names::COLLECTOR_STEPS_AGE_SECONDS,
+        help: "Seconds since the start of the step engine's last completed pass: how old the newest data its steps were cut from is.",
+        kind: MetricType::GAUGE,
+    },
 ];
 
 fn link_labels(node: &str, l: &StepLink) -> Vec<LabelPair> {
@@ -495,6 +501,9 @@ impl Collector for StepCollector {
                 fams.throughput(&j, v);
             }
         }
+        if let Some(age) = self.steps.cut_age_s(unix_now_ns()) {
+            fams.add(names::COLLECTOR_STEPS_AGE_SECONDS, Vec::new(), age);
+        }
         fams.finish()
     }
 }
@@ -553,6 +562,32 @@ mod tests {
                 link(LinkClass::Nvlink, "gpu1", "0", Some("1"), 30.0, Some(60.0)),
             ],
         }
+    }
+
+    /// `commwatch_collector_steps_age_seconds`: absent while no engine runs over the store, one unlabelled
+    /// sample from the engine's start on, and from its last pass's start after that.
+    #[test]
+    fn the_steps_age_is_exported_while_an_engine_runs() {
+        let steps = Arc::new(StepStore::new());
+        let c = StepCollector::new(steps.clone(), NvlinkDetail::default()).expect("descs");
+        let age = |c: &StepCollector| {
+            c.collect()
+                .into_iter()
+                .find(|f| f.name() == names::COLLECTOR_STEPS_AGE_SECONDS)
+                .map(|f| {
+                    assert_eq!(f.get_metric().len(), 1);
+                    assert!(f.get_metric()[0].get_label().is_empty());
+                    f.get_metric()[0].get_gauge().value()
+                })
+        };
+        assert_eq!(age(&c), None);
+        let now = unix_now_ns();
+        steps.engine_started(now - 30_000_000_000);
+        let before_a_pass = age(&c).expect("exported once an engine runs");
+        assert!((30.0..60.0).contains(&before_a_pass), "{before_a_pass}");
+        steps.pass_done(now);
+        let after = age(&c).expect("exported");
+        assert!((0.0..30.0).contains(&after), "{after}");
     }
 
     fn shown(figures: &[(Vec<LabelPair>, f64, Option<f64>)]) -> Vec<(String, f64, Option<f64>)> {

@@ -639,6 +639,47 @@ pub struct Engine {
     /// Buffers of the link figures, kept across nodes and passes (see [`Engine::complete_node`]).
     covered: Covered,
     scratch: LinkScratch,
+    /// When passes started, for the warning that they come late ([`PassLag`]).
+    lag: PassLag,
+}
+
+/// Passes this many seconds apart (or more) mean the step engine does not keep up: warned.
+pub const LAGGING_S: f64 = 10.0;
+/// Warnings that the step engine does not keep up come at most this often, ns.
+const WARN_EVERY_NS: i64 = 60_000_000_000;
+
+/// The starts of the engine's passes, to say when they come far apart: the engine runs on the CPU that the
+/// ingest and the evaluation leave (`SCHED_IDLE`), so on a saturated core its steps fall behind — the
+/// gauge `commwatch_collector_steps_age_seconds` shows how far, and the log says so at most once a minute.
+#[derive(Debug, Default)]
+struct PassLag {
+    /// The previous pass's start, Unix ns (0: none yet).
+    last_start_ns: i64,
+    /// When the last warning was logged, Unix ns.
+    warned_ns: i64,
+}
+
+impl PassLag {
+    /// A pass over `nodes` nodes that started at `start_ns` (Unix ns) is done: warns when it started
+    /// [`LAGGING_S`] or more after the one before (and says whether it did).
+    fn done(&mut self, start_ns: i64, nodes: usize) -> bool {
+        let gap_s = start_ns.saturating_sub(self.last_start_ns) as f64 / 1e9;
+        let warn = self.last_start_ns > 0
+            && gap_s >= LAGGING_S
+            && start_ns.saturating_sub(self.warned_ns) >= WARN_EVERY_NS;
+        if warn {
+            self.warned_ns = start_ns;
+            tracing::warn!(
+                nodes,
+                seconds_between_passes = gap_s,
+                "step engine: its passes come far apart, so per-step figures are that late (it runs on the \
+                 CPU the ingest and the evaluation leave); give the collector more CPU or run more shards \
+                 (commwatch_collector_steps_age_seconds says how late)"
+            );
+        }
+        self.last_start_ns = start_ns;
+        warn
+    }
 }
 
 impl Engine {
@@ -655,6 +696,7 @@ impl Engine {
             fresh: FreshScratch::default(),
             covered: Covered::default(),
             scratch: LinkScratch::default(),
+            lag: PassLag::default(),
         }
     }
 
@@ -695,6 +737,8 @@ impl Engine {
             added += self.complete_node(i);
         }
         timer.done(names.len());
+        self.steps.pass_done(now_unix_ns);
+        self.lag.done(now_unix_ns, names.len());
         added
     }
 
@@ -1071,6 +1115,7 @@ fn same_period(q: f64, p: f64) -> bool {
 /// ingest never wait for it), extending its step store, until the future is dropped (or a pass panics: logged,
 /// the engine stops). Each pass is timed in the engine's pass metrics.
 pub async fn run(engine: Engine, every: Duration) {
+    engine.steps.engine_started(unix_now_ns());
     let engine = Arc::new(parking_lot::Mutex::new(engine));
     let thread = match crate::pace::PassThread::start("commwatch-steps") {
         Ok(t) => Arc::new(t),
@@ -1110,6 +1155,26 @@ mod tests {
             r.push(t, v, i64::MAX);
         }
         r
+    }
+
+    /// Passes far apart are warned about, at most once a minute; passes at their interval never.
+    #[test]
+    fn passes_far_apart_are_warned_at_most_once_a_minute() {
+        const S: i64 = 1_000_000_000;
+        let mut lag = PassLag::default();
+        let t0 = 1_700_000_000 * S;
+        assert!(!lag.done(t0, 10), "the first pass has nothing before it");
+        assert!(!lag.done(t0 + S / 2, 10), "at the interval");
+        assert!(lag.done(t0 + 12 * S, 10), "11.5 s after the one before");
+        assert!(
+            !lag.done(t0 + 24 * S, 10),
+            "late again, but warned 12 s ago"
+        );
+        assert!(!lag.done(t0 + 24 * S + S / 2, 10));
+        assert!(
+            lag.done(t0 + 80 * S, 10),
+            "late, and the warning is a minute old"
+        );
     }
 
     /// A pass's nodes keep their engines by name as nodes come and go, in the order of the names.

@@ -4,6 +4,7 @@
 
 use commwatch_model::stats::median;
 use std::collections::{vec_deque, BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
 use commwatch_model::LinkClass;
@@ -192,6 +193,11 @@ pub struct StepStore {
     nodes: RwLock<HashMap<String, NodeHistory>>,
     /// Steps that ended more than this before the node's newest step's end are dropped.
     retention_ns: i64,
+    /// When the step engine started, Unix ns; 0 while none runs ([`StepStore::engine_started`]).
+    engine_since_ns: AtomicI64,
+    /// The start of the engine's last completed pass (the newest data its steps were cut from), Unix ns; 0
+    /// before the first ([`StepStore::pass_done`]).
+    last_pass_ns: AtomicI64,
 }
 
 impl Default for StepStore {
@@ -211,7 +217,35 @@ impl StepStore {
         StepStore {
             nodes: RwLock::default(),
             retention_ns: i64::try_from(retention.as_nanos()).unwrap_or(i64::MAX),
+            engine_since_ns: AtomicI64::new(0),
+            last_pass_ns: AtomicI64::new(0),
         }
+    }
+
+    /// Records that a step engine runs over this store from `now_unix_ns` on: from then on the steps have an
+    /// age ([`StepStore::cut_age_s`]).
+    pub(crate) fn engine_started(&self, now_unix_ns: i64) {
+        self.engine_since_ns
+            .store(now_unix_ns.max(1), Ordering::Relaxed);
+    }
+
+    /// Records a completed pass of the engine that started at `started_unix_ns` (it read the samples up to
+    /// then).
+    pub(crate) fn pass_done(&self, started_unix_ns: i64) {
+        self.last_pass_ns
+            .fetch_max(started_unix_ns, Ordering::Relaxed);
+    }
+
+    /// Seconds from the newest data the steps were cut from (the start of the engine's last completed pass, or
+    /// the engine's own start before its first pass) to `now_unix_ns`: about the pass interval while the engine
+    /// keeps up, growing while a pass waits for CPU. `None` where no engine runs.
+    pub fn cut_age_s(&self, now_unix_ns: i64) -> Option<f64> {
+        let since = self.engine_since_ns.load(Ordering::Relaxed);
+        if since == 0 {
+            return None;
+        }
+        let cut = self.last_pass_ns.load(Ordering::Relaxed).max(since);
+        Some(now_unix_ns.saturating_sub(cut).max(0) as f64 / 1e9)
     }
 
     /// Appends completed steps of `node` (oldest first), keeping the newest [`STEPS_PER_NODE`] of those that
@@ -431,6 +465,31 @@ mod tests {
     use super::*;
     use crate::steps::StepLink;
     use commwatch_model::{Endpoint, Link, LinkKey, LinkRole};
+
+    /// The steps' age: none without an engine, from the engine's start before its first pass, then from the
+    /// newest pass's start (a pass reported out of order never makes it older).
+    #[test]
+    fn the_steps_age_counts_from_the_newest_pass() {
+        const S: i64 = 1_000_000_000;
+        let t0 = 1_700_000_000 * S;
+        let store = StepStore::new();
+        assert_eq!(store.cut_age_s(t0), None, "no engine runs");
+        store.engine_started(t0);
+        assert_eq!(store.cut_age_s(t0 + 3 * S), Some(3.0));
+        store.pass_done(t0 + 2 * S);
+        assert_eq!(store.cut_age_s(t0 + 5 * S), Some(3.0));
+        store.pass_done(t0 + S);
+        assert_eq!(
+            store.cut_age_s(t0 + 5 * S),
+            Some(3.0),
+            "an older pass changes nothing"
+        );
+        assert_eq!(
+            store.cut_age_s(t0),
+            Some(0.0),
+            "a clock behind the pass reads no negative age"
+        );
+    }
 
     fn link(class: LinkClass, device: &str, achieved: Option<f64>, confident: bool) -> StepLink {
         StepLink {
