@@ -151,6 +151,10 @@ pub struct CollectorConfig {
     /// How often the step engine extends every node's step history (`"500ms"`); `"0s"` turns steps off.
     #[serde(with = "humantime_serde")]
     pub steps_interval: Duration,
+    /// The share of one core the rules' evaluation may use (0.05 to 1; [`DEFAULT_ANALYSIS_SHARE`]): its budget
+    /// of CPU time, and its thread's priority against the ingest's
+    /// ([`crate::pace::nice_for_share`]). The ingest has the rest.
+    pub analysis_share: f64,
     /// TLS (and optionally mutual TLS) on the gRPC listener; `None` is plain text.
     pub tls: Option<TlsConfig>,
     /// File holding the bearer token agents must present (`authorization: Bearer …`); `None` = no token.
@@ -193,6 +197,9 @@ pub struct CollectorConfig {
 /// samples per node"); the per-step summaries and the exported series carry the longer history.
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(300);
 
+/// The share of a core the evaluation may use by default (`analysis_share`).
+pub const DEFAULT_ANALYSIS_SHARE: f64 = 0.25;
+
 /// How long a node's per-step summaries are kept by default (`step_retention`): longer than the raw samples
 /// they summarise (`retention`, 5 minutes by default), so the per-step figures outlive the samples.
 pub const DEFAULT_STEP_RETENTION: Duration = Duration::from_secs(3600);
@@ -221,6 +228,7 @@ impl Default for CollectorConfig {
             fast_period_ms: 0,
             slow_period_ms: 0,
             steps_interval: Duration::from_millis(500),
+            analysis_share: DEFAULT_ANALYSIS_SHARE,
             tls: None,
             token_file: None,
             api_token_file: None,
@@ -287,6 +295,12 @@ impl CollectorConfig {
         self.validate_findings_history()?;
         if !self.steps_interval.is_zero() && self.steps_interval < Duration::from_millis(50) {
             return bad("steps_interval", "must be 0s (off) or at least 50ms");
+        }
+        if !(0.05..=1.0).contains(&self.analysis_share) {
+            return bad(
+                "analysis_share",
+                "must be from 0.05 to 1 (a share of one core)",
+            );
         }
         if self.node_expiry < Duration::from_millis(100) {
             return bad("node_expiry", "must be at least 100ms");
@@ -447,6 +461,24 @@ mod tests {
             let err = CollectorConfig::from_toml_str(bad).unwrap_err().to_string();
             let field = bad.split(' ').next().unwrap();
             assert!(err.contains(&format!("`{field}`")), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn the_analysis_share_is_a_share_of_one_core() {
+        assert_eq!(
+            CollectorConfig::default().analysis_share,
+            DEFAULT_ANALYSIS_SHARE
+        );
+        let c = CollectorConfig::from_toml_str("analysis_share = 0.4\n").expect("parses");
+        assert_eq!(c.analysis_share, 0.4);
+        for bad in [
+            "analysis_share = 0.01",
+            "analysis_share = 1.5",
+            "analysis_share = nan",
+        ] {
+            let err = CollectorConfig::from_toml_str(bad).unwrap_err().to_string();
+            assert!(err.contains("`analysis_share`"), "{bad}: {err}");
         }
     }
 

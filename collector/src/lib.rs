@@ -324,7 +324,7 @@ pub async fn run(
         );
         tasks.spawn_loop("step engine", engine);
     }
-    tasks.spawn_loop("analysis", analysis.clone().run());
+    tasks.spawn_loop("analysis", analysis.clone().run(config.analysis_share));
     let live = store.clone();
     let matrix = prober.run_matrix(move || live.node_names(unix_now_ns()), signal.subscribe());
     tasks.spawn_loop("probe matrix", matrix);

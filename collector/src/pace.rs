@@ -120,6 +120,20 @@ impl Budget {
     }
 }
 
+/// The nice value at which a thread gets `share` (0..=1) of a core against one busy thread at the ingest's
+/// nice 0: the scheduler weighs nice n as 1024 / 1.25ⁿ, so a share s wants a weight of 1024 · s / (1 − s). A
+/// quarter is nice 5 (weight 335 against 1,024: 25 %), 0.4 nice 2 (655: 39 %), the nearest; half or more the ingest's own
+/// 0 (never above it); at most 19.
+pub fn nice_for_share(share: f64) -> i32 {
+    if share >= 0.5 {
+        return 0;
+    }
+    let s = share.max(1e-3);
+    (((1.0 - s) / s).ln() / 1.25f64.ln())
+        .round()
+        .clamp(0.0, 19.0) as i32
+}
+
 /// The nice value of the passes' threads where `SCHED_IDLE` is refused (0 is the ingest's; 19 the lowest).
 pub const PASS_NICE: i32 = 10;
 
@@ -320,6 +334,22 @@ fn current_nice() -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The nice value for a share gives about that share against one busy thread at nice 0.
+    #[test]
+    fn a_share_of_a_core_is_the_nice_value_whose_weight_gives_it() {
+        let weight = |nice: i32| 1024.0 / 1.25f64.powi(nice);
+        assert_eq!(nice_for_share(0.25), 5);
+        assert_eq!(nice_for_share(0.4), 2);
+        assert_eq!(nice_for_share(0.5), 0);
+        assert_eq!(nice_for_share(1.0), 0);
+        assert_eq!(nice_for_share(0.001), 19);
+        for share in [0.05, 0.1, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45] {
+            let w = weight(nice_for_share(share));
+            let got = w / (w + 1024.0);
+            assert!((got / share - 1.0).abs() < 0.13, "{share}: {got}");
+        }
+    }
 
     #[test]
     fn a_budget_holds_work_to_its_share_of_a_core() {

@@ -6,10 +6,11 @@
 //! that scope's nodes only. A fleet's findings are then each as old as their own job's last evaluation, not
 //! the whole fleet's pass.
 //!
-//! The evaluation's share of the CPU is guaranteed, not what the ingest leaves: the thread runs at nice
-//! [`ANALYSIS_NICE`] (against one busy ingest thread at nice 0, the scheduler's weights give it about a quarter
-//! of the core) and is held to [`crate::pace::MAX_DUTY`] of a core by a budget of CPU time ([`Budget`]); the
-//! ingest has the rest, and comes first when both want the core (at the ingest's own priority, the analysis's
+//! The evaluation's share of the CPU is guaranteed, not what the ingest leaves: the configuration's
+//! `analysis_share` of a core ([`crate::config::DEFAULT_ANALYSIS_SHARE`] by default). The thread runs at the
+//! nice value whose scheduler weight gives it that share against one busy ingest thread at nice 0
+//! ([`crate::pace::nice_for_share`]: nice 5 for a quarter) and is held to that share by a budget of CPU time
+//! ([`Budget`]); the ingest has the rest, and comes first when both want the core (at the ingest's own priority, the analysis's
 //! bursts delayed acks: at 100 demo nodes on a loaded machine ack p99 went from 0.25–0.59 s to 1.1–1.4 s). Under `SCHED_IDLE` a busy ingest starved the rules (at 800 demo nodes on one core, no
 //! evaluation in 90 s: BENCHMARKS.md, "Fresh findings under load"). A collector that cannot evaluate its fleet
 //! within that share says so: `commwatch_collector_evaluation_age_seconds` per job, a warning in its log (at
@@ -28,13 +29,8 @@ use super::super::input::{self, JobInput, WINDOW_NS};
 use super::super::scope::{self, Scope};
 use super::super::windows::WindowCache;
 use super::AnalysisHandle;
-use crate::pace::{thread_cpu_ns, Budget, PassThread, Yield, MAX_DUTY};
+use crate::pace::{nice_for_share, thread_cpu_ns, Budget, PassThread, Yield};
 use crate::store::Store;
-
-/// The analysis thread's nice value: the scheduler's weight at nice 5 (335 against nice 0's 1,024) is about a
-/// quarter of a core against one busy ingest thread, the share [`MAX_DUTY`] allows, so the share holds while the
-/// ingest wins each contended moment.
-pub const ANALYSIS_NICE: i32 = 5;
 
 /// CPU time of one node's evaluation assumed before any was measured, for the warning at start: the demo
 /// node's with its rule inputs kept between evaluations, 0.87–1.01 ms at 400 demo nodes (BENCHMARKS.md, "Rule
@@ -468,11 +464,12 @@ impl AnalysisHandle {
         self.publish(events, to_history, Vec::new(), now);
     }
 
-    /// Evaluates on arrival, scope by scope, within [`MAX_DUTY`] of a core ([`Budget`]), on a thread of its
-    /// own at nice [`ANALYSIS_NICE`]. Runs until the future is dropped.
-    pub async fn run(self) {
-        let thread = match PassThread::start_with("commwatch-analysis", Yield::Nice(ANALYSIS_NICE))
-        {
+    /// Evaluates on arrival, scope by scope, within `share` of a core ([`Budget`]), on a thread of its own at
+    /// the nice value that gives it that share against a busy ingest ([`nice_for_share`]), so the share holds
+    /// while the ingest wins each contended moment. Runs until the future is dropped.
+    pub async fn run(self, share: f64) {
+        let nice = nice_for_share(share);
+        let thread = match PassThread::start_with("commwatch-analysis", Yield::Nice(nice)) {
             Ok(t) => Arc::new(t),
             Err(e) => {
                 warn!(error = %e, "could not start the analysis thread; nothing is evaluated");
@@ -480,9 +477,9 @@ impl AnalysisHandle {
             }
         };
         let interval = self.inner.interval;
-        self.warn_at_start();
+        self.warn_at_start(share, nice);
         let wakes = Wakes::of(interval);
-        let mut budget = Budget::new(MAX_DUTY, interval);
+        let mut budget = Budget::new(share, interval);
         loop {
             let h = self.clone();
             let round = thread
@@ -495,14 +492,14 @@ impl AnalysisHandle {
             let wait = match round {
                 Ok((report, b)) => {
                     budget = b;
-                    self.check_fit(&report);
+                    self.check_fit(&report, share);
                     budget
                         .wait()
                         .max(wakes.until(report.next_due_unix_ns, unix_now_ns()))
                 }
                 Err(e) => {
                     warn!(error = %e, "analysis evaluation failed");
-                    budget = Budget::new(MAX_DUTY, interval);
+                    budget = Budget::new(share, interval);
                     interval
                 }
             };
@@ -510,21 +507,22 @@ impl AnalysisHandle {
         }
     }
 
-    /// Warns when the nodes restored at start would already cost more than the evaluation's budget at
-    /// [`ASSUMED_NODE_COST`], and says what the budget is.
-    fn warn_at_start(&self) {
+    /// Warns when the nodes restored at start would already cost more than the evaluation's budget (`share` of
+    /// a core) at [`ASSUMED_NODE_COST`], and says what the budget is and the thread's `nice` value.
+    fn warn_at_start(&self, share: f64, nice: i32) {
         let nodes = self.inner.store.node_names(unix_now_ns()).len();
         let interval = self.inner.interval;
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let fits = (interval.as_secs_f64() * MAX_DUTY / ASSUMED_NODE_COST.as_secs_f64()) as usize;
+        let fits = (interval.as_secs_f64() * share / ASSUMED_NODE_COST.as_secs_f64()) as usize;
         info!(
-            share_of_a_core = MAX_DUTY,
+            share_of_a_core = share,
+            nice,
             cores,
             interval_s = interval.as_secs_f64(),
             "analysis: evaluates each job on arrival within its share of a core; the ingest has the rest"
         );
         if nodes > fits {
-            warn!(nodes, fits, interval_s = interval.as_secs_f64(), share_of_a_core = MAX_DUTY,
+            warn!(nodes, fits, interval_s = interval.as_secs_f64(), share_of_a_core = share,
                 "analysis: the nodes restored at start cost more than the evaluation's share of a core at the \
                  cost assumed per node: findings will be older than the interval; give the collector a shard \
                  of fewer nodes (commwatch_collector_evaluation_age_seconds says how old)");
@@ -532,8 +530,9 @@ impl AnalysisHandle {
     }
 
     /// Warns (at most every [`WARN_EVERY`]) when a round left scopes due or a job's findings are
-    /// [`LAGGING_INTERVALS`] intervals old, with the measured cost per node and what would fit.
-    fn check_fit(&self, report: &RoundReport) {
+    /// [`LAGGING_INTERVALS`] intervals old, with the measured cost per node and what would fit in `share` of
+    /// a core.
+    fn check_fit(&self, report: &RoundReport, share: f64) {
         let interval = self.inner.interval.as_secs_f64();
         if report.left == 0 && report.oldest_age_s < LAGGING_INTERVALS * interval {
             return;
@@ -545,7 +544,7 @@ impl AnalysisHandle {
         rounds.warned = Some(Instant::now());
         let cost_us = rounds.node_cost_ns.unwrap_or(0.0) / 1e3;
         let fits = if cost_us > 0.0 {
-            (interval * MAX_DUTY * 1e6 / cost_us) as usize
+            (interval * share * 1e6 / cost_us) as usize
         } else {
             0
         };
@@ -555,7 +554,7 @@ impl AnalysisHandle {
             left_for_later = report.left,
             cpu_us_per_node = cost_us,
             nodes_that_fit = fits,
-            share_of_a_core = MAX_DUTY,
+            share_of_a_core = share,
             "analysis: the collector cannot evaluate every job within its interval and share of a core; give \
              it more CPU or fewer nodes (more shards)"
         );
