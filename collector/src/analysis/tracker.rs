@@ -36,12 +36,21 @@
 //! are, and a refresh writes them over the finding's (into its summary's room) only when its figures changed.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::causes::consequence_severity;
 use super::{Candidate, Finding, FindingKind, Words};
+
+/// The tracker's maps, by finding id or scope label, hashed with foldhash (seeded at random per map). SipHash
+/// hashing and comparing these ids was a tenth of the analysis thread, several look-ups per candidate; the
+/// ids are our own (`kind:node:device:port…`), but a node's name and a job's id in them come from the wire
+/// and from whoever runs a training job, so the hasher keeps a random seed: colliding ids cannot be made in
+/// advance, which an unseeded hasher (FxHash) would allow.
+type Map<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+/// A set of ids hashed as [`Map`].
+type Set<T> = std::collections::HashSet<T, foldhash::fast::RandomState>;
 
 /// Intervals (and at least as many evaluations) a candidate must be seen for before it is raised, unless
 /// it asks for fewer ([`Candidate::raise_after`]).
@@ -82,6 +91,34 @@ impl std::ops::Deref for Tracked {
     }
 }
 
+/// The causes among active findings: what [`Tracker::relink`] rewrites their `consequences` from.
+struct Links {
+    /// (cause, consequence) as places in the active findings (sorted by id: a cause is found by a binary
+    /// search), by cause, then consequence: each cause's list in id order.
+    links: Vec<(usize, usize)>,
+    /// Which findings list consequences now: one that lists none and gets none is not looked up again (most
+    /// findings explain nothing).
+    listing: Vec<bool>,
+}
+
+impl Links {
+    /// The links among `active` (active findings sorted by id); nothing copied.
+    fn of(active: &[&Tracked]) -> Links {
+        let mut links: Vec<(usize, usize)> = Vec::new();
+        let listing = active.iter().map(|f| !f.consequences.is_empty()).collect();
+        for (k, f) in active.iter().enumerate() {
+            let Some(cause) = f.caused_by.as_deref() else {
+                continue;
+            };
+            if let Ok(j) = active.binary_search_by(|a| a.id.as_str().cmp(cause)) {
+                links.push((j, k));
+            }
+        }
+        links.sort_unstable();
+        Links { links, listing }
+    }
+}
+
 /// A candidate not raised yet: its current streak of sightings.
 #[derive(Debug)]
 struct Pending {
@@ -96,15 +133,15 @@ pub struct Tracker {
     interval_s: f64,
     /// By id: hashed, not ordered (an ordered map's search compared ids of long common prefixes a few dozen
     /// times per look-up, several look-ups per candidate); listed in id order where order matters.
-    findings: HashMap<String, Tracked>,
-    pending: HashMap<String, Pending>,
+    findings: Map<String, Tracked>,
+    pending: Map<String, Pending>,
     /// Evaluations in a row an active finding was missing.
-    missing: HashMap<String, u32>,
+    missing: Map<String, u32>,
     raised_total: BTreeMap<FindingKind, u64>,
     /// For evaluations by scope ([`Tracker::update_scope`]): the ids each scope label last produced (pending
     /// or active), and the label of each such id.
-    scopes: HashMap<String, BTreeSet<String>>,
-    scope_of: HashMap<String, String>,
+    scopes: Map<String, BTreeSet<String>>,
+    scope_of: Map<String, String>,
 }
 
 impl Default for Tracker {
@@ -123,12 +160,12 @@ impl Tracker {
     pub fn with_interval(interval: Duration) -> Tracker {
         Tracker {
             interval_s: interval.as_secs_f64(),
-            findings: HashMap::new(),
-            pending: HashMap::new(),
-            missing: HashMap::new(),
+            findings: Map::default(),
+            pending: Map::default(),
+            missing: Map::default(),
             raised_total: BTreeMap::new(),
-            scopes: HashMap::new(),
-            scope_of: HashMap::new(),
+            scopes: Map::default(),
+            scope_of: Map::default(),
         }
     }
 
@@ -181,15 +218,12 @@ impl Tracker {
             .collect();
         absent.sort();
         self.clear_missing(now_unix_s, absent, &mut changes);
-        let mut active: Vec<String> = self
-            .findings
-            .values()
-            .filter(|f| f.active)
-            .map(|f| f.id.clone())
-            .collect();
-        active.sort();
+        let mut active: Vec<&Tracked> = self.findings.values().filter(|f| f.active).collect();
+        active.sort_by(|a, b| a.id.cmp(&b.id));
+        let links = Links::of(&active);
+        let active: Vec<String> = active.iter().map(|f| f.id.clone()).collect();
         let active: Vec<&str> = active.iter().map(String::as_str).collect();
-        self.relink(&active, &mut changes, seen.len() < n);
+        self.relink(&active, links, &mut changes, seen.len() < n);
         self.trim();
         changes
     }
@@ -233,7 +267,7 @@ impl Tracker {
             .collect();
         let mut changes = Vec::new();
         for label in gone {
-            self.settle_scope(now_unix_s, &label, &HashSet::new(), &mut changes, false);
+            self.settle_scope(now_unix_s, &label, &Set::default(), &mut changes, false);
         }
         self.trim();
         changes
@@ -246,7 +280,7 @@ impl Tracker {
         &mut self,
         now_unix_s: f64,
         label: &str,
-        seen: &HashSet<String>,
+        seen: &Set<String>,
         changes: &mut Vec<Change>,
         repeated: bool,
     ) {
@@ -263,18 +297,24 @@ impl Tracker {
             }
         }
         self.clear_missing(now_unix_s, absent, changes);
-        // Which of the scope's ids are active (in the ids' order), each looked up once.
-        let is_active: Vec<bool> = ids
-            .iter()
-            .map(|id| self.findings.get(id).is_some_and(|f| f.active))
-            .collect();
+        // Which of the scope's ids are active (in the ids' order), each looked up once for this and for the
+        // links between them.
+        let (is_active, links) = {
+            let found: Vec<Option<&Tracked>> = ids
+                .iter()
+                .map(|id| self.findings.get(id).filter(|f| f.active))
+                .collect();
+            let active: Vec<&Tracked> = found.iter().flatten().copied().collect();
+            let is_active: Vec<bool> = found.iter().map(Option::is_some).collect();
+            (is_active, Links::of(&active))
+        };
         let active: Vec<&str> = ids
             .iter()
             .zip(&is_active)
             .filter(|(_, a)| **a)
             .map(|(id, _)| id.as_str())
             .collect();
-        self.relink(&active, changes, repeated);
+        self.relink(&active, links, changes, repeated);
         let gone = |t: &Tracker, id: &String, active: bool| !active && !t.pending.contains_key(id);
         if ids.iter().zip(&is_active).any(|(id, a)| gone(self, id, *a)) {
             let (kept, left): (Vec<_>, Vec<_>) = ids
@@ -320,11 +360,11 @@ impl Tracker {
         now_unix_s: f64,
         candidates: Vec<(String, Candidate)>,
         scope: Option<&str>,
-    ) -> (Vec<Change>, HashSet<String>) {
+    ) -> (Vec<Change>, Set<String>) {
         // Every candidate of an active finding is a change (most are): room for all at once, not regrown (a
         // change holds a whole finding when raised).
         let mut changes = Vec::with_capacity(candidates.len());
-        let mut seen = HashSet::with_capacity(candidates.len());
+        let mut seen = Set::with_capacity_and_hasher(candidates.len(), Default::default());
         for (id, c, cause_named) in in_cause_order(candidates) {
             if let Some(label) = scope {
                 self.assign(&id, label);
@@ -438,26 +478,12 @@ impl Tracker {
     /// naming its cause, until it clears, and its cause keeps listing it; a candidate not raised yet is not
     /// listed.
     /// `active` lists the active findings to relink, sorted by id (all of them, or one scope's: causes and
-    /// consequences are found in one evaluation, so within one scope). `repeated`: the evaluation had two
-    /// candidates of one id (a change may hold a finding refreshed again since; else a change's finding
-    /// differs from the tracker's only where a list is rewritten here).
-    fn relink(&mut self, active: &[&str], changes: &mut [Change], repeated: bool) {
-        // (cause, consequence) as places in `active` (sorted: a cause is found by a binary search); nothing
-        // copied unless a list changed.
-        let mut links: Vec<(usize, usize)> = Vec::new();
-        // Which findings list consequences now: one that lists none and gets none is not looked up again
-        // (most findings explain nothing).
-        let mut listing: Vec<bool> = Vec::with_capacity(active.len());
-        for (k, id) in active.iter().enumerate() {
-            let f = self.findings.get(*id);
-            listing.push(f.is_some_and(|f| !f.consequences.is_empty()));
-            let cause = f.and_then(|f| f.caused_by.as_deref());
-            if let Some(Ok(j)) = cause.map(|c| active.binary_search(&c)) {
-                links.push((j, k));
-            }
-        }
-        // By cause, then consequence: each cause's list in id order.
-        links.sort_unstable();
+    /// consequences are found in one evaluation, so within one scope), and `links` their causes
+    /// ([`Links::of`] the same findings). `repeated`: the evaluation had two candidates of one id (a change
+    /// may hold a finding refreshed again since; else a change's finding differs from the tracker's only
+    /// where a list is rewritten here).
+    fn relink(&mut self, active: &[&str], links: Links, changes: &mut [Change], repeated: bool) {
+        let Links { links, listing } = links;
         let mut rest = &links[..];
         let mut rewritten = false;
         for (j, id) in active.iter().enumerate() {
@@ -617,20 +643,21 @@ fn keyed(candidates: Vec<Candidate>) -> Vec<(String, Candidate)> {
     candidates.into_iter().map(|c| (c.id(), c)).collect()
 }
 
+/// A candidate with its id and whether the cause it names is among the evaluation's candidates.
+type Ordered = (String, Candidate, bool);
+
 /// The candidates in the order the tracker applies them: causes before their consequences (by [`depth`],
-/// stable), each with whether the cause it names is among them.
-fn in_cause_order(candidates: Vec<(String, Candidate)>) -> Vec<(String, Candidate, bool)> {
+/// stable), each with whether the cause it names is among them. Taken one by one: not moved into another
+/// list first (a candidate holds a finding's worth of fields).
+fn in_cause_order(candidates: Vec<(String, Candidate)>) -> Box<dyn Iterator<Item = Ordered>> {
     // None naming a cause: all at depth 0, in their order.
     if candidates.iter().all(|(_, c)| c.caused_by.is_none()) {
-        return candidates
-            .into_iter()
-            .map(|(id, c)| (id, c, false))
-            .collect();
+        return Box::new(candidates.into_iter().map(|(id, c)| (id, c, false)));
     }
     let order: Vec<(usize, bool)> = {
         // An evaluation of the whole fleet has tens of thousands of candidates: a map, asked once or more
         // for each. Where two share an id, the last one's cause counts.
-        let causes: HashMap<&str, Option<&str>> = candidates
+        let causes: Map<&str, Option<&str>> = candidates
             .iter()
             .map(|(id, c)| (id.as_str(), c.caused_by.as_deref()))
             .collect();
@@ -650,14 +677,12 @@ fn in_cause_order(candidates: Vec<(String, Candidate)>) -> Vec<(String, Candidat
     let mut places: Vec<(usize, usize)> = order.iter().map(|(d, _)| *d).zip(0..).collect();
     places.sort_by_key(|(d, _)| *d);
     let places = places.into_iter().map(|(_, k)| (order[k].1, k)).collect();
-    super::in_order(candidates, places)
-        .map(|(named, (id, c))| (id, c, named))
-        .collect()
+    Box::new(super::in_order(candidates, places).map(|(named, (id, c))| (id, c, named)))
 }
 
 /// How many causes up `id` is from a root cause, through this evaluation's candidates (`causes`: id → the
 /// id of its cause). Bounded by the number of candidates, so that a cycle cannot hang the evaluation.
-fn depth(causes: &HashMap<&str, Option<&str>>, id: &str) -> usize {
+fn depth(causes: &Map<&str, Option<&str>>, id: &str) -> usize {
     let mut d = 0;
     let mut at = id;
     while let Some(Some(up)) = causes.get(at) {
