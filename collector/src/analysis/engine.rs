@@ -146,43 +146,75 @@ fn job_nodes(input: &input::AnalysisInput) -> BTreeMap<String, BTreeSet<String>>
 
 pub use super::baselines::{BareTest, BaselineError, BaselineRequest, StoredBaselines};
 
-/// The events of one evaluation's changes, in their order: raises and clears, and the refreshed findings
-/// whose severity or cause differ from what `published` holds (kept up to date here).
-fn events(
-    published: &mut HashMap<String, (Severity, Option<String>)>,
-    changes: Vec<Change>,
-) -> Vec<FindingEvent> {
-    let mut out = Vec::new();
+/// What was last published of an active finding (to publish its changes) and when it was last handed to
+/// the history (to refresh it there at most every [`HISTORY_REFRESH`]): one entry per finding id, looked
+/// up once per change.
+struct Published {
+    severity: Severity,
+    caused_by: Option<String>,
+    written: Instant,
+}
+
+/// Active findings' ids to what was last published of them, hashed as the tracker's maps are (foldhash,
+/// seeded at random: a node's name and a job's id in an id come from the wire and from whoever runs a job).
+type PublishedMap = HashMap<String, Published, foldhash::fast::RandomState>;
+
+/// The events of one evaluation's changes, in their order — raises and clears, and the refreshed findings
+/// whose severity or cause differ from what `published` holds —, and the changes the history should write
+/// now: every raise and clear, and a refresh of an active finding at most every [`HISTORY_REFRESH`] since it
+/// was last handed to the history. `published` is kept up to date; each change's id is looked up once.
+fn events(published: &mut PublishedMap, changes: Vec<Change>) -> (Vec<FindingEvent>, Vec<Change>) {
+    let (mut out, mut to_history) = (Vec::new(), Vec::new());
+    // One clock read for the evaluation's changes (a refresh per active finding).
+    let now = Instant::now();
     for ch in changes {
         match ch {
             Change::Raised(f) => {
-                published.insert(f.id.clone(), (f.severity, f.caused_by.clone()));
+                to_history.push(Change::Raised(f.clone()));
+                let p = Published {
+                    severity: f.severity,
+                    caused_by: f.caused_by.clone(),
+                    written: now,
+                };
+                published.insert(f.id.clone(), p);
                 out.push(FindingEvent::Raised(f));
             }
             Change::Cleared(f) => {
+                to_history.push(Change::Cleared(f.clone()));
                 published.remove(&f.id);
                 out.push(FindingEvent::Cleared(f));
             }
             Change::Updated(f) => {
+                let Some(p) = published.get_mut(&f.id) else {
+                    // Not published (not raised through this engine): written, and published from now on.
+                    let p = Published {
+                        severity: f.severity,
+                        caused_by: f.caused_by.clone(),
+                        written: now,
+                    };
+                    published.insert(f.id.clone(), p);
+                    to_history.push(Change::Updated(f));
+                    continue;
+                };
+                if now.saturating_duration_since(p.written) >= HISTORY_REFRESH {
+                    p.written = now;
+                    to_history.push(Change::Updated(Arc::clone(&f)));
+                }
                 // Most refreshes change neither: compared in place, nothing copied.
-                let same = published
-                    .get(&f.id)
-                    .is_some_and(|(s, c)| (*s, c) == (f.severity, &f.caused_by));
-                if same {
+                if (p.severity, &p.caused_by) == (f.severity, &f.caused_by) {
                     continue;
                 }
-                let now = (f.severity, f.caused_by.clone());
-                if let Some((severity_was, caused_by_was)) = published.insert(f.id.clone(), now) {
-                    out.push(FindingEvent::Changed {
-                        finding: Arc::unwrap_or_clone(f),
-                        severity_was,
-                        caused_by_was,
-                    });
-                }
+                let severity_was = std::mem::replace(&mut p.severity, f.severity);
+                let caused_by_was = std::mem::replace(&mut p.caused_by, f.caused_by.clone());
+                out.push(FindingEvent::Changed {
+                    finding: Arc::unwrap_or_clone(f),
+                    severity_was,
+                    caused_by_was,
+                });
             }
         }
     }
-    out
+    (out, to_history)
 }
 
 enum HistoryMsg {
@@ -195,10 +227,45 @@ enum HistoryMsg {
     ),
 }
 
+/// Each job's figures from its last evaluation, by job: a scope's evaluation replaces its own jobs' figures
+/// (the fleet's list was filtered and sorted again at every scope's, a few hundred jobs each time).
+#[derive(Default)]
+struct Figures(BTreeMap<String, Vec<JobFigures>>);
+
+impl Figures {
+    /// Every job's figures, in job order (a job's in the order they were found).
+    fn all(&self) -> Vec<JobFigures> {
+        self.0.values().flatten().cloned().collect()
+    }
+
+    /// Drops the figures of `jobs` and adds `figures` (each to its job's, after those it has).
+    fn replace(&mut self, jobs: &[&str], figures: Vec<JobFigures>) {
+        for j in jobs {
+            self.0.remove(*j);
+        }
+        for f in figures {
+            match self.0.get_mut(&f.job) {
+                Some(v) => v.push(f),
+                None => {
+                    self.0.insert(f.job.clone(), vec![f]);
+                }
+            }
+        }
+    }
+
+    /// Keeps the figures `keep` says to.
+    fn retain(&mut self, keep: impl Fn(&JobFigures) -> bool) {
+        for v in self.0.values_mut() {
+            v.retain(&keep);
+        }
+        self.0.retain(|_, v| !v.is_empty());
+    }
+}
+
 struct State {
     tracker: Tracker,
     extras: Extras,
-    figures: Vec<JobFigures>,
+    figures: Figures,
     /// Each job's recent figures: the next evaluation's references ([`Extras::job_references`]).
     trends: JobTrends,
     /// Each job's nodes at the last evaluation (the findings list's `job` filter); by scope label when
@@ -207,41 +274,16 @@ struct State {
     /// For each job (and [`super::scaling::CLUSTER_JOB`]), the time its findings were last evaluated at
     /// (the end of the windows read), Unix ns: `commwatch_collector_evaluation_age_seconds`.
     evaluated_at: BTreeMap<String, i64>,
-    /// Severity and cause of each active finding as last published, to publish their changes.
-    published: HashMap<String, (Severity, Option<String>)>,
+    /// Severity and cause of each active finding as last published, to publish their changes, and when the
+    /// history was last handed it.
+    published: PublishedMap,
+    /// When each learned throughput (`throughput:<job>:<gpus>`) was last handed to the history.
     written: HashMap<String, Instant>,
     evaluations: u64,
     last_eval_seconds: f64,
 }
 
 impl State {
-    /// The changes the history should write now: every raise and clear, and a refresh of an active finding
-    /// at most every [`HISTORY_REFRESH`].
-    fn due_for_history(&mut self, changes: &[Change]) -> Vec<Change> {
-        let mut out = Vec::new();
-        // One clock read for the evaluation's changes (a refresh per active finding).
-        let now = Instant::now();
-        for ch in changes {
-            match ch {
-                Change::Raised(f) | Change::Cleared(f) => {
-                    self.written.insert(f.id.clone(), now);
-                    out.push(ch.clone());
-                }
-                Change::Updated(f) => {
-                    let due = self
-                        .written
-                        .get(&f.id)
-                        .is_none_or(|t| now.saturating_duration_since(*t) >= HISTORY_REFRESH);
-                    if due {
-                        self.written.insert(f.id.clone(), now);
-                        out.push(ch.clone());
-                    }
-                }
-            }
-        }
-        out
-    }
-
     /// Learns each job's throughput per GPU at its scale for later, larger runs of the same job; returns the
     /// figures due to be written (at most every [`THROUGHPUT_REFRESH`] per job and scale).
     fn learn_throughput(&mut self, figures: &[JobFigures]) -> Vec<ThroughputBaseline> {
@@ -411,11 +453,11 @@ impl AnalysisHandle {
                 state: Mutex::new(State {
                     tracker,
                     extras,
-                    figures: Vec::new(),
+                    figures: Figures::default(),
                     trends: JobTrends::new(),
                     job_nodes: HashMap::new(),
                     evaluated_at: BTreeMap::new(),
-                    published: HashMap::new(),
+                    published: PublishedMap::default(),
                     written: HashMap::new(),
                     evaluations: 0,
                     last_eval_seconds: 0.0,
@@ -505,7 +547,7 @@ impl AnalysisHandle {
     /// Evaluates `input`: the whole fleet's (`scope` `None`), or one scope's, whose findings alone it
     /// updates; publishes the changes and hands them to the history.
     fn apply_in(&self, input: &input::AnalysisInput, started: Instant, scope: Option<&Scope>) {
-        let (cands, mut figures) = super::evaluate_keyed_with_figures(input);
+        let (cands, figures) = super::evaluate_keyed_with_figures(input);
         let now = input.now_unix_ns as f64 / 1e9;
         let (events, to_history, learned) = {
             let mut st = self.inner.state.lock();
@@ -513,7 +555,6 @@ impl AnalysisHandle {
                 None => st.tracker.update_keyed(now, cands),
                 Some(s) => st.tracker.update_scope_keyed(now, &s.label, cands),
             };
-            let to_history = st.due_for_history(&changes);
             let learned = st.learn_throughput(&figures);
             // The jobs' own history, for the next evaluation's drop check.
             st.trends.observe(&figures, now);
@@ -525,23 +566,28 @@ impl AnalysisHandle {
                         .keys()
                         .map(|j| (j.clone(), input.now_unix_ns))
                         .collect();
-                    st.figures = figures;
+                    st.figures = Figures::default();
+                    st.figures.replace(&[], figures);
                     st.job_nodes = HashMap::from([(FULL.to_string(), nodes)]);
                     st.evaluations += 1;
                     st.last_eval_seconds = started.elapsed().as_secs_f64();
                 }
                 Some(s) => {
                     let labels = s.job_labels();
-                    st.figures.retain(|f| !labels.contains(&f.job.as_str()));
-                    st.figures.append(&mut figures);
-                    st.figures.sort_by(|a, b| a.job.cmp(&b.job));
+                    st.figures.replace(&labels, figures);
                     st.job_nodes.insert(s.label.clone(), nodes);
                     for j in labels {
-                        st.evaluated_at.insert(j.to_string(), input.now_unix_ns);
+                        match st.evaluated_at.get_mut(j) {
+                            Some(at) => *at = input.now_unix_ns,
+                            None => {
+                                st.evaluated_at.insert(j.to_string(), input.now_unix_ns);
+                            }
+                        }
                     }
                 }
             }
-            (events(&mut st.published, changes), to_history, learned)
+            let (events, to_history) = events(&mut st.published, changes);
+            (events, to_history, learned)
         };
         self.publish(events, to_history, learned, now);
     }
@@ -607,7 +653,7 @@ impl AnalysisHandle {
 
     /// Step time, throughput and scaling efficiency per job, from the last evaluation.
     pub fn job_figures(&self) -> Vec<JobFigures> {
-        self.inner.state.lock().figures.clone()
+        self.inner.state.lock().figures.all()
     }
 
     /// Each job's evaluation age at `now_unix_ns` (the collector's clock): seconds since the end of the

@@ -451,7 +451,6 @@ impl AnalysisHandle {
         let (events, to_history) = {
             let mut st = self.inner.state.lock();
             let changes = st.tracker.sweep_scopes(now, &live);
-            let to_history = st.due_for_history(&changes);
             st.job_nodes.retain(|l, _| live.contains(l.as_str()));
             st.evaluated_at.retain(|j, _| jobs.contains(j.as_str()));
             st.figures.retain(|f| jobs.contains(f.job.as_str()));
@@ -459,7 +458,7 @@ impl AnalysisHandle {
                 st.extras.job_references = st.trends.references(now);
                 st.evaluations += 1;
             }
-            (super::events(&mut st.published, changes), to_history)
+            super::events(&mut st.published, changes)
         };
         self.publish(events, to_history, Vec::new(), now);
     }
