@@ -64,13 +64,33 @@ struct Run {
 }
 
 /// Every job's recent figures, and earlier runs by shape.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct JobTrends {
     jobs: BTreeMap<String, VecDeque<Observation>>,
     /// Each observed job's shape, when known.
     shapes: BTreeMap<String, String>,
     /// Finished runs by shape, oldest first.
     runs: BTreeMap<String, VecDeque<Run>>,
+    /// Lower bounds, seconds, of every job's newest observation, of every job's oldest, and of every run's
+    /// end (infinite when there is none): an observation of one scope's jobs walks every job's history and
+    /// every shape's runs only when one may have ended or aged out (the walks, at each scope's evaluation,
+    /// were a pass over the fleet's jobs per scope).
+    newest_from: f64,
+    oldest_from: f64,
+    runs_from: f64,
+}
+
+impl Default for JobTrends {
+    fn default() -> JobTrends {
+        JobTrends {
+            jobs: BTreeMap::new(),
+            shapes: BTreeMap::new(),
+            runs: BTreeMap::new(),
+            newest_from: f64::INFINITY,
+            oldest_from: f64::INFINITY,
+            runs_from: f64::INFINITY,
+        }
+    }
 }
 
 impl JobTrends {
@@ -85,10 +105,20 @@ impl JobTrends {
             if f.step_time_s.is_none() && f.samples_per_second_per_gpu.is_none() {
                 continue;
             }
+            // Mostly a job observed before, of the same shape: nothing copied.
             if let Some(shape) = &f.shape {
-                self.shapes.insert(f.job.clone(), shape.clone());
+                match self.shapes.get_mut(&f.job) {
+                    Some(s) if s == shape => {}
+                    Some(s) => s.clone_from(shape),
+                    None => {
+                        self.shapes.insert(f.job.clone(), shape.clone());
+                    }
+                }
             }
-            let h = self.jobs.entry(f.job.clone()).or_default();
+            let h = match self.jobs.get_mut(&f.job) {
+                Some(h) => h,
+                None => self.jobs.entry(f.job.clone()).or_default(),
+            };
             // A new step source starts a new segment: its figures are not comparable with the old ones.
             if h.back().is_some_and(|o| o.step_source != f.step_source) {
                 h.clear();
@@ -96,6 +126,10 @@ impl JobTrends {
             if h.back().is_some_and(|o| now_s - o.at_s < OBSERVE_EVERY_S) {
                 continue;
             }
+            if h.is_empty() {
+                self.oldest_from = self.oldest_from.min(now_s);
+            }
+            self.newest_from = self.newest_from.min(now_s);
             h.push_back(Observation {
                 at_s: now_s,
                 step_time_s: f.step_time_s,
@@ -105,17 +139,26 @@ impl JobTrends {
             });
         }
         self.end_runs(now_s);
+        // No job's oldest observation can be too old: nothing to forget (nor any history emptied).
+        if now_s - self.oldest_from <= HISTORY_S {
+            return;
+        }
         for h in self.jobs.values_mut() {
             while h.front().is_some_and(|o| now_s - o.at_s > HISTORY_S) {
                 h.pop_front();
             }
         }
         self.jobs.retain(|_, h| !h.is_empty());
+        self.oldest_from = lowest(self.jobs.values().filter_map(|h| h.front()).map(|o| o.at_s));
     }
 
     /// Files the history of every job unobserved for [`RUN_ENDED_S`] as a run of its shape, and forgets runs
     /// older than [`RUNS_KEPT_S`].
     fn end_runs(&mut self, now_s: f64) {
+        // No job's newest observation can be old enough to end its run: none ended.
+        if now_s - self.newest_from < RUN_ENDED_S {
+            return self.forget_runs(now_s);
+        }
         let ended: Vec<String> = self
             .jobs
             .iter()
@@ -132,8 +175,10 @@ impl JobTrends {
             let all: Vec<&Observation> = h.iter().collect();
             if let Some(reference) = reference_of(&job, &all) {
                 let runs = self.runs.entry(shape).or_default();
+                let ended_at_s = h.back().map_or(now_s, |o| o.at_s);
+                self.runs_from = self.runs_from.min(ended_at_s);
                 runs.push_back(Run {
-                    ended_at_s: h.back().map_or(now_s, |o| o.at_s),
+                    ended_at_s,
                     reference,
                 });
                 if runs.len() > RUNS_PER_SHAPE {
@@ -141,10 +186,20 @@ impl JobTrends {
                 }
             }
         }
+        self.newest_from = lowest(self.jobs.values().filter_map(|h| h.back()).map(|o| o.at_s));
+        self.forget_runs(now_s);
+    }
+
+    /// Forgets runs older than [`RUNS_KEPT_S`].
+    fn forget_runs(&mut self, now_s: f64) {
+        if now_s - self.runs_from <= RUNS_KEPT_S {
+            return;
+        }
         for runs in self.runs.values_mut() {
             runs.retain(|r| now_s - r.ended_at_s <= RUNS_KEPT_S);
         }
         self.runs.retain(|_, r| !r.is_empty());
+        self.runs_from = lowest(self.runs.values().flatten().map(|r| r.ended_at_s));
     }
 
     /// The newest earlier run of `job`'s shape and step source, as `job`'s reference.
@@ -175,6 +230,11 @@ impl JobTrends {
             })
             .collect()
     }
+}
+
+/// The lowest of `times`, seconds (infinite for none; a NaN is passed over, and never compares as old).
+fn lowest(times: impl Iterator<Item = f64>) -> f64 {
+    times.fold(f64::INFINITY, f64::min)
 }
 
 /// The medians of `observations` (oldest first) as `job`'s reference; `None` without two of them.
@@ -222,6 +282,62 @@ mod tests {
             fabric_bytes_per_second: None,
             shape: None,
         }
+    }
+
+    /// What `t` holds, in full (the walks' bounds left out).
+    fn held(t: &JobTrends) -> String {
+        format!("{:?} {:?} {:?}", t.jobs, t.shapes, t.runs)
+    }
+
+    #[test]
+    fn observing_without_the_walks_the_bounds_rule_out_changes_nothing() {
+        // Two trends fed the same figures: one walks every job's history and runs at every observation (its
+        // bounds made to allow anything), the other as the bounds say. Jobs of three shapes observed in
+        // scopes of one or two, with gaps that end runs, step sources that change, and clock jumps past the
+        // history's and the runs' spans.
+        let (mut walked, mut bounded) = (JobTrends::new(), JobTrends::new());
+        let mut seed: u64 = 7;
+        let mut next = |n: u64| {
+            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            (seed >> 33) % n
+        };
+        let mut now = 0.0;
+        for k in 0..6000 {
+            now += match next(200) {
+                0 => 1_000.0,
+                1 => RUNS_KEPT_S / 3.0,
+                2 => RUN_ENDED_S,
+                _ => 0.5 + next(3) as f64,
+            };
+            let jobs: Vec<u64> = (0..1 + next(2)).map(|_| next(12)).collect();
+            let mut figs = Vec::new();
+            for j in jobs {
+                if next(4) == 0 && k % 7 == 0 {
+                    continue;
+                }
+                let mut f = figures(&format!("job-{j}"), 0.5 + next(5) as f64 / 10.0);
+                f.shape = (next(10) > 0).then(|| format!("{} ranks", 8 << (j % 3)));
+                let sources = [Some(StepSource::Markers), Some(StepSource::Inferred), None];
+                f.step_source = sources[((j + k / 400) % 3) as usize];
+                f.samples_per_second_per_gpu = (next(2) == 0).then_some(100.0);
+                figs.push(f);
+            }
+            let figures = figs;
+            let any = f64::NEG_INFINITY;
+            (walked.newest_from, walked.oldest_from, walked.runs_from) = (any, any, any);
+            walked.observe(&figures, now);
+            bounded.observe(&figures, now);
+            assert_eq!(held(&walked), held(&bounded), "at {now} s");
+            assert_eq!(
+                walked.references(now),
+                bounded.references(now),
+                "at {now} s"
+            );
+        }
+        assert!(
+            walked.runs.values().map(VecDeque::len).sum::<usize>() > 0,
+            "no runs kept at the end"
+        );
     }
 
     #[test]
