@@ -813,6 +813,16 @@ impl Sliding {
                 .all(|(x, y)| x.0 == y.0 && x.1 == y.1)
     }
 
+    /// A value of no meaning read from the oldest rate held, the newest interval and the first run: what a
+    /// slide reads first ([`Sliding::drop_oldest`], [`Sliding::push`]), loaded ahead by a caller that slides
+    /// several windows so that their cache misses overlap.
+    pub fn touch(&self) -> u64 {
+        let oldest = self.rates.get(self.head).map_or(0, |r| r.to_bits());
+        let newest = self.iv.last().map_or(0, |x| x.1 as u64);
+        let run = self.runs.first().map_or(0, |r| r.end as u64);
+        oldest ^ newest ^ run
+    }
+
     /// Bytes allocated.
     pub fn heap_bytes(&self) -> usize {
         self.iv.capacity() * size_of::<(i64, i64, f64)>()

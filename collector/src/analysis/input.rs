@@ -349,6 +349,13 @@ pub trait Windows {
         None
     }
 
+    /// A value of no meaning read from every cache line of `s`'s window, where the reader holds it in memory
+    /// (0: it does not): a build loads the windows it reads whole (a gauge's mean or low) ahead, all of them
+    /// in one loop of loads independent of one another, so that their cache misses overlap.
+    fn touch(&self, _s: &crate::store::Series) -> u64 {
+        0
+    }
+
     /// The activity of link `link` (its index in the node's links) whose byte counters are the series in
     /// `slots` (transmit, receive), over their windows from `since_ns` on, into `out` (the previous build's,
     /// whose allocations a reader may reuse): [`activity::analyse`] on those windows (copied into `scratch`'s
@@ -619,6 +626,17 @@ enum Read {
     NodeCounter(bool),
 }
 
+impl Read {
+    /// Whether the series' whole window is read (a gauge's mean or low), not its ends or last reading only.
+    fn reads_whole(&self) -> bool {
+        match *self {
+            Read::LinkGauge { mean, low, .. } => mean || low,
+            Read::Cpu | Read::GpuMean(..) => true,
+            _ => false,
+        }
+    }
+}
+
 /// A node's series as [`node_input_into`] reads them, made from the node's state under one layout
 /// ([`NodeState::layout`]).
 #[derive(Debug, Default)]
@@ -830,6 +848,16 @@ pub fn node_input_into<W: Windows>(
             };
             acc ^ max ^ s.last_raw().map_or(0, |r| r.1)
         });
+    std::hint::black_box(touched);
+    // The windows read whole (the gauges' means and lows) loaded ahead in the same way: each was read sample
+    // by sample, its lines missed one after another.
+    let whole = |i: &&usize| plan.reads.get(**i).is_some_and(Read::reads_whole);
+    let touched = scratch
+        .visit
+        .iter()
+        .filter(whole)
+        .filter_map(|&i| series.get(i))
+        .fold(0u64, |acc, s| acc ^ w.touch(s));
     std::hint::black_box(touched);
     for &i in &scratch.visit {
         let (Some(s), Some(&read), Some(put)) = (

@@ -448,6 +448,11 @@ impl NodeWindows {
             self.live.sort_unstable();
             self.live.dedup();
         }
+        // Each read link's oldest rate and newest interval loaded first, in a loop of loads independent of one
+        // another: a link's slide reads both (the rates that left, the interval its new ones follow), each
+        // in its own allocation, cold when the node is read once a second; slid link by link, each waited.
+        let touched = self.links.iter().fold(0, |t, l| t ^ l.sliding.touch());
+        std::hint::black_box(touched);
         for l in &mut self.links {
             let floor = l.floor(n);
             l.slide(
@@ -670,6 +675,14 @@ impl<T, A: Iterator<Item = T>, B: Iterator<Item = T>> Iterator for Either<A, B> 
 impl Windows for Kept<'_> {
     fn held_slots(&self) -> Option<&[usize]> {
         Some(&self.w.live)
+    }
+
+    fn touch(&self, s: &Series) -> u64 {
+        // Every fourth sample: one a cache line (16 B a sample).
+        let Some(w) = self.window(s) else { return 0 };
+        let (a, b) = w.as_slices();
+        let line = |x: &[(u64, u64)]| x.iter().step_by(4).fold(0, |t, x| t ^ x.1);
+        line(a) ^ line(b)
     }
 
     fn newest_first<'a>(
