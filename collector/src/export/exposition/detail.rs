@@ -10,7 +10,6 @@
 //! seen after the link's others (an agent that starts reading one later) raises the sum by its whole value at
 //! once: `counter_detail = "name"` avoids that for agents whose counter sets change.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use commwatch_model::SeriesKind;
@@ -76,8 +75,9 @@ pub fn apply_counter_detail(nodes: &mut [NodeSnapshot], detail: CounterDetail) {
     if detail == CounterDetail::Name {
         return;
     }
+    let mut sums = Vec::new();
     for l in nodes.iter_mut().flat_map(|n| n.links.iter_mut()) {
-        sum_per_family(l);
+        sum_per_family(l, &mut sums);
     }
 }
 
@@ -94,38 +94,48 @@ fn summed_family(s: &SeriesSnapshot) -> Option<&'static str> {
     }
 }
 
-fn sum_per_family(l: &mut LinkSnapshot) {
-    if !l.series.iter().any(|s| summed_family(s).is_some()) {
+/// Sums `l`'s counters per family and agent labels in place, as [`apply_counter_detail`] says; `sums` is
+/// scratch (the positions of the sums made, reused from one link to the next).
+fn sum_per_family(l: &mut LinkSnapshot, sums: &mut Vec<usize>) {
+    let Some(first) = l.series.iter().position(|s| summed_family(s).is_some()) else {
         return;
-    }
-    let series = std::mem::take(&mut l.series);
-    let mut kept: Vec<SeriesSnapshot> = Vec::with_capacity(series.len());
-    let mut at: HashMap<(&'static str, Labels), usize> = HashMap::new();
-    for s in series {
-        let Some(family) = summed_family(&s) else {
-            kept.push(s);
+    };
+    sums.clear();
+    let series = &mut l.series;
+    // Compacted as `Vec::retain` does: `series[..kept]` holds what stays, in order; a counter summed into an
+    // earlier sum is left behind and cut off at the end.
+    let mut kept = first;
+    for i in first..series.len() {
+        let Some(family) = summed_family(&series[i]) else {
+            series.swap(kept, i);
+            kept += 1;
             continue;
         };
-        match at.get(&(family, s.key.labels.clone())) {
-            Some(&i) => {
-                let sum = &mut kept[i];
-                sum.value += s.value;
-                sum.timestamp_unix_ns = sum.timestamp_unix_ns.max(s.timestamp_unix_ns);
+        let same = |j: &usize| {
+            let k = &series[*j].key;
+            k.metric == family && k.labels == series[i].key.labels
+        };
+        match sums.iter().copied().find(same) {
+            Some(j) => {
+                let (value, at) = (series[i].value, series[i].timestamp_unix_ns);
+                let sum = &mut series[j];
+                sum.value += value;
+                sum.timestamp_unix_ns = sum.timestamp_unix_ns.max(at);
             }
             None => {
-                at.insert((family, s.key.labels.clone()), kept.len());
-                kept.push(SeriesSnapshot {
-                    key: Arc::new(SeriesKey {
-                        link: s.key.link.clone(),
-                        metric: family.to_string(),
-                        labels: s.key.labels.clone(),
-                    }),
-                    ..s
+                let s = &mut series[i];
+                s.key = Arc::new(SeriesKey {
+                    link: s.key.link.clone(),
+                    metric: family.to_string(),
+                    labels: s.key.labels.clone(),
                 });
+                series.swap(kept, i);
+                sums.push(kept);
+                kept += 1;
             }
         }
     }
-    l.series = kept;
+    series.truncate(kept);
 }
 
 /// With [`CpuDetail::Total`], a node's per-core CPU series (those with a `cpu` label) are left out; the total
@@ -150,36 +160,36 @@ pub fn apply_gpu_detail(nodes: &mut [NodeSnapshot], detail: GpuDetail) {
         return;
     }
     for n in nodes {
-        let maxima: HashMap<(&str, Labels), String> = n
+        let left_out =
+            |m: &str| PCIE_WITH_MAX.iter().any(|p| p.1 == m) || GPU_NVLINK_RATES.contains(&m);
+        if !n.series.iter().any(|s| left_out(&s.key.metric)) {
+            continue;
+        }
+        // (current series' name, agent labels, maximum as a label value); the last of equal keys counts.
+        let maxima: Vec<(&str, Labels, String)> = n
             .series
             .iter()
             .filter_map(|s| {
                 let (current, _) = PCIE_WITH_MAX.iter().find(|p| p.1 == s.key.metric)?;
-                Some(((*current, s.key.labels.clone()), label_number(s.value)))
+                Some((*current, s.key.labels.clone(), label_number(s.value)))
             })
             .collect();
-        let series = std::mem::take(&mut n.series);
-        n.series = series
-            .into_iter()
-            .filter(|s| {
-                let m = s.key.metric.as_str();
-                !PCIE_WITH_MAX.iter().any(|p| p.1 == m) && !GPU_NVLINK_RATES.contains(&m)
-            })
-            .map(|s| {
-                let at = (s.key.metric.as_str(), s.key.labels.clone());
-                match maxima.get(&at) {
-                    Some(max) if !s.key.labels.iter().any(|(k, _)| k == "max") => {
-                        let mut key = SeriesKey::clone(&s.key);
-                        key.labels.push(("max".to_string(), max.clone()));
-                        SeriesSnapshot {
-                            key: Arc::new(key),
-                            ..s
-                        }
-                    }
-                    _ => s,
-                }
-            })
-            .collect();
+        n.series.retain(|s| !left_out(&s.key.metric));
+        for s in &mut n.series {
+            let m = s.key.metric.as_str();
+            let Some((_, _, max)) = maxima
+                .iter()
+                .rev()
+                .find(|(current, labels, _)| *current == m && *labels == s.key.labels)
+            else {
+                continue;
+            };
+            if !s.key.labels.iter().any(|(k, _)| k == "max") {
+                let mut key = SeriesKey::clone(&s.key);
+                key.labels.push(("max".to_string(), max.clone()));
+                s.key = Arc::new(key);
+            }
+        }
     }
 }
 

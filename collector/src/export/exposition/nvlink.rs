@@ -13,7 +13,6 @@
 //! NVLinks gets the node series `gpu_nvlinks_up` and `gpu_nvlinks` (exported as `commwatch_gpu_nvlinks_up` and
 //! `commwatch_gpu_nvlinks`), so a "links up per GPU" panel reads the same in both.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use commwatch_model::{Link, LinkClass, LinkKey, SeriesKind};
@@ -170,45 +169,65 @@ fn drop_sums_beside_links(n: &mut NodeSnapshot) {
     });
 }
 
+/// A GPU's NVLinks: their `device` and `gpu`.
+type GpuKey<'a> = (&'a str, Option<&'a str>);
+
+fn gpu_key(l: &Link) -> GpuKey<'_> {
+    (l.key.device.as_str(), l.gpu.as_deref())
+}
+
 /// Replaces the node's NVLink links by one link per GPU (by `device` and `gpu`), after its other links.
 fn fold_per_gpu(n: &mut NodeSnapshot) {
-    let with_sums = gpus_with_sums(n);
     let links = std::mem::take(&mut n.links);
-    let mut kept = Vec::with_capacity(links.len());
-    let mut gpus: Vec<GpuFold> = Vec::new();
-    let mut index: HashMap<(String, Option<String>), usize> = HashMap::new();
-    for l in links {
-        if l.link.key.class != LinkClass::Nvlink {
-            kept.push(l);
-            continue;
-        }
-        let key = (l.link.key.device.clone(), l.link.gpu.clone());
-        let sums = with_sums.contains(&key);
-        match index.get(&key) {
-            Some(&i) => gpus[i].add(&l),
+    let mut gpus: Vec<GpuFold<'_>> = Vec::new();
+    // A GPU's links mostly come one after another: the previous link's GPU is tried first.
+    let mut last = 0;
+    for l in links
+        .iter()
+        .filter(|l| l.link.key.class == LinkClass::Nvlink)
+    {
+        let key = gpu_key(&l.link);
+        let at = match gpus.get(last).filter(|g| g.key == key) {
+            Some(_) => Some(last),
+            None => gpus.iter().position(|g| g.key == key),
+        };
+        match at {
+            Some(i) => {
+                gpus[i].add(l);
+                last = i;
+            }
             None => {
-                index.insert(key, gpus.len());
-                gpus.push(GpuFold::new(&l, sums));
+                let sums = links
+                    .iter()
+                    .any(|x| x.link.is_gpu_nvlinks() && gpu_key(&x.link) == key);
+                last = gpus.len();
+                gpus.push(GpuFold::new(l, key, sums));
             }
         }
     }
-    kept.extend(gpus.into_iter().map(GpuFold::finish));
+    let folded: Vec<LinkSnapshot> = gpus.into_iter().map(GpuFold::finish).collect();
+    let mut kept: Vec<LinkSnapshot> = links
+        .into_iter()
+        .filter(|l| l.link.key.class != LinkClass::Nvlink)
+        .collect();
+    kept.extend(folded);
     n.links = kept;
 }
 
-/// One GPU's NVLinks being summed.
-struct GpuFold {
+/// One GPU's NVLinks being summed; borrows the node's links.
+struct GpuFold<'a> {
+    key: GpuKey<'a>,
     snapshot: LinkSnapshot,
     /// The state of the first link that is down, if any.
     down_state: Option<String>,
-    /// Position in `snapshot.series` of each (counter name, agent labels).
-    series_at: HashMap<(String, Vec<(String, String)>), usize>,
+    /// The (counter name, agent labels) of each of `snapshot.series`, at the same position.
+    series_keys: Vec<(&'a str, &'a [(String, String)])>,
     /// Whether the GPU has a sums link: its bytes and capacity are then that link's alone.
     sums: bool,
 }
 
-impl GpuFold {
-    fn new(first: &LinkSnapshot, sums: bool) -> GpuFold {
+impl<'a> GpuFold<'a> {
+    fn new(first: &'a LinkSnapshot, key: GpuKey<'a>, sums: bool) -> GpuFold<'a> {
         let l = &first.link;
         let link = Link {
             key: LinkKey::new(LinkClass::Nvlink, l.key.device.clone(), String::new()),
@@ -221,6 +240,7 @@ impl GpuFold {
             link: None,
         };
         let mut fold = GpuFold {
+            key,
             snapshot: LinkSnapshot {
                 link: Arc::new(link),
                 tx_bytes_total: None,
@@ -230,14 +250,14 @@ impl GpuFold {
                 series: Vec::new(),
             },
             down_state: None,
-            series_at: HashMap::new(),
+            series_keys: Vec::new(),
             sums,
         };
         fold.add(first);
         fold
     }
 
-    fn add(&mut self, l: &LinkSnapshot) {
+    fn add(&mut self, l: &'a LinkSnapshot) {
         let s = &mut self.snapshot;
         // With a sums link, the bytes and capacity are its own; the links add their other counters.
         let bytes = !self.sums || l.link.is_gpu_nvlinks();
@@ -255,21 +275,26 @@ impl GpuFold {
             self.down_state = Some(l.link.state.clone());
         }
         // Only counters are exported for a link; gauges stay per link in the store.
-        for series in l
+        let counters = l
             .series
             .iter()
             .filter(|x| matches!(x.kind, SeriesKind::Counter { .. }))
-            .filter(|x| bytes || !matches!(x.key.metric.as_str(), "tx_bytes" | "rx_bytes"))
-        {
-            let key = (series.key.metric.clone(), series.key.labels.clone());
-            match self.series_at.get(&key) {
-                Some(&i) => {
+            .filter(|x| bytes || !matches!(x.key.metric.as_str(), "tx_bytes" | "rx_bytes"));
+        for (j, series) in counters.enumerate() {
+            // The GPU's links mostly carry the same counters in the same order: the j-th sum is tried first.
+            let key = (series.key.metric.as_str(), series.key.labels.as_slice());
+            let at = match self.series_keys.get(j).filter(|k| **k == key) {
+                Some(_) => Some(j),
+                None => self.series_keys.iter().position(|k| *k == key),
+            };
+            match at {
+                Some(i) => {
                     let sum = &mut s.series[i];
                     sum.value += series.value;
                     sum.timestamp_unix_ns = sum.timestamp_unix_ns.max(series.timestamp_unix_ns);
                 }
                 None => {
-                    self.series_at.insert(key, s.series.len());
+                    self.series_keys.push(key);
                     s.series.push(SeriesSnapshot {
                         key: Arc::new(SeriesKey {
                             link: Some(s.link.key.clone()),
