@@ -63,9 +63,18 @@ pub fn compute_share(n: &super::input::NodeInput) -> Option<f64> {
 /// Exposed-communication share of the time for a node, from its GPU means; `None` without GPU data or link
 /// traffic.
 pub fn exposed_share(n: &super::input::NodeInput) -> Option<f64> {
+    exposed_share_given(n, || n.fabric_busy_share())
+}
+
+/// [`exposed_share`], `n`'s [`super::input::NodeInput::fabric_busy_share`] given by `busy` (asked only with
+/// GPU data: a walk over the node's links).
+pub(crate) fn exposed_share_given(
+    n: &super::input::NodeInput,
+    busy: impl FnOnce() -> Option<f64>,
+) -> Option<f64> {
     let u = n.gpu_busy_share()?;
     let s = n.gpu_sm_activity()?;
-    let b = n.fabric_busy_share()?;
+    let b = busy()?;
     if b <= 0.0 {
         return None;
     }
@@ -74,17 +83,20 @@ pub fn exposed_share(n: &super::input::NodeInput) -> Option<f64> {
 }
 
 pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
-    evaluate_with(input, &super::BurstRates::new(input))
+    evaluate_with(input, &super::NodeFigures::new(input))
 }
 
-/// [`evaluate`], each node's fabric burst rate read from `rates` (shared with [`super::straggler`]).
+/// [`evaluate`], each node's fabric burst rate and busy share read from `nodes` (shared with the other rules
+/// that read them).
 pub(crate) fn evaluate_with(
     input: &AnalysisInput,
-    rates: &super::BurstRates<'_>,
+    nodes: &super::NodeFigures<'_>,
 ) -> Vec<Candidate> {
     let mut out = Vec::new();
     for n in &input.nodes {
-        let Some(x) = exposed_share(n) else { continue };
+        let Some(x) = nodes.exposed_share(n) else {
+            continue;
+        };
         if x < EXPOSED_SHARE_ABOVE {
             continue;
         }
@@ -108,15 +120,12 @@ pub(crate) fn evaluate_with(
             .expected(EXPOSED_SHARE_ABOVE)
             .detail("gpu_busy_share", r4(u))
             .detail("sm_activity", r4(s))
-            .detail(
-                "fabric_busy_share",
-                r4(n.fabric_busy_share().unwrap_or(0.0)),
-            );
+            .detail("fabric_busy_share", r4(nodes.busy_share(n).unwrap_or(0.0)));
         c.action = "Overlap the gradient AllReduce with backward compute (DDP bucketing: bucket_cap_mb, \
                     gradient_as_bucket_view; no blocking sync before the optimizer step); check a profile timeline \
                     (commwatch diagnose --trace) before tuning NCCL."
             .into();
-        c.raise_after = raise_after_at(n, rates.of(n));
+        c.raise_after = raise_after_at(n, nodes.burst_rate(n));
         out.push(c);
     }
     out

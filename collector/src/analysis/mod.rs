@@ -346,15 +346,17 @@ pub type Rule = fn(&AnalysisInput) -> Vec<Candidate>;
 
 /// The name of the rule [`scaling::evaluate`] in [`RULES`].
 const SCALING: &str = "scaling";
-/// The names of [`straggler::evaluate`] and [`exposed_comm::evaluate`] in [`RULES`]: both read each node's
-/// fabric burst rate, worked out once per evaluation for the two ([`BurstRates`]).
+/// The names of [`straggler::evaluate`], [`exposed_comm::evaluate`] and [`underutilized::evaluate_unwritten`]
+/// in [`RULES`]: they read each node's fabric burst rate or busy share, worked out once per evaluation for
+/// them and the jobs' figures ([`NodeFigures`]).
 const STRAGGLER: &str = "straggler";
 const EXPOSED_COMM: &str = "exposed_comm";
+const UNDERUTILIZED: &str = "underutilized";
 
 /// Every rule, in evaluation order. A new finding is one new file plus one line here.
 pub const RULES: &[(&str, Rule)] = &[
     ("management_nic", management_nic::evaluate),
-    ("underutilized", underutilized::evaluate_unwritten),
+    (UNDERUTILIZED, underutilized::evaluate_unwritten),
     ("degraded", degraded::evaluate),
     ("link_errors", link_errors::evaluate),
     ("congestion", congestion::evaluate),
@@ -381,7 +383,7 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
 /// the tracker takes ([`tracker::Tracker::update_keyed`]). Sorted by id (stable). Candidates may come with
 /// their words unwritten ([`Candidate::words`]).
 pub fn evaluate_keyed(input: &AnalysisInput) -> Vec<(String, Candidate)> {
-    keyed_with(input, None)
+    keyed_with(input, &NodeFigures::new(input), None)
 }
 
 /// [`evaluate_keyed`] and the jobs' figures ([`scaling::job_figures`]), worked out once for both (the
@@ -389,20 +391,23 @@ pub fn evaluate_keyed(input: &AnalysisInput) -> Vec<(String, Candidate)> {
 pub(crate) fn evaluate_keyed_with_figures(
     input: &AnalysisInput,
 ) -> (Vec<(String, Candidate)>, Vec<scaling::JobFigures>) {
-    let figures = scaling::job_figures(input);
-    (keyed_with(input, Some(&figures)), figures)
+    let nodes = NodeFigures::new(input);
+    let figures = scaling::job_figures_with(input, &nodes);
+    (keyed_with(input, &nodes, Some(&figures)), figures)
 }
 
-/// [`evaluate_keyed`], the `scaling` rule on `figures` when given.
+/// [`evaluate_keyed`], the nodes' shared figures read from `nodes`, the `scaling` rule on `figures` when
+/// given.
 fn keyed_with(
     input: &AnalysisInput,
+    nodes: &NodeFigures<'_>,
     figures: Option<&[scaling::JobFigures]>,
 ) -> Vec<(String, Candidate)> {
-    let rates = BurstRates::new(input);
     let run = |(name, rule): &(&str, Rule)| match (*name, figures) {
         (SCALING, Some(f)) => scaling::evaluate_with(input, f),
-        (STRAGGLER, _) => straggler::evaluate_with(input, &rates),
-        (EXPOSED_COMM, _) => exposed_comm::evaluate_with(input, &rates),
+        (STRAGGLER, _) => straggler::evaluate_with(input, nodes),
+        (EXPOSED_COMM, _) => exposed_comm::evaluate_with(input, nodes),
+        (UNDERUTILIZED, _) => underutilized::evaluate_unwritten_with(input, nodes),
         _ => rule(input),
     };
     // Each rule's list moved in once, into room for all (not grown candidate by candidate).
@@ -463,32 +468,55 @@ fn in_order<K, T>(items: Vec<T>, order: Vec<(K, usize)>) -> impl Iterator<Item =
         .filter_map(move |(k, at)| Some((k, slots.get_mut(at)?.take()?)))
 }
 
-/// Each node's [`input::NodeInput::fabric_burst_rate`] (a walk over every link of each of its steps: a demo
-/// node's 64 steps list 161 links each), worked out at most once per evaluation for the rules that read it.
-pub(crate) struct BurstRates<'i> {
+/// Figures of a node that several rules read, each a walk over every link of the node or of each of its
+/// steps (a demo node's 64 steps list 161 links each), worked out at most once per evaluation for the rules
+/// that read them: [`input::NodeInput::fabric_burst_rate`] (straggler, exposed communication) and
+/// [`input::NodeInput::fabric_busy_share`] (the exposed-communication share: the jobs' figures, exposed
+/// communication, underutilization).
+pub(crate) struct NodeFigures<'i> {
     nodes: &'i [input::NodeInput],
     rates: Vec<std::cell::OnceCell<Option<f64>>>,
+    busy: Vec<std::cell::OnceCell<Option<f64>>>,
 }
 
-impl<'i> BurstRates<'i> {
-    pub(crate) fn new(input: &'i AnalysisInput) -> BurstRates<'i> {
-        BurstRates {
+impl<'i> NodeFigures<'i> {
+    pub(crate) fn new(input: &'i AnalysisInput) -> NodeFigures<'i> {
+        NodeFigures {
             nodes: &input.nodes,
             rates: vec![std::cell::OnceCell::new(); input.nodes.len()],
+            busy: vec![std::cell::OnceCell::new(); input.nodes.len()],
         }
     }
 
-    /// `n`'s burst rate, bytes/s: kept for a node of the input (found by its place in the input's list), worked
-    /// out each time for any other.
-    pub(crate) fn of(&self, n: &input::NodeInput) -> Option<f64> {
+    /// `n`'s place in the input's list of nodes (found by its address), `None` for a node not of the input.
+    fn place(&self, n: &input::NodeInput) -> Option<usize> {
         let size = std::mem::size_of::<input::NodeInput>().max(1);
-        let at = (n as *const input::NodeInput as usize)
+        let k = (n as *const input::NodeInput as usize)
             .checked_sub(self.nodes.as_ptr() as usize)
-            .map(|offset| offset / size);
-        match at.and_then(|k| Some((self.nodes.get(k)?, self.rates.get(k)?))) {
-            Some((x, rate)) if std::ptr::eq(x, n) => *rate.get_or_init(|| n.fabric_burst_rate()),
-            _ => n.fabric_burst_rate(),
+            .map(|offset| offset / size)?;
+        self.nodes.get(k).filter(|x| std::ptr::eq(*x, n)).map(|_| k)
+    }
+
+    /// `n`'s burst rate, bytes/s: kept for a node of the input, worked out each time for any other.
+    pub(crate) fn burst_rate(&self, n: &input::NodeInput) -> Option<f64> {
+        match self.place(n).and_then(|k| self.rates.get(k)) {
+            Some(rate) => *rate.get_or_init(|| n.fabric_burst_rate()),
+            None => n.fabric_burst_rate(),
         }
+    }
+
+    /// `n`'s busiest fabric port's busy share: kept for a node of the input, worked out each time for any
+    /// other.
+    pub(crate) fn busy_share(&self, n: &input::NodeInput) -> Option<f64> {
+        match self.place(n).and_then(|k| self.busy.get(k)) {
+            Some(busy) => *busy.get_or_init(|| n.fabric_busy_share()),
+            None => n.fabric_busy_share(),
+        }
+    }
+
+    /// [`exposed_comm::exposed_share`] of `n`, its busy share read from here.
+    pub(crate) fn exposed_share(&self, n: &input::NodeInput) -> Option<f64> {
+        exposed_comm::exposed_share_given(n, || self.busy_share(n))
     }
 }
 
@@ -707,15 +735,19 @@ mod tests {
             nodes: vec![node("a", 1e9), node("b", 2e9), node("c", 3e9)],
             ..AnalysisInput::default()
         };
-        let rates = BurstRates::new(&input);
+        let rates = NodeFigures::new(&input);
         for _ in 0..2 {
-            let kept: Vec<Option<f64>> = input.nodes.iter().map(|n| rates.of(n)).collect();
+            let kept: Vec<Option<f64>> = input.nodes.iter().map(|n| rates.burst_rate(n)).collect();
             assert_eq!(kept, [Some(3e9), Some(6e9), Some(9e9)]);
+            let busy: Vec<Option<f64>> = input.nodes.iter().map(|n| rates.busy_share(n)).collect();
+            let own: Vec<Option<f64>> = input.nodes.iter().map(|n| n.fabric_busy_share()).collect();
+            assert_eq!(busy, own);
         }
         let outside = node("d", 4e9);
-        assert_eq!(rates.of(&outside), Some(12e9));
+        assert_eq!(rates.burst_rate(&outside), Some(12e9));
+        assert_eq!(rates.busy_share(&outside), outside.fabric_busy_share());
         assert_eq!(
-            rates.of(&input.nodes[1]),
+            rates.burst_rate(&input.nodes[1]),
             input.nodes[1].fabric_burst_rate()
         );
     }
@@ -783,14 +815,18 @@ mod tests {
 
     #[test]
     fn the_rules_given_shared_figures_are_found_by_their_names() {
-        for name in [SCALING, STRAGGLER, EXPOSED_COMM] {
+        for name in [SCALING, STRAGGLER, EXPOSED_COMM, UNDERUTILIZED] {
             let named = RULES.iter().filter(|(n, _)| *n == name).count();
             assert_eq!(named, 1, "{name}");
         }
         let input = AnalysisInput::default();
         let figures = scaling::job_figures(&input);
         assert_eq!(evaluate_keyed_with_figures(&input).1, figures);
-        assert_eq!(keyed_with(&input, Some(&figures)), keyed_with(&input, None));
+        let nodes = NodeFigures::new(&input);
+        assert_eq!(
+            keyed_with(&input, &nodes, Some(&figures)),
+            keyed_with(&input, &nodes, None)
+        );
     }
 
     #[test]

@@ -22,7 +22,6 @@
 
 use serde::Serialize;
 
-use super::exposed_comm::exposed_share;
 use super::input::{AnalysisInput, JobReference, NodeInput, ThroughputBaseline};
 use super::straggler::groups;
 use super::{median_select, r4, Candidate, Evidence, FindingKind, Severity, Subject};
@@ -211,6 +210,15 @@ fn communication_share(nodes: &[&NodeInput]) -> Option<(f64, usize)> {
 
 /// Figures of every job in the input.
 pub fn job_figures(input: &AnalysisInput) -> Vec<JobFigures> {
+    job_figures_with(input, &super::NodeFigures::new(input))
+}
+
+/// [`job_figures`], each node's fabric busy share read from `node_figures` (shared with the rules that read
+/// it).
+pub(crate) fn job_figures_with(
+    input: &AnalysisInput,
+    node_figures: &super::NodeFigures<'_>,
+) -> Vec<JobFigures> {
     let mut out = Vec::new();
     for (job, nodes) in groups(input) {
         if nodes.is_empty() {
@@ -230,7 +238,7 @@ pub fn job_figures(input: &AnalysisInput) -> Vec<JobFigures> {
         };
         let exposed = nodes
             .iter()
-            .filter_map(|n| exposed_share(n))
+            .filter_map(|n| node_figures.exposed_share(n))
             .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))));
         let (eff, method) = if let (Some(p), Some(b)) = (per_gpu, &baseline) {
             steps = marker_steps;

@@ -27,7 +27,7 @@
 use super::exposed_comm::compute_share;
 use super::input::{AnalysisInput, NodeInput};
 use super::{
-    gbs, median_select, r4, BurstRates, Candidate, Evidence, FindingKind, Severity, Subject,
+    gbs, median_select, r4, Candidate, Evidence, FindingKind, NodeFigures, Severity, Subject,
 };
 
 /// Fewest nodes to compare: two, each compared with the other.
@@ -90,11 +90,11 @@ fn compute_signal(nodes: &[&NodeInput]) -> (&'static str, fn(&NodeInput) -> Opti
 }
 
 pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
-    evaluate_with(input, &BurstRates::new(input))
+    evaluate_with(input, &NodeFigures::new(input))
 }
 
 /// [`evaluate`], each node's fabric burst rate read from `rates` (shared with [`super::exposed_comm`]).
-pub(crate) fn evaluate_with(input: &AnalysisInput, rates: &BurstRates<'_>) -> Vec<Candidate> {
+pub(crate) fn evaluate_with(input: &AnalysisInput, rates: &NodeFigures<'_>) -> Vec<Candidate> {
     let burst_rates = rates;
     let mut all = Vec::new();
     for (job, nodes) in groups(input) {
@@ -110,7 +110,7 @@ pub(crate) fn evaluate_with(input: &AnalysisInput, rates: &BurstRates<'_>) -> Ve
         };
         let busy_all = reference(&nodes, None, share);
         // Each node's burst rate worked out once (a walk over its steps' links), not once more per reference.
-        let rates: Vec<Option<f64>> = nodes.iter().map(|n| burst_rates.of(n)).collect();
+        let rates: Vec<Option<f64>> = nodes.iter().map(|n| burst_rates.burst_rate(n)).collect();
         let rate_all = reference_in(&nodes, &rates, None);
         for (k, n) in nodes.iter().enumerate() {
             let pair = (nodes.len() == 2).then_some(n.name.as_str());

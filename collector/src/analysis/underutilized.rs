@@ -24,11 +24,12 @@
 //! communication was `hidden`, `overlapped` or its cost `unknown`. Info as well when another finding explains
 //! it.
 
-use super::exposed_comm::{compute_share, exposed_share, EXPOSED_SHARE_ABOVE};
+use super::exposed_comm::{compute_share, EXPOSED_SHARE_ABOVE};
 use super::input::{AnalysisInput, BareBaseline, LinkInput, NodeInput};
 use super::link_probes::ProbeBaseline;
 use super::{
-    median_select, r4, Candidate, Evidence, FabricStepFigures, FindingKind, Gbs, Severity, Subject,
+    median_select, r4, Candidate, Evidence, FabricStepFigures, FindingKind, Gbs, NodeFigures,
+    Severity, Subject,
 };
 use crate::collectives::CollectiveSummary;
 use std::fmt::Write as _;
@@ -45,13 +46,13 @@ pub const SUSTAINED_SHARE: f64 = 0.8;
 pub const OVERLAP_AT_MOST: f64 = 0.1;
 
 /// Whether the node's communication costs its job time at the links' own rate, as far as its GPU data tell:
-/// `(severity, what the communication was)`.
-fn cost(n: &NodeInput) -> (Severity, &'static str) {
-    let overlap = match (n.fabric_busy_share(), compute_share(n)) {
+/// `(severity, what the communication was)`; its fabric busy share read from `nodes`.
+fn cost(n: &NodeInput, nodes: &NodeFigures<'_>) -> (Severity, &'static str) {
+    let overlap = match (nodes.busy_share(n), compute_share(n)) {
         (Some(b), Some(c)) => b + c - 1.0,
         _ => 0.0,
     };
-    match exposed_share(n) {
+    match nodes.exposed_share(n) {
         Some(x) if x >= EXPOSED_SHARE_ABOVE && overlap <= OVERLAP_AT_MOST => {
             (Severity::Warning, "exposed")
         }
@@ -98,12 +99,21 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
 
 /// The rule's candidates, their words left unwritten ([`Candidate::words`]): what [`super::RULES`] runs.
 pub fn evaluate_unwritten(input: &AnalysisInput) -> Vec<Candidate> {
+    evaluate_unwritten_with(input, &NodeFigures::new(input))
+}
+
+/// [`evaluate_unwritten`], each node's fabric busy share read from `nodes` (shared with the other rules that
+/// read it).
+pub(crate) fn evaluate_unwritten_with(
+    input: &AnalysisInput,
+    nodes: &NodeFigures<'_>,
+) -> Vec<Candidate> {
     let mut out = Vec::new();
     let mut rates: Vec<f64> = Vec::new();
     for n in &input.nodes {
         // Worked out once a link qualifies: a node with nothing to say does not pay for its GPU figures.
         let mut cost_memo = None;
-        let mut cost_of = || *cost_memo.get_or_insert_with(|| cost(n));
+        let mut cost_of = || *cost_memo.get_or_insert_with(|| cost(n, nodes));
         let job = input
             .job_of(&n.name)
             .map(|j| j.id.as_str())
