@@ -7,9 +7,12 @@
 //! payloads from `loadgen --dump-tape` (a real demo agent's batches, as received) instead of synthetic ones
 //! shaped like them: ~410 samples of 1,485 series, 5 ticks).
 //!
-//! The WAL is checkpointed as the writer does it, beside the commits (`CHECKPOINT=beside`, the default: a
-//! passive checkpoint on a thread and connection of its own every second of data, its CPU reported apart), or
-//! within them as SQLite does by default (`CHECKPOINT=within`: every 1,000 pages, in the commit's CPU and wall).
+//! The database is kept as the writer keeps it (a rollback journal, `JOURNAL=persist`, the default), or for
+//! comparison in the WAL as older collectors kept it (`JOURNAL=wal`): checkpointed beside the commits
+//! (`CHECKPOINT=beside`, the default: a passive checkpoint on a thread and connection of its own every second of
+//! data, its CPU reported apart, and SQLite's own within a commit once the WAL holds 64 MiB, as they did), or
+//! only within them as SQLite does by default (`CHECKPOINT=within`: every 1,000 pages, in the commit's CPU and
+//! wall).
 //!
 //! `HISTORY_HZ` (0) transactions a second of the findings' history beside it, as the collector's history thread
 //! writes them (`History::record`'s statements, `HISTORY_ROWS` (8) findings refreshed, one raised, per
@@ -31,7 +34,7 @@ use std::time::{Duration, Instant};
 use commwatch_collector::analysis::history::{self, History};
 use commwatch_collector::analysis::tracker::Change;
 use commwatch_collector::analysis::{Evidence, Finding, FindingKind, Severity, Subject};
-use commwatch_collector::persist::bench::{Checkpoint, Db, Items};
+use commwatch_collector::persist::bench::{Db, Items};
 use commwatch_collector::persist::{COMMIT_INTERVAL, DB_FILE, PRUNE_INTERVAL};
 use commwatch_proto::v1 as pb;
 use prost::Message;
@@ -241,13 +244,15 @@ impl Checkpoints {
         let busy = Arc::new(AtomicBool::new(false));
         let flag = busy.clone();
         let done = std::thread::spawn(move || {
-            let mut c = Checkpoint::open(&path).expect("the checkpointer's connection");
+            let c = rusqlite::Connection::open(&path).expect("the checkpointer's connection");
             let mut cost = CheckpointCost::default();
             while rx.recv().is_ok() {
-                let c0 = cpu_ns();
-                let (wall, frames) = c.run().expect("a checkpoint");
+                let (c0, w0) = (cpu_ns(), Instant::now());
+                let frames: i64 = c
+                    .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| r.get(1))
+                    .expect("a checkpoint");
                 cost.cpu_ns += cpu_ns() - c0;
-                cost.walls_us.push(wall.as_micros() as u64);
+                cost.walls_us.push(w0.elapsed().as_micros() as u64);
                 cost.max_frames = cost.max_frames.max(frames);
                 flag.store(false, Ordering::Release);
             }
@@ -296,7 +301,7 @@ struct Run {
     payloads: Vec<Vec<u8>>,
     retention: Duration,
     items: Items,
-    /// The checkpoints beside the commits (none: within them).
+    /// The checkpoints beside the commits (none: within them, or no WAL).
     checkpoints: Option<Checkpoints>,
 }
 
@@ -362,13 +367,15 @@ fn main() {
         items: Items::default(),
         checkpoints: None,
     };
+    let wal = std::env::var("JOURNAL").is_ok_and(|v| v == "wal");
     let beside = std::env::var("CHECKPOINT").map_or(true, |v| v != "within");
-    if beside {
-        run.checkpoints = Some(Checkpoints::start(path.clone()));
-    } else {
+    if wal {
         run.db
-            .checkpoint_within_commits()
-            .expect("wal_autocheckpoint");
+            .wal(if beside { 1024 } else { 1000 })
+            .expect("the WAL");
+    }
+    if wal && beside {
+        run.checkpoints = Some(Checkpoints::start(path.clone()));
     }
     let mut hellos = Items::default();
     for name in &run.names {
@@ -467,7 +474,8 @@ fn main() {
                 c.max_frames
             );
         }
-        None => println!("checkpoints within the commits (every 1,000 pages)"),
+        None if wal => println!("WAL checkpointed within the commits (every 1,000 pages)"),
+        None => println!("rollback journal (kept between commits), no checkpoints"),
     }
     if let Some((n, w)) = history {
         println!(

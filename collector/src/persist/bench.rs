@@ -10,7 +10,7 @@ use std::time::Duration;
 use rusqlite::Connection;
 use tokio::sync::watch;
 
-use super::{checkpoint, partition, schema, CommitTimes, Item, PersistError};
+use super::{partition, schema, CommitTimes, Item, PersistError};
 
 /// The writer's items for one commit, built apart from the commit that is timed.
 pub struct Items {
@@ -101,10 +101,19 @@ impl Db {
         schema::prune(&self.conn, retention, now_unix_ns)
     }
 
-    /// Checkpoints within the commits, as SQLite does by default (every 1,000 pages of WAL), instead of only
-    /// past the writer's backstop.
-    pub fn checkpoint_within_commits(&self) -> Result<(), rusqlite::Error> {
-        self.conn.pragma_update(None, "wal_autocheckpoint", 1000)
+    /// Switches the database to the WAL, as collectors before the rollback journal kept it (for comparison):
+    /// SQLite checkpoints within a commit once the WAL holds `autocheckpoint_pages` (they set 64 MiB of pages,
+    /// 1,024, and checkpointed beside the commits too) and cuts the WAL's file back to 64 MiB after it starts
+    /// over.
+    pub fn wal(&self, autocheckpoint_pages: i64) -> Result<(), rusqlite::Error> {
+        let mode: String = self
+            .conn
+            .pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))?;
+        assert_eq!(mode, "wal", "the database switched to the WAL");
+        self.conn
+            .pragma_update(None, "wal_autocheckpoint", autocheckpoint_pages)?;
+        self.conn
+            .pragma_update(None, "journal_size_limit", 64i64 << 20)
     }
 
     /// What a start would replay at `now_unix_ns`: Hellos and batches within `retention`, and instances with
@@ -117,21 +126,5 @@ impl Db {
     ) -> Result<(usize, usize), PersistError> {
         let l = schema::load(&self.conn, path, retention, now_unix_ns)?;
         Ok((l.items.len(), l.seqs.len()))
-    }
-}
-
-/// The writer's checkpointer: a connection of its own to the database, as the writer's.
-pub struct Checkpoint(checkpoint::Checkpointer);
-
-impl Checkpoint {
-    /// A connection to the database at `path` (opened by [`Db::open`]).
-    pub fn open(path: &Path) -> Result<Checkpoint, rusqlite::Error> {
-        Ok(Checkpoint(checkpoint::Checkpointer::open(path)?))
-    }
-
-    /// One passive checkpoint, as the writer runs one beside its commits: its wall time and the WAL's frames.
-    pub fn run(&mut self) -> Result<(Duration, i64), rusqlite::Error> {
-        let done = self.0.run()?;
-        Ok((done.wall, done.wal_frames))
     }
 }

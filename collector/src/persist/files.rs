@@ -1,13 +1,13 @@
 //! The state directory and the database file on disk. They hold what agents sent, NCCL settings of training
 //! jobs included, so they are private to the collector's user: the directory is created 0700 (an existing one
 //! group or others can enter is warned about, not changed: the operator made it), the database file 0600 (an
-//! existing one group or others can read is tightened: it is ours; SQLite gives its WAL and shared-memory files
-//! the database's mode).
+//! existing one group or others can read is tightened: it is ours; SQLite gives its journal (and the WAL and
+//! shared-memory files of an older collector's database) the database's mode).
 //!
 //! A database that exists but is empty (0 bytes) is said loudly — SQLite would start on it silently, yet an
 //! empty file where a database was is a truncation (a copy cut short, a full disk). A damaged one is moved
-//! aside whole ([`move_aside`]: database, WAL and shared memory under one `.corrupt-<unix seconds>` suffix) so
-//! that the collector starts fresh and the file stays for inspection.
+//! aside whole ([`move_aside`]: database, journal, WAL and shared memory under one `.corrupt-<unix seconds>`
+//! suffix) so that the collector starts fresh and the file stays for inspection.
 
 use std::fs::DirBuilder;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
@@ -21,8 +21,10 @@ use super::PersistError;
 pub const DIR_MODE: u32 = 0o700;
 /// Mode of the database file.
 pub const DB_MODE: u32 = 0o600;
-/// SQLite's companion files of a database in WAL mode (suffixes of its path).
-const COMPANIONS: [&str; 2] = ["-wal", "-shm"];
+/// SQLite's companion files of a database (suffixes of its path): its rollback journal, and the WAL and shared
+/// memory of a database an older collector left in WAL mode. A journal left by a kill belongs to its database:
+/// beside an empty one in its place, SQLite would roll it back into that.
+const COMPANIONS: [&str; 3] = ["-journal", "-wal", "-shm"];
 
 /// What was found at the database's path before it was opened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,7 +95,7 @@ pub fn prepare_db_file(path: &Path) -> Result<DbFile, PersistError> {
     Ok(found)
 }
 
-/// Renames the database at `path` and its companion files to `<name>.corrupt-<unix seconds>[-wal|-shm]` (with
+/// Renames the database at `path` and its companion files to `<name>.corrupt-<unix seconds>[-journal|-wal|-shm]` (with
 /// `.1`, `.2`, … after the seconds when that name is taken); returns the database's new path.
 pub fn move_aside(path: &Path, unix_s: u64) -> Result<PathBuf, PersistError> {
     let suffixed = |p: &Path, suffix: &str| {
@@ -159,6 +161,7 @@ mod tests {
         let db = tmp.path().join("collector.sqlite3");
         std::fs::write(&db, b"garbage").unwrap();
         std::fs::write(tmp.path().join("collector.sqlite3-wal"), b"w").unwrap();
+        std::fs::write(tmp.path().join("collector.sqlite3-journal"), b"j").unwrap();
         let aside = move_aside(&db, 1_700_000_000).unwrap();
         assert_eq!(
             aside,
@@ -167,6 +170,11 @@ mod tests {
         assert_eq!(std::fs::read(&aside).unwrap(), b"garbage");
         let wal = tmp.path().join("collector.sqlite3.corrupt-1700000000-wal");
         assert_eq!(std::fs::read(wal).unwrap(), b"w");
+        let journal = tmp
+            .path()
+            .join("collector.sqlite3.corrupt-1700000000-journal");
+        assert_eq!(std::fs::read(journal).unwrap(), b"j");
+        assert!(!tmp.path().join("collector.sqlite3-journal").exists());
         assert!(!db.exists());
         assert!(!tmp.path().join("collector.sqlite3-wal").exists());
         // The same second again: a name of its own.

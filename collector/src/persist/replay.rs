@@ -21,7 +21,6 @@ use rusqlite::Connection;
 use tokio::task::JoinHandle;
 use tracing::{error, info, warn};
 
-use super::checkpoint::Checkpointer;
 use super::schema::{is_corruption, load, load_jobs, open};
 use super::{
     files, mark_durable, spawn_writer, PersistError, PersistHandle, PersistedJobs, Replay, DB_FILE,
@@ -62,17 +61,7 @@ pub(crate) async fn open_and_replay(
     let (hellos, batches) = replay(store, loaded.items, loaded.seqs, health);
     let job_lists = replay_jobs(store, loaded.jobs, health);
     info!(path = %path.display(), hellos, batches, job_lists, "replayed persisted state");
-    let checkpointer = Checkpointer::open(&path).map_err(|error| PersistError::Sqlite {
-        path: path.clone(),
-        error,
-    })?;
-    Ok(spawn_writer(
-        loaded.conn,
-        Some(checkpointer),
-        path,
-        retention,
-        health.clone(),
-    ))
+    Ok(spawn_writer(loaded.conn, path, retention, health.clone()))
 }
 
 /// Prepares the directory and the database file, and loads the database — moving a damaged one aside and

@@ -11,19 +11,25 @@ use super::partition::{self, Partition};
 use super::{CommitTimes, Item, PersistError, PersistedJobs, Replay};
 
 /// Page size of a database created here, bytes. An encoded batch of a demo node (~4 KiB) does not fit in
-/// SQLite's default 4 KiB page: each took most of a page plus an overflow page, and every page is written twice
-/// (the WAL, then the checkpoint). In 64 KiB pages batches sit side by side. A database created with another
-/// size keeps it (SQLite cannot change it in WAL mode).
+/// SQLite's default 4 KiB page: each took most of a page plus an overflow page. In 64 KiB pages batches sit side
+/// by side. A database created with another size keeps it (only a `VACUUM` could change it).
 pub(crate) const PAGE_SIZE: u32 = 65_536;
+
+/// The rollback journal's file is kept between commits (`journal_mode = PERSIST`: its header zeroed and
+/// fsynced at the end of each) and cut back to this size when a transaction made it larger, bytes.
+pub(crate) const JOURNAL_LIMIT_BYTES: i64 = 64 << 20;
 
 /// The writer's page cache, KiB. SQLite's default (2,000 KiB) holds 31 pages of [`PAGE_SIZE`]: fewer than the
 /// Hellos of a few hundred nodes (a demo node's fills a page of its own), so the prune's look-ups per node read
 /// every one of them from the file again, for seconds, while acks waited.
 const CACHE_KIB: i64 = 32 * 1024;
 
-/// Opens the database at `path` (creating it when missing, with [`PAGE_SIZE`]), in WAL mode with
-/// `synchronous = FULL`, and creates the tables it lacks. A file that is not a database fails here; damage
-/// deeper in it fails at [`load`].
+/// Opens the database at `path` (creating it when missing, with [`PAGE_SIZE`]) with a rollback journal kept
+/// between commits (`journal_mode = PERSIST`, see [`super`] for why not the WAL) and `synchronous = FULL`, and
+/// creates the tables it lacks. A database an older collector left in WAL mode is switched (SQLite copies what
+/// its WAL holds into it and removes the WAL); should another connection hold it in WAL mode, it stays in it,
+/// which works as well (SQLite then checkpoints within the commits), and the log says so. A file that is not a
+/// database fails here; damage deeper in it fails at [`load`].
 ///
 /// Batches go to partitions by receive time ([`partition`]), tables without an index: rows are appended in
 /// commit order, replay reads each table in rowid order, the prune drops whole partitions, and which instances
@@ -38,14 +44,21 @@ pub(crate) fn open(path: &Path) -> Result<Connection, PersistError> {
     };
     let conn = Connection::open(path).map_err(sql)?;
     conn.busy_timeout(Duration::from_secs(5)).map_err(sql)?;
-    // Only a database without pages yet takes it; before WAL mode, which fixes the size.
+    // Only a database without pages yet takes it.
     conn.pragma_update(None, "page_size", PAGE_SIZE)
         .map_err(sql)?;
-    conn.pragma_update(None, "journal_mode", "WAL")
+    let mode: String = conn
+        .pragma_update_and_check(None, "journal_mode", "PERSIST", |r| r.get(0))
         .map_err(sql)?;
+    if !mode.eq_ignore_ascii_case("persist") {
+        tracing::warn!(path = %path.display(), journal_mode = mode,
+            "the state database stays in its journal mode: another connection holds it (another collector on the \
+             same state directory?)");
+    }
     conn.pragma_update(None, "synchronous", "FULL")
         .map_err(sql)?;
-    super::checkpoint::backstop(&conn).map_err(sql)?;
+    conn.pragma_update(None, "journal_size_limit", JOURNAL_LIMIT_BYTES)
+        .map_err(sql)?;
     conn.pragma_update(None, "cache_size", -CACHE_KIB)
         .map_err(sql)?;
     conn.execute_batch(
@@ -668,14 +681,61 @@ mod tests {
         assert_eq!(cache_kib, -CACHE_KIB);
     }
 
+    fn journal_mode(conn: &Connection) -> String {
+        conn.query_row("PRAGMA journal_mode", [], |r| r.get(0))
+            .unwrap()
+    }
+
     #[test]
-    fn a_new_database_has_large_pages_and_no_index_on_batches() {
-        let (_dir, _path, conn) = fresh();
+    fn a_new_database_has_large_pages_a_kept_journal_and_no_index_on_batches() {
+        let (dir, _path, mut conn) = fresh();
         let page: u32 = conn
             .query_row("PRAGMA page_size", [], |r| r.get(0))
             .unwrap();
         assert_eq!(page, PAGE_SIZE);
         assert!(indexes(&conn).is_empty());
+        assert_eq!(journal_mode(&conn), "persist");
+        let sync: i64 = conn
+            .query_row("PRAGMA synchronous", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(sync, 2, "FULL");
+        commit(&mut conn, &[batch("n1", 1, 1, 1)], SPAN).unwrap();
+        // The journal stays, its header zeroed: nothing to roll back.
+        let journal = std::fs::read(dir.path().join("db-journal")).unwrap();
+        assert!(journal.len() >= 28 && journal[..28].iter().all(|b| *b == 0));
+        assert!(!dir.path().join("db-wal").exists());
+    }
+
+    /// A database an older collector kept in the WAL, stopped with committed pages still in it (64 KiB pages, as
+    /// those collectors made them): it opens with every committed row, out of the WAL, which is gone.
+    #[test]
+    fn a_database_left_in_the_wal_opens_with_what_its_wal_held() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        let mut older = open(&path).unwrap();
+        older.pragma_update(None, "journal_mode", "WAL").unwrap();
+        older.pragma_update(None, "wal_autocheckpoint", 0).unwrap();
+        commit(&mut older, &[hello("n1", 1, 0), batch("n1", 1, 1, 1)], SPAN).unwrap();
+        commit(&mut older, &[batch("n1", 1, 2, 2)], SPAN).unwrap();
+        let wal = dir.path().join("db-wal");
+        assert!(std::fs::metadata(&wal).unwrap().len() > 0);
+        // Copied as a kill leaves them: the database and its WAL, not checkpointed.
+        let copy = dir.path().join("copy");
+        std::fs::copy(&path, &copy).unwrap();
+        std::fs::copy(&wal, dir.path().join("copy-wal")).unwrap();
+        drop(older);
+        let conn = open(&copy).unwrap();
+        assert_eq!(journal_mode(&conn), "persist");
+        assert!(!dir.path().join("copy-wal").exists());
+        assert_eq!(
+            replayed(&conn, &copy, 3),
+            [
+                ('h', "n1".into(), 1, 0),
+                ('b', "n1".into(), 1, 1),
+                ('b', "n1".into(), 1, 2)
+            ]
+        );
+        assert_eq!(seqs(&conn), [("n1".into(), 1, 2, 2)]);
     }
 
     /// A state directory of an older collector: 4 KiB pages, two indexes on `batches`, one upsert of `seqs`
@@ -716,6 +776,7 @@ mod tests {
             }
         }
         let mut conn = open(&path).unwrap();
+        assert_eq!(journal_mode(&conn), "persist", "out of the WAL");
         assert!(indexes(&conn).is_empty(), "{:?}", indexes(&conn));
         let page: u32 = conn
             .query_row("PRAGMA page_size", [], |r| r.get(0))

@@ -23,7 +23,6 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::{error, info, warn};
 
-use super::checkpoint::{Checkpointed, Checkpointer, CHECKPOINT_EVERY};
 use super::{mark_durable, partition, schema, CommitTimes, Item};
 use crate::telemetry::throttle::LogThrottle;
 use crate::telemetry::Health;
@@ -57,16 +56,6 @@ impl Sink for Connection {
 
 type Queued = (Item, OwnedSemaphorePermit);
 
-/// The checkpointer between checkpoints, or the checkpoint running on the blocking pool.
-enum Checkpoints {
-    Idle {
-        checkpointer: Checkpointer,
-        /// When the last one ended.
-        last: Instant,
-    },
-    Running(JoinHandle<(Checkpointer, rusqlite::Result<Checkpointed>)>),
-}
-
 /// The writer's state between commits.
 struct Writer<S> {
     /// `None` only while a commit runs on the blocking pool.
@@ -81,15 +70,12 @@ struct Writer<S> {
     degraded_since: Option<Instant>,
     retry: Duration,
     still: LogThrottle,
-    /// `None`: SQLite checkpoints within the commits.
-    checkpoints: Option<Checkpoints>,
 }
 
 /// Starts the writer on `rx`. It ends when every sender is dropped and what it holds is committed — or, the
 /// disk still failing then, after one more attempt (what it held was not acknowledged: agents resend it).
 pub(crate) fn spawn<S: Sink>(
     sink: S,
-    checkpointer: Option<Checkpointer>,
     path: PathBuf,
     retention: Duration,
     health: Health,
@@ -105,10 +91,6 @@ pub(crate) fn spawn<S: Sink>(
         degraded_since: None,
         retry: RETRY_MIN,
         still: LogThrottle::new(STILL_DEGRADED_EVERY),
-        checkpoints: checkpointer.map(|checkpointer| Checkpoints::Idle {
-            checkpointer,
-            last: Instant::now(),
-        }),
     };
     tokio::spawn(writer.run(rx))
 }
@@ -140,61 +122,6 @@ impl<S: Sink> Writer<S> {
                 break;
             }
         }
-        if let Some(Checkpoints::Running(task)) = self.checkpoints.take() {
-            self.checkpointed(task.await);
-        }
-    }
-
-    /// After a commit: collects a checkpoint that ended, and starts the next on the blocking pool once
-    /// [`CHECKPOINT_EVERY`] has passed since the last ended (the writer goes on committing meanwhile).
-    async fn checkpoint(&mut self) {
-        let idle = match self.checkpoints.take() {
-            Some(Checkpoints::Running(task)) if task.is_finished() => {
-                let r = task.await;
-                self.checkpointed(r)
-            }
-            other => other,
-        };
-        self.checkpoints = match idle {
-            Some(Checkpoints::Idle {
-                mut checkpointer,
-                last,
-            }) if last.elapsed() >= CHECKPOINT_EVERY => Some(Checkpoints::Running(
-                tokio::task::spawn_blocking(move || {
-                    let r = checkpointer.run();
-                    (checkpointer, r)
-                }),
-            )),
-            other => other,
-        };
-    }
-
-    /// Observes a checkpoint's outcome; the checkpointer to use next (none when its task panicked: SQLite's
-    /// own checkpoints within the commits take over).
-    fn checkpointed(
-        &mut self,
-        joined: Result<(Checkpointer, rusqlite::Result<Checkpointed>), tokio::task::JoinError>,
-    ) -> Option<Checkpoints> {
-        let Ok((checkpointer, r)) = joined else {
-            error!(path = %self.path.display(), "persistence checkpointer failed; commits checkpoint themselves");
-            self.health.persist_errors.inc();
-            return None;
-        };
-        match r {
-            Ok(done) => {
-                let h = &self.health.persist_commit_seconds;
-                h.with_label_values(&["checkpoint"])
-                    .observe(done.wall.as_secs_f64());
-            }
-            Err(e) => {
-                self.health.persist_errors.inc();
-                warn!(path = %self.path.display(), error = %e, "sqlite checkpoint failed");
-            }
-        }
-        Some(Checkpoints::Idle {
-            checkpointer,
-            last: Instant::now(),
-        })
     }
 
     /// Takes what arrives until `deadline` (or [`COMMIT_MAX_ITEMS`] are pending); `false` once every sender
@@ -256,7 +183,6 @@ impl<S: Sink> Writer<S> {
                 }
                 drop(permits);
                 self.recovered(items.len());
-                self.checkpoint().await;
                 true
             }
             Err(e) => {
@@ -355,15 +281,9 @@ mod tests {
     }
 
     fn rig() -> Rig {
-        rig_with(false)
-    }
-
-    /// The rig, its WAL checkpointed beside the writer (`beside`) as the collector's, or within the commits.
-    fn rig_with(beside: bool) -> Rig {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(DB_FILE);
         let conn = schema::open(&path).unwrap();
-        let checkpointer = beside.then(|| Checkpointer::open(&path).unwrap());
         let full = Arc::new(AtomicBool::new(false));
         let health = Health::new().unwrap();
         let disk = FillableDisk {
@@ -371,7 +291,7 @@ mod tests {
             full: full.clone(),
         };
         let retention = Duration::from_secs(600);
-        let (handle, task) = spawn_writer(disk, checkpointer, path, retention, health.clone());
+        let (handle, task) = spawn_writer(disk, path, retention, health.clone());
         Rig {
             dir,
             full,
@@ -437,44 +357,10 @@ mod tests {
         r.durable_reaches(3).await;
         assert_eq!(r.health.persist_degraded.get(), 0);
         assert_eq!(r.stored_seqs(), vec![1, 2, 3], "each once");
+        let all = r.health.persist_commit_seconds.with_label_values(&["all"]);
+        assert_eq!(all.get_sample_count(), r.health.persist_commits.get());
         drop(r.handle);
         r.task.await.unwrap();
-    }
-
-    /// Checkpoints beside the commits: every batch acknowledged once committed and stored once, the WAL
-    /// checkpointed (observed), and the writer ends after the checkpoint it started.
-    #[tokio::test]
-    async fn checkpoints_beside_the_writer_leave_every_batch_committed_once() {
-        let r = rig_with(true);
-        let until = Instant::now() + CHECKPOINT_EVERY * 3;
-        let mut seq = 0;
-        while Instant::now() < until {
-            seq += 1;
-            r.batch(seq).await;
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        r.durable_reaches(seq).await;
-        let checkpoints = r
-            .health
-            .persist_commit_seconds
-            .with_label_values(&["checkpoint"])
-            .get_sample_count();
-        assert!(checkpoints >= 1, "{checkpoints} checkpoints");
-        let all = r
-            .health
-            .persist_commit_seconds
-            .with_label_values(&["all"])
-            .get_sample_count();
-        assert_eq!(all, r.health.persist_commits.get());
-        // Every batch is durable, so committed: each stored once.
-        assert_eq!(
-            r.stored_seqs(),
-            (1..=seq as i64).collect::<Vec<_>>(),
-            "each once"
-        );
-        drop(r.handle);
-        r.task.await.unwrap();
-        assert_eq!(r.health.persist_errors.get(), 0);
     }
 
     #[tokio::test]
