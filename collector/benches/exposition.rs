@@ -574,68 +574,47 @@ fn median_u64(v: &mut [u64]) -> u64 {
     v.get(v.len() / 2).copied().unwrap_or(0)
 }
 
-/// `TAPE` mode (see the module's doc).
-fn main_tape(path: &str) {
-    let nodes = env("NODES", 2000);
-    let reps = env("REPS", 4).max(1);
-    let filling = Instant::now();
-    let store = tape_store(path, nodes);
-    let m = store.memory();
+/// Checks the text against the reference encoder's, once; prints its size.
+fn check_against_reference(store: &Arc<Store>, nodes: u64) {
+    let health = Health::new().expect("health");
+    health
+        .registry
+        .register(Box::new(
+            reference::StoreCollector::new(store.clone()).expect("collector"),
+        ))
+        .expect("register");
+    let old = TextEncoder::new()
+        .encode_to_string(&health.registry.gather())
+        .expect("encode");
+    let health = Health::new().expect("health");
+    health
+        .registry
+        .register(Box::new(StoreDescs::new().expect("descs")))
+        .expect("register");
+    let new = Exposition::new(store.clone())
+        .render(&health)
+        .expect("render");
+    assert!(old == new, "the text differs from the reference encoder's");
+    let samples = new.lines().filter(|l| !l.starts_with('#')).count();
     println!(
-        "store: {} copies of the tape's node, {} series, {} samples, filled in {:.1} s",
-        m.nodes,
-        m.series,
-        m.samples,
-        filling.elapsed().as_secs_f64()
+        "/metrics: {samples} samples ({:.0} a node), {:.1} MB, equal to the reference encoder's",
+        samples as f64 / nodes.max(1) as f64,
+        new.len() as f64 / 1e6
     );
-    // The text once against the reference encoder.
-    {
-        let health = Health::new().expect("health");
-        health
-            .registry
-            .register(Box::new(
-                reference::StoreCollector::new(store.clone()).expect("collector"),
-            ))
-            .expect("register");
-        let old = TextEncoder::new()
-            .encode_to_string(&health.registry.gather())
-            .expect("encode");
-        let health = Health::new().expect("health");
-        health
-            .registry
-            .register(Box::new(StoreDescs::new().expect("descs")))
-            .expect("register");
-        let new = Exposition::new(store.clone())
-            .render(&health)
-            .expect("render");
-        assert!(old == new, "the text differs from the reference encoder's");
-        let samples = new.lines().filter(|l| !l.starts_with('#')).count();
-        println!(
-            "/metrics: {samples} samples ({:.0} a node), {:.1} MB, equal to the reference encoder's",
-            samples as f64 / nodes.max(1) as f64,
-            new.len() as f64 / 1e6
-        );
-    }
-    let kept = Exposition::new(store.clone());
-    let fresh = Exposition::new(store.clone()).with_fresh_buffers();
-    let first = [scrape(&kept), scrape(&fresh)];
-    assert_eq!(first[0].hash, first[1].hash, "texts differ");
-    println!(
-        "first render (buffers sized by it): kept {:.0} ms CPU, {} faults; fresh {:.0} ms CPU, {} faults",
-        first[0].render.0 as f64 / 1e6,
-        first[0].render.1,
-        first[1].render.0 as f64 / 1e6,
-        first[1].render.1
-    );
+}
+
+/// `reps` scrapes each through `kept` and `fresh`, alternated (which goes first too), their texts checked
+/// equal; per exposition ([kept, fresh]) the render's CPU and faults and the gzip's CPU and faults per scrape.
+fn alternate(kept: &Exposition, fresh: &Exposition, reps: u64, bytes: usize) -> [[Vec<u64>; 4]; 2] {
     // [kept, fresh] × [render CPU, render faults, gzip CPU, gzip faults]
     let mut figures: [[Vec<u64>; 4]; 2] = Default::default();
     for rep in 0..reps {
         let order = if rep % 2 == 0 { [0, 1] } else { [1, 0] };
         let mut hashes = [0; 2];
         for which in order {
-            let s = scrape([&kept, &fresh][which]);
+            let s = scrape([kept, fresh][which]);
             hashes[which] = s.hash;
-            assert_eq!(s.bytes, first[0].bytes, "the text's length moved");
+            assert_eq!(s.bytes, bytes, "the text's length moved");
             let f = &mut figures[which];
             for (v, x) in f
                 .iter_mut()
@@ -654,6 +633,65 @@ fn main_tape(path: &str) {
         }
         assert_eq!(hashes[0], hashes[1], "texts differ (rep {rep})");
     }
+    figures
+}
+
+/// Times the parts both expositions share: the store's snapshot and its export detail (`reps` times; medians).
+fn shared_parts(store: &Store, reps: u64) {
+    let (mut snap, mut detail) = (Vec::new(), Vec::new());
+    for _ in 0..reps {
+        let at = thread_usage();
+        let mut nodes = store.snapshot(unix_ns());
+        snap.push(since(at));
+        let at = thread_usage();
+        export::exposition::apply_export_detail(
+            &mut nodes,
+            export::exposition::ExportDetail::default(),
+        );
+        detail.push(since(at));
+        drop(nodes);
+    }
+    let med = |v: &[(u64, u64)]| {
+        let (mut c, mut f): (Vec<u64>, Vec<u64>) = v.iter().copied().unzip();
+        (median_u64(&mut c), median_u64(&mut f))
+    };
+    let (s, d) = (med(&snap), med(&detail));
+    println!(
+        "of a render: the store's snapshot {:.0} ms CPU, {} faults; its export detail {:.0} ms CPU, {} faults",
+        s.0 as f64 / 1e6,
+        s.1,
+        d.0 as f64 / 1e6,
+        d.1
+    );
+}
+
+/// `TAPE` mode (see the module's doc).
+fn main_tape(path: &str) {
+    let nodes = env("NODES", 2000);
+    let reps = env("REPS", 4).max(1);
+    let filling = Instant::now();
+    let store = tape_store(path, nodes);
+    let m = store.memory();
+    println!(
+        "store: {} copies of the tape's node, {} series, {} samples, filled in {:.1} s",
+        m.nodes,
+        m.series,
+        m.samples,
+        filling.elapsed().as_secs_f64()
+    );
+    check_against_reference(&store, nodes);
+    let kept = Exposition::new(store.clone());
+    let fresh = Exposition::new(store.clone()).with_fresh_buffers();
+    let first = [scrape(&kept), scrape(&fresh)];
+    assert_eq!(first[0].hash, first[1].hash, "texts differ");
+    println!(
+        "first render (buffers sized by it): kept {:.0} ms CPU, {} faults; fresh {:.0} ms CPU, {} faults",
+        first[0].render.0 as f64 / 1e6,
+        first[0].render.1,
+        first[1].render.0 as f64 / 1e6,
+        first[1].render.1
+    );
+    let mut figures = alternate(&kept, &fresh, reps, first[0].bytes);
     let per_node_second = |ns: u64| ns as f64 / 1e3 / nodes.max(1) as f64 / 15.0;
     println!(
         "median per scrape over {reps} alternated reps, {nodes} nodes (us per node and second at a scrape every 15 s):"
@@ -683,32 +721,7 @@ fn main_tape(path: &str) {
         first[0].bytes as f64 / 1e6,
         fresh.kept_bytes() as f64 / 1e6
     );
-    // The parts both paths share: the store's snapshot and its export detail.
-    let (mut snap, mut detail) = (Vec::new(), Vec::new());
-    for _ in 0..reps {
-        let at = thread_usage();
-        let mut nodes = store.snapshot(unix_ns());
-        snap.push(since(at));
-        let at = thread_usage();
-        export::exposition::apply_export_detail(
-            &mut nodes,
-            export::exposition::ExportDetail::default(),
-        );
-        detail.push(since(at));
-        drop(nodes);
-    }
-    let med = |v: &[(u64, u64)]| {
-        let (mut c, mut f): (Vec<u64>, Vec<u64>) = v.iter().copied().unzip();
-        (median_u64(&mut c), median_u64(&mut f))
-    };
-    let (s, d) = (med(&snap), med(&detail));
-    println!(
-        "of a render: the store's snapshot {:.0} ms CPU, {} faults; its export detail {:.0} ms CPU, {} faults",
-        s.0 as f64 / 1e6,
-        s.1,
-        d.0 as f64 / 1e6,
-        d.1
-    );
+    shared_parts(&store, reps);
 }
 
 fn main() {
