@@ -75,9 +75,45 @@ pub fn apply_counter_detail(nodes: &mut [NodeSnapshot], detail: CounterDetail) {
     if detail == CounterDetail::Name {
         return;
     }
-    let mut sums = Vec::new();
+    let mut scratch = SumScratch::default();
     for l in nodes.iter_mut().flat_map(|n| n.links.iter_mut()) {
-        sum_per_family(l, &mut sums);
+        sum_per_family(l, &mut scratch);
+    }
+}
+
+/// What [`sum_per_family`] reuses from one link to the next.
+#[derive(Default)]
+struct SumScratch {
+    /// The family each of the link's series is summed into ([`summed_family`]).
+    families: Vec<Option<&'static str>>,
+    /// The positions of the sums made.
+    sums: Vec<usize>,
+    /// The counter name at each position of the links seen before and the family it is summed into: links of
+    /// one kind carry the same names in one order, so a name is mostly looked up once per node, not per link.
+    names: Vec<(String, Option<&'static str>)>,
+}
+
+impl SumScratch {
+    /// [`summed_family`] of `s`, the `j`-th series of its link.
+    fn family(&mut self, j: usize, s: &SeriesSnapshot) -> Option<&'static str> {
+        if !matches!(s.kind, SeriesKind::Counter { .. }) {
+            return None;
+        }
+        let metric = s.key.metric.as_str();
+        match self.names.get_mut(j) {
+            Some((name, family)) if name == metric => *family,
+            Some((name, family)) => {
+                name.clear();
+                name.push_str(metric);
+                *family = summed_family(s);
+                *family
+            }
+            None => {
+                let family = summed_family(s);
+                self.names.push((metric.to_string(), family));
+                family
+            }
+        }
     }
 }
 
@@ -94,19 +130,33 @@ fn summed_family(s: &SeriesSnapshot) -> Option<&'static str> {
     }
 }
 
-/// Sums `l`'s counters per family and agent labels in place, as [`apply_counter_detail`] says; `sums` is
-/// scratch (the positions of the sums made, reused from one link to the next).
-fn sum_per_family(l: &mut LinkSnapshot, sums: &mut Vec<usize>) {
-    let Some(first) = l.series.iter().position(|s| summed_family(s).is_some()) else {
-        return;
-    };
-    sums.clear();
-    let series = &mut l.series;
+/// Sums `l`'s counters per family and agent labels in place, as [`apply_counter_detail`] says.
+fn sum_per_family(l: &mut LinkSnapshot, scratch: &mut SumScratch) {
+    let mut families = std::mem::take(&mut scratch.families);
+    families.clear();
+    for (j, s) in l.series.iter().enumerate() {
+        families.push(scratch.family(j, s));
+    }
+    if let Some(first) = families.iter().position(Option::is_some) {
+        scratch.sums.clear();
+        sum_from(&mut l.series, &families, first, &mut scratch.sums);
+    }
+    scratch.families = families;
+}
+
+/// The summing of [`sum_per_family`] from the first counter summed (`first`), `families[i]` the family of
+/// `series[i]`; `sums` empty, filled with the positions of the sums made.
+fn sum_from(
+    series: &mut Vec<SeriesSnapshot>,
+    families: &[Option<&'static str>],
+    first: usize,
+    sums: &mut Vec<usize>,
+) {
     // Compacted as `Vec::retain` does: `series[..kept]` holds what stays, in order; a counter summed into an
     // earlier sum is left behind and cut off at the end.
     let mut kept = first;
     for i in first..series.len() {
-        let Some(family) = summed_family(&series[i]) else {
+        let Some(family) = families.get(i).copied().flatten() else {
             series.swap(kept, i);
             kept += 1;
             continue;
@@ -364,6 +414,34 @@ mod tests {
         // Applied twice: the sums are left as they are.
         apply_counter_detail(&mut nodes, CounterDetail::Family);
         assert_eq!(shown(&nodes[0].links[0]), want);
+    }
+
+    #[test]
+    fn a_link_with_other_names_than_the_link_before_is_summed_as_alone() {
+        let (a, mut b, mut c) = (port(), port(), port());
+        b.series.reverse();
+        // The name the link before had at this position, but a gauge: not summed.
+        c.series[1].kind = SeriesKind::Gauge;
+        let alone = |l: &LinkSnapshot| {
+            let mut n = vec![NodeSnapshot {
+                links: vec![l.clone()],
+                ..node()
+            }];
+            apply_counter_detail(&mut n, CounterDetail::Family);
+            shown(&n[0].links[0])
+        };
+        let mut nodes = vec![NodeSnapshot {
+            links: vec![a.clone(), b.clone(), a.clone(), c.clone()],
+            ..node()
+        }];
+        apply_counter_detail(&mut nodes, CounterDetail::Family);
+        let links = &nodes[0].links;
+        assert_eq!(shown(&links[0]), alone(&a));
+        assert_eq!(shown(&links[1]), alone(&b));
+        assert_eq!(shown(&links[2]), alone(&a));
+        assert_eq!(shown(&links[3]), alone(&c));
+        assert_ne!(alone(&a), alone(&b));
+        assert_ne!(alone(&a), alone(&c));
     }
 
     #[test]
