@@ -357,9 +357,10 @@ fn persist_commit_seconds(registry: &Registry) -> Result<HistogramVec, prometheu
         HistogramOpts::new(
             names::COLLECTOR_PERSIST_COMMIT_SECONDS,
             "Wall time of the persistence writer's commits, by phase: all (the whole transaction), lock_wait \
-             (until it held the write lock), write (its statements), sync (COMMIT: the WAL written and \
-             fsynced), checkpoint (a checkpoint beside the commits: the WAL copied into the database), prune (rows \
-             past retention deleted after a commit, before its batches are acknowledged).",
+             (until it held the write lock), write (its statements), sync (COMMIT: the rollback journal, the \
+             database and the journal's zeroed header written and fsynced), checkpoint (no longer observed: the \
+             database has no WAL to copy), prune (rows past retention deleted after a commit, before its batches \
+             are acknowledged).",
         )
         .buckets(vec![
             1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
