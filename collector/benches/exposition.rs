@@ -177,13 +177,7 @@ struct Rep {
 /// prints them; returns the figures and the text's bytes and samples.
 fn render_both(store: &Arc<Store>, exposition: &Exposition, rep: u64) -> (Rep, usize, usize) {
     let old = || {
-        let health = Health::new().expect("health");
-        health
-            .registry
-            .register(Box::new(
-                reference::StoreCollector::new(store.clone()).expect("collector"),
-            ))
-            .expect("register");
+        let health = reference_health(store);
         let (t, c) = (Instant::now(), thread_cpu_s());
         let text = TextEncoder::new()
             .encode_to_string(&health.registry.gather())
@@ -191,11 +185,7 @@ fn render_both(store: &Arc<Store>, exposition: &Exposition, rep: u64) -> (Rep, u
         (text, t.elapsed().as_secs_f64(), thread_cpu_s() - c)
     };
     let new = || {
-        let health = Health::new().expect("health");
-        health
-            .registry
-            .register(Box::new(StoreDescs::new().expect("descs")))
-            .expect("register");
+        let health = descs_health();
         let (t, c) = (Instant::now(), thread_cpu_s());
         let text = exposition.render(&health).expect("render");
         (text, t.elapsed().as_secs_f64(), thread_cpu_s() - c)
@@ -574,8 +564,8 @@ fn median_u64(v: &mut [u64]) -> u64 {
     v.get(v.len() / 2).copied().unwrap_or(0)
 }
 
-/// Checks the text against the reference encoder's, once; prints its size.
-fn check_against_reference(store: &Arc<Store>, nodes: u64) {
+/// A registry holding the reference encoder's collector of `store`'s families (the previous path).
+fn reference_health(store: &Arc<Store>) -> Health {
     let health = Health::new().expect("health");
     health
         .registry
@@ -583,14 +573,25 @@ fn check_against_reference(store: &Arc<Store>, nodes: u64) {
             reference::StoreCollector::new(store.clone()).expect("collector"),
         ))
         .expect("register");
-    let old = TextEncoder::new()
-        .encode_to_string(&health.registry.gather())
-        .expect("encode");
+    health
+}
+
+/// A registry holding only the store families' descriptions, as the collector's (the exposition writes them).
+fn descs_health() -> Health {
     let health = Health::new().expect("health");
     health
         .registry
         .register(Box::new(StoreDescs::new().expect("descs")))
         .expect("register");
+    health
+}
+
+/// Checks the text against the reference encoder's, once; prints its size.
+fn check_against_reference(store: &Arc<Store>, nodes: u64) {
+    let old = TextEncoder::new()
+        .encode_to_string(&reference_health(store).registry.gather())
+        .expect("encode");
+    let health = descs_health();
     let new = Exposition::new(store.clone())
         .render(&health)
         .expect("render");
