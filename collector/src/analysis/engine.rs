@@ -155,6 +155,17 @@ struct Published {
     written: Instant,
 }
 
+impl Published {
+    /// What is published of `f`, handed to the history at `written`.
+    fn of(f: &Finding, written: Instant) -> Published {
+        Published {
+            severity: f.severity,
+            caused_by: f.caused_by.clone(),
+            written,
+        }
+    }
+}
+
 /// Active findings' ids to what was last published of them, hashed as the tracker's maps are (foldhash,
 /// seeded at random: a node's name and a job's id in an id come from the wire and from whoever runs a job).
 type PublishedMap = HashMap<String, Published, foldhash::fast::RandomState>;
@@ -171,12 +182,7 @@ fn events(published: &mut PublishedMap, changes: Vec<Change>) -> (Vec<FindingEve
         match ch {
             Change::Raised(f) => {
                 to_history.push(Change::Raised(f.clone()));
-                let p = Published {
-                    severity: f.severity,
-                    caused_by: f.caused_by.clone(),
-                    written: now,
-                };
-                published.insert(f.id.clone(), p);
+                published.insert(f.id.clone(), Published::of(&f, now));
                 out.push(FindingEvent::Raised(f));
             }
             Change::Cleared(f) => {
@@ -187,12 +193,7 @@ fn events(published: &mut PublishedMap, changes: Vec<Change>) -> (Vec<FindingEve
             Change::Updated(f) => {
                 let Some(p) = published.get_mut(&f.id) else {
                     // Not published (not raised through this engine): written, and published from now on.
-                    let p = Published {
-                        severity: f.severity,
-                        caused_by: f.caused_by.clone(),
-                        written: now,
-                    };
-                    published.insert(f.id.clone(), p);
+                    published.insert(f.id.clone(), Published::of(&f, now));
                     to_history.push(Change::Updated(f));
                     continue;
                 };
