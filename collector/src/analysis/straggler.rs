@@ -93,9 +93,8 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
     evaluate_with(input, &NodeFigures::new(input))
 }
 
-/// [`evaluate`], each node's fabric burst rate read from `rates` (shared with [`super::exposed_comm`]).
-pub(crate) fn evaluate_with(input: &AnalysisInput, rates: &NodeFigures<'_>) -> Vec<Candidate> {
-    let burst_rates = rates;
+/// [`evaluate`], each node's fabric burst rate read from `figures` (shared with the other rules that read it).
+pub(crate) fn evaluate_with(input: &AnalysisInput, figures: &NodeFigures<'_>) -> Vec<Candidate> {
     let mut all = Vec::new();
     for (job, nodes) in groups(input) {
         let mut out = Vec::new();
@@ -110,7 +109,7 @@ pub(crate) fn evaluate_with(input: &AnalysisInput, rates: &NodeFigures<'_>) -> V
         };
         let busy_all = reference(&nodes, None, share);
         // Each node's burst rate worked out once (a walk over its steps' links), not once more per reference.
-        let rates: Vec<Option<f64>> = nodes.iter().map(|n| burst_rates.burst_rate(n)).collect();
+        let rates: Vec<Option<f64>> = nodes.iter().map(|n| figures.burst_rate(n)).collect();
         let rate_all = reference_in(&nodes, &rates, None);
         for (k, n) in nodes.iter().enumerate() {
             let pair = (nodes.len() == 2).then_some(n.name.as_str());
