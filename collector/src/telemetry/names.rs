@@ -29,8 +29,9 @@ pub const COLLECTOR_STAGE_CPU_SECONDS_TOTAL: &str = "commwatch_collector_stage_c
 pub const COLLECTOR_PERSIST_ERRORS_TOTAL: &str = "commwatch_collector_persist_errors_total";
 pub const COLLECTOR_PERSIST_COMMITS_TOTAL: &str = "commwatch_collector_persist_commits_total";
 /// Wall time of the persistence writer's commits, by `phase` ([`PERSIST_COMMIT_PHASES`]):
-/// `crate::persist::CommitTimes`' phases in its order, `checkpoint` (a checkpoint's wall time) and `prune` (a
-/// prune's, after the commit it follows, before its batches are acknowledged).
+/// `crate::persist::CommitTimes`' phases in its order, `checkpoint` (never observed since the state database keeps a
+/// rollback journal instead of the WAL; kept so that dashboards reading it find it) and `prune` (a prune's,
+/// after the commit it follows, before its batches are acknowledged).
 pub const COLLECTOR_PERSIST_COMMIT_SECONDS: &str = "commwatch_collector_persist_commit_seconds";
 pub const PERSIST_COMMIT_PHASES: [&str; 6] =
     ["all", "lock_wait", "write", "sync", "checkpoint", "prune"];
