@@ -155,6 +155,10 @@ pub struct CollectorConfig {
     /// of CPU time, and its thread's priority against the ingest's
     /// ([`crate::pace::nice_for_share`]). The ingest has the rest.
     pub analysis_share: f64,
+    /// The share of one core the step engine is guaranteed against a busy ingest (0.02 to 1;
+    /// [`DEFAULT_STEPS_SHARE`]): its thread's priority ([`crate::pace::nice_for_share`]), its passes paced by
+    /// their CPU time. On a core with room it takes what it needs (at most [`crate::pace::MAX_DUTY`]).
+    pub steps_share: f64,
     /// TLS (and optionally mutual TLS) on the gRPC listener; `None` is plain text.
     pub tls: Option<TlsConfig>,
     /// File holding the bearer token agents must present (`authorization: Bearer …`); `None` = no token.
@@ -200,6 +204,11 @@ pub const DEFAULT_RETENTION: Duration = Duration::from_secs(300);
 /// The share of a core the evaluation may use by default (`analysis_share`).
 pub const DEFAULT_ANALYSIS_SHARE: f64 = 0.25;
 
+/// The share of a core the step engine is guaranteed by default (`steps_share`): nice 10. Its passes cost
+/// 45–70 µs of CPU per demo node and second of data at 2,000 nodes (BENCHMARKS.md), a tenth of a core; under
+/// `SCHED_IDLE`, as before, a full core left them nothing (no pass in 30 s at 2,000 demo nodes).
+pub const DEFAULT_STEPS_SHARE: f64 = 0.1;
+
 /// How long a node's per-step summaries are kept by default (`step_retention`): longer than the raw samples
 /// they summarise (`retention`, 5 minutes by default), so the per-step figures outlive the samples.
 pub const DEFAULT_STEP_RETENTION: Duration = Duration::from_secs(3600);
@@ -229,6 +238,7 @@ impl Default for CollectorConfig {
             slow_period_ms: 0,
             steps_interval: Duration::from_millis(500),
             analysis_share: DEFAULT_ANALYSIS_SHARE,
+            steps_share: DEFAULT_STEPS_SHARE,
             tls: None,
             token_file: None,
             api_token_file: None,
@@ -300,6 +310,12 @@ impl CollectorConfig {
             return bad(
                 "analysis_share",
                 "must be from 0.05 to 1 (a share of one core)",
+            );
+        }
+        if !(0.02..=1.0).contains(&self.steps_share) {
+            return bad(
+                "steps_share",
+                "must be from 0.02 to 1 (a share of one core)",
             );
         }
         if self.node_expiry < Duration::from_millis(100) {
@@ -461,6 +477,17 @@ mod tests {
             let err = CollectorConfig::from_toml_str(bad).unwrap_err().to_string();
             let field = bad.split(' ').next().unwrap();
             assert!(err.contains(&format!("`{field}`")), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn the_steps_share_is_a_share_of_one_core() {
+        assert_eq!(CollectorConfig::default().steps_share, DEFAULT_STEPS_SHARE);
+        let c = CollectorConfig::from_toml_str("steps_share = 0.2\n").expect("parses");
+        assert_eq!(c.steps_share, 0.2);
+        for bad in ["steps_share = 0", "steps_share = 1.01", "steps_share = nan"] {
+            let err = CollectorConfig::from_toml_str(bad).unwrap_err().to_string();
+            assert!(err.contains("`steps_share`"), "{bad}: {err}");
         }
     }
 

@@ -321,6 +321,7 @@ pub async fn run(
             steps::engine::Engine::new(store.clone(), steps.clone(), passes)
                 .with_nvlink_detail(config.nvlink_detail),
             config.steps_interval,
+            config.steps_share,
         );
         tasks.spawn_loop("step engine", engine);
     }

@@ -23,6 +23,11 @@
 //! hundreds of nodes) runs on such a thread at the lowest nice value instead ([`Yield::Nice`],
 //! [`EXPORT_NICE`]): below the ingest, which had fallen seconds behind during every scrape at 600 demo nodes on
 //! one core, yet never starved as under `SCHED_IDLE`.
+//!
+//! Work that must keep pace with a full core has a share of it instead ([`Yield::Share`]): the rules'
+//! evaluation (`analysis_share`, also held to it by a [`Budget`]) and the step engine (`steps_share`, its
+//! passes charged their CPU time). Under `SCHED_IDLE` neither ran at all once the ingest filled the core (no
+//! evaluation in 90 s at 800 demo nodes, no step pass in 30 s at 2,000).
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::mpsc;
@@ -168,7 +173,7 @@ pub async fn run_on<T: Send + 'static>(
 }
 
 /// How a [`PassThread`] gives way to the ingest on a busy core.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Yield {
     /// `SCHED_IDLE` (nice [`PASS_NICE`] where refused): only what the ingest leaves. For the periodic passes,
     /// which may come late.
@@ -177,6 +182,11 @@ pub enum Yield {
     /// (nice 19: about 1.5 %) and all that the ingest leaves. For work someone waits for: a scrape, a
     /// remote-write gather.
     Nice(i32),
+    /// A share (0..=1) of a core guaranteed against one busy ingest thread: the nice value
+    /// [`nice_for_share`] gives, with the thread's passes charged their CPU time
+    /// ([`PassThread::run_charged`]). For a periodic pass that must not starve on a full core (the step
+    /// engine): charged its wall time, it would be paced further apart the busier the core.
+    Share(f64),
 }
 
 type Job = Box<dyn FnOnce() + Send>;
@@ -185,9 +195,9 @@ type Job = Box<dyn FnOnce() + Send>;
 /// dropped.
 pub struct PassThread {
     jobs: mpsc::Sender<Job>,
-    /// Whether the thread runs under `SCHED_IDLE` (false at a nice value, asked for or taken where the policy
-    /// was refused).
-    idle: bool,
+    /// Whether its passes are charged their CPU time: under `SCHED_IDLE`, or at a [`Yield::Share`] (false at
+    /// a [`Yield::Nice`], asked for or taken where the policy was refused).
+    charge_cpu: bool,
 }
 
 /// A pass that panicked on a [`PassThread`]; its message.
@@ -214,19 +224,21 @@ impl PassThread {
                 }
             })?;
         let idle = set_rx.recv().unwrap_or(false);
-        Ok(PassThread { jobs, idle })
+        let charge_cpu = idle || matches!(priority, Yield::Share(_));
+        Ok(PassThread { jobs, charge_cpu })
     }
 
     /// [`PassThread::run`], with what the pass is charged for pacing: its thread's CPU time under
-    /// `SCHED_IDLE`, `None` (its wall time) otherwise or where the OS does not say ([`Paced::Ran`]).
+    /// `SCHED_IDLE` or at a [`Yield::Share`], `None` (its wall time) otherwise or where the OS does not say
+    /// ([`Paced::Ran`]).
     pub async fn run_charged<T: Send + 'static>(
         &self,
         f: impl FnOnce() -> T + Send + 'static,
     ) -> Result<(T, Paced), PassPanicked> {
-        let idle = self.idle;
+        let charge_cpu = self.charge_cpu;
         let (out, cpu_ns) = self
             .run(move || {
-                let before = idle.then(thread_cpu_ns).flatten();
+                let before = charge_cpu.then(thread_cpu_ns).flatten();
                 let out = f();
                 let after = before.and(thread_cpu_ns());
                 (out, before.zip(after).map(|(b, a)| a.saturating_sub(b)))
@@ -293,6 +305,7 @@ pub fn thread_cpu_ns() -> Option<u64> {
 fn lower_priority(priority: Yield) -> bool {
     let asked = match priority {
         Yield::Nice(n) => n,
+        Yield::Share(share) => nice_for_share(share),
         Yield::Idle => {
             let param = libc::sched_param { sched_priority: 0 };
             // SAFETY: `sched_setscheduler` reads `param`, a live local, and changes only the calling thread's
@@ -490,7 +503,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_pass_is_charged_its_cpu_time_only_under_sched_idle() {
+    async fn a_pass_is_charged_its_cpu_time_under_sched_idle_or_a_share() {
         let busy = || {
             let t = std::time::Instant::now();
             let mut x = 0u64;
@@ -518,6 +531,22 @@ mod tests {
         let nice = PassThread::start_with("charge-nice", Yield::Nice(7)).expect("thread");
         let (_, paced) = nice.run_charged(busy).await.expect("ran");
         assert_eq!(paced, Paced::Ran { charged: None });
+        let share = PassThread::start_with("charge-share", Yield::Share(0.1)).expect("thread");
+        let (_, paced) = share.run_charged(busy).await.expect("ran");
+        let Paced::Ran { charged } = paced else {
+            panic!("{paced:?}")
+        };
+        if thread_cpu_ns().is_some() {
+            let c = charged.expect("charged its CPU time at a share");
+            assert!(
+                c > Duration::ZERO && c <= Duration::from_millis(40),
+                "{c:?}"
+            );
+        } else {
+            assert_eq!(charged, None);
+        }
+        // At its share's nice value (10 for a tenth), or nicer where the process already was.
+        assert!(share.run(current_nice).await.expect("ran") >= nice_for_share(0.1));
     }
 
     #[tokio::test(start_paused = true)]

@@ -468,7 +468,7 @@ impl AnalysisHandle {
     /// while the ingest wins each contended moment. Runs until the future is dropped.
     pub async fn run(self, share: f64) {
         let nice = nice_for_share(share);
-        let thread = match PassThread::start_with("commwatch-analysis", Yield::Nice(nice)) {
+        let thread = match PassThread::start_with("commwatch-analysis", Yield::Share(share)) {
             Ok(t) => Arc::new(t),
             Err(e) => {
                 warn!(error = %e, "could not start the analysis thread; nothing is evaluated");

@@ -1113,11 +1113,14 @@ fn same_period(q: f64, p: f64) -> bool {
 
 /// Runs `engine`'s [`Engine::tick`] every `every` (on a thread of its own, so the async workers that serve
 /// ingest never wait for it), extending its step store, until the future is dropped (or a pass panics: logged,
-/// the engine stops). Each pass is timed in the engine's pass metrics.
-pub async fn run(engine: Engine, every: Duration) {
+/// the engine stops). Each pass is timed in the engine's pass metrics. The thread is guaranteed `share` of a
+/// core against a busy ingest (`steps_share`: [`crate::pace::Yield::Share`]); its passes are paced by their
+/// CPU time.
+pub async fn run(engine: Engine, every: Duration, share: f64) {
     engine.steps.engine_started(unix_now_ns());
     let engine = Arc::new(parking_lot::Mutex::new(engine));
-    let thread = match crate::pace::PassThread::start("commwatch-steps") {
+    let priority = crate::pace::Yield::Share(share);
+    let thread = match crate::pace::PassThread::start_with("commwatch-steps", priority) {
         Ok(t) => Arc::new(t),
         Err(err) => {
             tracing::error!(error = %err, "could not start the step engine's thread; the engine stops");
@@ -1125,7 +1128,8 @@ pub async fn run(engine: Engine, every: Duration) {
         }
     };
     // Every `every`, or less often when a pass over a large fleet is costly (`crate::pace`), at a priority
-    // below ingest's: the engine reads only what is new since its last pass, so a longer pause costs no samples.
+    // below the ingest's: the engine reads only what is new since its last pass, so a longer pause costs no
+    // samples.
     crate::pace::run_paced(every, move || {
         let (engine, thread) = (engine.clone(), thread.clone());
         async move {
