@@ -19,7 +19,9 @@
 //! reads decode the open part or a chunk once per direction, forward in one pass. Eviction drops whole chunks
 //! and hides the evicted part of the oldest chunk (or of the open part, when there is no chunk) behind a skip
 //! count, so `len()` and iteration are exact; the hidden samples still cost memory until they are dropped
-//! with their chunk (at most `CHUNK - 1` of them).
+//! with their chunk (at most `CHUNK - 1` of them). A ring without chunks whose runs have hidden `COMPACT_AT` of
+//! its open part's samples moves the visible ones' bytes to the part's front instead: a ring of fewer than
+//! `CHUNK - COMPACT_AT` samples never seals a chunk that would hold no more than its few visible ones.
 //!
 //! Encoding of a chunk of `CHUNK` samples, bits packed least significant first:
 //! - timestamps as residuals from a line: `t_k = base + k * step + r_k`, `step` the chunk's mean period, every
@@ -76,6 +78,10 @@ const BIG_RING: usize = 4_096;
 const TAIL_ONLY: usize = CHUNK + 32;
 /// Timestamps of the oldest chunk a ring keeps decoded for eviction.
 const FRONT: usize = 8;
+/// Hidden samples at which a ring without chunks compacts its open part when it drops its oldest samples
+/// ([`Ring::drop_oldest`]): a ring of fewer than `CHUNK - COMPACT_AT` samples (a 1 Hz series at a retention
+/// of a minute or two) then never seals one, and its part holds at most that many samples more than it shows.
+const COMPACT_AT: usize = 32;
 
 thread_local! {
     /// A seal's decoded samples: reused, not a fresh 4 KiB array set to zeros for every chunk.
@@ -157,13 +163,16 @@ impl Ring {
     }
 
     /// Drops the `n` oldest samples (at most all of them), by count alone: whole chunks and the skip count
-    /// without reading a timestamp, then the open part's and the tail's.
+    /// without reading a timestamp, then the open part's (hidden by count, the part compacted once
+    /// [`COMPACT_AT`] are hidden) and the tail's.
     fn drop_oldest(&mut self, mut n: usize) {
         while n > 0 {
             if self.chunks.is_empty() {
-                while n > 0 && self.open.len() > 0 {
-                    self.open.pop_front();
-                    n -= 1;
+                let k = n.min(self.open.len());
+                self.open.hide(k);
+                n -= k;
+                if self.open.hidden() >= COMPACT_AT {
+                    self.open.compact();
                 }
                 let k = n.min(self.tail.len());
                 self.tail.drain(..k);
@@ -1072,6 +1081,51 @@ mod tests {
             if span / 10 < cap as i64 {
                 // The horizon binds before the cap: stale samples wait for their chunk.
                 assert!(stale_seen, "scenario {scenario} never kept a stale sample");
+            }
+        }
+    }
+
+    #[test]
+    fn small_rings_fed_by_runs_compact_their_open_part_instead_of_sealing() {
+        // A head's rings of fewer than `CHUNK` samples (a 1 Hz series at a short retention): runs of a few
+        // samples, the cap binding. Against the ring evicting one by one, after every run.
+        let mut rng = StdRng::seed_from_u64(12);
+        for (cap, staggered) in [
+            (2, false),
+            (9, false),
+            (69, false),
+            (69, true),
+            (150, true),
+            (223, false),
+            (240, false),
+        ] {
+            let (mut r, mut m) = (Ring::new(cap), Model::new(cap));
+            let mut t = 1_000i64;
+            if staggered {
+                assert!(r.start_staggered((t, 5), (t + 50, 9), 200));
+                m.push(t, 5, i64::MAX);
+            }
+            let mut most = 0;
+            for round in 0..600 {
+                let run: Vec<(i64, u64)> = (0..rng.random_range(1usize..=8))
+                    .map(|_| {
+                        t += 50 + rng.random_range(-3i64..=3);
+                        (t, rng.random::<u64>() >> rng.random_range(0u32..64))
+                    })
+                    .collect();
+                r.extend_run(&run, i64::MIN);
+                for &(ts, v) in &run {
+                    m.push(ts, v, i64::MAX);
+                }
+                check(&r, &m, round);
+                if round >= 300 {
+                    // Past a staggered start's hidden samples (sealed with the first chunk).
+                    most = most.max(r.open.written());
+                }
+            }
+            if cap + COMPACT_AT < CHUNK {
+                assert!(r.chunks.is_empty() || staggered, "cap {cap}: sealed");
+                assert!(most < cap + COMPACT_AT + 8, "cap {cap}: {most} written");
             }
         }
     }

@@ -10,7 +10,8 @@
 //! so any `i64` timestamps and `u64` values round-trip exactly.
 //!
 //! Evicting the oldest sample of the part moves a front cursor (one sample decoded); the bytes behind it stay
-//! until the part is sealed (at most `CHUNK - 1` samples).
+//! until the part is sealed (at most `CHUNK - 1` samples) or compacted ([`Open::compact`]). A ring's run hides
+//! samples by count instead ([`Open::hide`]): the cursor catches up when the first visible sample is read.
 
 use super::chunk::CHUNK;
 
@@ -63,12 +64,15 @@ pub(super) struct Open {
     n: u16,
     /// Samples at the front already evicted.
     skip: u16,
-    /// Byte of the first visible sample (below `CHUNK * MAX_SAMPLE`, 4,352).
+    /// Byte of the sample after `front` (below `CHUNK * MAX_SAMPLE`, 4,352).
     pos: u16,
+    /// Hidden samples (counted in `skip`) that `front` and `pos` are still before: [`Open::hide`] counts them
+    /// without reading their bytes, a reader steps over them ([`Open::seek`]).
+    lag: u16,
     /// The part was cleared: its code goes on from a sample before it, so its hidden samples cannot be read
     /// from its first byte (a part never cleared starts from the default state).
     cleared: bool,
-    /// State before the first visible sample.
+    /// State before the first visible sample (before the `lag` samples ahead of it).
     front: State,
     /// State after the last sample.
     back: State,
@@ -173,14 +177,34 @@ impl Open {
         self.bytes.reserve_exact(want - self.bytes.len());
     }
 
+    /// The state before the first visible sample and that sample's byte: `front` and `pos` past the lagging
+    /// hidden samples.
+    #[inline]
+    fn seek(&self) -> (State, usize) {
+        let mut s = self.front;
+        let mut p = self.pos as usize;
+        for _ in 0..self.lag {
+            p = s.step(&self.bytes, p);
+        }
+        (s, p)
+    }
+
+    /// Moves `front` and `pos` past the lagging hidden samples.
+    fn settle(&mut self) {
+        if self.lag > 0 {
+            let (s, p) = self.seek();
+            (self.front, self.pos, self.lag) = (s, p as u16, 0);
+        }
+    }
+
     /// The oldest visible sample.
     #[inline]
     pub(super) fn first(&self) -> Option<(i64, u64)> {
         if self.n == self.skip {
             return None;
         }
-        let mut s = self.front;
-        s.step(&self.bytes, self.pos as usize);
+        let (mut s, p) = self.seek();
+        s.step(&self.bytes, p);
         Some((s.t, s.v))
     }
 
@@ -196,11 +220,42 @@ impl Open {
         if self.n == self.skip {
             return;
         }
+        self.settle();
         self.pos = self.front.step(&self.bytes, self.pos as usize) as u16;
         self.skip += 1;
         if self.skip == self.n {
             self.clear();
         }
+    }
+
+    /// Hides the `k` oldest visible samples (all of them when fewer), as [`Open::pop_front`] `k` times, without
+    /// reading their bytes: a ring that drops its oldest samples at every run (a series read once a second,
+    /// whose ring has no chunk) touches only its part's end, not its cold front as well.
+    pub(super) fn hide(&mut self, k: usize) {
+        let k = k.min(self.len()) as u16;
+        if k == 0 {
+            return;
+        }
+        self.skip += k;
+        self.lag += k;
+        if self.skip == self.n {
+            self.clear();
+        }
+    }
+
+    /// Drops the hidden samples' bytes: the visible samples' code is the bytes after theirs, against the state
+    /// before the first visible one (`front`), so it is moved, not coded again. The part goes on as a cleared
+    /// one ([`Open::decode_written_into`]). Why: a ring of fewer than `CHUNK` samples drops one of its part's
+    /// samples for each it takes; without this its part fills up with hidden ones and is sealed into a chunk
+    /// (`CHUNK` samples decoded and coded again) that holds no more than the ring's visible few.
+    pub(super) fn compact(&mut self) {
+        if self.skip == 0 {
+            return;
+        }
+        self.settle();
+        self.bytes.drain(..usize::from(self.pos));
+        self.n -= self.skip;
+        (self.skip, self.pos, self.cleared) = (0, 0, true);
     }
 
     /// Drops every sample; the code goes on from the newest one written.
@@ -209,14 +264,14 @@ impl Open {
         self.n = 0;
         self.skip = 0;
         self.pos = 0;
+        self.lag = 0;
         self.front = self.back;
         self.cleared = true;
     }
 
     /// The visible samples, oldest first, into the first [`Open::len`] slots of `out`.
     pub(super) fn decode_into(&self, out: &mut [(i64, u64)]) {
-        let mut s = self.front;
-        let mut p = self.pos as usize;
+        let (mut s, mut p) = self.seek();
         for o in &mut out[..self.len()] {
             p = s.step(&self.bytes, p);
             *o = (s.t, s.v);
@@ -341,6 +396,62 @@ mod tests {
                 assert_eq!(written(&o), model.iter().copied().collect::<Vec<_>>());
             }
         }
+    }
+
+    #[test]
+    fn samples_hidden_by_count_or_compacted_away_read_as_popped_ones() {
+        let mut rng = StdRng::seed_from_u64(5);
+        let mut o = Open::default();
+        let mut model = std::collections::VecDeque::new();
+        let (mut hid, mut compacted) = (0, 0);
+        for i in 0..20_000u64 {
+            if o.written() == CHUNK - 1 {
+                o.clear();
+                model.clear();
+            }
+            let t = model.back().map_or(0, |s: &(i64, u64)| s.0) + rng.random_range(-10i64..90);
+            let v = match i % 3 {
+                0 => rng.random::<u64>() >> rng.random_range(0u32..64),
+                1 => 42.5f64.to_bits(),
+                _ => i * 1_000,
+            };
+            o.push(t, v);
+            model.push_back((t, v));
+            match rng.random_range(0u32..12) {
+                0 | 1 => {
+                    let k = rng.random_range(0usize..=6);
+                    o.hide(k);
+                    for _ in 0..k.min(model.len()) {
+                        model.pop_front();
+                    }
+                    hid += usize::from(o.lag > 0);
+                }
+                2 => {
+                    o.pop_front();
+                    model.pop_front();
+                }
+                3 => {
+                    let (len, bytes, hidden) = (o.len(), o.bytes.len(), o.hidden());
+                    o.compact();
+                    assert_eq!((o.len(), o.hidden(), o.written()), (len, 0, len));
+                    assert!(hidden == 0 || o.bytes.len() < bytes);
+                    compacted += usize::from(hidden > 0);
+                }
+                _ => {}
+            }
+            assert_eq!(o.len(), model.len());
+            assert_eq!(o.first(), model.front().copied());
+            assert_eq!(o.last(), model.back().copied());
+            if i % 7 == 0 && o.len() > 0 {
+                let want: Vec<_> = model.iter().copied().collect();
+                assert_eq!(written(&o), want, "at {i}");
+                // As a seal reads it: the hidden samples first, then the visible ones.
+                let mut all = vec![(0, 0); o.written()];
+                o.decode_written_into(&mut all);
+                assert_eq!(all[o.hidden()..], want[..], "at {i}");
+            }
+        }
+        assert!(hid > 1_000 && compacted > 1_000, "{hid} {compacted}");
     }
 
     #[test]
