@@ -14,6 +14,9 @@
 //! NIC — the floor merges everything into one long burst, while the peaks still separate the big periodic
 //! transfers.
 
+use std::collections::VecDeque;
+use std::ops::{Index, Range};
+
 use serde::Serialize;
 
 use crate::steps::bandwidth::acc_at_ascending;
@@ -168,6 +171,92 @@ impl Activity {
     }
 }
 
+/// A list held as two slices, read as one: the first, then the second (a ring's two parts,
+/// [`VecDeque::as_slices`], or one slice and nothing). Indexes count from the first slice's start.
+#[derive(Debug, Clone, Copy)]
+pub struct Parts<'a, T>(&'a [T], &'a [T]);
+
+impl<'a, T> Parts<'a, T> {
+    /// The list `s`, in one part.
+    pub fn of(s: &'a [T]) -> Parts<'a, T> {
+        Parts(s, &[])
+    }
+
+    /// The items of `d`, oldest first.
+    pub fn ring(d: &'a VecDeque<T>) -> Parts<'a, T> {
+        let (a, b) = d.as_slices();
+        Parts(a, b)
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len() + self.1.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty() && self.1.is_empty()
+    }
+
+    pub fn get(&self, i: usize) -> Option<&'a T> {
+        match self.0.get(i) {
+            Some(x) => Some(x),
+            None => self.1.get(i - self.0.len()),
+        }
+    }
+
+    pub fn first(&self) -> Option<&'a T> {
+        self.0.first().or(self.1.first())
+    }
+
+    pub fn last(&self) -> Option<&'a T> {
+        self.1.last().or(self.0.last())
+    }
+
+    /// The items in order.
+    pub fn iter(&self) -> std::iter::Chain<std::slice::Iter<'a, T>, std::slice::Iter<'a, T>> {
+        self.0.iter().chain(self.1)
+    }
+
+    /// The items at `r` (cut to those held: empty where it starts past its end or past the list's).
+    pub fn range(&self, r: Range<usize>) -> Parts<'a, T> {
+        let end = r.end.min(self.len());
+        let start = r.start.min(end);
+        let n = self.0.len();
+        Parts(
+            &self.0[start.min(n)..end.min(n)],
+            &self.1[start.saturating_sub(n)..end.saturating_sub(n)],
+        )
+    }
+
+    /// The items appended to `v`, in order.
+    pub fn extend_into(&self, v: &mut Vec<T>)
+    where
+        T: Clone,
+    {
+        v.extend_from_slice(self.0);
+        v.extend_from_slice(self.1);
+    }
+
+    pub fn to_vec(&self) -> Vec<T>
+    where
+        T: Clone,
+    {
+        let mut v = Vec::with_capacity(self.len());
+        self.extend_into(&mut v);
+        v
+    }
+}
+
+impl<T> Index<usize> for Parts<'_, T> {
+    type Output = T;
+
+    fn index(&self, i: usize) -> &T {
+        match self.0.get(i) {
+            Some(x) => x,
+            None => &self.1[i - self.0.len()],
+        }
+    }
+}
+
 /// Bytes moved between two cumulative samples: an interval's bytes are the larger direction's `delta` (where
 /// both directions were sampled at the same times; see [`analyse`]).
 pub(crate) fn delta(a: u64, b: u64) -> f64 {
@@ -225,7 +314,7 @@ pub(crate) fn intervals(grid: &[(i64, u64)], other: &[(i64, u64)]) -> Vec<(i64, 
 
 /// Median length of the intervals, nanoseconds (0 without any): `commwatch_model::stats::median_i64`'s
 /// value, without a sort when every interval has the same length (regular sampling).
-fn median_interval(iv: &[(i64, i64, f64)], dts: &mut Vec<i64>) -> i64 {
+fn median_interval(iv: Parts<(i64, i64, f64)>, dts: &mut Vec<i64>) -> i64 {
     let mut lens = iv.iter().map(|x| x.1 - x.0);
     let Some(first) = lens.next() else { return 0 };
     if lens.all(|l| l == first) {
@@ -251,14 +340,18 @@ fn median_by_selection(v: &mut [i64]) -> Option<i64> {
     Some(lo + ((hi as i128 - lo as i128) / 2) as i64)
 }
 
-/// A run of `iv[first..end]` as a [`Burst`].
-fn burst(iv: &[(i64, i64, f64)], first: usize, end: usize) -> Burst {
-    let run = &iv[first..end];
+/// A run of `iv[first..end]` (`first < end <= iv.len()`) as a [`Burst`].
+fn burst(iv: Parts<(i64, i64, f64)>, first: usize, end: usize) -> Burst {
     Burst {
-        start_unix_ns: run[0].0,
-        end_unix_ns: run[run.len() - 1].1,
-        bytes: run.iter().map(|x| x.2).sum::<f64>().round() as u64,
-        intervals: run.len(),
+        start_unix_ns: iv[first].0,
+        end_unix_ns: iv[end - 1].1,
+        bytes: iv
+            .range(first..end)
+            .iter()
+            .map(|x| x.2)
+            .sum::<f64>()
+            .round() as u64,
+        intervals: end - first,
         truncated: first == 0 || end == iv.len(),
     }
 }
@@ -266,9 +359,9 @@ fn burst(iv: &[(i64, i64, f64)], first: usize, end: usize) -> Burst {
 /// The bursts at the link's own level (see [`Activity::peaks`]) into `out` (its list's allocation kept).
 /// `rate[i]` is interval `i`'s rate, bytes/s ([`interval_rates`]); `interior` and `gaps` are scratch.
 fn peaks_into(
-    iv: &[(i64, i64, f64)],
+    iv: Parts<(i64, i64, f64)>,
     floor: f64,
-    rate: &[f64],
+    rate: Parts<f64>,
     (interior, gaps): (&mut Vec<f64>, &mut Vec<f64>),
     out: &mut Bursts,
 ) {
@@ -294,7 +387,7 @@ fn peaks_into(
             end += 1;
         }
         if end - first >= RESOLVED_INTERVALS {
-            interior.extend_from_slice(&rate[first + 1..end - 1]);
+            rate.range(first + 1..end - 1).extend_into(interior);
         }
         out.bursts.push(burst(iv, first, end));
         i = end;
@@ -306,6 +399,7 @@ fn peaks_into(
 #[cfg(test)]
 fn peaks(iv: &[(i64, i64, f64)], floor: f64, rate: &[f64], interior: &mut Vec<f64>) -> Bursts {
     let mut out = Bursts::default();
+    let (iv, rate) = (Parts::of(iv), Parts::of(rate));
     peaks_into(iv, floor, rate, (interior, &mut Vec::new()), &mut out);
     out
 }
@@ -378,7 +472,7 @@ pub fn of_intervals(
     (capacity_bytes_per_second, peaks): (Option<f64>, bool),
     buffers: &mut Buffers,
 ) -> Activity {
-    let sample_period_s = median_interval(iv, &mut buffers.lens) as f64 / 1e9;
+    let sample_period_s = median_interval(Parts::of(iv), &mut buffers.lens) as f64 / 1e9;
     let floor = busy::active_floor(capacity_bytes_per_second);
     // Each rate worked out once for the busy time and the peaks (a NaN is not idle: both would count it).
     let Buffers {
@@ -407,14 +501,14 @@ pub fn of_intervals(
         busy_buffers
             .runs
             .iter()
-            .map(|r: &Run| burst(iv, r.first, r.end)),
+            .map(|r: &Run| burst(Parts::of(iv), r.first, r.end)),
     );
     let busy = (busy_s, interior_rate, resolved);
     let window = (window_s, sample_period_s);
     compose_into(
         &mut out,
-        iv,
-        (rates, floor, peaks && !idle),
+        Parts::of(iv),
+        (Parts::of(rates), floor, peaks && !idle),
         window,
         (tx_bytes, rx_bytes),
         busy,
@@ -431,8 +525,8 @@ pub fn of_intervals(
 /// set.
 fn compose_into(
     out: &mut Activity,
-    iv: &[(i64, i64, f64)],
-    (rates, floor, peaks): (&[f64], f64, bool),
+    iv: Parts<(i64, i64, f64)>,
+    (rates, floor, peaks): (Parts<f64>, f64, bool),
     (window_s, sample_period_s): (f64, f64),
     (tx_bytes, rx_bytes): (u64, u64),
     (busy_s, interior_rate, resolved): (f64, Option<f64>, bool),
@@ -482,17 +576,22 @@ pub struct Buffers {
 pub struct Sliding {
     /// The floor the runs were found above (`None`: none found yet).
     floor: Option<f64>,
-    /// The intervals `(start_ns, end_ns, bytes)` from `head` on, oldest first (those before `head` have left
-    /// the window; they are cut off once they are [`HEAD_ROOM`] and half as many as those kept).
-    iv: Vec<(i64, i64, f64)>,
+    /// The intervals `(start_ns, end_ns, bytes)`, oldest first. A ring: the oldest leave without moving the
+    /// others (held in a list, they were cut off every 10 s of a 20 s window, every interval held moved
+    /// each time, cold: 1.8 % of the analysis thread at 2,000 demo nodes, issue 35).
+    iv: VecDeque<(i64, i64, f64)>,
     /// Each interval's rate, bytes/s, as [`of_intervals`] works it out.
-    rates: Vec<f64>,
-    head: usize,
-    /// Intervals (from `head` on) whose rate is not below the floor: none, an idle window.
-    active: usize,
-    /// Intervals (from `head` on) already scanned for runs.
+    rates: VecDeque<f64>,
+    /// Intervals dropped from the front since the window was last cleared: an interval's index plus this is
+    /// its number, which does not change as older ones leave.
+    dropped: u64,
+    /// The numbers of the scanned intervals without a positive length whose rate is not below the floor,
+    /// ascending (none where the intervals have a length, as the kept windows' do). With the runs, they say
+    /// whether the window is idle ([`Sliding::idle`]).
+    flat: VecDeque<u64>,
+    /// Intervals already scanned for runs.
     scanned: usize,
-    /// The runs above the floor, oldest first, indexes from `head`.
+    /// The runs above the floor, oldest first, indexes from the oldest interval held.
     runs: Vec<KeptRun>,
 }
 
@@ -500,12 +599,6 @@ pub struct Sliding {
 fn not_below(rate: f64, floor: f64) -> bool {
     rate.partial_cmp(&floor) != Some(std::cmp::Ordering::Less)
 }
-
-/// Fewest intervals that left a [`Sliding`] window before they are cut off (2.5 s of a 20 Hz series), and
-/// at least half as many as it holds: a cut moves every interval held (at 50 whatever the window's length,
-/// the moves of 400 intervals every 2.5 s were 5 % of a kept input's CPU; at half, every 10 s of a 20 s
-/// window, for a third more room).
-const HEAD_ROOM: usize = 50;
 
 /// A run of a [`Sliding`] window and its figures as [`busy::busy_time_in`] works them out.
 #[derive(Debug, Clone, Copy)]
@@ -528,9 +621,10 @@ struct KeptRun {
 impl Sliding {
     /// Forgets every interval.
     pub fn clear(&mut self) {
-        (self.floor, self.head, self.active, self.scanned) = (None, 0, 0, 0);
+        (self.floor, self.dropped, self.scanned) = (None, 0, 0);
         self.iv.clear();
         self.rates.clear();
+        self.flat.clear();
         self.runs.clear();
     }
 
@@ -540,22 +634,29 @@ impl Sliding {
     }
 
     /// The intervals held, oldest first.
-    pub fn intervals(&self) -> &[(i64, i64, f64)] {
-        self.iv.get(self.head..).unwrap_or_default()
+    pub fn intervals(&self) -> Parts<'_, (i64, i64, f64)> {
+        Parts::ring(&self.iv)
     }
 
-    fn rates(&self) -> &[f64] {
-        self.rates.get(self.head..).unwrap_or_default()
+    fn rates(&self) -> Parts<'_, f64> {
+        Parts::ring(&self.rates)
+    }
+
+    /// Whether every interval held (scanned) has a rate below the floor, as `of_intervals` finds an idle
+    /// window. Above a positive floor an interval with a length is in a run exactly when its rate is not
+    /// below it, and one without a length in none (its rate counts as 0 there): so the window is idle when
+    /// it has no run and no such interval without a length (`flat`), and no held rate is read (the count
+    /// of active intervals this replaced read the rates of those that left, cold, at every slide).
+    fn idle(&self, floor: f64) -> bool {
+        match floor > 0.0 {
+            true => self.runs.is_empty() && self.flat.is_empty(),
+            false => self.rates.iter().all(|r| !not_below(*r, floor)),
+        }
     }
 
     /// Drops the `k` oldest intervals (all of them when fewer are held).
     pub fn drop_oldest(&mut self, k: usize) {
-        let k = k.min(self.intervals().len());
-        if let Some(floor) = self.floor {
-            let gone = &self.rates()[..k.min(self.scanned)];
-            self.active -= gone.iter().filter(|r| not_below(**r, floor)).count();
-        }
-        self.head += k;
+        let k = k.min(self.iv.len());
         self.scanned = self.scanned.saturating_sub(k);
         self.runs.retain(|r| r.end > k);
         for r in &mut self.runs {
@@ -564,12 +665,11 @@ impl Sliding {
             }
             (r.first, r.end) = (r.first - k, r.end - k);
         }
-        // Cut off what left every several seconds of intervals: each interval is moved twice at most, and the
-        // room kept is the window's and half more.
-        if self.head >= HEAD_ROOM.max((self.iv.len() - self.head) / 2) {
-            self.iv.drain(..self.head);
-            self.rates.drain(..self.head);
-            self.head = 0;
+        self.iv.drain(..k);
+        self.rates.drain(..k);
+        self.dropped += k as u64;
+        while self.flat.front().is_some_and(|&n| n < self.dropped) {
+            self.flat.pop_front();
         }
     }
 
@@ -581,23 +681,23 @@ impl Sliding {
         if k == 0 {
             return;
         }
-        let held = self.intervals().len();
+        let held = self.iv.len();
         let keep = held - k.min(held);
-        if let Some(floor) = self.floor {
-            let gone = self.rates().get(keep..self.scanned).unwrap_or_default();
-            self.active -= gone.iter().filter(|r| not_below(**r, floor)).count();
-        }
         self.scanned = self.scanned.min(keep);
         self.runs.retain(|r| r.first < keep);
         for r in self.runs.iter_mut().filter(|r| r.end > keep) {
             (r.end, r.stale) = (keep, true);
         }
-        self.iv.truncate(self.head + keep);
-        self.rates.truncate(self.head + keep);
+        self.iv.truncate(keep);
+        self.rates.truncate(keep);
+        let end = self.dropped + keep as u64;
+        while self.flat.back().is_some_and(|&n| n >= end) {
+            self.flat.pop_back();
+        }
     }
 
     /// Makes room for `n` more intervals. When it must grow, it grows at once to what a window of `window`
-    /// intervals holds at most between two cuts ([`Sliding::room_for`]; `window`: the caller's estimate of a
+    /// intervals holds at most at an update ([`Sliding::room_for`]; `window`: the caller's estimate of a
     /// full window, its span over the sampling interval seen so far, 0 when it has none), so that a window
     /// fills with a reallocation or two; past that (a window longer than estimated), by an eighth of those held
     /// (a window's length changes little from one evaluation to the next: doubling left up to half of every
@@ -624,18 +724,17 @@ impl Sliding {
         self.iv.capacity()
     }
 
-    /// The most intervals a window of `window` intervals, `n` of them new at an update, holds between two cuts
-    /// ([`Sliding::drop_oldest`]): the window's (a sixteenth more, and two, for a jittered one), the new ones,
-    /// and those that left it and wait for the cut ([`HEAD_ROOM`], or half the window).
+    /// The most intervals a window of `window` intervals holds at an update that appends `n` (those that
+    /// left it are dropped first, [`Sliding::drop_oldest`]): the window's (a sixteenth more, and two, for a
+    /// jittered one) and the new ones.
     pub fn room_for(window: usize, n: usize) -> usize {
-        let w = window + window / 16 + 2;
-        w + HEAD_ROOM.max(w / 2) + n
+        window + window / 16 + 2 + n
     }
 
     /// Appends the interval `x`, the newest.
     pub fn push(&mut self, x: (i64, i64, f64)) {
-        self.iv.push(x);
-        self.rates.push(x.2 / ((x.1 - x.0) as f64 / 1e9));
+        self.iv.push_back(x);
+        self.rates.push_back(x.2 / ((x.1 - x.0) as f64 / 1e9));
     }
 
     /// Finds the runs above `floor` among the intervals appended since the last call, and works out the
@@ -643,16 +742,18 @@ impl Sliding {
     pub fn settle(&mut self, floor: f64, buffers: &mut Buffers) {
         let Buffers { shape, busy, .. } = buffers;
         if self.floor != Some(floor) {
-            (self.floor, self.active, self.scanned) = (Some(floor), 0, 0);
+            (self.floor, self.scanned) = (Some(floor), 0);
             self.runs.clear();
+            self.flat.clear();
         }
-        let (iv, rates) = (&self.iv[self.head..], &self.rates[self.head..]);
+        let (iv, rates) = (Parts::ring(&self.iv), Parts::ring(&self.rates));
         for i in self.scanned..iv.len() {
-            if not_below(rates[i], floor) {
-                self.active += 1;
-            }
             // `Interval::rate`: 0 where the interval has no length, as in `of_intervals`.
-            let rate = if iv[i].1 > iv[i].0 { rates[i] } else { 0.0 };
+            let long = iv[i].1 > iv[i].0;
+            if !long && not_below(rates[i], floor) {
+                self.flat.push_back(self.dropped + i as u64);
+            }
+            let rate = if long { rates[i] } else { 0.0 };
             if rate < floor {
                 continue;
             }
@@ -672,7 +773,7 @@ impl Sliding {
         self.scanned = iv.len();
         for r in self.runs.iter_mut().filter(|r| r.stale) {
             shape.clear();
-            shape.extend(iv[r.first..r.end].iter().map(|x| Interval {
+            shape.extend(iv.range(r.first..r.end).iter().map(|x| Interval {
                 len_s: (x.1 - x.0) as f64 / 1e9,
                 bytes: x.2,
             }));
@@ -749,9 +850,9 @@ impl Sliding {
                 // Above a positive floor a run's intervals all have a length (one without has rate 0, below
                 // it): their rates are copied as they are, not each interval's bounds read again (reading the
                 // bounds of every busy interval of the window was a fifth of a link's activity).
-                match (floor > 0.0, rates.get(inner.clone())) {
-                    (true, Some(inner)) => interior.extend_from_slice(inner),
-                    _ => interior.extend(inner.map(rate)),
+                match floor > 0.0 {
+                    true => rates.range(inner).extend_into(interior),
+                    false => interior.extend(inner.map(rate)),
                 }
             }
             let all: f64 = self.runs.iter().map(|r| r.bytes).sum();
@@ -772,7 +873,7 @@ impl Sliding {
             truncated: r.first == 0 || r.end == iv.len(),
         }));
         let window = (window_s, sample_period_s);
-        let idle = self.active == 0;
+        let idle = self.idle(floor);
         compose_into(
             out,
             iv,
@@ -802,23 +903,20 @@ impl Sliding {
     /// `from` to have the same bounds.
     pub fn same_bounds_from(&self, other: &Sliding, from: usize) -> bool {
         let (a, b) = (self.intervals(), other.intervals());
-        let (a_new, b_new) = (
-            a.get(from..).unwrap_or_default(),
-            b.get(from..).unwrap_or_default(),
-        );
+        let (a_new, b_new) = (a.range(from..a.len()), b.range(from..b.len()));
         a.len() == b.len()
             && a_new
                 .iter()
-                .zip(b_new)
+                .zip(b_new.iter())
                 .all(|(x, y)| x.0 == y.0 && x.1 == y.1)
     }
 
-    /// A value of no meaning read from the oldest rate held, the newest interval and the first run: what a
-    /// slide reads first ([`Sliding::drop_oldest`], [`Sliding::push`]), loaded ahead by a caller that slides
-    /// several windows so that their cache misses overlap.
+    /// A value of no meaning read from the oldest interval held, the newest and the first run: what a
+    /// slide reads first (the window's start, [`Sliding::drop_oldest`], [`Sliding::push`]), loaded ahead by
+    /// a caller that slides several windows so that their cache misses overlap.
     pub fn touch(&self) -> u64 {
-        let oldest = self.rates.get(self.head).map_or(0, |r| r.to_bits());
-        let newest = self.iv.last().map_or(0, |x| x.1 as u64);
+        let oldest = self.iv.front().map_or(0, |x| x.0 as u64);
+        let newest = self.iv.back().map_or(0, |x| x.1 as u64);
         let run = self.runs.first().map_or(0, |r| r.end as u64);
         oldest ^ newest ^ run
     }
@@ -827,6 +925,7 @@ impl Sliding {
     pub fn heap_bytes(&self) -> usize {
         self.iv.capacity() * size_of::<(i64, i64, f64)>()
             + self.rates.capacity() * size_of::<f64>()
+            + self.flat.capacity() * size_of::<u64>()
             + self.runs.capacity() * size_of::<KeptRun>()
     }
 }
@@ -914,7 +1013,7 @@ mod tests {
         moved: (u64, u64),
         cap: Option<f64>,
     ) -> Activity {
-        let sample_period_s = median_interval(iv, &mut Vec::new()) as f64 / 1e9;
+        let sample_period_s = median_interval(Parts::of(iv), &mut Vec::new()) as f64 / 1e9;
         let floor = busy::active_floor(cap);
         let shape: Vec<Interval> = iv
             .iter()
@@ -925,7 +1024,10 @@ mod tests {
             .collect();
         let b = busy::busy_time(&shape, floor, sample_period_s);
         let bursts = Bursts::of(
-            b.runs.iter().map(|r| burst(iv, r.first, r.end)).collect(),
+            b.runs
+                .iter()
+                .map(|r| burst(Parts::of(iv), r.first, r.end))
+                .collect(),
             b.interior_rate,
         );
         Activity {
@@ -1057,7 +1159,7 @@ mod tests {
             let floor = active_floor(cap);
             sliding.settle(floor, &mut buffers);
             let iv: Vec<(i64, i64, f64)> = window.iter().copied().collect();
-            assert_eq!(sliding.intervals(), &iv[..], "round {round}");
+            assert_eq!(sliding.intervals().to_vec(), iv, "round {round}");
             let (Some(a), Some(z)) = (iv.first(), iv.last()) else {
                 continue;
             };
@@ -1131,7 +1233,7 @@ mod tests {
             assert_eq!(iv, intervals_by_search(&grid, &other));
             let mut dts: Vec<i64> = iv.iter().map(|x| x.1 - x.0).collect();
             assert_eq!(
-                median_interval(&iv, &mut Vec::new()),
+                median_interval(Parts::of(&iv), &mut Vec::new()),
                 median_i64(&mut dts).unwrap_or(0)
             );
         }
@@ -1325,6 +1427,45 @@ mod tests {
         // Lengths differ: never the same, whatever is compared.
         let c = of(&[(0, 10), (10, 20), (20, 30)]);
         assert!(!a.same_bounds_from(&c, 3) && !a.same_bounds_from(&c, 9));
+    }
+
+    #[test]
+    fn an_interval_without_a_length_keeps_a_window_from_idling_as_the_whole_analysis_does() {
+        // Intervals below the floor but one without a length that moved bytes: its rate is infinite, not
+        // below the floor, so the window is not idle (its peaks are found: that interval alone) though no
+        // run holds it; once it left, the window is idle again.
+        let (mut sliding, mut buffers) = (Sliding::default(), Buffers::default());
+        let (mut iv, mut t) = (Vec::new(), 0);
+        for k in 0..12 {
+            let (len, bytes) = if k == 5 { (0, 1e6) } else { (50 * MS, 10.0) };
+            iv.push((t, t + len, bytes));
+            sliding.push((t, t + len, bytes));
+            t += len;
+        }
+        let (mut peaks, mut idle) = (0, 0);
+        for gone in [0, 3, 2, 1, 4] {
+            iv.drain(..gone);
+            sliding.drop_oldest(gone);
+            sliding.settle(active_floor(Some(25e9)), &mut buffers);
+            let window_s = (iv[iv.len() - 1].1 - iv[0].0) as f64 / 1e9;
+            let whole = of_intervals(
+                &iv,
+                window_s,
+                (1, 2),
+                (Some(25e9), true),
+                &mut Buffers::default(),
+            );
+            let got = sliding.activity(window_s, (1, 2), &mut buffers);
+            assert_eq!(
+                format!("{got:?}"),
+                format!("{:?}", Some(&whole)),
+                "{} held",
+                iv.len()
+            );
+            peaks += whole.peaks.bursts.len();
+            idle += usize::from(whole.peaks.bursts.is_empty());
+        }
+        assert!(peaks == 3 && idle == 2, "{peaks} {idle}");
     }
 
     #[test]

@@ -1095,8 +1095,8 @@ mod tests {
             let (tx, rx) = (copy(l.slots.0), copy(l.slots.1));
             let (grid, other) = if tx.len() >= 3 { (tx, rx) } else { (rx, tx) };
             assert_eq!(
-                l.sliding.intervals(),
-                &activity::intervals(&grid, &other)[..],
+                l.sliding.intervals().to_vec(),
+                activity::intervals(&grid, &other),
                 "link {}'s intervals differ at {} s",
                 l.link,
                 (now - T0) as f64 / 1e9
