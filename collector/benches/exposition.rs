@@ -24,22 +24,25 @@
 //!
 //! With `TAPE=FILE` (written by `loadgen --dump-tape FILE`: a real demo agent's `Hello` and batches) the store
 //! is `NODES` (default 2000) copies of that agent instead, every batch of the tape applied in process
-//! (`DirectAgent`, its clock moved so that the newest batch is now), and the renders are a scrape's: the text
-//! rendered into the exposition's kept buffer and gzip-compressed (`render_with`, `gzip_fast`), as `/metrics`
-//! serves a Prometheus scrape. Two expositions of the store, alternated `REPS` (4) times after one render each:
-//! one that keeps its gather's vectors between renders, one that allocates them afresh per render
-//! (`with_fresh_buffers`, as before they were kept). Per render the thread's CPU time and minor page faults
-//! (`getrusage(RUSAGE_THREAD)`), the render and the compression apart. Between scrapes 15 s apart the
-//! collector's allocator (jemalloc, 10 s dirty decay) has returned a freed buffer's pages to the kernel; here
-//! the bench's allocator does the same at once (`FreshLarge`: every block of 256 KiB or more mapped on its own
-//! and unmapped when freed), so a buffer allocated afresh is fresh pages, as in the collector. The texts of the
-//! two are checked equal byte for byte (and once against the reference encoder), and the time of the store's
-//! snapshot and of its export detail (both paths alike) is given apart.
+//! (`DirectAgent`, its clock moved so that the newest batch is now), and the renders are a scrape's, served
+//! four ways, each through its own exposition (its gather's buffers kept), in an order rotated over `REPS` (4)
+//! reps after one scrape each: gzip as before (the whole text rendered into a kept buffer, `render_into`, then
+//! `gzip_fast`), gzip as `/metrics` serves it now (`render_gzip`: the text compressed in pieces as it is
+//! written, the compressed bytes in a kept buffer), the plain text as before (`render`: a buffer of its own)
+//! and as now (`render_plain`: a kept buffer lent to the body). Per scrape the thread's CPU time and minor page
+//! faults (`getrusage(RUSAGE_THREAD)`), and the growth of the process's peak resident memory during it
+//! (`VmHWM`, reset before each). Between scrapes 15 s apart the collector's allocator (jemalloc, 10 s dirty
+//! decay) has returned a freed buffer's pages to the kernel; here the bench's allocator does the same at once
+//! (`FreshLarge`: every block of 256 KiB or more mapped on its own and unmapped when freed), so a buffer
+//! allocated afresh is fresh pages, as in the collector. The texts of all four (decompressed where gzipped) are
+//! checked equal byte for byte (and once against the reference encoder), and the time of the store's snapshot
+//! and of its export detail (the same in every way) is given apart.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use axum::body::Bytes;
 use commwatch_collector::export::exposition::{Exposition, SampleRef, StoreDescs};
 use commwatch_collector::remote_write::encode::TimeSeries;
 use commwatch_collector::remote_write::series::{Finished, GatherSeries, Previous};
@@ -521,42 +524,96 @@ fn tape_store(path: &str, nodes: u64) -> Arc<Store> {
     store
 }
 
-/// One scrape's figures: the render's and the compression's CPU (ns) and page faults, the text's length and a
-/// hash of it.
+/// The ways a scrape is served, compared in `TAPE` mode: the previous ones and the present ones.
+const WAYS: [&str; 4] = [
+    "gzip, whole text (before)",
+    "gzip, in pieces",
+    "plain, fresh text (before)",
+    "plain, lent text",
+];
+
+/// One scrape's figures: the whole scrape's CPU (ns) and page faults, the part of them the compression took
+/// (`gzip_fast` after the whole text; 0 where the text is compressed as it is written), the growth of the
+/// process's peak resident memory during it (bytes), the text's length and a hash of it.
 struct Scrape {
-    render: (u64, u64),
+    all: (u64, u64),
     gzip: (u64, u64),
+    peak: u64,
     bytes: usize,
     hash: u64,
 }
 
-/// One scrape through `exposition` with a fresh health registry (no scrape observed yet: every render's text
-/// is the same).
-fn scrape(exposition: &Exposition) -> Scrape {
+/// The process's resident memory and its peak since the last [`reset_peak`] (`/proc/self/status`: `VmRSS`,
+/// `VmHWM`), bytes.
+fn rss() -> (u64, u64) {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let kb = |key: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .unwrap_or(0)
+            * 1024
+    };
+    (kb("VmRSS:"), kb("VmHWM:"))
+}
+
+/// Resets the process's peak resident memory to the present (`/proc/self/clear_refs`, 5).
+fn reset_peak() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+fn text_hash(text: &[u8]) -> u64 {
     use std::hash::{Hash, Hasher};
-    let health = Health::new().expect("health");
-    health
-        .registry
-        .register(Box::new(StoreDescs::new().expect("descs")))
-        .expect("register");
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    text.hash(&mut h);
+    h.finish()
+}
+
+fn gunzip(z: &[u8]) -> Vec<u8> {
+    use std::io::Read as _;
+    let mut text = Vec::new();
+    flate2::read::GzDecoder::new(z)
+        .read_to_end(&mut text)
+        .expect("a whole gzip stream");
+    text
+}
+
+/// One scrape through `exposition` the way `way` (of [`WAYS`]) serves it, with a fresh health registry (no
+/// scrape observed yet: every render's text is the same). `whole` is the text buffer the first way keeps.
+fn scrape(exposition: &Exposition, way: usize, whole: &mut String) -> Scrape {
+    let health = descs_health();
+    reset_peak();
+    let before = rss().0;
     let at = thread_usage();
-    exposition
-        .render_with(&health, |text| {
-            let render = since(at);
+    let mut gzip = (0, 0);
+    // The body as the response holds it (dropped after the figures are taken; a lent buffer goes back then).
+    let body: Bytes = match way {
+        0 => {
+            whole.clear();
+            exposition.render_into(&health, whole).expect("render");
             let at = thread_usage();
-            let body = commwatch_httpd::gzip_fast(text.as_bytes()).expect("gzip");
-            let gzip = since(at);
-            assert!(body.len() > 20, "empty gzip body");
-            let mut h = std::collections::hash_map::DefaultHasher::new();
-            text.hash(&mut h);
-            Scrape {
-                render,
-                gzip,
-                bytes: text.len(),
-                hash: h.finish(),
-            }
-        })
-        .expect("render")
+            let z = commwatch_httpd::gzip_fast(whole.as_bytes()).expect("gzip");
+            gzip = since(at);
+            z.into()
+        }
+        1 => exposition.render_gzip(&health).expect("render"),
+        2 => exposition.render(&health).expect("render").into(),
+        _ => exposition.render_plain(&health).expect("render"),
+    };
+    let all = since(at);
+    let peak = rss().1.saturating_sub(before);
+    let text = match way {
+        0 | 1 => gunzip(&body),
+        _ => body.to_vec(),
+    };
+    Scrape {
+        all,
+        gzip,
+        peak,
+        bytes: text.len(),
+        hash: text_hash(&text),
+    }
 }
 
 fn median_u64(v: &mut [u64]) -> u64 {
@@ -604,35 +661,44 @@ fn check_against_reference(store: &Arc<Store>, nodes: u64) {
     );
 }
 
-/// `reps` scrapes each through `kept` and `fresh`, alternated (which goes first too), their texts checked
-/// equal; per exposition ([kept, fresh]) the render's CPU and faults and the gzip's CPU and faults per scrape.
-fn alternate(kept: &Exposition, fresh: &Exposition, reps: u64, bytes: usize) -> [[Vec<u64>; 4]; 2] {
-    // [kept, fresh] × [render CPU, render faults, gzip CPU, gzip faults]
-    let mut figures: [[Vec<u64>; 4]; 2] = Default::default();
+/// `reps` scrapes each way ([`WAYS`], each through its own exposition), in an order rotated from one rep to the
+/// next, their texts checked equal; per way the scrape's CPU and faults, the compression's CPU and faults, the
+/// peak memory growth.
+fn alternate(
+    ways: &[Exposition],
+    reps: u64,
+    bytes: usize,
+    whole: &mut String,
+) -> Vec<[Vec<u64>; 5]> {
+    let mut figures: Vec<[Vec<u64>; 5]> = ways.iter().map(|_| Default::default()).collect();
     for rep in 0..reps {
-        let order = if rep % 2 == 0 { [0, 1] } else { [1, 0] };
-        let mut hashes = [0; 2];
-        for which in order {
-            let s = scrape([kept, fresh][which]);
-            hashes[which] = s.hash;
+        let mut hashes = vec![0; ways.len()];
+        for k in 0..ways.len() {
+            let way = (k + rep as usize) % ways.len();
+            let s = scrape(&ways[way], way, whole);
+            hashes[way] = s.hash;
             assert_eq!(s.bytes, bytes, "the text's length moved");
-            let f = &mut figures[which];
+            let f = &mut figures[way];
             for (v, x) in f
                 .iter_mut()
-                .zip([s.render.0, s.render.1, s.gzip.0, s.gzip.1])
+                .zip([s.all.0, s.all.1, s.gzip.0, s.gzip.1, s.peak])
             {
                 v.push(x);
             }
             println!(
-                "rep {rep} {}: render {:.0} ms CPU, {} faults; gzip {:.0} ms CPU, {} faults",
-                ["kept", "fresh"][which],
-                s.render.0 as f64 / 1e6,
-                s.render.1,
+                "rep {rep} {}: {:.0} ms CPU, {} faults (gzip after the text {:.0} ms, {} faults); peak +{:.1} MB",
+                WAYS[way],
+                s.all.0 as f64 / 1e6,
+                s.all.1,
                 s.gzip.0 as f64 / 1e6,
-                s.gzip.1
+                s.gzip.1,
+                s.peak as f64 / 1e6
             );
         }
-        assert_eq!(hashes[0], hashes[1], "texts differ (rep {rep})");
+        assert!(
+            hashes.iter().all(|&h| h == hashes[0]),
+            "texts differ (rep {rep})"
+        );
     }
     figures
 }
@@ -681,47 +747,66 @@ fn main_tape(path: &str) {
         filling.elapsed().as_secs_f64()
     );
     check_against_reference(&store, nodes);
-    let kept = Exposition::new(store.clone());
-    let fresh = Exposition::new(store.clone()).with_fresh_buffers();
-    let first = [scrape(&kept), scrape(&fresh)];
-    assert_eq!(first[0].hash, first[1].hash, "texts differ");
-    println!(
-        "first render (buffers sized by it): kept {:.0} ms CPU, {} faults; fresh {:.0} ms CPU, {} faults",
-        first[0].render.0 as f64 / 1e6,
-        first[0].render.1,
-        first[1].render.0 as f64 / 1e6,
-        first[1].render.1
+    let ways: Vec<Exposition> = WAYS
+        .iter()
+        .map(|_| Exposition::new(store.clone()))
+        .collect();
+    let mut whole = String::new();
+    let first: Vec<Scrape> = (0..ways.len())
+        .map(|way| scrape(&ways[way], way, &mut whole))
+        .collect();
+    assert!(
+        first.iter().all(|s| s.hash == first[0].hash),
+        "texts differ"
     );
-    let mut figures = alternate(&kept, &fresh, reps, first[0].bytes);
-    let per_node_second = |ns: u64| ns as f64 / 1e3 / nodes.max(1) as f64 / 15.0;
-    println!(
-        "median per scrape over {reps} alternated reps, {nodes} nodes (us per node and second at a scrape every 15 s):"
-    );
-    for (which, f) in figures.iter_mut().enumerate() {
-        let [rc, rf, gc, gf] = f;
-        let (rc, rf, gc, gf) = (
-            median_u64(rc),
-            median_u64(rf),
-            median_u64(gc),
-            median_u64(gf),
-        );
+    for (way, s) in first.iter().enumerate() {
         println!(
-            "  {}: render {:.0} ms CPU ({:.2} us/node/s), {rf} faults; gzip {:.0} ms CPU ({:.2} us/node/s), {gf} \
-             faults; both {:.2} us/node/s",
-            ["kept buffers", "fresh buffers"][which],
-            rc as f64 / 1e6,
-            per_node_second(rc),
-            gc as f64 / 1e6,
-            per_node_second(gc),
-            per_node_second(rc + gc)
+            "first scrape (buffers sized by it), {}: {:.0} ms CPU, {} faults; peak +{:.1} MB",
+            WAYS[way],
+            s.all.0 as f64 / 1e6,
+            s.all.1,
+            s.peak as f64 / 1e6
         );
     }
+    let mut figures = alternate(&ways, reps, first[0].bytes, &mut whole);
+    let per_node_second = |ns: u64| ns as f64 / 1e3 / nodes.max(1) as f64 / 15.0;
     println!(
-        "memory kept between renders: {:.1} MB (text {:.1} MB + gather buffers), fresh-buffer exposition {:.1} MB",
-        kept.kept_bytes() as f64 / 1e6,
-        first[0].bytes as f64 / 1e6,
-        fresh.kept_bytes() as f64 / 1e6
+        "median per scrape over {reps} reps, {nodes} nodes (us per node and second at a scrape every 15 s; \
+         ratio to the way before):"
     );
+    let medians: Vec<[u64; 5]> = figures
+        .iter_mut()
+        .map(|f| f.each_mut().map(|v| median_u64(v)))
+        .collect();
+    for (way, m) in medians.iter().enumerate() {
+        let [cpu, faults, gc, gf, peak] = *m;
+        let before = medians[way & !1][0].max(1);
+        println!(
+            "  {}: {:.0} ms CPU ({:.2} us/node/s, {:.3} of before), {faults} faults (gzip after the text {:.0} ms, \
+             {gf} faults); peak +{:.1} MB",
+            WAYS[way],
+            cpu as f64 / 1e6,
+            per_node_second(cpu),
+            cpu as f64 / before as f64,
+            gc as f64 / 1e6,
+            peak as f64 / 1e6
+        );
+    }
+    for (way, e) in ways.iter().enumerate() {
+        println!(
+            "memory kept between scrapes, {}: {:.1} MB{}",
+            WAYS[way],
+            e.kept_bytes() as f64 / 1e6,
+            if way == 0 {
+                format!(
+                    " and the text buffer's {:.1} MB",
+                    whole.capacity() as f64 / 1e6
+                )
+            } else {
+                String::new()
+            }
+        );
+    }
     shared_parts(&store, reps);
 }
 

@@ -41,7 +41,7 @@ pub mod cap;
 pub mod csrf;
 mod gzip;
 pub use cap::{ConnectionCap, ConnectionMetrics, Slot, MAX_CONNECTIONS_BOUND};
-pub use gzip::{accepts_gzip, gzip_fast, metrics_response, TEXT_FORMAT};
+pub use gzip::{accepts_gzip, gzip_fast, metrics_response, GzipFast, TEXT_FORMAT};
 
 /// Time a client has to send a request's headers (production value of [`HttpBounds::header_read_timeout`]).
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);

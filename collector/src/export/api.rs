@@ -166,17 +166,17 @@ async fn healthz(State(s): State<HttpState>) -> &'static str {
 /// about tenfold. `Vary: Accept-Encoding` either way ([`commwatch_httpd::metrics_response`]). Rendered on the
 /// render thread, below the ingest's priority (`pace::EXPORT_NICE`): a scrape of a large fleet takes seconds of
 /// CPU, which the ingest of a busy core had to share with it before (acks seconds late during every scrape at
-/// 600 demo nodes).
+/// 600 demo nodes). The text is compressed as it is written ([`Exposition::render_gzip`]), and the body is
+/// written in a buffer the exposition keeps from one scrape to the next (lent to the response until it is sent).
 async fn metrics(State(s): State<HttpState>, request: HeaderMap) -> Response {
     let gzip = commwatch_httpd::accepts_gzip(&request);
     let (health, exposition) = (s.health.clone(), s.exposition.clone());
     let render = move || {
-        Ok::<_, prometheus::Error>(if gzip {
-            exposition
-                .render_with(&health, |text| commwatch_httpd::gzip_fast(text.as_bytes()))??
+        if gzip {
+            exposition.render_gzip(&health)
         } else {
-            exposition.render(&health)?.into_bytes()
-        })
+            exposition.render_plain(&health)
+        }
     };
     match crate::pace::run_on(s.render.as_deref(), render).await {
         Ok(Ok(body)) => commwatch_httpd::metrics_response(body, gzip),

@@ -14,6 +14,7 @@ use prometheus::TextEncoder;
 
 use super::families::FAMILIES;
 use super::samples::{SampleBuffers, Samples};
+use super::writer::Pieces;
 use crate::store::{NodeSnapshot, StoreMemory};
 
 /// One sample as `/metrics` shows it: its metric name, its labels in the order written (unescaped, empty values
@@ -122,8 +123,15 @@ impl<'a> Gathered<'a> {
     /// The text format 0.0.4 of every family, appended to `out`: byte for byte what `Registry::gather` and
     /// `TextEncoder` would write with the store's families collected into the registry.
     pub fn write_text(&self, out: &mut String) -> Result<(), prometheus::Error> {
+        self.write_pieces(&mut Pieces::whole(out, &mut |_| Ok(())))
+    }
+
+    /// [`Gathered::write_text`] in pieces: the text is appended to `out`'s buffer and handed on whenever it
+    /// holds a piece's worth ([`Pieces`]); what remains at the end is left in the buffer (the caller's
+    /// [`Pieces::flush`] ends the text). The sink's error, if it fails.
+    pub fn write_pieces(&self, out: &mut Pieces<'_>) -> Result<(), prometheus::Error> {
         for family in self.families() {
-            family.write_text(out)?;
+            family.write_pieces(out)?;
         }
         Ok(())
     }
@@ -176,13 +184,21 @@ impl GatheredFamily<'_, '_> {
 
     /// The family's text (header and samples), appended to `out`.
     pub fn write_text(&self, out: &mut String) -> Result<(), prometheus::Error> {
+        self.write_pieces(&mut Pieces::whole(out, &mut |_| Ok(())))
+    }
+
+    /// The family's text (header and samples), written in pieces ([`Gathered::write_pieces`]). A registry
+    /// family (few series) is written whole, then handed on.
+    pub fn write_pieces(&self, out: &mut Pieces<'_>) -> Result<(), prometheus::Error> {
         match self.part {
-            Part::Registered(r) => TextEncoder::new()
-                .encode_utf8(std::slice::from_ref(&self.gathered.registered[r]), out),
-            Part::Store(i) => {
-                self.gathered.store.write(i, out);
-                Ok(())
+            Part::Registered(r) => {
+                TextEncoder::new().encode_utf8(
+                    std::slice::from_ref(&self.gathered.registered[r]),
+                    out.text(),
+                )?;
+                out.mark()
             }
+            Part::Store(i) => self.gathered.store.write(i, out),
         }
     }
 }

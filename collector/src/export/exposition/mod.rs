@@ -2,7 +2,9 @@
 //! per scrape, nothing per sample on the ingest path). Each node is copied under its own lock
 //! ([`Store::snapshot`]) and formatted outside it.
 //!
-//! [`Exposition::render`] writes the text format 0.0.4 into one buffer sized from the previous scrape: the
+//! [`Exposition::render`] writes the text format 0.0.4 into one buffer sized from the previous scrape
+//! ([`Exposition::render_plain`]: a buffer kept between scrapes and lent to the response;
+//! [`Exposition::render_gzip`]: in pieces of 256 KiB straight into the gzip stream, never the whole text): the
 //! collector's own families (the health `Registry`: health, steps, findings, jobs; few series) are encoded by
 //! the prometheus crate's `TextEncoder`, the store's families (nodes, links, GPUs, store size: hundreds of
 //! thousands of series in a large fleet) by [`write_exposition`], which takes label values straight from the
@@ -31,6 +33,7 @@
 mod detail;
 mod families;
 pub mod gathered;
+mod lent;
 pub mod nvlink;
 mod samples;
 mod writer;
@@ -39,6 +42,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use axum::body::Bytes;
+use commwatch_httpd::GzipFast;
 use parking_lot::Mutex;
 use prometheus::proto::MetricFamily;
 use prometheus::{Encoder, TextEncoder};
@@ -49,22 +54,36 @@ pub use detail::{
 };
 pub use families::{Family, StoreDescs, FAMILIES};
 pub use gathered::{Gathered, GatheredFamily, SampleRef};
+use lent::Kept;
 pub use nvlink::{apply_nvlink_detail, NvlinkDetail};
 use samples::SampleBuffers;
+pub use writer::Pieces;
 
 use crate::store::{NodeSnapshot, Store, StoreMemory};
 use crate::telemetry::Health;
 
-/// Renders `/metrics` for one collector: its store, its detail, the length of the previous text (the next
-/// buffer's size), and the buffer [`Exposition::render_with`] writes into, kept from one render to the next.
+/// The text is handed to the gzip stream in pieces of this many bytes ([`Exposition::render_gzip`]): small
+/// enough to stay in the CPU's cache between the writer and the compressor, large enough that a piece costs
+/// the stream one call among thousands of lines.
+const PIECE: usize = 256 * 1024;
+
+/// Renders `/metrics` for one collector: its store, its detail, the lengths of the previous text and of its
+/// compressed form (the next buffers' sizes), and the buffers a render writes into, kept from one render to the
+/// next.
 pub struct Exposition {
     store: Arc<Store>,
     detail: ExportDetail,
     last_len: AtomicUsize,
-    /// The text of the latest [`Exposition::render_with`] (cleared by the next). Its pages stay mapped: a fresh
-    /// buffer per scrape is fresh memory the kernel zeroes page by page as the text is written (the allocator
-    /// has returned the previous one's pages by the next scrape, 15 s later).
-    text: Mutex<String>,
+    last_gzip_len: AtomicUsize,
+    /// The plain text of the latest [`Exposition::render_plain`], lent to its response and given back when it
+    /// is sent. Its pages stay mapped: a fresh buffer per scrape is fresh memory the kernel zeroes page by page
+    /// as the text is written (the allocator has returned the previous one's pages by the next scrape, 15 s
+    /// later).
+    plain: Kept,
+    /// The compressed text of the latest [`Exposition::render_gzip`], lent likewise.
+    gzipped: Kept,
+    /// The piece of text [`Exposition::render_gzip`] writes before handing it to the gzip stream.
+    piece: Mutex<String>,
     /// Samples per store family in the previous gather: the next one reserves as much ([`Gathered::sized`]).
     sizes: Mutex<Vec<usize>>,
     /// The vectors and strings the previous gather's samples were built in, emptied with their room kept, for
@@ -85,7 +104,10 @@ impl Exposition {
             store,
             detail,
             last_len: AtomicUsize::new(0),
-            text: Mutex::new(String::new()),
+            last_gzip_len: AtomicUsize::new(0),
+            plain: Kept::default(),
+            gzipped: Kept::default(),
+            piece: Mutex::new(String::new()),
             sizes: Mutex::new(Vec::new()),
             buffers: Some(Mutex::new(SampleBuffers::default())),
         }
@@ -98,10 +120,11 @@ impl Exposition {
         self
     }
 
-    /// Bytes this exposition keeps between renders: the text buffer's room and the gather's buffers'.
+    /// Bytes this exposition keeps between renders: the room of the plain text's and the compressed text's
+    /// buffers (while in their slots), of the gzip path's piece, and of the gather's buffers.
     pub fn kept_bytes(&self) -> usize {
         let buffers = self.buffers.as_ref().map_or(0, |b| b.lock().bytes());
-        self.text.lock().capacity() + buffers
+        self.plain.room() + self.gzipped.room() + self.piece.lock().capacity() + buffers
     }
 
     /// The whole `/metrics` text (store families and the registry's), in a buffer of its own. CPU-bound: call it
@@ -112,29 +135,69 @@ impl Exposition {
         Ok(out)
     }
 
-    /// The whole `/metrics` text, as [`Exposition::render`] writes it, handed to `f` (which compresses or
-    /// copies it) in the buffer this exposition keeps: a scrape costs no fresh memory for the text. While
-    /// another render holds that buffer, one of its own. The buffer stays as large as the largest text since
-    /// it was last cut back (when it held over twice the text and 1 MiB more). Observes `scrape_seconds`.
-    pub fn render_with<R>(
-        &self,
-        health: &Health,
-        f: impl FnOnce(&str) -> R,
-    ) -> Result<R, prometheus::Error> {
-        let Some(mut kept) = self.text.try_lock() else {
-            return self.render(health).map(|text| f(&text));
-        };
-        kept.clear();
-        self.render_into(health, &mut kept)?;
-        let len = kept.len();
-        if kept.capacity() > 2 * len + (1 << 20) {
-            kept.shrink_to(len + len / 16);
+    /// The whole `/metrics` text, as [`Exposition::render`] writes it, in the buffer this exposition keeps for
+    /// it, lent to the returned body: a scrape costs no fresh memory for the text while the previous body has
+    /// been sent (else a buffer of its own). The buffer stays as large as the largest text since it was last
+    /// cut back (when it held over twice the text and 1 MiB more). Observes `scrape_seconds`.
+    pub fn render_plain(&self, health: &Health) -> Result<Bytes, prometheus::Error> {
+        let mut text = String::from_utf8(self.plain.take()).unwrap_or_default();
+        self.render_into(health, &mut text)?;
+        let len = text.len();
+        if text.capacity() > 2 * len + (1 << 20) {
+            text.shrink_to(len + len / 16);
         }
-        Ok(f(&kept))
+        Ok(self.plain.lend(text.into_bytes()))
     }
 
-    /// Appends the text to `out`, reserving the previous text's length and a sixteenth more first.
-    fn render_into(&self, health: &Health, out: &mut String) -> Result<(), prometheus::Error> {
+    /// The `/metrics` text gzip-compressed ([`commwatch_httpd::GzipFast`]), written in pieces straight into the
+    /// compressor: the whole text is never in memory, only a piece of it (256 KiB and a line). The compressed
+    /// bytes are written into the buffer this exposition keeps for them, sized from the previous scrape's and
+    /// lent to the returned body, as [`Exposition::render_plain`]'s. Decompressed, byte for byte
+    /// [`Exposition::render`]'s text. Observes `scrape_seconds`.
+    pub fn render_gzip(&self, health: &Health) -> Result<Bytes, prometheus::Error> {
+        self.render_gzip_in(health, PIECE)
+    }
+
+    /// [`Exposition::render_gzip`] with pieces of `piece` bytes.
+    fn render_gzip_in(&self, health: &Health, piece: usize) -> Result<Bytes, prometheus::Error> {
+        let started = Instant::now();
+        let mut body = self.gzipped.take();
+        let last = self.last_gzip_len.load(Ordering::Relaxed);
+        body.reserve((last + last / 16).max(64 * 1024));
+        let mut z = GzipFast::new(body);
+        let mut len = 0;
+        {
+            let mut kept = self.piece.try_lock();
+            let mut own = String::new();
+            let text = kept.as_deref_mut().unwrap_or(&mut own);
+            text.clear();
+            text.reserve(piece + piece / 4);
+            let mut sink = |s: &str| {
+                len += s.len();
+                z.write(s.as_bytes()).map_err(prometheus::Error::from)
+            };
+            let mut pieces = Pieces::new(text, piece, &mut sink);
+            self.gather(health, |g| g.write_pieces(&mut pieces))?;
+            pieces.flush()?;
+            if text.capacity() > 2 * piece {
+                text.shrink_to(piece + piece / 4);
+            }
+        }
+        let mut body = z.finish()?;
+        self.last_len.store(len, Ordering::Relaxed);
+        self.last_gzip_len.store(body.len(), Ordering::Relaxed);
+        if body.capacity() > 2 * body.len() + (1 << 20) {
+            body.shrink_to(body.len() + body.len() / 16);
+        }
+        health
+            .scrape_seconds
+            .observe(started.elapsed().as_secs_f64());
+        Ok(self.gzipped.lend(body))
+    }
+
+    /// Appends the text to `out`, reserving the previous text's length and a sixteenth more first. Observes
+    /// `scrape_seconds`.
+    pub fn render_into(&self, health: &Health, out: &mut String) -> Result<(), prometheus::Error> {
         let started = Instant::now();
         let last = self.last_len.load(Ordering::Relaxed);
         out.reserve((last + last / 16).max(64 * 1024));

@@ -7,7 +7,7 @@ use std::collections::HashSet;
 
 use super::families::{family_index, Ix, FAMILIES};
 use super::nvlink::link_labels;
-use super::writer::{push_header, push_label, push_value};
+use super::writer::{push_header, push_label, push_value, Pieces};
 use crate::export::names;
 use crate::store::{LinkSnapshot, NodeSnapshot, SeriesSnapshot, StoreMemory};
 
@@ -312,13 +312,16 @@ impl<'a> Samples<'a> {
         }
     }
 
-    /// Writes family `i` (of [`FAMILIES`]): its header, then its samples.
-    pub(super) fn write(&self, i: usize, out: &mut String) {
+    /// Writes family `i` (of [`FAMILIES`]): its header, then its samples, handing the text on between lines
+    /// ([`Pieces::mark`]). The sink's error, if it fails.
+    pub(super) fn write(&self, i: usize, out: &mut Pieces<'_>) -> Result<(), prometheus::Error> {
         let f = &FAMILIES[i];
-        push_header(out, f);
+        push_header(out.text(), f);
         for s in &self.fams[i] {
-            s.write(f.name, &self.prefixes, out);
+            s.write(f.name, &self.prefixes, out.text());
+            out.mark()?;
         }
+        Ok(())
     }
 
     /// Appends the samples of `group` (nodes of one name; one node from a store), with the previous builder's

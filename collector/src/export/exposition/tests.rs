@@ -4,6 +4,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use axum::body::Bytes;
 use commwatch_model::clock::unix_now_ns;
 use commwatch_model::{Endpoint, Link, LinkClass, LinkKey, LinkRole, SeriesKind, Tier};
 use prometheus::core::{Collector, Desc};
@@ -297,6 +298,16 @@ fn memory() -> StoreMemory {
         sample_bytes: 5_000_000,
         bytes: 9_000_000,
     }
+}
+
+/// The text a gzip stream decompresses to.
+fn gunzip(z: &[u8]) -> String {
+    use std::io::Read as _;
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(z)
+        .read_to_string(&mut text)
+        .expect("a whole gzip stream of UTF-8");
+    text
 }
 
 #[test]
@@ -744,23 +755,33 @@ fn render_matches_the_previous_registry_path() {
             .join("\n")
     };
     assert_eq!(strip(&again), strip(&old));
-    // Through the kept buffer: the same text, twice from one buffer; while it is held, a buffer of its own.
-    let first = exposition
-        .render_with(&health, |t| (strip(t), t.as_ptr() as usize))
-        .expect("render");
-    assert_eq!(first.0, strip(&old));
-    let second = exposition
-        .render_with(&health, |t| (strip(t), t.as_ptr() as usize))
-        .expect("render");
-    assert_eq!(second, first);
-    let held = exposition.text.lock();
-    let own = exposition
-        .render_with(&health, |t| (strip(t), t.as_ptr() as usize))
-        .expect("render");
-    assert_eq!(own.0, first.0);
-    assert_ne!(own.1, held.as_ptr() as usize);
-    drop(held);
-    assert_eq!(exposition.text.lock().as_ptr() as usize, first.1);
+    // Through the kept buffer: the same text, twice from one buffer; while a body holds it, a buffer of its own.
+    let body_text = |b: &Bytes| strip(std::str::from_utf8(b).expect("utf-8"));
+    let first = exposition.render_plain(&health).expect("render");
+    let at = first.as_ptr();
+    assert_eq!(body_text(&first), strip(&old));
+    drop(first);
+    let held = exposition.render_plain(&health).expect("render");
+    assert_eq!(held.as_ptr(), at);
+    let own = exposition.render_plain(&health).expect("render");
+    assert_ne!(own.as_ptr(), at);
+    assert_eq!(body_text(&own), strip(&old));
+    drop((held, own));
+    let again = exposition.render_plain(&health).expect("render");
+    assert_eq!(again.as_ptr(), at);
+    drop(again);
+    // Gzip-compressed in pieces, the same text: in pieces of 256 KiB (the whole text in one) and of 1,000 bytes
+    // (dozens), twice each from the kept buffers.
+    assert!(old.len() > 20 * 1000, "{} bytes", old.len());
+    for piece in [super::PIECE, 1000, 1000, super::PIECE] {
+        let z = exposition.render_gzip_in(&health, piece).expect("render");
+        let text = gunzip(&z);
+        assert_eq!(strip(&text), strip(&old), "in pieces of {piece}");
+        assert_eq!(exposition.last_len.load(Ordering::Relaxed), text.len());
+        assert_eq!(exposition.last_gzip_len.load(Ordering::Relaxed), z.len());
+        let piece_room = exposition.piece.lock().capacity();
+        assert!(piece_room <= 2 * piece.max(64 * 1024), "{piece_room}");
+    }
     // Each gather recorded its families' sizes for the next one's room.
     let sizes = exposition.sizes.lock().clone();
     let up = super::FAMILIES

@@ -5,6 +5,58 @@ use std::fmt::Write as _;
 
 use super::families::Family;
 
+/// Where the text is written: a buffer that is handed to a sink and emptied whenever it holds a piece's worth
+/// ([`Pieces::mark`], called between lines), so that a large exposition is never whole in memory. With an
+/// unbounded piece ([`Pieces::whole`]) the buffer simply takes the whole text.
+pub struct Pieces<'b> {
+    text: &'b mut String,
+    piece: usize,
+    sink: &'b mut dyn FnMut(&str) -> Result<(), prometheus::Error>,
+}
+
+impl<'b> Pieces<'b> {
+    /// Text appended to `text` is handed to `sink` (then cleared from `text`) once `text` holds `piece` bytes or
+    /// more: `text` never holds more than `piece` bytes and one line (or one registry family) beyond.
+    pub fn new(
+        text: &'b mut String,
+        piece: usize,
+        sink: &'b mut dyn FnMut(&str) -> Result<(), prometheus::Error>,
+    ) -> Pieces<'b> {
+        Pieces { text, piece, sink }
+    }
+
+    /// The whole text appended to `text`, nothing handed on.
+    pub fn whole(
+        text: &'b mut String,
+        sink: &'b mut dyn FnMut(&str) -> Result<(), prometheus::Error>,
+    ) -> Pieces<'b> {
+        Pieces::new(text, usize::MAX, sink)
+    }
+
+    /// The buffer to append to.
+    pub(super) fn text(&mut self) -> &mut String {
+        self.text
+    }
+
+    /// Hands the buffer on if it holds a piece's worth: the sink's error, if it fails.
+    #[inline]
+    pub(super) fn mark(&mut self) -> Result<(), prometheus::Error> {
+        if self.text.len() >= self.piece {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Hands what the buffer holds (if anything) to the sink and empties it: the end of the text.
+    pub fn flush(&mut self) -> Result<(), prometheus::Error> {
+        if !self.text.is_empty() {
+            (self.sink)(self.text)?;
+            self.text.clear();
+        }
+        Ok(())
+    }
+}
+
 /// Appends `sep`, then `name="value"` with the value escaped.
 pub(super) fn push_label(out: &mut String, sep: char, name: &str, value: &str) {
     out.push(sep);
