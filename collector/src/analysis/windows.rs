@@ -73,6 +73,14 @@ fn first_in_window(w: &Window, guess: usize, in_window: impl Fn(u64) -> bool) ->
     k
 }
 
+/// The place in `NodeWindows::kept` of a slot without a window (no sample of it kept yet).
+const NO_WINDOW: u32 = u32::MAX;
+
+/// The window of `slot` among `kept`, placed by `at` (see `NodeWindows::at`).
+fn window_of<'k>(kept: &'k [Window], at: &[u32], slot: usize) -> Option<&'k Window> {
+    kept.get(*at.get(slot)? as usize)
+}
+
 /// One node's kept windows.
 #[derive(Debug, Default)]
 pub struct NodeWindows {
@@ -89,15 +97,23 @@ pub struct NodeWindows {
     /// send (the demo node's 720 NVLink error counters) keeps an empty window: visiting every wanted slot
     /// read two thirds of the windows' headers and series for nothing (issue 35).
     live: Vec<usize>,
+    /// The places in `kept` of the windows `live` lists, in the same order.
+    live_at: Vec<u32>,
     /// Slots whose windows were empty before an update's new samples (they join `live`).
     joined: Vec<usize>,
-    /// By slot, the samples the latest update dropped from the window: where the next one's drop is looked
+    /// Each slot's window's place in `kept` ([`NO_WINDOW`]: none yet).
+    at: Vec<u32>,
+    /// The kept windows, each `(tick, value)` of a wanted series' samples from `since_ns` on, oldest first,
+    /// at the place its series' slot has in `at`: a window takes the next place when its series' first sample
+    /// comes (not the place of its slot), so that the windows that hold samples lie together. By slot, the
+    /// ≈340 live windows' headers of a demo node lay among the 720 never-sent NVLink error counters' and
+    /// the series no rule reads, each on a cache line of its own at every update (issue 35).
+    kept: Vec<Window>,
+    /// By place, the samples the latest update dropped from the window: where the next one's drop is looked
     /// for first ([`first_in_window`]).
     dropped: Vec<u32>,
     /// Each slot's ring capacity, samples (fixed under a layout): a window holding more is read from the store.
     caps: Vec<u32>,
-    /// Per slot, `(tick, value)` of its samples from `since_ns` on, oldest first (empty where not wanted).
-    kept: Vec<Window>,
     /// The node's last input, given back after its evaluation ([`WindowCache::give_back`]): the next one is
     /// built into its allocations (its links' vectors, maps and keys).
     spare: Option<NodeInput>,
@@ -194,11 +210,12 @@ impl LinkIntervals {
         }
     }
 
-    /// The link's byte windows in `kept` (by slot): the one the intervals are on (transmit, or receive when
-    /// transmit holds fewer than three samples) and the other, and whether the first is transmit's.
-    fn windows<'k>(&self, kept: &'k [Window]) -> (&'k Window, &'k Window, bool) {
+    /// The link's byte windows in `kept` (placed by `at`, `NodeWindows::at`): the one the intervals are on
+    /// (transmit, or receive when transmit holds fewer than three samples) and the other, and whether the
+    /// first is transmit's.
+    fn windows<'k>(&self, (kept, at): (&'k [Window], &[u32])) -> (&'k Window, &'k Window, bool) {
         const NONE: &Window = &VecDeque::new();
-        let window = |s: Option<usize>| s.and_then(|i| kept.get(i)).unwrap_or(NONE);
+        let window = |s: Option<usize>| s.and_then(|i| window_of(kept, at, i)).unwrap_or(NONE);
         let (tx, rx) = (window(self.slots.0), window(self.slots.1));
         if tx.len() >= 3 {
             (tx, rx, true)
@@ -214,12 +231,12 @@ impl LinkIntervals {
     /// copies of the windows, as the rings' rebuild does).
     fn slide(
         &mut self,
-        (kept, caps): (&[Window], &[u32]),
+        (kept, at, caps): (&[Window], &[u32], &[u32]),
         n: &NodeState,
         floor: f64,
         buffers: &mut activity::Buffers,
     ) {
-        let (grid, other, on_tx) = self.windows(kept);
+        let (grid, other, on_tx) = self.windows((kept, at));
         (self.retained, self.split) = (0, (0, 0));
         let mode = (on_tx, !other.is_empty());
         let time = |x: Option<&(u64, u64)>| x.and_then(|x| n.tick_time(x.0));
@@ -401,11 +418,11 @@ impl NodeWindows {
         let (fronts, dropped) = (&mut self.fronts, &self.dropped);
         fronts.clear();
         let mut newest = 0u64;
-        for &i in &self.live {
-            let w = kept.get(i);
+        for &p in &self.live_at {
+            let w = kept.get(p as usize);
             fronts.push(w.and_then(VecDeque::front).map(|x| x.0));
             newest ^= w.and_then(VecDeque::back).map_or(0, |x| x.1);
-            let guess = dropped.get(i).map_or(0, |&d| d as usize);
+            let guess = dropped.get(p as usize).map_or(0, |&d| d as usize);
             newest ^= w.and_then(|w| w.get(guess)).map_or(0, |x| x.0);
         }
         std::hint::black_box(newest);
@@ -414,8 +431,9 @@ impl NodeWindows {
         // missed them again: 15 % of the input's own time in a profile of `measure::analysis_cost`). The same
         // samples go: every new one is stamped since `since_ns` ([`NodeState::samples_after`]).
         let in_window = |tick: u64| n.tick_time(tick).is_some_and(|t| t >= since_ns);
-        for (&i, front) in self.live.iter().zip(self.fronts.iter()) {
-            let (Some(w), Some(d)) = (kept.get_mut(i), self.dropped.get_mut(i)) else {
+        for (&p, front) in self.live_at.iter().zip(self.fronts.iter()) {
+            let p = p as usize;
+            let (Some(w), Some(d)) = (kept.get_mut(p), self.dropped.get_mut(p)) else {
                 continue;
             };
             // Nothing left (a slow series between its samples): the guess stays for the next drop.
@@ -427,8 +445,19 @@ impl NodeWindows {
             *d = u32::try_from(gone).unwrap_or(u32::MAX);
         }
         let (caps, joined) = (&self.caps, &mut self.joined);
+        let (at, dropped) = (&mut self.at, &mut self.dropped);
         self.cursor = n.samples_after(self.cursor, since_ns, &self.wanted, |slot, tick, v| {
-            if let Some(w) = kept.get_mut(slot) {
+            let Some(p) = at.get_mut(slot) else { return };
+            if *p == NO_WINDOW {
+                // Its first sample: the window takes the next place.
+                match u32::try_from(kept.len()) {
+                    Ok(next) if next != NO_WINDOW => *p = next,
+                    _ => return,
+                }
+                kept.push(Window::new());
+                dropped.push(0);
+            }
+            if let Some(w) = kept.get_mut(*p as usize) {
                 if w.is_empty() {
                     joined.push(slot);
                 }
@@ -441,22 +470,29 @@ impl NodeWindows {
         });
         // The windows the drop emptied leave (their headers are still in cache), those that got their first
         // samples join (rare: a series that came back, or all of them after a start over).
+        let (at, held) = (&self.at, self.live.len());
         self.live
-            .retain(|&i| kept.get(i).is_some_and(|w| !w.is_empty()));
+            .retain(|&i| window_of(kept, at, i).is_some_and(|w| !w.is_empty()));
+        let changed = self.live.len() != held || !self.joined.is_empty();
         if !self.joined.is_empty() {
             self.live.append(&mut self.joined);
             self.live.sort_unstable();
             self.live.dedup();
         }
-        // Each read link's oldest rate and newest interval loaded first, in a loop of loads independent of one
-        // another: a link's slide reads both (the rates that left, the interval its new ones follow), each
-        // in its own allocation, cold when the node is read once a second; slid link by link, each waited.
+        if changed {
+            self.live_at.clear();
+            let places = self.live.iter().map(|&i| at.get(i).copied());
+            self.live_at.extend(places.map(|p| p.unwrap_or(NO_WINDOW)));
+        }
+        // Each read link's oldest and newest interval loaded first, in a loop of loads independent of one
+        // another: a link's slide reads both (the window's first, the one its new ones follow), each in its
+        // own allocation, cold when the node is read once a second; slid link by link, each waited.
         let touched = self.links.iter().fold(0, |t, l| t ^ l.sliding.touch());
         std::hint::black_box(touched);
         for l in &mut self.links {
             let floor = l.floor(n);
             l.slide(
-                (&self.kept, &self.caps),
+                (&self.kept, &self.at, &self.caps),
                 n,
                 floor,
                 &mut self.scratch.activity,
@@ -558,16 +594,14 @@ impl NodeWindows {
         self.wanted
             .extend(n.series().iter().map(|s| input::reads_window(n, s)));
         self.live.clear();
+        self.live_at.clear();
+        self.at.clear();
+        self.at.resize(self.wanted.len(), NO_WINDOW);
+        self.kept.clear();
         self.dropped.clear();
-        self.dropped.resize(self.wanted.len(), 0);
         self.caps.clear();
         let cap = |s: &Series| u32::try_from(n.samples(s).cap()).unwrap_or(u32::MAX);
         self.caps.extend(n.series().iter().map(cap));
-        self.kept.resize_with(self.wanted.len(), VecDeque::new);
-        self.kept.truncate(self.wanted.len());
-        for w in &mut self.kept {
-            w.clear();
-        }
         self.links = Self::link_plan(n);
     }
 
@@ -580,6 +614,7 @@ impl NodeWindows {
     pub fn heap_bytes(&self) -> usize {
         self.wanted.capacity()
             + (self.live.capacity() + self.joined.capacity()) * size_of::<usize>()
+            + (self.live_at.capacity() + self.at.capacity()) * size_of::<u32>()
             + self.dropped.capacity() * size_of::<u32>()
             + self.caps.capacity() * size_of::<u32>()
             + self.fronts.capacity() * size_of::<Option<u64>>()
@@ -609,7 +644,7 @@ impl Kept<'_> {
     /// `s`'s kept window, when it is kept and holds no more than its ring keeps.
     fn window(&self, s: &Series) -> Option<&Window> {
         let slot = s.slot();
-        let w = self.w.kept.get(slot)?;
+        let w = window_of(&self.w.kept, &self.w.at, slot)?;
         let cap = *self.w.caps.get(slot)? as usize;
         (self.w.wanted.get(slot) == Some(&true) && w.len() <= cap).then_some(w)
     }
@@ -644,7 +679,7 @@ impl Kept<'_> {
     /// Bytes moved over the kept window of the series in `slot` (0 without one).
     fn moved(&self, slot: Option<usize>) -> u64 {
         match slot
-            .and_then(|i| self.w.kept.get(i))
+            .and_then(|i| window_of(&self.w.kept, &self.w.at, i))
             .map(|w| (w.front(), w.back()))
         {
             Some((Some(a), Some(z))) => z.1.saturating_sub(a.1),
