@@ -218,6 +218,30 @@ fn events(published: &mut PublishedMap, changes: Vec<Change>) -> (Vec<FindingEve
     (out, to_history)
 }
 
+/// `events` and `to_history` (of one update's changes, [`events`]) with the summaries and evidence of their
+/// refreshed findings written: a refresh leaves them to be written when read ([`Tracker::written`]), and only
+/// these few of its changes are.
+fn written(
+    tracker: &mut Tracker,
+    events: &mut [FindingEvent],
+    to_history: Vec<Change>,
+) -> Vec<Change> {
+    // The events' copies first: writing a change's finding below writes the tracker's, which then no longer
+    // lags.
+    for ev in events.iter_mut() {
+        if let FindingEvent::Changed { finding, .. } = ev {
+            tracker.write_words(finding);
+        }
+    }
+    to_history
+        .into_iter()
+        .map(|ch| match ch {
+            Change::Updated(f) => Change::Updated(tracker.written(f)),
+            other => other,
+        })
+        .collect()
+}
+
 enum HistoryMsg {
     Record(Vec<Change>, f64),
     Throughput(ThroughputBaseline),
@@ -587,7 +611,8 @@ impl AnalysisHandle {
                     }
                 }
             }
-            let (events, to_history) = events(&mut st.published, changes);
+            let (mut events, to_history) = events(&mut st.published, changes);
+            let to_history = written(&mut st.tracker, &mut events, to_history);
             (events, to_history, learned)
         };
         self.publish(events, to_history, learned, now);

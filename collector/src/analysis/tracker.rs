@@ -33,9 +33,12 @@
 //! changes while a reader (an event, the history's writer) still holds it. Candidates come with their ids
 //! ([`Tracker::update_keyed`]), formatted once per evaluation ([`super::evaluate_keyed`]), and may come with
 //! their words unwritten ([`Candidate::words`]): a pending candidate's are never written, a raised one's
-//! are, and a refresh writes them over the finding's (into its summary's room) only when its figures changed.
+//! are, and a refresh with other figures keeps the figures and leaves the words to be written when the finding
+//! is read — published by the engine ([`Tracker::written`]), listed ([`Tracker::findings`]) or cleared —, not
+//! at each refresh: a [`Change::Updated`]'s summary and evidence may lag its figures until then.
 
 use std::borrow::Cow;
+use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -68,19 +71,48 @@ pub enum Change {
     Raised(Finding),
     Cleared(Finding),
     /// Active and seen again (numbers refreshed): the finding shared with the tracker, not copied (every
-    /// active finding is refreshed at each evaluation of its scope; raises and clears are rare).
+    /// active finding is refreshed at each evaluation of its scope; raises and clears are rare). Its summary
+    /// and evidence may lag its figures: [`Tracker::written`] gives it as published.
     Updated(Arc<Finding>),
 }
 
-/// A finding and the figures its summary and evidence were written from ([`Candidate::words`]; `None`: written
-/// by its rule): a refresh with the same figures (and subject) keeps them as they are, unwritten.
+/// A finding and the figures of its summary and evidence ([`Candidate::words`]; `None`: written by its rule):
+/// a refresh with the same figures (and subject) keeps them as they are; one with other figures keeps the
+/// figures and leaves the words to be written when the finding is read ([`Tracked::lagging`]).
 #[derive(Debug)]
 struct Tracked {
     finding: Arc<Finding>,
     words: Option<Box<Words>>,
+    /// The finding's summary and evidence are not written from `words` yet (its figures changed since they
+    /// were): written when the finding is read ([`Tracker::written`], [`Tracker::findings`], a clear), not at
+    /// each refresh — most refreshes are never published, and the words were a third of the tracker's time.
+    lagging: bool,
     /// The rule's fixed text the finding's `action` was last set from or compared equal to (`None`: other
     /// text, or not known).
     advice: Option<&'static str>,
+}
+
+impl Tracked {
+    /// The finding as published: its summary and evidence written from its latest figures.
+    fn published(&self) -> Finding {
+        let mut f = Finding::clone(&self.finding);
+        if let Some(w) = self.words.as_ref().filter(|_| self.lagging) {
+            f.evidence = w.write(&f.subject, &mut f.summary);
+        }
+        f
+    }
+
+    /// Writes the finding's summary and evidence from its latest figures, when they lag (copying the finding
+    /// only while a reader still shares it).
+    fn write_words(&mut self) {
+        if !std::mem::take(&mut self.lagging) {
+            return;
+        }
+        if let Some(w) = &self.words {
+            let f = Arc::make_mut(&mut self.finding);
+            f.evidence = w.write(&f.subject, &mut f.summary);
+        }
+    }
 }
 
 impl std::ops::Deref for Tracked {
@@ -187,6 +219,7 @@ impl Tracker {
                 Tracked {
                     finding,
                     words,
+                    lagging: false,
                     advice,
                 },
             );
@@ -335,7 +368,44 @@ impl Tracker {
         }
     }
 
-    /// Files `id` under the scope `label` (moving it from another scope's index).
+    /// Files each of `candidates`' ids under the scope `label` ([`Tracker::assign`]). `sorted`: their ids are
+    /// strictly increasing, so those the scope holds already (mostly all) are found in one walk beside its
+    /// index, in id order, instead of a look-up each in the fleet's (a probe of a table of every id, whose keys
+    /// live on the heap, per candidate).
+    fn assign_all(&mut self, candidates: &[(String, Candidate)], label: &str, sorted: bool) {
+        let mut elsewhere: Vec<&str> = Vec::new();
+        match self.scopes.get(label).filter(|_| sorted) {
+            Some(own) => {
+                let mut own = own.iter().peekable();
+                for (id, _) in candidates {
+                    let mut held = false;
+                    while let Some(o) = own.peek() {
+                        match o.as_str().cmp(id) {
+                            Ordering::Less => {
+                                own.next();
+                            }
+                            Ordering::Equal => {
+                                own.next();
+                                held = true;
+                                break;
+                            }
+                            Ordering::Greater => break,
+                        }
+                    }
+                    if !held {
+                        elsewhere.push(id);
+                    }
+                }
+            }
+            None => elsewhere.extend(candidates.iter().map(|(id, _)| id.as_str())),
+        }
+        for id in elsewhere {
+            self.assign(id, label);
+        }
+    }
+
+    /// Files `id` under the scope `label` (moving it from another scope's index). A scope's index and
+    /// `scope_of` agree: `id` is in `scopes[label]` exactly when `scope_of[id]` is `label`.
     fn assign(&mut self, id: &str, label: &str) {
         match self.scope_of.get(id) {
             Some(l) if l == label => return,
@@ -365,10 +435,14 @@ impl Tracker {
         // change holds a whole finding when raised).
         let mut changes = Vec::with_capacity(candidates.len());
         let mut seen = Set::with_capacity_and_hasher(candidates.len(), Default::default());
+        // Ids in strictly increasing order (as [`super::evaluate_keyed`] gives them) are each seen once, so a
+        // refresh may leave its words to be written when read: no earlier change of this evaluation holds the
+        // finding with other figures. Otherwise each refresh writes them at once.
+        let lazy = candidates.windows(2).all(|w| w[0].0 < w[1].0);
+        if let Some(label) = scope {
+            self.assign_all(&candidates, label, lazy);
+        }
         for (id, c, cause_named) in in_cause_order(candidates) {
-            if let Some(label) = scope {
-                self.assign(&id, label);
-            }
             // An active finding refreshed without a cause to settle (none named, nor had; or the one named
             // active): its own entry is all the refresh reads, looked up once.
             let named_active = c.caused_by.as_deref().is_some_and(|n| self.is_active(n));
@@ -381,7 +455,7 @@ impl Tracker {
                     if !self.missing.is_empty() {
                         self.missing.remove(&id);
                     }
-                    refresh_tracked(t, c, now_unix_s, &mut changes);
+                    refresh_tracked(t, c, now_unix_s, lazy, &mut changes);
                     seen.insert(id);
                     continue;
                 }
@@ -394,7 +468,7 @@ impl Tracker {
                 if !self.missing.is_empty() {
                     self.missing.remove(&id);
                 }
-                self.refresh_active(&id, c, had_cause, now_unix_s, &mut changes);
+                self.refresh_active(&id, c, had_cause, (now_unix_s, lazy), &mut changes);
                 seen.insert(id);
                 continue;
             }
@@ -427,14 +501,15 @@ impl Tracker {
     }
 
     /// Refreshes the active finding `id` with `c` (filed under its cause as [`Tracker::settle`] says; `had_cause`:
-    /// whether the finding names one now) and reports it in `changes`, sharing it: it is copied only while an
-    /// earlier reader still holds it.
+    /// whether the finding names one now) at `now_unix_s`, its words written when read where `lazy`
+    /// ([`refresh_tracked`]), and reports it in `changes`, sharing it: it is copied only while an earlier
+    /// reader still holds it.
     fn refresh_active(
         &mut self,
         id: &str,
         mut c: Candidate,
         had_cause: bool,
-        now_unix_s: f64,
+        (now_unix_s, lazy): (f64, bool),
         changes: &mut Vec<Change>,
     ) {
         // Neither naming a cause, settling changes nothing (and looks nothing up); a cause named and active
@@ -449,7 +524,7 @@ impl Tracker {
             }
         }
         if let Some(t) = self.findings.get_mut(id) {
-            refresh_tracked(t, c, now_unix_s, changes);
+            refresh_tracked(t, c, now_unix_s, lazy, changes);
         }
     }
 
@@ -562,6 +637,7 @@ impl Tracker {
             Tracked {
                 finding,
                 words,
+                lagging: false,
                 advice,
             },
         );
@@ -586,6 +662,7 @@ impl Tracker {
             }
             self.missing.remove(&id);
             if let Some(t) = self.findings.get_mut(&id) {
+                t.write_words();
                 Arc::make_mut(&mut t.finding).active = false;
                 t.words = None;
                 changes.push(Change::Cleared(Finding::clone(&t.finding)));
@@ -614,22 +691,49 @@ impl Tracker {
         }
     }
 
-    /// Every finding (active and cleared), sorted by id.
+    /// Every finding (active and cleared) as published, sorted by id.
     pub fn findings(&self) -> Vec<Finding> {
-        let mut all: Vec<&Arc<Finding>> = self.findings.values().map(|t| &t.finding).collect();
+        let mut all: Vec<&Tracked> = self.findings.values().collect();
         all.sort_by(|a, b| a.id.cmp(&b.id));
-        all.into_iter().map(|f| Finding::clone(f)).collect()
+        all.into_iter().map(Tracked::published).collect()
     }
 
+    /// The active findings as published, sorted by id.
     pub fn active(&self) -> Vec<Finding> {
-        let mut active: Vec<&Arc<Finding>> = self
-            .findings
-            .values()
-            .filter(|t| t.active)
-            .map(|t| &t.finding)
-            .collect();
+        let mut active: Vec<&Tracked> = self.findings.values().filter(|t| t.active).collect();
         active.sort_by(|a, b| a.id.cmp(&b.id));
-        active.into_iter().map(|f| Finding::clone(f)).collect()
+        active.into_iter().map(Tracked::published).collect()
+    }
+
+    /// `f` (a refreshed finding of the last update, [`Change::Updated`]) as published: its summary and evidence
+    /// written from the figures it was refreshed with where they lag — into the tracker's finding when `f` is
+    /// it (they stay written until its figures change again).
+    pub fn written(&mut self, mut f: Arc<Finding>) -> Arc<Finding> {
+        let Some(t) = self.findings.get_mut(&f.id).filter(|t| t.lagging) else {
+            return f;
+        };
+        if Arc::ptr_eq(&t.finding, &f) {
+            // Not shared with `f` while the words are written: the finding is not copied for them.
+            drop(f);
+            t.write_words();
+            return Arc::clone(&t.finding);
+        }
+        // A copy the tracker made since (its consequences relinked): the same figures, its own words.
+        if let Some(w) = &t.words {
+            let g = Arc::make_mut(&mut f);
+            g.evidence = w.write(&g.subject, &mut g.summary);
+        }
+        f
+    }
+
+    /// Writes the summary and evidence of `f` (a copy of the tracker's latest finding of its id) from the
+    /// tracker's figures where they lag.
+    pub fn write_words(&self, f: &mut Finding) {
+        if let Some(t) = self.findings.get(&f.id).filter(|t| t.lagging) {
+            if let Some(w) = &t.words {
+                f.evidence = w.write(&f.subject, &mut f.summary);
+            }
+        }
     }
 
     /// Findings raised since start, per kind.
@@ -696,10 +800,17 @@ fn depth(causes: &Map<&str, Option<&str>>, id: &str) -> usize {
 }
 
 /// Refreshes the active finding `t` with `c` (its cause settled) and reports it in `changes`, sharing it: it
-/// is copied only while an earlier reader still holds it.
-fn refresh_tracked(t: &mut Tracked, mut c: Candidate, now_unix_s: f64, changes: &mut Vec<Change>) {
-    // The same figures about the same subject: the same words, kept as written. Other figures: the words
-    // written over the finding's (its summary's room kept).
+/// is copied only while an earlier reader still holds it. Other figures than the finding's are kept, and the
+/// words written from them when the finding is read ([`Tracked::lagging`]) where `lazy` (no other candidate
+/// of its id in the evaluation), else at once.
+fn refresh_tracked(
+    t: &mut Tracked,
+    mut c: Candidate,
+    now_unix_s: f64,
+    lazy: bool,
+    changes: &mut Vec<Change>,
+) {
+    // The same figures about the same subject: the same words, kept as they are (written or not).
     let same = c.words.is_some() && c.words == t.words && c.subject == t.subject;
     // Mostly the same fixed advice, borrowed from the rule as last time: not compared again.
     let advice = match &c.action {
@@ -711,13 +822,17 @@ fn refresh_tracked(t: &mut Tracked, mut c: Candidate, now_unix_s: f64, changes: 
     let f = Arc::make_mut(&mut t.finding);
     match c.words.take() {
         Some(w) if !same => {
-            f.evidence = w.write(&c.subject, &mut f.summary);
+            if !lazy {
+                f.evidence = w.write(&c.subject, &mut f.summary);
+            }
             t.words = Some(w);
+            t.lagging = lazy;
             refresh(f, c, now_unix_s, false, same_advice);
         }
         Some(_) => refresh(f, c, now_unix_s, false, same_advice),
         None => {
             t.words = None;
+            t.lagging = false;
             refresh(f, c, now_unix_s, true, same_advice);
         }
     }
@@ -800,6 +915,45 @@ mod tests {
             "{swept:?}"
         );
         assert!(t.active().is_empty());
+    }
+
+    #[test]
+    fn candidates_in_id_order_move_from_other_scopes_and_stay_in_their_own() {
+        let keyed = |nodes: &[&str]| keyed(nodes.iter().map(|n| on(n)).collect());
+        let mut t = Tracker::new();
+        for s in 1..=3 {
+            t.update_scope_keyed(f64::from(s), "a", keyed(&["n1", "n3", "n5"]));
+        }
+        assert_eq!(t.active().len(), 3);
+        // Scope b takes n1 and n5 (beside n2, n4 of its own): a holds n3 alone, and counts it alone missing.
+        for s in 4..=6 {
+            t.update_scope_keyed(f64::from(s), "b", keyed(&["n1", "n2", "n4", "n5"]));
+        }
+        let mut cleared = Vec::new();
+        for s in 7..=11 {
+            cleared.extend(t.update_scope_keyed(f64::from(s), "a", Vec::new()));
+            t.update_scope_keyed(f64::from(s), "b", keyed(&["n1", "n2", "n4", "n5"]));
+        }
+        assert!(
+            matches!(&cleared[..], [Change::Cleared(f)] if f.id == "link_errors:n3"),
+            "{cleared:?}"
+        );
+        let active: Vec<String> = t.active().into_iter().map(|f| f.id).collect();
+        assert_eq!(
+            active,
+            [
+                "link_errors:n1",
+                "link_errors:n2",
+                "link_errors:n4",
+                "link_errors:n5"
+            ]
+        );
+        // b's own ids stay b's: evaluated without them, b clears them all.
+        let mut cleared = 0;
+        for s in 12..=16 {
+            cleared += t.update_scope_keyed(f64::from(s), "b", Vec::new()).len();
+        }
+        assert_eq!((cleared, t.active().len()), (4, 0));
     }
 
     #[test]

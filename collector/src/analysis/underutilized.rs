@@ -515,7 +515,7 @@ mod tests {
     /// findings and changes that candidates written by the rule give.
     #[test]
     fn words_the_tracker_writes_are_the_rule_s_words() {
-        use crate::analysis::tracker::Tracker;
+        use crate::analysis::tracker::{Change, Tracker};
         let at = |achieved: f64| {
             let mut n = slow_node();
             for (i, s) in n.steps.iter_mut().enumerate() {
@@ -535,7 +535,9 @@ mod tests {
                 ..Default::default()
             }
         };
-        let (mut written, mut unwritten) = (Tracker::new(), Tracker::new());
+        // `unread`'s changes are never read: its findings' words lag their figures until listed or cleared.
+        let (mut written, mut unwritten, mut unread) =
+            (Tracker::new(), Tracker::new(), Tracker::new());
         let rates = [8.8e9, 8.8e9, 8.8e9, 9.1e9, 9.1e9, 7.0e9, 9.1e9, 9.1e9];
         for (k, r) in rates.into_iter().enumerate() {
             let input = at(r);
@@ -544,11 +546,33 @@ mod tests {
             assert!(unwritten_now
                 .iter()
                 .all(|c| c.words.is_some() && c.summary.is_empty()));
+            unread.update(now, unwritten_now.clone());
             let a = written.update(now, evaluate(&input));
-            let b = unwritten.update(now, unwritten_now);
+            // A refresh's words lag its figures until read: each change read as the engine publishes it.
+            let b: Vec<Change> = unwritten
+                .update(now, unwritten_now)
+                .into_iter()
+                .map(|ch| match ch {
+                    Change::Updated(f) => Change::Updated(unwritten.written(f)),
+                    other => other,
+                })
+                .collect();
             assert_eq!(a, b, "evaluation {k}");
             assert_eq!(written.findings(), unwritten.findings(), "evaluation {k}");
+            assert_eq!(written.findings(), unread.findings(), "evaluation {k}");
         }
+        // Cleared with the words of its last figures, read before or not.
+        let mut cleared = Vec::new();
+        for k in 0..crate::analysis::tracker::CLEAR_AFTER {
+            let now = 9.0 + f64::from(k);
+            let a = written.update(now, Vec::new());
+            assert_eq!(a, unread.update(now, Vec::new()), "clearing {k}");
+            cleared.extend(a);
+        }
+        assert!(
+            matches!(&cleared[..], [Change::Cleared(f)] if f.summary.contains("achieves 9.")),
+            "{cleared:?}"
+        );
         assert_eq!(unwritten.active().len(), 1);
         assert!(unwritten.active()[0]
             .summary
