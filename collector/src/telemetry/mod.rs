@@ -539,7 +539,7 @@ impl Health {
                 &registry,
                 HistogramOpts::new(
                     names::COLLECTOR_SCRAPE_SECONDS,
-                    "Time to render /metrics (previous scrapes).",
+                    "Time to render /metrics, with its gzip compression on gzip scrapes (previous scrapes).",
                 )
                 .buckets(vec![1e-4, 1e-3, 1e-2, 0.05, 0.1, 0.5, 1.0, 5.0]),
             )?,
