@@ -804,7 +804,6 @@ impl NodeState {
             s.cap_per_s = plausibility_cap(None);
             let before = footprint(&s.ring);
             s.ring.set_cap(caps[slot]);
-            s.ring.keep_part(s.tier != Some(Tier::Slow));
             s.ring.drop_chunks_before(horizon);
             self.kept.track(before, footprint(&s.ring));
             if let Some(li) = s.link {

@@ -162,14 +162,6 @@ impl Ring {
         }
     }
 
-    /// Whether the ring keeps its open part's allocation when it seals it, as a ring of more than `BIG_RING`
-    /// samples does: for a series read many times a second, whose part fills again within seconds (at a
-    /// retention of a minute a 20 Hz series' ring holds 1,352 samples; giving half of its part back at every
-    /// seal and growing it again was 2 % of the collector's ingest at 2,000 demo nodes).
-    pub fn keep_part(&mut self, keep: bool) {
-        self.open.keep = keep;
-    }
-
     /// Drops the `n` oldest samples (at most all of them), by count alone: whole chunks and the skip count
     /// without reading a timestamp, then the open part's (hidden by count, the part compacted once
     /// [`COMPACT_AT`] are hidden) and the tail's.
@@ -279,9 +271,7 @@ impl Ring {
         }
         let k = phase % (CHUNK as u64 - 1);
         // A fresh part: its code starts from the default state, so the hidden samples seal as written.
-        let keep = self.open.keep;
         self.open = Open::default();
-        self.open.keep = keep;
         let gap = second.0.wrapping_sub(first.0);
         let step = second.1.wrapping_sub(first.1);
         for j in (1..=k).rev() {
@@ -404,8 +394,7 @@ impl Ring {
         self.open.decode_written_into(&mut s[..]);
         // A 20 Hz ring refills its part within seconds: it keeps the allocation (giving it back cost the
         // allocator a tenth of the ingest); a slower one holds a part for minutes, so it gives half of it back.
-        // The cap tells a 20 Hz ring at retentions from 3.5 minutes on; the store tells the others.
-        if self.cap > BIG_RING || self.open.keep {
+        if self.cap > BIG_RING {
             self.open.clear();
         } else {
             self.open.release();
@@ -1139,33 +1128,6 @@ mod tests {
                 assert!(most < cap + COMPACT_AT + 8, "cap {cap}: {most} written");
             }
         }
-    }
-
-    #[test]
-    fn a_ring_told_to_keep_its_part_keeps_its_allocation_through_seals() {
-        // A 20 Hz ring at a retention of a minute (1,352 samples): by default it gives half its part back at
-        // each seal; told to keep it (also through a staggered start), it does, and holds the same samples.
-        let run: Vec<(i64, u64)> = (0..4 * CHUNK as i64)
-            .map(|t| (t, (t * t) as u64 * 977))
-            .collect();
-        let (mut kept, mut given) = (Ring::new(1_352), Ring::new(1_352));
-        kept.keep_part(true);
-        assert!(kept.start_staggered(run[0], run[1], 7));
-        assert!(given.start_staggered(run[0], run[1], 7));
-        let (mut shrank_kept, mut shrank_given) = (false, false);
-        for k in 1..run.len() {
-            let (a, b) = (kept.heap_parts()[1], given.heap_parts()[1]);
-            kept.extend_run(&run[k..k + 1], i64::MIN);
-            given.extend_run(&run[k..k + 1], i64::MIN);
-            shrank_kept |= kept.heap_parts()[1] < a;
-            shrank_given |= given.heap_parts()[1] < b;
-        }
-        assert!(!kept.chunks.is_empty());
-        assert!(!shrank_kept && shrank_given);
-        assert!(kept.iter().eq(given.iter()));
-        assert!(kept.iter().eq(run.iter().copied()));
-        // Its state fits one 256-byte allocation (the allocator's next size class up is 320 bytes).
-        assert!(size_of::<Ring>() <= 256, "{}", size_of::<Ring>());
     }
 
     #[test]

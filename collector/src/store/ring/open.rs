@@ -72,9 +72,6 @@ pub(super) struct Open {
     /// The part was cleared: its code goes on from a sample before it, so its hidden samples cannot be read
     /// from its first byte (a part never cleared starts from the default state).
     cleared: bool,
-    /// The ring keeps this part's allocation when it seals it (`Ring::keep_part`): a bit of the ring's, here
-    /// where the part's fields leave room for it.
-    pub(super) keep: bool,
     /// State before the first visible sample (before the `lag` samples ahead of it).
     front: State,
     /// State after the last sample.
