@@ -3,7 +3,7 @@
 //!
 //! Why: a tick carries a sample of hundreds of series. Pushing each into its series' ring touches every ring's
 //! state once per tick (cache misses per sample at a few hundred nodes); writing the tick as one row and moving
-//! rows into the rings later, series by series, touches each ring once per `FLUSH - KEEP_ROWS` (224) rows:
+//! rows into the rings later, series by series, touches each ring once per `FLUSH - KEEP_ROWS` (352) rows:
 //! what it costs to reach its cold state and open bytes is shared by the run.
 //!
 //! A row is a tick's accepted samples: its tick number, its *shape* (the series slots in the order the values
@@ -18,21 +18,22 @@ use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::sync::OnceLock;
 
-/// Rows that make the head flush (12.8 s of 20 Hz ticks; 4.6 s of a demo agent's 56 ticks a second, each
-/// source stamping its own): a series' ring then takes the samples of 224 rows in one run, and what it costs
+/// Rows that make the head flush (19.2 s of 20 Hz ticks; 6.9 s of a demo agent's 56 ticks a second, each
+/// source stamping its own): a series' ring then takes the samples of 352 rows in one run, and what it costs
 /// to reach its state and its open part's bytes, cold by then, is shared by as many. That reach is most of
-/// what a run costs: most of a demo node's 1,485 series are read once a second and took 1 to 2 samples from
-/// 96 rows, every series visited every 1.7 s. At 256 rows the store's apply of a demo agent's tape costs
-/// 0.84× a sample of what it cost at 128 (medians; 0.78–0.91 in pairs, `measure::apply_cost`, BENCHMARKS.md),
-/// for about 48 KB more head per node at its peak (an estimate: 128 rows more of ≈ 29 values, each 8 B and a
-/// 4 B slot). 384 rows cost 0.90× a sample of what 256 do in process, where the store grew by 70 KB a node (4 %);
-/// but at 400 demo nodes with their readers the store grew by 9 % (its head held longer for a reader, and more
-/// shapes held with it): left at 256.
-pub(super) const FLUSH: usize = 256;
+/// what a run costs: most of a demo node's 1,485 series are read once a second and take 6 to 7 samples from
+/// 352 rows, every series visited every 6.3 s. At 256 rows the store's apply of a demo agent's tape costs
+/// 0.84× a sample of what it cost at 128 (medians; 0.78–0.91 in pairs, `measure::apply_cost`, BENCHMARKS.md);
+/// at 384, 0.90× of what it cost at 256 (medians of 4, 60 s retention, alternated in one process), for 70 KB
+/// more per node (1.65 to 1.72 MB: a larger head, and its rows' shapes). At 512, about 0.80×, for 134 KB more.
+/// At 400 demo nodes the ingest stage's CPU per node and second was 0.81× of the base's with 384 rows (and the
+/// rings' compaction); the store's bytes there, read 45 s after start, were those of 256 rows within the runs'
+/// spread.
+pub(super) const FLUSH: usize = 384;
 /// Rows a flush keeps: the newest 1.6 s stay row-major, where a rate over the newest second reads them.
 pub(super) const KEEP_ROWS: usize = 32;
 /// Most rows a head holds while its flush waits for a reader of new samples (`NodeState::samples_after`):
-/// about 9 s of a demo agent's 56 ticks a second.
+/// about 14 s of a demo agent's 56 ticks a second.
 pub(super) const HOLD_ROWS: usize = 2 * FLUSH;
 /// Column of a slot a shape does not have.
 const NONE: u32 = u32::MAX;
