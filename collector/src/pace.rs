@@ -512,39 +512,31 @@ mod tests {
             }
             x
         };
+        // What a pass on `t` is charged: its CPU time where `cpu` (at most the 30 ms of wall time the loop
+        // ran, less when the core was shared), else none (its wall time).
+        let charged_on = |t: PassThread, cpu: bool| async move {
+            let (_, paced) = t.run_charged(busy).await.expect("ran");
+            let Paced::Ran { charged } = paced else {
+                panic!("{paced:?}")
+            };
+            if cpu && thread_cpu_ns().is_some() {
+                let c = charged.expect("charged its CPU time");
+                assert!(
+                    c > Duration::ZERO && c <= Duration::from_millis(40),
+                    "{c:?}"
+                );
+            } else {
+                assert_eq!(charged, None);
+            }
+            t
+        };
         let idle = PassThread::start("charge-idle").expect("thread");
-        let (_, paced) = idle.run_charged(busy).await.expect("ran");
-        let Paced::Ran { charged } = paced else {
-            panic!("{paced:?}")
-        };
         let under_idle = idle.run(current_policy).await.expect("ran") == libc::SCHED_IDLE;
-        if under_idle && thread_cpu_ns().is_some() {
-            // CPU time: at most the 30 ms of wall time the loop ran (less when the core was shared).
-            let c = charged.expect("charged its CPU time");
-            assert!(
-                c > Duration::ZERO && c <= Duration::from_millis(40),
-                "{c:?}"
-            );
-        } else {
-            assert_eq!(charged, None);
-        }
+        charged_on(idle, under_idle).await;
         let nice = PassThread::start_with("charge-nice", Yield::Nice(7)).expect("thread");
-        let (_, paced) = nice.run_charged(busy).await.expect("ran");
-        assert_eq!(paced, Paced::Ran { charged: None });
+        charged_on(nice, false).await;
         let share = PassThread::start_with("charge-share", Yield::Share(0.1)).expect("thread");
-        let (_, paced) = share.run_charged(busy).await.expect("ran");
-        let Paced::Ran { charged } = paced else {
-            panic!("{paced:?}")
-        };
-        if thread_cpu_ns().is_some() {
-            let c = charged.expect("charged its CPU time at a share");
-            assert!(
-                c > Duration::ZERO && c <= Duration::from_millis(40),
-                "{c:?}"
-            );
-        } else {
-            assert_eq!(charged, None);
-        }
+        let share = charged_on(share, true).await;
         // At its share's nice value (10 for a tenth), or nicer where the process already was.
         assert!(share.run(current_nice).await.expect("ran") >= nice_for_share(0.1));
     }
