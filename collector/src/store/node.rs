@@ -1327,7 +1327,8 @@ mod tests {
             .map(|i| first_flush(name_hash(&format!("node-{i}"))))
             .collect();
         assert!(at.iter().all(|&r| (FIRST_FLUSH_MIN..=FLUSH).contains(&r)));
-        // 49 possible row counts, 2,000 names: every quarter of the range is taken by hundreds of them.
+        // `FLUSH - FIRST_FLUSH_MIN + 1` possible row counts (305), 2,000 names: every quarter of the range is
+        // taken by hundreds of them.
         let quarter = (FLUSH - FIRST_FLUSH_MIN + 1) / 4;
         for q in 0..4 {
             let lo = FIRST_FLUSH_MIN + q * quarter;
