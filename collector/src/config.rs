@@ -204,9 +204,11 @@ pub const DEFAULT_RETENTION: Duration = Duration::from_secs(300);
 /// The share of a core the evaluation may use by default (`analysis_share`).
 pub const DEFAULT_ANALYSIS_SHARE: f64 = 0.25;
 
-/// The share of a core the step engine is guaranteed by default (`steps_share`): nice 10. Its passes cost
-/// 45–70 µs of CPU per demo node and second of data at 2,000 nodes (BENCHMARKS.md), a tenth of a core; under
-/// `SCHED_IDLE`, as before, a full core left them nothing (no pass in 30 s at 2,000 demo nodes).
+/// The share of a core the step engine is guaranteed by default (`steps_share`): nice 10, a floor, not a cap
+/// (it takes more where the ingest leaves gaps). Its passes cost 70–85 µs of CPU per demo node and second of
+/// data while they keep up at 2,000 nodes on one core (0.14–0.17 of the core) and about twice that once
+/// behind (BENCHMARKS.md, the fourteenth session); under `SCHED_IDLE`, as before, a full core left them
+/// nothing (no pass in 30 s at 2,000 demo nodes).
 pub const DEFAULT_STEPS_SHARE: f64 = 0.1;
 
 /// How long a node's per-step summaries are kept by default (`step_retention`): longer than the raw samples

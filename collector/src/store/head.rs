@@ -26,9 +26,9 @@ use std::sync::OnceLock;
 /// 0.84× a sample of what it cost at 128 (medians; 0.78–0.91 in pairs, `measure::apply_cost`, BENCHMARKS.md);
 /// at 384, 0.90× of what it cost at 256 (medians of 4, 60 s retention, alternated in one process), for 70 KB
 /// more per node (1.65 to 1.72 MB: a larger head, and its rows' shapes). At 512, about 0.80×, for 134 KB more.
-/// At 400 demo nodes the ingest stage's CPU per node and second was 0.81× of the base's with 384 rows (and the
-/// rings' compaction); the store's bytes there, read 45 s after start, were those of 256 rows within the runs'
-/// spread.
+/// At 400 demo nodes the ingest stage's CPU per node and second was 0.81× of the base's with 384 rows, the
+/// rings' compaction and fast rings keeping their open parts (that last since undone: it held the memory, not
+/// the flush); the store's bytes there, read 45 s after start, were those of 256 rows within the runs' spread.
 pub(super) const FLUSH: usize = 384;
 /// Rows a flush keeps: the newest 1.6 s stay row-major, where a rate over the newest second reads them.
 pub(super) const KEEP_ROWS: usize = 32;
