@@ -81,7 +81,8 @@ const AHEAD_OPEN: usize = 6;
 #[inline]
 fn prefetch_flush(series: &[Series], slot: usize) {
     if let Some(s) = series.get(slot + AHEAD_SERIES) {
-        prefetch(s, size_of::<Series>());
+        // The line of the ring's pointer: a flush reads nothing else of a series.
+        prefetch(&s.ring, size_of::<Box<Ring>>());
     }
     if let Some(s) = series.get(slot + AHEAD_RING) {
         prefetch(&*s.ring, size_of::<Ring>());
@@ -947,7 +948,7 @@ impl NodeState {
         for (j, (&slot, &value)) in rest.iter().zip(values.get(k..).unwrap_or(&[])).enumerate() {
             if let Some(&ahead) = rest.get(j + AHEAD_TICK) {
                 if let Some(s) = self.series.get(ahead as usize) {
-                    prefetch(s, size_of::<Series>());
+                    prefetch(s, Series::READING_BYTES);
                 }
             }
             let Some(s) = self.series.get_mut(slot as usize) else {
