@@ -42,6 +42,11 @@ pub fn evaluate(input: &AnalysisInput) -> Vec<Candidate> {
         let mut local: Vec<(LinkClass, Option<f64>)> = Vec::new();
         for l in &n.links {
             let c = if l.link.key.class == LinkClass::Nvlink {
+                // Most are up: no candidate is made, nor an empty one moved, for those (a demo node's 144
+                // NVLinks at every evaluation).
+                if up(&l.link) {
+                    continue;
+                }
                 nvlink_down(&n.name, &l.link)
             } else if l.link.is_fabric_rdma() {
                 port_down(&n.name, &l.link).or_else(|| {
@@ -82,9 +87,16 @@ fn local_reference(n: &NodeInput, class: LinkClass) -> Option<f64> {
     }
 }
 
+/// Whether `l` is up ([`Link::is_up`]), its state compared whole first with the states agents send for an
+/// up link (`up`: an NVLink's, `ACTIVE`: a port's): the same answer, without `is_up`'s case-blind scans of the
+/// state for most links (a demo node's 144 NVLinks at every evaluation: a third of the rule).
+fn up(l: &Link) -> bool {
+    matches!(l.state.as_str(), "up" | "ACTIVE") || l.is_up()
+}
+
 /// An NVLink link that is not up.
 fn nvlink_down(node: &str, l: &Link) -> Option<Candidate> {
-    if l.is_up() {
+    if up(l) {
         return None;
     }
     let mut c = Candidate::new(
@@ -117,7 +129,7 @@ fn port_down(node: &str, l: &Link) -> Option<Candidate> {
             .windows(6)
             .any(|w| w.eq_ignore_ascii_case(b"linkup"))
     });
-    if l.is_up() && !phys_down {
+    if up(l) && !phys_down {
         return None;
     }
     let mut c = Candidate::new(
@@ -234,5 +246,34 @@ mod tests {
         assert_eq!(lanes_from_rate("100 Gb/sec (2X HDR)"), Some(2));
         assert_eq!(lanes_from_rate("200 Gb/sec (4X HDR)"), Some(4));
         assert_eq!(lanes_from_rate("25 Gb/sec"), None);
+    }
+
+    #[test]
+    fn the_states_compared_whole_are_up_as_is_up_says() {
+        let mut l = crate::analysis::input::LinkInput::new(
+            LinkClass::Nvlink,
+            "0",
+            "0",
+            commwatch_model::LinkRole::Unknown,
+        )
+        .link;
+        let states = [
+            "up",
+            "ACTIVE",
+            "4: ACTIVE",
+            "Active",
+            "down",
+            "INACTIVE",
+            "",
+            "UP",
+        ];
+        for state in states {
+            std::sync::Arc::make_mut(&mut l).state = state.into();
+            assert_eq!(up(&l), l.is_up(), "{state}");
+        }
+        std::sync::Arc::make_mut(&mut l).state = "up".into();
+        assert!(up(&l) && nvlink_down("n1", &l).is_none());
+        std::sync::Arc::make_mut(&mut l).state = "down".into();
+        assert!(!up(&l) && nvlink_down("n1", &l).is_some());
     }
 }
