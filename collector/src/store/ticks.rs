@@ -133,6 +133,25 @@ impl<'a> Samples<'a> {
             .filter_map(move |(n, v)| Some((ticks.time(n as u64)?, v)))
     }
 
+    /// Samples oldest first, forward only, from one at or before the newest stamped at or before `t_ns` (from
+    /// the oldest when none is): a read of the samples from time `t_ns` on, found by time (the head's first
+    /// sample, then [`Ring::iter_at`]), so that its cost is the samples from
+    /// there on and at most one part of the ring decoded before them, however far back `t_ns` lies. A
+    /// series' timestamps ascend (the store keeps a sample only when newer than the series' previous one).
+    pub fn from_time(&self, t_ns: i64) -> impl Iterator<Item = (i64, u64)> + 'a {
+        let ticks = self.ticks;
+        // Samples of ticks no longer held are older than any held.
+        let before = move |n: i64| ticks.time(n as u64).is_none_or(|t| t <= t_ns);
+        // The head's column found once (a slow series' first sample there may be many rows in).
+        let mut head = self.head.column(self.slot).peekable();
+        let in_head = head.peek().is_some_and(|s| before(s.0));
+        let ring = (!in_head).then(|| self.ring.iter_at(before));
+        ring.into_iter()
+            .flatten()
+            .chain(head)
+            .filter_map(move |(n, v)| Some((ticks.time(n as u64)?, v)))
+    }
+
     /// The newest sample.
     pub fn last(&self) -> Option<(i64, u64)> {
         self.iter().next_back()

@@ -454,6 +454,64 @@ impl Ring {
         sealed.chain(self.tail.iter().copied())
     }
 
+    /// Samples oldest first, forward only, from the newest whose timestamp `before` holds of (from the oldest
+    /// when it holds of none): `before` is true of the oldest samples up to some one and false after it, as
+    /// "stamped at or before a time" is of ascending timestamps. Found by time, not by a walk: the part that
+    /// holds that sample from each part's first timestamp (a partition point over the sealed chunks, whose
+    /// largest timestamp each keeps in its header; then the open part's, the tail's), that part decoded once
+    /// and searched. A read from far back costs what it reads and one part's decoding, not a decoding of
+    /// every chunk after it.
+    pub fn iter_at(&self, before: impl Fn(i64) -> bool) -> impl Iterator<Item = (i64, u64)> + '_ {
+        let p = self.seek(&before);
+        let sealed = self.chunks.len() * CHUNK - self.skip + self.open.len();
+        let mut front = Sealed {
+            ring: self,
+            front: p.min(sealed),
+            back: sealed,
+            fbuf: Decoded::default(),
+            bbuf: Decoded::default(),
+        };
+        let mut tail = p.saturating_sub(sealed);
+        if p < sealed {
+            // The rest of the part at `p`, decoded (as the walk on would) and searched.
+            let (c, k) = ((p + self.skip) / CHUNK, (p + self.skip) % CHUNK);
+            front.fbuf.load(self, c);
+            let rest = CHUNK.min(k + sealed - p);
+            let j = front.fbuf.samples[k..rest].partition_point(|s| before(s.0));
+            front.front = p + j.saturating_sub(1);
+        } else {
+            tail = self.tail.partition_point(|s| before(s.0)).saturating_sub(1);
+        }
+        front.chain(self.tail.iter().skip(tail).copied())
+    }
+
+    /// The position (0 = the oldest visible) of the first visible sample of the part that holds the newest
+    /// sample `before` holds of (or of that sample, when it is the last of a chunk; 0 when `before` holds of
+    /// none), from each part's first timestamp: [`Ring::iter_at`]'s start.
+    fn seek(&self, before: &impl Fn(i64) -> bool) -> usize {
+        let n = self.chunks.len();
+        // Chunks whose every sample `before` holds of.
+        let full = self.chunks.partition_point(|c| before(c.max_ts()));
+        if full < n {
+            let k = if full == 0 { self.skip } else { 0 };
+            let mut t = [0i64; 1];
+            self.chunks[full].timestamps(k, &mut t);
+            let p = full * CHUNK + k - self.skip;
+            return match (before(t[0]), full) {
+                (true, _) => p,
+                (false, 0) => 0,
+                (false, _) => p - 1,
+            };
+        }
+        let sealed = n * CHUNK - self.skip;
+        let tail_at = sealed + self.open.len();
+        match (self.tail.front(), self.open.first()) {
+            (Some(&(t, _)), _) if before(t) => tail_at,
+            (_, Some((t, _))) if before(t) => sealed,
+            _ => sealed.saturating_sub(1),
+        }
+    }
+
     /// Bytes allocated for the samples: the tail, the open part, the chunk list and the chunks' encoded bytes.
     pub fn heap_bytes(&self) -> usize {
         self.heap_parts().iter().sum()
@@ -1020,6 +1078,56 @@ mod tests {
         assert!(r.open.len() < CHUNK && !r.chunks.is_empty());
         // 600 samples: the tail, the open part and the chunks in far less than 16 B a sample.
         assert!(r.heap_bytes() < 600 * 4, "{}", r.heap_bytes());
+    }
+
+    #[test]
+    fn a_read_by_time_starts_at_the_newest_sample_at_or_before_it() {
+        // Rings fed one sample at a time (a tail) and by runs (none), evicted by time or by their cap, with
+        // chunks or without; timestamps ascending, jittered.
+        let mut rng = StdRng::seed_from_u64(17);
+        for scenario in 0..16 {
+            let cap = [100, 300, 2_900, 5_000][scenario % 4];
+            let runs = scenario / 4 % 2 == 1;
+            let span = [i64::MAX / 4, 20_000][scenario / 8];
+            let mut r = Ring::new(cap);
+            let mut t = rng.random_range(0i64..1 << 40);
+            for round in 0..40 {
+                let n = rng.random_range(1usize..=200);
+                let run: Vec<(i64, u64)> = (0..n)
+                    .map(|k| {
+                        t += 1 + rng.random_range(0i64..20);
+                        (t, (round * 1_000 + k) as u64)
+                    })
+                    .collect();
+                let horizon = t.saturating_sub(span).min(run[0].0);
+                if runs {
+                    r.extend_run(&run, horizon);
+                } else {
+                    for &(ts, v) in &run {
+                        r.push(ts, v, span);
+                    }
+                }
+                let all: Vec<(i64, u64)> = r.iter().collect();
+                let (Some(first), Some(last)) = (all.first(), all.last()) else {
+                    continue;
+                };
+                let mut times: Vec<i64> = (0..12)
+                    .map(|_| rng.random_range(first.0 - 30..last.0 + 30))
+                    .collect();
+                times.extend([i64::MIN, i64::MAX, first.0, last.0]);
+                times.extend(all.iter().step_by(CHUNK / 2).map(|s| s.0));
+                for at in times {
+                    let p = r.seek(&|x| x <= at);
+                    let newest = all.iter().rposition(|s| s.0 <= at).unwrap_or(0);
+                    assert!(p <= newest, "scenario {scenario}: {p} after {newest}");
+                    assert!(newest - p <= CHUNK, "scenario {scenario}: {p} .. {newest}");
+                    assert!(
+                        r.iter_at(|x| x <= at).eq(all[newest..].iter().copied()),
+                        "scenario {scenario}, at {at}: from {newest}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]
