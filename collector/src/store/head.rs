@@ -18,6 +18,8 @@ use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::sync::OnceLock;
 
+use super::prefetch::prefetch;
+
 /// Rows that make the head flush (19.2 s of 20 Hz ticks; 6.9 s of a demo agent's 56 ticks a second, each
 /// source stamping its own): a series' ring then takes the samples of 352 rows in one run, and what it costs
 /// to reach its state and its open part's bytes, cold by then, is shared by as many. That reach is most of
@@ -37,6 +39,8 @@ pub(super) const KEEP_ROWS: usize = 32;
 pub(super) const HOLD_ROWS: usize = 2 * FLUSH;
 /// Column of a slot a shape does not have.
 const NONE: u32 = u32::MAX;
+/// The hash of a shape no row holds ([`Head::hashes`]): a held one's has its low bit set.
+const FREE: u64 = 0;
 /// Rows a search for the first row after a tick walks back from the newest before it bisects: a reader of new
 /// samples reads what came since its last read, the newest rows (about 28 of a demo agent's in a step engine's
 /// half second), where a bisection of the held rows (up to [`HOLD_ROWS`]) misses the cache at each probe.
@@ -105,6 +109,15 @@ impl Shape {
     }
 }
 
+/// The shape a row is guessed to have, and where its slots were when it was last seen: a hint for the
+/// processor's cache only (a stale address is asked for in vain, never read).
+#[derive(Debug, Clone, Copy)]
+struct Guess {
+    shape: u32,
+    len: u32,
+    slots: usize,
+}
+
 #[derive(Debug, Clone, Copy)]
 struct Row {
     tick: i64,
@@ -119,9 +132,12 @@ pub(super) struct Head {
     rows: VecDeque<Row>,
     values: Vec<u64>,
     shapes: Vec<Shape>,
-    /// The hash of each shape's slots ([`hash_step`]), by shape (those of a shape no row holds too): what a new
-    /// row's shape is looked up by, in one compact array, before a shape's slots are compared.
+    /// The hash of each shape's slots ([`hash_step`], its low bit set), by shape ([`FREE`] for a shape no row
+    /// holds): what a new row's shape is looked up by, in one compact array, before a shape's slots are
+    /// compared, and where a new shape finds a free entry.
     hashes: Vec<u64>,
+    /// By shape, the shape of the row that followed its latest row: the guess at the next row's.
+    next: Vec<Option<Guess>>,
     /// The open row's tick and slots (values go straight to `values`), and the slots' hash.
     open: Option<i64>,
     open_slots: Vec<u32>,
@@ -132,12 +148,24 @@ pub(super) struct Head {
 
 impl Head {
     /// Starts the row of tick `tick` (newer than every row held).
+    ///
+    /// The shape the row is guessed to have (the one that followed the latest row's shape last time: a demo
+    /// agent's sources stamp their ticks in a cycle, and 7 rows in 10 follow as they did) and its slots are
+    /// asked for from the memory now: when the row ends, its shape's look-up finds them in the cache. Each was
+    /// a cache miss of its own, one after the other (the shape, then its slots), at every row.
     #[inline]
     pub(super) fn begin(&mut self, tick: i64) {
         debug_assert!(self.open.is_none());
         self.open = Some(tick);
         self.open_slots.clear();
         self.open_hash = 0;
+        if let Some(Some(g)) = self.next.get(self.last_shape) {
+            prefetch(
+                self.shapes.as_ptr().wrapping_add(g.shape as usize),
+                size_of::<Shape>(),
+            );
+            prefetch(g.slots as *const u32, 4 * g.len as usize);
+        }
     }
 
     /// Appends a sample to the open row.
@@ -168,6 +196,14 @@ impl Head {
         let start = self.values.len() - self.open_slots.len();
         let shape = self.shape_of_open();
         self.shapes[shape].rows += 1;
+        if let Some(n) = self.next.get_mut(self.last_shape) {
+            let slots = &self.shapes[shape].slots;
+            *n = Some(Guess {
+                shape: shape as u32,
+                len: slots.len() as u32,
+                slots: slots.as_ptr() as usize,
+            });
+        }
         self.last_shape = shape;
         self.rows.push_back(Row {
             tick,
@@ -181,27 +217,31 @@ impl Head {
     /// the row before, and comparing the slots of each held shape in turn (a cold shape each, and its slots)
     /// made closing a row cost a tenth of the store's apply (with the hash, a demo node's tape applies in 0.95×
     /// the time, in process).
+    ///
+    /// A held shape's hash is never [`FREE`], so the look-up reads no shape but those whose slots it compares.
     fn shape_of_open(&mut self) -> usize {
-        let h = self.open_hash;
+        let h = self.open_hash | 1;
         let same = |i: usize| self.shapes[i].slots == self.open_slots;
         let last = self.last_shape;
         if self.hashes.get(last) == Some(&h) && same(last) {
             return last;
         }
         let mut held = self.hashes.iter().enumerate().filter(|&(_, &x)| x == h);
-        if let Some((i, _)) = held.find(|&(i, _)| self.shapes[i].rows > 0 && same(i)) {
+        if let Some((i, _)) = held.find(|&(i, _)| same(i)) {
             return i;
         }
-        let i = match self.shapes.iter().position(|s| s.rows == 0) {
+        let i = match self.hashes.iter().position(|&x| x == FREE) {
             Some(i) => i,
             None => {
                 self.shapes.push(Shape::default());
-                self.hashes.push(0);
+                self.hashes.push(FREE);
+                self.next.push(None);
                 self.shapes.len() - 1
             }
         };
         self.shapes[i].set(&self.open_slots);
         self.hashes[i] = h;
+        self.next[i] = None;
         i
     }
 
@@ -343,6 +383,7 @@ impl Head {
                 // Held by no row: its column table (as long as the node's slots) is freed; the entry and its
                 // slots' buffer are reused by the next new shape.
                 shape.col = OnceLock::new();
+                self.hashes[r.shape as usize] = FREE;
             }
         }
         let cut = self.rows.front().map_or(self.values.len(), |r| r.start);
@@ -358,6 +399,7 @@ impl Head {
             + self.values.capacity() * 8
             + self.open_slots.capacity() * 4
             + self.hashes.capacity() * 8
+            + self.next.capacity() * size_of::<Option<Guess>>()
             + self
                 .shapes
                 .iter()
@@ -408,7 +450,9 @@ mod tests {
         assert_eq!(h.rows(), 2);
         assert_eq!(h.column(0).collect::<Vec<_>>(), [(2, 30), (3, 40)]);
         assert_eq!(h.values, [30, 31, 41, 40]);
-        // The shape of row 1 is free again and is reused by a new one.
+        // The shape of row 1 is free again (no look-up finds it) and is reused by a new one.
+        assert_eq!(h.hashes[1], FREE);
+        assert_eq!(h.hashes.iter().filter(|&&x| x != FREE).count(), 2);
         row(&mut h, 4, &[(5, 50)]);
         assert_eq!(h.shapes.len(), 3);
         assert_eq!(h.column(5).collect::<Vec<_>>(), [(4, 50)]);
