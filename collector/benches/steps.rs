@@ -18,6 +18,10 @@
 //! (`PASS_MS`: another interval, to part a pass's fixed cost per node from its cost per sample; the steps
 //! found change with it).
 //!
+//! With `TAPE` and `BEHIND=1,10,60` (seconds), the engine's cost per node and second of data for one pass
+//! after each of those gaps without passes, the tape looped (`main_behind`): a pass far behind should cost
+//! no more per second of data than one that keeps up.
+//!
 //! `NVLINK_DETAIL` (`gpu`, the collector's default, or `link`) is the engine's NVLink figures: one per GPU, or
 //! one per NVLink (`Engine::with_nvlink_detail`).
 //!
@@ -445,6 +449,139 @@ fn main_tape(path: &str, nodes_n: usize) {
     print_walks(&engine);
 }
 
+/// The tape's batches again and again, each round's timestamps (and sequence numbers, step numbers of its
+/// markers) moved past the previous round's, so that a store takes them as new: `(now, batch)` in order.
+struct Looped<'a> {
+    batches: &'a [(pb::SampleBatch, Vec<u8>)],
+    span_ns: i64,
+    seqs: u64,
+    steps: u64,
+    at: usize,
+}
+
+impl<'a> Looped<'a> {
+    fn new(batches: &'a [(pb::SampleBatch, Vec<u8>)]) -> Looped<'a> {
+        let times = || {
+            batches
+                .iter()
+                .flat_map(|(b, _)| b.timestamps_unix_ns.iter().copied())
+        };
+        let (first, last) = (times().min().unwrap_or(0), times().max().unwrap_or(0));
+        Looped {
+            batches,
+            // One batch interval past the end.
+            span_ns: last - first + 250_000_000,
+            seqs: batches.iter().map(|(b, _)| b.seq).max().unwrap_or(0) + 1,
+            steps: batches
+                .iter()
+                .flat_map(|(b, _)| b.markers.iter().map(|m| m.step))
+                .max()
+                .unwrap_or(0)
+                + 1,
+            at: 0,
+        }
+    }
+
+    /// The next batch and its newest timestamp.
+    fn next(&mut self) -> (i64, pb::SampleBatch) {
+        let (round, k) = (self.at / self.batches.len(), self.at % self.batches.len());
+        self.at += 1;
+        let mut b = self.batches[k].0.clone();
+        let r = round as i64;
+        for t in &mut b.timestamps_unix_ns {
+            *t += r * self.span_ns;
+        }
+        b.seq += round as u64 * self.seqs;
+        for m in &mut b.markers {
+            m.step += round as u64 * self.steps;
+            m.sent_unix_ns += r * self.span_ns;
+            m.received_unix_ns += r * self.span_ns;
+        }
+        if round > 0 {
+            b.collectives.clear();
+        }
+        let now = b.timestamps_unix_ns.iter().copied().max().unwrap_or(0);
+        (now, b)
+    }
+}
+
+/// `BEHIND` mode: the engine's thread CPU per node and second of data for one pass after each gap of
+/// `BEHIND` seconds of the tape without a pass (a list, `1,10,60`), after `WARM` seconds (30) with a pass
+/// every 500 ms; `ROUNDS` (3) times over the list, the tape looped, a store of `RETENTION` seconds (120).
+fn main_behind(path: &str, nodes_n: usize, gaps: &[f64]) {
+    let (hello, batches) = read_tape(path);
+    let retention = std::time::Duration::from_secs(common::env("RETENTION", 120));
+    let config = CollectorConfig::default();
+    let store = Arc::new(Store::new(
+        retention,
+        config.node_expiry,
+        config.limits.clone(),
+    ));
+    let mut tape = Looped::new(&batches);
+    let mut now = batches
+        .iter()
+        .find_map(|(b, _)| b.timestamps_unix_ns.first().copied())
+        .expect("the tape holds a batch");
+    let mut agents: Vec<DirectAgent> = (0..nodes_n)
+        .map(|i| {
+            let mut h = hello.clone();
+            h.node = format!("node-{i:03}");
+            DirectAgent::hello(store.clone(), h, now).expect("a valid hello")
+        })
+        .collect();
+    let steps = Arc::new(StepStore::new());
+    let passes = Passes::new().expect("pass metrics");
+    let mut engine =
+        Engine::new(store.clone(), steps.clone(), passes.clone()).with_nvlink_detail(detail());
+    // Applies the tape up to `until` (its clock); returns the newest time applied.
+    let mut feed = |until: i64, agents: &mut [DirectAgent]| -> i64 {
+        loop {
+            let (t, b) = tape.next();
+            for a in agents.iter_mut() {
+                a.batch(b.clone(), t).expect("a valid batch");
+            }
+            if t >= until {
+                return t;
+            }
+        }
+    };
+    let end = now + common::env("WARM", 30) as i64 * 1_000_000_000;
+    while now < end {
+        now = feed(now + 500_000_000, &mut agents);
+        engine.tick(now);
+    }
+    println!(
+        "step engine behind: {nodes_n} copies of the tape's node, retention {retention:?}: thread CPU of one \
+         pass after each gap without passes, per node and second of data"
+    );
+    let rounds = common::env("ROUNDS", 3);
+    let mut sums = vec![0u64; gaps.len()];
+    for round in 0..rounds {
+        for (g, &gap) in gaps.iter().enumerate() {
+            now = feed(now + (gap * 1e9) as i64, &mut agents);
+            let c0 = cpu_ns();
+            let added = engine.tick(now);
+            let cpu = cpu_ns() - c0;
+            sums[g] += cpu;
+            println!(
+                "  round {round}, gap {gap:>5.1} s: {:8.1} us per node-second; {added} steps",
+                cpu as f64 / 1e3 / (nodes_n as f64 * gap)
+            );
+        }
+    }
+    for (g, &gap) in gaps.iter().enumerate() {
+        println!(
+            "gap {gap:>5.1} s: {:.1} us per node-second",
+            sums[g] as f64 / 1e3 / (nodes_n as f64 * gap * rounds as f64)
+        );
+    }
+    println!(
+        "skipped far behind: {:.1} s of node traffic",
+        passes.steps_skipped_seconds.get()
+    );
+    print_walks(&engine);
+}
+
 /// How many of the engine's walks back through a series' samples ran over the samples it keeps, and how many
 /// over the store's.
 fn print_walks(engine: &Engine) {
@@ -517,6 +654,13 @@ fn detail() -> NvlinkDetail {
 fn main() {
     let nodes_n = common::env("NODES", 20) as usize;
     if let Ok(path) = std::env::var("TAPE") {
+        if let Ok(gaps) = std::env::var("BEHIND") {
+            let gaps: Vec<f64> = gaps
+                .split(',')
+                .map(|g| g.parse().unwrap_or_else(|e| panic!("BEHIND={gaps}: {e}")))
+                .collect();
+            return main_behind(&path, nodes_n, &gaps);
+        }
         return main_tape(&path, nodes_n);
     }
     let secs = common::env("SECS", 60) as i64;

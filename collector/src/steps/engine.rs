@@ -221,6 +221,11 @@ struct Fresh {
     has_byte_series: bool,
     /// The node's job list.
     jobs: Arc<JobList>,
+    /// The oldest traffic sample read (of the first traffic series): after the pass's start where the store
+    /// no longer holds the samples from there.
+    traffic_reach: Option<i64>,
+    /// The time of the oldest tick the node holds.
+    oldest_tick_ns: Option<i64>,
 }
 
 /// Of `samples` (oldest first), those from the last one at or before `from` to the end (oldest first). Walks
@@ -236,6 +241,7 @@ pub(super) fn tail_from(
 }
 
 /// [`tail_from`] appended to `out`; returns where they lie in it.
+#[cfg(test)]
 fn tail_from_into(
     samples: impl DoubleEndedIterator<Item = (i64, u64)>,
     from: i64,
@@ -266,6 +272,7 @@ pub(super) fn covering(
 }
 
 /// [`covering`] appended to `out`; returns where they lie in it.
+#[cfg(test)]
 fn covering_into(
     samples: impl DoubleEndedIterator<Item = (i64, u64)>,
     start: i64,
@@ -290,6 +297,55 @@ fn covering_into(
         if out[from..].last().is_none_or(|l| l.0 < end) {
             out.push(a);
         }
+    }
+    from..out.len()
+}
+
+/// [`tail_from`] of a forward read (`Samples::from_time(from)`: ascending timestamps, from one at or before
+/// the newest at or before `from`), appended to `out`; returns where they lie in it. Its cost is the samples
+/// read from there, however far back `from` lies (a walk back from the newest decoded every chunk on the
+/// way: a pass far behind the traffic cost more per second of data the further behind it was).
+pub(super) fn tail_from_forward(
+    samples: impl Iterator<Item = (i64, u64)>,
+    from: i64,
+    out: &mut Vec<(i64, u64)>,
+) -> Range<usize> {
+    let start = out.len();
+    let mut samples = samples.peekable();
+    let mut first = None;
+    while let Some(s) = samples.next_if(|s| s.0 <= from) {
+        first = Some(s);
+    }
+    out.extend(first);
+    out.extend(samples);
+    start..out.len()
+}
+
+/// [`covering`] of a forward read (`Samples::from_time(start.min(end))`, as for [`tail_from_forward`]),
+/// appended to `out`; returns where they lie in it. Reads up to the first sample after `end` only.
+pub(super) fn covering_forward(
+    samples: impl Iterator<Item = (i64, u64)>,
+    start: i64,
+    end: i64,
+    out: &mut Vec<(i64, u64)>,
+) -> Range<usize> {
+    let from = out.len();
+    let lim = start.min(end);
+    let mut samples = samples.peekable();
+    let mut first = None;
+    while let Some(s) = samples.next_if(|s| s.0 <= lim) {
+        first = Some(s);
+    }
+    out.extend(first);
+    for s in samples {
+        if s.0 > end {
+            // The first sample after `end`, where none lies at it.
+            if out[from..].last().is_none_or(|l| l.0 < end) {
+                out.push(s);
+            }
+            break;
+        }
+        out.push(s);
     }
     from..out.len()
 }
@@ -397,8 +453,8 @@ fn copy_fresh(
     {
         let r = match out.walks.count(reads.tails.from(s.slot(), traffic_from)) {
             Some(r) => r,
-            None => Held::Copied(tail_from_into(
-                n.samples(s).iter(),
+            None => Held::Copied(tail_from_forward(
+                n.samples(s).from_time(traffic_from),
                 traffic_from,
                 &mut out.samples,
             )),
@@ -432,7 +488,14 @@ fn copy_fresh(
     for r in &out.series {
         add_clamped_ascending(r.get(tails, copied), &out.times, &mut out.at, &mut out.sums);
     }
+    let traffic_reach = out
+        .series
+        .first()
+        .and_then(|r| r.get(tails, copied).first())
+        .map(|s| s.0);
     Fresh {
+        traffic_reach,
+        oldest_tick_ns: n.tick_time(n.oldest_tick()),
         jobs: n.jobs().clone(),
         markers,
         lost,
@@ -480,7 +543,8 @@ impl Covered {
 /// Sets where the samples covering `[start, end]` of the links the node's step figures read lie
 /// (`reads.links`, chosen again first when the layout changed: [`NodeReads::update`]): in each series' kept
 /// tail (read first), borrowed in place by the figures; where a tail does not reach back to `start`, the
-/// store's samples covering the span, copied into `out`. Either way the same samples ([`covering_into`]'s).
+/// store's samples covering the span, read forward from the span's start ([`covering_forward`]) and copied into
+/// `out`. Either way the same samples ([`covering`]'s).
 /// (Copied out of the tails before: the copy was a quarter of the engine's time.)
 fn read_covering(
     n: &NodeState,
@@ -504,7 +568,12 @@ fn read_covering(
             }
             let from = out.samples.len();
             Held::Copied(match n.series().get(slot) {
-                Some(s) => covering_into(n.samples(s).iter(), start, end, &mut out.samples),
+                Some(s) => covering_forward(
+                    n.samples(s).from_time(start.min(end)),
+                    start,
+                    end,
+                    &mut out.samples,
+                ),
                 None => from..from,
             })
         };
@@ -641,6 +710,8 @@ pub struct Engine {
     scratch: LinkScratch,
     /// When passes started, for the warning that they come late ([`PassLag`]).
     lag: PassLag,
+    /// What the pass skipped, far behind ([`Skips`]).
+    skips: Skips,
 }
 
 /// Passes this many seconds apart (or more) mean the step engine does not keep up: warned.
@@ -682,6 +753,59 @@ impl PassLag {
     }
 }
 
+/// What an engine far behind its nodes' traffic skips, so that it catches up by cutting the newest steps
+/// instead of falling further behind, and says so: the seconds of node traffic it cut no steps from, in
+/// `commwatch_collector_steps_skipped_seconds_total`, and a warning when it starts skipping (at most once a
+/// minute). Two things are skipped, never silently:
+/// - on a node whose inferred steps it was following, the traffic since the previous pass's that its
+///   inference never sees: what lies more than the inference's window ([`super::inferred::WINDOW_NS`])
+///   behind the newest (the inference keeps that window only), or before the oldest sample the store still
+///   holds (retention);
+/// - a step awaiting figures that starts before the oldest sample the node still holds (retention): its links'
+///   samples no longer cover it, so it gets no figures and is not added (before, it was added with the links
+///   whose samples happened to reach, read from the oldest sample on).
+#[derive(Debug, Default)]
+struct Skips {
+    /// Skipped in this pass, ns of node traffic.
+    pass_ns: i64,
+    /// Whether the previous pass skipped anything.
+    skipping: bool,
+    /// When the last warning was logged, Unix ns.
+    warned_ns: i64,
+}
+
+impl Skips {
+    /// Counts `ns` of a node's traffic skipped in this pass.
+    fn add(&mut self, ns: i64) {
+        self.pass_ns = self.pass_ns.saturating_add(ns.max(0));
+    }
+
+    /// The pass over `nodes` nodes that started at `start_ns` (Unix ns) is done: adds what it skipped to
+    /// `counter` (seconds) and warns when it starts skipping (and says whether it did).
+    fn done(&mut self, counter: &prometheus::Counter, start_ns: i64, nodes: usize) -> bool {
+        let skipped = std::mem::take(&mut self.pass_ns);
+        let starts = skipped > 0 && !self.skipping;
+        self.skipping = skipped > 0;
+        if skipped == 0 {
+            return false;
+        }
+        counter.inc_by(skipped as f64 / 1e9);
+        let warn = starts && start_ns.saturating_sub(self.warned_ns) >= WARN_EVERY_NS;
+        if warn {
+            self.warned_ns = start_ns;
+            tracing::warn!(
+                nodes,
+                skipped_s = skipped as f64 / 1e9,
+                "step engine: too far behind the traffic to cut every step; it skips the oldest and cuts \
+                 the newest (commwatch_collector_steps_skipped_seconds_total counts the seconds of traffic \
+                 skipped, commwatch_collector_steps_age_seconds how late it is); give the collector more CPU \
+                 or run more shards"
+            );
+        }
+        warn
+    }
+}
+
 impl Engine {
     /// An engine reading `store` and extending `steps`, timing its passes in `passes` (the collector's own,
     /// [`crate::telemetry::Health::passes`]).
@@ -697,6 +821,7 @@ impl Engine {
             covered: Covered::default(),
             scratch: LinkScratch::default(),
             lag: PassLag::default(),
+            skips: Skips::default(),
         }
     }
 
@@ -739,6 +864,8 @@ impl Engine {
         timer.done(names.len());
         self.steps.pass_done(now_unix_ns);
         self.lag.done(now_unix_ns, names.len());
+        let skipped = &self.passes.steps_skipped_seconds;
+        self.skips.done(skipped, now_unix_ns, names.len());
         added
     }
 
@@ -800,7 +927,16 @@ impl Engine {
         }
         let agent_now = fresh.newest_sample.max(st.markers.newest_unix_ns());
         st.markers.forget_idle(agent_now);
+        let following = st.inference.following() && !st.markers_fresh;
         st.inference.extend(self.fresh.traffic());
+        if following {
+            self.skips.add(unseen_traffic(
+                &fresh,
+                traffic_from,
+                &self.fresh,
+                &st.inference,
+            ));
+        }
         let steps = st.inference.steps();
         st.recent.extend(steps.iter().copied());
         while st.recent.len() > RECENT_OWN {
@@ -960,6 +1096,20 @@ impl Engine {
                 break;
             }
         }
+        // Steps that start before the oldest sample the node holds: no link's samples cover them ([`Skips`]).
+        if st.has_byte_series && !ready.is_empty() {
+            let reach = self.store.with_node(name, |n| n.tick_time(n.oldest_tick()));
+            if let Some(reach) = reach.flatten() {
+                let skips = &mut self.skips;
+                ready.retain(|e| {
+                    let covered = e.start >= reach;
+                    if !covered {
+                        skips.add(e.end - e.start);
+                    }
+                    covered
+                });
+            }
+        }
         if ready.is_empty() {
             return 0;
         }
@@ -1024,6 +1174,33 @@ impl Engine {
         self.steps.push(name, steps);
         n
     }
+}
+
+const SECOND_NS: i64 = 1_000_000_000;
+
+/// Of a node's traffic since `traffic_from` (the end of what its inference saw before), ns of what its
+/// inference never sees ([`Skips`]): what the pass read (`traffic`'s points) more than the inference's window
+/// behind the newest, and what the store dropped before the pass could read it (where the read starts within
+/// a second of the node's oldest tick, more than a second after `traffic_from`; an agent silent for longer
+/// than the retention reads the same).
+fn unseen_traffic(
+    fresh: &Fresh,
+    traffic_from: i64,
+    traffic: &FreshScratch,
+    inference: &InferenceTracker,
+) -> i64 {
+    let window_start = inference.newest_ns() - super::inferred::WINDOW_NS;
+    let dropped = traffic
+        .traffic()
+        .next()
+        .map_or(0, |(first, _)| (window_start - first).max(0));
+    let evicted = match (fresh.traffic_reach, fresh.oldest_tick_ns) {
+        (Some(r), Some(o)) if r - o <= SECOND_NS && r - traffic_from > SECOND_NS => {
+            r - traffic_from
+        }
+        _ => 0,
+    };
+    dropped + evicted
 }
 
 /// The edges of `ready` steps on the node's own samples ([`edges::place`]), in order: a marker step's as they
@@ -1179,6 +1356,190 @@ mod tests {
             lag.done(t0 + 80 * S, 10),
             "late, and the warning is a minute old"
         );
+    }
+
+    /// A node of one InfiniBand port whose byte counters burst every 700 ms (20 Hz), in a store of
+    /// `retention`, seen first at `t0` (Unix ns); returns the store and its agent.
+    fn bursting_node(
+        retention: Duration,
+        t0: i64,
+    ) -> (Arc<Store>, crate::ingest::direct::DirectAgent) {
+        use commwatch_proto::v1 as pb;
+        let store = Arc::new(Store::new(
+            retention,
+            Duration::from_secs(600),
+            crate::config::Limits::default(),
+        ));
+        let bytes = |id: u32| pb::SeriesDescriptor {
+            id,
+            metric: ["tx_bytes", "rx_bytes"][id as usize - 1].into(),
+            kind: pb::SeriesKind::Counter as i32,
+            link_id: 1,
+            tier: pb::Tier::Fast as i32,
+            ..Default::default()
+        };
+        let hello = pb::Hello {
+            node: "n1".into(),
+            agent_version: "t".into(),
+            boot_id: "b".into(),
+            instance_id: 1,
+            inventory: Some(pb::Inventory {
+                links: vec![pb::Link {
+                    id: 1,
+                    class: pb::LinkClass::Infiniband as i32,
+                    endpoint: pb::LinkEndpoint::HcaPort as i32,
+                    role: pb::LinkRole::Fabric as i32,
+                    device: "mlx5_0".into(),
+                    port: "1".into(),
+                    state: "ACTIVE".into(),
+                    capacity_bytes_per_second: 25e9,
+                    ..Default::default()
+                }],
+                series: vec![bytes(1), bytes(2)],
+            }),
+            fast_period_ms: 50,
+            slow_period_ms: 1000,
+            blind: vec![],
+        };
+        let agent =
+            crate::ingest::direct::DirectAgent::hello(store.clone(), hello, t0).expect("hello");
+        (store, agent)
+    }
+
+    /// Far behind, the engine skips the traffic its inference no longer holds and the steps the node's
+    /// samples no longer reach, counts them, and adds no step its samples do not cover; keeping up, it skips
+    /// nothing.
+    #[test]
+    fn an_engine_far_behind_skips_what_it_cannot_cut_or_cover_and_counts_it() {
+        use commwatch_proto::v1 as pb;
+        const MS: i64 = 1_000_000;
+        const T0: i64 = 1_700_000_000_000_000_000;
+        let (store, mut agent) = bursting_node(Duration::from_secs(10), T0);
+        let steps = Arc::new(StepStore::new());
+        let passes = Passes::new().expect("pass metrics");
+        let mut e = Engine::new(store.clone(), steps.clone(), passes.clone());
+        let (mut tick, mut acc, mut seq) = (1i64, 0u64, 0u64);
+        // Ticks of 50 ms up to `until` (ms), a batch every 250 ms, a pass every 500 ms when `passes`.
+        let mut run = |until: i64, with_passes: bool, e: &mut Engine| -> i64 {
+            while tick * 50 < until {
+                seq += 1;
+                let mut b = pb::SampleBatch {
+                    seq,
+                    ..Default::default()
+                };
+                for t in tick..tick + 5 {
+                    acc += 50_000 + if t % 14 >= 7 { 400_000_000 } else { 0 };
+                    b.timestamps_unix_ns.push(T0 + t * 50 * MS);
+                    b.tick_lengths.push(2);
+                    b.series_ids.extend([1, 2]);
+                    b.values.extend([acc, acc]);
+                }
+                tick += 5;
+                let now = T0 + tick * 50 * MS;
+                agent.batch(b, now).expect("batch");
+                if with_passes && seq % 2 == 0 {
+                    e.tick(now);
+                }
+            }
+            T0 + tick * 50 * MS
+        };
+        run(20_000, true, &mut e);
+        let kept_up = steps.node_steps("n1", usize::MAX).expect("node").len();
+        assert!(kept_up > 15, "{kept_up} steps keeping up");
+        assert_eq!(passes.steps_skipped_seconds.get(), 0.0, "keeping up");
+        // 40 s without a pass: the inference holds the newest 30 s, the store the newest 10 s.
+        let now = run(60_000, false, &mut e);
+        e.tick(now);
+        let skipped = passes.steps_skipped_seconds.get();
+        // The 40 s less what the store still holds (10 s and less than a chunk), less a step or two.
+        assert!((24.0..30.5).contains(&skipped), "{skipped} s skipped");
+        let oldest = store
+            .with_node("n1", |n| n.tick_time(n.oldest_tick()))
+            .flatten()
+            .expect("samples");
+        let held = steps.node_steps("n1", usize::MAX).expect("node");
+        let new: Vec<&NodeStep> = held[kept_up..].iter().collect();
+        assert!(!new.is_empty(), "the newest steps are cut");
+        for s in new {
+            assert!(
+                s.start_unix_ns >= oldest,
+                "{} before {oldest}",
+                s.start_unix_ns
+            );
+            assert_eq!(s.links.len(), 1, "covered: {s:?}");
+        }
+        // Caught up: nothing more is skipped.
+        run(65_000, true, &mut e);
+        assert_eq!(passes.steps_skipped_seconds.get(), skipped);
+        // A pass whose figures come long after its reads (a pass over a large fleet): by then the store
+        // no longer holds the oldest steps' samples.
+        let now = run(75_000, false, &mut e);
+        let names = store.node_names(now);
+        e.follow_names(&names);
+        let inferred: Vec<NodeInferred> = names
+            .iter()
+            .enumerate()
+            .filter_map(|(i, n)| e.read_node(i, n))
+            .collect();
+        e.queue_inferred(inferred);
+        let queued: Vec<(i64, i64)> = e.nodes[0]
+            .1
+            .awaiting
+            .iter()
+            .map(|s| (s.start, s.end))
+            .collect();
+        run(82_000, false, &mut e);
+        let oldest = store
+            .with_node("n1", |n| n.tick_time(n.oldest_tick()))
+            .flatten()
+            .expect("samples");
+        let gone: i64 = queued
+            .iter()
+            .filter(|s| s.0 < oldest)
+            .map(|s| s.1 - s.0)
+            .sum();
+        assert!(
+            gone > 0 && queued.iter().any(|s| s.0 >= oldest),
+            "{queued:?} {oldest}"
+        );
+        let before = e.skips.pass_ns;
+        let held = steps.node_steps("n1", usize::MAX).expect("node").len();
+        let added = e.complete_node(0);
+        assert_eq!(e.skips.pass_ns - before, gone, "the steps no sample covers");
+        let held = steps.node_steps("n1", usize::MAX).expect("node")[held..].to_vec();
+        assert_eq!(held.len(), added);
+        assert!(
+            added > 0
+                && held
+                    .iter()
+                    .all(|s| s.start_unix_ns >= oldest && s.links.len() == 1)
+        );
+    }
+
+    /// Skipping is warned about when it starts, at most once a minute, and counted in seconds.
+    #[test]
+    fn skipping_is_counted_and_warned_when_it_starts() {
+        const S: i64 = 1_000_000_000;
+        let passes = Passes::new().expect("pass metrics");
+        let c = &passes.steps_skipped_seconds;
+        let mut k = Skips::default();
+        let t0 = 1_700_000_000 * S;
+        assert!(!k.done(c, t0, 3), "nothing skipped");
+        k.add(-S);
+        assert!(!k.done(c, t0, 3), "a negative span is nothing");
+        k.add(3 * S / 2);
+        k.add(S);
+        assert!(k.done(c, t0 + S, 3), "starts skipping");
+        assert_eq!(c.get(), 2.5);
+        k.add(S);
+        assert!(!k.done(c, t0 + 2 * S, 3), "goes on skipping");
+        assert!(!k.done(c, t0 + 3 * S, 3));
+        k.add(S);
+        assert!(!k.done(c, t0 + 4 * S, 3), "starts again within the minute");
+        assert!(!k.done(c, t0 + 5 * S, 3));
+        k.add(S);
+        assert!(k.done(c, t0 + 70 * S, 3), "starts again a minute later");
+        assert_eq!(c.get(), 5.5);
     }
 
     /// A pass's nodes keep their engines by name as nodes come and go, in the order of the names.

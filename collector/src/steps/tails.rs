@@ -477,7 +477,7 @@ mod tests {
             .with_node("n1", |n| n.series().iter().map(|s| s.slot()).collect())
             .expect("node");
         tails.choose(slots.iter().copied());
-        let (mut tick, mut acc, mut answered) = (1i64, [0u64; 4], 0);
+        let (mut tick, mut acc, mut answered, mut forward) = (1i64, [0u64; 4], 0, 0);
         for seq in 1..400u64 {
             if seq == 300 {
                 // Chosen again (a new layout): read from nothing.
@@ -506,6 +506,30 @@ mod tests {
                         for _ in 0..8 {
                             let start = newest - r.random_range(-200_000_000..5_000_000_000);
                             let end = start + r.random_range(0..2_000_000_000);
+                            // The store's forward read by time is its walk back, wherever `start` lies.
+                            let far =
+                                newest - r.random_range(0..retention.as_nanos() as i64 + TICK_NS);
+                            for (a, b) in [(start, end), (far, far + (end - start)), (end, start)] {
+                                let mut fwd = Vec::new();
+                                let got = super::super::engine::covering_forward(
+                                    n.samples(s).from_time(a.min(b)),
+                                    a,
+                                    b,
+                                    &mut fwd,
+                                );
+                                let want =
+                                    super::super::engine::covering(all.iter().copied(), a, b);
+                                assert_eq!(&fwd[got], &want[..], "covering {a} {b}");
+                                let mut fwd = Vec::new();
+                                let got = super::super::engine::tail_from_forward(
+                                    n.samples(s).from_time(a),
+                                    a,
+                                    &mut fwd,
+                                );
+                                let want = super::super::engine::tail_from(all.iter().copied(), a);
+                                assert_eq!(&fwd[got], &want[..], "from {a}");
+                                forward += 1;
+                            }
                             let Some(held) = tails.from(s.slot(), start) else {
                                 // Only when the tail does not reach back to `start`.
                                 assert!(kept.first().is_none_or(|f| f.0 > start), "{start}");
@@ -528,5 +552,6 @@ mod tests {
             "{answered} walks answered from the tails ({retention:?})"
         );
         assert!(tails.len() < 4 * 200, "trimmed: {}", tails.len());
+        assert!(forward > 3_000, "{forward} forward reads");
     }
 }

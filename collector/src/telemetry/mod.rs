@@ -28,6 +28,8 @@ pub struct Passes {
     pub nodes: IntCounterVec,
     /// CPU seconds of the passes' thread, by `pass` (the thread's CPU clock, `pace::thread_cpu_ns`).
     pub cpu_seconds: CounterVec,
+    /// Seconds of node traffic the step engine skipped, far behind ([`names::COLLECTOR_STEPS_SKIPPED_SECONDS_TOTAL`]).
+    pub steps_skipped_seconds: Counter,
 }
 
 impl Passes {
@@ -63,18 +65,24 @@ impl Passes {
             nodes.with_label_values(&[p]);
             cpu_seconds.with_label_values(&[p]);
         }
+        let steps_skipped_seconds = Counter::with_opts(Opts::new(
+            names::COLLECTOR_STEPS_SKIPPED_SECONDS_TOTAL,
+            "Seconds of node traffic (summed over nodes) the step engine cut no steps from, too far behind.",
+        ))?;
         Ok(Passes {
             seconds,
             nodes,
             cpu_seconds,
+            steps_skipped_seconds,
         })
     }
 
-    /// Registers the three families in `registry` (fails if it holds them already).
+    /// Registers the four families in `registry` (fails if it holds them already).
     pub fn register(&self, registry: &Registry) -> Result<(), prometheus::Error> {
         registry.register(Box::new(self.seconds.clone()))?;
         registry.register(Box::new(self.nodes.clone()))?;
         registry.register(Box::new(self.cpu_seconds.clone()))?;
+        registry.register(Box::new(self.steps_skipped_seconds.clone()))?;
         Ok(())
     }
 

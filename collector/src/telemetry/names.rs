@@ -23,6 +23,10 @@ pub const COLLECTOR_PASS_SECONDS: &str = "commwatch_collector_pass_seconds";
 pub const COLLECTOR_PASS_NODES_TOTAL: &str = "commwatch_collector_pass_nodes_total";
 /// CPU seconds of the passes' thread, by `pass` (what a pass costs, however busy the machine).
 pub const COLLECTOR_PASS_CPU_SECONDS_TOTAL: &str = "commwatch_collector_pass_cpu_seconds_total";
+/// Seconds of node traffic the step engine cut no steps from because it fell too far behind (counter,
+/// summed over nodes: `super::Passes::steps_skipped_seconds`).
+pub const COLLECTOR_STEPS_SKIPPED_SECONDS_TOTAL: &str =
+    "commwatch_collector_steps_skipped_seconds_total";
 /// CPU seconds of the collector's stages, by `stage` (`ingest`, `analysis`, `steps`, `render`, `remote_write`,
 /// `history`, `other`), from their threads ([`super::stage_cpu`]).
 pub const COLLECTOR_STAGE_CPU_SECONDS_TOTAL: &str = "commwatch_collector_stage_cpu_seconds_total";
