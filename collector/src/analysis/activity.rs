@@ -14,11 +14,13 @@
 //! NIC — the floor merges everything into one long burst, while the peaks still separate the big periodic
 //! transfers.
 
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::ops::{Index, Range};
 
 use serde::Serialize;
 
+use super::near_median;
 use crate::steps::bandwidth::acc_at_ascending;
 use crate::steps::busy::{self, median_select as median_by_select, Interval, Run};
 
@@ -593,6 +595,10 @@ pub struct Sliding {
     scanned: usize,
     /// The runs above the floor, oldest first, indexes from the oldest interval held.
     runs: Vec<KeptRun>,
+    /// The last median interval length ([`Sliding::median_interval`]) and interior rate
+    /// ([`Sliding::activity_into`]) worked out: where the next ones are looked for first
+    /// ([`near_median::middles_near`]). Hints only: any value gives the same medians.
+    hints: Cell<(Option<i64>, Option<f64>)>,
 }
 
 /// Whether a rate counts against an idle window: not below the floor (a NaN counts, as in `of_intervals`).
@@ -844,22 +850,24 @@ impl Sliding {
             let resolved =
                 |r: &&KeptRun| r.interior_s > 0.0 && r.interior_s >= 0.5 * sample_period_s;
             let rate = |i: usize| if iv[i].1 > iv[i].0 { rates[i] } else { 0.0 };
-            interior.clear();
-            for r in self.runs.iter().filter(resolved) {
-                let inner = r.first + 1..r.end - 1;
-                // Above a positive floor a run's intervals all have a length (one without has rate 0, below
-                // it): their rates are copied as they are, not each interval's bounds read again (reading the
-                // bounds of every busy interval of the window was a fifth of a link's activity).
-                match floor > 0.0 {
-                    true => rates.range(inner).extend_into(interior),
-                    false => interior.extend(inner.map(rate)),
+            // Above a positive floor a run's intervals all have a length (one without has rate 0, below it):
+            // their rates are read as they are, not each interval's bounds read again (reading the bounds of
+            // every busy interval of the window was a fifth of a link's activity).
+            let interior_rate = match floor > 0.0 {
+                true => self.interior_median(resolved, interior),
+                false => {
+                    interior.clear();
+                    for r in self.runs.iter().filter(resolved) {
+                        interior.extend((r.first + 1..r.end - 1).map(rate));
+                    }
+                    median_by_select(interior)
                 }
-            }
+            };
             let all: f64 = self.runs.iter().map(|r| r.bytes).sum();
             let measured: f64 = self.runs.iter().filter(resolved).map(|r| r.bytes).sum();
             (
                 self.runs.iter().map(|r| r.active_s).sum(),
-                median_by_select(interior),
+                interior_rate,
                 all <= 0.0 || measured >= busy::RESOLVED_BYTES_SHARE * all,
             )
         };
@@ -889,7 +897,52 @@ impl Sliding {
     /// The median length of the intervals held, nanoseconds (0 without any), as [`Sliding::activity`] takes
     /// it; `buffers` are scratch.
     pub fn median_interval(&self, buffers: &mut Buffers) -> i64 {
-        median_interval(self.intervals(), &mut buffers.lens)
+        let iv = self.intervals();
+        let (hint, rate) = self.hints.get();
+        let lens = &mut buffers.lens;
+        lens.clear();
+        lens.extend(iv.iter().map(|x| x.1 - x.0));
+        let near =
+            hint.and_then(|p| near_median::middles_near(|| lens.iter().copied(), lens.len(), p));
+        let median = match near {
+            // As `median_by_selection` combines the two middle ones.
+            Some((lo, hi)) if iv.len().is_multiple_of(2) => {
+                lo + ((hi as i128 - lo as i128) / 2) as i64
+            }
+            Some((_, hi)) => hi,
+            None => median_interval(iv, &mut buffers.lens),
+        };
+        self.hints.set((Some(median), rate));
+        median
+    }
+
+    /// The median of the interior rates of the runs `resolved` keeps (their intervals but the first and the
+    /// last), as `busy::busy_time_in` takes it (`median_select` of them in run order), above a positive
+    /// floor (every interval of a run has a length): looked for near the last one, else selected from a copy
+    /// in `interior`.
+    fn interior_median(
+        &self,
+        resolved: impl Fn(&&KeptRun) -> bool,
+        interior: &mut Vec<f64>,
+    ) -> Option<f64> {
+        let rates = self.rates();
+        interior.clear();
+        for r in self.runs.iter().filter(&resolved) {
+            rates.range(r.first + 1..r.end - 1).extend_into(interior);
+        }
+        let (lengths, hint) = self.hints.get();
+        let keys = || interior.iter().map(|x| near_median::f64_key(*x));
+        let n = interior.len();
+        let near = hint.and_then(|p| near_median::middles_near(keys, n, near_median::f64_key(p)));
+        let of_key = near_median::f64_of_key;
+        let median = match near {
+            // As `median_select` combines the two middle ones (in `total_cmp`'s order).
+            Some((lo, hi)) if n.is_multiple_of(2) => Some((of_key(lo) + of_key(hi)) / 2.0),
+            Some((_, hi)) => Some(of_key(hi)),
+            None => median_by_select(interior),
+        };
+        self.hints.set((lengths, median.or(hint)));
+        median
     }
 
     /// Whether the intervals held have the bounds of `other`'s, one for one (then their median lengths are

@@ -38,6 +38,7 @@ pub mod link_errors;
 pub mod link_probes;
 pub mod management_nic;
 pub mod nccl;
+pub mod near_median;
 pub mod rollup;
 pub mod scaling;
 pub mod scope;
