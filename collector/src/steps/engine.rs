@@ -224,7 +224,7 @@ struct Fresh {
     /// The oldest traffic sample read (of the first traffic series): after the pass's start where the store
     /// no longer holds the samples from there.
     traffic_reach: Option<i64>,
-    /// The time of the oldest tick the node holds.
+    /// The time of the oldest tick the node holds, once it dropped one ([`evicted_through`]).
     oldest_tick_ns: Option<i64>,
 }
 
@@ -495,7 +495,7 @@ fn copy_fresh(
         .map(|s| s.0);
     Fresh {
         traffic_reach,
-        oldest_tick_ns: n.tick_time(n.oldest_tick()),
+        oldest_tick_ns: evicted_through(n),
         jobs: n.jobs().clone(),
         markers,
         lost,
@@ -1096,9 +1096,11 @@ impl Engine {
                 break;
             }
         }
-        // Steps that start before the oldest sample the node holds: no link's samples cover them ([`Skips`]).
+        // Steps that start before the oldest sample the node holds, once it dropped older ones: no link's
+        // samples cover them ([`Skips`]). (Before its first sample, a job's step on a node that joined late
+        // is added as before, with the links whose samples cover it: none lost there.)
         if st.has_byte_series && !ready.is_empty() {
-            let reach = self.store.with_node(name, |n| n.tick_time(n.oldest_tick()));
+            let reach = self.store.with_node(name, evicted_through);
             if let Some(reach) = reach.flatten() {
                 let skips = &mut self.skips;
                 ready.retain(|e| {
@@ -1174,6 +1176,13 @@ impl Engine {
         self.steps.push(name, steps);
         n
     }
+}
+
+/// The time of the oldest tick `n` holds, once it dropped older ones for its retention (`None` before: its
+/// first tick is the first it ever took, so nothing older was lost).
+fn evicted_through(n: &NodeState) -> Option<i64> {
+    let oldest = n.oldest_tick();
+    (oldest > 0).then(|| n.tick_time(oldest)).flatten()
 }
 
 const SECOND_NS: i64 = 1_000_000_000;
@@ -1443,7 +1452,11 @@ mod tests {
             }
             T0 + tick * 50 * MS
         };
+        run(2_000, true, &mut e);
+        // Nothing dropped yet: no step of the node is older than what it lost.
+        assert_eq!(store.with_node("n1", evicted_through), Some(None));
         run(20_000, true, &mut e);
+        assert!(store.with_node("n1", evicted_through).flatten().is_some());
         let kept_up = steps.node_steps("n1", usize::MAX).expect("node").len();
         assert!(kept_up > 15, "{kept_up} steps keeping up");
         assert_eq!(passes.steps_skipped_seconds.get(), 0.0, "keeping up");
