@@ -210,9 +210,20 @@ impl Tails {
     /// Appends the samples `n` took since the previous read (row-major from its head: what is new only), and
     /// drops those of ticks `n` no longer holds. `n` is the node whose layout the slots were chosen for.
     pub(super) fn read(&mut self, n: &NodeState) {
-        // The first read goes back [`KEEP_NS`] only: a walk further back reads the store.
+        // The first read goes back [`KEEP_NS`] only: a walk further back reads the store. So does a read
+        // whose new samples begin further back than that (a pass far behind), from nothing: what it would
+        // keep of them past [`KEEP_NS`] is dropped at the next trim.
+        let keep_from = n.newest_byte_sample().map_or(i64::MIN, |t| t - KEEP_NS);
+        // The oldest new tick stamped before that, or no longer held (not: not taken yet).
+        let far = self.after.map(|a| a.saturating_add(1)).is_some_and(|a| {
+            n.tick_time(a)
+                .map_or(a < n.oldest_tick(), |t| t < keep_from)
+        });
+        if far {
+            self.start_over();
+        }
         let since = match self.after {
-            None => n.newest_byte_sample().map_or(i64::MIN, |t| t - KEEP_NS),
+            None => keep_from,
             Some(_) => i64::MIN,
         };
         let (index, tails, ticks) = (&self.index, &mut self.tails, &mut self.ticks);
@@ -259,6 +270,15 @@ impl Tails {
                 tail.drop_through(t);
             }
         }
+    }
+
+    /// Drops every kept sample: the next [`Tails::read`] reads as the first did.
+    fn start_over(&mut self) {
+        for tail in &mut self.tails {
+            tail.drop_front(tail.kept().len());
+        }
+        self.after = None;
+        self.ticks.clear();
     }
 
     /// Drops samples no walk from `from` (Unix ns) or later needs: of each tail, those before its last sample
@@ -477,13 +497,16 @@ mod tests {
             .with_node("n1", |n| n.series().iter().map(|s| s.slot()).collect())
             .expect("node");
         tails.choose(slots.iter().copied());
-        let (mut tick, mut acc, mut answered, mut forward) = (1i64, [0u64; 4], 0, 0);
+        let (mut tick, mut acc, mut answered, mut forward, mut far) = (1i64, [0u64; 4], 0, 0, 0);
         for seq in 1..400u64 {
             if seq == 300 {
                 // Chosen again (a new layout): read from nothing.
                 tails.choose(slots.iter().copied());
             }
-            let k = if r.random_bool(0.05) {
+            // Now and then a gap longer than a tail keeps (a pass far behind): read from nothing.
+            let k = if r.random_bool(0.02) {
+                700
+            } else if r.random_bool(0.05) {
                 300
             } else {
                 r.random_range(1..40)
@@ -495,6 +518,14 @@ mod tests {
                 .with_node("n1", |n| {
                     tails.read(n);
                     let newest = (tick - 1) * TICK_NS;
+                    if k == 700 {
+                        // Read from nothing: no more than a tail keeps.
+                        for s in n.series() {
+                            let first = tails.kept(s.slot()).and_then(|k| k.first().copied());
+                            assert!(first.is_none_or(|f| f.0 >= newest - KEEP_NS - TICK_NS));
+                        }
+                        far += 1;
+                    }
                     if r.random_bool(0.5) {
                         tails.trim(newest - r.random_range(0..4_000_000_000));
                     }
@@ -553,5 +584,6 @@ mod tests {
         );
         assert!(tails.len() < 4 * 200, "trimmed: {}", tails.len());
         assert!(forward > 3_000, "{forward} forward reads");
+        assert!(far > 2, "{far} reads after a gap longer than a tail keeps");
     }
 }
