@@ -761,9 +761,9 @@ impl PassLag {
 ///   inference never sees: what lies more than the inference's window ([`super::inferred::WINDOW_NS`])
 ///   behind the newest (the inference keeps that window only), or before the oldest sample the store still
 ///   holds (retention);
-/// - a step awaiting figures that starts before the oldest sample the node still holds (retention): its links'
-///   samples no longer cover it, so it gets no figures and is not added (before, it was added with the links
-///   whose samples happened to reach, read from the oldest sample on).
+/// - a step awaiting figures that starts before the oldest sample the node still holds, once it dropped older
+///   ones (retention): its links' samples no longer cover it, so it gets no figures and is not added (before,
+///   it was added with the links whose samples happened to reach, read from the oldest sample on).
 #[derive(Debug, Default)]
 struct Skips {
     /// Skipped in this pass, ns of node traffic.
