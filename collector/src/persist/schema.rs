@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use rusqlite::{params, Connection, Transaction, TransactionBehavior};
+use rusqlite::{params, CachedStatement, Connection, Transaction, TransactionBehavior};
 
 use super::partition::{self, Partition};
 use super::{CommitTimes, Item, PersistError, PersistedJobs, Replay};
@@ -301,8 +301,10 @@ fn write_items(tx: &Transaction, items: &[Item], span_s: i64) -> Result<(), rusq
         let mut hello = tx.prepare_cached(
             "INSERT INTO hellos(node, instance_id, received_unix_ns, payload) VALUES (?1, ?2, ?3, ?4)",
         )?;
-        // The partition the previous batch went to (a commit's batches nearly always share one).
-        let mut part: Option<(Partition, String)> = None;
+        // The partition the previous batch went to (a commit's batches nearly always share one) and its insert,
+        // held across them: taken from the statement cache and handed back once per partition, not per batch
+        // (the cache's look-up hashes and compares the statement's text).
+        let mut part: Option<(Partition, CachedStatement<'_>)> = None;
         let mut jobs = tx.prepare_cached(
             "INSERT OR REPLACE INTO jobs(node, instance_id, received_unix_ns, payload) VALUES (?1, ?2, ?3, ?4)",
         )?;
@@ -332,17 +334,22 @@ fn write_items(tx: &Transaction, items: &[Item], span_s: i64) -> Result<(), rusq
                     ..
                 } => {
                     let p = Partition::of(*received_unix_ns, span_s);
-                    if !matches!(&part, Some((q, _)) if *q == p) {
-                        tx.execute(&p.create_sql(), [])?;
-                        let insert = format!(
-                            "INSERT INTO {}(node, instance_id, seq, received_unix_ns, payload)
-                             VALUES (?1, ?2, ?3, ?4, ?5)",
-                            p.table()
-                        );
-                        part = Some((p, insert));
-                    }
-                    let insert = part.as_ref().map_or("", |(_, insert)| insert.as_str());
-                    tx.prepare_cached(insert)?.execute(params![
+                    let insert = match &mut part {
+                        Some((q, insert)) if *q == p => insert,
+                        _ => {
+                            // The previous partition's insert goes back to the cache first.
+                            part = None;
+                            tx.execute(&p.create_sql(), [])?;
+                            let sql = format!(
+                                "INSERT INTO {}(node, instance_id, seq, received_unix_ns, payload)
+                                 VALUES (?1, ?2, ?3, ?4, ?5)",
+                                p.table()
+                            );
+                            let insert = tx.prepare_cached(&sql)?;
+                            &mut part.insert((p, insert)).1
+                        }
+                    };
+                    insert.execute(params![
                         node,
                         *instance_id as i64,
                         *seq as i64,
