@@ -371,6 +371,25 @@ fn read_tape(path: &str) -> (pb::Hello, Vec<(pb::SampleBatch, Vec<u8>)>) {
 
 /// The tape's batches applied to every node of `agents` (each decoded from its encoding first), the engine
 /// run every 500 ms of the tape's clock when `tick_engine`.
+/// The first timestamp of the tape's batches (Unix ns).
+fn tape_start(batches: &[(pb::SampleBatch, Vec<u8>)]) -> i64 {
+    batches
+        .iter()
+        .find_map(|(b, _)| b.timestamps_unix_ns.first().copied())
+        .expect("the tape holds a batch")
+}
+
+/// `nodes_n` agents of the tape's node (`node-000`, …) said hello to `store` at `t0` (Unix ns).
+fn tape_agents(store: &Arc<Store>, hello: &pb::Hello, nodes_n: usize, t0: i64) -> Vec<DirectAgent> {
+    (0..nodes_n)
+        .map(|i| {
+            let mut h = hello.clone();
+            h.node = format!("node-{i:03}");
+            DirectAgent::hello(store.clone(), h, t0).expect("a valid hello")
+        })
+        .collect()
+}
+
 fn run_tape(
     agents: &mut [DirectAgent],
     batches: &[(pb::SampleBatch, Vec<u8>)],
@@ -417,17 +436,8 @@ fn main_tape(path: &str, nodes_n: usize) {
     let steps = Arc::new(StepStore::new());
     let passes = Passes::new().expect("pass metrics");
     let mut engine = Engine::new(store.clone(), steps.clone(), passes).with_nvlink_detail(detail());
-    let t0 = batches
-        .iter()
-        .find_map(|(b, _)| b.timestamps_unix_ns.first().copied())
-        .expect("the tape holds a batch");
-    let mut agents: Vec<DirectAgent> = (0..nodes_n)
-        .map(|i| {
-            let mut h = hello.clone();
-            h.node = format!("node-{i:03}");
-            DirectAgent::hello(store.clone(), h, t0).expect("a valid hello")
-        })
-        .collect();
+    let t0 = tape_start(&batches);
+    let mut agents = tape_agents(&store, &hello, nodes_n, t0);
     let half = batches.len() / 2;
     run_tape(&mut agents, &batches[..half], &mut engine, false);
     let end = |bs: &[(pb::SampleBatch, Vec<u8>)]| {
@@ -518,17 +528,8 @@ fn main_behind(path: &str, nodes_n: usize, gaps: &[f64]) {
         config.limits.clone(),
     ));
     let mut tape = Looped::new(&batches);
-    let mut now = batches
-        .iter()
-        .find_map(|(b, _)| b.timestamps_unix_ns.first().copied())
-        .expect("the tape holds a batch");
-    let mut agents: Vec<DirectAgent> = (0..nodes_n)
-        .map(|i| {
-            let mut h = hello.clone();
-            h.node = format!("node-{i:03}");
-            DirectAgent::hello(store.clone(), h, now).expect("a valid hello")
-        })
-        .collect();
+    let mut now = tape_start(&batches);
+    let mut agents = tape_agents(&store, &hello, nodes_n, now);
     let steps = Arc::new(StepStore::new());
     let passes = Passes::new().expect("pass metrics");
     let mut engine =
