@@ -1379,37 +1379,14 @@ mod tests {
             Duration::from_secs(600),
             crate::config::Limits::default(),
         ));
-        let bytes = |id: u32| pb::SeriesDescriptor {
-            id,
-            metric: ["tx_bytes", "rx_bytes"][id as usize - 1].into(),
-            kind: pb::SeriesKind::Counter as i32,
-            link_id: 1,
-            tier: pb::Tier::Fast as i32,
-            ..Default::default()
-        };
-        let hello = pb::Hello {
-            node: "n1".into(),
-            agent_version: "t".into(),
-            boot_id: "b".into(),
-            instance_id: 1,
-            inventory: Some(pb::Inventory {
-                links: vec![pb::Link {
-                    id: 1,
-                    class: pb::LinkClass::Infiniband as i32,
-                    endpoint: pb::LinkEndpoint::HcaPort as i32,
-                    role: pb::LinkRole::Fabric as i32,
-                    device: "mlx5_0".into(),
-                    port: "1".into(),
-                    state: "ACTIVE".into(),
-                    capacity_bytes_per_second: 25e9,
-                    ..Default::default()
-                }],
-                series: vec![bytes(1), bytes(2)],
-            }),
-            fast_period_ms: 50,
-            slow_period_ms: 1000,
-            blind: vec![],
-        };
+        use super::super::fixtures::{bytes, hello_n1, link};
+        let hello = hello_n1(
+            vec![link(1, pb::LinkClass::Infiniband, "mlx5_0", "1", "")],
+            vec![
+                bytes(1, 1, "tx_bytes", pb::Tier::Fast),
+                bytes(2, 1, "rx_bytes", pb::Tier::Fast),
+            ],
+        );
         let agent =
             crate::ingest::direct::DirectAgent::hello(store.clone(), hello, t0).expect("hello");
         (store, agent)
@@ -1618,51 +1595,21 @@ mod tests {
             Duration::from_secs(60),
             crate::config::Limits::default(),
         ));
-        let link = |id: u32, class: pb::LinkClass, device: &str, port: &str, gpu: &str| pb::Link {
-            id,
-            class: class as i32,
-            endpoint: if class == pb::LinkClass::Nvlink {
-                pb::LinkEndpoint::GpuLink as i32
-            } else {
-                pb::LinkEndpoint::HcaPort as i32
-            },
-            role: pb::LinkRole::Fabric as i32,
-            device: device.into(),
-            port: port.into(),
-            gpu: gpu.into(),
-            link: if gpu.is_empty() { "" } else { port }.into(),
-            state: "ACTIVE".into(),
-            capacity_bytes_per_second: 25e9,
-            ..Default::default()
-        };
-        let bytes = |id: u32, link_id: u32, metric: &str| pb::SeriesDescriptor {
-            id,
-            metric: metric.into(),
-            kind: pb::SeriesKind::Counter as i32,
-            link_id,
-            tier: pb::Tier::Fast as i32,
-            ..Default::default()
-        };
+        use super::super::fixtures::{bytes, hello_n1, link};
         // An HCA port and two NVLinks of GPU 0, each with its byte counters.
-        let hello = pb::Hello {
-            node: "n1".into(),
-            agent_version: "t".into(),
-            boot_id: "b".into(),
-            instance_id: 1,
-            inventory: Some(pb::Inventory {
-                links: vec![
-                    link(1, pb::LinkClass::Infiniband, "mlx5_0", "1", ""),
-                    link(2, pb::LinkClass::Nvlink, "gpu0", "0", "0"),
-                    link(3, pb::LinkClass::Nvlink, "gpu0", "1", "0"),
-                ],
-                series: (0..6)
-                    .map(|k| bytes(k + 1, k / 2 + 1, ["tx_bytes", "rx_bytes"][k as usize % 2]))
-                    .collect(),
-            }),
-            fast_period_ms: 50,
-            slow_period_ms: 1000,
-            blind: vec![],
-        };
+        let hello = hello_n1(
+            vec![
+                link(1, pb::LinkClass::Infiniband, "mlx5_0", "1", ""),
+                link(2, pb::LinkClass::Nvlink, "gpu0", "0", "0"),
+                link(3, pb::LinkClass::Nvlink, "gpu0", "1", "0"),
+            ],
+            (0..6)
+                .map(|k| {
+                    let metric = ["tx_bytes", "rx_bytes"][k as usize % 2];
+                    bytes(k + 1, k / 2 + 1, metric, pb::Tier::Fast)
+                })
+                .collect(),
+        );
         let mut agent = DirectAgent::hello(store.clone(), hello, 1).expect("hello");
         let (mut reads, mut gpu_links) = (NodeReads::default(), Vec::new());
         let read = |reads: &mut NodeReads, gpu_links: &mut Vec<Arc<Link>>, detail| {
@@ -1694,7 +1641,10 @@ mod tests {
                 pb::InventoryUpdate {
                     inventory: Some(pb::Inventory {
                         links: vec![link(4, pb::LinkClass::Nvlink, "gpu0", "", "0")],
-                        series: vec![bytes(7, 4, "tx_bytes"), bytes(8, 4, "rx_bytes")],
+                        series: vec![
+                            bytes(7, 4, "tx_bytes", pb::Tier::Fast),
+                            bytes(8, 4, "rx_bytes", pb::Tier::Fast),
+                        ],
                     }),
                     jobs: None,
                 },

@@ -33,6 +33,8 @@ pub mod bandwidth;
 pub mod busy;
 pub mod edges;
 pub mod engine;
+#[cfg(test)]
+mod fixtures;
 pub mod history;
 pub mod inferred;
 pub mod markers;

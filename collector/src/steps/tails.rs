@@ -369,42 +369,27 @@ mod tests {
             Duration::from_secs(600),
             crate::config::Limits::default(),
         ));
-        let link = |id: u32, device: &str| pb::Link {
-            id,
-            class: pb::LinkClass::Infiniband as i32,
-            endpoint: pb::LinkEndpoint::HcaPort as i32,
-            role: pb::LinkRole::Fabric as i32,
-            device: device.into(),
-            port: "1".into(),
-            state: "ACTIVE".into(),
-            capacity_bytes_per_second: 25e9,
-            ..Default::default()
-        };
-        let bytes = |id: u32| pb::SeriesDescriptor {
-            id,
-            metric: ["tx_bytes", "rx_bytes"][id as usize % 2].into(),
-            kind: pb::SeriesKind::Counter as i32,
-            link_id: (id - 1) / 2 + 1,
-            tier: if id <= 2 {
+        use super::super::fixtures::{bytes, hello_n1, link};
+        let ib = pb::LinkClass::Infiniband;
+        let tier = |id: u32| {
+            if id <= 2 {
                 pb::Tier::Fast
             } else {
                 pb::Tier::Slow
-            } as i32,
-            ..Default::default()
+            }
         };
-        let hello = pb::Hello {
-            node: "n1".into(),
-            agent_version: "t".into(),
-            boot_id: "b".into(),
-            instance_id: 1,
-            inventory: Some(pb::Inventory {
-                links: vec![link(1, "mlx5_0"), link(2, "mlx5_1")],
-                series: (1..=4).map(bytes).collect(),
-            }),
-            fast_period_ms: 50,
-            slow_period_ms: 1000,
-            blind: vec![],
-        };
+        let hello = hello_n1(
+            vec![
+                link(1, ib, "mlx5_0", "1", ""),
+                link(2, ib, "mlx5_1", "1", ""),
+            ],
+            (1..=4u32)
+                .map(|id| {
+                    let metric = ["tx_bytes", "rx_bytes"][id as usize % 2];
+                    bytes(id, (id - 1) / 2 + 1, metric, tier(id))
+                })
+                .collect(),
+        );
         let agent = DirectAgent::hello(store.clone(), hello, 0).expect("hello");
         (store, agent)
     }
