@@ -159,6 +159,10 @@ pub struct CollectorConfig {
     /// [`DEFAULT_STEPS_SHARE`]): its thread's priority ([`crate::pace::nice_for_share`]), its passes paced by
     /// their CPU time. On a core with room it takes what it needs (at most [`crate::pace::MAX_DUTY`]).
     pub steps_share: f64,
+    /// The share of one core guaranteed against a busy ingest to the work someone waits for: the `/metrics`
+    /// render and the remote-write gather (0.02 to 1; [`DEFAULT_EXPORT_SHARE`]): their threads' priority
+    /// ([`crate::pace::nice_for_share`]). On a core with room they take what they need.
+    pub export_share: f64,
     /// TLS (and optionally mutual TLS) on the gRPC listener; `None` is plain text.
     pub tls: Option<TlsConfig>,
     /// File holding the bearer token agents must present (`authorization: Bearer …`); `None` = no token.
@@ -211,6 +215,13 @@ pub const DEFAULT_ANALYSIS_SHARE: f64 = 0.25;
 /// nothing (no pass in 30 s at 2,000 demo nodes).
 pub const DEFAULT_STEPS_SHARE: f64 = 0.1;
 
+/// The share of a core the `/metrics` render and the remote-write gather are guaranteed by default
+/// (`export_share`): nice 6, a floor, not a cap. A render costs ~0.6 s of CPU at 2,000 demo nodes; at the lowest
+/// priority (nice 19, before) it got ~1.5 % of a full core and a scrape took 32–42 s there, past Prometheus'
+/// default 10 s timeout, so that a saturated collector lost the very metrics that say so (BENCHMARKS.md, the
+/// sixteenth session).
+pub const DEFAULT_EXPORT_SHARE: f64 = 0.2;
+
 /// How long a node's per-step summaries are kept by default (`step_retention`): longer than the raw samples
 /// they summarise (`retention`, 5 minutes by default), so the per-step figures outlive the samples.
 pub const DEFAULT_STEP_RETENTION: Duration = Duration::from_secs(3600);
@@ -241,6 +252,7 @@ impl Default for CollectorConfig {
             steps_interval: Duration::from_millis(500),
             analysis_share: DEFAULT_ANALYSIS_SHARE,
             steps_share: DEFAULT_STEPS_SHARE,
+            export_share: DEFAULT_EXPORT_SHARE,
             tls: None,
             token_file: None,
             api_token_file: None,
@@ -317,6 +329,12 @@ impl CollectorConfig {
         if !(0.02..=1.0).contains(&self.steps_share) {
             return bad(
                 "steps_share",
+                "must be from 0.02 to 1 (a share of one core)",
+            );
+        }
+        if !(0.02..=1.0).contains(&self.export_share) {
+            return bad(
+                "export_share",
                 "must be from 0.02 to 1 (a share of one core)",
             );
         }
@@ -490,6 +508,25 @@ mod tests {
         for bad in ["steps_share = 0", "steps_share = 1.01", "steps_share = nan"] {
             let err = CollectorConfig::from_toml_str(bad).unwrap_err().to_string();
             assert!(err.contains("`steps_share`"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn the_export_share_is_a_share_of_one_core() {
+        assert_eq!(
+            CollectorConfig::default().export_share,
+            DEFAULT_EXPORT_SHARE
+        );
+        assert_eq!(crate::pace::nice_for_share(DEFAULT_EXPORT_SHARE), 6);
+        let c = CollectorConfig::from_toml_str("export_share = 0.5\n").expect("parses");
+        assert_eq!(c.export_share, 0.5);
+        for bad in [
+            "export_share = 0.01",
+            "export_share = 2",
+            "export_share = nan",
+        ] {
+            let err = CollectorConfig::from_toml_str(bad).unwrap_err().to_string();
+            assert!(err.contains("`export_share`"), "{bad}: {err}");
         }
     }
 

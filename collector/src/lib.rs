@@ -303,6 +303,7 @@ pub async fn run(
         cpu_detail: config.cpu_detail,
         gpu_detail: config.gpu_detail,
         prober: prober.clone(),
+        export_share: config.export_share,
     })?;
     let mut shared = ingest::Shared::new(
         store.clone(),
@@ -343,7 +344,13 @@ pub async fn run(
         exposition: exposition.clone(),
         health: health.clone(),
     });
-    let sender = remote_write::start(&config.remote_write, gather, &health, signal.subscribe())?;
+    let sender = remote_write::start(
+        &config.remote_write,
+        gather,
+        &health,
+        signal.subscribe(),
+        config.export_share,
+    )?;
     if let Some(task) = sender {
         tasks.adopt("remote write", task);
     }

@@ -19,10 +19,11 @@
 //! the time; under `SCHED_IDLE` it waited 0 %. Where the policy is refused, the thread is lowered to nice
 //! [`PASS_NICE`] instead.
 //!
-//! Work that someone waits for (a `/metrics` scrape, a remote-write gather: seconds of CPU at a fleet of
-//! hundreds of nodes) runs on such a thread at the lowest nice value instead ([`Yield::Nice`],
-//! [`EXPORT_NICE`]): below the ingest, which had fallen seconds behind during every scrape at 600 demo nodes on
-//! one core, yet never starved as under `SCHED_IDLE`.
+//! Work that someone waits for (a `/metrics` scrape, a remote-write gather: a second of CPU at a fleet of
+//! thousands of nodes) runs on such a thread at a share of the core ([`export_thread`], `export_share`): not at
+//! the ingest's priority, which had fallen seconds behind during every scrape at 600 demo nodes on one core, and
+//! not at the lowest (nice 19), where a scrape at 2,000 demo nodes on a full core took 32–42 s, past
+//! Prometheus' default timeout: a saturated collector then lost the metrics that say it is saturated.
 //!
 //! Work that must keep pace with a full core has a share of it instead ([`Yield::Share`]): the rules'
 //! evaluation (`analysis_share`, also held to it by a [`Budget`]) and the step engine (`steps_share`, its
@@ -142,19 +143,14 @@ pub fn nice_for_share(share: f64) -> i32 {
 /// The nice value of the passes' threads where `SCHED_IDLE` is refused (0 is the ingest's; 19 the lowest).
 pub const PASS_NICE: i32 = 10;
 
-/// The nice value of the threads that render `/metrics` and gather for remote write ([`Yield::Nice`]): the
-/// lowest. Measured at 600 demo nodes on one core with a scrape every 15 s, two runs each, alternated: at nice
-/// 10 the acks still fell behind around the scrapes (283 and 514 batches later than 1 s) and a scrape took
-/// 4.2–9.7 s; at nice 19 none was late (p99 103–138 ms) and a scrape took 4.9–6.0 s. Such a thread takes
-/// locks others need (a node's while it copies the node, the step history's read lock): a thread that waits for
-/// one leaves the core it shared with the holder, which then runs; the wait is the copy and at most a
-/// scheduler slice.
-pub const EXPORT_NICE: i32 = 19;
-
-/// Starts a thread for work someone waits for, at nice [`EXPORT_NICE`]; `None` (logged) where no thread could
-/// be started: [`run_on`] then uses tokio's blocking pool, at the ingest's priority.
-pub fn export_thread(name: &str) -> Option<PassThread> {
-    PassThread::start_with(name, Yield::Nice(EXPORT_NICE))
+/// Starts a thread for work someone waits for (a `/metrics` render, a remote-write gather) at `share` of a
+/// core against a busy ingest ([`Yield::Share`]: nice 6 for the default fifth). Such a thread takes locks
+/// others need (a node's while it copies the node, the step history's read lock): a thread that waits for one
+/// leaves the core it shared with the holder, which then runs; the wait is the copy and at most a scheduler
+/// slice. `None` (logged) where no thread could be started: [`run_on`] then uses tokio's blocking pool, at the
+/// ingest's priority.
+pub fn export_thread(name: &str, share: f64) -> Option<PassThread> {
+    PassThread::start_with(name, Yield::Share(share))
         .map_err(|e| tracing::warn!(error = %e, name, "no thread of its own; on the blocking pool"))
         .ok()
 }
@@ -179,8 +175,7 @@ pub enum Yield {
     /// which may come late.
     Idle,
     /// A nice value above the ingest's 0: the ingest comes first, yet the thread keeps a share of a full core
-    /// (nice 19: about 1.5 %) and all that the ingest leaves. For work someone waits for: a scrape, a
-    /// remote-write gather.
+    /// (nice 19: about 1.5 %) and all that the ingest leaves.
     Nice(i32),
     /// A share (0..=1) of a core guaranteed against one busy ingest thread: the nice value
     /// [`nice_for_share`] gives, with the thread's passes charged their CPU time
@@ -460,6 +455,19 @@ mod tests {
         // root included (root may lower a nice value; the pass thread must not).
         assert_eq!(nice, 7.max(before));
         assert_eq!(current_nice(), before);
+    }
+
+    #[tokio::test]
+    async fn an_export_thread_runs_at_its_share_under_the_normal_policy() {
+        let policy_before = current_policy();
+        let t = export_thread("export-test", 0.2).expect("thread");
+        let (policy, nice) = run_on(Some(&t), || (current_policy(), current_nice()))
+            .await
+            .expect("ran");
+        // Never SCHED_IDLE (a full core would starve a scrape); nice 6 for a fifth, or nicer where the
+        // process already was.
+        assert_eq!(policy, policy_before);
+        assert_eq!(nice, 6.max(current_nice()));
     }
 
     /// When three passes of [`run_paced`] every second start, the second taking 2 s of wall time, each pass

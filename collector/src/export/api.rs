@@ -43,6 +43,8 @@ pub(crate) struct Sources {
     pub gpu_detail: crate::config::GpuDetail,
     /// Active probes between nodes (`/api/v1/probes`, their series in `/metrics`).
     pub prober: Arc<crate::probes::Prober>,
+    /// The share of a core the `/metrics` render is guaranteed against a busy ingest (`export_share`).
+    pub export_share: f64,
 }
 
 /// Registers the exporters' metric families in the health registry (they are scraped with `/metrics`) and
@@ -82,7 +84,7 @@ pub(crate) fn app(s: Sources) -> Result<(Router, Arc<Exposition>), prometheus::E
         store: s.store.clone(),
         health: s.health.clone(),
         exposition: exposition.clone(),
-        render: crate::pace::export_thread("commwatch-prom").map(Arc::new),
+        render: crate::pace::export_thread("commwatch-prom", s.export_share).map(Arc::new),
     })
     .merge(super::page::router(
         s.store.clone(),
@@ -164,9 +166,9 @@ async fn healthz(State(s): State<HttpState>) -> &'static str {
 /// The exposition, gzip-compressed when the request's `Accept-Encoding` allows gzip
 /// ([`commwatch_httpd::accepts_gzip`], as the agent's): the text of a large fleet is megabytes and compresses
 /// about tenfold. `Vary: Accept-Encoding` either way ([`commwatch_httpd::metrics_response`]). Rendered on the
-/// render thread, below the ingest's priority (`pace::EXPORT_NICE`): a scrape of a large fleet takes seconds of
-/// CPU, which the ingest of a busy core had to share with it before (acks seconds late during every scrape at
-/// 600 demo nodes). The text is compressed as it is written ([`Exposition::render_gzip`]), and the body is
+/// render thread at its share of a core against the ingest (`export_share`, [`crate::pace::export_thread`]): a
+/// scrape of a large fleet takes a second of CPU, which at the ingest's priority made acks seconds late during
+/// every scrape at 600 demo nodes, and at the lowest priority took longer than a scrape's timeout on a full core. The text is compressed as it is written ([`Exposition::render_gzip`]), and the body is
 /// written in a buffer the exposition keeps from one scrape to the next (lent to the response until it is sent).
 async fn metrics(State(s): State<HttpState>, request: HeaderMap) -> Response {
     let gzip = commwatch_httpd::accepts_gzip(&request);

@@ -101,13 +101,14 @@ impl Gather for ExpositionSource {
 }
 
 /// With `cfg.url` set: registers the metrics in `health`, builds the sender (reading the CA and credential
-/// files) and starts the task, which ends by itself after the stop signal on `shutdown` and the flush.
-/// `None` without a URL.
+/// files) and starts the task, which ends by itself after the stop signal on `shutdown` and the flush; its
+/// gathers run at `share` of a core against a busy ingest (`export_share`). `None` without a URL.
 pub fn start(
     cfg: &RemoteWriteConfig,
     source: Arc<dyn Gather>,
     health: &Health,
     shutdown: watch::Receiver<bool>,
+    share: f64,
 ) -> Result<Option<JoinHandle<()>>, RemoteWriteError> {
     if cfg.url.is_none() {
         return Ok(None);
@@ -125,16 +126,19 @@ pub fn start(
         sender,
         metrics,
         shutdown,
+        share,
     ))))
 }
 
-/// The task: gathers and sends until the stop signal, then gathers once more and flushes.
+/// The task: gathers (at `share` of a core against a busy ingest) and sends until the stop signal, then
+/// gathers once more and flushes.
 pub async fn run(
     cfg: RemoteWriteConfig,
     source: Arc<dyn Gather>,
     sender: Sender,
     metrics: Metrics,
     shutdown: watch::Receiver<bool>,
+    share: f64,
 ) {
     let queue = Arc::new(Queue::new(cfg.queue_max_samples));
     let stop = Stop {
@@ -153,7 +157,7 @@ pub async fn run(
         max_samples: cfg.max_samples_per_request,
         queue: queue.clone(),
         metrics: metrics.clone(),
-        thread: crate::pace::export_thread("commwatch-rw"),
+        thread: crate::pace::export_thread("commwatch-rw", share),
     };
     let mut consumer = Consumer {
         queue,
@@ -216,7 +220,8 @@ struct Producer {
     max_samples: usize,
     queue: Arc<Queue>,
     metrics: Metrics,
-    /// Where a gather runs: below the ingest's priority (`pace::export_thread`), as a `/metrics` render.
+    /// Where a gather runs: at its share of a core against the ingest (`pace::export_thread`), as a `/metrics`
+    /// render.
     thread: Option<crate::pace::PassThread>,
 }
 

@@ -100,6 +100,7 @@ fn start_over(cfg: &RemoteWriteConfig, n: usize) -> (Metrics, watch::Sender<bool
         sender,
         metrics.clone(),
         rx,
+        crate::config::DEFAULT_EXPORT_SHARE,
     ));
     (metrics, stop, task)
 }
@@ -264,6 +265,7 @@ async fn nothing_starts_without_a_url_and_a_refused_connection_is_retried() {
         Arc::new(Fixed(1)),
         &health,
         rx.clone(),
+        crate::config::DEFAULT_EXPORT_SHARE,
     );
     assert!(off.unwrap().is_none());
     assert!(!health
