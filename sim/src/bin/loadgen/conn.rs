@@ -94,9 +94,15 @@ pub struct AgentStats {
     /// Of the measured batches acked later than 1 s: when each was sent, whole seconds after the warm-up (when
     /// a run's late batches came: a stall of the collector's, or all along).
     pub late_sent_s: Vec<u16>,
-    /// Why the stream failed, if it did.
+    /// Why the stream failed, if it did (after the warm-up, or its last try before).
     pub error: Option<String>,
+    /// Streams opened again after one failed during the warm-up (refused, closed, reset), as an agent
+    /// reconnects: a fleet's agents all connecting at once is the warm-up's start.
+    pub reconnects: u32,
 }
+
+/// Pause before opening a stream again after one failed during the warm-up (an agent's first backoff).
+const RECONNECT_AFTER: Duration = Duration::from_secs(1);
 
 /// Runs one agent until `stop`; `slots` hands out the shared batch bodies.
 pub async fn run_agent(
@@ -106,8 +112,15 @@ pub async fn run_agent(
     stop: Arc<AtomicBool>,
 ) -> AgentStats {
     let mut st = AgentStats::default();
-    if let Err(e) = stream(&plan, &slots, warmup_end, &stop, &mut st).await {
+    while let Err(e) = stream(&plan, &slots, warmup_end, &stop, &mut st).await {
         st.error = Some(e);
+        let again = Instant::now() + RECONNECT_AFTER;
+        if again >= warmup_end || stop.load(Ordering::Relaxed) {
+            break;
+        }
+        st.reconnects += 1;
+        tokio::time::sleep_until(again).await;
+        st.error = None;
     }
     st
 }
@@ -205,6 +218,59 @@ fn on_reply(
                 let s = at.saturating_duration_since(warmup_end).as_secs();
                 st.late_sent_s.push(u16::try_from(s).unwrap_or(u16::MAX));
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slots() -> Slots {
+        let batch = |t0: i64| pb::SampleBatch {
+            timestamps_unix_ns: vec![t0],
+            tick_lengths: vec![0],
+            ..Default::default()
+        };
+        Slots {
+            period: Duration::from_millis(250),
+            start: Instant::now(),
+            start_ns: 0,
+            tape: crate::tape::Tape::new(vec![batch(0), batch(250_000_000)], &[], 250_000_000)
+                .expect("tape"),
+            cache: Default::default(),
+        }
+    }
+
+    /// Runs one agent against a loopback port nothing listens on (every connect refused), the warm-up ending
+    /// `warmup` from now.
+    async fn refused(warmup: Duration) -> AgentStats {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let plan = Plan {
+            url: format!("http://127.0.0.1:{port}"),
+            local: None,
+            opening: Vec::new(),
+            phase: Duration::ZERO,
+        };
+        let stop = Arc::new(AtomicBool::new(false));
+        run_agent(plan, Arc::new(slots()), Instant::now() + warmup, stop).await
+    }
+
+    #[tokio::test]
+    async fn a_stream_that_fails_in_the_warm_up_is_opened_again_and_one_after_it_is_not() {
+        // Tries at 0, 1 and 2 s (a third would start after the warm-up's 2.5 s): two reopenings, or one where
+        // a refused connect took half a second on a loaded machine.
+        let during = refused(Duration::from_millis(2_500)).await;
+        assert!((1..=2).contains(&during.reconnects), "{during:?}");
+        let after = refused(Duration::ZERO).await;
+        assert_eq!(after.reconnects, 0);
+        for st in [&during, &after] {
+            let e = st.error.as_deref().unwrap_or_default();
+            assert!(e.starts_with("connect:"), "{e}");
+            assert_eq!((st.sent, st.acked), (0, 0));
         }
     }
 }

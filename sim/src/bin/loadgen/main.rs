@@ -14,7 +14,8 @@
 //!    batch period, spread over the period. Each node ships to its shard: rendezvous hashing on its job id over
 //!    the `--collector` list, as the agent does.
 //! 4. After `--warmup`, measures `--secs`: every batch's ack latency (send → first ack at or above its seq),
-//!    per shard and overall (p50, p99, max, how many after 1 s), batches sent/acked/blocked, failed streams,
+//!    per shard and overall (p50, p99, max, how many after 1 s), batches sent/acked/blocked, failed streams (a
+//!    stream that fails during the warm-up is opened again a second later, as an agent reconnects: counted),
 //!    and with `--pid` the collectors' CPU and RSS over the window. "Keeps up": every measured batch acked
 //!    within 1 s, none blocked, no stream failed.
 //!

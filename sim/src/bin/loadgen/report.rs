@@ -23,6 +23,8 @@ pub struct Figures {
     pub acked: u64,
     pub blocked: u64,
     pub failed_streams: usize,
+    /// Streams opened again after a failure during the warm-up.
+    pub reconnects: u64,
     pub measured_batches: usize,
     pub unacked_measured: u64,
     pub ack_p50_ms: f64,
@@ -50,6 +52,7 @@ impl Figures {
             f.blocked += s.blocked;
             f.unacked_measured += s.unacked_measured;
             f.failed_streams += usize::from(s.error.is_some());
+            f.reconnects += u64::from(s.reconnects);
             lat.extend_from_slice(&s.latencies_us);
             f.streams_late += usize::from(!s.late_sent_s.is_empty());
             for &at in &s.late_sent_s {
@@ -73,13 +76,14 @@ impl Figures {
 
     pub fn line(&self, name: &str) -> String {
         let mut line = format!(
-            "{name}: {} nodes, sent {} acked {} blocked {} failed streams {}; ack p50 {:.1} ms p99 {:.1} ms max {:.1} ms; \
+            "{name}: {} nodes, sent {} acked {} blocked {} failed streams {} (reopened {} times in the warm-up); ack p50 {:.1} ms p99 {:.1} ms max {:.1} ms; \
              {} of {} measured batches acked after 1 s (on {} streams), {} never; keeps up: {}",
             self.nodes,
             self.sent,
             self.acked,
             self.blocked,
             self.failed_streams,
+            self.reconnects,
             self.ack_p50_ms,
             self.ack_p99_ms,
             self.ack_max_ms,
