@@ -168,17 +168,18 @@ pub fn median_select(v: &mut [f64]) -> Option<f64> {
 }
 
 /// A stretch's busy time and whether it is resolved, as [`busy_time`] gives them, without its runs and
-/// interior rate: what a step's figures need. `rates` is a buffer the caller keeps across calls (its content
-/// is scratch), so a step's links cost no allocation.
+/// interior rate: what a step's figures need. `rate(i)` must be `intervals[i].rate()` (as for
+/// [`busy_time_in`]: a caller that has the rates worked out gives them); `full` is a buffer the caller keeps
+/// across calls (its content is scratch), so a step's links cost no allocation.
 pub fn busy_summary(
     intervals: &[Interval],
+    rate: impl Fn(usize) -> f64,
     floor: f64,
     sample_period_s: f64,
-    rates: &mut Vec<f64>,
+    full: &mut Vec<f64>,
 ) -> (f64, bool) {
     let (mut active_s, mut moved, mut measured) = (0.0, 0.0, 0.0);
-    let rate = |i: usize| intervals[i].rate();
-    for_each_run(intervals, &rate, floor, sample_period_s, rates, |r| {
+    for_each_run(intervals, &rate, floor, sample_period_s, full, |r| {
         active_s += r.active_s;
         moved += r.bytes;
         if r.resolved {
@@ -340,7 +341,7 @@ mod tests {
                 .collect();
             let b = busy_time(&i, 50e6, 0.05);
             assert_eq!(
-                busy_summary(&i, 50e6, 0.05, &mut rates),
+                busy_summary(&i, |k| i[k].rate(), 50e6, 0.05, &mut rates),
                 (b.active_s, b.resolved),
                 "{i:?}"
             );
