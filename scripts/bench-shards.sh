@@ -2,9 +2,9 @@
 # Collector load with the load generator: NODES simulated nodes (the sim's demo node shape, default rates)
 # against SHARDS collectors, each pinned to its own core; the generator on the next core (one shard) or on
 # every core (several: a 2-core machine has no spare one). Prints the generator's report (ack latency per
-# shard, keeps up or not), then per shard: series per node in /metrics, the store's bytes per node, the
-# collector's CPU seconds per million samples and its passes' time per node, and the load average before and
-# after, and how often each pass completed during the measured window.
+# shard, keeps up or not, streams reopened during the warm-up), then per shard: the connections and streams it
+# refused, series per node in /metrics, the store's bytes per node, the collector's CPU seconds per million
+# samples and its passes' time per node, and the load average before and after, and how often each pass completed during the measured window.
 #
 #   cargo build --release --bin commwatch && cargo build --release -p commwatch-sim --bin loadgen
 #   scripts/bench-shards.sh NODES [SHARDS=1] [SECS=60]        (env: WARMUP=15, BASE_PORT=17100, EXTRA=...,
@@ -109,6 +109,13 @@ for ((k = 0; k < shards; k++)); do
   per_node=$(grep -c "${one:-none}" "$work/metrics-$k.txt" || true)
   store=$(grep '^commwatch_collector_store_bytes' "$work/metrics-$k.txt" | tr '\n' ' ')
   echo "shard $k: $nodes_here nodes in /metrics, $held node series ($per_node for one node), $(wc -c <"$work/metrics-$k.txt") bytes of /metrics; $store"
+  # Connections and streams the collector refused over the whole run, by reason (limits, handshakes not finished
+  # in time, Hellos it rejected): the generator reopens a stream that failed during the warm-up.
+  for family in grpc_connections_refused rejected_streams; do
+    refused=$(awk -v f="commwatch_collector_${family}_total{" 'index($0, f) == 1 && $2 > 0 {
+        match($0, /reason="[a-z_0-9]*"/); printf " %s %d", substr($0, RSTART + 8, RLENGTH - 9), $2 }' "$work/metrics-$k.txt")
+    echo "shard $k: ${family//_/ }:${refused:- none}"
+  done
   # CPU per work over the whole run (warm-up included): the collector's CPU seconds (/proc, user + system) per
   # million samples it accepted, and its passes' time per node (commwatch_collector_pass_seconds).
   ticks=$(getconf CLK_TCK)
