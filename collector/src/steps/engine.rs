@@ -365,27 +365,31 @@ fn clamped(samples: &[(i64, u64)], t: i64) -> f64 {
 /// [`clamped`] at each of `times` (ascending: one walk over the samples), the same values.
 #[cfg(test)]
 fn clamped_ascending(samples: &[(i64, u64)], times: &[i64]) -> Vec<f64> {
-    let mut at = Vec::new();
     let mut out = vec![0.0; times.len()];
-    add_clamped_ascending(samples, times, &mut at, &mut out);
+    add_clamped_ascending(samples, times, &mut out);
     out
 }
 
-/// Adds [`clamped`] at each of `times` (ascending: one walk over the samples) to `sums` (one per time);
-/// `at` is a buffer kept by the caller.
-fn add_clamped_ascending(
-    samples: &[(i64, u64)],
-    times: &[i64],
-    at: &mut Vec<Option<f64>>,
-    sums: &mut [f64],
-) {
-    super::bandwidth::interpolate_ascending_into(samples, times, at);
-    for ((sum, &t), v) in sums.iter_mut().zip(times).zip(at.iter()) {
-        *sum += match (samples.first(), samples.last()) {
-            (Some(f), _) if t <= f.0 => f.1 as f64,
-            (_, Some(l)) if t >= l.0 => l.1 as f64,
-            (Some(_), Some(_)) => v.unwrap_or(0.0),
-            _ => 0.0,
+/// Adds [`clamped`] at each of `times` (ascending) to `sums` (one per time), by one walk over the samples:
+/// the same values, bit for bit (nothing added where there are no samples: the sums are never -0).
+/// (Before: [`super::bandwidth::interpolate_ascending_into`] into a buffer, then a second loop over it.)
+fn add_clamped_ascending(samples: &[(i64, u64)], times: &[i64], sums: &mut [f64]) {
+    let (Some(&(t_first, first)), Some(&(t_last, last))) = (samples.first(), samples.last()) else {
+        return;
+    };
+    // The first sample stamped after the time before (as `acc_at`'s partition point).
+    let mut next = 0;
+    for (sum, &t) in sums.iter_mut().zip(times) {
+        *sum += if t <= t_first {
+            first as f64
+        } else if t >= t_last {
+            last as f64
+        } else {
+            while samples[next].0 <= t {
+                next += 1;
+            }
+            let (a, f) = super::bandwidth::acc_between(samples[next - 1], Some(samples[next]), t);
+            a as f64 + f
         };
     }
 }
@@ -400,7 +404,6 @@ struct FreshScratch {
     /// Where each traffic series' samples lie: in its tail, or in `samples`.
     series: Vec<Held>,
     times: Vec<i64>,
-    at: Vec<Option<f64>>,
     /// Traffic total at each new sample time (the sums of the traffic series at `times`).
     sums: Vec<f64>,
     walks: Walks,
@@ -486,7 +489,7 @@ fn copy_fresh(
     out.sums.clear();
     out.sums.resize(out.times.len(), 0.0);
     for r in &out.series {
-        add_clamped_ascending(r.get(tails, copied), &out.times, &mut out.at, &mut out.sums);
+        add_clamped_ascending(r.get(tails, copied), &out.times, &mut out.sums);
     }
     let traffic_reach = out
         .series
