@@ -166,7 +166,9 @@ pub fn step_link(
 /// parts' sums, and each sampling interval's bytes (on the grid of the first part that covers the step) the sum
 /// of the parts' interpolated bytes in it, so that the busy time is the summed traffic's. A part whose samples
 /// cover neither edge in either direction counts nothing; `None` when no part covers the step, or the step is
-/// empty. Allocates nothing but what `scratch` grows to (and nothing once it has).
+/// empty. Allocates nothing but what `scratch` grows to (and nothing once it has). A link whose counters grew
+/// too little over the samples read for any interval to reach the activity floor has its bytes counted and
+/// no interval worked out (a node's idle links: a third of the demo node's figures).
 pub fn step_link_with(
     link: &Arc<Link>,
     parts: &[Directions<'_>],
@@ -177,7 +179,9 @@ pub fn step_link_with(
     if end_ns <= start_ns {
         return None;
     }
-    let (mut tx_bytes, mut rx_bytes, mut covered) = (0u64, 0u64, false);
+    // Each direction's counter growth over the samples read, summed over the parts (at least its bytes in any
+    // grid interval: the counters never go back), and the largest counter value read.
+    let (mut growth, mut largest, mut covered) = ((0u64, 0u64), 0u64, false);
     for &(tx, rx) in parts {
         let (t, r) = (covers(tx, start_ns, end_ns), covers(rx, start_ns, end_ns));
         if !t && !r {
@@ -188,44 +192,48 @@ pub fn step_link_with(
             // step), from the first part that covers it.
             let grid_src = if t { tx } else { rx };
             grid(grid_src, start_ns, end_ns, &mut scratch.points);
-            let n = scratch.points.len() - 1;
-            scratch.tx.clear();
-            scratch.tx.resize(n, 0.0);
-            scratch.rx.clear();
-            scratch.rx.resize(n, 0.0);
             covered = true;
         }
-        // Both directions at every grid point, each by one walk (the grid ascends), which also gives the
-        // step's bytes (the grid's first and last points are its edges).
-        tx_bytes += add_interval_bytes(tx, &scratch.points, &mut scratch.tx).unwrap_or(0);
-        rx_bytes += add_interval_bytes(rx, &scratch.points, &mut scratch.rx).unwrap_or(0);
+        let grew = |s: &[(i64, u64)]| match (s.first(), s.last()) {
+            (Some(f), Some(l)) => l.1.saturating_sub(f.1),
+            _ => 0,
+        };
+        growth = (
+            growth.0.saturating_add(grew(tx)),
+            growth.1.saturating_add(grew(rx)),
+        );
+        largest = [tx.last(), rx.last()]
+            .into_iter()
+            .flatten()
+            .fold(largest, |m, s| m.max(s.1));
     }
     if !covered {
         return None;
     }
-    scratch.intervals.clear();
-    scratch.rates.clear();
-    for (j, w) in scratch.points.windows(2).enumerate() {
-        let len_s = (w[1] - w[0]) as f64 / 1e9;
-        if len_s <= 0.0 {
-            continue;
-        }
-        let interval = Interval {
-            len_s,
-            bytes: scratch.tx[j].max(scratch.rx[j]),
-        };
-        scratch.intervals.push(interval);
-        scratch.rates.push(interval.rate());
-    }
     let floor = active_floor(link.capacity_bytes_per_second);
-    let rates = &scratch.rates;
-    let (active_s, confident) = busy_summary(
-        &scratch.intervals,
-        |i| rates[i],
-        floor,
-        sample_period_s,
-        &mut scratch.full,
+    let most = idle_bound(
+        growth.0.max(growth.1),
+        largest,
+        parts.len(),
+        &scratch.points,
     );
+    let shortest = scratch
+        .points
+        .windows(2)
+        .map(|w| (w[1] - w[0]) as f64 / 1e9)
+        .filter(|&l| l > 0.0)
+        .fold(f64::INFINITY, f64::min);
+    let ((tx_bytes, rx_bytes), active_s, confident) = if most / shortest < floor {
+        // No interval reaches the floor: no run, nothing active, and confidently idle (what the busy time
+        // finds without a run); only the step's bytes to count.
+        let bytes = |s: &[(i64, u64)]| bytes_between(s, start_ns, end_ns).unwrap_or(0);
+        let sums = parts
+            .iter()
+            .fold((0, 0), |(t, r), &(tx, rx)| (t + bytes(tx), r + bytes(rx)));
+        (sums, 0.0, true)
+    } else {
+        busy_of(parts, sample_period_s, floor, scratch)
+    };
     let moved = tx_bytes.max(rx_bytes) as f64;
     let duration_s = (end_ns - start_ns) as f64 / 1e9;
     let achieved = (active_s > 0.0).then(|| moved / active_s);
@@ -244,6 +252,66 @@ pub fn step_link_with(
         utilization,
         confident,
     })
+}
+
+/// The step's bytes per direction, busy time and confidence over the grid in `scratch.points` (its first and
+/// last points the step's edges) of the summed traffic of `parts`: each direction's interpolated bytes per
+/// grid interval ([`add_interval_bytes`], the parts' summed), the larger direction's per interval,
+/// [`busy_summary`] of those. A part whose samples cover neither edge in either direction counts nothing.
+fn busy_of(
+    parts: &[Directions<'_>],
+    sample_period_s: f64,
+    floor: f64,
+    scratch: &mut LinkScratch,
+) -> ((u64, u64), f64, bool) {
+    let n = scratch.points.len() - 1;
+    let (start, end) = (scratch.points[0], scratch.points[n]);
+    scratch.tx.clear();
+    scratch.tx.resize(n, 0.0);
+    scratch.rx.clear();
+    scratch.rx.resize(n, 0.0);
+    let (mut tx_bytes, mut rx_bytes) = (0u64, 0u64);
+    for &(tx, rx) in parts {
+        if !covers(tx, start, end) && !covers(rx, start, end) {
+            continue;
+        }
+        // Both directions at every grid point, each by one walk (the grid ascends), which also gives the
+        // step's bytes.
+        tx_bytes += add_interval_bytes(tx, &scratch.points, &mut scratch.tx).unwrap_or(0);
+        rx_bytes += add_interval_bytes(rx, &scratch.points, &mut scratch.rx).unwrap_or(0);
+    }
+    scratch.intervals.clear();
+    scratch.rates.clear();
+    for (j, w) in scratch.points.windows(2).enumerate() {
+        let len_s = (w[1] - w[0]) as f64 / 1e9;
+        if len_s <= 0.0 {
+            continue;
+        }
+        let interval = Interval {
+            len_s,
+            bytes: scratch.tx[j].max(scratch.rx[j]),
+        };
+        scratch.intervals.push(interval);
+        scratch.rates.push(interval.rate());
+    }
+    let rates = &scratch.rates;
+    let (active_s, confident) = busy_summary(
+        &scratch.intervals,
+        |i| rates[i],
+        floor,
+        sample_period_s,
+        &mut scratch.full,
+    );
+    ((tx_bytes, rx_bytes), active_s, confident)
+}
+
+/// At least the bytes of any one grid interval of `points` as [`busy_of`] works them out: `growth` (the larger
+/// direction's counter growth over the samples read, summed over `parts` parts: an interval's bytes are a
+/// difference of two counter values interpolated between those samples) with room for the floating point of
+/// the interpolation and the sums (values up to `largest`, a few units in the last place per point).
+fn idle_bound(growth: u64, largest: u64, parts: usize, points: &[i64]) -> f64 {
+    let ulps = 8.0 * (parts * points.len()) as f64 * f64::EPSILON * largest as f64;
+    (growth as f64 + 1.0) * (1.0 + 1e-9) + ulps
 }
 
 /// The step's interval grid into `points`: `start`, the times of `samples` strictly inside, `end`.
@@ -477,6 +545,110 @@ mod tests {
             }
         }
         assert!(inside > 200 && across > 200, "{inside} {across}");
+    }
+
+    /// A link's figures are those worked out interval by interval, each value searched for: over parts that
+    /// cover the step, reach only part of it, or have no samples; idle, near the activity floor, or busy.
+    #[test]
+    fn figures_equal_those_of_each_interval_searched() {
+        use rand::{Rng, SeedableRng};
+        let mut r = rand::rngs::StdRng::seed_from_u64(29);
+        let (mut idle, mut busy) = (0, 0);
+        let mut scratch = LinkScratch::default();
+        for _ in 0..3_000 {
+            let rate: f64 = [1e4, 1e6, 5e7, 1e9, 2e10][r.random_range(0..5)];
+            let capacity = r.random_bool(0.7).then_some(25e9);
+            let series = |r: &mut rand::rngs::StdRng| -> Vec<(i64, u64)> {
+                let from = r.random_range(-300 * MS..0);
+                let to = if r.random_bool(0.8) { 2 * S } else { S };
+                let (mut t, mut acc) = (from, r.random_range(0..1u64 << 50));
+                let mut v = Vec::new();
+                while t < to && !r.random_bool(0.03) {
+                    v.push((t, acc));
+                    let dt = r.random_range(1..80) * MS;
+                    let busy = r.random_bool(0.4);
+                    acc += (rate * dt as f64 / 1e9 * if busy { 1.0 } else { 0.01 }) as u64;
+                    t += dt;
+                }
+                v
+            };
+            let parts_n = r.random_range(1..4);
+            type Owned = (Vec<(i64, u64)>, Vec<(i64, u64)>);
+            let owned: Vec<Owned> = (0..parts_n)
+                .map(|_| (series(&mut r), series(&mut r)))
+                .collect();
+            let parts: Vec<Directions> = owned.iter().map(|(t, x)| (&t[..], &x[..])).collect();
+            let (start, end) = (r.random_range(0..S / 2), r.random_range(S / 2..2 * S));
+            let got = step_link_with(&hca(capacity), &parts, (start, end), 0.05, &mut scratch);
+            let want = searched(&hca(capacity), &parts, (start, end));
+            assert_eq!(got, want, "{parts:?} {start} {end}");
+            match got {
+                Some(l) if l.active_s == 0.0 => idle += 1,
+                Some(_) => busy += 1,
+                None => {}
+            }
+        }
+        assert!(idle > 300 && busy > 300, "{idle} idle, {busy} busy");
+    }
+
+    /// [`step_link_with`]'s figures, each interval's bytes from values searched for ([`interpolate`]) and the
+    /// busy time from [`super::super::busy::busy_time`].
+    fn searched(
+        link: &Arc<Link>,
+        parts: &[Directions<'_>],
+        (start, end): (i64, i64),
+    ) -> Option<StepLink> {
+        let cover = |s: &[(i64, u64)]| bytes_between(s, start, end);
+        let read: Vec<&Directions> = parts
+            .iter()
+            .filter(|p| cover(p.0).is_some() || cover(p.1).is_some())
+            .collect();
+        let &&(tx, rx) = read.first()?;
+        let src = if cover(tx).is_some() { tx } else { rx };
+        let mut points = vec![start];
+        points.extend(src.iter().map(|s| s.0).filter(|&t| t > start && t < end));
+        points.push(end);
+        let between =
+            |s: &[(i64, u64)], a: i64, z: i64| match (interpolate(s, a), interpolate(s, z)) {
+                (Some(a), Some(z)) => (z - a).max(0.0),
+                _ => 0.0,
+            };
+        let intervals: Vec<Interval> = points
+            .windows(2)
+            .map(|w| {
+                let (mut t, mut x) = (0.0, 0.0);
+                for p in &read {
+                    t += between(p.0, w[0], w[1]);
+                    x += between(p.1, w[0], w[1]);
+                }
+                Interval {
+                    len_s: (w[1] - w[0]) as f64 / 1e9,
+                    bytes: f64::max(t, x),
+                }
+            })
+            .collect();
+        let busy = super::super::busy::busy_time(
+            &intervals,
+            active_floor(link.capacity_bytes_per_second),
+            0.05,
+        );
+        let tx_bytes: u64 = read.iter().map(|p| cover(p.0).unwrap_or(0)).sum();
+        let rx_bytes: u64 = read.iter().map(|p| cover(p.1).unwrap_or(0)).sum();
+        let moved = tx_bytes.max(rx_bytes) as f64;
+        let achieved = (busy.active_s > 0.0).then(|| moved / busy.active_s);
+        Some(StepLink {
+            link: link.clone(),
+            tx_bytes,
+            rx_bytes,
+            active_s: busy.active_s,
+            achieved_bytes_per_second: achieved,
+            average_bytes_per_second: moved / ((end - start) as f64 / 1e9),
+            capacity_bytes_per_second: link.capacity_bytes_per_second,
+            utilization: achieved
+                .zip(link.capacity_bytes_per_second)
+                .map(|(a, c)| a / c),
+            confident: busy.resolved,
+        })
     }
 
     #[test]
