@@ -4,7 +4,8 @@
 # every core (several: a 2-core machine has no spare one). Prints the generator's report (ack latency per
 # shard, keeps up or not, streams reopened during the warm-up), then per shard: the connections and streams it
 # refused, series per node in /metrics, the store's bytes per node, the collector's CPU seconds per million
-# samples and its passes' time per node, and the load average before and after, and how often each pass completed during the measured window.
+# samples and its passes' time per node, and the load average before and after, and how often each pass
+# completed during the measured window.
 #
 #   cargo build --release --bin commwatch && cargo build --release -p commwatch-sim --bin loadgen
 #   scripts/bench-shards.sh NODES [SHARDS=1] [SECS=60]        (env: WARMUP=15, BASE_PORT=17100, EXTRA=...,

@@ -99,6 +99,8 @@ pub struct AgentStats {
     /// Streams opened again after one failed during the warm-up (refused, closed, reset), as an agent
     /// reconnects: a fleet's agents all connecting at once is the warm-up's start.
     pub reconnects: u32,
+    /// Why the last stream reopened had failed.
+    pub reopened_after: Option<String>,
 }
 
 /// Pause before opening a stream again after one failed during the warm-up (an agent's first backoff).
@@ -119,8 +121,8 @@ pub async fn run_agent(
             break;
         }
         st.reconnects += 1;
+        st.reopened_after = st.error.take();
         tokio::time::sleep_until(again).await;
-        st.error = None;
     }
     st
 }
@@ -265,6 +267,8 @@ mod tests {
         // a refused connect took half a second on a loaded machine.
         let during = refused(Duration::from_millis(2_500)).await;
         assert!((1..=2).contains(&during.reconnects), "{during:?}");
+        let why = during.reopened_after.as_deref().unwrap_or_default();
+        assert!(why.starts_with("connect:"), "{why}");
         let after = refused(Duration::ZERO).await;
         assert_eq!(after.reconnects, 0);
         for st in [&during, &after] {

@@ -25,6 +25,8 @@ pub struct Figures {
     pub failed_streams: usize,
     /// Streams opened again after a failure during the warm-up.
     pub reconnects: u64,
+    /// The most frequent reason a reopened stream had failed, with its count.
+    pub reopen_reason: Option<(String, usize)>,
     pub measured_batches: usize,
     pub unacked_measured: u64,
     pub ack_p50_ms: f64,
@@ -45,7 +47,11 @@ impl Figures {
     pub fn of<'a>(stats: impl Iterator<Item = &'a AgentStats>) -> Figures {
         let mut f = Figures::default();
         let mut lat: Vec<u32> = Vec::new();
+        let mut reasons: BTreeMap<&str, usize> = BTreeMap::new();
         for s in stats {
+            if let Some(why) = s.reopened_after.as_deref() {
+                *reasons.entry(why).or_default() += 1;
+            }
             f.nodes += 1;
             f.sent += s.sent;
             f.acked += s.acked;
@@ -59,6 +65,10 @@ impl Figures {
                 *f.late_by_second.entry(at).or_default() += 1;
             }
         }
+        f.reopen_reason = reasons
+            .into_iter()
+            .max_by_key(|&(_, n)| n)
+            .map(|(why, n)| (why.to_string(), n));
         lat.sort_unstable();
         let ms = |us: u32| f64::from(us) / 1000.0;
         f.measured_batches = lat.len();
@@ -93,6 +103,9 @@ impl Figures {
             self.unacked_measured,
             if self.keeps_up { "yes" } else { "no" }
         );
+        if let Some((why, n)) = &self.reopen_reason {
+            let _ = write!(line, "; most reopened after: {why} ({n} streams)");
+        }
         if !self.late_by_second.is_empty() {
             line.push_str("; late batches by the second they were sent in (s: n):");
             for (s, n) in &self.late_by_second {
