@@ -142,7 +142,7 @@ async fn stream(
     let channel = endpoint
         .connect()
         .await
-        .map_err(|e| format!("connect: {e}"))?;
+        .map_err(|e| format!("connect: {}", with_sources(&e)))?;
     let mut grpc = tonic::client::Grpc::new(channel).max_decoding_message_size(4 << 20);
     grpc.ready().await.map_err(|e| format!("not ready: {e}"))?;
     let (tx, rx) = mpsc::channel::<Out>(16);
@@ -194,6 +194,18 @@ async fn stream(
     }
     st.unacked_measured = pending.iter().filter(|p| p.2).count() as u64;
     Ok(())
+}
+
+/// `e` and the errors under it, joined by ": " (tonic's transport error says only "transport error").
+fn with_sources(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut under = e.source();
+    while let Some(s) = under {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        under = s.source();
+    }
+    text
 }
 
 /// An ack settles every pending batch at or below its seq.
