@@ -237,10 +237,11 @@ impl Ring {
         self.drop_oldest((self.len() + run.len()).saturating_sub(self.cap));
         let mut run = run;
         while !run.is_empty() {
-            run = &run[self.open.extend(run)..];
+            let took = self.open.extend(run);
             if self.open.written() == CHUNK {
-                self.seal();
+                self.seal(&run[..took]);
             }
+            run = &run[took..];
         }
     }
 
@@ -296,7 +297,7 @@ impl Ring {
             };
             self.open.push(t, v);
             if self.open.written() == CHUNK {
-                self.seal();
+                self.seal(&[(t, v)]);
             }
         }
     }
@@ -383,15 +384,16 @@ impl Ring {
     }
 
     /// Seals the open part's `CHUNK` samples into a chunk. Its hidden samples (evicted while there was no
-    /// chunk, or a staggered start's) become the chunk's hidden ones (`Open::decode_written_into`).
+    /// chunk, or a staggered start's) become the chunk's hidden ones (`Open::decode_written_into`). `newest`:
+    /// the samples appended last, as appended (they are copied, not decoded).
     #[inline(never)]
-    fn seal(&mut self) {
-        SEAL.with_borrow_mut(|s| self.seal_with(s));
+    fn seal(&mut self, newest: &[(i64, u64)]) {
+        SEAL.with_borrow_mut(|s| self.seal_with(s, newest));
     }
 
-    fn seal_with(&mut self, s: &mut [(i64, u64); CHUNK]) {
+    fn seal_with(&mut self, s: &mut [(i64, u64); CHUNK], newest: &[(i64, u64)]) {
         let hidden = self.open.hidden();
-        self.open.decode_written_into(&mut s[..]);
+        self.open.decode_written_into(&mut s[..], newest);
         // A 20 Hz ring refills its part within seconds: it keeps the allocation (giving it back cost the
         // allocator a tenth of the ingest); a slower one holds a part for minutes, so it gives half of it back.
         if self.cap > BIG_RING {

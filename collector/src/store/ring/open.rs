@@ -280,18 +280,29 @@ impl Open {
 
     /// Every sample written, hidden ones included, oldest first, into the first [`Open::written`] slots of
     /// `out`, as a seal takes them: the hidden ones as written when the part was never cleared (its code starts
-    /// from the default state), otherwise as copies of the first visible one.
-    pub(super) fn decode_written_into(&self, out: &mut [(i64, u64)]) {
-        let hidden = self.hidden();
+    /// from the default state), otherwise as copies of the first visible one. `newest`: the newest samples
+    /// written, visible ones, as appended (the run [`Open::extend`] took last, or none): they are copied, and
+    /// only the samples before them decoded. Why: a ring fed by runs is sealed within the run that fills its
+    /// part, and decoding what that run had just coded was over a third of the seals' decoding (instructions,
+    /// a demo agent's tape).
+    pub(super) fn decode_written_into(&self, out: &mut [(i64, u64)], newest: &[(i64, u64)]) {
+        let (n, hidden) = (self.written(), self.hidden());
+        let m = n - newest.len();
+        debug_assert!(hidden <= m, "the newest samples are visible");
+        out[m..n].copy_from_slice(newest);
         if self.cleared {
-            self.decode_into(&mut out[hidden..]);
+            let (mut s, mut p) = self.seek();
+            for o in &mut out[hidden..m] {
+                p = s.step(&self.bytes, p);
+                *o = (s.t, s.v);
+            }
             let first = out[hidden];
             out[..hidden].fill(first);
             return;
         }
         let mut s = State::default();
         let mut p = 0;
-        for o in &mut out[..self.written()] {
+        for o in &mut out[..m] {
             p = s.step(&self.bytes, p);
             *o = (s.t, s.v);
         }
@@ -447,8 +458,14 @@ mod tests {
                 assert_eq!(written(&o), want, "at {i}");
                 // As a seal reads it: the hidden samples first, then the visible ones.
                 let mut all = vec![(0, 0); o.written()];
-                o.decode_written_into(&mut all);
+                o.decode_written_into(&mut all, &[]);
                 assert_eq!(all[o.hidden()..], want[..], "at {i}");
+                // With the newest samples given, not decoded: the same, whichever of them are given.
+                for k in [1, o.len() / 2, o.len()] {
+                    let mut with = vec![(0, 0); o.written()];
+                    o.decode_written_into(&mut with, &want[want.len() - k..]);
+                    assert_eq!(with, all, "at {i}, {k} given");
+                }
             }
         }
         assert!(hid > 1_000 && compacted > 1_000, "{hid} {compacted}");
