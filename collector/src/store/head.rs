@@ -352,8 +352,13 @@ impl Head {
             for i in 1..at.len() {
                 at[i] += at[i - 1];
             }
-            buf.clear();
-            buf.resize(at[at.len() - 1], (0, 0));
+            // Every sample of the rows is written below: the buffer is grown, never cleared and filled with
+            // zeros first (16 B a sample, a flush's largest write besides the samples').
+            let total = at[at.len() - 1];
+            if buf.len() < total {
+                buf.resize(total, (0, 0));
+            }
+            let buf = &mut buf[..total];
             // `at[s]` is where slot `s` starts; as a cursor it ends where `s` ends, i.e. where `s + 1` starts.
             for r in self.rows.iter().take(n) {
                 let shape = &self.shapes[r.shape as usize];
