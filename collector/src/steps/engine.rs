@@ -37,7 +37,7 @@ use super::edges::{self, OwnEdge};
 use super::history::StepStore;
 use super::inferred::InferenceTracker;
 use super::markers::MarkerTracker;
-use super::tails::{Held, Tails, SLACK_NS};
+use super::tails::{prefetch, Held, Tails, SLACK_NS};
 use super::{NodeStep, StepSource};
 use crate::config::NvlinkDetail;
 use crate::store::{JobList, NodeState, Store};
@@ -447,6 +447,7 @@ fn copy_fresh(
     let next_cursor = n.markers().next_seq();
     out.samples.clear();
     out.series.clear();
+    reads.tails.prefetch(traffic_from);
     // Per traffic link and direction: samples from the last one at or before `traffic_from`, from its kept
     // tail, or the store's walk where the tail does not reach back that far.
     for s in reads
@@ -558,6 +559,7 @@ fn read_covering(
 ) {
     reads.update(n, detail, gpu_links);
     reads.tails.read(n);
+    reads.tails.prefetch(start.min(end));
     out.samples.clear();
     let tails = &reads.tails;
     for c in reads.links.iter_mut() {
@@ -1254,6 +1256,13 @@ fn step_links<'a>(
     scratch: &mut LinkScratch,
 ) -> Vec<super::StepLink> {
     let mut out = Vec::with_capacity(units.len());
+    // The links are cold (the store's, read here once a step): asked for together, their misses overlap. A
+    // figure reads its link's capacity and counts a reference to it: the allocation's first 32 bytes.
+    for u in units {
+        let link = Arc::as_ptr(&u.link).cast::<u8>();
+        prefetch(link.wrapping_sub(16));
+        prefetch(link.wrapping_add(15));
+    }
     for u in units {
         parts.clear();
         parts.extend(
