@@ -21,7 +21,7 @@ use super::history::{History, HistoryError, Retention, Upkeep};
 use super::input::{self, Extras, ThroughputBaseline};
 use super::scaling::{self, JobFigures};
 use super::scope::Scope;
-use super::tracker::{Change, Tracker};
+use super::tracker::{Change, Published, Tracker};
 use super::trend::JobTrends;
 use super::{Finding, FindingKind, Severity};
 use crate::steps::StepStore;
@@ -146,35 +146,12 @@ fn job_nodes(input: &input::AnalysisInput) -> BTreeMap<String, BTreeSet<String>>
 
 pub use super::baselines::{BareTest, BaselineError, BaselineRequest, StoredBaselines};
 
-/// What was last published of an active finding (to publish its changes) and when it was last handed to
-/// the history (to refresh it there at most every [`HISTORY_REFRESH`]): one entry per finding id, looked
-/// up once per change.
-struct Published {
-    severity: Severity,
-    caused_by: Option<String>,
-    written: Instant,
-}
-
-impl Published {
-    /// What is published of `f`, handed to the history at `written`.
-    fn of(f: &Finding, written: Instant) -> Published {
-        Published {
-            severity: f.severity,
-            caused_by: f.caused_by.clone(),
-            written,
-        }
-    }
-}
-
-/// Active findings' ids to what was last published of them, hashed as the tracker's maps are (foldhash,
-/// seeded at random: a node's name and a job's id in an id come from the wire and from whoever runs a job).
-type PublishedMap = HashMap<String, Published, foldhash::fast::RandomState>;
-
 /// The events of one evaluation's changes, in their order — raises and clears, and the refreshed findings
-/// whose severity or cause differ from what `published` holds —, and the changes the history should write
-/// now: every raise and clear, and a refresh of an active finding at most every [`HISTORY_REFRESH`] since it
-/// was last handed to the history. `published` is kept up to date; each change's id is looked up once.
-fn events(published: &mut PublishedMap, changes: Vec<Change>) -> (Vec<FindingEvent>, Vec<Change>) {
+/// whose severity or cause differ from what was last published of them ([`Published`], kept beside each
+/// finding in `tracker`) —, and the changes the history should write now: every raise and clear, and a
+/// refresh of an active finding at most every [`HISTORY_REFRESH`] since it was last handed to the history.
+/// What is published is kept up to date; each change's id is looked up once.
+fn events(tracker: &mut Tracker, changes: Vec<Change>) -> (Vec<FindingEvent>, Vec<Change>) {
     let (mut out, mut to_history) = (Vec::new(), Vec::new());
     // One clock read for the evaluation's changes (a refresh per active finding).
     let now = Instant::now();
@@ -182,21 +159,30 @@ fn events(published: &mut PublishedMap, changes: Vec<Change>) -> (Vec<FindingEve
         match ch {
             Change::Raised(f) => {
                 to_history.push(Change::Raised(f.clone()));
-                published.insert(f.id.clone(), Published::of(&f, now));
+                if let Some(p) = tracker.published_mut(&f.id) {
+                    *p = Some(Published::of(&f, now));
+                }
                 out.push(FindingEvent::Raised(f));
             }
             Change::Cleared(f) => {
                 to_history.push(Change::Cleared(f.clone()));
-                published.remove(&f.id);
+                if let Some(p) = tracker.published_mut(&f.id) {
+                    *p = None;
+                }
                 out.push(FindingEvent::Cleared(f));
             }
             Change::Updated(f) => {
-                let Some(p) = published.get_mut(&f.id) else {
-                    // Not published (not raised through this engine): written, and published from now on.
-                    published.insert(f.id.clone(), Published::of(&f, now));
+                let Some(slot) = tracker.published_mut(&f.id) else {
                     to_history.push(Change::Updated(f));
                     continue;
                 };
+                if slot.is_none() {
+                    // Not published (not raised through this engine): written, and published from now on.
+                    *slot = Some(Published::of(&f, now));
+                    to_history.push(Change::Updated(f));
+                    continue;
+                }
+                let Some(p) = slot.as_mut() else { continue };
                 if now.saturating_duration_since(p.written) >= HISTORY_REFRESH {
                     p.written = now;
                     to_history.push(Change::Updated(Arc::clone(&f)));
@@ -299,9 +285,6 @@ struct State {
     /// For each job (and [`super::scaling::CLUSTER_JOB`]), the time its findings were last evaluated at
     /// (the end of the windows read), Unix ns: `commwatch_collector_evaluation_age_seconds`.
     evaluated_at: BTreeMap<String, i64>,
-    /// Severity and cause of each active finding as last published, to publish their changes, and when the
-    /// history was last handed it.
-    published: PublishedMap,
     /// When each learned throughput (`throughput:<job>:<gpus>`) was last handed to the history.
     written: HashMap<String, Instant>,
     evaluations: u64,
@@ -482,7 +465,6 @@ impl AnalysisHandle {
                     trends: JobTrends::new(),
                     job_nodes: HashMap::new(),
                     evaluated_at: BTreeMap::new(),
-                    published: PublishedMap::default(),
                     written: HashMap::new(),
                     evaluations: 0,
                     last_eval_seconds: 0.0,
@@ -611,7 +593,7 @@ impl AnalysisHandle {
                     }
                 }
             }
-            let (mut events, to_history) = events(&mut st.published, changes);
+            let (mut events, to_history) = events(&mut st.tracker, changes);
             let to_history = written(&mut st.tracker, &mut events, to_history);
             (events, to_history, learned)
         };

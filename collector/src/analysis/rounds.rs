@@ -458,7 +458,7 @@ impl AnalysisHandle {
                 st.extras.job_references = st.trends.references(now);
                 st.evaluations += 1;
             }
-            super::events(&mut st.published, changes)
+            super::events(&mut st.tracker, changes)
         };
         self.publish(events, to_history, Vec::new(), now);
     }

@@ -41,10 +41,10 @@ use std::borrow::Cow;
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::causes::consequence_severity;
-use super::{Candidate, Finding, FindingKind, Words};
+use super::{Candidate, Finding, FindingKind, Severity, Words};
 
 /// The tracker's maps, by finding id or scope label, hashed with foldhash (seeded at random per map). SipHash
 /// hashing and comparing these ids was a tenth of the analysis thread, several look-ups per candidate; the
@@ -90,6 +90,32 @@ struct Tracked {
     /// The rule's fixed text the finding's `action` was last set from or compared equal to (`None`: other
     /// text, or not known).
     advice: Option<&'static str>,
+    /// What the engine last published of the finding ([`Tracker::published_mut`]; `None`: nothing, or it
+    /// cleared since).
+    published: Option<Published>,
+}
+
+/// What was last published of an active finding (to publish its changes) and when it was last handed to the
+/// history (the engine's events keep it). Kept beside the finding, not in a map of the engine's own: each
+/// evaluation's changes are the findings its update just read, so their entries are in cache, where a map
+/// of its own was a cold look-up per change (1.8 % of the analysis thread at 2,000 demo nodes, issue 35).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Published {
+    pub severity: Severity,
+    pub caused_by: Option<String>,
+    /// When it was last handed to the history.
+    pub written: Instant,
+}
+
+impl Published {
+    /// What is published of `f`, handed to the history at `written`.
+    pub fn of(f: &Finding, written: Instant) -> Published {
+        Published {
+            severity: f.severity,
+            caused_by: f.caused_by.clone(),
+            written,
+        }
+    }
 }
 
 impl Tracked {
@@ -221,6 +247,7 @@ impl Tracker {
                     words,
                     lagging: false,
                     advice,
+                    published: None,
                 },
             );
         }
@@ -639,6 +666,7 @@ impl Tracker {
                 words,
                 lagging: false,
                 advice,
+                published: None,
             },
         );
         f
@@ -734,6 +762,13 @@ impl Tracker {
                 f.evidence = w.write(&f.subject, &mut f.summary);
             }
         }
+    }
+
+    /// What was last published of the finding `id` (kept by the engine's events, [`Published`]), as a
+    /// place to read and write it; `None` when the tracker holds no finding of that id. A finding raised
+    /// again starts with nothing published.
+    pub fn published_mut(&mut self, id: &str) -> Option<&mut Option<Published>> {
+        self.findings.get_mut(id).map(|t| &mut t.published)
     }
 
     /// Findings raised since start, per kind.
