@@ -216,11 +216,12 @@ pub const DEFAULT_ANALYSIS_SHARE: f64 = 0.25;
 pub const DEFAULT_STEPS_SHARE: f64 = 0.1;
 
 /// The share of a core the `/metrics` render and the remote-write gather are guaranteed by default
-/// (`export_share`): nice 6, a floor, not a cap. A render costs ~0.6 s of CPU at 2,000 demo nodes; at the lowest
-/// priority (nice 19, before) it got ~1.5 % of a full core and a scrape took 32–42 s there, past Prometheus'
-/// default 10 s timeout, so that a saturated collector lost the very metrics that say so (BENCHMARKS.md, the
-/// sixteenth session).
-pub const DEFAULT_EXPORT_SHARE: f64 = 0.2;
+/// (`export_share`): nice 4, a floor, not a cap. A render costs 1.4–1.9 s of CPU at 2,000 demo nodes on a full
+/// core; at the lowest priority (nice 19, before) it got ~1.5 % of the core and a gzip scrape took 32–33 s
+/// there, past Prometheus' default 10 s timeout, so that a saturated collector lost the very metrics that say
+/// so. At a fifth (nice 6) scrapes took 6.8–12.7 s there, at 0.3 6.3–9.1 s (BENCHMARKS.md, the sixteenth
+/// session).
+pub const DEFAULT_EXPORT_SHARE: f64 = 0.3;
 
 /// How long a node's per-step summaries are kept by default (`step_retention`): longer than the raw samples
 /// they summarise (`retention`, 5 minutes by default), so the per-step figures outlive the samples.
@@ -517,7 +518,7 @@ mod tests {
             CollectorConfig::default().export_share,
             DEFAULT_EXPORT_SHARE
         );
-        assert_eq!(crate::pace::nice_for_share(DEFAULT_EXPORT_SHARE), 6);
+        assert_eq!(crate::pace::nice_for_share(DEFAULT_EXPORT_SHARE), 4);
         let c = CollectorConfig::from_toml_str("export_share = 0.5\n").expect("parses");
         assert_eq!(c.export_share, 0.5);
         for bad in [

@@ -144,7 +144,7 @@ pub fn nice_for_share(share: f64) -> i32 {
 pub const PASS_NICE: i32 = 10;
 
 /// Starts a thread for work someone waits for (a `/metrics` render, a remote-write gather) at `share` of a
-/// core against a busy ingest ([`Yield::Share`]: nice 6 for the default fifth). Such a thread takes locks
+/// core against a busy ingest ([`Yield::Share`]: nice 4 for the default 0.3). Such a thread takes locks
 /// others need (a node's while it copies the node, the step history's read lock): a thread that waits for one
 /// leaves the core it shared with the holder, which then runs; the wait is the copy and at most a scheduler
 /// slice. `None` (logged) where no thread could be started: [`run_on`] then uses tokio's blocking pool, at the
