@@ -486,6 +486,7 @@ fn figures_for_the_8x8_demo() {
         sender,
         m.clone(),
         rx,
+        commwatch_collector::config::DEFAULT_EXPORT_SHARE,
     ));
     let d = delays(
         &prometheus,
