@@ -19,8 +19,8 @@
 //! the time; under `SCHED_IDLE` it waited 0 %. Where the policy is refused, the thread is lowered to nice
 //! [`PASS_NICE`] instead.
 //!
-//! Work that someone waits for (a `/metrics` scrape, a remote-write gather: a second of CPU at a fleet of
-//! thousands of nodes) runs on such a thread at a share of the core ([`export_thread`], `export_share`): not at
+//! Work that someone waits for (a `/metrics` scrape, a remote-write gather: 1.4–1.9 s of CPU at 2,000 demo
+//! nodes) runs on such a thread at a share of the core ([`export_thread`], `export_share`): not at
 //! the ingest's priority, which had fallen seconds behind during every scrape at 600 demo nodes on one core, and
 //! not at the lowest (nice 19), where a scrape at 2,000 demo nodes on a full core took 32–42 s, past
 //! Prometheus' default timeout: a saturated collector then lost the metrics that say it is saturated.
