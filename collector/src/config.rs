@@ -219,7 +219,7 @@ pub const DEFAULT_STEPS_SHARE: f64 = 0.1;
 /// (`export_share`): nice 4, a floor, not a cap. A render costs 1.4–1.9 s of CPU at 2,000 demo nodes on a full
 /// core; at the lowest priority (nice 19, before) it got ~1.5 % of the core and a gzip scrape took 32–33 s
 /// there, past Prometheus' default 10 s timeout, so that a saturated collector lost the very metrics that say
-/// so. At a fifth (nice 6) scrapes took 6.8–12.7 s there, at 0.3 6.3–9.1 s (BENCHMARKS.md, the sixteenth
+/// so. At a fifth (nice 6) scrapes took 6.8–12.7 s there, at 0.3 4.2–9.1 s (BENCHMARKS.md, the sixteenth
 /// session).
 pub const DEFAULT_EXPORT_SHARE: f64 = 0.3;
 
