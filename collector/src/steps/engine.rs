@@ -37,9 +37,10 @@ use super::edges::{self, OwnEdge};
 use super::history::StepStore;
 use super::inferred::InferenceTracker;
 use super::markers::MarkerTracker;
-use super::tails::{prefetch, Held, Tails, SLACK_NS};
+use super::tails::{Held, Tails, SLACK_NS};
 use super::{NodeStep, StepSource};
 use crate::config::NvlinkDetail;
+use crate::store::prefetch::prefetch;
 use crate::store::{JobList, NodeState, Store};
 use crate::telemetry::Passes;
 
@@ -1260,8 +1261,8 @@ fn step_links<'a>(
     // figure reads its link's capacity and counts a reference to it: the allocation's first 32 bytes.
     for u in units {
         let link = Arc::as_ptr(&u.link).cast::<u8>();
-        prefetch(link.wrapping_sub(16));
-        prefetch(link.wrapping_add(15));
+        prefetch(link.wrapping_sub(16), 1);
+        prefetch(link.wrapping_add(15), 1);
     }
     for u in units {
         parts.clear();

@@ -22,6 +22,7 @@
 use std::collections::VecDeque;
 use std::ops::Range;
 
+use crate::store::prefetch::prefetch;
 use crate::store::NodeState;
 
 /// Most a tail keeps behind its newest sample, ns (the inference's window: no inferred step is longer).
@@ -235,7 +236,7 @@ impl Tails {
         };
         // Where each tail's next sample goes: cold, as at a walk ([`Tails::prefetch`]).
         for tail in &self.tails {
-            prefetch(tail.samples.as_ptr().wrapping_add(tail.samples.len()));
+            prefetch(tail.samples.as_ptr().wrapping_add(tail.samples.len()), 1);
         }
         let (index, tails, ticks) = (&self.index, &mut self.tails, &mut self.ticks);
         let read_from = ticks.len();
@@ -299,7 +300,7 @@ impl Tails {
     pub(super) fn prefetch(&self, t: i64) {
         for tail in &self.tails {
             if let Some(k) = tail.guess(t) {
-                prefetch(tail.samples.as_ptr().wrapping_add(k));
+                prefetch(tail.samples.as_ptr().wrapping_add(k), 1);
             }
         }
     }
@@ -370,22 +371,6 @@ impl Tails {
             tail: i,
             range: k..to,
         })
-    }
-}
-
-/// Asks the processor for the cache line of `p` ahead of its use. A hint only: it never faults, reads nothing
-/// and changes nothing, whatever `p`.
-#[inline(always)]
-pub(super) fn prefetch<T>(p: *const T) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        // SAFETY: a prefetch dereferences nothing and cannot fault, even on an invalid address.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast::<i8>()) };
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = p;
     }
 }
 

@@ -23,7 +23,7 @@ pub mod markers;
 mod memory;
 mod newest_rates;
 pub mod node;
-mod prefetch;
+pub(crate) mod prefetch;
 pub mod rate;
 pub mod ring;
 pub mod seq_log;

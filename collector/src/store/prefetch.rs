@@ -3,12 +3,13 @@
 //! Why: under load a node's state is cold by the time its next batch comes (hundreds of nodes' samples pass
 //! between two batches of one node), and the store walks hundreds of series per tick and per flush, each in
 //! memory of its own. A walk that waits for each series' lines in turn is bound by the memory's latency; one
-//! that asks for the lines a few series ahead overlaps those waits.
+//! that asks for the lines a few series ahead overlaps those waits. The step engine asks for its tails' and
+//! links' lines with it too.
 
 /// Asks for the cache lines of `bytes` bytes from `p` (at most four lines: the hint is for the start of a
 /// structure, not for a copy). A hint only: it never faults, reads nothing and changes nothing, whatever `p`.
 #[inline(always)]
-pub(super) fn prefetch<T>(p: *const T, bytes: usize) {
+pub(crate) fn prefetch<T>(p: *const T, bytes: usize) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
