@@ -53,43 +53,11 @@ pub fn interpolate(samples: &[(i64, u64)], t: i64) -> Option<f64> {
     acc_at(samples, t).map(|(a, f)| a as f64 + f)
 }
 
-/// [`interpolate`] at each of `times`, by one walk over `samples` (oldest first) while the times ascend
-/// instead of a search per time — the same values; a time earlier than its predecessor is searched for.
-pub fn interpolate_ascending(samples: &[(i64, u64)], times: &[i64]) -> Vec<Option<f64>> {
-    let mut out = Vec::with_capacity(times.len());
-    interpolate_ascending_into(samples, times, &mut out);
-    out
-}
-
-/// [`interpolate_ascending`] into `out` (cleared first), so that a caller keeping `out` allocates nothing.
-pub fn interpolate_ascending_into(
-    samples: &[(i64, u64)],
-    times: &[i64],
-    out: &mut Vec<Option<f64>>,
-) {
-    acc_ascending_into(samples, times, out, |a, f| a as f64 + f);
-}
-
-/// [`acc_at`] at each of `times`, by one walk while the times ascend (as [`interpolate_ascending`]).
+/// [`acc_at`] at each of `times`, by one walk over `samples` (oldest first) while the times ascend instead of
+/// a search per time — the same values; a time earlier than its predecessor is searched for.
 pub(crate) fn acc_at_ascending(samples: &[(i64, u64)], times: &[i64]) -> Vec<Option<(u64, f64)>> {
-    let mut out = Vec::with_capacity(times.len());
-    acc_ascending_into(samples, times, &mut out, |a, f| (a, f));
-    out
-}
-
-/// `value(whole, fraction)` of [`acc_at`] at each of `times` into `out` (cleared first), by one walk over
-/// `samples` (oldest first) while the times ascend instead of a search per time — the same values; a time
-/// earlier than its predecessor is searched for.
-fn acc_ascending_into<T>(
-    samples: &[(i64, u64)],
-    times: &[i64],
-    out: &mut Vec<Option<T>>,
-    value: impl Fn(u64, f64) -> T,
-) {
-    out.clear();
     let (Some(first), Some(last)) = (samples.first(), samples.last()) else {
-        out.extend(times.iter().map(|_| None));
-        return;
+        return vec![None; times.len()];
     };
     // `next`: the first sample with ts > the previous time (as `acc_at`'s partition point); searched for the
     // first time (the samples may cover many steps before it: a walk from the oldest cost a pass over them per
@@ -97,19 +65,25 @@ fn acc_ascending_into<T>(
     let mut next = times
         .first()
         .map_or(0, |&t| samples.partition_point(|s| s.0 <= t));
-    out.extend(times.iter().map(|&t| {
-        if t < first.0 || t > last.0 {
-            return None;
-        }
-        if next > 0 && samples[next - 1].0 > t {
-            next = samples.partition_point(|s| s.0 <= t);
-        }
-        while next < samples.len() && samples[next].0 <= t {
-            next += 1;
-        }
-        let (a, f) = acc_between(samples[next - 1], samples.get(next).copied(), t);
-        Some(value(a, f))
-    }));
+    times
+        .iter()
+        .map(|&t| {
+            if t < first.0 || t > last.0 {
+                return None;
+            }
+            if next > 0 && samples[next - 1].0 > t {
+                next = samples.partition_point(|s| s.0 <= t);
+            }
+            while next < samples.len() && samples[next].0 <= t {
+                next += 1;
+            }
+            Some(acc_between(
+                samples[next - 1],
+                samples.get(next).copied(),
+                t,
+            ))
+        })
+        .collect()
 }
 
 /// Bytes between `start` and `end` (`start < end`), `None` when the samples do not cover both edges.
@@ -482,7 +456,7 @@ mod tests {
     }
 
     #[test]
-    fn interpolate_ascending_equals_a_search_per_time() {
+    fn acc_at_ascending_equals_a_search_per_time() {
         use rand::{Rng, SeedableRng};
         let mut r = rand::rngs::StdRng::seed_from_u64(17);
         for round in 0..500 {
@@ -496,8 +470,8 @@ mod tests {
             if round % 4 != 0 {
                 times.sort_unstable();
             }
-            let walked = interpolate_ascending(&s, &times);
-            let searched: Vec<Option<f64>> = times.iter().map(|&t| interpolate(&s, t)).collect();
+            let walked = acc_at_ascending(&s, &times);
+            let searched: Vec<Option<(u64, f64)>> = times.iter().map(|&t| acc_at(&s, t)).collect();
             assert_eq!(walked, searched, "samples {s:?} times {times:?}");
         }
     }

@@ -373,7 +373,7 @@ fn clamped_ascending(samples: &[(i64, u64)], times: &[i64]) -> Vec<f64> {
 
 /// Adds [`clamped`] at each of `times` (ascending) to `sums` (one per time), by one walk over the samples:
 /// the same values, bit for bit (nothing added where there are no samples: the sums are never -0).
-/// (Before: [`super::bandwidth::interpolate_ascending_into`] into a buffer, then a second loop over it.)
+/// (Before: the values interpolated into a buffer, then a second loop over it.)
 fn add_clamped_ascending(samples: &[(i64, u64)], times: &[i64], sums: &mut [f64]) {
     let (Some(&(t_first, first)), Some(&(t_last, last))) = (samples.first(), samples.last()) else {
         return;
