@@ -383,7 +383,8 @@ fn burst(iv: Parts<(i64, i64, f64)>, first: usize, end: usize) -> Burst {
 }
 
 /// The bursts at the link's own level (see [`Activity::peaks`]) into `out` (its list's allocation kept, its
-/// medians those of the last evaluation's peaks: where the new ones are looked for first). `rate[i]` is interval `i`'s rate, bytes/s ([`interval_rates`]); `interior` and `gaps` are scratch.
+/// medians those of the last evaluation's peaks: where the new ones are looked for first). `rate[i]` is
+/// interval `i`'s rate, bytes/s ([`interval_rates`]); `interior` and `gaps` are scratch.
 fn peaks_into(
     iv: Parts<(i64, i64, f64)>,
     floor: f64,
